@@ -1,0 +1,40 @@
+/* main.c: the `remat` command: dispatches to the subcommands. */
+#include "cli.h"
+
+#include <string.h>
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: remat <command> [options]\n"
+            "\n"
+            "Train neural networks inside a memory budget by recomputing activations.\n"
+            "\n"
+            "commands:\n"
+            "  train    train a model on a data set and report test accuracy\n"
+            "  info     per-layer table: output shapes, parameters, bytes kept for backward\n"
+            "\n"
+            "Run 'remat <command> --help' for a command's options.\n"
+            "remat %s\n",
+            REMAT_VERSION);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
+        usage(stdout);
+        return 0;
+    }
+    if (strcmp(cmd, "--version") == 0) {
+        printf("remat %s\n", REMAT_VERSION);
+        return 0;
+    }
+    if (strcmp(cmd, "train") == 0) return cmd_train(argc - 1, argv + 1);
+    if (strcmp(cmd, "info") == 0) return cmd_info(argc - 1, argv + 1);
+    fprintf(stderr, "remat: unknown command '%s'\n", cmd);
+    usage(stderr);
+    return 2;
+}

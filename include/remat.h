@@ -1,0 +1,387 @@
+/* remat.h: the one public header of libremat.
+ *
+ * remat trains neural networks inside a memory budget. A model and its loss
+ * are described as a static graph through the builder calls below; remat
+ * derives the backward pass, turns the step into a schedule (an instruction
+ * list) and runs it with an executor that accounts every byte it allocates.
+ *
+ * Conventions:
+ * - Every fallible call returns a remat_status; on failure a message naming
+ *   the problem is available from remat_last_error() on the same thread.
+ * - Every remat_x_create has a remat_x_destroy; destroy accepts NULL.
+ * - Builder calls return a node id (>= 0) or REMAT_NONE. A failing builder
+ *   call records the graph's first error (remat_graph_status), and builder
+ *   calls given REMAT_NONE as an input return REMAT_NONE without adding a
+ *   second error, so a whole model can be built and checked once at the end.
+ * - Element counts are int64_t, byte counts size_t. Tensors are dense,
+ *   row-major, NCHW for images.
+ */
+#ifndef REMAT_H
+#define REMAT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define REMAT_VERSION "0.1.0"
+
+/* ---------------------------------------------------------------- status */
+
+/* X(name, code, description) */
+#define REMAT_STATUS_LIST(X)                                   \
+    X(OK, 0, "ok")                                             \
+    X(INVALID, -1, "invalid argument")                         \
+    X(SHAPE, -2, "shape mismatch")                             \
+    X(NOMEM, -3, "out of memory")                              \
+    X(IO, -4, "input/output error")                            \
+    X(FORMAT, -5, "malformed data")                            \
+    X(NOT_FOUND, -6, "not found")                              \
+    X(BUDGET, -7, "memory budget too small")                   \
+    X(UNSUPPORTED, -8, "unsupported")                          \
+    X(INTERNAL, -9, "internal error")
+
+typedef enum {
+#define REMAT__STATUS_ENUM(name, code, desc) REMAT_##name = code,
+    REMAT_STATUS_LIST(REMAT__STATUS_ENUM)
+#undef REMAT__STATUS_ENUM
+} remat_status;
+
+/* A static string describing the status code ("shape mismatch"). */
+const char *remat_status_str(remat_status s);
+
+/* The message left by the most recent failing call on this thread, such as
+ * "conv2d 'features.0': input has 1 channels, weight expects 3". The string
+ * is owned by the library and valid until the next failing call. */
+const char *remat_last_error(void);
+
+/* ---------------------------------------------------------------- memory */
+
+/* X(name, description). Every tensor remat allocates carries one tag. */
+#define REMAT_MEM_LIST(X)                  \
+    X(PARAM, "parameters")                 \
+    X(GRAD, "gradients")                   \
+    X(OPTIM, "optimizer state")            \
+    X(ACT, "activations")                  \
+    X(TRANSIENT, "transient")              \
+    X(WORKSPACE, "workspace")
+
+typedef enum {
+#define REMAT__MEM_ENUM(name, desc) REMAT_MEM_##name,
+    REMAT_MEM_LIST(REMAT__MEM_ENUM)
+#undef REMAT__MEM_ENUM
+    REMAT_MEM_TOTAL, /* index of the all-categories entry in remat_mem_stats */
+    REMAT_MEM_COUNT
+} remat_mem;
+
+/* A static string naming a memory category ("activations", "total"). */
+const char *remat_mem_str(remat_mem m);
+
+/* Live and peak bytes per category; entry REMAT_MEM_TOTAL is the total.
+ * The peak of the total is the peak of the sum, not the sum of the peaks. */
+typedef struct {
+    size_t live[REMAT_MEM_COUNT];
+    size_t peak[REMAT_MEM_COUNT];
+} remat_mem_stats;
+
+/* ----------------------------------------------------------------- graph */
+
+typedef struct remat_graph remat_graph;
+typedef int32_t remat_node;
+#define REMAT_NONE ((remat_node)-1)
+#define REMAT_MAX_DIMS 4
+
+typedef enum { REMAT_F32 = 0, REMAT_I32 = 1 } remat_dtype;
+
+/* How a parameter is initialized when a session is created. */
+typedef enum {
+    REMAT_INIT_ZEROS = 0,
+    REMAT_INIT_ONES,
+    REMAT_INIT_UNIFORM /* U(-a, a) */
+} remat_init;
+
+/* Creates an empty graph; the caller owns it (remat_graph_destroy). */
+remat_status remat_graph_create(remat_graph **out);
+void remat_graph_destroy(remat_graph *g);
+
+/* The first error met while building, REMAT_OK if none; its message is
+ * remat_graph_error(g) (owned by the graph). */
+remat_status remat_graph_status(const remat_graph *g);
+const char *remat_graph_error(const remat_graph *g);
+
+/* Leaves. Names are copied. Parameter names are PyTorch state_dict names
+ * ("features.0.weight"); they must be unique within the graph. */
+remat_node remat_input(remat_graph *g, const char *name, remat_dtype dtype,
+                       int ndim, const int64_t *dims);
+remat_node remat_param(remat_graph *g, const char *name, int ndim,
+                       const int64_t *dims, remat_init init, float a);
+/* Non-trainable state saved with the model (BatchNorm running stats). */
+remat_node remat_buffer(remat_graph *g, const char *name, int ndim,
+                        const int64_t *dims, remat_init init);
+
+/* Ops on explicit nodes. `b` may be REMAT_NONE where a bias is optional. */
+remat_node remat_linear_op(remat_graph *g, remat_node x, remat_node w,
+                           remat_node b); /* x (N,in) w (out,in) b (out) */
+remat_node remat_conv2d_op(remat_graph *g, remat_node x, remat_node w,
+                           remat_node b, int stride, int padding);
+remat_node remat_batchnorm2d_op(remat_graph *g, remat_node x,
+                                remat_node weight, remat_node bias,
+                                remat_node running_mean,
+                                remat_node running_var, float eps,
+                                float momentum);
+remat_node remat_relu(remat_graph *g, remat_node x);
+remat_node remat_maxpool2d(remat_graph *g, remat_node x, int kernel,
+                           int stride, int padding);
+/* count_include_pad semantics, as PyTorch's default. */
+remat_node remat_avgpool2d(remat_graph *g, remat_node x, int kernel,
+                           int stride, int padding);
+remat_node remat_global_avgpool(remat_graph *g, remat_node x); /* ->(N,C,1,1) */
+remat_node remat_dropout(remat_graph *g, remat_node x, float p);
+remat_node remat_flatten(remat_graph *g, remat_node x); /* (N,...)->(N,rest) */
+remat_node remat_reshape(remat_graph *g, remat_node x, int ndim,
+                         const int64_t *dims);
+remat_node remat_add(remat_graph *g, remat_node a, remat_node b);
+remat_node remat_concat(remat_graph *g, int n, const remat_node *xs); /* dim 1 */
+/* Mean cross-entropy of logits (N,C) against int32 labels (N). */
+remat_node remat_cross_entropy(remat_graph *g, remat_node logits,
+                               remat_node labels);
+/* Mean squared error over all elements. */
+remat_node remat_mse(remat_graph *g, remat_node pred, remat_node target);
+
+/* Layers: create the parameters with PyTorch's default initializers, named
+ * "<name>.weight", "<name>.bias" (and "<name>.running_mean", ...), then the
+ * op. */
+remat_node remat_linear(remat_graph *g, const char *name, remat_node x,
+                        int64_t out_features, int bias);
+remat_node remat_conv2d(remat_graph *g, const char *name, remat_node x,
+                        int64_t out_channels, int kernel, int stride,
+                        int padding, int bias);
+remat_node remat_batchnorm2d(remat_graph *g, const char *name, remat_node x);
+
+/* Introspection. remat_node_shape returns ndim and fills dims (may be NULL). */
+int remat_graph_node_count(const remat_graph *g);
+int remat_node_shape(const remat_graph *g, remat_node n, int64_t *dims);
+const char *remat_node_op(const remat_graph *g, remat_node n);
+const char *remat_node_name(const remat_graph *g, remat_node n); /* or "" */
+
+/* --------------------------------------------------------------- session */
+
+/* A session owns everything a training step needs: parameters, gradients,
+ * optimizer state, a thread pool and the compiled schedules. */
+typedef struct remat_session remat_session;
+
+typedef struct {
+    int threads;   /* kernel threads; 0 = one per core */
+    uint64_t seed; /* parameter initialization and dropout */
+} remat_session_opts;
+
+void remat_session_opts_default(remat_session_opts *o);
+
+/* Compiles the graph for training with `loss` (a scalar node) and allocates
+ * and initializes the parameters. Fails if a trainable parameter does not
+ * influence the loss (naming it). The graph must outlive the session. */
+remat_status remat_session_create(remat_session **out, const remat_graph *g,
+                                  remat_node loss,
+                                  const remat_session_opts *o);
+void remat_session_destroy(remat_session *s);
+/* The graph the session was created from (not owned by the session). */
+const remat_graph *remat_session_graph(const remat_session *s);
+
+/* Points an input node at caller memory (float or int32 per its dtype,
+ * its full shape). The pointer is read during each later step; the caller
+ * keeps it valid. */
+remat_status remat_session_bind(remat_session *s, remat_node input,
+                                const void *data);
+
+/* One forward and backward pass in training mode: fills every parameter's
+ * gradient (overwriting the previous ones) and writes the loss. */
+remat_status remat_session_step(remat_session *s, float *loss);
+
+/* Forward only. train=1 uses training-mode ops (BatchNorm batch statistics
+ * and running-statistics update, dropout active); train=0 evaluation mode.
+ * `fetch` (or REMAT_NONE) is a node whose value is copied to `out`
+ * (its numel floats). loss may be NULL. */
+remat_status remat_session_forward(remat_session *s, int train, float *loss,
+                                   remat_node fetch, float *out);
+
+/* Parameters and buffers, in graph order. The pointers are owned by the
+ * session and valid for its lifetime; writing through `data` sets weights. */
+typedef struct {
+    const char *name;
+    int ndim;
+    int64_t dims[REMAT_MAX_DIMS];
+    int64_t numel;
+    int trainable; /* 0 for buffers */
+    float *data;
+    float *grad; /* NULL for buffers */
+} remat_param_info;
+
+int remat_session_param_count(const remat_session *s);
+remat_status remat_session_param(const remat_session *s, int i,
+                                 remat_param_info *out);
+/* Index of the parameter or buffer with this name, or -1. */
+int remat_session_find_param(const remat_session *s, const char *name);
+
+/* Accounting. Peaks restart at the beginning of each step and forward. */
+void remat_session_mem(const remat_session *s, remat_mem_stats *out);
+/* The simulator's prediction for one training step from the current state:
+ * peak bytes per category (the executor's measured peaks equal these). */
+remat_status remat_session_predict(const remat_session *s, remat_mem_stats *out);
+/* Bytes that the training step keeps for backward in each node's output
+ * (what `remat info` shows); 0 for nodes whose output is not kept. */
+size_t remat_session_saved_bytes(const remat_session *s, remat_node n);
+/* Number of completed optimizer updates (the step index used by dropout). */
+int64_t remat_session_step_index(const remat_session *s);
+
+/* ------------------------------------------------------------- optimizer */
+
+typedef enum { REMAT_OPTIM_SGD = 0, REMAT_OPTIM_ADAMW = 1 } remat_optim_kind;
+
+/* PyTorch's torch.optim.SGD and torch.optim.AdamW semantics. */
+typedef struct {
+    remat_optim_kind kind;
+    float lr;
+    float weight_decay;
+    float momentum;  /* SGD */
+    float dampening; /* SGD */
+    int nesterov;    /* SGD */
+    float beta1, beta2, eps; /* AdamW */
+} remat_optim_opts;
+
+/* PyTorch's defaults for the kind (lr 0.01 for SGD, 0.001 for AdamW). */
+void remat_optim_opts_default(remat_optim_opts *o, remat_optim_kind kind);
+
+/* Sets the optimizer and (re)allocates its state, zeroed. */
+remat_status remat_session_set_optimizer(remat_session *s,
+                                         const remat_optim_opts *o);
+/* Applies one update from the current gradients; advances the step index. */
+remat_status remat_session_update(remat_session *s);
+
+/* ------------------------------------------------------------------ data */
+
+/* An in-memory labelled image data set (uint8 pixels, int labels). */
+typedef struct remat_dataset remat_dataset;
+
+/* Loads a data set by name: "fashion-mnist", "mnist" (IDX files, plain or
+ * .gz) or "cifar10" (binary version) from dir; train=1 for the training
+ * split. dir NULL means the default (Debian's dataset-fashion-mnist path for
+ * fashion-mnist). */
+remat_status remat_dataset_load(remat_dataset **out, const char *name,
+                                const char *dir, int train);
+/* IDX image and label files (magic 0x803 and 0x801), plain or gzip. */
+remat_status remat_dataset_load_idx(remat_dataset **out,
+                                    const char *images_path,
+                                    const char *labels_path);
+/* CIFAR-10 binary batches: records of 1 label byte + 3072 pixel bytes. */
+remat_status remat_dataset_load_cifar10(remat_dataset **out,
+                                        const char *const *paths, int n);
+void remat_dataset_destroy(remat_dataset *d);
+
+int64_t remat_dataset_size(const remat_dataset *d);
+void remat_dataset_shape(const remat_dataset *d, int64_t chw[3]);
+int remat_dataset_classes(const remat_dataset *d);
+/* Keeps the first n samples (n <= size). */
+remat_status remat_dataset_truncate(remat_dataset *d, int64_t n);
+/* Writes samples [first, first+n) into x (n,C,H,W) as normalized floats
+ * ((pixel/255 - mean) / std per channel) and labels into y (n). */
+remat_status remat_dataset_get(const remat_dataset *d, const int64_t *index,
+                               int64_t n, float *x, int32_t *y);
+
+/* Seeded shuffling and batching. A loader yields full batches only
+ * (drop_last); each epoch has its own permutation from (seed, epoch). */
+typedef struct remat_loader remat_loader;
+remat_status remat_loader_create(remat_loader **out, const remat_dataset *d,
+                                 int64_t batch, int shuffle, uint64_t seed);
+void remat_loader_destroy(remat_loader *l);
+int64_t remat_loader_batches(const remat_loader *l);
+/* Starts epoch `epoch` (0-based): reshuffles. */
+void remat_loader_start(remat_loader *l, int64_t epoch);
+/* Fills the next batch; returns 0 at the end of the epoch, 1 otherwise. */
+int remat_loader_next(remat_loader *l, float *x, int32_t *y);
+
+/* ------------------------------------------------------------- training */
+
+typedef enum {
+    REMAT_EVENT_STEP = 0, /* after each optimizer update */
+    REMAT_EVENT_EVAL,     /* after each evaluation on the test set */
+} remat_event_kind;
+
+typedef struct {
+    remat_event_kind kind;
+    int64_t epoch;        /* 0-based */
+    int64_t step;         /* global step, 1-based after the update */
+    int64_t step_in_epoch;/* 1-based */
+    int64_t steps_in_epoch;
+    double loss;          /* step: training loss; eval: mean test loss */
+    double accuracy;      /* eval only, in [0,1] */
+    double images_per_s;  /* step: running rate over the epoch */
+    double seconds;       /* step: seconds since the epoch began; eval: seconds the epoch's training took */
+    size_t peak_bytes;    /* step: peak total bytes of the step */
+} remat_event;
+
+typedef void (*remat_event_fn)(const remat_event *ev, void *user);
+
+typedef struct {
+    int64_t epochs;   /* used when steps == 0 */
+    int64_t steps;    /* total optimizer steps, 0 = use epochs */
+    int64_t batch;
+    uint64_t seed;    /* shuffling */
+    remat_event_fn on_event;
+    void *user;
+} remat_train_opts;
+
+/* The nodes of a classifier graph the loop needs. */
+typedef struct {
+    remat_node input;  /* (B,C,H,W) or (B,features) float */
+    remat_node labels; /* (B) int32 */
+    remat_node logits; /* (B,classes) */
+    remat_node loss;
+} remat_model;
+
+/* Trains on `train`, evaluating on `test` (may be NULL) after each epoch
+ * and at the end. The session's graph batch must equal opts->batch. */
+remat_status remat_train(remat_session *s, const remat_model *m,
+                         const remat_dataset *train, const remat_dataset *test,
+                         const remat_train_opts *opts);
+
+/* Evaluation: mean loss and accuracy over a whole data set (the last partial
+ * batch included). */
+remat_status remat_evaluate(remat_session *s, const remat_model *m,
+                            const remat_dataset *d, double *loss,
+                            double *accuracy);
+
+/* ---------------------------------------------------------------- models */
+
+typedef struct {
+    const char *name;   /* "mlp", "cnn" */
+    int64_t batch;
+    int64_t channels, height, width; /* input image shape */
+    int64_t classes;
+    float dropout_scale;/* multiplies every dropout rate; 0 turns dropout off */
+} remat_model_opts;
+
+/* Defaults: cnn, batch 64, 1x28x28, 10 classes, dropout_scale 1. */
+void remat_model_opts_default(remat_model_opts *o);
+/* NULL-terminated list of model names. */
+const char *const *remat_model_names(void);
+/* Builds the model and its cross-entropy loss into g. */
+remat_status remat_model_build(remat_graph *g, const remat_model_opts *o,
+                               remat_model *m);
+
+/* ----------------------------------------------------------- safetensors */
+
+/* Writes every parameter and buffer of the session (by name, F32). */
+remat_status remat_safetensors_save(const remat_session *s, const char *path);
+/* Loads tensors by name into the session's parameters and buffers. Every
+ * tensor in the file must match a parameter's name, dtype F32 and shape;
+ * parameters absent from the file keep their values unless strict. */
+remat_status remat_safetensors_load(remat_session *s, const char *path,
+                                    int strict);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* REMAT_H */

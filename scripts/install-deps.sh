@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Installs what remat needs to build, test and train, from Debian's
+# packages. Does nothing when everything is already installed.
+set -euo pipefail
+pkgs=(build-essential cmake pkg-config libopenblas-dev libcjson-dev zlib1g-dev dataset-fashion-mnist)
+missing=()
+for p in "${pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "installing: ${missing[*]}"
+    SUDO=""
+    [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    $SUDO apt-get update -q
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${missing[@]}"
+fi

@@ -1,0 +1,45 @@
+/* session.h: the session's internals, shared by the executor (exec.c),
+ * the session API (session.c) and the optimizers (train/optim.c). */
+#ifndef REMAT_SESSION_H
+#define REMAT_SESSION_H
+
+#include "../plan/schedule.h"
+
+typedef struct {
+    remat_node node;
+    float *data;  /* (numel) owned, category PARAM */
+    float *grad;  /* (numel) owned, category GRAD; NULL for buffers */
+    float *m, *v; /* optimizer state, category OPTIM (v: AdamW only) */
+} remat__pslot;
+
+struct remat_session {
+    const remat_graph *g;
+    remat_node loss;
+    remat_session_opts opts;
+    remat__alloc alloc;
+    remat__pool *pool;
+    remat__prog prog;
+    remat__schedule train;       /* forward + backward */
+    remat__schedule fwd[2];      /* forward only, cached: [train mode] */
+    remat_node fwd_fetch[2];     /* the fetch node each cached one was built for */
+    int fwd_valid[2];
+    int32_t *pindex;             /* per node: index into params, or -1 */
+    remat__pslot *params;
+    int n_params;
+    const void **bound;          /* per node: caller data for inputs */
+    void **vals;                 /* per value: resident data or NULL */
+    int8_t *vcat;                /* per value: category it was counted under
+                                  * (gradient values are always TRANSIENT) */
+    uint8_t *done;               /* per node: computed once in this run */
+    int64_t step;                /* completed optimizer updates */
+    int has_optim;
+    remat_optim_opts optim;
+    int64_t optim_t;             /* AdamW's step count */
+};
+
+/* Runs a schedule. Writes the loss (if the schedule has one) and copies the
+ * fetched node into fetch_out. */
+remat_status remat__exec(remat_session *s, const remat__schedule *sched, float *loss,
+                         float *fetch_out);
+
+#endif

@@ -1,0 +1,185 @@
+/* batchnorm.c: BatchNorm2d over NCHW images, with PyTorch's semantics.
+ *
+ * Inputs: x (N, C, H, W), weight gamma (C), bias beta (C), and the buffers
+ * running_mean (C) and running_var (C); fattr[0] = eps, fattr[1] = momentum.
+ * With M = N*H*W elements per channel:
+ *   training: mean, var = batch mean and biased variance over (N, H, W)
+ *   eval:     mean, var = running_mean, running_var
+ *   y = (x - mean) * invstd * gamma + beta,   invstd = 1/sqrt(var + eps)
+ * The aux value holds mean[C] then invstd[C] as floats, and the output is
+ * always computed from those rounded values, so a recomputation (k->first
+ * false) that reads them back instead of recomputing the statistics gives
+ * bitwise the same output. Only the first training-mode execution of the
+ * node in a step commits the running statistics:
+ *   running_mean = (1-m) running_mean + m mean
+ *   running_var  = (1-m) running_var  + m var * M/(M-1)
+ * (with M = 1 the unbiased variance is undefined; running_var is left as it
+ * is there, where PyTorch's module refuses the batch).
+ * Backward, with xhat = (x - mean) * invstd:
+ *   dgamma += sum dy xhat
+ *   dbeta  += sum dy
+ *   dx     += gamma invstd / M (M dy - sum dy - xhat sum dy xhat)  (training)
+ *   dx     += gamma invstd dy                                      (eval)
+ * Statistics and sums run in double. Work is split by channels, so every
+ * channel is reduced by one thread in one fixed order: results do not
+ * depend on the thread count or on timing.
+ */
+#include "../remat-impl.h"
+
+#include <math.h>
+
+static const char *const per_channel_name[5] = {"input", "weight", "bias", "running_mean",
+                                                "running_var"};
+
+static remat_status bn_shape(const remat_graph *g, remat__node *n) {
+    const remat__shape *x = remat__in_shape(g, n, 0);
+    char lb[128], xs[64], ps[64];
+    if (x->ndim != 4 || g->nodes[n->in[0]].dtype != REMAT_F32)
+        return remat__err(REMAT_SHAPE, "%s: input %s must be a 4-D float32 tensor (N, C, H, W)",
+                          remat__node_label(n, lb, sizeof lb), remat__shape_str(x, xs, sizeof xs));
+    int64_t C = x->d[1];
+    for (int i = 1; i < 5; i++) {
+        const remat__shape *p = remat__in_shape(g, n, i);
+        if (p->ndim != 1 || p->d[0] != C || g->nodes[n->in[i]].dtype != REMAT_F32)
+            return remat__err(REMAT_SHAPE, "%s: %s %s does not match input %s (expected float32 (%lld))",
+                              remat__node_label(n, lb, sizeof lb), per_channel_name[i],
+                              remat__shape_str(p, ps, sizeof ps), remat__shape_str(x, xs, sizeof xs),
+                              (long long)C);
+    }
+    /* The running statistics are updated in place: they must be session state. */
+    for (int i = 3; i < 5; i++)
+        if (g->nodes[n->in[i]].leaf != REMAT__LEAF_BUFFER)
+            return remat__err(REMAT_INVALID, "%s: %s must be a buffer (remat_buffer)",
+                              remat__node_label(n, lb, sizeof lb), per_channel_name[i]);
+    float eps = n->fattr[0], mom = n->fattr[1];
+    if (!(eps >= 0.0f) || isinf(eps))
+        return remat__err(REMAT_INVALID, "%s: eps %g must be finite and >= 0",
+                          remat__node_label(n, lb, sizeof lb), (double)eps);
+    if (!isfinite(mom))
+        return remat__err(REMAT_INVALID, "%s: momentum %g must be finite",
+                          remat__node_label(n, lb, sizeof lb), (double)mom);
+    n->shape = *x;
+    n->dtype = REMAT_F32;
+    return REMAT_OK;
+}
+
+static size_t bn_aux_bytes(const remat_graph *g, const remat__node *n) {
+    (void)g;
+    return 2 * (size_t)n->shape.d[1] * sizeof(float);
+}
+
+/* Training statistics of channel c: mean and biased variance, two passes in
+ * double, n then hw ascending. */
+static void channel_stats(const float *x, int64_t N, int64_t C, int64_t HW, int64_t c,
+                          double *mean, double *var) {
+    double M = (double)(N * HW), s = 0.0;
+    for (int64_t n = 0; n < N; n++) {
+        const float *xc = x + (n * C + c) * HW;
+        for (int64_t i = 0; i < HW; i++) s += xc[i];
+    }
+    double mu = s / M, q = 0.0;
+    for (int64_t n = 0; n < N; n++) {
+        const float *xc = x + (n * C + c) * HW;
+        for (int64_t i = 0; i < HW; i++) {
+            double d = (double)xc[i] - mu;
+            q += d * d;
+        }
+    }
+    *mean = mu;
+    *var = q / M;
+}
+
+static void bn_forward(const remat__kctx *k, int ith, int nth) {
+    const float *x = k->in[0]->data;     // (N, C, H, W)
+    const float *gamma = k->in[1]->data; // (C)
+    const float *beta = k->in[2]->data;  // (C)
+    float *rmean = k->in[3]->data;       // (C), updated in place
+    float *rvar = k->in[4]->data;        // (C), updated in place
+    float *y = k->out->data;             // (N, C, H, W)
+    const remat__shape *s = k->in[0]->shape;
+    int64_t N = s->d[0], C = s->d[1], HW = s->d[2] * s->d[3], M = N * HW;
+    float *amean = k->aux, *ainvstd = k->aux + C; // (C), (C)
+    double eps = k->node->fattr[0], mom = k->node->fattr[1];
+    int64_t lo, hi;
+    remat__split(C, ith, nth, &lo, &hi);
+    for (int64_t c = lo; c < hi; c++) {
+        if (!k->train) {
+            amean[c] = rmean[c];
+            ainvstd[c] = (float)(1.0 / sqrt((double)rvar[c] + eps));
+        } else if (k->first) {
+            double mu, var;
+            channel_stats(x, N, C, HW, c, &mu, &var);
+            amean[c] = (float)mu;
+            ainvstd[c] = (float)(1.0 / sqrt(var + eps));
+            rmean[c] = (float)((1.0 - mom) * (double)rmean[c] + mom * mu);
+            if (M > 1)
+                rvar[c] = (float)((1.0 - mom) * (double)rvar[c] +
+                                  mom * var * (double)M / (double)(M - 1));
+        } /* else: a recomputation; aux already holds this step's statistics */
+        float mu = amean[c], sc = ainvstd[c] * gamma[c], b = beta[c];
+        for (int64_t n = 0; n < N; n++) {
+            const float *xc = x + (n * C + c) * HW;
+            float *yc = y + (n * C + c) * HW;
+            for (int64_t i = 0; i < HW; i++) yc[i] = (xc[i] - mu) * sc + b;
+        }
+    }
+}
+
+static void bn_backward(const remat__kctx *k, int ith, int nth) {
+    const float *x = k->in[0]->data;     // (N, C, H, W)
+    const float *gamma = k->in[1]->data; // (C)
+    const float *dy = k->dout;           // (N, C, H, W)
+    float *dx = k->din[0], *dgamma = k->din[1], *dbeta = k->din[2];
+    const remat__shape *s = k->in[0]->shape;
+    int64_t N = s->d[0], C = s->d[1], HW = s->d[2] * s->d[3], M = N * HW;
+    const float *amean = k->aux, *ainvstd = k->aux + C; // (C), (C)
+    if (!dx && !dgamma && !dbeta) return;
+    int64_t lo, hi;
+    remat__split(C, ith, nth, &lo, &hi);
+    for (int64_t c = lo; c < hi; c++) {
+        double mu = amean[c], is = ainvstd[c], sdy = 0.0, sdx = 0.0;
+        for (int64_t n = 0; n < N; n++) {
+            const float *dyc = dy + (n * C + c) * HW;
+            if (dx || dgamma) {
+                const float *xc = x + (n * C + c) * HW;
+                for (int64_t i = 0; i < HW; i++) {
+                    sdy += dyc[i];
+                    sdx += (double)dyc[i] * (((double)xc[i] - mu) * is);
+                }
+            } else {
+                for (int64_t i = 0; i < HW; i++) sdy += dyc[i];
+            }
+        }
+        if (dgamma) dgamma[c] += (float)sdx;
+        if (dbeta) dbeta[c] += (float)sdy;
+        if (!dx) continue;
+        double a = (double)gamma[c] * is;
+        double mdy = k->train ? sdy / (double)M : 0.0, mdx = k->train ? sdx / (double)M : 0.0;
+        for (int64_t n = 0; n < N; n++) {
+            const float *xc = x + (n * C + c) * HW, *dyc = dy + (n * C + c) * HW;
+            float *dxc = dx + (n * C + c) * HW;
+            for (int64_t i = 0; i < HW; i++) {
+                double xhat = ((double)xc[i] - mu) * is;
+                dxc[i] += (float)(a * ((double)dyc[i] - mdy - xhat * mdx));
+            }
+        }
+    }
+}
+
+static double bn_flops(const remat_graph *g, const remat__node *n) {
+    (void)g;
+    return 8.0 * (double)remat__numel(&n->shape);
+}
+
+const remat__op remat__op_batchnorm2d = {
+    .name = "batchnorm2d",
+    .min_in = 5,
+    .max_in = 5,
+    .shape = bn_shape,
+    .forward = bn_forward,
+    .backward = bn_backward,
+    .saves = REMAT__SAVE_IN(0) | REMAT__SAVE_IN(1) | REMAT__SAVE_AUX,
+    .flags = REMAT__OP_STATEFUL,
+    .aux_bytes = bn_aux_bytes,
+    .flops = bn_flops,
+};

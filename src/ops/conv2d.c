@@ -1,0 +1,307 @@
+/* conv2d.c: 2-D convolution through im2col and cblas_sgemm.
+ *
+ * Inputs: x (N, Cin, H, W), weight (Cout, Cin, KH, KW), optional bias
+ * (Cout); iattr[0] is the stride and iattr[1] the padding, the same for both
+ * spatial dimensions. The output is (N, Cout, OH, OW) with
+ * OH = (H + 2p - KH) / s + 1. Seen as matrices per image, with
+ * K = Cin*KH*KW and P = OH*OW:
+ *   y_n  = W col_n (+ b)                 (Cout, P) = (Cout, K) (K, P)
+ *   dx_n += col2im(W^T dy_n)             (K, P) = (K, Cout) (Cout, P)
+ *   dW  += sum_n dy_n col_n^T            (Cout, K) = (Cout, P) (P, K)
+ *   db  += sum_n sum_p dy_n              (Cout)
+ * where col_n = im2col(x_n). A 1x1 convolution with stride 1 and no padding
+ * has col_n = x_n and skips the copy.
+ *
+ * Images are split over the threads; each thread unfolds its images into
+ * its own slice of the workspace. Backward sums dW and db per thread into a
+ * zeroed partial buffer, then, after a pool barrier, reduces the partials
+ * in thread order with the elements split over the threads, so results are
+ * bitwise reproducible for a given thread count.
+ */
+#include "../remat-impl.h"
+
+#include <cblas.h>
+#include <limits.h>
+
+/* Everything the kernels derive from the shapes. */
+typedef struct {
+    int64_t N, C, H, W;   /* input */
+    int64_t O, KH, KW;    /* weight (O, C, KH, KW) */
+    int64_t OH, OW;       /* output spatial size */
+    int64_t s, p;         /* stride, padding */
+    int64_t K, P;         /* gemm sizes: K = C*KH*KW, P = OH*OW */
+    int direct;           /* 1x1, stride 1, no padding: col_n is x_n */
+    int bias;
+} geom;
+
+static geom make_geom(const remat__shape *x, const remat__shape *w, const remat__node *n) {
+    geom G;
+    G.N = x->d[0], G.C = x->d[1], G.H = x->d[2], G.W = x->d[3];
+    G.O = w->d[0], G.KH = w->d[2], G.KW = w->d[3];
+    G.s = n->iattr[0], G.p = n->iattr[1];
+    G.OH = (G.H + 2 * G.p - G.KH) / G.s + 1;
+    G.OW = (G.W + 2 * G.p - G.KW) / G.s + 1;
+    G.K = G.C * G.KH * G.KW;
+    G.P = G.OH * G.OW;
+    G.direct = G.KH == 1 && G.KW == 1 && G.s == 1 && G.p == 0;
+    G.bias = n->n_in == 3;
+    return G;
+}
+
+static geom graph_geom(const remat_graph *g, const remat__node *n) {
+    return make_geom(remat__in_shape(g, n, 0), remat__in_shape(g, n, 1), n);
+}
+
+static geom kctx_geom(const remat__kctx *k) {
+    return make_geom(k->in[0]->shape, k->in[1]->shape, k->node);
+}
+
+/* Threads that receive at least one image under remat__split: the first
+ * min(nth, N). Only they need workspace slices. */
+static int64_t slices(const geom *G, int nth) { return G->N < nth ? G->N : nth; }
+
+static remat_status conv_shape(const remat_graph *g, remat__node *n) {
+    const remat__shape *x = remat__in_shape(g, n, 0), *w = remat__in_shape(g, n, 1);
+    char lb[128], xs[64], ws[64];
+    for (int i = 0; i < n->n_in; i++)
+        if (g->nodes[n->in[i]].dtype != REMAT_F32)
+            return remat__err(REMAT_SHAPE, "%s: input %d must be float32",
+                              remat__node_label(n, lb, sizeof lb), i);
+    if (x->ndim != 4)
+        return remat__err(REMAT_SHAPE, "%s: input %s must be 4-D (N, C, H, W)",
+                          remat__node_label(n, lb, sizeof lb), remat__shape_str(x, xs, sizeof xs));
+    if (w->ndim != 4)
+        return remat__err(REMAT_SHAPE, "%s: weight %s must be 4-D (Cout, Cin, KH, KW)",
+                          remat__node_label(n, lb, sizeof lb), remat__shape_str(w, ws, sizeof ws));
+    if (x->d[1] != w->d[1])
+        return remat__err(REMAT_SHAPE, "%s: input %s has %lld channels, weight %s expects %lld",
+                          remat__node_label(n, lb, sizeof lb), remat__shape_str(x, xs, sizeof xs),
+                          (long long)x->d[1], remat__shape_str(w, ws, sizeof ws),
+                          (long long)w->d[1]);
+    if (n->n_in == 3) {
+        const remat__shape *b = remat__in_shape(g, n, 2);
+        char bs[64];
+        if (b->ndim != 1 || b->d[0] != w->d[0])
+            return remat__err(REMAT_SHAPE, "%s: bias %s does not match weight %s (expected (%lld))",
+                              remat__node_label(n, lb, sizeof lb), remat__shape_str(b, bs, sizeof bs),
+                              remat__shape_str(w, ws, sizeof ws), (long long)w->d[0]);
+    }
+    int64_t s = n->iattr[0], p = n->iattr[1];
+    if (s < 1)
+        return remat__err(REMAT_SHAPE, "%s: stride %lld must be at least 1",
+                          remat__node_label(n, lb, sizeof lb), (long long)s);
+    if (p < 0)
+        return remat__err(REMAT_SHAPE, "%s: padding %lld must not be negative",
+                          remat__node_label(n, lb, sizeof lb), (long long)p);
+    if (x->d[2] + 2 * p < w->d[2] || x->d[3] + 2 * p < w->d[3])
+        return remat__err(REMAT_SHAPE, "%s: kernel %lldx%lld of weight %s is larger than input %s "
+                          "with padding %lld (empty output)",
+                          remat__node_label(n, lb, sizeof lb), (long long)w->d[2],
+                          (long long)w->d[3], remat__shape_str(w, ws, sizeof ws),
+                          remat__shape_str(x, xs, sizeof xs), (long long)p);
+    n->shape = (remat__shape){4, {x->d[0], w->d[0], 0, 0}};
+    n->dtype = REMAT_F32;
+    geom G = make_geom(x, w, n);
+    n->shape.d[2] = G.OH;
+    n->shape.d[3] = G.OW;
+    /* cblas takes int sizes and leading dimensions. */
+    if (G.K > INT_MAX || G.P > INT_MAX || G.O > INT_MAX || G.H * G.W > INT_MAX)
+        return remat__err(REMAT_UNSUPPORTED, "%s: input %s with weight %s is too large for "
+                          "32-bit BLAS sizes", remat__node_label(n, lb, sizeof lb),
+                          remat__shape_str(x, xs, sizeof xs), remat__shape_str(w, ws, sizeof ws));
+    return REMAT_OK;
+}
+
+/* Output columns ow whose input column iw = ow*s + off lies in [0, W):
+ * [*lo, *hi), clipped to [0, OW). */
+static void valid_cols(int64_t off, int64_t W, int64_t s, int64_t OW, int64_t *lo, int64_t *hi) {
+    int64_t l = off >= 0 ? 0 : (-off + s - 1) / s;
+    int64_t h = W - 1 - off >= 0 ? (W - 1 - off) / s + 1 : 0;
+    if (h > OW) h = OW;
+    if (l > h) l = h;
+    *lo = l;
+    *hi = h;
+}
+
+/* Unfolds one image: row (c, kh, kw), column (oh, ow) of col holds
+ * x[c][oh*s - p + kh][ow*s - p + kw], 0 in the padding. */
+static void im2col(const geom *G, const float *x, float *col) {
+    // x: (C, H, W), col: (K, P)
+    const int64_t H = G->H, W = G->W, s = G->s, OW = G->OW;
+    for (int64_t c = 0; c < G->C; c++)
+        for (int64_t kh = 0; kh < G->KH; kh++)
+            for (int64_t kw = 0; kw < G->KW; kw++) {
+                float *row = col + ((c * G->KH + kh) * G->KW + kw) * G->P;
+                int64_t off = kw - G->p, wlo, whi;
+                valid_cols(off, W, s, OW, &wlo, &whi);
+                for (int64_t oh = 0; oh < G->OH; oh++) {
+                    float *r = row + oh * OW;
+                    int64_t ih = oh * s - G->p + kh;
+                    if (ih < 0 || ih >= H || whi <= wlo) {
+                        memset(r, 0, (size_t)OW * sizeof *r);
+                        continue;
+                    }
+                    const float *xr = x + (c * H + ih) * W;
+                    for (int64_t ow = 0; ow < wlo; ow++) r[ow] = 0.0f;
+                    if (s == 1)
+                        memcpy(r + wlo, xr + wlo + off, (size_t)(whi - wlo) * sizeof *r);
+                    else
+                        for (int64_t ow = wlo; ow < whi; ow++) r[ow] = xr[ow * s + off];
+                    for (int64_t ow = whi; ow < OW; ow++) r[ow] = 0.0f;
+                }
+            }
+}
+
+/* The adjoint of im2col: adds every in-bounds entry of col to its source
+ * pixel of dx, in row order then column order. */
+static void col2im_add(const geom *G, const float *col, float *dx) {
+    // col: (K, P), dx: (C, H, W)
+    const int64_t H = G->H, W = G->W, s = G->s, OW = G->OW;
+    for (int64_t c = 0; c < G->C; c++)
+        for (int64_t kh = 0; kh < G->KH; kh++)
+            for (int64_t kw = 0; kw < G->KW; kw++) {
+                const float *row = col + ((c * G->KH + kh) * G->KW + kw) * G->P;
+                int64_t off = kw - G->p, wlo, whi;
+                valid_cols(off, W, s, OW, &wlo, &whi);
+                for (int64_t oh = 0; oh < G->OH; oh++) {
+                    int64_t ih = oh * s - G->p + kh;
+                    if (ih < 0 || ih >= H) continue;
+                    const float *r = row + oh * OW;
+                    float *dr = dx + (c * H + ih) * W;
+                    for (int64_t ow = wlo; ow < whi; ow++) dr[ow * s + off] += r[ow];
+                }
+            }
+}
+
+static size_t conv_fwd_ws(const remat_graph *g, const remat__node *n, int nth) {
+    geom G = graph_geom(g, n);
+    if (G.direct) return 0;
+    return (size_t)slices(&G, nth) * (size_t)G.K * (size_t)G.P * sizeof(float);
+}
+
+/* Backward workspace, per slice: col (K, P) unless direct, then the dW
+ * partial (O, K) and, with a bias, the db partial (O). */
+static size_t conv_bwd_ws(const remat_graph *g, const remat__node *n, int nth) {
+    geom G = graph_geom(g, n);
+    size_t per = (G.direct ? 0 : (size_t)G.K * (size_t)G.P) + (size_t)G.O * (size_t)G.K +
+                 (G.bias ? (size_t)G.O : 0);
+    return (size_t)slices(&G, nth) * per * sizeof(float);
+}
+
+static void conv_forward(const remat__kctx *k, int ith, int nth) {
+    const geom G = kctx_geom(k);
+    const float *x = k->in[0]->data;                     // (N, C, H, W)
+    const float *w = k->in[1]->data;                     // (O, C, KH, KW) = (O, K)
+    const float *b = G.bias ? k->in[2]->data : NULL;     // (O)
+    float *y = k->out->data;                             // (N, O, OH, OW)
+    int64_t lo, hi;
+    remat__split(G.N, ith, nth, &lo, &hi);
+    if (hi <= lo) return;
+    float *col = G.direct ? NULL : (float *)k->ws + (size_t)ith * (size_t)(G.K * G.P);  // (K, P)
+    for (int64_t n = lo; n < hi; n++) {
+        const float *xn = x + n * G.C * G.H * G.W;      // (C, H, W) = (K, P) when direct
+        float *yn = y + n * G.O * G.P;                   // (O, P)
+        const float *src = xn;
+        if (!G.direct) {
+            im2col(&G, xn, col);
+            src = col;
+        }
+        if (b)
+            for (int64_t o = 0; o < G.O; o++)
+                for (int64_t q = 0; q < G.P; q++) yn[o * G.P + q] = b[o];
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)G.O, (int)G.P, (int)G.K, 1.0f,
+                    w, (int)G.K, src, (int)G.P, b ? 1.0f : 0.0f, yn, (int)G.P);
+    }
+}
+
+static void conv_backward(const remat__kctx *k, int ith, int nth) {
+    const geom G = kctx_geom(k);
+    const float *x = k->in[0]->data;                     // (N, C, H, W)
+    const float *w = k->in[1]->data;                     // (O, K)
+    const float *dy = k->dout;                           // (N, O, OH, OW)
+    float *dx = k->din[0];                               // (N, C, H, W) or NULL
+    float *dw = k->din[1];                               // (O, K) or NULL
+    float *db = G.bias ? k->din[2] : NULL;               // (O) or NULL
+    const int64_t S = slices(&G, nth);
+    const size_t colsz = G.direct ? 0 : (size_t)(G.K * G.P);
+    const size_t wsz = (size_t)(G.O * G.K), bsz = G.bias ? (size_t)G.O : 0;
+    float *cols = k->ws;                                 // (S, K, P) unless direct
+    float *pw = cols + (size_t)S * colsz;                // (S, O, K) dW partials
+    float *pb = pw + (size_t)S * wsz;                    // (S, O) db partials, with bias
+
+    int64_t lo, hi;
+    remat__split(G.N, ith, nth, &lo, &hi);
+    if (hi > lo) {
+        float *col = cols + (size_t)ith * colsz;         // (K, P)
+        float *mw = pw + (size_t)ith * wsz;              // (O, K)
+        float *mb = pb + (size_t)ith * bsz;              // (O)
+        if (dw) memset(mw, 0, wsz * sizeof *mw);
+        if (db) memset(mb, 0, bsz * sizeof *mb);
+        for (int64_t n = lo; n < hi; n++) {
+            const float *dyn = dy + n * G.O * G.P;       // (O, P)
+            if (dw) {
+                const float *src = x + n * G.C * G.H * G.W;  // (K, P) when direct
+                if (!G.direct) {
+                    im2col(&G, src, col);
+                    src = col;
+                }
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)G.O, (int)G.K, (int)G.P,
+                            1.0f, dyn, (int)G.P, src, (int)G.P, 1.0f, mw, (int)G.K);
+            }
+            if (db)
+                for (int64_t o = 0; o < G.O; o++) {
+                    float s = 0.0f;
+                    for (int64_t q = 0; q < G.P; q++) s += dyn[o * G.P + q];
+                    mb[o] += s;
+                }
+            if (dx) {
+                float *dxn = dx + n * G.C * G.H * G.W;   // (C, H, W) = (K, P) when direct
+                if (G.direct) {
+                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)G.K, (int)G.P,
+                                (int)G.O, 1.0f, w, (int)G.K, dyn, (int)G.P, 1.0f, dxn, (int)G.P);
+                } else {
+                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)G.K, (int)G.P,
+                                (int)G.O, 1.0f, w, (int)G.K, dyn, (int)G.P, 0.0f, col, (int)G.P);
+                    col2im_add(&G, col, dxn);
+                }
+            }
+        }
+    }
+    if (!dw && !db) return; /* the same on every thread: no barrier needed */
+    remat__pool_barrier(k->pool);
+    /* Reduce the partials in thread order 0..S-1, elements split over threads. */
+    if (dw) {
+        remat__split((int64_t)wsz, ith, nth, &lo, &hi);
+        for (int64_t e = lo; e < hi; e++) {
+            float s = pw[e];
+            for (int64_t t = 1; t < S; t++) s += pw[(size_t)t * wsz + (size_t)e];
+            dw[e] += s;
+        }
+    }
+    if (db) {
+        remat__split((int64_t)bsz, ith, nth, &lo, &hi);
+        for (int64_t e = lo; e < hi; e++) {
+            float s = pb[e];
+            for (int64_t t = 1; t < S; t++) s += pb[(size_t)t * bsz + (size_t)e];
+            db[e] += s;
+        }
+    }
+}
+
+static double conv_flops(const remat_graph *g, const remat__node *n) {
+    geom G = graph_geom(g, n);
+    return 2.0 * (double)G.N * (double)G.O * (double)G.P * (double)G.K;
+}
+
+const remat__op remat__op_conv2d = {
+    .name = "conv2d",
+    .min_in = 2,
+    .max_in = 3,
+    .shape = conv_shape,
+    .forward = conv_forward,
+    .backward = conv_backward,
+    .saves = REMAT__SAVE_IN(0) | REMAT__SAVE_IN(1),
+    .fwd_ws = conv_fwd_ws,
+    .bwd_ws = conv_bwd_ws,
+    .flops = conv_flops,
+};

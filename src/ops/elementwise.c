@@ -1,0 +1,178 @@
+/* elementwise.c: relu, add and dropout, the pointwise ops.
+ *
+ * All split their elements evenly over the threads. Dropout draws its mask
+ * from Philox keyed by (seed, step, node, element), so the backward pass
+ * and any recomputation regenerate it: nothing is saved.
+ */
+#include "../remat-impl.h"
+
+#include <stdio.h>
+
+static remat_status same_shape(const remat_graph *g, remat__node *n) {
+    const remat__shape *a = remat__in_shape(g, n, 0);
+    char lb[128], as[64], bs[64];
+    if (g->nodes[n->in[0]].dtype != REMAT_F32)
+        return remat__err(REMAT_SHAPE, "%s: input must be float32", remat__node_label(n, lb, sizeof lb));
+    for (int i = 1; i < n->n_in; i++) {
+        const remat__shape *b = remat__in_shape(g, n, i);
+        int same = a->ndim == b->ndim;
+        for (int d = 0; same && d < a->ndim; d++) same = a->d[d] == b->d[d];
+        if (!same || g->nodes[n->in[i]].dtype != REMAT_F32)
+            return remat__err(REMAT_SHAPE, "%s: inputs %s and %s differ (shapes must be equal)",
+                              remat__node_label(n, lb, sizeof lb), remat__shape_str(a, as, sizeof as),
+                              remat__shape_str(b, bs, sizeof bs));
+    }
+    n->shape = *a;
+    n->dtype = REMAT_F32;
+    return REMAT_OK;
+}
+
+static int64_t numel_of(const remat__kctx *k) { return remat__numel(&k->node->shape); }
+
+/* ------------------------------------------------------------------ relu */
+
+static void relu_forward(const remat__kctx *k, int ith, int nth) {
+    const float *x = k->in[0]->data;
+    float *y = k->out->data;
+    int64_t lo, hi;
+    remat__split(numel_of(k), ith, nth, &lo, &hi);
+    for (int64_t i = lo; i < hi; i++) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
+
+/* Needs only the output: y > 0 exactly where x > 0. */
+static void relu_backward(const remat__kctx *k, int ith, int nth) {
+    const float *y = k->out->data, *dy = k->dout;
+    float *dx = k->din[0];
+    int64_t lo, hi;
+    remat__split(numel_of(k), ith, nth, &lo, &hi);
+    for (int64_t i = lo; i < hi; i++)
+        if (y[i] > 0.0f) dx[i] += dy[i];
+}
+
+static double pointwise_flops(const remat_graph *g, const remat__node *n) {
+    (void)g;
+    return (double)remat__numel(&n->shape);
+}
+
+const remat__op remat__op_relu = {
+    .name = "relu",
+    .min_in = 1,
+    .max_in = 1,
+    .shape = same_shape,
+    .forward = relu_forward,
+    .backward = relu_backward,
+    .saves = REMAT__SAVE_OUT,
+    .flops = pointwise_flops,
+};
+
+/* ------------------------------------------------------------------- add */
+
+static void add_forward(const remat__kctx *k, int ith, int nth) {
+    const float *a = k->in[0]->data, *b = k->in[1]->data;
+    float *y = k->out->data;
+    int64_t lo, hi;
+    remat__split(numel_of(k), ith, nth, &lo, &hi);
+    for (int64_t i = lo; i < hi; i++) y[i] = a[i] + b[i];
+}
+
+static void add_backward(const remat__kctx *k, int ith, int nth) {
+    const float *dy = k->dout;
+    int64_t lo, hi;
+    remat__split(numel_of(k), ith, nth, &lo, &hi);
+    for (int j = 0; j < 2; j++)
+        if (k->din[j])
+            for (int64_t i = lo; i < hi; i++) k->din[j][i] += dy[i];
+}
+
+const remat__op remat__op_add = {
+    .name = "add",
+    .min_in = 2,
+    .max_in = 2,
+    .shape = same_shape,
+    .forward = add_forward,
+    .backward = add_backward,
+    .saves = 0,
+    .flops = pointwise_flops,
+};
+
+/* --------------------------------------------------------------- dropout */
+
+#define DROPOUT_STREAM 0x64726f70u /* "drop": keeps dropout's counters apart */
+
+static remat_status dropout_shape(const remat_graph *g, remat__node *n) {
+    char lb[128];
+    float p = n->fattr[0];
+    if (!(p >= 0.0f && p < 1.0f))
+        return remat__err(REMAT_INVALID, "%s: probability %g is outside [0, 1)",
+                          remat__node_label(n, lb, sizeof lb), (double)p);
+    return same_shape(g, n);
+}
+
+/* Calls fn(i, keep) for the elements [lo, hi) of a 4-aligned range. */
+static void dropout_mask(const remat__kctx *k, int64_t lo, int64_t hi, uint8_t *keep) {
+    float p = k->node->fattr[0];
+    uint32_t key[2] = {(uint32_t)k->seed, (uint32_t)(k->seed >> 32)};
+    for (int64_t base = lo & ~(int64_t)3; base < hi; base += 4) {
+        uint32_t ctr[4] = {(uint32_t)(base >> 2), (uint32_t)k->node_id, (uint32_t)k->step,
+                           DROPOUT_STREAM ^ (uint32_t)((uint64_t)base >> 34)};
+        uint32_t r[4];
+        remat__philox(ctr, key, r);
+        for (int j = 0; j < 4; j++) {
+            int64_t i = base + j;
+            if (i >= lo && i < hi) keep[i - lo] = remat__u01(r[j]) >= p;
+        }
+    }
+}
+
+#define DROPOUT_CHUNK 4096
+
+static void dropout_forward(const remat__kctx *k, int ith, int nth) {
+    const float *x = k->in[0]->data;
+    float *y = k->out->data;
+    float p = k->node->fattr[0];
+    int64_t lo, hi;
+    remat__split(numel_of(k), ith, nth, &lo, &hi);
+    if (!k->train || p == 0.0f) {
+        for (int64_t i = lo; i < hi; i++) y[i] = x[i];
+        return;
+    }
+    float scale = 1.0f / (1.0f - p);
+    uint8_t keep[DROPOUT_CHUNK];
+    for (int64_t c = lo; c < hi; c += DROPOUT_CHUNK) {
+        int64_t e = c + DROPOUT_CHUNK < hi ? c + DROPOUT_CHUNK : hi;
+        dropout_mask(k, c, e, keep);
+        for (int64_t i = c; i < e; i++) y[i] = keep[i - c] ? x[i] * scale : 0.0f;
+    }
+}
+
+static void dropout_backward(const remat__kctx *k, int ith, int nth) {
+    const float *dy = k->dout;
+    float *dx = k->din[0];
+    float p = k->node->fattr[0];
+    int64_t lo, hi;
+    remat__split(numel_of(k), ith, nth, &lo, &hi);
+    if (!k->train || p == 0.0f) {
+        for (int64_t i = lo; i < hi; i++) dx[i] += dy[i];
+        return;
+    }
+    float scale = 1.0f / (1.0f - p);
+    uint8_t keep[DROPOUT_CHUNK];
+    for (int64_t c = lo; c < hi; c += DROPOUT_CHUNK) {
+        int64_t e = c + DROPOUT_CHUNK < hi ? c + DROPOUT_CHUNK : hi;
+        dropout_mask(k, c, e, keep);
+        for (int64_t i = c; i < e; i++)
+            if (keep[i - c]) dx[i] += dy[i] * scale;
+    }
+}
+
+const remat__op remat__op_dropout = {
+    .name = "dropout",
+    .min_in = 1,
+    .max_in = 1,
+    .shape = dropout_shape,
+    .forward = dropout_forward,
+    .backward = dropout_backward,
+    .saves = 0,
+    .flags = REMAT__OP_RANDOM,
+    .flops = pointwise_flops,
+};

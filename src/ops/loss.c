@@ -1,0 +1,140 @@
+/* loss.c: mean cross-entropy over integer labels, and mean squared error.
+ *
+ * Both produce a scalar. Sums run in double in one fixed order on thread 0
+ * (the reductions are tiny next to the layers that feed them), so the loss
+ * does not depend on the thread count.
+ */
+#include "../remat-impl.h"
+
+#include <math.h>
+#include <stdio.h>
+
+/* ---------------------------------------------------------- cross-entropy */
+
+static remat_status ce_shape(const remat_graph *g, remat__node *n) {
+    const remat__shape *z = remat__in_shape(g, n, 0), *y = remat__in_shape(g, n, 1);
+    char lb[128], zs[64], ys[64];
+    if (z->ndim != 2 || y->ndim != 1 || y->d[0] != z->d[0])
+        return remat__err(REMAT_SHAPE, "%s: logits %s and labels %s do not match "
+                          "(expected (N, C) and (N))", remat__node_label(n, lb, sizeof lb),
+                          remat__shape_str(z, zs, sizeof zs), remat__shape_str(y, ys, sizeof ys));
+    if (g->nodes[n->in[1]].dtype != REMAT_I32 || g->nodes[n->in[0]].dtype != REMAT_F32)
+        return remat__err(REMAT_SHAPE, "%s: logits must be float32 and labels int32",
+                          remat__node_label(n, lb, sizeof lb));
+    n->shape = (remat__shape){0, {0}};
+    n->dtype = REMAT_F32;
+    return REMAT_OK;
+}
+
+/* log(sum exp(z - max)) + max for one row, in double. */
+static double logsumexp(const float *z, int64_t C) {
+    double m = z[0];
+    for (int64_t c = 1; c < C; c++) m = z[c] > m ? z[c] : m;
+    double s = 0.0;
+    for (int64_t c = 0; c < C; c++) s += exp((double)z[c] - m);
+    return log(s) + m;
+}
+
+static void ce_forward(const remat__kctx *k, int ith, int nth) {
+    (void)nth;
+    if (ith != 0) return;
+    const float *z = k->in[0]->data;     // (N, C)
+    const int32_t *y = k->in[1]->data;   // (N)
+    int64_t N = k->in[0]->shape->d[0], C = k->in[0]->shape->d[1];
+    double sum = 0.0;
+    for (int64_t n = 0; n < N; n++) {
+        if (y[n] < 0 || y[n] >= C) { sum = NAN; break; } /* bad label: the loss says so */
+        sum += logsumexp(z + n * C, C) - (double)z[n * C + y[n]];
+    }
+    *(float *)k->out->data = (float)(sum / (double)N);
+}
+
+static void ce_backward(const remat__kctx *k, int ith, int nth) {
+    const float *z = k->in[0]->data;
+    const int32_t *y = k->in[1]->data;
+    float *dz = k->din[0];
+    if (!dz) return;
+    int64_t N = k->in[0]->shape->d[0], C = k->in[0]->shape->d[1], lo, hi;
+    double g = (double)k->dout[0] / (double)N;
+    remat__split(N, ith, nth, &lo, &hi);
+    for (int64_t n = lo; n < hi; n++) {
+        double lse = logsumexp(z + n * C, C);
+        for (int64_t c = 0; c < C; c++) {
+            double p = exp((double)z[n * C + c] - lse) - (c == y[n] ? 1.0 : 0.0);
+            dz[n * C + c] += (float)(g * p);
+        }
+    }
+}
+
+static double ce_flops(const remat_graph *g, const remat__node *n) {
+    return 4.0 * (double)remat__numel(remat__in_shape(g, n, 0));
+}
+
+const remat__op remat__op_cross_entropy = {
+    .name = "cross_entropy",
+    .min_in = 2,
+    .max_in = 2,
+    .shape = ce_shape,
+    .forward = ce_forward,
+    .backward = ce_backward,
+    .saves = REMAT__SAVE_IN(0) | REMAT__SAVE_IN(1),
+    .flags = REMAT__OP_LOSS | REMAT__OP_NODIFF_IN1,
+    .flops = ce_flops,
+};
+
+/* ------------------------------------------------------------------- mse */
+
+static remat_status mse_shape(const remat_graph *g, remat__node *n) {
+    const remat__shape *a = remat__in_shape(g, n, 0), *b = remat__in_shape(g, n, 1);
+    char lb[128], as[64], bs[64];
+    int same = a->ndim == b->ndim;
+    for (int d = 0; same && d < a->ndim; d++) same = a->d[d] == b->d[d];
+    if (!same || g->nodes[n->in[0]].dtype != REMAT_F32 || g->nodes[n->in[1]].dtype != REMAT_F32)
+        return remat__err(REMAT_SHAPE, "%s: prediction %s and target %s must be float32 of one shape",
+                          remat__node_label(n, lb, sizeof lb), remat__shape_str(a, as, sizeof as),
+                          remat__shape_str(b, bs, sizeof bs));
+    n->shape = (remat__shape){0, {0}};
+    n->dtype = REMAT_F32;
+    return REMAT_OK;
+}
+
+static void mse_forward(const remat__kctx *k, int ith, int nth) {
+    (void)nth;
+    if (ith != 0) return;
+    const float *a = k->in[0]->data, *b = k->in[1]->data;
+    int64_t n = remat__numel(k->in[0]->shape);
+    double s = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = (double)a[i] - (double)b[i];
+        s += d * d;
+    }
+    *(float *)k->out->data = (float)(s / (double)n);
+}
+
+static void mse_backward(const remat__kctx *k, int ith, int nth) {
+    const float *a = k->in[0]->data, *b = k->in[1]->data;
+    int64_t n = remat__numel(k->in[0]->shape), lo, hi;
+    double g = 2.0 * (double)k->dout[0] / (double)n;
+    remat__split(n, ith, nth, &lo, &hi);
+    for (int64_t i = lo; i < hi; i++) {
+        float d = (float)(g * ((double)a[i] - (double)b[i]));
+        if (k->din[0]) k->din[0][i] += d;
+        if (k->din[1]) k->din[1][i] -= d;
+    }
+}
+
+static double mse_flops(const remat_graph *g, const remat__node *n) {
+    return 3.0 * (double)remat__numel(remat__in_shape(g, n, 0));
+}
+
+const remat__op remat__op_mse = {
+    .name = "mse",
+    .min_in = 2,
+    .max_in = 2,
+    .shape = mse_shape,
+    .forward = mse_forward,
+    .backward = mse_backward,
+    .saves = REMAT__SAVE_IN(0) | REMAT__SAVE_IN(1),
+    .flags = REMAT__OP_LOSS,
+    .flops = mse_flops,
+};

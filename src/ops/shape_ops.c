@@ -1,0 +1,126 @@
+/* shape_ops.c: reshape (and so flatten) and channel concatenation.
+ *
+ * Reshape copies rather than aliasing, so that every value owns its bytes
+ * and the accounting stays a plain sum. Concat joins along dimension 1 of
+ * 2-D or 4-D tensors.
+ */
+#include "../remat-impl.h"
+
+#include <stdio.h>
+
+static remat_status reshape_shape(const remat_graph *g, remat__node *n) {
+    const remat__shape *x = remat__in_shape(g, n, 0);
+    char lb[128], xs[64], ts[64];
+    remat__shape t = {(int)n->iattr[0], {0}};
+    for (int i = 0; i < t.ndim; i++) t.d[i] = n->iattr[1 + i];
+    if (remat__numel(&t) != remat__numel(x))
+        return remat__err(REMAT_SHAPE, "%s: cannot reshape %s (%lld elements) to %s (%lld elements)",
+                          remat__node_label(n, lb, sizeof lb), remat__shape_str(x, xs, sizeof xs),
+                          (long long)remat__numel(x), remat__shape_str(&t, ts, sizeof ts),
+                          (long long)remat__numel(&t));
+    n->shape = t;
+    n->dtype = g->nodes[n->in[0]].dtype;
+    return REMAT_OK;
+}
+
+static void reshape_forward(const remat__kctx *k, int ith, int nth) {
+    int64_t lo, hi;
+    remat__split(remat__numel(&k->node->shape), ith, nth, &lo, &hi);
+    const float *x = k->in[0]->data;
+    float *y = k->out->data;
+    if (hi > lo) memcpy(y + lo, x + lo, (size_t)(hi - lo) * sizeof *y);
+}
+
+static void reshape_backward(const remat__kctx *k, int ith, int nth) {
+    int64_t lo, hi;
+    remat__split(remat__numel(&k->node->shape), ith, nth, &lo, &hi);
+    for (int64_t i = lo; i < hi; i++) k->din[0][i] += k->dout[i];
+}
+
+const remat__op remat__op_reshape = {
+    .name = "reshape",
+    .min_in = 1,
+    .max_in = 1,
+    .shape = reshape_shape,
+    .forward = reshape_forward,
+    .backward = reshape_backward,
+    .saves = 0,
+};
+
+/* ---------------------------------------------------------------- concat */
+
+static remat_status concat_shape(const remat_graph *g, remat__node *n) {
+    const remat__shape *a = remat__in_shape(g, n, 0);
+    char lb[128], as[64], bs[64];
+    if (a->ndim != 2 && a->ndim != 4)
+        return remat__err(REMAT_SHAPE, "%s: inputs must be 2-D or 4-D, got %s",
+                          remat__node_label(n, lb, sizeof lb), remat__shape_str(a, as, sizeof as));
+    remat__shape out = *a;
+    for (int i = 1; i < n->n_in; i++) {
+        const remat__shape *b = remat__in_shape(g, n, i);
+        int ok = b->ndim == a->ndim;
+        for (int d = 0; ok && d < a->ndim; d++) ok = d == 1 || a->d[d] == b->d[d];
+        if (!ok)
+            return remat__err(REMAT_SHAPE, "%s: input %d %s does not match input 0 %s outside dimension 1",
+                              remat__node_label(n, lb, sizeof lb), i, remat__shape_str(b, bs, sizeof bs),
+                              remat__shape_str(a, as, sizeof as));
+        out.d[1] += b->d[1];
+    }
+    for (int i = 0; i < n->n_in; i++)
+        if (g->nodes[n->in[i]].dtype != REMAT_F32)
+            return remat__err(REMAT_SHAPE, "%s: inputs must be float32", remat__node_label(n, lb, sizeof lb));
+    n->shape = out;
+    n->dtype = REMAT_F32;
+    return REMAT_OK;
+}
+
+/* Elements per batch item after dimension 1, for a part with c channels. */
+static int64_t inner(const remat__shape *s) {
+    int64_t r = 1;
+    for (int d = 2; d < s->ndim; d++) r *= s->d[d];
+    return r;
+}
+
+static void concat_forward(const remat__kctx *k, int ith, int nth) {
+    const remat__shape *os = &k->node->shape;
+    int64_t N = os->d[0], in_sz = inner(os), lo, hi;
+    remat__split(N, ith, nth, &lo, &hi);
+    float *y = k->out->data;  // (N, sum C_i, ...)
+    for (int64_t b = lo; b < hi; b++) {
+        int64_t off = 0;
+        for (int i = 0; i < k->node->n_in; i++) {
+            int64_t c = k->in[i]->shape->d[1];
+            const float *x = k->in[i]->data;  // (N, C_i, ...)
+            memcpy(y + (b * os->d[1] + off) * in_sz, x + b * c * in_sz, (size_t)(c * in_sz) * sizeof *y);
+            off += c;
+        }
+    }
+}
+
+static void concat_backward(const remat__kctx *k, int ith, int nth) {
+    const remat__shape *os = &k->node->shape;
+    int64_t N = os->d[0], in_sz = inner(os), lo, hi;
+    remat__split(N, ith, nth, &lo, &hi);
+    const float *dy = k->dout;  // (N, sum C_i, ...)
+    for (int64_t b = lo; b < hi; b++) {
+        int64_t off = 0;
+        for (int i = 0; i < k->node->n_in; i++) {
+            int64_t c = k->in[i]->shape->d[1], m = c * in_sz;
+            float *dx = k->din[i];  // (N, C_i, ...)
+            const float *src = dy + (b * os->d[1] + off) * in_sz;
+            if (dx)
+                for (int64_t j = 0; j < m; j++) dx[b * m + j] += src[j];
+            off += c;
+        }
+    }
+}
+
+const remat__op remat__op_concat = {
+    .name = "concat",
+    .min_in = 1,
+    .max_in = REMAT__MAX_IN,
+    .shape = concat_shape,
+    .forward = concat_forward,
+    .backward = concat_backward,
+    .saves = 0,
+};

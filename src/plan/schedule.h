@@ -1,0 +1,81 @@
+/* schedule.h: a training step as data.
+ *
+ * A schedule is an instruction list over values. Each node has three values:
+ * its output, its aux (per-channel statistics some ops keep for backward)
+ * and the gradient of its output. An instruction computes a node forward
+ * (allocating its output and aux), runs a node's backward (allocating the
+ * input gradients it is the first to contribute to), or frees a value. A
+ * forward of a node after its first in the schedule is a recomputation.
+ * Strategies produce schedules; the executor runs them; the simulator
+ * predicts their memory. Parameters, buffers and parameter gradients are not
+ * values: they live in the session for its whole life.
+ */
+#ifndef REMAT_SCHEDULE_H
+#define REMAT_SCHEDULE_H
+
+#include "../remat-impl.h"
+
+typedef enum { REMAT__I_FWD = 0, REMAT__I_BWD, REMAT__I_FREE } remat__ikind;
+typedef enum { REMAT__V_OUT = 0, REMAT__V_AUX, REMAT__V_GRAD } remat__vkind;
+
+#define REMAT__VAL(node, kind) ((int32_t)(node) * 3 + (int32_t)(kind))
+#define REMAT__VAL_NODE(v) ((v) / 3)
+#define REMAT__VAL_KIND(v) ((remat__vkind)((v) % 3))
+
+typedef struct {
+    uint8_t kind;    /* remat__ikind */
+    uint8_t cat;     /* FWD: category of the output; BWD: unused */
+    uint8_t aux_cat; /* FWD: category of the aux */
+    int32_t node;    /* FWD, BWD */
+    int32_t value;   /* FREE */
+} remat__instr;
+
+typedef struct {
+    remat__instr *ins;
+    int n, cap;
+    int train;         /* training-mode semantics */
+    int backward;      /* has a backward pass */
+    remat_node loss;   /* scalar recorded when computed, or REMAT_NONE */
+    remat_node fetch;  /* node copied out when computed, or REMAT_NONE */
+} remat__schedule;
+
+/* Static facts about a graph compiled for one loss. */
+typedef struct {
+    const remat_graph *g;
+    int nth;              /* thread count, for workspace sizes */
+    uint8_t *needs_grad;  /* per node: depends on a trainable parameter */
+} remat__prog;
+
+remat_status remat__prog_init(remat__prog *p, const remat_graph *g, int nth);
+void remat__prog_free(remat__prog *p);
+
+/* Is the node a parameter, buffer (resident, not a value) or a computed value? */
+static inline int remat__is_resident(const remat__node *n) {
+    return n->leaf == REMAT__LEAF_PARAM || n->leaf == REMAT__LEAF_BUFFER;
+}
+
+/* Bytes of a value. */
+size_t remat__value_bytes(const remat_graph *g, int32_t v);
+
+/* Does BWD(node) write the gradient of its input i (as a value, or into a
+ * parameter's gradient)? */
+int remat__bwd_writes(const remat__prog *p, const remat__node *n, int i);
+
+/* The store-all schedule: forward over every node needed by `loss` (and
+ * `fetch`), then, if backward, the backward of every node that depends on a
+ * parameter, in reverse; each value freed right after its last use. */
+remat_status remat__schedule_all(const remat__prog *p, remat_node loss, remat_node fetch,
+                                 int train, int backward, remat__schedule *out);
+void remat__schedule_free(remat__schedule *s);
+
+/* Adds FREE instructions after each value's last use and sets categories:
+ * an output or aux read by some backward while it is alive is an
+ * activation, anything else transient. Input: a schedule without frees. */
+remat_status remat__schedule_finish(const remat__prog *p, remat__schedule *s);
+
+/* Predicts the peak bytes per category of running s, starting from the
+ * live bytes in `start` (parameters, gradients, optimizer state). */
+remat_status remat__simulate(const remat__prog *p, const remat__schedule *s,
+                             const remat_mem_stats *start, remat_mem_stats *out);
+
+#endif

@@ -1,0 +1,229 @@
+/* remat-impl.h: the internal contract shared by the library's layers.
+ *
+ * Public names are remat_, internal non-static names remat__. This header
+ * declares the core services (errors, accounting allocator, Philox RNG,
+ * thread pool), the op table and its kernel context, the graph's node
+ * representation, and the schedule that the executor interprets.
+ */
+#ifndef REMAT_IMPL_H
+#define REMAT_IMPL_H
+
+#include "remat.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------ core */
+
+/* Records a formatted message as this thread's last error and returns s. */
+remat_status remat__err(remat_status s, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* The accounting allocator: every byte remat holds for tensors goes through
+ * one of these, tagged with a category. Not thread-safe: the executor
+ * allocates from one thread, kernels never allocate. */
+typedef struct {
+    remat_mem_stats st;
+    uint64_t n_allocs; /* allocations made, for tests */
+} remat__alloc;
+
+void remat__alloc_init(remat__alloc *a);
+/* Returns 64-byte aligned memory, or NULL with the last error set. size 0
+ * returns a valid unique pointer and counts 0 bytes. */
+void *remat__alloc_get(remat__alloc *a, remat_mem cat, size_t bytes);
+/* Zero-filled variant. */
+void *remat__alloc_zeroed(remat__alloc *a, remat_mem cat, size_t bytes);
+void remat__alloc_put(remat__alloc *a, remat_mem cat, void *p, size_t bytes);
+/* Starts a new peak window: peaks become the live values. */
+void remat__alloc_reset_peaks(remat__alloc *a);
+
+/* Philox4x32-10 (Salmon et al., SC'11): 4 words out per (counter, key). */
+void remat__philox(const uint32_t ctr[4], const uint32_t key[2],
+                   uint32_t out[4]);
+/* A uniform float in [0,1) with 24 random bits, from one word. */
+static inline float remat__u01(uint32_t r) {
+    return (float)(r >> 8) * (1.0f / 16777216.0f);
+}
+
+/* Thread pool: run(fn, ctx) calls fn(ctx, ith, nth) once per thread, the
+ * caller being thread 0, and returns when all are done. Kernels may call
+ * remat__pool_barrier from inside a run to separate phases. */
+typedef struct remat__pool remat__pool;
+typedef void (*remat__task)(void *ctx, int ith, int nth);
+remat_status remat__pool_create(remat__pool **out, int nthreads);
+void remat__pool_destroy(remat__pool *p);
+int remat__pool_size(const remat__pool *p);
+void remat__pool_run(remat__pool *p, remat__task fn, void *ctx);
+void remat__pool_barrier(remat__pool *p);
+
+/* Splits [0, n) into nth nearly equal parts; part ith is [*lo, *hi). */
+static inline void remat__split(int64_t n, int ith, int nth, int64_t *lo,
+                                int64_t *hi) {
+    int64_t q = n / nth, r = n % nth;
+    *lo = ith * q + (ith < r ? ith : r);
+    *hi = *lo + q + (ith < r ? 1 : 0);
+}
+
+/* ----------------------------------------------------------------- graph */
+
+#define REMAT__MAX_IN 5
+
+typedef struct {
+    int ndim;
+    int64_t d[REMAT_MAX_DIMS];
+} remat__shape;
+
+static inline int64_t remat__numel(const remat__shape *s) {
+    int64_t n = 1;
+    for (int i = 0; i < s->ndim; i++) n *= s->d[i];
+    return n;
+}
+
+typedef enum {
+    REMAT__LEAF_NONE = 0, /* an op */
+    REMAT__LEAF_INPUT,    /* data bound by the caller each step */
+    REMAT__LEAF_PARAM,    /* trainable parameter */
+    REMAT__LEAF_BUFFER,   /* non-trainable state */
+} remat__leaf;
+
+typedef struct remat__node {
+    int op;                   /* index into remat__ops */
+    remat__leaf leaf;
+    char *name;               /* owned; NULL for unnamed ops */
+    int n_in;
+    remat_node in[REMAT__MAX_IN];
+    remat__shape shape;       /* output shape */
+    remat_dtype dtype;
+    int64_t iattr[6];         /* op attributes (see each op) */
+    float fattr[2];
+    remat_init init;          /* leaves: initializer */
+    float init_a;
+} remat__node;
+
+struct remat_graph {
+    remat__node *nodes;
+    int n, cap;
+    remat_status status;      /* first builder error */
+    char error[512];
+};
+
+/* Adds a node (copying *proto), runs the op's shape rule and returns its id
+ * or REMAT_NONE after recording the graph's first error. */
+remat_node remat__graph_add(remat_graph *g, const remat__node *proto);
+
+/* ------------------------------------------------------------------- ops */
+
+/* A value held by the executor: a node's output, its aux, or a gradient. */
+typedef struct {
+    void *data;
+    const remat__shape *shape;
+} remat__tensor;
+
+/* What a kernel sees. Forward reads in[] and writes out (and aux); backward
+ * reads dout and whatever the op's `saves` mask promised (in[i], out, aux)
+ * and ACCUMULATES into din[i] where din[i] != NULL (NULL: that input needs
+ * no gradient). In backward every in[i] and out is present with a valid
+ * shape, but its data is NULL unless the op saves it. */
+typedef struct {
+    const remat__node *node;
+    const remat__tensor *in[REMAT__MAX_IN];
+    remat__tensor *out;
+    float *aux;
+    const float *dout;
+    float *din[REMAT__MAX_IN];
+    void *ws;          /* workspace of the op's ws bytes for this pass */
+    int train;         /* training-mode semantics */
+    int first;         /* first execution of this node in the step: commit state */
+    uint64_t seed;     /* dropout: Philox key */
+    int64_t step;      /* dropout: step index */
+    int32_t node_id;   /* dropout: node index */
+    remat__pool *pool; /* for remat__pool_barrier between phases */
+} remat__kctx;
+
+typedef void (*remat__kernel)(const remat__kctx *k, int ith, int nth);
+
+/* Bits of remat__op.saves: what backward reads besides dout. */
+#define REMAT__SAVE_IN(i) (1u << (i))
+#define REMAT__SAVE_OUT (1u << 8)
+#define REMAT__SAVE_AUX (1u << 9)
+
+/* Bits of remat__op.flags. */
+#define REMAT__OP_STATEFUL (1u << 0) /* commits state when k->first */
+#define REMAT__OP_RANDOM (1u << 1)   /* draws from Philox */
+#define REMAT__OP_LOSS (1u << 2)     /* scalar loss output */
+#define REMAT__OP_NODIFF_IN1 (1u << 3) /* input 1 gets no gradient (labels) */
+
+typedef struct {
+    const char *name;
+    int min_in, max_in;
+    /* Checks inputs and attributes, sets n->shape and n->dtype. On error
+     * returns a status after remat__err with a message that names the op,
+     * the node and the shapes. */
+    remat_status (*shape)(const remat_graph *g, remat__node *n);
+    remat__kernel forward, backward; /* NULL for leaves */
+    unsigned saves, flags;
+    /* Per-output-element bookkeeping, all may be NULL (meaning 0). */
+    size_t (*aux_bytes)(const remat_graph *g, const remat__node *n);
+    size_t (*fwd_ws)(const remat_graph *g, const remat__node *n, int nth);
+    size_t (*bwd_ws)(const remat_graph *g, const remat__node *n, int nth);
+    double (*flops)(const remat_graph *g, const remat__node *n); /* forward */
+} remat__op;
+
+/* The op table, one entry per op; leaves are entries without kernels. Each
+ * op file defines its entry (remat__op_<name>); src/ops/optable.c lists
+ * them, indexed by the ids below. */
+extern const remat__op *const remat__ops[];
+/* Index of the op with this name, or -1. */
+int remat__op_find(const char *name);
+
+/* Op ids, indices into remat__ops (designated initializers in optable.c). */
+enum {
+    REMAT__OP_INPUT = 0,
+    REMAT__OP_PARAM,
+    REMAT__OP_BUFFER,
+    REMAT__OP_LINEAR,
+    REMAT__OP_CONV2D,
+    REMAT__OP_BATCHNORM2D,
+    REMAT__OP_RELU,
+    REMAT__OP_MAXPOOL2D,
+    REMAT__OP_AVGPOOL2D,
+    REMAT__OP_GLOBAL_AVGPOOL,
+    REMAT__OP_DROPOUT,
+    REMAT__OP_RESHAPE,
+    REMAT__OP_ADD,
+    REMAT__OP_CONCAT,
+    REMAT__OP_CROSS_ENTROPY,
+    REMAT__OP_MSE,
+    REMAT__N_OPS
+};
+
+static inline const remat__shape *remat__in_shape(const remat_graph *g,
+                                                  const remat__node *n,
+                                                  int i) {
+    return &g->nodes[n->in[i]].shape;
+}
+
+/* Element size of a dtype in bytes. */
+static inline size_t remat__dtype_size(remat_dtype t) {
+    (void)t;
+    return 4;
+}
+
+/* Bytes of a node's output value. */
+static inline size_t remat__out_bytes(const remat__node *n) {
+    return (size_t)remat__numel(&n->shape) * remat__dtype_size(n->dtype);
+}
+
+/* Shape-rule helper: formats "op 'name'" into buf for error messages. */
+const char *remat__node_label(const remat__node *n, char *buf, size_t cap);
+/* Formats a shape as "(8, 3, 32, 32)". */
+const char *remat__shape_str(const remat__shape *s, char *buf, size_t cap);
+
+extern const remat__op remat__op_input, remat__op_param, remat__op_buffer,
+    remat__op_linear, remat__op_conv2d, remat__op_batchnorm2d, remat__op_relu,
+    remat__op_maxpool2d, remat__op_avgpool2d, remat__op_global_avgpool,
+    remat__op_dropout, remat__op_reshape, remat__op_add, remat__op_concat,
+    remat__op_cross_entropy, remat__op_mse;
+
+#endif /* REMAT_IMPL_H */

@@ -1,0 +1,160 @@
+/* loop.c: the training loop and evaluation.
+ *
+ * The loop owns nothing but two staging buffers (one batch of images and
+ * labels) bound to the model's inputs; it reports progress through the
+ * caller's event callback and never prints.
+ */
+#include "../remat-impl.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <time.h>
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+typedef struct {
+    int64_t batch, sample, classes; /* sample: floats per image */
+    float *x;                       /* (batch, C, H, W) */
+    int32_t *y;                     /* (batch) */
+} staging;
+
+static remat_status staging_init(staging *st, const remat_session *s, const remat_model *m,
+                                 const remat_dataset *d) {
+    (void)s;
+    memset(st, 0, sizeof *st);
+    int64_t dims[REMAT_MAX_DIMS], ld[REMAT_MAX_DIMS], chw[3];
+    const remat_graph *g = remat_session_graph(s);
+    int nd = remat_node_shape(g, m->input, dims);
+    int nl = remat_node_shape(g, m->logits, ld);
+    if (nd < 2 || nl != 2)
+        return remat__err(REMAT_INVALID, "the model's input must be (B, ...) and its logits (B, classes)");
+    st->batch = dims[0];
+    st->sample = 1;
+    for (int i = 1; i < nd; i++) st->sample *= dims[i];
+    st->classes = ld[1];
+    remat_dataset_shape(d, chw);
+    if (chw[0] * chw[1] * chw[2] != st->sample)
+        return remat__err(REMAT_SHAPE, "data set images are %lldx%lldx%lld (%lld values) but the model "
+                          "takes %lld values per sample", (long long)chw[0], (long long)chw[1],
+                          (long long)chw[2], (long long)(chw[0] * chw[1] * chw[2]), (long long)st->sample);
+    if (remat_dataset_classes(d) > st->classes)
+        return remat__err(REMAT_SHAPE, "data set has %d classes but the model predicts %lld",
+                          remat_dataset_classes(d), (long long)st->classes);
+    st->x = malloc((size_t)(st->batch * st->sample) * sizeof *st->x);
+    st->y = malloc((size_t)st->batch * sizeof *st->y);
+    if (!st->x || !st->y) {
+        free(st->x), free(st->y);
+        return remat__err(REMAT_NOMEM, "out of memory for a batch");
+    }
+    return REMAT_OK;
+}
+
+static void staging_free(staging *st) { free(st->x), free(st->y); }
+
+remat_status remat_evaluate(remat_session *s, const remat_model *m, const remat_dataset *d,
+                            double *loss, double *accuracy) {
+    staging st;
+    remat_status rc = staging_init(&st, s, m, d);
+    if (rc != REMAT_OK) return rc;
+    float *logits = malloc((size_t)(st.batch * st.classes) * sizeof *logits);
+    int64_t *idx = malloc((size_t)st.batch * sizeof *idx);
+    if (!logits || !idx) rc = remat__err(REMAT_NOMEM, "out of memory for evaluation");
+    if (rc == REMAT_OK) rc = remat_session_bind(s, m->input, st.x);
+    if (rc == REMAT_OK) rc = remat_session_bind(s, m->labels, st.y);
+    int64_t n = remat_dataset_size(d), correct = 0;
+    double sum = 0.0;
+    for (int64_t first = 0; first < n && rc == REMAT_OK; first += st.batch) {
+        int64_t valid = n - first < st.batch ? n - first : st.batch;
+        /* A last partial batch is padded with its first sample; the padded
+         * rows are not counted. */
+        for (int64_t i = 0; i < st.batch; i++) idx[i] = first + (i < valid ? i : 0);
+        rc = remat_dataset_get(d, idx, st.batch, st.x, st.y);
+        if (rc == REMAT_OK) rc = remat_session_forward(s, 0, NULL, m->logits, logits);
+        for (int64_t i = 0; i < valid && rc == REMAT_OK; i++) {
+            const float *z = logits + i * st.classes;
+            int64_t best = 0;
+            double mx = z[0], se = 0.0;
+            for (int64_t c = 1; c < st.classes; c++)
+                if (z[c] > z[best]) best = c;
+            mx = z[best];
+            for (int64_t c = 0; c < st.classes; c++) se += exp((double)z[c] - mx);
+            sum += log(se) + mx - (double)z[st.y[i]];
+            correct += best == st.y[i];
+        }
+    }
+    if (rc == REMAT_OK) {
+        if (loss) *loss = n ? sum / (double)n : 0.0;
+        if (accuracy) *accuracy = n ? (double)correct / (double)n : 0.0;
+    }
+    free(logits), free(idx);
+    staging_free(&st);
+    return rc;
+}
+
+static void emit(const remat_train_opts *o, const remat_event *ev) {
+    if (o->on_event) o->on_event(ev, o->user);
+}
+
+remat_status remat_train(remat_session *s, const remat_model *m, const remat_dataset *train,
+                         const remat_dataset *test, const remat_train_opts *o) {
+    if (!o || (o->epochs <= 0 && o->steps <= 0))
+        return remat__err(REMAT_INVALID, "training needs a positive number of epochs or steps");
+    staging st;
+    remat_status rc = staging_init(&st, s, m, train);
+    if (rc != REMAT_OK) return rc;
+    if (o->batch && o->batch != st.batch) {
+        staging_free(&st);
+        return remat__err(REMAT_INVALID, "batch %lld differs from the graph's batch %lld",
+                          (long long)o->batch, (long long)st.batch);
+    }
+    remat_loader *ld = NULL;
+    rc = remat_loader_create(&ld, train, st.batch, 1, o->seed);
+    if (rc == REMAT_OK && remat_loader_batches(ld) == 0)
+        rc = remat__err(REMAT_INVALID, "the training set (%lld samples) is smaller than one batch (%lld)",
+                        (long long)remat_dataset_size(train), (long long)st.batch);
+    if (rc == REMAT_OK) rc = remat_session_bind(s, m->input, st.x);
+    if (rc == REMAT_OK) rc = remat_session_bind(s, m->labels, st.y);
+    int64_t per_epoch = rc == REMAT_OK ? remat_loader_batches(ld) : 0;
+    int64_t total = o->steps > 0 ? o->steps : o->epochs * per_epoch;
+    int64_t step = 0;
+    for (int64_t epoch = 0; rc == REMAT_OK && step < total; epoch++) {
+        remat_loader_start(ld, epoch);
+        double t0 = now_s();
+        int64_t in_epoch = 0;
+        int64_t this_epoch = total - step < per_epoch ? total - step : per_epoch;
+        while (rc == REMAT_OK && step < total && remat_loader_next(ld, st.x, st.y)) {
+            float loss = 0.0f;
+            rc = remat_session_step(s, &loss);
+            if (rc == REMAT_OK && !isfinite(loss))
+                rc = remat__err(REMAT_INVALID, "training diverged: the loss is %g at step %lld "
+                                "(try a smaller learning rate)", (double)loss, (long long)step + 1);
+            if (rc == REMAT_OK) rc = remat_session_update(s);
+            if (rc != REMAT_OK) break;
+            step++, in_epoch++;
+            remat_mem_stats mem;
+            remat_session_mem(s, &mem);
+            double el = now_s() - t0;
+            remat_event ev = {.kind = REMAT_EVENT_STEP, .epoch = epoch, .step = step,
+                              .step_in_epoch = in_epoch, .steps_in_epoch = this_epoch, .loss = loss,
+                              .images_per_s = el > 0 ? (double)(in_epoch * st.batch) / el : 0.0,
+                              .seconds = el, .peak_bytes = mem.peak[REMAT_MEM_TOTAL]};
+            emit(o, &ev);
+        }
+        double train_s = now_s() - t0;
+        if (rc == REMAT_OK && test) {
+            remat_event ev = {.kind = REMAT_EVENT_EVAL, .epoch = epoch, .step = step, .seconds = train_s};
+            rc = remat_evaluate(s, m, test, &ev.loss, &ev.accuracy);
+            /* evaluation rebinds the inputs to its own buffers */
+            if (rc == REMAT_OK) rc = remat_session_bind(s, m->input, st.x);
+            if (rc == REMAT_OK) rc = remat_session_bind(s, m->labels, st.y);
+            if (rc == REMAT_OK) emit(o, &ev);
+        }
+    }
+    remat_loader_destroy(ld);
+    staging_free(&st);
+    return rc;
+}
