@@ -25,6 +25,8 @@ static void help(void) {
            "  --nesterov          SGD with Nesterov momentum\n"
            "  --weight-decay W    weight decay (default 0.01 for adamw, 0 for sgd)\n"
            "  --dropout-scale S   multiply every dropout rate by S (0 turns dropout off)\n"
+           "  --strategy S        all | manual | sqrt: which activations to keep (default all)\n"
+           "  --budget SIZE       fail before training unless a step fits, e.g. 512MiB, 2GiB\n"
            "  --seed S            seed for initialization, shuffling and dropout (default 42)\n"
            "  --threads T         kernel threads (default: one per core)\n"
            "  --train-limit N     train on the first N training samples only\n"
@@ -107,6 +109,8 @@ static void on_event(const remat_event *ev, void *user) {
 
 int cmd_train(int argc, char **argv) {
     const char *model = "cnn", *data = "fashion-mnist", *dir = NULL, *optim = "adamw", *save = NULL;
+    const char *strategy = "all";
+    size_t budget = 0;
     int64_t epochs = 1, steps = 0, batch = 64, threads = 0, train_limit = 0, test_limit = 0;
     int64_t seed = 42;
     float lr = -1, momentum = 0.9f, wd = -1, dscale = 1.0f;
@@ -121,6 +125,7 @@ int cmd_train(int argc, char **argv) {
         {"seed", required_argument, 0, 'S'},        {"threads", required_argument, 0, 't'},
         {"train-limit", required_argument, 0, 'L'}, {"test-limit", required_argument, 0, 'T'},
         {"save", required_argument, 0, 'W'},        {"json", no_argument, 0, 'j'},
+        {"strategy", required_argument, 0, 'y'},    {"budget", required_argument, 0, 'B'},
         {"help", no_argument, 0, 'h'},              {0, 0, 0, 0}};
     optind = 1;
     opterr = 0;
@@ -145,6 +150,8 @@ int cmd_train(int argc, char **argv) {
         case 'L': bad = cli_parse_i64(optarg, &train_limit) || train_limit < 1; break;
         case 'T': bad = cli_parse_i64(optarg, &test_limit) || test_limit < 1; break;
         case 'W': save = optarg; break;
+        case 'y': strategy = optarg; break;
+        case 'B': bad = cli_parse_size(optarg, &budget) || budget == 0; break;
         case 'j': json = 1; break;
         case 'h': help(); return 0;
         case ':': return cli_usage_error("train", "option '%s' needs a value", argv[optind - 1]);
@@ -191,6 +198,8 @@ int cmd_train(int argc, char **argv) {
     remat_session_opts_default(&so);
     so.threads = (int)threads;
     so.seed = (uint64_t)seed;
+    so.budget = budget;
+    if (remat_strategy_parse(strategy, &so.strategy) != REMAT_OK) goto fail;
     if (remat_session_create(&s, g, m.loss, &so) != REMAT_OK) goto fail;
     if (remat_session_set_optimizer(s, &oo) != REMAT_OK) goto fail;
     if (!json) {
@@ -200,7 +209,7 @@ int cmd_train(int argc, char **argv) {
         printf("model %s, %s: %lld training / %lld test samples, batch %lld, %s lr %g, %d threads\n",
                model, data, (long long)remat_dataset_size(train), (long long)remat_dataset_size(test),
                (long long)batch, optim, (double)oo.lr, so.threads ? so.threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
-        printf("predicted step peak %s (activations %s)\n",
+        printf("strategy %s: predicted step peak %s (activations %s)\n", strategy,
                cli_fmt_bytes(pred.peak[REMAT_MEM_TOTAL], b1, sizeof b1),
                cli_fmt_bytes(pred.peak[REMAT_MEM_ACT], b2, sizeof b2));
         fflush(stdout);

@@ -144,12 +144,20 @@ remat_node remat_flatten(remat_graph *g, remat_node x); /* (N,...)->(N,rest) */
 remat_node remat_reshape(remat_graph *g, remat_node x, int ndim,
                          const int64_t *dims);
 remat_node remat_add(remat_graph *g, remat_node a, remat_node b);
+remat_node remat_mul(remat_graph *g, remat_node a, remat_node b); /* elementwise */
 remat_node remat_concat(remat_graph *g, int n, const remat_node *xs); /* dim 1 */
 /* Mean cross-entropy of logits (N,C) against int32 labels (N). */
 remat_node remat_cross_entropy(remat_graph *g, remat_node logits,
                                remat_node labels);
 /* Mean squared error over all elements. */
 remat_node remat_mse(remat_graph *g, remat_node pred, remat_node target);
+
+/* Marks x as a checkpoint boundary for the `manual` strategy and returns
+ * it: its value is kept from the forward pass, and the nodes between two
+ * boundaries are dropped after the forward pass and recomputed during the
+ * backward pass. Nodes after the last boundary are kept. Other strategies
+ * ignore the marks. */
+remat_node remat_checkpoint(remat_graph *g, remat_node x);
 
 /* Layers: create the parameters with PyTorch's default initializers, named
  * "<name>.weight", "<name>.bias" (and "<name>.running_mean", ...), then the
@@ -173,16 +181,32 @@ const char *remat_node_name(const remat_graph *g, remat_node n); /* or "" */
  * optimizer state, a thread pool and the compiled schedules. */
 typedef struct remat_session remat_session;
 
+/* Which activations a training step keeps (the others are recomputed). */
+typedef enum {
+    REMAT_STRATEGY_ALL = 0, /* keep everything backward needs */
+    REMAT_STRATEGY_MANUAL,  /* keep the remat_checkpoint boundaries */
+    REMAT_STRATEGY_SQRT,    /* ~sqrt(n) evenly spaced boundaries at articulation points */
+} remat_strategy;
+
+/* "all", "manual", "sqrt". */
+const char *remat_strategy_str(remat_strategy s);
+/* Parses a strategy name; REMAT_NOT_FOUND names the known ones. */
+remat_status remat_strategy_parse(const char *name, remat_strategy *out);
+
 typedef struct {
-    int threads;   /* kernel threads; 0 = one per core */
-    uint64_t seed; /* parameter initialization and dropout */
+    int threads;             /* kernel threads; 0 = one per core */
+    uint64_t seed;           /* parameter initialization and dropout */
+    remat_strategy strategy; /* default REMAT_STRATEGY_ALL */
+    size_t budget;           /* peak bytes a step may hold, 0 = no limit */
 } remat_session_opts;
 
 void remat_session_opts_default(remat_session_opts *o);
 
-/* Compiles the graph for training with `loss` (a scalar node) and allocates
- * and initializes the parameters. Fails if a trainable parameter does not
- * influence the loss (naming it). The graph must outlive the session. */
+/* Compiles the graph for training with `loss` (a scalar node) under the
+ * chosen strategy and allocates and initializes the parameters. Fails if a
+ * trainable parameter does not influence the loss (naming it), or with
+ * REMAT_BUDGET, naming the bytes required, if the step's predicted peak is
+ * above the budget. The graph must outlive the session. */
 remat_status remat_session_create(remat_session **out, const remat_graph *g,
                                   remat_node loss,
                                   const remat_session_opts *o);
@@ -233,6 +257,35 @@ remat_status remat_session_predict(const remat_session *s, remat_mem_stats *out)
 /* Bytes that the training step keeps for backward in each node's output
  * (what `remat info` shows); 0 for nodes whose output is not kept. */
 size_t remat_session_saved_bytes(const remat_session *s, remat_node n);
+/* A summary of the training step's schedule. */
+typedef struct {
+    remat_strategy strategy;
+    remat_mem_stats predicted;  /* peaks per category (simulated) */
+    int64_t instructions;       /* forward, backward and free instructions */
+    int64_t forwards;           /* forward computations, recomputations included */
+    int64_t recomputations;     /* forwards of a node after its first */
+    int64_t recomputed_nodes;   /* distinct nodes recomputed */
+    int64_t kept_boundaries;    /* nodes kept that recomputations start from */
+    double flops;               /* forward + backward FLOPs without recomputation */
+    double extra_flops;         /* FLOPs of the recomputations */
+    double seconds;             /* predicted step time (cost model) */
+    double extra_seconds;       /* of which recomputation */
+} remat_plan_summary;
+
+remat_status remat_session_plan(const remat_session *s, remat_plan_summary *out);
+
+/* The training step's instruction list, for printing. */
+typedef struct {
+    const char *kind;  /* "forward", "recompute", "backward", "free" */
+    remat_node node;
+    const char *op;    /* the node's op */
+    const char *what;  /* free: "output", "aux" or "gradient"; else "" */
+    int activation;    /* forward: the output is kept for backward */
+} remat_instr_info;
+
+int64_t remat_session_schedule_length(const remat_session *s);
+remat_status remat_session_schedule_instr(const remat_session *s, int64_t i, remat_instr_info *out);
+
 /* Number of completed optimizer updates (the step index used by dropout). */
 int64_t remat_session_step_index(const remat_session *s);
 
@@ -254,7 +307,8 @@ typedef struct {
 /* PyTorch's defaults for the kind (lr 0.01 for SGD, 0.001 for AdamW). */
 void remat_optim_opts_default(remat_optim_opts *o, remat_optim_kind kind);
 
-/* Sets the optimizer and (re)allocates its state, zeroed. */
+/* Sets the optimizer and (re)allocates its state, zeroed. Fails with
+ * REMAT_BUDGET if the state makes the step's peak exceed the budget. */
 remat_status remat_session_set_optimizer(remat_session *s,
                                          const remat_optim_opts *o);
 /* Applies one update from the current gradients; advances the step index. */
@@ -283,15 +337,18 @@ void remat_dataset_destroy(remat_dataset *d);
 int64_t remat_dataset_size(const remat_dataset *d);
 void remat_dataset_shape(const remat_dataset *d, int64_t chw[3]);
 int remat_dataset_classes(const remat_dataset *d);
-/* Keeps the first n samples (n <= size). */
+/* Keeps the first n samples, 1 <= n <= size. */
 remat_status remat_dataset_truncate(remat_dataset *d, int64_t n);
-/* Writes samples [first, first+n) into x (n,C,H,W) as normalized floats
- * ((pixel/255 - mean) / std per channel) and labels into y (n). */
+/* Writes the samples index[0..n) (index NULL: samples 0..n-1) into x
+ * (n,C,H,W) as normalized floats ((pixel/255 - mean) / std per channel) and
+ * their labels into y (n); x or y may be NULL. */
 remat_status remat_dataset_get(const remat_dataset *d, const int64_t *index,
                                int64_t n, float *x, int32_t *y);
 
 /* Seeded shuffling and batching. A loader yields full batches only
- * (drop_last); each epoch has its own permutation from (seed, epoch). */
+ * (drop_last); each epoch has its own permutation from (seed, epoch mod
+ * 2^32). It starts at epoch 0. The data set must outlive the loader and
+ * must not be truncated while it exists. */
 typedef struct remat_loader remat_loader;
 remat_status remat_loader_create(remat_loader **out, const remat_dataset *d,
                                  int64_t batch, int shuffle, uint64_t seed);
@@ -361,6 +418,8 @@ typedef struct {
     int64_t channels, height, width; /* input image shape */
     int64_t classes;
     float dropout_scale;/* multiplies every dropout rate; 0 turns dropout off */
+    int checkpoint_blocks; /* mark the first N blocks' outputs with
+                            * remat_checkpoint; -1 (default) = every block */
 } remat_model_opts;
 
 /* Defaults: cnn, batch 64, 1x28x28, 10 classes, dropout_scale 1. */
@@ -373,11 +432,15 @@ remat_status remat_model_build(remat_graph *g, const remat_model_opts *o,
 
 /* ----------------------------------------------------------- safetensors */
 
-/* Writes every parameter and buffer of the session (by name, F32). */
+/* Writes every parameter and buffer of the session (by name, F32, with
+ * "format": "pt" metadata), replacing the file atomically. */
 remat_status remat_safetensors_save(const remat_session *s, const char *path);
 /* Loads tensors by name into the session's parameters and buffers. Every
- * tensor in the file must match a parameter's name, dtype F32 and shape;
- * parameters absent from the file keep their values unless strict. */
+ * tensor in the file must match a parameter's name, dtype F32 and shape
+ * (PyTorch's "*.num_batches_tracked" entries are skipped); parameters
+ * absent from the file keep their values unless strict, which makes them
+ * an error. Everything is checked before anything is copied: a failed load
+ * leaves the session unchanged. */
 remat_status remat_safetensors_load(remat_session *s, const char *path,
                                     int strict);
 

@@ -99,6 +99,7 @@ typedef struct remat__node {
     float fattr[2];
     remat_init init;          /* leaves: initializer */
     float init_a;
+    uint8_t checkpoint;       /* marked by remat_checkpoint */
 } remat__node;
 
 struct remat_graph {
@@ -141,6 +142,13 @@ typedef struct {
     remat__pool *pool; /* for remat__pool_barrier between phases */
 } remat__kctx;
 
+/* Kernel rules: every one of the nth threads must call remat__pool_barrier
+ * the same number of times (none may return before a barrier the others
+ * reach). Stateful ops (REMAT__OP_STATEFUL) update their buffer inputs in
+ * place when k->first is set; when it is not (a recomputation), they read
+ * the statistics of the first execution from aux, which a schedule must
+ * therefore keep resident from a stateful node's first forward to its last
+ * use in the step. */
 typedef void (*remat__kernel)(const remat__kctx *k, int ith, int nth);
 
 /* Bits of remat__op.saves: what backward reads besides dout. */
@@ -195,6 +203,7 @@ enum {
     REMAT__OP_CONCAT,
     REMAT__OP_CROSS_ENTROPY,
     REMAT__OP_MSE,
+    REMAT__OP_MUL,
     REMAT__N_OPS
 };
 
@@ -224,6 +233,6 @@ extern const remat__op remat__op_input, remat__op_param, remat__op_buffer,
     remat__op_linear, remat__op_conv2d, remat__op_batchnorm2d, remat__op_relu,
     remat__op_maxpool2d, remat__op_avgpool2d, remat__op_global_avgpool,
     remat__op_dropout, remat__op_reshape, remat__op_add, remat__op_concat,
-    remat__op_cross_entropy, remat__op_mse;
+    remat__op_cross_entropy, remat__op_mse, remat__op_mul;
 
 #endif /* REMAT_IMPL_H */

@@ -82,6 +82,7 @@ static void c_ce(gcase *c) {
     c->classes = 5;
     c->out = remat_cross_entropy(c->g, P(c->g, "z", 2, 4, 5, 0, 0), c->extra);
 }
+static void c_mul(gcase *c) { c->out = remat_mul(c->g, P(c->g, "a", 2, 3, 4, 0, 0), P(c->g, "b", 2, 3, 4, 0, 0)); }
 static void c_mse(gcase *c) { c->out = remat_mse(c->g, P(c->g, "a", 2, 3, 4, 0, 0), P(c->g, "b", 2, 3, 4, 0, 0)); }
 
 static const struct {
@@ -94,6 +95,7 @@ static const struct {
     {"avgpool2d", c_avgpool},   {"global_avgpool", c_gap},    {"dropout", c_dropout},
     {"reshape", c_reshape},     {"add", c_add},               {"concat", c_concat},
     {"concat", c_concat2d},     {"cross_entropy", c_ce},      {"mse", c_mse},
+    {"mul", c_mul},
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 

@@ -39,6 +39,16 @@ static void run_bwd(void *ctx, int ith, int nth) {
     remat__ops[k->node->op]->backward(k, ith, nth);
 }
 
+/* Runs a kernel on the pool, or inline when the node is small. */
+static void run(remat_session *s, int nt, remat__task fn, remat__kctx *k) {
+    if (nt == 1) {
+        k->pool = NULL; /* barriers are no-ops for one thread */
+        fn(k, 0, 1);
+    } else {
+        remat__pool_run(s->pool, fn, k);
+    }
+}
+
 static remat_status exec_fwd(remat_session *s, const remat__schedule *sc, const remat__instr *in,
                              float *loss, float *fetch_out) {
     const remat_graph *g = s->g;
@@ -68,10 +78,11 @@ static remat_status exec_fwd(remat_session *s, const remat__schedule *sc, const 
             if (!ins[i].data) return need(s, REMAT__VAL(n->in[i], REMAT__V_OUT), "the input", in->node);
             k.in[i] = &ins[i];
         }
-        size_t wb = op->fwd_ws ? op->fwd_ws(g, n, remat__pool_size(s->pool)) : 0;
+        int nt = remat__node_threads(g, n, remat__pool_size(s->pool));
+        size_t wb = op->fwd_ws ? op->fwd_ws(g, n, nt) : 0;
         k.ws = remat__alloc_get(&s->alloc, REMAT_MEM_WORKSPACE, wb);
         if (!k.ws) return REMAT_NOMEM;
-        remat__pool_run(s->pool, run_fwd, &k);
+        run(s, nt, run_fwd, &k);
         remat__alloc_put(&s->alloc, REMAT_MEM_WORKSPACE, k.ws, wb);
     }
     s->done[in->node] = 1;
@@ -124,10 +135,11 @@ static remat_status exec_bwd(remat_session *s, const remat__schedule *sc, const 
         k.aux = s->vals[REMAT__VAL(in->node, REMAT__V_AUX)];
         if (!k.aux) return need(s, REMAT__VAL(in->node, REMAT__V_AUX), "the saved aux", in->node);
     }
-    size_t wb = op->bwd_ws ? op->bwd_ws(g, n, remat__pool_size(s->pool)) : 0;
+    int nt = remat__node_threads(g, n, remat__pool_size(s->pool));
+    size_t wb = op->bwd_ws ? op->bwd_ws(g, n, nt) : 0;
     k.ws = remat__alloc_get(&s->alloc, REMAT_MEM_WORKSPACE, wb);
     if (!k.ws) return REMAT_NOMEM;
-    remat__pool_run(s->pool, run_bwd, &k);
+    run(s, nt, run_bwd, &k);
     remat__alloc_put(&s->alloc, REMAT_MEM_WORKSPACE, k.ws, wb);
     return REMAT_OK;
 }

@@ -13,8 +13,29 @@
 #include <unistd.h>
 
 void remat_session_opts_default(remat_session_opts *o) {
+    memset(o, 0, sizeof *o);
     o->threads = 0;
     o->seed = 42;
+    o->strategy = REMAT_STRATEGY_ALL;
+}
+
+/* Fails with REMAT_BUDGET when the training step's predicted peak, from the
+ * current live state, is above the budget. */
+remat_status remat__session_check_budget(const remat_session *s) {
+    if (!s->opts.budget) return REMAT_OK;
+    remat_mem_stats pred;
+    remat_status st = remat_session_predict(s, &pred);
+    if (st != REMAT_OK) return st;
+    size_t need = pred.peak[REMAT_MEM_TOTAL];
+    if (need <= s->opts.budget) return REMAT_OK;
+    return remat__err(REMAT_BUDGET,
+                      "strategy '%s' needs %zu bytes (%.1f MiB) at the peak of a training step, above "
+                      "the budget of %zu bytes (%.1f MiB): parameters %zu, gradients %zu, optimizer "
+                      "state %zu, activations %zu, transient %zu, workspace %zu",
+                      remat_strategy_str(s->opts.strategy), need, (double)need / 1048576.0, s->opts.budget,
+                      (double)s->opts.budget / 1048576.0, pred.peak[REMAT_MEM_PARAM], pred.peak[REMAT_MEM_GRAD],
+                      pred.peak[REMAT_MEM_OPTIM], pred.peak[REMAT_MEM_ACT], pred.peak[REMAT_MEM_TRANSIENT],
+                      pred.peak[REMAT_MEM_WORKSPACE]);
 }
 
 /* Fills a parameter from its initializer: U(-a, a) from Philox keyed by
@@ -85,7 +106,12 @@ remat_status remat_session_create(remat_session **out, const remat_graph *g, rem
         else
             memset(s->vcat, REMAT_MEM_TRANSIENT, nv);
     }
-    if (st == REMAT_OK) st = remat__schedule_all(&s->prog, loss, REMAT_NONE, 1, 1, &s->train);
+    if (st == REMAT_OK) {
+        uint8_t *keep = NULL;
+        st = remat__strategy_keep(g, s->opts.strategy, &keep);
+        if (st == REMAT_OK) st = remat__schedule_build(&s->prog, loss, REMAT_NONE, 1, 1, keep, &s->train);
+        free(keep);
+    }
     /* Parameters: allocate, initialize, and refuse ones the loss ignores. */
     for (int v = 0; v < g->n && st == REMAT_OK; v++) {
         const remat__node *n = &g->nodes[v];
@@ -119,6 +145,7 @@ remat_status remat_session_create(remat_session **out, const remat_graph *g, rem
                                 "it would never receive a gradient", g->nodes[v].name);
         free(used);
     }
+    if (st == REMAT_OK) st = remat__session_check_budget(s);
     if (st != REMAT_OK) {
         remat_session_destroy(s);
         return st;
@@ -176,7 +203,7 @@ remat_status remat_session_forward(remat_session *s, int train, float *loss, rem
     if (!s->fwd_valid[train] || s->fwd_fetch[train] != fetch) {
         remat__schedule_free(&s->fwd[train]);
         s->fwd_valid[train] = 0;
-        remat_status st = remat__schedule_all(&s->prog, s->loss, fetch, train, 0, &s->fwd[train]);
+        remat_status st = remat__schedule_build(&s->prog, s->loss, fetch, train, 0, NULL, &s->fwd[train]);
         if (st != REMAT_OK) return st;
         s->fwd_valid[train] = 1;
         s->fwd_fetch[train] = fetch;
@@ -233,3 +260,50 @@ remat_status remat_session_predict(const remat_session *s, remat_mem_stats *out)
 }
 
 const remat_graph *remat_session_graph(const remat_session *s) { return s->g; }
+
+remat_status remat_session_plan(const remat_session *s, remat_plan_summary *out) {
+    remat_mem_stats start = s->alloc.st;
+    remat_status st = remat__schedule_summary(&s->prog, &s->train, &start, out);
+    out->strategy = s->opts.strategy;
+    uint8_t *keep = NULL;
+    if (st == REMAT_OK) st = remat__strategy_keep(s->g, s->opts.strategy, &keep);
+    if (keep) {
+        /* boundaries: kept op nodes that some dropped node consumes */
+        for (int u = 0; u < s->g->n; u++) {
+            const remat__node *n = &s->g->nodes[u];
+            if (keep[u]) continue;
+            for (int i = 0; i < n->n_in; i++)
+                if (keep[n->in[i]] == 1 && s->g->nodes[n->in[i]].leaf == REMAT__LEAF_NONE) {
+                    keep[n->in[i]] = 2;
+                    out->kept_boundaries++;
+                }
+        }
+        free(keep);
+    }
+    return st;
+}
+
+int64_t remat_session_schedule_length(const remat_session *s) { return s->train.n; }
+
+remat_status remat_session_schedule_instr(const remat_session *s, int64_t i, remat_instr_info *out) {
+    if (i < 0 || i >= s->train.n)
+        return remat__err(REMAT_INVALID, "instruction %lld is out of range", (long long)i);
+    const remat__instr *in = &s->train.ins[i];
+    memset(out, 0, sizeof *out);
+    out->node = in->node;
+    out->op = remat__ops[s->g->nodes[in->node].op]->name;
+    out->what = "";
+    if (in->kind == REMAT__I_FREE) {
+        static const char *const what[] = {"output", "aux", "gradient"};
+        out->kind = "free";
+        out->what = what[REMAT__VAL_KIND(in->value)];
+    } else if (in->kind == REMAT__I_BWD) {
+        out->kind = "backward";
+    } else {
+        out->kind = "forward";
+        for (int64_t j = 0; j < i; j++)
+            if (s->train.ins[j].kind == REMAT__I_FWD && s->train.ins[j].node == in->node) out->kind = "recompute";
+        out->activation = in->cat == REMAT_MEM_ACT;
+    }
+    return REMAT_OK;
+}

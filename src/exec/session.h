@@ -42,4 +42,8 @@ struct remat_session {
 remat_status remat__exec(remat_session *s, const remat__schedule *sched, float *loss,
                          float *fetch_out);
 
+/* REMAT_BUDGET naming the bytes needed when the step's predicted peak is
+ * above the session's budget. */
+remat_status remat__session_check_budget(const remat_session *s);
+
 #endif

@@ -236,6 +236,11 @@ remat_node remat_add(remat_graph *g, remat_node a, remat_node b) {
     return op_node(g, REMAT__OP_ADD, 2, in);
 }
 
+remat_node remat_mul(remat_graph *g, remat_node a, remat_node b) {
+    remat_node in[2] = {a, b};
+    return op_node(g, REMAT__OP_MUL, 2, in);
+}
+
 remat_node remat_concat(remat_graph *g, int n, const remat_node *xs) {
     if (!g) return REMAT_NONE;
     if (n < 1 || !xs)
@@ -273,4 +278,13 @@ const char *remat_node_op(const remat_graph *g, remat_node n) {
 const char *remat_node_name(const remat_graph *g, remat_node n) {
     if (n < 0 || n >= g->n || !g->nodes[n].name) return "";
     return g->nodes[n].name;
+}
+
+remat_node remat_checkpoint(remat_graph *g, remat_node x) {
+    if (!g) return REMAT_NONE;
+    if (g->status != REMAT_OK) return fail(g, g->status);
+    if (x < 0 || x >= g->n)
+        return fail(g, remat__err(REMAT_INVALID, "checkpoint: node %d does not exist", (int)x));
+    g->nodes[x].checkpoint = 1;
+    return x;
 }

@@ -19,9 +19,15 @@ void remat_model_opts_default(remat_model_opts *o) {
     o->width = 28;
     o->classes = 10;
     o->dropout_scale = 1.0f;
+    o->checkpoint_blocks = -1;
 }
 
-static const char *const names[] = {"mlp", "cnn", NULL};
+/* Marks the output of block `i` (0-based) when the options ask for it. */
+static remat_node block_end(remat_graph *g, remat_node x, int i, const remat_model_opts *o) {
+    return o->checkpoint_blocks < 0 || i < o->checkpoint_blocks ? remat_checkpoint(g, x) : x;
+}
+
+static const char *const names[] = {"mlp", "cnn", "heavy", "heavy-mul", NULL};
 
 const char *const *remat_model_names(void) { return names; }
 
@@ -30,11 +36,12 @@ static remat_node dropout(remat_graph *g, remat_node x, float p, const remat_mod
     return o->dropout_scale > 0.0f ? remat_dropout(g, x, p * o->dropout_scale) : x;
 }
 
-/* mlp: flatten | fc1 (->256) relu | fc2 (->128) relu | fc3 (->classes). */
+/* mlp: flatten | fc1 (->256) relu | fc2 (->128) relu | fc3 (->classes).
+ * Blocks for checkpointing: fc1+relu, fc2+relu. */
 static remat_node mlp(remat_graph *g, remat_node x, const remat_model_opts *o) {
     x = remat_flatten(g, x);
-    x = remat_relu(g, remat_linear(g, "fc1", x, 256, 1));
-    x = remat_relu(g, remat_linear(g, "fc2", x, 128, 1));
+    x = block_end(g, remat_relu(g, remat_linear(g, "fc1", x, 256, 1)), 0, o);
+    x = block_end(g, remat_relu(g, remat_linear(g, "fc2", x, 128, 1)), 1, o);
     return remat_linear(g, "fc3", x, o->classes, 1);
 }
 
@@ -42,17 +49,40 @@ static remat_node mlp(remat_graph *g, remat_node x, const remat_model_opts *o) {
  * conv(->32) relu conv(->64) relu maxpool2 dropout .25 |
  * conv(->64) relu conv(->64) relu maxpool2 dropout .25 |
  * flatten linear(->512) relu dropout .5 linear(->classes).
- * Names follow features = nn.Sequential(...), classifier = nn.Sequential(...). */
+ * Names follow features = nn.Sequential(...), classifier = nn.Sequential(...).
+ * Blocks for checkpointing: the two feature blocks. */
 static remat_node cnn(remat_graph *g, remat_node x, const remat_model_opts *o) {
     x = remat_relu(g, remat_conv2d(g, "features.0", x, 32, 3, 1, 1, 1));
     x = remat_relu(g, remat_conv2d(g, "features.2", x, 64, 3, 1, 1, 1));
-    x = dropout(g, remat_maxpool2d(g, x, 2, 2, 0), 0.25f, o);
+    x = block_end(g, dropout(g, remat_maxpool2d(g, x, 2, 2, 0), 0.25f, o), 0, o);
     x = remat_relu(g, remat_conv2d(g, "features.6", x, 64, 3, 1, 1, 1));
     x = remat_relu(g, remat_conv2d(g, "features.8", x, 64, 3, 1, 1, 1));
-    x = dropout(g, remat_maxpool2d(g, x, 2, 2, 0), 0.25f, o);
+    x = block_end(g, dropout(g, remat_maxpool2d(g, x, 2, 2, 0), 0.25f, o), 1, o);
     x = remat_flatten(g, x);
     x = dropout(g, remat_relu(g, remat_linear(g, "classifier.0", x, 512, 1)), 0.5f, o);
     return remat_linear(g, "classifier.3", x, o->classes, 1);
+}
+
+/* heavy, the chain of the tutorial that started this project: a scalar
+ * input x and one scalar parameter a; 1000 blocks, each doing x = x + a
+ * 100 times; one checkpoint per block; loss (x - target)^2. heavy-mul does
+ * x = x * a instead: unlike add, whose backward needs no saved value, mul's
+ * backward needs its input, so every step's x is an activation. */
+static remat_status heavy(remat_graph *g, const remat_model_opts *o, remat_model *m, int mul) {
+    int64_t one = 1;
+    m->input = remat_input(g, "input", REMAT_F32, 1, &one);
+    m->labels = remat_input(g, "target", REMAT_F32, 1, &one);
+    remat_node a = remat_param(g, "a", 1, &one, REMAT_INIT_ONES, 0);
+    remat_node x = m->input;
+    for (int b = 0; b < 1000 && remat_graph_status(g) == REMAT_OK; b++) {
+        for (int i = 0; i < 100; i++) x = mul ? remat_mul(g, x, a) : remat_add(g, x, a);
+        x = block_end(g, x, b, o);
+    }
+    m->logits = x;
+    m->loss = remat_mse(g, x, m->labels);
+    if (remat_graph_status(g) != REMAT_OK)
+        return remat__err(remat_graph_status(g), "model '%s': %s", o->name, remat_graph_error(g));
+    return REMAT_OK;
 }
 
 remat_status remat_model_build(remat_graph *g, const remat_model_opts *o, remat_model *m) {
@@ -60,7 +90,10 @@ remat_status remat_model_build(remat_graph *g, const remat_model_opts *o, remat_
     if (!o->name) return remat__err(REMAT_INVALID, "no model name given");
     if (strcmp(o->name, "mlp") == 0) build = mlp;
     if (strcmp(o->name, "cnn") == 0) build = cnn;
-    if (!build) return remat__err(REMAT_NOT_FOUND, "unknown model '%s' (known: mlp, cnn)", o->name);
+    if (strcmp(o->name, "heavy") == 0 || strcmp(o->name, "heavy-mul") == 0)
+        return heavy(g, o, m, strcmp(o->name, "heavy-mul") == 0);
+    if (!build)
+        return remat__err(REMAT_NOT_FOUND, "unknown model '%s' (known: mlp, cnn, heavy, heavy-mul)", o->name);
     if (o->batch <= 0 || o->channels <= 0 || o->height <= 0 || o->width <= 0 || o->classes <= 1)
         return remat__err(REMAT_INVALID, "model '%s': batch, input shape and classes must be positive "
                           "(got batch %lld, %lldx%lldx%lld, %lld classes)", o->name, (long long)o->batch,

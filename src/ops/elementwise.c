@@ -1,4 +1,4 @@
-/* elementwise.c: relu, add and dropout, the pointwise ops.
+/* elementwise.c: relu, add, mul and dropout, the pointwise ops.
  *
  * All split their elements evenly over the threads. Dropout draws its mask
  * from Philox keyed by (seed, step, node, element), so the backward pass
@@ -92,6 +92,38 @@ const remat__op remat__op_add = {
     .forward = add_forward,
     .backward = add_backward,
     .saves = 0,
+    .flops = pointwise_flops,
+};
+
+/* ------------------------------------------------------------------- mul */
+
+static void mul_forward(const remat__kctx *k, int ith, int nth) {
+    const float *a = k->in[0]->data, *b = k->in[1]->data;
+    float *y = k->out->data;
+    int64_t lo, hi;
+    remat__split(numel_of(k), ith, nth, &lo, &hi);
+    for (int64_t i = lo; i < hi; i++) y[i] = a[i] * b[i];
+}
+
+/* da += dy * b; db += dy * a: both inputs are saved. */
+static void mul_backward(const remat__kctx *k, int ith, int nth) {
+    const float *a = k->in[0]->data, *b = k->in[1]->data, *dy = k->dout;
+    int64_t lo, hi;
+    remat__split(numel_of(k), ith, nth, &lo, &hi);
+    if (k->din[0])
+        for (int64_t i = lo; i < hi; i++) k->din[0][i] += dy[i] * b[i];
+    if (k->din[1])
+        for (int64_t i = lo; i < hi; i++) k->din[1][i] += dy[i] * a[i];
+}
+
+const remat__op remat__op_mul = {
+    .name = "mul",
+    .min_in = 2,
+    .max_in = 2,
+    .shape = same_shape,
+    .forward = mul_forward,
+    .backward = mul_backward,
+    .saves = REMAT__SAVE_IN(0) | REMAT__SAVE_IN(1),
     .flops = pointwise_flops,
 };
 

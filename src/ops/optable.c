@@ -21,6 +21,7 @@ const remat__op *const remat__ops[REMAT__N_OPS] = {
     [REMAT__OP_CONCAT] = &remat__op_concat,
     [REMAT__OP_CROSS_ENTROPY] = &remat__op_cross_entropy,
     [REMAT__OP_MSE] = &remat__op_mse,
+    [REMAT__OP_MUL] = &remat__op_mul,
 };
 
 int remat__op_find(const char *name) {

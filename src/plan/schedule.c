@@ -52,134 +52,48 @@ int remat__bwd_writes(const remat__prog *p, const remat__node *n, int i) {
     return p->needs_grad[n->in[i]];
 }
 
-static remat_status push(remat__schedule *s, remat__instr in) {
-    if (s->n == s->cap) {
-        int cap = s->cap ? 2 * s->cap : 256;
-        remat__instr *ins = realloc(s->ins, (size_t)cap * sizeof *ins);
-        if (!ins) return remat__err(REMAT_NOMEM, "out of memory building a schedule");
-        s->ins = ins;
-        s->cap = cap;
-    }
-    s->ins[s->n++] = in;
-    return REMAT_OK;
-}
-
 void remat__schedule_free(remat__schedule *s) {
     free(s->ins);
     memset(s, 0, sizeof *s);
 }
 
-/* Marks every node that `root` depends on (explicit stack, no recursion). */
-static remat_status mark_needed(const remat_graph *g, remat_node root, uint8_t *needed) {
-    if (root == REMAT_NONE) return REMAT_OK;
-    int32_t *stack = malloc((size_t)g->n * sizeof *stack);
-    if (!stack) return remat__err(REMAT_NOMEM, "out of memory walking the graph");
-    int top = 0;
-    if (!needed[root]) needed[root] = 1, stack[top++] = root;
-    while (top > 0) {
-        const remat__node *n = &g->nodes[stack[--top]];
-        for (int i = 0; i < n->n_in; i++)
-            if (!needed[n->in[i]]) needed[n->in[i]] = 1, stack[top++] = n->in[i];
-    }
-    free(stack);
-    return REMAT_OK;
+int remat__node_threads(const remat_graph *g, const remat__node *n, int pool) {
+    (void)g;
+    /* Dispatching tiny ops to the pool costs more than it saves. The choice
+     * depends on the node only, so it is the same in every schedule. */
+    return remat__numel(&n->shape) < 4096 ? 1 : pool;
 }
 
-remat_status remat__schedule_all(const remat__prog *p, remat_node loss, remat_node fetch,
-                                 int train, int backward, remat__schedule *out) {
-    const remat_graph *g = p->g;
-    memset(out, 0, sizeof *out);
-    out->train = train;
-    out->backward = backward;
-    out->loss = loss;
-    out->fetch = fetch;
-    uint8_t *needed = calloc((size_t)g->n, 1);
-    if (!needed) return remat__err(REMAT_NOMEM, "out of memory building a schedule");
-    remat_status st = mark_needed(g, loss, needed);
-    if (st == REMAT_OK) st = mark_needed(g, fetch, needed);
-    for (int v = 0; v < g->n && st == REMAT_OK; v++)
-        if (needed[v] && !remat__is_resident(&g->nodes[v]))
-            st = push(out, (remat__instr){.kind = REMAT__I_FWD, .node = v});
-    if (backward)
-        for (int v = g->n - 1; v >= 0 && st == REMAT_OK; v--)
-            if (needed[v] && p->needs_grad[v] && g->nodes[v].leaf == REMAT__LEAF_NONE)
-                st = push(out, (remat__instr){.kind = REMAT__I_BWD, .node = v});
-    free(needed);
-    if (st == REMAT_OK) st = remat__schedule_finish(p, out);
-    if (st != REMAT_OK) remat__schedule_free(out);
-    return st;
-}
-
-/* Values an instruction reads or writes (at most 2 + 3*MAX_IN). */
-static int instr_values(const remat__prog *p, const remat__instr *in, int32_t *vals, uint8_t *by_bwd) {
-    const remat_graph *g = p->g;
-    const remat__node *n = &g->nodes[in->node];
-    const remat__op *op = remat__ops[n->op];
-    int k = 0;
-    if (in->kind == REMAT__I_FWD) {
-        for (int i = 0; i < n->n_in; i++)
-            if (!remat__is_resident(&g->nodes[n->in[i]])) vals[k] = REMAT__VAL(n->in[i], REMAT__V_OUT), by_bwd[k++] = 0;
-        vals[k] = REMAT__VAL(in->node, REMAT__V_OUT), by_bwd[k++] = 0;
-        if (op->aux_bytes) vals[k] = REMAT__VAL(in->node, REMAT__V_AUX), by_bwd[k++] = 0;
-    } else if (in->kind == REMAT__I_BWD) {
-        vals[k] = REMAT__VAL(in->node, REMAT__V_GRAD), by_bwd[k++] = 1;
-        for (int i = 0; i < n->n_in; i++) {
-            if ((op->saves & REMAT__SAVE_IN(i)) && !remat__is_resident(&g->nodes[n->in[i]]))
-                vals[k] = REMAT__VAL(n->in[i], REMAT__V_OUT), by_bwd[k++] = 1;
-            if (remat__bwd_writes(p, n, i) && g->nodes[n->in[i]].leaf != REMAT__LEAF_PARAM)
-                vals[k] = REMAT__VAL(n->in[i], REMAT__V_GRAD), by_bwd[k++] = 1;
-        }
-        if (op->saves & REMAT__SAVE_OUT) vals[k] = REMAT__VAL(in->node, REMAT__V_OUT), by_bwd[k++] = 1;
-        if (op->saves & REMAT__SAVE_AUX) vals[k] = REMAT__VAL(in->node, REMAT__V_AUX), by_bwd[k++] = 1;
-    }
-    return k;
-}
-
-remat_status remat__schedule_finish(const remat__prog *p, remat__schedule *s) {
+void remat__schedule_categorize(const remat__prog *p, remat__schedule *s) {
     const remat_graph *g = p->g;
     size_t nv = (size_t)g->n * 3;
-    int32_t *last = malloc(nv * sizeof *last);
-    uint8_t *act = calloc(nv, 1);
-    int32_t *defined_at = malloc(nv * sizeof *defined_at);
-    if (!last || !act || !defined_at) {
-        free(last), free(act), free(defined_at);
-        return remat__err(REMAT_NOMEM, "out of memory building a schedule");
-    }
-    for (size_t v = 0; v < nv; v++) last[v] = -1, defined_at[v] = -1;
-    int32_t vals[2 + 3 * REMAT__MAX_IN];
-    uint8_t by_bwd[2 + 3 * REMAT__MAX_IN];
+    /* open[v]: index of the FWD that allocated the live instance of v */
+    int32_t *open = malloc(nv * sizeof *open);
+    if (!open) return; /* categories stay transient; sizes are unaffected */
+    for (size_t v = 0; v < nv; v++) open[v] = -1;
     for (int i = 0; i < s->n; i++) {
-        int k = instr_values(p, &s->ins[i], vals, by_bwd);
-        for (int j = 0; j < k; j++) {
-            if (defined_at[vals[j]] < 0) defined_at[vals[j]] = i;
-            last[vals[j]] = i;
-            if (by_bwd[j]) act[vals[j]] = 1;
+        remat__instr *in = &s->ins[i];
+        if (in->kind == REMAT__I_FWD) {
+            int32_t vo = REMAT__VAL(in->node, REMAT__V_OUT), va = REMAT__VAL(in->node, REMAT__V_AUX);
+            in->cat = REMAT_MEM_TRANSIENT;
+            in->aux_cat = REMAT_MEM_TRANSIENT;
+            open[vo] = i;
+            if (open[va] < 0) open[va] = i; /* a recomputation reuses a live aux */
+        } else if (in->kind == REMAT__I_BWD) {
+            const remat__node *n = &g->nodes[in->node];
+            const remat__op *op = remat__ops[n->op];
+            for (int j = 0; j < n->n_in; j++)
+                if ((op->saves & REMAT__SAVE_IN(j)) && open[REMAT__VAL(n->in[j], REMAT__V_OUT)] >= 0)
+                    s->ins[open[REMAT__VAL(n->in[j], REMAT__V_OUT)]].cat = REMAT_MEM_ACT;
+            if ((op->saves & REMAT__SAVE_OUT) && open[REMAT__VAL(in->node, REMAT__V_OUT)] >= 0)
+                s->ins[open[REMAT__VAL(in->node, REMAT__V_OUT)]].cat = REMAT_MEM_ACT;
+            if ((op->saves & REMAT__SAVE_AUX) && open[REMAT__VAL(in->node, REMAT__V_AUX)] >= 0)
+                s->ins[open[REMAT__VAL(in->node, REMAT__V_AUX)]].aux_cat = REMAT_MEM_ACT;
+        } else {
+            open[in->value] = -1;
         }
     }
-    /* Rebuild with frees after each last use, in value order. */
-    remat__schedule old = *s;
-    s->ins = NULL, s->n = 0, s->cap = 0;
-    remat_status st = REMAT_OK;
-    /* Bucket the values by their last use. */
-    int32_t *head = malloc((size_t)(old.n + 1) * sizeof *head);
-    int32_t *next = malloc(nv * sizeof *next);
-    if (!head || !next) st = remat__err(REMAT_NOMEM, "out of memory building a schedule");
-    for (int i = 0; st == REMAT_OK && i < old.n; i++) head[i] = -1;
-    for (int64_t v = (int64_t)nv - 1; st == REMAT_OK && v >= 0; v--)
-        if (last[v] >= 0) next[v] = head[last[v]], head[last[v]] = (int32_t)v;
-    for (int i = 0; st == REMAT_OK && i < old.n; i++) {
-        remat__instr in = old.ins[i];
-        if (in.kind == REMAT__I_FWD) {
-            in.cat = act[REMAT__VAL(in.node, REMAT__V_OUT)] ? REMAT_MEM_ACT : REMAT_MEM_TRANSIENT;
-            in.aux_cat = act[REMAT__VAL(in.node, REMAT__V_AUX)] ? REMAT_MEM_ACT : REMAT_MEM_TRANSIENT;
-        }
-        st = push(s, in);
-        for (int32_t v = head[i]; st == REMAT_OK && v >= 0; v = next[v])
-            st = push(s, (remat__instr){.kind = REMAT__I_FREE, .node = REMAT__VAL_NODE(v), .value = v});
-    }
-    free(head), free(next), free(last), free(act), free(defined_at);
-    free(old.ins);
-    return st;
+    free(open);
 }
 
 /* ------------------------------------------------------------- simulator */
@@ -227,7 +141,7 @@ remat_status remat__simulate(const remat__prog *p, const remat__schedule *s,
                 sim_alloc(&st, in->aux_cat, remat__value_bytes(g, va));
                 cat[va] = (int8_t)in->aux_cat;
             }
-            size_t ws = op->fwd_ws ? op->fwd_ws(g, n, p->nth) : 0;
+            size_t ws = op->fwd_ws ? op->fwd_ws(g, n, remat__node_threads(g, n, p->nth)) : 0;
             sim_alloc(&st, REMAT_MEM_WORKSPACE, ws);
             sim_free(&st, REMAT_MEM_WORKSPACE, ws);
         } else if (in->kind == REMAT__I_BWD) {
@@ -244,7 +158,7 @@ remat_status remat__simulate(const remat__prog *p, const remat__schedule *s,
                     cat[vi] = REMAT_MEM_TRANSIENT;
                 }
             }
-            size_t ws = op->bwd_ws ? op->bwd_ws(g, n, p->nth) : 0;
+            size_t ws = op->bwd_ws ? op->bwd_ws(g, n, remat__node_threads(g, n, p->nth)) : 0;
             sim_alloc(&st, REMAT_MEM_WORKSPACE, ws);
             sim_free(&st, REMAT_MEM_WORKSPACE, ws);
         } else {

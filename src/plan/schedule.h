@@ -61,21 +61,38 @@ size_t remat__value_bytes(const remat_graph *g, int32_t v);
  * parameter's gradient)? */
 int remat__bwd_writes(const remat__prog *p, const remat__node *n, int i);
 
-/* The store-all schedule: forward over every node needed by `loss` (and
- * `fetch`), then, if backward, the backward of every node that depends on a
- * parameter, in reverse; each value freed right after its last use. */
-remat_status remat__schedule_all(const remat__prog *p, remat_node loss, remat_node fetch,
-                                 int train, int backward, remat__schedule *out);
+/* Builds the schedule of one step from a keep mask (build.c): keep[u] = 1
+ * keeps node u's output from the forward pass for the backward pass, 0
+ * drops it and recomputes it when needed; NULL keeps everything (the
+ * store-all schedule). `fetch` (or REMAT_NONE) is a node to compute besides
+ * the loss; backward = 0 builds a forward-only schedule. */
+remat_status remat__schedule_build(const remat__prog *p, remat_node loss, remat_node fetch, int train,
+                                   int backward, const uint8_t *keep, remat__schedule *out);
 void remat__schedule_free(remat__schedule *s);
 
-/* Adds FREE instructions after each value's last use and sets categories:
- * an output or aux read by some backward while it is alive is an
- * activation, anything else transient. Input: a schedule without frees. */
-remat_status remat__schedule_finish(const remat__prog *p, remat__schedule *s);
+/* Sets each FWD's categories: an output (or aux) instance that some
+ * backward reads before it is freed is an activation, else transient. */
+void remat__schedule_categorize(const remat__prog *p, remat__schedule *s);
+
+/* Threads a node's kernels run on (small ops run on the calling thread);
+ * workspace sizes are computed for this count. */
+int remat__node_threads(const remat_graph *g, const remat__node *n, int pool);
 
 /* Predicts the peak bytes per category of running s, starting from the
  * live bytes in `start` (parameters, gradients, optimizer state). */
 remat_status remat__simulate(const remat__prog *p, const remat__schedule *s,
                              const remat_mem_stats *start, remat_mem_stats *out);
+
+/* The keep mask of a strategy (strategy.c); *keep is NULL for `all`, else
+ * owned by the caller (free). */
+remat_status remat__strategy_keep(const remat_graph *g, remat_strategy st, uint8_t **keep);
+
+/* Memory, FLOPs and seconds of a schedule run from `start`. */
+remat_status remat__schedule_summary(const remat__prog *p, const remat__schedule *s,
+                                     const remat_mem_stats *start, remat_plan_summary *out);
+
+/* A node's forward FLOPs and its time under the cost model. */
+double remat__node_flops(const remat_graph *g, const remat__node *n);
+double remat__node_seconds(const remat_graph *g, const remat__node *n);
 
 #endif

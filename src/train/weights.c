@@ -63,6 +63,13 @@ static remat_status check_tensor(const remat_session *s, const remat__st *f,
     remat__st_tensor t;
     remat_status rc = remat__st_get(f, i, &t);
     if (rc != REMAT_OK) return rc;
+    /* PyTorch's BatchNorm counts its batches in the state_dict; remat has
+     * no such counter (momentum is always set), so the entry is skipped. */
+    size_t nl = strlen(t.name), sl = strlen(".num_batches_tracked");
+    if (nl >= sl && strcmp(t.name + nl - sl, ".num_batches_tracked") == 0) {
+        *param = -1;
+        return REMAT_OK;
+    }
     int k = remat_session_find_param(s, t.name);
     if (k < 0)
         return remat__err(REMAT_NOT_FOUND,
@@ -122,6 +129,7 @@ remat_status remat_safetensors_load(remat_session *s, const char *path,
     for (int i = 0; i < n && rc == REMAT_OK; i++) {
         remat__st_tensor t;
         remat_param_info p;
+        if (target[i] < 0) continue;
         rc = remat__st_get(f, i, &t);
         if (rc == REMAT_OK) rc = remat_session_param(s, target[i], &p);
         if (rc == REMAT_OK && t.bytes) memcpy(p.data, t.data, t.bytes);

@@ -1,0 +1,146 @@
+/* strategy.c: the strategies, each a keep mask for build.c, and the
+ * summary of a schedule (memory from the simulator, FLOPs and seconds from
+ * the op table and a per-op cost model).
+ *
+ * - all: keep everything (keep = NULL).
+ * - manual: keep the nodes marked with remat_checkpoint, the inputs, and
+ *   everything after the last mark.
+ * - sqrt: Chen et al.'s scheme: among the graph's articulation points (the
+ *   nodes every path from the inputs to the loss goes through), keep
+ *   round(sqrt(k)) - 1 evenly spaced ones, dropping the rest, and keep the
+ *   last segment (its backward starts right after its forward).
+ */
+#include "schedule.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+const char *remat_strategy_str(remat_strategy s) {
+    switch (s) {
+    case REMAT_STRATEGY_ALL: return "all";
+    case REMAT_STRATEGY_MANUAL: return "manual";
+    case REMAT_STRATEGY_SQRT: return "sqrt";
+    }
+    return "unknown";
+}
+
+remat_status remat_strategy_parse(const char *name, remat_strategy *out) {
+    for (int s = REMAT_STRATEGY_ALL; s <= REMAT_STRATEGY_SQRT; s++)
+        if (name && strcmp(name, remat_strategy_str((remat_strategy)s)) == 0) {
+            *out = (remat_strategy)s;
+            return REMAT_OK;
+        }
+    return remat__err(REMAT_NOT_FOUND, "unknown strategy '%s' (known: all, manual, sqrt)", name ? name : "");
+}
+
+/* Articulation points in creation order: value nodes u such that no edge
+ * between two other value nodes jumps over u. Data inputs are always kept,
+ * so the edges they send (labels to the loss) do not count. */
+static int cut_points(const remat_graph *g, int32_t *out) {
+    int n = g->n, k = 0;
+    int32_t *reach = malloc((size_t)n * sizeof *reach);
+    if (!reach) return -1;
+    for (int u = 0; u < n; u++) reach[u] = u;
+    for (int c = 0; c < n; c++) {
+        const remat__node *nd = &g->nodes[c];
+        for (int i = 0; i < nd->n_in; i++)
+            if (reach[nd->in[i]] < c) reach[nd->in[i]] = c;
+    }
+    int32_t far = -1; /* the farthest consumer of any value node before u */
+    for (int u = 0; u < n; u++) {
+        const remat__node *nd = &g->nodes[u];
+        if (nd->leaf != REMAT__LEAF_NONE) continue;
+        if (far <= u) out[k++] = u;
+        if (reach[u] > far) far = reach[u];
+    }
+    free(reach);
+    return k;
+}
+
+remat_status remat__strategy_keep(const remat_graph *g, remat_strategy st, uint8_t **keep_out) {
+    *keep_out = NULL;
+    if (st == REMAT_STRATEGY_ALL) return REMAT_OK;
+    int n = g->n;
+    uint8_t *keep = calloc((size_t)n, 1);
+    int32_t *cand = malloc((size_t)n * sizeof *cand);
+    if (!keep || !cand) {
+        free(keep), free(cand);
+        return remat__err(REMAT_NOMEM, "out of memory planning");
+    }
+    int32_t last = -1;
+    if (st == REMAT_STRATEGY_MANUAL) {
+        for (int u = 0; u < n; u++)
+            if (g->nodes[u].checkpoint) keep[u] = 1, last = u;
+    } else if (st == REMAT_STRATEGY_SQRT) {
+        int k = cut_points(g, cand);
+        if (k < 0) {
+            free(keep), free(cand);
+            return remat__err(REMAT_NOMEM, "out of memory planning");
+        }
+        int nseg = (int)lround(sqrt((double)k));
+        for (int j = 1; j < nseg; j++) {
+            int32_t u = cand[(int64_t)j * k / nseg];
+            keep[u] = 1;
+            last = u;
+        }
+    } else {
+        free(keep), free(cand);
+        return remat__err(REMAT_INVALID, "unknown strategy %d", (int)st);
+    }
+    for (int u = 0; u < n; u++)
+        if (g->nodes[u].leaf != REMAT__LEAF_NONE || u > last) keep[u] = 1;
+    free(cand);
+    *keep_out = keep;
+    return REMAT_OK;
+}
+
+/* The default cost model until calibration: a node's time is its FLOPs at
+ * 40 GFLOP/s plus the bytes it reads and writes at 8 GB/s. Backward costs
+ * twice the forward. */
+#define COST_FLOPS_PER_S 40e9
+#define COST_BYTES_PER_S 8e9
+
+double remat__node_flops(const remat_graph *g, const remat__node *n) {
+    const remat__op *op = remat__ops[n->op];
+    return op->flops ? op->flops(g, n) : 0.0;
+}
+
+double remat__node_seconds(const remat_graph *g, const remat__node *n) {
+    double bytes = (double)remat__out_bytes(n);
+    for (int i = 0; i < n->n_in; i++) bytes += (double)remat__out_bytes(&g->nodes[n->in[i]]);
+    return remat__node_flops(g, n) / COST_FLOPS_PER_S + bytes / COST_BYTES_PER_S;
+}
+
+remat_status remat__schedule_summary(const remat__prog *p, const remat__schedule *s, const remat_mem_stats *start,
+                                     remat_plan_summary *out) {
+    const remat_graph *g = p->g;
+    memset(out, 0, sizeof *out);
+    remat_status st = remat__simulate(p, s, start, &out->predicted);
+    if (st != REMAT_OK) return st;
+    uint8_t *seen = calloc((size_t)g->n, 1), *again = calloc((size_t)g->n, 1);
+    if (!seen || !again) {
+        free(seen), free(again);
+        return remat__err(REMAT_NOMEM, "out of memory summarizing a plan");
+    }
+    out->instructions = s->n;
+    for (int i = 0; i < s->n; i++) {
+        const remat__instr *in = &s->ins[i];
+        if (in->kind == REMAT__I_FREE) continue;
+        const remat__node *n = &g->nodes[in->node];
+        double f = remat__node_flops(g, n), t = remat__node_seconds(g, n);
+        if (in->kind == REMAT__I_BWD) {
+            out->flops += 2 * f, out->seconds += 2 * t;
+        } else if (!seen[in->node]) {
+            seen[in->node] = 1;
+            out->forwards++;
+            out->flops += f, out->seconds += t;
+        } else {
+            out->forwards++, out->recomputations++;
+            out->extra_flops += f, out->extra_seconds += t;
+            if (!again[in->node]) again[in->node] = 1, out->recomputed_nodes++;
+        }
+    }
+    out->seconds += out->extra_seconds;
+    free(seen), free(again);
+    return REMAT_OK;
+}
