@@ -25,5 +25,6 @@ int cli_data_shape(const char *data, int64_t *c, int64_t *h, int64_t *w);
 int cmd_train(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 
 #endif

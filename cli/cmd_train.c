@@ -27,6 +27,8 @@ static void help(void) {
            "  --dropout-scale S   multiply every dropout rate by S (0 turns dropout off)\n"
            "  --strategy S        all | manual | sqrt: which activations to keep (default all)\n"
            "  --budget SIZE       fail before training unless a step fits, e.g. 512MiB, 2GiB\n"
+           "  --checkpoint-blocks N  for --strategy manual: checkpoint only the first N\n"
+           "                      blocks of the model (default: every block)\n"
            "  --seed S            seed for initialization, shuffling and dropout (default 42)\n"
            "  --threads T         kernel threads (default: one per core)\n"
            "  --train-limit N     train on the first N training samples only\n"
@@ -111,6 +113,7 @@ int cmd_train(int argc, char **argv) {
     const char *model = "cnn", *data = "fashion-mnist", *dir = NULL, *optim = "adamw", *save = NULL;
     const char *strategy = "all";
     size_t budget = 0;
+    int64_t ckpt_blocks = -1;
     int64_t epochs = 1, steps = 0, batch = 64, threads = 0, train_limit = 0, test_limit = 0;
     int64_t seed = 42;
     float lr = -1, momentum = 0.9f, wd = -1, dscale = 1.0f;
@@ -126,6 +129,7 @@ int cmd_train(int argc, char **argv) {
         {"train-limit", required_argument, 0, 'L'}, {"test-limit", required_argument, 0, 'T'},
         {"save", required_argument, 0, 'W'},        {"json", no_argument, 0, 'j'},
         {"strategy", required_argument, 0, 'y'},    {"budget", required_argument, 0, 'B'},
+        {"checkpoint-blocks", required_argument, 0, 'k'},
         {"help", no_argument, 0, 'h'},              {0, 0, 0, 0}};
     optind = 1;
     opterr = 0;
@@ -151,6 +155,7 @@ int cmd_train(int argc, char **argv) {
         case 'T': bad = cli_parse_i64(optarg, &test_limit) || test_limit < 1; break;
         case 'W': save = optarg; break;
         case 'y': strategy = optarg; break;
+        case 'k': bad = cli_parse_i64(optarg, &ckpt_blocks) || ckpt_blocks < 0; break;
         case 'B': bad = cli_parse_size(optarg, &budget) || budget == 0; break;
         case 'j': json = 1; break;
         case 'h': help(); return 0;
@@ -178,6 +183,7 @@ int cmd_train(int argc, char **argv) {
     mo.name = model;
     mo.batch = batch;
     mo.dropout_scale = dscale;
+    mo.checkpoint_blocks = (int)ckpt_blocks;
     if (cli_data_shape(data, &mo.channels, &mo.height, &mo.width))
         return cli_usage_error("train", "unknown data set '%s' (known: fashion-mnist, mnist, cifar10)", data);
 

@@ -156,8 +156,17 @@ remat_node remat_mse(remat_graph *g, remat_node pred, remat_node target);
  * it: its value is kept from the forward pass, and the nodes between two
  * boundaries are dropped after the forward pass and recomputed during the
  * backward pass. Nodes after the last boundary are kept. Other strategies
- * ignore the marks. */
+ * ignore the marks.
+ *
+ * Segments nest: between remat_checkpoint_begin and remat_checkpoint_end,
+ * marks are inner boundaries. The forward pass drops the whole scope; when
+ * the backward pass recomputes it, it keeps only the inner boundaries (and
+ * the last inner segment), and recomputes each inner segment again when
+ * its backward comes. remat_checkpoint_end(g, x) closes the scope and marks
+ * its output x at the enclosing level. */
 remat_node remat_checkpoint(remat_graph *g, remat_node x);
+remat_status remat_checkpoint_begin(remat_graph *g);
+remat_node remat_checkpoint_end(remat_graph *g, remat_node x);
 
 /* Layers: create the parameters with PyTorch's default initializers, named
  * "<name>.weight", "<name>.bias" (and "<name>.running_mean", ...), then the

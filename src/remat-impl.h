@@ -99,12 +99,13 @@ typedef struct remat__node {
     float fattr[2];
     remat_init init;          /* leaves: initializer */
     float init_a;
-    uint8_t checkpoint;       /* marked by remat_checkpoint */
+    uint8_t checkpoint;       /* remat_checkpoint mark: 1 + scope depth, 0 = none */
 } remat__node;
 
 struct remat_graph {
     remat__node *nodes;
     int n, cap;
+    int ckpt_depth;           /* open remat_checkpoint_begin scopes */
     remat_status status;      /* first builder error */
     char error[512];
 };

@@ -107,10 +107,10 @@ remat_status remat_session_create(remat_session **out, const remat_graph *g, rem
             memset(s->vcat, REMAT_MEM_TRANSIENT, nv);
     }
     if (st == REMAT_OK) {
-        uint8_t *keep = NULL;
-        st = remat__strategy_keep(g, s->opts.strategy, &keep);
-        if (st == REMAT_OK) st = remat__schedule_build(&s->prog, loss, REMAT_NONE, 1, 1, keep, &s->train);
-        free(keep);
+        uint8_t *level = NULL;
+        st = remat__strategy_levels(g, s->opts.strategy, &level);
+        if (st == REMAT_OK) st = remat__schedule_build(&s->prog, loss, REMAT_NONE, 1, 1, level, &s->train);
+        free(level);
     }
     /* Parameters: allocate, initialize, and refuse ones the loss ignores. */
     for (int v = 0; v < g->n && st == REMAT_OK; v++) {
@@ -265,20 +265,25 @@ remat_status remat_session_plan(const remat_session *s, remat_plan_summary *out)
     remat_mem_stats start = s->alloc.st;
     remat_status st = remat__schedule_summary(&s->prog, &s->train, &start, out);
     out->strategy = s->opts.strategy;
-    uint8_t *keep = NULL;
-    if (st == REMAT_OK) st = remat__strategy_keep(s->g, s->opts.strategy, &keep);
-    if (keep) {
-        /* boundaries: kept op nodes that some dropped node consumes */
-        for (int u = 0; u < s->g->n; u++) {
+    uint8_t *level = NULL;
+    if (st == REMAT_OK) st = remat__strategy_levels(s->g, s->opts.strategy, &level);
+    if (level) {
+        /* boundaries: op nodes kept at some level that feed a node dropped at
+         * that level */
+        uint8_t *counted = calloc((size_t)s->g->n, 1);
+        for (int u = 0; counted && u < s->g->n; u++) {
             const remat__node *n = &s->g->nodes[u];
-            if (keep[u]) continue;
-            for (int i = 0; i < n->n_in; i++)
-                if (keep[n->in[i]] == 1 && s->g->nodes[n->in[i]].leaf == REMAT__LEAF_NONE) {
-                    keep[n->in[i]] = 2;
+            if (remat__is_resident(n)) continue;
+            for (int i = 0; i < n->n_in; i++) {
+                int32_t x = n->in[i];
+                if (level[x] < level[u] && s->g->nodes[x].leaf == REMAT__LEAF_NONE && !counted[x]) {
+                    counted[x] = 1;
                     out->kept_boundaries++;
                 }
+            }
         }
-        free(keep);
+        free(counted);
+        free(level);
     }
     return st;
 }

@@ -280,11 +280,32 @@ const char *remat_node_name(const remat_graph *g, remat_node n) {
     return g->nodes[n].name;
 }
 
+static remat_node mark(remat_graph *g, remat_node x, int depth) {
+    if (x < 0 || x >= g->n)
+        return fail(g, remat__err(REMAT_INVALID, "checkpoint: node %d does not exist", (int)x));
+    if (depth > 200) return fail(g, remat__err(REMAT_INVALID, "checkpoint scopes nest deeper than 200"));
+    uint8_t c = (uint8_t)(depth + 1);
+    if (!g->nodes[x].checkpoint || c < g->nodes[x].checkpoint) g->nodes[x].checkpoint = c;
+    return x;
+}
+
 remat_node remat_checkpoint(remat_graph *g, remat_node x) {
     if (!g) return REMAT_NONE;
     if (g->status != REMAT_OK) return fail(g, g->status);
-    if (x < 0 || x >= g->n)
-        return fail(g, remat__err(REMAT_INVALID, "checkpoint: node %d does not exist", (int)x));
-    g->nodes[x].checkpoint = 1;
-    return x;
+    return mark(g, x, g->ckpt_depth);
+}
+
+remat_status remat_checkpoint_begin(remat_graph *g) {
+    if (!g) return remat__err(REMAT_INVALID, "remat_checkpoint_begin: graph is NULL");
+    g->ckpt_depth++;
+    return REMAT_OK;
+}
+
+remat_node remat_checkpoint_end(remat_graph *g, remat_node x) {
+    if (!g) return REMAT_NONE;
+    if (g->status != REMAT_OK) return fail(g, g->status);
+    if (g->ckpt_depth == 0)
+        return fail(g, remat__err(REMAT_INVALID, "remat_checkpoint_end without remat_checkpoint_begin"));
+    g->ckpt_depth--;
+    return mark(g, x, g->ckpt_depth);
 }

@@ -1,21 +1,30 @@
-/* build.c: turns a keep mask into a schedule.
+/* build.c: turns checkpoint levels into a schedule.
  *
- * keep[u] says whether the forward pass keeps node u's output for the
- * backward pass. Outputs not kept are freed after their last forward use
- * and recomputed when a backward needs them: the whole stretch of dropped
- * nodes around the missing value (its segment, between kept boundaries) is
- * recomputed at once, as in Chen et al.'s sqrt(n) scheme, so that the
- * backward passes through a segment recompute it once, not once per node.
- * Anything else a recomputation needs that is not resident is recomputed
- * too (the closure of missing ancestors), so any mask gives a valid
- * schedule. With every node kept this is the store-all schedule.
+ * level[u] says from which pass on node u's output is kept for the backward
+ * pass: 0 = by the forward pass; d > 0 = by a recomputation at depth d (a
+ * nested checkpoint); REMAT__LEVEL_NONE = only in the tail of the pass that
+ * computes it. The forward pass keeps level-0 nodes (a strategy gives
+ * level 0 to everything it keeps, the tail after its last boundary
+ * included) and frees every other output after its last forward use.
+ *
+ * When a backward needs a value that is not resident, the stretch of
+ * dropped nodes around it, from the nearest resident boundary up to the
+ * node being differentiated, is recomputed at once (Chen et al.'s sqrt(n)
+ * scheme: a segment is recomputed once, not once per node). A
+ * recomputation started from a boundary held at depth d runs at depth d+1:
+ * it keeps the nodes of level <= d+1 and everything after the last of them
+ * (the part whose backward comes next), and drops the rest again, to be
+ * recomputed from those nested boundaries when their turn comes. Anything
+ * else a recomputation needs that is not resident is recomputed too (the
+ * closure of missing ancestors), so any levels give a valid schedule. With
+ * everything at level 0 this is the store-all schedule.
  *
  * Frees are emitted as soon as a value has no use left: no forward consumer
- * still to run in the current pass, no backward still to read it, and, for
- * a kept boundary that a later recomputation may start from, the backward
- * frontier has passed it. Aux values (BatchNorm's batch statistics) are
- * kept from the first forward to their backward, so a recomputation reuses
- * them and commits no state twice.
+ * still to run in the current pass, no backward still to read it (for the
+ * values its pass keeps), and, for a boundary that a later recomputation
+ * may start from, the backward frontier has passed it. Aux values
+ * (BatchNorm's batch statistics) are kept from the first forward to their
+ * backward, so a recomputation reuses them and commits no state twice.
  */
 #include "schedule.h"
 
@@ -24,18 +33,19 @@
 typedef struct {
     const remat__prog *p;
     const remat_graph *g;
-    const uint8_t *keep;
+    const uint8_t *level;
     remat__schedule *out;
     int backward;
     uint8_t *needed;     /* per node: the loss or fetch depends on it */
     uint8_t *res;        /* per value: resident */
     int32_t *pend_bwd;   /* per value: backward instructions still to read it */
     int32_t *pend_fwd;   /* per node: forward consumers still to run in this pass */
-    uint8_t *source;     /* per node: kept, with a dropped consumer */
-    int32_t *seg;        /* per node: segment id (kept sources close segments) */
-    int32_t *cons_off, *cons; /* CSR: forward consumers of each node */
-    int32_t frontier;    /* nodes >= frontier have finished their backward */
-    int in_backward;
+    uint8_t *source;     /* per node: a boundary recomputations may start from */
+    uint8_t *held;       /* per node: the pass that computed it keeps it */
+    uint8_t *depth;      /* per node: depth of the pass that computed it */
+    uint8_t *in_r;       /* scratch: in the current recomputation */
+    int32_t *stack;      /* scratch */
+    int32_t frontier;    /* nodes > frontier have finished their backward */
     remat_status st;
 } builder;
 
@@ -55,9 +65,9 @@ static void emit(builder *b, remat__instr in) {
     s->ins[s->n++] = in;
 }
 
-static int is_value_node(const builder *b, int32_t u) {
-    return !remat__is_resident(&b->g->nodes[u]);
-}
+static int is_value_node(const builder *b, int32_t u) { return !remat__is_resident(&b->g->nodes[u]); }
+
+static int out_resident(const builder *b, int32_t u) { return b->res[REMAT__VAL(u, REMAT__V_OUT)]; }
 
 /* Frees v if nothing needs it any more. */
 static void maybe_free(builder *b, int32_t v) {
@@ -66,8 +76,8 @@ static void maybe_free(builder *b, int32_t v) {
     switch (REMAT__VAL_KIND(v)) {
     case REMAT__V_OUT:
         if (b->pend_fwd[u] > 0) return;
-        if (b->pend_bwd[v] > 0 && (b->in_backward || b->keep[u])) return;
-        if (b->source[u] && u < b->frontier && b->backward) return;
+        if (b->held[u] && b->pend_bwd[v] > 0) return;
+        if (b->held[u] && b->source[u] && u < b->frontier) return;
         break;
     case REMAT__V_AUX:
     case REMAT__V_GRAD:
@@ -78,10 +88,13 @@ static void maybe_free(builder *b, int32_t v) {
     emit(b, (remat__instr){.kind = REMAT__I_FREE, .node = u, .value = v});
 }
 
-static void fwd(builder *b, int32_t u) {
+/* Computes u in a pass at `depth` that keeps it (held) or not. */
+static void fwd(builder *b, int32_t u, int held, int depth) {
     const remat__node *n = &b->g->nodes[u];
     emit(b, (remat__instr){.kind = REMAT__I_FWD, .node = u});
     b->res[REMAT__VAL(u, REMAT__V_OUT)] = 1;
+    b->held[u] = (uint8_t)held;
+    b->depth[u] = (uint8_t)depth;
     if (remat__ops[n->op]->aux_bytes) b->res[REMAT__VAL(u, REMAT__V_AUX)] = 1;
     for (int i = 0; i < n->n_in; i++) {
         int32_t x = n->in[i];
@@ -110,59 +123,75 @@ static int bwd_reads(const builder *b, int32_t v, int32_t *vals) {
     return k;
 }
 
+/* Adds the missing ancestors of the nodes on the stack to the recomputation;
+ * returns the deepest depth among the resident values it stops at. */
+static int close_over_inputs(builder *b, int top, int32_t *rmin) {
+    int depth = 0;
+    while (top > 0) {
+        const remat__node *nd = &b->g->nodes[b->stack[--top]];
+        for (int i = 0; i < nd->n_in; i++) {
+            int32_t x = nd->in[i];
+            if (!is_value_node(b, x) || b->in_r[x]) continue;
+            if (out_resident(b, x)) {
+                if (b->depth[x] > depth) depth = b->depth[x];
+            } else {
+                b->in_r[x] = 1;
+                b->stack[top++] = x;
+                if (x < *rmin) *rmin = x;
+            }
+        }
+    }
+    return depth;
+}
+
 /* Recomputes the missing outputs `miss` (and their segments) before BWD(v). */
 static void recompute(builder *b, int32_t v, const int32_t *miss, int nmiss) {
     const remat_graph *g = b->g;
-    int n = g->n;
-    uint8_t *in_r = calloc((size_t)n, 1);
-    int32_t *stack = malloc((size_t)n * sizeof *stack);
-    if (!in_r || !stack) {
-        free(in_r), free(stack);
-        b->st = remat__err(REMAT_NOMEM, "out of memory building a schedule");
-        return;
-    }
-    int top = 0;
-    /* The segments of the missing values: every dropped node in them, up to
-     * v, whose output a pending backward reads. */
+    int32_t lo = v, top = 0;
     for (int j = 0; j < nmiss; j++) {
         int32_t x = REMAT__VAL_NODE(miss[j]);
-        if (!in_r[x]) in_r[x] = 1, stack[top++] = x;
-        for (int32_t w = x - 1; w >= 0 && b->seg[w] == b->seg[x]; w--)
-            if (b->needed[w] && is_value_node(b, w) && !b->res[REMAT__VAL(w, REMAT__V_OUT)] && !in_r[w] &&
-                b->pend_bwd[REMAT__VAL(w, REMAT__V_OUT)] > 0)
-                in_r[w] = 1, stack[top++] = w;
-        for (int32_t w = x + 1; w <= v && w < n && b->seg[w] == b->seg[x]; w++)
-            if (b->needed[w] && is_value_node(b, w) && !b->res[REMAT__VAL(w, REMAT__V_OUT)] && !in_r[w] &&
-                b->pend_bwd[REMAT__VAL(w, REMAT__V_OUT)] > 0)
-                in_r[w] = 1, stack[top++] = w;
+        if (!b->in_r[x]) b->in_r[x] = 1, b->stack[top++] = x;
+        if (x < lo) lo = x;
     }
-    /* Close over missing inputs. */
-    while (top > 0) {
-        const remat__node *nd = &g->nodes[stack[--top]];
-        for (int i = 0; i < nd->n_in; i++) {
-            int32_t x = nd->in[i];
-            if (is_value_node(b, x) && !b->res[REMAT__VAL(x, REMAT__V_OUT)] && !in_r[x])
-                in_r[x] = 1, stack[top++] = x;
-        }
+    int32_t first = lo;
+    int depth = close_over_inputs(b, top, &first) + 1;
+    /* Complete the segment: dropped nodes after the missing ones, up to v,
+     * whose outputs a pending backward reads, stopping at a boundary held
+     * by a coarser pass. */
+    top = 0;
+    for (int32_t w = lo + 1; w <= v; w++) {
+        if (out_resident(b, w) && b->held[w] && b->source[w] && b->depth[w] < depth) break;
+        if (b->needed[w] && is_value_node(b, w) && !out_resident(b, w) && !b->in_r[w] &&
+            b->pend_bwd[REMAT__VAL(w, REMAT__V_OUT)] > 0)
+            b->in_r[w] = 1, b->stack[top++] = w;
     }
+    int d2 = close_over_inputs(b, top, &first) + 1;
+    if (d2 > depth) depth = d2;
+    if (depth > 254) depth = 254;
+    /* This depth's nested boundaries; what follows the last one is kept. */
+    int32_t last = -1;
+    for (int32_t u = first; u <= v; u++)
+        if (b->in_r[u] && b->level[u] <= depth) last = u;
     /* Consumers within this recomputation keep their inputs alive. */
-    for (int32_t u = 0; u < n; u++) {
-        if (!in_r[u]) continue;
+    for (int32_t u = first; u <= v; u++) {
+        if (!b->in_r[u]) continue;
         const remat__node *nd = &g->nodes[u];
         for (int i = 0; i < nd->n_in; i++)
             if (is_value_node(b, nd->in[i])) b->pend_fwd[nd->in[i]]++;
     }
-    for (int32_t u = 0; u < n && b->st == REMAT_OK; u++)
-        if (in_r[u]) fwd(b, u);
-    free(in_r), free(stack);
+    for (int32_t u = first; u <= v && b->st == REMAT_OK; u++) {
+        if (!b->in_r[u]) continue;
+        b->in_r[u] = 0;
+        fwd(b, u, b->level[u] <= depth || u > last, depth);
+    }
 }
 
 static void bwd(builder *b, int32_t v) {
     const remat__node *n = &b->g->nodes[v];
-    /* Moving the frontier to v releases kept boundaries above it. */
+    /* Moving the frontier to v releases the boundaries above it. */
     int32_t old = b->frontier;
     b->frontier = v;
-    for (int32_t u = v + 1; u < old && u < b->g->n; u++)
+    for (int32_t u = v + 1; u <= old && u < b->g->n; u++)
         if (b->source[u]) maybe_free(b, REMAT__VAL(u, REMAT__V_OUT));
     int32_t reads[REMAT__MAX_IN + 2], miss[REMAT__MAX_IN + 2];
     int k = bwd_reads(b, v, reads), nmiss = 0;
@@ -181,10 +210,8 @@ static void bwd(builder *b, int32_t v) {
 }
 
 /* Marks every node `root` depends on (explicit stack, no recursion). */
-static remat_status mark_needed(const remat_graph *g, remat_node root, uint8_t *needed) {
+static remat_status mark_needed(const remat_graph *g, remat_node root, uint8_t *needed, int32_t *stack) {
     if (root == REMAT_NONE) return REMAT_OK;
-    int32_t *stack = malloc((size_t)g->n * sizeof *stack);
-    if (!stack) return remat__err(REMAT_NOMEM, "out of memory walking the graph");
     int top = 0;
     if (!needed[root]) needed[root] = 1, stack[top++] = root;
     while (top > 0) {
@@ -192,12 +219,11 @@ static remat_status mark_needed(const remat_graph *g, remat_node root, uint8_t *
         for (int i = 0; i < n->n_in; i++)
             if (!needed[n->in[i]]) needed[n->in[i]] = 1, stack[top++] = n->in[i];
     }
-    free(stack);
     return REMAT_OK;
 }
 
 remat_status remat__schedule_build(const remat__prog *p, remat_node loss, remat_node fetch, int train,
-                                   int backward, const uint8_t *keep_in, remat__schedule *out) {
+                                   int backward, const uint8_t *level_in, remat__schedule *out) {
     const remat_graph *g = p->g;
     int n = g->n;
     size_t nv = (size_t)n * 3;
@@ -207,84 +233,63 @@ remat_status remat__schedule_build(const remat__prog *p, remat_node loss, remat_
     out->loss = loss;
     out->fetch = fetch;
     builder b = {.p = p, .g = g, .out = out, .backward = backward, .frontier = n};
-    uint8_t *keep_all = NULL;
-    b.needed = calloc((size_t)n, 1);
-    b.res = calloc(nv, 1);
-    b.pend_bwd = calloc(nv, sizeof *b.pend_bwd);
-    b.pend_fwd = calloc((size_t)n, sizeof *b.pend_fwd);
-    b.source = calloc((size_t)n, 1);
-    b.seg = calloc((size_t)n, sizeof *b.seg);
-    keep_all = malloc((size_t)n);
-    if (!b.needed || !b.res || !b.pend_bwd || !b.pend_fwd || !b.source || !b.seg || !keep_all) {
+    uint8_t *level_all = calloc((size_t)n + 1, 1);
+    b.needed = calloc((size_t)n + 1, 1);
+    b.res = calloc(nv + 1, 1);
+    b.pend_bwd = calloc(nv + 1, sizeof *b.pend_bwd);
+    b.pend_fwd = calloc((size_t)n + 1, sizeof *b.pend_fwd);
+    b.source = calloc((size_t)n + 1, 1);
+    b.held = calloc((size_t)n + 1, 1);
+    b.depth = calloc((size_t)n + 1, 1);
+    b.in_r = calloc((size_t)n + 1, 1);
+    b.stack = malloc(((size_t)n + 1) * sizeof *b.stack);
+    if (!level_all || !b.needed || !b.res || !b.pend_bwd || !b.pend_fwd || !b.source || !b.held || !b.depth ||
+        !b.in_r || !b.stack) {
         b.st = remat__err(REMAT_NOMEM, "out of memory building a schedule");
         goto done;
     }
-    if (!keep_in) memset(keep_all, 1, (size_t)n);
-    b.keep = keep_in ? keep_in : keep_all;
-    b.st = mark_needed(g, loss, b.needed);
-    if (b.st == REMAT_OK) b.st = mark_needed(g, fetch, b.needed);
-    if (b.st != REMAT_OK) goto done;
-    /* Counts: forward consumers, backward readers, sources, segments. */
+    b.level = level_in ? level_in : level_all;
+    mark_needed(g, loss, b.needed, b.stack);
+    mark_needed(g, fetch, b.needed, b.stack);
+    /* Counts: forward consumers, backward readers. */
     int32_t reads[REMAT__MAX_IN + 2];
+    int dropped_read = 0; /* does any backward read a value the forward drops? */
     for (int32_t u = 0; u < n; u++) {
         if (!b.needed[u]) continue;
         const remat__node *nd = &g->nodes[u];
         for (int i = 0; i < nd->n_in; i++)
-            if (is_value_node(&b, nd->in[i])) {
-                b.pend_fwd[nd->in[i]]++;
-                if (!b.keep[u] && b.keep[nd->in[i]] && !remat__is_resident(nd)) b.source[nd->in[i]] = 1;
-            }
+            if (is_value_node(&b, nd->in[i])) b.pend_fwd[nd->in[i]]++;
         if (backward && p->needs_grad[u] && nd->leaf == REMAT__LEAF_NONE) {
             int k = bwd_reads(&b, u, reads);
-            for (int j = 0; j < k; j++) b.pend_bwd[reads[j]]++;
+            for (int j = 0; j < k; j++) {
+                b.pend_bwd[reads[j]]++;
+                if (REMAT__VAL_KIND(reads[j]) == REMAT__V_OUT && b.level[REMAT__VAL_NODE(reads[j])] > 0)
+                    dropped_read = 1;
+            }
             b.pend_bwd[REMAT__VAL(u, REMAT__V_GRAD)] = 1;
         }
     }
-    int32_t seg = 0;
-    for (int32_t u = 0; u < n; u++) {
-        b.seg[u] = seg;
-        if (b.source[u]) seg++;
+    /* Boundaries: nodes kept at some level that feed a node dropped at that
+     * level. They are held until the backward frontier passes them, as
+     * recomputations start there; when no backward reads a dropped value
+     * (add's backward, for one, reads nothing), nothing is ever recomputed
+     * and no boundary is needed. */
+    for (int32_t u = 0; u < n && backward && dropped_read; u++) {
+        const remat__node *nd = &g->nodes[u];
+        if (!b.needed[u] || remat__is_resident(nd)) continue;
+        for (int i = 0; i < nd->n_in; i++) {
+            int32_t x = nd->in[i];
+            if (is_value_node(&b, x) && b.level[x] < b.level[u]) b.source[x] = 1;
+        }
     }
-    /* A boundary is worth keeping only if a segment it feeds holds a dropped
-     * value that some backward reads (else nothing is ever recomputed from
-     * it: add's backward, for one, reads nothing). */
-    uint8_t *seg_needed = calloc((size_t)seg + 1, 1);
-    if (!seg_needed) {
-        b.st = remat__err(REMAT_NOMEM, "out of memory building a schedule");
-        goto done;
-    }
-    for (int32_t u = 0; u < n; u++)
-        if (b.needed[u] && !b.keep[u] && b.pend_bwd[REMAT__VAL(u, REMAT__V_OUT)] > 0) seg_needed[b.seg[u]] = 1;
-    uint8_t *useful = calloc((size_t)n, 1);
-    if (!useful) {
-        free(seg_needed);
-        b.st = remat__err(REMAT_NOMEM, "out of memory building a schedule");
-        goto done;
-    }
-    for (int32_t w = 0; w < n; w++) {
-        const remat__node *nd = &g->nodes[w];
-        if (!b.needed[w] || b.keep[w] || remat__is_resident(nd) || !seg_needed[b.seg[w]]) continue;
-        for (int i = 0; i < nd->n_in; i++) useful[nd->in[i]] = 1;
-    }
-    seg = 0;
-    for (int32_t u = 0; u < n; u++) {
-        b.source[u] = b.source[u] && useful[u];
-        b.seg[u] = seg;
-        if (b.source[u]) seg++;
-    }
-    free(useful);
-    free(seg_needed);
     /* Forward. */
     for (int32_t u = 0; u < n && b.st == REMAT_OK; u++)
-        if (b.needed[u] && is_value_node(&b, u)) fwd(&b, u);
+        if (b.needed[u] && is_value_node(&b, u)) fwd(&b, u, b.level[u] == 0, 0);
     /* Backward, in reverse creation order. */
-    if (backward) {
-        b.in_backward = 1;
+    if (backward)
         for (int32_t v = n - 1; v >= 0 && b.st == REMAT_OK; v--)
             if (b.needed[v] && p->needs_grad[v] && g->nodes[v].leaf == REMAT__LEAF_NONE) bwd(&b, v);
-        b.frontier = -1;
-    }
-    /* Whatever is left (kept boundaries without later use). */
+    /* Whatever is left (boundaries without later use). */
     for (int32_t v = 0; v < (int32_t)nv && b.st == REMAT_OK; v++)
         if (b.res[v]) {
             b.res[v] = 0;
@@ -292,8 +297,8 @@ remat_status remat__schedule_build(const remat__prog *p, remat_node loss, remat_
         }
     if (b.st == REMAT_OK) remat__schedule_categorize(p, out);
 done:
-    free(b.needed), free(b.res), free(b.pend_bwd), free(b.pend_fwd), free(b.source), free(b.seg);
-    free(keep_all);
+    free(level_all), free(b.needed), free(b.res), free(b.pend_bwd), free(b.pend_fwd), free(b.source);
+    free(b.held), free(b.depth), free(b.in_r), free(b.stack);
     if (b.st != REMAT_OK) remat__schedule_free(out);
     return b.st;
 }

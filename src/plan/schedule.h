@@ -61,13 +61,15 @@ size_t remat__value_bytes(const remat_graph *g, int32_t v);
  * parameter's gradient)? */
 int remat__bwd_writes(const remat__prog *p, const remat__node *n, int i);
 
-/* Builds the schedule of one step from a keep mask (build.c): keep[u] = 1
- * keeps node u's output from the forward pass for the backward pass, 0
- * drops it and recomputes it when needed; NULL keeps everything (the
- * store-all schedule). `fetch` (or REMAT_NONE) is a node to compute besides
- * the loss; backward = 0 builds a forward-only schedule. */
+/* Builds the schedule of one step from checkpoint levels (build.c):
+ * level[u] = 0 keeps node u's output from the forward pass for the backward
+ * pass; d > 0 keeps it only from a recomputation at depth d on (a nested
+ * boundary); REMAT__LEVEL_NONE drops it, to be recomputed when needed. NULL
+ * keeps everything (the store-all schedule). `fetch` (or REMAT_NONE) is a
+ * node to compute besides the loss; backward = 0 builds a forward-only
+ * schedule. */
 remat_status remat__schedule_build(const remat__prog *p, remat_node loss, remat_node fetch, int train,
-                                   int backward, const uint8_t *keep, remat__schedule *out);
+                                   int backward, const uint8_t *level, remat__schedule *out);
 void remat__schedule_free(remat__schedule *s);
 
 /* Sets each FWD's categories: an output (or aux) instance that some
@@ -83,9 +85,11 @@ int remat__node_threads(const remat_graph *g, const remat__node *n, int pool);
 remat_status remat__simulate(const remat__prog *p, const remat__schedule *s,
                              const remat_mem_stats *start, remat_mem_stats *out);
 
-/* The keep mask of a strategy (strategy.c); *keep is NULL for `all`, else
- * owned by the caller (free). */
-remat_status remat__strategy_keep(const remat_graph *g, remat_strategy st, uint8_t **keep);
+/* The checkpoint levels of a strategy (strategy.c), for
+ * remat__schedule_build; *level is NULL for `all`, else owned by the caller
+ * (free). */
+#define REMAT__LEVEL_NONE 255
+remat_status remat__strategy_levels(const remat_graph *g, remat_strategy st, uint8_t **level);
 
 /* Memory, FLOPs and seconds of a schedule run from `start`. */
 remat_status remat__schedule_summary(const remat__prog *p, const remat__schedule *s,

@@ -3,8 +3,10 @@
  * the op table and a per-op cost model).
  *
  * - all: keep everything (keep = NULL).
- * - manual: keep the nodes marked with remat_checkpoint, the inputs, and
- *   everything after the last mark.
+ * - manual: keep the nodes marked with remat_checkpoint outside any
+ *   remat_checkpoint_begin/end scope, the inputs, and everything after the
+ *   last such mark; marks inside k scopes are nested boundaries of level k,
+ *   kept only while the enclosing segment is being recomputed.
  * - sqrt: Chen et al.'s scheme: among the graph's articulation points (the
  *   nodes every path from the inputs to the loss goes through), keep
  *   round(sqrt(k)) - 1 evenly spaced ones, dropping the rest, and keep the
@@ -57,40 +59,45 @@ static int cut_points(const remat_graph *g, int32_t *out) {
     return k;
 }
 
-remat_status remat__strategy_keep(const remat_graph *g, remat_strategy st, uint8_t **keep_out) {
-    *keep_out = NULL;
+remat_status remat__strategy_levels(const remat_graph *g, remat_strategy st, uint8_t **level_out) {
+    *level_out = NULL;
     if (st == REMAT_STRATEGY_ALL) return REMAT_OK;
     int n = g->n;
-    uint8_t *keep = calloc((size_t)n, 1);
-    int32_t *cand = malloc((size_t)n * sizeof *cand);
-    if (!keep || !cand) {
-        free(keep), free(cand);
+    uint8_t *level = malloc((size_t)n + 1);
+    int32_t *cand = malloc(((size_t)n + 1) * sizeof *cand);
+    if (!level || !cand) {
+        free(level), free(cand);
         return remat__err(REMAT_NOMEM, "out of memory planning");
     }
-    int32_t last = -1;
+    memset(level, REMAT__LEVEL_NONE, (size_t)n);
+    int32_t last = -1; /* the last level-0 boundary */
     if (st == REMAT_STRATEGY_MANUAL) {
-        for (int u = 0; u < n; u++)
-            if (g->nodes[u].checkpoint) keep[u] = 1, last = u;
+        for (int u = 0; u < n; u++) {
+            int c = g->nodes[u].checkpoint;
+            if (!c) continue;
+            level[u] = (uint8_t)(c - 1 < REMAT__LEVEL_NONE ? c - 1 : REMAT__LEVEL_NONE - 1);
+            if (c == 1) last = u;
+        }
     } else if (st == REMAT_STRATEGY_SQRT) {
         int k = cut_points(g, cand);
         if (k < 0) {
-            free(keep), free(cand);
+            free(level), free(cand);
             return remat__err(REMAT_NOMEM, "out of memory planning");
         }
         int nseg = (int)lround(sqrt((double)k));
         for (int j = 1; j < nseg; j++) {
             int32_t u = cand[(int64_t)j * k / nseg];
-            keep[u] = 1;
+            level[u] = 0;
             last = u;
         }
     } else {
-        free(keep), free(cand);
+        free(level), free(cand);
         return remat__err(REMAT_INVALID, "unknown strategy %d", (int)st);
     }
     for (int u = 0; u < n; u++)
-        if (g->nodes[u].leaf != REMAT__LEAF_NONE || u > last) keep[u] = 1;
+        if (g->nodes[u].leaf != REMAT__LEAF_NONE || u > last) level[u] = 0;
     free(cand);
-    *keep_out = keep;
+    *level_out = level;
     return REMAT_OK;
 }
 
