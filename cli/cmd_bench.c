@@ -19,6 +19,7 @@ static void help(void) {
            "  --batch B           batch size (default 64)\n"
            "  --data NAME         input shape of: fashion-mnist | mnist | cifar10 (default fashion-mnist)\n"
            "  --strategies LIST   comma-separated strategies (default all,manual,sqrt)\n"
+           "  --budget SIZE       also run `optimal` within this budget (repeatable)\n"
            "  --steps N           timed steps per strategy (default 10)\n"
            "  --warmup N          untimed steps first (default 2)\n"
            "  --threads T         kernel threads (default: one per core)\n"
@@ -44,12 +45,16 @@ int cmd_bench(int argc, char **argv) {
     char list[256] = "all,manual,sqrt";
     int64_t batch = 64, steps = 10, warmup = 2, threads = 0;
     int json = 0;
+    remat_strategy strat[MAX_STRATEGIES];
+    size_t budgets[MAX_STRATEGIES] = {0}, extra_budget[MAX_STRATEGIES];
+    int ns = 0, nb = 0;
     static const struct option opts[] = {
         {"model", required_argument, 0, 'm'},   {"batch", required_argument, 0, 'b'},
         {"data", required_argument, 0, 'd'},    {"strategies", required_argument, 0, 's'},
         {"steps", required_argument, 0, 'n'},   {"warmup", required_argument, 0, 'w'},
         {"threads", required_argument, 0, 't'}, {"json", no_argument, 0, 'j'},
-        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
+        {"help", no_argument, 0, 'h'},          {"budget", required_argument, 0, 'B'},
+        {0, 0, 0, 0}};
     optind = 1;
     opterr = 0;
     int c, idx = 0;
@@ -64,6 +69,11 @@ int cmd_bench(int argc, char **argv) {
         case 'w': bad = cli_parse_i64(optarg, &warmup) || warmup < 0; break;
         case 't': bad = cli_parse_i64(optarg, &threads) || threads < 0 || threads > 1024; break;
         case 'j': json = 1; break;
+        case 'B':
+            if (nb == MAX_STRATEGIES) return cli_usage_error("bench", "at most %d budgets", MAX_STRATEGIES);
+            bad = cli_parse_size(optarg, &extra_budget[nb]) || extra_budget[nb] == 0;
+            nb++;
+            break;
         case 'h': help(); return 0;
         case ':': return cli_usage_error("bench", "option '%s' needs a value", argv[optind - 1]);
         default: return cli_usage_error("bench", "unknown option '%s'", argv[optind - 1]);
@@ -71,12 +81,16 @@ int cmd_bench(int argc, char **argv) {
         if (bad) return cli_usage_error("bench", "bad value '%s' for --%s", optarg, opts[idx].name);
     }
     if (optind < argc) return cli_usage_error("bench", "unexpected argument '%s'", argv[optind]);
-    remat_strategy strat[MAX_STRATEGIES];
-    int ns = 0;
+
     for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
         if (ns == MAX_STRATEGIES) return cli_usage_error("bench", "at most %d strategies", MAX_STRATEGIES);
         if (remat_strategy_parse(tok, &strat[ns]) != REMAT_OK) return cli_usage_error("bench", "%s", remat_last_error());
         ns++;
+    }
+    for (int i = 0; i < nb; i++) {
+        if (ns == MAX_STRATEGIES) return cli_usage_error("bench", "at most %d runs", MAX_STRATEGIES);
+        strat[ns] = REMAT_STRATEGY_OPTIMAL;
+        budgets[ns++] = extra_budget[i];
     }
     if (ns == 0) return cli_usage_error("bench", "no strategy given");
     remat_model_opts mo;
@@ -112,6 +126,7 @@ int cmd_bench(int argc, char **argv) {
         remat_session_opts_default(&so);
         so.threads = (int)threads;
         so.strategy = strat[k];
+        so.budget = budgets[k];
         if (remat_session_create(&s[k], g, m.loss, &so) != REMAT_OK) goto fail;
         remat_optim_opts oo;
         remat_optim_opts_default(&oo, REMAT_OPTIM_SGD);
@@ -136,7 +151,7 @@ int cmd_bench(int argc, char **argv) {
     double base_t = 0;
     size_t base_act = 0, base_total = 0;
     if (!json)
-        printf("%-8s %14s %14s %14s %14s %10s %9s %9s %9s\n", "strategy", "predicted", "measured", "activations",
+        printf("%-20s %14s %14s %14s %14s %10s %9s %9s %9s\n", "strategy", "predicted", "measured", "activations",
                "recomputed", "step (s)", "time/all", "act/all", "peak/all");
     for (int k = 0; k < ns; k++) {
         remat_mem_stats meas;
@@ -153,6 +168,7 @@ int cmd_bench(int argc, char **argv) {
             cJSON_AddStringToObject(o, "model", model);
             cJSON_AddNumberToObject(o, "batch", (double)batch);
             cJSON_AddStringToObject(o, "strategy", remat_strategy_str(strat[k]));
+            if (budgets[k]) cJSON_AddNumberToObject(o, "budget_bytes", (double)budgets[k]);
             cJSON_AddNumberToObject(o, "predicted_peak_bytes", (double)p.predicted.peak[REMAT_MEM_TOTAL]);
             cJSON_AddNumberToObject(o, "measured_peak_bytes", (double)meas.peak[REMAT_MEM_TOTAL]);
             cJSON_AddNumberToObject(o, "activation_bytes", (double)meas.peak[REMAT_MEM_ACT]);
@@ -167,7 +183,14 @@ int cmd_bench(int argc, char **argv) {
             cJSON_free(t);
             cJSON_Delete(o);
         } else {
-            printf("%-8s %14zu %14zu %14zu %14lld %10.4f %9.3f %9.3f %9.3f\n", remat_strategy_str(strat[k]),
+            char name[48];
+            if (budgets[k]) {
+                char b[32];
+                snprintf(name, sizeof name, "optimal@%s", cli_fmt_bytes(budgets[k], b, sizeof b));
+            } else {
+                snprintf(name, sizeof name, "%s", remat_strategy_str(strat[k]));
+            }
+            printf("%-20s %14zu %14zu %14zu %14lld %10.4f %9.3f %9.3f %9.3f\n", name,
                    p.predicted.peak[REMAT_MEM_TOTAL], meas.peak[REMAT_MEM_TOTAL], meas.peak[REMAT_MEM_ACT],
                    (long long)p.recomputations, med, rt, ra, rp);
         }

@@ -14,8 +14,12 @@ static void help(void) {
            "  --batch B         batch size (default 64)\n"
            "  --data NAME       input shape of this data set: fashion-mnist | mnist | cifar10\n"
            "                    (default fashion-mnist)\n"
-           "  --strategy S      all | manual | sqrt (default all)\n"
-           "  --budget SIZE     fail unless the step's peak fits, e.g. 512MiB, 2GiB, 1000000\n"
+           "  --strategy S      auto | all | manual | sqrt | optimal (default auto: optimal\n"
+           "                    with a budget, all without)\n"
+           "  --budget SIZE     the step's peak must fit, e.g. 512MiB, 2GiB, 1000000\n"
+           "  --sweep           the trade-off curve: optimal at 24 budgets from the smallest\n"
+           "                    feasible to store-all, next to sqrt\n"
+           "  --plot FILE.svg   with --sweep, also draw the curve\n"
            "  --optim NAME      count this optimizer's state: none | sgd | adamw (default sgd,\n"
            "                    with momentum)\n"
            "  --threads T       kernel threads the plan is for (default: one per core)\n"
@@ -24,8 +28,148 @@ static void help(void) {
            "  --help            this text\n");
 }
 
+/* Plans a session for the strategy and budget; fills the summary. */
+static remat_status plan_at(const remat_graph *g, remat_node loss, const remat_session_opts *base,
+                            remat_strategy st, size_t budget, const remat_optim_opts *oo, remat_plan_summary *p) {
+    remat_session_opts so = *base;
+    so.strategy = st;
+    so.budget = budget;
+    remat_session *s = NULL;
+    remat_status rc = remat_session_create(&s, g, loss, &so);
+    if (rc == REMAT_OK && oo) rc = remat_session_set_optimizer(s, oo);
+    if (rc == REMAT_OK) rc = remat_session_plan(s, p);
+    remat_session_destroy(s);
+    return rc;
+}
+
+typedef struct {
+    size_t budget, peak;
+    double extra;
+} point;
+
+static void write_svg(const char *path, const char *model, const point *opt, int n, const point *sq, int sq_ok,
+                      size_t store_all) {
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        cli_fail("cannot write %s", path);
+        return;
+    }
+    const double W = 720, H = 440, L = 70, R = 20, T = 40, B = 60;
+    double xmax = (double)store_all * 1.05 / 1048576.0, xmin = (double)opt[0].budget * 0.95 / 1048576.0;
+    double ymax = 1.0;
+    for (int i = 0; i < n; i++) ymax = opt[i].extra > ymax ? opt[i].extra : ymax;
+    if (sq_ok && sq->extra > ymax) ymax = sq->extra;
+    ymax *= 1.1;
+#define X(v) (L + ((v) - xmin) / (xmax - xmin) * (W - L - R))
+#define Y(v) (H - B - (v) / ymax * (H - T - B))
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\" font-size=\"12\">\n", W, H);
+    fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
+    fprintf(f, "<text x=\"%.0f\" y=\"22\" font-size=\"15\">%s: extra compute vs memory budget</text>\n", L, model);
+    fprintf(f, "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"black\"/>\n", L, H - B, W - R, H - B);
+    fprintf(f, "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"black\"/>\n", L, T, L, H - B);
+    for (int t = 0; t <= 5; t++) {
+        double xv = xmin + (xmax - xmin) * t / 5, yv = ymax * t / 5;
+        fprintf(f, "<text x=\"%.1f\" y=\"%.0f\" text-anchor=\"middle\">%.1f</text>\n", X(xv), H - B + 18, xv);
+        fprintf(f, "<text x=\"%.0f\" y=\"%.1f\" text-anchor=\"end\">%.1f</text>\n", L - 6, Y(yv) + 4, yv);
+        fprintf(f, "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", L, Y(yv), W - R, Y(yv));
+    }
+    fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">budget (MiB)</text>\n", (L + W - R) / 2, H - 18);
+    fprintf(f, "<text x=\"16\" y=\"%.0f\" transform=\"rotate(-90 16 %.0f)\" text-anchor=\"middle\">extra compute (%% of step FLOPs)</text>\n",
+            (T + H - B) / 2, (T + H - B) / 2);
+    fprintf(f, "<polyline fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"2\" points=\"");
+    for (int i = 0; i < n; i++) fprintf(f, "%.1f,%.1f ", X((double)opt[i].budget / 1048576.0), Y(opt[i].extra));
+    fprintf(f, "\"/>\n");
+    for (int i = 0; i < n; i++)
+        fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"#1f77b4\"/>\n", X((double)opt[i].budget / 1048576.0), Y(opt[i].extra));
+    if (sq_ok)
+        fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"8\" height=\"8\" fill=\"#d62728\"/>\n",
+                X((double)sq->peak / 1048576.0) - 4, Y(sq->extra) - 4);
+    fprintf(f, "<circle cx=\"%.0f\" cy=\"%.0f\" r=\"4\" fill=\"#1f77b4\"/><text x=\"%.0f\" y=\"%.0f\">optimal</text>\n",
+            W - 150, T + 10, W - 140, T + 14);
+    fprintf(f, "<rect x=\"%.0f\" y=\"%.0f\" width=\"8\" height=\"8\" fill=\"#d62728\"/><text x=\"%.0f\" y=\"%.0f\">sqrt (at its peak)</text>\n",
+            W - 154, T + 24, W - 140, T + 32);
+    fprintf(f, "</svg>\n");
+#undef X
+#undef Y
+    fclose(f);
+}
+
+/* The trade-off curve: optimal at 24 budgets from the smallest feasible to
+ * store-all, and sqrt's single point. */
+static int plan_sweep(const remat_model_opts *mo, const remat_session_opts *so, const remat_optim_opts *oo, int json,
+                      const char *plot) {
+    remat_graph *g = NULL;
+    remat_model m;
+    int rc = 1;
+    if (remat_graph_create(&g) != REMAT_OK || remat_model_build(g, mo, &m) != REMAT_OK) {
+        cli_fail("%s", remat_last_error());
+        remat_graph_destroy(g);
+        return 1;
+    }
+    remat_plan_summary all, sq;
+    if (plan_at(g, m.loss, so, REMAT_STRATEGY_ALL, 0, oo, &all) != REMAT_OK) goto fail;
+    int sq_ok = plan_at(g, m.loss, so, REMAT_STRATEGY_SQRT, 0, oo, &sq) == REMAT_OK;
+    size_t hi = all.predicted.peak[REMAT_MEM_TOTAL], lo = 0;
+    /* the smallest feasible budget, by bisection */
+    {
+        size_t a = 0, b = hi;
+        while (a + 1 < b) {
+            size_t mid = a + (b - a) / 2;
+            remat_plan_summary p;
+            if (plan_at(g, m.loss, so, REMAT_STRATEGY_OPTIMAL, mid, oo, &p) == REMAT_OK) b = mid;
+            else a = mid;
+            if (b - a < hi / 4096) break;
+        }
+        lo = b;
+    }
+    enum { NPTS = 24 };
+    point pts[NPTS];
+    int n = 0;
+    if (!json)
+        printf("%14s %14s %10s %14s %10s\n", "budget (B)", "optimal peak", "extra %", "sqrt peak", "sqrt extra %");
+    for (int i = 0; i < NPTS; i++) {
+        size_t budget = lo + (size_t)((double)(hi - lo) * i / (NPTS - 1));
+        remat_plan_summary p;
+        if (plan_at(g, m.loss, so, REMAT_STRATEGY_OPTIMAL, budget, oo, &p) != REMAT_OK) continue;
+        double extra = p.flops > 0 ? 100.0 * p.extra_flops / p.flops : 0.0;
+        pts[n++] = (point){budget, p.predicted.peak[REMAT_MEM_TOTAL], extra};
+        int sq_fits = sq_ok && sq.predicted.peak[REMAT_MEM_TOTAL] <= budget;
+        double sq_extra = sq.flops > 0 ? 100.0 * sq.extra_flops / sq.flops : 0.0;
+        if (json) {
+            printf("{\"budget_bytes\":%zu,\"optimal_peak_bytes\":%zu,\"optimal_extra_percent\":%.4f", budget,
+                   p.predicted.peak[REMAT_MEM_TOTAL], extra);
+            if (sq_fits)
+                printf(",\"sqrt_peak_bytes\":%zu,\"sqrt_extra_percent\":%.4f", sq.predicted.peak[REMAT_MEM_TOTAL],
+                       sq_extra);
+            printf("}\n");
+        } else if (sq_fits) {
+            printf("%14zu %14zu %10.2f %14zu %10.2f\n", budget, p.predicted.peak[REMAT_MEM_TOTAL], extra,
+                   sq.predicted.peak[REMAT_MEM_TOTAL], sq_extra);
+        } else {
+            printf("%14zu %14zu %10.2f %14s %10s\n", budget, p.predicted.peak[REMAT_MEM_TOTAL], extra, "-", "-");
+        }
+    }
+    if (!json)
+        printf("(extra %% = recomputed FLOPs / step FLOPs; sqrt needs %zu B; store-all needs %zu B)\n",
+               sq_ok ? sq.predicted.peak[REMAT_MEM_TOTAL] : (size_t)0, hi);
+    if (plot && n > 1) {
+        point sp = {0, sq_ok ? sq.predicted.peak[REMAT_MEM_TOTAL] : 0,
+                    sq_ok && sq.flops > 0 ? 100.0 * sq.extra_flops / sq.flops : 0.0};
+        write_svg(plot, mo->name, pts, n, &sp, sq_ok, hi);
+        if (!json) printf("plot written to %s\n", plot);
+    }
+    rc = 0;
+    remat_graph_destroy(g);
+    return rc;
+fail:
+    cli_fail("%s", remat_last_error());
+    remat_graph_destroy(g);
+    return rc;
+}
+
 int cmd_plan(int argc, char **argv) {
-    const char *model = "cnn", *data = "fashion-mnist", *optim = "sgd", *strategy = "all";
+    const char *model = "cnn", *data = "fashion-mnist", *optim = "sgd", *strategy = "auto", *plot = NULL;
+    int sweep = 0;
     int64_t batch = 64, threads = 0;
     size_t budget = 0;
     int json = 0, verbose = 0;
@@ -35,6 +179,7 @@ int cmd_plan(int argc, char **argv) {
         {"budget", required_argument, 0, 'B'},   {"optim", required_argument, 0, 'o'},
         {"threads", required_argument, 0, 't'},  {"verbose", no_argument, 0, 'v'},
         {"json", no_argument, 0, 'j'},           {"help", no_argument, 0, 'h'},
+        {"sweep", no_argument, 0, 'S'},          {"plot", required_argument, 0, 'P'},
         {0, 0, 0, 0}};
     optind = 1;
     opterr = 0;
@@ -50,6 +195,8 @@ int cmd_plan(int argc, char **argv) {
         case 't': bad = cli_parse_i64(optarg, &threads) || threads < 0 || threads > 1024; break;
         case 'B': bad = cli_parse_size(optarg, &budget) || budget == 0; break;
         case 'v': verbose = 1; break;
+        case 'S': sweep = 1; break;
+        case 'P': plot = optarg; break;
         case 'j': json = 1; break;
         case 'h': help(); return 0;
         case ':': return cli_usage_error("plan", "option '%s' needs a value", argv[optind - 1]);
@@ -81,6 +228,8 @@ int cmd_plan(int argc, char **argv) {
     if (cli_data_shape(data, &mo.channels, &mo.height, &mo.width))
         return cli_usage_error("plan", "unknown data set '%s' (known: fashion-mnist, mnist, cifar10)", data);
 
+    if (plot && !sweep) return cli_usage_error("plan", "--plot needs --sweep");
+    if (sweep) return plan_sweep(&mo, &so, has_optim ? &oo : NULL, json, plot);
     remat_graph *g = NULL;
     remat_session *s = NULL;
     remat_model m;

@@ -25,7 +25,8 @@ static void help(void) {
            "  --nesterov          SGD with Nesterov momentum\n"
            "  --weight-decay W    weight decay (default 0.01 for adamw, 0 for sgd)\n"
            "  --dropout-scale S   multiply every dropout rate by S (0 turns dropout off)\n"
-           "  --strategy S        all | manual | sqrt: which activations to keep (default all)\n"
+           "  --strategy S        auto | all | manual | sqrt | optimal: which activations to\n"
+           "                      keep (default auto: optimal with a budget, all without)\n"
            "  --budget SIZE       fail before training unless a step fits, e.g. 512MiB, 2GiB\n"
            "  --checkpoint-blocks N  for --strategy manual: checkpoint only the first N\n"
            "                      blocks of the model (default: every block)\n"
@@ -111,7 +112,7 @@ static void on_event(const remat_event *ev, void *user) {
 
 int cmd_train(int argc, char **argv) {
     const char *model = "cnn", *data = "fashion-mnist", *dir = NULL, *optim = "adamw", *save = NULL;
-    const char *strategy = "all";
+    const char *strategy = "auto";
     size_t budget = 0;
     int64_t ckpt_blocks = -1;
     int64_t epochs = 1, steps = 0, batch = 64, threads = 0, train_limit = 0, test_limit = 0;

@@ -192,12 +192,14 @@ typedef struct remat_session remat_session;
 
 /* Which activations a training step keeps (the others are recomputed). */
 typedef enum {
-    REMAT_STRATEGY_ALL = 0, /* keep everything backward needs */
-    REMAT_STRATEGY_MANUAL,  /* keep the remat_checkpoint boundaries */
-    REMAT_STRATEGY_SQRT,    /* ~sqrt(n) evenly spaced boundaries at articulation points */
+    REMAT_STRATEGY_AUTO = 0, /* optimal when a budget is given, else all */
+    REMAT_STRATEGY_ALL,      /* keep everything backward needs */
+    REMAT_STRATEGY_MANUAL,   /* keep the remat_checkpoint boundaries */
+    REMAT_STRATEGY_SQRT,     /* ~sqrt(n) evenly spaced boundaries at articulation points */
+    REMAT_STRATEGY_OPTIMAL,  /* least recomputation within the budget (rotor's DP over stages) */
 } remat_strategy;
 
-/* "all", "manual", "sqrt". */
+/* "auto", "all", "manual", "sqrt", "optimal". */
 const char *remat_strategy_str(remat_strategy s);
 /* Parses a strategy name; REMAT_NOT_FOUND names the known ones. */
 remat_status remat_strategy_parse(const char *name, remat_strategy *out);
@@ -205,7 +207,7 @@ remat_status remat_strategy_parse(const char *name, remat_strategy *out);
 typedef struct {
     int threads;             /* kernel threads; 0 = one per core */
     uint64_t seed;           /* parameter initialization and dropout */
-    remat_strategy strategy; /* default REMAT_STRATEGY_ALL */
+    remat_strategy strategy; /* default REMAT_STRATEGY_AUTO */
     size_t budget;           /* peak bytes a step may hold, 0 = no limit */
 } remat_session_opts;
 
@@ -438,6 +440,77 @@ const char *const *remat_model_names(void);
 /* Builds the model and its cross-entropy loss into g. */
 remat_status remat_model_build(remat_graph *g, const remat_model_opts *o,
                                remat_model *m);
+
+/* --------------------------------------------------- planning any chain */
+
+/* The chain model of rotor (PLANNING.md section 3.1), usable without a
+ * model: per stage its forward and backward cost, the size of its input
+ * x_i (its gradient has the same size) and the size of everything its
+ * backward needs, its output included (x-bar_{i+1}). Sizes are bytes (or
+ * any unit); the budget counts the first input and the gradients. A valid
+ * chain has at least one stage, finite costs >= 0, sizes >= 0, and each
+ * stage's `saved` at least its output (the next stage's `input`, or
+ * `output` for the last stage); the calls below reject others with
+ * REMAT_INVALID naming the stage and field. */
+typedef struct {
+    double forward, backward; /* u_f[i], u_b[i] */
+    int64_t input;            /* omega_x[i] */
+    int64_t saved;            /* omega_xbar[i+1] >= size of the stage's output */
+} remat_stage;
+
+/* Operations of a chain schedule, named as in rotor. */
+typedef enum {
+    REMAT_CHAIN_FN = 0, /* forward without keeping anything, frees its input */
+    REMAT_CHAIN_CF,     /* forward keeping its input (a checkpoint) */
+    REMAT_CHAIN_FE,     /* forward keeping everything its backward needs */
+    REMAT_CHAIN_LOSS,   /* the loss: turns x_L into its gradient y_L */
+    REMAT_CHAIN_B,      /* backward of a stage */
+} remat_chain_op_kind;
+
+typedef struct {
+    remat_chain_op_kind kind;
+    int stage; /* 0..n-1; n for the loss */
+} remat_chain_op;
+
+typedef struct remat_chain_plan remat_chain_plan;
+
+/* The persistent-optimal schedule (rotor's dynamic program) of a chain of
+ * n stages whose last output has size `output`, within `budget`, with the
+ * memory discretized into `slots` slots (0: a default of 500) of
+ * ceil(budget / slots) units; every size is rounded up to whole slots, so
+ * the schedule never exceeds the budget, and with slots >= budget the plan
+ * is exactly optimal. REMAT_BUDGET names the smallest budget that fits
+ * with the same slot count ("the smallest budget that fits is N"); every
+ * budget from it up succeeds. Time O(slots * n^3), memory about
+ * 5 * slots * n^2 bytes. The plan is owned by the caller
+ * (remat_chain_plan_destroy). */
+remat_status remat_chain_solve(const remat_stage *stages, int n, int64_t output, int64_t budget, int slots,
+                               remat_chain_plan **out);
+void remat_chain_plan_destroy(remat_chain_plan *p);
+int remat_chain_plan_length(const remat_chain_plan *p);
+remat_chain_op remat_chain_plan_op(const remat_chain_plan *p, int i);
+/* Sum of operation costs, and peak memory, of the plan (simulated exactly
+ * in the chain model, in the caller's units). */
+double remat_chain_plan_cost(const remat_chain_plan *p);
+int64_t remat_chain_plan_peak(const remat_chain_plan *p);
+
+/* Simulates any operation sequence on a chain: its cost (Fn, CF, Fe cost
+ * the stage's forward, B its backward, Loss nothing) and peak (x_0
+ * resident at the start; an op's peak counts its output before its inputs
+ * are freed), or REMAT_INVALID naming the first operation (index, kind,
+ * stage) whose inputs are not resident or whose output already is. Frees:
+ * Fn its input (x_i, else x-bar_i); Loss x_L; B y_{i+1}, x-bar_{i+1} and
+ * x_i. A partial sequence is fine. */
+remat_status remat_chain_simulate(const remat_stage *stages, int n, int64_t output, const remat_chain_op *ops,
+                                  int nops, double *cost, int64_t *peak);
+
+/* Reads a chain from JSON text: {"stages": [{"forward": f, "backward": b,
+ * "input": a, "saved": s}, ...], "output": o}; sizes are integers, other
+ * keys are ignored. Errors (REMAT_FORMAT) give the line and column, or
+ * name the stage and field that is missing, negative or not a number, or
+ * a chain that is not valid (see remat_stage). *stages is owned by the
+ * caller (free). */
+remat_status remat_chain_parse_json(const char *text, remat_stage **stages, int *n, int64_t *output);
 
 /* ----------------------------------------------------------- safetensors */
 

@@ -16,7 +16,28 @@ void remat_session_opts_default(remat_session_opts *o) {
     memset(o, 0, sizeof *o);
     o->threads = 0;
     o->seed = 42;
-    o->strategy = REMAT_STRATEGY_ALL;
+    o->strategy = REMAT_STRATEGY_AUTO;
+}
+
+/* (Re)builds the training schedule for the session's strategy and current
+ * live state (parameters, gradients, optimizer state), then checks the
+ * budget. */
+remat_status remat__session_plan_train(remat_session *s) {
+    remat__schedule sc;
+    remat_status st;
+    if (s->opts.strategy == REMAT_STRATEGY_OPTIMAL && s->opts.budget) {
+        remat_mem_stats start = s->alloc.st;
+        st = remat__optimal_schedule(&s->prog, s->loss, s->opts.budget, &start, &sc);
+    } else {
+        uint8_t *level = NULL;
+        st = remat__strategy_levels(s->g, s->opts.strategy, &level);
+        if (st == REMAT_OK) st = remat__schedule_build(&s->prog, s->loss, REMAT_NONE, 1, 1, level, &sc);
+        free(level);
+    }
+    if (st != REMAT_OK) return st;
+    remat__schedule_free(&s->train);
+    s->train = sc;
+    return remat__session_check_budget(s);
 }
 
 /* Fails with REMAT_BUDGET when the training step's predicted peak, from the
@@ -106,12 +127,11 @@ remat_status remat_session_create(remat_session **out, const remat_graph *g, rem
         else
             memset(s->vcat, REMAT_MEM_TRANSIENT, nv);
     }
-    if (st == REMAT_OK) {
-        uint8_t *level = NULL;
-        st = remat__strategy_levels(g, s->opts.strategy, &level);
-        if (st == REMAT_OK) st = remat__schedule_build(&s->prog, loss, REMAT_NONE, 1, 1, level, &s->train);
-        free(level);
-    }
+    if (s->opts.strategy == REMAT_STRATEGY_AUTO)
+        s->opts.strategy = s->opts.budget ? REMAT_STRATEGY_OPTIMAL : REMAT_STRATEGY_ALL;
+    /* The unused-parameter check reads a store-all schedule; the strategy's
+     * own schedule is made once the parameters are allocated. */
+    if (st == REMAT_OK) st = remat__schedule_build(&s->prog, loss, REMAT_NONE, 1, 1, NULL, &s->train);
     /* Parameters: allocate, initialize, and refuse ones the loss ignores. */
     for (int v = 0; v < g->n && st == REMAT_OK; v++) {
         const remat__node *n = &g->nodes[v];
@@ -145,7 +165,7 @@ remat_status remat_session_create(remat_session **out, const remat_graph *g, rem
                                 "it would never receive a gradient", g->nodes[v].name);
         free(used);
     }
-    if (st == REMAT_OK) st = remat__session_check_budget(s);
+    if (st == REMAT_OK) st = remat__session_plan_train(s);
     if (st != REMAT_OK) {
         remat_session_destroy(s);
         return st;

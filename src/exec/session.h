@@ -45,5 +45,7 @@ remat_status remat__exec(remat_session *s, const remat__schedule *sched, float *
 /* REMAT_BUDGET naming the bytes needed when the step's predicted peak is
  * above the session's budget. */
 remat_status remat__session_check_budget(const remat_session *s);
+/* (Re)builds the training schedule for the strategy and the live state. */
+remat_status remat__session_plan_train(remat_session *s);
 
 #endif

@@ -64,6 +64,95 @@ int remat__node_threads(const remat_graph *g, const remat__node *n, int pool) {
     return remat__numel(&n->shape) < 4096 ? 1 : pool;
 }
 
+remat_status remat__schedule_add_frees(const remat__prog *p, remat__schedule *s) {
+    const remat_graph *g = p->g;
+    size_t nv = (size_t)g->n * 3;
+    int32_t *last = malloc(nv * sizeof *last);       /* last use of the open instance, -1 none */
+    int32_t *head = malloc(((size_t)s->n + 1) * sizeof *head);
+    int32_t *next = NULL;
+    int32_t *fv = NULL; /* freed values, chained per instruction */
+    int nf = 0, capf = 0;
+    remat_status st = REMAT_OK;
+    if (!last || !head) {
+        st = remat__err(REMAT_NOMEM, "out of memory building a schedule");
+        goto out;
+    }
+    for (size_t v = 0; v < nv; v++) last[v] = -1;
+    for (int i = 0; i <= s->n; i++) head[i] = -1;
+#define CLOSE(v)                                                                              \
+    do {                                                                                      \
+        if (nf == capf) {                                                                     \
+            capf = capf ? 2 * capf : 1024;                                                    \
+            int32_t *a = realloc(fv, (size_t)capf * sizeof *fv), *b = realloc(next, (size_t)capf * sizeof *next); \
+            if (a) fv = a;                                                                    \
+            if (b) next = b;                                                                  \
+            if (!a || !b) {                                                                   \
+                st = remat__err(REMAT_NOMEM, "out of memory building a schedule");            \
+                goto out;                                                                     \
+            }                                                                                 \
+        }                                                                                     \
+        fv[nf] = (v), next[nf] = head[last[v]], head[last[v]] = nf, nf++;                     \
+        last[v] = -1;                                                                         \
+    } while (0)
+    for (int i = 0; i < s->n; i++) {
+        const remat__instr *in = &s->ins[i];
+        const remat__node *n = &g->nodes[in->node];
+        const remat__op *op = remat__ops[n->op];
+        if (in->kind == REMAT__I_FWD) {
+            for (int j = 0; j < n->n_in; j++)
+                if (!remat__is_resident(&g->nodes[n->in[j]])) last[REMAT__VAL(n->in[j], REMAT__V_OUT)] = i;
+            int32_t vo = REMAT__VAL(in->node, REMAT__V_OUT);
+            if (last[vo] >= 0) CLOSE(vo); /* a recomputation: the old instance ends before */
+            last[vo] = i;
+            if (op->aux_bytes) last[REMAT__VAL(in->node, REMAT__V_AUX)] = i; /* reused, not redefined */
+        } else if (in->kind == REMAT__I_BWD) {
+            last[REMAT__VAL(in->node, REMAT__V_GRAD)] = i;
+            for (int j = 0; j < n->n_in; j++) {
+                if ((op->saves & REMAT__SAVE_IN(j)) && !remat__is_resident(&g->nodes[n->in[j]]))
+                    last[REMAT__VAL(n->in[j], REMAT__V_OUT)] = i;
+                if (remat__bwd_writes(p, n, j) && g->nodes[n->in[j]].leaf != REMAT__LEAF_PARAM)
+                    last[REMAT__VAL(n->in[j], REMAT__V_GRAD)] = i;
+            }
+            if (op->saves & REMAT__SAVE_OUT) last[REMAT__VAL(in->node, REMAT__V_OUT)] = i;
+            if (op->saves & REMAT__SAVE_AUX) last[REMAT__VAL(in->node, REMAT__V_AUX)] = i;
+        }
+    }
+    for (size_t v = 0; v < nv; v++)
+        if (last[v] >= 0) CLOSE((int32_t)v);
+#undef CLOSE
+    {
+        remat__schedule old = *s;
+        remat__instr *ins = malloc(((size_t)old.n + (size_t)nf + 1) * sizeof *ins);
+        if (!ins) {
+            st = remat__err(REMAT_NOMEM, "out of memory building a schedule");
+            goto out;
+        }
+        int k = 0;
+        for (int i = 0; i < old.n; i++) {
+            ins[k++] = old.ins[i];
+            /* frees after instruction i, in value order */
+            int cnt = 0;
+            for (int32_t f = head[i]; f >= 0; f = next[f]) cnt++;
+            int base = k;
+            for (int32_t f = head[i]; f >= 0; f = next[f]) {
+                int32_t v = fv[f];
+                int pos = k;
+                while (pos > base && ins[pos - 1].value > v) ins[pos] = ins[pos - 1], pos--;
+                ins[pos] = (remat__instr){.kind = REMAT__I_FREE, .node = REMAT__VAL_NODE(v), .value = v};
+                k++;
+            }
+            (void)cnt;
+        }
+        free(old.ins);
+        s->ins = ins;
+        s->n = k;
+        s->cap = (int)(old.n + nf + 1);
+    }
+out:
+    free(last), free(head), free(next), free(fv);
+    return st;
+}
+
 void remat__schedule_categorize(const remat__prog *p, remat__schedule *s) {
     const remat_graph *g = p->g;
     size_t nv = (size_t)g->n * 3;
@@ -135,6 +224,11 @@ remat_status remat__simulate(const remat__prog *p, const remat__schedule *s,
                 rc = remat__err(REMAT_INTERNAL, "schedule computes node %d while its output is resident", in->node);
                 break;
             }
+            for (int j = 0; j < n->n_in; j++)
+                if (!remat__is_resident(&g->nodes[n->in[j]]) && cat[REMAT__VAL(n->in[j], REMAT__V_OUT)] < 0)
+                    rc = remat__err(REMAT_INTERNAL, "schedule computes node %d before its input %d", in->node,
+                                    (int)n->in[j]);
+            if (rc != REMAT_OK) break;
             sim_alloc(&st, in->cat, remat__value_bytes(g, vo));
             cat[vo] = (int8_t)in->cat;
             if (op->aux_bytes && cat[va] < 0) {
@@ -146,6 +240,17 @@ remat_status remat__simulate(const remat__prog *p, const remat__schedule *s,
             sim_free(&st, REMAT_MEM_WORKSPACE, ws);
         } else if (in->kind == REMAT__I_BWD) {
             int32_t vg = REMAT__VAL(in->node, REMAT__V_GRAD);
+            for (int j = 0; j < n->n_in; j++)
+                if ((op->saves & REMAT__SAVE_IN(j)) && !remat__is_resident(&g->nodes[n->in[j]]) &&
+                    cat[REMAT__VAL(n->in[j], REMAT__V_OUT)] < 0)
+                    rc = remat__err(REMAT_INTERNAL, "schedule differentiates node %d without its input %d",
+                                    in->node, (int)n->in[j]);
+            if (((op->saves & REMAT__SAVE_OUT) && cat[REMAT__VAL(in->node, REMAT__V_OUT)] < 0) ||
+                ((op->saves & REMAT__SAVE_AUX) && cat[REMAT__VAL(in->node, REMAT__V_AUX)] < 0) ||
+                (cat[vg] < 0 && in->node != s->loss))
+                rc = remat__err(REMAT_INTERNAL, "schedule differentiates node %d without its saved values",
+                                in->node);
+            if (rc != REMAT_OK) break;
             if (cat[vg] < 0) { /* the loss: its gradient is seeded with 1 */
                 sim_alloc(&st, REMAT_MEM_TRANSIENT, remat__value_bytes(g, vg));
                 cat[vg] = REMAT_MEM_TRANSIENT;

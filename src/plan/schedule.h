@@ -72,6 +72,11 @@ remat_status remat__schedule_build(const remat__prog *p, remat_node loss, remat_
                                    int backward, const uint8_t *level, remat__schedule *out);
 void remat__schedule_free(remat__schedule *s);
 
+/* Inserts a FREE after the last use of every value instance of a schedule
+ * made of FWD and BWD instructions only. A FWD of a node whose output is
+ * live ends the old instance first (a recomputation); its aux is reused. */
+remat_status remat__schedule_add_frees(const remat__prog *p, remat__schedule *s);
+
 /* Sets each FWD's categories: an output (or aux) instance that some
  * backward reads before it is freed is an activation, else transient. */
 void remat__schedule_categorize(const remat__prog *p, remat__schedule *s);
@@ -98,5 +103,11 @@ remat_status remat__schedule_summary(const remat__prog *p, const remat__schedule
 /* A node's forward FLOPs and its time under the cost model. */
 double remat__node_flops(const remat_graph *g, const remat__node *n);
 double remat__node_seconds(const remat_graph *g, const remat__node *n);
+
+/* The `optimal` strategy (optimal.c): the least-cost schedule whose peak,
+ * from the live state `start`, fits the budget; REMAT_BUDGET names about
+ * the smallest budget that fits. */
+remat_status remat__optimal_schedule(const remat__prog *p, remat_node loss, size_t budget,
+                                     const remat_mem_stats *start, remat__schedule *out);
 
 #endif

@@ -19,7 +19,9 @@
 
 const char *remat_strategy_str(remat_strategy s) {
     switch (s) {
+    case REMAT_STRATEGY_AUTO: return "auto";
     case REMAT_STRATEGY_ALL: return "all";
+    case REMAT_STRATEGY_OPTIMAL: return "optimal";
     case REMAT_STRATEGY_MANUAL: return "manual";
     case REMAT_STRATEGY_SQRT: return "sqrt";
     }
@@ -27,12 +29,13 @@ const char *remat_strategy_str(remat_strategy s) {
 }
 
 remat_status remat_strategy_parse(const char *name, remat_strategy *out) {
-    for (int s = REMAT_STRATEGY_ALL; s <= REMAT_STRATEGY_SQRT; s++)
+    for (int s = REMAT_STRATEGY_AUTO; s <= REMAT_STRATEGY_OPTIMAL; s++)
         if (name && strcmp(name, remat_strategy_str((remat_strategy)s)) == 0) {
             *out = (remat_strategy)s;
             return REMAT_OK;
         }
-    return remat__err(REMAT_NOT_FOUND, "unknown strategy '%s' (known: all, manual, sqrt)", name ? name : "");
+    return remat__err(REMAT_NOT_FOUND, "unknown strategy '%s' (known: auto, all, manual, sqrt, optimal)",
+                      name ? name : "");
 }
 
 /* Articulation points in creation order: value nodes u such that no edge
@@ -61,7 +64,7 @@ static int cut_points(const remat_graph *g, int32_t *out) {
 
 remat_status remat__strategy_levels(const remat_graph *g, remat_strategy st, uint8_t **level_out) {
     *level_out = NULL;
-    if (st == REMAT_STRATEGY_ALL) return REMAT_OK;
+    if (st == REMAT_STRATEGY_ALL || st == REMAT_STRATEGY_AUTO || st == REMAT_STRATEGY_OPTIMAL) return REMAT_OK;
     int n = g->n;
     uint8_t *level = malloc((size_t)n + 1);
     int32_t *cand = malloc(((size_t)n + 1) * sizeof *cand);

@@ -60,7 +60,7 @@ remat_status remat_session_set_optimizer(remat_session *s, const remat_optim_opt
     s->optim = *o;
     s->has_optim = 1;
     s->optim_t = 0;
-    remat_status st = remat__session_check_budget(s);
+    remat_status st = remat__session_plan_train(s);
     if (st != REMAT_OK) {
         free_state(s);
         s->has_optim = 0;

@@ -1,0 +1,304 @@
+/* optimal.c: the `optimal` strategy.
+ *
+ * The graph is cut into a chain of stages at its articulation points (the
+ * value nodes every input-to-loss path goes through). Each stage is
+ * measured: forward and backward seconds from the cost model, the bytes of
+ * its input, and the bytes of everything its backward reads that the stage
+ * produces (its output included). Rotor's dynamic program
+ * (remat_chain_solve) picks, within the memory left after parameters,
+ * gradients and optimizer state, the operation sequence of least cost; the
+ * sequence becomes a schedule (each stage's forward or backward is the
+ * FWD/BWD of its nodes, and frees follow the last use of each value).
+ *
+ * The chain model leaves out transient values (a stage's internal values
+ * between their computation and last forward use, gradients in flight) and
+ * workspace, so the schedule is simulated exactly, and while its real peak
+ * is above the budget the DP is solved again with that much less memory.
+ */
+#include "schedule.h"
+
+#include <stdlib.h>
+
+#define MAX_STAGES 32
+
+typedef struct {
+    int32_t *nodes; /* value op nodes, creation order; stage i = [off[i], off[i+1]) */
+    int32_t *off;
+    int n_stages;
+    int32_t *inputs; /* input leaves the loss needs */
+    int n_inputs;
+    remat_stage *st;
+    int64_t output;
+} chain;
+
+static void chain_free(chain *c) {
+    free(c->nodes), free(c->off), free(c->inputs), free(c->st);
+    memset(c, 0, sizeof *c);
+}
+
+/* Cuts the graph into stages and measures them. */
+static remat_status chain_init(const remat__prog *p, remat_node loss, chain *c) {
+    const remat_graph *g = p->g;
+    int n = g->n;
+    memset(c, 0, sizeof *c);
+    uint8_t *needed = calloc((size_t)n, 1);
+    int32_t *stack = malloc((size_t)n * sizeof *stack);
+    int32_t *cut = malloc((size_t)n * sizeof *cut);
+    c->nodes = malloc((size_t)n * sizeof *c->nodes);
+    c->off = malloc(((size_t)n + 2) * sizeof *c->off);
+    c->inputs = malloc((size_t)n * sizeof *c->inputs);
+    c->st = calloc((size_t)n + 1, sizeof *c->st);
+    remat_status rc = REMAT_OK;
+    if (!needed || !stack || !cut || !c->nodes || !c->off || !c->inputs || !c->st) {
+        rc = remat__err(REMAT_NOMEM, "out of memory planning");
+        goto out;
+    }
+    int top = 0;
+    needed[loss] = 1, stack[top++] = loss;
+    while (top > 0) {
+        const remat__node *nd = &g->nodes[stack[--top]];
+        for (int i = 0; i < nd->n_in; i++)
+            if (!needed[nd->in[i]]) needed[nd->in[i]] = 1, stack[top++] = nd->in[i];
+    }
+    for (int32_t u = 0; u < n; u++)
+        if (needed[u] && g->nodes[u].leaf == REMAT__LEAF_INPUT) c->inputs[c->n_inputs++] = u;
+    /* Articulation points among the needed op nodes: no edge between two
+     * other op nodes jumps over them (inputs are held from the start). */
+    /* reach: the last needed op consumer of each node */
+    int32_t *reach = stack; /* reuse */
+    for (int32_t u = 0; u < n; u++) reach[u] = u;
+    for (int32_t w = 0; w < n; w++) {
+        const remat__node *nd = &g->nodes[w];
+        if (!needed[w] || nd->leaf != REMAT__LEAF_NONE) continue;
+        for (int i = 0; i < nd->n_in; i++)
+            if (reach[nd->in[i]] < w) reach[nd->in[i]] = w;
+    }
+    int k = 0;
+    int32_t far = -1;
+    for (int32_t u = 0; u < n; u++) {
+        const remat__node *nd = &g->nodes[u];
+        if (!needed[u] || nd->leaf != REMAT__LEAF_NONE) continue;
+        if (far <= u) cut[k++] = u;
+        if (reach[u] > far) far = reach[u];
+    }
+    /* Stages: (cut[j-1], cut[j]], the last one ending at the loss. */
+    int m = 0, s = 0;
+    c->off[0] = 0;
+    for (int32_t u = 0; u < n; u++) {
+        const remat__node *nd = &g->nodes[u];
+        if (!needed[u] || nd->leaf != REMAT__LEAF_NONE) continue;
+        c->nodes[m++] = u;
+        if (s < k && u == cut[s]) {
+            s++;
+            c->off[++c->n_stages] = m;
+        }
+    }
+    if (c->off[c->n_stages] != m) c->off[++c->n_stages] = m;
+    /* Measure. A value counts once in its stage's saved bytes, however many
+     * backwards read it. */
+    int32_t reads[2 + REMAT__MAX_IN];
+    uint8_t *counted = needed; /* reuse: cleared below */
+    for (int32_t u = 0; u < g->n; u++) counted[u] = 0;
+    for (int i = 0; i < c->n_stages; i++) {
+        remat_stage *st = &c->st[i];
+        int32_t lo = c->nodes[c->off[i]], hi = c->nodes[c->off[i + 1] - 1];
+        if (i == 0) {
+            for (int j = 0; j < c->n_inputs; j++) st->input += (int64_t)remat__out_bytes(&g->nodes[c->inputs[j]]);
+        } else {
+            st->input = (int64_t)remat__out_bytes(&g->nodes[c->nodes[c->off[i] - 1]]);
+        }
+        st->saved = (int64_t)remat__out_bytes(&g->nodes[hi]);
+        for (int j = c->off[i]; j < c->off[i + 1]; j++) {
+            int32_t u = c->nodes[j];
+            const remat__node *nd = &g->nodes[u];
+            const remat__op *op = remat__ops[nd->op];
+            double t = remat__node_seconds(g, nd);
+            st->forward += t;
+            if (!p->needs_grad[u]) continue;
+            st->backward += 2 * t;
+            /* values of this stage its backwards read */
+            int r = 0;
+            for (int q = 0; q < nd->n_in; q++)
+                if ((op->saves & REMAT__SAVE_IN(q)) && nd->in[q] >= lo && nd->in[q] < hi && nd->in[q] != u)
+                    reads[r++] = REMAT__VAL(nd->in[q], REMAT__V_OUT);
+            if ((op->saves & REMAT__SAVE_OUT) && u != hi) reads[r++] = REMAT__VAL(u, REMAT__V_OUT);
+            if (op->saves & REMAT__SAVE_AUX) reads[r++] = REMAT__VAL(u, REMAT__V_AUX);
+            for (int q = 0; q < r; q++) {
+                int32_t owner = REMAT__VAL_NODE(reads[q]);
+                uint8_t bit = REMAT__VAL_KIND(reads[q]) == REMAT__V_AUX ? 2 : 1;
+                if (counted[owner] & bit) continue;
+                counted[owner] |= bit;
+                st->saved += (int64_t)remat__value_bytes(g, reads[q]);
+            }
+        }
+    }
+    c->output = (int64_t)remat__out_bytes(&g->nodes[loss]);
+    /* Long chains (heavy's 100,000 adds) are merged into at most
+     * MAX_STAGES stages of about equal forward cost: the DP is cubic in the
+     * number of stages. A merged stage's backward needs what each of its
+     * parts needs. */
+    if (c->n_stages > MAX_STAGES) {
+        double total = 0, acc = 0;
+        for (int i = 0; i < c->n_stages; i++) total += c->st[i].forward + 1e-30;
+        int out_n = 0, fresh = 1;
+        remat_stage cur = {0};
+        for (int i = 0; i < c->n_stages; i++) {
+            if (fresh) cur = (remat_stage){.input = c->st[i].input}, c->off[out_n] = c->off[i], fresh = 0;
+            cur.forward += c->st[i].forward;
+            cur.backward += c->st[i].backward;
+            cur.saved += c->st[i].saved;
+            acc += c->st[i].forward + 1e-30;
+            if (acc >= total * (out_n + 1) / MAX_STAGES || i == c->n_stages - 1) {
+                c->st[out_n++] = cur;
+                fresh = 1;
+            }
+        }
+        c->off[out_n] = c->off[c->n_stages];
+        c->n_stages = out_n;
+    }
+out:
+    free(needed), free(stack), free(cut);
+    if (rc != REMAT_OK) chain_free(c);
+    return rc;
+}
+
+/* The schedule of a chain operation sequence: inputs first, then per
+ * operation the FWD or BWD instructions of its stage's nodes; frees follow
+ * from the last use of each value instance. */
+static remat_status emit(const remat__prog *p, const chain *c, const remat_chain_plan *plan, remat_node loss,
+                         remat__schedule *out) {
+    memset(out, 0, sizeof *out);
+    out->train = 1;
+    out->backward = 1;
+    out->loss = loss;
+    out->fetch = REMAT_NONE;
+    int nops = remat_chain_plan_length(plan);
+    size_t cap = (size_t)c->n_inputs + 1;
+    for (int i = 0; i < nops; i++) {
+        remat_chain_op op = remat_chain_plan_op(plan, i);
+        if (op.stage < c->n_stages) cap += (size_t)(c->off[op.stage + 1] - c->off[op.stage]);
+    }
+    out->ins = malloc(cap * sizeof *out->ins);
+    if (!out->ins) return remat__err(REMAT_NOMEM, "out of memory planning");
+    out->cap = (int)cap;
+    for (int j = 0; j < c->n_inputs; j++) out->ins[out->n++] = (remat__instr){.kind = REMAT__I_FWD, .node = c->inputs[j]};
+    for (int i = 0; i < nops; i++) {
+        remat_chain_op op = remat_chain_plan_op(plan, i);
+        if (op.kind == REMAT_CHAIN_LOSS || op.stage >= c->n_stages) continue;
+        int a = c->off[op.stage], b = c->off[op.stage + 1];
+        if (op.kind == REMAT_CHAIN_B) {
+            for (int j = b - 1; j >= a; j--)
+                if (p->needs_grad[c->nodes[j]]) out->ins[out->n++] = (remat__instr){.kind = REMAT__I_BWD, .node = c->nodes[j]};
+        } else {
+            for (int j = a; j < b; j++) out->ins[out->n++] = (remat__instr){.kind = REMAT__I_FWD, .node = c->nodes[j]};
+        }
+    }
+    remat_status st = remat__schedule_add_frees(p, out);
+    if (st == REMAT_OK) remat__schedule_categorize(p, out);
+    if (st != REMAT_OK) remat__schedule_free(out);
+    return st;
+}
+
+/* Predicted seconds and real peak of a schedule. */
+static remat_status measure(const remat__prog *p, const remat__schedule *sc, const remat_mem_stats *start,
+                            double *cost, size_t *peak) {
+    remat_plan_summary sum;
+    remat_status st = remat__schedule_summary(p, sc, start, &sum);
+    *cost = sum.seconds;
+    *peak = sum.predicted.peak[REMAT_MEM_TOTAL];
+    return st;
+}
+
+/* Plans, emits and measures the chain at `mem` bytes of chain-model memory. */
+static remat_status candidate(const remat__prog *p, const chain *c, remat_node loss, int64_t mem,
+                              const remat_mem_stats *start, remat__schedule *sc, double *cost, size_t *peak) {
+    remat_chain_plan *plan = NULL;
+    remat_status st = remat_chain_solve(c->st, c->n_stages, c->output, mem, 0, &plan);
+    if (st != REMAT_OK) return st;
+    st = emit(p, c, plan, loss, sc);
+    remat_chain_plan_destroy(plan);
+    if (st != REMAT_OK) return st;
+    st = measure(p, sc, start, cost, peak);
+    if (st != REMAT_OK) remat__schedule_free(sc);
+    return st;
+}
+
+/* A strategy's schedule as a candidate (store-all, sqrt). */
+static remat_status strategy_candidate(const remat__prog *p, remat_node loss, remat_strategy strategy,
+                                       const remat_mem_stats *start, remat__schedule *sc, double *cost,
+                                       size_t *peak) {
+    uint8_t *level = NULL;
+    remat_status st = remat__strategy_levels(p->g, strategy, &level);
+    if (st == REMAT_OK) st = remat__schedule_build(p, loss, REMAT_NONE, 1, 1, level, sc);
+    free(level);
+    if (st != REMAT_OK) return st;
+    st = measure(p, sc, start, cost, peak);
+    if (st != REMAT_OK) remat__schedule_free(sc);
+    return st;
+}
+
+/* Candidates: the DP's plans at a fixed grid of chain-model budgets, from
+ * the model's floor to where it stores everything, and the store-all and
+ * sqrt schedules (the DP works on at most MAX_STAGES merged stages, and on
+ * a long homogeneous chain such as heavy's, sqrt's finer boundaries reach
+ * below the merged chain's floor). The fastest candidate under the cost
+ * model that fits the budget wins. The candidates do not depend on the
+ * budget, so a larger budget only adds candidates: the chosen cost never
+ * grows with it. */
+#define N_CANDIDATES 24
+
+remat_status remat__optimal_schedule(const remat__prog *p, remat_node loss, size_t budget,
+                                     const remat_mem_stats *start, remat__schedule *out) {
+    memset(out, 0, sizeof *out);
+    chain c;
+    remat_status st = chain_init(p, loss, &c);
+    if (st != REMAT_OK) return st;
+    /* The chain model's floor (by bisection on feasibility) and top. */
+    int64_t top = c.output + 1;
+    for (int i = 0; i < c.n_stages; i++) top += c.st[i].input + c.st[i].saved;
+    int64_t lo = 0, hi = top;
+    while (lo + 1 < hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        remat_chain_plan *plan = NULL;
+        if (remat_chain_solve(c.st, c.n_stages, c.output, mid, 0, &plan) == REMAT_OK) {
+            remat_chain_plan_destroy(plan);
+            hi = mid;
+        } else {
+            lo = mid;
+        }
+    }
+    int64_t floor = hi;
+    double best_cost = 0;
+    size_t best_peak = 0, min_peak = (size_t)-1;
+    int have = 0;
+    for (int k = -2; k < N_CANDIDATES; k++) {
+        remat__schedule sc;
+        double cost;
+        size_t peak;
+        if (k < 0) {
+            st = strategy_candidate(p, loss, k == -2 ? REMAT_STRATEGY_ALL : REMAT_STRATEGY_SQRT, start, &sc, &cost,
+                                    &peak);
+        } else {
+            int64_t mem = floor + (int64_t)((double)(top - floor) * k / (N_CANDIDATES - 1));
+            st = candidate(p, &c, loss, mem, start, &sc, &cost, &peak);
+        }
+        if (st == REMAT_BUDGET) continue;
+        if (st != REMAT_OK) goto out;
+        if (peak < min_peak) min_peak = peak;
+        if (peak <= budget && (!have || cost < best_cost || (cost == best_cost && peak < best_peak))) {
+            if (have) remat__schedule_free(out);
+            *out = sc, best_cost = cost, best_peak = peak, have = 1;
+        } else {
+            remat__schedule_free(&sc);
+        }
+    }
+    st = have ? REMAT_OK
+              : remat__err(REMAT_BUDGET,
+                           "no schedule fits the budget of %zu bytes (%.1f MiB); the smallest feasible budget "
+                           "is %zu bytes (%.1f MiB), of which %zu are parameters, gradients and optimizer state",
+                           budget, (double)budget / 1048576.0, min_peak, (double)min_peak / 1048576.0,
+                           start->live[REMAT_MEM_TOTAL]);
+out:
+    chain_free(&c);
+    return st;
+}

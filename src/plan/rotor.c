@@ -1,0 +1,739 @@
+/* rotor.c: the optimal persistent schedule of a chain (rotor's dynamic
+ * program), its exact simulator, and the chain's JSON reader.
+ *
+ * The model is PLANNING.md section 3.1 with no transient workspace. A
+ * chain of n stages 0..n-1 is followed by the loss, stage L = n (cost 0).
+ * Values: x_k, the input of stage k (x_L is the loss input, `output`
+ * bytes); xbar_k (k >= 1), everything stage k-1's backward needs, x_k
+ * included (`saved` of stage k-1); y_k, the gradient of x_k (as large as
+ * x_k). Memory is the sum of the resident values, x_0 and gradients
+ * included; an operation's peak is taken after its outputs appear and
+ * before its inputs are freed.
+ *
+ * remat_chain_solve runs the persistent DP of PLANNING.md section 3.2
+ * (Opt[m][i][l]: least time to process stages i..l with x_i resident and
+ * not counted in m, y_{l+1} resident and counted), on memory discretized
+ * into whole slots: slot = ceil(budget / slots), every size rounded up, so
+ * any schedule feasible in slots holds at most budget bytes. Before the DP,
+ * a memory-only version of the same recurrence (the least m that makes
+ * Opt[m][i][l] finite) decides feasibility, and when the budget is too
+ * small it finds the smallest budget that the same slot count makes
+ * feasible, which the error names. The table is filled iteratively by
+ * interval length; each (i, l) cell is a row over m, so the inner loops
+ * are contiguous. The schedule is rebuilt with an explicit stack, then
+ * simulated: the plan's cost and peak are the simulator's.
+ *
+ * Ownership: remat_chain_solve returns a plan the caller owns
+ * (remat_chain_plan_destroy); remat_chain_parse_json returns a malloc'd
+ * stage array the caller frees. Nothing else outlives a call.
+ */
+#include "../remat-impl.h"
+
+#include <cjson/cJSON.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define DEFAULT_SLOTS 500
+/* `what` is int16: 0 = chain (Fe_i), j > 0 = leaf checkpoint at x_j. */
+#define MAX_STAGES 32766
+
+struct remat_chain_plan {
+    remat_chain_op *ops; /* owned, n_ops entries */
+    int n_ops;
+    double cost;   /* simulated */
+    int64_t peak;  /* simulated, in the caller's units */
+};
+
+static const char *op_name(remat_chain_op_kind k) {
+    switch (k) {
+    case REMAT_CHAIN_FN: return "Fn";
+    case REMAT_CHAIN_CF: return "CF";
+    case REMAT_CHAIN_FE: return "Fe";
+    case REMAT_CHAIN_LOSS: return "Loss";
+    case REMAT_CHAIN_B: return "B";
+    }
+    return "?";
+}
+
+/* ------------------------------------------------------------ validation */
+
+/* Checks what every entry point assumes: at least one stage, finite
+ * non-negative costs, non-negative sizes, saved >= the stage's output (the
+ * next stage's input, or `output` for the last stage), and sizes small
+ * enough that every sum below fits in int64_t. */
+static remat_status check_chain(const remat_stage *st, int n, int64_t output) {
+    if (!st || n < 1) return remat__err(REMAT_INVALID, "a chain needs at least one stage (got %d)", n);
+    if (output < 0) return remat__err(REMAT_INVALID, "chain 'output' is negative (%lld)", (long long)output);
+    const int64_t limit = INT64_MAX / 8;
+    int64_t total = output;
+    for (int i = 0; i < n; i++) {
+        const remat_stage *s = &st[i];
+        if (!isfinite(s->forward) || s->forward < 0)
+            return remat__err(REMAT_INVALID, "stage %d: 'forward' is not a finite number >= 0 (%g)", i, s->forward);
+        if (!isfinite(s->backward) || s->backward < 0)
+            return remat__err(REMAT_INVALID, "stage %d: 'backward' is not a finite number >= 0 (%g)", i,
+                              s->backward);
+        if (s->input < 0)
+            return remat__err(REMAT_INVALID, "stage %d: 'input' is negative (%lld)", i, (long long)s->input);
+        if (s->saved < 0)
+            return remat__err(REMAT_INVALID, "stage %d: 'saved' is negative (%lld)", i, (long long)s->saved);
+        int64_t out = i + 1 < n ? st[i + 1].input : output;
+        if (s->saved < out) {
+            if (i + 1 < n)
+                return remat__err(REMAT_INVALID,
+                                  "stage %d: 'saved' (%lld) is less than the stage's output, stage %d's 'input' "
+                                  "(%lld); saved includes the output",
+                                  i, (long long)s->saved, i + 1, (long long)out);
+            return remat__err(REMAT_INVALID,
+                              "stage %d: 'saved' (%lld) is less than the chain's 'output' (%lld); saved includes "
+                              "the output",
+                              i, (long long)s->saved, (long long)out);
+        }
+        if (s->input > limit - total || s->saved > limit - total - s->input)
+            return remat__err(REMAT_INVALID, "stage %d: sizes too large (their sum must stay below %lld)", i,
+                              (long long)limit);
+        total += s->input + s->saved;
+    }
+    return REMAT_OK;
+}
+
+/* ------------------------------------------------------------- simulator */
+
+/* Size of x_k (and y_k), 0 <= k <= n. */
+static int64_t size_x(const remat_stage *st, int n, int64_t output, int k) {
+    return k < n ? st[k].input : output;
+}
+
+/* The exact simulator of the chain model. Resident values are sets (one
+ * flag per value): producing a value that is already resident is an error.
+ * Semantics per op (peak taken after the outputs appear, before frees):
+ *   Fn_i: needs x_i or xbar_i; makes x_{i+1}; frees x_i if resident, else
+ *         xbar_i (as rotor's simulate_sequence).
+ *   CF_i: needs x_i or xbar_i; makes x_{i+1}; frees nothing.
+ *   Fe_i: needs x_i or xbar_i; makes xbar_{i+1}; frees nothing.
+ *   Loss: needs x_L or xbar_L; makes y_L; frees x_L if resident (xbar_L
+ *         stays for B_{L-1}).
+ *   B_i:  needs y_{i+1}, xbar_{i+1}, and x_i or xbar_i; makes y_i; frees
+ *         y_{i+1}, xbar_{i+1}, and x_i if resident (xbar_i stays).
+ * *complete is set when y_0 is resident at the end. */
+static remat_status simulate(const remat_stage *st, int n, int64_t output, const remat_chain_op *ops, int nops,
+                             double *cost_out, int64_t *peak_out, int *complete) {
+    if (nops < 0 || (nops > 0 && !ops)) return remat__err(REMAT_INVALID, "bad operation list (%d operations)", nops);
+    uint8_t *res = calloc(3 * ((size_t)n + 1), 1); /* x[k], xbar[k], y[k] */
+    if (!res) return remat__err(REMAT_NOMEM, "out of memory simulating a chain of %d stages", n);
+    uint8_t *X = res, *XB = res + n + 1, *Y = res + 2 * ((size_t)n + 1);
+    remat_status rc = REMAT_OK;
+    X[0] = 1;
+    int64_t mem = size_x(st, n, output, 0), peak = mem;
+    double cost = 0;
+    for (int t = 0; t < nops; t++) {
+        remat_chain_op op = ops[t];
+        int i = op.stage;
+        const char *nm = op_name(op.kind);
+        if ((int)op.kind < REMAT_CHAIN_FN || op.kind > REMAT_CHAIN_B) {
+            rc = remat__err(REMAT_INVALID, "op %d: unknown kind %d", t, (int)op.kind);
+            break;
+        }
+        if (op.kind == REMAT_CHAIN_LOSS ? i != n : (i < 0 || i >= n)) {
+            if (op.kind == REMAT_CHAIN_LOSS)
+                rc = remat__err(REMAT_INVALID, "op %d (Loss, stage %d): the loss is stage %d", t, i, n);
+            else
+                rc = remat__err(REMAT_INVALID, "op %d (%s, stage %d): stage out of range 0..%d", t, nm, i, n - 1);
+            break;
+        }
+        /* every op reads x_i or xbar_i */
+        if (!X[i] && !(i > 0 && XB[i])) {
+            if (i > 0)
+                rc = remat__err(REMAT_INVALID, "op %d (%s, stage %d): needs x_%d or xbar_%d, neither is resident", t,
+                                nm, i, i, i);
+            else
+                rc = remat__err(REMAT_INVALID, "op %d (%s, stage %d): needs x_0, which is not resident", t, nm, i);
+            break;
+        }
+        if (op.kind == REMAT_CHAIN_B && (!Y[i + 1] || !XB[i + 1])) {
+            rc = remat__err(REMAT_INVALID, "op %d (B, stage %d): needs %s_%d, which is not resident", t, i,
+                            !Y[i + 1] ? "y" : "xbar", i + 1);
+            break;
+        }
+        uint8_t *made;
+        int64_t made_size;
+        const char *made_name;
+        int made_k;
+        switch (op.kind) {
+        case REMAT_CHAIN_FN:
+        case REMAT_CHAIN_CF:
+            made = &X[i + 1], made_size = size_x(st, n, output, i + 1), made_name = "x", made_k = i + 1;
+            cost += st[i].forward;
+            break;
+        case REMAT_CHAIN_FE:
+            made = &XB[i + 1], made_size = st[i].saved, made_name = "xbar", made_k = i + 1;
+            cost += st[i].forward;
+            break;
+        case REMAT_CHAIN_LOSS:
+            made = &Y[n], made_size = output, made_name = "y", made_k = n;
+            break;
+        default: /* B */
+            made = &Y[i], made_size = st[i].input, made_name = "y", made_k = i;
+            cost += st[i].backward;
+            break;
+        }
+        if (*made) {
+            rc = remat__err(REMAT_INVALID, "op %d (%s, stage %d): %s_%d is already resident", t, nm, i, made_name,
+                            made_k);
+            break;
+        }
+        *made = 1;
+        mem += made_size;
+        if (mem > peak) peak = mem;
+        switch (op.kind) {
+        case REMAT_CHAIN_FN:
+            if (X[i]) X[i] = 0, mem -= size_x(st, n, output, i);
+            else XB[i] = 0, mem -= st[i - 1].saved;
+            break;
+        case REMAT_CHAIN_LOSS:
+            if (X[n]) X[n] = 0, mem -= output;
+            break;
+        case REMAT_CHAIN_B:
+            Y[i + 1] = 0, mem -= size_x(st, n, output, i + 1);
+            XB[i + 1] = 0, mem -= st[i].saved;
+            if (X[i]) X[i] = 0, mem -= st[i].input;
+            break;
+        default:
+            break;
+        }
+    }
+    if (rc == REMAT_OK) {
+        if (cost_out) *cost_out = cost;
+        if (peak_out) *peak_out = peak;
+        if (complete) *complete = Y[0];
+    }
+    free(res);
+    return rc;
+}
+
+remat_status remat_chain_simulate(const remat_stage *stages, int n, int64_t output, const remat_chain_op *ops,
+                                  int nops, double *cost, int64_t *peak) {
+    remat_status rc = check_chain(stages, n, output);
+    if (rc != REMAT_OK) return rc;
+    return simulate(stages, n, output, ops, nops, cost, peak, NULL);
+}
+
+/* ------------------------------------------------------ the memory floor */
+
+/* Sizes of one discretization: a[k] = x_k (k = 0..L, a[L+1] = 0 for the
+ * missing y_{L+1}), ab[k] = xbar_k (k = 1..L, ab[0] = ab[L+1] = 0), in
+ * slots of `unit` caller units, rounded up. */
+typedef struct {
+    int L;
+    int64_t *a, *ab;   /* L + 2 entries each */
+    int64_t *mmin;     /* (L+1)^2: the least m of any interval, from its forwards */
+    int64_t *F;        /* (L+1)^2: F[i*(L+1)+l], least m making Opt[m][i][l] finite */
+} sizes;
+
+static void sizes_free(sizes *z) {
+    free(z->a), free(z->ab), free(z->mmin), free(z->F);
+    memset(z, 0, sizeof *z);
+}
+
+static remat_status sizes_init(sizes *z, int L) {
+    memset(z, 0, sizeof *z);
+    z->L = L;
+    size_t sq = ((size_t)L + 1) * ((size_t)L + 1);
+    z->a = calloc((size_t)L + 2, sizeof *z->a);
+    z->ab = calloc((size_t)L + 2, sizeof *z->ab);
+    z->mmin = malloc(sq * sizeof *z->mmin);
+    z->F = malloc(sq * sizeof *z->F);
+    if (!z->a || !z->ab || !z->mmin || !z->F) {
+        sizes_free(z);
+        return remat__err(REMAT_NOMEM, "out of memory planning a chain of %d stages", L);
+    }
+    return REMAT_OK;
+}
+
+static int64_t ceil_div(int64_t v, int64_t u) { return v / u + (v % u != 0); }
+
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+/* Least m for the single-stage interval (i, i): during Fe_i (y_{i+1} and
+ * xbar_{i+1}) and during B_i (y_i, y_{i+1}, xbar_{i+1}); x_i is outside m.
+ * For i = L (the loss) this is a[L], for y_L. */
+static int64_t base_need(const sizes *z, int i) {
+    return max64(z->a[i + 1] + z->ab[i + 1], z->a[i] + z->a[i + 1] + z->ab[i + 1]);
+}
+
+/* Rounds the chain's sizes to slots of `unit` and fills mmin and F (the
+ * memory-only recurrence, by increasing interval length). Returns the
+ * least total memory in slots, x_0 included. */
+static int64_t sizes_fill(sizes *z, const remat_stage *st, int64_t output, int64_t unit) {
+    int L = z->L;
+    size_t W = (size_t)L + 1;
+    for (int k = 0; k <= L; k++) z->a[k] = ceil_div(k < L ? st[k].input : output, unit);
+    z->a[L + 1] = 0;
+    z->ab[0] = z->ab[L + 1] = 0;
+    for (int k = 1; k <= L; k++) z->ab[k] = ceil_div(st[k - 1].saved, unit);
+    const int64_t *a = z->a, *ab = z->ab;
+    /* mmin(i, l) = a[l+1] + max(a[i+1], max_{i<k<l} a[k] + a[k+1]):
+     * CF_i, then each Fn_k, with y_{l+1} resident. With no workspace the
+     * sub-intervals already imply it (B_k needs 2a[k] + 2a[k+1] with x_k
+     * stored, B_l needs 2a[l+1]); it is kept as rotor has it, for tmp. */
+    for (int i = 0; i <= L; i++) {
+        int64_t pairs = 0;
+        for (int l = i + 1; l <= L; l++) {
+            if (l - 1 > i) pairs = max64(pairs, a[l - 1] + a[l]);
+            z->mmin[(size_t)i * W + (size_t)l] = a[l + 1] + max64(a[i + 1], pairs);
+        }
+    }
+    int64_t *F = z->F;
+    for (int i = 0; i <= L; i++) F[(size_t)i * W + (size_t)i] = base_need(z, i);
+    for (int d = 1; d <= L; d++) {
+        for (int i = 0; i + d <= L; i++) {
+            int l = i + d;
+            /* chain: Fe_i, then (i+1, l) beside xbar_{i+1} */
+            int64_t best = max64(F[(size_t)i * W + (size_t)i], ab[i + 1] + F[(size_t)(i + 1) * W + (size_t)l]);
+            /* leaf j: x_j kept beside (j, l); then (i, j-1) */
+            for (int j = i + 1; j <= l; j++) {
+                int64_t v = max64(a[j] + F[(size_t)j * W + (size_t)l], F[(size_t)i * W + (size_t)(j - 1)]);
+                best = min64(best, v);
+            }
+            F[(size_t)i * W + (size_t)l] = max64(best, z->mmin[(size_t)i * W + (size_t)l]);
+        }
+    }
+    return a[0] + F[(size_t)L];
+}
+
+/* The smallest budget that remat_chain_solve accepts with S slots, or -1
+ * when none does (*need_slots then says how many slots would). *exact is
+ * the undiscretized floor (unit 1).
+ *
+ * With unit u, a budget B is feasible iff u = max(1, ceil(B/S)) and
+ * C_u <= floor(B/u), C_u being the floor in slots of unit u. C_u does not
+ * grow with u (sizes shrink), so the least u with C_u <= S is found by
+ * bisection, and every budget of a larger unit exceeds u*S >= the answer
+ * max(C_u * u, (u-1)*S + 1). */
+static remat_status least_budget(const remat_stage *st, int n, int64_t output, int64_t S, int64_t *best,
+                                 int64_t *exact, int64_t *need_slots) {
+    sizes z;
+    remat_status rc = sizes_init(&z, n);
+    if (rc != REMAT_OK) return rc;
+    int64_t c1 = sizes_fill(&z, st, output, 1);
+    *exact = c1;
+    *need_slots = 0;
+    if (c1 <= S) {
+        *best = c1;
+        sizes_free(&z);
+        return REMAT_OK;
+    }
+    int64_t umax = max64(1, output);
+    for (int i = 0; i < n; i++) umax = max64(umax, max64(st[i].input, st[i].saved));
+    umax = min64(umax, INT64_MAX / S);
+    int64_t chi = sizes_fill(&z, st, output, umax);
+    if (chi > S) {
+        *best = -1;
+        *need_slots = chi;
+        sizes_free(&z);
+        return REMAT_OK;
+    }
+    int64_t lo = 1, hi = umax, chosen = chi; /* C_lo > S >= C_hi */
+    while (hi - lo > 1) {
+        int64_t mid = lo + (hi - lo) / 2;
+        int64_t c = sizes_fill(&z, st, output, mid);
+        if (c <= S) hi = mid, chosen = c;
+        else lo = mid;
+    }
+    *best = max64(chosen * hi, (hi - 1) * S + 1);
+    sizes_free(&z);
+    return REMAT_OK;
+}
+
+/* ------------------------------------------------------------ the solver */
+
+/* Index of interval (i, l), 0 <= i <= l <= L, in the triangular tables. */
+static size_t tri(int L, int i, int l) {
+    return (size_t)i * ((size_t)L + 1) - (size_t)i * ((size_t)i - 1) / 2 + (size_t)(l - i);
+}
+
+typedef struct {
+    int L;
+    int64_t Ms;   /* the largest m in the table */
+    size_t W;     /* Ms + 1 */
+    double *opt;  /* tri(i,l)*W + m: Opt[m][i][l], +inf when infeasible */
+    int16_t *what;/* same layout: 0 chain, j > 0 leaf j, -1 none */
+    double *f, *b;/* L + 1 entries: costs, the loss's 0 */
+} table;
+
+/* Computes row (i, l) of the table from rows of shorter intervals. wt is
+ * a scratch row (W doubles) holding the choices while they are compared,
+ * 8 bytes wide like the costs so that the update loops vectorize. */
+static void table_row(table *t, const sizes *z, int i, int l, double *wt) {
+    int L = t->L;
+    size_t W = t->W, SQ = (size_t)L + 1;
+    int64_t Ms = t->Ms;
+    const int64_t *a = z->a, *ab = z->ab, *F = z->F;
+    double *r = t->opt + tri(L, i, l) * W;
+    int16_t *w = t->what + tri(L, i, l) * W;
+    for (size_t m = 0; m < W; m++) r[m] = INFINITY, wt[m] = -1;
+    int64_t lo = z->mmin[(size_t)i * SQ + (size_t)l];
+    if (F[(size_t)i * SQ + (size_t)l] <= Ms) {
+        /* leaves, j ascending; strict < keeps the first minimal j */
+        double sf = 0;
+        for (int j = i + 1; j <= l; j++) {
+            sf += t->f[j - 1];
+            int64_t aj = a[j];
+            int64_t start =
+                max64(lo, max64(aj + F[(size_t)j * SQ + (size_t)l], F[(size_t)i * SQ + (size_t)(j - 1)]));
+            if (start > Ms) continue;
+            const double *A = t->opt + tri(L, j, l) * W - aj; /* A[m] = Opt[m - aj][j][l] */
+            const double *B = t->opt + tri(L, i, j - 1) * W;
+            double jd = j;
+            for (int64_t m = start; m <= Ms; m++) {
+                double v = sf + A[m] + B[m], o = r[m];
+                int lt = v < o;
+                r[m] = lt ? v : o;
+                wt[m] = lt ? jd : wt[m];
+            }
+        }
+        /* chain: Fe_i, (i+1, l) beside xbar_{i+1}, B_i; a leaf wins ties */
+        int64_t abi = ab[i + 1];
+        int64_t start =
+            max64(lo, max64(F[(size_t)i * SQ + (size_t)i], abi + F[(size_t)(i + 1) * SQ + (size_t)l]));
+        const double *C = t->opt + tri(L, i, i) * W;
+        const double *D = t->opt + tri(L, i + 1, l) * W - (start <= Ms ? abi : 0);
+        for (int64_t m = start; m <= Ms; m++) {
+            double v = C[m] + D[m], o = r[m];
+            int lt = v < o;
+            r[m] = lt ? v : o;
+            wt[m] = lt ? 0.0 : wt[m];
+        }
+    }
+    for (size_t m = 0; m < W; m++) w[m] = (int16_t)wt[m];
+}
+
+/* Fills the DP table. Row (i, l) needs rows (j, l) for j > i and rows
+ * (i, k) for k < l, so l goes up and, within it, i goes down: the rows of
+ * column l, read by every i, stay in cache. */
+static remat_status table_fill(table *t, const sizes *z) {
+    int L = t->L;
+    size_t W = t->W;
+    double *wt = malloc(W * sizeof *wt);
+    if (!wt) return remat__err(REMAT_NOMEM, "out of memory planning a chain of %d stages", L);
+    for (int l = 0; l <= L; l++) {
+        double *r = t->opt + tri(L, l, l) * W;
+        int16_t *w = t->what + tri(L, l, l) * W;
+        int64_t need = base_need(z, l);
+        double v = t->f[l] + t->b[l];
+        for (size_t m = 0; m < W; m++) r[m] = (int64_t)m >= need ? v : INFINITY, w[m] = -1;
+        for (int i = l - 1; i >= 0; i--) table_row(t, z, i, l, wt);
+    }
+    free(wt);
+    return REMAT_OK;
+}
+
+typedef struct {
+    remat_chain_op *v; /* owned */
+    int n, cap;
+} oplist;
+
+static int oplist_push(oplist *o, remat_chain_op_kind k, int stage) {
+    if (o->n == o->cap) {
+        int cap = o->cap ? 2 * o->cap : 64;
+        if (cap < o->cap) return 0;
+        remat_chain_op *v = realloc(o->v, (size_t)cap * sizeof *v);
+        if (!v) return 0;
+        o->v = v, o->cap = cap;
+    }
+    o->v[o->n++] = (remat_chain_op){.kind = k, .stage = stage};
+    return 1;
+}
+
+/* Pending work of the reconstruction: solve interval (i, l) with m, or
+ * emit B_i once the interval above it is done. */
+typedef struct {
+    int emit_b;
+    int i, l;
+    int64_t m;
+} task;
+
+/* Rebuilds the schedule of Opt[m][0][L] (persistent_rec of rotor, with an
+ * explicit stack: the right part's tasks are pushed last so they run
+ * first). */
+static remat_status rebuild(const table *t, const sizes *z, int64_t m_top, oplist *out) {
+    int L = t->L;
+    size_t cap = 2 * ((size_t)L + 2), top = 0;
+    task *stack = malloc(cap * sizeof *stack);
+    if (!stack) return remat__err(REMAT_NOMEM, "out of memory rebuilding a chain schedule");
+    remat_status rc = REMAT_OK;
+    stack[top++] = (task){0, 0, L, m_top};
+    while (top > 0 && rc == REMAT_OK) {
+        task k = stack[--top];
+        if (top + 2 > cap) {
+            task *s2 = realloc(stack, 2 * cap * sizeof *stack);
+            if (!s2) {
+                rc = remat__err(REMAT_NOMEM, "out of memory rebuilding a chain schedule");
+                break;
+            }
+            stack = s2, cap *= 2;
+        }
+        int ok = 1;
+        if (k.emit_b) {
+            ok = oplist_push(out, REMAT_CHAIN_B, k.i);
+        } else if (k.m < 0 || k.m > t->Ms || !isfinite(t->opt[tri(L, k.i, k.l) * t->W + (size_t)k.m])) {
+            rc = remat__err(REMAT_INTERNAL, "chain schedule: interval %d..%d infeasible with %lld slots", k.i, k.l,
+                            (long long)k.m);
+        } else if (k.i == k.l) {
+            if (k.i == L) ok = oplist_push(out, REMAT_CHAIN_LOSS, L);
+            else ok = oplist_push(out, REMAT_CHAIN_FE, k.i) && oplist_push(out, REMAT_CHAIN_B, k.i);
+        } else {
+            int j = t->what[tri(L, k.i, k.l) * t->W + (size_t)k.m];
+            if (j == 0) {
+                ok = oplist_push(out, REMAT_CHAIN_FE, k.i);
+                stack[top++] = (task){1, k.i, k.i, 0};
+                stack[top++] = (task){0, k.i + 1, k.l, k.m - z->ab[k.i + 1]};
+            } else if (j > k.i && j <= k.l) {
+                ok = oplist_push(out, REMAT_CHAIN_CF, k.i);
+                for (int q = k.i + 1; ok && q < j; q++) ok = oplist_push(out, REMAT_CHAIN_FN, q);
+                stack[top++] = (task){0, k.i, j - 1, k.m};
+                stack[top++] = (task){0, j, k.l, k.m - z->a[j]};
+            } else {
+                rc = remat__err(REMAT_INTERNAL, "chain schedule: no choice recorded for %d..%d", k.i, k.l);
+            }
+        }
+        if (!ok) rc = remat__err(REMAT_NOMEM, "out of memory rebuilding a chain schedule");
+    }
+    free(stack);
+    return rc;
+}
+
+remat_status remat_chain_solve(const remat_stage *stages, int n, int64_t output, int64_t budget, int slots,
+                               remat_chain_plan **out) {
+    if (!out) return remat__err(REMAT_INVALID, "remat_chain_solve: out is NULL");
+    *out = NULL;
+    remat_status rc = check_chain(stages, n, output);
+    if (rc != REMAT_OK) return rc;
+    if (n > MAX_STAGES) return remat__err(REMAT_UNSUPPORTED, "chain of %d stages: at most %d", n, MAX_STAGES);
+    if (budget < 0) return remat__err(REMAT_INVALID, "budget is negative (%lld)", (long long)budget);
+    if (slots < 0) return remat__err(REMAT_INVALID, "slots is negative (%d)", slots);
+    int64_t S = slots ? slots : DEFAULT_SLOTS;
+    int64_t unit = max64(1, ceil_div(budget, S));
+    int64_t Mslots = budget / unit;
+    int L = n;
+
+    sizes z;
+    rc = sizes_init(&z, L);
+    if (rc != REMAT_OK) return rc;
+    int64_t need = sizes_fill(&z, stages, output, unit);
+    if (need > Mslots) {
+        int64_t best, exact, need_slots;
+        rc = least_budget(stages, n, output, S, &best, &exact, &need_slots);
+        if (rc == REMAT_OK && best >= 0 && best <= budget) {
+            /* Rounding to this budget's slot leaves no room, but a smaller
+             * budget's finer slots do (best has a smaller unit, and every
+             * unit from best's up is feasible at its top budget): plan for
+             * (unit - 1) * S, the largest of those. So every budget from
+             * the one named below up is feasible. */
+            unit -= 1;
+            Mslots = S;
+            need = sizes_fill(&z, stages, output, unit);
+            if (unit < 1 || need > Mslots)
+                rc = remat__err(REMAT_INTERNAL, "chain floor: budget %lld infeasible with slot %lld",
+                                (long long)budget, (long long)unit);
+        } else if (rc == REMAT_OK && best < 0) {
+            rc = remat__err(REMAT_BUDGET,
+                            "no budget fits the chain with %lld memory slots: it needs at least %lld slots "
+                            "(the model's exact floor is %lld)",
+                            (long long)S, (long long)need_slots, (long long)exact);
+        } else if (rc == REMAT_OK && best == exact) {
+            rc = remat__err(REMAT_BUDGET, "budget %lld is too small: the smallest budget that fits is %lld",
+                            (long long)budget, (long long)best);
+        } else if (rc == REMAT_OK) {
+            rc = remat__err(REMAT_BUDGET,
+                            "budget %lld is too small: the smallest budget that fits is %lld with %lld memory "
+                            "slots (the model's exact floor is %lld)",
+                            (long long)budget, (long long)best, (long long)S, (long long)exact);
+        }
+        if (rc != REMAT_OK) {
+            sizes_free(&z);
+            return rc;
+        }
+    }
+
+    /* Memory beyond what storing everything needs changes nothing: cap the
+     * table there (this matters when slots is as large as the budget). */
+    int64_t cap = 0;
+    for (int k = 0; k <= L; k++) cap += 2 * (z.a[k] + z.ab[k]);
+    table t = {.L = L, .Ms = min64(Mslots, max64(cap, need))};
+    t.W = (size_t)t.Ms + 1;
+    size_t ntri = ((size_t)L + 1) * ((size_t)L + 2) / 2;
+    size_t cells = ntri * t.W;
+    if (cells / t.W != ntri || cells > SIZE_MAX / (sizeof(double) + sizeof(int16_t))) {
+        sizes_free(&z);
+        return remat__err(REMAT_NOMEM, "the planning table of %d stages x %lld slots is too large; use fewer slots",
+                          L, (long long)t.W);
+    }
+    t.opt = malloc(cells * sizeof *t.opt);
+    t.what = malloc(cells * sizeof *t.what);
+    t.f = malloc(((size_t)L + 1) * sizeof *t.f);
+    t.b = malloc(((size_t)L + 1) * sizeof *t.b);
+    remat_chain_plan *p = calloc(1, sizeof *p);
+    oplist ops = {0};
+    if (!t.opt || !t.what || !t.f || !t.b || !p) {
+        rc = remat__err(REMAT_NOMEM, "out of memory: the planning table of %d stages x %lld slots needs %.1f MiB", L,
+                        (long long)t.W, (double)cells * (sizeof(double) + sizeof(int16_t)) / 1048576.0);
+        goto done;
+    }
+    for (int k = 0; k < L; k++) t.f[k] = stages[k].forward, t.b[k] = stages[k].backward;
+    t.f[L] = t.b[L] = 0;
+    rc = table_fill(&t, &z);
+    if (rc != REMAT_OK) goto done;
+    rc = rebuild(&t, &z, min64(Mslots - z.a[0], t.Ms), &ops);
+    if (rc != REMAT_OK) goto done;
+    int complete = 0;
+    rc = simulate(stages, n, output, ops.v, ops.n, &p->cost, &p->peak, &complete);
+    if (rc != REMAT_OK) {
+        rc = remat__err(REMAT_INTERNAL, "the chain schedule does not simulate: %s", remat_last_error());
+        goto done;
+    }
+    if (!complete || p->peak > budget) {
+        rc = remat__err(REMAT_INTERNAL, "the chain schedule %s (peak %lld, budget %lld)",
+                        complete ? "exceeds the budget" : "does not reach y_0", (long long)p->peak,
+                        (long long)budget);
+        goto done;
+    }
+    p->ops = ops.v, p->n_ops = ops.n;
+    ops.v = NULL;
+    *out = p;
+    p = NULL;
+done:
+    free(ops.v);
+    free(p);
+    free(t.opt), free(t.what), free(t.f), free(t.b);
+    sizes_free(&z);
+    return rc;
+}
+
+void remat_chain_plan_destroy(remat_chain_plan *p) {
+    if (!p) return;
+    free(p->ops);
+    free(p);
+}
+
+int remat_chain_plan_length(const remat_chain_plan *p) { return p ? p->n_ops : 0; }
+
+remat_chain_op remat_chain_plan_op(const remat_chain_plan *p, int i) {
+    if (!p || i < 0 || i >= p->n_ops) return (remat_chain_op){.kind = REMAT_CHAIN_FN, .stage = -1};
+    return p->ops[i];
+}
+
+double remat_chain_plan_cost(const remat_chain_plan *p) { return p ? p->cost : 0; }
+
+int64_t remat_chain_plan_peak(const remat_chain_plan *p) { return p ? p->peak : 0; }
+
+/* ------------------------------------------------------------------ JSON */
+
+/* Line and column (both 1-based, columns in bytes) of pos in text. */
+static void line_col(const char *text, const char *pos, int *line, int *col) {
+    *line = 1, *col = 1;
+    for (const char *c = text; *c && c < pos; c++) {
+        if (*c == '\n') (*line)++, *col = 1;
+        else (*col)++;
+    }
+}
+
+/* Reads an integer size >= 0 from obj[key]; where names the object
+ * ("stage 3: " or ""). */
+static remat_status json_size(const cJSON *obj, const char *key, const char *where, int64_t *out) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!it) return remat__err(REMAT_FORMAT, "%s'%s' is missing", where, key);
+    if (!cJSON_IsNumber(it)) return remat__err(REMAT_FORMAT, "%s'%s' is not a number", where, key);
+    double v = it->valuedouble;
+    if (v < 0) return remat__err(REMAT_FORMAT, "%s'%s' is negative (%g)", where, key, v);
+    if (v != floor(v)) return remat__err(REMAT_FORMAT, "%s'%s' is not an integer (%g)", where, key, v);
+    if (v >= 9007199254740992.0) /* 2^53: beyond it doubles skip integers */
+        return remat__err(REMAT_FORMAT, "%s'%s' is too large (%g)", where, key, v);
+    *out = (int64_t)v;
+    return REMAT_OK;
+}
+
+/* Reads a finite cost >= 0 from obj[key]. */
+static remat_status json_cost(const cJSON *obj, const char *key, const char *where, double *out) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, key);
+    if (!it) return remat__err(REMAT_FORMAT, "%s'%s' is missing", where, key);
+    if (!cJSON_IsNumber(it)) return remat__err(REMAT_FORMAT, "%s'%s' is not a number", where, key);
+    double v = it->valuedouble;
+    if (!isfinite(v)) return remat__err(REMAT_FORMAT, "%s'%s' is not finite", where, key);
+    if (v < 0) return remat__err(REMAT_FORMAT, "%s'%s' is negative (%g)", where, key, v);
+    *out = v;
+    return REMAT_OK;
+}
+
+remat_status remat_chain_parse_json(const char *text, remat_stage **stages, int *n, int64_t *output) {
+    if (!text || !stages || !n || !output) return remat__err(REMAT_INVALID, "remat_chain_parse_json: NULL argument");
+    *stages = NULL;
+    *n = 0;
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithOpts(text, &end, 1);
+    if (!root) {
+        int line, col;
+        line_col(text, end ? end : text, &line, &col);
+        return remat__err(REMAT_FORMAT, "JSON syntax error at line %d, column %d", line, col);
+    }
+    remat_status rc = REMAT_OK;
+    remat_stage *st = NULL;
+    int count = 0;
+    int64_t out_size = 0;
+    const cJSON *arr = NULL;
+    if (!cJSON_IsObject(root)) {
+        rc = remat__err(REMAT_FORMAT, "a chain is a JSON object with 'stages' and 'output'");
+        goto done;
+    }
+    arr = cJSON_GetObjectItemCaseSensitive(root, "stages");
+    if (!arr) {
+        rc = remat__err(REMAT_FORMAT, "'stages' is missing");
+        goto done;
+    }
+    if (!cJSON_IsArray(arr)) {
+        rc = remat__err(REMAT_FORMAT, "'stages' is not an array");
+        goto done;
+    }
+    count = cJSON_GetArraySize(arr);
+    if (count < 1) {
+        rc = remat__err(REMAT_FORMAT, "'stages' is empty: a chain needs at least one stage");
+        goto done;
+    }
+    st = calloc((size_t)count, sizeof *st);
+    if (!st) {
+        rc = remat__err(REMAT_NOMEM, "out of memory reading %d stages", count);
+        goto done;
+    }
+    int i = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, arr) {
+        char where[32];
+        snprintf(where, sizeof where, "stage %d: ", i);
+        if (!cJSON_IsObject(it)) {
+            rc = remat__err(REMAT_FORMAT, "stage %d is not an object", i);
+            goto done;
+        }
+        if ((rc = json_cost(it, "forward", where, &st[i].forward)) != REMAT_OK ||
+            (rc = json_cost(it, "backward", where, &st[i].backward)) != REMAT_OK ||
+            (rc = json_size(it, "input", where, &st[i].input)) != REMAT_OK ||
+            (rc = json_size(it, "saved", where, &st[i].saved)) != REMAT_OK)
+            goto done;
+        i++;
+    }
+    if ((rc = json_size(root, "output", "", &out_size)) != REMAT_OK) goto done;
+    /* the same checks as the solver's (saved >= the stage's output) */
+    if (check_chain(st, count, out_size) != REMAT_OK) rc = REMAT_FORMAT;
+done:
+    cJSON_Delete(root);
+    if (rc != REMAT_OK) {
+        free(st);
+        return rc;
+    }
+    *stages = st;
+    *n = count;
+    *output = out_size;
+    return REMAT_OK;
+}

@@ -1,0 +1,165 @@
+/* test_optimal.c: the optimal strategy on real models.
+ *
+ * For each model, at 5 budgets between its smallest feasible budget and its
+ * store-all peak: the executor's measured peak equals the predicted peak
+ * and is within the budget, three training steps are bitwise identical to
+ * `all`, extra compute never grows as the budget grows, it is zero at the
+ * store-all peak, and wherever sqrt fits, optimal recomputes no more than
+ * sqrt does. Below the smallest feasible budget, planning fails naming it.
+ */
+#include "check.h"
+#include "testmodels.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define STEPS 3
+
+static remat_status build(const char *name, remat_graph *g, remat_model *m) {
+    if (strcmp(name, "bnnet") == 0) return build_bnnet(g, m, 8);
+    remat_model_opts mo;
+    remat_model_opts_default(&mo);
+    mo.name = name;
+    mo.batch = strcmp(name, "heavy-mul") == 0 ? 1 : 32;
+    return remat_model_build(g, &mo, m);
+}
+
+typedef struct {
+    float loss[STEPS];
+    float *w; /* all parameters and buffers, concatenated */
+    size_t nw;
+    size_t peak;
+    double extra; /* recomputed FLOPs */
+    remat_status status;
+} outcome;
+
+/* Plans only: the status of creating the session within `budget`. */
+static remat_status fits(const remat_graph *g, const remat_model *m, size_t budget) {
+    remat_session_opts so;
+    remat_session_opts_default(&so);
+    so.threads = 2;
+    so.strategy = REMAT_STRATEGY_OPTIMAL;
+    so.budget = budget;
+    remat_session *s = NULL;
+    remat_optim_opts oo;
+    remat_optim_opts_default(&oo, REMAT_OPTIM_SGD);
+    oo.momentum = 0.9f;
+    remat_status st = remat_session_create(&s, g, m->loss, &so);
+    if (st == REMAT_OK) st = remat_session_set_optimizer(s, &oo);
+    remat_session_destroy(s);
+    return st;
+}
+
+static void run(const remat_graph *g, const remat_model *m, const char *name, remat_strategy st, size_t budget,
+                outcome *o) {
+    memset(o, 0, sizeof *o);
+    remat_session_opts so;
+    remat_session_opts_default(&so);
+    so.threads = 2;
+    so.seed = 11;
+    so.strategy = st;
+    so.budget = budget;
+    remat_session *s = NULL;
+    remat_optim_opts oo;
+    remat_optim_opts_default(&oo, REMAT_OPTIM_SGD);
+    oo.momentum = 0.9f;
+    oo.lr = strncmp(name, "heavy", 5) == 0 ? 1e-9f : 0.01f;
+    o->status = remat_session_create(&s, g, m->loss, &so);
+    if (o->status == REMAT_OK) o->status = remat_session_set_optimizer(s, &oo);
+    if (o->status != REMAT_OK) {
+        remat_session_destroy(s);
+        return;
+    }
+    remat_plan_summary p;
+    CHECK_OK(remat_session_plan(s, &p));
+    o->extra = p.extra_flops;
+    int64_t xd[4];
+    int nd = remat_node_shape(g, m->input, xd);
+    int64_t nx = 1;
+    for (int i = 0; i < nd; i++) nx *= xd[i];
+    float *x = malloc((size_t)nx * sizeof *x);
+    int32_t y[32];
+    float t[1] = {0.5f};
+    for (int64_t i = 0; i < nx; i++) x[i] = strncmp(name, "heavy", 5) == 0 ? 1.0f : (float)((i * 13) % 17) / 8.0f - 1.0f;
+    for (int i = 0; i < 32; i++) y[i] = (i * 7) % 10;
+    remat_session_bind(s, m->input, x);
+    remat_session_bind(s, m->labels, strncmp(name, "heavy", 5) == 0 ? (const void *)t : (const void *)y);
+    for (int k = 0; k < STEPS; k++) {
+        remat_mem_stats pred, meas;
+        CHECK_OK(remat_session_predict(s, &pred));
+        CHECK_OK(remat_session_step(s, &o->loss[k]));
+        CHECK_OK(remat_session_update(s));
+        remat_session_mem(s, &meas);
+        for (int c = 0; c < REMAT_MEM_COUNT; c++)
+            CHECK_MSG(pred.peak[c] == meas.peak[c], "%s @%zu: %s predicted %zu measured %zu", name, budget,
+                      remat_mem_str((remat_mem)c), pred.peak[c], meas.peak[c]);
+        if (budget) CHECK_MSG(meas.peak[REMAT_MEM_TOTAL] <= budget, "%s: peak %zu above budget %zu", name,
+                              meas.peak[REMAT_MEM_TOTAL], budget);
+        o->peak = meas.peak[REMAT_MEM_TOTAL];
+    }
+    for (int i = 0; i < remat_session_param_count(s); i++) {
+        remat_param_info pi;
+        remat_session_param(s, i, &pi);
+        o->w = realloc(o->w, (o->nw + (size_t)pi.numel) * sizeof *o->w);
+        memcpy(o->w + o->nw, pi.data, (size_t)pi.numel * sizeof *o->w);
+        o->nw += (size_t)pi.numel;
+    }
+    free(x);
+    remat_session_destroy(s);
+}
+
+static void model(const char *name) {
+    remat_graph *g;
+    remat_model m;
+    CHECK_OK(remat_graph_create(&g));
+    CHECK_OK(build(name, g, &m));
+    outcome all, sq;
+    run(g, &m, name, REMAT_STRATEGY_ALL, 0, &all);
+    run(g, &m, name, REMAT_STRATEGY_SQRT, 0, &sq);
+    CHECK_OK(all.status);
+    /* the smallest feasible budget, by bisection */
+    size_t lo = 0, hi = all.peak;
+    while (lo + 1 < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (fits(g, &m, mid) == REMAT_OK) hi = mid;
+        else lo = mid;
+    }
+    size_t floor = hi;
+    /* one byte below: REMAT_BUDGET naming exactly this floor */
+    {
+        char want[96];
+        snprintf(want, sizeof want, "smallest feasible budget is %zu bytes", floor);
+        CHECK(fits(g, &m, floor - 1) == REMAT_BUDGET);
+        CHECK_MSG(strstr(remat_last_error(), want), "%s: %s", name, remat_last_error());
+    }
+    double prev = -1;
+    printf("%s: floor %zu B, store-all %zu B, sqrt %zu B (extra %.4g FLOP)\n", name, floor, all.peak, sq.peak,
+           sq.extra);
+    for (int i = 0; i < 5; i++) {
+        size_t budget = floor + (size_t)((double)(all.peak - floor) * i / 4);
+        outcome o;
+        run(g, &m, name, REMAT_STRATEGY_OPTIMAL, budget, &o);
+        CHECK_MSG(o.status == REMAT_OK, "%s @%zu: %s", name, budget, remat_last_error());
+        if (o.status != REMAT_OK) continue;
+        CHECK_MSG(memcmp(o.loss, all.loss, sizeof o.loss) == 0 && o.nw == all.nw &&
+                      memcmp(o.w, all.w, o.nw * sizeof *o.w) == 0,
+                  "%s @%zu: results differ from all", name, budget);
+        if (prev >= 0) CHECK_MSG(o.extra <= prev, "%s: extra compute grew from %.6g to %.6g", name, prev, o.extra);
+        prev = o.extra;
+        if (sq.status == REMAT_OK && sq.peak <= budget)
+            CHECK_MSG(o.extra <= sq.extra, "%s @%zu: optimal recomputes %.6g FLOP, sqrt %.6g", name, budget, o.extra,
+                      sq.extra);
+        printf("  budget %10zu B: peak %10zu B, extra %.4g FLOP\n", budget, o.peak, o.extra);
+        if (i == 4) CHECK_MSG(o.extra == 0.0, "%s: recomputes at the store-all budget", name);
+        free(o.w);
+    }
+    free(all.w), free(sq.w);
+    remat_graph_destroy(g);
+}
+
+int main(void) {
+    const char *models[] = {"mlp", "cnn", "bnnet", "heavy-mul"};
+    for (int i = 0; i < 4; i++) model(models[i]);
+    return check_exit("test_optimal");
+}

@@ -1,0 +1,579 @@
+/* test_rotor.c: the chain planner (rotor's persistent DP), its simulator
+ * and the chain JSON reader.
+ *
+ * Oracles (PLANNING.md): the heterogeneous instances U1, U2 and H1 of
+ * section 9.2 at every listed budget, the unit-chain yardstick of section
+ * 8.4, and revolve's table of section 9.1 through a chain on which the
+ * two models coincide (see test_revolve). With slots >= budget the slot is
+ * one unit, so the discretization is exact and the DP column must match.
+ * Properties on 200 seeded random chains: the floor named by REMAT_BUDGET
+ * is feasible and one unit less is not; cost does not grow with the
+ * budget; at the store-all peak the cost is sum(f) + sum(b); every plan
+ * passes the simulator within its budget with the plan's cost; the DP is
+ * never cheaper than an exhaustive search over all schedules (tiny
+ * chains). With coarse slots the named budget is the least that the same
+ * slot count accepts. Then simulator errors and JSON errors.
+ */
+#include "check.h"
+
+#include "remat.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A chain in PLANNING.md's notation: f, b (L entries), a = omega_x
+ * (L+1 entries, a[L] the loss input), ab = omega_xbar (entries 1..L). */
+typedef struct {
+    int L;
+    remat_stage st[128];
+    int64_t output;
+} chain;
+
+static void make_chain(chain *c, int L, const double *f, const double *b, const int64_t *a, const int64_t *ab) {
+    memset(c, 0, sizeof *c);
+    c->L = L;
+    for (int i = 0; i < L; i++) c->st[i] = (remat_stage){f[i], b[i], a[i], ab[i + 1]};
+    c->output = a[L];
+}
+
+/* The budget named by a REMAT_BUDGET message, or -1. */
+static int64_t named_budget(const char *msg) {
+    const char *k = "the smallest budget that fits is ";
+    const char *p = strstr(msg, k);
+    return p ? strtoll(p + strlen(k), NULL, 10) : -1;
+}
+
+/* Solves and checks the plan against the simulator; returns the status
+ * and the cost (or -1). */
+static remat_status solve_checked(const chain *c, int64_t budget, int slots, double *cost) {
+    remat_chain_plan *p = NULL;
+    remat_status st = remat_chain_solve(c->st, c->L, c->output, budget, slots, &p);
+    *cost = -1;
+    if (st != REMAT_OK) {
+        CHECK(p == NULL);
+        return st;
+    }
+    int n = remat_chain_plan_length(p);
+    remat_chain_op *ops = malloc((size_t)n * sizeof *ops);
+    for (int i = 0; i < n; i++) ops[i] = remat_chain_plan_op(p, i);
+    double sc = -1;
+    int64_t sp = -1;
+    CHECK_OK(remat_chain_simulate(c->st, c->L, c->output, ops, n, &sc, &sp));
+    CHECK_MSG(sp <= budget, "peak %" PRId64 " > budget %" PRId64, sp, budget);
+    CHECK(sp == remat_chain_plan_peak(p));
+    CHECK(sc == remat_chain_plan_cost(p));
+    /* the schedule ends with B_0 (y_0 made) */
+    CHECK(n > 0 && ops[n - 1].kind == REMAT_CHAIN_B && ops[n - 1].stage == 0);
+    free(ops);
+    *cost = remat_chain_plan_cost(p);
+    remat_chain_plan_destroy(p);
+    return st;
+}
+
+/* Exact cost at budget M (slot = 1 unit); -1 when infeasible. */
+static double exact_cost(const chain *c, int64_t M) {
+    double cost;
+    remat_status st = solve_checked(c, M, M > 0 ? (int)M : 1, &cost);
+    return st == REMAT_OK ? cost : -1;
+}
+
+/* The undiscretized floor: the budget named for budget 0 with many slots. */
+static int64_t exact_floor(const chain *c) {
+    remat_chain_plan *p = NULL;
+    remat_status st = remat_chain_solve(c->st, c->L, c->output, 0, 1 << 30, &p);
+    if (st == REMAT_OK) {
+        remat_chain_plan_destroy(p);
+        return 0;
+    }
+    CHECK(st == REMAT_BUDGET);
+    return named_budget(remat_last_error());
+}
+
+/* Store-all peak: simulate Fe_0..Fe_{L-1}, Loss, B_{L-1}..B_0. */
+static int64_t store_all_peak(const chain *c, double *cost) {
+    remat_chain_op ops[300];
+    int n = 0;
+    for (int i = 0; i < c->L; i++) ops[n++] = (remat_chain_op){REMAT_CHAIN_FE, i};
+    ops[n++] = (remat_chain_op){REMAT_CHAIN_LOSS, c->L};
+    for (int i = c->L - 1; i >= 0; i--) ops[n++] = (remat_chain_op){REMAT_CHAIN_B, i};
+    int64_t peak = -1;
+    CHECK_OK(remat_chain_simulate(c->st, c->L, c->output, ops, n, cost, &peak));
+    return peak;
+}
+
+/* ---------------------------------------------------------------- oracles */
+
+typedef struct {
+    int64_t from; /* budgets from here up to the next row's `from` */
+    double cost;
+} row;
+
+/* Checks every budget from 0 to the last row + 3 against the rows; the
+ * first row's `from` is the floor (below: REMAT_BUDGET naming it). */
+static void check_oracle(const char *name, const chain *c, const row *rows, int nrows) {
+    int64_t floor = rows[0].from, top = rows[nrows - 1].from + 3;
+    CHECK_MSG(exact_floor(c) == floor, "%s: floor %" PRId64, name, floor);
+    for (int64_t M = 0; M <= top; M++) {
+        double want = -1;
+        for (int r = 0; r < nrows; r++)
+            if (M >= rows[r].from) want = rows[r].cost;
+        if (M < floor) {
+            /* with 1000 slots the unit is 1 and the floor is named */
+            remat_chain_plan *p = NULL;
+            remat_status st = remat_chain_solve(c->st, c->L, c->output, M, 1000, &p);
+            CHECK_MSG(st == REMAT_BUDGET && named_budget(remat_last_error()) == floor, "%s M=%" PRId64 ": %s",
+                      name, M, remat_last_error());
+            /* and with slots = budget it is infeasible too */
+            st = remat_chain_solve(c->st, c->L, c->output, M, M > 0 ? (int)M : 1, &p);
+            CHECK_MSG(st == REMAT_BUDGET, "%s M=%" PRId64, name, M);
+            continue;
+        }
+        double got = exact_cost(c, M);
+        CHECK_MSG(got == want, "%s M=%" PRId64 ": cost %g, oracle %g (%s)", name, M, got, want,
+                  got < 0 ? remat_last_error() : "");
+        printf("  %s M=%" PRId64 ": %g (oracle %g)\n", name, M, got, want);
+    }
+}
+
+static void test_oracles(void) {
+    chain c;
+    double f6[6] = {1, 1, 1, 1, 1, 1}, b6[6] = {2, 2, 2, 2, 2, 2};
+    int64_t a7[7] = {1, 1, 1, 1, 1, 1, 1}, ab1[7] = {0, 1, 1, 1, 1, 1, 1}, ab2[7] = {0, 2, 2, 2, 2, 2, 2};
+    make_chain(&c, 6, f6, b6, a7, ab1);
+    row u1[] = {{5, 32}, {6, 23}, {7, 21}, {8, 20}, {9, 18}};
+    check_oracle("U1", &c, u1, 5);
+    make_chain(&c, 6, f6, b6, a7, ab2);
+    row u2[] = {{6, 33}, {7, 26}, {8, 23}, {9, 22}, {10, 21}, {12, 20}, {14, 19}, {15, 18}};
+    check_oracle("U2", &c, u2, 8);
+    double hf[5] = {2, 3, 1, 4, 2}, hb[5] = {4, 6, 2, 8, 4};
+    int64_t ha[6] = {2, 3, 3, 1, 2, 1}, hab[6] = {0, 5, 4, 3, 4, 2};
+    make_chain(&c, 5, hf, hb, ha, hab);
+    row h1[] = {{15, 44}, {16, 42}, {17, 41}, {18, 40}, {19, 39}, {21, 37}, {23, 36}};
+    check_oracle("H1", &c, h1, 7);
+}
+
+/* PLANNING.md 8.4: unit chains (f=1, b=2, all sizes 1), DP-optimal costs. */
+static void test_unit_chains(void) {
+    static const struct {
+        int L;
+        int64_t M;
+        double cost;
+    } t[] = {
+        {16, 6, 88},   {16, 8, 65},   {16, 10, 59},  {16, 12, 56},  {36, 6, 268},  {36, 8, 176},
+        {36, 12, 140}, {36, 14, 136}, {36, 18, 131}, {64, 6, 601},  {64, 10, 300}, {64, 16, 249},
+        {64, 18, 245}, {64, 24, 238}, {64, 32, 229}, {100, 5, 5249}, {100, 6, 1131}, {100, 10, 511},
+        {100, 12, 463}, {100, 20, 390}, {100, 22, 387}, {100, 30, 376}, {100, 50, 355}, {100, 103, 300},
+    };
+    for (size_t k = 0; k < sizeof t / sizeof t[0]; k++) {
+        chain c;
+        double f[100], b[100];
+        int64_t a[101], ab[101];
+        for (int i = 0; i < t[k].L; i++) f[i] = 1, b[i] = 2;
+        for (int i = 0; i <= t[k].L; i++) a[i] = 1, ab[i] = i ? 1 : 0;
+        make_chain(&c, t[k].L, f, b, a, ab);
+        double got = exact_cost(&c, t[k].M);
+        CHECK_MSG(got == t[k].cost, "unit L=%d M=%" PRId64 ": %g, oracle %g", t[k].L, t[k].M, got, t[k].cost);
+        if (t[k].M == 5) CHECK(exact_floor(&c) == 5);
+    }
+}
+
+/* Revolve (PLANNING.md 9.1) as a rotor chain. Take n stages with f = 1,
+ * b = 2, every x of size 1 and every xbar of size K = 16, and the budget
+ * M = s + K + 3. Then:
+ * - two xbar never fit together (2K + 2 > M for s < K), so Fe_i is always
+ *   followed at once by its B_i (by Loss, B_{n-1} for the last stage):
+ *   exactly revolve's turn, which re-runs a step with taping and reverses
+ *   it; rotor's "store all" option, which revolve lacks, is unusable;
+ * - at a turn of stage i the resident values are the stored x's, x_i
+ *   among them, xbar_{i+1}, y_{i+1} and y_i, so the memory left for x's is
+ *   c = M - K - 2 = s + 1: revolve's s snapshots plus the x the turn
+ *   starts from (revolve's working state), which rotor must also hold;
+ * - forwards between turns (CF, Fn) need at most 4 units, never binding.
+ * Rotor's leaf recurrence then is revolve's: R(d, c) = min_m [m + R(d-m,
+ * c-1) + R(m, c)], R(1, c) = one turn, R(d >= 2, 1) infeasible, which is
+ * T(d, c-1) + d turns. So the optimal cost is T(n, s) advances + n turn
+ * forwards + 2n backward = T(n, s) + 3n. */
+static void test_revolve(void) {
+    static const int ns[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 15, 20, 30, 50, 100};
+    static const int T[][6] = {
+        {0, 0, 0, 0, 0, 0},         {1, 1, 1, 1, 1, 1},         {3, 2, 2, 2, 2, 2},
+        {6, 4, 3, 3, 3, 3},         {10, 6, 5, 4, 4, 4},        {15, 8, 7, 6, 5, 5},
+        {21, 11, 9, 8, 7, 6},       {28, 14, 11, 10, 9, 8},     {36, 17, 13, 12, 11, 10},
+        {45, 20, 15, 14, 13, 12},   {55, 24, 18, 16, 15, 14},   {66, 28, 21, 18, 17, 16},
+        {105, 40, 30, 24, 23, 22},  {190, 65, 45, 39, 33, 32},  {435, 126, 85, 69, 62, 54},
+        {1225, 285, 180, 144, 122, 114}, {4950, 845, 490, 374, 316, 280},
+    };
+    const int64_t K = 16;
+    int bad = 0;
+    for (size_t r = 0; r < sizeof ns / sizeof ns[0]; r++) {
+        int n = ns[r];
+        chain c;
+        double f[100], b[100];
+        int64_t a[101], ab[101];
+        for (int i = 0; i < n; i++) f[i] = 1, b[i] = 2;
+        for (int i = 0; i <= n; i++) a[i] = 1, ab[i] = i ? K : 0;
+        make_chain(&c, n, f, b, a, ab);
+        for (int s = 1; s <= 6; s++) {
+            double got = exact_cost(&c, s + K + 3);
+            double want = T[r][s - 1] + 3.0 * n;
+            CHECK_MSG(got == want, "revolve n=%d s=%d: %g, want T=%d + 3n = %g", n, s, got, T[r][s - 1], want);
+            bad += got != want;
+        }
+    }
+    printf("  revolve table: %zu x 6 entries, %d mismatches\n", sizeof ns / sizeof ns[0], bad);
+}
+
+/* ------------------------------------------------------ exhaustive search */
+
+/* A binary min-heap of (cost, state) for the search, lazy deletion. */
+typedef struct {
+    double d;
+    uint32_t s;
+} hent;
+typedef struct {
+    hent *v;
+    size_t n, cap;
+    double *dist;
+    int64_t M;
+} search;
+
+static void heap_push(search *h, double d, uint32_t s) {
+    if (h->n == h->cap) h->cap = h->cap ? 2 * h->cap : 1024, h->v = realloc(h->v, h->cap * sizeof *h->v);
+    size_t i = h->n++;
+    while (i > 0 && h->v[(i - 1) / 2].d > d) h->v[i] = h->v[(i - 1) / 2], i = (i - 1) / 2;
+    h->v[i] = (hent){d, s};
+}
+
+static hent heap_pop(search *h) {
+    hent top = h->v[0], last = h->v[--h->n];
+    size_t i = 0;
+    for (;;) {
+        size_t ch = 2 * i + 1;
+        if (ch >= h->n) break;
+        if (ch + 1 < h->n && h->v[ch + 1].d < h->v[ch].d) ch++;
+        if (h->v[ch].d >= last.d) break;
+        h->v[i] = h->v[ch], i = ch;
+    }
+    if (h->n > 0) h->v[i] = last;
+    return top;
+}
+
+/* An edge to state ns costing `cost`, legal if its peak fits. */
+static void relax(search *h, double d, uint32_t ns, double cost, int64_t peak) {
+    if (peak <= h->M && d + cost < h->dist[ns]) h->dist[ns] = d + cost, heap_push(h, d + cost, ns);
+}
+
+/* Dijkstra over resident sets (PLANNING.md 9.2): ops CF, Fe, Loss, B (B
+ * frees y_{i+1} and xbar_{i+1}), plus freeing any value for free, except
+ * x_k or xbar_k while xbar_{k+1} is resident. Fn is CF then a free. The
+ * least cost to make y_0 within M, or -1. Bits: x_k = k, xbar_k =
+ * L+1+k, y_k = 2(L+1)+k. */
+static double exhaustive(const chain *c, int64_t M) {
+    int L = c->L, nb = 3 * (L + 1);
+    uint32_t nstates = 1u << nb;
+    int64_t size[64];
+    for (int k = 0; k <= L; k++) {
+        int64_t x = k < L ? c->st[k].input : c->output;
+        size[k] = x;
+        size[L + 1 + k] = k ? c->st[k - 1].saved : 0;
+        size[2 * (L + 1) + k] = x;
+    }
+    uint32_t XB[32], Y[32];
+    for (int k = 0; k <= L; k++) XB[k] = 1u << (L + 1 + k), Y[k] = 1u << (2 * (L + 1) + k);
+    int64_t *mem = malloc(nstates * sizeof *mem);
+    search h = {.dist = malloc(nstates * sizeof(double)), .M = M};
+    for (uint32_t s = 0; s < nstates; s++) {
+        h.dist[s] = 1e300;
+        int64_t m = 0;
+        for (int q = 0; q < nb; q++)
+            if (s >> q & 1) m += size[q];
+        mem[s] = m;
+    }
+    double result = -1;
+    if (size[0] <= M) h.dist[1] = 0, heap_push(&h, 0.0, 1u);
+    while (h.n > 0) {
+        hent top = heap_pop(&h);
+        uint32_t s = top.s;
+        double d = top.d;
+        if (d > h.dist[s]) continue;
+        if (s & Y[0]) {
+            result = d;
+            break;
+        }
+        for (int k = 0; k <= L; k++) {
+            if (!(s & (1u << k)) && !(k > 0 && (s & XB[k]))) continue; /* no input */
+            if (k == L) {
+                if (!(s & Y[L])) relax(&h, d, s | Y[L], 0.0, mem[s] + size[2 * (L + 1) + L]);
+                continue;
+            }
+            double f = c->st[k].forward;
+            if (!(s & (1u << (k + 1)))) relax(&h, d, s | (1u << (k + 1)), f, mem[s] + size[k + 1]);
+            if (!(s & XB[k + 1])) relax(&h, d, s | XB[k + 1], f, mem[s] + size[L + 1 + k + 1]);
+            if ((s & Y[k + 1]) && (s & XB[k + 1]) && !(s & Y[k]))
+                relax(&h, d, (s | Y[k]) & ~(Y[k + 1] | XB[k + 1]), c->st[k].backward, mem[s] + size[2 * (L + 1) + k]);
+        }
+        for (int q = 0; q < nb; q++) {
+            if (!(s >> q & 1)) continue;
+            int k = q <= L ? q : q - (L + 1);
+            if (q < 2 * (L + 1) && k < L && (s & XB[k + 1])) continue; /* x_k, xbar_k held by xbar_{k+1} */
+            relax(&h, d, s & ~(1u << q), 0.0, 0);
+        }
+    }
+    free(h.v), free(h.dist), free(mem);
+    return result;
+}
+
+/* ------------------------------------------------------------ properties */
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static uint64_t rnd(void) { /* splitmix64 */
+    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static int64_t rnd_in(int64_t lo, int64_t hi) { return lo + (int64_t)(rnd() % (uint64_t)(hi - lo + 1)); }
+
+static void random_chain(chain *c, int L, int64_t size_lo, int64_t size_hi) {
+    double f[16], b[16];
+    int64_t a[17], ab[17];
+    for (int i = 0; i < L; i++) f[i] = (double)rnd_in(0, 5), b[i] = (double)rnd_in(0, 9);
+    for (int i = 0; i <= L; i++) a[i] = rnd_in(size_lo, size_hi);
+    ab[0] = 0;
+    for (int i = 1; i <= L; i++) ab[i] = a[i] + (rnd() % 3 ? rnd_in(0, size_hi) : 0);
+    make_chain(c, L, f, b, a, ab);
+}
+
+static void test_random(void) {
+    int instances = 0, budgets = 0, brute = 0, brute_equal = 0, brute_better = 0, brute_lower_floor = 0;
+    for (int it = 0; it < 200; it++) {
+        chain c;
+        int L = (int)rnd_in(1, 8);
+        random_chain(&c, L, it % 7 == 0 ? 0 : 1, 4);
+        double sum = 0;
+        for (int i = 0; i < L; i++) sum += c.st[i].forward + c.st[i].backward;
+        double all_cost = -1;
+        int64_t all_peak = store_all_peak(&c, &all_cost);
+        CHECK(all_cost == sum);
+        int64_t floor = exact_floor(&c);
+        CHECK_MSG(floor >= 0 && floor <= all_peak, "instance %d: floor %" PRId64 ", store-all %" PRId64, it, floor,
+                  all_peak);
+        if (floor > 0) {
+            double cst;
+            CHECK_MSG(solve_checked(&c, floor - 1, 1000, &cst) == REMAT_BUDGET &&
+                          named_budget(remat_last_error()) == floor,
+                      "instance %d: floor - 1", it);
+        }
+        double prev = 1e300;
+        int do_brute = L <= 4;
+        for (int64_t M = floor; M <= all_peak + 2; M++) {
+            double cost = exact_cost(&c, M);
+            CHECK_MSG(cost >= 0, "instance %d M=%" PRId64 ": %s", it, M, remat_last_error());
+            CHECK_MSG(cost <= prev, "instance %d: cost %g at M=%" PRId64 " > %g below", it, cost, M, prev);
+            if (M >= all_peak) CHECK_MSG(cost == sum, "instance %d M=%" PRId64 ": %g != %g", it, M, cost, sum);
+            CHECK(cost >= sum);
+            prev = cost;
+            budgets++;
+            if (do_brute) {
+                double ex = exhaustive(&c, M);
+                CHECK_MSG(ex >= 0 && ex <= cost, "instance %d M=%" PRId64 ": exhaustive %g, DP %g", it, M, ex, cost);
+                brute++;
+                brute_equal += ex == cost;
+                brute_better += ex < cost;
+            }
+        }
+        if (do_brute && floor > 0 && exhaustive(&c, floor - 1) >= 0) brute_lower_floor++;
+        instances++;
+    }
+    printf("  random: %d chains, %d budgets; exhaustive on %d (chain, budget) pairs: DP = exact on %d, "
+           "exact cheaper (non-persistent) on %d; exact feasible below the DP floor on %d chains\n",
+           instances, budgets, brute, brute_equal, brute_better, brute_lower_floor);
+}
+
+/* Coarse slots: sizes in the thousands, few slots. The named budget is
+ * accepted with the same slot count and one unit less is not; plans never
+ * exceed their budget. */
+static void test_discretized(void) {
+    int named = 0;
+    for (int it = 0; it < 150; it++) {
+        chain c;
+        int L = (int)rnd_in(1, 12);
+        random_chain(&c, L, 100, 5000);
+        int slots = (int)rnd_in(8, 300);
+        int64_t exact = exact_floor(&c);
+        remat_chain_plan *p = NULL;
+        remat_status st = remat_chain_solve(c.st, L, c.output, 1, slots, &p);
+        CHECK(st == REMAT_BUDGET);
+        int64_t best = named_budget(remat_last_error());
+        if (best < 0) {
+            CHECK_MSG(strstr(remat_last_error(), "no budget fits") != NULL, "%s", remat_last_error());
+            continue;
+        }
+        named++;
+        CHECK_MSG(best >= exact, "named %" PRId64 " below the exact floor %" PRId64, best, exact);
+        double cost;
+        CHECK_MSG(solve_checked(&c, best, slots, &cost) == REMAT_OK, "instance %d: named %" PRId64 ": %s", it, best,
+                  remat_last_error());
+        CHECK_MSG(solve_checked(&c, best - 1, slots, &cost) == REMAT_BUDGET, "instance %d: named - 1 = %" PRId64, it,
+                  best - 1);
+        CHECK(named_budget(remat_last_error()) == best);
+        /* Every budget from the named one up is feasible and within budget
+         * (checked inside), notably at the edges where the slot size grows
+         * (u*slots and u*slots + 1) and the rounding gets coarser. */
+        int64_t u0 = (best + slots - 1) / slots;
+        for (int64_t u = u0; u < u0 + 6; u++)
+            for (int64_t M = u * slots - 1; M <= u * slots + 1; M++)
+                if (M >= best)
+                    CHECK_MSG(solve_checked(&c, M, slots, &cost) == REMAT_OK, "M=%" PRId64 " slots %d: %s", M, slots,
+                              remat_last_error());
+        for (int k = 0; k < 5; k++) {
+            int64_t M = best + rnd_in(0, 4 * best);
+            CHECK_MSG(solve_checked(&c, M, slots, &cost) == REMAT_OK, "M=%" PRId64 ": %s", M, remat_last_error());
+        }
+        /* the default slot count (500) names its own least budget */
+        CHECK(remat_chain_solve(c.st, L, c.output, 0, 0, &p) == REMAT_BUDGET);
+        int64_t best500 = named_budget(remat_last_error());
+        CHECK(best500 >= exact);
+        CHECK(solve_checked(&c, best500, 0, &cost) == REMAT_OK);
+        CHECK(solve_checked(&c, best500 + rnd_in(0, 3 * exact), 0, &cost) == REMAT_OK);
+        if (best500 > 0) CHECK(solve_checked(&c, best500 - 1, 0, &cost) == REMAT_BUDGET);
+    }
+    printf("  discretized: %d chains with a named budget checked\n", named);
+    /* too few slots for any budget: 3 stages need far more than 4 slots */
+    chain c;
+    double f[3] = {1, 1, 1}, b[3] = {1, 1, 1};
+    int64_t a[4] = {10, 10, 10, 10}, ab[4] = {0, 10, 10, 10};
+    make_chain(&c, 3, f, b, a, ab);
+    remat_chain_plan *p = NULL;
+    CHECK(remat_chain_solve(c.st, 3, c.output, 1000, 4, &p) == REMAT_BUDGET);
+    CHECK_MSG(strstr(remat_last_error(), "no budget fits the chain with 4 memory slots") != NULL, "%s",
+              remat_last_error());
+}
+
+/* ------------------------------------------------------- simulator, args */
+
+static void test_simulator_errors(void) {
+    double hf[5] = {2, 3, 1, 4, 2}, hb[5] = {4, 6, 2, 8, 4};
+    int64_t ha[6] = {2, 3, 3, 1, 2, 1}, hab[6] = {0, 5, 4, 3, 4, 2};
+    chain c;
+    make_chain(&c, 5, hf, hb, ha, hab);
+    double cost;
+    int64_t peak;
+    /* Fn_0 makes x_1 and frees x_0, Fn_1 makes x_2 and frees x_1: Fe_1
+     * then has no input */
+    remat_chain_op ops1[] = {{REMAT_CHAIN_FN, 0}, {REMAT_CHAIN_FN, 1}, {REMAT_CHAIN_FE, 1}};
+    CHECK(remat_chain_simulate(c.st, 5, c.output, ops1, 3, &cost, &peak) == REMAT_INVALID);
+    CHECK_MSG(strstr(remat_last_error(), "op 2 (Fe, stage 1)") != NULL, "%s", remat_last_error());
+    /* B_0 before anything */
+    remat_chain_op ops2[] = {{REMAT_CHAIN_B, 0}};
+    CHECK(remat_chain_simulate(c.st, 5, c.output, ops2, 1, &cost, &peak) == REMAT_INVALID);
+    CHECK_MSG(strstr(remat_last_error(), "op 0 (B, stage 0)") != NULL, "%s", remat_last_error());
+    /* the loss is stage 5 */
+    remat_chain_op ops3[] = {{REMAT_CHAIN_LOSS, 4}};
+    CHECK(remat_chain_simulate(c.st, 5, c.output, ops3, 1, &cost, &peak) == REMAT_INVALID);
+    /* an exact count: CF_0 Fn_1 keeps x_0 and x_2: peak 2+3+3 during Fn_1 */
+    remat_chain_op ops4[] = {{REMAT_CHAIN_CF, 0}, {REMAT_CHAIN_FN, 1}};
+    CHECK_OK(remat_chain_simulate(c.st, 5, c.output, ops4, 2, &cost, &peak));
+    CHECK(cost == 5 && peak == 8);
+    /* recomputing a resident value is an error */
+    remat_chain_op ops5[] = {{REMAT_CHAIN_CF, 0}, {REMAT_CHAIN_CF, 0}};
+    CHECK(remat_chain_simulate(c.st, 5, c.output, ops5, 2, &cost, &peak) == REMAT_INVALID);
+    CHECK_MSG(strstr(remat_last_error(), "op 1 (CF, stage 0): x_1 is already resident") != NULL, "%s",
+              remat_last_error());
+    /* H1 store-all: peak x_0 + all xbar + y_5 + y_4 = 2+18+1+2 = 23 */
+    double all;
+    CHECK(store_all_peak(&c, &all) == 23 && all == 36);
+
+    /* invalid chains */
+    remat_chain_plan *p = NULL;
+    CHECK(remat_chain_solve(c.st, 0, 1, 100, 0, &p) == REMAT_INVALID);
+    chain d = c;
+    d.st[2].saved = 0; /* below stage 3's input (1) */
+    CHECK(remat_chain_solve(d.st, 5, d.output, 100, 0, &p) == REMAT_INVALID);
+    CHECK_MSG(strstr(remat_last_error(), "stage 2: 'saved'") != NULL, "%s", remat_last_error());
+    d = c;
+    d.st[1].forward = -1;
+    CHECK(remat_chain_solve(d.st, 5, d.output, 100, 0, &p) == REMAT_INVALID);
+    CHECK_MSG(strstr(remat_last_error(), "stage 1: 'forward'") != NULL, "%s", remat_last_error());
+    CHECK(remat_chain_solve(c.st, 5, c.output, -1, 0, &p) == REMAT_INVALID);
+    CHECK(p == NULL);
+    /* the default slot count plans H1 within a byte-sized budget */
+    double cst;
+    CHECK_OK(solve_checked(&c, 15, 0, &cst));
+    CHECK(cst == 44);
+}
+
+/* ------------------------------------------------------------------ JSON */
+
+static void expect_json_error(const char *text, const char *needle) {
+    remat_stage *st = (remat_stage *)1;
+    int n = -1;
+    int64_t out = -1;
+    remat_status s = remat_chain_parse_json(text, &st, &n, &out);
+    CHECK_MSG(s != REMAT_OK && st == NULL, "accepted: %s", text);
+    CHECK_MSG(strstr(remat_last_error(), needle) != NULL, "message '%s' lacks '%s'", remat_last_error(), needle);
+}
+
+static void test_json(void) {
+    const char *ok = "{\"stages\": [\n"
+                     "  {\"forward\": 2, \"backward\": 4, \"input\": 2, \"saved\": 5},\n"
+                     "  {\"forward\": 3.5, \"backward\": 6, \"input\": 3, \"saved\": 4}\n"
+                     "], \"output\": 3}";
+    remat_stage *st = NULL;
+    int n = 0;
+    int64_t out = 0;
+    CHECK_OK(remat_chain_parse_json(ok, &st, &n, &out));
+    CHECK(n == 2 && out == 3);
+    if (st && n == 2) {
+        CHECK(st[0].forward == 2 && st[0].backward == 4 && st[0].input == 2 && st[0].saved == 5);
+        CHECK(st[1].forward == 3.5 && st[1].input == 3 && st[1].saved == 4);
+        remat_chain_plan *p = NULL;
+        CHECK_OK(remat_chain_solve(st, n, out, 100, 0, &p));
+        remat_chain_plan_destroy(p);
+    }
+    free(st);
+    /* the second ',' is column 17; cJSON may point one character past it */
+    expect_json_error("{\"stages\": [\n  {\"forward\": 1,, }\n]}", "JSON syntax error at line 2, column 1");
+    expect_json_error("{\"stages\": [\n  {\"forward\": 1, \"backward\": 1, \"input\": 1, \"saved\": 1}\n",
+                      "JSON syntax error at line 3");
+    expect_json_error("{\"stages\": []} trailing", "line 1, column 16");
+    expect_json_error("{\"stages\": [{\"forward\": 1, \"backward\": 1, \"input\": 1, \"saved\": 1},"
+                      " {\"forward\": 1, \"backward\": 1, \"input\": 1}], \"output\": 1}",
+                      "stage 1: 'saved' is missing");
+    expect_json_error("{\"stages\": [{\"forward\": 1, \"backward\": 1, \"input\": -2, \"saved\": 1}], \"output\": 1}",
+                      "stage 0: 'input' is negative");
+    expect_json_error("{\"stages\": [{\"forward\": \"fast\", \"backward\": 1, \"input\": 2, \"saved\": 1}], "
+                      "\"output\": 1}",
+                      "stage 0: 'forward' is not a number");
+    expect_json_error("{\"stages\": [{\"forward\": 1, \"backward\": -1, \"input\": 2, \"saved\": 1}], \"output\": 1}",
+                      "stage 0: 'backward' is negative");
+    expect_json_error("{\"stages\": [{\"forward\": 1, \"backward\": 1, \"input\": 2.5, \"saved\": 3}], \"output\": 1}",
+                      "stage 0: 'input' is not an integer");
+    expect_json_error("{\"stages\": [{\"forward\": 1, \"backward\": 1e999, \"input\": 2, \"saved\": 3}], \"output\": 1}",
+                      "stage 0: 'backward' is not finite");
+    expect_json_error("{\"stages\": [{\"forward\": 1, \"backward\": 1, \"input\": 2, \"saved\": 3}]}",
+                      "'output' is missing");
+    expect_json_error("{\"stages\": [{\"forward\": 1, \"backward\": 1, \"input\": 2, \"saved\": 3}], \"output\": null}",
+                      "'output' is not a number");
+    expect_json_error("{\"stages\": [], \"output\": 1}", "at least one stage");
+    expect_json_error("{\"output\": 1}", "'stages' is missing");
+    expect_json_error("[1, 2]", "JSON object");
+    expect_json_error("{\"stages\": [{\"forward\": 1, \"backward\": 1, \"input\": 2, \"saved\": 3},"
+                      " {\"forward\": 1, \"backward\": 1, \"input\": 4, \"saved\": 4}], \"output\": 1}",
+                      "stage 0: 'saved' (3) is less than the stage's output");
+    expect_json_error("{\"stages\": [{\"forward\": 1, \"backward\": 1, \"input\": 2, \"saved\": 3}], \"output\": 9}",
+                      "stage 0: 'saved' (3) is less than the chain's 'output'");
+}
+
+int main(void) {
+    test_oracles();
+    test_unit_chains();
+    test_revolve();
+    test_random();
+    test_discretized();
+    test_simulator_errors();
+    test_json();
+    return check_exit("test_rotor");
+}
