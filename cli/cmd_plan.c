@@ -5,6 +5,7 @@
 
 #include <cjson/cJSON.h>
 #include <getopt.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void help(void) {
@@ -17,6 +18,10 @@ static void help(void) {
            "  --strategy S      auto | all | manual | sqrt | optimal (default auto: optimal\n"
            "                    with a budget, all without)\n"
            "  --budget SIZE     the step's peak must fit, e.g. 512MiB, 2GiB, 1000000\n"
+           "  --chain FILE      plan a chain described in JSON instead of a model:\n"
+           "                    {\"stages\": [{\"forward\": f, \"backward\": b, \"input\": a,\n"
+           "                    \"saved\": s}, ...], \"output\": o}; needs --budget\n"
+           "  --slots N         memory slots of the chain planner (default 500)\n"
            "  --sweep           the trade-off curve: optimal at 24 budgets from the smallest\n"
            "                    feasible to store-all, next to sqrt\n"
            "  --plot FILE.svg   with --sweep, also draw the curve\n"
@@ -167,9 +172,83 @@ fail:
     return rc;
 }
 
+/* Reads a whole file into a NUL-terminated buffer (caller frees). */
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    for (size_t r; buf && (r = fread(buf + n, 1, cap - n - 1, f)) > 0;) {
+        n += r;
+        if (cap - n - 1 == 0) {
+            char *nb = realloc(buf, cap * 2);
+            if (!nb) free(buf);
+            buf = nb, cap *= 2;
+        }
+    }
+    if (buf) buf[n] = 0;
+    fclose(f);
+    return buf;
+}
+
+static const char *chain_op_name(remat_chain_op_kind k) {
+    static const char *const names[] = {"Fn", "CF", "Fe", "Loss", "B"};
+    return (unsigned)k < 5 ? names[k] : "?";
+}
+
+/* remat plan --chain: rotor's DP on a chain given as JSON. */
+static int plan_chain(const char *path, size_t budget, int slots, int json) {
+    char *text = slurp(path);
+    if (!text) return cli_fail("cannot read %s", path);
+    remat_stage *st = NULL;
+    int n = 0;
+    int64_t output = 0;
+    remat_chain_plan *plan = NULL;
+    int rc = 1;
+    if (remat_chain_parse_json(text, &st, &n, &output) != REMAT_OK) {
+        cli_fail("%s: %s", path, remat_last_error());
+        goto done;
+    }
+    if (remat_chain_solve(st, n, output, (int64_t)budget, slots, &plan) != REMAT_OK) {
+        cli_fail("%s", remat_last_error());
+        goto done;
+    }
+    double f = 0;
+    for (int i = 0; i < n; i++) f += st[i].forward + st[i].backward;
+    if (json) {
+        printf("{\"stages\":%d,\"budget\":%zu,\"cost\":%.17g,\"no_recompute_cost\":%.17g,\"peak\":%lld,\"ops\":[", n,
+               budget, remat_chain_plan_cost(plan), f, (long long)remat_chain_plan_peak(plan));
+        for (int i = 0; i < remat_chain_plan_length(plan); i++) {
+            remat_chain_op op = remat_chain_plan_op(plan, i);
+            printf("%s[\"%s\",%d]", i ? "," : "", chain_op_name(op.kind), op.stage);
+        }
+        printf("]}\n");
+    } else {
+        printf("chain of %d stages, budget %zu\n", n, budget);
+        printf("predicted cost %.6g (no recomputation: %.6g, +%.2f%%)\n", remat_chain_plan_cost(plan), f,
+               f > 0 ? 100.0 * (remat_chain_plan_cost(plan) - f) / f : 0.0);
+        printf("predicted peak %lld\n", (long long)remat_chain_plan_peak(plan));
+        printf("operations:");
+        for (int i = 0; i < remat_chain_plan_length(plan); i++) {
+            remat_chain_op op = remat_chain_plan_op(plan, i);
+            if (op.kind == REMAT_CHAIN_LOSS) printf(" Loss");
+            else printf(" %s_%d", chain_op_name(op.kind), op.stage);
+        }
+        printf("\n");
+    }
+    rc = 0;
+done:
+    remat_chain_plan_destroy(plan);
+    free(st);
+    free(text);
+    return rc;
+}
+
 int cmd_plan(int argc, char **argv) {
     const char *model = "cnn", *data = "fashion-mnist", *optim = "sgd", *strategy = "auto", *plot = NULL;
     int sweep = 0;
+    const char *chain_file = NULL;
+    int64_t slots = 0;
     int64_t batch = 64, threads = 0;
     size_t budget = 0;
     int json = 0, verbose = 0;
@@ -180,6 +259,7 @@ int cmd_plan(int argc, char **argv) {
         {"threads", required_argument, 0, 't'},  {"verbose", no_argument, 0, 'v'},
         {"json", no_argument, 0, 'j'},           {"help", no_argument, 0, 'h'},
         {"sweep", no_argument, 0, 'S'},          {"plot", required_argument, 0, 'P'},
+        {"chain", required_argument, 0, 'C'},    {"slots", required_argument, 0, 'L'},
         {0, 0, 0, 0}};
     optind = 1;
     opterr = 0;
@@ -196,6 +276,8 @@ int cmd_plan(int argc, char **argv) {
         case 'B': bad = cli_parse_size(optarg, &budget) || budget == 0; break;
         case 'v': verbose = 1; break;
         case 'S': sweep = 1; break;
+        case 'C': chain_file = optarg; break;
+        case 'L': bad = cli_parse_i64(optarg, &slots) || slots < 1 || slots > 100000; break;
         case 'P': plot = optarg; break;
         case 'j': json = 1; break;
         case 'h': help(); return 0;
@@ -229,6 +311,10 @@ int cmd_plan(int argc, char **argv) {
         return cli_usage_error("plan", "unknown data set '%s' (known: fashion-mnist, mnist, cifar10)", data);
 
     if (plot && !sweep) return cli_usage_error("plan", "--plot needs --sweep");
+    if (chain_file) {
+        if (!budget) return cli_usage_error("plan", "--chain needs --budget");
+        return plan_chain(chain_file, budget, (int)slots, json);
+    }
     if (sweep) return plan_sweep(&mo, &so, has_optim ? &oo : NULL, json, plot);
     remat_graph *g = NULL;
     remat_session *s = NULL;

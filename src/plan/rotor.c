@@ -18,10 +18,12 @@
  * a memory-only version of the same recurrence (the least m that makes
  * Opt[m][i][l] finite) decides feasibility, and when the budget is too
  * small it finds the smallest budget that the same slot count makes
- * feasible, which the error names. The table is filled iteratively by
- * interval length; each (i, l) cell is a row over m, so the inner loops
- * are contiguous. The schedule is rebuilt with an explicit stack, then
- * simulated: the plan's cost and peak are the simulator's.
+ * feasible, which the error names (and every larger budget is feasible:
+ * one whose own slot size rounds too coarsely is planned at the largest
+ * smaller budget with finer slots). The table is filled iteratively, each
+ * (i, l) cell a row over m so that the inner loops are contiguous; the
+ * schedule is rebuilt with an explicit stack, then simulated: the plan's
+ * cost and peak are the simulator's.
  *
  * Ownership: remat_chain_solve returns a plan the caller owns
  * (remat_chain_plan_destroy); remat_chain_parse_json returns a malloc'd
