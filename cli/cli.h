@@ -26,5 +26,10 @@ int cmd_train(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_calibrate(int argc, char **argv);
+
+/* The cost model to use: the file given, else the cached calibration if
+ * there is one; NULL (FLOPs alone) otherwise. *used names the file. */
+const remat_cost_model *cli_cost_model(remat_cost_model *m, const char *path, const char **used);
 
 #endif

@@ -127,6 +127,9 @@ int cmd_bench(int argc, char **argv) {
         so.threads = (int)threads;
         so.strategy = strat[k];
         so.budget = budgets[k];
+        remat_cost_model cm;
+        const char *cost_used = NULL;
+        so.cost_model = cli_cost_model(&cm, NULL, &cost_used);
         if (remat_session_create(&s[k], g, m.loss, &so) != REMAT_OK) goto fail;
         remat_optim_opts oo;
         remat_optim_opts_default(&oo, REMAT_OPTIM_SGD);

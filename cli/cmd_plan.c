@@ -28,6 +28,8 @@ static void help(void) {
            "  --optim NAME      count this optimizer's state: none | sgd | adamw (default sgd,\n"
            "                    with momentum)\n"
            "  --threads T       kernel threads the plan is for (default: one per core)\n"
+           "  --cost-model FILE throughputs from `remat calibrate` (default: the cached one\n"
+           "                    if any; else plans are costed in FLOPs)\n"
            "  --verbose         list every instruction of the step\n"
            "  --json            one JSON object (with the instructions if --verbose)\n"
            "  --help            this text\n");
@@ -247,7 +249,8 @@ done:
 int cmd_plan(int argc, char **argv) {
     const char *model = "cnn", *data = "fashion-mnist", *optim = "sgd", *strategy = "auto", *plot = NULL;
     int sweep = 0;
-    const char *chain_file = NULL;
+    const char *chain_file = NULL, *cost_file = NULL, *cost_used = NULL;
+    remat_cost_model cm;
     int64_t slots = 0;
     int64_t batch = 64, threads = 0;
     size_t budget = 0;
@@ -260,6 +263,7 @@ int cmd_plan(int argc, char **argv) {
         {"json", no_argument, 0, 'j'},           {"help", no_argument, 0, 'h'},
         {"sweep", no_argument, 0, 'S'},          {"plot", required_argument, 0, 'P'},
         {"chain", required_argument, 0, 'C'},    {"slots", required_argument, 0, 'L'},
+        {"cost-model", required_argument, 0, 'K'},
         {0, 0, 0, 0}};
     optind = 1;
     opterr = 0;
@@ -277,6 +281,7 @@ int cmd_plan(int argc, char **argv) {
         case 'v': verbose = 1; break;
         case 'S': sweep = 1; break;
         case 'C': chain_file = optarg; break;
+        case 'K': cost_file = optarg; break;
         case 'L': bad = cli_parse_i64(optarg, &slots) || slots < 1 || slots > 100000; break;
         case 'P': plot = optarg; break;
         case 'j': json = 1; break;
@@ -293,6 +298,7 @@ int cmd_plan(int argc, char **argv) {
         return cli_usage_error("plan", "%s", remat_last_error());
     so.budget = budget;
     so.threads = (int)threads;
+    so.cost_model = cli_cost_model(&cm, cost_file, &cost_used);
     remat_optim_opts oo;
     int has_optim = strcmp(optim, "none") != 0;
     if (strcmp(optim, "sgd") == 0) {
@@ -341,8 +347,10 @@ int cmd_plan(int argc, char **argv) {
         cJSON_AddNumberToObject(o, "step_flops", p.flops);
         cJSON_AddNumberToObject(o, "extra_flops", p.extra_flops);
         cJSON_AddNumberToObject(o, "extra_flops_percent", p.flops > 0 ? 100.0 * p.extra_flops / p.flops : 0.0);
-        cJSON_AddNumberToObject(o, "predicted_seconds", p.seconds);
-        cJSON_AddNumberToObject(o, "extra_seconds", p.extra_seconds);
+        if (p.calibrated) {
+            cJSON_AddNumberToObject(o, "predicted_seconds", p.seconds);
+            cJSON_AddNumberToObject(o, "extra_seconds", p.extra_seconds);
+        }
         if (verbose) {
             cJSON *arr = cJSON_AddArrayToObject(o, "instructions");
             for (int64_t i = 0; i < remat_session_schedule_length(s); i++) {
@@ -382,8 +390,9 @@ int cmd_plan(int argc, char **argv) {
                (long long)p.recomputations);
         printf("extra compute: %.4g GFLOP, %.1f%% of the step's %.4g GFLOP\n", p.extra_flops / 1e9,
                p.flops > 0 ? 100.0 * p.extra_flops / p.flops : 0.0, total_f / 1e9);
-        printf("predicted step time (uncalibrated cost model): %.4g s, of which recomputation %.4g s\n",
-               p.seconds, p.extra_seconds);
+        if (p.calibrated)
+            printf("predicted step time: %.4g s, of which recomputation %.4g s (cost model %s)\n", p.seconds,
+                   p.extra_seconds, cost_used);
         if (budget)
             printf("budget %s: fits (%.1f%% used)\n", cli_fmt_bytes(budget, b, sizeof b),
                    100.0 * (double)p.predicted.peak[REMAT_MEM_TOTAL] / (double)budget);

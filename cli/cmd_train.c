@@ -206,6 +206,9 @@ int cmd_train(int argc, char **argv) {
     so.threads = (int)threads;
     so.seed = (uint64_t)seed;
     so.budget = budget;
+    remat_cost_model cm;
+    const char *cost_used = NULL;
+    so.cost_model = cli_cost_model(&cm, NULL, &cost_used);
     if (remat_strategy_parse(strategy, &so.strategy) != REMAT_OK) goto fail;
     if (remat_session_create(&s, g, m.loss, &so) != REMAT_OK) goto fail;
     if (remat_session_set_optimizer(s, &oo) != REMAT_OK) goto fail;

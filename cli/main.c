@@ -14,6 +14,7 @@ static void usage(FILE *f) {
             "  info     per-layer table: output shapes, parameters, bytes kept for backward\n"
             "  plan     the schedule of a training step: peak memory, recomputation, cost\n"
             "  bench    time training steps per strategy, side by side, with ratios\n"
+            "  calibrate  measure op throughputs so that plans are costed in seconds\n"
             "\n"
             "Run 'remat <command> --help' for a command's options.\n"
             "remat %s\n",
@@ -38,6 +39,7 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "info") == 0) return cmd_info(argc - 1, argv + 1);
     if (strcmp(cmd, "plan") == 0) return cmd_plan(argc - 1, argv + 1);
     if (strcmp(cmd, "bench") == 0) return cmd_bench(argc - 1, argv + 1);
+    if (strcmp(cmd, "calibrate") == 0) return cmd_calibrate(argc - 1, argv + 1);
     fprintf(stderr, "remat: unknown command '%s'\n", cmd);
     usage(stderr);
     return 2;

@@ -190,6 +190,42 @@ const char *remat_node_name(const remat_graph *g, remat_node n); /* or "" */
  * optimizer state, a thread pool and the compiled schedules. */
 typedef struct remat_session remat_session;
 
+/* ------------------------------------------------------------ cost model */
+
+/* Op families, each with its own measured throughput. X(name, "name") */
+#define REMAT_FAMILY_LIST(X)      \
+    X(LINEAR, "linear")           \
+    X(CONV, "conv")               \
+    X(NORM, "norm")               \
+    X(POINTWISE, "pointwise")     \
+    X(POOL, "pool")               \
+    X(COPY, "copy")               \
+    X(LOSS, "loss")
+
+typedef enum {
+#define REMAT__FAMILY_ENUM(name, str) REMAT_FAMILY_##name,
+    REMAT_FAMILY_LIST(REMAT__FAMILY_ENUM)
+#undef REMAT__FAMILY_ENUM
+    REMAT_FAMILY_COUNT
+} remat_family;
+
+const char *remat_family_str(remat_family f);
+
+/* Seconds of a node = its FLOPs (from the op table; a backward counts twice
+ * its forward) / its family's throughput. Uncalibrated, costs are FLOPs. */
+typedef struct {
+    int calibrated;
+    double flops_per_s[REMAT_FAMILY_COUNT];
+} remat_cost_model;
+
+/* Measures each family's throughput on this machine with `threads` kernel
+ * threads (0 = one per core) by timing training steps of small graphs made
+ * of that family's ops; takes a few seconds. */
+remat_status remat_calibrate(remat_cost_model *out, int threads);
+/* JSON: {"threads": t, "flops_per_s": {"linear": ..., ...}}. */
+remat_status remat_cost_model_save(const remat_cost_model *m, const char *path);
+remat_status remat_cost_model_load(remat_cost_model *m, const char *path);
+
 /* Which activations a training step keeps (the others are recomputed). */
 typedef enum {
     REMAT_STRATEGY_AUTO = 0, /* optimal when a budget is given, else all */
@@ -209,6 +245,7 @@ typedef struct {
     uint64_t seed;           /* parameter initialization and dropout */
     remat_strategy strategy; /* default REMAT_STRATEGY_AUTO */
     size_t budget;           /* peak bytes a step may hold, 0 = no limit */
+    const remat_cost_model *cost_model; /* copied; NULL = FLOPs alone */
 } remat_session_opts;
 
 void remat_session_opts_default(remat_session_opts *o);
@@ -279,7 +316,8 @@ typedef struct {
     int64_t kept_boundaries;    /* nodes kept that recomputations start from */
     double flops;               /* forward + backward FLOPs without recomputation */
     double extra_flops;         /* FLOPs of the recomputations */
-    double seconds;             /* predicted step time (cost model) */
+    int calibrated;             /* seconds below are seconds (else FLOPs) */
+    double seconds;             /* predicted step cost (cost model) */
     double extra_seconds;       /* of which recomputation */
 } remat_plan_summary;
 

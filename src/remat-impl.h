@@ -177,6 +177,7 @@ typedef struct {
     size_t (*fwd_ws)(const remat_graph *g, const remat__node *n, int nth);
     size_t (*bwd_ws)(const remat_graph *g, const remat__node *n, int nth);
     double (*flops)(const remat_graph *g, const remat__node *n); /* forward */
+    remat_family family; /* for the cost model's throughputs */
 } remat__op;
 
 /* The op table, one entry per op; leaves are entries without kernels. Each

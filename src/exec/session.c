@@ -114,6 +114,8 @@ remat_status remat_session_create(remat_session **out, const remat_graph *g, rem
     openblas_set_num_threads(1);
     remat_status st = remat__pool_create(&s->pool, nth);
     if (st == REMAT_OK) st = remat__prog_init(&s->prog, g, nth);
+    if (st == REMAT_OK && s->opts.cost_model) s->prog.cost = *s->opts.cost_model;
+    s->opts.cost_model = NULL; /* copied: the caller's may go away */
     size_t nv = (size_t)g->n * 3;
     if (st == REMAT_OK) {
         s->pindex = malloc((size_t)g->n * sizeof *s->pindex);

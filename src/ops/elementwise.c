@@ -63,6 +63,7 @@ const remat__op remat__op_relu = {
     .backward = relu_backward,
     .saves = REMAT__SAVE_OUT,
     .flops = pointwise_flops,
+    .family = REMAT_FAMILY_POINTWISE,
 };
 
 /* ------------------------------------------------------------------- add */
@@ -93,6 +94,7 @@ const remat__op remat__op_add = {
     .backward = add_backward,
     .saves = 0,
     .flops = pointwise_flops,
+    .family = REMAT_FAMILY_POINTWISE,
 };
 
 /* ------------------------------------------------------------------- mul */
@@ -125,6 +127,7 @@ const remat__op remat__op_mul = {
     .backward = mul_backward,
     .saves = REMAT__SAVE_IN(0) | REMAT__SAVE_IN(1),
     .flops = pointwise_flops,
+    .family = REMAT_FAMILY_POINTWISE,
 };
 
 /* --------------------------------------------------------------- dropout */
@@ -207,4 +210,5 @@ const remat__op remat__op_dropout = {
     .saves = 0,
     .flags = REMAT__OP_RANDOM,
     .flops = pointwise_flops,
+    .family = REMAT_FAMILY_POINTWISE,
 };

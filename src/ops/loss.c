@@ -80,6 +80,7 @@ const remat__op remat__op_cross_entropy = {
     .saves = REMAT__SAVE_IN(0) | REMAT__SAVE_IN(1),
     .flags = REMAT__OP_LOSS | REMAT__OP_NODIFF_IN1,
     .flops = ce_flops,
+    .family = REMAT_FAMILY_LOSS,
 };
 
 /* ------------------------------------------------------------------- mse */
@@ -137,4 +138,5 @@ const remat__op remat__op_mse = {
     .saves = REMAT__SAVE_IN(0) | REMAT__SAVE_IN(1),
     .flags = REMAT__OP_LOSS,
     .flops = mse_flops,
+    .family = REMAT_FAMILY_LOSS,
 };

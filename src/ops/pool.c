@@ -143,6 +143,7 @@ const remat__op remat__op_maxpool2d = {
     .backward = maxpool_backward,
     .saves = REMAT__SAVE_IN(0),
     .flops = window_flops,
+    .family = REMAT_FAMILY_POOL,
 };
 
 /* The in-bounds part [h0, h1) x [w0, w1) of the window at (oh, ow) and
@@ -211,6 +212,7 @@ const remat__op remat__op_avgpool2d = {
     .backward = avgpool_backward,
     .saves = 0,
     .flops = window_flops,
+    .family = REMAT_FAMILY_POOL,
 };
 
 /* -------------------------------------------------------- global average */
@@ -269,4 +271,5 @@ const remat__op remat__op_global_avgpool = {
     .backward = global_backward,
     .saves = 0,
     .flops = global_flops,
+    .family = REMAT_FAMILY_POOL,
 };

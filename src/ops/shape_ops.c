@@ -8,6 +8,13 @@
 
 #include <stdio.h>
 
+/* Copies do no arithmetic; one "operation" per element moved keeps their
+ * cost visible to the cost model. */
+static double copy_flops(const remat_graph *g, const remat__node *n) {
+    (void)g;
+    return (double)remat__numel(&n->shape);
+}
+
 static remat_status reshape_shape(const remat_graph *g, remat__node *n) {
     const remat__shape *x = remat__in_shape(g, n, 0);
     char lb[128], xs[64], ts[64];
@@ -45,6 +52,8 @@ const remat__op remat__op_reshape = {
     .forward = reshape_forward,
     .backward = reshape_backward,
     .saves = 0,
+    .flops = copy_flops,
+    .family = REMAT_FAMILY_COPY,
 };
 
 /* ---------------------------------------------------------------- concat */
@@ -123,4 +132,6 @@ const remat__op remat__op_concat = {
     .forward = concat_forward,
     .backward = concat_backward,
     .saves = 0,
+    .flops = copy_flops,
+    .family = REMAT_FAMILY_COPY,
 };

@@ -112,7 +112,7 @@ static remat_status chain_init(const remat__prog *p, remat_node loss, chain *c) 
             int32_t u = c->nodes[j];
             const remat__node *nd = &g->nodes[u];
             const remat__op *op = remat__ops[nd->op];
-            double t = remat__node_seconds(g, nd);
+            double t = remat__node_seconds(p, nd);
             st->forward += t;
             if (!p->needs_grad[u]) continue;
             st->backward += 2 * t;

@@ -43,6 +43,7 @@ typedef struct {
 typedef struct {
     const remat_graph *g;
     int nth;              /* thread count, for workspace sizes */
+    remat_cost_model cost;
     uint8_t *needs_grad;  /* per node: depends on a trainable parameter */
 } remat__prog;
 
@@ -100,9 +101,10 @@ remat_status remat__strategy_levels(const remat_graph *g, remat_strategy st, uin
 remat_status remat__schedule_summary(const remat__prog *p, const remat__schedule *s,
                                      const remat_mem_stats *start, remat_plan_summary *out);
 
-/* A node's forward FLOPs and its time under the cost model. */
+/* A node's forward FLOPs and its forward cost under the cost model
+ * (cost.c): seconds when calibrated, else FLOPs. */
 double remat__node_flops(const remat_graph *g, const remat__node *n);
-double remat__node_seconds(const remat_graph *g, const remat__node *n);
+double remat__node_seconds(const remat__prog *p, const remat__node *n);
 
 /* The `optimal` strategy (optimal.c): the least-cost schedule whose peak,
  * from the live state `start`, fits the budget; REMAT_BUDGET names about

@@ -104,23 +104,6 @@ remat_status remat__strategy_levels(const remat_graph *g, remat_strategy st, uin
     return REMAT_OK;
 }
 
-/* The default cost model until calibration: a node's time is its FLOPs at
- * 40 GFLOP/s plus the bytes it reads and writes at 8 GB/s. Backward costs
- * twice the forward. */
-#define COST_FLOPS_PER_S 40e9
-#define COST_BYTES_PER_S 8e9
-
-double remat__node_flops(const remat_graph *g, const remat__node *n) {
-    const remat__op *op = remat__ops[n->op];
-    return op->flops ? op->flops(g, n) : 0.0;
-}
-
-double remat__node_seconds(const remat_graph *g, const remat__node *n) {
-    double bytes = (double)remat__out_bytes(n);
-    for (int i = 0; i < n->n_in; i++) bytes += (double)remat__out_bytes(&g->nodes[n->in[i]]);
-    return remat__node_flops(g, n) / COST_FLOPS_PER_S + bytes / COST_BYTES_PER_S;
-}
-
 remat_status remat__schedule_summary(const remat__prog *p, const remat__schedule *s, const remat_mem_stats *start,
                                      remat_plan_summary *out) {
     const remat_graph *g = p->g;
@@ -137,7 +120,7 @@ remat_status remat__schedule_summary(const remat__prog *p, const remat__schedule
         const remat__instr *in = &s->ins[i];
         if (in->kind == REMAT__I_FREE) continue;
         const remat__node *n = &g->nodes[in->node];
-        double f = remat__node_flops(g, n), t = remat__node_seconds(g, n);
+        double f = remat__node_flops(g, n), t = remat__node_seconds(p, n);
         if (in->kind == REMAT__I_BWD) {
             out->flops += 2 * f, out->seconds += 2 * t;
         } else if (!seen[in->node]) {
@@ -151,6 +134,7 @@ remat_status remat__schedule_summary(const remat__prog *p, const remat__schedule
         }
     }
     out->seconds += out->extra_seconds;
+    out->calibrated = p->cost.calibrated;
     free(seen), free(again);
     return REMAT_OK;
 }

@@ -1,0 +1,180 @@
+/* cost.c: the cost model. A node's forward costs its FLOPs (from the op
+ * table) divided by its family's measured throughput; its backward twice
+ * that. Without a calibration the cost is the FLOPs themselves.
+ *
+ * remat_calibrate measures each family by timing training steps of a small
+ * graph made mostly of that family's ops (a parameter feeding a few such
+ * ops, reduced by MSE): throughput = 3 x forward FLOPs of the graph / the
+ * median step time. The numbers are for this machine and thread count;
+ * `remat calibrate` caches them in a file.
+ */
+#include "schedule.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+const char *remat_family_str(remat_family f) {
+    static const char *const names[] = {
+#define REMAT__FAMILY_NAME(name, str) str,
+        REMAT_FAMILY_LIST(REMAT__FAMILY_NAME)
+#undef REMAT__FAMILY_NAME
+    };
+    return (unsigned)f < REMAT_FAMILY_COUNT ? names[f] : "unknown";
+}
+
+double remat__node_flops(const remat_graph *g, const remat__node *n) {
+    const remat__op *op = remat__ops[n->op];
+    return op->flops ? op->flops(g, n) : 0.0;
+}
+
+double remat__node_seconds(const remat__prog *p, const remat__node *n) {
+    double f = remat__node_flops(p->g, n);
+    if (!p->cost.calibrated) return f;
+    double t = p->cost.flops_per_s[remat__ops[n->op]->family];
+    return t > 0 ? f / t : f;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Builds the calibration graph of one family into g; returns its loss. */
+static remat_node family_graph(remat_graph *g, remat_family f, remat_node *target) {
+    int64_t d4[4] = {16, 32, 28, 28}, d2[2] = {256, 1024}, n1 = 1 << 21;
+    remat_node x, t;
+    switch (f) {
+    case REMAT_FAMILY_LINEAR:
+        x = remat_param(g, "x", 2, d2, REMAT_INIT_UNIFORM, 1.0f);
+        x = remat_linear(g, "fc2", remat_linear(g, "fc1", x, 1024, 1), 1024, 1);
+        break;
+    case REMAT_FAMILY_CONV:
+        x = remat_param(g, "x", 4, d4, REMAT_INIT_UNIFORM, 1.0f);
+        x = remat_conv2d(g, "c2", remat_conv2d(g, "c1", x, 32, 3, 1, 1, 1), 32, 3, 1, 1, 1);
+        break;
+    case REMAT_FAMILY_NORM:
+        x = remat_param(g, "x", 4, d4, REMAT_INIT_UNIFORM, 1.0f);
+        x = remat_batchnorm2d(g, "b2", remat_batchnorm2d(g, "b1", x));
+        break;
+    case REMAT_FAMILY_POOL:
+        x = remat_param(g, "x", 4, d4, REMAT_INIT_UNIFORM, 1.0f);
+        x = remat_avgpool2d(g, remat_maxpool2d(g, x, 3, 1, 1), 3, 1, 1);
+        break;
+    case REMAT_FAMILY_COPY: {
+        x = remat_param(g, "x", 4, d4, REMAT_INIT_UNIFORM, 1.0f);
+        remat_node parts[2] = {x, x};
+        x = remat_flatten(g, remat_concat(g, 2, parts));
+        break;
+    }
+    case REMAT_FAMILY_LOSS: {
+        int64_t z[2] = {4096, 1000}, nb = 4096;
+        x = remat_param(g, "x", 2, z, REMAT_INIT_UNIFORM, 1.0f);
+        t = remat_input(g, "t", REMAT_I32, 1, &nb);
+        *target = t;
+        return remat_cross_entropy(g, x, t);
+    }
+    default: /* pointwise */
+        x = remat_param(g, "x", 1, &n1, REMAT_INIT_UNIFORM, 1.0f);
+        x = remat_mul(g, remat_relu(g, remat_add(g, x, x)), x);
+        break;
+    }
+    int64_t dims[REMAT_MAX_DIMS];
+    int nd = remat_node_shape(g, x, dims);
+    t = remat_input(g, "t", REMAT_F32, nd, dims);
+    *target = t;
+    return remat_mse(g, x, t);
+}
+
+remat_status remat_calibrate(remat_cost_model *out, int threads) {
+    memset(out, 0, sizeof *out);
+    for (int f = 0; f < REMAT_FAMILY_COUNT; f++) {
+        remat_graph *g = NULL;
+        remat_session *s = NULL;
+        remat_node target;
+        remat_status st = remat_graph_create(&g);
+        if (st != REMAT_OK) return st;
+        remat_node loss = family_graph(g, (remat_family)f, &target);
+        remat_session_opts o;
+        remat_session_opts_default(&o);
+        o.threads = threads;
+        st = remat_graph_status(g);
+        if (st == REMAT_OK) st = remat_session_create(&s, g, loss, &o);
+        void *buf = NULL;
+        if (st == REMAT_OK) {
+            int64_t dims[REMAT_MAX_DIMS], n = 1;
+            for (int i = 0, nd = remat_node_shape(g, target, dims); i < nd; i++) n *= dims[i];
+            buf = calloc((size_t)n, 4); /* zeros: valid labels and targets */
+            if (!buf) st = remat__err(REMAT_NOMEM, "out of memory calibrating");
+        }
+        double flops = 0, times[5];
+        if (st == REMAT_OK) {
+            remat_session_bind(s, target, buf);
+            for (int u = 0; u < g->n; u++)
+                if (g->nodes[u].leaf == REMAT__LEAF_NONE && remat__ops[g->nodes[u].op]->family == (remat_family)f)
+                    flops += 3 * remat__node_flops(g, &g->nodes[u]);
+            float l;
+            st = remat_session_step(s, &l); /* warm-up */
+            for (int r = 0; r < 5 && st == REMAT_OK; r++) {
+                double t0 = now_s();
+                st = remat_session_step(s, &l);
+                times[r] = now_s() - t0;
+            }
+        }
+        if (st == REMAT_OK) {
+            qsort(times, 5, sizeof times[0], cmp_double);
+            out->flops_per_s[f] = flops / times[2];
+        }
+        free(buf);
+        remat_session_destroy(s);
+        remat_graph_destroy(g);
+        if (st != REMAT_OK) return st;
+    }
+    out->calibrated = 1;
+    return REMAT_OK;
+}
+
+remat_status remat_cost_model_save(const remat_cost_model *m, const char *path) {
+    cJSON *o = cJSON_CreateObject(), *t = cJSON_AddObjectToObject(o, "flops_per_s");
+    for (int f = 0; f < REMAT_FAMILY_COUNT; f++) cJSON_AddNumberToObject(t, remat_family_str((remat_family)f), m->flops_per_s[f]);
+    char *text = cJSON_Print(o);
+    cJSON_Delete(o);
+    if (!text) return remat__err(REMAT_NOMEM, "out of memory writing %s", path);
+    FILE *fp = fopen(path, "w");
+    int ok = fp && fputs(text, fp) >= 0 && fputc('\n', fp) != EOF;
+    if (fp && fclose(fp) != 0) ok = 0;
+    cJSON_free(text);
+    return ok ? REMAT_OK : remat__err(REMAT_IO, "%s: cannot write the cost model", path);
+}
+
+remat_status remat_cost_model_load(remat_cost_model *m, const char *path) {
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return remat__err(REMAT_NOT_FOUND, "%s: cannot open the cost model (run remat calibrate)", path);
+    char buf[8192];
+    size_t n = fread(buf, 1, sizeof buf - 1, fp);
+    fclose(fp);
+    buf[n] = 0;
+    cJSON *o = cJSON_Parse(buf);
+    if (!o) return remat__err(REMAT_FORMAT, "%s: not JSON", path);
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "flops_per_s");
+    remat_cost_model tmp = {.calibrated = 1};
+    remat_status st = REMAT_OK;
+    for (int f = 0; f < REMAT_FAMILY_COUNT && st == REMAT_OK; f++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(t, remat_family_str((remat_family)f));
+        if (!cJSON_IsNumber(v) || !(v->valuedouble > 0))
+            st = remat__err(REMAT_FORMAT, "%s: 'flops_per_s.%s' is missing or not a positive number", path,
+                            remat_family_str((remat_family)f));
+        else
+            tmp.flops_per_s[f] = v->valuedouble;
+    }
+    cJSON_Delete(o);
+    if (st == REMAT_OK) *m = tmp;
+    return st;
+}
