@@ -219,7 +219,9 @@ int cmd_train(int argc, char **argv) {
         printf("model %s, %s: %lld training / %lld test samples, batch %lld, %s lr %g, %d threads\n",
                model, data, (long long)remat_dataset_size(train), (long long)remat_dataset_size(test),
                (long long)batch, optim, (double)oo.lr, so.threads ? so.threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
-        printf("strategy %s: predicted step peak %s (activations %s)\n", strategy,
+        remat_plan_summary ps;
+        remat_session_plan(s, &ps);
+        printf("strategy %s: predicted step peak %s (activations %s)\n", remat_strategy_str(ps.strategy),
                cli_fmt_bytes(pred.peak[REMAT_MEM_TOTAL], b1, sizeof b1),
                cli_fmt_bytes(pred.peak[REMAT_MEM_ACT], b2, sizeof b2));
         fflush(stdout);
