@@ -60,9 +60,9 @@ static int64_t store_all(const remat_stage *st, int n, int64_t output) {
     remat_chain_op *ops = malloc((2 * (size_t)n + 1) * sizeof *ops);
     if (!ops) return -1;
     int k = 0;
-    for (int i = 0; i < n; i++) ops[k++] = (remat_chain_op){REMAT_CHAIN_FE, i};
-    ops[k++] = (remat_chain_op){REMAT_CHAIN_LOSS, n};
-    for (int i = n - 1; i >= 0; i--) ops[k++] = (remat_chain_op){REMAT_CHAIN_B, i};
+    for (int i = 0; i < n; i++) ops[k++] = (remat_chain_op){REMAT_CHAIN_FE, i, 0};
+    ops[k++] = (remat_chain_op){REMAT_CHAIN_LOSS, n, 0};
+    for (int i = n - 1; i >= 0; i--) ops[k++] = (remat_chain_op){REMAT_CHAIN_B, i, 0};
     double cost;
     int64_t peak = -1;
     if (remat_chain_simulate(st, n, output, ops, k, &cost, &peak) != REMAT_OK) peak = -1;

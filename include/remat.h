@@ -508,6 +508,9 @@ typedef enum {
 typedef struct {
     remat_chain_op_kind kind;
     int stage; /* 0..n-1; n for the loss */
+    int option; /* the stage's storage option an Fe_i and its B_i use (see
+                 * src/plan/rotor.h); 0 for every other op and whenever a
+                 * stage has one option, as with remat_chain_solve */
 } remat_chain_op;
 
 typedef struct remat_chain_plan remat_chain_plan;
@@ -538,7 +541,8 @@ int64_t remat_chain_plan_peak(const remat_chain_plan *p);
  * are freed), or REMAT_INVALID naming the first operation (index, kind,
  * stage) whose inputs are not resident or whose output already is. Frees:
  * Fn its input (x_i, else x-bar_i); Loss x_L; B y_{i+1}, x-bar_{i+1} and
- * x_i. A partial sequence is fine. */
+ * x_i. A partial sequence is fine. Stages have one option here: Fe and B
+ * need option 0 (other ops ignore the field). */
 remat_status remat_chain_simulate(const remat_stage *stages, int n, int64_t output, const remat_chain_op *ops,
                                   int nops, double *cost, int64_t *peak);
 

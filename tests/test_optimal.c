@@ -18,6 +18,7 @@
 
 static remat_status build(const char *name, remat_graph *g, remat_model *m) {
     if (strcmp(name, "bnnet") == 0) return build_bnnet(g, m, 8);
+    if (strcmp(name, "resblocks") == 0) return build_resblocks(g, m, 8);
     remat_model_opts mo;
     remat_model_opts_default(&mo);
     mo.name = name;
@@ -159,7 +160,7 @@ static void model(const char *name) {
 }
 
 int main(void) {
-    const char *models[] = {"mlp", "cnn", "bnnet", "heavy-mul"};
-    for (int i = 0; i < 4; i++) model(models[i]);
+    const char *models[] = {"mlp", "cnn", "bnnet", "resblocks", "heavy-mul"};
+    for (int i = 0; i < 5; i++) model(models[i]);
     return check_exit("test_optimal");
 }

@@ -12,11 +12,19 @@
  * passes the simulator within its budget with the plan's cost; the DP is
  * never cheaper than an exhaustive search over all schedules (tiny
  * chains). With coarse slots the named budget is the least that the same
- * slot count accepts. Then simulator errors and JSON errors.
+ * slot count accepts. Storage options (src/plan/rotor.h): on random
+ * chains with two options per stage, the one-option internal API equals the
+ * public one, the DP with options is never cheaper than an exhaustive
+ * search extended with options (tiny chains), never dearer than either
+ * chain with every stage fixed to one option, and its floor is at most
+ * theirs; a hand-made chain where a cheap-memory option makes small
+ * budgets feasible and option 0 wins at large ones; every plan passes the
+ * simulator with options. Then simulator errors and JSON errors.
  */
 #include "check.h"
 
 #include "remat.h"
+#include "plan/rotor.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -95,9 +103,9 @@ static int64_t exact_floor(const chain *c) {
 static int64_t store_all_peak(const chain *c, double *cost) {
     remat_chain_op ops[300];
     int n = 0;
-    for (int i = 0; i < c->L; i++) ops[n++] = (remat_chain_op){REMAT_CHAIN_FE, i};
-    ops[n++] = (remat_chain_op){REMAT_CHAIN_LOSS, c->L};
-    for (int i = c->L - 1; i >= 0; i--) ops[n++] = (remat_chain_op){REMAT_CHAIN_B, i};
+    for (int i = 0; i < c->L; i++) ops[n++] = (remat_chain_op){REMAT_CHAIN_FE, i, 0};
+    ops[n++] = (remat_chain_op){REMAT_CHAIN_LOSS, c->L, 0};
+    for (int i = c->L - 1; i >= 0; i--) ops[n++] = (remat_chain_op){REMAT_CHAIN_B, i, 0};
     int64_t peak = -1;
     CHECK_OK(remat_chain_simulate(c->st, c->L, c->output, ops, n, cost, &peak));
     return peak;
@@ -452,6 +460,344 @@ static void test_discretized(void) {
               remat_last_error());
 }
 
+/* ------------------------------------------------- storage options (ex) */
+
+/* A chain whose stages have storage options (src/plan/rotor.h). */
+typedef struct {
+    int L;
+    remat__stage_ex st[16];
+    int64_t output;
+} chain_ex;
+
+/* One option per stage: option o of every stage that has it (else 0). */
+static void fix_option(const chain_ex *e, int o, chain_ex *out) {
+    *out = *e;
+    for (int i = 0; i < e->L; i++) {
+        int k = o < e->st[i].n_options ? o : 0;
+        out->st[i].opt[0] = e->st[i].opt[k];
+        out->st[i].n_options = 1;
+    }
+}
+
+static int options_used; /* Fe ops with option > 0 in checked plans */
+
+/* Solves with options and checks the plan against remat__chain_simulate_ex:
+ * peak within the budget and equal to the plan's, cost equal to the
+ * plan's, ends with B_0, Fe_i and B_i of a stage with the same option,
+ * other ops option 0. Returns the status and the cost (or -1). */
+static remat_status solve_ex_checked(const chain_ex *e, int64_t budget, int slots, double *cost) {
+    remat_chain_plan *p = NULL;
+    remat_status st = remat__chain_solve_ex(e->st, e->L, e->output, budget, slots, &p);
+    *cost = -1;
+    if (st != REMAT_OK) {
+        CHECK(p == NULL);
+        return st;
+    }
+    int n = remat_chain_plan_length(p);
+    remat_chain_op *ops = malloc((size_t)n * sizeof *ops);
+    int fe_opt[16];
+    for (int i = 0; i < 16; i++) fe_opt[i] = -1;
+    for (int i = 0; i < n; i++) {
+        ops[i] = remat_chain_plan_op(p, i);
+        if (ops[i].kind == REMAT_CHAIN_FE) {
+            fe_opt[ops[i].stage] = ops[i].option;
+            options_used += ops[i].option > 0;
+        } else if (ops[i].kind == REMAT_CHAIN_B) {
+            CHECK_MSG(ops[i].option == fe_opt[ops[i].stage], "B_%d option %d, its Fe's %d", ops[i].stage,
+                      ops[i].option, fe_opt[ops[i].stage]);
+        } else {
+            CHECK(ops[i].option == 0);
+        }
+    }
+    double sc = -1;
+    int64_t sp = -1;
+    CHECK_OK(remat__chain_simulate_ex(e->st, e->L, e->output, ops, n, &sc, &sp));
+    CHECK_MSG(sp <= budget, "peak %" PRId64 " > budget %" PRId64, sp, budget);
+    CHECK(sp == remat_chain_plan_peak(p));
+    CHECK(sc == remat_chain_plan_cost(p));
+    CHECK(n > 0 && ops[n - 1].kind == REMAT_CHAIN_B && ops[n - 1].stage == 0);
+    free(ops);
+    *cost = remat_chain_plan_cost(p);
+    remat_chain_plan_destroy(p);
+    return st;
+}
+
+static double exact_cost_ex(const chain_ex *e, int64_t M) {
+    double cost;
+    remat_status st = solve_ex_checked(e, M, M > 0 ? (int)M : 1, &cost);
+    return st == REMAT_OK ? cost : -1;
+}
+
+static int64_t exact_floor_ex(const chain_ex *e) {
+    remat_chain_plan *p = NULL;
+    remat_status st = remat__chain_solve_ex(e->st, e->L, e->output, 0, 1 << 30, &p);
+    if (st == REMAT_OK) {
+        remat_chain_plan_destroy(p);
+        return 0;
+    }
+    CHECK(st == REMAT_BUDGET);
+    return named_budget(remat_last_error());
+}
+
+/* The store-all peak with option 0 everywhere. */
+static int64_t store_all_peak_ex(const chain_ex *e) {
+    remat_chain_op ops[64];
+    int n = 0;
+    for (int i = 0; i < e->L; i++) ops[n++] = (remat_chain_op){REMAT_CHAIN_FE, i, 0};
+    ops[n++] = (remat_chain_op){REMAT_CHAIN_LOSS, e->L, 0};
+    for (int i = e->L - 1; i >= 0; i--) ops[n++] = (remat_chain_op){REMAT_CHAIN_B, i, 0};
+    double cost;
+    int64_t peak = -1;
+    CHECK_OK(remat__chain_simulate_ex(e->st, e->L, e->output, ops, n, &cost, &peak));
+    return peak;
+}
+
+/* The exhaustive search of `exhaustive`, with options: xbar_k of each
+ * option of stage k-1 is its own value (at most one of them resident);
+ * Fe_k^o makes xbar_{k+1}^o; B_k^o needs xbar_{k+1}^o and holds bwd_tmp_o
+ * at its peak. Bits: x_k = k, y_k = L+1+k, then the xbar_k^o in order. */
+static double exhaustive_ex(const chain_ex *e, int64_t M) {
+    int L = e->L, nb = 2 * (L + 1);
+    int64_t size[32];
+    uint32_t X[16], Y[16], XB[16][REMAT__MAX_OPTIONS], XBA[16];
+    for (int k = 0; k <= L; k++) {
+        int64_t x = k < L ? e->st[k].input : e->output;
+        X[k] = 1u << k, size[k] = x;
+        Y[k] = 1u << (L + 1 + k), size[L + 1 + k] = x;
+        XBA[k] = 0;
+    }
+    for (int k = 1; k <= L; k++)
+        for (int o = 0; o < e->st[k - 1].n_options; o++) {
+            XB[k][o] = 1u << nb, XBA[k] |= XB[k][o];
+            size[nb++] = e->st[k - 1].opt[o].saved;
+        }
+    XBA[L + 1] = 0;
+    uint32_t nstates = 1u << nb;
+    int64_t *mem = malloc(nstates * sizeof *mem);
+    search h = {.dist = malloc(nstates * sizeof(double)), .M = M};
+    for (uint32_t s = 0; s < nstates; s++) {
+        h.dist[s] = 1e300;
+        int64_t m = 0;
+        for (int q = 0; q < nb; q++)
+            if (s >> q & 1) m += size[q];
+        mem[s] = m;
+    }
+    double result = -1;
+    if (size[0] <= M) h.dist[1] = 0, heap_push(&h, 0.0, 1u);
+    while (h.n > 0) {
+        hent top = heap_pop(&h);
+        uint32_t s = top.s;
+        double d = top.d;
+        if (d > h.dist[s]) continue;
+        if (s & Y[0]) {
+            result = d;
+            break;
+        }
+        for (int k = 0; k <= L; k++) {
+            if (!(s & X[k]) && !(s & XBA[k])) continue; /* no input */
+            if (k == L) {
+                if (!(s & Y[L])) relax(&h, d, s | Y[L], 0.0, mem[s] + size[L + 1 + L]);
+                continue;
+            }
+            const remat__stage_ex *g = &e->st[k];
+            if (!(s & X[k + 1])) relax(&h, d, s | X[k + 1], g->forward, mem[s] + size[k + 1]);
+            for (int o = 0; o < g->n_options; o++) {
+                if (!(s & XBA[k + 1])) relax(&h, d, s | XB[k + 1][o], g->forward, mem[s] + g->opt[o].saved);
+                if ((s & Y[k + 1]) && (s & XB[k + 1][o]) && !(s & Y[k]))
+                    relax(&h, d, (s | Y[k]) & ~(Y[k + 1] | XB[k + 1][o]), g->opt[o].backward,
+                          mem[s] + size[L + 1 + k] + g->opt[o].bwd_tmp);
+            }
+        }
+        /* free any value, except x_k or xbar_k while xbar_{k+1} is resident */
+        for (int k = 0; k <= L; k++) {
+            int held = (s & XBA[k + 1]) != 0;
+            if ((s & X[k]) && !held) relax(&h, d, s & ~X[k], 0.0, 0);
+            if (s & Y[k]) relax(&h, d, s & ~Y[k], 0.0, 0);
+            for (int o = 0; k > 0 && o < e->st[k - 1].n_options; o++)
+                if ((s & XB[k][o]) && !held) relax(&h, d, s & ~XB[k][o], 0.0, 0);
+        }
+    }
+    free(h.v), free(h.dist), free(mem);
+    return result;
+}
+
+/* A random chain with options: option 0 as random_chain makes it; on most
+ * stages an option 1 that keeps less (between the output and option 0's
+ * saved), costs more backward and holds some bwd_tmp. */
+static void random_chain_ex(chain_ex *e, int L, int64_t size_lo, int64_t size_hi) {
+    chain c;
+    random_chain(&c, L, size_lo, size_hi);
+    memset(e, 0, sizeof *e);
+    e->L = L, e->output = c.output;
+    for (int i = 0; i < L; i++) {
+        remat__stage_ex *s = &e->st[i];
+        s->forward = c.st[i].forward, s->input = c.st[i].input;
+        s->opt[0] = (remat__stage_option){c.st[i].saved, c.st[i].backward, 0};
+        s->n_options = 1;
+        int64_t out = i + 1 < L ? c.st[i + 1].input : c.output;
+        if (rnd() % 4) {
+            s->n_options = 2;
+            s->opt[1] = (remat__stage_option){rnd_in(out, c.st[i].saved), c.st[i].backward + (double)rnd_in(0, 6),
+                                              rnd_in(0, size_hi)};
+        }
+    }
+}
+
+/* (1) the one-option API equals the public one; (2) with two options the
+ * DP is never cheaper than the exhaustive search with options, never
+ * dearer than either chain with every stage fixed to one option, and its
+ * floor is at most theirs; (4) every plan passes the simulator. */
+static void test_options_random(void) {
+    int instances = 0, budgets = 0, brute = 0, brute_equal = 0, better0 = 0, below0 = 0;
+    options_used = 0;
+    for (int it = 0; it < 150; it++) {
+        chain_ex e;
+        int L = (int)rnd_in(1, 6);
+        random_chain_ex(&e, L, it % 9 == 0 ? 0 : 1, 4);
+        chain_ex f0, f1;
+        fix_option(&e, 0, &f0);
+        fix_option(&e, 1, &f1);
+        /* the public chain of f0 */
+        chain c = {.L = L, .output = e.output};
+        for (int i = 0; i < L; i++)
+            c.st[i] = (remat_stage){e.st[i].forward, e.st[i].opt[0].backward, e.st[i].input, e.st[i].opt[0].saved};
+        int64_t floor = exact_floor_ex(&e), fl0 = exact_floor(&c), fl1 = exact_floor_ex(&f1);
+        CHECK(exact_floor_ex(&f0) == fl0);
+        CHECK_MSG(floor <= fl0 && floor <= fl1, "instance %d: floor %" PRId64 ", fixed %" PRId64 " %" PRId64, it,
+                  floor, fl0, fl1);
+        below0 += floor < fl0;
+        if (floor > 0) {
+            double cst;
+            CHECK_MSG(solve_ex_checked(&e, floor - 1, 1000, &cst) == REMAT_BUDGET &&
+                          named_budget(remat_last_error()) == floor,
+                      "instance %d: floor - 1", it);
+        }
+        int64_t top = store_all_peak_ex(&e);
+        double prev = 1e300;
+        int do_brute = L <= 3;
+        for (int64_t M = floor; M <= top + 2; M++) {
+            double cost = exact_cost_ex(&e, M);
+            CHECK_MSG(cost >= 0, "instance %d M=%" PRId64 ": %s", it, M, remat_last_error());
+            CHECK_MSG(cost <= prev, "instance %d: cost %g at M=%" PRId64 " > %g below", it, cost, M, prev);
+            prev = cost;
+            double c0 = exact_cost(&c, M), c0x = exact_cost_ex(&f0, M), c1 = exact_cost_ex(&f1, M);
+            CHECK_MSG(c0 == c0x, "instance %d M=%" PRId64 ": public %g, one-option ex %g", it, M, c0, c0x);
+            CHECK_MSG(c0 < 0 || cost <= c0, "instance %d M=%" PRId64 ": options %g > option 0 %g", it, M, cost, c0);
+            CHECK_MSG(c1 < 0 || cost <= c1, "instance %d M=%" PRId64 ": options %g > option 1 %g", it, M, cost, c1);
+            better0 += c0 < 0 || cost < c0;
+            if (M >= top) {
+                double sum = 0;
+                for (int i = 0; i < L; i++) sum += e.st[i].forward + e.st[i].opt[0].backward;
+                CHECK_MSG(cost <= sum, "instance %d M=%" PRId64 ": %g > store-all %g", it, M, cost, sum);
+            }
+            budgets++;
+            if (do_brute) {
+                double ex = exhaustive_ex(&e, M);
+                CHECK_MSG(ex >= 0 && ex <= cost, "instance %d M=%" PRId64 ": exhaustive %g, DP %g", it, M, ex, cost);
+                brute++;
+                brute_equal += ex == cost;
+            }
+        }
+        instances++;
+    }
+    printf("  options: %d chains, %d budgets; cheaper than option 0 alone (or feasible only with options) on %d; "
+           "floor below option 0's on %d chains; %d Fe with option > 0; exhaustive on %d pairs, equal on %d\n",
+           instances, budgets, better0, below0, options_used, brute, brute_equal);
+    CHECK(better0 > 0 && below0 > 0 && options_used > 0);
+
+    /* coarse slots: the named budget is feasible with the same slot count
+     * and one unit less is not */
+    for (int it = 0; it < 100; it++) {
+        chain_ex e;
+        int L = (int)rnd_in(1, 12);
+        random_chain_ex(&e, L, 100, 5000);
+        int slots = (int)rnd_in(8, 300);
+        remat_chain_plan *p = NULL;
+        CHECK(remat__chain_solve_ex(e.st, L, e.output, 1, slots, &p) == REMAT_BUDGET);
+        int64_t best = named_budget(remat_last_error());
+        if (best < 0) continue;
+        CHECK(best >= exact_floor_ex(&e));
+        double cost;
+        CHECK_MSG(solve_ex_checked(&e, best, slots, &cost) == REMAT_OK, "named %" PRId64 ": %s", best,
+                  remat_last_error());
+        CHECK(solve_ex_checked(&e, best - 1, slots, &cost) == REMAT_BUDGET);
+        for (int k = 0; k < 5; k++) {
+            int64_t M = best + rnd_in(0, 4 * best);
+            CHECK_MSG(solve_ex_checked(&e, M, slots, &cost) == REMAT_OK, "M=%" PRId64 ": %s", M, remat_last_error());
+        }
+    }
+}
+
+/* (3) By hand: stages of f = 1 on sizes 1; stage 0 keeps 1 (b = 2);
+ * stage 1's option 0 keeps 8 (b = 2), its option 1 keeps only its output
+ * (1) and recomputes: b = 4 with 2 more bytes during B_1. With option 0
+ * B_1 holds x_0, x_1 (or xbar_1), xbar_2, y_2, y_1: 1+1+8+1+1 = 12, the
+ * floor; with option 1: 1+1+1+1+1+2 = 7. So budgets 7..11 need option 1
+ * (cost 1+1+4+2 = 8) and from 12 on option 0 is chosen (cost 6). */
+static void test_options_by_hand(void) {
+    chain_ex e = {.L = 2, .output = 1};
+    e.st[0] = (remat__stage_ex){.forward = 1, .input = 1, .n_options = 1, .opt = {{1, 2, 0}}};
+    e.st[1] = (remat__stage_ex){.forward = 1, .input = 1, .n_options = 2, .opt = {{8, 2, 0}, {1, 4, 2}}};
+    chain_ex f0;
+    fix_option(&e, 0, &f0);
+    CHECK(exact_floor_ex(&f0) == 12);
+    CHECK(exact_floor_ex(&e) == 7);
+    for (int64_t M = 0; M <= 16; M++) {
+        double c = exact_cost_ex(&e, M), c0 = exact_cost_ex(&f0, M);
+        double want = M < 7 ? -1 : M < 12 ? 8 : 6, want0 = M < 12 ? -1 : 6;
+        CHECK_MSG(c == want && c0 == want0, "M=%" PRId64 ": %g (want %g), option 0 alone %g (want %g)", M, c, want,
+                  c0, want0);
+        remat_chain_plan *p = NULL;
+        if (M < 7 || remat__chain_solve_ex(e.st, 2, e.output, M, (int)M, &p) != REMAT_OK) continue;
+        /* the option of B_1 (and Fe_1) */
+        int o = -1;
+        for (int i = 0; i < remat_chain_plan_length(p); i++) {
+            remat_chain_op op = remat_chain_plan_op(p, i);
+            if (op.stage == 1 && (op.kind == REMAT_CHAIN_FE || op.kind == REMAT_CHAIN_B)) {
+                CHECK(o < 0 || op.option == o);
+                o = op.option;
+            }
+        }
+        CHECK_MSG(o == (M < 12 ? 1 : 0), "M=%" PRId64 ": stage 1 uses option %d", M, o);
+        CHECK(remat_chain_plan_peak(p) == (M < 12 ? 7 : 12));
+        remat_chain_plan_destroy(p);
+    }
+    remat_chain_plan *p = NULL;
+    CHECK(remat__chain_solve_ex(e.st, 2, e.output, 6, 1000, &p) == REMAT_BUDGET);
+    CHECK_MSG(named_budget(remat_last_error()) == 7, "%s", remat_last_error());
+
+    /* the simulator honours options: sizes, tmp, cost, and consistency */
+    remat_chain_op ops[] = {{REMAT_CHAIN_FE, 0, 0}, {REMAT_CHAIN_FE, 1, 1}, {REMAT_CHAIN_LOSS, 2, 0},
+                            {REMAT_CHAIN_B, 1, 1},  {REMAT_CHAIN_B, 0, 0}};
+    double cost;
+    int64_t peak;
+    CHECK_OK(remat__chain_simulate_ex(e.st, 2, e.output, ops, 5, &cost, &peak));
+    CHECK(cost == 8 && peak == 7);
+    ops[3].option = 0; /* xbar_2 was made with option 1 */
+    CHECK(remat__chain_simulate_ex(e.st, 2, e.output, ops, 5, &cost, &peak) == REMAT_INVALID);
+    CHECK_MSG(strstr(remat_last_error(), "op 3 (B, stage 1, option 0): xbar_2 was made with option 1") != NULL, "%s",
+              remat_last_error());
+    ops[3].option = 1, ops[1].option = 2;
+    CHECK(remat__chain_simulate_ex(e.st, 2, e.output, ops, 5, &cost, &peak) == REMAT_INVALID);
+    CHECK_MSG(strstr(remat_last_error(), "option 2 out of range 0..1") != NULL, "%s", remat_last_error());
+    /* the public simulator has one option per stage */
+    remat_stage pub[2] = {{1, 2, 1, 1}, {1, 2, 1, 8}};
+    ops[1].option = 1;
+    CHECK(remat_chain_simulate(pub, 2, 1, ops, 5, &cost, &peak) == REMAT_INVALID);
+    /* bad options are named */
+    chain_ex d = e;
+    d.st[1].opt[1].saved = 0; /* below the output (1) */
+    CHECK(remat__chain_solve_ex(d.st, 2, d.output, 100, 0, &p) == REMAT_INVALID);
+    CHECK_MSG(strstr(remat_last_error(), "stage 1, option 1: 'saved'") != NULL, "%s", remat_last_error());
+    d = e;
+    d.st[1].opt[1].bwd_tmp = -1;
+    CHECK(remat__chain_solve_ex(d.st, 2, d.output, 100, 0, &p) == REMAT_INVALID);
+    d = e;
+    d.st[0].n_options = REMAT__MAX_OPTIONS + 1;
+    CHECK(remat__chain_solve_ex(d.st, 2, d.output, 100, 0, &p) == REMAT_INVALID);
+    CHECK(p == NULL);
+}
+
 /* ------------------------------------------------------- simulator, args */
 
 static void test_simulator_errors(void) {
@@ -463,22 +809,22 @@ static void test_simulator_errors(void) {
     int64_t peak;
     /* Fn_0 makes x_1 and frees x_0, Fn_1 makes x_2 and frees x_1: Fe_1
      * then has no input */
-    remat_chain_op ops1[] = {{REMAT_CHAIN_FN, 0}, {REMAT_CHAIN_FN, 1}, {REMAT_CHAIN_FE, 1}};
+    remat_chain_op ops1[] = {{REMAT_CHAIN_FN, 0, 0}, {REMAT_CHAIN_FN, 1, 0}, {REMAT_CHAIN_FE, 1, 0}};
     CHECK(remat_chain_simulate(c.st, 5, c.output, ops1, 3, &cost, &peak) == REMAT_INVALID);
     CHECK_MSG(strstr(remat_last_error(), "op 2 (Fe, stage 1)") != NULL, "%s", remat_last_error());
     /* B_0 before anything */
-    remat_chain_op ops2[] = {{REMAT_CHAIN_B, 0}};
+    remat_chain_op ops2[] = {{REMAT_CHAIN_B, 0, 0}};
     CHECK(remat_chain_simulate(c.st, 5, c.output, ops2, 1, &cost, &peak) == REMAT_INVALID);
     CHECK_MSG(strstr(remat_last_error(), "op 0 (B, stage 0)") != NULL, "%s", remat_last_error());
     /* the loss is stage 5 */
-    remat_chain_op ops3[] = {{REMAT_CHAIN_LOSS, 4}};
+    remat_chain_op ops3[] = {{REMAT_CHAIN_LOSS, 4, 0}};
     CHECK(remat_chain_simulate(c.st, 5, c.output, ops3, 1, &cost, &peak) == REMAT_INVALID);
     /* an exact count: CF_0 Fn_1 keeps x_0 and x_2: peak 2+3+3 during Fn_1 */
-    remat_chain_op ops4[] = {{REMAT_CHAIN_CF, 0}, {REMAT_CHAIN_FN, 1}};
+    remat_chain_op ops4[] = {{REMAT_CHAIN_CF, 0, 0}, {REMAT_CHAIN_FN, 1, 0}};
     CHECK_OK(remat_chain_simulate(c.st, 5, c.output, ops4, 2, &cost, &peak));
     CHECK(cost == 5 && peak == 8);
     /* recomputing a resident value is an error */
-    remat_chain_op ops5[] = {{REMAT_CHAIN_CF, 0}, {REMAT_CHAIN_CF, 0}};
+    remat_chain_op ops5[] = {{REMAT_CHAIN_CF, 0, 0}, {REMAT_CHAIN_CF, 0, 0}};
     CHECK(remat_chain_simulate(c.st, 5, c.output, ops5, 2, &cost, &peak) == REMAT_INVALID);
     CHECK_MSG(strstr(remat_last_error(), "op 1 (CF, stage 0): x_1 is already resident") != NULL, "%s",
               remat_last_error());
@@ -573,6 +919,8 @@ int main(void) {
     test_revolve();
     test_random();
     test_discretized();
+    test_options_random();
+    test_options_by_hand();
     test_simulator_errors();
     test_json();
     return check_exit("test_rotor");

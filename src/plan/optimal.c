@@ -15,6 +15,7 @@
  * workspace, so the schedule is simulated exactly, and while its real peak
  * is above the budget the DP is solved again with that much less memory.
  */
+#include "rotor.h"
 #include "schedule.h"
 
 #include <stdlib.h>
@@ -27,13 +28,99 @@ typedef struct {
     int n_stages;
     int32_t *inputs; /* input leaves the loss needs */
     int n_inputs;
-    remat_stage *st;
+    remat_stage *st;     /* per stage: forward cost (for merging) */
+    remat__stage_ex *ex; /* per stage: the options the DP chooses from */
+    uint8_t *sel;        /* per node: recomputed before its stage's backward
+                          * under the selective option */
     int64_t output;
 } chain;
 
 static void chain_free(chain *c) {
-    free(c->nodes), free(c->off), free(c->inputs), free(c->st);
+    free(c->nodes), free(c->off), free(c->inputs), free(c->st), free(c->ex), free(c->sel);
     memset(c, 0, sizeof *c);
+}
+
+static int expensive(const remat__node *n) {
+    remat_family f = remat__ops[n->op]->family;
+    return f == REMAT_FAMILY_LINEAR || f == REMAT_FAMILY_CONV;
+}
+
+/* The storage options of stage i (nodes [off[i], off[i+1])):
+ * 0: keep everything its backward reads (a value counts once, however many
+ *    backwards read it), its output included;
+ * 1 (selective, PLANNING.md 7): keep only the outputs of the expensive
+ *    nodes (linear, conv), the aux values and the stage output; recompute
+ *    the cheap values the backward reads (and the cheap values they are
+ *    computed from) just before the stage's backward. Offered when it
+ *    keeps less. mark: scratch of g->n bytes, zero on entry and exit;
+ *    stack: scratch of g->n ints. */
+static void measure_stage(const remat__prog *p, chain *c, int i, uint8_t *mark, int32_t *stack) {
+    const remat_graph *g = p->g;
+    remat__stage_ex *ex = &c->ex[i];
+    int a = c->off[i], b = c->off[i + 1];
+    int32_t lo = c->nodes[a], hi = c->nodes[b - 1];
+    memset(ex, 0, sizeof *ex);
+    if (i == 0) {
+        for (int j = 0; j < c->n_inputs; j++) ex->input += (int64_t)remat__out_bytes(&g->nodes[c->inputs[j]]);
+    } else {
+        ex->input = (int64_t)remat__out_bytes(&g->nodes[c->nodes[a - 1]]);
+    }
+    remat__stage_option *all = &ex->opt[0], *sel = &ex->opt[1];
+    all->saved = (int64_t)remat__out_bytes(&g->nodes[hi]);
+    int32_t reads[2 + REMAT__MAX_IN];
+    /* mark bits: 1 = output read by a backward, 2 = aux read, 4 = recomputed */
+    for (int j = a; j < b; j++) {
+        int32_t u = c->nodes[j];
+        const remat__node *nd = &g->nodes[u];
+        const remat__op *op = remat__ops[nd->op];
+        double t = remat__node_seconds(p, nd);
+        ex->forward += t;
+        if (!p->needs_grad[u]) continue;
+        all->backward += 2 * t;
+        int r = 0;
+        for (int q = 0; q < nd->n_in; q++)
+            if ((op->saves & REMAT__SAVE_IN(q)) && nd->in[q] >= lo && nd->in[q] < hi)
+                reads[r++] = REMAT__VAL(nd->in[q], REMAT__V_OUT);
+        if ((op->saves & REMAT__SAVE_OUT) && u != hi) reads[r++] = REMAT__VAL(u, REMAT__V_OUT);
+        if (op->saves & REMAT__SAVE_AUX) reads[r++] = REMAT__VAL(u, REMAT__V_AUX);
+        for (int q = 0; q < r; q++) {
+            int32_t owner = REMAT__VAL_NODE(reads[q]);
+            uint8_t bit = REMAT__VAL_KIND(reads[q]) == REMAT__V_AUX ? 2 : 1;
+            if (mark[owner] & bit) continue;
+            mark[owner] |= bit;
+            all->saved += (int64_t)remat__value_bytes(g, reads[q]);
+        }
+    }
+    ex->n_options = 1;
+    /* The selective option: cheap values read by a backward, closed over
+     * their cheap producers inside the stage. */
+    int top = 0;
+    for (int j = a; j < b; j++) {
+        int32_t u = c->nodes[j];
+        if ((mark[u] & 1) && u != hi && !expensive(&g->nodes[u])) mark[u] |= 4, stack[top++] = u;
+    }
+    while (top > 0) {
+        const remat__node *nd = &g->nodes[stack[--top]];
+        for (int q = 0; q < nd->n_in; q++) {
+            int32_t x = nd->in[q];
+            if (x >= lo && x < hi && !(mark[x] & 4) && !expensive(&g->nodes[x]) && g->nodes[x].leaf == REMAT__LEAF_NONE)
+                mark[x] |= 4, stack[top++] = x;
+        }
+    }
+    *sel = *all;
+    for (int j = a; j < b; j++) {
+        int32_t u = c->nodes[j];
+        if (!(mark[u] & 4)) continue;
+        int64_t bytes = (int64_t)remat__out_bytes(&g->nodes[u]);
+        if (mark[u] & 1) sel->saved -= bytes;
+        sel->backward += remat__node_seconds(p, &g->nodes[u]);
+        sel->bwd_tmp += bytes;
+    }
+    if (sel->saved < all->saved) {
+        ex->n_options = 2;
+        for (int j = a; j < b; j++) c->sel[c->nodes[j]] = (mark[c->nodes[j]] & 4) != 0;
+    }
+    for (int j = a; j < b; j++) mark[c->nodes[j]] = 0;
 }
 
 /* Cuts the graph into stages and measures them. */
@@ -94,44 +181,8 @@ static remat_status chain_init(const remat__prog *p, remat_node loss, chain *c) 
         }
     }
     if (c->off[c->n_stages] != m) c->off[++c->n_stages] = m;
-    /* Measure. A value counts once in its stage's saved bytes, however many
-     * backwards read it. */
-    int32_t reads[2 + REMAT__MAX_IN];
-    uint8_t *counted = needed; /* reuse: cleared below */
-    for (int32_t u = 0; u < g->n; u++) counted[u] = 0;
-    for (int i = 0; i < c->n_stages; i++) {
-        remat_stage *st = &c->st[i];
-        int32_t lo = c->nodes[c->off[i]], hi = c->nodes[c->off[i + 1] - 1];
-        if (i == 0) {
-            for (int j = 0; j < c->n_inputs; j++) st->input += (int64_t)remat__out_bytes(&g->nodes[c->inputs[j]]);
-        } else {
-            st->input = (int64_t)remat__out_bytes(&g->nodes[c->nodes[c->off[i] - 1]]);
-        }
-        st->saved = (int64_t)remat__out_bytes(&g->nodes[hi]);
-        for (int j = c->off[i]; j < c->off[i + 1]; j++) {
-            int32_t u = c->nodes[j];
-            const remat__node *nd = &g->nodes[u];
-            const remat__op *op = remat__ops[nd->op];
-            double t = remat__node_seconds(p, nd);
-            st->forward += t;
-            if (!p->needs_grad[u]) continue;
-            st->backward += 2 * t;
-            /* values of this stage its backwards read */
-            int r = 0;
-            for (int q = 0; q < nd->n_in; q++)
-                if ((op->saves & REMAT__SAVE_IN(q)) && nd->in[q] >= lo && nd->in[q] < hi && nd->in[q] != u)
-                    reads[r++] = REMAT__VAL(nd->in[q], REMAT__V_OUT);
-            if ((op->saves & REMAT__SAVE_OUT) && u != hi) reads[r++] = REMAT__VAL(u, REMAT__V_OUT);
-            if (op->saves & REMAT__SAVE_AUX) reads[r++] = REMAT__VAL(u, REMAT__V_AUX);
-            for (int q = 0; q < r; q++) {
-                int32_t owner = REMAT__VAL_NODE(reads[q]);
-                uint8_t bit = REMAT__VAL_KIND(reads[q]) == REMAT__V_AUX ? 2 : 1;
-                if (counted[owner] & bit) continue;
-                counted[owner] |= bit;
-                st->saved += (int64_t)remat__value_bytes(g, reads[q]);
-            }
-        }
-    }
+    for (int i = 0; i < c->n_stages; i++)
+        for (int j = c->off[i]; j < c->off[i + 1]; j++) c->st[i].forward += remat__node_seconds(p, &g->nodes[c->nodes[j]]);
     c->output = (int64_t)remat__out_bytes(&g->nodes[loss]);
     /* Long chains (heavy's 100,000 adds) are merged into at most
      * MAX_STAGES stages of about equal forward cost: the DP is cubic in the
@@ -156,6 +207,14 @@ static remat_status chain_init(const remat__prog *p, remat_node loss, chain *c) 
         c->off[out_n] = c->off[c->n_stages];
         c->n_stages = out_n;
     }
+    c->ex = calloc((size_t)c->n_stages + 1, sizeof *c->ex);
+    c->sel = calloc((size_t)n, 1);
+    if (!c->ex || !c->sel) {
+        rc = remat__err(REMAT_NOMEM, "out of memory planning");
+        goto out;
+    }
+    memset(needed, 0, (size_t)n);
+    for (int i = 0; i < c->n_stages; i++) measure_stage(p, c, i, needed, stack);
 out:
     free(needed), free(stack), free(cut);
     if (rc != REMAT_OK) chain_free(c);
@@ -176,7 +235,7 @@ static remat_status emit(const remat__prog *p, const chain *c, const remat_chain
     size_t cap = (size_t)c->n_inputs + 1;
     for (int i = 0; i < nops; i++) {
         remat_chain_op op = remat_chain_plan_op(plan, i);
-        if (op.stage < c->n_stages) cap += (size_t)(c->off[op.stage + 1] - c->off[op.stage]);
+        if (op.stage < c->n_stages) cap += 2 * (size_t)(c->off[op.stage + 1] - c->off[op.stage]);
     }
     out->ins = malloc(cap * sizeof *out->ins);
     if (!out->ins) return remat__err(REMAT_NOMEM, "out of memory planning");
@@ -187,6 +246,9 @@ static remat_status emit(const remat__prog *p, const chain *c, const remat_chain
         if (op.kind == REMAT_CHAIN_LOSS || op.stage >= c->n_stages) continue;
         int a = c->off[op.stage], b = c->off[op.stage + 1];
         if (op.kind == REMAT_CHAIN_B) {
+            if (op.option == 1) /* selective: recompute the cheap values first */
+                for (int j = a; j < b; j++)
+                    if (c->sel[c->nodes[j]]) out->ins[out->n++] = (remat__instr){.kind = REMAT__I_FWD, .node = c->nodes[j]};
             for (int j = b - 1; j >= a; j--)
                 if (p->needs_grad[c->nodes[j]]) out->ins[out->n++] = (remat__instr){.kind = REMAT__I_BWD, .node = c->nodes[j]};
         } else {
@@ -213,7 +275,7 @@ static remat_status measure(const remat__prog *p, const remat__schedule *sc, con
 static remat_status candidate(const remat__prog *p, const chain *c, remat_node loss, int64_t mem,
                               const remat_mem_stats *start, remat__schedule *sc, double *cost, size_t *peak) {
     remat_chain_plan *plan = NULL;
-    remat_status st = remat_chain_solve(c->st, c->n_stages, c->output, mem, 0, &plan);
+    remat_status st = remat__chain_solve_ex(c->ex, c->n_stages, c->output, mem, 0, &plan);
     if (st != REMAT_OK) return st;
     st = emit(p, c, plan, loss, sc);
     remat_chain_plan_destroy(plan);
@@ -255,12 +317,12 @@ remat_status remat__optimal_schedule(const remat__prog *p, remat_node loss, size
     if (st != REMAT_OK) return st;
     /* The chain model's floor (by bisection on feasibility) and top. */
     int64_t top = c.output + 1;
-    for (int i = 0; i < c.n_stages; i++) top += c.st[i].input + c.st[i].saved;
+    for (int i = 0; i < c.n_stages; i++) top += c.ex[i].input + c.ex[i].opt[0].saved;
     int64_t lo = 0, hi = top;
     while (lo + 1 < hi) {
         int64_t mid = lo + (hi - lo) / 2;
         remat_chain_plan *plan = NULL;
-        if (remat_chain_solve(c.st, c.n_stages, c.output, mid, 0, &plan) == REMAT_OK) {
+        if (remat__chain_solve_ex(c.ex, c.n_stages, c.output, mid, 0, &plan) == REMAT_OK) {
             remat_chain_plan_destroy(plan);
             hi = mid;
         } else {

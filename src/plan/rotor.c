@@ -1,34 +1,44 @@
 /* rotor.c: the optimal persistent schedule of a chain (rotor's dynamic
  * program), its exact simulator, and the chain's JSON reader.
  *
- * The model is PLANNING.md section 3.1 with no transient workspace. A
+ * The model is PLANNING.md section 3.1 with no forward workspace. A
  * chain of n stages 0..n-1 is followed by the loss, stage L = n (cost 0).
  * Values: x_k, the input of stage k (x_L is the loss input, `output`
  * bytes); xbar_k (k >= 1), everything stage k-1's backward needs, x_k
- * included (`saved` of stage k-1); y_k, the gradient of x_k (as large as
- * x_k). Memory is the sum of the resident values, x_0 and gradients
- * included; an operation's peak is taken after its outputs appear and
- * before its inputs are freed.
+ * included (`saved` of stage k-1's option); y_k, the gradient of x_k (as
+ * large as x_k). Memory is the sum of the resident values, x_0 and
+ * gradients included; an operation's peak is taken after its outputs
+ * appear and before its inputs are freed (B_i's peak also holds its
+ * option's bwd_tmp).
  *
- * remat_chain_solve runs the persistent DP of PLANNING.md section 3.2
+ * Each stage has 1..REMAT__MAX_OPTIONS storage options (rotor.h): what
+ * its Fe keeps (saved), what its B then costs (backward) and holds while
+ * it runs (bwd_tmp). The public API is the one-option case.
+ *
+ * remat__chain_solve_ex runs the persistent DP of PLANNING.md section 3.2
  * (Opt[m][i][l]: least time to process stages i..l with x_i resident and
  * not counted in m, y_{l+1} resident and counted), on memory discretized
  * into whole slots: slot = ceil(budget / slots), every size rounded up, so
- * any schedule feasible in slots holds at most budget bytes. Before the DP,
- * a memory-only version of the same recurrence (the least m that makes
- * Opt[m][i][l] finite) decides feasibility, and when the budget is too
- * small it finds the smallest budget that the same slot count makes
- * feasible, which the error names (and every larger budget is feasible:
- * one whose own slot size rounds too coarsely is planned at the largest
- * smaller budget with finer slots). The table is filled iteratively, each
- * (i, l) cell a row over m so that the inner loops are contiguous; the
- * schedule is rebuilt with an explicit stack, then simulated: the plan's
- * cost and peak are the simulator's.
+ * any schedule feasible in slots holds at most budget bytes. Wherever the
+ * recurrence uses "Fe_i then B_i" (the base Opt[m][i][i] and the chain
+ * term Opt[m][i][i] + Opt[m - xbar_{i+1}][i+1][l]) it takes the least
+ * over stage i's options, and records the option in the choice table.
+ * Before the DP, a memory-only version of the same recurrence (the least
+ * m that makes Opt[m][i][l] finite) decides feasibility, and when the
+ * budget is too small it finds the smallest budget that the same slot
+ * count makes feasible, which the error names (and every larger budget is
+ * feasible: one whose own slot size rounds too coarsely is planned at the
+ * largest smaller budget with finer slots). The table is filled
+ * iteratively, each (i, l) cell a row over m so that the inner loops are
+ * contiguous; the schedule is rebuilt with an explicit stack, then
+ * simulated: the plan's cost and peak are the simulator's.
  *
- * Ownership: remat_chain_solve returns a plan the caller owns
+ * Ownership: the solvers return a plan the caller owns
  * (remat_chain_plan_destroy); remat_chain_parse_json returns a malloc'd
  * stage array the caller frees. Nothing else outlives a call.
  */
+#include "rotor.h"
+
 #include "../remat-impl.h"
 
 #include <cjson/cJSON.h>
@@ -38,8 +48,12 @@
 #include <stdlib.h>
 
 #define DEFAULT_SLOTS 500
-/* `what` is int16: 0 = chain (Fe_i), j > 0 = leaf checkpoint at x_j. */
+/* `what` is int16: -o <= 0 = chain (Fe_i with option o; for i == l the
+ * option of the base case), j > 0 = leaf checkpoint at x_j, WHAT_NONE =
+ * infeasible. */
 #define MAX_STAGES 32766
+#define WHAT_NONE INT16_MIN
+#define MAXO REMAT__MAX_OPTIONS
 
 struct remat_chain_plan {
     remat_chain_op *ops; /* owned, n_ops entries */
@@ -101,10 +115,75 @@ static remat_status check_chain(const remat_stage *st, int n, int64_t output) {
     return REMAT_OK;
 }
 
+/* The same checks for stages with options, each option's saved and
+ * bwd_tmp included (the largest saved + bwd_tmp of a stage counts in the
+ * size bound); a stage of several options is named "stage i, option o". */
+static remat_status check_chain_ex(const remat__stage_ex *st, int n, int64_t output) {
+    if (!st || n < 1) return remat__err(REMAT_INVALID, "a chain needs at least one stage (got %d)", n);
+    if (output < 0) return remat__err(REMAT_INVALID, "chain 'output' is negative (%lld)", (long long)output);
+    const int64_t limit = INT64_MAX / 8;
+    int64_t total = output;
+    for (int i = 0; i < n; i++) {
+        const remat__stage_ex *s = &st[i];
+        if (!isfinite(s->forward) || s->forward < 0)
+            return remat__err(REMAT_INVALID, "stage %d: 'forward' is not a finite number >= 0 (%g)", i, s->forward);
+        if (s->input < 0)
+            return remat__err(REMAT_INVALID, "stage %d: 'input' is negative (%lld)", i, (long long)s->input);
+        if (s->n_options < 1 || s->n_options > MAXO)
+            return remat__err(REMAT_INVALID, "stage %d: %d storage options (1 to %d)", i, s->n_options, MAXO);
+        if (s->input > limit - total)
+            return remat__err(REMAT_INVALID, "stage %d: sizes too large (their sum must stay below %lld)", i,
+                              (long long)limit);
+        total += s->input;
+        int64_t out = i + 1 < n ? st[i + 1].input : output, big = 0;
+        for (int o = 0; o < s->n_options; o++) {
+            const remat__stage_option *p = &s->opt[o];
+            char where[48];
+            if (s->n_options > 1) snprintf(where, sizeof where, "stage %d, option %d", i, o);
+            else snprintf(where, sizeof where, "stage %d", i);
+            if (!isfinite(p->backward) || p->backward < 0)
+                return remat__err(REMAT_INVALID, "%s: 'backward' is not a finite number >= 0 (%g)", where,
+                                  p->backward);
+            if (p->saved < 0)
+                return remat__err(REMAT_INVALID, "%s: 'saved' is negative (%lld)", where, (long long)p->saved);
+            if (p->bwd_tmp < 0)
+                return remat__err(REMAT_INVALID, "%s: 'bwd_tmp' is negative (%lld)", where, (long long)p->bwd_tmp);
+            if (p->saved < out)
+                return remat__err(REMAT_INVALID,
+                                  "%s: 'saved' (%lld) is less than the stage's output (%lld); saved includes the "
+                                  "output",
+                                  where, (long long)p->saved, (long long)out);
+            if (p->saved > limit - total || p->bwd_tmp > limit - total - p->saved)
+                return remat__err(REMAT_INVALID, "%s: sizes too large (their sum must stay below %lld)", where,
+                                  (long long)limit);
+            big = p->saved + p->bwd_tmp > big ? p->saved + p->bwd_tmp : big;
+        }
+        total += big;
+    }
+    return REMAT_OK;
+}
+
+/* The one-option stages of a public chain (malloc'd; NULL with the error
+ * set when out of memory). */
+static remat__stage_ex *to_ex(const remat_stage *st, int n) {
+    remat__stage_ex *ex = calloc((size_t)n, sizeof *ex);
+    if (!ex) {
+        remat__err(REMAT_NOMEM, "out of memory planning a chain of %d stages", n);
+        return NULL;
+    }
+    for (int i = 0; i < n; i++) {
+        ex[i].forward = st[i].forward;
+        ex[i].input = st[i].input;
+        ex[i].n_options = 1;
+        ex[i].opt[0] = (remat__stage_option){.saved = st[i].saved, .backward = st[i].backward, .bwd_tmp = 0};
+    }
+    return ex;
+}
+
 /* ------------------------------------------------------------- simulator */
 
 /* Size of x_k (and y_k), 0 <= k <= n. */
-static int64_t size_x(const remat_stage *st, int n, int64_t output, int k) {
+static int64_t size_x(const remat__stage_ex *st, int n, int64_t output, int k) {
     return k < n ? st[k].input : output;
 }
 
@@ -114,18 +193,24 @@ static int64_t size_x(const remat_stage *st, int n, int64_t output, int k) {
  *   Fn_i: needs x_i or xbar_i; makes x_{i+1}; frees x_i if resident, else
  *         xbar_i (as rotor's simulate_sequence).
  *   CF_i: needs x_i or xbar_i; makes x_{i+1}; frees nothing.
- *   Fe_i: needs x_i or xbar_i; makes xbar_{i+1}; frees nothing.
+ *   Fe_i: needs x_i or xbar_i; makes xbar_{i+1} of its option's size;
+ *         frees nothing.
  *   Loss: needs x_L or xbar_L; makes y_L; frees x_L if resident (xbar_L
  *         stays for B_{L-1}).
- *   B_i:  needs y_{i+1}, xbar_{i+1}, and x_i or xbar_i; makes y_i; frees
- *         y_{i+1}, xbar_{i+1}, and x_i if resident (xbar_i stays).
+ *   B_i:  needs y_{i+1}, xbar_{i+1} made with the same option, and x_i or
+ *         xbar_i; makes y_i, holding the option's bwd_tmp at its peak;
+ *         frees y_{i+1}, xbar_{i+1}, and x_i if resident (xbar_i stays).
  * *complete is set when y_0 is resident at the end. */
-static remat_status simulate(const remat_stage *st, int n, int64_t output, const remat_chain_op *ops, int nops,
+static remat_status simulate(const remat__stage_ex *st, int n, int64_t output, const remat_chain_op *ops, int nops,
                              double *cost_out, int64_t *peak_out, int *complete) {
     if (nops < 0 || (nops > 0 && !ops)) return remat__err(REMAT_INVALID, "bad operation list (%d operations)", nops);
-    uint8_t *res = calloc(3 * ((size_t)n + 1), 1); /* x[k], xbar[k], y[k] */
-    if (!res) return remat__err(REMAT_NOMEM, "out of memory simulating a chain of %d stages", n);
-    uint8_t *X = res, *XB = res + n + 1, *Y = res + 2 * ((size_t)n + 1);
+    uint8_t *res = calloc(4 * ((size_t)n + 1), 1);      /* x[k], xbar[k], y[k], option of xbar[k] */
+    int64_t *xbs = calloc((size_t)n + 1, sizeof *xbs); /* size of the resident xbar[k] */
+    if (!res || !xbs) {
+        free(res), free(xbs);
+        return remat__err(REMAT_NOMEM, "out of memory simulating a chain of %d stages", n);
+    }
+    uint8_t *X = res, *XB = res + n + 1, *Y = res + 2 * ((size_t)n + 1), *XO = res + 3 * ((size_t)n + 1);
     remat_status rc = REMAT_OK;
     X[0] = 1;
     int64_t mem = size_x(st, n, output, 0), peak = mem;
@@ -145,6 +230,12 @@ static remat_status simulate(const remat_stage *st, int n, int64_t output, const
                 rc = remat__err(REMAT_INVALID, "op %d (%s, stage %d): stage out of range 0..%d", t, nm, i, n - 1);
             break;
         }
+        int o = op.option;
+        if ((op.kind == REMAT_CHAIN_FE || op.kind == REMAT_CHAIN_B) && (o < 0 || o >= st[i].n_options)) {
+            rc = remat__err(REMAT_INVALID, "op %d (%s, stage %d): option %d out of range 0..%d", t, nm, i, o,
+                            st[i].n_options - 1);
+            break;
+        }
         /* every op reads x_i or xbar_i */
         if (!X[i] && !(i > 0 && XB[i])) {
             if (i > 0)
@@ -159,8 +250,13 @@ static remat_status simulate(const remat_stage *st, int n, int64_t output, const
                             !Y[i + 1] ? "y" : "xbar", i + 1);
             break;
         }
+        if (op.kind == REMAT_CHAIN_B && XO[i + 1] != o) {
+            rc = remat__err(REMAT_INVALID, "op %d (B, stage %d, option %d): xbar_%d was made with option %d", t, i, o,
+                            i + 1, (int)XO[i + 1]);
+            break;
+        }
         uint8_t *made;
-        int64_t made_size;
+        int64_t made_size, tmp = 0;
         const char *made_name;
         int made_k;
         switch (op.kind) {
@@ -170,7 +266,7 @@ static remat_status simulate(const remat_stage *st, int n, int64_t output, const
             cost += st[i].forward;
             break;
         case REMAT_CHAIN_FE:
-            made = &XB[i + 1], made_size = st[i].saved, made_name = "xbar", made_k = i + 1;
+            made = &XB[i + 1], made_size = st[i].opt[o].saved, made_name = "xbar", made_k = i + 1;
             cost += st[i].forward;
             break;
         case REMAT_CHAIN_LOSS:
@@ -178,7 +274,8 @@ static remat_status simulate(const remat_stage *st, int n, int64_t output, const
             break;
         default: /* B */
             made = &Y[i], made_size = st[i].input, made_name = "y", made_k = i;
-            cost += st[i].backward;
+            cost += st[i].opt[o].backward;
+            tmp = st[i].opt[o].bwd_tmp;
             break;
         }
         if (*made) {
@@ -188,18 +285,19 @@ static remat_status simulate(const remat_stage *st, int n, int64_t output, const
         }
         *made = 1;
         mem += made_size;
-        if (mem > peak) peak = mem;
+        if (op.kind == REMAT_CHAIN_FE) xbs[i + 1] = made_size, XO[i + 1] = (uint8_t)o;
+        if (mem + tmp > peak) peak = mem + tmp;
         switch (op.kind) {
         case REMAT_CHAIN_FN:
             if (X[i]) X[i] = 0, mem -= size_x(st, n, output, i);
-            else XB[i] = 0, mem -= st[i - 1].saved;
+            else XB[i] = 0, mem -= xbs[i];
             break;
         case REMAT_CHAIN_LOSS:
             if (X[n]) X[n] = 0, mem -= output;
             break;
         case REMAT_CHAIN_B:
             Y[i + 1] = 0, mem -= size_x(st, n, output, i + 1);
-            XB[i + 1] = 0, mem -= st[i].saved;
+            XB[i + 1] = 0, mem -= xbs[i + 1];
             if (X[i]) X[i] = 0, mem -= st[i].input;
             break;
         default:
@@ -211,43 +309,61 @@ static remat_status simulate(const remat_stage *st, int n, int64_t output, const
         if (peak_out) *peak_out = peak;
         if (complete) *complete = Y[0];
     }
-    free(res);
+    free(res), free(xbs);
     return rc;
+}
+
+remat_status remat__chain_simulate_ex(const remat__stage_ex *st, int n, int64_t output, const remat_chain_op *ops,
+                                      int nops, double *cost, int64_t *peak) {
+    remat_status rc = check_chain_ex(st, n, output);
+    if (rc != REMAT_OK) return rc;
+    return simulate(st, n, output, ops, nops, cost, peak, NULL);
 }
 
 remat_status remat_chain_simulate(const remat_stage *stages, int n, int64_t output, const remat_chain_op *ops,
                                   int nops, double *cost, int64_t *peak) {
     remat_status rc = check_chain(stages, n, output);
     if (rc != REMAT_OK) return rc;
-    return simulate(stages, n, output, ops, nops, cost, peak, NULL);
+    remat__stage_ex *ex = to_ex(stages, n);
+    if (!ex) return REMAT_NOMEM;
+    rc = simulate(ex, n, output, ops, nops, cost, peak, NULL);
+    free(ex);
+    return rc;
 }
 
 /* ------------------------------------------------------ the memory floor */
 
-/* Sizes of one discretization: a[k] = x_k (k = 0..L, a[L+1] = 0 for the
- * missing y_{L+1}), ab[k] = xbar_k (k = 1..L, ab[0] = ab[L+1] = 0), in
- * slots of `unit` caller units, rounded up. */
+/* Sizes of one discretization, in slots of `unit` caller units, rounded
+ * up: a[k] = x_k (k = 0..L, a[L+1] = 0 for the missing y_{L+1}); per stage
+ * i and option o (index i * MAXO + o; the loss, stage L, has one option of
+ * size 0): sv = its xbar_{i+1}, tmp = its bwd_tmp, need = the least m of
+ * the interval (i, i) with it. */
 typedef struct {
     int L;
-    int64_t *a, *ab;   /* L + 2 entries each */
+    int64_t *a;        /* L + 2 entries */
+    int *nopt;         /* L + 1 entries: options per stage, 1 for the loss */
+    int64_t *sv, *tmp, *need; /* (L+1) * MAXO entries each */
     int64_t *mmin;     /* (L+1)^2: the least m of any interval, from its forwards */
     int64_t *F;        /* (L+1)^2: F[i*(L+1)+l], least m making Opt[m][i][l] finite */
 } sizes;
 
 static void sizes_free(sizes *z) {
-    free(z->a), free(z->ab), free(z->mmin), free(z->F);
+    free(z->a), free(z->nopt), free(z->sv), free(z->tmp), free(z->need), free(z->mmin), free(z->F);
     memset(z, 0, sizeof *z);
 }
 
 static remat_status sizes_init(sizes *z, int L) {
     memset(z, 0, sizeof *z);
     z->L = L;
-    size_t sq = ((size_t)L + 1) * ((size_t)L + 1);
+    size_t sq = ((size_t)L + 1) * ((size_t)L + 1), no = ((size_t)L + 1) * MAXO;
     z->a = calloc((size_t)L + 2, sizeof *z->a);
-    z->ab = calloc((size_t)L + 2, sizeof *z->ab);
+    z->nopt = calloc((size_t)L + 1, sizeof *z->nopt);
+    z->sv = calloc(no, sizeof *z->sv);
+    z->tmp = calloc(no, sizeof *z->tmp);
+    z->need = calloc(no, sizeof *z->need);
     z->mmin = malloc(sq * sizeof *z->mmin);
     z->F = malloc(sq * sizeof *z->F);
-    if (!z->a || !z->ab || !z->mmin || !z->F) {
+    if (!z->a || !z->nopt || !z->sv || !z->tmp || !z->need || !z->mmin || !z->F) {
         sizes_free(z);
         return remat__err(REMAT_NOMEM, "out of memory planning a chain of %d stages", L);
     }
@@ -259,24 +375,28 @@ static int64_t ceil_div(int64_t v, int64_t u) { return v / u + (v % u != 0); }
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-/* Least m for the single-stage interval (i, i): during Fe_i (y_{i+1} and
- * xbar_{i+1}) and during B_i (y_i, y_{i+1}, xbar_{i+1}); x_i is outside m.
- * For i = L (the loss) this is a[L], for y_L. */
-static int64_t base_need(const sizes *z, int i) {
-    return max64(z->a[i + 1] + z->ab[i + 1], z->a[i] + z->a[i + 1] + z->ab[i + 1]);
-}
-
-/* Rounds the chain's sizes to slots of `unit` and fills mmin and F (the
- * memory-only recurrence, by increasing interval length). Returns the
+/* Rounds the chain's sizes to slots of `unit` and fills need, mmin and F
+ * (the memory-only recurrence, by increasing interval length). Returns the
  * least total memory in slots, x_0 included. */
-static int64_t sizes_fill(sizes *z, const remat_stage *st, int64_t output, int64_t unit) {
+static int64_t sizes_fill(sizes *z, const remat__stage_ex *st, int64_t output, int64_t unit) {
     int L = z->L;
     size_t W = (size_t)L + 1;
     for (int k = 0; k <= L; k++) z->a[k] = ceil_div(k < L ? st[k].input : output, unit);
     z->a[L + 1] = 0;
-    z->ab[0] = z->ab[L + 1] = 0;
-    for (int k = 1; k <= L; k++) z->ab[k] = ceil_div(st[k - 1].saved, unit);
-    const int64_t *a = z->a, *ab = z->ab;
+    const int64_t *a = z->a;
+    /* Least m of (i, i) with option o: during Fe_i (y_{i+1} and xbar_{i+1})
+     * and during B_i (y_i, y_{i+1}, xbar_{i+1}, bwd_tmp); x_i is outside
+     * m. For i = L (the loss) this is a[L], for y_L. */
+    for (int i = 0; i <= L; i++) {
+        z->nopt[i] = i < L ? st[i].n_options : 1;
+        for (int o = 0; o < z->nopt[i]; o++) {
+            size_t q = (size_t)i * MAXO + (size_t)o;
+            z->sv[q] = i < L ? ceil_div(st[i].opt[o].saved, unit) : 0;
+            z->tmp[q] = i < L ? ceil_div(st[i].opt[o].bwd_tmp, unit) : 0;
+            z->need[q] = max64(a[i + 1] + z->sv[q], a[i] + a[i + 1] + z->sv[q] + z->tmp[q]);
+        }
+    }
+    const int64_t *sv = z->sv, *need = z->need;
     /* mmin(i, l) = a[l+1] + max(a[i+1], max_{i<k<l} a[k] + a[k+1]):
      * CF_i, then each Fn_k, with y_{l+1} resident. With no workspace the
      * sub-intervals already imply it (B_k needs 2a[k] + 2a[k+1] with x_k
@@ -289,12 +409,20 @@ static int64_t sizes_fill(sizes *z, const remat_stage *st, int64_t output, int64
         }
     }
     int64_t *F = z->F;
-    for (int i = 0; i <= L; i++) F[(size_t)i * W + (size_t)i] = base_need(z, i);
+    for (int i = 0; i <= L; i++) {
+        int64_t best = INT64_MAX;
+        for (int o = 0; o < z->nopt[i]; o++) best = min64(best, need[(size_t)i * MAXO + (size_t)o]);
+        F[(size_t)i * W + (size_t)i] = best;
+    }
     for (int d = 1; d <= L; d++) {
         for (int i = 0; i + d <= L; i++) {
             int l = i + d;
-            /* chain: Fe_i, then (i+1, l) beside xbar_{i+1} */
-            int64_t best = max64(F[(size_t)i * W + (size_t)i], ab[i + 1] + F[(size_t)(i + 1) * W + (size_t)l]);
+            /* chain: Fe_i with option o, then (i+1, l) beside its xbar_{i+1} */
+            int64_t best = INT64_MAX;
+            for (int o = 0; o < z->nopt[i]; o++) {
+                size_t q = (size_t)i * MAXO + (size_t)o;
+                best = min64(best, max64(need[q], sv[q] + F[(size_t)(i + 1) * W + (size_t)l]));
+            }
             /* leaf j: x_j kept beside (j, l); then (i, j-1) */
             for (int j = i + 1; j <= l; j++) {
                 int64_t v = max64(a[j] + F[(size_t)j * W + (size_t)l], F[(size_t)i * W + (size_t)(j - 1)]);
@@ -306,16 +434,16 @@ static int64_t sizes_fill(sizes *z, const remat_stage *st, int64_t output, int64
     return a[0] + F[(size_t)L];
 }
 
-/* The smallest budget that remat_chain_solve accepts with S slots, or -1
- * when none does (*need_slots then says how many slots would). *exact is
- * the undiscretized floor (unit 1).
+/* The smallest budget that remat__chain_solve_ex accepts with S slots, or
+ * -1 when none does (*need_slots then says how many slots would). *exact
+ * is the undiscretized floor (unit 1).
  *
  * With unit u, a budget B is feasible iff u = max(1, ceil(B/S)) and
  * C_u <= floor(B/u), C_u being the floor in slots of unit u. C_u does not
  * grow with u (sizes shrink), so the least u with C_u <= S is found by
  * bisection, and every budget of a larger unit exceeds u*S >= the answer
  * max(C_u * u, (u-1)*S + 1). */
-static remat_status least_budget(const remat_stage *st, int n, int64_t output, int64_t S, int64_t *best,
+static remat_status least_budget(const remat__stage_ex *st, int n, int64_t output, int64_t S, int64_t *best,
                                  int64_t *exact, int64_t *need_slots) {
     sizes z;
     remat_status rc = sizes_init(&z, n);
@@ -329,7 +457,11 @@ static remat_status least_budget(const remat_stage *st, int n, int64_t output, i
         return REMAT_OK;
     }
     int64_t umax = max64(1, output);
-    for (int i = 0; i < n; i++) umax = max64(umax, max64(st[i].input, st[i].saved));
+    for (int i = 0; i < n; i++) {
+        umax = max64(umax, st[i].input);
+        for (int o = 0; o < st[i].n_options; o++)
+            umax = max64(umax, max64(st[i].opt[o].saved, st[i].opt[o].bwd_tmp));
+    }
     umax = min64(umax, INT64_MAX / S);
     int64_t chi = sizes_fill(&z, st, output, umax);
     if (chi > S) {
@@ -362,8 +494,9 @@ typedef struct {
     int64_t Ms;   /* the largest m in the table */
     size_t W;     /* Ms + 1 */
     double *opt;  /* tri(i,l)*W + m: Opt[m][i][l], +inf when infeasible */
-    int16_t *what;/* same layout: 0 chain, j > 0 leaf j, -1 none */
-    double *f, *b;/* L + 1 entries: costs, the loss's 0 */
+    int16_t *what;/* same layout: -o chain with option o, j > 0 leaf j, WHAT_NONE none */
+    double *f;    /* L + 1 entries: forward costs, the loss's 0 */
+    double *b;    /* (L+1) * MAXO: backward cost of stage i's option o, the loss's 0 */
 } table;
 
 /* Computes row (i, l) of the table from rows of shorter intervals. wt is
@@ -373,10 +506,10 @@ static void table_row(table *t, const sizes *z, int i, int l, double *wt) {
     int L = t->L;
     size_t W = t->W, SQ = (size_t)L + 1;
     int64_t Ms = t->Ms;
-    const int64_t *a = z->a, *ab = z->ab, *F = z->F;
+    const int64_t *a = z->a, *F = z->F;
     double *r = t->opt + tri(L, i, l) * W;
     int16_t *w = t->what + tri(L, i, l) * W;
-    for (size_t m = 0; m < W; m++) r[m] = INFINITY, wt[m] = -1;
+    for (size_t m = 0; m < W; m++) r[m] = INFINITY, wt[m] = WHAT_NONE;
     int64_t lo = z->mmin[(size_t)i * SQ + (size_t)l];
     if (F[(size_t)i * SQ + (size_t)l] <= Ms) {
         /* leaves, j ascending; strict < keeps the first minimal j */
@@ -397,17 +530,22 @@ static void table_row(table *t, const sizes *z, int i, int l, double *wt) {
                 wt[m] = lt ? jd : wt[m];
             }
         }
-        /* chain: Fe_i, (i+1, l) beside xbar_{i+1}, B_i; a leaf wins ties */
-        int64_t abi = ab[i + 1];
-        int64_t start =
-            max64(lo, max64(F[(size_t)i * SQ + (size_t)i], abi + F[(size_t)(i + 1) * SQ + (size_t)l]));
-        const double *C = t->opt + tri(L, i, i) * W;
-        const double *D = t->opt + tri(L, i + 1, l) * W - (start <= Ms ? abi : 0);
-        for (int64_t m = start; m <= Ms; m++) {
-            double v = C[m] + D[m], o = r[m];
-            int lt = v < o;
-            r[m] = lt ? v : o;
-            wt[m] = lt ? 0.0 : wt[m];
+        /* chain: Fe_i with option o, (i+1, l) beside its xbar_{i+1}, B_i
+         * with option o (Opt_o[m][i][i] is f + b_o from need_o up); a leaf
+         * wins ties, then the lower option */
+        for (int o = 0; o < z->nopt[i]; o++) {
+            size_t q = (size_t)i * MAXO + (size_t)o;
+            int64_t svo = z->sv[q];
+            int64_t start = max64(lo, max64(z->need[q], svo + F[(size_t)(i + 1) * SQ + (size_t)l]));
+            if (start > Ms) continue;
+            double c = t->f[i] + t->b[q], od = -o;
+            const double *D = t->opt + tri(L, i + 1, l) * W - svo; /* D[m] = Opt[m - sv_o][i+1][l] */
+            for (int64_t m = start; m <= Ms; m++) {
+                double v = c + D[m], ov = r[m];
+                int lt = v < ov;
+                r[m] = lt ? v : ov;
+                wt[m] = lt ? od : wt[m];
+            }
         }
     }
     for (size_t m = 0; m < W; m++) w[m] = (int16_t)wt[m];
@@ -422,11 +560,16 @@ static remat_status table_fill(table *t, const sizes *z) {
     double *wt = malloc(W * sizeof *wt);
     if (!wt) return remat__err(REMAT_NOMEM, "out of memory planning a chain of %d stages", L);
     for (int l = 0; l <= L; l++) {
+        /* the base (l, l): Fe_l, B_l with the cheapest option that fits */
         double *r = t->opt + tri(L, l, l) * W;
         int16_t *w = t->what + tri(L, l, l) * W;
-        int64_t need = base_need(z, l);
-        double v = t->f[l] + t->b[l];
-        for (size_t m = 0; m < W; m++) r[m] = (int64_t)m >= need ? v : INFINITY, w[m] = -1;
+        for (size_t m = 0; m < W; m++) r[m] = INFINITY, w[m] = WHAT_NONE;
+        for (int o = 0; o < z->nopt[l]; o++) {
+            size_t q = (size_t)l * MAXO + (size_t)o;
+            double v = t->f[l] + t->b[q];
+            for (int64_t m = max64(0, z->need[q]); m <= t->Ms; m++)
+                if (v < r[m]) r[m] = v, w[m] = (int16_t)-o;
+        }
         for (int i = l - 1; i >= 0; i--) table_row(t, z, i, l, wt);
     }
     free(wt);
@@ -438,7 +581,7 @@ typedef struct {
     int n, cap;
 } oplist;
 
-static int oplist_push(oplist *o, remat_chain_op_kind k, int stage) {
+static int oplist_push(oplist *o, remat_chain_op_kind k, int stage, int option) {
     if (o->n == o->cap) {
         int cap = o->cap ? 2 * o->cap : 64;
         if (cap < o->cap) return 0;
@@ -446,16 +589,17 @@ static int oplist_push(oplist *o, remat_chain_op_kind k, int stage) {
         if (!v) return 0;
         o->v = v, o->cap = cap;
     }
-    o->v[o->n++] = (remat_chain_op){.kind = k, .stage = stage};
+    o->v[o->n++] = (remat_chain_op){.kind = k, .stage = stage, .option = option};
     return 1;
 }
 
 /* Pending work of the reconstruction: solve interval (i, l) with m, or
- * emit B_i once the interval above it is done. */
+ * emit B_i (with `option`) once the interval above it is done. */
 typedef struct {
     int emit_b;
     int i, l;
     int64_t m;
+    int option;
 } task;
 
 /* Rebuilds the schedule of Opt[m][0][L] (persistent_rec of rotor, with an
@@ -467,7 +611,7 @@ static remat_status rebuild(const table *t, const sizes *z, int64_t m_top, oplis
     task *stack = malloc(cap * sizeof *stack);
     if (!stack) return remat__err(REMAT_NOMEM, "out of memory rebuilding a chain schedule");
     remat_status rc = REMAT_OK;
-    stack[top++] = (task){0, 0, L, m_top};
+    stack[top++] = (task){0, 0, L, m_top, 0};
     while (top > 0 && rc == REMAT_OK) {
         task k = stack[--top];
         if (top + 2 > cap) {
@@ -480,27 +624,34 @@ static remat_status rebuild(const table *t, const sizes *z, int64_t m_top, oplis
         }
         int ok = 1;
         if (k.emit_b) {
-            ok = oplist_push(out, REMAT_CHAIN_B, k.i);
-        } else if (k.m < 0 || k.m > t->Ms || !isfinite(t->opt[tri(L, k.i, k.l) * t->W + (size_t)k.m])) {
+            if (!oplist_push(out, REMAT_CHAIN_B, k.i, k.option))
+                rc = remat__err(REMAT_NOMEM, "out of memory rebuilding a chain schedule");
+            continue;
+        }
+        if (k.m < 0 || k.m > t->Ms || !isfinite(t->opt[tri(L, k.i, k.l) * t->W + (size_t)k.m])) {
             rc = remat__err(REMAT_INTERNAL, "chain schedule: interval %d..%d infeasible with %lld slots", k.i, k.l,
                             (long long)k.m);
-        } else if (k.i == k.l) {
-            if (k.i == L) ok = oplist_push(out, REMAT_CHAIN_LOSS, L);
-            else ok = oplist_push(out, REMAT_CHAIN_FE, k.i) && oplist_push(out, REMAT_CHAIN_B, k.i);
-        } else {
-            int j = t->what[tri(L, k.i, k.l) * t->W + (size_t)k.m];
-            if (j == 0) {
-                ok = oplist_push(out, REMAT_CHAIN_FE, k.i);
-                stack[top++] = (task){1, k.i, k.i, 0};
-                stack[top++] = (task){0, k.i + 1, k.l, k.m - z->ab[k.i + 1]};
-            } else if (j > k.i && j <= k.l) {
-                ok = oplist_push(out, REMAT_CHAIN_CF, k.i);
-                for (int q = k.i + 1; ok && q < j; q++) ok = oplist_push(out, REMAT_CHAIN_FN, q);
-                stack[top++] = (task){0, k.i, j - 1, k.m};
-                stack[top++] = (task){0, j, k.l, k.m - z->a[j]};
+            break;
+        }
+        int j = t->what[tri(L, k.i, k.l) * t->W + (size_t)k.m];
+        if (j <= 0 && -j < z->nopt[k.i]) {
+            int o = -j;
+            if (k.i == L) {
+                ok = oplist_push(out, REMAT_CHAIN_LOSS, L, 0);
+            } else if (k.i == k.l) {
+                ok = oplist_push(out, REMAT_CHAIN_FE, k.i, o) && oplist_push(out, REMAT_CHAIN_B, k.i, o);
             } else {
-                rc = remat__err(REMAT_INTERNAL, "chain schedule: no choice recorded for %d..%d", k.i, k.l);
+                ok = oplist_push(out, REMAT_CHAIN_FE, k.i, o);
+                stack[top++] = (task){1, k.i, k.i, 0, o};
+                stack[top++] = (task){0, k.i + 1, k.l, k.m - z->sv[(size_t)k.i * MAXO + (size_t)o], 0};
             }
+        } else if (j > k.i && j <= k.l) {
+            ok = oplist_push(out, REMAT_CHAIN_CF, k.i, 0);
+            for (int q = k.i + 1; ok && q < j; q++) ok = oplist_push(out, REMAT_CHAIN_FN, q, 0);
+            stack[top++] = (task){0, k.i, j - 1, k.m, 0};
+            stack[top++] = (task){0, j, k.l, k.m - z->a[j], 0};
+        } else {
+            rc = remat__err(REMAT_INTERNAL, "chain schedule: no choice recorded for %d..%d", k.i, k.l);
         }
         if (!ok) rc = remat__err(REMAT_NOMEM, "out of memory rebuilding a chain schedule");
     }
@@ -508,11 +659,11 @@ static remat_status rebuild(const table *t, const sizes *z, int64_t m_top, oplis
     return rc;
 }
 
-remat_status remat_chain_solve(const remat_stage *stages, int n, int64_t output, int64_t budget, int slots,
-                               remat_chain_plan **out) {
-    if (!out) return remat__err(REMAT_INVALID, "remat_chain_solve: out is NULL");
+remat_status remat__chain_solve_ex(const remat__stage_ex *stages, int n, int64_t output, int64_t budget, int slots,
+                                   remat_chain_plan **out) {
+    if (!out) return remat__err(REMAT_INVALID, "remat__chain_solve_ex: out is NULL");
     *out = NULL;
-    remat_status rc = check_chain(stages, n, output);
+    remat_status rc = check_chain_ex(stages, n, output);
     if (rc != REMAT_OK) return rc;
     if (n > MAX_STAGES) return remat__err(REMAT_UNSUPPORTED, "chain of %d stages: at most %d", n, MAX_STAGES);
     if (budget < 0) return remat__err(REMAT_INVALID, "budget is negative (%lld)", (long long)budget);
@@ -537,7 +688,7 @@ remat_status remat_chain_solve(const remat_stage *stages, int n, int64_t output,
              * the one named below up is feasible. */
             unit -= 1;
             Mslots = S;
-            need = sizes_fill(&z, stages, output, unit);
+            need = unit >= 1 ? sizes_fill(&z, stages, output, unit) : INT64_MAX;
             if (unit < 1 || need > Mslots)
                 rc = remat__err(REMAT_INTERNAL, "chain floor: budget %lld infeasible with slot %lld",
                                 (long long)budget, (long long)unit);
@@ -564,7 +715,14 @@ remat_status remat_chain_solve(const remat_stage *stages, int n, int64_t output,
     /* Memory beyond what storing everything needs changes nothing: cap the
      * table there (this matters when slots is as large as the budget). */
     int64_t cap = 0;
-    for (int k = 0; k <= L; k++) cap += 2 * (z.a[k] + z.ab[k]);
+    for (int k = 0; k <= L; k++) {
+        int64_t big = 0;
+        for (int o = 0; o < z.nopt[k]; o++) {
+            size_t q = (size_t)k * MAXO + (size_t)o;
+            big = max64(big, z.sv[q] + z.tmp[q]);
+        }
+        cap += 2 * (z.a[k] + big);
+    }
     table t = {.L = L, .Ms = min64(Mslots, max64(cap, need))};
     t.W = (size_t)t.Ms + 1;
     size_t ntri = ((size_t)L + 1) * ((size_t)L + 2) / 2;
@@ -577,7 +735,7 @@ remat_status remat_chain_solve(const remat_stage *stages, int n, int64_t output,
     t.opt = malloc(cells * sizeof *t.opt);
     t.what = malloc(cells * sizeof *t.what);
     t.f = malloc(((size_t)L + 1) * sizeof *t.f);
-    t.b = malloc(((size_t)L + 1) * sizeof *t.b);
+    t.b = calloc(((size_t)L + 1) * MAXO, sizeof *t.b);
     remat_chain_plan *p = calloc(1, sizeof *p);
     oplist ops = {0};
     if (!t.opt || !t.what || !t.f || !t.b || !p) {
@@ -585,8 +743,11 @@ remat_status remat_chain_solve(const remat_stage *stages, int n, int64_t output,
                         (long long)t.W, (double)cells * (sizeof(double) + sizeof(int16_t)) / 1048576.0);
         goto done;
     }
-    for (int k = 0; k < L; k++) t.f[k] = stages[k].forward, t.b[k] = stages[k].backward;
-    t.f[L] = t.b[L] = 0;
+    for (int k = 0; k < L; k++) {
+        t.f[k] = stages[k].forward;
+        for (int o = 0; o < stages[k].n_options; o++) t.b[(size_t)k * MAXO + (size_t)o] = stages[k].opt[o].backward;
+    }
+    t.f[L] = 0;
     rc = table_fill(&t, &z);
     if (rc != REMAT_OK) goto done;
     rc = rebuild(&t, &z, min64(Mslots - z.a[0], t.Ms), &ops);
@@ -612,6 +773,19 @@ done:
     free(p);
     free(t.opt), free(t.what), free(t.f), free(t.b);
     sizes_free(&z);
+    return rc;
+}
+
+remat_status remat_chain_solve(const remat_stage *stages, int n, int64_t output, int64_t budget, int slots,
+                               remat_chain_plan **out) {
+    if (!out) return remat__err(REMAT_INVALID, "remat_chain_solve: out is NULL");
+    *out = NULL;
+    remat_status rc = check_chain(stages, n, output);
+    if (rc != REMAT_OK) return rc;
+    remat__stage_ex *ex = to_ex(stages, n);
+    if (!ex) return REMAT_NOMEM;
+    rc = remat__chain_solve_ex(ex, n, output, budget, slots, out);
+    free(ex);
     return rc;
 }
 

@@ -1,0 +1,49 @@
+/* rotor.h: the chain planner with several storage options per stage
+ * (PLANNING.md sections 3 and 7, "selective" recomputation inside a stage).
+ *
+ * A stage's option says what its Fe keeps for its backward: option 0 is
+ * the plain "keep everything" one; another may keep less (a smaller
+ * x-bar_{i+1}) and recompute the rest during B_i, which then costs more
+ * and holds the recomputed values (bwd_tmp) while it runs. The DP picks,
+ * for every Fe_i it schedules, the option that is best there; the chosen
+ * option is in the plan's Fe_i and B_i (remat_chain_op.option). The public
+ * remat_chain_solve and remat_chain_simulate are this with one option per
+ * stage. Plans are destroyed with remat_chain_plan_destroy.
+ */
+#ifndef REMAT_PLAN_ROTOR_H
+#define REMAT_PLAN_ROTOR_H
+
+#include "remat.h"
+
+#include <stdint.h>
+
+typedef struct {
+    int64_t saved;   /* omega_xbar[i+1] of this option: what Fe with this option keeps (>= the stage's output) */
+    double backward; /* u_b of this option: the stage's backward plus any recomputation it needs */
+    int64_t bwd_tmp; /* extra bytes live during B_i with this option (values recomputed for it) */
+} remat__stage_option;
+
+#define REMAT__MAX_OPTIONS 4
+
+typedef struct {
+    double forward; /* u_f */
+    int64_t input;  /* omega_x[i] */
+    int n_options;  /* 1..REMAT__MAX_OPTIONS; option 0 is the plain "keep everything" one */
+    remat__stage_option opt[REMAT__MAX_OPTIONS];
+} remat__stage_ex;
+
+/* As remat_chain_solve (same budget, slots, floor and errors), choosing an
+ * option per Fe_i/B_i pair; errors name "stage i, option o" for a bad
+ * option when the stage has several. */
+remat_status remat__chain_solve_ex(const remat__stage_ex *st, int n, int64_t output, int64_t budget, int slots,
+                                   remat_chain_plan **out);
+
+/* As remat_chain_simulate: Fe_i with option o makes x-bar_{i+1} of
+ * opt[o].saved bytes; B_i with option o costs opt[o].backward, holds
+ * opt[o].bwd_tmp more at its peak, and needs the x-bar_{i+1} of the same
+ * option (REMAT_INVALID otherwise). Fe and B need an option in range; the
+ * other operations ignore theirs. */
+remat_status remat__chain_simulate_ex(const remat__stage_ex *st, int n, int64_t output, const remat_chain_op *ops,
+                                      int nops, double *cost, int64_t *peak);
+
+#endif
