@@ -41,7 +41,6 @@
 
 #include "../remat-impl.h"
 
-#include <cjson/cJSON.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -79,7 +78,7 @@ static const char *op_name(remat_chain_op_kind k) {
  * non-negative costs, non-negative sizes, saved >= the stage's output (the
  * next stage's input, or `output` for the last stage), and sizes small
  * enough that every sum below fits in int64_t. */
-static remat_status check_chain(const remat_stage *st, int n, int64_t output) {
+remat_status remat__chain_check(const remat_stage *st, int n, int64_t output) {
     if (!st || n < 1) return remat__err(REMAT_INVALID, "a chain needs at least one stage (got %d)", n);
     if (output < 0) return remat__err(REMAT_INVALID, "chain 'output' is negative (%lld)", (long long)output);
     const int64_t limit = INT64_MAX / 8;
@@ -322,7 +321,7 @@ remat_status remat__chain_simulate_ex(const remat__stage_ex *st, int n, int64_t 
 
 remat_status remat_chain_simulate(const remat_stage *stages, int n, int64_t output, const remat_chain_op *ops,
                                   int nops, double *cost, int64_t *peak) {
-    remat_status rc = check_chain(stages, n, output);
+    remat_status rc = remat__chain_check(stages, n, output);
     if (rc != REMAT_OK) return rc;
     remat__stage_ex *ex = to_ex(stages, n);
     if (!ex) return REMAT_NOMEM;
@@ -780,7 +779,7 @@ remat_status remat_chain_solve(const remat_stage *stages, int n, int64_t output,
                                remat_chain_plan **out) {
     if (!out) return remat__err(REMAT_INVALID, "remat_chain_solve: out is NULL");
     *out = NULL;
-    remat_status rc = check_chain(stages, n, output);
+    remat_status rc = remat__chain_check(stages, n, output);
     if (rc != REMAT_OK) return rc;
     remat__stage_ex *ex = to_ex(stages, n);
     if (!ex) return REMAT_NOMEM;
@@ -805,111 +804,3 @@ remat_chain_op remat_chain_plan_op(const remat_chain_plan *p, int i) {
 double remat_chain_plan_cost(const remat_chain_plan *p) { return p ? p->cost : 0; }
 
 int64_t remat_chain_plan_peak(const remat_chain_plan *p) { return p ? p->peak : 0; }
-
-/* ------------------------------------------------------------------ JSON */
-
-/* Line and column (both 1-based, columns in bytes) of pos in text. */
-static void line_col(const char *text, const char *pos, int *line, int *col) {
-    *line = 1, *col = 1;
-    for (const char *c = text; *c && c < pos; c++) {
-        if (*c == '\n') (*line)++, *col = 1;
-        else (*col)++;
-    }
-}
-
-/* Reads an integer size >= 0 from obj[key]; where names the object
- * ("stage 3: " or ""). */
-static remat_status json_size(const cJSON *obj, const char *key, const char *where, int64_t *out) {
-    const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, key);
-    if (!it) return remat__err(REMAT_FORMAT, "%s'%s' is missing", where, key);
-    if (!cJSON_IsNumber(it)) return remat__err(REMAT_FORMAT, "%s'%s' is not a number", where, key);
-    double v = it->valuedouble;
-    if (v < 0) return remat__err(REMAT_FORMAT, "%s'%s' is negative (%g)", where, key, v);
-    if (v != floor(v)) return remat__err(REMAT_FORMAT, "%s'%s' is not an integer (%g)", where, key, v);
-    if (v >= 9007199254740992.0) /* 2^53: beyond it doubles skip integers */
-        return remat__err(REMAT_FORMAT, "%s'%s' is too large (%g)", where, key, v);
-    *out = (int64_t)v;
-    return REMAT_OK;
-}
-
-/* Reads a finite cost >= 0 from obj[key]. */
-static remat_status json_cost(const cJSON *obj, const char *key, const char *where, double *out) {
-    const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, key);
-    if (!it) return remat__err(REMAT_FORMAT, "%s'%s' is missing", where, key);
-    if (!cJSON_IsNumber(it)) return remat__err(REMAT_FORMAT, "%s'%s' is not a number", where, key);
-    double v = it->valuedouble;
-    if (!isfinite(v)) return remat__err(REMAT_FORMAT, "%s'%s' is not finite", where, key);
-    if (v < 0) return remat__err(REMAT_FORMAT, "%s'%s' is negative (%g)", where, key, v);
-    *out = v;
-    return REMAT_OK;
-}
-
-remat_status remat_chain_parse_json(const char *text, remat_stage **stages, int *n, int64_t *output) {
-    if (!text || !stages || !n || !output) return remat__err(REMAT_INVALID, "remat_chain_parse_json: NULL argument");
-    *stages = NULL;
-    *n = 0;
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithOpts(text, &end, 1);
-    if (!root) {
-        int line, col;
-        line_col(text, end ? end : text, &line, &col);
-        return remat__err(REMAT_FORMAT, "JSON syntax error at line %d, column %d", line, col);
-    }
-    remat_status rc = REMAT_OK;
-    remat_stage *st = NULL;
-    int count = 0;
-    int64_t out_size = 0;
-    const cJSON *arr = NULL;
-    if (!cJSON_IsObject(root)) {
-        rc = remat__err(REMAT_FORMAT, "a chain is a JSON object with 'stages' and 'output'");
-        goto done;
-    }
-    arr = cJSON_GetObjectItemCaseSensitive(root, "stages");
-    if (!arr) {
-        rc = remat__err(REMAT_FORMAT, "'stages' is missing");
-        goto done;
-    }
-    if (!cJSON_IsArray(arr)) {
-        rc = remat__err(REMAT_FORMAT, "'stages' is not an array");
-        goto done;
-    }
-    count = cJSON_GetArraySize(arr);
-    if (count < 1) {
-        rc = remat__err(REMAT_FORMAT, "'stages' is empty: a chain needs at least one stage");
-        goto done;
-    }
-    st = calloc((size_t)count, sizeof *st);
-    if (!st) {
-        rc = remat__err(REMAT_NOMEM, "out of memory reading %d stages", count);
-        goto done;
-    }
-    int i = 0;
-    const cJSON *it;
-    cJSON_ArrayForEach(it, arr) {
-        char where[32];
-        snprintf(where, sizeof where, "stage %d: ", i);
-        if (!cJSON_IsObject(it)) {
-            rc = remat__err(REMAT_FORMAT, "stage %d is not an object", i);
-            goto done;
-        }
-        if ((rc = json_cost(it, "forward", where, &st[i].forward)) != REMAT_OK ||
-            (rc = json_cost(it, "backward", where, &st[i].backward)) != REMAT_OK ||
-            (rc = json_size(it, "input", where, &st[i].input)) != REMAT_OK ||
-            (rc = json_size(it, "saved", where, &st[i].saved)) != REMAT_OK)
-            goto done;
-        i++;
-    }
-    if ((rc = json_size(root, "output", "", &out_size)) != REMAT_OK) goto done;
-    /* the same checks as the solver's (saved >= the stage's output) */
-    if (check_chain(st, count, out_size) != REMAT_OK) rc = REMAT_FORMAT;
-done:
-    cJSON_Delete(root);
-    if (rc != REMAT_OK) {
-        free(st);
-        return rc;
-    }
-    *stages = st;
-    *n = count;
-    *output = out_size;
-    return REMAT_OK;
-}

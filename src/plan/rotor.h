@@ -46,4 +46,9 @@ remat_status remat__chain_solve_ex(const remat__stage_ex *st, int n, int64_t out
 remat_status remat__chain_simulate_ex(const remat__stage_ex *st, int n, int64_t output, const remat_chain_op *ops,
                                       int nops, double *cost, int64_t *peak);
 
+/* Validates a single-option chain as remat_chain_solve does: at least one
+ * stage, sizes >= 0, costs finite >= 0, each stage's `saved` at least its
+ * output; errors name the stage and field. */
+remat_status remat__chain_check(const remat_stage *st, int n, int64_t output);
+
 #endif
