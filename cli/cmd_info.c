@@ -10,7 +10,7 @@
 static void help(void) {
     printf("usage: remat info [options]\n"
            "\n"
-           "  --model NAME    mlp | cnn (default cnn)\n"
+           "  --model NAME    mlp | cnn | heavy | heavy-mul (default cnn)\n"
            "  --batch B       batch size (default 64)\n"
            "  --data NAME     input shape of this data set: fashion-mnist | mnist | cifar10\n"
            "                  (default fashion-mnist)\n"
