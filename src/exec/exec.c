@@ -71,7 +71,7 @@ static remat_status exec_fwd(remat_session *s, const remat__schedule *sc, const 
         }
         remat__tensor ins[REMAT__MAX_IN], out = {s->vals[vo], &n->shape};
         remat__kctx k = {.node = n, .out = &out, .aux = s->vals[va], .train = sc->train,
-                         .first = !s->done[in->node], .seed = s->opts.seed, .step = s->step,
+                         .first = in->first, .seed = s->opts.seed, .step = s->step,
                          .node_id = in->node, .pool = s->pool};
         for (int i = 0; i < n->n_in; i++) {
             input_tensor(s, n, i, &ins[i]);
@@ -85,7 +85,6 @@ static remat_status exec_fwd(remat_session *s, const remat__schedule *sc, const 
         run(s, nt, run_fwd, &k);
         remat__alloc_put(&s->alloc, REMAT_MEM_WORKSPACE, k.ws, wb);
     }
-    s->done[in->node] = 1;
     if (in->node == sc->loss && loss) *loss = *(const float *)s->vals[vo];
     if (in->node == sc->fetch && fetch_out) memcpy(fetch_out, s->vals[vo], ob);
     return REMAT_OK;
@@ -155,7 +154,6 @@ static void release_all(remat_session *s) {
 }
 
 remat_status remat__exec(remat_session *s, const remat__schedule *sc, float *loss, float *fetch_out) {
-    memset(s->done, 0, (size_t)s->g->n);
     remat_status st = REMAT_OK;
     for (int i = 0; i < sc->n && st == REMAT_OK; i++) {
         const remat__instr *in = &sc->ins[i];

@@ -122,9 +122,8 @@ remat_status remat_session_create(remat_session **out, const remat_graph *g, rem
         s->bound = calloc((size_t)g->n, sizeof *s->bound);
         s->vals = calloc(nv, sizeof *s->vals);
         s->vcat = malloc(nv);
-        s->done = calloc((size_t)g->n, 1);
         s->params = calloc((size_t)g->n, sizeof *s->params);
-        if (!s->pindex || !s->bound || !s->vals || !s->vcat || !s->done || !s->params)
+        if (!s->pindex || !s->bound || !s->vals || !s->vcat || !s->params)
             st = remat__err(REMAT_NOMEM, "out of memory creating a session");
         else
             memset(s->vcat, REMAT_MEM_TRANSIENT, nv);
@@ -194,7 +193,7 @@ void remat_session_destroy(remat_session *s) {
     remat__schedule_free(&s->fwd[1]);
     remat__prog_free(&s->prog);
     remat__pool_destroy(s->pool);
-    free(s->pindex), free(s->bound), free(s->vals), free(s->vcat), free(s->done), free(s->params);
+    free(s->pindex), free(s->bound), free(s->vals), free(s->vcat), free(s->params);
     free(s);
 }
 
@@ -327,9 +326,7 @@ remat_status remat_session_schedule_instr(const remat_session *s, int64_t i, rem
     } else if (in->kind == REMAT__I_BWD) {
         out->kind = "backward";
     } else {
-        out->kind = "forward";
-        for (int64_t j = 0; j < i; j++)
-            if (s->train.ins[j].kind == REMAT__I_FWD && s->train.ins[j].node == in->node) out->kind = "recompute";
+        out->kind = in->first ? "forward" : "recompute";
         out->activation = in->cat == REMAT_MEM_ACT;
     }
     return REMAT_OK;

@@ -30,7 +30,6 @@ struct remat_session {
     void **vals;                 /* per value: resident data or NULL */
     int8_t *vcat;                /* per value: category it was counted under
                                   * (gradient values are always TRANSIENT) */
-    uint8_t *done;               /* per node: computed once in this run */
     int64_t step;                /* completed optimizer updates */
     int has_optim;
     remat_optim_opts optim;

@@ -209,19 +209,6 @@ static void bwd(builder *b, int32_t v) {
     maybe_free(b, REMAT__VAL(v, REMAT__V_GRAD));
 }
 
-/* Marks every node `root` depends on (explicit stack, no recursion). */
-static remat_status mark_needed(const remat_graph *g, remat_node root, uint8_t *needed, int32_t *stack) {
-    if (root == REMAT_NONE) return REMAT_OK;
-    int top = 0;
-    if (!needed[root]) needed[root] = 1, stack[top++] = root;
-    while (top > 0) {
-        const remat__node *n = &g->nodes[stack[--top]];
-        for (int i = 0; i < n->n_in; i++)
-            if (!needed[n->in[i]]) needed[n->in[i]] = 1, stack[top++] = n->in[i];
-    }
-    return REMAT_OK;
-}
-
 remat_status remat__schedule_build(const remat__prog *p, remat_node loss, remat_node fetch, int train,
                                    int backward, const uint8_t *level_in, remat__schedule *out) {
     const remat_graph *g = p->g;
@@ -249,8 +236,8 @@ remat_status remat__schedule_build(const remat__prog *p, remat_node loss, remat_
         goto done;
     }
     b.level = level_in ? level_in : level_all;
-    mark_needed(g, loss, b.needed, b.stack);
-    mark_needed(g, fetch, b.needed, b.stack);
+    remat__mark_needed(g, loss, b.needed, b.stack);
+    remat__mark_needed(g, fetch, b.needed, b.stack);
     /* Counts: forward consumers, backward readers. */
     int32_t reads[REMAT__MAX_IN + 2];
     int dropped_read = 0; /* does any backward read a value the forward drops? */
@@ -295,7 +282,7 @@ remat_status remat__schedule_build(const remat__prog *p, remat_node loss, remat_
             b.res[v] = 0;
             emit(&b, (remat__instr){.kind = REMAT__I_FREE, .node = REMAT__VAL_NODE(v), .value = v});
         }
-    if (b.st == REMAT_OK) remat__schedule_categorize(p, out);
+    if (b.st == REMAT_OK) b.st = remat__schedule_categorize(p, out);
 done:
     free(level_all), free(b.needed), free(b.res), free(b.pend_bwd), free(b.pend_fwd), free(b.source);
     free(b.held), free(b.depth), free(b.in_r), free(b.stack);

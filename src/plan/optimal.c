@@ -28,7 +28,7 @@ typedef struct {
     int n_stages;
     int32_t *inputs; /* input leaves the loss needs */
     int n_inputs;
-    remat_stage *st;     /* per stage: forward cost (for merging) */
+    double *fwd;         /* per stage: forward cost (for merging) */
     remat__stage_ex *ex; /* per stage: the options the DP chooses from */
     uint8_t *sel;        /* per node: recomputed before its stage's backward
                           * under the selective option */
@@ -36,7 +36,7 @@ typedef struct {
 } chain;
 
 static void chain_free(chain *c) {
-    free(c->nodes), free(c->off), free(c->inputs), free(c->st), free(c->ex), free(c->sel);
+    free(c->nodes), free(c->off), free(c->inputs), free(c->fwd), free(c->ex), free(c->sel);
     memset(c, 0, sizeof *c);
 }
 
@@ -134,40 +134,16 @@ static remat_status chain_init(const remat__prog *p, remat_node loss, chain *c) 
     c->nodes = malloc((size_t)n * sizeof *c->nodes);
     c->off = malloc(((size_t)n + 2) * sizeof *c->off);
     c->inputs = malloc((size_t)n * sizeof *c->inputs);
-    c->st = calloc((size_t)n + 1, sizeof *c->st);
+    c->fwd = calloc((size_t)n + 1, sizeof *c->fwd);
     remat_status rc = REMAT_OK;
-    if (!needed || !stack || !cut || !c->nodes || !c->off || !c->inputs || !c->st) {
+    if (!needed || !stack || !cut || !c->nodes || !c->off || !c->inputs || !c->fwd) {
         rc = remat__err(REMAT_NOMEM, "out of memory planning");
         goto out;
     }
-    int top = 0;
-    needed[loss] = 1, stack[top++] = loss;
-    while (top > 0) {
-        const remat__node *nd = &g->nodes[stack[--top]];
-        for (int i = 0; i < nd->n_in; i++)
-            if (!needed[nd->in[i]]) needed[nd->in[i]] = 1, stack[top++] = nd->in[i];
-    }
+    remat__mark_needed(g, loss, needed, stack);
     for (int32_t u = 0; u < n; u++)
         if (needed[u] && g->nodes[u].leaf == REMAT__LEAF_INPUT) c->inputs[c->n_inputs++] = u;
-    /* Articulation points among the needed op nodes: no edge between two
-     * other op nodes jumps over them (inputs are held from the start). */
-    /* reach: the last needed op consumer of each node */
-    int32_t *reach = stack; /* reuse */
-    for (int32_t u = 0; u < n; u++) reach[u] = u;
-    for (int32_t w = 0; w < n; w++) {
-        const remat__node *nd = &g->nodes[w];
-        if (!needed[w] || nd->leaf != REMAT__LEAF_NONE) continue;
-        for (int i = 0; i < nd->n_in; i++)
-            if (reach[nd->in[i]] < w) reach[nd->in[i]] = w;
-    }
-    int k = 0;
-    int32_t far = -1;
-    for (int32_t u = 0; u < n; u++) {
-        const remat__node *nd = &g->nodes[u];
-        if (!needed[u] || nd->leaf != REMAT__LEAF_NONE) continue;
-        if (far <= u) cut[k++] = u;
-        if (reach[u] > far) far = reach[u];
-    }
+    int k = remat__cut_points(g, needed, cut, stack);
     /* Stages: (cut[j-1], cut[j]], the last one ending at the loss. */
     int m = 0, s = 0;
     c->off[0] = 0;
@@ -182,7 +158,7 @@ static remat_status chain_init(const remat__prog *p, remat_node loss, chain *c) 
     }
     if (c->off[c->n_stages] != m) c->off[++c->n_stages] = m;
     for (int i = 0; i < c->n_stages; i++)
-        for (int j = c->off[i]; j < c->off[i + 1]; j++) c->st[i].forward += remat__node_seconds(p, &g->nodes[c->nodes[j]]);
+        for (int j = c->off[i]; j < c->off[i + 1]; j++) c->fwd[i] += remat__node_seconds(p, &g->nodes[c->nodes[j]]);
     c->output = (int64_t)remat__out_bytes(&g->nodes[loss]);
     /* Long chains (heavy's 100,000 adds) are merged into at most
      * MAX_STAGES stages of about equal forward cost: the DP is cubic in the
@@ -190,21 +166,12 @@ static remat_status chain_init(const remat__prog *p, remat_node loss, chain *c) 
      * parts needs. */
     if (c->n_stages > MAX_STAGES) {
         double total = 0, acc = 0;
-        for (int i = 0; i < c->n_stages; i++) total += c->st[i].forward + 1e-30;
-        int out_n = 0, fresh = 1;
-        remat_stage cur = {0};
+        for (int i = 0; i < c->n_stages; i++) total += c->fwd[i] + 1e-30;
+        int out_n = 0;
         for (int i = 0; i < c->n_stages; i++) {
-            if (fresh) cur = (remat_stage){.input = c->st[i].input}, c->off[out_n] = c->off[i], fresh = 0;
-            cur.forward += c->st[i].forward;
-            cur.backward += c->st[i].backward;
-            cur.saved += c->st[i].saved;
-            acc += c->st[i].forward + 1e-30;
-            if (acc >= total * (out_n + 1) / MAX_STAGES || i == c->n_stages - 1) {
-                c->st[out_n++] = cur;
-                fresh = 1;
-            }
+            acc += c->fwd[i] + 1e-30;
+            if (acc >= total * (out_n + 1) / MAX_STAGES || i == c->n_stages - 1) c->off[++out_n] = c->off[i + 1];
         }
-        c->off[out_n] = c->off[c->n_stages];
         c->n_stages = out_n;
     }
     c->ex = calloc((size_t)c->n_stages + 1, sizeof *c->ex);
@@ -256,7 +223,7 @@ static remat_status emit(const remat__prog *p, const chain *c, const remat_chain
         }
     }
     remat_status st = remat__schedule_add_frees(p, out);
-    if (st == REMAT_OK) remat__schedule_categorize(p, out);
+    if (st == REMAT_OK) st = remat__schedule_categorize(p, out);
     if (st != REMAT_OK) remat__schedule_free(out);
     return st;
 }

@@ -33,6 +33,35 @@ void remat__prog_free(remat__prog *p) {
     p->needs_grad = NULL;
 }
 
+void remat__mark_needed(const remat_graph *g, remat_node root, uint8_t *needed, int32_t *stack) {
+    if (root == REMAT_NONE) return;
+    int top = 0;
+    if (!needed[root]) needed[root] = 1, stack[top++] = root;
+    while (top > 0) {
+        const remat__node *n = &g->nodes[stack[--top]];
+        for (int i = 0; i < n->n_in; i++)
+            if (!needed[n->in[i]]) needed[n->in[i]] = 1, stack[top++] = n->in[i];
+    }
+}
+
+int remat__cut_points(const remat_graph *g, const uint8_t *needed, int32_t *out, int32_t *reach) {
+    int n = g->n, k = 0;
+    for (int u = 0; u < n; u++) reach[u] = u; /* the last op consumer of u */
+    for (int c = 0; c < n; c++) {
+        const remat__node *nd = &g->nodes[c];
+        if ((needed && !needed[c]) || nd->leaf != REMAT__LEAF_NONE) continue;
+        for (int i = 0; i < nd->n_in; i++)
+            if (reach[nd->in[i]] < c) reach[nd->in[i]] = c;
+    }
+    int32_t far = -1; /* the farthest consumer of any op node before u */
+    for (int u = 0; u < n; u++) {
+        if ((needed && !needed[u]) || g->nodes[u].leaf != REMAT__LEAF_NONE) continue;
+        if (far <= u) out[k++] = u;
+        if (reach[u] > far) far = reach[u];
+    }
+    return k;
+}
+
 size_t remat__value_bytes(const remat_graph *g, int32_t v) {
     const remat__node *n = &g->nodes[REMAT__VAL_NODE(v)];
     switch (REMAT__VAL_KIND(v)) {
@@ -131,8 +160,6 @@ remat_status remat__schedule_add_frees(const remat__prog *p, remat__schedule *s)
         for (int i = 0; i < old.n; i++) {
             ins[k++] = old.ins[i];
             /* frees after instruction i, in value order */
-            int cnt = 0;
-            for (int32_t f = head[i]; f >= 0; f = next[f]) cnt++;
             int base = k;
             for (int32_t f = head[i]; f >= 0; f = next[f]) {
                 int32_t v = fv[f];
@@ -141,7 +168,6 @@ remat_status remat__schedule_add_frees(const remat__prog *p, remat__schedule *s)
                 ins[pos] = (remat__instr){.kind = REMAT__I_FREE, .node = REMAT__VAL_NODE(v), .value = v};
                 k++;
             }
-            (void)cnt;
         }
         free(old.ins);
         s->ins = ins;
@@ -153,17 +179,23 @@ out:
     return st;
 }
 
-void remat__schedule_categorize(const remat__prog *p, remat__schedule *s) {
+remat_status remat__schedule_categorize(const remat__prog *p, remat__schedule *s) {
     const remat_graph *g = p->g;
     size_t nv = (size_t)g->n * 3;
     /* open[v]: index of the FWD that allocated the live instance of v */
     int32_t *open = malloc(nv * sizeof *open);
-    if (!open) return; /* categories stay transient; sizes are unaffected */
+    uint8_t *seen = calloc((size_t)g->n + 1, 1); /* per node: computed already */
+    if (!open || !seen) {
+        free(open), free(seen);
+        return remat__err(REMAT_NOMEM, "out of memory building a schedule");
+    }
     for (size_t v = 0; v < nv; v++) open[v] = -1;
     for (int i = 0; i < s->n; i++) {
         remat__instr *in = &s->ins[i];
         if (in->kind == REMAT__I_FWD) {
             int32_t vo = REMAT__VAL(in->node, REMAT__V_OUT), va = REMAT__VAL(in->node, REMAT__V_AUX);
+            in->first = !seen[in->node];
+            seen[in->node] = 1;
             in->cat = REMAT_MEM_TRANSIENT;
             in->aux_cat = REMAT_MEM_TRANSIENT;
             open[vo] = i;
@@ -182,7 +214,8 @@ void remat__schedule_categorize(const remat__prog *p, remat__schedule *s) {
             open[in->value] = -1;
         }
     }
-    free(open);
+    free(open), free(seen);
+    return REMAT_OK;
 }
 
 /* ------------------------------------------------------------- simulator */

@@ -26,6 +26,8 @@ typedef struct {
     uint8_t kind;    /* remat__ikind */
     uint8_t cat;     /* FWD: category of the output; BWD: unused */
     uint8_t aux_cat; /* FWD: category of the aux */
+    uint8_t first;   /* FWD: the node's first forward in the schedule (a
+                      * later one is a recomputation) */
     int32_t node;    /* FWD, BWD */
     int32_t value;   /* FREE */
 } remat__instr;
@@ -55,6 +57,18 @@ static inline int remat__is_resident(const remat__node *n) {
     return n->leaf == REMAT__LEAF_PARAM || n->leaf == REMAT__LEAF_BUFFER;
 }
 
+/* Marks every node `root` depends on (explicit stack of g->n entries, no
+ * recursion). REMAT_NONE marks nothing. */
+void remat__mark_needed(const remat_graph *g, remat_node root, uint8_t *needed, int32_t *stack);
+
+/* The graph's articulation points in creation order: op nodes u such that
+ * no edge between two other op nodes jumps over u (every input-to-loss path
+ * crosses u). Data inputs are held from the start, so their edges (labels
+ * to the loss) do not count. Only nodes with needed[u] count (needed NULL:
+ * all). Writes them to out (g->n entries) and returns how many; reach is
+ * scratch of g->n entries. */
+int remat__cut_points(const remat_graph *g, const uint8_t *needed, int32_t *out, int32_t *reach);
+
 /* Bytes of a value. */
 size_t remat__value_bytes(const remat_graph *g, int32_t v);
 
@@ -78,9 +92,10 @@ void remat__schedule_free(remat__schedule *s);
  * live ends the old instance first (a recomputation); its aux is reused. */
 remat_status remat__schedule_add_frees(const remat__prog *p, remat__schedule *s);
 
-/* Sets each FWD's categories: an output (or aux) instance that some
- * backward reads before it is freed is an activation, else transient. */
-void remat__schedule_categorize(const remat__prog *p, remat__schedule *s);
+/* Sets each FWD's categories (an output or aux instance that some backward
+ * reads before it is freed is an activation, else transient) and its
+ * `first` flag. */
+remat_status remat__schedule_categorize(const remat__prog *p, remat__schedule *s);
 
 /* Threads a node's kernels run on (small ops run on the calling thread);
  * workspace sizes are computed for this count. */

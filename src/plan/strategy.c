@@ -38,30 +38,6 @@ remat_status remat_strategy_parse(const char *name, remat_strategy *out) {
                       name ? name : "");
 }
 
-/* Articulation points in creation order: value nodes u such that no edge
- * between two other value nodes jumps over u. Data inputs are always kept,
- * so the edges they send (labels to the loss) do not count. */
-static int cut_points(const remat_graph *g, int32_t *out) {
-    int n = g->n, k = 0;
-    int32_t *reach = malloc((size_t)n * sizeof *reach);
-    if (!reach) return -1;
-    for (int u = 0; u < n; u++) reach[u] = u;
-    for (int c = 0; c < n; c++) {
-        const remat__node *nd = &g->nodes[c];
-        for (int i = 0; i < nd->n_in; i++)
-            if (reach[nd->in[i]] < c) reach[nd->in[i]] = c;
-    }
-    int32_t far = -1; /* the farthest consumer of any value node before u */
-    for (int u = 0; u < n; u++) {
-        const remat__node *nd = &g->nodes[u];
-        if (nd->leaf != REMAT__LEAF_NONE) continue;
-        if (far <= u) out[k++] = u;
-        if (reach[u] > far) far = reach[u];
-    }
-    free(reach);
-    return k;
-}
-
 remat_status remat__strategy_levels(const remat_graph *g, remat_strategy st, uint8_t **level_out) {
     *level_out = NULL;
     if (st == REMAT_STRATEGY_ALL || st == REMAT_STRATEGY_AUTO || st == REMAT_STRATEGY_OPTIMAL) return REMAT_OK;
@@ -82,11 +58,13 @@ remat_status remat__strategy_levels(const remat_graph *g, remat_strategy st, uin
             if (c == 1) last = u;
         }
     } else if (st == REMAT_STRATEGY_SQRT) {
-        int k = cut_points(g, cand);
-        if (k < 0) {
+        int32_t *reach = malloc(((size_t)n + 1) * sizeof *reach);
+        if (!reach) {
             free(level), free(cand);
             return remat__err(REMAT_NOMEM, "out of memory planning");
         }
+        int k = remat__cut_points(g, NULL, cand, reach);
+        free(reach);
         int nseg = (int)lround(sqrt((double)k));
         for (int j = 1; j < nseg; j++) {
             int32_t u = cand[(int64_t)j * k / nseg];
@@ -110,9 +88,8 @@ remat_status remat__schedule_summary(const remat__prog *p, const remat__schedule
     memset(out, 0, sizeof *out);
     remat_status st = remat__simulate(p, s, start, &out->predicted);
     if (st != REMAT_OK) return st;
-    uint8_t *seen = calloc((size_t)g->n, 1), *again = calloc((size_t)g->n, 1);
-    if (!seen || !again) {
-        free(seen), free(again);
+    uint8_t *again = calloc((size_t)g->n, 1);
+    if (!again) {
         return remat__err(REMAT_NOMEM, "out of memory summarizing a plan");
     }
     out->instructions = s->n;
@@ -123,8 +100,7 @@ remat_status remat__schedule_summary(const remat__prog *p, const remat__schedule
         double f = remat__node_flops(g, n), t = remat__node_seconds(p, n);
         if (in->kind == REMAT__I_BWD) {
             out->flops += 2 * f, out->seconds += 2 * t;
-        } else if (!seen[in->node]) {
-            seen[in->node] = 1;
+        } else if (in->first) {
             out->forwards++;
             out->flops += f, out->seconds += t;
         } else {
@@ -135,6 +111,6 @@ remat_status remat__schedule_summary(const remat__prog *p, const remat__schedule
     }
     out->seconds += out->extra_seconds;
     out->calibrated = p->cost.calibrated;
-    free(seen), free(again);
+    free(again);
     return REMAT_OK;
 }
