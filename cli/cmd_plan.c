@@ -337,6 +337,7 @@ int cmd_plan(int argc, char **argv) {
         cJSON_AddStringToObject(o, "model", model);
         cJSON_AddNumberToObject(o, "batch", (double)batch);
         cJSON_AddStringToObject(o, "strategy", strategy);
+        cJSON_AddStringToObject(o, "planner", p.planner);
         if (budget) cJSON_AddNumberToObject(o, "budget_bytes", (double)budget);
         cJSON *pk = cJSON_AddObjectToObject(o, "predicted_peak_bytes");
         for (int i = 0; i < REMAT_MEM_COUNT; i++)
@@ -380,8 +381,8 @@ int cmd_plan(int argc, char **argv) {
             }
             printf("\n");
         }
-        printf("model %s, batch %lld, strategy %s: %lld boundaries kept\n", model, (long long)batch, strategy,
-               (long long)p.kept_boundaries);
+        printf("model %s, batch %lld, strategy %s (schedule from %s): %lld boundaries kept\n", model,
+               (long long)batch, strategy, p.planner, (long long)p.kept_boundaries);
         printf("predicted peak of a training step:\n");
         for (int i = 0; i < REMAT_MEM_COUNT; i++)
             printf("  %-16s %12zu B  %s\n", remat_mem_str((remat_mem)i), p.predicted.peak[i],

@@ -319,6 +319,9 @@ typedef struct {
     int calibrated;             /* seconds below are seconds (else FLOPs) */
     double seconds;             /* predicted step cost (cost model) */
     double extra_seconds;       /* of which recomputation */
+    const char *planner;        /* static: what made the schedule: "levels"
+                                   (all, manual, sqrt), "chain" (rotor's DP
+                                   over stages) or "dtr" (the DAG fallback) */
 } remat_plan_summary;
 
 remat_status remat_session_plan(const remat_session *s, remat_plan_summary *out);

@@ -19,6 +19,7 @@
 static remat_status build(const char *name, remat_graph *g, remat_model *m) {
     if (strcmp(name, "bnnet") == 0) return build_bnnet(g, m, 8);
     if (strcmp(name, "resblocks") == 0) return build_resblocks(g, m, 8);
+    if (strcmp(name, "branches") == 0) return build_branches(g, m, 8);
     remat_model_opts mo;
     remat_model_opts_default(&mo);
     mo.name = name;
@@ -32,6 +33,7 @@ typedef struct {
     size_t nw;
     size_t peak;
     double extra; /* recomputed FLOPs */
+    const char *planner;
     remat_status status;
 } outcome;
 
@@ -75,6 +77,7 @@ static void run(const remat_graph *g, const remat_model *m, const char *name, re
     remat_plan_summary p;
     CHECK_OK(remat_session_plan(s, &p));
     o->extra = p.extra_flops;
+    o->planner = p.planner;
     int64_t xd[4];
     int nd = remat_node_shape(g, m->input, xd);
     int64_t nx = 1;
@@ -135,6 +138,7 @@ static void model(const char *name) {
         CHECK_MSG(strstr(remat_last_error(), want), "%s: %s", name, remat_last_error());
     }
     double prev = -1;
+    int dtr_won = 0;
     printf("%s: floor %zu B, store-all %zu B, sqrt %zu B (extra %.4g FLOP)\n", name, floor, all.peak, sq.peak,
            sq.extra);
     for (int i = 0; i < 5; i++) {
@@ -151,16 +155,20 @@ static void model(const char *name) {
         if (sq.status == REMAT_OK && sq.peak <= budget)
             CHECK_MSG(o.extra <= sq.extra, "%s @%zu: optimal recomputes %.6g FLOP, sqrt %.6g", name, budget, o.extra,
                       sq.extra);
-        printf("  budget %10zu B: peak %10zu B, extra %.4g FLOP\n", budget, o.peak, o.extra);
+        printf("  budget %10zu B: peak %10zu B, extra %.4g FLOP (%s)\n", budget, o.peak, o.extra, o.planner);
+        dtr_won += strcmp(o.planner, "dtr") == 0;
         if (i == 4) CHECK_MSG(o.extra == 0.0, "%s: recomputes at the store-all budget", name);
         free(o.w);
     }
+    /* On a graph that is not a chain, the DAG fallback must beat the chain
+     * planner somewhere between the floor and store-all. */
+    if (strcmp(name, "branches") == 0) CHECK_MSG(dtr_won > 0, "branches: the DTR fallback never won");
     free(all.w), free(sq.w);
     remat_graph_destroy(g);
 }
 
 int main(void) {
-    const char *models[] = {"mlp", "cnn", "bnnet", "resblocks", "heavy-mul"};
-    for (int i = 0; i < 5; i++) model(models[i]);
+    const char *models[] = {"mlp", "cnn", "bnnet", "resblocks", "branches", "heavy-mul"};
+    for (int i = 0; i < 6; i++) model(models[i]);
     return check_exit("test_optimal");
 }

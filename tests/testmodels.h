@@ -48,4 +48,29 @@ static inline remat_status build_resblocks(remat_graph *g, remat_model *m, int64
     return remat_graph_status(g);
 }
 
+/* A stem conv, then two branches of four conv-ReLU pairs each that meet
+ * (add) at the head: the branches form one stage of the chain (the edge
+ * from the stem to the second branch jumps over the whole first one), so
+ * only the DTR fallback can drop values inside them one by one. */
+static inline remat_status build_branches(remat_graph *g, remat_model *m, int64_t batch) {
+    int64_t xd[4] = {batch, 3, 16, 16};
+    m->input = remat_input(g, "input", REMAT_F32, 4, xd);
+    m->labels = remat_input(g, "target", REMAT_I32, 1, &batch);
+    remat_node stem = remat_relu(g, remat_conv2d(g, "stem", m->input, 8, 3, 1, 1, 1));
+    remat_node br[2];
+    for (int b = 0; b < 2; b++) {
+        remat_node h = stem;
+        for (int l = 0; l < 4; l++) {
+            char name[32];
+            snprintf(name, sizeof name, "branch%d.%d", b, 2 * l);
+            h = remat_relu(g, remat_conv2d(g, name, h, 8, 3, 1, 1, 1));
+        }
+        br[b] = h;
+    }
+    remat_node x = remat_flatten(g, remat_global_avgpool(g, remat_add(g, br[0], br[1])));
+    m->logits = remat_linear(g, "fc", x, 10, 1);
+    m->loss = remat_cross_entropy(g, m->logits, m->labels);
+    return remat_graph_status(g);
+}
+
 #endif

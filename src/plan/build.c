@@ -219,6 +219,7 @@ remat_status remat__schedule_build(const remat__prog *p, remat_node loss, remat_
     out->backward = backward;
     out->loss = loss;
     out->fetch = fetch;
+    out->origin = "levels";
     builder b = {.p = p, .g = g, .out = out, .backward = backward, .frontier = n};
     uint8_t *level_all = calloc((size_t)n + 1, 1);
     b.needed = calloc((size_t)n + 1, 1);

@@ -331,7 +331,7 @@ static int32_t choose_victim(dtr *d, int h) {
     d->work += d->n_res;
     for (int i = 0; i < d->n_res; i++) {
         int32_t t = d->res[i];
-        if (d->pin[t] > 0 || d->nd[t].size == 0 || d->protect[t] > d->front) continue;
+        if (d->pin[t] > 0 || d->nd[t].size == 0 || d->nd[t].no_evict || d->protect[t] > d->front) continue;
         int64_t s = d->clock + 1 - d->last_access[t]; /* >= 1 */
         double m = (double)d->nd[t].size, c = d->nd[t].cost, key;
         switch (h) {

@@ -32,6 +32,9 @@ typedef struct {
     uint8_t required;     /* must be computed. Nodes that are neither required
                              nor an ancestor of a required node are left out;
                              every other node is computed at least once. */
+    uint8_t no_evict;     /* once computed, resident until dead: never
+                             evicted, so never recomputed (a backward
+                             that accumulates gradients runs once) */
 } remat__dtr_node;
 
 typedef enum { REMAT__DTR_COMPUTE = 0, REMAT__DTR_FREE = 1 } remat__dtr_opkind;

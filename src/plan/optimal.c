@@ -198,6 +198,7 @@ static remat_status emit(const remat__prog *p, const chain *c, const remat_chain
     out->backward = 1;
     out->loss = loss;
     out->fetch = REMAT_NONE;
+    out->origin = "chain";
     int nops = remat_chain_plan_length(plan);
     size_t cap = (size_t)c->n_inputs + 1;
     for (int i = 0; i < nops; i++) {
@@ -267,21 +268,33 @@ static remat_status strategy_candidate(const remat__prog *p, remat_node loss, re
 }
 
 /* Candidates: the DP's plans at a fixed grid of chain-model budgets, from
- * the model's floor to where it stores everything, and the store-all and
- * sqrt schedules (the DP works on at most MAX_STAGES merged stages, and on
- * a long homogeneous chain such as heavy's, sqrt's finer boundaries reach
- * below the merged chain's floor). The fastest candidate under the cost
- * model that fits the budget wins. The candidates do not depend on the
- * budget, so a larger budget only adds candidates: the chosen cost never
- * grows with it. */
+ * the model's floor to where it stores everything; the DTR fallback's
+ * schedules for the whole step as one DAG at a grid of DAG budgets (for
+ * graphs, or parts of graphs, that do not reduce to a chain: a branchy
+ * stage is all-or-selective to the DP); and the store-all and sqrt
+ * schedules (the DP works on at most MAX_STAGES merged stages, and on a
+ * long homogeneous chain such as heavy's, sqrt's finer boundaries reach
+ * below the merged chain's floor). Every candidate is simulated exactly;
+ * the fastest under the cost model that fits the budget wins. The
+ * candidates do not depend on the budget, so a larger budget only adds
+ * candidates: the chosen cost never grows with it. */
 #define N_CANDIDATES 24
+#define N_DTR 8
+/* DTR work per candidate (values visited): about 0.1 s on one core. */
+#define DTR_WORK ((int64_t)10 * 1000 * 1000)
 
 remat_status remat__optimal_schedule(const remat__prog *p, remat_node loss, size_t budget,
                                      const remat_mem_stats *start, remat__schedule *out) {
     memset(out, 0, sizeof *out);
     chain c;
+    remat__train_dag *dag = NULL;
     remat_status st = chain_init(p, loss, &c);
     if (st != REMAT_OK) return st;
+    st = remat__train_dag_build(p, loss, &dag);
+    if (st != REMAT_OK) {
+        chain_free(&c);
+        return st;
+    }
     /* The chain model's floor (by bisection on feasibility) and top. */
     int64_t top = c.output + 1;
     for (int i = 0; i < c.n_stages; i++) top += c.ex[i].input + c.ex[i].opt[0].saved;
@@ -297,19 +310,30 @@ remat_status remat__optimal_schedule(const remat__prog *p, remat_node loss, size
         }
     }
     int64_t floor = hi;
+    int64_t dfloor = remat__train_dag_floor(dag), dtop = remat__train_dag_total(dag);
     double best_cost = 0;
     size_t best_peak = 0, min_peak = (size_t)-1;
     int have = 0;
-    for (int k = -2; k < N_CANDIDATES; k++) {
+    for (int k = -2; k < N_CANDIDATES + N_DTR; k++) {
         remat__schedule sc;
         double cost;
         size_t peak;
         if (k < 0) {
             st = strategy_candidate(p, loss, k == -2 ? REMAT_STRATEGY_ALL : REMAT_STRATEGY_SQRT, start, &sc, &cost,
                                     &peak);
-        } else {
+        } else if (k < N_CANDIDATES) {
             int64_t mem = floor + (int64_t)((double)(top - floor) * k / (N_CANDIDATES - 1));
             st = candidate(p, &c, loss, mem, start, &sc, &cost, &peak);
+        } else {
+            /* DAG budgets from the DAG floor to below its total (the top is
+             * store-all, already a candidate). */
+            int j = k - N_CANDIDATES;
+            int64_t mem = dfloor + (int64_t)((double)(dtop - dfloor) * j / N_DTR);
+            st = remat__train_dag_schedule(p, dag, mem, DTR_WORK, &sc);
+            if (st == REMAT_OK) {
+                st = measure(p, &sc, start, &cost, &peak);
+                if (st != REMAT_OK) remat__schedule_free(&sc);
+            }
         }
         if (st == REMAT_BUDGET) continue;
         if (st != REMAT_OK) goto out;
@@ -329,5 +353,6 @@ remat_status remat__optimal_schedule(const remat__prog *p, remat_node loss, size
                            start->live[REMAT_MEM_TOTAL]);
 out:
     chain_free(&c);
+    remat__train_dag_free(dag);
     return st;
 }

@@ -39,6 +39,8 @@ typedef struct {
     int backward;      /* has a backward pass */
     remat_node loss;   /* scalar recorded when computed, or REMAT_NONE */
     remat_node fetch;  /* node copied out when computed, or REMAT_NONE */
+    const char *origin; /* static: the planner that made it ("levels",
+                           "chain", "dtr"), for summaries */
 } remat__schedule;
 
 /* Static facts about a graph compiled for one loss. */
@@ -126,5 +128,18 @@ double remat__node_seconds(const remat__prog *p, const remat__node *n);
  * the smallest budget that fits. */
 remat_status remat__optimal_schedule(const remat__prog *p, remat_node loss, size_t budget,
                                      const remat_mem_stats *start, remat__schedule *out);
+
+/* The DTR fallback on the whole training step (dtr_train.c): the step as
+ * one DAG of forwards and backwards for the offline DTR planner. */
+typedef struct remat__train_dag remat__train_dag;
+remat_status remat__train_dag_build(const remat__prog *p, remat_node loss, remat__train_dag **out);
+void remat__train_dag_free(remat__train_dag *d);
+/* The DAG's floor and store-all size, in bytes of the DAG model. */
+int64_t remat__train_dag_floor(const remat__train_dag *d);
+int64_t remat__train_dag_total(const remat__train_dag *d);
+/* A schedule from DTR at `budget` bytes of the DAG model (REMAT_BUDGET
+ * when DTR finds none); max_work as in remat__dtr_opts. */
+remat_status remat__train_dag_schedule(const remat__prog *p, const remat__train_dag *d, int64_t budget,
+                                       int64_t max_work, remat__schedule *out);
 
 #endif

@@ -111,6 +111,7 @@ remat_status remat__schedule_summary(const remat__prog *p, const remat__schedule
     }
     out->seconds += out->extra_seconds;
     out->calibrated = p->cost.calibrated;
+    out->planner = s->origin ? s->origin : "levels";
     free(again);
     return REMAT_OK;
 }
