@@ -465,20 +465,41 @@ remat_status remat_evaluate(remat_session *s, const remat_model *m,
 /* ---------------------------------------------------------------- models */
 
 typedef struct {
-    const char *name;   /* "mlp", "cnn" */
+    const char *name;   /* a name of remat_model_names() */
     int64_t batch;
     int64_t channels, height, width; /* input image shape */
     int64_t classes;
     float dropout_scale;/* multiplies every dropout rate; 0 turns dropout off */
     int checkpoint_blocks; /* mark the first N blocks' outputs with
                             * remat_checkpoint; -1 (default) = every block */
+    /* Transformers (gpt2): blocks, model width, attention heads, context
+     * (sequence length of a batch) and vocabulary. */
+    int64_t layers, embd, heads, context, vocab;
+    /* CNN sizes: base_channels is resnet's stem and first-stage width (64)
+     * and densenet-bc's growth rate k (12); depth is densenet-bc's (100).
+     * 0 means the model's own default; small values make the tiny
+     * configurations the PyTorch fixtures use. */
+    int64_t base_channels, depth;
 } remat_model_opts;
 
-/* Defaults: cnn, batch 64, 1x28x28, 10 classes, dropout_scale 1. */
+/* Defaults: cnn, batch 64, 1x28x28, 10 classes, dropout_scale 1, and
+ * GPT-2 small's transformer sizes (12 layers, 768 wide, 12 heads, context
+ * 1024, 50257 tokens). */
 void remat_model_opts_default(remat_model_opts *o);
+/* Sets o->name and that model's own defaults for the input shape, the
+ * classes and, for presets such as gpt2-small, the transformer sizes:
+ * mlp and cnn keep 1x28x28 and 10 classes (Fashion-MNIST); resnet18,
+ * resnet50 and siamese-resnet50 take 3x224x224 and 1000 classes;
+ * densenet-bc 3x32x32 and 10 classes. REMAT_NOT_FOUND for an unknown name. */
+remat_status remat_model_opts_for(remat_model_opts *o, const char *name);
 /* NULL-terminated list of model names. */
 const char *const *remat_model_names(void);
-/* Builds the model and its cross-entropy loss into g. */
+/* A one-line description of a model, or NULL for an unknown name. */
+const char *remat_model_describe(const char *name);
+/* Builds the model and its loss into g. Classifiers: input (B,C,H,W)
+ * float, labels (B) int32, cross-entropy. Language models: input (B,T)
+ * int32 tokens, labels (B*T) int32 next tokens. siamese-resnet50: see
+ * its description (MSE, labels unused: REMAT_NONE). */
 remat_status remat_model_build(remat_graph *g, const remat_model_opts *o,
                                remat_model *m);
 

@@ -5,7 +5,7 @@
  * modules (scripts/gen_fixtures.py defines them), so weights move between
  * the two by name.
  */
-#include "../remat-impl.h"
+#include "models.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -20,6 +20,7 @@ void remat_model_opts_default(remat_model_opts *o) {
     o->classes = 10;
     o->dropout_scale = 1.0f;
     o->checkpoint_blocks = -1;
+    o->layers = 12, o->embd = 768, o->heads = 12, o->context = 1024, o->vocab = 50257;
 }
 
 /* Marks the output of block `i` (0-based) when the options ask for it. */
@@ -27,9 +28,11 @@ static remat_node block_end(remat_graph *g, remat_node x, int i, const remat_mod
     return o->checkpoint_blocks < 0 || i < o->checkpoint_blocks ? remat_checkpoint(g, x) : x;
 }
 
-static const char *const names[] = {"mlp", "cnn", "heavy", "heavy-mul", NULL};
-
-const char *const *remat_model_names(void) { return names; }
+/* Marks the output of block `i` for remat__model_block_end's users in the
+ * other model files. */
+remat_node remat__model_block_end(remat_graph *g, remat_node x, int i, const remat_model_opts *o) {
+    return block_end(g, x, i, o);
+}
 
 /* Dropout with the model's rate scaled; absent when the scale is 0. */
 static remat_node dropout(remat_graph *g, remat_node x, float p, const remat_model_opts *o) {
@@ -85,15 +88,9 @@ static remat_status heavy(remat_graph *g, const remat_model_opts *o, remat_model
     return REMAT_OK;
 }
 
-remat_status remat_model_build(remat_graph *g, const remat_model_opts *o, remat_model *m) {
-    remat_node (*build)(remat_graph *, remat_node, const remat_model_opts *) = NULL;
-    if (!o->name) return remat__err(REMAT_INVALID, "no model name given");
-    if (strcmp(o->name, "mlp") == 0) build = mlp;
-    if (strcmp(o->name, "cnn") == 0) build = cnn;
-    if (strcmp(o->name, "heavy") == 0 || strcmp(o->name, "heavy-mul") == 0)
-        return heavy(g, o, m, strcmp(o->name, "heavy-mul") == 0);
-    if (!build)
-        return remat__err(REMAT_NOT_FOUND, "unknown model '%s' (known: mlp, cnn, heavy, heavy-mul)", o->name);
+/* Classifiers over images: input (B,C,H,W), labels (B), cross-entropy. */
+remat_status remat__model_classifier(remat_graph *g, const remat_model_opts *o, remat_model *m,
+                                     remat_node (*body)(remat_graph *, remat_node, const remat_model_opts *)) {
     if (o->batch <= 0 || o->channels <= 0 || o->height <= 0 || o->width <= 0 || o->classes <= 1)
         return remat__err(REMAT_INVALID, "model '%s': batch, input shape and classes must be positive "
                           "(got batch %lld, %lldx%lldx%lld, %lld classes)", o->name, (long long)o->batch,
@@ -102,9 +99,77 @@ remat_status remat_model_build(remat_graph *g, const remat_model_opts *o, remat_
     int64_t xd[4] = {o->batch, o->channels, o->height, o->width};
     m->input = remat_input(g, "input", REMAT_F32, 4, xd);
     m->labels = remat_input(g, "target", REMAT_I32, 1, &o->batch);
-    m->logits = build(g, m->input, o);
+    m->logits = body(g, m->input, o);
     m->loss = remat_cross_entropy(g, m->logits, m->labels);
     if (remat_graph_status(g) != REMAT_OK)
         return remat__err(remat_graph_status(g), "model '%s': %s", o->name, remat_graph_error(g));
     return REMAT_OK;
+}
+
+static remat_status build_mlp(remat_graph *g, const remat_model_opts *o, remat_model *m) {
+    return remat__model_classifier(g, o, m, mlp);
+}
+static remat_status build_cnn(remat_graph *g, const remat_model_opts *o, remat_model *m) {
+    return remat__model_classifier(g, o, m, cnn);
+}
+static remat_status build_heavy(remat_graph *g, const remat_model_opts *o, remat_model *m) {
+    return heavy(g, o, m, 0);
+}
+static remat_status build_heavy_mul(remat_graph *g, const remat_model_opts *o, remat_model *m) {
+    return heavy(g, o, m, 1);
+}
+
+/* Per-model defaults applied by remat_model_opts_for. */
+static void image_28(remat_model_opts *o) { o->channels = 1, o->height = 28, o->width = 28, o->classes = 10; }
+
+/* The model table: one line per model. */
+static const remat__model_entry models[] = {
+    {"mlp", "3-layer perceptron (256, 128), 10 classes", build_mlp, image_28},
+    {"cnn", "4 conv + 2 linear CIFAR-style classifier with dropout", build_cnn, image_28},
+    {"heavy", "1000 blocks of 100 scalar adds (x = x + a), MSE", build_heavy, NULL},
+    {"heavy-mul", "1000 blocks of 100 scalar multiplies (x = x * a), MSE", build_heavy_mul, NULL},
+};
+#define N_MODELS (int)(sizeof models / sizeof models[0])
+
+static const remat__model_entry *find(const char *name) {
+    for (int i = 0; name && i < N_MODELS; i++)
+        if (strcmp(models[i].name, name) == 0) return &models[i];
+    return NULL;
+}
+
+const char *const *remat_model_names(void) {
+    static const char *names[N_MODELS + 1];
+    for (int i = 0; i < N_MODELS; i++) names[i] = models[i].name;
+    names[N_MODELS] = NULL;
+    return names;
+}
+
+const char *remat_model_describe(const char *name) {
+    const remat__model_entry *e = find(name);
+    return e ? e->describe : NULL;
+}
+
+static remat_status unknown(const char *name) {
+    char known[512];
+    size_t k = 0;
+    known[0] = 0;
+    for (int i = 0; i < N_MODELS && k < sizeof known; i++)
+        k += (size_t)snprintf(known + k, sizeof known - k, "%s%s", i ? ", " : "", models[i].name);
+    return remat__err(REMAT_NOT_FOUND, "unknown model '%s' (known: %s)", name ? name : "(null)", known);
+}
+
+remat_status remat_model_opts_for(remat_model_opts *o, const char *name) {
+    const remat__model_entry *e = find(name);
+    if (!e) return unknown(name);
+    o->name = e->name;
+    if (e->defaults) e->defaults(o);
+    return REMAT_OK;
+}
+
+remat_status remat_model_build(remat_graph *g, const remat_model_opts *o, remat_model *m) {
+    if (!o->name) return remat__err(REMAT_INVALID, "no model name given");
+    const remat__model_entry *e = find(o->name);
+    if (!e) return unknown(o->name);
+    m->input = m->labels = m->logits = m->loss = REMAT_NONE;
+    return e->build(g, o, m);
 }
