@@ -35,6 +35,9 @@ void *remat__alloc_get(remat__alloc *a, remat_mem cat, size_t bytes);
 /* Zero-filled variant. */
 void *remat__alloc_zeroed(remat__alloc *a, remat_mem cat, size_t bytes);
 void remat__alloc_put(remat__alloc *a, remat_mem cat, void *p, size_t bytes);
+/* Counts bytes held elsewhere (the executor's arena) as live, or no more. */
+void remat__alloc_count(remat__alloc *a, remat_mem cat, size_t bytes);
+void remat__alloc_uncount(remat__alloc *a, remat_mem cat, size_t bytes);
 /* Starts a new peak window: peaks become the live values. */
 void remat__alloc_reset_peaks(remat__alloc *a);
 
@@ -67,7 +70,10 @@ static inline void remat__split(int64_t n, int ith, int nth, int64_t *lo,
 
 /* ----------------------------------------------------------------- graph */
 
-#define REMAT__MAX_IN 5
+/* Inputs per node: DenseNet-BC's n-ary concat joins up to 17 tensors (at
+ * depth 100; 31 layers per block, depth 190, fill 32). Only inputs below
+ * REMAT__SAVE_IN_LIMIT can be saved for backward (see the save bits). */
+#define REMAT__MAX_IN 32
 
 typedef struct {
     int ndim;
@@ -152,10 +158,17 @@ typedef struct {
  * use in the step. */
 typedef void (*remat__kernel)(const remat__kctx *k, int ith, int nth);
 
-/* Bits of remat__op.saves: what backward reads besides dout. */
-#define REMAT__SAVE_IN(i) (1u << (i))
-#define REMAT__SAVE_OUT (1u << 8)
-#define REMAT__SAVE_AUX (1u << 9)
+/* Bits of remat__op.saves: what backward reads besides dout. Inputs 0..29
+ * have a bit each; inputs 30 and 31 (only n-ary concat has them) cannot be
+ * saved, and REMAT__SAVE_IN gives 0 for them so that a loop over a node's
+ * inputs never reads the output's or aux's bit as an input's.
+ * test_gradcheck checks every op's mask against its arity. */
+#define REMAT__SAVE_IN_LIMIT 30
+#define REMAT__SAVE_IN(i) ((i) < REMAT__SAVE_IN_LIMIT ? 1u << (i) : 0u)
+#define REMAT__SAVE_OUT (1u << 30)
+#define REMAT__SAVE_AUX (1u << 31)
+_Static_assert(REMAT__SAVE_OUT == 1u << REMAT__SAVE_IN_LIMIT && REMAT__SAVE_AUX > REMAT__SAVE_OUT,
+               "the input bits REMAT__SAVE_IN(0..29) lie below REMAT__SAVE_OUT and REMAT__SAVE_AUX");
 
 /* Bits of remat__op.flags. */
 #define REMAT__OP_STATEFUL (1u << 0) /* commits state when k->first */
@@ -206,6 +219,15 @@ enum {
     REMAT__OP_CROSS_ENTROPY,
     REMAT__OP_MSE,
     REMAT__OP_MUL,
+    /* transformer ops (layernorm.c, gelu.c, embedding.c, attention.c, tensor_ops.c) */
+    REMAT__OP_LAYERNORM,
+    REMAT__OP_GELU,
+    REMAT__OP_EMBEDDING,
+    REMAT__OP_SOFTMAX,
+    REMAT__OP_ATTENTION,
+    REMAT__OP_PERMUTE,
+    REMAT__OP_SLICE,
+    REMAT__OP_ADD_BROADCAST,
     REMAT__N_OPS
 };
 
@@ -236,5 +258,8 @@ extern const remat__op remat__op_input, remat__op_param, remat__op_buffer,
     remat__op_maxpool2d, remat__op_avgpool2d, remat__op_global_avgpool,
     remat__op_dropout, remat__op_reshape, remat__op_add, remat__op_concat,
     remat__op_cross_entropy, remat__op_mse, remat__op_mul;
+/* transformer ops */
+extern const remat__op remat__op_layernorm, remat__op_gelu, remat__op_embedding, remat__op_softmax,
+    remat__op_attention, remat__op_permute, remat__op_slice, remat__op_add_broadcast;
 
 #endif /* REMAT_IMPL_H */

@@ -76,6 +76,17 @@ static void c_concat2d(gcase *c) {
     remat_node xs[2] = {P(c->g, "x0", 2, 3, 2, 0, 0), P(c->g, "x1", 2, 3, 4, 0, 0)};
     c->out = remat_concat(c->g, 2, xs);
 }
+/* As many inputs as a node can take (DenseNet joins up to 17): inputs 30
+ * and 31 have no save bit, and every part's gradient lands in its slot. */
+static void c_concat_many(gcase *c) {
+    remat_node xs[REMAT__MAX_IN];
+    for (int i = 0; i < REMAT__MAX_IN; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "x%d", i);
+        xs[i] = P(c->g, name, 4, 2, 1 + i % 3, 2, 1);
+    }
+    c->out = remat_concat(c->g, REMAT__MAX_IN, xs);
+}
 static void c_ce(gcase *c) {
     int64_t n = 4;
     c->extra = remat_input(c->g, "labels", REMAT_I32, 1, &n);
@@ -84,6 +95,39 @@ static void c_ce(gcase *c) {
 }
 static void c_mul(gcase *c) { c->out = remat_mul(c->g, P(c->g, "a", 2, 3, 4, 0, 0), P(c->g, "b", 2, 3, 4, 0, 0)); }
 static void c_mse(gcase *c) { c->out = remat_mse(c->g, P(c->g, "a", 2, 3, 4, 0, 0), P(c->g, "b", 2, 3, 4, 0, 0)); }
+/* A computed target (a siamese branch): its gradient flows on through add. */
+static void c_mse_computed(gcase *c) {
+    remat_node t = remat_add(c->g, P(c->g, "b", 2, 3, 4, 0, 0), P(c->g, "c", 2, 3, 4, 0, 0));
+    c->out = remat_mse(c->g, P(c->g, "a", 2, 3, 4, 0, 0), t);
+}
+/* transformer ops */
+static void c_layernorm(gcase *c) {
+    c->out = remat_layernorm_op(c->g, P(c->g, "x", 3, 2, 3, 5, 0), P(c->g, "w", 1, 5, 0, 0, 0),
+                                P(c->g, "b", 1, 5, 0, 0, 0), 1e-5f);
+}
+static void c_gelu(gcase *c) { c->out = remat_gelu(c->g, P(c->g, "x", 2, 3, 5, 0, 0), 0); }
+static void c_gelu_tanh(gcase *c) { c->out = remat_gelu(c->g, P(c->g, "x", 3, 2, 3, 4, 0), 1); }
+static void c_embedding(gcase *c) { /* ids i*3 % 5: 0 3 1 4 2 0, row 0 twice */
+    int64_t d[2] = {2, 3};
+    c->extra = remat_input(c->g, "ids", REMAT_I32, 2, d);
+    c->classes = 5;
+    c->out = remat_embedding_op(c->g, c->extra, P(c->g, "w", 2, 5, 4, 0, 0));
+}
+static void c_softmax(gcase *c) { c->out = remat_softmax(c->g, P(c->g, "x", 3, 2, 3, 5, 0)); }
+static void c_attention(gcase *c) { /* B 2, T 4, C 6, 2 heads of 3 */
+    c->out = remat_attention(c->g, P(c->g, "qkv", 3, 2, 4, 18, 0), 2);
+}
+static void c_attention_1head(gcase *c) { c->out = remat_attention(c->g, P(c->g, "qkv", 3, 1, 5, 6, 0), 1); }
+static void c_permute(gcase *c) {
+    int perm[3] = {2, 0, 1};
+    c->out = remat_permute(c->g, P(c->g, "x", 3, 2, 3, 4, 0), 3, perm);
+}
+static void c_transpose4(gcase *c) { c->out = remat_transpose(c->g, P(c->g, "x", 4, 2, 3, 2, 3), 1, 3); }
+static void c_slice(gcase *c) { c->out = remat_slice(c->g, P(c->g, "x", 3, 3, 5, 2, 0), 1, 1, 3); }
+static void c_slice_last(gcase *c) { c->out = remat_slice(c->g, P(c->g, "x", 2, 3, 6, 0, 0), 1, 4, 2); }
+static void c_add_broadcast(gcase *c) {
+    c->out = remat_add_broadcast(c->g, P(c->g, "x", 3, 2, 3, 4, 0), P(c->g, "b", 2, 3, 4, 0, 0));
+}
 
 static const struct {
     const char *op;
@@ -94,8 +138,12 @@ static const struct {
     {"relu", c_relu},           {"maxpool2d", c_maxpool},     {"maxpool2d", c_maxpool_pad},
     {"avgpool2d", c_avgpool},   {"global_avgpool", c_gap},    {"dropout", c_dropout},
     {"reshape", c_reshape},     {"add", c_add},               {"concat", c_concat},
-    {"concat", c_concat2d},     {"cross_entropy", c_ce},      {"mse", c_mse},
-    {"mul", c_mul},
+    {"concat", c_concat2d},     {"concat", c_concat_many},    {"cross_entropy", c_ce},
+    {"mse", c_mse},             {"mse", c_mse_computed},      {"mul", c_mul},
+    {"layernorm", c_layernorm}, {"gelu", c_gelu},             {"gelu", c_gelu_tanh},
+    {"embedding", c_embedding}, {"softmax", c_softmax},       {"attention", c_attention},
+    {"attention", c_attention_1head}, {"permute", c_permute}, {"permute", c_transpose4},
+    {"slice", c_slice},         {"slice", c_slice_last},      {"add_broadcast", c_add_broadcast},
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 
@@ -202,6 +250,15 @@ int main(void) {
         for (int ci = 0; ci < N_CASES; ci++) found |= strcmp(cases[ci].op, remat__ops[op]->name) == 0;
         CHECK_MSG(found, "op '%s' has no finite-difference case", remat__ops[op]->name);
         CHECK_MSG(remat__ops[op]->backward != NULL, "op '%s' has no backward", remat__ops[op]->name);
+    }
+    /* Save masks: an op saves only inputs it can have, below input 30. */
+    for (int op = 0; op < REMAT__N_OPS; op++) {
+        const remat__op *o = remat__ops[op];
+        int lim = o->max_in < REMAT__SAVE_IN_LIMIT ? o->max_in : REMAT__SAVE_IN_LIMIT;
+        unsigned in_bits = o->saves & ~(REMAT__SAVE_OUT | REMAT__SAVE_AUX);
+        CHECK_MSG(o->max_in <= REMAT__MAX_IN, "op '%s' takes up to %d inputs, nodes hold %d", o->name, o->max_in,
+                  REMAT__MAX_IN);
+        CHECK_MSG((in_bits >> lim) == 0, "op '%s' saves an input beyond its %d", o->name, lim);
     }
     for (int ci = 0; ci < N_CASES; ci++) {
         CHECK_MSG(remat__op_find(cases[ci].op) >= 0, "case for unknown op '%s'", cases[ci].op);

@@ -280,6 +280,11 @@ const char *remat_node_name(const remat_graph *g, remat_node n) {
     return g->nodes[n].name;
 }
 
+int remat_node_dtype(const remat_graph *g, remat_node n) {
+    if (!g || n < 0 || n >= g->n) return -1;
+    return (int)g->nodes[n].dtype;
+}
+
 static remat_node mark(remat_graph *g, remat_node x, int depth) {
     if (x < 0 || x >= g->n)
         return fail(g, remat__err(REMAT_INVALID, "checkpoint: node %d does not exist", (int)x));

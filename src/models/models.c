@@ -121,6 +121,8 @@ static remat_status build_heavy_mul(remat_graph *g, const remat_model_opts *o, r
 
 /* Per-model defaults applied by remat_model_opts_for. */
 static void image_28(remat_model_opts *o) { o->channels = 1, o->height = 28, o->width = 28, o->classes = 10; }
+static void image_224(remat_model_opts *o) { o->channels = 3, o->height = 224, o->width = 224, o->classes = 1000; }
+static void image_32(remat_model_opts *o) { o->channels = 3, o->height = 32, o->width = 32, o->classes = 10; }
 
 /* The model table: one line per model. */
 static const remat__model_entry models[] = {
@@ -128,6 +130,19 @@ static const remat__model_entry models[] = {
     {"cnn", "4 conv + 2 linear CIFAR-style classifier with dropout", build_cnn, image_28},
     {"heavy", "1000 blocks of 100 scalar adds (x = x + a), MSE", build_heavy, NULL},
     {"heavy-mul", "1000 blocks of 100 scalar multiplies (x = x * a), MSE", build_heavy_mul, NULL},
+    {"resnet18", "torchvision ResNet-18 (BasicBlock [2,2,2,2], widths b..8b, b = base_channels 64)",
+     remat__model_resnet18, image_224},
+    {"resnet50", "torchvision ResNet-50 (Bottleneck [3,4,6,3], expansion 4, widths b..8b, b = base_channels 64)",
+     remat__model_resnet50, image_224},
+    {"siamese-resnet50", "one shared ResNet-50 on two views; MSE of head(f(input)) (Linear classes->classes) "
+     "against f(target), target = view 2 as a float (B,C,H,W) input; gradients through both branches",
+     remat__model_siamese_resnet50, image_224},
+    {"densenet-bc", "DenseNet-BC for CIFAR: depth 100, growth k = base_channels 12, compression 0.5, "
+     "each layer's input one n-ary concat", remat__model_densenet_bc, image_32},
+    {"gpt2", "GPT-2 (nanoGPT layout, tied head): layers, embd, heads, context, vocab from the options; "
+     "input (B, context) int32 tokens, target (B*context) next tokens", remat__model_gpt2, NULL},
+    {"gpt2-small", "GPT-2 small, 124M: 12 layers, 768 wide, 12 heads, context 1024, 50257 tokens "
+     "(size options ignored)", remat__model_gpt2_small, remat__model_gpt2_small_sizes},
 };
 #define N_MODELS (int)(sizeof models / sizeof models[0])
 

@@ -20,4 +20,15 @@ remat_node remat__model_block_end(remat_graph *g, remat_node x, int i, const rem
 remat_status remat__model_classifier(remat_graph *g, const remat_model_opts *o, remat_model *m,
                                      remat_node (*body)(remat_graph *, remat_node, const remat_model_opts *));
 
+/* The CNN models (resnet.c, densenet.c): builders for the table. */
+remat_status remat__model_resnet18(remat_graph *g, const remat_model_opts *o, remat_model *m);
+remat_status remat__model_resnet50(remat_graph *g, const remat_model_opts *o, remat_model *m);
+remat_status remat__model_siamese_resnet50(remat_graph *g, const remat_model_opts *o, remat_model *m);
+remat_status remat__model_densenet_bc(remat_graph *g, const remat_model_opts *o, remat_model *m);
+
+/* GPT-2 (gpt2.c): `gpt2` takes the options' transformer sizes, `gpt2-small`
+ * forces GPT-2 small's (remat__model_gpt2_small_sizes). */
+remat_status remat__model_gpt2(remat_graph *g, const remat_model_opts *o, remat_model *m);
+remat_status remat__model_gpt2_small(remat_graph *g, const remat_model_opts *o, remat_model *m);
+void remat__model_gpt2_small_sizes(remat_model_opts *o);
 #endif

@@ -1,8 +1,10 @@
 /* loss.c: mean cross-entropy over integer labels, and mean squared error.
  *
- * Both produce a scalar. Sums run in double in one fixed order on thread 0
- * (the reductions are tiny next to the layers that feed them), so the loss
- * does not depend on the thread count.
+ * Both produce a scalar. Cross-entropy's labels get no gradient; both of
+ * MSE's inputs do (PyTorch's semantics: the target may be computed). Sums
+ * run in double in one fixed order on thread 0 (the reductions are tiny
+ * next to the layers that feed them), so the loss does not depend on the
+ * thread count.
  */
 #include "../remat-impl.h"
 
@@ -112,6 +114,9 @@ static void mse_forward(const remat__kctx *k, int ith, int nth) {
     *(float *)k->out->data = (float)(s / (double)n);
 }
 
+/* d/da = 2 (a - b) / n and d/db = -2 (a - b) / n, as PyTorch's mse_loss
+ * when both inputs require grad (a siamese target that is another branch's
+ * output); din[1] is NULL when the target is data. */
 static void mse_backward(const remat__kctx *k, int ith, int nth) {
     const float *a = k->in[0]->data, *b = k->in[1]->data;
     int64_t n = remat__numel(k->in[0]->shape), lo, hi;

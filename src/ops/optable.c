@@ -22,6 +22,14 @@ const remat__op *const remat__ops[REMAT__N_OPS] = {
     [REMAT__OP_CROSS_ENTROPY] = &remat__op_cross_entropy,
     [REMAT__OP_MSE] = &remat__op_mse,
     [REMAT__OP_MUL] = &remat__op_mul,
+    [REMAT__OP_LAYERNORM] = &remat__op_layernorm,
+    [REMAT__OP_GELU] = &remat__op_gelu,
+    [REMAT__OP_EMBEDDING] = &remat__op_embedding,
+    [REMAT__OP_SOFTMAX] = &remat__op_softmax,
+    [REMAT__OP_ATTENTION] = &remat__op_attention,
+    [REMAT__OP_PERMUTE] = &remat__op_permute,
+    [REMAT__OP_SLICE] = &remat__op_slice,
+    [REMAT__OP_ADD_BROADCAST] = &remat__op_add_broadcast,
 };
 
 int remat__op_find(const char *name) {

@@ -1,0 +1,227 @@
+/* attention.c: softmax over the last dimension, and causal multi-head
+ * self-attention as in GPT-2.
+ *
+ * softmax: y = exp(x - max) / sum exp(x - max) per row of the last
+ * dimension; backward reads the output: dx += y (dy - sum_j dy_j y_j).
+ *
+ * attention: input qkv (B, T, 3C), q, k and v concatenated on the last
+ * dimension in that order (GPT-2's c_attn output); iattr[0] = H heads of
+ * width D = C / H. For each batch item b and head h, with Q, K, V the
+ * (T, D) slices of head h:
+ *   S = Q K^T / sqrt(D),  P = softmax(S) over j <= i (causal; P_ij = 0 for
+ *   j > i),  O = P V, written to columns [h D, (h+1) D) of out (B, T, C).
+ * The probabilities P (B, H, T, T) are the aux value: backward reads them
+ * and qkv, never recomputing the softmax:
+ *   dV += P^T dO,  dP = dO V^T,  dS = P * (dP - rowsum(P * dP)),
+ *   dQ += dS K / sqrt(D),  dK += dS^T Q / sqrt(D)
+ * (dS of the masked entries is 0). The products run through cblas_sgemm
+ * on the full T x T square (the masked half is zeros: simpler than
+ * blocking, and attention is a small share of GPT-2's FLOPs next to its
+ * linear layers). Work is split by (b, h) pairs; each pair is computed by
+ * one thread with the same calls in the same order, so results do not
+ * depend on the thread count. Backward needs a T x T workspace per thread.
+ */
+#include "../remat-impl.h"
+
+#include <cblas.h>
+#include <math.h>
+
+/* ---------------------------------------------------------------- softmax */
+
+static remat_status softmax_shape(const remat_graph *g, remat__node *n) {
+    const remat__shape *x = remat__in_shape(g, n, 0);
+    char lb[128], xs[64];
+    if (x->ndim < 1 || g->nodes[n->in[0]].dtype != REMAT_F32)
+        return remat__err(REMAT_SHAPE, "%s: input %s must be a float32 tensor of at least 1 dimension",
+                          remat__node_label(n, lb, sizeof lb), remat__shape_str(x, xs, sizeof xs));
+    n->shape = *x;
+    n->dtype = REMAT_F32;
+    return REMAT_OK;
+}
+
+/* Softmax of the first `len` of the C entries of one row in place; the
+ * entries from len on become 0 (the causal mask). */
+static void softmax_row(float *r, int64_t len, int64_t C) {
+    float m = r[0];
+    for (int64_t j = 1; j < len; j++) m = r[j] > m ? r[j] : m;
+    double s = 0.0;
+    for (int64_t j = 0; j < len; j++) {
+        r[j] = expf(r[j] - m);
+        s += r[j];
+    }
+    float inv = (float)(1.0 / s);
+    for (int64_t j = 0; j < len; j++) r[j] *= inv;
+    for (int64_t j = len; j < C; j++) r[j] = 0.0f;
+}
+
+static void softmax_forward(const remat__kctx *k, int ith, int nth) {
+    const float *x = k->in[0]->data;
+    float *y = k->out->data;
+    const remat__shape *s = k->in[0]->shape;
+    int64_t C = s->d[s->ndim - 1], R = remat__numel(s) / C, lo, hi;
+    remat__split(R, ith, nth, &lo, &hi);
+    if (hi > lo) memcpy(y + lo * C, x + lo * C, (size_t)((hi - lo) * C) * sizeof *y);
+    for (int64_t r = lo; r < hi; r++) softmax_row(y + r * C, C, C);
+}
+
+/* dx_j += y_j (dy_j - sum_k dy_k y_k) for the first len entries of a row. */
+static void softmax_row_backward(const float *y, const float *dy, float *dx, int64_t len) {
+    double d = 0.0;
+    for (int64_t j = 0; j < len; j++) d += (double)dy[j] * y[j];
+    float df = (float)d;
+    for (int64_t j = 0; j < len; j++) dx[j] += y[j] * (dy[j] - df);
+}
+
+static void softmax_backward(const remat__kctx *k, int ith, int nth) {
+    const float *y = k->out->data, *dy = k->dout;
+    float *dx = k->din[0];
+    const remat__shape *s = k->in[0]->shape;
+    int64_t C = s->d[s->ndim - 1], R = remat__numel(s) / C, lo, hi;
+    remat__split(R, ith, nth, &lo, &hi);
+    for (int64_t r = lo; r < hi; r++) softmax_row_backward(y + r * C, dy + r * C, dx + r * C, C);
+}
+
+static double softmax_flops(const remat_graph *g, const remat__node *n) {
+    (void)g;
+    return 5.0 * (double)remat__numel(&n->shape);
+}
+
+const remat__op remat__op_softmax = {
+    .name = "softmax",
+    .min_in = 1,
+    .max_in = 1,
+    .shape = softmax_shape,
+    .forward = softmax_forward,
+    .backward = softmax_backward,
+    .saves = REMAT__SAVE_OUT,
+    .flops = softmax_flops,
+    .family = REMAT_FAMILY_POINTWISE,
+};
+
+remat_node remat_softmax(remat_graph *g, remat_node x) {
+    if (!g) return REMAT_NONE;
+    remat__node n = {.op = REMAT__OP_SOFTMAX, .n_in = 1, .in = {x}};
+    return remat__graph_add(g, &n);
+}
+
+/* -------------------------------------------------------------- attention */
+
+static remat_status attn_shape(const remat_graph *g, remat__node *n) {
+    const remat__shape *x = remat__in_shape(g, n, 0);
+    char lb[128], xs[64];
+    int64_t H = n->iattr[0];
+    if (x->ndim != 3 || g->nodes[n->in[0]].dtype != REMAT_F32 || x->d[2] % 3 != 0)
+        return remat__err(REMAT_SHAPE, "%s: input %s must be float32 (B, T, 3C): q, k and v concatenated",
+                          remat__node_label(n, lb, sizeof lb), remat__shape_str(x, xs, sizeof xs));
+    int64_t C = x->d[2] / 3;
+    if (H <= 0 || C % H != 0)
+        return remat__err(REMAT_SHAPE, "%s: %lld heads do not divide the width C = %lld of input %s",
+                          remat__node_label(n, lb, sizeof lb), (long long)H, (long long)C,
+                          remat__shape_str(x, xs, sizeof xs));
+    if (x->d[1] > INT32_MAX / x->d[1] || 3 * C > INT32_MAX)
+        return remat__err(REMAT_SHAPE, "%s: input %s is too large for BLAS's int dimensions",
+                          remat__node_label(n, lb, sizeof lb), remat__shape_str(x, xs, sizeof xs));
+    n->shape = (remat__shape){3, {x->d[0], x->d[1], C}};
+    n->dtype = REMAT_F32;
+    return REMAT_OK;
+}
+
+/* Floats of one T x T matrix, rounded up to whole 64-byte lines so that
+ * every per-thread and per-head matrix starts equally aligned. */
+static int64_t square_stride(int64_t T) { return (T * T + 15) & ~(int64_t)15; }
+
+static size_t attn_aux_bytes(const remat_graph *g, const remat__node *n) {
+    (void)g;
+    const remat__shape *s = &n->shape;
+    return (size_t)(s->d[0] * n->iattr[0]) * (size_t)square_stride(s->d[1]) * sizeof(float);
+}
+
+static size_t attn_bwd_ws(const remat_graph *g, const remat__node *n, int nth) {
+    (void)g;
+    return (size_t)nth * (size_t)square_stride(n->shape.d[1]) * sizeof(float);
+}
+
+static void attn_forward(const remat__kctx *k, int ith, int nth) {
+    const float *qkv = k->in[0]->data; // (B, T, 3C)
+    float *y = k->out->data;           // (B, T, C)
+    float *P = k->aux;                 // (B, H, T, T), each T x T padded to square_stride
+    int64_t B = k->node->shape.d[0], T = k->node->shape.d[1], C = k->node->shape.d[2];
+    int64_t H = k->node->iattr[0], D = C / H, TT = square_stride(T);
+    float scale = (float)(1.0 / sqrt((double)D));
+    int iT = (int)T, iD = (int)D, ld = (int)(3 * C);
+    int64_t lo, hi;
+    remat__split(B * H, ith, nth, &lo, &hi);
+    for (int64_t p = lo; p < hi; p++) {
+        int64_t b = p / H, h = p % H;
+        const float *q = qkv + b * T * 3 * C + h * D, *kk = q + C, *v = q + 2 * C;
+        float *pp = P + p * TT;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, iT, iT, iD, scale, q, ld, kk, ld, 0.0f, pp, iT);
+        for (int64_t i = 0; i < T; i++) softmax_row(pp + i * T, i + 1, T);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, iT, iD, iT, 1.0f, pp, iT, v, ld, 0.0f,
+                    y + b * T * C + h * D, (int)C);
+    }
+}
+
+static void attn_backward(const remat__kctx *k, int ith, int nth) {
+    const float *qkv = k->in[0]->data; // (B, T, 3C)
+    const float *dy = k->dout;         // (B, T, C)
+    const float *P = k->aux;           // (B, H, T, T)
+    float *dqkv = k->din[0];           // (B, T, 3C)
+    if (!dqkv) return;
+    int64_t B = k->node->shape.d[0], T = k->node->shape.d[1], C = k->node->shape.d[2];
+    int64_t H = k->node->iattr[0], D = C / H, TT = square_stride(T);
+    float scale = (float)(1.0 / sqrt((double)D));
+    float *dS = (float *)k->ws + ith * TT; // (T, T): dP, then dS in place
+    int iT = (int)T, iD = (int)D, ld = (int)(3 * C), ldo = (int)C;
+    int64_t lo, hi;
+    remat__split(B * H, ith, nth, &lo, &hi);
+    for (int64_t p = lo; p < hi; p++) {
+        int64_t b = p / H, h = p % H;
+        const float *q = qkv + b * T * 3 * C + h * D, *kk = q + C, *v = q + 2 * C;
+        const float *pp = P + p * TT, *dO = dy + b * T * C + h * D;
+        float *dq = dqkv + b * T * 3 * C + h * D, *dk = dq + C, *dv = dq + 2 * C;
+        /* dV (T, D) += P^T (T, T) dO (T, D) */
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, iT, iD, iT, 1.0f, pp, iT, dO, ldo, 1.0f, dv, ld);
+        /* dP (T, T) = dO (T, D) V^T (D, T) */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, iT, iT, iD, 1.0f, dO, ldo, v, ld, 0.0f, dS, iT);
+        for (int64_t i = 0; i < T; i++) { /* dS = P * (dP - rowsum(P * dP)), causal */
+            const float *pr = pp + i * T;
+            float *sr = dS + i * T;
+            double d = 0.0;
+            for (int64_t j = 0; j <= i; j++) d += (double)pr[j] * sr[j];
+            float df = (float)d;
+            for (int64_t j = 0; j <= i; j++) sr[j] = pr[j] * (sr[j] - df);
+            for (int64_t j = i + 1; j < T; j++) sr[j] = 0.0f;
+        }
+        /* dQ (T, D) += dS (T, T) K (T, D) / sqrt(D); dK (T, D) += dS^T Q / sqrt(D) */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, iT, iD, iT, scale, dS, iT, kk, ld, 1.0f, dq, ld);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, iT, iD, iT, scale, dS, iT, q, ld, 1.0f, dk, ld);
+    }
+}
+
+/* Two T x T x D products per head, and the softmax. */
+static double attn_flops(const remat_graph *g, const remat__node *n) {
+    (void)g;
+    double B = (double)n->shape.d[0], T = (double)n->shape.d[1], C = (double)n->shape.d[2];
+    return 4.0 * B * T * T * C + 5.0 * B * (double)n->iattr[0] * T * T;
+}
+
+const remat__op remat__op_attention = {
+    .name = "attention",
+    .min_in = 1,
+    .max_in = 1,
+    .shape = attn_shape,
+    .forward = attn_forward,
+    .backward = attn_backward,
+    .saves = REMAT__SAVE_IN(0) | REMAT__SAVE_AUX,
+    .aux_bytes = attn_aux_bytes,
+    .bwd_ws = attn_bwd_ws,
+    .flops = attn_flops,
+    .family = REMAT_FAMILY_LINEAR,
+};
+
+remat_node remat_attention(remat_graph *g, remat_node qkv, int heads) {
+    if (!g) return REMAT_NONE;
+    remat__node n = {.op = REMAT__OP_ATTENTION, .n_in = 1, .in = {qkv}, .iattr = {heads}};
+    return remat__graph_add(g, &n);
+}

@@ -1,0 +1,108 @@
+/* embedding.c: a lookup table, PyTorch's F.embedding.
+ *
+ * Inputs: ids, int32 of any shape (up to 3 dimensions), and weight
+ * (num, dim). Output (..., dim): row ids[t] of the weight for each id t.
+ * Backward scatter-adds dy into the weight's gradient:
+ *   dweight[ids[t], :] += dy[t, :]
+ * Several ids may name one row, so the work is split by columns of dim:
+ * each thread owns a range of columns and walks the ids in order, which
+ * never races and gives the same bits for any thread count.
+ *
+ * Out-of-range ids (< 0 or >= num) cannot be reported from a kernel. The
+ * forward pass fills their output rows with NaN, so the loss of a step
+ * that meets one is NaN (as cross-entropy does for a bad label), and the
+ * backward pass adds nothing for them; nothing is read or written out of
+ * bounds. Data paths should validate ids before binding them.
+ */
+#include "../remat-impl.h"
+
+#include <math.h>
+#include <stdio.h>
+
+static remat_status emb_shape(const remat_graph *g, remat__node *n) {
+    const remat__shape *ids = remat__in_shape(g, n, 0), *w = remat__in_shape(g, n, 1);
+    char lb[128], is[64], ws[64];
+    if (g->nodes[n->in[0]].dtype != REMAT_I32 || ids->ndim + 1 > REMAT_MAX_DIMS)
+        return remat__err(REMAT_SHAPE, "%s: ids %s must be int32 with at most %d dimensions",
+                          remat__node_label(n, lb, sizeof lb), remat__shape_str(ids, is, sizeof is),
+                          REMAT_MAX_DIMS - 1);
+    if (w->ndim != 2 || g->nodes[n->in[1]].dtype != REMAT_F32)
+        return remat__err(REMAT_SHAPE, "%s: weight %s must be float32 (num, dim)",
+                          remat__node_label(n, lb, sizeof lb), remat__shape_str(w, ws, sizeof ws));
+    if (w->d[0] > INT32_MAX)
+        return remat__err(REMAT_SHAPE, "%s: weight %s has more rows than int32 ids can name",
+                          remat__node_label(n, lb, sizeof lb), remat__shape_str(w, ws, sizeof ws));
+    n->shape = *ids;
+    n->shape.d[n->shape.ndim++] = w->d[1];
+    n->dtype = REMAT_F32;
+    return REMAT_OK;
+}
+
+static void emb_forward(const remat__kctx *k, int ith, int nth) {
+    const int32_t *ids = k->in[0]->data; // (N)
+    const float *w = k->in[1]->data;     // (num, dim)
+    float *y = k->out->data;             // (N, dim)
+    int64_t N = remat__numel(k->in[0]->shape), num = k->in[1]->shape->d[0], D = k->in[1]->shape->d[1];
+    int64_t lo, hi;
+    remat__split(N, ith, nth, &lo, &hi);
+    for (int64_t t = lo; t < hi; t++) {
+        int64_t id = ids[t];
+        if (id >= 0 && id < num)
+            memcpy(y + t * D, w + id * D, (size_t)D * sizeof *y);
+        else
+            for (int64_t j = 0; j < D; j++) y[t * D + j] = NAN; /* see the top of the file */
+    }
+}
+
+static void emb_backward(const remat__kctx *k, int ith, int nth) {
+    const int32_t *ids = k->in[0]->data; // (N)
+    const float *dy = k->dout;           // (N, dim)
+    float *dw = k->din[1];               // (num, dim)
+    if (!dw) return;
+    int64_t N = remat__numel(k->in[0]->shape), num = k->in[1]->shape->d[0], D = k->in[1]->shape->d[1];
+    int64_t lo, hi;
+    remat__split(D, ith, nth, &lo, &hi);
+    if (hi <= lo) return;
+    for (int64_t t = 0; t < N; t++) {
+        int64_t id = ids[t];
+        if (id < 0 || id >= num) continue; /* its output was NaN: the loss says so */
+        float *row = dw + id * D;
+        const float *g = dy + t * D;
+        for (int64_t j = lo; j < hi; j++) row[j] += g[j];
+    }
+}
+
+static double emb_flops(const remat_graph *g, const remat__node *n) {
+    (void)g;
+    return (double)remat__numel(&n->shape);
+}
+
+const remat__op remat__op_embedding = {
+    .name = "embedding",
+    .min_in = 2,
+    .max_in = 2,
+    .shape = emb_shape,
+    .forward = emb_forward,
+    .backward = emb_backward,
+    .saves = REMAT__SAVE_IN(0),
+    .flops = emb_flops,
+    .family = REMAT_FAMILY_COPY,
+};
+
+remat_node remat_embedding_op(remat_graph *g, remat_node ids, remat_node w) {
+    if (!g) return REMAT_NONE;
+    remat__node n = {.op = REMAT__OP_EMBEDDING, .n_in = 2, .in = {ids, w}};
+    return remat__graph_add(g, &n);
+}
+
+/* nn.Embedding(num, dim): weight N(0, 1), named "<name>.weight". */
+remat_node remat_embedding(remat_graph *g, const char *name, remat_node ids, int64_t num, int64_t dim) {
+    if (!g) return REMAT_NONE;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s.weight", name ? name : "");
+    int64_t wd[2] = {num, dim};
+    remat_node w = remat_param(g, buf, 2, wd, REMAT_INIT_NORMAL, 1.0f);
+    if (w == REMAT_NONE) return REMAT_NONE;
+    remat__node n = {.op = REMAT__OP_EMBEDDING, .n_in = 2, .in = {ids, w}, .name = (char *)name};
+    return remat__graph_add(g, &n);
+}

@@ -1,0 +1,278 @@
+/* tensor_ops.c: permute (and transpose), slice, and a broadcasting add.
+ *
+ * permute: iattr[0..ndim) is a permutation p of the input's dimensions;
+ *   out.shape[i] = x.shape[p[i]] (torch.permute), copied, not aliased.
+ * slice: iattr = {dim, start, len}: elements [start, start + len) of
+ *   dimension dim (x.narrow(dim, start, len)).
+ * add_broadcast: y = x + b where b's shape equals the last b.ndim
+ *   dimensions of x (b is repeated over the leading ones, as PyTorch
+ *   broadcasting does); db sums dy over the leading dimensions.
+ * Forward and backward of permute and slice are splits of the output into
+ * disjoint rows, and every output element maps to a distinct input
+ * element, so the backward scatter never races. add_broadcast's db is
+ * split by elements of b, each summed by one thread in order in a double
+ * workspace. Every result is the same for any thread count.
+ */
+#include "../remat-impl.h"
+
+#include <stdio.h>
+
+static double copy_flops(const remat_graph *g, const remat__node *n) {
+    (void)g;
+    return (double)remat__numel(&n->shape);
+}
+
+/* --------------------------------------------------------------- permute */
+
+static remat_status permute_shape(const remat_graph *g, remat__node *n) {
+    const remat__shape *x = remat__in_shape(g, n, 0);
+    char lb[128], xs[64];
+    int seen[REMAT_MAX_DIMS] = {0}, ok = x->ndim >= 1;
+    for (int i = 0; ok && i < x->ndim; i++) {
+        int64_t p = n->iattr[i];
+        ok = p >= 0 && p < x->ndim && !seen[p];
+        if (ok) seen[p] = 1;
+    }
+    if (!ok) {
+        char ps[64];
+        size_t u = (size_t)snprintf(ps, sizeof ps, "(");
+        for (int i = 0; i < x->ndim && u < sizeof ps; i++)
+            u += (size_t)snprintf(ps + u, sizeof ps - u, "%s%lld", i ? ", " : "", (long long)n->iattr[i]);
+        if (u < sizeof ps) snprintf(ps + u, sizeof ps - u, ")");
+        return remat__err(REMAT_SHAPE, "%s: %s is not a permutation of the %d dimensions of input %s",
+                          remat__node_label(n, lb, sizeof lb), ps, x->ndim, remat__shape_str(x, xs, sizeof xs));
+    }
+    n->shape.ndim = x->ndim;
+    for (int i = 0; i < x->ndim; i++) n->shape.d[i] = x->d[n->iattr[i]];
+    n->dtype = g->nodes[n->in[0]].dtype;
+    return REMAT_OK;
+}
+
+/* Input strides in output order: stride[i] is the input stride of output
+ * dimension i. */
+static void permute_strides(const remat__kctx *k, int64_t stride[REMAT_MAX_DIMS]) {
+    const remat__shape *x = k->in[0]->shape;
+    int64_t in_stride[REMAT_MAX_DIMS], s = 1;
+    for (int i = x->ndim - 1; i >= 0; i--) in_stride[i] = s, s *= x->d[i];
+    for (int i = 0; i < x->ndim; i++) stride[i] = in_stride[k->node->iattr[i]];
+}
+
+/* Offset in the input of the first element of output row r (all output
+ * dimensions but the last). */
+static int64_t permute_row_offset(const remat__shape *os, const int64_t *stride, int64_t r) {
+    int64_t off = 0;
+    for (int i = os->ndim - 2; i >= 0; i--) {
+        off += (r % os->d[i]) * stride[i];
+        r /= os->d[i];
+    }
+    return off;
+}
+
+static void permute_forward(const remat__kctx *k, int ith, int nth) {
+    const float *x = k->in[0]->data;
+    float *y = k->out->data;
+    const remat__shape *os = &k->node->shape;
+    int64_t stride[REMAT_MAX_DIMS], L = os->d[os->ndim - 1], lo, hi;
+    permute_strides(k, stride);
+    int64_t sl = stride[os->ndim - 1];
+    remat__split(remat__numel(os) / L, ith, nth, &lo, &hi);
+    for (int64_t r = lo; r < hi; r++) {
+        const float *src = x + permute_row_offset(os, stride, r);
+        float *dst = y + r * L;
+        for (int64_t j = 0; j < L; j++) dst[j] = src[j * sl];
+    }
+}
+
+static void permute_backward(const remat__kctx *k, int ith, int nth) {
+    const float *dy = k->dout;
+    float *dx = k->din[0];
+    const remat__shape *os = &k->node->shape;
+    int64_t stride[REMAT_MAX_DIMS], L = os->d[os->ndim - 1], lo, hi;
+    permute_strides(k, stride);
+    int64_t sl = stride[os->ndim - 1];
+    remat__split(remat__numel(os) / L, ith, nth, &lo, &hi);
+    for (int64_t r = lo; r < hi; r++) {
+        float *dst = dx + permute_row_offset(os, stride, r);
+        const float *src = dy + r * L;
+        for (int64_t j = 0; j < L; j++) dst[j * sl] += src[j];
+    }
+}
+
+const remat__op remat__op_permute = {
+    .name = "permute",
+    .min_in = 1,
+    .max_in = 1,
+    .shape = permute_shape,
+    .forward = permute_forward,
+    .backward = permute_backward,
+    .saves = 0,
+    .flops = copy_flops,
+    .family = REMAT_FAMILY_COPY,
+};
+
+remat_node remat_permute(remat_graph *g, remat_node x, int ndim, const int *perm) {
+    if (!g) return REMAT_NONE;
+    remat__node n = {.op = REMAT__OP_PERMUTE, .n_in = 1, .in = {x}};
+    /* A permutation of the wrong length becomes all -1: the shape rule
+     * names the op and the input's shape. */
+    for (int i = 0; i < REMAT_MAX_DIMS; i++) n.iattr[i] = i < ndim && perm ? perm[i] : -1;
+    if (x >= 0 && x < g->n && ndim != g->nodes[x].shape.ndim)
+        for (int i = 0; i < REMAT_MAX_DIMS; i++) n.iattr[i] = -1;
+    return remat__graph_add(g, &n);
+}
+
+remat_node remat_transpose(remat_graph *g, remat_node x, int d0, int d1) {
+    if (!g) return REMAT_NONE;
+    int perm[REMAT_MAX_DIMS] = {0, 1, 2, 3};
+    int nd = x >= 0 && x < g->n ? g->nodes[x].shape.ndim : 0;
+    if (d0 < 0 || d0 >= nd || d1 < 0 || d1 >= nd) {
+        perm[0] = -1; /* rejected by the shape rule, which names the shapes */
+    } else {
+        perm[d0] = d1;
+        perm[d1] = d0;
+    }
+    return remat_permute(g, x, nd, perm);
+}
+
+/* ----------------------------------------------------------------- slice */
+
+static remat_status slice_shape(const remat_graph *g, remat__node *n) {
+    const remat__shape *x = remat__in_shape(g, n, 0);
+    char lb[128], xs[64];
+    int64_t dim = n->iattr[0], start = n->iattr[1], len = n->iattr[2];
+    if (dim < 0 || dim >= x->ndim || start < 0 || len <= 0 || start > x->d[dim] - len)
+        return remat__err(REMAT_SHAPE, "%s: elements [%lld, %lld) of dimension %lld are not inside input %s",
+                          remat__node_label(n, lb, sizeof lb), (long long)start, (long long)(start + len),
+                          (long long)dim, remat__shape_str(x, xs, sizeof xs));
+    n->shape = *x;
+    n->shape.d[dim] = len;
+    n->dtype = g->nodes[n->in[0]].dtype;
+    return REMAT_OK;
+}
+
+/* The output as rows of `inner` elements: row r is (outer o, index i) and
+ * starts at input offset (o * D + start + i) * inner. */
+typedef struct {
+    int64_t rows, len, D, start, inner;
+} slice_geom;
+
+static slice_geom slice_of(const remat__kctx *k) {
+    const remat__shape *x = k->in[0]->shape;
+    int64_t dim = k->node->iattr[0];
+    slice_geom s = {1, k->node->iattr[2], x->d[dim], k->node->iattr[1], 1};
+    for (int i = 0; i < dim; i++) s.rows *= x->d[i];
+    for (int i = (int)dim + 1; i < x->ndim; i++) s.inner *= x->d[i];
+    s.rows *= s.len;
+    return s;
+}
+
+static void slice_forward(const remat__kctx *k, int ith, int nth) {
+    slice_geom s = slice_of(k);
+    const float *x = k->in[0]->data;
+    float *y = k->out->data;
+    int64_t lo, hi;
+    remat__split(s.rows, ith, nth, &lo, &hi);
+    for (int64_t r = lo; r < hi; r++) {
+        int64_t o = r / s.len, i = r % s.len;
+        memcpy(y + r * s.inner, x + (o * s.D + s.start + i) * s.inner, (size_t)s.inner * sizeof *y);
+    }
+}
+
+static void slice_backward(const remat__kctx *k, int ith, int nth) {
+    slice_geom s = slice_of(k);
+    const float *dy = k->dout;
+    float *dx = k->din[0];
+    int64_t lo, hi;
+    remat__split(s.rows, ith, nth, &lo, &hi);
+    for (int64_t r = lo; r < hi; r++) {
+        int64_t o = r / s.len, i = r % s.len;
+        float *d = dx + (o * s.D + s.start + i) * s.inner;
+        const float *g = dy + r * s.inner;
+        for (int64_t j = 0; j < s.inner; j++) d[j] += g[j];
+    }
+}
+
+const remat__op remat__op_slice = {
+    .name = "slice",
+    .min_in = 1,
+    .max_in = 1,
+    .shape = slice_shape,
+    .forward = slice_forward,
+    .backward = slice_backward,
+    .saves = 0,
+    .flops = copy_flops,
+    .family = REMAT_FAMILY_COPY,
+};
+
+remat_node remat_slice(remat_graph *g, remat_node x, int dim, int64_t start, int64_t len) {
+    if (!g) return REMAT_NONE;
+    remat__node n = {.op = REMAT__OP_SLICE, .n_in = 1, .in = {x}, .iattr = {dim, start, len}};
+    return remat__graph_add(g, &n);
+}
+
+/* --------------------------------------------------------- add_broadcast */
+
+static remat_status addb_shape(const remat_graph *g, remat__node *n) {
+    const remat__shape *x = remat__in_shape(g, n, 0), *b = remat__in_shape(g, n, 1);
+    char lb[128], xs[64], bs[64];
+    int ok = b->ndim >= 1 && b->ndim <= x->ndim && g->nodes[n->in[0]].dtype == REMAT_F32 &&
+             g->nodes[n->in[1]].dtype == REMAT_F32;
+    for (int i = 0; ok && i < b->ndim; i++) ok = b->d[i] == x->d[x->ndim - b->ndim + i];
+    if (!ok)
+        return remat__err(REMAT_SHAPE, "%s: %s is not the trailing shape of input %s (both float32)",
+                          remat__node_label(n, lb, sizeof lb), remat__shape_str(b, bs, sizeof bs),
+                          remat__shape_str(x, xs, sizeof xs));
+    n->shape = *x;
+    n->dtype = REMAT_F32;
+    return REMAT_OK;
+}
+
+static size_t addb_bwd_ws(const remat_graph *g, const remat__node *n, int nth) {
+    (void)nth;
+    return (size_t)remat__numel(remat__in_shape(g, n, 1)) * sizeof(double);
+}
+
+static void addb_forward(const remat__kctx *k, int ith, int nth) {
+    const float *x = k->in[0]->data, *b = k->in[1]->data;
+    float *y = k->out->data;
+    int64_t M = remat__numel(k->in[1]->shape), lo, hi;
+    remat__split(remat__numel(&k->node->shape) / M, ith, nth, &lo, &hi);
+    for (int64_t o = lo; o < hi; o++)
+        for (int64_t j = 0; j < M; j++) y[o * M + j] = x[o * M + j] + b[j];
+}
+
+static void addb_backward(const remat__kctx *k, int ith, int nth) {
+    const float *dy = k->dout;
+    int64_t M = remat__numel(k->in[1]->shape), R = remat__numel(&k->node->shape) / M, lo, hi;
+    if (k->din[0]) {
+        remat__split(R * M, ith, nth, &lo, &hi);
+        for (int64_t i = lo; i < hi; i++) k->din[0][i] += dy[i];
+    }
+    if (!k->din[1]) return;
+    double *s = k->ws; // (M): this thread owns [lo, hi)
+    remat__split(M, ith, nth, &lo, &hi);
+    if (hi <= lo) return;
+    for (int64_t j = lo; j < hi; j++) s[j] = 0.0;
+    for (int64_t o = 0; o < R; o++)
+        for (int64_t j = lo; j < hi; j++) s[j] += dy[o * M + j];
+    for (int64_t j = lo; j < hi; j++) k->din[1][j] += (float)s[j];
+}
+
+const remat__op remat__op_add_broadcast = {
+    .name = "add_broadcast",
+    .min_in = 2,
+    .max_in = 2,
+    .shape = addb_shape,
+    .forward = addb_forward,
+    .backward = addb_backward,
+    .saves = 0,
+    .bwd_ws = addb_bwd_ws,
+    .flops = copy_flops,
+    .family = REMAT_FAMILY_POINTWISE,
+};
+
+remat_node remat_add_broadcast(remat_graph *g, remat_node x, remat_node b) {
+    if (!g) return REMAT_NONE;
+    remat__node n = {.op = REMAT__OP_ADD_BROADCAST, .n_in = 2, .in = {x, b}};
+    return remat__graph_add(g, &n);
+}
