@@ -22,7 +22,73 @@ const char *cli_fmt_bytes(size_t b, char *buf, size_t cap);
 /* The model's input shape for a data set name; 0 on success. */
 int cli_data_shape(const char *data, int64_t *c, int64_t *h, int64_t *w);
 
+/* ---------------------------------------------------- model options
+ * One parser for the options that describe a model, shared by train, info,
+ * plan, bench and grad: put CLI_MODEL_OPTIONS in the getopt_long table,
+ * hand every code from CLI_OPT_MODEL up to cli_model_arg, then call
+ * cli_model_opts. */
+enum {
+    CLI_OPT_MODEL = 0x1000, CLI_OPT_BATCH, CLI_OPT_CLASSES, CLI_OPT_IMAGE, CLI_OPT_LAYERS, CLI_OPT_EMBD,
+    CLI_OPT_HEADS, CLI_OPT_CONTEXT, CLI_OPT_VOCAB, CLI_OPT_BASE_CHANNELS, CLI_OPT_DEPTH, CLI_OPT_DROPOUT_SCALE,
+    CLI_OPT_CHECKPOINT_BLOCKS, CLI_OPT_MODEL_END
+};
+
+#define CLI_MODEL_OPTIONS                                                                                   \
+    {"model", required_argument, 0, CLI_OPT_MODEL}, {"batch", required_argument, 0, CLI_OPT_BATCH},         \
+    {"classes", required_argument, 0, CLI_OPT_CLASSES}, {"image", required_argument, 0, CLI_OPT_IMAGE},     \
+    {"layers", required_argument, 0, CLI_OPT_LAYERS}, {"embd", required_argument, 0, CLI_OPT_EMBD},         \
+    {"heads", required_argument, 0, CLI_OPT_HEADS}, {"context", required_argument, 0, CLI_OPT_CONTEXT},     \
+    {"vocab", required_argument, 0, CLI_OPT_VOCAB},                                                         \
+    {"base-channels", required_argument, 0, CLI_OPT_BASE_CHANNELS},                                         \
+    {"depth", required_argument, 0, CLI_OPT_DEPTH},                                                         \
+    {"dropout-scale", required_argument, 0, CLI_OPT_DROPOUT_SCALE},                                         \
+    {"checkpoint-blocks", required_argument, 0, CLI_OPT_CHECKPOINT_BLOCKS}
+
+/* What the model options set; -1 (dropout_scale < 0) where not given. */
+typedef struct {
+    const char *model; /* default "cnn" */
+    int64_t batch, classes, channels, height, width;
+    int64_t layers, embd, heads, context, vocab, base_channels, depth, checkpoint_blocks;
+    float dropout_scale;
+} cli_model_args;
+
+void cli_model_args_init(cli_model_args *a);
+/* 1 if c is a model option's code (its value parsed into a, *bad set to 1
+ * when the value is bad), 0 otherwise. */
+int cli_model_arg(cli_model_args *a, int c, const char *arg, int *bad);
+/* Fills mo: the model's own defaults (remat_model_opts_for), then the
+ * input shape of the data set `data` (NULL, "synthetic" and "tokens:FILE"
+ * keep the model's), then every option given. 0 on success; otherwise
+ * prints a usage error for `cmd` and returns 2. */
+int cli_model_opts(const cli_model_args *a, const char *data, const char *cmd, remat_model_opts *mo);
+/* After remat_model_build: a usage error (returns 2) when an option given
+ * does not show in the model's input (a preset such as gpt2-small that
+ * keeps its own sizes, --image for a model without images); 0 otherwise. */
+int cli_model_check(const cli_model_args *a, const remat_graph *g, const remat_model *m, const char *cmd);
+/* Prints the model options' help, every model with its description. */
+void cli_model_help(void);
+/* "(8, 3, 32, 32)" for node n. */
+const char *cli_shape_str(const remat_graph *g, remat_node n, char *buf, size_t cap);
+
+/* ---------------------------------------------------- synthetic data
+ * Random batches of the right shape and dtype for any model, a pure
+ * function of (seed, step): float inputs uniform on [-1, 1), int32 inputs
+ * (token ids) uniform on [0, vocab), int32 labels uniform on [0, the
+ * logits' last dimension) (classes, or the vocabulary). */
+typedef struct {
+    int64_t nx, ny;         /* elements of the input and labels (0: none) */
+    int x_int, y_int;       /* int32 nodes */
+    int64_t x_range, y_range;
+    uint64_t seed;
+} cli_synth;
+
+int cli_synth_init(cli_synth *s, const remat_graph *g, const remat_model *m, const remat_model_opts *mo,
+                   uint64_t seed);
+/* A remat_batch_fn; user is a cli_synth. */
+remat_status cli_synth_next(void *user, int64_t step, void *input, void *labels);
+
 int cmd_train(int argc, char **argv);
+int cmd_grad(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_bench(int argc, char **argv);

@@ -1,31 +1,83 @@
-/* cmd_bench.c: `remat bench`: one training step per strategy, measured side
- * by side in one run. Every strategy gets its own session on the same
- * synthetic batch and weights; rounds interleave the strategies so that
- * machine noise hits them alike. Reports predicted and measured peak per
- * strategy, the median step time, and ratios against `all`. */
+/* cmd_bench.c: `remat bench`: training steps per strategy, measured side by
+ * side in one run.
+ *
+ * Every strategy (and `optimal` at each --budget) runs in its own child
+ * process, forked before anything is built, with its own graph, session
+ * and synthetic batch (the same for all: same seed, same weights). The
+ * parent drives them in interleaved rounds: each round asks every child in
+ * turn, through a pipe, for one training step, so that machine noise hits
+ * the strategies alike, and only one child computes at a time. The child
+ * times its step (forward, backward and update) itself and sends the time
+ * back; at the end it reports its predicted and measured peaks and exits,
+ * and the parent reads the child's peak resident set size from wait4, so
+ * every row has its own process peak RSS. Rows give the median step time
+ * after the warm-up steps and ratios against `all` (or the first row when
+ * `all` is not benchmarked).
+ */
 #include "cli.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <getopt.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/time.h>
+#include <sys/types.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 static void help(void) {
     printf("usage: remat bench [options]\n"
            "\n"
-           "  --model NAME        mlp | cnn | heavy | heavy-mul (default cnn)\n"
-           "  --batch B           batch size (default 64)\n"
-           "  --data NAME         input shape of: fashion-mnist | mnist | cifar10 (default fashion-mnist)\n"
-           "  --strategies LIST   comma-separated strategies (default all,manual,sqrt)\n"
+           "  --data NAME         input shape of: fashion-mnist | mnist | cifar10 | synthetic\n"
+           "                      (default: the model's own); batches are always synthetic\n"
+           "  --strategies LIST   comma-separated strategies (default all,sqrt; also manual)\n"
            "  --budget SIZE       also run `optimal` within this budget (repeatable)\n"
            "  --steps N           timed steps per strategy (default 10)\n"
            "  --warmup N          untimed steps first (default 2)\n"
            "  --threads T         kernel threads (default: one per core)\n"
-           "  --json              one JSON object per strategy\n"
-           "  --help              this text\n");
+           "  --seed S            weights and synthetic batch (default 42)\n"
+           "  --save-init FILE    also write the initial weights (the same in every row) as\n"
+           "                      safetensors, e.g. for PyTorch to start from\n"
+           "  --json              one JSON object per row (fields in the README)\n"
+           "  --help              this text\n"
+           "\n"
+           "Each row runs in its own process, so its peak RSS is its own; the rows take\n"
+           "their steps in interleaved rounds, one process computing at a time.\n"
+           "\n");
+    cli_model_help();
 }
+
+#define MAX_ROWS 8
+
+/* What a child sends back: after setup, after each step, and at the end. */
+typedef struct {
+    int ok;
+    double seconds;                  /* the step's time */
+    size_t predicted, measured, act; /* peak bytes: total, total, activations */
+    int64_t recomputations;
+    char planner[16];
+    char error[480];
+} reply;
+
+typedef struct {
+    remat_strategy strategy;
+    size_t budget;
+    pid_t pid;
+    int cmd, res;          /* pipes: parent writes commands, reads replies */
+    int alive;
+    reply last;            /* the final report, or the error */
+    double *times;         /* steps */
+    size_t rss;            /* ru_maxrss in bytes */
+} row;
+
+typedef struct {
+    remat_model_opts mo;
+    int64_t threads, seed;
+} config;
 
 static double now_s(void) {
     struct timespec ts;
@@ -38,39 +90,275 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-#define MAX_STRATEGIES 8
+static int write_all(int fd, const void *buf, size_t n) {
+    const char *p = buf;
+    while (n) {
+        ssize_t k = write(fd, p, n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return -1;
+        p += k, n -= (size_t)k;
+    }
+    return 0;
+}
+
+static int read_all(int fd, void *buf, size_t n) {
+    char *p = buf;
+    while (n) {
+        ssize_t k = read(fd, p, n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return -1;
+        p += k, n -= (size_t)k;
+    }
+    return 0;
+}
+
+static void set_error(reply *r, const char *msg) {
+    r->ok = 0;
+    snprintf(r->error, sizeof r->error, "%s", msg);
+}
+
+/* The child: builds everything, then serves commands: 'S' one timed
+ * training step, 'R' the report; end of input (or 'Q') ends it. */
+static void child(const config *cf, const row *me, int cmd, int res) {
+    reply r = {.ok = 1};
+    remat_graph *g = NULL;
+    remat_session *s = NULL;
+    void *x = NULL, *y = NULL;
+    remat_model m;
+    cli_synth syn;
+    if (remat_graph_create(&g) != REMAT_OK || remat_model_build(g, &cf->mo, &m) != REMAT_OK) {
+        set_error(&r, remat_last_error());
+    } else if (cli_synth_init(&syn, g, &m, &cf->mo, (uint64_t)cf->seed)) {
+        set_error(&r, "no synthetic data for this model");
+    } else {
+        remat_session_opts so;
+        remat_session_opts_default(&so);
+        so.threads = (int)cf->threads;
+        so.seed = (uint64_t)cf->seed;
+        so.strategy = me->strategy;
+        so.budget = me->budget;
+        remat_cost_model cm;
+        const char *cost_used = NULL;
+        so.cost_model = cli_cost_model(&cm, NULL, &cost_used);
+        remat_optim_opts oo;
+        remat_optim_opts_default(&oo, REMAT_OPTIM_SGD);
+        oo.momentum = 0.9f;
+        /* regression targets (heavy's scalar chain) blow up at ordinary rates */
+        oo.lr = syn.y_int ? 1e-3f : 1e-9f;
+        x = malloc((size_t)syn.nx * 4);
+        y = syn.ny ? malloc((size_t)syn.ny * 4) : NULL;
+        if (!x || (syn.ny && !y)) set_error(&r, "out of memory for a batch");
+        else if (remat_session_create(&s, g, m.loss, &so) != REMAT_OK || remat_session_set_optimizer(s, &oo) != REMAT_OK)
+            set_error(&r, remat_last_error());
+        else {
+            cli_synth_next(&syn, 0, x, y);
+            remat_session_bind(s, m.input, x);
+            if (y) remat_session_bind(s, m.labels, y);
+        }
+    }
+    int setup_ok = r.ok;
+    if (write_all(res, &r, sizeof r) == 0 && setup_ok) {
+        char c;
+        while (read_all(cmd, &c, 1) == 0 && c != 'Q') {
+            reply q = {.ok = 1};
+            if (c == 'S') {
+                float loss;
+                double t0 = now_s();
+                if (remat_session_step(s, &loss) != REMAT_OK || remat_session_update(s) != REMAT_OK)
+                    set_error(&q, remat_last_error());
+                q.seconds = now_s() - t0;
+            } else {
+                remat_mem_stats meas;
+                remat_plan_summary p;
+                remat_session_mem(s, &meas);
+                if (remat_session_plan(s, &p) != REMAT_OK) {
+                    set_error(&q, remat_last_error());
+                } else {
+                    q.predicted = p.predicted.peak[REMAT_MEM_TOTAL];
+                    q.measured = meas.peak[REMAT_MEM_TOTAL];
+                    q.act = meas.peak[REMAT_MEM_ACT];
+                    q.recomputations = p.recomputations;
+                    snprintf(q.planner, sizeof q.planner, "%s", p.planner);
+                }
+            }
+            if (write_all(res, &q, sizeof q) != 0) break;
+        }
+    }
+    remat_session_destroy(s);
+    remat_graph_destroy(g);
+    free(x), free(y);
+    _exit(0);
+}
+
+/* Starts row k's child; 0 on success. The child closes the pipes of the
+ * rows started before it, so that each pipe has one reader and one writer. */
+static int spawn(const config *cf, row *rows, int k) {
+    row *r = &rows[k];
+    int to_child[2], from_child[2];
+    if (pipe(to_child) != 0) return -1;
+    if (pipe(from_child) != 0) {
+        close(to_child[0]), close(to_child[1]);
+        return -1;
+    }
+    fflush(stdout), fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(to_child[0]), close(to_child[1]), close(from_child[0]), close(from_child[1]);
+        return -1;
+    }
+    if (pid == 0) {
+        close(to_child[1]), close(from_child[0]);
+        for (int j = 0; j < k; j++) {
+            if (rows[j].cmd >= 0) close(rows[j].cmd);
+            if (rows[j].res >= 0) close(rows[j].res);
+        }
+        child(cf, r, to_child[0], from_child[1]);
+    }
+    close(to_child[0]), close(from_child[1]);
+    r->pid = pid, r->cmd = to_child[1], r->res = from_child[0], r->alive = 1;
+    return 0;
+}
+
+/* Ends row r's child and collects its peak RSS. */
+static void reap(row *r) {
+    if (r->pid <= 0) return;
+    if (r->cmd >= 0) {
+        char q = 'Q';
+        (void)write_all(r->cmd, &q, 1);
+        close(r->cmd);
+        r->cmd = -1;
+    }
+    int status = 0;
+    struct rusage ru;
+    memset(&ru, 0, sizeof ru);
+    while (wait4(r->pid, &status, 0, &ru) < 0 && errno == EINTR) {
+    }
+    r->rss = (size_t)ru.ru_maxrss * 1024; /* Linux: KiB */
+    if (WIFSIGNALED(status)) {
+        r->last.ok = 0;
+        snprintf(r->last.error, sizeof r->last.error, "the benchmark process died of signal %d (%s)",
+                 WTERMSIG(status), strsignal(WTERMSIG(status)));
+    }
+    if (r->res >= 0) close(r->res), r->res = -1;
+    r->pid = 0;
+}
+
+/* Sends a command and reads the reply; on a broken pipe, marks the row dead. */
+static int ask(row *r, char c, reply *q) {
+    if (write_all(r->cmd, &c, 1) != 0 || read_all(r->res, q, sizeof *q) != 0) {
+        r->alive = 0;
+        set_error(&r->last, "the benchmark process ended unexpectedly");
+        return -1;
+    }
+    if (!q->ok) {
+        r->alive = 0;
+        r->last = *q;
+        return -1;
+    }
+    return 0;
+}
+
+static void row_name(const row *r, char *buf, size_t cap) {
+    if (r->budget) {
+        char b[32];
+        snprintf(buf, cap, "optimal@%s", cli_fmt_bytes(r->budget, b, sizeof b));
+    } else {
+        snprintf(buf, cap, "%s", remat_strategy_str(r->strategy));
+    }
+}
+
+/* --save-init: a short-lived child builds a session (its weights come from
+ * the seed alone, the same in every row) and writes them, so that the
+ * parent never allocates what the rows' RSS would then include. */
+static int save_init(const config *cf, const char *path) {
+    int fds[2];
+    if (pipe(fds) != 0) return cli_fail("cannot create a pipe");
+    fflush(stdout), fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) return cli_fail("cannot fork");
+    if (pid == 0) {
+        close(fds[0]);
+        reply r = {.ok = 1};
+        remat_graph *g = NULL;
+        remat_session *s = NULL;
+        remat_model m;
+        remat_session_opts so;
+        remat_session_opts_default(&so);
+        so.threads = 1;
+        so.seed = (uint64_t)cf->seed;
+        if (remat_graph_create(&g) != REMAT_OK || remat_model_build(g, &cf->mo, &m) != REMAT_OK ||
+            remat_session_create(&s, g, m.loss, &so) != REMAT_OK || remat_safetensors_save(s, path) != REMAT_OK)
+            set_error(&r, remat_last_error());
+        (void)write_all(fds[1], &r, sizeof r);
+        remat_session_destroy(s);
+        remat_graph_destroy(g);
+        _exit(0);
+    }
+    close(fds[1]);
+    reply r;
+    int ok = read_all(fds[0], &r, sizeof r) == 0;
+    close(fds[0]);
+    int status;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    if (!ok) return cli_fail("writing the initial weights to %s: the process ended unexpectedly", path);
+    if (!r.ok) return cli_fail("%s", r.error);
+    return 0;
+}
+
+/* The peak RSS of a child that does nothing: what every row's RSS holds
+ * before the benchmark allocates anything (the program and its libraries). */
+static size_t idle_rss(void) {
+    fflush(stdout), fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) _exit(0);
+    if (pid < 0) return 0;
+    int status;
+    struct rusage ru;
+    memset(&ru, 0, sizeof ru);
+    while (wait4(pid, &status, 0, &ru) < 0 && errno == EINTR) {
+    }
+    return (size_t)ru.ru_maxrss * 1024;
+}
 
 int cmd_bench(int argc, char **argv) {
-    const char *model = "cnn", *data = "fashion-mnist";
-    char list[256] = "all,manual,sqrt";
-    int64_t batch = 64, steps = 10, warmup = 2, threads = 0;
+    const char *data = NULL, *init_out = NULL;
+    char list[256] = "all,sqrt";
+    int64_t steps = 10, warmup = 2, threads = 0, seed = 42;
     int json = 0;
-    remat_strategy strat[MAX_STRATEGIES];
-    size_t budgets[MAX_STRATEGIES] = {0}, extra_budget[MAX_STRATEGIES];
+    row rows[MAX_ROWS];
+    size_t extra_budget[MAX_ROWS];
     int ns = 0, nb = 0;
+    cli_model_args ma;
+    cli_model_args_init(&ma);
     static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'},   {"batch", required_argument, 0, 'b'},
+        CLI_MODEL_OPTIONS,
         {"data", required_argument, 0, 'd'},    {"strategies", required_argument, 0, 's'},
         {"steps", required_argument, 0, 'n'},   {"warmup", required_argument, 0, 'w'},
         {"threads", required_argument, 0, 't'}, {"json", no_argument, 0, 'j'},
-        {"help", no_argument, 0, 'h'},          {"budget", required_argument, 0, 'B'},
+        {"seed", required_argument, 0, 'S'},    {"help", no_argument, 0, 'h'},
+        {"budget", required_argument, 0, 'B'},  {"save-init", required_argument, 0, 'W'},
         {0, 0, 0, 0}};
     optind = 1;
     opterr = 0;
     int c, idx = 0;
     while ((c = getopt_long(argc, argv, ":h", opts, &idx)) != -1) {
         int bad = 0;
+        if (cli_model_arg(&ma, c, optarg, &bad)) {
+            if (bad) return cli_usage_error("bench", "bad value '%s' for --%s", optarg, opts[idx].name);
+            continue;
+        }
         switch (c) {
-        case 'm': model = optarg; break;
         case 'd': data = optarg; break;
         case 's': bad = strlen(optarg) >= sizeof list; if (!bad) strcpy(list, optarg); break;
-        case 'b': bad = cli_parse_i64(optarg, &batch) || batch < 1; break;
-        case 'n': bad = cli_parse_i64(optarg, &steps) || steps < 1; break;
-        case 'w': bad = cli_parse_i64(optarg, &warmup) || warmup < 0; break;
+        case 'n': bad = cli_parse_i64(optarg, &steps) || steps < 1 || steps > 1000000; break;
+        case 'w': bad = cli_parse_i64(optarg, &warmup) || warmup < 0 || warmup > 1000000; break;
         case 't': bad = cli_parse_i64(optarg, &threads) || threads < 0 || threads > 1024; break;
+        case 'S': bad = cli_parse_i64(optarg, &seed) || seed < 0; break;
         case 'j': json = 1; break;
+        case 'W': init_out = optarg; break;
         case 'B':
-            if (nb == MAX_STRATEGIES) return cli_usage_error("bench", "at most %d budgets", MAX_STRATEGIES);
+            if (nb == MAX_ROWS) return cli_usage_error("bench", "at most %d budgets", MAX_ROWS);
             bad = cli_parse_size(optarg, &extra_budget[nb]) || extra_budget[nb] == 0;
             nb++;
             break;
@@ -81,133 +369,160 @@ int cmd_bench(int argc, char **argv) {
         if (bad) return cli_usage_error("bench", "bad value '%s' for --%s", optarg, opts[idx].name);
     }
     if (optind < argc) return cli_usage_error("bench", "unexpected argument '%s'", argv[optind]);
-
+    if (data && strncmp(data, "tokens:", 7) == 0)
+        return cli_usage_error("bench", "bench runs on synthetic batches; give a data set's name for its shape only");
+    memset(rows, 0, sizeof rows);
     for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
-        if (ns == MAX_STRATEGIES) return cli_usage_error("bench", "at most %d strategies", MAX_STRATEGIES);
-        if (remat_strategy_parse(tok, &strat[ns]) != REMAT_OK) return cli_usage_error("bench", "%s", remat_last_error());
+        if (ns == MAX_ROWS) return cli_usage_error("bench", "at most %d rows", MAX_ROWS);
+        if (remat_strategy_parse(tok, &rows[ns].strategy) != REMAT_OK)
+            return cli_usage_error("bench", "%s", remat_last_error());
         ns++;
     }
     for (int i = 0; i < nb; i++) {
-        if (ns == MAX_STRATEGIES) return cli_usage_error("bench", "at most %d runs", MAX_STRATEGIES);
-        strat[ns] = REMAT_STRATEGY_OPTIMAL;
-        budgets[ns++] = extra_budget[i];
+        if (ns == MAX_ROWS) return cli_usage_error("bench", "at most %d rows (strategies and budgets)", MAX_ROWS);
+        rows[ns].strategy = REMAT_STRATEGY_OPTIMAL;
+        rows[ns++].budget = extra_budget[i];
     }
     if (ns == 0) return cli_usage_error("bench", "no strategy given");
-    remat_model_opts mo;
-    remat_model_opts_default(&mo);
-    mo.name = model;
-    mo.batch = batch;
-    if (cli_data_shape(data, &mo.channels, &mo.height, &mo.width))
-        return cli_usage_error("bench", "unknown data set '%s' (known: fashion-mnist, mnist, cifar10)", data);
+    config cf = {.threads = threads, .seed = seed};
+    int u = cli_model_opts(&ma, data, "bench", &cf.mo);
+    if (u) return u;
 
-    int rc = 1;
-    remat_graph *g = NULL;
-    remat_session *s[MAX_STRATEGIES] = {0};
-    double *times = calloc((size_t)(ns * steps), sizeof *times);
-    float *x = NULL;
-    int32_t *y = NULL;
-    remat_model m;
-    if (!times) goto fail;
-    if (remat_graph_create(&g) != REMAT_OK || remat_model_build(g, &mo, &m) != REMAT_OK) goto fail;
-    int64_t xd[REMAT_MAX_DIMS], nx = 1, yd[REMAT_MAX_DIMS], ny = 1;
-    for (int i = 0, nd = remat_node_shape(g, m.input, xd); i < nd; i++) nx *= xd[i];
-    for (int i = 0, nd = remat_node_shape(g, m.labels, yd); i < nd; i++) ny *= yd[i];
-    x = malloc((size_t)nx * sizeof *x);
-    y = malloc((size_t)ny * sizeof *y);
-    if (!x || !y) goto fail;
-    int float_target = strncmp(model, "heavy", 5) == 0;
-    for (int64_t i = 0; i < nx; i++) x[i] = float_target ? 1.0f : (float)((i * 7919) % 1000) / 500.0f - 1.0f;
-    for (int64_t i = 0; i < ny; i++) {
-        if (float_target) ((float *)y)[i] = 0.5f;
-        else y[i] = (int32_t)((i * 7) % 10);
-    }
-    for (int k = 0; k < ns; k++) {
-        remat_session_opts so;
-        remat_session_opts_default(&so);
-        so.threads = (int)threads;
-        so.strategy = strat[k];
-        so.budget = budgets[k];
-        remat_cost_model cm;
-        const char *cost_used = NULL;
-        so.cost_model = cli_cost_model(&cm, NULL, &cost_used);
-        if (remat_session_create(&s[k], g, m.loss, &so) != REMAT_OK) goto fail;
-        remat_optim_opts oo;
-        remat_optim_opts_default(&oo, REMAT_OPTIM_SGD);
-        oo.momentum = 0.9f;
-        oo.lr = float_target ? 1e-9f : 1e-3f;
-        if (remat_session_set_optimizer(s[k], &oo) != REMAT_OK) goto fail;
-        remat_session_bind(s[k], m.input, x);
-        remat_session_bind(s[k], m.labels, y);
-    }
-    if (!json)
-        fprintf(stderr, "benchmarking %s, batch %lld: %d strategies, %lld warm-up + %lld timed steps each\n", model,
-                (long long)batch, ns, (long long)warmup, (long long)steps);
-    for (int64_t r = 0; r < warmup + steps; r++)
-        for (int k = 0; k < ns; k++) {
-            float loss;
-            double t0 = now_s();
-            if (remat_session_step(s[k], &loss) != REMAT_OK || remat_session_update(s[k]) != REMAT_OK) goto fail;
-            if (r >= warmup) times[k * steps + (r - warmup)] = now_s() - t0;
+    /* A child that finds its pipe closed must not kill the parent. */
+    signal(SIGPIPE, SIG_IGN);
+    {
+        /* the model must build, with every option showing, before any row starts */
+        remat_graph *pg = NULL;
+        remat_model pm;
+        if (remat_graph_create(&pg) != REMAT_OK || remat_model_build(pg, &cf.mo, &pm) != REMAT_OK) {
+            remat_graph_destroy(pg);
+            return cli_fail("%s", remat_last_error());
         }
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    double base_t = 0;
-    size_t base_act = 0, base_total = 0;
-    if (!json)
-        printf("%-20s %14s %14s %14s %14s %10s %9s %9s %9s\n", "strategy", "predicted", "measured", "activations",
-               "recomputed", "step (s)", "time/all", "act/all", "peak/all");
+        u = cli_model_check(&ma, pg, &pm, "bench");
+        remat_graph_destroy(pg);
+        if (u) return u;
+    }
+    if (init_out && save_init(&cf, init_out)) return 1;
+    size_t base_rss = idle_rss();
+    int rc = 0;
     for (int k = 0; k < ns; k++) {
-        remat_mem_stats meas;
-        remat_plan_summary p;
-        remat_session_mem(s[k], &meas);
-        if (remat_session_plan(s[k], &p) != REMAT_OK) goto fail;
-        qsort(times + k * steps, (size_t)steps, sizeof(double), cmp_double);
-        double med = times[k * steps + steps / 2];
-        if (k == 0) base_t = med, base_act = meas.peak[REMAT_MEM_ACT], base_total = meas.peak[REMAT_MEM_TOTAL];
-        double rt = med / base_t, ra = base_act ? (double)meas.peak[REMAT_MEM_ACT] / (double)base_act : 0,
-               rp = (double)meas.peak[REMAT_MEM_TOTAL] / (double)base_total;
+        rows[k].cmd = rows[k].res = -1;
+        rows[k].last.ok = 1;
+        rows[k].times = calloc((size_t)steps, sizeof(double));
+        if (!rows[k].times || spawn(&cf, rows, k) != 0) {
+            set_error(&rows[k].last, "cannot start a benchmark process");
+            rows[k].alive = 0;
+            continue;
+        }
+        reply r;
+        if (read_all(rows[k].res, &r, sizeof r) != 0) {
+            rows[k].alive = 0;
+            set_error(&rows[k].last, "the benchmark process ended during setup");
+        } else if (!r.ok) {
+            rows[k].alive = 0;
+            rows[k].last = r;
+        }
+        if (!rows[k].alive) reap(&rows[k]);
+    }
+    if (!json)
+        fprintf(stderr, "benchmarking %s, batch %lld: %d rows, %lld warm-up + %lld timed steps each, interleaved\n",
+                cf.mo.name, (long long)cf.mo.batch, ns, (long long)warmup, (long long)steps);
+    for (int64_t round = 0; round < warmup + steps; round++)
+        for (int k = 0; k < ns; k++) {
+            reply q;
+            if (!rows[k].alive || ask(&rows[k], 'S', &q) != 0) continue;
+            if (round >= warmup) rows[k].times[round - warmup] = q.seconds;
+        }
+    for (int k = 0; k < ns; k++) {
+        reply q;
+        if (rows[k].alive && ask(&rows[k], 'R', &q) == 0) rows[k].last = q;
+        reap(&rows[k]);
+    }
+
+    /* the baseline: `all` without a budget, else the first row that ran */
+    int base = -1;
+    for (int k = 0; k < ns && base < 0; k++)
+        if (rows[k].last.ok && rows[k].strategy == REMAT_STRATEGY_ALL && !rows[k].budget) base = k;
+    for (int k = 0; k < ns && base < 0; k++)
+        if (rows[k].last.ok) base = k;
+    double med[MAX_ROWS] = {0};
+    for (int k = 0; k < ns; k++)
+        if (rows[k].last.ok) {
+            qsort(rows[k].times, (size_t)steps, sizeof(double), cmp_double);
+            med[k] = steps % 2 ? rows[k].times[steps / 2]
+                               : 0.5 * (rows[k].times[steps / 2 - 1] + rows[k].times[steps / 2]);
+        }
+    char base_name[48] = "";
+    if (base >= 0) row_name(&rows[base], base_name, sizeof base_name);
+    if (!json)
+        printf("%-20s %12s %12s %12s %12s %10s %10s %9s %9s %9s\n", "strategy", "predicted", "measured", "peak RSS",
+               "activations", "recomputed", "step (s)", "time", "peak", "RSS");
+    for (int k = 0; k < ns; k++) {
+        const row *r = &rows[k];
+        char name[48];
+        row_name(r, name, sizeof name);
+        if (!r->last.ok) {
+            rc = 1;
+            if (json) {
+                cJSON *o = cJSON_CreateObject();
+                cJSON_AddStringToObject(o, "model", cf.mo.name);
+                cJSON_AddNumberToObject(o, "batch", (double)cf.mo.batch);
+                cJSON_AddStringToObject(o, "strategy", remat_strategy_str(r->strategy));
+                if (r->budget) cJSON_AddNumberToObject(o, "budget_bytes", (double)r->budget);
+                cJSON_AddStringToObject(o, "error", r->last.error);
+                char *t = cJSON_PrintUnformatted(o);
+                printf("%s\n", t);
+                cJSON_free(t);
+                cJSON_Delete(o);
+            } else {
+                printf("%-20s failed: %s\n", name, r->last.error);
+            }
+            continue;
+        }
+        const row *b = &rows[base];
+        double rt = med[k] / med[base];
+        double rp = (double)r->last.measured / (double)b->last.measured;
+        double rr = b->rss ? (double)r->rss / (double)b->rss : 0.0;
         if (json) {
             cJSON *o = cJSON_CreateObject();
-            cJSON_AddStringToObject(o, "model", model);
-            cJSON_AddNumberToObject(o, "batch", (double)batch);
-            cJSON_AddStringToObject(o, "strategy", remat_strategy_str(strat[k]));
-            if (budgets[k]) cJSON_AddNumberToObject(o, "budget_bytes", (double)budgets[k]);
-            cJSON_AddNumberToObject(o, "predicted_peak_bytes", (double)p.predicted.peak[REMAT_MEM_TOTAL]);
-            cJSON_AddNumberToObject(o, "measured_peak_bytes", (double)meas.peak[REMAT_MEM_TOTAL]);
-            cJSON_AddNumberToObject(o, "activation_bytes", (double)meas.peak[REMAT_MEM_ACT]);
-            cJSON_AddNumberToObject(o, "recomputations", (double)p.recomputations);
-            cJSON_AddNumberToObject(o, "median_step_seconds", med);
-            cJSON_AddNumberToObject(o, "time_ratio_vs_first", rt);
-            cJSON_AddNumberToObject(o, "activation_ratio_vs_first", ra);
-            cJSON_AddNumberToObject(o, "peak_ratio_vs_first", rp);
-            cJSON_AddNumberToObject(o, "process_peak_rss_bytes", (double)ru.ru_maxrss * 1024.0);
+            cJSON_AddStringToObject(o, "model", cf.mo.name);
+            cJSON_AddNumberToObject(o, "batch", (double)cf.mo.batch);
+            cJSON_AddStringToObject(o, "strategy", remat_strategy_str(r->strategy));
+            if (r->budget) cJSON_AddNumberToObject(o, "budget_bytes", (double)r->budget);
+            cJSON_AddStringToObject(o, "planner", r->last.planner);
+            cJSON_AddNumberToObject(o, "predicted_peak_bytes", (double)r->last.predicted);
+            cJSON_AddNumberToObject(o, "measured_peak_bytes", (double)r->last.measured);
+            cJSON_AddNumberToObject(o, "activation_bytes", (double)r->last.act);
+            cJSON_AddNumberToObject(o, "process_peak_rss_bytes", (double)r->rss);
+            cJSON_AddNumberToObject(o, "idle_process_rss_bytes", (double)base_rss);
+            cJSON_AddNumberToObject(o, "recomputations", (double)r->last.recomputations);
+            cJSON_AddNumberToObject(o, "warmup_steps", (double)warmup);
+            cJSON_AddNumberToObject(o, "timed_steps", (double)steps);
+            cJSON_AddNumberToObject(o, "median_step_seconds", med[k]);
+            cJSON_AddStringToObject(o, "baseline", base_name);
+            cJSON_AddNumberToObject(o, "time_ratio", rt);
+            cJSON_AddNumberToObject(o, "overhead_percent", 100.0 * (rt - 1.0));
+            cJSON_AddNumberToObject(o, "peak_ratio", rp);
+            cJSON_AddNumberToObject(o, "rss_ratio", rr);
             char *t = cJSON_PrintUnformatted(o);
             printf("%s\n", t);
             cJSON_free(t);
             cJSON_Delete(o);
         } else {
-            char name[48];
-            if (budgets[k]) {
-                char b[32];
-                snprintf(name, sizeof name, "optimal@%s", cli_fmt_bytes(budgets[k], b, sizeof b));
-            } else {
-                snprintf(name, sizeof name, "%s", remat_strategy_str(strat[k]));
-            }
-            printf("%-20s %14zu %14zu %14zu %14lld %10.4f %9.3f %9.3f %9.3f\n", name,
-                   p.predicted.peak[REMAT_MEM_TOTAL], meas.peak[REMAT_MEM_TOTAL], meas.peak[REMAT_MEM_ACT],
-                   (long long)p.recomputations, med, rt, ra, rp);
+            char p1[32], p2[32], p3[32], p4[32];
+            printf("%-20s %12s %12s %12s %12s %10lld %10.4f %9.3f %9.3f %9.3f\n", name,
+                   cli_fmt_bytes(r->last.predicted, p1, sizeof p1), cli_fmt_bytes(r->last.measured, p2, sizeof p2),
+                   cli_fmt_bytes(r->rss, p3, sizeof p3), cli_fmt_bytes(r->last.act, p4, sizeof p4),
+                   (long long)r->last.recomputations, med[k], rt, rp, rr);
         }
     }
-    if (!json)
-        printf("(bytes; ratios against the first strategy; process peak RSS %.1f MiB for all sessions together)\n",
-               (double)ru.ru_maxrss / 1024.0);
-    rc = 0;
-    goto done;
-fail:
-    cli_fail("%s", remat_last_error());
-done:
-    for (int k = 0; k < ns; k++) remat_session_destroy(s[k]);
-    remat_graph_destroy(g);
-    free(times), free(x), free(y);
+    if (!json && base >= 0) {
+        char b[32];
+        printf("(median of %lld steps after %lld warm-up; ratios against %s; peak RSS per process, of which "
+               "%s before anything is built)\n",
+               (long long)steps, (long long)warmup, base_name, cli_fmt_bytes(base_rss, b, sizeof b));
+    }
+    for (int k = 0; k < ns; k++) free(rows[k].times);
+    if (rc) cli_fail("some rows failed (see above)");
     return rc;
 }

@@ -10,28 +10,20 @@
 static void help(void) {
     printf("usage: remat info [options]\n"
            "\n"
-           "  --model NAME    mlp | cnn | heavy | heavy-mul (default cnn)\n"
-           "  --batch B       batch size (default 64)\n"
-           "  --data NAME     input shape of this data set: fashion-mnist | mnist | cifar10\n"
-           "                  (default fashion-mnist)\n"
+           "  --data NAME     input shape of this data set: fashion-mnist | mnist | cifar10 |\n"
+           "                  synthetic (default: the model's own input shape)\n"
            "  --json          one JSON object per node, then one with the totals\n"
-           "  --help          this text\n");
-}
-
-static void shape_str(const remat_graph *g, remat_node n, char *buf, size_t cap) {
-    int64_t d[REMAT_MAX_DIMS];
-    int nd = remat_node_shape(g, n, d);
-    size_t u = (size_t)snprintf(buf, cap, "(");
-    for (int i = 0; i < nd && u < cap; i++) u += (size_t)snprintf(buf + u, cap - u, "%s%lld", i ? ", " : "", (long long)d[i]);
-    if (u < cap) snprintf(buf + u, cap - u, ")");
+           "  --help          this text\n"
+           "\n");
+    cli_model_help();
 }
 
 int cmd_info(int argc, char **argv) {
-    const char *model = "cnn", *data = "fashion-mnist";
-    int64_t batch = 64;
+    const char *data = NULL;
     int json = 0;
-    static const struct option opts[] = {{"model", required_argument, 0, 'm'},
-                                         {"batch", required_argument, 0, 'b'},
+    cli_model_args ma;
+    cli_model_args_init(&ma);
+    static const struct option opts[] = {CLI_MODEL_OPTIONS,
                                          {"data", required_argument, 0, 'd'},
                                          {"json", no_argument, 0, 'j'},
                                          {"help", no_argument, 0, 'h'},
@@ -40,13 +32,13 @@ int cmd_info(int argc, char **argv) {
     opterr = 0;
     int c, idx = 0;
     while ((c = getopt_long(argc, argv, ":h", opts, &idx)) != -1) {
+        int bad = 0;
+        if (cli_model_arg(&ma, c, optarg, &bad)) {
+            if (bad) return cli_usage_error("info", "bad value '%s' for --%s", optarg, opts[idx].name);
+            continue;
+        }
         switch (c) {
-        case 'm': model = optarg; break;
         case 'd': data = optarg; break;
-        case 'b':
-            if (cli_parse_i64(optarg, &batch) || batch < 1)
-                return cli_usage_error("info", "bad value '%s' for --batch", optarg);
-            break;
         case 'j': json = 1; break;
         case 'h': help(); return 0;
         case ':': return cli_usage_error("info", "option '%s' needs a value", argv[optind - 1]);
@@ -55,16 +47,19 @@ int cmd_info(int argc, char **argv) {
     }
     if (optind < argc) return cli_usage_error("info", "unexpected argument '%s'", argv[optind]);
     remat_model_opts mo;
-    remat_model_opts_default(&mo);
-    mo.name = model;
-    mo.batch = batch;
-    if (cli_data_shape(data, &mo.channels, &mo.height, &mo.width))
-        return cli_usage_error("info", "unknown data set '%s' (known: fashion-mnist, mnist, cifar10)", data);
+    int u = cli_model_opts(&ma, data, "info", &mo);
+    if (u) return u;
+    const char *model = mo.name;
+    int64_t batch = mo.batch;
     remat_graph *g = NULL;
     remat_session *s = NULL;
     remat_model m;
     int rc = 1;
     if (remat_graph_create(&g) != REMAT_OK || remat_model_build(g, &mo, &m) != REMAT_OK) goto fail;
+    if ((u = cli_model_check(&ma, g, &m, "info"))) {
+        rc = u;
+        goto done;
+    }
     remat_session_opts so;
     remat_session_opts_default(&so);
     so.threads = 1;
@@ -89,7 +84,7 @@ int cmd_info(int argc, char **argv) {
         total_params += params;
         total_saved += saved;
         char sh[64], sb[32];
-        shape_str(g, n, sh, sizeof sh);
+        cli_shape_str(g, n, sh, sizeof sh);
         if (json) {
             cJSON *o = cJSON_CreateObject();
             cJSON_AddNumberToObject(o, "node", n);
@@ -123,8 +118,8 @@ int cmd_info(int argc, char **argv) {
         cJSON_Delete(o);
     } else {
         char b[32];
-        printf("\nmodel %s, batch %lld, input %lldx%lldx%lld\n", model, (long long)batch, (long long)mo.channels,
-               (long long)mo.height, (long long)mo.width);
+        char in[64];
+        printf("\nmodel %s, batch %lld, input %s\n", model, (long long)batch, cli_shape_str(g, m.input, in, sizeof in));
         printf("parameters: %lld (%s)\n", (long long)total_params, cli_fmt_bytes((size_t)total_params * 4, b, sizeof b));
         printf("kept for backward: %s\n", cli_fmt_bytes(total_saved, b, sizeof b));
         printf("predicted peak of a training step (store everything):\n");

@@ -11,10 +11,8 @@
 static void help(void) {
     printf("usage: remat plan [options]\n"
            "\n"
-           "  --model NAME      mlp | cnn | heavy | heavy-mul (default cnn)\n"
-           "  --batch B         batch size (default 64)\n"
-           "  --data NAME       input shape of this data set: fashion-mnist | mnist | cifar10\n"
-           "                    (default fashion-mnist)\n"
+           "  --data NAME       input shape of this data set: fashion-mnist | mnist | cifar10 |\n"
+           "                    synthetic (default: the model's own input shape)\n"
            "  --strategy S      auto | all | manual | sqrt | optimal (default auto: optimal\n"
            "                    with a budget, all without)\n"
            "  --budget SIZE     the step's peak must fit, e.g. 512MiB, 2GiB, 1000000\n"
@@ -32,7 +30,9 @@ static void help(void) {
            "                    if any; else plans are costed in FLOPs)\n"
            "  --verbose         list every instruction of the step\n"
            "  --json            one JSON object (with the instructions if --verbose)\n"
-           "  --help            this text\n");
+           "  --help            this text\n"
+           "\n");
+    cli_model_help();
 }
 
 /* Plans a session for the strategy and budget; fills the summary. */
@@ -247,16 +247,18 @@ done:
 }
 
 int cmd_plan(int argc, char **argv) {
-    const char *model = "cnn", *data = "fashion-mnist", *optim = "sgd", *strategy = "auto", *plot = NULL;
+    const char *data = NULL, *optim = "sgd", *strategy = "auto", *plot = NULL;
+    cli_model_args ma;
+    cli_model_args_init(&ma);
     int sweep = 0;
     const char *chain_file = NULL, *cost_file = NULL, *cost_used = NULL;
     remat_cost_model cm;
     int64_t slots = 0;
-    int64_t batch = 64, threads = 0;
+    int64_t threads = 0;
     size_t budget = 0;
     int json = 0, verbose = 0;
     static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'},    {"batch", required_argument, 0, 'b'},
+        CLI_MODEL_OPTIONS,
         {"data", required_argument, 0, 'd'},     {"strategy", required_argument, 0, 's'},
         {"budget", required_argument, 0, 'B'},   {"optim", required_argument, 0, 'o'},
         {"threads", required_argument, 0, 't'},  {"verbose", no_argument, 0, 'v'},
@@ -270,12 +272,14 @@ int cmd_plan(int argc, char **argv) {
     int c, idx = 0;
     while ((c = getopt_long(argc, argv, ":hv", opts, &idx)) != -1) {
         int bad = 0;
+        if (cli_model_arg(&ma, c, optarg, &bad)) {
+            if (bad) return cli_usage_error("plan", "bad value '%s' for --%s", optarg, opts[idx].name);
+            continue;
+        }
         switch (c) {
-        case 'm': model = optarg; break;
         case 'd': data = optarg; break;
         case 's': strategy = optarg; break;
         case 'o': optim = optarg; break;
-        case 'b': bad = cli_parse_i64(optarg, &batch) || batch < 1; break;
         case 't': bad = cli_parse_i64(optarg, &threads) || threads < 0 || threads > 1024; break;
         case 'B': bad = cli_parse_size(optarg, &budget) || budget == 0; break;
         case 'v': verbose = 1; break;
@@ -310,16 +314,27 @@ int cmd_plan(int argc, char **argv) {
         return cli_usage_error("plan", "unknown optimizer '%s' (known: none, sgd, adamw)", optim);
     }
     remat_model_opts mo;
-    remat_model_opts_default(&mo);
-    mo.name = model;
-    mo.batch = batch;
-    if (cli_data_shape(data, &mo.channels, &mo.height, &mo.width))
-        return cli_usage_error("plan", "unknown data set '%s' (known: fashion-mnist, mnist, cifar10)", data);
+    int u = cli_model_opts(&ma, data, "plan", &mo);
+    if (u) return u;
+    const char *model = mo.name;
+    int64_t batch = mo.batch;
 
     if (plot && !sweep) return cli_usage_error("plan", "--plot needs --sweep");
     if (chain_file) {
         if (!budget) return cli_usage_error("plan", "--chain needs --budget");
         return plan_chain(chain_file, budget, (int)slots, json);
+    }
+    {
+        /* the options must show in the model before anything is planned */
+        remat_graph *pg = NULL;
+        remat_model pm;
+        if (remat_graph_create(&pg) != REMAT_OK || remat_model_build(pg, &mo, &pm) != REMAT_OK) {
+            remat_graph_destroy(pg);
+            return cli_fail("%s", remat_last_error());
+        }
+        u = cli_model_check(&ma, pg, &pm, "plan");
+        remat_graph_destroy(pg);
+        if (u) return u;
     }
     if (sweep) return plan_sweep(&mo, &so, has_optim ? &oo : NULL, json, plot);
     remat_graph *g = NULL;

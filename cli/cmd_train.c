@@ -1,5 +1,10 @@
-/* cmd_train.c: `remat train`: build a model, load a data set, train with a
- * progress bar (or one JSON object per line), then report test accuracy. */
+/* cmd_train.c: `remat train`: build a model, then either train it on a
+ * data set with a progress bar (or one JSON object per line) and report
+ * test accuracy after each epoch, or train it from a stream of batches
+ * (synthetic data, or random windows of a token file for a language model)
+ * in evaluation-free epochs of --steps steps, with a progress line every
+ * --log-every steps. Weights can start from a safetensors file and be
+ * saved to one. */
 #include "cli.h"
 
 #include <cjson/cJSON.h>
@@ -11,41 +16,57 @@
 static void help(void) {
     printf("usage: remat train [options]\n"
            "\n"
-           "  --model NAME        mlp | cnn (default cnn)\n"
-           "  --data NAME         fashion-mnist | mnist | cifar10 (default fashion-mnist)\n"
-           "  --data-dir DIR      where the data files are (default for fashion-mnist:\n"
+           "  --data NAME         what to train on (default fashion-mnist for models that take\n"
+           "                      1x28x28 images, mlp and cnn; other models need --data):\n"
+           "                        fashion-mnist | mnist | cifar10   a data set; epochs go\n"
+           "                          over it, each followed by a test evaluation\n"
+           "                        synthetic   random batches of the model's input and\n"
+           "                          label shapes, from the seed; no evaluation\n"
+           "                        tokens:FILE   a language model (gpt2) on random windows\n"
+           "                          of context+1 tokens of FILE, a flat file of\n"
+           "                          little-endian uint16 token ids; no evaluation\n"
+           "  --data-dir DIR      where the data set files are (default for fashion-mnist:\n"
            "                      /usr/share/datasets/fashion-mnist, from Debian's\n"
            "                      dataset-fashion-mnist package)\n"
            "  --epochs N          epochs to train (default 1)\n"
-           "  --steps N           optimizer steps to train instead of epochs\n"
-           "  --batch B           batch size (default 64)\n"
+           "  --steps N           data sets: optimizer steps to train instead of epochs;\n"
+           "                      synthetic and tokens: steps per epoch (default 100)\n"
+           "  --log-every N       synthetic and tokens: a progress line every N steps, with\n"
+           "                      the loss, its mean over those steps and the step time\n"
+           "                      (default 10)\n"
            "  --optim NAME        sgd | adamw (default adamw)\n"
            "  --lr LR             learning rate (default 0.001 for adamw, 0.01 for sgd)\n"
            "  --momentum M        SGD momentum (default 0.9)\n"
            "  --nesterov          SGD with Nesterov momentum\n"
            "  --weight-decay W    weight decay (default 0.01 for adamw, 0 for sgd)\n"
-           "  --dropout-scale S   multiply every dropout rate by S (0 turns dropout off)\n"
            "  --strategy S        auto | all | manual | sqrt | optimal: which activations to\n"
            "                      keep (default auto: optimal with a budget, all without)\n"
            "  --budget SIZE       fail before training unless a step fits, e.g. 512MiB, 2GiB\n"
-           "  --checkpoint-blocks N  for --strategy manual: checkpoint only the first N\n"
-           "                      blocks of the model (default: every block)\n"
-           "  --seed S            seed for initialization, shuffling and dropout (default 42)\n"
+           "  --seed S            seed for initialization, shuffling, token windows,\n"
+           "                      synthetic data and dropout (default 42)\n"
            "  --threads T         kernel threads (default: one per core)\n"
            "  --train-limit N     train on the first N training samples only\n"
            "  --test-limit N      evaluate on the first N test samples only\n"
+           "  --init-from FILE    start from the weights in a safetensors file (PyTorch\n"
+           "                      state_dict names; every parameter and buffer must be there\n"
+           "                      with dtype F32 and its shape)\n"
            "  --save FILE         write the trained weights as safetensors\n"
            "  --json              one JSON object per line: per step and per evaluation\n"
-           "  --help              this text\n");
+           "  --help              this text\n"
+           "\n");
+    cli_model_help();
 }
 
 typedef struct {
     int json, tty;
     int64_t epochs_total;
-    char line[256];
+    /* streams */
+    int64_t log_every, tokens_per_row; /* tokens_per_row: a language model's context, or 0 */
+    double window_loss, window_seconds, epoch_loss;
+    int64_t window_n;
 } progress;
 
-static void print_json_step(const remat_event *ev) {
+static void print_json_step(const remat_event *ev, const progress *p) {
     cJSON *o = cJSON_CreateObject();
     char buf[64];
     cJSON_AddStringToObject(o, "event", "step");
@@ -53,8 +74,14 @@ static void print_json_step(const remat_event *ev) {
     cJSON_AddNumberToObject(o, "step", (double)ev->step);
     snprintf(buf, sizeof buf, "%.9g", ev->loss);
     cJSON_AddRawToObject(o, "loss", buf);
+    snprintf(buf, sizeof buf, "%.6f", ev->step_seconds);
+    cJSON_AddRawToObject(o, "step_seconds", buf);
     snprintf(buf, sizeof buf, "%.1f", ev->images_per_s);
     cJSON_AddRawToObject(o, "images_per_s", buf);
+    if (p->tokens_per_row) {
+        snprintf(buf, sizeof buf, "%.1f", ev->images_per_s * (double)p->tokens_per_row);
+        cJSON_AddRawToObject(o, "tokens_per_s", buf);
+    }
     cJSON_AddNumberToObject(o, "peak_bytes", (double)ev->peak_bytes);
     char *s = cJSON_PrintUnformatted(o);
     printf("%s\n", s);
@@ -80,10 +107,11 @@ static void print_json_eval(const remat_event *ev) {
     cJSON_Delete(o);
 }
 
+/* Data sets: a bar per epoch, then the evaluation. */
 static void on_event(const remat_event *ev, void *user) {
     progress *p = user;
     if (p->json) {
-        if (ev->kind == REMAT_EVENT_STEP) print_json_step(ev);
+        if (ev->kind == REMAT_EVENT_STEP) print_json_step(ev, p);
         else print_json_eval(ev);
         fflush(stdout);
         return;
@@ -110,53 +138,98 @@ static void on_event(const remat_event *ev, void *user) {
     }
 }
 
+/* Streams: a line every log_every steps and one per epoch. */
+static void on_stream_event(const remat_event *ev, void *user) {
+    progress *p = user;
+    if (p->json) {
+        print_json_step(ev, p);
+        fflush(stdout);
+        return;
+    }
+    if (ev->step_in_epoch == 1) p->epoch_loss = 0;
+    p->window_loss += ev->loss, p->window_seconds += ev->step_seconds, p->window_n++;
+    p->epoch_loss += ev->loss;
+    int last = ev->step_in_epoch == ev->steps_in_epoch;
+    if (ev->step_in_epoch % p->log_every == 0 || last || ev->step == 1) {
+        char mem[32], rate[64];
+        if (p->tokens_per_row)
+            snprintf(rate, sizeof rate, "%.0f tokens/s", ev->images_per_s * (double)p->tokens_per_row);
+        else
+            snprintf(rate, sizeof rate, "%.1f samples/s", ev->images_per_s);
+        printf("epoch %lld/%lld step %lld/%lld: loss %.4f (mean of %lld: %.4f), %.3f s/step, %s, peak %s\n",
+               (long long)ev->epoch + 1, (long long)p->epochs_total, (long long)ev->step_in_epoch,
+               (long long)ev->steps_in_epoch, ev->loss, (long long)p->window_n, p->window_loss / (double)p->window_n,
+               p->window_seconds / (double)p->window_n, rate, cli_fmt_bytes(ev->peak_bytes, mem, sizeof mem));
+        p->window_loss = p->window_seconds = 0, p->window_n = 0;
+    }
+    if (last)
+        printf("epoch %lld: mean training loss %.4f over %lld steps (%.1f s)\n", (long long)ev->epoch + 1,
+               p->epoch_loss / (double)ev->steps_in_epoch, (long long)ev->steps_in_epoch, ev->seconds);
+    fflush(stdout);
+}
+
+/* 0 if the folder that will hold path exists and is writable (so that a
+ * long run does not end in a failed save). */
+static int check_writable(const char *path) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == dir) dir[1] = 0;
+    else *slash = 0;
+    return access(dir, W_OK);
+}
+
 int cmd_train(int argc, char **argv) {
-    const char *model = "cnn", *data = "fashion-mnist", *dir = NULL, *optim = "adamw", *save = NULL;
+    const char *data = NULL, *dir = NULL, *optim = "adamw", *save = NULL, *init_from = NULL;
     const char *strategy = "auto";
     size_t budget = 0;
-    int64_t ckpt_blocks = -1;
-    int64_t epochs = 1, steps = 0, batch = 64, threads = 0, train_limit = 0, test_limit = 0;
+    int64_t epochs = 1, steps = 0, threads = 0, train_limit = 0, test_limit = 0, log_every = 10;
     int64_t seed = 42;
-    float lr = -1, momentum = 0.9f, wd = -1, dscale = 1.0f;
+    float lr = -1, momentum = 0.9f, wd = -1;
     int json = 0, nesterov = 0;
+    cli_model_args ma;
+    cli_model_args_init(&ma);
     static const struct option opts[] = {
-        {"model", required_argument, 0, 'm'},       {"data", required_argument, 0, 'd'},
-        {"data-dir", required_argument, 0, 'D'},    {"epochs", required_argument, 0, 'e'},
-        {"steps", required_argument, 0, 's'},       {"batch", required_argument, 0, 'b'},
+        CLI_MODEL_OPTIONS,
+        {"data", required_argument, 0, 'd'},        {"data-dir", required_argument, 0, 'D'},
+        {"epochs", required_argument, 0, 'e'},      {"steps", required_argument, 0, 's'},
         {"optim", required_argument, 0, 'o'},       {"lr", required_argument, 0, 'l'},
         {"momentum", required_argument, 0, 'M'},    {"nesterov", no_argument, 0, 'N'},
-        {"weight-decay", required_argument, 0, 'w'}, {"dropout-scale", required_argument, 0, 'p'},
+        {"weight-decay", required_argument, 0, 'w'}, {"log-every", required_argument, 0, 'E'},
         {"seed", required_argument, 0, 'S'},        {"threads", required_argument, 0, 't'},
         {"train-limit", required_argument, 0, 'L'}, {"test-limit", required_argument, 0, 'T'},
-        {"save", required_argument, 0, 'W'},        {"json", no_argument, 0, 'j'},
+        {"save", required_argument, 0, 'W'},        {"init-from", required_argument, 0, 'I'},
+        {"json", no_argument, 0, 'j'},
         {"strategy", required_argument, 0, 'y'},    {"budget", required_argument, 0, 'B'},
-        {"checkpoint-blocks", required_argument, 0, 'k'},
         {"help", no_argument, 0, 'h'},              {0, 0, 0, 0}};
     optind = 1;
     opterr = 0;
     int c, idx = 0;
     while ((c = getopt_long(argc, argv, ":h", opts, &idx)) != -1) {
         int bad = 0;
+        if (cli_model_arg(&ma, c, optarg, &bad)) {
+            if (bad) return cli_usage_error("train", "bad value '%s' for --%s", optarg, opts[idx].name);
+            continue;
+        }
         switch (c) {
-        case 'm': model = optarg; break;
         case 'd': data = optarg; break;
         case 'D': dir = optarg; break;
         case 'e': bad = cli_parse_i64(optarg, &epochs) || epochs < 1; break;
         case 's': bad = cli_parse_i64(optarg, &steps) || steps < 1; break;
-        case 'b': bad = cli_parse_i64(optarg, &batch) || batch < 1; break;
+        case 'E': bad = cli_parse_i64(optarg, &log_every) || log_every < 1; break;
         case 'o': optim = optarg; break;
         case 'l': bad = cli_parse_float(optarg, &lr) || !(lr > 0); break;
         case 'M': bad = cli_parse_float(optarg, &momentum) || momentum < 0; break;
         case 'N': nesterov = 1; break;
         case 'w': bad = cli_parse_float(optarg, &wd) || wd < 0; break;
-        case 'p': bad = cli_parse_float(optarg, &dscale) || dscale < 0; break;
         case 'S': bad = cli_parse_i64(optarg, &seed) || seed < 0; break;
         case 't': bad = cli_parse_i64(optarg, &threads) || threads < 0 || threads > 1024; break;
         case 'L': bad = cli_parse_i64(optarg, &train_limit) || train_limit < 1; break;
         case 'T': bad = cli_parse_i64(optarg, &test_limit) || test_limit < 1; break;
         case 'W': save = optarg; break;
+        case 'I': init_from = optarg; break;
         case 'y': strategy = optarg; break;
-        case 'k': bad = cli_parse_i64(optarg, &ckpt_blocks) || ckpt_blocks < 0; break;
         case 'B': bad = cli_parse_size(optarg, &budget) || budget == 0; break;
         case 'j': json = 1; break;
         case 'h': help(); return 0;
@@ -180,27 +253,82 @@ int cmd_train(int argc, char **argv) {
     if (wd >= 0) oo.weight_decay = wd;
 
     remat_model_opts mo;
-    remat_model_opts_default(&mo);
-    mo.name = model;
-    mo.batch = batch;
-    mo.dropout_scale = dscale;
-    mo.checkpoint_blocks = (int)ckpt_blocks;
-    if (cli_data_shape(data, &mo.channels, &mo.height, &mo.width))
-        return cli_usage_error("train", "unknown data set '%s' (known: fashion-mnist, mnist, cifar10)", data);
+    int u = cli_model_opts(&ma, data, "train", &mo);
+    if (u) return u;
+    int synthetic = data && strcmp(data, "synthetic") == 0, tokens = data && strncmp(data, "tokens:", 7) == 0;
+    int stream = synthetic || tokens;
+    if (tokens && !data[7]) return cli_usage_error("train", "--data tokens:FILE needs a file name");
+    if (stream && (train_limit || test_limit || dir))
+        return cli_usage_error("train", "--train-limit, --test-limit and --data-dir are for data sets, not %s",
+                               synthetic ? "synthetic data" : "token files");
+    if (stream && !steps) steps = 100;
+    if (save && check_writable(save) != 0)
+        return cli_fail("cannot write %s: its folder does not exist or is not writable", save);
 
     int rc = 1;
     remat_graph *g = NULL;
     remat_session *s = NULL;
     remat_dataset *train = NULL, *test = NULL;
+    remat_tokens *tok = NULL;
     remat_model m;
+    char shape[64];
     if (remat_graph_create(&g) != REMAT_OK) goto fail;
     if (remat_model_build(g, &mo, &m) != REMAT_OK) goto fail;
-    if (remat_dataset_load(&train, data, dir, 1) != REMAT_OK) goto fail;
-    if (remat_dataset_load(&test, data, dir, 0) != REMAT_OK) goto fail;
-    if (train_limit && train_limit < remat_dataset_size(train) && remat_dataset_truncate(train, train_limit) != REMAT_OK)
-        goto fail;
-    if (test_limit && test_limit < remat_dataset_size(test) && remat_dataset_truncate(test, test_limit) != REMAT_OK)
-        goto fail;
+    if ((u = cli_model_check(&ma, g, &m, "train"))) {
+        rc = u;
+        goto done;
+    }
+    int64_t xd[REMAT_MAX_DIMS], ld[REMAT_MAX_DIMS];
+    int nxd = remat_node_shape(g, m.input, xd), nld = remat_node_shape(g, m.logits, ld);
+    int lm = remat_node_dtype(g, m.input) == REMAT_I32 && nxd == 2;
+    int classifier = remat_node_dtype(g, m.input) == REMAT_F32 && m.labels != REMAT_NONE &&
+                     remat_node_dtype(g, m.labels) == REMAT_I32;
+    cli_shape_str(g, m.input, shape, sizeof shape);
+    if (!data) {
+        /* Fashion-MNIST for the classifiers of 1x28x28 images (mlp, cnn);
+         * the other models say what they need. */
+        if (classifier && nxd == 4 && xd[1] == 1 && xd[2] == 28 && xd[3] == 28) {
+            data = "fashion-mnist";
+        } else {
+            cli_usage_error("train", "model '%s' needs --data: %s", mo.name,
+                            lm ? "tokens:FILE, or synthetic"
+                               : classifier ? "a data set (fashion-mnist, mnist, cifar10) or synthetic" : "synthetic");
+            rc = 2;
+            goto done;
+        }
+    }
+    if (tokens && !lm) {
+        cli_usage_error("train", "tokens:FILE is for language models (input (batch, context) int32 token ids); "
+                        "model '%s' takes %s %s", mo.name, remat_node_dtype(g, m.input) == REMAT_I32 ? "int32" : "float",
+                        shape);
+        rc = 2;
+        goto done;
+    }
+    if (!stream && !classifier) {
+        cli_usage_error("train", "model '%s' is not an image classifier: train it on %s", mo.name,
+                        lm ? "tokens:FILE or synthetic data" : "synthetic data");
+        rc = 2;
+        goto done;
+    }
+    if (tokens) {
+        /* every check of the file before anything is allocated or printed */
+        if (remat_tokens_open(&tok, data + 7) != REMAT_OK) goto fail;
+        if (nld < 1 || remat_tokens_check(tok, ld[nld - 1]) != REMAT_OK) goto fail;
+        if (remat_tokens_count(tok) < xd[1] + 1) {
+            cli_fail("%s: %lld tokens, fewer than one window of context + 1 = %lld tokens", data + 7,
+                     (long long)remat_tokens_count(tok), (long long)(xd[1] + 1));
+            goto done;
+        }
+    }
+    if (!stream) {
+        if (remat_dataset_load(&train, data, dir, 1) != REMAT_OK) goto fail;
+        if (remat_dataset_load(&test, data, dir, 0) != REMAT_OK) goto fail;
+        if (train_limit && train_limit < remat_dataset_size(train) &&
+            remat_dataset_truncate(train, train_limit) != REMAT_OK)
+            goto fail;
+        if (test_limit && test_limit < remat_dataset_size(test) && remat_dataset_truncate(test, test_limit) != REMAT_OK)
+            goto fail;
+    }
     remat_session_opts so;
     remat_session_opts_default(&so);
     so.threads = (int)threads;
@@ -211,14 +339,25 @@ int cmd_train(int argc, char **argv) {
     so.cost_model = cli_cost_model(&cm, NULL, &cost_used);
     if (remat_strategy_parse(strategy, &so.strategy) != REMAT_OK) goto fail;
     if (remat_session_create(&s, g, m.loss, &so) != REMAT_OK) goto fail;
+    if (init_from && remat_safetensors_load(s, init_from, 1) != REMAT_OK) goto fail;
     if (remat_session_set_optimizer(s, &oo) != REMAT_OK) goto fail;
+    int nthreads = so.threads ? so.threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (!json) {
         remat_mem_stats pred;
         char b1[32], b2[32];
         remat_session_predict(s, &pred);
-        printf("model %s, %s: %lld training / %lld test samples, batch %lld, %s lr %g, %d threads\n",
-               model, data, (long long)remat_dataset_size(train), (long long)remat_dataset_size(test),
-               (long long)batch, optim, (double)oo.lr, so.threads ? so.threads : (int)sysconf(_SC_NPROCESSORS_ONLN));
+        if (tokens)
+            printf("model %s, %s: %lld tokens, batch %lld x context %lld, %s lr %g, %d threads\n", mo.name, data + 7,
+                   (long long)remat_tokens_count(tok), (long long)xd[0], (long long)xd[1], optim, (double)oo.lr,
+                   nthreads);
+        else if (synthetic)
+            printf("model %s, synthetic data: input %s, batch %lld, %s lr %g, %d threads\n", mo.name, shape,
+                   (long long)xd[0], optim, (double)oo.lr, nthreads);
+        else
+            printf("model %s, %s: %lld training / %lld test samples, batch %lld, %s lr %g, %d threads\n", mo.name,
+                   data, (long long)remat_dataset_size(train), (long long)remat_dataset_size(test),
+                   (long long)xd[0], optim, (double)oo.lr, nthreads);
+        if (init_from) printf("weights from %s\n", init_from);
         remat_plan_summary ps;
         remat_session_plan(s, &ps);
         printf("strategy %s: predicted step peak %s (activations %s)\n", remat_strategy_str(ps.strategy),
@@ -226,12 +365,24 @@ int cmd_train(int argc, char **argv) {
                cli_fmt_bytes(pred.peak[REMAT_MEM_ACT], b2, sizeof b2));
         fflush(stdout);
     }
-    progress p = {.json = json, .tty = isatty(2)};
-    remat_train_opts to = {.epochs = epochs, .steps = steps, .batch = batch, .seed = (uint64_t)seed,
-                           .on_event = on_event, .user = &p};
-    int64_t per_epoch = remat_dataset_size(train) / batch;
-    p.epochs_total = steps ? (per_epoch ? (steps + per_epoch - 1) / per_epoch : 1) : epochs;
-    if (remat_train(s, &m, train, test, &to) != REMAT_OK) goto fail;
+    progress p = {.json = json, .tty = isatty(2), .log_every = log_every, .tokens_per_row = lm ? xd[1] : 0};
+    remat_train_opts to = {.epochs = epochs, .steps = steps, .batch = xd[0], .seed = (uint64_t)seed, .user = &p};
+    if (stream) {
+        p.epochs_total = epochs;
+        to.on_event = on_stream_event;
+        if (tokens) {
+            if (remat_train_tokens(s, &m, tok, &to) != REMAT_OK) goto fail;
+        } else {
+            cli_synth syn;
+            if (cli_synth_init(&syn, g, &m, &mo, (uint64_t)seed)) goto done;
+            if (remat_train_stream(s, &m, cli_synth_next, &syn, &to) != REMAT_OK) goto fail;
+        }
+    } else {
+        to.on_event = on_event;
+        int64_t per_epoch = remat_dataset_size(train) / xd[0];
+        p.epochs_total = steps ? (per_epoch ? (steps + per_epoch - 1) / per_epoch : 1) : epochs;
+        if (remat_train(s, &m, train, test, &to) != REMAT_OK) goto fail;
+    }
     if (save && remat_safetensors_save(s, save) != REMAT_OK) goto fail;
     if (save && !json) printf("saved weights to %s\n", save);
     rc = 0;
@@ -243,5 +394,6 @@ done:
     remat_graph_destroy(g);
     remat_dataset_destroy(train);
     remat_dataset_destroy(test);
+    remat_tokens_destroy(tok);
     return rc;
 }

@@ -1,8 +1,12 @@
-/* loop.c: the training loop and evaluation.
+/* loop.c: the training loops and evaluation.
  *
- * The loop owns nothing but two staging buffers (one batch of images and
- * labels) bound to the model's inputs; it reports progress through the
- * caller's event callback and never prints.
+ * remat_train trains a classifier on a data set, epoch by epoch, with an
+ * evaluation after each; remat_train_stream trains any model from a batch
+ * source (synthetic data, token windows) in evaluation-free epochs of a
+ * fixed number of steps; remat_train_tokens is the language-model source.
+ * Each loop owns nothing but staging buffers (one batch) bound to the
+ * model's inputs; it reports progress through the caller's event callback
+ * and never prints.
  */
 #include "../remat-impl.h"
 
@@ -128,12 +132,14 @@ remat_status remat_train(remat_session *s, const remat_model *m, const remat_dat
         int64_t this_epoch = total - step < per_epoch ? total - step : per_epoch;
         while (rc == REMAT_OK && step < total && remat_loader_next(ld, st.x, st.y)) {
             float loss = 0.0f;
+            double ts = now_s();
             rc = remat_session_step(s, &loss);
             if (rc == REMAT_OK && !isfinite(loss))
                 rc = remat__err(REMAT_INVALID, "training diverged: the loss is %g at step %lld "
                                 "(try a smaller learning rate)", (double)loss, (long long)step + 1);
             if (rc == REMAT_OK) rc = remat_session_update(s);
             if (rc != REMAT_OK) break;
+            double step_s = now_s() - ts;
             step++, in_epoch++;
             remat_mem_stats mem;
             remat_session_mem(s, &mem);
@@ -141,7 +147,7 @@ remat_status remat_train(remat_session *s, const remat_model *m, const remat_dat
             remat_event ev = {.kind = REMAT_EVENT_STEP, .epoch = epoch, .step = step,
                               .step_in_epoch = in_epoch, .steps_in_epoch = this_epoch, .loss = loss,
                               .images_per_s = el > 0 ? (double)(in_epoch * st.batch) / el : 0.0,
-                              .seconds = el, .peak_bytes = mem.peak[REMAT_MEM_TOTAL]};
+                              .seconds = el, .peak_bytes = mem.peak[REMAT_MEM_TOTAL], .step_seconds = step_s};
             emit(o, &ev);
         }
         double train_s = now_s() - t0;
@@ -157,4 +163,101 @@ remat_status remat_train(remat_session *s, const remat_model *m, const remat_dat
     remat_loader_destroy(ld);
     staging_free(&st);
     return rc;
+}
+
+/* ------------------------------------------------------------ streams */
+
+/* Elements of a node's output, 0 for REMAT_NONE. */
+static int64_t node_numel(const remat_graph *g, remat_node n) {
+    int64_t d[REMAT_MAX_DIMS], k = 1;
+    int nd = n == REMAT_NONE ? -1 : remat_node_shape(g, n, d);
+    if (nd < 0) return 0;
+    for (int i = 0; i < nd; i++) k *= d[i];
+    return k;
+}
+
+remat_status remat_train_stream(remat_session *s, const remat_model *m, remat_batch_fn next, void *user,
+                                const remat_train_opts *o) {
+    if (!s || !m || !next || !o)
+        return remat__err(REMAT_INVALID, "remat_train_stream: NULL session, model, source or options");
+    if (o->steps < 1)
+        return remat__err(REMAT_INVALID, "training from a batch source needs steps per epoch >= 1 (got %lld)",
+                          (long long)o->steps);
+    const remat_graph *g = remat_session_graph(s);
+    int64_t xd[REMAT_MAX_DIMS];
+    if (remat_node_shape(g, m->input, xd) < 1)
+        return remat__err(REMAT_INVALID, "the model has no input node");
+    if (o->batch && o->batch != xd[0])
+        return remat__err(REMAT_INVALID, "batch %lld differs from the graph's batch %lld", (long long)o->batch,
+                          (long long)xd[0]);
+    int64_t nx = node_numel(g, m->input), ny = node_numel(g, m->labels);
+    /* float and int32 are both 4 bytes: one allocation size serves either */
+    void *x = malloc((size_t)nx * 4), *y = ny ? malloc((size_t)ny * 4) : NULL;
+    remat_status rc = REMAT_OK;
+    if (!x || (ny && !y)) rc = remat__err(REMAT_NOMEM, "out of memory for a batch");
+    if (rc == REMAT_OK) rc = remat_session_bind(s, m->input, x);
+    if (rc == REMAT_OK && ny) rc = remat_session_bind(s, m->labels, y);
+    int64_t epochs = o->epochs > 0 ? o->epochs : 1, step = 0;
+    for (int64_t epoch = 0; epoch < epochs && rc == REMAT_OK; epoch++) {
+        double t0 = now_s();
+        for (int64_t i = 0; i < o->steps && rc == REMAT_OK; i++) {
+            rc = next(user, step, x, y);
+            float loss = 0.0f;
+            double ts = now_s();
+            if (rc == REMAT_OK) rc = remat_session_step(s, &loss);
+            if (rc == REMAT_OK && !isfinite(loss))
+                rc = remat__err(REMAT_INVALID, "training diverged: the loss is %g at step %lld "
+                                "(try a smaller learning rate)", (double)loss, (long long)step + 1);
+            if (rc == REMAT_OK) rc = remat_session_update(s);
+            if (rc != REMAT_OK) break;
+            double now = now_s(), el = now - t0;
+            step++;
+            remat_mem_stats mem;
+            remat_session_mem(s, &mem);
+            remat_event ev = {.kind = REMAT_EVENT_STEP, .epoch = epoch, .step = step, .step_in_epoch = i + 1,
+                              .steps_in_epoch = o->steps, .loss = loss,
+                              .images_per_s = el > 0 ? (double)((i + 1) * xd[0]) / el : 0.0, .seconds = el,
+                              .peak_bytes = mem.peak[REMAT_MEM_TOTAL], .step_seconds = now - ts};
+            emit(o, &ev);
+        }
+    }
+    free(x), free(y);
+    return rc;
+}
+
+typedef struct {
+    const remat_tokens *t;
+    int64_t batch, context;
+    uint64_t seed;
+} token_source;
+
+static remat_status next_tokens(void *user, int64_t step, void *input, void *labels) {
+    const token_source *ts = user;
+    return remat_tokens_batch(ts->t, ts->batch, ts->context, ts->seed, step, input, labels);
+}
+
+remat_status remat_train_tokens(remat_session *s, const remat_model *m, const remat_tokens *t,
+                                const remat_train_opts *o) {
+    if (!s || !m || !t || !o)
+        return remat__err(REMAT_INVALID, "remat_train_tokens: NULL session, model, tokens or options");
+    const remat_graph *g = remat_session_graph(s);
+    int64_t xd[REMAT_MAX_DIMS], yd[REMAT_MAX_DIMS], ld[REMAT_MAX_DIMS];
+    int nx = remat_node_shape(g, m->input, xd);
+    int ny = m->labels == REMAT_NONE ? -1 : remat_node_shape(g, m->labels, yd);
+    int nl = m->logits == REMAT_NONE ? -1 : remat_node_shape(g, m->logits, ld);
+    if (nx != 2 || remat_node_dtype(g, m->input) != REMAT_I32)
+        return remat__err(REMAT_INVALID, "training on tokens needs a language model whose input is (batch, "
+                          "context) int32 token ids; this model's input is not");
+    if (ny != 1 || remat_node_dtype(g, m->labels) != REMAT_I32 || yd[0] != xd[0] * xd[1])
+        return remat__err(REMAT_INVALID, "training on tokens needs labels of (batch * context) = %lld int32 "
+                          "next tokens; this model's labels are not", (long long)(xd[0] * xd[1]));
+    if (nl < 1)
+        return remat__err(REMAT_INVALID, "training on tokens needs the model's logits (its vocabulary size)");
+    remat_status rc = remat_tokens_check(t, ld[nl - 1]);
+    if (rc != REMAT_OK) return rc;
+    if (remat_tokens_count(t) < xd[1] + 1)
+        return remat__err(REMAT_INVALID, "the token file has %lld tokens, fewer than one window of context + 1 "
+                          "= %lld tokens", (long long)remat_tokens_count(t), (long long)(xd[1] + 1));
+    token_source ts = {.t = t, .batch = xd[0], .context = xd[1], .seed = o->seed};
+    return remat_train_stream(s, m, next_tokens, &ts, o);
 }

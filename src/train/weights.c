@@ -138,3 +138,107 @@ remat_status remat_safetensors_load(remat_session *s, const char *path,
     remat__st_close(f);
     return rc;
 }
+
+/* ------------------------------------------------------ single tensors */
+
+static const char *dtype_name(remat_dtype d) { return d == REMAT_I32 ? "I32" : "F32"; }
+
+/* "the file has: a, b, c" (at most ~400 characters) for a missing tensor. */
+static void list_names(const remat__st *f, char *buf, size_t cap) {
+    size_t at = 0;
+    int n = remat__st_count(f);
+    buf[0] = 0;
+    for (int i = 0; i < n && at + 8 < cap; i++) {
+        remat__st_tensor t;
+        if (remat__st_get(f, i, &t) != REMAT_OK) break;
+        int k = snprintf(buf + at, cap - at, "%s%s", i ? ", " : "", t.name);
+        if (k < 0 || (size_t)k >= cap - at) {
+            snprintf(buf + at, cap - at, ", ...");
+            break;
+        }
+        at += (size_t)k;
+    }
+}
+
+remat_status remat_safetensors_read(const char *path, const char *name, remat_dtype dtype, int ndim,
+                                    const int64_t *dims, void *out) {
+    if (!path || !name || !out || ndim < 0 || ndim > REMAT__ST_MAX_DIMS || (ndim && !dims) ||
+        (dtype != REMAT_F32 && dtype != REMAT_I32))
+        return remat__err(REMAT_INVALID, "remat_safetensors_read: bad arguments");
+    remat__st *f;
+    remat_status rc = remat__st_open(&f, path);
+    if (rc != REMAT_OK) return rc;
+    int i = remat__st_find(f, name);
+    remat__st_tensor t;
+    char a[160], b[400];
+    if (i < 0) {
+        list_names(f, b, sizeof b);
+        rc = remat__err(REMAT_NOT_FOUND, "%s: no tensor '%s' (the file has %d: %s)", path, name,
+                        remat__st_count(f), remat__st_count(f) ? b : "none");
+    }
+    if (rc == REMAT_OK) rc = remat__st_get(f, i, &t);
+    int same = rc == REMAT_OK && t.ndim == ndim;
+    for (int d = 0; same && d < ndim; d++) same = t.dims[d] == dims[d];
+    if (rc == REMAT_OK && !same)
+        rc = remat__err(REMAT_SHAPE, "%s: tensor '%s' has shape %s but the model needs %s", path, name,
+                        shape_str(t.ndim, t.dims, a, sizeof a), shape_str(ndim, dims, b, sizeof b));
+    int widen = rc == REMAT_OK && dtype == REMAT_I32 && strcmp(t.dtype, "I64") == 0;
+    if (rc == REMAT_OK && !widen && strcmp(t.dtype, dtype_name(dtype)) != 0)
+        rc = remat__err(REMAT_FORMAT, "%s: tensor '%s' has dtype %s but the model needs %s%s", path, name, t.dtype,
+                        dtype_name(dtype), dtype == REMAT_I32 ? " (or I64)" : "");
+    if (rc == REMAT_OK && !widen) {
+        if (t.bytes) memcpy(out, t.data, t.bytes);
+    } else if (rc == REMAT_OK) {
+        /* I64 labels from PyTorch, narrowed when every value fits */
+        int64_t n = (int64_t)(t.bytes / 8);
+        const unsigned char *p = t.data;
+        for (int64_t k = 0; k < n && rc == REMAT_OK; k++) {
+            int64_t v;
+            memcpy(&v, p + 8 * k, 8);
+            if (v < INT32_MIN || v > INT32_MAX)
+                rc = remat__err(REMAT_INVALID, "%s: tensor '%s': element %lld is %lld, outside int32", path, name,
+                                (long long)k, (long long)v);
+            else
+                ((int32_t *)out)[k] = (int32_t)v;
+        }
+    }
+    remat__st_close(f);
+    return rc;
+}
+
+remat_status remat_safetensors_save_grads(const remat_session *s, const char *path, float loss) {
+    if (!s || !path) return remat__err(REMAT_INVALID, "remat_safetensors_save_grads: NULL session or path");
+    int n = remat_session_param_count(s);
+    remat__st_tensor *ts = calloc((size_t)n + 1, sizeof *ts);
+    char **names = calloc((size_t)n + 1, sizeof *names);
+    remat_status rc = REMAT_OK;
+    if (!ts || !names) rc = remat__err(REMAT_NOMEM, "%s: out of memory", path);
+    int k = 0;
+    if (rc == REMAT_OK)
+        ts[k++] = (remat__st_tensor){.name = "loss", .dtype = "F32", .ndim = 1, .dims = {1}, .data = &loss,
+                                     .bytes = sizeof loss};
+    for (int i = 0; i < n && rc == REMAT_OK; i++) {
+        remat_param_info p;
+        rc = remat_session_param(s, i, &p);
+        if (rc != REMAT_OK || !p.trainable) continue;
+        names[k] = malloc(strlen(p.name) + 6);
+        if (!names[k]) {
+            rc = remat__err(REMAT_NOMEM, "%s: out of memory", path);
+            break;
+        }
+        sprintf(names[k], "grad.%s", p.name);
+        ts[k].name = names[k];
+        ts[k].dtype = "F32";
+        ts[k].ndim = p.ndim;
+        for (int d = 0; d < p.ndim && d < REMAT_MAX_DIMS; d++) ts[k].dims[d] = p.dims[d];
+        ts[k].data = p.grad;
+        ts[k].bytes = (size_t)p.numel * sizeof(float);
+        k++;
+    }
+    static const char *const meta[] = {"format", "pt", NULL};
+    if (rc == REMAT_OK) rc = remat__st_write(path, k, ts, meta);
+    for (int i = 0; names && i <= n; i++) free(names[i]);
+    free(names);
+    free(ts);
+    return rc;
+}
