@@ -100,7 +100,8 @@ typedef enum { REMAT_F32 = 0, REMAT_I32 = 1 } remat_dtype;
 typedef enum {
     REMAT_INIT_ZEROS = 0,
     REMAT_INIT_ONES,
-    REMAT_INIT_UNIFORM /* U(-a, a) */
+    REMAT_INIT_UNIFORM, /* U(-a, a) */
+    REMAT_INIT_NORMAL   /* N(0, a^2): a is the standard deviation */
 } remat_init;
 
 /* Creates an empty graph; the caller owns it (remat_graph_destroy). */
@@ -177,6 +178,45 @@ remat_node remat_conv2d(remat_graph *g, const char *name, remat_node x,
                         int64_t out_channels, int kernel, int stride,
                         int padding, int bias);
 remat_node remat_batchnorm2d(remat_graph *g, const char *name, remat_node x);
+
+/* ------------------------------------------------- transformer ops
+ * PyTorch semantics, float32. */
+
+/* LayerNorm over the last dimension: x (..., C), weight and bias (C). */
+remat_node remat_layernorm_op(remat_graph *g, remat_node x, remat_node w,
+                              remat_node b, float eps);
+/* nn.LayerNorm(C) on x's last dimension: "<name>.weight" (ones) and
+ * "<name>.bias" (zeros), eps 1e-5. */
+remat_node remat_layernorm(remat_graph *g, const char *name, remat_node x);
+/* F.gelu: exact (erf), or approximate='tanh' when tanh_approx != 0. */
+remat_node remat_gelu(remat_graph *g, remat_node x, int tanh_approx);
+/* F.embedding: ids int32 (any shape, up to 3 dimensions), w (num, dim) ->
+ * (..., dim). An id outside [0, num) yields a row of NaN (so a NaN loss)
+ * and no gradient: validate ids before binding them. */
+remat_node remat_embedding_op(remat_graph *g, remat_node ids, remat_node w);
+/* nn.Embedding(num, dim): "<name>.weight" (num, dim), N(0, 1). */
+remat_node remat_embedding(remat_graph *g, const char *name, remat_node ids,
+                           int64_t num, int64_t dim);
+/* Softmax over the last dimension. */
+remat_node remat_softmax(remat_graph *g, remat_node x);
+/* Causal multi-head self-attention: qkv (B, T, 3C), q, k and v
+ * concatenated on the last dimension (GPT-2's c_attn output), heads
+ * dividing C -> (B, T, C); softmax(q k^T / sqrt(C / heads)) v per head
+ * with position i attending to positions <= i. Keeps the (B, heads, T, T)
+ * probabilities for backward. */
+remat_node remat_attention(remat_graph *g, remat_node qkv, int heads);
+/* torch.permute: output dimension i is input dimension perm[i]; ndim must
+ * be the input's. A copy. */
+remat_node remat_permute(remat_graph *g, remat_node x, int ndim,
+                         const int *perm);
+remat_node remat_transpose(remat_graph *g, remat_node x, int d0, int d1);
+/* x.narrow(dim, start, len): a copy. */
+remat_node remat_slice(remat_graph *g, remat_node x, int dim, int64_t start,
+                       int64_t len);
+/* x + b, b's shape being x's trailing dimensions (b repeats over the
+ * leading ones, as in PyTorch broadcasting). */
+remat_node remat_add_broadcast(remat_graph *g, remat_node x, remat_node b);
+/* --------------------------------------------- end of transformer ops */
 
 /* Introspection. remat_node_shape returns ndim and fills dims (may be NULL). */
 int remat_graph_node_count(const remat_graph *g);
@@ -321,7 +361,9 @@ typedef struct {
     double extra_seconds;       /* of which recomputation */
     const char *planner;        /* static: what made the schedule: "levels"
                                    (all, manual, sqrt), "chain" (rotor's DP
-                                   over stages) or "dtr" (the DAG fallback) */
+                                   over stages), "dtr" (the DAG fallback) or
+                                   "keep-expensive" (linear/conv outputs
+                                   kept, cheap values recomputed) */
 } remat_plan_summary;
 
 remat_status remat_session_plan(const remat_session *s, remat_plan_summary *out);
@@ -429,15 +471,17 @@ typedef struct {
     double images_per_s;  /* step: running rate over the epoch */
     double seconds;       /* step: seconds since the epoch began; eval: seconds the epoch's training took */
     size_t peak_bytes;    /* step: peak total bytes of the step */
+    double step_seconds;  /* step: this step's forward, backward and update */
 } remat_event;
 
 typedef void (*remat_event_fn)(const remat_event *ev, void *user);
 
 typedef struct {
-    int64_t epochs;   /* used when steps == 0 */
-    int64_t steps;    /* total optimizer steps, 0 = use epochs */
+    int64_t epochs;   /* remat_train: used when steps == 0 */
+    int64_t steps;    /* remat_train: total optimizer steps, 0 = use epochs;
+                         remat_train_stream: steps per epoch */
     int64_t batch;
-    uint64_t seed;    /* shuffling */
+    uint64_t seed;    /* shuffling; token windows */
     remat_event_fn on_event;
     void *user;
 } remat_train_opts;
@@ -476,7 +520,8 @@ typedef struct {
      * (sequence length of a batch) and vocabulary. */
     int64_t layers, embd, heads, context, vocab;
     /* CNN sizes: base_channels is resnet's stem and first-stage width (64)
-     * and densenet-bc's growth rate k (12); depth is densenet-bc's (100).
+     * and densenet-bc's growth rate k (12); depth is densenet-bc's (100,
+     * any 6n + 4 up to 190; resnets ignore it).
      * 0 means the model's own default; small values make the tiny
      * configurations the PyTorch fixtures use. */
     int64_t base_channels, depth;
@@ -498,8 +543,11 @@ const char *const *remat_model_names(void);
 const char *remat_model_describe(const char *name);
 /* Builds the model and its loss into g. Classifiers: input (B,C,H,W)
  * float, labels (B) int32, cross-entropy. Language models: input (B,T)
- * int32 tokens, labels (B*T) int32 next tokens. siamese-resnet50: see
- * its description (MSE, labels unused: REMAT_NONE). */
+ * int32 tokens, labels (B*T) int32 next tokens. siamese-resnet50: input
+ * = view 1 and labels = view 2, both float (B,C,H,W) inputs (named "input"
+ * and "target"); one shared ResNet-50 f (parameters "backbone.*") and a
+ * Linear "head" (classes -> classes); logits = head(f(view 1)), loss =
+ * mse(logits, f(view 2)), with gradients through both branches. */
 remat_status remat_model_build(remat_graph *g, const remat_model_opts *o,
                                remat_model *m);
 
@@ -591,6 +639,78 @@ remat_status remat_safetensors_save(const remat_session *s, const char *path);
  * leaves the session unchanged. */
 remat_status remat_safetensors_load(remat_session *s, const char *path,
                                     int strict);
+
+/* ---------------------------------------- data streams and tensor files
+ * Language-model token files, training from a batch source, and single
+ * tensors read from (or gradients written to) safetensors files. */
+
+/* A node's dtype (REMAT_F32 or REMAT_I32); -1 for a node out of range. */
+int remat_node_dtype(const remat_graph *g, remat_node n);
+
+/* A flat file of token ids: little-endian uint16, no header (numpy's
+ * ids.astype("<u2").tofile(path)). */
+typedef struct remat_tokens remat_tokens;
+
+/* Maps the file read-only. Errors name the file: REMAT_NOT_FOUND when it
+ * does not exist, REMAT_IO when it cannot be read, REMAT_FORMAT when it is
+ * empty or has an odd number of bytes. The caller owns *out
+ * (remat_tokens_destroy). */
+remat_status remat_tokens_open(remat_tokens **out, const char *path);
+void remat_tokens_destroy(remat_tokens *t);
+int64_t remat_tokens_count(const remat_tokens *t);
+/* Token i, 0 <= i < count (0 out of range). */
+uint16_t remat_tokens_get(const remat_tokens *t, int64_t i);
+/* REMAT_INVALID, naming the file, the position and the id, if some id is
+ * >= vocab. Reads the whole file. */
+remat_status remat_tokens_check(const remat_tokens *t, int64_t vocab);
+/* One language-model batch: row b is the window of context + 1 tokens
+ * starting at a position drawn uniformly from [0, count - context - 1]
+ * with Philox keyed by seed (counter: b, step, a stream constant);
+ * input (batch, context) gets each window's first context tokens and
+ * labels (batch * context) the context tokens after them. A pure function
+ * of (file, batch, context, seed, step). REMAT_INVALID if the file has
+ * fewer than context + 1 tokens. */
+remat_status remat_tokens_batch(const remat_tokens *t, int64_t batch,
+                                int64_t context, uint64_t seed, int64_t step,
+                                int32_t *input, int32_t *labels);
+
+/* A batch source: fills the model's input and labels buffers (each the
+ * node's numel of float or int32 per its dtype; labels is NULL when the
+ * model has none) with the batch of global step `step` (0-based). */
+typedef remat_status (*remat_batch_fn)(void *user, int64_t step,
+                                       void *input, void *labels);
+
+/* Trains from a batch source, without evaluation: o->epochs epochs (0
+ * counts as 1) of o->steps steps each (o->steps >= 1). Emits STEP events
+ * as remat_train does; images_per_s counts rows of the batch per second
+ * over the epoch, step_seconds is the step's own time. */
+remat_status remat_train_stream(remat_session *s, const remat_model *m,
+                                remat_batch_fn next, void *user,
+                                const remat_train_opts *o);
+
+/* Language-model training on random windows of a token file
+ * (remat_tokens_batch with seed o->seed), through remat_train_stream.
+ * Checks first that the model's input is (B, T) int32 and its labels
+ * (B * T) int32, and every token id against the vocabulary (the logits'
+ * last dimension), naming the position of the first out of range. */
+remat_status remat_train_tokens(remat_session *s, const remat_model *m,
+                                const remat_tokens *t,
+                                const remat_train_opts *o);
+
+/* Reads tensor `name` of a safetensors file into out (numel(dims)
+ * elements of dtype). The tensor must have exactly that shape and dtype,
+ * except that I64 is accepted for I32 when every value fits (PyTorch's
+ * labels are int64). Errors name the file and the tensor, and give both
+ * shapes or dtypes (or the tensors the file has, when it is missing). */
+remat_status remat_safetensors_read(const char *path, const char *name,
+                                    remat_dtype dtype, int ndim,
+                                    const int64_t *dims, void *out);
+/* Writes "loss" (F32, shape [1]) and "grad.<name>" (F32, the parameter's
+ * shape) for every trainable parameter: the gradients of the session's
+ * last remat_session_step, named as in tests/fixtures. */
+remat_status remat_safetensors_save_grads(const remat_session *s,
+                                          const char *path, float loss);
+/* ------------------------------------ end of data streams and tensor files */
 
 #ifdef __cplusplus
 }

@@ -10,16 +10,17 @@
  *        of cost forward(u) and size out(u);
  *   B(u) for each such u that has a backward, in reverse creation order:
  *        its backward, of cost 2 forward(u) (the cost model's rule) and size
- *        the gradients of its inputs, depending on the F of every value it
+ *        the gradients it is the first to write (a gradient that several
+ *        backwards accumulate into is allocated by the first of them, the
+ *        backward of the input's last consumer), depending on the F of every value it
  *        reads and on the B of every consumer of u (the gradient of u is
  *        complete only then). B nodes are never evicted: a backward
  *        accumulates into its inputs' gradients and must run exactly once.
  *
  * The DTR schedule's COMPUTE operations become FWD and BWD instructions;
  * frees follow from the last use of each value instance (add_frees), which
- * is never later than DTR's own frees. The DAG overcounts a gradient that
- * several backwards accumulate into and leaves out aux values, transients
- * and workspace, so optimal.c simulates each schedule exactly and keeps it
+ * is never later than DTR's own frees. The DAG leaves out aux values,
+ * transients and workspace, and frees a backward's gradients together, so optimal.c simulates each schedule exactly and keeps it
  * only where its real peak fits.
  */
 #include "dtr.h"
@@ -69,21 +70,25 @@ remat_status remat__train_dag_build(const remat__prog *p, remat_node loss, remat
     int32_t *fidx = malloc(((size_t)n + 1) * sizeof *fidx); /* graph node -> F index, -1 */
     int32_t *bidx = malloc(((size_t)n + 1) * sizeof *bidx); /* graph node -> B index, -1 */
     int64_t *ncons = calloc((size_t)n + 1, sizeof *ncons);
+    int32_t *lastc = malloc(((size_t)n + 1) * sizeof *lastc); /* last consumer with a backward */
     remat_status st = REMAT_OK;
-    if (!d || !needed || !stack || !fidx || !bidx || !ncons) goto nomem;
+    if (!d || !needed || !stack || !fidx || !bidx || !ncons || !lastc) goto nomem;
     d->loss = loss;
     remat__mark_needed(g, loss, needed, stack);
     int nf = 0, nb = 0;
     size_t ndeps = 0;
     for (int32_t u = 0; u < n; u++) {
-        fidx[u] = bidx[u] = -1;
+        fidx[u] = bidx[u] = lastc[u] = -1;
         if (!needed[u]) continue;
         const remat__node *nd = &g->nodes[u];
         if (nd->leaf != REMAT__LEAF_NONE) continue;
         nf++;
         ndeps += (size_t)nd->n_in;
         if (p->needs_grad[u]) nb++, ndeps += (size_t)nd->n_in + 2;
-        for (int i = 0; i < nd->n_in; i++) ncons[nd->in[i]]++;
+        for (int i = 0; i < nd->n_in; i++) {
+            ncons[nd->in[i]]++;
+            if (p->needs_grad[u]) lastc[nd->in[i]] = u;
+        }
     }
     /* B(u) also depends on the B of each consumer of u. */
     for (int32_t u = 0; u < n; u++) ndeps += (size_t)ncons[u];
@@ -137,7 +142,7 @@ remat_status remat__train_dag_build(const remat__prog *p, remat_node loss, remat
             for (int q = 0; q < nd->n_in; q++) {
                 int32_t y = nd->in[q];
                 if ((op->saves & REMAT__SAVE_IN(q)) && fidx[y] >= 0) m = add_dep(dp, m, fidx[y]);
-                if (remat__bwd_writes(p, nd, q) && g->nodes[y].leaf != REMAT__LEAF_PARAM) {
+                if (remat__bwd_writes(p, nd, q) && g->nodes[y].leaf != REMAT__LEAF_PARAM && lastc[y] == u) {
                     int dup = 0;
                     for (int r = 0; r < q; r++) dup |= nd->in[r] == y;
                     if (!dup) x->size += (int64_t)remat__out_bytes(&g->nodes[y]);
@@ -160,7 +165,7 @@ remat_status remat__train_dag_build(const remat__prog *p, remat_node loss, remat
 nomem:
     st = remat__err(REMAT_NOMEM, "out of memory planning");
 done:
-    free(needed), free(stack), free(fidx), free(bidx), free(ncons);
+    free(needed), free(stack), free(fidx), free(bidx), free(ncons), free(lastc);
     if (st != REMAT_OK) remat__train_dag_free(d);
     else *out = d;
     return st;

@@ -267,6 +267,32 @@ static remat_status strategy_candidate(const remat__prog *p, remat_node loss, re
     return st;
 }
 
+/* The memory-efficient form of dense and branchy graphs as a candidate:
+ * keep the outputs of the expensive nodes (linear, conv) and of the nodes
+ * after the last of them, drop every cheap value (concat, normalization,
+ * pointwise, pooling) and recompute it from the kept ones just before the
+ * backward that reads it (build.c's segment recomputation). */
+static remat_status keep_expensive_candidate(const remat__prog *p, remat_node loss, const remat_mem_stats *start,
+                                             remat__schedule *sc, double *cost, size_t *peak) {
+    const remat_graph *g = p->g;
+    uint8_t *level = malloc((size_t)g->n + 1);
+    if (!level) return remat__err(REMAT_NOMEM, "out of memory planning");
+    int32_t last = -1;
+    for (int32_t u = 0; u < g->n; u++)
+        if (g->nodes[u].leaf == REMAT__LEAF_NONE && expensive(&g->nodes[u])) last = u;
+    for (int32_t u = 0; u < g->n; u++) {
+        const remat__node *nd = &g->nodes[u];
+        level[u] = nd->leaf != REMAT__LEAF_NONE || u >= last || expensive(nd) ? 0 : REMAT__LEVEL_NONE;
+    }
+    remat_status st = remat__schedule_build(p, loss, REMAT_NONE, 1, 1, level, sc);
+    free(level);
+    if (st != REMAT_OK) return st;
+    sc->origin = "keep-expensive";
+    st = measure(p, sc, start, cost, peak);
+    if (st != REMAT_OK) remat__schedule_free(sc);
+    return st;
+}
+
 /* Candidates: the DP's plans at a fixed grid of chain-model budgets, from
  * the model's floor to where it stores everything; the DTR fallback's
  * schedules for the whole step as one DAG at a grid of DAG budgets (for
@@ -274,7 +300,7 @@ static remat_status strategy_candidate(const remat__prog *p, remat_node loss, re
  * stage is all-or-selective to the DP); and the store-all and sqrt
  * schedules (the DP works on at most MAX_STAGES merged stages, and on a
  * long homogeneous chain such as heavy's, sqrt's finer boundaries reach
- * below the merged chain's floor). Every candidate is simulated exactly;
+ * below the merged chain's floor), and the keep-expensive schedule above. Every candidate is simulated exactly;
  * the fastest under the cost model that fits the budget wins. The
  * candidates do not depend on the budget, so a larger budget only adds
  * candidates: the chosen cost never grows with it. */
@@ -314,11 +340,13 @@ remat_status remat__optimal_schedule(const remat__prog *p, remat_node loss, size
     double best_cost = 0;
     size_t best_peak = 0, min_peak = (size_t)-1;
     int have = 0;
-    for (int k = -2; k < N_CANDIDATES + N_DTR; k++) {
+    for (int k = -3; k < N_CANDIDATES + N_DTR; k++) {
         remat__schedule sc;
-        double cost;
-        size_t peak;
-        if (k < 0) {
+        double cost = 0;
+        size_t peak = 0;
+        if (k == -3) {
+            st = keep_expensive_candidate(p, loss, start, &sc, &cost, &peak);
+        } else if (k < 0) {
             st = strategy_candidate(p, loss, k == -2 ? REMAT_STRATEGY_ALL : REMAT_STRATEGY_SQRT, start, &sc, &cost,
                                     &peak);
         } else if (k < N_CANDIDATES) {
