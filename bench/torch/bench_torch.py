@@ -65,29 +65,32 @@ class CNN(nn.Module):
 
 
 def build(args):
-    """Returns (module, make_batch, loss_fn)."""
+    """Returns (module, (input, target), loss(model, input, target))."""
     g = torch.Generator().manual_seed(args.seed)
     if args.model == "cnn":
         m = CNN(channels=args.channels, size=args.size, classes=args.classes, use_checkpoint=args.checkpoint)
         x = torch.rand(args.batch, args.channels, args.size, args.size, generator=g) * 2 - 1
         y = torch.randint(0, args.classes, (args.batch,), generator=g)
-        return m, (x, y), lambda out, y: F.cross_entropy(out, y)
+        return m, (x, y), lambda model, x, y: F.cross_entropy(model(x), y)
     if args.model.startswith("gpt2"):
         import gpt2_model
-        m = gpt2_model.build(args.model, layers=args.layers, embd=args.embd, heads=args.heads,
-                             context=args.context, vocab=args.vocab, use_checkpoint=args.checkpoint)
-        T, V = m.config.context, m.config.vocab
-        x = torch.randint(0, V, (args.batch, T), generator=g)
-        y = torch.randint(0, V, (args.batch * T,), generator=g)
-        return m, (x, y), lambda out, y: F.cross_entropy(out.view(-1, out.size(-1)), y)
+        if args.model == "gpt2-small":
+            args.layers, args.embd, args.heads, args.vocab = 12, 768, 12, 50257
+        cfg = gpt2_model.GPTConfig(layers=args.layers, embd=args.embd, heads=args.heads, context=args.context,
+                                   vocab=args.vocab, use_checkpoint=args.checkpoint)
+        m = gpt2_model.GPT(cfg)
+        x = torch.randint(0, cfg.vocab, (args.batch, cfg.context), generator=g)
+        y = torch.randint(0, cfg.vocab, (args.batch * cfg.context,), generator=g)
+        return m, (x, y), lambda model, x, y: model(x, y)[1]
     import cnn_models
-    m, shape = cnn_models.build(args.model, use_checkpoint=args.checkpoint)
-    x = torch.rand(args.batch, *shape["input"], generator=g) * 2 - 1
+    m = cnn_models.build(args.model, checkpoint=args.checkpoint)
+    c, h, w, classes = cnn_models.DEFAULTS[args.model]
+    x = torch.rand(args.batch, c, h, w, generator=g) * 2 - 1
     if args.model.startswith("siamese"):
-        y = torch.rand(args.batch, *shape["input"], generator=g) * 2 - 1
-        return m, (x, y), None
-    y = torch.randint(0, shape["classes"], (args.batch,), generator=g)
-    return m, (x, y), lambda out, y: F.cross_entropy(out, y)
+        y = torch.rand(args.batch, c, h, w, generator=g) * 2 - 1
+    else:
+        y = torch.randint(0, classes, (args.batch,), generator=g)
+    return m, (x, y), lambda model, x, y: cnn_models.loss(model, args.model, x, y)
 
 
 def memtrack():
@@ -149,10 +152,7 @@ def main():
 
     def step():
         opt.zero_grad(set_to_none=False)
-        if loss_fn is None:  # siamese: the model returns the loss
-            loss = model(x, y)
-        else:
-            loss = loss_fn(model(x), y)
+        loss = loss_fn(model, x, y)
         loss.backward()
         opt.step()
         return loss.item()
