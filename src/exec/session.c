@@ -35,6 +35,7 @@ remat_status remat__session_plan_train(remat_session *s) {
         free(level);
     }
     if (st != REMAT_OK) return st;
+    remat__exec_forget(s, &s->train);
     remat__schedule_free(&s->train);
     s->train = sc;
     return remat__session_check_budget(s);
@@ -59,9 +60,9 @@ remat_status remat__session_check_budget(const remat_session *s) {
                       pred.peak[REMAT_MEM_WORKSPACE]);
 }
 
-/* Fills a parameter from its initializer: U(-a, a) from Philox keyed by
- * the session seed and the node id, so that initial weights depend only on
- * (seed, graph). */
+/* Fills a parameter from its initializer: U(-a, a) or N(0, a^2) from
+ * Philox keyed by the session seed and the node id, so that initial
+ * weights depend only on (seed, graph). */
 static void init_param(const remat__node *n, int32_t node, uint64_t seed, float *w) {
     int64_t numel = remat__numel(&n->shape);
     switch (n->init) {
@@ -79,6 +80,21 @@ static void init_param(const remat__node *n, int32_t node, uint64_t seed, float 
             remat__philox(ctr, key, r);
             for (int j = 0; j < 4 && i + j < numel; j++)
                 w[i + j] = (2.0f * remat__u01(r[j]) - 1.0f) * n->init_a;
+        }
+        break;
+    }
+    case REMAT_INIT_NORMAL: { /* Box-Muller on pairs of words, in double */
+        uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
+        for (int64_t i = 0; i < numel; i += 4) {
+            uint32_t ctr[4] = {(uint32_t)(i >> 2), (uint32_t)node, 0x6e6f726du /* "norm" */,
+                               (uint32_t)((uint64_t)i >> 34)}, r[4];
+            remat__philox(ctr, key, r);
+            for (int j = 0; j < 4 && i + j < numel; j += 2) {
+                double u1 = ((double)(r[j] >> 8) + 1.0) / 16777216.0; /* (0, 1]: log is finite */
+                double u2 = (double)(r[j + 1] >> 8) / 16777216.0, rad = sqrt(-2.0 * log(u1));
+                w[i + j] = (float)(rad * cos(6.283185307179586 * u2) * n->init_a);
+                if (i + j + 1 < numel) w[i + j + 1] = (float)(rad * sin(6.283185307179586 * u2) * n->init_a);
+            }
         }
         break;
     }
@@ -187,7 +203,10 @@ void remat_session_destroy(remat_session *s) {
     }
     if (s->vals)
         for (int v = 0; v < s->g->n * 3; v++)
-            if (s->vals[v]) remat__alloc_put(&s->alloc, (remat_mem)s->vcat[v], s->vals[v], remat__value_bytes(s->g, v));
+            if (s->vals[v] && !((unsigned char *)s->vals[v] >= s->arena &&
+                                (unsigned char *)s->vals[v] < s->arena + s->arena_bytes))
+                remat__alloc_put(&s->alloc, (remat_mem)s->vcat[v], s->vals[v], remat__value_bytes(s->g, v));
+    remat__exec_release(s);
     remat__schedule_free(&s->train);
     remat__schedule_free(&s->fwd[0]);
     remat__schedule_free(&s->fwd[1]);
@@ -222,6 +241,7 @@ remat_status remat_session_forward(remat_session *s, int train, float *loss, rem
         return remat__err(REMAT_INVALID, "fetch node %d is not a computed node", (int)fetch);
     if (fetch != REMAT_NONE && !out) return remat__err(REMAT_INVALID, "fetch given without an output buffer");
     if (!s->fwd_valid[train] || s->fwd_fetch[train] != fetch) {
+        remat__exec_forget(s, &s->fwd[train]);
         remat__schedule_free(&s->fwd[train]);
         s->fwd_valid[train] = 0;
         remat_status st = remat__schedule_build(&s->prog, s->loss, fetch, train, 0, NULL, &s->fwd[train]);
@@ -274,6 +294,24 @@ size_t remat_session_saved_bytes(const remat_session *s, remat_node n) {
 }
 
 int64_t remat_session_step_index(const remat_session *s) { return s->step; }
+
+void remat_session_set_profiling(remat_session *s, int on) {
+    s->profiling = on != 0;
+    memset(s->prof_s, 0, sizeof s->prof_s);
+    memset(s->prof_n, 0, sizeof s->prof_n);
+}
+
+int remat_session_profile(const remat_session *s, remat_profile_row *rows, int cap) {
+    static const char *const kinds[4] = {"forward", "recompute", "backward", "free"};
+    int n = 0;
+    for (int op = 0; op < REMAT__N_OPS; op++)
+        for (int k = 0; k < 4; k++) {
+            if (!s->prof_n[op][k]) continue;
+            if (n < cap) rows[n] = (remat_profile_row){remat__ops[op]->name, kinds[k], s->prof_s[op][k], s->prof_n[op][k]};
+            n++;
+        }
+    return n;
+}
 
 remat_status remat_session_predict(const remat_session *s, remat_mem_stats *out) {
     remat_mem_stats start = s->alloc.st;
