@@ -42,6 +42,8 @@ static void help(void) {
            "  --seed S            weights and synthetic batch (default 42)\n"
            "  --save-init FILE    also write the initial weights (the same in every row) as\n"
            "                      safetensors, e.g. for PyTorch to start from\n"
+           "  --profile           also time every op (forward, recompute, backward, free)\n"
+           "                      over the timed steps and print where each row's time goes\n"
            "  --json              one JSON object per row (fields in the README)\n"
            "  --help              this text\n"
            "\n"
@@ -63,6 +65,14 @@ typedef struct {
     char error[480];
 } reply;
 
+/* One line of a child's profile, sent after its report. */
+#define MAX_PROF 160
+typedef struct {
+    char op[24], kind[12];
+    double seconds;
+    int64_t count;
+} prof_line;
+
 typedef struct {
     remat_strategy strategy;
     size_t budget;
@@ -72,6 +82,8 @@ typedef struct {
     reply last;            /* the final report, or the error */
     double *times;         /* steps */
     size_t rss;            /* ru_maxrss in bytes */
+    prof_line *prof;       /* --profile: the child's per-op times */
+    int nprof;
 } row;
 
 typedef struct {
@@ -117,8 +129,24 @@ static void set_error(reply *r, const char *msg) {
     snprintf(r->error, sizeof r->error, "%s", msg);
 }
 
+/* Sends the session's profile: a count, then that many lines. */
+static int send_profile(int fd, const remat_session *s) {
+    remat_profile_row pr[MAX_PROF];
+    int n = remat_session_profile(s, pr, MAX_PROF);
+    if (n > MAX_PROF) n = MAX_PROF;
+    if (write_all(fd, &n, sizeof n) != 0) return -1;
+    for (int i = 0; i < n; i++) {
+        prof_line l = {.seconds = pr[i].seconds, .count = pr[i].count};
+        snprintf(l.op, sizeof l.op, "%s", pr[i].op);
+        snprintf(l.kind, sizeof l.kind, "%s", pr[i].kind);
+        if (write_all(fd, &l, sizeof l) != 0) return -1;
+    }
+    return 0;
+}
+
 /* The child: builds everything, then serves commands: 'S' one timed
- * training step, 'R' the report; end of input (or 'Q') ends it. */
+ * training step, 'P' start profiling (clears the counts), 'R' the report,
+ * 'F' the profile; end of input (or 'Q') ends it. */
 static void child(const config *cf, const row *me, int cmd, int res) {
     reply r = {.ok = 1};
     remat_graph *g = NULL;
@@ -161,6 +189,14 @@ static void child(const config *cf, const row *me, int cmd, int res) {
         char c;
         while (read_all(cmd, &c, 1) == 0 && c != 'Q') {
             reply q = {.ok = 1};
+            if (c == 'P') {
+                remat_session_set_profiling(s, 1);
+                continue; /* no reply */
+            }
+            if (c == 'F') {
+                if (send_profile(res, s) != 0) break;
+                continue;
+            }
             if (c == 'S') {
                 float loss;
                 double t0 = now_s();
@@ -258,6 +294,46 @@ static int ask(row *r, char c, reply *q) {
     return 0;
 }
 
+/* Reads a child's profile after its report ('F'); a failure leaves none. */
+static void read_profile(row *r) {
+    char c = 'F';
+    int n = 0;
+    if (write_all(r->cmd, &c, 1) != 0 || read_all(r->res, &n, sizeof n) != 0 || n < 0 || n > MAX_PROF) return;
+    r->prof = calloc((size_t)n + 1, sizeof *r->prof);
+    if (!r->prof) return;
+    for (int i = 0; i < n; i++)
+        if (read_all(r->res, &r->prof[i], sizeof r->prof[i]) != 0) return;
+    r->nprof = n;
+}
+
+static int by_seconds(const void *a, const void *b) {
+    const prof_line *x = a, *y = b;
+    return (x->seconds < y->seconds) - (x->seconds > y->seconds);
+}
+
+static void row_name(const row *r, char *buf, size_t cap);
+
+/* Where a row's step time goes: per op and kind, seconds per step and the
+ * share of the executor's time, largest first; what the executor did not
+ * run (the optimizer update, timing) is the rest of the median step. */
+static void print_profile(row *r, int64_t steps, double median) {
+    char name[48];
+    row_name(r, name, sizeof name);
+    qsort(r->prof, (size_t)r->nprof, sizeof *r->prof, by_seconds);
+    double tot = 0.0;
+    for (int i = 0; i < r->nprof; i++) tot += r->prof[i].seconds;
+    tot /= (double)steps;
+    printf("\nprofile of %s: %.4f s per step in the executor, %.4f s elsewhere (optimizer update)\n", name, tot,
+           median > tot ? median - tot : 0.0);
+    printf("  %-18s %-10s %10s %7s %8s\n", "op", "kind", "s/step", "share", "calls");
+    for (int i = 0; i < r->nprof; i++) {
+        double sps = r->prof[i].seconds / (double)steps;
+        if (sps < 0.001 * tot) break; /* sorted: the rest are smaller */
+        printf("  %-18s %-10s %10.5f %6.1f%% %8.0f\n", r->prof[i].op, r->prof[i].kind, sps, tot > 0 ? 100.0 * sps / tot : 0.0,
+               (double)r->prof[i].count / (double)steps);
+    }
+}
+
 static void row_name(const row *r, char *buf, size_t cap) {
     if (r->budget) {
         char b[32];
@@ -325,7 +401,7 @@ int cmd_bench(int argc, char **argv) {
     const char *data = NULL, *init_out = NULL;
     char list[256] = "all,sqrt";
     int64_t steps = 10, warmup = 2, threads = 0, seed = 42;
-    int json = 0;
+    int json = 0, profile = 0;
     row rows[MAX_ROWS];
     size_t extra_budget[MAX_ROWS];
     int ns = 0, nb = 0;
@@ -338,7 +414,7 @@ int cmd_bench(int argc, char **argv) {
         {"threads", required_argument, 0, 't'}, {"json", no_argument, 0, 'j'},
         {"seed", required_argument, 0, 'S'},    {"help", no_argument, 0, 'h'},
         {"budget", required_argument, 0, 'B'},  {"save-init", required_argument, 0, 'W'},
-        {0, 0, 0, 0}};
+        {"profile", no_argument, 0, 'P'},       {0, 0, 0, 0}};
     optind = 1;
     opterr = 0;
     int c, idx = 0;
@@ -356,6 +432,7 @@ int cmd_bench(int argc, char **argv) {
         case 't': bad = cli_parse_i64(optarg, &threads) || threads < 0 || threads > 1024; break;
         case 'S': bad = cli_parse_i64(optarg, &seed) || seed < 0; break;
         case 'j': json = 1; break;
+        case 'P': profile = 1; break;
         case 'W': init_out = optarg; break;
         case 'B':
             if (nb == MAX_ROWS) return cli_usage_error("bench", "at most %d budgets", MAX_ROWS);
@@ -430,12 +507,19 @@ int cmd_bench(int argc, char **argv) {
     for (int64_t round = 0; round < warmup + steps; round++)
         for (int k = 0; k < ns; k++) {
             reply q;
+            if (profile && round == warmup && rows[k].alive) {
+                char p = 'P';
+                if (write_all(rows[k].cmd, &p, 1) != 0) rows[k].alive = 0;
+            }
             if (!rows[k].alive || ask(&rows[k], 'S', &q) != 0) continue;
             if (round >= warmup) rows[k].times[round - warmup] = q.seconds;
         }
     for (int k = 0; k < ns; k++) {
         reply q;
-        if (rows[k].alive && ask(&rows[k], 'R', &q) == 0) rows[k].last = q;
+        if (rows[k].alive && ask(&rows[k], 'R', &q) == 0) {
+            rows[k].last = q;
+            if (profile && q.ok) read_profile(&rows[k]);
+        }
         reap(&rows[k]);
     }
 
@@ -504,6 +588,17 @@ int cmd_bench(int argc, char **argv) {
             cJSON_AddNumberToObject(o, "overhead_percent", 100.0 * (rt - 1.0));
             cJSON_AddNumberToObject(o, "peak_ratio", rp);
             cJSON_AddNumberToObject(o, "rss_ratio", rr);
+            if (profile) {
+                cJSON *a = cJSON_AddArrayToObject(o, "profile");
+                for (int i = 0; a && i < r->nprof; i++) {
+                    cJSON *l = cJSON_CreateObject();
+                    cJSON_AddStringToObject(l, "op", r->prof[i].op);
+                    cJSON_AddStringToObject(l, "kind", r->prof[i].kind);
+                    cJSON_AddNumberToObject(l, "seconds_per_step", r->prof[i].seconds / (double)steps);
+                    cJSON_AddNumberToObject(l, "calls_per_step", (double)r->prof[i].count / (double)steps);
+                    cJSON_AddItemToArray(a, l);
+                }
+            }
             char *t = cJSON_PrintUnformatted(o);
             printf("%s\n", t);
             cJSON_free(t);
@@ -516,13 +611,16 @@ int cmd_bench(int argc, char **argv) {
                    (long long)r->last.recomputations, med[k], rt, rp, rr);
         }
     }
+    if (profile && !json)
+        for (int k = 0; k < ns; k++)
+            if (rows[k].last.ok && rows[k].nprof) print_profile(&rows[k], steps, med[k]);
     if (!json && base >= 0) {
         char b[32];
         printf("(median of %lld steps after %lld warm-up; ratios against %s; peak RSS per process, of which "
                "%s before anything is built)\n",
                (long long)steps, (long long)warmup, base_name, cli_fmt_bytes(base_rss, b, sizeof b));
     }
-    for (int k = 0; k < ns; k++) free(rows[k].times);
+    for (int k = 0; k < ns; k++) free(rows[k].times), free(rows[k].prof);
     if (rc) cli_fail("some rows failed (see above)");
     return rc;
 }

@@ -380,6 +380,21 @@ typedef struct {
 int64_t remat_session_schedule_length(const remat_session *s);
 remat_status remat_session_schedule_instr(const remat_session *s, int64_t i, remat_instr_info *out);
 
+/* Per-op profile: while profiling is on, every instruction the executor
+ * runs (in steps and forwards) adds its wall time to its op and kind.
+ * Switching it on or off clears the counts. It costs two clock reads per
+ * instruction. */
+void remat_session_set_profiling(remat_session *s, int on);
+typedef struct {
+    const char *op;   /* static: the op's name */
+    const char *kind; /* static: "forward", "recompute", "backward", "free" */
+    double seconds;
+    int64_t count;
+} remat_profile_row;
+/* Writes up to cap rows (op table order, then kind; only those that ran)
+ * and returns how many there are in all. */
+int remat_session_profile(const remat_session *s, remat_profile_row *rows, int cap);
+
 /* Number of completed optimizer updates (the step index used by dropout). */
 int64_t remat_session_step_index(const remat_session *s);
 

@@ -3,7 +3,9 @@
  * Every tensor remat holds is allocated here with a category tag. Live and
  * peak bytes are tracked per category and in total; the total's peak is the
  * peak of the sum. Counted bytes are exactly the bytes asked for, so the
- * simulator can predict them from shapes alone.
+ * simulator can predict them from shapes alone. The executor places a
+ * step's large values in an arena of its own (exec.c) and counts them here
+ * with remat__alloc_count / _uncount, so they are counted the same way.
  */
 #include "../remat-impl.h"
 
@@ -42,9 +44,15 @@ void *remat__alloc_zeroed(remat__alloc *a, remat_mem cat, size_t bytes) {
 
 void remat__alloc_put(remat__alloc *a, remat_mem cat, void *p, size_t bytes) {
     if (!p) return;
+    remat__alloc_uncount(a, cat, bytes);
+    free(p);
+}
+
+void remat__alloc_count(remat__alloc *a, remat_mem cat, size_t bytes) { count(a, cat, bytes); }
+
+void remat__alloc_uncount(remat__alloc *a, remat_mem cat, size_t bytes) {
     a->st.live[cat] -= bytes;
     a->st.live[REMAT_MEM_TOTAL] -= bytes;
-    free(p);
 }
 
 void remat__alloc_reset_peaks(remat__alloc *a) {
