@@ -10,7 +10,10 @@
  *   dW  += sum_n dy_n col_n^T            (Cout, K) = (Cout, P) (P, K)
  *   db  += sum_n sum_p dy_n              (Cout)
  * where col_n = im2col(x_n). A 1x1 convolution with stride 1 and no padding
- * has col_n = x_n and skips the copy.
+ * has col_n = x_n and skips the copy. Otherwise col_n is made and used a
+ * band of output rows at a time (band_rows), so that it stays in the L2
+ * cache between im2col and the GEMM that reads it, from a copy of the image
+ * with its zero border, so that unfolding has no bounds tests.
  *
  * Images are split over the threads; each thread unfolds its images into
  * its own slice of the workspace. Backward sums dW and db per thread into a
@@ -123,68 +126,117 @@ static void valid_cols(int64_t off, int64_t W, int64_t s, int64_t OW, int64_t *l
     *hi = h;
 }
 
-/* Unfolds one image: row (c, kh, kw), column (oh, ow) of col holds
- * x[c][oh*s - p + kh][ow*s - p + kw], 0 in the padding. */
-static void im2col(const geom *G, const float *x, float *col) {
-    // x: (C, H, W), col: (K, P)
-    const int64_t H = G->H, W = G->W, s = G->s, OW = G->OW;
+/* Output rows per unfolding chunk. A whole image's col is often larger
+ * than the L2 cache (32->64 channels at 28x28: 0.9 MB), so col is made and
+ * consumed a band of output rows at a time: about 192 KiB of col, but at
+ * least 128 columns so that the GEMMs stay wide. Depends on the shapes
+ * only. */
+static int64_t band_rows(const geom *G) {
+    int64_t row_bytes = G->K * G->OW * (int64_t)sizeof(float);
+    int64_t r = ((int64_t)192 << 10) / (row_bytes > 0 ? row_bytes : 1);
+    int64_t min_r = (128 + G->OW - 1) / G->OW;
+    if (r < min_r) r = min_r;
+    if (r < 1) r = 1;
+    return r < G->OH ? r : G->OH;
+}
+
+/* Floats of one slice of unfolding workspace: col for one band (K, R*OW)
+ * and, with padding, the padded image (C, H + 2p, W + 2p) it copies from. */
+static size_t col_floats(const geom *G) {
+    if (G->direct) return 0;
+    size_t pad = G->p ? (size_t)G->C * (size_t)(G->H + 2 * G->p) * (size_t)(G->W + 2 * G->p) : 0;
+    return (size_t)G->K * (size_t)(band_rows(G) * G->OW) + pad;
+}
+
+/* The image with its zero border, (C, H + 2p, W + 2p), in buf; x itself
+ * when p = 0. The border stays zero from image to image: `fresh` says buf
+ * is new in this kernel call and must be zeroed first. */
+static const float *pad_image(const geom *G, const float *x, float *buf, int fresh) {
+    // x: (C, H, W), buf: (C, Hp, Wp)
+    const int64_t p = G->p, Hp = G->H + 2 * p, Wp = G->W + 2 * p;
+    if (!p) return x;
+    if (fresh) memset(buf, 0, (size_t)(G->C * Hp * Wp) * sizeof *buf);
+    for (int64_t c = 0; c < G->C; c++)
+        for (int64_t h = 0; h < G->H; h++) {
+            float *br = buf + (c * Hp + h + p) * Wp + p;
+            const float *xr = x + (c * G->H + h) * G->W;
+            for (int64_t w = 0; w < G->W; w++) br[w] = xr[w];
+        }
+    return buf;
+}
+
+/* Unfolds output rows [oh0, oh1) of the padded image xp: row (c, kh, kw),
+ * column (oh - oh0, ow) of col (K, (oh1 - oh0)*OW) holds
+ * xp[c][oh*s + kh][ow*s + kw]. Rows of col are short (OW elements), so the
+ * copies are plain loops (the padding made them branch-free), not calls. */
+static void im2col(const geom *G, const float *xp, float *col, int64_t oh0, int64_t oh1) {
+    const int64_t s = G->s, OW = G->OW, Hp = G->H + 2 * G->p, Wp = G->W + 2 * G->p;
+    const int64_t Pc = (oh1 - oh0) * OW;
     for (int64_t c = 0; c < G->C; c++)
         for (int64_t kh = 0; kh < G->KH; kh++)
             for (int64_t kw = 0; kw < G->KW; kw++) {
-                float *row = col + ((c * G->KH + kh) * G->KW + kw) * G->P;
-                int64_t off = kw - G->p, wlo, whi;
-                valid_cols(off, W, s, OW, &wlo, &whi);
-                for (int64_t oh = 0; oh < G->OH; oh++) {
-                    float *r = row + oh * OW;
-                    int64_t ih = oh * s - G->p + kh;
-                    if (ih < 0 || ih >= H || whi <= wlo) {
-                        memset(r, 0, (size_t)OW * sizeof *r);
-                        continue;
-                    }
-                    const float *xr = x + (c * H + ih) * W;
-                    for (int64_t ow = 0; ow < wlo; ow++) r[ow] = 0.0f;
+                float *row = col + ((c * G->KH + kh) * G->KW + kw) * Pc;
+                const float *src = xp + (c * Hp + kh) * Wp + kw;
+                for (int64_t oh = oh0; oh < oh1; oh++) {
+                    float *r = row + (oh - oh0) * OW;
+                    const float *xr = src + oh * s * Wp;
                     if (s == 1)
-                        memcpy(r + wlo, xr + wlo + off, (size_t)(whi - wlo) * sizeof *r);
+                        for (int64_t ow = 0; ow < OW; ow++) r[ow] = xr[ow];
+                    else if (s == 2)
+                        for (int64_t ow = 0; ow < OW; ow++) r[ow] = xr[2 * ow];
                     else
-                        for (int64_t ow = wlo; ow < whi; ow++) r[ow] = xr[ow * s + off];
-                    for (int64_t ow = whi; ow < OW; ow++) r[ow] = 0.0f;
+                        for (int64_t ow = 0; ow < OW; ow++) r[ow] = xr[ow * s];
                 }
             }
 }
 
-/* The adjoint of im2col: adds every in-bounds entry of col to its source
- * pixel of dx, in row order then column order. */
-static void col2im_add(const geom *G, const float *col, float *dx) {
-    // col: (K, P), dx: (C, H, W)
-    const int64_t H = G->H, W = G->W, s = G->s, OW = G->OW;
+/* The adjoint of im2col for output rows [oh0, oh1), into the unpadded dx:
+ * adds every in-bounds entry of col to its source pixel, in row order then
+ * column order. */
+static void col2im_add(const geom *G, const float *col, float *dx, int64_t oh0, int64_t oh1) {
+    // col: (K, (oh1 - oh0)*OW), dx: (C, H, W)
+    const int64_t H = G->H, W = G->W, s = G->s, OW = G->OW, Pc = (oh1 - oh0) * OW;
     for (int64_t c = 0; c < G->C; c++)
         for (int64_t kh = 0; kh < G->KH; kh++)
             for (int64_t kw = 0; kw < G->KW; kw++) {
-                const float *row = col + ((c * G->KH + kh) * G->KW + kw) * G->P;
+                const float *row = col + ((c * G->KH + kh) * G->KW + kw) * Pc;
                 int64_t off = kw - G->p, wlo, whi;
                 valid_cols(off, W, s, OW, &wlo, &whi);
-                for (int64_t oh = 0; oh < G->OH; oh++) {
+                for (int64_t oh = oh0; oh < oh1; oh++) {
                     int64_t ih = oh * s - G->p + kh;
                     if (ih < 0 || ih >= H) continue;
-                    const float *r = row + oh * OW;
-                    float *dr = dx + (c * H + ih) * W;
-                    for (int64_t ow = wlo; ow < whi; ow++) dr[ow * s + off] += r[ow];
+                    const float *r = row + (oh - oh0) * OW;
+                    float *dr = dx + (c * H + ih) * W + off;
+                    if (s == 1) /* a row's targets are distinct: this vectorizes */
+                        for (int64_t ow = wlo; ow < whi; ow++) dr[ow] += r[ow];
+                    else
+                        for (int64_t ow = wlo; ow < whi; ow++) dr[ow * s] += r[ow];
                 }
             }
+}
+
+/* Sum of a row of n floats in 8 interleaved partial sums (element i goes
+ * to partial i % 8), combined in a fixed order: a fixed rounding, and eight
+ * independent chains the compiler can keep in vector registers. */
+static float row_sum(const float *x, int64_t n) {
+    float acc[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) acc[j] += x[i + j];
+    for (int j = 0; i + j < n; j++) acc[j] += x[i + j];
+    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
 }
 
 static size_t conv_fwd_ws(const remat_graph *g, const remat__node *n, int nth) {
     geom G = graph_geom(g, n);
-    if (G.direct) return 0;
-    return (size_t)slices(&G, nth) * (size_t)G.K * (size_t)G.P * sizeof(float);
+    return (size_t)slices(&G, nth) * col_floats(&G) * sizeof(float);
 }
 
-/* Backward workspace, per slice: col (K, P) unless direct, then the dW
+/* Backward workspace, per slice: col_floats unless direct, then the dW
  * partial (O, K) and, with a bias, the db partial (O). */
 static size_t conv_bwd_ws(const remat_graph *g, const remat__node *n, int nth) {
     geom G = graph_geom(g, n);
-    size_t per = (G.direct ? 0 : (size_t)G.K * (size_t)G.P) + (size_t)G.O * (size_t)G.K +
-                 (G.bias ? (size_t)G.O : 0);
+    size_t per = col_floats(&G) + (size_t)G.O * (size_t)G.K + (G.bias ? (size_t)G.O : 0);
     return (size_t)slices(&G, nth) * per * sizeof(float);
 }
 
@@ -194,23 +246,31 @@ static void conv_forward(const remat__kctx *k, int ith, int nth) {
     const float *w = k->in[1]->data;                     // (O, C, KH, KW) = (O, K)
     const float *b = G.bias ? k->in[2]->data : NULL;     // (O)
     float *y = k->out->data;                             // (N, O, OH, OW)
+    const int64_t R = band_rows(&G);
     int64_t lo, hi;
     remat__split(G.N, ith, nth, &lo, &hi);
     if (hi <= lo) return;
-    float *col = G.direct ? NULL : (float *)k->ws + (size_t)ith * (size_t)(G.K * G.P);  // (K, P)
+    float *col = G.direct ? NULL : (float *)k->ws + (size_t)ith * col_floats(&G);  // (K, R*OW)
+    float *pad = col ? col + G.K * R * G.OW : NULL;                                  // (C, Hp, Wp)
     for (int64_t n = lo; n < hi; n++) {
         const float *xn = x + n * G.C * G.H * G.W;      // (C, H, W) = (K, P) when direct
         float *yn = y + n * G.O * G.P;                   // (O, P)
-        const float *src = xn;
-        if (!G.direct) {
-            im2col(&G, xn, col);
-            src = col;
-        }
         if (b)
             for (int64_t o = 0; o < G.O; o++)
                 for (int64_t q = 0; q < G.P; q++) yn[o * G.P + q] = b[o];
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)G.O, (int)G.P, (int)G.K, 1.0f,
-                    w, (int)G.K, src, (int)G.P, b ? 1.0f : 0.0f, yn, (int)G.P);
+        if (G.direct) {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)G.O, (int)G.P, (int)G.K, 1.0f,
+                        w, (int)G.K, xn, (int)G.P, b ? 1.0f : 0.0f, yn, (int)G.P);
+            continue;
+        }
+        const float *xp = pad_image(&G, xn, pad, n == lo);
+        for (int64_t oh0 = 0; oh0 < G.OH; oh0 += R) {
+            int64_t oh1 = oh0 + R < G.OH ? oh0 + R : G.OH, Pc = (oh1 - oh0) * G.OW;
+            im2col(&G, xp, col, oh0, oh1);
+            /* y_n[:, band] (O, Pc) = W (O, K) col (K, Pc) */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)G.O, (int)Pc, (int)G.K, 1.0f,
+                        w, (int)G.K, col, (int)Pc, b ? 1.0f : 0.0f, yn + oh0 * G.OW, (int)G.P);
+        }
     }
 }
 
@@ -222,47 +282,50 @@ static void conv_backward(const remat__kctx *k, int ith, int nth) {
     float *dx = k->din[0];                               // (N, C, H, W) or NULL
     float *dw = k->din[1];                               // (O, K) or NULL
     float *db = G.bias ? k->din[2] : NULL;               // (O) or NULL
-    const int64_t S = slices(&G, nth);
-    const size_t colsz = G.direct ? 0 : (size_t)(G.K * G.P);
+    const int64_t S = slices(&G, nth), R = band_rows(&G);
+    const size_t colsz = col_floats(&G);
     const size_t wsz = (size_t)(G.O * G.K), bsz = G.bias ? (size_t)G.O : 0;
-    float *cols = k->ws;                                 // (S, K, P) unless direct
+    float *cols = k->ws;                                 // (S, colsz) unless direct
     float *pw = cols + (size_t)S * colsz;                // (S, O, K) dW partials
     float *pb = pw + (size_t)S * wsz;                    // (S, O) db partials, with bias
 
     int64_t lo, hi;
     remat__split(G.N, ith, nth, &lo, &hi);
     if (hi > lo) {
-        float *col = cols + (size_t)ith * colsz;         // (K, P)
+        float *col = cols + (size_t)ith * colsz;         // (K, R*OW)
+        float *pad = G.direct ? NULL : col + G.K * R * G.OW;  // (C, Hp, Wp) with padding
         float *mw = pw + (size_t)ith * wsz;              // (O, K)
         float *mb = pb + (size_t)ith * bsz;              // (O)
         if (dw) memset(mw, 0, wsz * sizeof *mw);
         if (db) memset(mb, 0, bsz * sizeof *mb);
         for (int64_t n = lo; n < hi; n++) {
+            const float *xn = x + n * G.C * G.H * G.W;   // (C, H, W) = (K, P) when direct
             const float *dyn = dy + n * G.O * G.P;       // (O, P)
-            if (dw) {
-                const float *src = x + n * G.C * G.H * G.W;  // (K, P) when direct
-                if (!G.direct) {
-                    im2col(&G, src, col);
-                    src = col;
-                }
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)G.O, (int)G.K, (int)G.P,
-                            1.0f, dyn, (int)G.P, src, (int)G.P, 1.0f, mw, (int)G.K);
-            }
+            float *dxn = dx ? dx + n * G.C * G.H * G.W : NULL;  // (C, H, W) = (K, P) when direct
             if (db)
-                for (int64_t o = 0; o < G.O; o++) {
-                    float s = 0.0f;
-                    for (int64_t q = 0; q < G.P; q++) s += dyn[o * G.P + q];
-                    mb[o] += s;
-                }
-            if (dx) {
-                float *dxn = dx + n * G.C * G.H * G.W;   // (C, H, W) = (K, P) when direct
-                if (G.direct) {
+                for (int64_t o = 0; o < G.O; o++) mb[o] += row_sum(dyn + o * G.P, G.P);
+            if (G.direct) {
+                if (dw) /* dW (O, K) += dy_n (O, P) x_n^T (P, K) */
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)G.O, (int)G.K, (int)G.P,
+                                1.0f, dyn, (int)G.P, xn, (int)G.P, 1.0f, mw, (int)G.K);
+                if (dx) /* dx_n (K, P) += W^T (K, O) dy_n (O, P) */
                     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)G.K, (int)G.P,
                                 (int)G.O, 1.0f, w, (int)G.K, dyn, (int)G.P, 1.0f, dxn, (int)G.P);
-                } else {
-                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)G.K, (int)G.P,
-                                (int)G.O, 1.0f, w, (int)G.K, dyn, (int)G.P, 0.0f, col, (int)G.P);
-                    col2im_add(&G, col, dxn);
+                continue;
+            }
+            const float *xp = dw ? pad_image(&G, xn, pad, n == lo) : NULL;
+            for (int64_t oh0 = 0; oh0 < G.OH; oh0 += R) {
+                int64_t oh1 = oh0 + R < G.OH ? oh0 + R : G.OH, Pc = (oh1 - oh0) * G.OW;
+                const float *dyb = dyn + oh0 * G.OW;     // (O, Pc), row stride P
+                if (dw) { /* dW (O, K) += dy_n[:, band] (O, Pc) col^T (Pc, K) */
+                    im2col(&G, xp, col, oh0, oh1);
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)G.O, (int)G.K, (int)Pc,
+                                1.0f, dyb, (int)G.P, col, (int)Pc, 1.0f, mw, (int)G.K);
+                }
+                if (dx) { /* col (K, Pc) = W^T (K, O) dy_n[:, band] (O, Pc), folded into dx_n */
+                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)G.K, (int)Pc, (int)G.O,
+                                1.0f, w, (int)G.K, dyb, (int)G.P, 0.0f, col, (int)Pc);
+                    col2im_add(&G, col, dxn, oh0, oh1);
                 }
             }
         }

@@ -29,6 +29,12 @@ static remat_status same_shape(const remat_graph *g, remat__node *n) {
 
 static int64_t numel_of(const remat__kctx *k) { return remat__numel(&k->node->shape); }
 
+/* -0.0f, read through a volatile so the compiler cannot fold "x + -0" back
+ * into "leave x alone", which would make a loop's store conditional and
+ * stop it from vectorizing (SSE2 has no masked stores). */
+static volatile float neg_zero = -0.0f;
+static inline float remat__neg_zero(void) { return neg_zero; }
+
 /* ------------------------------------------------------------------ relu */
 
 static void relu_forward(const remat__kctx *k, int ith, int nth) {
@@ -45,8 +51,14 @@ static void relu_backward(const remat__kctx *k, int ith, int nth) {
     float *dx = k->din[0];
     int64_t lo, hi;
     remat__split(numel_of(k), ith, nth, &lo, &hi);
-    for (int64_t i = lo; i < hi; i++)
-        if (y[i] > 0.0f) dx[i] += dy[i];
+    /* A select rather than a branch (signs are data: branches mispredict),
+     * so the loop vectorizes. Adding -0 leaves every float's bits as they
+     * are (-0 + -0 = -0, +0 + -0 = +0), unlike adding +0. */
+    const float nz = remat__neg_zero();
+    for (int64_t i = lo; i < hi; i++) {
+        float g = dy[i]; /* loaded unconditionally, or the select is not if-converted */
+        dx[i] += y[i] > 0.0f ? g : nz;
+    }
 }
 
 static double pointwise_flops(const remat_graph *g, const remat__node *n) {

@@ -100,17 +100,171 @@ static int64_t window_argmax(const pgeom *G, const float *x, int64_t oh, int64_t
     return best;
 }
 
+/* Does v replace the running maximum m under that rule? Written so that
+ * loops over it become selects (the signs of activations are data, so
+ * branches mispredict) and vectorize. */
+static inline int takes(float v, float m) { return v > m || v != v; }
+
+/* Output rows [*olo, *ohi) and columns [*wlo, *whi) whose windows lie
+ * wholly inside the plane; the others are clipped by the padding and take
+ * window_argmax. */
+static void inner_range(const pgeom *G, int64_t *olo, int64_t *ohi, int64_t *wlo, int64_t *whi) {
+    *olo = (G->p + G->s - 1) / G->s;
+    *ohi = G->H - G->k + G->p >= 0 ? (G->H - G->k + G->p) / G->s + 1 : 0;
+    *wlo = (G->p + G->s - 1) / G->s;
+    *whi = G->W - G->k + G->p >= 0 ? (G->W - G->k + G->p) / G->s + 1 : 0;
+    if (*ohi > G->OH) *ohi = G->OH;
+    if (*whi > G->OW) *whi = G->OW;
+    if (*olo > *ohi) *olo = *ohi;
+    if (*wlo > *whi) *wlo = *whi;
+}
+
+/* Scans one window element (kh, kw) for the inner windows ow in [0, n) of
+ * a row: r[ow * S] is that element of window ow, pos its position kh*k+kw
+ * (a float, so every select in the loop has one element type). Windows are
+ * scanned element by element in row-major order, each for all outputs of
+ * the row at once, which keeps every window's own scan order. */
+static inline void scan_elem(const float *r, int64_t S, int64_t n, float pos, float *m, float *j) {
+    for (int64_t ow = 0; ow < n; ow++) {
+        float v = r[ow * S], mo = m[ow], jo = j[ow];
+        int t = takes(v, mo);
+        m[ow] = t ? v : mo;
+        j[ow] = t ? pos : jo;
+    }
+}
+
+#define ROW_CHUNK 256
+
+/* The maximum m[i] and its window position j[i] (kh*k + kw) of the inner
+ * windows ow = w0 + i, i in [0, n), n <= ROW_CHUNK, of output row oh. */
+static void row_argmax(const pgeom *G, const float *xp, int64_t oh, int64_t w0, int64_t n, float *m,
+                       float *j) {
+    const int64_t k = G->k, s = G->s, W = G->W;
+    const float *x0 = xp + (oh * s - G->p) * W + w0 * s - G->p; /* window w0's first element */
+    for (int64_t i = 0; i < n; i++) m[i] = -INFINITY, j[i] = 0.0f;
+    for (int64_t kh = 0; kh < k; kh++)
+        for (int64_t kw = 0; kw < k; kw++) {
+            const float *r = x0 + kh * W + kw;
+            float pos = (float)(kh * k + kw);
+            /* constant strides for the compiler where it matters */
+            if (s == 1) scan_elem(r, 1, n, pos, m, j);
+            else if (s == 2) scan_elem(r, 2, n, pos, m, j);
+            else scan_elem(r, s, n, pos, m, j);
+        }
+}
+
+/* Plane index of window position j of the inner window (oh, ow). */
+static inline int64_t window_index(const pgeom *G, int64_t oh, int64_t ow, float j) {
+    int64_t q = (int64_t)j;
+    return (oh * G->s - G->p + q / G->k) * G->W + ow * G->s - G->p + q % G->k;
+}
+
+/* 2x2 windows with stride 2 and no padding, the common case, one output
+ * row at a time: r0, r1 are the window's two input rows. */
+static void max22_row(const float *r0, const float *r1, float *y, int64_t OW) {
+    for (int64_t ow = 0; ow < OW; ow++) {
+        float m = r0[2 * ow], v; /* the first element always replaces -inf or ties it */
+        v = r0[2 * ow + 1], m = takes(v, m) ? v : m;
+        v = r1[2 * ow], m = takes(v, m) ? v : m;
+        v = r1[2 * ow + 1], m = takes(v, m) ? v : m;
+        y[ow] = m;
+    }
+}
+
+static volatile float neg_zero = -0.0f; /* read at run time: see max22_row_bwd */
+
+/* Its backward: the windows do not overlap, so each input receives the
+ * gradient of at most one output; the others get -0, which leaves their
+ * bits as they are (+0 would turn -0 into +0). -0 is read through a
+ * volatile because the compiler would fold "+= -0" into a conditional
+ * store, and the loop would no longer vectorize. */
+static void max22_row_bwd(const float *r0, const float *r1, const float *dy, float *d0, float *d1,
+                          int64_t OW) {
+    const float nz = neg_zero;
+    for (int64_t ow = 0; ow < OW; ow++) {
+        float a = r0[2 * ow], b = r0[2 * ow + 1], c = r1[2 * ow], d = r1[2 * ow + 1], g = dy[ow];
+        int t1 = takes(b, a);
+        float m = t1 ? b : a;
+        int t2 = takes(c, m);
+        m = t2 ? c : m;
+        int t3 = takes(d, m);
+        /* the gradient goes to the last position that took the maximum
+         * (selects into locals, then plain loads, adds and stores: the form
+         * the vectorizer accepts) */
+        float g3 = t3 ? g : nz, r3 = t3 ? nz : g;
+        float g2 = t2 ? r3 : nz, r2 = t2 ? nz : r3;
+        float g1 = t1 ? r2 : nz, g0 = t1 ? nz : r2;
+        float x0 = d0[2 * ow] + g0, x1 = d0[2 * ow + 1] + g1;
+        float x2 = d1[2 * ow] + g2, x3 = d1[2 * ow + 1] + g3;
+        d0[2 * ow] = x0, d0[2 * ow + 1] = x1, d1[2 * ow] = x2, d1[2 * ow + 1] = x3;
+    }
+}
+
+static int is22(const pgeom *G) { return G->k == 2 && G->s == 2 && G->p == 0; }
+
+/* Calls out(ow, idx, val) ... for every window of output row oh in
+ * increasing ow: the plane index of its maximum and the maximum. */
+typedef void (*row_sink)(void *ctx, int64_t ow, int64_t idx, float val);
+
+static void row_windows(const pgeom *G, const float *xp, int64_t oh, int inner_row, int64_t wlo,
+                        int64_t whi, row_sink out, void *ctx) {
+    float m[ROW_CHUNK], j[ROW_CHUNK];
+    int64_t ow = 0;
+    if (inner_row)
+        for (; ow < wlo; ow++) {
+            float v;
+            int64_t i = window_argmax(G, xp, oh, ow, &v);
+            out(ctx, ow, i, v);
+        }
+    if (inner_row)
+        for (int64_t w0 = wlo; w0 < whi; w0 += ROW_CHUNK) {
+            int64_t n = whi - w0 < ROW_CHUNK ? whi - w0 : ROW_CHUNK;
+            row_argmax(G, xp, oh, w0, n, m, j);
+            for (int64_t i = 0; i < n; i++) out(ctx, w0 + i, window_index(G, oh, w0 + i, j[i]), m[i]);
+            ow = w0 + n;
+        }
+    for (; ow < G->OW; ow++) {
+        float v;
+        int64_t i = window_argmax(G, xp, oh, ow, &v);
+        out(ctx, ow, i, v);
+    }
+}
+
+typedef struct {
+    float *y;           /* output row */
+    float *dx;          /* input plane */
+    const float *dy;    /* output row */
+} sink_ctx;
+
+static void sink_value(void *ctx, int64_t ow, int64_t idx, float val) {
+    (void)idx;
+    ((sink_ctx *)ctx)->y[ow] = val;
+}
+
+static void sink_grad(void *ctx, int64_t ow, int64_t idx, float val) {
+    (void)val;
+    sink_ctx *c = ctx;
+    c->dx[idx] += c->dy[ow];
+}
+
 static void maxpool_forward(const remat__kctx *k, int ith, int nth) {
     const pgeom G = make_pgeom(k->in[0]->shape, k->node);
     const float *x = k->in[0]->data;  // (N, C, H, W)
     float *y = k->out->data;          // (N, C, OH, OW)
-    int64_t lo, hi;
+    int64_t lo, hi, olo, ohi, wlo, whi;
     remat__split(G.planes, ith, nth, &lo, &hi);
+    inner_range(&G, &olo, &ohi, &wlo, &whi);
     for (int64_t pl = lo; pl < hi; pl++) {
         const float *xp = x + pl * G.H * G.W;  // (H, W)
         float *yp = y + pl * G.OH * G.OW;      // (OH, OW)
-        for (int64_t oh = 0; oh < G.OH; oh++)
-            for (int64_t ow = 0; ow < G.OW; ow++) window_argmax(&G, xp, oh, ow, &yp[oh * G.OW + ow]);
+        for (int64_t oh = 0; oh < G.OH; oh++) {
+            if (is22(&G)) {
+                max22_row(xp + 2 * oh * G.W, xp + (2 * oh + 1) * G.W, yp + oh * G.OW, G.OW);
+                continue;
+            }
+            sink_ctx c = {yp + oh * G.OW, NULL, NULL};
+            row_windows(&G, xp, oh, oh >= olo && oh < ohi, wlo, whi, sink_value, &c);
+        }
     }
 }
 
@@ -120,17 +274,23 @@ static void maxpool_backward(const remat__kctx *k, int ith, int nth) {
     const float *dy = k->dout;        // (N, C, OH, OW)
     float *dx = k->din[0];            // (N, C, H, W)
     if (!dx) return;
-    int64_t lo, hi;
+    int64_t lo, hi, olo, ohi, wlo, whi;
     remat__split(G.planes, ith, nth, &lo, &hi);
+    inner_range(&G, &olo, &ohi, &wlo, &whi);
     for (int64_t pl = lo; pl < hi; pl++) {
-        const float *xp = x + pl * G.H * G.W;    // (H, W)
+        const float *xp = x + pl * G.H * G.W;      // (H, W)
         const float *dyp = dy + pl * G.OH * G.OW;  // (OH, OW)
-        float *dxp = dx + pl * G.H * G.W;        // (H, W)
-        for (int64_t oh = 0; oh < G.OH; oh++)
-            for (int64_t ow = 0; ow < G.OW; ow++) {
-                float m;
-                dxp[window_argmax(&G, xp, oh, ow, &m)] += dyp[oh * G.OW + ow];
+        float *dxp = dx + pl * G.H * G.W;          // (H, W)
+        for (int64_t oh = 0; oh < G.OH; oh++) {
+            if (is22(&G)) {
+                int64_t r = 2 * oh * G.W;
+                max22_row_bwd(xp + r, xp + r + G.W, dyp + oh * G.OW, dxp + r, dxp + r + G.W, G.OW);
+                continue;
             }
+            /* overlapping windows: gradients are added in output order */
+            sink_ctx c = {NULL, dxp, dyp + oh * G.OW};
+            row_windows(&G, xp, oh, oh >= olo && oh < ohi, wlo, whi, sink_grad, &c);
+        }
     }
 }
 
