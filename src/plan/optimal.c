@@ -267,23 +267,62 @@ static remat_status strategy_candidate(const remat__prog *p, remat_node loss, re
     return st;
 }
 
-/* The memory-efficient form of dense and branchy graphs as a candidate:
+/* The memory-efficient form of dense and branchy graphs as candidates:
  * keep the outputs of the expensive nodes (linear, conv) and of the nodes
  * after the last of them, drop every cheap value (concat, normalization,
  * pointwise, pooling) and recompute it from the kept ones just before the
- * backward that reads it (build.c's segment recomputation). */
-static remat_status keep_expensive_candidate(const remat__prog *p, remat_node loss, const remat_mem_stats *start,
-                                             remat__schedule *sc, double *cost, size_t *peak) {
+ * backward that reads it (build.c's segment recomputation). Candidate j of
+ * N_SELECTIVE also drops the expensive outputs that are cheapest to
+ * recompute per byte, in that order, until j/N_SELECTIVE of their bytes
+ * are gone: on DenseNet it drops the bottleneck convolutions' wide outputs
+ * first (a 1x1 convolution from few channels costs little per byte) and
+ * keeps each layer's new features, the per-layer checkpointing people
+ * write by hand, at the end. */
+#define N_SELECTIVE 8
+
+typedef struct {
+    double per_byte; /* forward cost of recomputing per byte kept */
+    size_t bytes;
+    int32_t node;
+} exp_node;
+
+static int by_cost_per_byte(const void *a, const void *b) {
+    const exp_node *x = a, *y = b;
+    if (x->per_byte != y->per_byte) return x->per_byte < y->per_byte ? -1 : 1;
+    return (x->node > y->node) - (x->node < y->node);
+}
+
+static remat_status keep_expensive_candidate(const remat__prog *p, remat_node loss, int j,
+                                             const remat_mem_stats *start, remat__schedule *sc, double *cost,
+                                             size_t *peak) {
     const remat_graph *g = p->g;
     uint8_t *level = malloc((size_t)g->n + 1);
-    if (!level) return remat__err(REMAT_NOMEM, "out of memory planning");
+    exp_node *e = malloc(((size_t)g->n + 1) * sizeof *e);
+    if (!level || !e) {
+        free(level), free(e);
+        return remat__err(REMAT_NOMEM, "out of memory planning");
+    }
     int32_t last = -1;
     for (int32_t u = 0; u < g->n; u++)
         if (g->nodes[u].leaf == REMAT__LEAF_NONE && expensive(&g->nodes[u])) last = u;
+    int ne = 0;
+    size_t total = 0;
     for (int32_t u = 0; u < g->n; u++) {
         const remat__node *nd = &g->nodes[u];
         level[u] = nd->leaf != REMAT__LEAF_NONE || u >= last || expensive(nd) ? 0 : REMAT__LEVEL_NONE;
+        if (nd->leaf == REMAT__LEAF_NONE && u < last && expensive(nd)) {
+            size_t b = remat__out_bytes(nd);
+            e[ne++] = (exp_node){remat__node_seconds(p, nd) / (double)(b ? b : 1), b, u};
+            total += b;
+        }
     }
+    qsort(e, (size_t)ne, sizeof *e, by_cost_per_byte);
+    size_t dropped = 0, goal = (size_t)((double)total * j / N_SELECTIVE);
+    for (int i = 0; i < ne && dropped < goal; i++) {
+        level[e[i].node] = REMAT__LEVEL_NONE;
+        dropped += e[i].bytes;
+    }
+    free(e);
     remat_status st = remat__schedule_build(p, loss, REMAT_NONE, 1, 1, level, sc);
     free(level);
     if (st != REMAT_OK) return st;
@@ -300,7 +339,8 @@ static remat_status keep_expensive_candidate(const remat__prog *p, remat_node lo
  * stage is all-or-selective to the DP); and the store-all and sqrt
  * schedules (the DP works on at most MAX_STAGES merged stages, and on a
  * long homogeneous chain such as heavy's, sqrt's finer boundaries reach
- * below the merged chain's floor), and the keep-expensive schedule above. Every candidate is simulated exactly;
+ * below the merged chain's floor), and the keep-expensive schedules above.
+ * Every candidate is simulated exactly;
  * the fastest under the cost model that fits the budget wins. The
  * candidates do not depend on the budget, so a larger budget only adds
  * candidates: the chosen cost never grows with it. */
@@ -340,12 +380,12 @@ remat_status remat__optimal_schedule(const remat__prog *p, remat_node loss, size
     double best_cost = 0;
     size_t best_peak = 0, min_peak = (size_t)-1;
     int have = 0;
-    for (int k = -3; k < N_CANDIDATES + N_DTR; k++) {
+    for (int k = -2 - N_SELECTIVE; k < N_CANDIDATES + N_DTR; k++) {
         remat__schedule sc;
         double cost = 0;
         size_t peak = 0;
-        if (k == -3) {
-            st = keep_expensive_candidate(p, loss, start, &sc, &cost, &peak);
+        if (k < -2) {
+            st = keep_expensive_candidate(p, loss, k + 2 + N_SELECTIVE, start, &sc, &cost, &peak);
         } else if (k < 0) {
             st = strategy_candidate(p, loss, k == -2 ? REMAT_STRATEGY_ALL : REMAT_STRATEGY_SQRT, start, &sc, &cost,
                                     &peak);
