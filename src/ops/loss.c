@@ -2,9 +2,9 @@
  *
  * Both produce a scalar. Cross-entropy's labels get no gradient; both of
  * MSE's inputs do (PyTorch's semantics: the target may be computed). Sums
- * run in double in one fixed order on thread 0 (the reductions are tiny
- * next to the layers that feed them), so the loss does not depend on the
- * thread count.
+ * run in double in one fixed order on thread 0 (cross-entropy's rows are
+ * computed in parallel first: a language model's logits are large), so
+ * the loss does not depend on the thread count.
  */
 #include "../remat-impl.h"
 
@@ -28,43 +28,83 @@ static remat_status ce_shape(const remat_graph *g, remat__node *n) {
     return REMAT_OK;
 }
 
-/* log(sum exp(z - max)) + max for one row, in double. */
-static double logsumexp(const float *z, int64_t C) {
-    double m = z[0];
+/* The largest logit of a row. */
+static float row_max(const float *z, int64_t C) {
+    float m = z[0];
     for (int64_t c = 1; c < C; c++) m = z[c] > m ? z[c] : m;
-    double s = 0.0;
-    for (int64_t c = 0; c < C; c++) s += exp((double)z[c] - m);
-    return log(s) + m;
+    return m;
+}
+
+/* sum_c e[c] in double, in four interleaved partial sums combined in a
+ * fixed order: the same bits on every call, and four independent chains. */
+static double row_sum(const float *e, int64_t C) {
+    double s[4] = {0.0, 0.0, 0.0, 0.0};
+    int64_t c = 0;
+    for (; c + 4 <= C; c += 4)
+        for (int j = 0; j < 4; j++) s[j] += (double)e[c + j];
+    for (int j = 0; c + j < C; j++) s[j] += (double)e[c + j];
+    return (s[0] + s[2]) + (s[1] + s[3]);
+}
+
+/* e[c] = exp(z[c] - max) for a row, in float, and log(sum e) + max. */
+static double row_lse(const float *z, float *e, int64_t C) {
+    float m = row_max(z, C);
+    for (int64_t c = 0; c < C; c++) e[c] = expf(z[c] - m);
+    return log(row_sum(e, C)) + (double)m;
+}
+
+/* Forward: each thread takes whole rows and writes their losses to the
+ * workspace; thread 0 then sums them in row order, so the loss does not
+ * depend on the thread count. Workspace: (N) doubles, then (nth, C) floats
+ * of exponentials. */
+static size_t ce_fwd_ws(const remat_graph *g, const remat__node *n, int nth) {
+    const remat__shape *z = remat__in_shape(g, n, 0);
+    return (size_t)z->d[0] * sizeof(double) + (size_t)nth * (size_t)z->d[1] * sizeof(float);
 }
 
 static void ce_forward(const remat__kctx *k, int ith, int nth) {
-    (void)nth;
-    if (ith != 0) return;
     const float *z = k->in[0]->data;     // (N, C)
     const int32_t *y = k->in[1]->data;   // (N)
-    int64_t N = k->in[0]->shape->d[0], C = k->in[0]->shape->d[1];
+    int64_t N = k->in[0]->shape->d[0], C = k->in[0]->shape->d[1], lo, hi;
+    double *row = k->ws;                                   // (N)
+    float *e = (float *)(row + N) + (size_t)ith * (size_t)C; // (C)
+    remat__split(N, ith, nth, &lo, &hi);
+    for (int64_t n = lo; n < hi; n++)  /* a bad label makes the loss NaN: the loss says so */
+        row[n] = y[n] < 0 || y[n] >= C ? NAN : row_lse(z + n * C, e, C) - (double)z[n * C + y[n]];
+    remat__pool_barrier(k->pool);
+    if (ith != 0) return;
     double sum = 0.0;
-    for (int64_t n = 0; n < N; n++) {
-        if (y[n] < 0 || y[n] >= C) { sum = NAN; break; } /* bad label: the loss says so */
-        sum += logsumexp(z + n * C, C) - (double)z[n * C + y[n]];
-    }
+    for (int64_t n = 0; n < N; n++) sum += row[n];
     *(float *)k->out->data = (float)(sum / (double)N);
 }
 
+/* Backward: dz[n, c] += g (softmax(z_n)[c] - [c == y_n]), g = dloss / N,
+ * one exponential per logit (kept in the thread's workspace row between
+ * the sum and the update). Workspace: (nth, C) floats. */
+static size_t ce_bwd_ws(const remat_graph *g, const remat__node *n, int nth) {
+    return (size_t)nth * (size_t)remat__in_shape(g, n, 0)->d[1] * sizeof(float);
+}
+
 static void ce_backward(const remat__kctx *k, int ith, int nth) {
-    const float *z = k->in[0]->data;
-    const int32_t *y = k->in[1]->data;
-    float *dz = k->din[0];
+    const float *z = k->in[0]->data;   // (N, C)
+    const int32_t *y = k->in[1]->data; // (N)
+    float *dz = k->din[0];             // (N, C)
     if (!dz) return;
     int64_t N = k->in[0]->shape->d[0], C = k->in[0]->shape->d[1], lo, hi;
+    float *e = (float *)k->ws + (size_t)ith * (size_t)C; // (C)
     double g = (double)k->dout[0] / (double)N;
     remat__split(N, ith, nth, &lo, &hi);
     for (int64_t n = lo; n < hi; n++) {
-        double lse = logsumexp(z + n * C, C);
-        for (int64_t c = 0; c < C; c++) {
-            double p = exp((double)z[n * C + c] - lse) - (c == y[n] ? 1.0 : 0.0);
-            dz[n * C + c] += (float)(g * p);
-        }
+        const float *zn = z + n * C;
+        float m = row_max(zn, C);
+        for (int64_t c = 0; c < C; c++) e[c] = expf(zn[c] - m);
+        const double sum = row_sum(e, C);
+        const float scale = (float)(g / sum); /* softmax times g = e * scale */
+        float *dn = dz + n * C;
+        int64_t t = y[n] >= 0 && y[n] < C ? y[n] : C;
+        for (int64_t c = 0; c < t; c++) dn[c] += scale * e[c];
+        if (t < C) dn[t] += (float)(g * ((double)e[t] / sum - 1.0));
+        for (int64_t c = t + 1; c < C; c++) dn[c] += scale * e[c];
     }
 }
 
@@ -79,6 +119,8 @@ const remat__op remat__op_cross_entropy = {
     .shape = ce_shape,
     .forward = ce_forward,
     .backward = ce_backward,
+    .fwd_ws = ce_fwd_ws,
+    .bwd_ws = ce_bwd_ws,
     .saves = REMAT__SAVE_IN(0) | REMAT__SAVE_IN(1),
     .flags = REMAT__OP_LOSS | REMAT__OP_NODIFF_IN1,
     .flops = ce_flops,

@@ -87,10 +87,14 @@ void remat__schedule_free(remat__schedule *s) {
 }
 
 int remat__node_threads(const remat_graph *g, const remat__node *n, int pool) {
-    (void)g;
-    /* Dispatching tiny ops to the pool costs more than it saves. The choice
-     * depends on the node only, so it is the same in every schedule. */
-    return remat__numel(&n->shape) < 4096 ? 1 : pool;
+    /* Dispatching tiny ops to the pool costs more than it saves. An op's
+     * work is its output's size, or for a loss (a scalar) its first
+     * input's: a language model's logits are large. The choice depends on
+     * the node only, so it is the same in every schedule. */
+    int64_t work = remat__numel(&n->shape);
+    if (n->leaf == REMAT__LEAF_NONE && (remat__ops[n->op]->flags & REMAT__OP_LOSS))
+        work = remat__numel(&g->nodes[n->in[0]].shape);
+    return work < 4096 ? 1 : pool;
 }
 
 remat_status remat__schedule_add_frees(const remat__prog *p, remat__schedule *s) {

@@ -105,19 +105,36 @@ static void adamw(const remat_optim_opts *o, int64_t t, int64_t n, float *w, con
     }
 }
 
+/* One update of every parameter, split over the pool: the parameters'
+ * elements, taken as one sequence, are cut into one contiguous range per
+ * thread. Each element's update reads only its own state, so the result
+ * does not depend on the thread count. */
+static void update_task(void *ctx, int ith, int nth) {
+    remat_session *s = ctx;
+    int64_t total = 0, lo, hi, off = 0;
+    for (int i = 0; i < s->n_params; i++)
+        if (s->params[i].grad) total += remat__numel(&s->g->nodes[s->params[i].node].shape);
+    remat__split(total, ith, nth, &lo, &hi);
+    for (int i = 0; i < s->n_params && off < hi; i++) {
+        remat__pslot *p = &s->params[i];
+        if (!p->grad) continue;
+        int64_t n = remat__numel(&s->g->nodes[p->node].shape);
+        int64_t a = lo > off ? lo - off : 0, b = hi - off < n ? hi - off : n;
+        if (a < b) {
+            if (s->optim.kind == REMAT_OPTIM_SGD)
+                sgd(&s->optim, s->optim_t == 1, b - a, p->data + a, p->grad + a, p->m ? p->m + a : NULL);
+            else
+                adamw(&s->optim, s->optim_t, b - a, p->data + a, p->grad + a, p->m + a, p->v + a);
+        }
+        off += n;
+    }
+}
+
 remat_status remat_session_update(remat_session *s) {
     if (!s->has_optim)
         return remat__err(REMAT_INVALID, "no optimizer: call remat_session_set_optimizer first");
     s->optim_t++;
-    for (int i = 0; i < s->n_params; i++) {
-        remat__pslot *p = &s->params[i];
-        if (!p->grad) continue;
-        int64_t n = remat__numel(&s->g->nodes[p->node].shape);
-        if (s->optim.kind == REMAT_OPTIM_SGD)
-            sgd(&s->optim, s->optim_t == 1, n, p->data, p->grad, p->m);
-        else
-            adamw(&s->optim, s->optim_t, n, p->data, p->grad, p->m, p->v);
-    }
+    remat__pool_run(s->pool, update_task, s);
     s->step++;
     return REMAT_OK;
 }
