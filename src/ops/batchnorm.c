@@ -68,25 +68,65 @@ static size_t bn_aux_bytes(const remat_graph *g, const remat__node *n) {
     return 2 * (size_t)n->shape.d[1] * sizeof(float);
 }
 
-/* Training statistics of channel c: mean and biased variance, two passes in
- * double, n then hw ascending. */
+/* Sums in double over a channel's planes, in LANES interleaved partial
+ * sums (element i of a plane goes to partial i % LANES) carried from plane
+ * to plane and combined in a fixed order: the same bits for a given shape
+ * whatever the thread count, and independent chains the compiler keeps in
+ * vector registers (one double chain was latency-bound). */
+#define LANES 8
+
+static double combine(const double *acc) {
+    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
+/* Training statistics of channel c: mean and biased variance, two passes. */
 static void channel_stats(const float *x, int64_t N, int64_t C, int64_t HW, int64_t c,
                           double *mean, double *var) {
-    double M = (double)(N * HW), s = 0.0;
+    double M = (double)(N * HW), acc[LANES] = {0};
     for (int64_t n = 0; n < N; n++) {
         const float *xc = x + (n * C + c) * HW;
-        for (int64_t i = 0; i < HW; i++) s += xc[i];
+        int64_t i = 0;
+        for (; i + LANES <= HW; i += LANES)
+            for (int j = 0; j < LANES; j++) acc[j] += (double)xc[i + j];
+        for (int j = 0; i + j < HW; j++) acc[j] += (double)xc[i + j];
     }
-    double mu = s / M, q = 0.0;
+    double mu = combine(acc) / M, q[LANES] = {0};
     for (int64_t n = 0; n < N; n++) {
         const float *xc = x + (n * C + c) * HW;
-        for (int64_t i = 0; i < HW; i++) {
-            double d = (double)xc[i] - mu;
-            q += d * d;
+        int64_t i = 0;
+        for (; i + LANES <= HW; i += LANES)
+            for (int j = 0; j < LANES; j++) {
+                double d = (double)xc[i + j] - mu;
+                q[j] += d * d;
+            }
+        for (int j = 0; i + j < HW; j++) {
+            double d = (double)xc[i + j] - mu;
+            q[j] += d * d;
         }
     }
     *mean = mu;
-    *var = q / M;
+    *var = combine(q) / M;
+}
+
+/* sum dy and sum dy * xhat over channel c, xhat = (x - mu) * is. */
+static void channel_dsums(const float *x, const float *dy, int64_t N, int64_t C, int64_t HW, int64_t c,
+                          double mu, double is, double *sdy, double *sdx) {
+    double ay[LANES] = {0}, ax[LANES] = {0};
+    for (int64_t n = 0; n < N; n++) {
+        const float *xc = x + (n * C + c) * HW, *dyc = dy + (n * C + c) * HW;
+        int64_t i = 0;
+        for (; i + LANES <= HW; i += LANES)
+            for (int j = 0; j < LANES; j++) {
+                ay[j] += (double)dyc[i + j];
+                ax[j] += (double)dyc[i + j] * (((double)xc[i + j] - mu) * is);
+            }
+        for (int j = 0; i + j < HW; j++) {
+            ay[j] += (double)dyc[i + j];
+            ax[j] += (double)dyc[i + j] * (((double)xc[i + j] - mu) * is);
+        }
+    }
+    *sdy = combine(ay);
+    *sdx = combine(ax);
 }
 
 static void bn_forward(const remat__kctx *k, int ith, int nth) {
@@ -137,30 +177,22 @@ static void bn_backward(const remat__kctx *k, int ith, int nth) {
     int64_t lo, hi;
     remat__split(C, ith, nth, &lo, &hi);
     for (int64_t c = lo; c < hi; c++) {
-        double mu = amean[c], is = ainvstd[c], sdy = 0.0, sdx = 0.0;
-        for (int64_t n = 0; n < N; n++) {
-            const float *dyc = dy + (n * C + c) * HW;
-            if (dx || dgamma) {
-                const float *xc = x + (n * C + c) * HW;
-                for (int64_t i = 0; i < HW; i++) {
-                    sdy += dyc[i];
-                    sdx += (double)dyc[i] * (((double)xc[i] - mu) * is);
-                }
-            } else {
-                for (int64_t i = 0; i < HW; i++) sdy += dyc[i];
-            }
-        }
+        double mu = amean[c], is = ainvstd[c], sdy, sdx;
+        channel_dsums(x, dy, N, C, HW, c, mu, is, &sdy, &sdx);
         if (dgamma) dgamma[c] += (float)sdx;
         if (dbeta) dbeta[c] += (float)sdy;
         if (!dx) continue;
-        double a = (double)gamma[c] * is;
-        double mdy = k->train ? sdy / (double)M : 0.0, mdx = k->train ? sdx / (double)M : 0.0;
+        /* dx = gamma * is * (dy - mean(dy) - xhat * mean(dy * xhat)), in
+         * float per element (the sums above are double) */
+        const float a = (float)((double)gamma[c] * is), muf = amean[c], isf = ainvstd[c];
+        const float mdy = k->train ? (float)(sdy / (double)M) : 0.0f;
+        const float mdx = k->train ? (float)(sdx / (double)M) : 0.0f;
         for (int64_t n = 0; n < N; n++) {
             const float *xc = x + (n * C + c) * HW, *dyc = dy + (n * C + c) * HW;
             float *dxc = dx + (n * C + c) * HW;
             for (int64_t i = 0; i < HW; i++) {
-                double xhat = ((double)xc[i] - mu) * is;
-                dxc[i] += (float)(a * ((double)dyc[i] - mdy - xhat * mdx));
+                float xhat = (xc[i] - muf) * isf;
+                dxc[i] += a * (dyc[i] - mdy - xhat * mdx);
             }
         }
     }
