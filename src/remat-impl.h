@@ -41,13 +41,9 @@ void remat__alloc_uncount(remat__alloc *a, remat_mem cat, size_t bytes);
 /* Starts a new peak window: peaks become the live values. */
 void remat__alloc_reset_peaks(remat__alloc *a);
 
-/* Philox4x32-10 (Salmon et al., SC'11): 4 words out per (counter, key). */
-void remat__philox(const uint32_t ctr[4], const uint32_t key[2],
-                   uint32_t out[4]);
-/* A uniform float in [0,1) with 24 random bits, from one word. */
-static inline float remat__u01(uint32_t r) {
-    return (float)(r >> 8) * (1.0f / 16777216.0f);
-}
+/* Philox4x32-10 (Salmon et al., SC'11): 4 words out per (counter, key),
+ * and remat__u01, a uniform float from one word. */
+#include "core/philox.h"
 
 /* Thread pool: run(fn, ctx) calls fn(ctx, ith, nth) once per thread, the
  * caller being thread 0, and returns when all are done. Kernels may call

@@ -4,10 +4,14 @@
  * deviations of p, kept values are exactly 1/(1-p), neighbouring elements
  * are uncorrelated; the same (seed, step) replays the same mask, another
  * step or seed gives another; backward passes gradient exactly where the
- * forward kept; evaluation mode is the identity.
+ * forward kept; evaluation mode is the identity. The mask is exactly its
+ * definition: element i is kept when word i % 4 of Philox at counter
+ * (i / 4, node, step, "drop" ^ (i >> 34)) with the seed as key, as a
+ * uniform in [0, 1), is at least p.
  */
 #include "remat.h"
 #include "check.h"
+#include "../src/remat-impl.h" /* remat__philox, for the mask's definition */
 
 #include <math.h>
 #include <stdlib.h>
@@ -45,6 +49,13 @@ int main(void) {
     printf("dropped fraction %.5f (p = %.2f, sigma %.5f)\n", frac, (double)p, sigma);
     CHECK_MSG(fabs(frac - p) < 5 * sigma, "dropped fraction %.5f", frac);
     CHECK(bad == 0);
+    int64_t differ = 0;
+    for (int i = 0; i < N; i++) {
+        uint32_t ctr[4] = {(uint32_t)(i / 4), (uint32_t)d, 0u, 0x64726f70u}, key[2] = {7u, 0u}, r[4];
+        remat__philox(ctr, key, r);
+        differ += (remat__u01(r[i % 4]) >= p) != (y1[i] != 0.0f);
+    }
+    CHECK_MSG(differ == 0, "%lld elements differ from the mask's definition", (long long)differ);
     /* lag-1 correlation of the keep indicator */
     double mk = 1.0 - frac, cov = 0.0;
     for (int i = 0; i + 1 < N; i++) cov += ((y1[i] != 0) - mk) * ((y1[i + 1] != 0) - mk);

@@ -6,6 +6,8 @@
  */
 #include "../remat-impl.h"
 
+#include <math.h>
+
 #include <stdio.h>
 
 static remat_status same_shape(const remat_graph *g, remat__node *n) {
@@ -155,61 +157,59 @@ static remat_status dropout_shape(const remat_graph *g, remat__node *n) {
     return same_shape(g, n);
 }
 
-/* Calls fn(i, keep) for the elements [lo, hi) of a 4-aligned range. */
-static void dropout_mask(const remat__kctx *k, int64_t lo, int64_t hi, uint8_t *keep) {
-    float p = k->node->fattr[0];
-    uint32_t key[2] = {(uint32_t)k->seed, (uint32_t)(k->seed >> 32)};
-    for (int64_t base = lo & ~(int64_t)3; base < hi; base += 4) {
-        uint32_t ctr[4] = {(uint32_t)(base >> 2), (uint32_t)k->node_id, (uint32_t)k->step,
-                           DROPOUT_STREAM ^ (uint32_t)((uint64_t)base >> 34)};
-        uint32_t r[4];
-        remat__philox(ctr, key, r);
-        for (int j = 0; j < 4; j++) {
-            int64_t i = base + j;
-            if (i >= lo && i < hi) keep[i - lo] = remat__u01(r[j]) >= p;
-        }
+/* Element i keeps its value when word i % 4 of Philox at counter
+ * (i / 4, node, step, stream ^ (i >> 34)), as a uniform u01 in [0, 1), is
+ * at least p. u01(r) = (r >> 8) / 2^24 exactly, so that test is the
+ * integer test (r >> 8) >= ceil(p 2^24), which is what the loops use. */
+static uint32_t keep_threshold(float p) { return (uint32_t)ceil((double)p * 16777216.0); }
+
+/* Forward (dx == NULL): y = keep ? x * scale : 0. Backward: dx += keep ?
+ * dy * scale : -0 (adding -0 leaves a dropped element's bits as they
+ * are). in is x or dy. Elements [lo, hi), 16 (four counters) at a time.
+ * Selects, not branches: the mask is random. */
+static void dropout_apply(const remat__kctx *k, int64_t lo, int64_t hi, const float *in, float *y, float *dx) {
+    const uint32_t t = keep_threshold(k->node->fattr[0]);
+    const float scale = 1.0f / (1.0f - k->node->fattr[0]), nz = remat__neg_zero();
+    const uint32_t key[2] = {(uint32_t)k->seed, (uint32_t)(k->seed >> 32)};
+    for (int64_t base = lo & ~(int64_t)15; base < hi; base += 16) {
+        uint32_t r[16];
+        remat__philox_x4((uint64_t)base >> 2, (uint32_t)k->node_id, (uint32_t)k->step, DROPOUT_STREAM, key, r);
+        int64_t a = base < lo ? lo : base, b = base + 16 < hi ? base + 16 : hi;
+        if (dx)
+            for (int64_t i = a; i < b; i++) {
+                float v = in[i] * scale;
+                dx[i] += (r[i - base] >> 8) >= t ? v : nz;
+            }
+        else
+            for (int64_t i = a; i < b; i++) {
+                float v = in[i] * scale;
+                y[i] = (r[i - base] >> 8) >= t ? v : 0.0f;
+            }
     }
 }
-
-#define DROPOUT_CHUNK 4096
 
 static void dropout_forward(const remat__kctx *k, int ith, int nth) {
     const float *x = k->in[0]->data;
     float *y = k->out->data;
-    float p = k->node->fattr[0];
     int64_t lo, hi;
     remat__split(numel_of(k), ith, nth, &lo, &hi);
-    if (!k->train || p == 0.0f) {
+    if (!k->train || k->node->fattr[0] == 0.0f) {
         for (int64_t i = lo; i < hi; i++) y[i] = x[i];
         return;
     }
-    float scale = 1.0f / (1.0f - p);
-    uint8_t keep[DROPOUT_CHUNK];
-    for (int64_t c = lo; c < hi; c += DROPOUT_CHUNK) {
-        int64_t e = c + DROPOUT_CHUNK < hi ? c + DROPOUT_CHUNK : hi;
-        dropout_mask(k, c, e, keep);
-        for (int64_t i = c; i < e; i++) y[i] = keep[i - c] ? x[i] * scale : 0.0f;
-    }
+    dropout_apply(k, lo, hi, x, y, NULL);
 }
 
 static void dropout_backward(const remat__kctx *k, int ith, int nth) {
     const float *dy = k->dout;
     float *dx = k->din[0];
-    float p = k->node->fattr[0];
     int64_t lo, hi;
     remat__split(numel_of(k), ith, nth, &lo, &hi);
-    if (!k->train || p == 0.0f) {
+    if (!k->train || k->node->fattr[0] == 0.0f) {
         for (int64_t i = lo; i < hi; i++) dx[i] += dy[i];
         return;
     }
-    float scale = 1.0f / (1.0f - p);
-    uint8_t keep[DROPOUT_CHUNK];
-    for (int64_t c = lo; c < hi; c += DROPOUT_CHUNK) {
-        int64_t e = c + DROPOUT_CHUNK < hi ? c + DROPOUT_CHUNK : hi;
-        dropout_mask(k, c, e, keep);
-        for (int64_t i = c; i < e; i++)
-            if (keep[i - c]) dx[i] += dy[i] * scale;
-    }
+    dropout_apply(k, lo, hi, dy, NULL, dx);
 }
 
 const remat__op remat__op_dropout = {
