@@ -17,7 +17,7 @@
  * wherever they lie, so measured peaks still equal the simulator's. The
  * process holds the arena (at least the step's peak of large values, plus
  * what the placement cannot pack) between steps until the session is
- * destroyed or remat__exec_release is called.
+ * destroyed (remat__exec_release).
  */
 #include "session.h"
 
@@ -401,6 +401,7 @@ void remat__exec_forget(remat_session *s, const remat__schedule *sc) {
 }
 
 void remat__exec_release(remat_session *s) {
+    if (s->vals) release_all(s);
     remat__exec_forget(s, &s->train);
     remat__exec_forget(s, &s->fwd[0]);
     remat__exec_forget(s, &s->fwd[1]);

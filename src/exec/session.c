@@ -201,11 +201,6 @@ void remat_session_destroy(remat_session *s) {
         remat__alloc_put(&s->alloc, REMAT_MEM_OPTIM, p->m, bytes);
         remat__alloc_put(&s->alloc, REMAT_MEM_OPTIM, p->v, bytes);
     }
-    if (s->vals)
-        for (int v = 0; v < s->g->n * 3; v++)
-            if (s->vals[v] && !((unsigned char *)s->vals[v] >= s->arena &&
-                                (unsigned char *)s->vals[v] < s->arena + s->arena_bytes))
-                remat__alloc_put(&s->alloc, (remat_mem)s->vcat[v], s->vals[v], remat__value_bytes(s->g, v));
     remat__exec_release(s);
     remat__schedule_free(&s->train);
     remat__schedule_free(&s->fwd[0]);

@@ -68,8 +68,8 @@ remat_status remat__exec(remat_session *s, const remat__schedule *sched, float *
 /* Drops the memory plan of a schedule about to change (the next run
  * plans it again). */
 void remat__exec_forget(remat_session *s, const remat__schedule *sched);
-/* Drops every plan and gives the arena back to the C library: the process's
- * resident memory falls back to the session's state. Call between steps. */
+/* Frees every value still resident (wherever it lies), drops every plan
+ * and gives the arena back to the C library. For remat_session_destroy. */
 void remat__exec_release(remat_session *s);
 
 /* REMAT_BUDGET naming the bytes needed when the step's predicted peak is
