@@ -45,6 +45,24 @@ void remat__alloc_reset_peaks(remat__alloc *a);
  * and remat__u01, a uniform float from one word. */
 #include "core/philox.h"
 
+/* Reductions in double with a fixed rounding: element i of x goes to
+ * partial sum acc[i % REMAT__PARTIALS] (the partials may carry over from
+ * an earlier call, e.g. plane by plane), and remat__partials_total
+ * combines them in a fixed order. Independent chains, so the compiler
+ * keeps them in vector registers where one double chain was
+ * latency-bound; the same bits for a given length whatever the thread
+ * count. */
+#define REMAT__PARTIALS 8
+static inline void remat__sum_partials(const float *x, int64_t n, double acc[REMAT__PARTIALS]) {
+    int64_t i = 0;
+    for (; i + REMAT__PARTIALS <= n; i += REMAT__PARTIALS)
+        for (int j = 0; j < REMAT__PARTIALS; j++) acc[j] += (double)x[i + j];
+    for (int j = 0; i + j < n; j++) acc[j] += (double)x[i + j];
+}
+static inline double remat__partials_total(const double acc[REMAT__PARTIALS]) {
+    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
+}
+
 /* Thread pool: run(fn, ctx) calls fn(ctx, ith, nth) once per thread, the
  * caller being thread 0, and returns when all are done. Kernels may call
  * remat__pool_barrier from inside a run to separate phases. */

@@ -68,34 +68,19 @@ static size_t bn_aux_bytes(const remat_graph *g, const remat__node *n) {
     return 2 * (size_t)n->shape.d[1] * sizeof(float);
 }
 
-/* Sums in double over a channel's planes, in LANES interleaved partial
- * sums (element i of a plane goes to partial i % LANES) carried from plane
- * to plane and combined in a fixed order: the same bits for a given shape
- * whatever the thread count, and independent chains the compiler keeps in
- * vector registers (one double chain was latency-bound). */
-#define LANES 8
-
-static double combine(const double *acc) {
-    return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-}
-
+/* Channel sums are in double, in remat__sum_partials' interleaved
+ * partials (remat-impl.h) carried from plane to plane. */
 /* Training statistics of channel c: mean and biased variance, two passes. */
 static void channel_stats(const float *x, int64_t N, int64_t C, int64_t HW, int64_t c,
                           double *mean, double *var) {
-    double M = (double)(N * HW), acc[LANES] = {0};
+    double M = (double)(N * HW), acc[REMAT__PARTIALS] = {0};
+    for (int64_t n = 0; n < N; n++) remat__sum_partials(x + (n * C + c) * HW, HW, acc);
+    double mu = remat__partials_total(acc) / M, q[REMAT__PARTIALS] = {0};
     for (int64_t n = 0; n < N; n++) {
         const float *xc = x + (n * C + c) * HW;
         int64_t i = 0;
-        for (; i + LANES <= HW; i += LANES)
-            for (int j = 0; j < LANES; j++) acc[j] += (double)xc[i + j];
-        for (int j = 0; i + j < HW; j++) acc[j] += (double)xc[i + j];
-    }
-    double mu = combine(acc) / M, q[LANES] = {0};
-    for (int64_t n = 0; n < N; n++) {
-        const float *xc = x + (n * C + c) * HW;
-        int64_t i = 0;
-        for (; i + LANES <= HW; i += LANES)
-            for (int j = 0; j < LANES; j++) {
+        for (; i + REMAT__PARTIALS <= HW; i += REMAT__PARTIALS)
+            for (int j = 0; j < REMAT__PARTIALS; j++) {
                 double d = (double)xc[i + j] - mu;
                 q[j] += d * d;
             }
@@ -105,18 +90,18 @@ static void channel_stats(const float *x, int64_t N, int64_t C, int64_t HW, int6
         }
     }
     *mean = mu;
-    *var = combine(q) / M;
+    *var = remat__partials_total(q) / M;
 }
 
 /* sum dy and sum dy * xhat over channel c, xhat = (x - mu) * is. */
 static void channel_dsums(const float *x, const float *dy, int64_t N, int64_t C, int64_t HW, int64_t c,
                           double mu, double is, double *sdy, double *sdx) {
-    double ay[LANES] = {0}, ax[LANES] = {0};
+    double ay[REMAT__PARTIALS] = {0}, ax[REMAT__PARTIALS] = {0};
     for (int64_t n = 0; n < N; n++) {
         const float *xc = x + (n * C + c) * HW, *dyc = dy + (n * C + c) * HW;
         int64_t i = 0;
-        for (; i + LANES <= HW; i += LANES)
-            for (int j = 0; j < LANES; j++) {
+        for (; i + REMAT__PARTIALS <= HW; i += REMAT__PARTIALS)
+            for (int j = 0; j < REMAT__PARTIALS; j++) {
                 ay[j] += (double)dyc[i + j];
                 ax[j] += (double)dyc[i + j] * (((double)xc[i + j] - mu) * is);
             }
@@ -125,8 +110,8 @@ static void channel_dsums(const float *x, const float *dy, int64_t N, int64_t C,
             ax[j] += (double)dyc[i + j] * (((double)xc[i + j] - mu) * is);
         }
     }
-    *sdy = combine(ay);
-    *sdx = combine(ax);
+    *sdy = remat__partials_total(ay);
+    *sdx = remat__partials_total(ax);
 }
 
 static void bn_forward(const remat__kctx *k, int ith, int nth) {

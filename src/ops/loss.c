@@ -35,15 +35,11 @@ static float row_max(const float *z, int64_t C) {
     return m;
 }
 
-/* sum_c e[c] in double, in four interleaved partial sums combined in a
- * fixed order: the same bits on every call, and four independent chains. */
+/* sum_c e[c] in double, with a fixed rounding (remat__sum_partials). */
 static double row_sum(const float *e, int64_t C) {
-    double s[4] = {0.0, 0.0, 0.0, 0.0};
-    int64_t c = 0;
-    for (; c + 4 <= C; c += 4)
-        for (int j = 0; j < 4; j++) s[j] += (double)e[c + j];
-    for (int j = 0; c + j < C; j++) s[j] += (double)e[c + j];
-    return (s[0] + s[2]) + (s[1] + s[3]);
+    double acc[REMAT__PARTIALS] = {0};
+    remat__sum_partials(e, C, acc);
+    return remat__partials_total(acc);
 }
 
 /* e[c] = exp(z[c] - max) for a row, in float, and log(sum e) + max. */
