@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <time.h>
 
 int cli_fail(const char *fmt, ...) {
     va_list ap;
@@ -93,4 +94,10 @@ int cli_data_shape(const char *data, int64_t *c, int64_t *h, int64_t *w) {
         return 0;
     }
     return -1;
+}
+
+double cli_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }

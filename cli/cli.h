@@ -87,6 +87,53 @@ int cli_synth_init(cli_synth *s, const remat_graph *g, const remat_model *m, con
 /* A remat_batch_fn; user is a cli_synth. */
 remat_status cli_synth_next(void *user, int64_t step, void *input, void *labels);
 
+/* ---------------------------------------------------- session options
+ * Shared by every command that makes a session: put CLI_SESSION_OPTIONS
+ * (and CLI_PLAN_OPTIONS where the command plans one training step: train,
+ * grad, plan) in the getopt_long table, hand every code to
+ * cli_session_arg, then call cli_session_opts. */
+enum {
+    CLI_OPT_THREADS = 0x1100, CLI_OPT_SEED, CLI_OPT_DEVICE, CLI_OPT_TF32, CLI_OPT_COST_MODEL, CLI_OPT_STRATEGY,
+    CLI_OPT_BUDGET
+};
+#define CLI_SESSION_OPTIONS                                                                                \
+    {"threads", required_argument, 0, CLI_OPT_THREADS}, {"seed", required_argument, 0, CLI_OPT_SEED},       \
+    {"device", required_argument, 0, CLI_OPT_DEVICE}, {"tf32", no_argument, 0, CLI_OPT_TF32},               \
+    {"cost-model", required_argument, 0, CLI_OPT_COST_MODEL}
+#define CLI_PLAN_OPTIONS \
+    {"strategy", required_argument, 0, CLI_OPT_STRATEGY}, {"budget", required_argument, 0, CLI_OPT_BUDGET}
+
+typedef struct {
+    int64_t threads, seed; /* default 0 (one per core), 42 */
+    const char *device;    /* default "cpu" */
+    int tf32;
+    const char *cost_model; /* NULL: the cached calibration, if any */
+    const char *strategy;   /* default "auto" */
+    size_t budget;          /* 0: none */
+    int check_device;       /* cli_session_opts checks the device is usable
+                             * (default 1; bench's parent must not touch a
+                             * GPU before it forks) */
+} cli_session_args;
+
+void cli_session_args_init(cli_session_args *a);
+/* 1 if c is a session option's code (parsed into a; *bad set when the
+ * value is bad), 0 otherwise. */
+int cli_session_arg(cli_session_args *a, int c, const char *arg, int *bad);
+/* The session options of the arguments: strategy, device (which must be
+ * usable here), cost model (loaded into cm; *cost_used names its file or
+ * stays NULL). 0 on success; otherwise prints the error for `cmd` and
+ * returns its exit status. */
+int cli_session_opts(const cli_session_args *a, const char *cmd, remat_session_opts *so, remat_cost_model *cm,
+                     const char **cost_used);
+/* The help lines of the session options (with strategy and budget when
+ * plans). */
+void cli_session_help(int plans);
+/* "cpu, 2 threads" or "cuda (79.1 GiB free of 79.2 GiB)". */
+const char *cli_device_line(const remat_session_opts *so, char *buf, size_t cap);
+
+/* Seconds on a monotonic clock. */
+double cli_now(void);
+
 int cmd_train(int argc, char **argv);
 int cmd_grad(int argc, char **argv);
 int cmd_info(int argc, char **argv);

@@ -38,8 +38,6 @@ static void help(void) {
            "  --budget SIZE       also run `optimal` within this budget (repeatable)\n"
            "  --steps N           timed steps per strategy (default 10)\n"
            "  --warmup N          untimed steps first (default 2)\n"
-           "  --threads T         kernel threads (default: one per core)\n"
-           "  --seed S            weights and synthetic batch (default 42)\n"
            "  --save-init FILE    also write the initial weights (the same in every row) as\n"
            "                      safetensors, e.g. for PyTorch to start from\n"
            "  --profile           also time every op (forward, recompute, backward, free)\n"
@@ -48,8 +46,11 @@ static void help(void) {
            "  --help              this text\n"
            "\n"
            "Each row runs in its own process, so its peak RSS is its own; the rows take\n"
-           "their steps in interleaved rounds, one process computing at a time.\n"
-           "\n");
+           "their steps in interleaved rounds, one process computing at a time. With\n"
+           "--device cuda each row also reports the bytes it holds on the GPU and the\n"
+           "drop in the driver's free memory (cudaMemGetInfo) over its run.\n");
+    cli_session_help(0);
+    printf("\n");
     cli_model_help();
 }
 
@@ -60,6 +61,8 @@ typedef struct {
     int ok;
     double seconds;                  /* the step's time */
     size_t predicted, measured, act; /* peak bytes: total, total, activations */
+    size_t held, arena;              /* bytes held (arena + resident blocks), the arena */
+    size_t device_used;              /* drop in the device's free bytes since before the session */
     int64_t recomputations;
     char planner[16];
     char error[480];
@@ -88,14 +91,10 @@ typedef struct {
 
 typedef struct {
     remat_model_opts mo;
-    int64_t threads, seed;
+    remat_session_opts so; /* every row's, but for strategy and budget */
+    remat_cost_model cm;
 } config;
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -149,6 +148,7 @@ static int send_profile(int fd, const remat_session *s) {
  * 'F' the profile; end of input (or 'Q') ends it. */
 static void child(const config *cf, const row *me, int cmd, int res) {
     reply r = {.ok = 1};
+    size_t free0 = 0, total = 0; /* the device's free bytes before the session */
     remat_graph *g = NULL;
     remat_session *s = NULL;
     void *x = NULL, *y = NULL;
@@ -156,18 +156,13 @@ static void child(const config *cf, const row *me, int cmd, int res) {
     cli_synth syn;
     if (remat_graph_create(&g) != REMAT_OK || remat_model_build(g, &cf->mo, &m) != REMAT_OK) {
         set_error(&r, remat_last_error());
-    } else if (cli_synth_init(&syn, g, &m, &cf->mo, (uint64_t)cf->seed)) {
+    } else if (cli_synth_init(&syn, g, &m, &cf->mo, cf->so.seed)) {
         set_error(&r, "no synthetic data for this model");
     } else {
-        remat_session_opts so;
-        remat_session_opts_default(&so);
-        so.threads = (int)cf->threads;
-        so.seed = (uint64_t)cf->seed;
+        remat_session_opts so = cf->so;
         so.strategy = me->strategy;
         so.budget = me->budget;
-        remat_cost_model cm;
-        const char *cost_used = NULL;
-        so.cost_model = cli_cost_model(&cm, NULL, &cost_used);
+        if (so.cost_model) so.cost_model = &cf->cm;
         remat_optim_opts oo;
         remat_optim_opts_default(&oo, REMAT_OPTIM_SGD);
         oo.momentum = 0.9f;
@@ -176,7 +171,9 @@ static void child(const config *cf, const row *me, int cmd, int res) {
         x = malloc((size_t)syn.nx * 4);
         y = syn.ny ? malloc((size_t)syn.ny * 4) : NULL;
         if (!x || (syn.ny && !y)) set_error(&r, "out of memory for a batch");
-        else if (remat_session_create(&s, g, m.loss, &so) != REMAT_OK || remat_session_set_optimizer(s, &oo) != REMAT_OK)
+        else if (remat_device_available(so.device) != REMAT_OK ||
+                 remat_device_memory(so.device, &free0, &total) != REMAT_OK ||
+                 remat_session_create(&s, g, m.loss, &so) != REMAT_OK || remat_session_set_optimizer(s, &oo) != REMAT_OK)
             set_error(&r, remat_last_error());
         else {
             cli_synth_next(&syn, 0, x, y);
@@ -199,10 +196,10 @@ static void child(const config *cf, const row *me, int cmd, int res) {
             }
             if (c == 'S') {
                 float loss;
-                double t0 = now_s();
+                double t0 = cli_now();
                 if (remat_session_step(s, &loss) != REMAT_OK || remat_session_update(s) != REMAT_OK)
                     set_error(&q, remat_last_error());
-                q.seconds = now_s() - t0;
+                q.seconds = cli_now() - t0;
             } else {
                 remat_mem_stats meas;
                 remat_plan_summary p;
@@ -214,6 +211,11 @@ static void child(const config *cf, const row *me, int cmd, int res) {
                     q.measured = meas.peak[REMAT_MEM_TOTAL];
                     q.act = meas.peak[REMAT_MEM_ACT];
                     q.recomputations = p.recomputations;
+                    q.held = remat_session_held_bytes(s);
+                    q.arena = p.arena_bytes;
+                    size_t free1 = 0;
+                    if (remat_device_memory(cf->so.device, &free1, &total) == REMAT_OK && free0 > free1)
+                        q.device_used = free0 - free1;
                     snprintf(q.planner, sizeof q.planner, "%s", p.planner);
                 }
             }
@@ -361,7 +363,7 @@ static int save_init(const config *cf, const char *path) {
         remat_session_opts so;
         remat_session_opts_default(&so);
         so.threads = 1;
-        so.seed = (uint64_t)cf->seed;
+        so.seed = cf->so.seed; /* on the CPU: initial weights do not depend on the device */
         if (remat_graph_create(&g) != REMAT_OK || remat_model_build(g, &cf->mo, &m) != REMAT_OK ||
             remat_session_create(&s, g, m.loss, &so) != REMAT_OK || remat_safetensors_save(s, path) != REMAT_OK)
             set_error(&r, remat_last_error());
@@ -400,19 +402,20 @@ static size_t idle_rss(void) {
 int cmd_bench(int argc, char **argv) {
     const char *data = NULL, *init_out = NULL;
     char list[256] = "all,sqrt";
-    int64_t steps = 10, warmup = 2, threads = 0, seed = 42;
+    int64_t steps = 10, warmup = 2;
     int json = 0, profile = 0;
     row rows[MAX_ROWS];
     size_t extra_budget[MAX_ROWS];
     int ns = 0, nb = 0;
     cli_model_args ma;
     cli_model_args_init(&ma);
+    cli_session_args sa;
+    cli_session_args_init(&sa);
     static const struct option opts[] = {
-        CLI_MODEL_OPTIONS,
+        CLI_MODEL_OPTIONS, CLI_SESSION_OPTIONS,
         {"data", required_argument, 0, 'd'},    {"strategies", required_argument, 0, 's'},
         {"steps", required_argument, 0, 'n'},   {"warmup", required_argument, 0, 'w'},
-        {"threads", required_argument, 0, 't'}, {"json", no_argument, 0, 'j'},
-        {"seed", required_argument, 0, 'S'},    {"help", no_argument, 0, 'h'},
+        {"json", no_argument, 0, 'j'},          {"help", no_argument, 0, 'h'},
         {"budget", required_argument, 0, 'B'},  {"save-init", required_argument, 0, 'W'},
         {"profile", no_argument, 0, 'P'},       {0, 0, 0, 0}};
     optind = 1;
@@ -420,7 +423,7 @@ int cmd_bench(int argc, char **argv) {
     int c, idx = 0;
     while ((c = getopt_long(argc, argv, ":h", opts, &idx)) != -1) {
         int bad = 0;
-        if (cli_model_arg(&ma, c, optarg, &bad)) {
+        if (cli_model_arg(&ma, c, optarg, &bad) || cli_session_arg(&sa, c, optarg, &bad)) {
             if (bad) return cli_usage_error("bench", "bad value '%s' for --%s", optarg, opts[idx].name);
             continue;
         }
@@ -429,8 +432,6 @@ int cmd_bench(int argc, char **argv) {
         case 's': bad = strlen(optarg) >= sizeof list; if (!bad) strcpy(list, optarg); break;
         case 'n': bad = cli_parse_i64(optarg, &steps) || steps < 1 || steps > 1000000; break;
         case 'w': bad = cli_parse_i64(optarg, &warmup) || warmup < 0 || warmup > 1000000; break;
-        case 't': bad = cli_parse_i64(optarg, &threads) || threads < 0 || threads > 1024; break;
-        case 'S': bad = cli_parse_i64(optarg, &seed) || seed < 0; break;
         case 'j': json = 1; break;
         case 'P': profile = 1; break;
         case 'W': init_out = optarg; break;
@@ -461,8 +462,13 @@ int cmd_bench(int argc, char **argv) {
         rows[ns++].budget = extra_budget[i];
     }
     if (ns == 0) return cli_usage_error("bench", "no strategy given");
-    config cf = {.threads = threads, .seed = seed};
-    int u = cli_model_opts(&ma, data, "bench", &cf.mo);
+    config cf;
+    /* The parent does not touch the device: a CUDA context does not survive
+     * fork, so every row's process makes its own (and checks the device). */
+    sa.check_device = 0;
+    int u = cli_session_opts(&sa, "bench", &cf.so, &cf.cm, NULL);
+    if (u) return u;
+    u = cli_model_opts(&ma, data, "bench", &cf.mo);
     if (u) return u;
 
     /* A child that finds its pipe closed must not kill the parent. */
@@ -539,8 +545,9 @@ int cmd_bench(int argc, char **argv) {
     char base_name[48] = "";
     if (base >= 0) row_name(&rows[base], base_name, sizeof base_name);
     if (!json)
-        printf("%-20s %12s %12s %12s %12s %10s %10s %9s %9s %9s\n", "strategy", "predicted", "measured", "peak RSS",
-               "activations", "recomputed", "step (s)", "time", "peak", "RSS");
+        printf("%-20s %12s %12s %12s %12s %12s %10s %10s %9s %9s %9s\n", "strategy", "predicted", "measured", "held",
+               cf.so.device == REMAT_DEVICE_CPU ? "peak RSS" : "GPU used", "activations", "recomputed", "step (s)",
+               "time", "peak", "RSS");
     for (int k = 0; k < ns; k++) {
         const row *r = &rows[k];
         char name[48];
@@ -577,6 +584,11 @@ int cmd_bench(int argc, char **argv) {
             cJSON_AddNumberToObject(o, "predicted_peak_bytes", (double)r->last.predicted);
             cJSON_AddNumberToObject(o, "measured_peak_bytes", (double)r->last.measured);
             cJSON_AddNumberToObject(o, "activation_bytes", (double)r->last.act);
+            cJSON_AddStringToObject(o, "device", remat_device_str(cf.so.device));
+            cJSON_AddNumberToObject(o, "held_bytes", (double)r->last.held);
+            cJSON_AddNumberToObject(o, "arena_bytes", (double)r->last.arena);
+            if (cf.so.device != REMAT_DEVICE_CPU)
+                cJSON_AddNumberToObject(o, "device_used_bytes", (double)r->last.device_used);
             cJSON_AddNumberToObject(o, "process_peak_rss_bytes", (double)r->rss);
             cJSON_AddNumberToObject(o, "idle_process_rss_bytes", (double)base_rss);
             cJSON_AddNumberToObject(o, "recomputations", (double)r->last.recomputations);
@@ -604,10 +616,12 @@ int cmd_bench(int argc, char **argv) {
             cJSON_free(t);
             cJSON_Delete(o);
         } else {
-            char p1[32], p2[32], p3[32], p4[32];
-            printf("%-20s %12s %12s %12s %12s %10lld %10.4f %9.3f %9.3f %9.3f\n", name,
+            char p1[32], p2[32], p3[32], p4[32], p5[32];
+            printf("%-20s %12s %12s %12s %12s %12s %10lld %10.4f %9.3f %9.3f %9.3f\n", name,
                    cli_fmt_bytes(r->last.predicted, p1, sizeof p1), cli_fmt_bytes(r->last.measured, p2, sizeof p2),
-                   cli_fmt_bytes(r->rss, p3, sizeof p3), cli_fmt_bytes(r->last.act, p4, sizeof p4),
+                   cli_fmt_bytes(r->last.held, p5, sizeof p5),
+                   cli_fmt_bytes(cf.so.device == REMAT_DEVICE_CPU ? r->rss : r->last.device_used, p3, sizeof p3),
+                   cli_fmt_bytes(r->last.act, p4, sizeof p4),
                    (long long)r->last.recomputations, med[k], rt, rp, rr);
         }
     }

@@ -30,7 +30,9 @@ static const char *default_path(char *buf, size_t cap, int mkdirs) {
 }
 
 const remat_cost_model *cli_cost_model(remat_cost_model *m, const char *path, const char **used) {
-    char buf[1100];
+    static char buf[1100]; /* *used may point here after the call */
+    const char *ignored;
+    if (!used) used = &ignored;
     *used = NULL;
     if (!path) {
         path = default_path(buf, sizeof buf, 0);

@@ -24,13 +24,11 @@ static void help(void) {
            "  --init-from FILE    the weights (every parameter and buffer, F32, by\n"
            "                      state_dict name; default: initialized from --seed)\n"
            "  --out FILE          where to write the loss and gradients\n"
-           "  --strategy S        auto | all | manual | sqrt | optimal (the results are\n"
-           "                      bitwise the same with every strategy)\n"
-           "  --budget SIZE       plan the step within this budget, e.g. 512MiB\n"
-           "  --seed S            initialization when there is no --init-from (default 42)\n"
-           "  --threads T         kernel threads (default: one per core)\n"
            "  --help              this text\n"
-           "\n");
+           "(the results are bitwise the same under every strategy and budget; --seed\n"
+           "initializes the weights when there is no --init-from)\n");
+    cli_session_help(1);
+    printf("\n");
     cli_model_help();
 }
 
@@ -53,19 +51,15 @@ static void *read_node(const char *path, const char *name, const remat_graph *g,
 }
 
 int cmd_grad(int argc, char **argv) {
-    const char *init_from = NULL, *batch_from = NULL, *out = NULL, *strategy = "auto";
-    size_t budget = 0;
-    int64_t threads = 0, seed = 42;
+    const char *init_from = NULL, *batch_from = NULL, *out = NULL;
     cli_model_args ma;
     cli_model_args_init(&ma);
-    static const struct option opts[] = {CLI_MODEL_OPTIONS,
+    cli_session_args sa;
+    cli_session_args_init(&sa);
+    static const struct option opts[] = {CLI_MODEL_OPTIONS, CLI_SESSION_OPTIONS, CLI_PLAN_OPTIONS,
                                          {"init-from", required_argument, 0, 'I'},
                                          {"batch-from", required_argument, 0, 'X'},
                                          {"out", required_argument, 0, 'o'},
-                                         {"strategy", required_argument, 0, 'y'},
-                                         {"budget", required_argument, 0, 'B'},
-                                         {"seed", required_argument, 0, 'S'},
-                                         {"threads", required_argument, 0, 't'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     optind = 1;
@@ -73,7 +67,7 @@ int cmd_grad(int argc, char **argv) {
     int c, idx = 0;
     while ((c = getopt_long(argc, argv, ":h", opts, &idx)) != -1) {
         int bad = 0;
-        if (cli_model_arg(&ma, c, optarg, &bad)) {
+        if (cli_model_arg(&ma, c, optarg, &bad) || cli_session_arg(&sa, c, optarg, &bad)) {
             if (bad) return cli_usage_error("grad", "bad value '%s' for --%s", optarg, opts[idx].name);
             continue;
         }
@@ -81,10 +75,6 @@ int cmd_grad(int argc, char **argv) {
         case 'I': init_from = optarg; break;
         case 'X': batch_from = optarg; break;
         case 'o': out = optarg; break;
-        case 'y': strategy = optarg; break;
-        case 'B': bad = cli_parse_size(optarg, &budget) || budget == 0; break;
-        case 'S': bad = cli_parse_i64(optarg, &seed) || seed < 0; break;
-        case 't': bad = cli_parse_i64(optarg, &threads) || threads < 0 || threads > 1024; break;
         case 'h': help(); return 0;
         case ':': return cli_usage_error("grad", "option '%s' needs a value", argv[optind - 1]);
         default: return cli_usage_error("grad", "unknown option '%s'", argv[optind - 1]);
@@ -99,12 +89,8 @@ int cmd_grad(int argc, char **argv) {
     if (u) return u;
     if (ma.dropout_scale < 0) mo.dropout_scale = 0.0f; /* deterministic gradients by default */
     remat_session_opts so;
-    remat_session_opts_default(&so);
-    if (remat_strategy_parse(strategy, &so.strategy) != REMAT_OK)
-        return cli_usage_error("grad", "%s", remat_last_error());
-    so.budget = budget;
-    so.threads = (int)threads;
-    so.seed = (uint64_t)seed;
+    remat_cost_model cm;
+    if ((u = cli_session_opts(&sa, "grad", &so, &cm, NULL))) return u;
 
     int rc = 1;
     remat_graph *g = NULL;
@@ -132,8 +118,8 @@ int cmd_grad(int argc, char **argv) {
     }
     remat_plan_summary ps;
     remat_session_plan(s, &ps);
-    printf("model %s, batch from %s, weights from %s, strategy %s\n", mo.name, batch_from,
-           init_from ? init_from : "the seed", remat_strategy_str(ps.strategy));
+    printf("model %s, batch from %s, weights from %s, strategy %s, device %s\n", mo.name, batch_from,
+           init_from ? init_from : "the seed", remat_strategy_str(ps.strategy), remat_device_str(so.device));
     printf("loss %.9g; wrote loss and %d gradients to %s\n", (double)loss, ngrad, out);
     rc = 0;
     goto done;

@@ -13,9 +13,6 @@ static void help(void) {
            "\n"
            "  --data NAME       input shape of this data set: fashion-mnist | mnist | cifar10 |\n"
            "                    synthetic (default: the model's own input shape)\n"
-           "  --strategy S      auto | all | manual | sqrt | optimal (default auto: optimal\n"
-           "                    with a budget, all without)\n"
-           "  --budget SIZE     the step's peak must fit, e.g. 512MiB, 2GiB, 1000000\n"
            "  --chain FILE      plan a chain described in JSON instead of a model:\n"
            "                    {\"stages\": [{\"forward\": f, \"backward\": b, \"input\": a,\n"
            "                    \"saved\": s}, ...], \"output\": o}; needs --budget\n"
@@ -23,16 +20,23 @@ static void help(void) {
            "  --sweep           the trade-off curve: optimal at 24 budgets from the smallest\n"
            "                    feasible to store-all, next to sqrt\n"
            "  --plot FILE.svg   with --sweep, also draw the curve\n"
-           "  --optim NAME      count this optimizer's state: none | sgd | adamw (default sgd,\n"
-           "                    with momentum)\n"
-           "  --threads T       kernel threads the plan is for (default: one per core)\n"
-           "  --cost-model FILE throughputs from `remat calibrate` (default: the cached one\n"
-           "                    if any; else plans are costed in FLOPs)\n"
+           "  --optim NAME      count this optimizer's state: none | sgd (with momentum) |\n"
+           "                    adamw (default adamw, as remat train)\n"
            "  --verbose         list every instruction of the step\n"
            "  --json            one JSON object (with the instructions if --verbose)\n"
            "  --help            this text\n"
-           "\n");
+           "(--chain and --slots plan any chain; --device cuda plans against the device's\n"
+           "kernels and workspaces, and needs a GPU to ask cuDNN for them)\n");
+    cli_session_help(1);
+    printf("\n");
     cli_model_help();
+}
+
+/* The arena's size over the peak of the values placed in it (1: no
+ * fragmentation). */
+static double arena_per_peak(const remat_plan_summary *p) {
+    size_t peak = p->predicted.peak[REMAT_MEM_TOTAL] - p->predicted.live[REMAT_MEM_TOTAL];
+    return peak ? (double)p->arena_bytes / (double)peak : 1.0;
 }
 
 /* Plans a session for the strategy and budget; fills the summary. */
@@ -102,7 +106,8 @@ static void write_svg(const char *path, const char *model, const point *opt, int
 }
 
 /* The trade-off curve: optimal at 24 budgets from the smallest feasible to
- * store-all, and sqrt's single point. */
+ * store-all, and sqrt's single point, in bytes held (what a budget
+ * bounds). */
 static int plan_sweep(const remat_model_opts *mo, const remat_session_opts *so, const remat_optim_opts *oo, int json,
                       const char *plot) {
     remat_graph *g = NULL;
@@ -116,7 +121,7 @@ static int plan_sweep(const remat_model_opts *mo, const remat_session_opts *so, 
     remat_plan_summary all, sq;
     if (plan_at(g, m.loss, so, REMAT_STRATEGY_ALL, 0, oo, &all) != REMAT_OK) goto fail;
     int sq_ok = plan_at(g, m.loss, so, REMAT_STRATEGY_SQRT, 0, oo, &sq) == REMAT_OK;
-    size_t hi = all.predicted.peak[REMAT_MEM_TOTAL], lo = 0;
+    size_t hi = all.held_bytes, lo = 0;
     /* the smallest feasible budget, by bisection */
     {
         size_t a = 0, b = hi;
@@ -133,34 +138,34 @@ static int plan_sweep(const remat_model_opts *mo, const remat_session_opts *so, 
     point pts[NPTS];
     int n = 0;
     if (!json)
-        printf("%14s %14s %10s %14s %10s\n", "budget (B)", "optimal peak", "extra %", "sqrt peak", "sqrt extra %");
+        printf("%14s %14s %10s %14s %10s\n", "budget (B)", "optimal holds", "extra %", "sqrt holds", "sqrt extra %");
     for (int i = 0; i < NPTS; i++) {
         size_t budget = lo + (size_t)((double)(hi - lo) * i / (NPTS - 1));
         remat_plan_summary p;
         if (plan_at(g, m.loss, so, REMAT_STRATEGY_OPTIMAL, budget, oo, &p) != REMAT_OK) continue;
         double extra = p.flops > 0 ? 100.0 * p.extra_flops / p.flops : 0.0;
-        pts[n++] = (point){budget, p.predicted.peak[REMAT_MEM_TOTAL], extra};
-        int sq_fits = sq_ok && sq.predicted.peak[REMAT_MEM_TOTAL] <= budget;
+        pts[n++] = (point){budget, p.held_bytes, extra};
+        int sq_fits = sq_ok && sq.held_bytes <= budget;
         double sq_extra = sq.flops > 0 ? 100.0 * sq.extra_flops / sq.flops : 0.0;
         if (json) {
-            printf("{\"budget_bytes\":%zu,\"optimal_peak_bytes\":%zu,\"optimal_extra_percent\":%.4f", budget,
-                   p.predicted.peak[REMAT_MEM_TOTAL], extra);
+            printf("{\"budget_bytes\":%zu,\"optimal_held_bytes\":%zu,\"optimal_extra_percent\":%.4f", budget,
+                   p.held_bytes, extra);
             if (sq_fits)
-                printf(",\"sqrt_peak_bytes\":%zu,\"sqrt_extra_percent\":%.4f", sq.predicted.peak[REMAT_MEM_TOTAL],
+                printf(",\"sqrt_held_bytes\":%zu,\"sqrt_extra_percent\":%.4f", sq.held_bytes,
                        sq_extra);
             printf("}\n");
         } else if (sq_fits) {
-            printf("%14zu %14zu %10.2f %14zu %10.2f\n", budget, p.predicted.peak[REMAT_MEM_TOTAL], extra,
-                   sq.predicted.peak[REMAT_MEM_TOTAL], sq_extra);
+            printf("%14zu %14zu %10.2f %14zu %10.2f\n", budget, p.held_bytes, extra,
+                   sq.held_bytes, sq_extra);
         } else {
-            printf("%14zu %14zu %10.2f %14s %10s\n", budget, p.predicted.peak[REMAT_MEM_TOTAL], extra, "-", "-");
+            printf("%14zu %14zu %10.2f %14s %10s\n", budget, p.held_bytes, extra, "-", "-");
         }
     }
     if (!json)
         printf("(extra %% = recomputed FLOPs / step FLOPs; sqrt needs %zu B; store-all needs %zu B)\n",
-               sq_ok ? sq.predicted.peak[REMAT_MEM_TOTAL] : (size_t)0, hi);
+               sq_ok ? sq.held_bytes : (size_t)0, hi);
     if (plot && n > 1) {
-        point sp = {0, sq_ok ? sq.predicted.peak[REMAT_MEM_TOTAL] : 0,
+        point sp = {0, sq_ok ? sq.held_bytes : 0,
                     sq_ok && sq.flops > 0 ? 100.0 * sq.extra_flops / sq.flops : 0.0};
         write_svg(plot, mo->name, pts, n, &sp, sq_ok, hi);
         if (!json) printf("plot written to %s\n", plot);
@@ -247,45 +252,39 @@ done:
 }
 
 int cmd_plan(int argc, char **argv) {
-    const char *data = NULL, *optim = "sgd", *strategy = "auto", *plot = NULL;
+    const char *data = NULL, *optim = "adamw", *plot = NULL;
     cli_model_args ma;
     cli_model_args_init(&ma);
+    cli_session_args sa;
+    cli_session_args_init(&sa);
     int sweep = 0;
-    const char *chain_file = NULL, *cost_file = NULL, *cost_used = NULL;
+    const char *chain_file = NULL, *cost_used = NULL;
     remat_cost_model cm;
     int64_t slots = 0;
-    int64_t threads = 0;
-    size_t budget = 0;
     int json = 0, verbose = 0;
     static const struct option opts[] = {
-        CLI_MODEL_OPTIONS,
-        {"data", required_argument, 0, 'd'},     {"strategy", required_argument, 0, 's'},
-        {"budget", required_argument, 0, 'B'},   {"optim", required_argument, 0, 'o'},
-        {"threads", required_argument, 0, 't'},  {"verbose", no_argument, 0, 'v'},
+        CLI_MODEL_OPTIONS, CLI_SESSION_OPTIONS, CLI_PLAN_OPTIONS,
+        {"data", required_argument, 0, 'd'},     {"optim", required_argument, 0, 'o'},
+        {"verbose", no_argument, 0, 'v'},
         {"json", no_argument, 0, 'j'},           {"help", no_argument, 0, 'h'},
         {"sweep", no_argument, 0, 'S'},          {"plot", required_argument, 0, 'P'},
         {"chain", required_argument, 0, 'C'},    {"slots", required_argument, 0, 'L'},
-        {"cost-model", required_argument, 0, 'K'},
         {0, 0, 0, 0}};
     optind = 1;
     opterr = 0;
     int c, idx = 0;
     while ((c = getopt_long(argc, argv, ":hv", opts, &idx)) != -1) {
         int bad = 0;
-        if (cli_model_arg(&ma, c, optarg, &bad)) {
+        if (cli_model_arg(&ma, c, optarg, &bad) || cli_session_arg(&sa, c, optarg, &bad)) {
             if (bad) return cli_usage_error("plan", "bad value '%s' for --%s", optarg, opts[idx].name);
             continue;
         }
         switch (c) {
         case 'd': data = optarg; break;
-        case 's': strategy = optarg; break;
         case 'o': optim = optarg; break;
-        case 't': bad = cli_parse_i64(optarg, &threads) || threads < 0 || threads > 1024; break;
-        case 'B': bad = cli_parse_size(optarg, &budget) || budget == 0; break;
         case 'v': verbose = 1; break;
         case 'S': sweep = 1; break;
         case 'C': chain_file = optarg; break;
-        case 'K': cost_file = optarg; break;
         case 'L': bad = cli_parse_i64(optarg, &slots) || slots < 1 || slots > 100000; break;
         case 'P': plot = optarg; break;
         case 'j': json = 1; break;
@@ -296,13 +295,15 @@ int cmd_plan(int argc, char **argv) {
         if (bad) return cli_usage_error("plan", "bad value '%s' for --%s", optarg, opts[idx].name);
     }
     if (optind < argc) return cli_usage_error("plan", "unexpected argument '%s'", argv[optind]);
+    size_t budget = sa.budget;
+    const char *strategy = sa.strategy;
+    if (chain_file) { /* no model, no device */
+        if (!budget) return cli_usage_error("plan", "--chain needs --budget");
+        return plan_chain(chain_file, budget, (int)slots, json);
+    }
     remat_session_opts so;
-    remat_session_opts_default(&so);
-    if (remat_strategy_parse(strategy, &so.strategy) != REMAT_OK)
-        return cli_usage_error("plan", "%s", remat_last_error());
-    so.budget = budget;
-    so.threads = (int)threads;
-    so.cost_model = cli_cost_model(&cm, cost_file, &cost_used);
+    int u = cli_session_opts(&sa, "plan", &so, &cm, &cost_used);
+    if (u) return u;
     remat_optim_opts oo;
     int has_optim = strcmp(optim, "none") != 0;
     if (strcmp(optim, "sgd") == 0) {
@@ -314,16 +315,12 @@ int cmd_plan(int argc, char **argv) {
         return cli_usage_error("plan", "unknown optimizer '%s' (known: none, sgd, adamw)", optim);
     }
     remat_model_opts mo;
-    int u = cli_model_opts(&ma, data, "plan", &mo);
+    u = cli_model_opts(&ma, data, "plan", &mo);
     if (u) return u;
     const char *model = mo.name;
     int64_t batch = mo.batch;
 
     if (plot && !sweep) return cli_usage_error("plan", "--plot needs --sweep");
-    if (chain_file) {
-        if (!budget) return cli_usage_error("plan", "--chain needs --budget");
-        return plan_chain(chain_file, budget, (int)slots, json);
-    }
     {
         /* the options must show in the model before anything is planned */
         remat_graph *pg = NULL;
@@ -353,7 +350,12 @@ int cmd_plan(int argc, char **argv) {
         cJSON_AddNumberToObject(o, "batch", (double)batch);
         cJSON_AddStringToObject(o, "strategy", strategy);
         cJSON_AddStringToObject(o, "planner", p.planner);
+        cJSON_AddStringToObject(o, "device", remat_device_str(so.device));
         if (budget) cJSON_AddNumberToObject(o, "budget_bytes", (double)budget);
+        cJSON_AddNumberToObject(o, "arena_bytes", (double)p.arena_bytes);
+        cJSON_AddNumberToObject(o, "held_bytes", (double)p.held_bytes);
+        cJSON_AddNumberToObject(o, "arena_per_peak", arena_per_peak(&p));
+        cJSON_AddStringToObject(o, "placement", p.placement);
         cJSON *pk = cJSON_AddObjectToObject(o, "predicted_peak_bytes");
         for (int i = 0; i < REMAT_MEM_COUNT; i++)
             cJSON_AddNumberToObject(pk, remat_mem_str((remat_mem)i), (double)p.predicted.peak[i]);
@@ -396,12 +398,19 @@ int cmd_plan(int argc, char **argv) {
             }
             printf("\n");
         }
-        printf("model %s, batch %lld, strategy %s (schedule from %s): %lld boundaries kept\n", model,
-               (long long)batch, strategy, p.planner, (long long)p.kept_boundaries);
+        printf("model %s, batch %lld, device %s, strategy %s (schedule from %s): %lld boundaries kept\n", model,
+               (long long)batch, remat_device_str(so.device), strategy, p.planner, (long long)p.kept_boundaries);
         printf("predicted peak of a training step:\n");
         for (int i = 0; i < REMAT_MEM_COUNT; i++)
             printf("  %-16s %12zu B  %s\n", remat_mem_str((remat_mem)i), p.predicted.peak[i],
                    cli_fmt_bytes(p.predicted.peak[i], b, sizeof b));
+        char b2[32];
+        printf("arena: %zu B (%s) for a peak of %s of values: %.4f x the peak (%s placement)\n", p.arena_bytes,
+               cli_fmt_bytes(p.arena_bytes, b, sizeof b),
+               cli_fmt_bytes(p.predicted.peak[REMAT_MEM_TOTAL] - p.predicted.live[REMAT_MEM_TOTAL], b2, sizeof b2),
+               arena_per_peak(&p), p.placement);
+        printf("held during a step (arena + parameters, gradients, optimizer state): %zu B (%s)\n", p.held_bytes,
+               cli_fmt_bytes(p.held_bytes, b, sizeof b));
         printf("recomputed: %lld nodes, %lld forward recomputations\n", (long long)p.recomputed_nodes,
                (long long)p.recomputations);
         printf("extra compute: %.4g GFLOP, %.1f%% of the step's %.4g GFLOP\n", p.extra_flops / 1e9,
@@ -411,7 +420,7 @@ int cmd_plan(int argc, char **argv) {
                    p.extra_seconds, cost_used);
         if (budget)
             printf("budget %s: fits (%.1f%% used)\n", cli_fmt_bytes(budget, b, sizeof b),
-                   100.0 * (double)p.predicted.peak[REMAT_MEM_TOTAL] / (double)budget);
+                   100.0 * (double)p.held_bytes / (double)budget);
     }
     rc = 0;
     goto done;

@@ -39,12 +39,6 @@ static void help(void) {
            "  --momentum M        SGD momentum (default 0.9)\n"
            "  --nesterov          SGD with Nesterov momentum\n"
            "  --weight-decay W    weight decay (default 0.01 for adamw, 0 for sgd)\n"
-           "  --strategy S        auto | all | manual | sqrt | optimal: which activations to\n"
-           "                      keep (default auto: optimal with a budget, all without)\n"
-           "  --budget SIZE       fail before training unless a step fits, e.g. 512MiB, 2GiB\n"
-           "  --seed S            seed for initialization, shuffling, token windows,\n"
-           "                      synthetic data and dropout (default 42)\n"
-           "  --threads T         kernel threads (default: one per core)\n"
            "  --train-limit N     train on the first N training samples only\n"
            "  --test-limit N      evaluate on the first N test samples only\n"
            "  --init-from FILE    start from the weights in a safetensors file (PyTorch\n"
@@ -52,8 +46,9 @@ static void help(void) {
            "                      with dtype F32 and its shape)\n"
            "  --save FILE         write the trained weights as safetensors\n"
            "  --json              one JSON object per line: per step and per evaluation\n"
-           "  --help              this text\n"
-           "\n");
+           "  --help              this text\n");
+    cli_session_help(1);
+    printf("\n");
     cli_model_help();
 }
 
@@ -182,33 +177,30 @@ static int check_writable(const char *path) {
 
 int cmd_train(int argc, char **argv) {
     const char *data = NULL, *dir = NULL, *optim = "adamw", *save = NULL, *init_from = NULL;
-    const char *strategy = "auto";
-    size_t budget = 0;
-    int64_t epochs = 1, steps = 0, threads = 0, train_limit = 0, test_limit = 0, log_every = 10;
-    int64_t seed = 42;
+    int64_t epochs = 1, steps = 0, train_limit = 0, test_limit = 0, log_every = 10;
     float lr = -1, momentum = 0.9f, wd = -1;
     int json = 0, nesterov = 0;
     cli_model_args ma;
     cli_model_args_init(&ma);
+    cli_session_args sa;
+    cli_session_args_init(&sa);
     static const struct option opts[] = {
-        CLI_MODEL_OPTIONS,
+        CLI_MODEL_OPTIONS, CLI_SESSION_OPTIONS, CLI_PLAN_OPTIONS,
         {"data", required_argument, 0, 'd'},        {"data-dir", required_argument, 0, 'D'},
         {"epochs", required_argument, 0, 'e'},      {"steps", required_argument, 0, 's'},
         {"optim", required_argument, 0, 'o'},       {"lr", required_argument, 0, 'l'},
         {"momentum", required_argument, 0, 'M'},    {"nesterov", no_argument, 0, 'N'},
         {"weight-decay", required_argument, 0, 'w'}, {"log-every", required_argument, 0, 'E'},
-        {"seed", required_argument, 0, 'S'},        {"threads", required_argument, 0, 't'},
         {"train-limit", required_argument, 0, 'L'}, {"test-limit", required_argument, 0, 'T'},
         {"save", required_argument, 0, 'W'},        {"init-from", required_argument, 0, 'I'},
-        {"json", no_argument, 0, 'j'},
-        {"strategy", required_argument, 0, 'y'},    {"budget", required_argument, 0, 'B'},
-        {"help", no_argument, 0, 'h'},              {0, 0, 0, 0}};
+        {"json", no_argument, 0, 'j'},              {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
     optind = 1;
     opterr = 0;
     int c, idx = 0;
     while ((c = getopt_long(argc, argv, ":h", opts, &idx)) != -1) {
         int bad = 0;
-        if (cli_model_arg(&ma, c, optarg, &bad)) {
+        if (cli_model_arg(&ma, c, optarg, &bad) || cli_session_arg(&sa, c, optarg, &bad)) {
             if (bad) return cli_usage_error("train", "bad value '%s' for --%s", optarg, opts[idx].name);
             continue;
         }
@@ -223,14 +215,10 @@ int cmd_train(int argc, char **argv) {
         case 'M': bad = cli_parse_float(optarg, &momentum) || momentum < 0; break;
         case 'N': nesterov = 1; break;
         case 'w': bad = cli_parse_float(optarg, &wd) || wd < 0; break;
-        case 'S': bad = cli_parse_i64(optarg, &seed) || seed < 0; break;
-        case 't': bad = cli_parse_i64(optarg, &threads) || threads < 0 || threads > 1024; break;
         case 'L': bad = cli_parse_i64(optarg, &train_limit) || train_limit < 1; break;
         case 'T': bad = cli_parse_i64(optarg, &test_limit) || test_limit < 1; break;
         case 'W': save = optarg; break;
         case 'I': init_from = optarg; break;
-        case 'y': strategy = optarg; break;
-        case 'B': bad = cli_parse_size(optarg, &budget) || budget == 0; break;
         case 'j': json = 1; break;
         case 'h': help(); return 0;
         case ':': return cli_usage_error("train", "option '%s' needs a value", argv[optind - 1]);
@@ -264,6 +252,11 @@ int cmd_train(int argc, char **argv) {
     if (stream && !steps) steps = 100;
     if (save && check_writable(save) != 0)
         return cli_fail("cannot write %s: its folder does not exist or is not writable", save);
+    remat_session_opts so;
+    remat_cost_model cm;
+    const char *cost_used = NULL;
+    if ((u = cli_session_opts(&sa, "train", &so, &cm, &cost_used))) return u;
+    uint64_t seed = so.seed;
 
     int rc = 1;
     remat_graph *g = NULL;
@@ -329,44 +322,36 @@ int cmd_train(int argc, char **argv) {
         if (test_limit && test_limit < remat_dataset_size(test) && remat_dataset_truncate(test, test_limit) != REMAT_OK)
             goto fail;
     }
-    remat_session_opts so;
-    remat_session_opts_default(&so);
-    so.threads = (int)threads;
-    so.seed = (uint64_t)seed;
-    so.budget = budget;
-    remat_cost_model cm;
-    const char *cost_used = NULL;
-    so.cost_model = cli_cost_model(&cm, NULL, &cost_used);
-    if (remat_strategy_parse(strategy, &so.strategy) != REMAT_OK) goto fail;
     if (remat_session_create(&s, g, m.loss, &so) != REMAT_OK) goto fail;
     if (init_from && remat_safetensors_load(s, init_from, 1) != REMAT_OK) goto fail;
     if (remat_session_set_optimizer(s, &oo) != REMAT_OK) goto fail;
-    int nthreads = so.threads ? so.threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    so.threads = so.threads ? so.threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (!json) {
         remat_mem_stats pred;
-        char b1[32], b2[32];
+        char b1[32], b2[32], dl[128];
         remat_session_predict(s, &pred);
+        cli_device_line(&so, dl, sizeof dl);
         if (tokens)
-            printf("model %s, %s: %lld tokens, batch %lld x context %lld, %s lr %g, %d threads\n", mo.name, data + 7,
-                   (long long)remat_tokens_count(tok), (long long)xd[0], (long long)xd[1], optim, (double)oo.lr,
-                   nthreads);
+            printf("model %s, %s: %lld tokens, batch %lld x context %lld, %s lr %g, %s\n", mo.name, data + 7,
+                   (long long)remat_tokens_count(tok), (long long)xd[0], (long long)xd[1], optim, (double)oo.lr, dl);
         else if (synthetic)
-            printf("model %s, synthetic data: input %s, batch %lld, %s lr %g, %d threads\n", mo.name, shape,
-                   (long long)xd[0], optim, (double)oo.lr, nthreads);
+            printf("model %s, synthetic data: input %s, batch %lld, %s lr %g, %s\n", mo.name, shape,
+                   (long long)xd[0], optim, (double)oo.lr, dl);
         else
-            printf("model %s, %s: %lld training / %lld test samples, batch %lld, %s lr %g, %d threads\n", mo.name,
+            printf("model %s, %s: %lld training / %lld test samples, batch %lld, %s lr %g, %s\n", mo.name,
                    data, (long long)remat_dataset_size(train), (long long)remat_dataset_size(test),
-                   (long long)xd[0], optim, (double)oo.lr, nthreads);
+                   (long long)xd[0], optim, (double)oo.lr, dl);
         if (init_from) printf("weights from %s\n", init_from);
         remat_plan_summary ps;
         remat_session_plan(s, &ps);
-        printf("strategy %s: predicted step peak %s (activations %s)\n", remat_strategy_str(ps.strategy),
+        char b3[32];
+        printf("strategy %s: predicted step peak %s (activations %s), holding %s\n", remat_strategy_str(ps.strategy),
                cli_fmt_bytes(pred.peak[REMAT_MEM_TOTAL], b1, sizeof b1),
-               cli_fmt_bytes(pred.peak[REMAT_MEM_ACT], b2, sizeof b2));
+               cli_fmt_bytes(pred.peak[REMAT_MEM_ACT], b2, sizeof b2), cli_fmt_bytes(ps.held_bytes, b3, sizeof b3));
         fflush(stdout);
     }
     progress p = {.json = json, .tty = isatty(2), .log_every = log_every, .tokens_per_row = lm ? xd[1] : 0};
-    remat_train_opts to = {.epochs = epochs, .steps = steps, .batch = xd[0], .seed = (uint64_t)seed, .user = &p};
+    remat_train_opts to = {.epochs = epochs, .steps = steps, .batch = xd[0], .seed = seed, .user = &p};
     if (stream) {
         p.epochs_total = epochs;
         to.on_event = on_stream_event;
@@ -374,7 +359,7 @@ int cmd_train(int argc, char **argv) {
             if (remat_train_tokens(s, &m, tok, &to) != REMAT_OK) goto fail;
         } else {
             cli_synth syn;
-            if (cli_synth_init(&syn, g, &m, &mo, (uint64_t)seed)) goto done;
+            if (cli_synth_init(&syn, g, &m, &mo, seed)) goto done;
             if (remat_train_stream(s, &m, cli_synth_next, &syn, &to) != REMAT_OK) goto fail;
         }
     } else {

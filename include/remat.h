@@ -266,6 +266,25 @@ remat_status remat_calibrate(remat_cost_model *out, int threads);
 remat_status remat_cost_model_save(const remat_cost_model *m, const char *path);
 remat_status remat_cost_model_load(remat_cost_model *m, const char *path);
 
+/* ---------------------------------------------------------------- devices */
+
+/* Where a session's tensors live and its kernels run. The CPU is the
+ * reference; CUDA runs the same schedules on an NVIDIA GPU (device memory
+ * from the memory plan, cuBLAS and cuDNN, deterministic kernels). */
+typedef enum { REMAT_DEVICE_CPU = 0, REMAT_DEVICE_CUDA = 1 } remat_device;
+
+/* "cpu", "cuda". */
+const char *remat_device_str(remat_device d);
+/* Parses a device name; REMAT_NOT_FOUND names the known ones. */
+remat_status remat_device_parse(const char *name, remat_device *out);
+/* REMAT_OK when sessions can run on the device here; REMAT_UNSUPPORTED
+ * with a message saying why not (built without CUDA, no GPU visible, a
+ * driver older than the runtime). */
+remat_status remat_device_available(remat_device d);
+/* The device's memory as its driver sees it (cudaMemGetInfo for CUDA;
+ * for the CPU, the system's available and total memory). */
+remat_status remat_device_memory(remat_device d, size_t *free_bytes, size_t *total_bytes);
+
 /* Which activations a training step keeps (the others are recomputed). */
 typedef enum {
     REMAT_STRATEGY_AUTO = 0, /* optimal when a budget is given, else all */
@@ -286,6 +305,11 @@ typedef struct {
     remat_strategy strategy; /* default REMAT_STRATEGY_AUTO */
     size_t budget;           /* peak bytes a step may hold, 0 = no limit */
     const remat_cost_model *cost_model; /* copied; NULL = FLOPs alone */
+    remat_device device;     /* default REMAT_DEVICE_CPU */
+    int tf32;                /* CUDA: let cuBLAS and cuDNN use TF32 tensor
+                              * cores for float32 products (faster, about
+                              * 1e-3 relative error); off by default, as
+                              * in PyTorch for convolutions and matmuls */
 } remat_session_opts;
 
 void remat_session_opts_default(remat_session_opts *o);
@@ -303,10 +327,18 @@ void remat_session_destroy(remat_session *s);
 const remat_graph *remat_session_graph(const remat_session *s);
 
 /* Points an input node at caller memory (float or int32 per its dtype,
- * its full shape). The pointer is read during each later step; the caller
- * keeps it valid. */
+ * its full shape). The binding is borrowed: the session keeps the pointer,
+ * not a copy, and reads (copies in) the data during each later step and
+ * forward; the caller keeps it valid until it binds another buffer or
+ * destroys the session. Library calls that bind buffers of their own
+ * (remat_evaluate, remat_train, remat_train_stream, remat_train_tokens)
+ * restore the caller's bindings before they return, on success and on
+ * failure alike. */
 remat_status remat_session_bind(remat_session *s, remat_node input,
                                 const void *data);
+/* The pointer input is bound to, or NULL (also for a node that is not an
+ * input). */
+const void *remat_session_binding(const remat_session *s, remat_node input);
 
 /* One forward and backward pass in training mode: fills every parameter's
  * gradient (overwriting the previous ones) and writes the loss. */
@@ -319,17 +351,30 @@ remat_status remat_session_step(remat_session *s, float *loss);
 remat_status remat_session_forward(remat_session *s, int train, float *loss,
                                    remat_node fetch, float *out);
 
-/* Parameters and buffers, in graph order. The pointers are owned by the
- * session and valid for its lifetime; writing through `data` sets weights. */
+/* Parameters and buffers, in graph order. On the CPU, the pointers are
+ * owned by the session and valid for its lifetime, and writing through
+ * `data` sets weights. On a device, data and grad are NULL (the tensors
+ * are device memory): use remat_session_read_param and
+ * remat_session_write_param, which work on every device. */
 typedef struct {
     const char *name;
     int ndim;
     int64_t dims[REMAT_MAX_DIMS];
     int64_t numel;
     int trainable; /* 0 for buffers */
-    float *data;
-    float *grad; /* NULL for buffers */
+    float *data;   /* CPU sessions only */
+    float *grad;   /* CPU sessions only; NULL for buffers */
 } remat_param_info;
+
+/* What remat_session_read_param copies. */
+typedef enum { REMAT_PARAM_VALUE = 0, REMAT_PARAM_GRAD = 1 } remat_param_part;
+
+/* Copies parameter or buffer i's values (or, for a trainable parameter,
+ * its gradient from the last step) into dst, numel floats owned by the
+ * caller. Waits for the device's work in flight. */
+remat_status remat_session_read_param(remat_session *s, int i, remat_param_part part, float *dst);
+/* Sets parameter or buffer i from src (numel floats, copied). */
+remat_status remat_session_write_param(remat_session *s, int i, const float *src);
 
 int remat_session_param_count(const remat_session *s);
 remat_status remat_session_param(const remat_session *s, int i,
@@ -339,6 +384,10 @@ int remat_session_find_param(const remat_session *s, const char *name);
 
 /* Accounting. Peaks restart at the beginning of each step and forward. */
 void remat_session_mem(const remat_session *s, remat_mem_stats *out);
+/* Bytes the session holds on its device now: the arena its schedules'
+ * values are placed in, and its blocks of parameters, gradients and
+ * optimizer state, as allocated (what a budget bounds). */
+size_t remat_session_held_bytes(const remat_session *s);
 /* The simulator's prediction for one training step from the current state:
  * peak bytes per category (the executor's measured peaks equal these). */
 remat_status remat_session_predict(const remat_session *s, remat_mem_stats *out);
@@ -349,6 +398,14 @@ size_t remat_session_saved_bytes(const remat_session *s, remat_node n);
 typedef struct {
     remat_strategy strategy;
     remat_mem_stats predicted;  /* peaks per category (simulated) */
+    size_t arena_bytes;         /* the step's values placed in one arena:
+                                 * at least their peak, more where the
+                                 * placement leaves gaps */
+    size_t held_bytes;          /* arena + parameters, gradients and
+                                 * optimizer state as allocated: what the
+                                 * step holds, what the budget bounds */
+    const char *placement;      /* static: the arena placement that won
+                                 * ("by-size" or "in-order") */
     int64_t instructions;       /* forward, backward and free instructions */
     int64_t forwards;           /* forward computations, recomputations included */
     int64_t recomputations;     /* forwards of a node after its first */
@@ -645,7 +702,7 @@ remat_status remat_chain_parse_json(const char *text, remat_stage **stages, int 
 
 /* Writes every parameter and buffer of the session (by name, F32, with
  * "format": "pt" metadata), replacing the file atomically. */
-remat_status remat_safetensors_save(const remat_session *s, const char *path);
+remat_status remat_safetensors_save(remat_session *s, const char *path);
 /* Loads tensors by name into the session's parameters and buffers. Every
  * tensor in the file must match a parameter's name, dtype F32 and shape
  * (PyTorch's "*.num_batches_tracked" entries are skipped); parameters
@@ -723,7 +780,7 @@ remat_status remat_safetensors_read(const char *path, const char *name,
 /* Writes "loss" (F32, shape [1]) and "grad.<name>" (F32, the parameter's
  * shape) for every trainable parameter: the gradients of the session's
  * last remat_session_step, named as in tests/fixtures. */
-remat_status remat_safetensors_save_grads(const remat_session *s,
+remat_status remat_safetensors_save_grads(remat_session *s,
                                           const char *path, float loss);
 /* ------------------------------------ end of data streams and tensor files */
 

@@ -16,6 +16,9 @@
 
 /* ------------------------------------------------------------------ core */
 
+/* Seconds on the monotonic clock (profiles, timings). */
+double remat__now(void);
+
 /* Records a formatted message as this thread's last error and returns s. */
 remat_status remat__err(remat_status s, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -148,6 +151,7 @@ typedef struct {
  * no gradient). In backward every in[i] and out is present with a valid
  * shape, but its data is NULL unless the op saves it. */
 typedef struct {
+    const remat_graph *graph;
     const remat__node *node;
     const remat__tensor *in[REMAT__MAX_IN];
     remat__tensor *out;
@@ -161,6 +165,8 @@ typedef struct {
     int64_t step;      /* dropout: step index */
     int32_t node_id;   /* dropout: node index */
     remat__pool *pool; /* for remat__pool_barrier between phases */
+    void *dev;         /* device kernels: the backend's context (src/cuda/
+                        * cuda-impl.h: stream, cuBLAS and cuDNN handles) */
 } remat__kctx;
 
 /* Kernel rules: every one of the nth threads must call remat__pool_barrier
@@ -172,6 +178,23 @@ typedef struct {
  * use in the step. */
 typedef void (*remat__kernel)(const remat__kctx *k, int ith, int nth);
 
+/* A device backend's kernels for one op. Every pointer in the kernel
+ * context is device memory (in[i]->data, out->data, aux, dout, din[i],
+ * ws); the shapes and the node are host memory. A kernel enqueues its work
+ * on the backend's stream and returns without waiting; it returns
+ * REMAT_INTERNAL (after remat__err naming the op and the failing call)
+ * when a launch or a library call fails. Workspace functions give the
+ * bytes of k->ws for a node; they are called once per node when a
+ * session is created (the memory plan reads the results), with the
+ * backend's context. Same semantics as the CPU kernels: backward
+ * accumulates into din[i]; stateful ops commit only when k->first. */
+typedef remat_status (*remat__dkernel)(const remat__kctx *k);
+typedef size_t (*remat__dws)(void *dev, const remat_graph *g, const remat__node *n);
+typedef struct {
+    remat__dkernel forward, backward;
+    remat__dws fwd_ws, bwd_ws; /* NULL: no workspace */
+} remat__dev_kernels;
+
 /* Bits of remat__op.saves: what backward reads besides dout. Inputs 0..29
  * have a bit each; inputs 30 and 31 (only n-ary concat has them) cannot be
  * saved, and REMAT__SAVE_IN gives 0 for them so that a loop over a node's
@@ -181,8 +204,10 @@ typedef void (*remat__kernel)(const remat__kctx *k, int ith, int nth);
 #define REMAT__SAVE_IN(i) ((i) < REMAT__SAVE_IN_LIMIT ? 1u << (i) : 0u)
 #define REMAT__SAVE_OUT (1u << 30)
 #define REMAT__SAVE_AUX (1u << 31)
+#ifndef __cplusplus /* the CUDA kernels include this header as C++ */
 _Static_assert(REMAT__SAVE_OUT == 1u << REMAT__SAVE_IN_LIMIT && REMAT__SAVE_AUX > REMAT__SAVE_OUT,
                "the input bits REMAT__SAVE_IN(0..29) lie below REMAT__SAVE_OUT and REMAT__SAVE_AUX");
+#endif
 
 /* Bits of remat__op.flags. */
 #define REMAT__OP_STATEFUL (1u << 0) /* commits state when k->first */
@@ -205,45 +230,52 @@ typedef struct {
     size_t (*bwd_ws)(const remat_graph *g, const remat__node *n, int nth);
     double (*flops)(const remat_graph *g, const remat__node *n); /* forward */
     remat_family family; /* for the cost model's throughputs */
+    /* The CUDA backend's kernels (src/cuda/), REMAT__CUDA(name): NULL in a
+     * build without CUDA. test_gradcheck fails if an op with CPU kernels
+     * lacks them in a CUDA build. */
+    const remat__dev_kernels *cuda;
 } remat__op;
 
-/* The op table, one entry per op; leaves are entries without kernels. Each
- * op file defines its entry (remat__op_<name>); src/ops/optable.c lists
- * them, indexed by the ids below. */
-extern const remat__op *const remat__ops[];
+#ifdef REMAT_HAVE_CUDA
+#define REMAT__CUDA(name) (&remat__cuda_##name)
+#define REMAT__CUDA_DECL(id, name) extern const remat__dev_kernels remat__cuda_##name;
+#else
+#define REMAT__CUDA(name) NULL
+#endif
+
+/* Every op, once: X(ID, name). The op ids (REMAT__OP_<ID>), the op
+ * table (src/ops/optable.c) and the declarations of each op's entry
+ * (remat__op_<name>, defined in its op's file) and of its device kernels
+ * (remat__cuda_<name>, in src/cuda/) all come from this list, so none can
+ * miss an op. Leaves come first; they have no kernels. */
+#define REMAT__LEAF_LIST(X) X(INPUT, input) X(PARAM, param) X(BUFFER, buffer)
+#define REMAT__KERNEL_OP_LIST(X)                                                                       \
+    X(LINEAR, linear) X(CONV2D, conv2d) X(BATCHNORM2D, batchnorm2d) X(RELU, relu)                      \
+    X(MAXPOOL2D, maxpool2d) X(AVGPOOL2D, avgpool2d) X(GLOBAL_AVGPOOL, global_avgpool)                  \
+    X(DROPOUT, dropout) X(RESHAPE, reshape) X(ADD, add) X(CONCAT, concat)                              \
+    X(CROSS_ENTROPY, cross_entropy) X(MSE, mse) X(MUL, mul) X(LAYERNORM, layernorm) X(GELU, gelu)      \
+    X(EMBEDDING, embedding) X(SOFTMAX, softmax) X(ATTENTION, attention) X(PERMUTE, permute)            \
+    X(SLICE, slice) X(ADD_BROADCAST, add_broadcast)
+#define REMAT__OP_LIST(X) REMAT__LEAF_LIST(X) REMAT__KERNEL_OP_LIST(X)
+
+enum {
+#define REMAT__OP_ENUM(id, name) REMAT__OP_##id,
+    REMAT__OP_LIST(REMAT__OP_ENUM)
+#undef REMAT__OP_ENUM
+    REMAT__N_OPS
+};
+
+/* The op table, indexed by op id. */
+extern const remat__op *const remat__ops[REMAT__N_OPS];
 /* Index of the op with this name, or -1. */
 int remat__op_find(const char *name);
 
-/* Op ids, indices into remat__ops (designated initializers in optable.c). */
-enum {
-    REMAT__OP_INPUT = 0,
-    REMAT__OP_PARAM,
-    REMAT__OP_BUFFER,
-    REMAT__OP_LINEAR,
-    REMAT__OP_CONV2D,
-    REMAT__OP_BATCHNORM2D,
-    REMAT__OP_RELU,
-    REMAT__OP_MAXPOOL2D,
-    REMAT__OP_AVGPOOL2D,
-    REMAT__OP_GLOBAL_AVGPOOL,
-    REMAT__OP_DROPOUT,
-    REMAT__OP_RESHAPE,
-    REMAT__OP_ADD,
-    REMAT__OP_CONCAT,
-    REMAT__OP_CROSS_ENTROPY,
-    REMAT__OP_MSE,
-    REMAT__OP_MUL,
-    /* transformer ops (layernorm.c, gelu.c, embedding.c, attention.c, tensor_ops.c) */
-    REMAT__OP_LAYERNORM,
-    REMAT__OP_GELU,
-    REMAT__OP_EMBEDDING,
-    REMAT__OP_SOFTMAX,
-    REMAT__OP_ATTENTION,
-    REMAT__OP_PERMUTE,
-    REMAT__OP_SLICE,
-    REMAT__OP_ADD_BROADCAST,
-    REMAT__N_OPS
-};
+#define REMAT__OP_DECL(id, name) extern const remat__op remat__op_##name;
+REMAT__OP_LIST(REMAT__OP_DECL)
+#undef REMAT__OP_DECL
+#ifdef REMAT_HAVE_CUDA
+REMAT__KERNEL_OP_LIST(REMAT__CUDA_DECL)
+#endif
 
 static inline const remat__shape *remat__in_shape(const remat_graph *g,
                                                   const remat__node *n,
@@ -262,18 +294,13 @@ static inline size_t remat__out_bytes(const remat__node *n) {
     return (size_t)remat__numel(&n->shape) * remat__dtype_size(n->dtype);
 }
 
+/* CPU threads a node's kernels run on (small ops run on the calling thread);
+ * workspace sizes are computed for this count. */
+int remat__node_threads(const remat_graph *g, const remat__node *n, int pool);
+
 /* Shape-rule helper: formats "op 'name'" into buf for error messages. */
 const char *remat__node_label(const remat__node *n, char *buf, size_t cap);
 /* Formats a shape as "(8, 3, 32, 32)". */
 const char *remat__shape_str(const remat__shape *s, char *buf, size_t cap);
-
-extern const remat__op remat__op_input, remat__op_param, remat__op_buffer,
-    remat__op_linear, remat__op_conv2d, remat__op_batchnorm2d, remat__op_relu,
-    remat__op_maxpool2d, remat__op_avgpool2d, remat__op_global_avgpool,
-    remat__op_dropout, remat__op_reshape, remat__op_add, remat__op_concat,
-    remat__op_cross_entropy, remat__op_mse, remat__op_mul;
-/* transformer ops */
-extern const remat__op remat__op_layernorm, remat__op_gelu, remat__op_embedding, remat__op_softmax,
-    remat__op_attention, remat__op_permute, remat__op_slice, remat__op_add_broadcast;
 
 #endif /* REMAT_IMPL_H */

@@ -264,11 +264,12 @@ static void budgets(void) {
         remat_optim_opts oo;
         remat_optim_opts_default(&oo, REMAT_OPTIM_ADAMW);
         CHECK_OK(remat_session_set_optimizer(s, &oo));
-        remat_mem_stats pred;
-        CHECK_OK(remat_session_predict(s, &pred));
-        size_t need = pred.peak[REMAT_MEM_TOTAL];
+        remat_plan_summary ps;
+        CHECK_OK(remat_session_plan(s, &ps));
+        size_t need = ps.held_bytes; /* the arena and the resident blocks */
+        CHECK(need >= ps.predicted.peak[REMAT_MEM_TOTAL]);
         remat_session_destroy(s);
-        /* exactly the peak fits */
+        /* exactly what the step holds fits */
         so.budget = need;
         CHECK_OK(remat_session_create(&s, g, m.loss, &so));
         CHECK_OK(remat_session_set_optimizer(s, &oo));
@@ -279,7 +280,7 @@ static void budgets(void) {
         remat_status rc = remat_session_create(&s, g, m.loss, &so);
         if (rc == REMAT_OK) rc = remat_session_set_optimizer(s, &oo);
         char want[64];
-        snprintf(want, sizeof want, "needs %zu bytes", need);
+        snprintf(want, sizeof want, "holds %zu bytes", need);
         CHECK_MSG(rc == REMAT_BUDGET && strstr(remat_last_error(), want), "%s: %s",
                   remat_strategy_str((remat_strategy)st), remat_last_error());
         remat_session_destroy(s);

@@ -155,6 +155,9 @@ static int same_file(const char *a, const char *b) {
     return same;
 }
 
+/* Appended to every `remat grad` command (`--cli PATH "--device cuda"`). */
+static const char *cli_extra = "";
+
 static void cli_grad(const char *cli, const char *dir, const char *model, int64_t c, int64_t h, int64_t w) {
     remat_graph *g = NULL;
     remat_model m;
@@ -180,11 +183,11 @@ static void cli_grad(const char *cli, const char *dir, const char *model, int64_
     snprintf(fx, sizeof fx, "fixtures/%s.safetensors", model);
     CHECK_OK(remat_safetensors_save(s, W));
     const char *fmt = "'%s' grad --model %s --batch %lld --image %lldx%lldx%lld --init-from '%s' "
-                      "--batch-from %s --out '%s' --threads 1%s";
-    snprintf(cmd, sizeof cmd, fmt, cli, model, 8LL, (long long)c, (long long)h, (long long)w, W, fx, G, "");
+                      "--batch-from %s --out '%s' --threads 1%s %s";
+    snprintf(cmd, sizeof cmd, fmt, cli, model, 8LL, (long long)c, (long long)h, (long long)w, W, fx, G, "", cli_extra);
     CHECK_MSG(run(cmd, out, sizeof out) == 0 && strstr(out, "wrote loss and"), "%s\n%s", cmd, out);
     snprintf(cmd, sizeof cmd, fmt, cli, model, 8LL, (long long)c, (long long)h, (long long)w, W, fx, G2,
-             " --strategy sqrt");
+             " --strategy sqrt", cli_extra);
     CHECK_MSG(run(cmd, out, sizeof out) == 0, "%s\n%s", cmd, out);
     CHECK_MSG(same_file(G, G2), "%s: --strategy sqrt changed the gradients", model);
     /* the file against PyTorch */
@@ -224,7 +227,7 @@ static void cli_grad(const char *cli, const char *dir, const char *model, int64_
     remat__st_close(gf);
     remat__st_close(ff);
     /* a batch of another shape: refused, naming the tensor and both shapes */
-    snprintf(cmd, sizeof cmd, fmt, cli, model, 4LL, (long long)c, (long long)h, (long long)w, W, fx, G, "");
+    snprintf(cmd, sizeof cmd, fmt, cli, model, 4LL, (long long)c, (long long)h, (long long)w, W, fx, G, "", cli_extra);
     char want[128];
     snprintf(want, sizeof want, "tensor 'input' has shape (8, %lld, %lld, %lld) but the model needs (4,", (long long)c,
              (long long)h, (long long)w);
@@ -243,8 +246,8 @@ static void cli_grad_gpt2(const char *cli, const char *dir) {
     snprintf(G, sizeof G, "%s/gpt2-g.safetensors", dir);
     snprintf(cmd, sizeof cmd,
              "'%s' grad --model gpt2 --layers 2 --embd 24 --heads 4 --context 16 --vocab 64 --batch 2 "
-             "--init-from %s/weights.safetensors --batch-from %s/batch.safetensors --out '%s' --threads 1",
-             cli, fx, fx, G);
+             "--init-from %s/weights.safetensors --batch-from %s/batch.safetensors --out '%s' --threads 1 %s",
+             cli, fx, fx, G, cli_extra);
     CHECK_MSG(run(cmd, out, sizeof out) == 0, "%s\n%s", cmd, out);
     snprintf(path, sizeof path, "%s/grads.safetensors", fx);
     remat__st *gf = NULL, *ff = NULL;
@@ -279,7 +282,12 @@ static void cli_grad_gpt2(const char *cli, const char *dir) {
 }
 
 int main(int argc, char **argv) {
-    if (argc == 3 && strcmp(argv[1], "--cli") == 0) {
+    if ((argc == 3 || argc == 4) && strcmp(argv[1], "--cli") == 0) {
+        if (argc == 4) cli_extra = argv[3]; /* e.g. "--device cuda" */
+        if (strstr(cli_extra, "cuda") && remat_device_available(REMAT_DEVICE_CUDA) != REMAT_OK) {
+            printf("%s --cli: skipped: %s\n", argv[0], remat_last_error());
+            return 77;
+        }
         char d[] = "/tmp/remat-grad-XXXXXX";
         CHECK(mkdtemp(d) != NULL);
         cli_grad(argv[2], d, "mlp", 1, 28, 28);

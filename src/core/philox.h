@@ -12,18 +12,26 @@
 
 #include <stdint.h>
 
+/* Compiled for the host and, in the CUDA backend, for the device: the
+ * same streams on both. */
+#ifdef __CUDACC__
+#define REMAT__HD __host__ __device__
+#else
+#define REMAT__HD
+#endif
+
 #define REMAT__PHILOX_M0 0xD2511F53u
 #define REMAT__PHILOX_M1 0xCD9E8D57u
 #define REMAT__PHILOX_W0 0x9E3779B9u
 #define REMAT__PHILOX_W1 0xBB67AE85u
 
-static inline uint32_t remat__mulhilo(uint32_t a, uint32_t b, uint32_t *hi) {
+static inline REMAT__HD uint32_t remat__mulhilo(uint32_t a, uint32_t b, uint32_t *hi) {
     uint64_t p = (uint64_t)a * b;
     *hi = (uint32_t)(p >> 32);
     return (uint32_t)p;
 }
 
-static inline void remat__philox(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]) {
+static inline REMAT__HD void remat__philox(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]) {
     uint32_t c0 = ctr[0], c1 = ctr[1], c2 = ctr[2], c3 = ctr[3];
     uint32_t k0 = key[0], k1 = key[1];
     for (int round = 0; round < 10; round++) {
@@ -42,7 +50,7 @@ static inline void remat__philox(const uint32_t ctr[4], const uint32_t key[2], u
  * i < 4, out[4 i + j] = word j of counter i. The four chains are
  * interleaved round by round: each round's multiplies wait on the last
  * round's, and four independent chains keep the multiplier busy. */
-static inline void remat__philox_x4(uint64_t q, uint32_t c1, uint32_t c2, uint32_t c3, const uint32_t key[2],
+static inline REMAT__HD void remat__philox_x4(uint64_t q, uint32_t c1, uint32_t c2, uint32_t c3, const uint32_t key[2],
                                     uint32_t out[16]) {
     uint32_t a[4], b[4], c[4], d[4];
     for (int i = 0; i < 4; i++) {
@@ -64,7 +72,7 @@ static inline void remat__philox_x4(uint64_t q, uint32_t c1, uint32_t c2, uint32
 }
 
 /* A uniform float in [0,1) with 24 random bits, from one word. */
-static inline float remat__u01(uint32_t r) {
+static inline REMAT__HD float remat__u01(uint32_t r) {
     return (float)(r >> 8) * (1.0f / 16777216.0f);
 }
 

@@ -6,6 +6,8 @@
  */
 #include "../remat-impl.h"
 
+#include <time.h>
+
 #include <stdarg.h>
 #include <stdio.h>
 
@@ -43,4 +45,10 @@ remat_status remat__err(remat_status s, const char *fmt, ...) {
     vsnprintf(last_error, sizeof last_error, fmt, ap);
     va_end(ap);
     return s;
+}
+
+double remat__now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }

@@ -1,105 +1,51 @@
 /* exec.c: the executor, the only code that runs schedules.
  *
- * It walks the instruction list, allocating each value through the
- * session's accounting allocator in exactly the order the simulator
- * assumes, and calls the op table's kernels on the thread pool. A node's
- * first forward in a run commits its side effects (BatchNorm's running
- * statistics); later ones are recomputations.
- *
- * Memory. A schedule allocates the same sizes in the same order every
- * step, so the first run of a schedule is preceded by a dry run (the same
- * walk with no kernels) that records every allocation's size and lifetime.
- * Allocations of ARENA_MIN bytes or more are then placed at fixed offsets
- * of one arena that the session keeps across steps (greedy by size, best
- * fit among the gaps left by values whose lifetimes overlap), so a step
- * neither maps nor faults memory in; smaller ones come from the C heap.
- * The accounting is unchanged: it counts the bytes each value asks for,
- * wherever they lie, so measured peaks still equal the simulator's. The
- * process holds the arena (at least the step's peak of large values, plus
- * what the placement cannot pack) between steps until the session is
- * destroyed (remat__exec_release).
+ * It interprets a schedule and its memory plan (plan/memplan.c): each
+ * instruction takes its allocation events in order, each at its planned
+ * offset in the session's arena, and checks that the value and the size it
+ * needs are the planned ones (an internal error otherwise: the plan and the
+ * executor disagree). Bytes are counted through the session's accounting
+ * as they are taken and given back, so the measured peaks are the plan's.
+ * Kernels come from the op table entry of the session's backend; bound
+ * inputs are uploaded and the loss and fetched values downloaded through
+ * the backend's explicit copies, and a run ends at the backend's one
+ * synchronization point. A node's first forward in a run commits its side
+ * effects (BatchNorm's running statistics); later ones are recomputations.
  */
 #include "session.h"
 
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/mman.h>
 #include <time.h>
-/* Seconds now, for the session's per-op profile. */
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 
-/* Allocations below this size come from the C heap, which recycles them
- * without system calls; it also keeps the placement's quadratic pass
- * short for graphs of many tiny values. */
-#define ARENA_MIN ((size_t)64 << 10)
-#define ARENA_ALIGN ((size_t)64)
-#define ARENA_PAGE ((size_t)2 << 20) /* transparent huge page */
 
-/* What a dry run records: per allocation event, its size and lifetime in
- * event ticks [t0, t1); per value, the event that allocated it. */
-typedef struct {
-    size_t bytes;
-    int64_t t0, t1;
-} dry_ev;
-
-struct remat__dry {
-    dry_ev *ev;
-    int n, cap;
-    int64_t clock;
-    int32_t *vev; /* per value: event of its resident instance */
-    int oom;
-};
-
-static char dry_token[ARENA_ALIGN]; /* the non-NULL "data" of a dry run */
-
-/* Takes the next allocation event: bytes for value v (v < 0: workspace). */
-static void *take(remat_session *s, remat_mem cat, size_t bytes, int zero, int32_t v) {
-    int e = s->ev++;
-    struct remat__dry *d = s->dry;
-    if (d) {
-        if (d->n == d->cap) {
-            int cap = d->cap ? 2 * d->cap : 256;
-            dry_ev *ev = realloc(d->ev, (size_t)cap * sizeof *ev);
-            if (!ev) {
-                d->oom = 1;
-                remat__err(REMAT_NOMEM, "out of memory planning a step's memory");
-                return NULL;
-            }
-            d->ev = ev, d->cap = cap;
-        }
-        d->ev[d->n++] = (dry_ev){bytes, d->clock++, -1};
-        if (v >= 0) d->vev[v] = e;
-        return dry_token;
-    }
-    const remat__mplan *mp = s->cur;
-    if (mp && e < mp->n_ev && mp->off[e] >= 0) {
-        void *p = s->arena + mp->off[e];
-        remat__alloc_count(&s->alloc, cat, bytes);
-        if (zero) memset(p, 0, bytes);
-        return p;
-    }
-    return zero ? remat__alloc_zeroed(&s->alloc, cat, bytes) : remat__alloc_get(&s->alloc, cat, bytes);
-}
-
-/* Ends allocation event e (the value's or the workspace's). */
-static void give(remat_session *s, remat_mem cat, void *p, size_t bytes, int32_t e) {
-    if (s->dry) {
-        if (e >= 0 && e < s->dry->n) s->dry->ev[e].t1 = s->dry->clock++;
-        return;
-    }
-    if (s->arena && (unsigned char *)p >= s->arena && (unsigned char *)p < s->arena + s->arena_bytes)
-        remat__alloc_uncount(&s->alloc, cat, bytes);
-    else
-        remat__alloc_put(&s->alloc, cat, p, bytes);
+/* Takes the next planned event, for value v (-1: a workspace) of `bytes`
+ * and category cat. */
+static remat_status take(remat_session *s, int32_t v, remat_mem cat, size_t bytes, void **out) {
+    const remat__memplan *m = s->cur;
+    int32_t e = s->ev++;
+    if (e >= m->n || m->ev[e].value != v || m->ev[e].bytes != bytes || m->ev[e].cat != (uint8_t)cat)
+        return remat__err(REMAT_INTERNAL,
+                          "memory plan mismatch at event %d: the executor needs %zu bytes of %s for value %d, "
+                          "the plan has %zu bytes of %s for value %d",
+                          e, bytes, remat_mem_str(cat), v, e < m->n ? m->ev[e].bytes : 0,
+                          e < m->n ? remat_mem_str((remat_mem)m->ev[e].cat) : "nothing",
+                          e < m->n ? m->ev[e].value : -2);
+    *out = (unsigned char *)s->arena + m->ev[e].off;
+    remat__alloc_count(&s->alloc, cat, bytes);
+    if (v >= 0) s->vev[v] = e;
+    if (m->ev[e].zero) return s->be->zero(s->dev, *out, bytes);
+    return REMAT_OK;
 }
 
 static void give_value(remat_session *s, int32_t v) {
-    give(s, (remat_mem)s->vcat[v], s->vals[v], remat__value_bytes(s->g, v), s->dry ? s->dry->vev[v] : -1);
+    const remat__mev *x = &s->cur->ev[s->vev[v]];
+    remat__alloc_uncount(&s->alloc, (remat_mem)x->cat, x->bytes);
     s->vals[v] = NULL;
+}
+
+static remat_status take_value(remat_session *s, int32_t v, remat_mem cat) {
+    return take(s, v, cat, remat__value_bytes(s->g, v), &s->vals[v]);
 }
 
 static remat_status need(remat_session *s, int32_t v, const char *what, int node) {
@@ -120,26 +66,14 @@ static void input_tensor(remat_session *s, const remat__node *n, int i, remat__t
         t->data = s->vals[REMAT__VAL(in, REMAT__V_OUT)];
 }
 
-static void run_fwd(void *ctx, int ith, int nth) {
-    const remat__kctx *k = ctx;
-    remat__ops[k->node->op]->forward(k, ith, nth);
-}
-
-static void run_bwd(void *ctx, int ith, int nth) {
-    const remat__kctx *k = ctx;
-    remat__ops[k->node->op]->backward(k, ith, nth);
-}
-
-/* Runs a kernel on the pool, or inline when the node is small; a dry run
- * runs nothing. */
-static void run(remat_session *s, int nt, remat__task fn, remat__kctx *k) {
-    if (s->dry) return;
-    if (nt == 1) {
-        k->pool = NULL; /* barriers are no-ops for one thread */
-        fn(k, 0, 1);
-    } else {
-        remat__pool_run(s->pool, fn, k);
-    }
+/* Runs a kernel with its planned workspace. */
+static remat_status run(remat_session *s, remat__kctx *k, int32_t node, int backward) {
+    size_t wb = remat__ws_bytes(&s->prog, node, backward);
+    remat_status st = take(s, -1, REMAT_MEM_WORKSPACE, wb, &k->ws);
+    if (st != REMAT_OK) return st;
+    st = s->be->run(s->dev, k, backward);
+    remat__alloc_uncount(&s->alloc, REMAT_MEM_WORKSPACE, wb);
+    return st;
 }
 
 static remat_status exec_fwd(remat_session *s, const remat__schedule *sc, const remat__instr *in,
@@ -150,39 +84,29 @@ static remat_status exec_fwd(remat_session *s, const remat__schedule *sc, const 
     int32_t vo = REMAT__VAL(in->node, REMAT__V_OUT), va = REMAT__VAL(in->node, REMAT__V_AUX);
     size_t ob = remat__out_bytes(n);
     if (s->vals[vo]) return remat__err(REMAT_INTERNAL, "schedule error: node %d computed twice while resident", in->node);
-    s->vals[vo] = take(s, in->cat, ob, 0, vo);
-    if (!s->vals[vo]) return REMAT_NOMEM;
+    if (n->leaf == REMAT__LEAF_INPUT && !s->bound[in->node])
+        return remat__err(REMAT_INVALID, "input '%s' has no data: call remat_session_bind", n->name);
+    remat_status st = take_value(s, vo, (remat_mem)in->cat);
+    if (st != REMAT_OK) return st;
     if (n->leaf == REMAT__LEAF_INPUT) {
-        if (!s->bound[in->node])
-            return remat__err(REMAT_INVALID, "input '%s' has no data: call remat_session_bind", n->name);
-        if (!s->dry) memcpy(s->vals[vo], s->bound[in->node], ob);
+        st = s->be->upload(s->dev, s->vals[vo], s->bound[in->node], ob);
     } else {
-        size_t ab = op->aux_bytes ? op->aux_bytes(g, n) : 0;
-        if (op->aux_bytes && !s->vals[va]) {
-            s->vals[va] = take(s, in->aux_cat, ab, 0, va);
-            if (!s->vals[va]) return REMAT_NOMEM;
-        }
+        if (op->aux_bytes && !s->vals[va] && (st = take_value(s, va, (remat_mem)in->aux_cat)) != REMAT_OK) return st;
         remat__tensor ins[REMAT__MAX_IN], out = {s->vals[vo], &n->shape};
-        remat__kctx k = {.node = n, .out = &out, .aux = s->vals[va], .train = sc->train,
-                         .first = in->first, .seed = s->opts.seed, .step = s->step,
-                         .node_id = in->node, .pool = s->pool};
+        remat__kctx k = {.graph = g, .node = n, .out = &out, .aux = s->vals[va], .train = sc->train,
+                         .first = in->first, .seed = s->opts.seed, .step = s->step, .node_id = in->node,
+                         .dev = s->dev};
         for (int i = 0; i < n->n_in; i++) {
             input_tensor(s, n, i, &ins[i]);
             if (!ins[i].data) return need(s, REMAT__VAL(n->in[i], REMAT__V_OUT), "the input", in->node);
             k.in[i] = &ins[i];
         }
-        int nt = remat__node_threads(g, n, remat__pool_size(s->pool));
-        size_t wb = op->fwd_ws ? op->fwd_ws(g, n, nt) : 0;
-        int32_t we = s->ev;
-        k.ws = take(s, REMAT_MEM_WORKSPACE, wb, 0, -1);
-        if (!k.ws) return REMAT_NOMEM;
-        run(s, nt, run_fwd, &k);
-        give(s, REMAT_MEM_WORKSPACE, k.ws, wb, we);
+        st = run(s, &k, in->node, 0);
     }
-    if (s->dry) return REMAT_OK;
-    if (in->node == sc->loss && loss) *loss = *(const float *)s->vals[vo];
-    if (in->node == sc->fetch && fetch_out) memcpy(fetch_out, s->vals[vo], ob);
-    return REMAT_OK;
+    if (st != REMAT_OK) return st;
+    if (in->node == sc->loss && loss) st = s->be->download(s->dev, loss, s->vals[vo], sizeof *loss);
+    if (st == REMAT_OK && in->node == sc->fetch && fetch_out) st = s->be->download(s->dev, fetch_out, s->vals[vo], ob);
+    return st;
 }
 
 static remat_status exec_bwd(remat_session *s, const remat__schedule *sc, const remat__instr *in) {
@@ -190,16 +114,16 @@ static remat_status exec_bwd(remat_session *s, const remat__schedule *sc, const 
     const remat__node *n = &g->nodes[in->node];
     const remat__op *op = remat__ops[n->op];
     int32_t vg = REMAT__VAL(in->node, REMAT__V_GRAD);
+    remat_status st = REMAT_OK;
     if (!s->vals[vg]) {
         if (in->node != sc->loss) return need(s, vg, "the gradient", in->node);
-        s->vals[vg] = take(s, REMAT_MEM_TRANSIENT, remat__out_bytes(n), 0, vg);
-        if (!s->vals[vg]) return REMAT_NOMEM;
-        if (!s->dry) *(float *)s->vals[vg] = 1.0f;
+        if ((st = take_value(s, vg, REMAT_MEM_TRANSIENT)) != REMAT_OK) return st;
+        if ((st = s->be->one(s->dev, s->vals[vg])) != REMAT_OK) return st;
     }
     remat__tensor ins[REMAT__MAX_IN];
     remat__tensor out = {NULL, &n->shape};
-    remat__kctx k = {.node = n, .out = &out, .dout = s->vals[vg], .train = sc->train, .first = 0,
-                     .seed = s->opts.seed, .step = s->step, .node_id = in->node, .pool = s->pool};
+    remat__kctx k = {.graph = g, .node = n, .out = &out, .dout = s->vals[vg], .train = sc->train, .first = 0,
+                     .seed = s->opts.seed, .step = s->step, .node_id = in->node, .dev = s->dev};
     for (int i = 0; i < n->n_in; i++) {
         int32_t src = n->in[i];
         input_tensor(s, n, i, &ins[i]);
@@ -214,10 +138,7 @@ static remat_status exec_bwd(remat_session *s, const remat__schedule *sc, const 
             k.din[i] = s->params[s->pindex[src]].grad;
         } else {
             int32_t vi = REMAT__VAL(src, REMAT__V_GRAD);
-            if (!s->vals[vi]) {
-                s->vals[vi] = take(s, REMAT_MEM_TRANSIENT, remat__out_bytes(&g->nodes[src]), 1, vi);
-                if (!s->vals[vi]) return REMAT_NOMEM;
-            }
+            if (!s->vals[vi] && (st = take_value(s, vi, REMAT_MEM_TRANSIENT)) != REMAT_OK) return st;
             k.din[i] = s->vals[vi];
         }
     }
@@ -229,17 +150,10 @@ static remat_status exec_bwd(remat_session *s, const remat__schedule *sc, const 
         k.aux = s->vals[REMAT__VAL(in->node, REMAT__V_AUX)];
         if (!k.aux) return need(s, REMAT__VAL(in->node, REMAT__V_AUX), "the saved aux", in->node);
     }
-    int nt = remat__node_threads(g, n, remat__pool_size(s->pool));
-    size_t wb = op->bwd_ws ? op->bwd_ws(g, n, nt) : 0;
-    int32_t we = s->ev;
-    k.ws = take(s, REMAT_MEM_WORKSPACE, wb, 0, -1);
-    if (!k.ws) return REMAT_NOMEM;
-    run(s, nt, run_bwd, &k);
-    give(s, REMAT_MEM_WORKSPACE, k.ws, wb, we);
-    return REMAT_OK;
+    return run(s, &k, in->node, 1);
 }
 
-/* Frees every value still resident (after a failed step). */
+/* Gives back every value still resident (after a failed run). */
 static void release_all(remat_session *s) {
     int nv = s->g->n * 3;
     for (int v = 0; v < nv; v++)
@@ -250,15 +164,11 @@ static void release_all(remat_session *s) {
 static remat_status walk(remat_session *s, const remat__schedule *sc, float *loss, float *fetch_out) {
     remat_status st = REMAT_OK;
     s->ev = 0;
-    const int prof = s->profiling && !s->dry;
     for (int i = 0; i < sc->n && st == REMAT_OK; i++) {
         const remat__instr *in = &sc->ins[i];
-        double t0 = prof ? now_s() : 0.0;
+        double t0 = s->profiling ? remat__now() : 0.0;
         switch (in->kind) {
         case REMAT__I_FWD:
-            if (!s->vals[REMAT__VAL(in->node, REMAT__V_AUX)])
-                s->vcat[REMAT__VAL(in->node, REMAT__V_AUX)] = (int8_t)in->aux_cat;
-            s->vcat[REMAT__VAL(in->node, REMAT__V_OUT)] = (int8_t)in->cat;
             st = exec_fwd(s, sc, in, loss, fetch_out);
             break;
         case REMAT__I_BWD:
@@ -268,160 +178,69 @@ static remat_status walk(remat_session *s, const remat__schedule *sc, float *los
             if (s->vals[in->value]) give_value(s, in->value);
             break;
         }
-        if (prof) {
+        if (s->profiling) {
+            /* A device runs asynchronously: wait, so the time is this
+             * instruction's. */
+            if (st == REMAT_OK && in->kind != REMAT__I_FREE) st = s->be->sync(s->dev);
             int op = s->g->nodes[in->kind == REMAT__I_FREE ? REMAT__VAL_NODE(in->value) : in->node].op;
             int slot = in->kind == REMAT__I_FWD ? !in->first : in->kind + 1;
-            s->prof_s[op][slot] += now_s() - t0;
+            s->prof_s[op][slot] += remat__now() - t0;
             s->prof_n[op][slot]++;
         }
     }
+    if (st == REMAT_OK && s->ev != s->cur->n)
+        st = remat__err(REMAT_INTERNAL, "memory plan mismatch: the run took %d of the plan's %d events", s->ev,
+                        s->cur->n);
     return st;
 }
 
-/* ---------------------------------------------------------- placement */
+/* ---------------------------------------------------------------- memory */
 
-typedef struct {
-    size_t bytes; /* rounded up to ARENA_ALIGN */
-    int64_t t0, t1;
-    int32_t e;
-} item;
-
-static int by_size(const void *a, const void *b) {
-    const item *x = a, *y = b;
-    if (x->bytes != y->bytes) return x->bytes > y->bytes ? -1 : 1;
-    return x->e < y->e ? -1 : x->e > y->e;
+void remat__planned_free(remat__planned *pl) {
+    remat__schedule_free(&pl->sc);
+    remat__memplan_free(&pl->mem);
+    pl->valid = 0;
 }
 
-/* Places the events of a dry run: off[e] receives the arena offset of each
- * large event that is freed within the run, -1 for the others. Greedy by
- * size: the largest first, each at the smallest gap between the placed
- * events whose lifetimes overlap its own (or above them all). */
-static remat_status place(const struct remat__dry *d, int64_t *off, size_t *arena) {
-    item *it = malloc(((size_t)d->n + 1) * sizeof *it);
-    int32_t *placed = malloc(((size_t)d->n + 1) * sizeof *placed); /* by offset */
-    if (!it || !placed) {
-        free(it), free(placed);
-        return remat__err(REMAT_NOMEM, "out of memory planning a step's memory");
-    }
-    int m = 0;
-    for (int e = 0; e < d->n; e++) {
-        off[e] = -1;
-        if (d->ev[e].bytes >= ARENA_MIN && d->ev[e].t1 >= 0)
-            it[m++] = (item){(d->ev[e].bytes + ARENA_ALIGN - 1) & ~(ARENA_ALIGN - 1), d->ev[e].t0,
-                             d->ev[e].t1, e};
-    }
-    qsort(it, (size_t)m, sizeof *it, by_size);
-    size_t top = 0;
-    int np = 0;
-    for (int i = 0; i < m; i++) {
-        const item *x = &it[i];
-        size_t cur = 0, best = SIZE_MAX, at = 0;
-        for (int j = 0; j < np; j++) {
-            const item *y = &it[placed[j]];
-            if (y->t1 <= x->t0 || x->t1 <= y->t0) continue; /* never live together */
-            size_t o = (size_t)off[y->e];
-            if (o > cur && o - cur >= x->bytes && o - cur < best) best = o - cur, at = cur;
-            if (o + y->bytes > cur) cur = o + y->bytes;
-        }
-        if (best == SIZE_MAX) at = cur;
-        off[x->e] = (int64_t)at;
-        if (at + x->bytes > top) top = at + x->bytes;
-        /* keep placed[] sorted by offset */
-        int j = np++;
-        while (j > 0 && off[it[placed[j - 1]].e] > (int64_t)at) {
-            placed[j] = placed[j - 1];
-            j--;
-        }
-        placed[j] = i;
-    }
-    free(it), free(placed);
-    *arena = top;
-    return REMAT_OK;
-}
-
-/* Plans a schedule's memory: a dry run, then the placement. */
-static remat_status plan(remat_session *s, const remat__schedule *sc, remat__mplan *mp) {
-    struct remat__dry d = {0};
-    d.vev = malloc((size_t)s->g->n * 3 * sizeof *d.vev);
-    if (!d.vev) return remat__err(REMAT_NOMEM, "out of memory planning a step's memory");
-    s->dry = &d;
-    remat_status st = walk(s, sc, NULL, NULL);
-    /* Values still resident at the end keep t1 = -1: they stay on the heap. */
-    int nv = s->g->n * 3;
-    for (int v = 0; v < nv; v++) s->vals[v] = NULL;
-    s->dry = NULL;
-    if (st == REMAT_OK && d.oom) st = REMAT_NOMEM;
-    if (st == REMAT_OK) {
-        mp->off = malloc(((size_t)d.n + 1) * sizeof *mp->off);
-        if (!mp->off) st = remat__err(REMAT_NOMEM, "out of memory planning a step's memory");
-    }
-    if (st == REMAT_OK) st = place(&d, mp->off, &mp->bytes);
-    if (st == REMAT_OK) {
-        mp->n_ev = d.n;
-        mp->valid = 1;
-    } else {
-        free(mp->off);
-        mp->off = NULL;
-    }
-    free(d.ev);
-    free(d.vev);
+remat_status remat__plan_memory(remat_session *s, remat__planned *pl) {
+    remat__memplan_free(&pl->mem);
+    remat_status st = remat__memplan_build(&s->prog, &pl->sc, &pl->mem);
+    if (st == REMAT_OK) st = remat__memplan_place(&pl->mem);
+    if (st != REMAT_OK) remat__memplan_free(&pl->mem);
     return st;
 }
 
 /* Makes the arena at least `bytes` large. Called between runs, when no
- * value lies in it. Failing to get one is not an error: values then come
- * from the heap. */
-static void grow_arena(remat_session *s, size_t bytes) {
-    if (bytes <= s->arena_bytes) return;
-    free(s->arena);
+ * value lies in it. */
+static remat_status grow_arena(remat_session *s, size_t bytes) {
+    if (bytes <= s->arena_bytes && s->arena) return REMAT_OK;
+    if (s->arena) s->be->release(s->dev, s->arena);
     s->arena = NULL;
     s->arena_bytes = 0;
-    size_t sz = (bytes + ARENA_PAGE - 1) & ~(ARENA_PAGE - 1);
-    void *p = NULL;
-    if (posix_memalign(&p, ARENA_PAGE, sz) != 0) return;
-#ifdef MADV_HUGEPAGE
-    madvise(p, sz, MADV_HUGEPAGE); /* fewer faults and TLB misses; advice only */
-#endif
-    s->arena = p;
-    s->arena_bytes = sz;
-}
-
-static remat__mplan *plan_of(remat_session *s, const remat__schedule *sc) {
-    if (sc == &s->train) return &s->mplan[0];
-    if (sc == &s->fwd[0]) return &s->mplan[1];
-    if (sc == &s->fwd[1]) return &s->mplan[2];
-    return NULL;
-}
-
-void remat__exec_forget(remat_session *s, const remat__schedule *sc) {
-    remat__mplan *mp = plan_of(s, sc);
-    if (!mp) return;
-    free(mp->off);
-    memset(mp, 0, sizeof *mp);
+    remat_status st = s->be->alloc(s->dev, bytes, &s->arena);
+    if (st != REMAT_OK)
+        return remat__err(st, "cannot allocate the step's %zu-byte arena on the %s: %s", bytes,
+                          remat_device_str(s->opts.device), remat_last_error());
+    s->arena_bytes = bytes;
+    return REMAT_OK;
 }
 
 void remat__exec_release(remat_session *s) {
-    if (s->vals) release_all(s);
-    remat__exec_forget(s, &s->train);
-    remat__exec_forget(s, &s->fwd[0]);
-    remat__exec_forget(s, &s->fwd[1]);
-    free(s->arena);
+    if (s->vals && s->cur) release_all(s);
+    if (s->arena) s->be->release(s->dev, s->arena);
     s->arena = NULL;
     s->arena_bytes = 0;
 }
 
-remat_status remat__exec(remat_session *s, const remat__schedule *sc, float *loss, float *fetch_out) {
-    remat__mplan *mp = plan_of(s, sc);
-    s->cur = NULL;
-    if (mp && !mp->valid) {
-        remat_status st = plan(s, sc, mp);
-        if (st != REMAT_OK) return st;
-    }
-    if (mp) {
-        grow_arena(s, mp->bytes);
-        if (s->arena_bytes >= mp->bytes) s->cur = mp;
-    }
-    remat_status st = walk(s, sc, loss, fetch_out);
+remat_status remat__exec(remat_session *s, const remat__planned *pl, float *loss, float *fetch_out) {
+    remat_status st = grow_arena(s, pl->mem.arena);
+    if (st != REMAT_OK) return st;
+    s->cur = &pl->mem;
+    st = walk(s, &pl->sc, loss, fetch_out);
+    /* The run's one synchronization point: downloads land, device errors
+     * surface. */
+    remat_status sy = s->be->sync(s->dev);
+    if (st == REMAT_OK) st = sy;
     if (st != REMAT_OK) release_all(s);
     s->cur = NULL;
     return st;

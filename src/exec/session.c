@@ -1,63 +1,111 @@
-/* session.c: the session API: compile a graph for one loss, own the
- * parameters, gradients and schedules, and run steps.
+/* session.c: the session API: compile a graph for one loss on one device,
+ * own the parameters, gradients and schedules, and run steps.
  *
- * Parameters and buffers are allocated once (category PARAM) with their
- * gradients (GRAD); everything else is a value of a schedule, allocated and
- * freed by the executor during a step.
+ * Parameters and buffers live in one resident block (category PARAM),
+ * their gradients in another (GRAD), the optimizer's state in a third
+ * (OPTIM, train/optim.c); everything else is a value of a schedule, placed
+ * by its memory plan in the session's arena. The blocks and the arena are
+ * what the session holds, and what a budget bounds.
  */
 #include "session.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
-#include <unistd.h>
 
 void remat_session_opts_default(remat_session_opts *o) {
     memset(o, 0, sizeof *o);
     o->threads = 0;
     o->seed = 42;
     o->strategy = REMAT_STRATEGY_AUTO;
+    o->device = REMAT_DEVICE_CPU;
 }
 
+static size_t rounded(size_t b) { return (b + REMAT__ARENA_ALIGN - 1) & ~(REMAT__ARENA_ALIGN - 1); }
+
+remat_status remat__block_alloc(remat_session *s, int blk, remat_mem cat, int n, const size_t *bytes, void **ptrs,
+                                int zero) {
+    size_t total = 0;
+    for (int i = 0; i < n; i++) total += rounded(bytes[i]);
+    void *b = NULL;
+    remat_status st = s->be->alloc(s->dev, total, &b);
+    if (st != REMAT_OK)
+        return remat__err(st, "cannot allocate %zu bytes of %s on the %s: %s", total, remat_mem_str(cat),
+                          remat_device_str(s->opts.device), remat_last_error());
+    if (zero && (st = s->be->zero(s->dev, b, total)) != REMAT_OK) {
+        s->be->release(s->dev, b);
+        return st;
+    }
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        ptrs[i] = bytes[i] ? (unsigned char *)b + off : NULL;
+        off += rounded(bytes[i]);
+        remat__alloc_count(&s->alloc, cat, bytes[i]);
+    }
+    s->blk[blk] = b;
+    s->blk_bytes[blk] = total;
+    return REMAT_OK;
+}
+
+void remat__block_free(remat_session *s, int blk, remat_mem cat, size_t counted) {
+    if (!s->blk[blk]) return;
+    remat__alloc_uncount(&s->alloc, cat, counted);
+    s->be->release(s->dev, s->blk[blk]);
+    s->blk[blk] = NULL;
+    s->blk_bytes[blk] = 0;
+}
+
+size_t remat__session_blocks_bytes(const remat_session *s) {
+    size_t b = 0;
+    for (int i = 0; i < REMAT__N_BLK; i++) b += s->blk_bytes[i];
+    return b;
+}
+
+static remat_status remat__session_check_budget(const remat_session *s);
+
 /* (Re)builds the training schedule for the session's strategy and current
- * live state (parameters, gradients, optimizer state), then checks the
- * budget. */
+ * live state (parameters, gradients, optimizer state), plans its memory,
+ * then checks the budget. */
 remat_status remat__session_plan_train(remat_session *s) {
-    remat__schedule sc;
+    remat__planned pl = {0};
     remat_status st;
     if (s->opts.strategy == REMAT_STRATEGY_OPTIMAL && s->opts.budget) {
         remat_mem_stats start = s->alloc.st;
-        st = remat__optimal_schedule(&s->prog, s->loss, s->opts.budget, &start, &sc);
+        st = remat__optimal_schedule(&s->prog, s->loss, s->opts.budget, &start, remat__session_blocks_bytes(s),
+                                     &pl.sc);
     } else {
         uint8_t *level = NULL;
         st = remat__strategy_levels(s->g, s->opts.strategy, &level);
-        if (st == REMAT_OK) st = remat__schedule_build(&s->prog, s->loss, REMAT_NONE, 1, 1, level, &sc);
+        if (st == REMAT_OK) st = remat__schedule_build(&s->prog, s->loss, REMAT_NONE, 1, 1, level, &pl.sc);
         free(level);
     }
-    if (st != REMAT_OK) return st;
-    remat__exec_forget(s, &s->train);
-    remat__schedule_free(&s->train);
-    s->train = sc;
+    if (st == REMAT_OK) st = remat__plan_memory(s, &pl);
+    if (st != REMAT_OK) {
+        remat__planned_free(&pl);
+        return st;
+    }
+    pl.valid = 1;
+    remat__planned_free(&s->train);
+    s->train = pl;
     return remat__session_check_budget(s);
 }
 
-/* Fails with REMAT_BUDGET when the training step's predicted peak, from the
- * current live state, is above the budget. */
-remat_status remat__session_check_budget(const remat_session *s) {
+/* Fails with REMAT_BUDGET when what the training step holds (its arena and
+ * the resident blocks), from the current live state, is above the budget. */
+static remat_status remat__session_check_budget(const remat_session *s) {
     if (!s->opts.budget) return REMAT_OK;
     remat_mem_stats pred;
     remat_status st = remat_session_predict(s, &pred);
     if (st != REMAT_OK) return st;
-    size_t need = pred.peak[REMAT_MEM_TOTAL];
-    if (need <= s->opts.budget) return REMAT_OK;
+    size_t arena = s->train.mem.arena, held = arena + remat__session_blocks_bytes(s);
+    if (held <= s->opts.budget) return REMAT_OK;
     return remat__err(REMAT_BUDGET,
-                      "strategy '%s' needs %zu bytes (%.1f MiB) at the peak of a training step, above "
-                      "the budget of %zu bytes (%.1f MiB): parameters %zu, gradients %zu, optimizer "
-                      "state %zu, activations %zu, transient %zu, workspace %zu",
-                      remat_strategy_str(s->opts.strategy), need, (double)need / 1048576.0, s->opts.budget,
-                      (double)s->opts.budget / 1048576.0, pred.peak[REMAT_MEM_PARAM], pred.peak[REMAT_MEM_GRAD],
-                      pred.peak[REMAT_MEM_OPTIM], pred.peak[REMAT_MEM_ACT], pred.peak[REMAT_MEM_TRANSIENT],
-                      pred.peak[REMAT_MEM_WORKSPACE]);
+                      "strategy '%s' holds %zu bytes (%.1f MiB) during a training step, above the budget of %zu "
+                      "bytes (%.1f MiB): an arena of %zu bytes for a peak of %zu bytes of values (activations %zu, "
+                      "transient %zu, workspace %zu), and %zu bytes of parameters, gradients and optimizer state",
+                      remat_strategy_str(s->opts.strategy), held, (double)held / 1048576.0, s->opts.budget,
+                      (double)s->opts.budget / 1048576.0, arena,
+                      pred.peak[REMAT_MEM_TOTAL] - pred.live[REMAT_MEM_TOTAL], pred.peak[REMAT_MEM_ACT],
+                      pred.peak[REMAT_MEM_TRANSIENT], pred.peak[REMAT_MEM_WORKSPACE], remat__session_blocks_bytes(s));
 }
 
 /* Fills a parameter from its initializer: U(-a, a) or N(0, a^2) from
@@ -101,6 +149,67 @@ static void init_param(const remat__node *n, int32_t node, uint64_t seed, float 
     }
 }
 
+/* Allocates the parameter and gradient blocks and fills the parameters
+ * from their initializers (on the host, then uploaded). */
+static remat_status alloc_params(remat_session *s) {
+    const remat_graph *g = s->g;
+    size_t *pb = calloc((size_t)g->n + 1, sizeof *pb), *gb = calloc((size_t)g->n + 1, sizeof *gb);
+    void **pp = calloc((size_t)g->n + 1, sizeof *pp), **gp = calloc((size_t)g->n + 1, sizeof *gp);
+    remat_status st = REMAT_OK;
+    if (!pb || !gb || !pp || !gp) st = remat__err(REMAT_NOMEM, "out of memory creating a session");
+    int np = 0, ng = 0;
+    size_t largest = 0;
+    for (int v = 0; v < g->n && st == REMAT_OK; v++) {
+        const remat__node *n = &g->nodes[v];
+        s->pindex[v] = -1;
+        if (!remat__is_resident(n)) continue;
+        s->params[np].node = v;
+        s->pindex[v] = np;
+        pb[np++] = remat__out_bytes(n);
+        if (n->leaf == REMAT__LEAF_PARAM) gb[ng++] = remat__out_bytes(n);
+        if (remat__out_bytes(n) > largest) largest = remat__out_bytes(n);
+    }
+    s->n_params = np;
+    if (st == REMAT_OK) st = remat__block_alloc(s, REMAT__BLK_PARAM, REMAT_MEM_PARAM, np, pb, pp, 0);
+    if (st == REMAT_OK) st = remat__block_alloc(s, REMAT__BLK_GRAD, REMAT_MEM_GRAD, ng, gb, gp, 1);
+    float *host = st == REMAT_OK ? malloc(largest ? largest : 1) : NULL;
+    if (st == REMAT_OK && !host) st = remat__err(REMAT_NOMEM, "out of memory creating a session");
+    for (int i = 0, j = 0; i < np && st == REMAT_OK; i++) {
+        remat__pslot *p = &s->params[i];
+        const remat__node *n = &g->nodes[p->node];
+        p->data = pp[i];
+        if (n->leaf == REMAT__LEAF_PARAM) p->grad = gp[j++];
+        init_param(n, p->node, s->opts.seed, host);
+        st = s->be->upload(s->dev, p->data, host, remat__out_bytes(n));
+    }
+    if (st == REMAT_OK) st = s->be->sync(s->dev); /* host is freed next */
+    free(host), free(pb), free(gb), free(pp), free(gp);
+    return st;
+}
+
+/* A parameter the loss does not depend on would silently never train:
+ * report it instead (read from a store-all schedule's backward). */
+static remat_status check_used(remat_session *s) {
+    const remat_graph *g = s->g;
+    remat__schedule sc;
+    remat_status st = remat__schedule_build(&s->prog, s->loss, REMAT_NONE, 1, 1, NULL, &sc);
+    if (st != REMAT_OK) return st;
+    uint8_t *used = calloc((size_t)g->n, 1);
+    if (!used) st = remat__err(REMAT_NOMEM, "out of memory creating a session");
+    for (int i = 0; used && i < sc.n; i++)
+        if (sc.ins[i].kind == REMAT__I_BWD) {
+            const remat__node *n = &g->nodes[sc.ins[i].node];
+            for (int j = 0; j < n->n_in; j++) used[n->in[j]] = 1;
+        }
+    for (int v = 0; used && v < g->n && st == REMAT_OK; v++)
+        if (g->nodes[v].leaf == REMAT__LEAF_PARAM && !used[v])
+            st = remat__err(REMAT_INVALID, "parameter '%s' does not influence the loss: "
+                            "it would never receive a gradient", g->nodes[v].name);
+    free(used);
+    remat__schedule_free(&sc);
+    return st;
+}
+
 remat_status remat_session_create(remat_session **out, const remat_graph *g, remat_node loss,
                                   const remat_session_opts *o) {
     if (!out || !g) return remat__err(REMAT_INVALID, "remat_session_create: NULL argument");
@@ -112,24 +221,28 @@ remat_status remat_session_create(remat_session **out, const remat_graph *g, rem
     if (g->nodes[loss].shape.ndim != 0 || g->nodes[loss].dtype != REMAT_F32)
         return remat__err(REMAT_SHAPE, "the loss must be a float32 scalar; node %d (%s) is not",
                           (int)loss, remat__ops[g->nodes[loss].op]->name);
+    remat_session_opts opts;
+    remat_session_opts_default(&opts);
+    if (o) opts = *o;
+    const remat__backend *be = remat__backend_of(opts.device);
+    if (!be)
+        return remat__err(REMAT_UNSUPPORTED, "device '%s' is not built into this libremat",
+                          remat_device_str(opts.device));
+    remat_status st = remat_device_available(opts.device);
+    if (st != REMAT_OK) return st;
     remat_session *s = calloc(1, sizeof *s);
     if (!s) return remat__err(REMAT_NOMEM, "out of memory creating a session");
     s->g = g;
     s->loss = loss;
-    remat_session_opts_default(&s->opts);
-    if (o) s->opts = *o;
-    int nth = s->opts.threads;
-    if (nth <= 0) {
-        long nc = sysconf(_SC_NPROCESSORS_ONLN);
-        nth = nc > 0 ? (int)nc : 1;
-    }
-    s->opts.threads = nth;
+    s->opts = opts;
+    s->be = be;
     remat__alloc_init(&s->alloc);
-    /* Kernels split the work themselves: BLAS runs single-threaded inside
-     * each pool thread, never both at once. */
-    openblas_set_num_threads(1);
-    remat_status st = remat__pool_create(&s->pool, nth);
-    if (st == REMAT_OK) st = remat__prog_init(&s->prog, g, nth);
+    st = be->create(&s->dev, &s->opts, g);
+    if (st == REMAT_OK) {
+        remat__pool *pool = be->pool(s->dev);
+        s->opts.threads = pool ? remat__pool_size(pool) : 1;
+        st = remat__prog_init(&s->prog, g, s->opts.threads, s->opts.device, s->dev);
+    }
     if (st == REMAT_OK && s->opts.cost_model) s->prog.cost = *s->opts.cost_model;
     s->opts.cost_model = NULL; /* copied: the caller's may go away */
     size_t nv = (size_t)g->n * 3;
@@ -137,51 +250,15 @@ remat_status remat_session_create(remat_session **out, const remat_graph *g, rem
         s->pindex = malloc((size_t)g->n * sizeof *s->pindex);
         s->bound = calloc((size_t)g->n, sizeof *s->bound);
         s->vals = calloc(nv, sizeof *s->vals);
-        s->vcat = malloc(nv);
-        s->params = calloc((size_t)g->n, sizeof *s->params);
-        if (!s->pindex || !s->bound || !s->vals || !s->vcat || !s->params)
+        s->vev = malloc(nv * sizeof *s->vev);
+        s->params = calloc((size_t)g->n + 1, sizeof *s->params);
+        if (!s->pindex || !s->bound || !s->vals || !s->vev || !s->params)
             st = remat__err(REMAT_NOMEM, "out of memory creating a session");
-        else
-            memset(s->vcat, REMAT_MEM_TRANSIENT, nv);
     }
     if (s->opts.strategy == REMAT_STRATEGY_AUTO)
         s->opts.strategy = s->opts.budget ? REMAT_STRATEGY_OPTIMAL : REMAT_STRATEGY_ALL;
-    /* The unused-parameter check reads a store-all schedule; the strategy's
-     * own schedule is made once the parameters are allocated. */
-    if (st == REMAT_OK) st = remat__schedule_build(&s->prog, loss, REMAT_NONE, 1, 1, NULL, &s->train);
-    /* Parameters: allocate, initialize, and refuse ones the loss ignores. */
-    for (int v = 0; v < g->n && st == REMAT_OK; v++) {
-        const remat__node *n = &g->nodes[v];
-        s->pindex[v] = -1;
-        if (!remat__is_resident(n)) continue;
-        remat__pslot *p = &s->params[s->n_params];
-        p->node = v;
-        size_t bytes = remat__out_bytes(n);
-        p->data = remat__alloc_get(&s->alloc, REMAT_MEM_PARAM, bytes);
-        if (!p->data) { st = REMAT_NOMEM; break; }
-        init_param(n, v, s->opts.seed, p->data);
-        if (n->leaf == REMAT__LEAF_PARAM) {
-            p->grad = remat__alloc_zeroed(&s->alloc, REMAT_MEM_GRAD, bytes);
-            if (!p->grad) { st = REMAT_NOMEM; break; }
-        }
-        s->pindex[v] = s->n_params++;
-    }
-    if (st == REMAT_OK) {
-        /* A parameter the loss does not depend on would silently never
-         * train: report it instead. */
-        uint8_t *used = calloc((size_t)g->n, 1);
-        if (!used) st = remat__err(REMAT_NOMEM, "out of memory creating a session");
-        for (int i = 0; used && i < s->train.n; i++)
-            if (s->train.ins[i].kind == REMAT__I_BWD) {
-                const remat__node *n = &g->nodes[s->train.ins[i].node];
-                for (int j = 0; j < n->n_in; j++) used[n->in[j]] = 1;
-            }
-        for (int v = 0; used && v < g->n && st == REMAT_OK; v++)
-            if (g->nodes[v].leaf == REMAT__LEAF_PARAM && !used[v])
-                st = remat__err(REMAT_INVALID, "parameter '%s' does not influence the loss: "
-                                "it would never receive a gradient", g->nodes[v].name);
-        free(used);
-    }
+    if (st == REMAT_OK) st = check_used(s);
+    if (st == REMAT_OK) st = alloc_params(s);
     if (st == REMAT_OK) st = remat__session_plan_train(s);
     if (st != REMAT_OK) {
         remat_session_destroy(s);
@@ -191,23 +268,29 @@ remat_status remat_session_create(remat_session **out, const remat_graph *g, rem
     return REMAT_OK;
 }
 
+/* Bytes counted for the tensors of a block. */
+static size_t block_counted(const remat_session *s, int grads) {
+    size_t b = 0;
+    for (int i = 0; i < s->n_params; i++)
+        if (!grads || s->params[i].grad) b += remat__out_bytes(&s->g->nodes[s->params[i].node]);
+    return b;
+}
+
 void remat_session_destroy(remat_session *s) {
     if (!s) return;
-    for (int i = 0; i < s->n_params; i++) {
-        remat__pslot *p = &s->params[i];
-        size_t bytes = remat__out_bytes(&s->g->nodes[p->node]);
-        remat__alloc_put(&s->alloc, REMAT_MEM_PARAM, p->data, bytes);
-        remat__alloc_put(&s->alloc, REMAT_MEM_GRAD, p->grad, bytes);
-        remat__alloc_put(&s->alloc, REMAT_MEM_OPTIM, p->m, bytes);
-        remat__alloc_put(&s->alloc, REMAT_MEM_OPTIM, p->v, bytes);
+    if (s->dev) {
+        s->be->sync(s->dev);
+        remat__optim_state_free(s);
+        remat__block_free(s, REMAT__BLK_GRAD, REMAT_MEM_GRAD, block_counted(s, 1));
+        remat__block_free(s, REMAT__BLK_PARAM, REMAT_MEM_PARAM, block_counted(s, 0));
+        remat__exec_release(s);
+        s->be->destroy(s->dev);
     }
-    remat__exec_release(s);
-    remat__schedule_free(&s->train);
-    remat__schedule_free(&s->fwd[0]);
-    remat__schedule_free(&s->fwd[1]);
+    remat__planned_free(&s->train);
+    remat__planned_free(&s->fwd[0]);
+    remat__planned_free(&s->fwd[1]);
     remat__prog_free(&s->prog);
-    remat__pool_destroy(s->pool);
-    free(s->pindex), free(s->bound), free(s->vals), free(s->vcat), free(s->params);
+    free(s->pindex), free(s->bound), free(s->vals), free(s->vev), free(s->params);
     free(s);
 }
 
@@ -218,13 +301,17 @@ remat_status remat_session_bind(remat_session *s, remat_node input, const void *
     return REMAT_OK;
 }
 
+const void *remat_session_binding(const remat_session *s, remat_node input) {
+    if (input < 0 || input >= s->g->n || s->g->nodes[input].leaf != REMAT__LEAF_INPUT) return NULL;
+    return s->bound[input];
+}
+
 remat_status remat_session_step(remat_session *s, float *loss) {
-    for (int i = 0; i < s->n_params; i++)
-        if (s->params[i].grad)
-            memset(s->params[i].grad, 0, remat__out_bytes(&s->g->nodes[s->params[i].node]));
+    remat_status st = s->be->zero(s->dev, s->blk[REMAT__BLK_GRAD], s->blk_bytes[REMAT__BLK_GRAD]);
+    if (st != REMAT_OK) return st;
     remat__alloc_reset_peaks(&s->alloc);
     float l = NAN;
-    remat_status st = remat__exec(s, &s->train, &l, NULL);
+    st = remat__exec(s, &s->train, &l, NULL);
     if (loss) *loss = l;
     return st;
 }
@@ -235,18 +322,21 @@ remat_status remat_session_forward(remat_session *s, int train, float *loss, rem
     if (fetch != REMAT_NONE && (fetch < 0 || fetch >= s->g->n || remat__is_resident(&s->g->nodes[fetch])))
         return remat__err(REMAT_INVALID, "fetch node %d is not a computed node", (int)fetch);
     if (fetch != REMAT_NONE && !out) return remat__err(REMAT_INVALID, "fetch given without an output buffer");
-    if (!s->fwd_valid[train] || s->fwd_fetch[train] != fetch) {
-        remat__exec_forget(s, &s->fwd[train]);
-        remat__schedule_free(&s->fwd[train]);
-        s->fwd_valid[train] = 0;
-        remat_status st = remat__schedule_build(&s->prog, s->loss, fetch, train, 0, NULL, &s->fwd[train]);
-        if (st != REMAT_OK) return st;
-        s->fwd_valid[train] = 1;
+    remat__planned *pl = &s->fwd[train];
+    if (!pl->valid || s->fwd_fetch[train] != fetch) {
+        remat__planned_free(pl);
+        remat_status st = remat__schedule_build(&s->prog, s->loss, fetch, train, 0, NULL, &pl->sc);
+        if (st == REMAT_OK) st = remat__plan_memory(s, pl);
+        if (st != REMAT_OK) {
+            remat__planned_free(pl);
+            return st;
+        }
+        pl->valid = 1;
         s->fwd_fetch[train] = fetch;
     }
     remat__alloc_reset_peaks(&s->alloc);
     float l = NAN;
-    remat_status st = remat__exec(s, &s->fwd[train], &l, out);
+    remat_status st = remat__exec(s, pl, &l, out);
     if (loss) *loss = l;
     return st;
 }
@@ -264,9 +354,32 @@ remat_status remat_session_param(const remat_session *s, int i, remat_param_info
     for (int d = 0; d < n->shape.ndim; d++) out->dims[d] = n->shape.d[d];
     out->numel = remat__numel(&n->shape);
     out->trainable = n->leaf == REMAT__LEAF_PARAM;
-    out->data = p->data;
-    out->grad = p->grad;
+    if (s->opts.device == REMAT_DEVICE_CPU) { /* host memory: the caller may use it directly */
+        out->data = p->data;
+        out->grad = p->grad;
+    }
     return REMAT_OK;
+}
+
+remat_status remat_session_read_param(remat_session *s, int i, remat_param_part part, float *dst) {
+    if (i < 0 || i >= s->n_params)
+        return remat__err(REMAT_INVALID, "parameter index %d is out of range 0..%d", i, s->n_params - 1);
+    const remat__pslot *p = &s->params[i];
+    const float *src = part == REMAT_PARAM_GRAD ? p->grad : p->data;
+    if (!src)
+        return remat__err(REMAT_INVALID, "'%s' is a buffer: it has no gradient", s->g->nodes[p->node].name);
+    remat_status st = s->be->download(s->dev, dst, src, remat__out_bytes(&s->g->nodes[p->node]));
+    remat_status sy = s->be->sync(s->dev);
+    return st != REMAT_OK ? st : sy;
+}
+
+remat_status remat_session_write_param(remat_session *s, int i, const float *src) {
+    if (i < 0 || i >= s->n_params)
+        return remat__err(REMAT_INVALID, "parameter index %d is out of range 0..%d", i, s->n_params - 1);
+    const remat__pslot *p = &s->params[i];
+    remat_status st = s->be->upload(s->dev, p->data, src, remat__out_bytes(&s->g->nodes[p->node]));
+    remat_status sy = s->be->sync(s->dev);
+    return st != REMAT_OK ? st : sy;
 }
 
 int remat_session_find_param(const remat_session *s, const char *name) {
@@ -277,10 +390,12 @@ int remat_session_find_param(const remat_session *s, const char *name) {
 
 void remat_session_mem(const remat_session *s, remat_mem_stats *out) { *out = s->alloc.st; }
 
+size_t remat_session_held_bytes(const remat_session *s) { return s->arena_bytes + remat__session_blocks_bytes(s); }
+
 size_t remat_session_saved_bytes(const remat_session *s, remat_node n) {
     size_t b = 0;
-    for (int i = 0; i < s->train.n; i++) {
-        const remat__instr *in = &s->train.ins[i];
+    for (int i = 0; i < s->train.sc.n; i++) {
+        const remat__instr *in = &s->train.sc.ins[i];
         if (in->kind != REMAT__I_FWD || in->node != n) continue;
         if (in->cat == REMAT_MEM_ACT) b += remat__value_bytes(s->g, REMAT__VAL(n, REMAT__V_OUT));
         if (in->aux_cat == REMAT_MEM_ACT) b += remat__value_bytes(s->g, REMAT__VAL(n, REMAT__V_AUX));
@@ -310,44 +425,47 @@ int remat_session_profile(const remat_session *s, remat_profile_row *rows, int c
 
 remat_status remat_session_predict(const remat_session *s, remat_mem_stats *out) {
     remat_mem_stats start = s->alloc.st;
-    return remat__simulate(&s->prog, &s->train, &start, out);
+    remat__memplan_peaks(&s->train.mem, &start, out);
+    return REMAT_OK;
 }
 
 const remat_graph *remat_session_graph(const remat_session *s) { return s->g; }
 
 remat_status remat_session_plan(const remat_session *s, remat_plan_summary *out) {
     remat_mem_stats start = s->alloc.st;
-    remat_status st = remat__schedule_summary(&s->prog, &s->train, &start, out);
+    remat_status st = remat__schedule_summary(&s->prog, &s->train.sc, &start, remat__session_blocks_bytes(s), out);
     out->strategy = s->opts.strategy;
-    uint8_t *level = NULL;
-    if (st == REMAT_OK) st = remat__strategy_levels(s->g, s->opts.strategy, &level);
-    if (level) {
-        /* boundaries: op nodes kept at some level that feed a node dropped at
-         * that level */
-        uint8_t *counted = calloc((size_t)s->g->n, 1);
-        for (int u = 0; counted && u < s->g->n; u++) {
-            const remat__node *n = &s->g->nodes[u];
-            if (remat__is_resident(n)) continue;
-            for (int i = 0; i < n->n_in; i++) {
-                int32_t x = n->in[i];
-                if (level[x] < level[u] && s->g->nodes[x].leaf == REMAT__LEAF_NONE && !counted[x]) {
-                    counted[x] = 1;
-                    out->kept_boundaries++;
-                }
-            }
-        }
-        free(counted);
-        free(level);
+    /* Boundaries: nodes whose output a recomputation starts from (an input
+     * of a recomputed node that is itself never recomputed), whatever
+     * planner made the schedule. */
+    const remat_graph *g = s->g;
+    uint8_t *flag = calloc((size_t)g->n + 1, 1); /* 1 recomputed, 2 counted */
+    if (!flag) return st != REMAT_OK ? st : remat__err(REMAT_NOMEM, "out of memory summarizing a plan");
+    for (int i = 0; i < s->train.sc.n; i++) {
+        const remat__instr *in = &s->train.sc.ins[i];
+        if (in->kind == REMAT__I_FWD && !in->first) flag[in->node] |= 1;
     }
+    for (int i = 0; i < s->train.sc.n; i++) {
+        const remat__instr *in = &s->train.sc.ins[i];
+        if (in->kind != REMAT__I_FWD || in->first) continue;
+        const remat__node *n = &g->nodes[in->node];
+        for (int j = 0; j < n->n_in; j++) {
+            int32_t x = n->in[j];
+            if (g->nodes[x].leaf != REMAT__LEAF_NONE || flag[x]) continue;
+            flag[x] = 2;
+            out->kept_boundaries++;
+        }
+    }
+    free(flag);
     return st;
 }
 
-int64_t remat_session_schedule_length(const remat_session *s) { return s->train.n; }
+int64_t remat_session_schedule_length(const remat_session *s) { return s->train.sc.n; }
 
 remat_status remat_session_schedule_instr(const remat_session *s, int64_t i, remat_instr_info *out) {
-    if (i < 0 || i >= s->train.n)
+    if (i < 0 || i >= s->train.sc.n)
         return remat__err(REMAT_INVALID, "instruction %lld is out of range", (long long)i);
-    const remat__instr *in = &s->train.ins[i];
+    const remat__instr *in = &s->train.sc.ins[i];
     memset(out, 0, sizeof *out);
     out->node = in->node;
     out->op = remat__ops[s->g->nodes[in->node].op]->name;

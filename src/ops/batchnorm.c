@@ -199,5 +199,5 @@ const remat__op remat__op_batchnorm2d = {
     .flags = REMAT__OP_STATEFUL,
     .aux_bytes = bn_aux_bytes,
     .flops = bn_flops,
-    .family = REMAT_FAMILY_NORM,
+    .family = REMAT_FAMILY_NORM,    .cuda = REMAT__CUDA(batchnorm2d),
 };

@@ -368,5 +368,5 @@ const remat__op remat__op_conv2d = {
     .fwd_ws = conv_fwd_ws,
     .bwd_ws = conv_bwd_ws,
     .flops = conv_flops,
-    .family = REMAT_FAMILY_CONV,
+    .family = REMAT_FAMILY_CONV,    .cuda = REMAT__CUDA(conv2d),
 };

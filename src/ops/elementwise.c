@@ -77,7 +77,7 @@ const remat__op remat__op_relu = {
     .backward = relu_backward,
     .saves = REMAT__SAVE_OUT,
     .flops = pointwise_flops,
-    .family = REMAT_FAMILY_POINTWISE,
+    .family = REMAT_FAMILY_POINTWISE,    .cuda = REMAT__CUDA(relu),
 };
 
 /* ------------------------------------------------------------------- add */
@@ -108,7 +108,7 @@ const remat__op remat__op_add = {
     .backward = add_backward,
     .saves = 0,
     .flops = pointwise_flops,
-    .family = REMAT_FAMILY_POINTWISE,
+    .family = REMAT_FAMILY_POINTWISE,    .cuda = REMAT__CUDA(add),
 };
 
 /* ------------------------------------------------------------------- mul */
@@ -141,7 +141,7 @@ const remat__op remat__op_mul = {
     .backward = mul_backward,
     .saves = REMAT__SAVE_IN(0) | REMAT__SAVE_IN(1),
     .flops = pointwise_flops,
-    .family = REMAT_FAMILY_POINTWISE,
+    .family = REMAT_FAMILY_POINTWISE,    .cuda = REMAT__CUDA(mul),
 };
 
 /* --------------------------------------------------------------- dropout */
@@ -222,5 +222,5 @@ const remat__op remat__op_dropout = {
     .saves = 0,
     .flags = REMAT__OP_RANDOM,
     .flops = pointwise_flops,
-    .family = REMAT_FAMILY_POINTWISE,
+    .family = REMAT_FAMILY_POINTWISE,    .cuda = REMAT__CUDA(dropout),
 };

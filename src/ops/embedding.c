@@ -86,7 +86,7 @@ const remat__op remat__op_embedding = {
     .backward = emb_backward,
     .saves = REMAT__SAVE_IN(0),
     .flops = emb_flops,
-    .family = REMAT_FAMILY_COPY,
+    .family = REMAT_FAMILY_COPY,    .cuda = REMAT__CUDA(embedding),
 };
 
 remat_node remat_embedding_op(remat_graph *g, remat_node ids, remat_node w) {

@@ -146,7 +146,7 @@ const remat__op remat__op_layernorm = {
     .aux_bytes = ln_aux_bytes,
     .bwd_ws = ln_bwd_ws,
     .flops = ln_flops,
-    .family = REMAT_FAMILY_NORM,
+    .family = REMAT_FAMILY_NORM,    .cuda = REMAT__CUDA(layernorm),
 };
 
 /* ------------------------------------------------------------- builders */

@@ -89,5 +89,5 @@ const remat__op remat__op_linear = {
     .backward = linear_backward,
     .saves = REMAT__SAVE_IN(0) | REMAT__SAVE_IN(1),
     .flops = linear_flops,
-    .family = REMAT_FAMILY_LINEAR,
+    .family = REMAT_FAMILY_LINEAR,    .cuda = REMAT__CUDA(linear),
 };

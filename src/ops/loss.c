@@ -120,7 +120,7 @@ const remat__op remat__op_cross_entropy = {
     .saves = REMAT__SAVE_IN(0) | REMAT__SAVE_IN(1),
     .flags = REMAT__OP_LOSS | REMAT__OP_NODIFF_IN1,
     .flops = ce_flops,
-    .family = REMAT_FAMILY_LOSS,
+    .family = REMAT_FAMILY_LOSS,    .cuda = REMAT__CUDA(cross_entropy),
 };
 
 /* ------------------------------------------------------------------- mse */
@@ -181,5 +181,5 @@ const remat__op remat__op_mse = {
     .saves = REMAT__SAVE_IN(0) | REMAT__SAVE_IN(1),
     .flags = REMAT__OP_LOSS,
     .flops = mse_flops,
-    .family = REMAT_FAMILY_LOSS,
+    .family = REMAT_FAMILY_LOSS,    .cuda = REMAT__CUDA(mse),
 };

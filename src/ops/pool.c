@@ -303,7 +303,7 @@ const remat__op remat__op_maxpool2d = {
     .backward = maxpool_backward,
     .saves = REMAT__SAVE_IN(0),
     .flops = window_flops,
-    .family = REMAT_FAMILY_POOL,
+    .family = REMAT_FAMILY_POOL,    .cuda = REMAT__CUDA(maxpool2d),
 };
 
 /* The in-bounds part [h0, h1) x [w0, w1) of the window at (oh, ow) and
@@ -372,7 +372,7 @@ const remat__op remat__op_avgpool2d = {
     .backward = avgpool_backward,
     .saves = 0,
     .flops = window_flops,
-    .family = REMAT_FAMILY_POOL,
+    .family = REMAT_FAMILY_POOL,    .cuda = REMAT__CUDA(avgpool2d),
 };
 
 /* -------------------------------------------------------- global average */
@@ -431,5 +431,5 @@ const remat__op remat__op_global_avgpool = {
     .backward = global_backward,
     .saves = 0,
     .flops = global_flops,
-    .family = REMAT_FAMILY_POOL,
+    .family = REMAT_FAMILY_POOL,    .cuda = REMAT__CUDA(global_avgpool),
 };

@@ -53,7 +53,7 @@ const remat__op remat__op_reshape = {
     .backward = reshape_backward,
     .saves = 0,
     .flops = copy_flops,
-    .family = REMAT_FAMILY_COPY,
+    .family = REMAT_FAMILY_COPY,    .cuda = REMAT__CUDA(reshape),
 };
 
 /* ---------------------------------------------------------------- concat */
@@ -133,5 +133,5 @@ const remat__op remat__op_concat = {
     .backward = concat_backward,
     .saves = 0,
     .flops = copy_flops,
-    .family = REMAT_FAMILY_COPY,
+    .family = REMAT_FAMILY_COPY,    .cuda = REMAT__CUDA(concat),
 };

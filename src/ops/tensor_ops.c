@@ -107,7 +107,7 @@ const remat__op remat__op_permute = {
     .backward = permute_backward,
     .saves = 0,
     .flops = copy_flops,
-    .family = REMAT_FAMILY_COPY,
+    .family = REMAT_FAMILY_COPY,    .cuda = REMAT__CUDA(permute),
 };
 
 remat_node remat_permute(remat_graph *g, remat_node x, int ndim, const int *perm) {
@@ -201,7 +201,7 @@ const remat__op remat__op_slice = {
     .backward = slice_backward,
     .saves = 0,
     .flops = copy_flops,
-    .family = REMAT_FAMILY_COPY,
+    .family = REMAT_FAMILY_COPY,    .cuda = REMAT__CUDA(slice),
 };
 
 remat_node remat_slice(remat_graph *g, remat_node x, int dim, int64_t start, int64_t len) {
@@ -268,7 +268,7 @@ const remat__op remat__op_add_broadcast = {
     .saves = 0,
     .bwd_ws = addb_bwd_ws,
     .flops = copy_flops,
-    .family = REMAT_FAMILY_POINTWISE,
+    .family = REMAT_FAMILY_POINTWISE,    .cuda = REMAT__CUDA(add_broadcast),
 };
 
 remat_node remat_add_broadcast(remat_graph *g, remat_node x, remat_node b) {

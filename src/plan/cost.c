@@ -36,11 +36,6 @@ double remat__node_seconds(const remat__prog *p, const remat__node *n) {
     return t > 0 ? f / t : f;
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int cmp_double(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -123,9 +118,9 @@ remat_status remat_calibrate(remat_cost_model *out, int threads) {
             float l;
             st = remat_session_step(s, &l); /* warm-up */
             for (int r = 0; r < 5 && st == REMAT_OK; r++) {
-                double t0 = now_s();
+                double t0 = remat__now();
                 st = remat_session_step(s, &l);
-                times[r] = now_s() - t0;
+                times[r] = remat__now() - t0;
             }
         }
         if (st == REMAT_OK) {

@@ -229,19 +229,26 @@ static remat_status emit(const remat__prog *p, const chain *c, const remat_chain
     return st;
 }
 
-/* Predicted seconds and real peak of a schedule. */
-static remat_status measure(const remat__prog *p, const remat__schedule *sc, const remat_mem_stats *start,
-                            double *cost, size_t *peak) {
+/* What the planner compares candidates by. */
+typedef struct {
+    const remat_mem_stats *start;
+    size_t held_outside;
+} basis;
+
+/* Predicted seconds and bytes held (the placed arena and the resident
+ * blocks) of a schedule. */
+static remat_status measure(const remat__prog *p, const remat__schedule *sc, const basis *b, double *cost,
+                            size_t *peak) {
     remat_plan_summary sum;
-    remat_status st = remat__schedule_summary(p, sc, start, &sum);
+    remat_status st = remat__schedule_summary(p, sc, b->start, b->held_outside, &sum);
     *cost = sum.seconds;
-    *peak = sum.predicted.peak[REMAT_MEM_TOTAL];
+    *peak = sum.held_bytes;
     return st;
 }
 
 /* Plans, emits and measures the chain at `mem` bytes of chain-model memory. */
 static remat_status candidate(const remat__prog *p, const chain *c, remat_node loss, int64_t mem,
-                              const remat_mem_stats *start, remat__schedule *sc, double *cost, size_t *peak) {
+                              const basis *start, remat__schedule *sc, double *cost, size_t *peak) {
     remat_chain_plan *plan = NULL;
     remat_status st = remat__chain_solve_ex(c->ex, c->n_stages, c->output, mem, 0, &plan);
     if (st != REMAT_OK) return st;
@@ -255,7 +262,7 @@ static remat_status candidate(const remat__prog *p, const chain *c, remat_node l
 
 /* A strategy's schedule as a candidate (store-all, sqrt). */
 static remat_status strategy_candidate(const remat__prog *p, remat_node loss, remat_strategy strategy,
-                                       const remat_mem_stats *start, remat__schedule *sc, double *cost,
+                                       const basis *start, remat__schedule *sc, double *cost,
                                        size_t *peak) {
     uint8_t *level = NULL;
     remat_status st = remat__strategy_levels(p->g, strategy, &level);
@@ -293,7 +300,7 @@ static int by_cost_per_byte(const void *a, const void *b) {
 }
 
 static remat_status keep_expensive_candidate(const remat__prog *p, remat_node loss, int j,
-                                             const remat_mem_stats *start, remat__schedule *sc, double *cost,
+                                             const basis *start, remat__schedule *sc, double *cost,
                                              size_t *peak) {
     const remat_graph *g = p->g;
     uint8_t *level = malloc((size_t)g->n + 1);
@@ -350,8 +357,9 @@ static remat_status keep_expensive_candidate(const remat__prog *p, remat_node lo
 #define DTR_WORK ((int64_t)10 * 1000 * 1000)
 
 remat_status remat__optimal_schedule(const remat__prog *p, remat_node loss, size_t budget,
-                                     const remat_mem_stats *start, remat__schedule *out) {
+                                     const remat_mem_stats *live, size_t held_outside, remat__schedule *out) {
     memset(out, 0, sizeof *out);
+    const basis bs = {live, held_outside}, *start = &bs;
     chain c;
     remat__train_dag *dag = NULL;
     remat_status st = chain_init(p, loss, &c);
@@ -418,7 +426,7 @@ remat_status remat__optimal_schedule(const remat__prog *p, remat_node loss, size
                            "no schedule fits the budget of %zu bytes (%.1f MiB); the smallest feasible budget "
                            "is %zu bytes (%.1f MiB), of which %zu are parameters, gradients and optimizer state",
                            budget, (double)budget / 1048576.0, min_peak, (double)min_peak / 1048576.0,
-                           start->live[REMAT_MEM_TOTAL]);
+                           held_outside);
 out:
     chain_free(&c);
     remat__train_dag_free(dag);

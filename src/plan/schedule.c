@@ -1,20 +1,39 @@
-/* schedule.c: graph analysis, the store-all schedule, liveness and the
- * memory simulator.
- *
- * The simulator replays a schedule's allocations exactly as the executor
- * makes them (same order, same sizes from the op table), so the peak it
- * predicts is the peak the executor's allocator measures.
+/* schedule.c: graph analysis, liveness (the frees of a schedule), the
+ * categories of its values, and its predicted peaks (from its memory
+ * plan, memplan.c, the same events the executor takes).
  */
-#include "schedule.h"
+#include "memplan.h"
 
 #include <stdlib.h>
 
-remat_status remat__prog_init(remat__prog *p, const remat_graph *g, int nth) {
+remat_status remat__prog_init(remat__prog *p, const remat_graph *g, int nth, remat_device device, void *dev) {
     memset(p, 0, sizeof *p);
     p->g = g;
     p->nth = nth;
+    p->device = device;
     p->needs_grad = calloc((size_t)g->n + 1, 1);
-    if (!p->needs_grad) return remat__err(REMAT_NOMEM, "out of memory analysing the graph");
+    p->ws = calloc(2 * (size_t)g->n + 1, sizeof *p->ws);
+    if (!p->needs_grad || !p->ws) {
+        remat__prog_free(p);
+        return remat__err(REMAT_NOMEM, "out of memory analysing the graph");
+    }
+    for (int v = 0; v < g->n; v++) {
+        const remat__node *n = &g->nodes[v];
+        const remat__op *op = remat__ops[n->op];
+        if (n->leaf != REMAT__LEAF_NONE) continue;
+        if (device == REMAT_DEVICE_CPU) {
+            int nt = remat__node_threads(g, n, nth);
+            p->ws[2 * v] = op->fwd_ws ? op->fwd_ws(g, n, nt) : 0;
+            p->ws[2 * v + 1] = op->bwd_ws ? op->bwd_ws(g, n, nt) : 0;
+        } else if (op->cuda) {
+            p->ws[2 * v] = op->cuda->fwd_ws ? op->cuda->fwd_ws(dev, g, n) : 0;
+            p->ws[2 * v + 1] = op->cuda->bwd_ws ? op->cuda->bwd_ws(dev, g, n) : 0;
+        } else {
+            remat__prog_free(p);
+            return remat__err(REMAT_UNSUPPORTED, "op '%s' has no %s kernels in this build", op->name,
+                              remat_device_str(device));
+        }
+    }
     /* Creation order is topological: one forward sweep suffices. */
     for (int v = 0; v < g->n; v++) {
         const remat__node *n = &g->nodes[v];
@@ -30,7 +49,9 @@ remat_status remat__prog_init(remat__prog *p, const remat_graph *g, int nth) {
 
 void remat__prog_free(remat__prog *p) {
     free(p->needs_grad);
+    free(p->ws);
     p->needs_grad = NULL;
+    p->ws = NULL;
 }
 
 void remat__mark_needed(const remat_graph *g, remat_node root, uint8_t *needed, int32_t *stack) {
@@ -86,16 +107,6 @@ void remat__schedule_free(remat__schedule *s) {
     memset(s, 0, sizeof *s);
 }
 
-int remat__node_threads(const remat_graph *g, const remat__node *n, int pool) {
-    /* Dispatching tiny ops to the pool costs more than it saves. An op's
-     * work is its output's size, or for a loss (a scalar) its first
-     * input's: a language model's logits are large. The choice depends on
-     * the node only, so it is the same in every schedule. */
-    int64_t work = remat__numel(&n->shape);
-    if (n->leaf == REMAT__LEAF_NONE && (remat__ops[n->op]->flags & REMAT__OP_LOSS))
-        work = remat__numel(&g->nodes[n->in[0]].shape);
-    return work < 4096 ? 1 : pool;
-}
 
 remat_status remat__schedule_add_frees(const remat__prog *p, remat__schedule *s) {
     const remat_graph *g = p->g;
@@ -222,95 +233,11 @@ remat_status remat__schedule_categorize(const remat__prog *p, remat__schedule *s
     return REMAT_OK;
 }
 
-/* ------------------------------------------------------------- simulator */
-
-typedef struct {
-    remat_mem_stats st;
-} sim;
-
-static void sim_alloc(remat_mem_stats *st, int cat, size_t b) {
-    st->live[cat] += b;
-    st->live[REMAT_MEM_TOTAL] += b;
-    if (st->live[cat] > st->peak[cat]) st->peak[cat] = st->live[cat];
-    if (st->live[REMAT_MEM_TOTAL] > st->peak[REMAT_MEM_TOTAL])
-        st->peak[REMAT_MEM_TOTAL] = st->live[REMAT_MEM_TOTAL];
-}
-
-static void sim_free(remat_mem_stats *st, int cat, size_t b) {
-    st->live[cat] -= b;
-    st->live[REMAT_MEM_TOTAL] -= b;
-}
-
 remat_status remat__simulate(const remat__prog *p, const remat__schedule *s,
                              const remat_mem_stats *start, remat_mem_stats *out) {
-    const remat_graph *g = p->g;
-    size_t nv = (size_t)g->n * 3;
-    int8_t *cat = malloc(nv); /* -1: not resident */
-    if (!cat) return remat__err(REMAT_NOMEM, "out of memory simulating a schedule");
-    memset(cat, -1, nv);
-    remat_mem_stats st = *start;
-    for (int i = 0; i < REMAT_MEM_COUNT; i++) st.peak[i] = st.live[i];
-    remat_status rc = REMAT_OK;
-    for (int i = 0; i < s->n && rc == REMAT_OK; i++) {
-        const remat__instr *in = &s->ins[i];
-        const remat__node *n = &g->nodes[in->node];
-        const remat__op *op = remat__ops[n->op];
-        if (in->kind == REMAT__I_FWD) {
-            int32_t vo = REMAT__VAL(in->node, REMAT__V_OUT), va = REMAT__VAL(in->node, REMAT__V_AUX);
-            if (cat[vo] >= 0) {
-                rc = remat__err(REMAT_INTERNAL, "schedule computes node %d while its output is resident", in->node);
-                break;
-            }
-            for (int j = 0; j < n->n_in; j++)
-                if (!remat__is_resident(&g->nodes[n->in[j]]) && cat[REMAT__VAL(n->in[j], REMAT__V_OUT)] < 0)
-                    rc = remat__err(REMAT_INTERNAL, "schedule computes node %d before its input %d", in->node,
-                                    (int)n->in[j]);
-            if (rc != REMAT_OK) break;
-            sim_alloc(&st, in->cat, remat__value_bytes(g, vo));
-            cat[vo] = (int8_t)in->cat;
-            if (op->aux_bytes && cat[va] < 0) {
-                sim_alloc(&st, in->aux_cat, remat__value_bytes(g, va));
-                cat[va] = (int8_t)in->aux_cat;
-            }
-            size_t ws = op->fwd_ws ? op->fwd_ws(g, n, remat__node_threads(g, n, p->nth)) : 0;
-            sim_alloc(&st, REMAT_MEM_WORKSPACE, ws);
-            sim_free(&st, REMAT_MEM_WORKSPACE, ws);
-        } else if (in->kind == REMAT__I_BWD) {
-            int32_t vg = REMAT__VAL(in->node, REMAT__V_GRAD);
-            for (int j = 0; j < n->n_in; j++)
-                if ((op->saves & REMAT__SAVE_IN(j)) && !remat__is_resident(&g->nodes[n->in[j]]) &&
-                    cat[REMAT__VAL(n->in[j], REMAT__V_OUT)] < 0)
-                    rc = remat__err(REMAT_INTERNAL, "schedule differentiates node %d without its input %d",
-                                    in->node, (int)n->in[j]);
-            if (((op->saves & REMAT__SAVE_OUT) && cat[REMAT__VAL(in->node, REMAT__V_OUT)] < 0) ||
-                ((op->saves & REMAT__SAVE_AUX) && cat[REMAT__VAL(in->node, REMAT__V_AUX)] < 0) ||
-                (cat[vg] < 0 && in->node != s->loss))
-                rc = remat__err(REMAT_INTERNAL, "schedule differentiates node %d without its saved values",
-                                in->node);
-            if (rc != REMAT_OK) break;
-            if (cat[vg] < 0) { /* the loss: its gradient is seeded with 1 */
-                sim_alloc(&st, REMAT_MEM_TRANSIENT, remat__value_bytes(g, vg));
-                cat[vg] = REMAT_MEM_TRANSIENT;
-            }
-            for (int j = 0; j < n->n_in; j++) {
-                if (!remat__bwd_writes(p, n, j) || g->nodes[n->in[j]].leaf == REMAT__LEAF_PARAM) continue;
-                int32_t vi = REMAT__VAL(n->in[j], REMAT__V_GRAD);
-                if (cat[vi] < 0) {
-                    sim_alloc(&st, REMAT_MEM_TRANSIENT, remat__value_bytes(g, vi));
-                    cat[vi] = REMAT_MEM_TRANSIENT;
-                }
-            }
-            size_t ws = op->bwd_ws ? op->bwd_ws(g, n, remat__node_threads(g, n, p->nth)) : 0;
-            sim_alloc(&st, REMAT_MEM_WORKSPACE, ws);
-            sim_free(&st, REMAT_MEM_WORKSPACE, ws);
-        } else {
-            if (cat[in->value] >= 0) {
-                sim_free(&st, cat[in->value], remat__value_bytes(g, in->value));
-                cat[in->value] = -1;
-            }
-        }
-    }
-    free(cat);
-    *out = st;
-    return rc;
+    remat__memplan m;
+    remat_status st = remat__memplan_build(p, s, &m);
+    if (st == REMAT_OK) remat__memplan_peaks(&m, start, out);
+    remat__memplan_free(&m);
+    return st;
 }

@@ -43,16 +43,27 @@ typedef struct {
                            "chain", "dtr"), for summaries */
 } remat__schedule;
 
-/* Static facts about a graph compiled for one loss. */
+/* Static facts about a graph compiled for one loss on one device. */
 typedef struct {
     const remat_graph *g;
-    int nth;              /* thread count, for workspace sizes */
+    int nth;              /* CPU thread count, for workspace sizes */
+    remat_device device;  /* whose kernels run, so whose workspaces count */
     remat_cost_model cost;
     uint8_t *needs_grad;  /* per node: depends on a trainable parameter */
+    size_t *ws;           /* (2 n) workspace bytes of node u's forward
+                           * (2u) and backward (2u + 1) kernels */
 } remat__prog;
 
-remat_status remat__prog_init(remat__prog *p, const remat_graph *g, int nth);
+/* Analyses g and asks the device's kernels for each node's workspace
+ * bytes once (dev: the device backend's context, which a device's
+ * workspace functions read; NULL for the CPU). REMAT_UNSUPPORTED when an
+ * op has no kernels for the device. */
+remat_status remat__prog_init(remat__prog *p, const remat_graph *g, int nth, remat_device device, void *dev);
 void remat__prog_free(remat__prog *p);
+
+static inline size_t remat__ws_bytes(const remat__prog *p, int32_t node, int backward) {
+    return p->ws[2 * (size_t)node + (backward ? 1 : 0)];
+}
 
 /* Is the node a parameter, buffer (resident, not a value) or a computed value? */
 static inline int remat__is_resident(const remat__node *n) {
@@ -99,12 +110,10 @@ remat_status remat__schedule_add_frees(const remat__prog *p, remat__schedule *s)
  * `first` flag. */
 remat_status remat__schedule_categorize(const remat__prog *p, remat__schedule *s);
 
-/* Threads a node's kernels run on (small ops run on the calling thread);
- * workspace sizes are computed for this count. */
-int remat__node_threads(const remat_graph *g, const remat__node *n, int pool);
 
 /* Predicts the peak bytes per category of running s, starting from the
- * live bytes in `start` (parameters, gradients, optimizer state). */
+ * live bytes in `start` (parameters, gradients, optimizer state): the
+ * peaks of its memory plan (memplan.h). */
 remat_status remat__simulate(const remat__prog *p, const remat__schedule *s,
                              const remat_mem_stats *start, remat_mem_stats *out);
 
@@ -114,20 +123,23 @@ remat_status remat__simulate(const remat__prog *p, const remat__schedule *s,
 #define REMAT__LEVEL_NONE 255
 remat_status remat__strategy_levels(const remat_graph *g, remat_strategy st, uint8_t **level);
 
-/* Memory, FLOPs and seconds of a schedule run from `start`. */
+/* Memory, FLOPs and seconds of a schedule run from `start`; its arena
+ * placed, and held_bytes = the arena + held_outside (the resident
+ * blocks as allocated). */
 remat_status remat__schedule_summary(const remat__prog *p, const remat__schedule *s,
-                                     const remat_mem_stats *start, remat_plan_summary *out);
+                                     const remat_mem_stats *start, size_t held_outside, remat_plan_summary *out);
 
 /* A node's forward FLOPs and its forward cost under the cost model
  * (cost.c): seconds when calibrated, else FLOPs. */
 double remat__node_flops(const remat_graph *g, const remat__node *n);
 double remat__node_seconds(const remat__prog *p, const remat__node *n);
 
-/* The `optimal` strategy (optimal.c): the least-cost schedule whose peak,
- * from the live state `start`, fits the budget; REMAT_BUDGET names about
+/* The `optimal` strategy (optimal.c): the least-cost schedule that, from
+ * the live state `start` with held_outside bytes of resident blocks,
+ * holds at most `budget` bytes (its arena included); REMAT_BUDGET names
  * the smallest budget that fits. */
 remat_status remat__optimal_schedule(const remat__prog *p, remat_node loss, size_t budget,
-                                     const remat_mem_stats *start, remat__schedule *out);
+                                     const remat_mem_stats *start, size_t held_outside, remat__schedule *out);
 
 /* The DTR fallback on the whole training step (dtr_train.c): the step as
  * one DAG of forwards and backwards for the offline DTR planner. */

@@ -12,7 +12,7 @@
  *   round(sqrt(k)) - 1 evenly spaced ones, dropping the rest, and keep the
  *   last segment (its backward starts right after its forward).
  */
-#include "schedule.h"
+#include "memplan.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -83,10 +83,19 @@ remat_status remat__strategy_levels(const remat_graph *g, remat_strategy st, uin
 }
 
 remat_status remat__schedule_summary(const remat__prog *p, const remat__schedule *s, const remat_mem_stats *start,
-                                     remat_plan_summary *out) {
+                                     size_t held_outside, remat_plan_summary *out) {
     const remat_graph *g = p->g;
     memset(out, 0, sizeof *out);
-    remat_status st = remat__simulate(p, s, start, &out->predicted);
+    remat__memplan m;
+    remat_status st = remat__memplan_build(p, s, &m);
+    if (st == REMAT_OK) st = remat__memplan_place(&m);
+    if (st == REMAT_OK) {
+        remat__memplan_peaks(&m, start, &out->predicted);
+        out->arena_bytes = m.arena;
+        out->held_bytes = m.arena + held_outside;
+        out->placement = m.placer;
+    }
+    remat__memplan_free(&m);
     if (st != REMAT_OK) return st;
     uint8_t *again = calloc((size_t)g->n, 1);
     if (!again) {

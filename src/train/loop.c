@@ -5,8 +5,10 @@
  * source (synthetic data, token windows) in evaluation-free epochs of a
  * fixed number of steps; remat_train_tokens is the language-model source.
  * Each loop owns nothing but staging buffers (one batch) bound to the
- * model's inputs; it reports progress through the caller's event callback
- * and never prints.
+ * model's inputs, and gives the caller's bindings back before it returns
+ * (saved_binds): the session never points at a buffer a loop has freed.
+ * It reports progress through the caller's event callback and never
+ * prints.
  */
 #include "../remat-impl.h"
 
@@ -14,11 +16,6 @@
 #include <stdlib.h>
 #include <time.h>
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 typedef struct {
     int64_t batch, sample, classes; /* sample: floats per image */
@@ -59,11 +56,27 @@ static remat_status staging_init(staging *st, const remat_session *s, const rema
 
 static void staging_free(staging *st) { free(st->x), free(st->y); }
 
+/* The caller's bindings of a model's input and labels, to restore. */
+typedef struct {
+    const void *x, *y;
+} saved_binds;
+
+static saved_binds save_binds(const remat_session *s, const remat_model *m) {
+    return (saved_binds){remat_session_binding(s, m->input),
+                         m->labels == REMAT_NONE ? NULL : remat_session_binding(s, m->labels)};
+}
+
+static void restore_binds(remat_session *s, const remat_model *m, saved_binds b) {
+    remat_session_bind(s, m->input, b.x);
+    if (m->labels != REMAT_NONE) remat_session_bind(s, m->labels, b.y);
+}
+
 remat_status remat_evaluate(remat_session *s, const remat_model *m, const remat_dataset *d,
                             double *loss, double *accuracy) {
     staging st;
     remat_status rc = staging_init(&st, s, m, d);
     if (rc != REMAT_OK) return rc;
+    saved_binds sb = save_binds(s, m);
     float *logits = malloc((size_t)(st.batch * st.classes) * sizeof *logits);
     int64_t *idx = malloc((size_t)st.batch * sizeof *idx);
     if (!logits || !idx) rc = remat__err(REMAT_NOMEM, "out of memory for evaluation");
@@ -95,6 +108,7 @@ remat_status remat_evaluate(remat_session *s, const remat_model *m, const remat_
         if (accuracy) *accuracy = n ? (double)correct / (double)n : 0.0;
     }
     free(logits), free(idx);
+    restore_binds(s, m, sb);
     staging_free(&st);
     return rc;
 }
@@ -115,6 +129,7 @@ remat_status remat_train(remat_session *s, const remat_model *m, const remat_dat
         return remat__err(REMAT_INVALID, "batch %lld differs from the graph's batch %lld",
                           (long long)o->batch, (long long)st.batch);
     }
+    saved_binds sb = save_binds(s, m);
     remat_loader *ld = NULL;
     rc = remat_loader_create(&ld, train, st.batch, 1, o->seed);
     if (rc == REMAT_OK && remat_loader_batches(ld) == 0)
@@ -127,40 +142,38 @@ remat_status remat_train(remat_session *s, const remat_model *m, const remat_dat
     int64_t step = 0;
     for (int64_t epoch = 0; rc == REMAT_OK && step < total; epoch++) {
         remat_loader_start(ld, epoch);
-        double t0 = now_s();
+        double t0 = remat__now();
         int64_t in_epoch = 0;
         int64_t this_epoch = total - step < per_epoch ? total - step : per_epoch;
         while (rc == REMAT_OK && step < total && remat_loader_next(ld, st.x, st.y)) {
             float loss = 0.0f;
-            double ts = now_s();
+            double ts = remat__now();
             rc = remat_session_step(s, &loss);
             if (rc == REMAT_OK && !isfinite(loss))
                 rc = remat__err(REMAT_INVALID, "training diverged: the loss is %g at step %lld "
                                 "(try a smaller learning rate)", (double)loss, (long long)step + 1);
             if (rc == REMAT_OK) rc = remat_session_update(s);
             if (rc != REMAT_OK) break;
-            double step_s = now_s() - ts;
+            double step_s = remat__now() - ts;
             step++, in_epoch++;
             remat_mem_stats mem;
             remat_session_mem(s, &mem);
-            double el = now_s() - t0;
+            double el = remat__now() - t0;
             remat_event ev = {.kind = REMAT_EVENT_STEP, .epoch = epoch, .step = step,
                               .step_in_epoch = in_epoch, .steps_in_epoch = this_epoch, .loss = loss,
                               .images_per_s = el > 0 ? (double)(in_epoch * st.batch) / el : 0.0,
                               .seconds = el, .peak_bytes = mem.peak[REMAT_MEM_TOTAL], .step_seconds = step_s};
             emit(o, &ev);
         }
-        double train_s = now_s() - t0;
+        double train_s = remat__now() - t0;
         if (rc == REMAT_OK && test) {
             remat_event ev = {.kind = REMAT_EVENT_EVAL, .epoch = epoch, .step = step, .seconds = train_s};
-            rc = remat_evaluate(s, m, test, &ev.loss, &ev.accuracy);
-            /* evaluation rebinds the inputs to its own buffers */
-            if (rc == REMAT_OK) rc = remat_session_bind(s, m->input, st.x);
-            if (rc == REMAT_OK) rc = remat_session_bind(s, m->labels, st.y);
+            rc = remat_evaluate(s, m, test, &ev.loss, &ev.accuracy); /* restores st's bindings */
             if (rc == REMAT_OK) emit(o, &ev);
         }
     }
     remat_loader_destroy(ld);
+    restore_binds(s, m, sb);
     staging_free(&st);
     return rc;
 }
@@ -193,24 +206,25 @@ remat_status remat_train_stream(remat_session *s, const remat_model *m, remat_ba
     int64_t nx = node_numel(g, m->input), ny = node_numel(g, m->labels);
     /* float and int32 are both 4 bytes: one allocation size serves either */
     void *x = malloc((size_t)nx * 4), *y = ny ? malloc((size_t)ny * 4) : NULL;
+    saved_binds sb = save_binds(s, m);
     remat_status rc = REMAT_OK;
     if (!x || (ny && !y)) rc = remat__err(REMAT_NOMEM, "out of memory for a batch");
     if (rc == REMAT_OK) rc = remat_session_bind(s, m->input, x);
     if (rc == REMAT_OK && ny) rc = remat_session_bind(s, m->labels, y);
     int64_t epochs = o->epochs > 0 ? o->epochs : 1, step = 0;
     for (int64_t epoch = 0; epoch < epochs && rc == REMAT_OK; epoch++) {
-        double t0 = now_s();
+        double t0 = remat__now();
         for (int64_t i = 0; i < o->steps && rc == REMAT_OK; i++) {
             rc = next(user, step, x, y);
             float loss = 0.0f;
-            double ts = now_s();
+            double ts = remat__now();
             if (rc == REMAT_OK) rc = remat_session_step(s, &loss);
             if (rc == REMAT_OK && !isfinite(loss))
                 rc = remat__err(REMAT_INVALID, "training diverged: the loss is %g at step %lld "
                                 "(try a smaller learning rate)", (double)loss, (long long)step + 1);
             if (rc == REMAT_OK) rc = remat_session_update(s);
             if (rc != REMAT_OK) break;
-            double now = now_s(), el = now - t0;
+            double now = remat__now(), el = now - t0;
             step++;
             remat_mem_stats mem;
             remat_session_mem(s, &mem);
@@ -221,6 +235,7 @@ remat_status remat_train_stream(remat_session *s, const remat_model *m, remat_ba
             emit(o, &ev);
         }
     }
+    restore_binds(s, m, sb);
     free(x), free(y);
     return rc;
 }

@@ -13,8 +13,39 @@
 
 #include <stdlib.h>
 
-remat_status remat_safetensors_save(const remat_session *s,
-                                    const char *path) {
+/* Copies every parameter's values (or gradients) to one host buffer
+ * (wherever the session's device is) and points ts[i].data into it;
+ * returns the buffer (caller frees) or NULL after remat__err. Buffers
+ * (grads: skipped) keep ts[i].data NULL. */
+static float *host_copy(remat_session *s, remat__st_tensor *ts, remat_param_part part, const char *path) {
+    int n = remat_session_param_count(s);
+    size_t total = 0;
+    for (int i = 0; i < n; i++) {
+        remat_param_info info;
+        remat_session_param(s, i, &info);
+        if (part == REMAT_PARAM_VALUE || info.trainable) total += (size_t)info.numel;
+    }
+    float *host = malloc((total ? total : 1) * sizeof *host);
+    if (!host) {
+        remat__err(REMAT_NOMEM, "%s: out of memory", path);
+        return NULL;
+    }
+    size_t at = 0;
+    for (int i = 0; i < n; i++) {
+        remat_param_info info;
+        remat_session_param(s, i, &info);
+        if (part == REMAT_PARAM_GRAD && !info.trainable) continue;
+        if (remat_session_read_param(s, i, part, host + at) != REMAT_OK) {
+            free(host);
+            return NULL;
+        }
+        ts[i].data = host + at;
+        at += (size_t)info.numel;
+    }
+    return host;
+}
+
+remat_status remat_safetensors_save(remat_session *s, const char *path) {
     if (!s || !path)
         return remat__err(REMAT_INVALID,
                           "remat_safetensors_save: NULL session or path");
@@ -31,12 +62,14 @@ remat_status remat_safetensors_save(const remat_session *s,
         ts[i].ndim = info.ndim;
         for (int d = 0; d < info.ndim && d < REMAT_MAX_DIMS; d++)
             ts[i].dims[d] = info.dims[d];
-        ts[i].data = info.data;
         ts[i].bytes = (size_t)info.numel * sizeof(float);
     }
+    float *host = rc == REMAT_OK ? host_copy(s, ts, REMAT_PARAM_VALUE, path) : NULL;
+    if (rc == REMAT_OK && !host) rc = REMAT_NOMEM;
     /* "format": "pt" is what PyTorch-side loaders (transformers) expect. */
     static const char *const meta[] = {"format", "pt", NULL};
     if (rc == REMAT_OK) rc = remat__st_write(path, n, ts, meta);
+    free(host);
     free(ts);
     return rc;
 }
@@ -132,7 +165,7 @@ remat_status remat_safetensors_load(remat_session *s, const char *path,
         if (target[i] < 0) continue;
         rc = remat__st_get(f, i, &t);
         if (rc == REMAT_OK) rc = remat_session_param(s, target[i], &p);
-        if (rc == REMAT_OK && t.bytes) memcpy(p.data, t.data, t.bytes);
+        if (rc == REMAT_OK && t.bytes) rc = remat_session_write_param(s, target[i], t.data);
     }
     free(target);
     remat__st_close(f);
@@ -206,7 +239,7 @@ remat_status remat_safetensors_read(const char *path, const char *name, remat_dt
     return rc;
 }
 
-remat_status remat_safetensors_save_grads(const remat_session *s, const char *path, float loss) {
+remat_status remat_safetensors_save_grads(remat_session *s, const char *path, float loss) {
     if (!s || !path) return remat__err(REMAT_INVALID, "remat_safetensors_save_grads: NULL session or path");
     int n = remat_session_param_count(s);
     remat__st_tensor *ts = calloc((size_t)n + 1, sizeof *ts);
@@ -231,12 +264,16 @@ remat_status remat_safetensors_save_grads(const remat_session *s, const char *pa
         ts[k].dtype = "F32";
         ts[k].ndim = p.ndim;
         for (int d = 0; d < p.ndim && d < REMAT_MAX_DIMS; d++) ts[k].dims[d] = p.dims[d];
-        ts[k].data = p.grad;
         ts[k].bytes = (size_t)p.numel * sizeof(float);
+        if (!(ts[k].data = malloc(ts[k].bytes ? ts[k].bytes : 1)))
+            rc = remat__err(REMAT_NOMEM, "%s: out of memory", path);
+        else
+            rc = remat_session_read_param(s, i, REMAT_PARAM_GRAD, (float *)ts[k].data);
         k++;
     }
     static const char *const meta[] = {"format", "pt", NULL};
     if (rc == REMAT_OK) rc = remat__st_write(path, k, ts, meta);
+    for (int i = 1; ts && i < k; i++) free((void *)ts[i].data);
     for (int i = 0; names && i <= n; i++) free(names[i]);
     free(names);
     free(ts);

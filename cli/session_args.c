@@ -1,0 +1,82 @@
+/* session_args.c: the options every command that makes a session shares
+ * (threads, seed, device, TF32, cost model; strategy and budget where a
+ * command plans one step), and the one routine that turns them into
+ * remat_session_opts. */
+#include "cli.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+void cli_session_args_init(cli_session_args *a) {
+    memset(a, 0, sizeof *a);
+    a->seed = 42;
+    a->strategy = "auto";
+    a->device = "cpu";
+    a->check_device = 1;
+}
+
+int cli_session_arg(cli_session_args *a, int c, const char *arg, int *bad) {
+    switch (c) {
+    case CLI_OPT_THREADS: *bad = cli_parse_i64(arg, &a->threads) || a->threads < 0 || a->threads > 1024; return 1;
+    case CLI_OPT_SEED: *bad = cli_parse_i64(arg, &a->seed) || a->seed < 0; return 1;
+    case CLI_OPT_DEVICE: a->device = arg; return 1;
+    case CLI_OPT_TF32: a->tf32 = 1; return 1;
+    case CLI_OPT_COST_MODEL: a->cost_model = arg; return 1;
+    case CLI_OPT_STRATEGY: a->strategy = arg; return 1;
+    case CLI_OPT_BUDGET: *bad = cli_parse_size(arg, &a->budget) || a->budget == 0; return 1;
+    default: return 0;
+    }
+}
+
+int cli_session_opts(const cli_session_args *a, const char *cmd, remat_session_opts *so, remat_cost_model *cm,
+                     const char **cost_used) {
+    remat_session_opts_default(so);
+    so->threads = (int)a->threads;
+    so->seed = (uint64_t)a->seed;
+    so->budget = a->budget;
+    so->tf32 = a->tf32;
+    if (remat_strategy_parse(a->strategy, &so->strategy) != REMAT_OK)
+        return cli_usage_error(cmd, "%s", remat_last_error());
+    if (remat_device_parse(a->device, &so->device) != REMAT_OK) return cli_usage_error(cmd, "%s", remat_last_error());
+    if (a->tf32 && so->device != REMAT_DEVICE_CUDA) return cli_usage_error(cmd, "--tf32 is for --device cuda");
+    if (a->check_device && remat_device_available(so->device) != REMAT_OK)
+        return cli_fail("--device %s: %s", a->device, remat_last_error());
+    if (a->cost_model && cm) {
+        if (remat_cost_model_load(cm, a->cost_model) != REMAT_OK) return cli_fail("%s", remat_last_error());
+        so->cost_model = cm;
+        if (cost_used) *cost_used = a->cost_model;
+    } else if (cm) {
+        so->cost_model = cli_cost_model(cm, NULL, cost_used);
+    }
+    return 0;
+}
+
+void cli_session_help(int plans) {
+    printf("  --device D          cpu | cuda: where tensors live and kernels run (default cpu;\n"
+           "                      with cuda the budget is device bytes)\n"
+           "  --tf32              cuda: TF32 tensor cores for float32 products (faster, about\n"
+           "                      1e-3 relative error; off by default)\n"
+           "  --threads T         CPU kernel threads (default: one per core)\n"
+           "  --seed S            seed for initialization, data and dropout (default 42)\n");
+    if (plans)
+        printf("  --strategy S        auto | all | manual | sqrt | optimal: which activations to\n"
+               "                      keep (default auto: optimal with a budget, all without)\n"
+               "  --budget SIZE       bytes a training step may hold on the device (its arena of\n"
+               "                      values and its parameters, gradients and optimizer state),\n"
+               "                      e.g. 512MiB, 11GiB\n");
+    printf("  --cost-model FILE   per-op costs from `remat calibrate` (default: the cached\n"
+           "                      calibration if any, else FLOPs)\n");
+}
+
+const char *cli_device_line(const remat_session_opts *so, char *buf, size_t cap) {
+    if (so->device == REMAT_DEVICE_CPU) {
+        snprintf(buf, cap, "cpu, %d threads", so->threads);
+    } else {
+        size_t fr = 0, tot = 0;
+        remat_device_memory(so->device, &fr, &tot);
+        char b1[32], b2[32];
+        snprintf(buf, cap, "%s (%s free of %s)%s", remat_device_str(so->device), cli_fmt_bytes(fr, b1, sizeof b1),
+                 cli_fmt_bytes(tot, b2, sizeof b2), so->tf32 ? ", TF32" : "");
+    }
+    return buf;
+}

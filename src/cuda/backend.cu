@@ -1,0 +1,271 @@
+/* backend.cu: the CUDA backend (exec/backend.h).
+ *
+ * One context per session: device 0, one non-blocking stream on which
+ * every kernel, copy and library call of the session is enqueued in
+ * schedule order, cuBLAS and cuDNN handles bound to it (cuBLAS without
+ * TF32 unless the session asked; cuDNN's math type is set per call by the
+ * convolution kernels). Device memory comes in a few large cudaMalloc
+ * blocks (the arena and the resident blocks), never per value and never
+ * managed. Host-device copies go through one pinned staging buffer,
+ * asynchronously: an upload copies the caller's bytes into staging and
+ * enqueues the transfer; a download enqueues the transfer into staging and
+ * copies the bytes to the caller at the next sync, the one point where the
+ * host waits for the stream.
+ */
+#include "cuda-impl.h"
+
+extern "C" {
+#include "../exec/backend.h"
+}
+
+#include <stdio.h>
+#include <stdlib.h>
+
+/* A download waiting for the next sync. */
+typedef struct {
+    void *dst;
+    size_t off, bytes;
+} pending;
+
+typedef struct {
+    remat__cuda cu; /* first: kernels see &ctx->cu as k->dev */
+    unsigned char *staging; /* pinned, cap bytes; [0, used) belongs to copies in flight */
+    size_t cap, used;
+    pending *pend;
+    int n_pend, cap_pend;
+} ctx;
+
+static const char *node_label(const remat__kctx *k, char *buf, size_t cap) {
+    if (!k) return "the CUDA backend";
+    return remat__node_label(k->node, buf, cap);
+}
+
+extern "C" remat_status remat__cu_rt_ok(cudaError_t st, const remat__kctx *k, const char *call) {
+    if (st == cudaSuccess) return REMAT_OK;
+    char lb[128];
+    return remat__err(REMAT_INTERNAL, "%s: %s failed: %s (%s)", node_label(k, lb, sizeof lb), call,
+                      cudaGetErrorString(st), cudaGetErrorName(st));
+}
+
+extern "C" remat_status remat__cu_launched(const remat__kctx *k, const char *kernel) {
+    return remat__cu_rt_ok(cudaGetLastError(), k, kernel);
+}
+
+extern "C" remat_status remat__cu_blas_ok(cublasStatus_t st, const remat__kctx *k, const char *call) {
+    if (st == CUBLAS_STATUS_SUCCESS) return REMAT_OK;
+    char lb[128];
+    return remat__err(REMAT_INTERNAL, "%s: %s failed: %s (%s)", node_label(k, lb, sizeof lb), call,
+                      cublasGetStatusString(st), cublasGetStatusName(st));
+}
+
+extern "C" remat_status remat__cu_dnn_ok(cudnnStatus_t st, const remat__kctx *k, const char *call) {
+    if (st == CUDNN_STATUS_SUCCESS) return REMAT_OK;
+    char lb[128];
+    return remat__err(REMAT_INTERNAL, "%s: %s failed: %s", node_label(k, lb, sizeof lb), call,
+                      cudnnGetErrorString(st));
+}
+
+extern "C" remat_status remat__cuda_blas_ws(const remat__kctx *k, size_t bytes) {
+    remat__cuda *cu = remat__cu(k);
+    return remat__cu_blas_ok(cublasSetWorkspace(cu->blas, bytes ? k->ws : NULL, bytes), k, "cublasSetWorkspace");
+}
+
+/* ------------------------------------------------------------ availability */
+
+extern "C" remat_status remat__cuda_available(void) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        cudaGetLastError(); /* clear it */
+        return remat__err(REMAT_UNSUPPORTED, "no CUDA device can be used here: %s (%s)", cudaGetErrorString(e),
+                          cudaGetErrorName(e));
+    }
+    if (n == 0) return remat__err(REMAT_UNSUPPORTED, "no CUDA device is visible here");
+    return REMAT_OK;
+}
+
+extern "C" remat_status remat__cuda_memory(size_t *free_bytes, size_t *total_bytes) {
+    return remat__cu_rt_ok(cudaMemGetInfo(free_bytes, total_bytes), NULL, "cudaMemGetInfo");
+}
+
+/* ----------------------------------------------------------------- context */
+
+static void cuda_destroy(void *p) {
+    ctx *c = (ctx *)p;
+    if (!c) return;
+    if (c->cu.stream) cudaStreamSynchronize(c->cu.stream);
+    remat__cuda_conv_release(&c->cu);
+    if (c->cu.dnn) cudnnDestroy(c->cu.dnn);
+    if (c->cu.blas) cublasDestroy(c->cu.blas);
+    if (c->cu.stream) cudaStreamDestroy(c->cu.stream);
+    if (c->staging) cudaFreeHost(c->staging);
+    free(c->pend);
+    free(c);
+}
+
+static remat_status cuda_create(void **out, const remat_session_opts *o, const remat_graph *g) {
+    ctx *c = (ctx *)calloc(1, sizeof *c);
+    if (!c) return remat__err(REMAT_NOMEM, "out of memory creating a CUDA session");
+    remat__cuda *cu = &c->cu;
+    cu->device = 0;
+    cu->tf32 = o->tf32 != 0;
+    cu->g = g;
+    cudaDeviceProp prop;
+    remat_status st = remat__cu_rt_ok(cudaSetDevice(cu->device), NULL, "cudaSetDevice");
+    if (st == REMAT_OK) st = remat__cu_rt_ok(cudaGetDeviceProperties(&prop, cu->device), NULL, "cudaGetDeviceProperties");
+    if (st == REMAT_OK) {
+        cu->sms = prop.multiProcessorCount;
+        st = remat__cu_rt_ok(cudaStreamCreateWithFlags(&cu->stream, cudaStreamNonBlocking), NULL, "cudaStreamCreate");
+    }
+    if (st == REMAT_OK) st = remat__cu_blas_ok(cublasCreate(&cu->blas), NULL, "cublasCreate");
+    if (st == REMAT_OK) st = remat__cu_blas_ok(cublasSetStream(cu->blas, cu->stream), NULL, "cublasSetStream");
+    if (st == REMAT_OK)
+        st = remat__cu_blas_ok(cublasSetMathMode(cu->blas, cu->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
+                               NULL, "cublasSetMathMode");
+    if (st == REMAT_OK) st = remat__cu_blas_ok(cublasSetPointerMode(cu->blas, CUBLAS_POINTER_MODE_HOST), NULL,
+                                               "cublasSetPointerMode");
+    if (st == REMAT_OK) st = remat__cu_dnn_ok(cudnnCreate(&cu->dnn), NULL, "cudnnCreate");
+    if (st == REMAT_OK) st = remat__cu_dnn_ok(cudnnSetStream(cu->dnn, cu->stream), NULL, "cudnnSetStream");
+    if (st != REMAT_OK) {
+        cuda_destroy(c);
+        return st;
+    }
+    *out = c;
+    return REMAT_OK;
+}
+
+static remat_status cuda_alloc(void *p, size_t bytes, void **out) {
+    (void)p;
+    *out = NULL;
+    if (!bytes) return REMAT_OK;
+    cudaError_t e = cudaMalloc(out, bytes);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        size_t fr = 0, tot = 0;
+        cudaMemGetInfo(&fr, &tot);
+        return remat__err(e == cudaErrorMemoryAllocation ? REMAT_NOMEM : REMAT_INTERNAL,
+                          "cudaMalloc of %zu bytes (%.1f MiB) failed: %s; the device has %zu bytes (%.1f MiB) free "
+                          "of %zu", bytes, (double)bytes / 1048576.0, cudaGetErrorString(e), fr,
+                          (double)fr / 1048576.0, tot);
+    }
+    return REMAT_OK;
+}
+
+static void cuda_release(void *p, void *mem) {
+    (void)p;
+    if (mem) cudaFree(mem);
+}
+
+/* ---------------------------------------------------------------- copies */
+
+/* Waits for the stream, delivers the pending downloads and frees the
+ * staging buffer for reuse. */
+static remat_status cuda_sync(void *p) {
+    ctx *c = (ctx *)p;
+    remat_status st = remat__cu_rt_ok(cudaStreamSynchronize(c->cu.stream), NULL, "the step (cudaStreamSynchronize)");
+    if (st == REMAT_OK) st = remat__cu_rt_ok(cudaGetLastError(), NULL, "a kernel of the step");
+    for (int i = 0; i < c->n_pend && st == REMAT_OK; i++)
+        memcpy(c->pend[i].dst, c->staging + c->pend[i].off, c->pend[i].bytes);
+    c->n_pend = 0;
+    c->used = 0;
+    return st;
+}
+
+/* Reserves `bytes` of staging (256-byte aligned) for a copy in flight;
+ * when full, waits for the stream, delivers what is pending and grows. */
+static remat_status stage(ctx *c, size_t bytes, size_t *off) {
+    size_t at = (c->used + 255) & ~(size_t)255;
+    if (at + bytes > c->cap) {
+        remat_status st = cuda_sync(c);
+        if (st != REMAT_OK) return st;
+        at = 0;
+        if (bytes > c->cap) {
+            size_t cap = c->cap ? c->cap : (size_t)1 << 20;
+            while (cap < bytes) cap *= 2;
+            if (c->staging) cudaFreeHost(c->staging);
+            c->staging = NULL;
+            c->cap = 0;
+            st = remat__cu_rt_ok(cudaHostAlloc((void **)&c->staging, cap, cudaHostAllocDefault), NULL,
+                                 "cudaHostAlloc (pinned staging)");
+            if (st != REMAT_OK) return st;
+            c->cap = cap;
+        }
+    }
+    *off = at;
+    c->used = at + bytes;
+    return REMAT_OK;
+}
+
+static remat_status cuda_upload(void *p, void *dst, const void *src, size_t bytes) {
+    ctx *c = (ctx *)p;
+    if (!bytes) return REMAT_OK;
+    size_t off;
+    remat_status st = stage(c, bytes, &off);
+    if (st != REMAT_OK) return st;
+    memcpy(c->staging + off, src, bytes);
+    return remat__cu_rt_ok(cudaMemcpyAsync(dst, c->staging + off, bytes, cudaMemcpyHostToDevice, c->cu.stream), NULL,
+                           "cudaMemcpyAsync (upload)");
+}
+
+static remat_status cuda_download(void *p, void *dst, const void *src, size_t bytes) {
+    ctx *c = (ctx *)p;
+    if (!bytes) return REMAT_OK;
+    size_t off;
+    remat_status st = stage(c, bytes, &off);
+    if (st != REMAT_OK) return st;
+    if (c->n_pend == c->cap_pend) {
+        int cap = c->cap_pend ? 2 * c->cap_pend : 16;
+        pending *pe = (pending *)realloc(c->pend, (size_t)cap * sizeof *pe);
+        if (!pe) return remat__err(REMAT_NOMEM, "out of memory queueing a download");
+        c->pend = pe, c->cap_pend = cap;
+    }
+    c->pend[c->n_pend++] = (pending){dst, off, bytes};
+    return remat__cu_rt_ok(cudaMemcpyAsync(c->staging + off, src, bytes, cudaMemcpyDeviceToHost, c->cu.stream), NULL,
+                           "cudaMemcpyAsync (download)");
+}
+
+static remat_status cuda_zero(void *p, void *dst, size_t bytes) {
+    ctx *c = (ctx *)p;
+    if (!bytes) return REMAT_OK;
+    return remat__cu_rt_ok(cudaMemsetAsync(dst, 0, bytes, c->cu.stream), NULL, "cudaMemsetAsync");
+}
+
+static remat_status cuda_one(void *p, float *dst) {
+    static const float one = 1.0f;
+    return cuda_upload(p, dst, &one, sizeof one);
+}
+
+/* ---------------------------------------------------------------- kernels */
+
+static remat_status cuda_run(void *p, remat__kctx *k, int backward) {
+    (void)p;
+    const remat__dev_kernels *dk = remat__ops[k->node->op]->cuda;
+    remat__dkernel fn = dk ? (backward ? dk->backward : dk->forward) : NULL;
+    if (!fn) {
+        char lb[128];
+        return remat__err(REMAT_UNSUPPORTED, "%s: no CUDA %s kernel", remat__node_label(k->node, lb, sizeof lb),
+                          backward ? "backward" : "forward");
+    }
+    return fn(k);
+}
+
+static remat_status cuda_update(void *p, const remat_optim_opts *o, int64_t t, int n, float *const *w,
+                                float *const *g, float *const *m, float *const *v, const int64_t *numel) {
+    ctx *c = (ctx *)p;
+    for (int i = 0; i < n; i++) {
+        remat_status st = o->kind == REMAT_OPTIM_SGD ? remat__cuda_sgd(&c->cu, o, t == 1, numel[i], w[i], g[i], m[i])
+                                                     : remat__cuda_adamw(&c->cu, o, t, numel[i], w[i], g[i], m[i], v[i]);
+        if (st != REMAT_OK) return st;
+    }
+    return REMAT_OK;
+}
+
+static remat__pool *cuda_pool(void *p) {
+    (void)p;
+    return NULL;
+}
+
+extern "C" const remat__backend remat__backend_cuda = {
+    REMAT_DEVICE_CUDA, cuda_create, cuda_destroy, cuda_alloc, cuda_release, cuda_upload, cuda_download,
+    cuda_zero,         cuda_one,    cuda_run,     cuda_update, cuda_sync,   cuda_pool,
+};

@@ -1,0 +1,504 @@
+/* k_conv.cu: conv2d on the GPU through cuDNN's convolution API, with its
+ * algorithms chosen once per node and cached.
+ *
+ * Same semantics as src/ops/conv2d.c: x (N, Cin, H, W), weight
+ * (Cout, Cin, KH, KW), optional bias (Cout) as input 2; iattr[0] is the
+ * stride and iattr[1] the padding of both spatial dimensions; cross-
+ * correlation, as PyTorch. Forward writes y = conv(x, w) (+ b); backward
+ * accumulates dx (BackwardData, beta 1), dW (BackwardFilter, beta 1) and
+ * db (our own reduction), each only when its din is non-NULL, and reads the
+ * saved x and w.
+ *
+ * Algorithms come from cuDNN's _v7 heuristics, never from the timing-based
+ * Find (whose choice can change from run to run with the timings): per
+ * pass, the first result that succeeded, is deterministic, is not Winograd
+ * (too inaccurate in fp32), uses a math type the session allows (FMA only,
+ * unless cu->tf32) and needs at most a cap of workspace (twice the node's
+ * tensors, at least 256 MiB); failing that, the deterministic algorithm
+ * that needs the least workspace (see choose). Given the shapes, the
+ * device, the cuDNN version and cu->tf32 the choice is fixed, so the
+ * workspace functions (called once per node at session creation) and the
+ * kernels agree on it.
+ *
+ * The per-node cache (descriptors, algorithms, math types, workspace
+ * bytes) hangs from cu->conv, indexed by the node's position in cu->g, and
+ * is freed by remat__cuda_conv_release at backend teardown.
+ *
+ * db is a two-stage reduction with a fixed order: stage 1 sums, per
+ * (channel, chunk of images), the chunk's dy in double (per-thread partials,
+ * then a fixed shuffle tree and the warps in index order); stage 2 adds the
+ * chunks of each channel in index order. Not cudnnConvolutionBackwardBias,
+ * whose determinism is not documented.
+ */
+#include "cuda-impl.h"
+
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+/* Largest cuDNN workspace an algorithm may ask for: twice the bytes of the
+ * convolution's own tensors (x, w, y), and at least CONV_WS_FLOOR. The
+ * workspace is planned memory, taken from the budget while the kernel runs,
+ * so it must stay in proportion to the tensors: the fast engines on H100
+ * transpose x and dy (TF32 1x1 stride-2 backward: x + dy bytes, 294 MiB at
+ * ResNet-50 b64), and a fixed cap would bar them at larger batches, while
+ * FFT variants can ask for many times the tensors (2.3 GiB for the 1x1
+ * 512->2048 layer at 7x7, b64, whose tensors take 31 MiB). The floor
+ * admits the FFT algorithms that the heuristics rank first on mid-sized
+ * layers (205 MiB for 128 channels at 28x28, b64). Measured on
+ * an H100 (cuDNN 9.14): each of the 12 distinct ResNet-50 b64 layer shapes
+ * gets the heuristics' first deterministic non-Winograd choice under this
+ * cap, in both math modes. */
+#define CONV_WS_FLOOR ((size_t)256 << 20)
+
+/* db reduction: threads per block, and images per chunk chosen so that a
+ * chunk holds about DB_CHUNK_ELEMS elements of one channel (at least one
+ * whole image's plane): enough work per block to hide the final tree, and
+ * enough blocks (channels x chunks) to fill the device on the ResNet
+ * shapes. Depends on the shapes only, so the summation order does too. */
+#define DB_THREADS 256
+#define DB_CHUNK_ELEMS 16384
+
+enum { PASS_FWD, PASS_DATA, PASS_FILT };
+
+typedef struct {
+    int ready;   /* descriptors made and algorithms chosen */
+    int broken;  /* setup failed when a workspace was sized: the planned
+                  * bytes (0) cannot be trusted by a later kernel */
+    int N, O, P; /* batch, output channels, output pixels per plane */
+    int bias;
+    int db_rows, db_chunks; /* images per db chunk, chunks per channel */
+    cudnnTensorDescriptor_t x, y, b; /* (N, C, H, W), (N, O, OH, OW), (1, O, 1, 1) */
+    cudnnFilterDescriptor_t w;       /* (O, C, KH, KW) */
+    cudnnConvolutionDescriptor_t conv;
+    /* Per pass (PASS_FWD, PASS_DATA, PASS_FILT): the algorithm (a
+     * cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t), its math type (set on
+     * conv before each call: the passes may differ) and workspace bytes. */
+    int algo[3];
+    cudnnMathType_t math[3];
+    size_t bytes[3];
+    size_t cap; /* largest workspace an algorithm may take (see CONV_WS_FLOOR) */
+} conv_entry;
+
+typedef struct {
+    int n;           /* nodes of the graph it was made for */
+    conv_entry *e;   /* (n) */
+} conv_cache;
+
+static void entry_destroy(conv_entry *e) {
+    if (e->x) cudnnDestroyTensorDescriptor(e->x);
+    if (e->y) cudnnDestroyTensorDescriptor(e->y);
+    if (e->b) cudnnDestroyTensorDescriptor(e->b);
+    if (e->w) cudnnDestroyFilterDescriptor(e->w);
+    if (e->conv) cudnnDestroyConvolutionDescriptor(e->conv);
+    e->x = e->y = e->b = NULL;
+    e->w = NULL;
+    e->conv = NULL;
+    e->ready = 0;
+}
+
+extern "C" void remat__cuda_conv_release(remat__cuda *cu) {
+    conv_cache *c = (conv_cache *)cu->conv;
+    if (!c) return;
+    for (int i = 0; i < c->n; i++) entry_destroy(&c->e[i]);
+    free(c->e);
+    free(c);
+    cu->conv = NULL;
+}
+
+/* Images per db chunk and chunks per channel for N planes of P pixels. */
+static void db_split(int64_t N, int64_t P, int *rows, int *chunks) {
+    int64_t r = (DB_CHUNK_ELEMS + P - 1) / P;
+    if (r < 1) r = 1;
+    if (r > N) r = N;
+    *rows = (int)r;
+    *chunks = (int)((N + r - 1) / r);
+}
+
+static size_t align256(size_t b) { return (b + 255) & ~(size_t)255; }
+
+/* Math types an algorithm may use: FMA only when TF32 is off (cuDNN's
+ * DEFAULT_MATH admits TF32 on Ampere and later); with TF32 on, anything but
+ * ALLOW_CONVERSION, which may round float inputs to half. */
+static int math_ok(const remat__cuda *cu, cudnnMathType_t m) {
+    if (!cu->tf32) return m == CUDNN_FMA_MATH;
+    return m != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
+}
+
+static cudnnMathType_t base_math(const remat__cuda *cu) {
+    return cu->tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
+}
+
+/* Winograd algorithms are excluded: their transforms lose accuracy in
+ * fp32 beyond the 1e-5 (of the largest magnitude) that results must keep
+ * against the CPU kernels. Measured on an H100 against a double
+ * reference: WINOGRAD_NONFUSED 5e-6 to 2e-5 on 3x3 kernels and 3e-3 on
+ * 5x5 (FFT and GEMM variants: at most 2e-6). */
+static int winograd(int pass, int algo) {
+    switch (pass) {
+    case PASS_FWD:
+        return algo == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD ||
+               algo == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED;
+    case PASS_DATA:
+        return algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD ||
+               algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED;
+    default:
+        return algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD ||
+               algo == CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED;
+    }
+}
+
+/* The fields of cuDNN's three perf structs that the choice reads. */
+typedef struct {
+    int algo;
+    cudnnStatus_t status;
+    cudnnDeterminism_t determinism;
+    cudnnMathType_t math;
+    size_t memory;
+} algo_perf;
+
+#define MAX_ALGOS 8
+static_assert(CUDNN_CONVOLUTION_FWD_ALGO_COUNT <= MAX_ALGOS &&
+                  CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT <= MAX_ALGOS &&
+                  CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT <= MAX_ALGOS,
+              "algo_perf arrays hold every algorithm of each pass");
+
+/* The _v7 heuristics' ranking for a pass, at the math type now set on
+ * e->conv, into out[0 .. *got). */
+static cudnnStatus_t heuristics(remat__cuda *cu, const conv_entry *e, int pass, algo_perf *out,
+                                int *got) {
+    cudnnStatus_t st;
+    *got = 0;
+    if (pass == PASS_FWD) {
+        cudnnConvolutionFwdAlgoPerf_t p[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+        st = cudnnGetConvolutionForwardAlgorithm_v7(cu->dnn, e->x, e->w, e->conv, e->y,
+                                                    CUDNN_CONVOLUTION_FWD_ALGO_COUNT, got, p);
+        for (int i = 0; st == CUDNN_STATUS_SUCCESS && i < *got; i++)
+            out[i] = algo_perf{(int)p[i].algo, p[i].status, p[i].determinism, p[i].mathType, p[i].memory};
+    } else if (pass == PASS_DATA) {
+        cudnnConvolutionBwdDataAlgoPerf_t p[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+        st = cudnnGetConvolutionBackwardDataAlgorithm_v7(cu->dnn, e->w, e->y, e->conv, e->x,
+                                                         CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, got, p);
+        for (int i = 0; st == CUDNN_STATUS_SUCCESS && i < *got; i++)
+            out[i] = algo_perf{(int)p[i].algo, p[i].status, p[i].determinism, p[i].mathType, p[i].memory};
+    } else {
+        cudnnConvolutionBwdFilterAlgoPerf_t p[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
+        st = cudnnGetConvolutionBackwardFilterAlgorithm_v7(cu->dnn, e->x, e->y, e->conv, e->w,
+                                                           CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, got, p);
+        for (int i = 0; st == CUDNN_STATUS_SUCCESS && i < *got; i++)
+            out[i] = algo_perf{(int)p[i].algo, p[i].status, p[i].determinism, p[i].mathType, p[i].memory};
+    }
+    return st;
+}
+
+/* Workspace bytes of algo for a pass at math type m (set on e->conv). */
+static cudnnStatus_t ws_size(remat__cuda *cu, const conv_entry *e, int pass, int algo,
+                             cudnnMathType_t m, size_t *bytes) {
+    cudnnStatus_t st = cudnnSetConvolutionMathType(e->conv, m);
+    if (st != CUDNN_STATUS_SUCCESS) return st;
+    if (pass == PASS_FWD)
+        return cudnnGetConvolutionForwardWorkspaceSize(cu->dnn, e->x, e->w, e->conv, e->y,
+                                                       (cudnnConvolutionFwdAlgo_t)algo, bytes);
+    if (pass == PASS_DATA)
+        return cudnnGetConvolutionBackwardDataWorkspaceSize(cu->dnn, e->w, e->y, e->conv, e->x,
+                                                            (cudnnConvolutionBwdDataAlgo_t)algo, bytes);
+    return cudnnGetConvolutionBackwardFilterWorkspaceSize(cu->dnn, e->x, e->y, e->conv, e->w,
+                                                          (cudnnConvolutionBwdFilterAlgo_t)algo, bytes);
+}
+
+static const char *const pass_name[3] = {"forward", "backward data", "backward filter"};
+
+/* Chooses a pass's algorithm: the heuristics' first result (queried with
+ * the session's math type on the descriptor, so the ranking respects it)
+ * that succeeded, is deterministic (BackwardData's ALGO_0 and
+ * BackwardFilter's ALGO_0 and ALGO_3 sum with atomics), is not Winograd,
+ * uses an allowed math type, and needs at most e->cap bytes by cuDNN's own
+ * size query at that math type. Failing that, the deterministic algorithm
+ * that needs the least: IMPLICIT_GEMM / ALGO_1 / ALGO_1, at the session's
+ * math type or, if that asks for more than the cap (with TF32 on H100 they
+ * can transpose to NHWC through a workspace), at FMA math, which is always
+ * allowed; its size query decides its bytes whatever they are. */
+static remat_status choose(remat__cuda *cu, conv_entry *e, int pass, const remat__kctx *k) {
+    static const int fallback[3] = {CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
+                                    CUDNN_CONVOLUTION_BWD_DATA_ALGO_1,
+                                    CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1};
+    algo_perf perf[MAX_ALGOS];
+    int got = 0;
+    size_t bytes;
+    char call[96];
+    REMAT__CU_TRY(remat__cu_dnn_ok(cudnnSetConvolutionMathType(e->conv, base_math(cu)), k,
+                                   "cudnnSetConvolutionMathType"));
+    snprintf(call, sizeof call, "cudnnGetConvolution*Algorithm_v7 (%s)", pass_name[pass]);
+    REMAT__CU_TRY(remat__cu_dnn_ok(heuristics(cu, e, pass, perf, &got), k, call));
+    for (int i = 0; i < got; i++) {
+        const algo_perf *p = &perf[i];
+        if (p->status != CUDNN_STATUS_SUCCESS || p->determinism != CUDNN_DETERMINISTIC ||
+            winograd(pass, p->algo) || !math_ok(cu, p->math) || p->memory > e->cap)
+            continue;
+        if (ws_size(cu, e, pass, p->algo, p->math, &bytes) != CUDNN_STATUS_SUCCESS || bytes > e->cap)
+            continue;
+        e->algo[pass] = p->algo, e->math[pass] = p->math, e->bytes[pass] = bytes;
+        return REMAT_OK;
+    }
+    snprintf(call, sizeof call, "cudnnGetConvolution*WorkspaceSize (%s fallback)", pass_name[pass]);
+    e->algo[pass] = fallback[pass], e->math[pass] = base_math(cu);
+    cudnnStatus_t st = ws_size(cu, e, pass, fallback[pass], e->math[pass], &e->bytes[pass]);
+    if ((st != CUDNN_STATUS_SUCCESS || e->bytes[pass] > e->cap) && e->math[pass] != CUDNN_FMA_MATH) {
+        e->math[pass] = CUDNN_FMA_MATH;
+        st = ws_size(cu, e, pass, fallback[pass], e->math[pass], &e->bytes[pass]);
+    }
+    return remat__cu_dnn_ok(st, k, call);
+}
+
+/* Descriptors and algorithms for node n of g, into e (not ready yet; on
+ * failure e keeps whatever descriptors were made, for release). */
+static remat_status entry_setup(remat__cuda *cu, const remat_graph *g, const remat__node *n,
+                                conv_entry *e, const remat__kctx *k) {
+    const remat__shape *xs = remat__in_shape(g, n, 0), *ws = remat__in_shape(g, n, 1);
+    const remat__shape *ys = &n->shape;
+    const int64_t d64[] = {xs->d[0], xs->d[1], xs->d[2], xs->d[3], ws->d[0], ws->d[2], ws->d[3],
+                           ys->d[2], ys->d[3], n->iattr[0], n->iattr[1]};
+    char lb[128];
+    /* cuDNN's 4-D descriptors take int dimensions and strides. */
+    for (size_t i = 0; i < sizeof d64 / sizeof d64[0]; i++)
+        if (d64[i] > INT_MAX)
+            return remat__err(REMAT_UNSUPPORTED, "%s: a size of %lld does not fit cuDNN's int sizes",
+                              remat__node_label(n, lb, sizeof lb), (long long)d64[i]);
+    if (remat__numel(xs) > INT_MAX || remat__numel(ys) > INT_MAX || remat__numel(ws) > INT_MAX)
+        return remat__err(REMAT_UNSUPPORTED, "%s: a tensor of more than 2^31 elements does not fit "
+                          "cuDNN's int strides", remat__node_label(n, lb, sizeof lb));
+    const int N = (int)xs->d[0], C = (int)xs->d[1], H = (int)xs->d[2], W = (int)xs->d[3];
+    const int O = (int)ws->d[0], KH = (int)ws->d[2], KW = (int)ws->d[3];
+    const int OH = (int)ys->d[2], OW = (int)ys->d[3];
+    const int s = (int)n->iattr[0], p = (int)n->iattr[1];
+    e->N = N, e->O = O, e->P = OH * OW;
+    e->bias = n->n_in == 3;
+    db_split(N, (int64_t)OH * OW, &e->db_rows, &e->db_chunks);
+
+#define DNN(call) REMAT__CU_TRY(remat__cu_dnn_ok((call), k, #call))
+    if (!e->x) DNN(cudnnCreateTensorDescriptor(&e->x));
+    if (!e->y) DNN(cudnnCreateTensorDescriptor(&e->y));
+    if (!e->w) DNN(cudnnCreateFilterDescriptor(&e->w));
+    if (!e->conv) DNN(cudnnCreateConvolutionDescriptor(&e->conv));
+    DNN(cudnnSetTensor4dDescriptor(e->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, N, C, H, W));
+    DNN(cudnnSetTensor4dDescriptor(e->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, N, O, OH, OW));
+    DNN(cudnnSetFilter4dDescriptor(e->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, O, C, KH, KW));
+    DNN(cudnnSetConvolution2dDescriptor(e->conv, p, p, s, s, 1, 1, CUDNN_CROSS_CORRELATION,
+                                        CUDNN_DATA_FLOAT));
+    if (e->bias) {
+        if (!e->b) DNN(cudnnCreateTensorDescriptor(&e->b));
+        DNN(cudnnSetTensor4dDescriptor(e->b, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, O, 1, 1));
+    }
+    /* The shape rule's output size must be cuDNN's. */
+    int on, oc, oh, ow;
+    DNN(cudnnGetConvolution2dForwardOutputDim(e->conv, e->x, e->w, &on, &oc, &oh, &ow));
+#undef DNN
+    if (on != N || oc != O || oh != OH || ow != OW)
+        return remat__err(REMAT_INTERNAL, "%s: cuDNN's output (%d, %d, %d, %d) is not the node's "
+                          "(%d, %d, %d, %d)", remat__node_label(n, lb, sizeof lb), on, oc, oh, ow,
+                          N, O, OH, OW);
+    const size_t tensors =
+        ((size_t)remat__numel(xs) + (size_t)remat__numel(ws) + (size_t)remat__numel(ys)) * sizeof(float);
+    e->cap = 2 * tensors > CONV_WS_FLOOR ? 2 * tensors : CONV_WS_FLOOR;
+    for (int pass = PASS_FWD; pass <= PASS_FILT; pass++) REMAT__CU_TRY(choose(cu, e, pass, k));
+    e->ready = 1;
+    return REMAT_OK;
+}
+
+/* The cache entry of node n of g, made (cache and entry) if missing. k is
+ * NULL when called from a workspace function. */
+static remat_status entry_get(remat__cuda *cu, const remat_graph *g, const remat__node *n,
+                              const remat__kctx *k, conv_entry **out) {
+    char lb[128];
+    conv_cache *c = (conv_cache *)cu->conv;
+    if (!c) {
+        c = (conv_cache *)calloc(1, sizeof *c);
+        if (!c) return remat__err(REMAT_NOMEM, "conv2d: out of host memory for the cuDNN cache");
+        c->e = (conv_entry *)calloc(g->n > 0 ? (size_t)g->n : 1, sizeof *c->e);
+        if (!c->e) {
+            free(c);
+            return remat__err(REMAT_NOMEM, "conv2d: out of host memory for the cuDNN cache");
+        }
+        c->n = g->n;
+        cu->conv = c;
+    }
+    ptrdiff_t i = n - g->nodes;
+    if (i < 0 || i >= c->n)
+        return remat__err(REMAT_INTERNAL, "%s: node %lld is outside the graph the cuDNN cache was "
+                          "made for (%d nodes)", remat__node_label(n, lb, sizeof lb), (long long)i, c->n);
+    conv_entry *e = &c->e[i];
+    if (!e->ready) {
+        remat_status st = entry_setup(cu, g, n, e, k);
+        if (st != REMAT_OK) {
+            if (!k) e->broken = 1;
+            return st;
+        }
+    }
+    if (k && e->broken)
+        return remat__err(REMAT_INTERNAL, "%s: cuDNN setup failed when the session sized this "
+                          "node's workspace, which was planned as 0 bytes",
+                          remat__node_label(n, lb, sizeof lb));
+    *out = e;
+    return REMAT_OK;
+}
+
+/* Bytes of db partials: (O, chunks) doubles, none when one chunk (stage 1
+ * then adds into db directly). */
+static size_t db_bytes(const conv_entry *e) {
+    return e->bias && e->db_chunks > 1 ? (size_t)e->O * (size_t)e->db_chunks * sizeof(double) : 0;
+}
+
+/* ------------------------------------------------------------ db kernels */
+
+/* Stage 1: block b = o*chunks + c sums channel o of images
+ * [c*rows, min((c+1)*rows, N)) of dy (N, O, P), read as VEC-float vectors
+ * (VEC 4 needs P % 4 == 0 and a 16-byte aligned dy). Each thread sums its
+ * elements (strided by the block) in double, then a fixed shuffle tree
+ * and the warps in index order. One chunk: db[o] += the sum; else
+ * part[o*chunks + c] = the sum. */
+template <int VEC>
+__global__ void __launch_bounds__(DB_THREADS)
+db_partial_kernel(const float *__restrict__ dy, int N, int O, int P, int rows, int chunks,
+                  double *__restrict__ part, float *__restrict__ db) {
+    // dy: (N, O, P), part: (O, chunks), db: (O)
+    __shared__ double warp_sum[DB_THREADS / 32];
+    const int o = blockIdx.x / chunks, c = blockIdx.x - o * chunks;
+    const int n0 = c * rows, n1 = min(n0 + rows, N);
+    const unsigned L = (unsigned)(P / VEC);             /* vectors per plane */
+    const unsigned E = (unsigned)(n1 - n0) * L;         /* < 2^32: rows*P < DB_CHUNK_ELEMS + P */
+    double acc = 0.0;
+    for (unsigned j = threadIdx.x; j < E; j += DB_THREADS) {
+        const unsigned r = j / L, q = j - r * L;
+        const int64_t plane = ((int64_t)(n0 + (int)r) * O + o) * (int64_t)P;
+        if (VEC == 4) {
+            const float4 v = __ldg(reinterpret_cast<const float4 *>(dy + plane) + q);
+            acc += ((double)v.x + (double)v.y) + ((double)v.z + (double)v.w);
+        } else {
+            acc += (double)__ldg(dy + plane + q);
+        }
+    }
+    for (int off = 16; off > 0; off >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, off);
+    if ((threadIdx.x & 31) == 0) warp_sum[threadIdx.x >> 5] = acc;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double t = warp_sum[0];
+        for (int w = 1; w < DB_THREADS / 32; w++) t += warp_sum[w];
+        if (chunks == 1)
+            db[o] += (float)t;
+        else
+            part[(int64_t)o * chunks + c] = t;
+    }
+}
+
+/* Stage 2: db[o] += the chunks of channel o, added in index order. */
+__global__ void db_combine_kernel(const double *__restrict__ part, int O, int chunks,
+                                  float *__restrict__ db) {
+    // part: (O, chunks), db: (O)
+    for (int o = blockIdx.x * blockDim.x + threadIdx.x; o < O; o += gridDim.x * blockDim.x) {
+        const double *p = part + (int64_t)o * chunks;
+        double t = p[0];
+        for (int c = 1; c < chunks; c++) t += p[c];
+        db[o] += (float)t;
+    }
+}
+
+/* ------------------------------------------------------------ op kernels */
+
+static remat_status conv_forward(const remat__kctx *k) {
+    remat__cuda *cu = remat__cu(k);
+    conv_entry *e = NULL;
+    REMAT__CU_TRY(entry_get(cu, cu->g, k->node, k, &e));
+    const float *x = (const float *)k->in[0]->data; // (N, C, H, W)
+    const float *w = (const float *)k->in[1]->data; // (O, C, KH, KW)
+    float *y = (float *)k->out->data;               // (N, O, OH, OW)
+    const float one = 1.0f, zero = 0.0f;
+    const cudnnConvolutionFwdAlgo_t algo = (cudnnConvolutionFwdAlgo_t)e->algo[PASS_FWD];
+    REMAT__CU_TRY(remat__cu_dnn_ok(cudnnSetConvolutionMathType(e->conv, e->math[PASS_FWD]), k,
+                                   "cudnnSetConvolutionMathType"));
+    REMAT__CU_TRY(remat__cu_dnn_ok(cudnnConvolutionForward(cu->dnn, &one, e->x, x, e->w, w, e->conv, algo,
+                                                           k->ws, e->bytes[PASS_FWD], &zero, e->y, y),
+                                   k, "cudnnConvolutionForward"));
+    if (e->bias) { /* y += b broadcast over (N, OH, OW): elementwise, deterministic */
+        const float *b = (const float *)k->in[2]->data; // (O)
+        REMAT__CU_TRY(remat__cu_dnn_ok(cudnnAddTensor(cu->dnn, &one, e->b, b, &one, e->y, y), k,
+                                       "cudnnAddTensor"));
+    }
+    return REMAT_OK;
+}
+
+static remat_status conv_backward(const remat__kctx *k) {
+    remat__cuda *cu = remat__cu(k);
+    conv_entry *e = NULL;
+    REMAT__CU_TRY(entry_get(cu, cu->g, k->node, k, &e));
+    const float *x = (const float *)k->in[0]->data; // (N, C, H, W), saved
+    const float *w = (const float *)k->in[1]->data; // (O, C, KH, KW), saved
+    const float *dy = k->dout;                      // (N, O, OH, OW)
+    float *dx = k->din[0];                          // (N, C, H, W) or NULL
+    float *dw = k->din[1];                          // (O, C, KH, KW) or NULL
+    float *db = e->bias ? k->din[2] : NULL;         // (O) or NULL
+    const float one = 1.0f;
+    /* The three passes run one after the other on the stream, so they share
+     * the workspace from offset 0. */
+    if (dx) {
+        const cudnnConvolutionBwdDataAlgo_t algo = (cudnnConvolutionBwdDataAlgo_t)e->algo[PASS_DATA];
+        REMAT__CU_TRY(remat__cu_dnn_ok(cudnnSetConvolutionMathType(e->conv, e->math[PASS_DATA]), k,
+                                       "cudnnSetConvolutionMathType"));
+        REMAT__CU_TRY(remat__cu_dnn_ok(cudnnConvolutionBackwardData(cu->dnn, &one, e->w, w, e->y, dy, e->conv,
+                                                                    algo, k->ws, e->bytes[PASS_DATA], &one,
+                                                                    e->x, dx),
+                                       k, "cudnnConvolutionBackwardData"));
+    }
+    if (dw) {
+        const cudnnConvolutionBwdFilterAlgo_t algo = (cudnnConvolutionBwdFilterAlgo_t)e->algo[PASS_FILT];
+        REMAT__CU_TRY(remat__cu_dnn_ok(cudnnSetConvolutionMathType(e->conv, e->math[PASS_FILT]), k,
+                                       "cudnnSetConvolutionMathType"));
+        REMAT__CU_TRY(remat__cu_dnn_ok(cudnnConvolutionBackwardFilter(cu->dnn, &one, e->x, x, e->y, dy,
+                                                                      e->conv, algo, k->ws,
+                                                                      e->bytes[PASS_FILT], &one, e->w, dw),
+                                       k, "cudnnConvolutionBackwardFilter"));
+    }
+    if (db) {
+        double *part = (double *)k->ws; // (O, chunks) when chunks > 1
+        const unsigned blocks = (unsigned)e->O * (unsigned)e->db_chunks;
+        if (e->P % 4 == 0 && ((uintptr_t)dy & 15) == 0) {
+            db_partial_kernel<4><<<blocks, DB_THREADS, 0, cu->stream>>>(dy, e->N, e->O, e->P,
+                                                                        e->db_rows, e->db_chunks,
+                                                                        part, db);
+        } else {
+            db_partial_kernel<1><<<blocks, DB_THREADS, 0, cu->stream>>>(dy, e->N, e->O, e->P,
+                                                                        e->db_rows, e->db_chunks,
+                                                                        part, db);
+        }
+        REMAT__CU_TRY(remat__cu_launched(k, "db_partial_kernel"));
+        if (e->db_chunks > 1) {
+            db_combine_kernel<<<remat__cu_blocks(cu, e->O), REMAT__CU_THREADS, 0, cu->stream>>>(
+                part, e->O, e->db_chunks, db);
+            REMAT__CU_TRY(remat__cu_launched(k, "db_combine_kernel"));
+        }
+    }
+    return REMAT_OK;
+}
+
+/* ---------------------------------------------------------- workspaces */
+
+/* Forward: the forward algorithm's bytes. */
+static size_t conv_fwd_ws(void *dev, const remat_graph *g, const remat__node *n) {
+    conv_entry *e = NULL;
+    if (entry_get((remat__cuda *)dev, g, n, NULL, &e) != REMAT_OK) return 0;
+    return e->bytes[PASS_FWD];
+}
+
+/* Backward: BackwardData and BackwardFilter run one after the other and
+ * the db partials after both, so they reuse one region from offset 0:
+ * max(data bytes, filter bytes, db partials), rounded to 256 bytes. */
+static size_t conv_bwd_ws(void *dev, const remat_graph *g, const remat__node *n) {
+    conv_entry *e = NULL;
+    if (entry_get((remat__cuda *)dev, g, n, NULL, &e) != REMAT_OK) return 0;
+    size_t b = e->bytes[PASS_DATA] > e->bytes[PASS_FILT] ? e->bytes[PASS_DATA] : e->bytes[PASS_FILT];
+    if (db_bytes(e) > b) b = db_bytes(e);
+    return align256(b);
+}
+
+extern "C" const remat__dev_kernels remat__cuda_conv2d = {conv_forward, conv_backward, conv_fwd_ws,
+                                                          conv_bwd_ws};

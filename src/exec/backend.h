@@ -1,0 +1,61 @@
+/* backend.h: what a device gives the executor.
+ *
+ * A backend supplies memory in large blocks (the session's arena and its
+ * blocks of parameters, gradients and optimizer state: never one
+ * allocation per value), explicit copies for bound inputs and fetched
+ * outputs, kernels (found per backend in the op table entry), the
+ * optimizer update, and one synchronization point. The executor and the
+ * session call nothing device-specific besides these. The CPU backend
+ * (cpu.c) is the reference; the CUDA backend is src/cuda/backend.cu.
+ *
+ * Ordering: calls on one context are executed in the order they are made
+ * (a CUDA backend enqueues them on one stream). A download's bytes are in
+ * its destination once the next sync returns; a source given to upload may
+ * be reused as soon as upload returns.
+ */
+#ifndef REMAT_BACKEND_H
+#define REMAT_BACKEND_H
+
+#include "../remat-impl.h"
+
+typedef struct {
+    remat_device device;
+    /* Makes the context of one session; *ctx is also what device kernels
+     * see as k->dev and workspace functions as dev. threads: CPU kernel
+     * threads (the CPU backend's pool). */
+    remat_status (*create)(void **ctx, const remat_session_opts *o, const remat_graph *g);
+    void (*destroy)(void *ctx);
+    /* A block of device memory, 256-byte aligned, of exactly `bytes`
+     * (what remat_session_held_bytes reports). */
+    remat_status (*alloc)(void *ctx, size_t bytes, void **out);
+    void (*release)(void *ctx, void *p);
+    remat_status (*upload)(void *ctx, void *dst, const void *src, size_t bytes);
+    remat_status (*download)(void *ctx, void *dst, const void *src, size_t bytes);
+    remat_status (*zero)(void *ctx, void *dst, size_t bytes);
+    /* dst (one float) = 1: the seed of the loss's gradient. */
+    remat_status (*one)(void *ctx, float *dst);
+    /* Runs node k->node's forward (backward = 0) or backward kernel. */
+    remat_status (*run)(void *ctx, remat__kctx *k, int backward);
+    /* One optimizer update of n tensors: w[i], g[i], m[i], v[i] of numel[i]
+     * elements (m and v NULL where the optimizer keeps none); t is the
+     * update's 1-based count. */
+    remat_status (*update)(void *ctx, const remat_optim_opts *o, int64_t t, int n, float *const *w,
+                           float *const *g, float *const *m, float *const *v, const int64_t *numel);
+    /* Waits until everything enqueued has run; reports a failure of any
+     * of it. */
+    remat_status (*sync)(void *ctx);
+    /* The pool of CPU threads, or NULL (device backends). */
+    remat__pool *(*pool)(void *ctx);
+} remat__backend;
+
+/* The backend of a device, or NULL when this build has none. */
+const remat__backend *remat__backend_of(remat_device d);
+
+extern const remat__backend remat__backend_cpu;
+#ifdef REMAT_HAVE_CUDA
+extern const remat__backend remat__backend_cuda;
+remat_status remat__cuda_available(void);
+remat_status remat__cuda_memory(size_t *free_bytes, size_t *total_bytes);
+#endif
+
+#endif

@@ -1,0 +1,212 @@
+/* cpu.c: the CPU backend, the reference.
+ *
+ * Memory is host memory (blocks of 2 MiB pages where large, advised as
+ * transparent huge pages: a step then neither maps nor faults memory in),
+ * copies are memcpy, kernels run on the context's thread pool (small nodes
+ * on the calling thread), and everything is done by the time a call
+ * returns, so sync has nothing to wait for.
+ */
+#include "backend.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+typedef struct {
+    remat__pool *pool;
+} cpu;
+
+#define HUGE_PAGE ((size_t)2 << 20)
+
+static remat_status cpu_create(void **ctx, const remat_session_opts *o, const remat_graph *g) {
+    (void)g;
+    cpu *c = calloc(1, sizeof *c);
+    if (!c) return remat__err(REMAT_NOMEM, "out of memory creating a session");
+    int nth = o->threads;
+    if (nth <= 0) {
+        long nc = sysconf(_SC_NPROCESSORS_ONLN);
+        nth = nc > 0 ? (int)nc : 1;
+    }
+    /* Kernels split the work themselves: BLAS runs single-threaded inside
+     * each pool thread, never both at once. */
+    openblas_set_num_threads(1);
+    remat_status st = remat__pool_create(&c->pool, nth);
+    if (st != REMAT_OK) {
+        free(c);
+        return st;
+    }
+    *ctx = c;
+    return REMAT_OK;
+}
+
+static void cpu_destroy(void *ctx) {
+    cpu *c = ctx;
+    if (!c) return;
+    remat__pool_destroy(c->pool);
+    free(c);
+}
+
+static remat_status cpu_alloc(void *ctx, size_t bytes, void **out) {
+    (void)ctx;
+    size_t align = bytes >= HUGE_PAGE ? HUGE_PAGE : 256;
+    void *p = NULL;
+    if (posix_memalign(&p, align, bytes ? bytes : 1) != 0)
+        return remat__err(REMAT_NOMEM, "out of memory allocating %zu bytes", bytes);
+#ifdef MADV_HUGEPAGE
+    if (align == HUGE_PAGE) madvise(p, bytes, MADV_HUGEPAGE); /* fewer faults and TLB misses; advice only */
+#endif
+    *out = p;
+    return REMAT_OK;
+}
+
+static void cpu_release(void *ctx, void *p) {
+    (void)ctx;
+    free(p);
+}
+
+static remat_status cpu_copy(void *ctx, void *dst, const void *src, size_t bytes) {
+    (void)ctx;
+    if (bytes) memcpy(dst, src, bytes);
+    return REMAT_OK;
+}
+
+static remat_status cpu_zero(void *ctx, void *dst, size_t bytes) {
+    (void)ctx;
+    if (bytes) memset(dst, 0, bytes);
+    return REMAT_OK;
+}
+
+static remat_status cpu_one(void *ctx, float *dst) {
+    (void)ctx;
+    *dst = 1.0f;
+    return REMAT_OK;
+}
+
+static void run_fwd(void *k, int ith, int nth) {
+    const remat__kctx *kc = k;
+    remat__ops[kc->node->op]->forward(kc, ith, nth);
+}
+
+static void run_bwd(void *k, int ith, int nth) {
+    const remat__kctx *kc = k;
+    remat__ops[kc->node->op]->backward(kc, ith, nth);
+}
+
+static remat_status cpu_run(void *ctx, remat__kctx *k, int backward) {
+    cpu *c = ctx;
+    remat__task fn = backward ? run_bwd : run_fwd;
+    /* The thread count depends on the node alone (its workspace was sized
+     * for it): remat__node_threads. */
+    int nt = remat__node_threads(k->graph, k->node, remat__pool_size(c->pool));
+    if (nt <= 1) {
+        k->pool = NULL; /* barriers are no-ops for one thread */
+        fn(k, 0, 1);
+    } else {
+        k->pool = c->pool;
+        remat__pool_run(c->pool, fn, k);
+    }
+    return REMAT_OK;
+}
+
+/* torch.optim.SGD: g += wd*w; b = mu*b + (1-dampening)*g (b = g at the first
+ * step); g = nesterov ? g + mu*b : b; w -= lr*g. */
+static void sgd(const remat_optim_opts *o, int first, int64_t n, float *w, const float *grad, float *b) {
+    for (int64_t i = 0; i < n; i++) {
+        float g = grad[i];
+        if (o->weight_decay != 0.0f) g = g + o->weight_decay * w[i];
+        if (b) {
+            b[i] = first ? g : o->momentum * b[i] + (1.0f - o->dampening) * g;
+            g = o->nesterov ? g + o->momentum * b[i] : b[i];
+        }
+        w[i] = w[i] - o->lr * g;
+    }
+}
+
+/* torch.optim.AdamW (non-amsgrad, single-tensor path): w *= 1 - lr*wd;
+ * m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+ * w -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps). */
+static void adamw(const remat_optim_opts *o, int64_t t, int64_t n, float *w, const float *grad, float *m,
+                  float *v) {
+    float bc1 = 1.0f - powf(o->beta1, (float)t);
+    float bc2 = 1.0f - powf(o->beta2, (float)t);
+    float step_size = o->lr / bc1;
+    float bc2_sqrt = sqrtf(bc2);
+    for (int64_t i = 0; i < n; i++) {
+        float g = grad[i];
+        w[i] = w[i] * (1.0f - o->lr * o->weight_decay);
+        m[i] = m[i] + (g - m[i]) * (1.0f - o->beta1);
+        v[i] = v[i] * o->beta2 + (1.0f - o->beta2) * g * g;
+        float denom = sqrtf(v[i]) / bc2_sqrt + o->eps;
+        w[i] = w[i] - step_size * (m[i] / denom);
+    }
+}
+
+typedef struct {
+    const remat_optim_opts *o;
+    int64_t t;
+    int n;
+    float *const *w, *const *g, *const *m, *const *v;
+    const int64_t *numel;
+} update_job;
+
+/* The tensors' elements, taken as one sequence, are cut into one
+ * contiguous range per thread. Each element's update reads only its own
+ * state, so the result does not depend on the thread count. */
+static void update_task(void *ctx, int ith, int nth) {
+    const update_job *j = ctx;
+    int64_t total = 0, lo, hi, off = 0;
+    for (int i = 0; i < j->n; i++) total += j->numel[i];
+    remat__split(total, ith, nth, &lo, &hi);
+    for (int i = 0; i < j->n && off < hi; i++) {
+        int64_t n = j->numel[i];
+        int64_t a = lo > off ? lo - off : 0, b = hi - off < n ? hi - off : n;
+        if (a < b) {
+            if (j->o->kind == REMAT_OPTIM_SGD)
+                sgd(j->o, j->t == 1, b - a, j->w[i] + a, j->g[i] + a, j->m[i] ? j->m[i] + a : NULL);
+            else
+                adamw(j->o, j->t, b - a, j->w[i] + a, j->g[i] + a, j->m[i] + a, j->v[i] + a);
+        }
+        off += n;
+    }
+}
+
+static remat_status cpu_update(void *ctx, const remat_optim_opts *o, int64_t t, int n, float *const *w,
+                               float *const *g, float *const *m, float *const *v, const int64_t *numel) {
+    cpu *c = ctx;
+    update_job j = {o, t, n, w, g, m, v, numel};
+    remat__pool_run(c->pool, update_task, &j);
+    return REMAT_OK;
+}
+
+static remat_status cpu_sync(void *ctx) {
+    (void)ctx;
+    return REMAT_OK;
+}
+
+static remat__pool *cpu_pool(void *ctx) { return ((cpu *)ctx)->pool; }
+
+const remat__backend remat__backend_cpu = {
+    .device = REMAT_DEVICE_CPU,
+    .create = cpu_create,
+    .destroy = cpu_destroy,
+    .alloc = cpu_alloc,
+    .release = cpu_release,
+    .upload = cpu_copy,
+    .download = cpu_copy,
+    .zero = cpu_zero,
+    .one = cpu_one,
+    .run = cpu_run,
+    .update = cpu_update,
+    .sync = cpu_sync,
+    .pool = cpu_pool,
+};
+
+const remat__backend *remat__backend_of(remat_device d) {
+    if (d == REMAT_DEVICE_CPU) return &remat__backend_cpu;
+#ifdef REMAT_HAVE_CUDA
+    if (d == REMAT_DEVICE_CUDA) return &remat__backend_cuda;
+#endif
+    return NULL;
+}

@@ -1,0 +1,48 @@
+/* device.c: device names and what this build and machine can run. */
+#include "backend.h"
+
+#include <stdio.h>
+#include <unistd.h>
+
+static const char *const device_names[] = {"cpu", "cuda"};
+
+const char *remat_device_str(remat_device d) {
+    return (unsigned)d < sizeof device_names / sizeof device_names[0] ? device_names[d] : "unknown";
+}
+
+remat_status remat_device_parse(const char *name, remat_device *out) {
+    for (unsigned i = 0; i < sizeof device_names / sizeof device_names[0]; i++)
+        if (strcmp(name, device_names[i]) == 0) {
+            *out = (remat_device)i;
+            return REMAT_OK;
+        }
+    return remat__err(REMAT_NOT_FOUND, "unknown device '%s' (known: cpu, cuda)", name);
+}
+
+remat_status remat_device_available(remat_device d) {
+    if (d == REMAT_DEVICE_CPU) return REMAT_OK;
+    if (d != REMAT_DEVICE_CUDA) return remat__err(REMAT_INVALID, "unknown device %d", (int)d);
+#ifdef REMAT_HAVE_CUDA
+    return remat__cuda_available();
+#else
+    return remat__err(REMAT_UNSUPPORTED, "this libremat was built without CUDA (configure with nvcc on the PATH "
+                                         "and -DREMAT_CUDA=ON)");
+#endif
+}
+
+remat_status remat_device_memory(remat_device d, size_t *free_bytes, size_t *total_bytes) {
+    if (d == REMAT_DEVICE_CPU) {
+        long page = sysconf(_SC_PAGESIZE), avail = sysconf(_SC_AVPHYS_PAGES), all = sysconf(_SC_PHYS_PAGES);
+        if (page <= 0 || avail < 0 || all <= 0) return remat__err(REMAT_IO, "cannot read the system's memory size");
+        *free_bytes = (size_t)avail * (size_t)page;
+        *total_bytes = (size_t)all * (size_t)page;
+        return REMAT_OK;
+    }
+    remat_status st = remat_device_available(d);
+    if (st != REMAT_OK) return st;
+#ifdef REMAT_HAVE_CUDA
+    return remat__cuda_memory(free_bytes, total_bytes);
+#else
+    return REMAT_UNSUPPORTED;
+#endif
+}

@@ -1,0 +1,318 @@
+/* memplan.c: the memory plan (memplan.h): allocation events from one
+ * liveness walk, peaks as a fold over them, and their placement in one
+ * arena.
+ */
+#include "memplan.h"
+
+#include <stdlib.h>
+
+void remat__memplan_free(remat__memplan *m) {
+    free(m->ev);
+    free(m->tick);
+    memset(m, 0, sizeof *m);
+}
+
+/* ------------------------------------------------------------------ walk */
+
+typedef struct {
+    remat__memplan *m;
+    int32_t cap;
+    int32_t *live; /* per value: event of its resident instance, -1 none */
+    remat_status st;
+} walker;
+
+static int32_t take(walker *w, int32_t ins, int32_t value, remat_mem cat, size_t bytes, int zero) {
+    remat__memplan *m = w->m;
+    if (w->st != REMAT_OK) return -1;
+    if (m->n == w->cap) {
+        int32_t cap = w->cap ? 2 * w->cap : 1024;
+        remat__mev *ev = realloc(m->ev, (size_t)cap * sizeof *ev);
+        int32_t *tick = realloc(m->tick, 2 * (size_t)cap * sizeof *tick);
+        if (ev) m->ev = ev;
+        if (tick) m->tick = tick;
+        if (!ev || !tick) {
+            w->st = remat__err(REMAT_NOMEM, "out of memory planning a step's memory");
+            return -1;
+        }
+        w->cap = cap;
+    }
+    int32_t e = m->n++;
+    m->ev[e] = (remat__mev){.bytes = bytes, .off = -1, .value = value, .ins = ins, .t0 = m->ticks, .t1 = -1,
+                            .cat = (uint8_t)cat, .zero = (uint8_t)zero};
+    m->tick[m->ticks++] = e;
+    if (value >= 0) w->live[value] = e;
+    return e;
+}
+
+static void give(walker *w, int32_t e) {
+    if (w->st != REMAT_OK || e < 0) return;
+    remat__memplan *m = w->m;
+    m->ev[e].t1 = m->ticks;
+    m->tick[m->ticks++] = ~e;
+    if (m->ev[e].value >= 0) w->live[m->ev[e].value] = -1;
+}
+
+static int resident(const walker *w, int32_t v) { return w->live[v] >= 0; }
+
+/* The walk mirrors the executor (exec.c) instruction by instruction: the
+ * same takes in the same order. */
+remat_status remat__memplan_build(const remat__prog *p, const remat__schedule *s, remat__memplan *out) {
+    const remat_graph *g = p->g;
+    memset(out, 0, sizeof *out);
+    walker w = {.m = out};
+    size_t nv = (size_t)g->n * 3;
+    w.live = malloc(nv * sizeof *w.live);
+    if (!w.live) return remat__err(REMAT_NOMEM, "out of memory planning a step's memory");
+    for (size_t v = 0; v < nv; v++) w.live[v] = -1;
+    for (int i = 0; i < s->n && w.st == REMAT_OK; i++) {
+        const remat__instr *in = &s->ins[i];
+        const remat__node *n = &g->nodes[in->node];
+        const remat__op *op = remat__ops[n->op];
+        if (in->kind == REMAT__I_FWD) {
+            int32_t vo = REMAT__VAL(in->node, REMAT__V_OUT), va = REMAT__VAL(in->node, REMAT__V_AUX);
+            if (resident(&w, vo)) {
+                w.st = remat__err(REMAT_INTERNAL, "schedule computes node %d while its output is resident", in->node);
+                break;
+            }
+            for (int j = 0; j < n->n_in; j++)
+                if (!remat__is_resident(&g->nodes[n->in[j]]) && !resident(&w, REMAT__VAL(n->in[j], REMAT__V_OUT)))
+                    w.st = remat__err(REMAT_INTERNAL, "schedule computes node %d before its input %d", in->node,
+                                      (int)n->in[j]);
+            if (w.st != REMAT_OK) break;
+            take(&w, i, vo, (remat_mem)in->cat, remat__value_bytes(g, vo), 0);
+            if (n->leaf != REMAT__LEAF_NONE) continue; /* a bound input: copied in, no kernel */
+            if (op->aux_bytes && !resident(&w, va)) take(&w, i, va, (remat_mem)in->aux_cat, remat__value_bytes(g, va), 0);
+            give(&w, take(&w, i, -1, REMAT_MEM_WORKSPACE, remat__ws_bytes(p, in->node, 0), 0));
+        } else if (in->kind == REMAT__I_BWD) {
+            int32_t vg = REMAT__VAL(in->node, REMAT__V_GRAD);
+            for (int j = 0; j < n->n_in; j++)
+                if ((op->saves & REMAT__SAVE_IN(j)) && !remat__is_resident(&g->nodes[n->in[j]]) &&
+                    !resident(&w, REMAT__VAL(n->in[j], REMAT__V_OUT)))
+                    w.st = remat__err(REMAT_INTERNAL, "schedule differentiates node %d without its input %d",
+                                      in->node, (int)n->in[j]);
+            if (((op->saves & REMAT__SAVE_OUT) && !resident(&w, REMAT__VAL(in->node, REMAT__V_OUT))) ||
+                ((op->saves & REMAT__SAVE_AUX) && !resident(&w, REMAT__VAL(in->node, REMAT__V_AUX))) ||
+                (!resident(&w, vg) && in->node != s->loss))
+                w.st = remat__err(REMAT_INTERNAL, "schedule differentiates node %d without its saved values",
+                                  in->node);
+            if (w.st != REMAT_OK) break;
+            if (!resident(&w, vg)) take(&w, i, vg, REMAT_MEM_TRANSIENT, remat__value_bytes(g, vg), 0); /* seeded with 1 */
+            for (int j = 0; j < n->n_in; j++) {
+                if (!remat__bwd_writes(p, n, j) || g->nodes[n->in[j]].leaf == REMAT__LEAF_PARAM) continue;
+                int32_t vi = REMAT__VAL(n->in[j], REMAT__V_GRAD);
+                if (!resident(&w, vi)) take(&w, i, vi, REMAT_MEM_TRANSIENT, remat__value_bytes(g, vi), 1);
+            }
+            give(&w, take(&w, i, -1, REMAT_MEM_WORKSPACE, remat__ws_bytes(p, in->node, 1), 0));
+        } else if (resident(&w, in->value)) {
+            give(&w, w.live[in->value]);
+        }
+    }
+    for (size_t v = 0; v < nv && w.st == REMAT_OK; v++)
+        if (w.live[v] >= 0)
+            w.st = remat__err(REMAT_INTERNAL, "schedule ends with value %zu of node %zu resident", v % 3, v / 3);
+    free(w.live);
+    return w.st;
+}
+
+void remat__memplan_peaks(const remat__memplan *m, const remat_mem_stats *start, remat_mem_stats *out) {
+    remat_mem_stats st = *start;
+    for (int c = 0; c < REMAT_MEM_COUNT; c++) st.peak[c] = st.live[c];
+    for (int32_t t = 0; t < m->ticks; t++) {
+        int32_t e = m->tick[t];
+        if (e >= 0) {
+            const remat__mev *x = &m->ev[e];
+            st.live[x->cat] += x->bytes;
+            st.live[REMAT_MEM_TOTAL] += x->bytes;
+            if (st.live[x->cat] > st.peak[x->cat]) st.peak[x->cat] = st.live[x->cat];
+            if (st.live[REMAT_MEM_TOTAL] > st.peak[REMAT_MEM_TOTAL]) st.peak[REMAT_MEM_TOTAL] = st.live[REMAT_MEM_TOTAL];
+        } else {
+            const remat__mev *x = &m->ev[~e];
+            st.live[x->cat] -= x->bytes;
+            st.live[REMAT_MEM_TOTAL] -= x->bytes;
+        }
+    }
+    *out = st;
+}
+
+/* ------------------------------------------------------------- placement */
+
+static size_t rounded(size_t b) { return (b + REMAT__ARENA_ALIGN - 1) & ~(REMAT__ARENA_ALIGN - 1); }
+
+/* by-size is quadratic in the events it places. */
+#define BY_SIZE_MAX 8192
+
+typedef struct {
+    size_t bytes; /* rounded */
+    int32_t t0, t1, e;
+} item;
+
+static int by_size_desc(const void *a, const void *b) {
+    const item *x = a, *y = b;
+    if (x->bytes != y->bytes) return x->bytes > y->bytes ? -1 : 1;
+    return (x->e > y->e) - (x->e < y->e);
+}
+
+/* Largest first, each at the smallest gap that fits between the placed
+ * events whose lifetimes overlap its own, or above them all. */
+static remat_status place_by_size(const remat__memplan *m, int64_t *off, size_t *arena) {
+    item *it = malloc(((size_t)m->n + 1) * sizeof *it);
+    int32_t *placed = malloc(((size_t)m->n + 1) * sizeof *placed); /* indices into it, by offset */
+    if (!it || !placed) {
+        free(it), free(placed);
+        return remat__err(REMAT_NOMEM, "out of memory planning a step's memory");
+    }
+    int k = 0;
+    for (int32_t e = 0; e < m->n; e++) {
+        off[e] = 0;
+        if (m->ev[e].bytes) it[k++] = (item){rounded(m->ev[e].bytes), m->ev[e].t0, m->ev[e].t1, e};
+    }
+    qsort(it, (size_t)k, sizeof *it, by_size_desc);
+    size_t top = 0;
+    int np = 0;
+    for (int i = 0; i < k; i++) {
+        const item *x = &it[i];
+        size_t cur = 0, best = SIZE_MAX, at = 0;
+        for (int j = 0; j < np; j++) {
+            const item *y = &it[placed[j]];
+            if (y->t1 <= x->t0 || x->t1 <= y->t0) continue; /* never live together */
+            size_t o = (size_t)off[y->e];
+            if (o > cur && o - cur >= x->bytes && o - cur - x->bytes < best) best = o - cur - x->bytes, at = cur;
+            if (o + y->bytes > cur) cur = o + y->bytes;
+        }
+        if (best == SIZE_MAX) at = cur;
+        off[x->e] = (int64_t)at;
+        if (at + x->bytes > top) top = at + x->bytes;
+        int j = np++;
+        while (j > 0 && off[it[placed[j - 1]].e] > (int64_t)at) placed[j] = placed[j - 1], j--;
+        placed[j] = i;
+    }
+    free(it), free(placed);
+    *arena = top;
+    return REMAT_OK;
+}
+
+/* Tick order through a best-fit free list (sorted by offset, neighbours
+ * coalesced; a free block at the top lowers the top). */
+static remat_status place_in_order(const remat__memplan *m, int64_t *off, size_t *arena) {
+    size_t *fo = malloc(((size_t)m->n + 1) * sizeof *fo), *fs = malloc(((size_t)m->n + 1) * sizeof *fs);
+    if (!fo || !fs) {
+        free(fo), free(fs);
+        return remat__err(REMAT_NOMEM, "out of memory planning a step's memory");
+    }
+    int nf = 0;
+    size_t top = 0, high = 0;
+    for (int32_t t = 0; t < m->ticks; t++) {
+        int32_t e = m->tick[t];
+        if (e >= 0) {
+            size_t b = rounded(m->ev[e].bytes);
+            off[e] = 0;
+            if (!b) continue;
+            int best = -1;
+            for (int i = 0; i < nf; i++)
+                if (fs[i] >= b && (best < 0 || fs[i] < fs[best])) best = i;
+            if (best >= 0) {
+                off[e] = (int64_t)fo[best];
+                fo[best] += b, fs[best] -= b;
+                if (!fs[best]) {
+                    memmove(fo + best, fo + best + 1, (size_t)(nf - best - 1) * sizeof *fo);
+                    memmove(fs + best, fs + best + 1, (size_t)(nf - best - 1) * sizeof *fs);
+                    nf--;
+                }
+            } else {
+                off[e] = (int64_t)top;
+                top += b;
+                if (top > high) high = top;
+            }
+        } else {
+            e = ~e;
+            size_t b = rounded(m->ev[e].bytes), o = (size_t)off[e];
+            if (!b) continue;
+            int i = 0;
+            while (i < nf && fo[i] < o) i++;
+            memmove(fo + i + 1, fo + i, (size_t)(nf - i) * sizeof *fo);
+            memmove(fs + i + 1, fs + i, (size_t)(nf - i) * sizeof *fs);
+            fo[i] = o, fs[i] = b, nf++;
+            if (i + 1 < nf && fo[i] + fs[i] == fo[i + 1]) { /* merge with the next */
+                fs[i] += fs[i + 1];
+                memmove(fo + i + 1, fo + i + 2, (size_t)(nf - i - 2) * sizeof *fo);
+                memmove(fs + i + 1, fs + i + 2, (size_t)(nf - i - 2) * sizeof *fs);
+                nf--;
+            }
+            if (i > 0 && fo[i - 1] + fs[i - 1] == fo[i]) { /* and with the previous */
+                fs[i - 1] += fs[i];
+                memmove(fo + i, fo + i + 1, (size_t)(nf - i - 1) * sizeof *fo);
+                memmove(fs + i, fs + i + 1, (size_t)(nf - i - 1) * sizeof *fs);
+                nf--, i--;
+            }
+            if (fo[i] + fs[i] == top) { /* the top block: the top comes down */
+                top = fo[i];
+                nf--;
+            }
+        }
+    }
+    free(fo), free(fs);
+    *arena = high;
+    return REMAT_OK;
+}
+
+remat_status remat__memplan_place(remat__memplan *m) {
+    int64_t *a = malloc(((size_t)m->n + 1) * sizeof *a), *b = malloc(((size_t)m->n + 1) * sizeof *b);
+    if (!a || !b) {
+        free(a), free(b);
+        return remat__err(REMAT_NOMEM, "out of memory planning a step's memory");
+    }
+    size_t sa = 0, sb = SIZE_MAX;
+    remat_status st = place_in_order(m, a, &sa);
+    if (st == REMAT_OK && m->n <= BY_SIZE_MAX) st = place_by_size(m, b, &sb);
+    if (st == REMAT_OK) {
+        int use_b = sb < sa;
+        for (int32_t e = 0; e < m->n; e++) m->ev[e].off = use_b ? b[e] : a[e];
+        m->arena = use_b ? sb : sa;
+        m->placer = use_b ? "by-size" : "in-order";
+    }
+    free(a), free(b);
+    return st;
+}
+
+/* -------------------------------------------------------------- checking */
+
+remat_status remat__memplan_verify(const remat__memplan *m) {
+    int32_t *live = malloc(((size_t)m->n + 1) * sizeof *live); /* events, by offset */
+    if (!live) return remat__err(REMAT_NOMEM, "out of memory checking a memory plan");
+    int nl = 0;
+    remat_status st = REMAT_OK;
+    for (int32_t t = 0; t < m->ticks && st == REMAT_OK; t++) {
+        int32_t e = m->tick[t];
+        if (e >= 0) {
+            const remat__mev *x = &m->ev[e];
+            if (!x->bytes) continue;
+            if (x->off < 0 || (size_t)x->off % REMAT__ARENA_ALIGN || (size_t)x->off + x->bytes > m->arena) {
+                st = remat__err(REMAT_INTERNAL, "event %d (%zu bytes at offset %lld) is not inside the %zu-byte arena "
+                                "at an aligned offset", e, x->bytes, (long long)x->off, m->arena);
+                break;
+            }
+            int i = 0;
+            while (i < nl && m->ev[live[i]].off < x->off) i++;
+            const remat__mev *prev = i > 0 ? &m->ev[live[i - 1]] : NULL, *next = i < nl ? &m->ev[live[i]] : NULL;
+            if (prev && (size_t)prev->off + prev->bytes > (size_t)x->off)
+                st = remat__err(REMAT_INTERNAL, "events %d and %d are live together and overlap", live[i - 1], e);
+            else if (next && (size_t)x->off + x->bytes > (size_t)next->off)
+                st = remat__err(REMAT_INTERNAL, "events %d and %d are live together and overlap", e, live[i]);
+            memmove(live + i + 1, live + i, (size_t)(nl - i) * sizeof *live);
+            live[i] = e, nl++;
+        } else {
+            e = ~e;
+            if (!m->ev[e].bytes) continue;
+            int i = 0;
+            while (i < nl && live[i] != e) i++;
+            if (i == nl) {
+                st = remat__err(REMAT_INTERNAL, "event %d is given back but was never live", e);
+                break;
+            }
+            memmove(live + i, live + i + 1, (size_t)(nl - i - 1) * sizeof *live);
+            nl--;
+        }
+    }
+    free(live);
+    return st;
+}

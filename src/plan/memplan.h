@@ -1,0 +1,73 @@
+/* memplan.h: the memory plan of a schedule.
+ *
+ * One liveness walk over a schedule lists every buffer the executor will
+ * take, in the order it takes them: each computed value's output and aux,
+ * each gradient value, each kernel's workspace. An event records its bytes,
+ * category, the value it holds (or -1 for a workspace) and its lifetime in
+ * ticks (one tick per take and per give-back, in execution order). The
+ * peaks per category are a fold over the events; the arena placement
+ * (an offset per event) is computed from the same list, before anything
+ * runs. The executor only interprets: it takes event i at its planned
+ * offset and checks that the size it needs is the planned one. One walker,
+ * so the predicted and measured peaks cannot drift apart, and every
+ * backend and every rank places memory the same way.
+ */
+#ifndef REMAT_MEMPLAN_H
+#define REMAT_MEMPLAN_H
+
+#include "schedule.h"
+
+/* Arena offsets and sizes are multiples of this (cuBLAS and cuDNN want
+ * 256-byte aligned buffers; the CPU kernels want 64). */
+#define REMAT__ARENA_ALIGN ((size_t)256)
+
+typedef struct {
+    size_t bytes;   /* what the executor takes */
+    int64_t off;    /* arena offset once placed, -1 before */
+    int32_t value;  /* the value it holds (REMAT__VAL), -1 for a workspace */
+    int32_t ins;    /* the instruction that takes it */
+    int32_t t0, t1; /* ticks at which it is taken and given back */
+    uint8_t cat;    /* remat_mem */
+    uint8_t zero;   /* filled with zeros when taken (a gradient accumulator) */
+} remat__mev;
+
+typedef struct {
+    remat__mev *ev; /* (n) in the order the executor takes them */
+    int32_t n;
+    int32_t ticks;  /* 2 n */
+    int32_t *tick;  /* (ticks) event of each tick, ~event for a give-back */
+    size_t arena;   /* bytes of the placed arena; 0 before placement */
+    const char *placer; /* static: the placement that won ("by-size",
+                           "in-order"); NULL before placement */
+} remat__memplan;
+
+/* Lists the allocation events of running s. Checks the schedule on the way
+ * (REMAT_INTERNAL naming the instruction when a value is used before it is
+ * computed, or computed while resident). Every event is given back within
+ * the schedule: schedules free every value after its last use. The caller
+ * frees *out (remat__memplan_free), also on failure. */
+remat_status remat__memplan_build(const remat__prog *p, const remat__schedule *s, remat__memplan *out);
+void remat__memplan_free(remat__memplan *m);
+
+/* Peak bytes per category of running the plan from `start` (the live
+ * bytes of parameters, gradients and optimizer state): a fold over the
+ * ticks. */
+void remat__memplan_peaks(const remat__memplan *m, const remat_mem_stats *start, remat_mem_stats *out);
+
+/* Places every event in one arena: two placements, the better kept (the
+ * smaller arena; the in-order one alone beyond a size where by-size's
+ * quadratic pass would be slow):
+ * - by-size: largest first, each at the lowest-waste gap between the
+ *   placed events whose lifetimes overlap its own (or above them all);
+ * - in-order: the events in tick order through a best-fit free list with
+ *   coalescing, as a real allocator would serve them.
+ * Sets ev[i].off, m->arena and m->placer. */
+remat_status remat__memplan_place(remat__memplan *m);
+
+/* Checks a placement independently of how it was made: every event lies
+ * inside the arena at an aligned offset, and no two events whose
+ * lifetimes overlap share a byte (a sweep over the ticks with the live
+ * events kept sorted by offset). REMAT_INTERNAL naming the two events. */
+remat_status remat__memplan_verify(const remat__memplan *m);
+
+#endif

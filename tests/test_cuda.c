@@ -1,0 +1,479 @@
+/* test_cuda.c: the CUDA backend against the CPU, and remat's promises on
+ * the GPU. Skipped (exit 77, one line saying why) where no GPU is visible.
+ *
+ * 1. Every op: each case of opcases.h, and larger ones that take the
+ *    kernels' multi-block paths (cuDNN's algorithms, two-stage
+ *    reductions), run on the CPU and on the GPU from the same weights and
+ *    inputs: the op's output (training and evaluation mode), the loss,
+ *    every parameter's gradient and the buffers after a step agree within
+ *    TOL of the largest magnitude. Dropout's output is bitwise the CPU's
+ *    (the same Philox streams, so the same masks).
+ * 2. Plan invariance on the GPU: cnn with dropout (batch 64), resnet50 and
+ *    gpt2 with dropout at tiny sizes, 5 SGD steps under all, sqrt and optimal at 3
+ *    budgets: losses, gradients, weights and BatchNorm statistics bitwise
+ *    equal to store-all's.
+ * 3. Memory truth on the GPU: at every step, the measured peak of each
+ *    category equals the memory plan's prediction, the session holds
+ *    exactly the bytes the plan says, within the budget; and the arena's
+ *    allocation takes from cudaMemGetInfo's free bytes what the arena
+ *    holds, up to the driver's allocation granularity.
+ */
+#include "check.h"
+#include "opcases.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define TOL 1e-5
+
+static uint32_t rng_state = 777;
+static float frand(void) { /* uniform in [-1, 1) */
+    rng_state = rng_state * 1664525u + 1013904223u;
+    return (float)(rng_state >> 8) / 8388608.0f - 1.0f;
+}
+
+/* max |a - b| / max |b|. */
+static double rel_err(const float *a, const float *b, int64_t n) {
+    double d = 0.0, m = 0.0;
+    for (int64_t i = 0; i < n; i++) {
+        double e = fabs((double)a[i] - (double)b[i]);
+        if (!(e <= d)) d = e; /* NaN propagates */
+        if (fabs((double)b[i]) > m) m = fabs((double)b[i]);
+    }
+    return m > 0.0 ? d / m : d;
+}
+
+static remat_session *make(const remat_graph *g, remat_node loss, remat_device dev, remat_strategy st,
+                           size_t budget) {
+    remat_session_opts o;
+    remat_session_opts_default(&o);
+    o.threads = 2;
+    o.seed = 11;
+    o.device = dev;
+    o.strategy = st;
+    o.budget = budget;
+    remat_session *s = NULL;
+    remat_status rc = remat_session_create(&s, g, loss, &o);
+    CHECK_MSG(rc == REMAT_OK, "session on %s: %s", remat_device_str(dev), remat_last_error());
+    return rc == REMAT_OK ? s : NULL;
+}
+
+/* ------------------------------------------------------------------ ops */
+
+/* Larger cases: the sizes where the GPU kernels leave their one-block
+ * paths. */
+static void c_conv_big(gcase *c) {
+    c->out = remat_conv2d_op(c->g, P(c->g, "x", 4, 8, 16, 32, 32), P(c->g, "w", 4, 32, 16, 3, 3),
+                             P(c->g, "b", 1, 32, 0, 0, 0), 1, 1);
+}
+static void c_conv_stem(gcase *c) { /* resnet's 7x7 stride-2 stem */
+    c->out = remat_conv2d_op(c->g, P(c->g, "x", 4, 4, 3, 64, 64), P(c->g, "w", 4, 16, 3, 7, 7), REMAT_NONE, 2, 3);
+}
+static void c_conv_1x1_big(gcase *c) {
+    c->out = remat_conv2d_op(c->g, P(c->g, "x", 4, 8, 64, 14, 14), P(c->g, "w", 4, 128, 64, 1, 1), REMAT_NONE, 1, 0);
+}
+static void c_bn_big(gcase *c) {
+    int64_t C = 64;
+    remat_node rm = remat_buffer(c->g, "rm", 1, &C, REMAT_INIT_ZEROS);
+    remat_node rv = remat_buffer(c->g, "rv", 1, &C, REMAT_INIT_ONES);
+    c->out = remat_batchnorm2d_op(c->g, P(c->g, "x", 4, 16, 64, 28, 28), P(c->g, "gamma", 1, 64, 0, 0, 0),
+                                  P(c->g, "beta", 1, 64, 0, 0, 0), rm, rv, 1e-5f, 0.1f);
+}
+static void c_linear_big(gcase *c) {
+    c->out = remat_linear_op(c->g, P(c->g, "x", 2, 256, 512, 0, 0), P(c->g, "w", 2, 1000, 512, 0, 0),
+                             P(c->g, "b", 1, 1000, 0, 0, 0));
+}
+static void c_attention_big(gcase *c) { /* B 2, T 128, C 64, 4 heads */
+    c->out = remat_attention(c->g, P(c->g, "qkv", 3, 2, 128, 192, 0), 4);
+}
+static void c_layernorm_big(gcase *c) {
+    c->out = remat_layernorm_op(c->g, P(c->g, "x", 3, 4, 256, 768, 0), P(c->g, "w", 1, 768, 0, 0, 0),
+                                P(c->g, "b", 1, 768, 0, 0, 0), 1e-5f);
+}
+static void c_softmax_big(gcase *c) { c->out = remat_softmax(c->g, P(c->g, "x", 2, 64, 3000, 0, 0)); }
+static void c_ce_big(gcase *c) {
+    int64_t n = 512;
+    c->extra = remat_input(c->g, "labels", REMAT_I32, 1, &n);
+    c->classes = 1000;
+    c->out = remat_cross_entropy(c->g, P(c->g, "z", 2, 512, 1000, 0, 0), c->extra);
+}
+static void c_embedding_big(gcase *c) { /* 1024 ids over 300 rows: many repeats */
+    int64_t d[2] = {8, 128};
+    c->extra = remat_input(c->g, "ids", REMAT_I32, 2, d);
+    c->classes = 300;
+    c->out = remat_embedding_op(c->g, c->extra, P(c->g, "w", 2, 300, 64, 0, 0));
+}
+static void c_maxpool_big(gcase *c) {
+    c->out = remat_maxpool2d(c->g, P(c->g, "x", 4, 4, 16, 32, 32), 3, 2, 1);
+    c->kinks = 1;
+}
+static void c_gap_big(gcase *c) { c->out = remat_global_avgpool(c->g, P(c->g, "x", 4, 8, 256, 7, 7)); }
+static void c_addb_big(gcase *c) {
+    c->out = remat_add_broadcast(c->g, P(c->g, "x", 3, 8, 128, 256, 0), P(c->g, "b", 2, 128, 256, 0, 0));
+}
+static void c_permute_big(gcase *c) {
+    int perm[4] = {0, 2, 1, 3};
+    c->out = remat_permute(c->g, P(c->g, "x", 4, 4, 64, 12, 32), 4, perm);
+}
+static void c_gelu_big(gcase *c) { c->out = remat_gelu(c->g, P(c->g, "x", 2, 4096, 64, 0, 0), 1); }
+static void c_dropout_big(gcase *c) { c->out = remat_dropout(c->g, P(c->g, "x", 2, 1000, 333, 0, 0), 0.1f); }
+static void c_mse_big(gcase *c) {
+    c->out = remat_mse(c->g, P(c->g, "a", 2, 1000, 300, 0, 0), P(c->g, "b", 2, 1000, 300, 0, 0));
+}
+
+static const struct {
+    const char *op;
+    void (*build)(gcase *);
+} big[] = {
+    {"conv2d", c_conv_big},        {"conv2d", c_conv_stem},         {"conv2d", c_conv_1x1_big},
+    {"batchnorm2d", c_bn_big},     {"linear", c_linear_big},        {"attention", c_attention_big},
+    {"layernorm", c_layernorm_big}, {"softmax", c_softmax_big},     {"cross_entropy", c_ce_big},
+    {"embedding", c_embedding_big}, {"maxpool2d", c_maxpool_big},   {"global_avgpool", c_gap_big},
+    {"add_broadcast", c_addb_big}, {"permute", c_permute_big},      {"gelu", c_gelu_big},
+    {"dropout", c_dropout_big},    {"mse", c_mse_big},
+};
+
+/* Reads parameter i (value or gradient) of a session into a new array. */
+static float *read_param(remat_session *s, int i, remat_param_part part, int64_t *numel) {
+    remat_param_info pi;
+    remat_session_param(s, i, &pi);
+    float *x = malloc((size_t)pi.numel * sizeof *x + 1);
+    CHECK_OK(remat_session_read_param(s, i, part, x));
+    *numel = pi.numel;
+    return x;
+}
+
+static double worst_seen = 0.0;
+
+/* One case on both devices. */
+static void compare(const char *opname, void (*build)(gcase *), int idx) {
+    gcase c = {.extra = REMAT_NONE};
+    CHECK_OK(remat_graph_create(&c.g));
+    build(&c);
+    remat_node loss = c.out, target = REMAT_NONE;
+    int is_loss = remat__ops[c.g->nodes[c.out].op]->flags & REMAT__OP_LOSS;
+    if (!is_loss) {
+        int64_t dims[4];
+        int nd = remat_node_shape(c.g, c.out, dims);
+        target = remat_input(c.g, "target", REMAT_F32, nd, dims);
+        loss = remat_mse(c.g, c.out, target);
+    }
+    CHECK_MSG(remat_graph_status(c.g) == REMAT_OK, "%s: %s", opname, remat_graph_error(c.g));
+    remat_session *cpu = make(c.g, loss, REMAT_DEVICE_CPU, REMAT_STRATEGY_ALL, 0);
+    remat_session *gpu = make(c.g, loss, REMAT_DEVICE_CUDA, REMAT_STRATEGY_ALL, 0);
+    if (!cpu || !gpu) {
+        remat_session_destroy(cpu), remat_session_destroy(gpu), remat_graph_destroy(c.g);
+        return;
+    }
+    /* The same weights and inputs on both. */
+    int np = remat_session_param_count(cpu);
+    for (int p = 0; p < np; p++) {
+        remat_param_info pi;
+        remat_session_param(cpu, p, &pi);
+        if (!pi.trainable) continue;
+        float *w = malloc((size_t)pi.numel * sizeof *w);
+        for (int64_t i = 0; i < pi.numel; i++) {
+            if (c.kinks) { /* distinct values away from each other: ties are not compared */
+                int64_t k = (i * 7919) % pi.numel;
+                float v = 0.1f + 0.05f * (float)k;
+                w[i] = k % 2 ? -v : v;
+            } else {
+                w[i] = frand();
+            }
+        }
+        CHECK_OK(remat_session_write_param(cpu, p, w));
+        CHECK_OK(remat_session_write_param(gpu, p, w));
+        free(w);
+    }
+    float *tbuf = NULL;
+    int32_t *lbuf = NULL;
+    if (target != REMAT_NONE) {
+        int64_t n = remat__numel(&c.g->nodes[target].shape);
+        tbuf = malloc((size_t)n * sizeof *tbuf);
+        for (int64_t i = 0; i < n; i++) tbuf[i] = frand();
+        remat_session_bind(cpu, target, tbuf), remat_session_bind(gpu, target, tbuf);
+    }
+    if (c.extra != REMAT_NONE) {
+        int64_t n = remat__numel(&c.g->nodes[c.extra].shape);
+        lbuf = malloc((size_t)n * sizeof *lbuf);
+        for (int64_t i = 0; i < n; i++) lbuf[i] = (int32_t)((i * 3 + i / 7) % c.classes);
+        remat_session_bind(cpu, c.extra, lbuf), remat_session_bind(gpu, c.extra, lbuf);
+    }
+    int64_t on = remat__numel(&c.g->nodes[c.out].shape);
+    float *ya = malloc((size_t)on * sizeof *ya + 4), *yb = malloc((size_t)on * sizeof *yb + 4);
+    double worst = 0.0;
+    const char *where = "";
+    /* The op's output, training then evaluation mode. */
+    for (int train = 1; train >= 0; train--) {
+        float la = 0, lb = 0;
+        CHECK_OK(remat_session_forward(cpu, train, &la, c.out, ya));
+        CHECK_OK(remat_session_forward(gpu, train, &lb, c.out, yb));
+        double e = rel_err(yb, ya, on);
+        if (!(e <= worst)) worst = e, where = train ? "output (training)" : "output (evaluation)";
+        if (strcmp(opname, "dropout") == 0 && train)
+            CHECK_MSG(memcmp(ya, yb, (size_t)on * sizeof *ya) == 0, "dropout case %d: the GPU's output is not "
+                      "bitwise the CPU's (masks differ)", idx);
+    }
+    /* A training step: loss, gradients, buffers. */
+    float la = 0, lb = 0;
+    CHECK_OK(remat_session_step(cpu, &la));
+    CHECK_OK(remat_session_step(gpu, &lb));
+    double e = rel_err(&lb, &la, 1);
+    if (!(e <= worst)) worst = e, where = "loss";
+    char pname[96] = "";
+    for (int p = 0; p < np; p++) {
+        remat_param_info pi;
+        remat_session_param(cpu, p, &pi);
+        int64_t n;
+        float *a = read_param(cpu, p, pi.trainable ? REMAT_PARAM_GRAD : REMAT_PARAM_VALUE, &n);
+        float *b = read_param(gpu, p, pi.trainable ? REMAT_PARAM_GRAD : REMAT_PARAM_VALUE, &n);
+        e = rel_err(b, a, n);
+        if (!(e <= worst)) {
+            worst = e;
+            snprintf(pname, sizeof pname, "%s of %s", pi.trainable ? "gradient" : "buffer", pi.name);
+            where = pname;
+        }
+        free(a), free(b);
+    }
+    CHECK_MSG(worst <= TOL, "%s case %d: CUDA differs from the CPU by %.3g of the largest magnitude (%s)", opname,
+              idx, worst, where);
+    if (worst > worst_seen) worst_seen = worst;
+    printf("cuda vs cpu %-15s case %2d: worst %.2e (%s)\n", opname, idx, worst, *where ? where : "-");
+    free(ya), free(yb), free(tbuf), free(lbuf);
+    remat_session_destroy(cpu);
+    remat_session_destroy(gpu);
+    remat_graph_destroy(c.g);
+}
+
+static void ops(void) {
+    for (int ci = 0; ci < N_CASES; ci++) compare(cases[ci].op, cases[ci].build, ci);
+    for (int ci = 0; ci < (int)(sizeof big / sizeof big[0]); ci++) compare(big[ci].op, big[ci].build, 100 + ci);
+    printf("cuda vs cpu: every op within %.0e (worst %.2e)\n", TOL, worst_seen);
+}
+
+/* ------------------------------------------------ invariance and memory */
+
+#define STEPS 5
+
+typedef struct {
+    float loss[STEPS];
+    float *w, *gw; /* every parameter and buffer; every gradient */
+    size_t nw, ngw;
+    int64_t recomputations;
+    size_t held;
+    remat_status status;
+} outcome;
+
+/* Five SGD steps with momentum on a batch that changes every step. */
+static void train(const remat_graph *g, const remat_model *m, remat_strategy st, size_t budget, int lm,
+                  int64_t vocab, outcome *o) {
+    memset(o, 0, sizeof *o);
+    remat_session_opts so;
+    remat_session_opts_default(&so);
+    so.seed = 5;
+    so.device = REMAT_DEVICE_CUDA;
+    so.strategy = st;
+    so.budget = budget;
+    remat_session *s = NULL;
+    o->status = remat_session_create(&s, g, m->loss, &so);
+    if (o->status != REMAT_OK) return;
+    remat_optim_opts oo;
+    remat_optim_opts_default(&oo, REMAT_OPTIM_SGD);
+    oo.lr = 0.05f, oo.momentum = 0.9f;
+    o->status = remat_session_set_optimizer(s, &oo);
+    if (o->status != REMAT_OK) {
+        remat_session_destroy(s);
+        return;
+    }
+    remat_plan_summary p;
+    CHECK_OK(remat_session_plan(s, &p));
+    o->recomputations = p.recomputations;
+    o->held = p.held_bytes;
+    int64_t xd[4], ld[4], n = 1, nl = 1;
+    int nd = remat_node_shape(g, m->input, xd), ndl = remat_node_shape(g, m->labels, ld);
+    for (int i = 0; i < nd; i++) n *= xd[i];
+    for (int i = 0; i < ndl; i++) nl *= ld[i];
+    int32_t classes = 10;
+    float *x = malloc((size_t)n * sizeof *x);
+    int32_t *xi = malloc((size_t)n * sizeof *xi), *y = malloc((size_t)nl * sizeof *y);
+    for (int k = 0; k < STEPS; k++) {
+        for (int64_t i = 0; i < n; i++) {
+            x[i] = (float)((i * 37 + k * 11) % 29) / 14.0f - 1.0f;
+            xi[i] = (int32_t)((i * 13 + k * 5) % vocab);
+        }
+        for (int64_t i = 0; i < nl; i++) y[i] = (int32_t)((i * 7 + k) % (lm ? vocab : classes));
+        remat_session_bind(s, m->input, lm ? (const void *)xi : (const void *)x);
+        remat_session_bind(s, m->labels, y);
+        remat_mem_stats pred, meas;
+        CHECK_OK(remat_session_predict(s, &pred));
+        CHECK_OK(remat_session_step(s, &o->loss[k]));
+        remat_session_mem(s, &meas);
+        for (int c = 0; c < REMAT_MEM_COUNT; c++)
+            CHECK_MSG(pred.peak[c] == meas.peak[c], "%s: step %d: %s predicted %zu, measured %zu",
+                      remat_strategy_str(st), k, remat_mem_str((remat_mem)c), pred.peak[c], meas.peak[c]);
+        CHECK_MSG(remat_session_held_bytes(s) == p.held_bytes, "%s: holds %zu, the plan says %zu",
+                  remat_strategy_str(st), remat_session_held_bytes(s), p.held_bytes);
+        CHECK(!budget || remat_session_held_bytes(s) <= budget);
+        CHECK_OK(remat_session_update(s));
+    }
+    for (int i = 0; i < remat_session_param_count(s); i++) {
+        remat_param_info pi;
+        remat_session_param(s, i, &pi);
+        int64_t k;
+        float *v = read_param(s, i, REMAT_PARAM_VALUE, &k);
+        o->w = realloc(o->w, (o->nw + (size_t)k) * sizeof *o->w);
+        memcpy(o->w + o->nw, v, (size_t)k * sizeof *v);
+        o->nw += (size_t)k;
+        free(v);
+        if (!pi.trainable) continue;
+        v = read_param(s, i, REMAT_PARAM_GRAD, &k);
+        o->gw = realloc(o->gw, (o->ngw + (size_t)k) * sizeof *o->gw);
+        memcpy(o->gw + o->ngw, v, (size_t)k * sizeof *v);
+        o->ngw += (size_t)k;
+        free(v);
+    }
+    free(x), free(xi), free(y);
+    remat_session_destroy(s);
+}
+
+static void same(const char *name, const char *what, const outcome *a, const outcome *b) {
+    CHECK_MSG(b->status == REMAT_OK, "%s %s: %s", name, what, remat_last_error());
+    if (b->status != REMAT_OK) return;
+    CHECK_MSG(memcmp(a->loss, b->loss, sizeof a->loss) == 0, "%s %s: losses differ", name, what);
+    CHECK_MSG(a->nw == b->nw && memcmp(a->w, b->w, a->nw * sizeof *a->w) == 0,
+              "%s %s: weights or running statistics differ", name, what);
+    CHECK_MSG(a->ngw == b->ngw && memcmp(a->gw, b->gw, a->ngw * sizeof *a->gw) == 0, "%s %s: gradients differ", name,
+              what);
+}
+
+/* Optimal's smallest feasible budget with the optimizer's state: the
+ * floor a budget of 1 names (the parameter and gradient blocks and the
+ * smallest arena), plus the optimizer's block (candidate schedules and
+ * their arenas do not depend on the resident bytes). */
+static size_t floor_budget(const remat_graph *g, const remat_model *m) {
+    remat_session_opts so;
+    remat_session_opts_default(&so);
+    so.device = REMAT_DEVICE_CUDA;
+    remat_session *s = NULL;
+    CHECK_OK(remat_session_create(&s, g, m->loss, &so));
+    size_t optim = 0;
+    if (s) {
+        size_t before = remat_session_held_bytes(s); /* no step yet: the blocks alone */
+        remat_optim_opts oo;
+        remat_optim_opts_default(&oo, REMAT_OPTIM_SGD);
+        oo.momentum = 0.9f;
+        CHECK_OK(remat_session_set_optimizer(s, &oo));
+        optim = remat_session_held_bytes(s) - before;
+    }
+    remat_session_destroy(s);
+    so.strategy = REMAT_STRATEGY_OPTIMAL;
+    so.budget = 1;
+    s = NULL;
+    CHECK(remat_session_create(&s, g, m->loss, &so) == REMAT_BUDGET);
+    remat_session_destroy(s);
+    const char *p = strstr(remat_last_error(), "smallest feasible budget is ");
+    CHECK_MSG(p != NULL, "%s", remat_last_error());
+    return p ? (size_t)strtoull(p + strlen("smallest feasible budget is "), NULL, 10) + optim : 0;
+}
+
+static void invariance(const char *name) {
+    remat_model_opts mo;
+    remat_model_opts_default(&mo);
+    CHECK_OK(remat_model_opts_for(&mo, name));
+    int lm = strcmp(name, "gpt2") == 0;
+    if (lm) {
+        mo.batch = 2, mo.layers = 2, mo.embd = 32, mo.heads = 2, mo.context = 16, mo.vocab = 64;
+    } else if (strcmp(name, "resnet50") == 0) {
+        mo.batch = 4, mo.height = 32, mo.width = 32, mo.classes = 10, mo.base_channels = 8;
+    } else {
+        /* at batch 8 the device's workspaces outweigh cnn's activations:
+         * no plan holds less than store-all */
+        mo.batch = 64;
+    }
+    remat_graph *g;
+    remat_model m;
+    CHECK_OK(remat_graph_create(&g));
+    CHECK_OK(remat_model_build(g, &mo, &m));
+    outcome all;
+    train(g, &m, REMAT_STRATEGY_ALL, 0, lm, mo.vocab, &all);
+    CHECK_MSG(all.status == REMAT_OK, "%s all: %s", name, remat_last_error());
+    outcome sq;
+    train(g, &m, REMAT_STRATEGY_SQRT, 0, lm, mo.vocab, &sq);
+    same(name, "sqrt", &all, &sq);
+    size_t lo = floor_budget(g, &m);
+    CHECK_MSG(lo > 0 && lo < all.held, "%s: floor %zu, store-all holds %zu", name, lo, all.held);
+    printf("gpu %-9s all holds %zu B; sqrt %zu B (%lld recomputations)", name, all.held, sq.held,
+           (long long)sq.recomputations);
+    for (int b = 0; b < 3; b++) {
+        size_t budget = lo + (all.held - lo) * (size_t)b / 3;
+        outcome opt;
+        train(g, &m, REMAT_STRATEGY_OPTIMAL, budget, lm, mo.vocab, &opt);
+        char what[64];
+        snprintf(what, sizeof what, "optimal at %zu B", budget);
+        same(name, what, &all, &opt);
+        printf("; optimal@%zu %zu B (%lld)", budget, opt.held, (long long)opt.recomputations);
+        free(opt.w), free(opt.gw);
+    }
+    printf(": bitwise equal over %d steps, predicted == measured\n", STEPS);
+    free(all.w), free(all.gw), free(sq.w), free(sq.gw);
+    remat_graph_destroy(g);
+}
+
+/* The arena's allocation, seen by the driver. A first session loads the
+ * kernels (lazily loaded modules take device memory on first use); a
+ * second one is measured: creating it takes its resident blocks and the
+ * cuBLAS and cuDNN handles, its first step the arena. */
+static void driver_view(void) {
+    remat_model_opts mo;
+    remat_model_opts_default(&mo);
+    CHECK_OK(remat_model_opts_for(&mo, "cnn"));
+    mo.batch = 256;
+    remat_graph *g;
+    remat_model m;
+    CHECK_OK(remat_graph_create(&g));
+    CHECK_OK(remat_model_build(g, &mo, &m));
+    int64_t n = 256 * 28 * 28;
+    float *x = calloc((size_t)n, sizeof *x);
+    int32_t *y = calloc(256, sizeof *y);
+    for (int64_t i = 0; i < n; i++) x[i] = (float)(i % 17) / 17.0f;
+    remat_session *s = make(g, m.loss, REMAT_DEVICE_CUDA, REMAT_STRATEGY_ALL, 0);
+    if (s) {
+        remat_session_bind(s, m.input, x), remat_session_bind(s, m.labels, y);
+        CHECK_OK(remat_session_step(s, NULL));
+    }
+    remat_session_destroy(s);
+    size_t f0, f1, f2, total;
+    CHECK_OK(remat_device_memory(REMAT_DEVICE_CUDA, &f0, &total));
+    s = make(g, m.loss, REMAT_DEVICE_CUDA, REMAT_STRATEGY_ALL, 0);
+    CHECK_OK(remat_device_memory(REMAT_DEVICE_CUDA, &f1, &total));
+    if (s) {
+        remat_session_bind(s, m.input, x), remat_session_bind(s, m.labels, y);
+        CHECK_OK(remat_session_step(s, NULL));
+        CHECK_OK(remat_device_memory(REMAT_DEVICE_CUDA, &f2, &total));
+        remat_plan_summary p;
+        CHECK_OK(remat_session_plan(s, &p));
+        size_t drop = f1 - f2, gran = (size_t)2 << 20;
+        CHECK_MSG(drop >= p.arena_bytes && drop - p.arena_bytes < gran,
+                  "the arena holds %zu bytes, cudaMemGetInfo's free bytes fell by %zu", p.arena_bytes, drop);
+        printf("driver: cnn b256: the arena (workspaces included) holds %zu B; its allocation took %zu B of free "
+               "device memory (granularity %zu B); creating the session took %zu B (resident blocks %zu B + "
+               "cuBLAS/cuDNN handles)\n",
+               p.arena_bytes, drop, gran, f0 - f1, p.held_bytes - p.arena_bytes);
+    }
+    remat_session_destroy(s);
+    free(x), free(y);
+    remat_graph_destroy(g);
+}
+
+int main(void) {
+    remat_status st = remat_device_available(REMAT_DEVICE_CUDA);
+    if (st != REMAT_OK) {
+        printf("test_cuda: skipped: %s\n", remat_last_error());
+        return 77;
+    }
+    ops();
+    const char *models[] = {"cnn", "resnet50", "gpt2"};
+    for (int i = 0; i < 3; i++) invariance(models[i]);
+    driver_view();
+    return check_exit("test_cuda");
+}
