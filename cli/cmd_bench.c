@@ -173,7 +173,7 @@ static void child(const config *cf, const row *me, int cmd, int res) {
         if (!x || (syn.ny && !y)) set_error(&r, "out of memory for a batch");
         else if (remat_device_available(so.device) != REMAT_OK ||
                  remat_device_memory(so.device, &free0, &total) != REMAT_OK ||
-                 remat_session_create(&s, g, m.loss, &so) != REMAT_OK || remat_session_set_optimizer(s, &oo) != REMAT_OK)
+                 (so.optim = &oo, remat_session_create(&s, g, m.loss, &so)) != REMAT_OK)
             set_error(&r, remat_last_error());
         else {
             cli_synth_next(&syn, 0, x, y);

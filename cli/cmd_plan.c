@@ -45,9 +45,9 @@ static remat_status plan_at(const remat_graph *g, remat_node loss, const remat_s
     remat_session_opts so = *base;
     so.strategy = st;
     so.budget = budget;
+    so.optim = oo;
     remat_session *s = NULL;
     remat_status rc = remat_session_create(&s, g, loss, &so);
-    if (rc == REMAT_OK && oo) rc = remat_session_set_optimizer(s, oo);
     if (rc == REMAT_OK) rc = remat_session_plan(s, p);
     remat_session_destroy(s);
     return rc;
@@ -339,8 +339,8 @@ int cmd_plan(int argc, char **argv) {
     remat_model m;
     int rc = 1;
     if (remat_graph_create(&g) != REMAT_OK || remat_model_build(g, &mo, &m) != REMAT_OK) goto fail;
+    so.optim = has_optim ? &oo : NULL; /* its state counts in the plan and the budget */
     if (remat_session_create(&s, g, m.loss, &so) != REMAT_OK) goto fail;
-    if (has_optim && remat_session_set_optimizer(s, &oo) != REMAT_OK) goto fail;
     remat_plan_summary p;
     if (remat_session_plan(s, &p) != REMAT_OK) goto fail;
     double total_f = p.flops + p.extra_flops;
@@ -350,6 +350,7 @@ int cmd_plan(int argc, char **argv) {
         cJSON_AddNumberToObject(o, "batch", (double)batch);
         cJSON_AddStringToObject(o, "strategy", strategy);
         cJSON_AddStringToObject(o, "planner", p.planner);
+        if (*p.candidate) cJSON_AddStringToObject(o, "candidate", p.candidate);
         cJSON_AddStringToObject(o, "device", remat_device_str(so.device));
         if (budget) cJSON_AddNumberToObject(o, "budget_bytes", (double)budget);
         cJSON_AddNumberToObject(o, "arena_bytes", (double)p.arena_bytes);
@@ -398,8 +399,9 @@ int cmd_plan(int argc, char **argv) {
             }
             printf("\n");
         }
-        printf("model %s, batch %lld, device %s, strategy %s (schedule from %s): %lld boundaries kept\n", model,
-               (long long)batch, remat_device_str(so.device), strategy, p.planner, (long long)p.kept_boundaries);
+        printf("model %s, batch %lld, device %s, strategy %s (schedule from %s%s%s%s): %lld boundaries kept\n",
+               model, (long long)batch, remat_device_str(so.device), strategy, p.planner,
+               *p.candidate ? "; candidate " : "", p.candidate, "", (long long)p.kept_boundaries);
         printf("predicted peak of a training step:\n");
         for (int i = 0; i < REMAT_MEM_COUNT; i++)
             printf("  %-16s %12zu B  %s\n", remat_mem_str((remat_mem)i), p.predicted.peak[i],

@@ -322,9 +322,9 @@ int cmd_train(int argc, char **argv) {
         if (test_limit && test_limit < remat_dataset_size(test) && remat_dataset_truncate(test, test_limit) != REMAT_OK)
             goto fail;
     }
+    so.optim = &oo; /* its state counts in the first plan and the budget */
     if (remat_session_create(&s, g, m.loss, &so) != REMAT_OK) goto fail;
     if (init_from && remat_safetensors_load(s, init_from, 1) != REMAT_OK) goto fail;
-    if (remat_session_set_optimizer(s, &oo) != REMAT_OK) goto fail;
     so.threads = so.threads ? so.threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (!json) {
         remat_mem_stats pred;

@@ -29,6 +29,9 @@ int main(int argc, char **argv) {
         return 2;
     }
     const char *cmd = argv[1];
+    /* remat's kernels split their work over their own threads and call
+     * BLAS from each: one BLAS thread per call (remat.h). */
+    remat_set_blas_threads(1);
     if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
         usage(stdout);
         return 0;

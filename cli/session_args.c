@@ -6,6 +6,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 void cli_session_args_init(cli_session_args *a) {
     memset(a, 0, sizeof *a);
@@ -46,7 +47,20 @@ int cli_session_opts(const cli_session_args *a, const char *cmd, remat_session_o
         so->cost_model = cm;
         if (cost_used) *cost_used = a->cost_model;
     } else if (cm) {
-        so->cost_model = cli_cost_model(cm, NULL, cost_used);
+        const char *used = NULL;
+        so->cost_model = cli_cost_model(cm, NULL, &used);
+        /* The cached calibration holds for one device and thread count:
+         * elsewhere, plans are costed in FLOPs (an explicit --cost-model
+         * that does not fit is refused by the session instead). */
+        int threads = so->threads > 0 ? so->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+        if (so->cost_model && (cm->device != so->device || (so->device == REMAT_DEVICE_CPU && cm->threads != threads))) {
+            fprintf(stderr, "remat: the cached cost model %s was measured on the %s with %d threads, not the %s "
+                    "with %d; costing in FLOPs (remat calibrate --threads %d measures this one)\n", used,
+                    remat_device_str(cm->device), cm->threads, remat_device_str(so->device), threads, threads);
+            so->cost_model = NULL;
+            used = NULL;
+        }
+        if (cost_used) *cost_used = used;
     }
     return 0;
 }
@@ -58,12 +72,15 @@ void cli_session_help(int plans) {
            "                      1e-3 relative error; off by default)\n"
            "  --threads T         CPU kernel threads (default: one per core)\n"
            "  --seed S            seed for initialization, data and dropout (default 42)\n");
-    if (plans)
-        printf("  --strategy S        auto | all | manual | sqrt | optimal: which activations to\n"
-               "                      keep (default auto: optimal with a budget, all without)\n"
-               "  --budget SIZE       bytes a training step may hold on the device (its arena of\n"
+    if (plans) {
+        printf("  --strategy S        which activations to keep (default auto):\n");
+        for (int s = 0; s < REMAT_STRATEGY_COUNT; s++)
+            printf("                        %-8s %s\n", remat_strategy_str((remat_strategy)s),
+                   remat_strategy_summary((remat_strategy)s));
+        printf("  --budget SIZE       bytes a training step may hold on the device (its arena of\n"
                "                      values and its parameters, gradients and optimizer state),\n"
                "                      e.g. 512MiB, 11GiB\n");
+    }
     printf("  --cost-model FILE   per-op costs from `remat calibrate` (default: the cached\n"
            "                      calibration if any, else FLOPs)\n");
 }

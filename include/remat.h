@@ -57,6 +57,10 @@ const char *remat_status_str(remat_status s);
  * "conv2d 'features.0': input has 1 channels, weight expects 3". The string
  * is owned by the library and valid until the next failing call. */
 const char *remat_last_error(void);
+/* Sets this thread's last error to the formatted message and returns s:
+ * for code built on libremat (a remat_batch_fn, a model builder) that
+ * reports its failures the way the library does. */
+remat_status remat_error(remat_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* ---------------------------------------------------------------- memory */
 
@@ -112,6 +116,20 @@ void remat_graph_destroy(remat_graph *g);
  * remat_graph_error(g) (owned by the graph). */
 remat_status remat_graph_status(const remat_graph *g);
 const char *remat_graph_error(const remat_graph *g);
+/* Records a builder error of the caller's own (a model builder's checks)
+ * as the graph's first error, unless it has one already, and as this
+ * thread's last error; returns the graph's status. */
+remat_status remat_graph_fail(remat_graph *g, remat_status s, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* The first node named `name` (parameters, buffers, inputs and named op
+ * nodes), or REMAT_NONE. */
+remat_node remat_graph_find(const remat_graph *g, const char *name);
+/* Names an op node (copied), for remat info, plans and error messages; op
+ * names need not be unique. Leaves are named when created. */
+remat_status remat_node_set_name(remat_graph *g, remat_node n, const char *name);
+
+/* The most inputs one node takes (remat_concat's n). */
+#define REMAT_MAX_INPUTS 32
 
 /* Leaves. Names are copied. Parameter names are PyTorch state_dict names
  * ("features.0.weight"); they must be unique within the graph. */
@@ -230,6 +248,25 @@ const char *remat_node_name(const remat_graph *g, remat_node n); /* or "" */
  * optimizer state, a thread pool and the compiled schedules. */
 typedef struct remat_session remat_session;
 
+/* ---------------------------------------------------------------- devices */
+
+/* Where a session's tensors live and its kernels run. The CPU is the
+ * reference; CUDA runs the same schedules on an NVIDIA GPU (device memory
+ * from the memory plan, cuBLAS and cuDNN, deterministic kernels). */
+typedef enum { REMAT_DEVICE_CPU = 0, REMAT_DEVICE_CUDA = 1 } remat_device;
+
+/* "cpu", "cuda". */
+const char *remat_device_str(remat_device d);
+/* Parses a device name; REMAT_NOT_FOUND names the known ones. */
+remat_status remat_device_parse(const char *name, remat_device *out);
+/* REMAT_OK when sessions can run on the device here; REMAT_UNSUPPORTED
+ * with a message saying why not (built without CUDA, no GPU visible, a
+ * driver older than the runtime). */
+remat_status remat_device_available(remat_device d);
+/* The device's memory as its driver sees it (cudaMemGetInfo for CUDA;
+ * for the CPU, the system's available and total memory). */
+remat_status remat_device_memory(remat_device d, size_t *free_bytes, size_t *total_bytes);
+
 /* ------------------------------------------------------------ cost model */
 
 /* Op families, each with its own measured throughput. X(name, "name") */
@@ -252,38 +289,25 @@ typedef enum {
 const char *remat_family_str(remat_family f);
 
 /* Seconds of a node = its FLOPs (from the op table; a backward counts twice
- * its forward) / its family's throughput. Uncalibrated, costs are FLOPs. */
+ * its forward) / its family's throughput. Uncalibrated, costs are FLOPs.
+ * A calibration holds for the device and thread count it was measured
+ * with: remat_session_create refuses one measured with others, naming
+ * both. */
 typedef struct {
     int calibrated;
+    int threads;          /* CPU kernel threads of the measurement */
+    remat_device device;  /* where it was measured (REMAT_DEVICE_CPU) */
     double flops_per_s[REMAT_FAMILY_COUNT];
 } remat_cost_model;
 
-/* Measures each family's throughput on this machine with `threads` kernel
- * threads (0 = one per core) by timing training steps of small graphs made
- * of that family's ops; takes a few seconds. */
+/* Measures each family's throughput on this machine's CPU with `threads`
+ * kernel threads (0 = one per core) by timing training steps of small
+ * graphs made of that family's ops; takes a few seconds. */
 remat_status remat_calibrate(remat_cost_model *out, int threads);
-/* JSON: {"threads": t, "flops_per_s": {"linear": ..., ...}}. */
+/* JSON: {"device": "cpu", "threads": t, "flops_per_s": {"linear": ...,
+ * ...}}. A file without "threads" (an older calibration) is refused. */
 remat_status remat_cost_model_save(const remat_cost_model *m, const char *path);
 remat_status remat_cost_model_load(remat_cost_model *m, const char *path);
-
-/* ---------------------------------------------------------------- devices */
-
-/* Where a session's tensors live and its kernels run. The CPU is the
- * reference; CUDA runs the same schedules on an NVIDIA GPU (device memory
- * from the memory plan, cuBLAS and cuDNN, deterministic kernels). */
-typedef enum { REMAT_DEVICE_CPU = 0, REMAT_DEVICE_CUDA = 1 } remat_device;
-
-/* "cpu", "cuda". */
-const char *remat_device_str(remat_device d);
-/* Parses a device name; REMAT_NOT_FOUND names the known ones. */
-remat_status remat_device_parse(const char *name, remat_device *out);
-/* REMAT_OK when sessions can run on the device here; REMAT_UNSUPPORTED
- * with a message saying why not (built without CUDA, no GPU visible, a
- * driver older than the runtime). */
-remat_status remat_device_available(remat_device d);
-/* The device's memory as its driver sees it (cudaMemGetInfo for CUDA;
- * for the CPU, the system's available and total memory). */
-remat_status remat_device_memory(remat_device d, size_t *free_bytes, size_t *total_bytes);
 
 /* Which activations a training step keeps (the others are recomputed). */
 typedef enum {
@@ -292,12 +316,33 @@ typedef enum {
     REMAT_STRATEGY_MANUAL,   /* keep the remat_checkpoint boundaries */
     REMAT_STRATEGY_SQRT,     /* ~sqrt(n) evenly spaced boundaries at articulation points */
     REMAT_STRATEGY_OPTIMAL,  /* least recomputation within the budget (rotor's DP over stages) */
+    REMAT_STRATEGY_COUNT
 } remat_strategy;
 
 /* "auto", "all", "manual", "sqrt", "optimal". */
 const char *remat_strategy_str(remat_strategy s);
+/* A one-line description of a strategy (for help texts). */
+const char *remat_strategy_summary(remat_strategy s);
 /* Parses a strategy name; REMAT_NOT_FOUND names the known ones. */
 remat_status remat_strategy_parse(const char *name, remat_strategy *out);
+
+/* ------------------------------------------------------------- optimizer */
+
+typedef enum { REMAT_OPTIM_SGD = 0, REMAT_OPTIM_ADAMW = 1 } remat_optim_kind;
+
+/* PyTorch's torch.optim.SGD and torch.optim.AdamW semantics. */
+typedef struct {
+    remat_optim_kind kind;
+    float lr;
+    float weight_decay;
+    float momentum;  /* SGD */
+    float dampening; /* SGD */
+    int nesterov;    /* SGD */
+    float beta1, beta2, eps; /* AdamW */
+} remat_optim_opts;
+
+/* PyTorch's defaults for the kind (lr 0.01 for SGD, 0.001 for AdamW). */
+void remat_optim_opts_default(remat_optim_opts *o, remat_optim_kind kind);
 
 typedef struct {
     int threads;             /* kernel threads; 0 = one per core */
@@ -310,9 +355,21 @@ typedef struct {
                               * cores for float32 products (faster, about
                               * 1e-3 relative error); off by default, as
                               * in PyTorch for convolutions and matmuls */
+    const remat_optim_opts *optim; /* copied; the optimizer, whose state is
+                              * allocated with the parameters so that the
+                              * first plan and its budget count it; NULL:
+                              * none until remat_session_set_optimizer */
 } remat_session_opts;
 
 void remat_session_opts_default(remat_session_opts *o);
+
+/* OpenBLAS's thread count, a process-wide setting. remat's CPU kernels
+ * split their work over the session's own threads and call BLAS from each,
+ * so a program should set 1 once at start (remat's command line does);
+ * more threads per BLAS call oversubscribe the cores (the results are the
+ * same). Sessions never change it themselves. */
+void remat_set_blas_threads(int n);
+int remat_blas_threads(void);
 
 /* Compiles the graph for training with `loss` (a scalar node) under the
  * chosen strategy and allocates and initializes the parameters. Fails if a
@@ -421,6 +478,9 @@ typedef struct {
                                    over stages), "dtr" (the DAG fallback) or
                                    "keep-expensive" (linear/conv outputs
                                    kept, cheap values recomputed) */
+    char candidate[48];         /* optimal: the candidate family and member
+                                   that won ("chain 7/24", "sqrt 1/1"); ""
+                                   for the other strategies */
 } remat_plan_summary;
 
 remat_status remat_session_plan(const remat_session *s, remat_plan_summary *out);
@@ -454,24 +514,6 @@ int remat_session_profile(const remat_session *s, remat_profile_row *rows, int c
 
 /* Number of completed optimizer updates (the step index used by dropout). */
 int64_t remat_session_step_index(const remat_session *s);
-
-/* ------------------------------------------------------------- optimizer */
-
-typedef enum { REMAT_OPTIM_SGD = 0, REMAT_OPTIM_ADAMW = 1 } remat_optim_kind;
-
-/* PyTorch's torch.optim.SGD and torch.optim.AdamW semantics. */
-typedef struct {
-    remat_optim_kind kind;
-    float lr;
-    float weight_decay;
-    float momentum;  /* SGD */
-    float dampening; /* SGD */
-    int nesterov;    /* SGD */
-    float beta1, beta2, eps; /* AdamW */
-} remat_optim_opts;
-
-/* PyTorch's defaults for the kind (lr 0.01 for SGD, 0.001 for AdamW). */
-void remat_optim_opts_default(remat_optim_opts *o, remat_optim_kind kind);
 
 /* Sets the optimizer and (re)allocates its state, zeroed. Fails with
  * REMAT_BUDGET if the state makes the step's peak exceed the budget. */

@@ -294,6 +294,9 @@ static inline size_t remat__out_bytes(const remat__node *n) {
     return (size_t)remat__numel(&n->shape) * remat__dtype_size(n->dtype);
 }
 
+/* A node's forward FLOPs, from its op's entry (plan/cost.c). */
+double remat__node_flops(const remat_graph *g, const remat__node *n);
+
 /* CPU threads a node's kernels run on (small ops run on the calling thread);
  * workspace sizes are computed for this count. */
 int remat__node_threads(const remat_graph *g, const remat__node *n, int pool);

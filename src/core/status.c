@@ -39,6 +39,14 @@ const char *remat_last_error(void) {
     return last_error[0] ? last_error : "no error";
 }
 
+remat_status remat_error(remat_status s, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    va_end(ap);
+    return s;
+}
+
 remat_status remat__err(remat_status s, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);

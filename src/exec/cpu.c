@@ -4,7 +4,10 @@
  * transparent huge pages: a step then neither maps nor faults memory in),
  * copies are memcpy, kernels run on the context's thread pool (small nodes
  * on the calling thread), and everything is done by the time a call
- * returns, so sync has nothing to wait for.
+ * returns, so sync has nothing to wait for. Kernels call BLAS from every
+ * pool thread, so BLAS itself should run one thread per call: that is a
+ * process-wide setting of OpenBLAS, which a session never changes behind
+ * the caller's back; remat_set_blas_threads is the caller's call.
  */
 #include "backend.h"
 
@@ -29,9 +32,6 @@ static remat_status cpu_create(void **ctx, const remat_session_opts *o, const re
         long nc = sysconf(_SC_NPROCESSORS_ONLN);
         nth = nc > 0 ? (int)nc : 1;
     }
-    /* Kernels split the work themselves: BLAS runs single-threaded inside
-     * each pool thread, never both at once. */
-    openblas_set_num_threads(1);
     remat_status st = remat__pool_create(&c->pool, nth);
     if (st != REMAT_OK) {
         free(c);
@@ -202,6 +202,10 @@ const remat__backend remat__backend_cpu = {
     .sync = cpu_sync,
     .pool = cpu_pool,
 };
+
+void remat_set_blas_threads(int n) { openblas_set_num_threads(n > 0 ? n : 1); }
+
+int remat_blas_threads(void) { return openblas_get_num_threads(); }
 
 const remat__backend *remat__backend_of(remat_device d) {
     if (d == REMAT_DEVICE_CPU) return &remat__backend_cpu;

@@ -67,17 +67,9 @@ static remat_status remat__session_check_budget(const remat_session *s);
  * then checks the budget. */
 remat_status remat__session_plan_train(remat_session *s) {
     remat__planned pl = {0};
-    remat_status st;
-    if (s->opts.strategy == REMAT_STRATEGY_OPTIMAL && s->opts.budget) {
-        remat_mem_stats start = s->alloc.st;
-        st = remat__optimal_schedule(&s->prog, s->loss, s->opts.budget, &start, remat__session_blocks_bytes(s),
-                                     &pl.sc);
-    } else {
-        uint8_t *level = NULL;
-        st = remat__strategy_levels(s->g, s->opts.strategy, &level);
-        if (st == REMAT_OK) st = remat__schedule_build(&s->prog, s->loss, REMAT_NONE, 1, 1, level, &pl.sc);
-        free(level);
-    }
+    remat_mem_stats start = s->alloc.st;
+    const remat__plan_req req = {&s->prog, s->loss, s->opts.budget, &start, remat__session_blocks_bytes(s)};
+    remat_status st = remat__planners[s->opts.strategy].build(&req, &pl.sc);
     if (st == REMAT_OK) st = remat__plan_memory(s, &pl);
     if (st != REMAT_OK) {
         remat__planned_free(&pl);
@@ -243,7 +235,14 @@ remat_status remat_session_create(remat_session **out, const remat_graph *g, rem
         s->opts.threads = pool ? remat__pool_size(pool) : 1;
         st = remat__prog_init(&s->prog, g, s->opts.threads, s->opts.device, s->dev);
     }
-    if (st == REMAT_OK && s->opts.cost_model) s->prog.cost = *s->opts.cost_model;
+    const remat_cost_model *cm = s->opts.cost_model;
+    if (st == REMAT_OK && cm && cm->calibrated &&
+        (cm->device != s->opts.device || (cm->device == REMAT_DEVICE_CPU && cm->threads != s->opts.threads)))
+        st = remat__err(REMAT_INVALID, "the cost model was measured on the %s with %d threads, but this session runs "
+                        "on the %s with %d: measure it again (remat calibrate --threads %d) or plan in FLOPs "
+                        "without one", remat_device_str(cm->device), cm->threads, remat_device_str(s->opts.device),
+                        s->opts.threads, s->opts.threads);
+    if (st == REMAT_OK && cm) s->prog.cost = *cm;
     s->opts.cost_model = NULL; /* copied: the caller's may go away */
     size_t nv = (size_t)g->n * 3;
     if (st == REMAT_OK) {
@@ -255,10 +254,14 @@ remat_status remat_session_create(remat_session **out, const remat_graph *g, rem
         if (!s->pindex || !s->bound || !s->vals || !s->vev || !s->params)
             st = remat__err(REMAT_NOMEM, "out of memory creating a session");
     }
+    if ((unsigned)s->opts.strategy >= REMAT_STRATEGY_COUNT)
+        st = remat__err(REMAT_INVALID, "unknown strategy %d", (int)s->opts.strategy);
     if (s->opts.strategy == REMAT_STRATEGY_AUTO)
         s->opts.strategy = s->opts.budget ? REMAT_STRATEGY_OPTIMAL : REMAT_STRATEGY_ALL;
     if (st == REMAT_OK) st = check_used(s);
     if (st == REMAT_OK) st = alloc_params(s);
+    if (st == REMAT_OK && s->opts.optim) st = remat__optim_install(s, s->opts.optim);
+    s->opts.optim = NULL; /* copied: the caller's may go away */
     if (st == REMAT_OK) st = remat__session_plan_train(s);
     if (st != REMAT_OK) {
         remat_session_destroy(s);

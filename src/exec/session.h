@@ -83,6 +83,8 @@ remat_status remat__session_plan_train(remat_session *s);
  * (train/optim.c). */
 remat_status remat__optim_state_alloc(remat_session *s, const remat_optim_opts *o);
 void remat__optim_state_free(remat_session *s);
+/* Checks the options and allocates the state, without planning. */
+remat_status remat__optim_install(remat_session *s, const remat_optim_opts *o);
 
 /* A resident block: `n` tensors of bytes[i] carved at aligned offsets
  * from one backend allocation (category cat, counted per tensor); ptrs[i]

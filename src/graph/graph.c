@@ -8,6 +8,8 @@
  */
 #include "../remat-impl.h"
 
+#include <stdarg.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -273,6 +275,39 @@ int remat_node_shape(const remat_graph *g, remat_node n, int64_t *dims) {
 const char *remat_node_op(const remat_graph *g, remat_node n) {
     if (n < 0 || n >= g->n) return "";
     return remat__ops[g->nodes[n].op]->name;
+}
+
+remat_status remat_graph_fail(remat_graph *g, remat_status st, const char *fmt, ...) {
+    if (!g) return st;
+    if (g->status == REMAT_OK) {
+        char msg[sizeof g->error];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof msg, fmt, ap);
+        va_end(ap);
+        remat__err(st, "%s", msg);
+    }
+    fail(g, st);
+    return g->status;
+}
+
+remat_node remat_graph_find(const remat_graph *g, const char *name) {
+    if (!g || !name) return REMAT_NONE;
+    for (int i = 0; i < g->n; i++)
+        if (g->nodes[i].name && strcmp(g->nodes[i].name, name) == 0) return i;
+    return REMAT_NONE;
+}
+
+remat_status remat_node_set_name(remat_graph *g, remat_node n, const char *name) {
+    if (!g || n < 0 || n >= g->n)
+        return remat__err(REMAT_INVALID, "remat_node_set_name: node %d does not exist", (int)n);
+    if (g->nodes[n].leaf != REMAT__LEAF_NONE)
+        return remat__err(REMAT_INVALID, "remat_node_set_name: node %d is a leaf, named when created", (int)n);
+    char *c = name ? strdup(name) : NULL;
+    if (name && !c) return remat__err(REMAT_NOMEM, "out of memory naming node %d", (int)n);
+    free(g->nodes[n].name);
+    g->nodes[n].name = c;
+    return REMAT_OK;
 }
 
 const char *remat_node_name(const remat_graph *g, remat_node n) {

@@ -55,7 +55,7 @@ static int layers_per_block(int64_t depth) {
 static remat_node densenet_bc(remat_graph *g, remat_node x, const remat_model_opts *o) {
     int64_t k = o->base_channels > 0 ? o->base_channels : 12, depth = o->depth > 0 ? o->depth : 100;
     int nl = layers_per_block(depth), block = 0;
-    remat_node feats[REMAT__MAX_IN];
+    remat_node feats[REMAT_MAX_INPUTS];
     x = conv(g, "features.conv0", x, 2 * k, 3, 1);
     for (int b = 1; b <= 3; b++) {
         int nf = 0;
@@ -92,14 +92,14 @@ remat_status remat__model_densenet_bc(remat_graph *g, const remat_model_opts *o,
     int64_t depth = o->depth > 0 ? o->depth : 100;
     int nl = layers_per_block(depth);
     if (o->depth < 0 || nl < 0)
-        return remat__err(REMAT_INVALID, "model '%s': depth %lld is not 6n + 4 with n >= 1 (100: 16 layers per "
+        return remat_error(REMAT_INVALID, "model '%s': depth %lld is not 6n + 4 with n >= 1 (100: 16 layers per "
                           "dense block)", o->name, (long long)o->depth);
-    if (nl + 1 > REMAT__MAX_IN)
-        return remat__err(REMAT_INVALID, "model '%s': depth %lld gives %d layers per dense block; a concat joins at "
+    if (nl + 1 > REMAT_MAX_INPUTS)
+        return remat_error(REMAT_INVALID, "model '%s': depth %lld gives %d layers per dense block; a concat joins at "
                           "most %d tensors, so at most %d layers (depth %d)", o->name, (long long)depth, nl,
-                          REMAT__MAX_IN, REMAT__MAX_IN - 1, 6 * (REMAT__MAX_IN - 1) + 4);
+                          REMAT_MAX_INPUTS, REMAT_MAX_INPUTS - 1, 6 * (REMAT_MAX_INPUTS - 1) + 4);
     if (o->base_channels < 0)
-        return remat__err(REMAT_INVALID, "model '%s': growth rate (base_channels) %lld must be positive (0: 12)",
+        return remat_error(REMAT_INVALID, "model '%s': growth rate (base_channels) %lld must be positive (0: 12)",
                           o->name, (long long)o->base_channels);
     return remat__model_classifier(g, o, m, densenet_bc);
 }

@@ -22,6 +22,7 @@
 #include "models.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #define GPT2_STD 0.02f
@@ -32,6 +33,14 @@ static remat_node drop(remat_graph *g, remat_node x, const remat_model_opts *o) 
     return p > 0.0f ? remat_dropout(g, x, p) : x;
 }
 
+/* Names op node x, for `remat info` and error messages (op nodes' names
+ * need not be unique; parameters' must). */
+static remat_node named(remat_graph *g, remat_node x, const char *name) {
+    if (x != REMAT_NONE && remat_node_set_name(g, x, name) != REMAT_OK)
+        remat_graph_fail(g, REMAT_NOMEM, "%s", remat_last_error());
+    return x;
+}
+
 /* nn.Linear(in, out) named `name` on x (N, in), GPT-2's initialization. */
 static remat_node linear(remat_graph *g, const char *name, remat_node x, int64_t out, int64_t in, float std) {
     char buf[256];
@@ -40,16 +49,7 @@ static remat_node linear(remat_graph *g, const char *name, remat_node x, int64_t
     remat_node w = remat_param(g, buf, 2, wd, REMAT_INIT_NORMAL, std);
     snprintf(buf, sizeof buf, "%s.bias", name);
     remat_node b = remat_param(g, buf, 1, &out, REMAT_INIT_ZEROS, 0);
-    if (w == REMAT_NONE || b == REMAT_NONE) return REMAT_NONE;
-    remat__node n = {.op = REMAT__OP_LINEAR, .n_in = 3, .in = {x, w, b}, .name = (char *)name};
-    return remat__graph_add(g, &n);
-}
-
-/* An op node with a name, for `remat info` and error messages (op nodes'
- * names need not be unique; parameters' must). */
-static remat_node named(remat_graph *g, int op, int n_in, remat_node a, remat_node b, const char *name) {
-    remat__node n = {.op = op, .n_in = n_in, .in = {a, b}, .name = (char *)name};
-    return remat__graph_add(g, &n);
+    return named(g, remat_linear_op(g, x, w, b), name);
 }
 
 static remat_node block(remat_graph *g, remat_node x, int i, const remat_model_opts *o) {
@@ -80,7 +80,7 @@ static remat_node block(remat_graph *g, remat_node x, int i, const remat_model_o
 static remat_status gpt2(remat_graph *g, const remat_model_opts *o, remat_model *m) {
     if (o->batch <= 0 || o->layers <= 0 || o->embd <= 0 || o->heads <= 0 || o->context <= 0 ||
         o->vocab <= 1 || o->embd % o->heads != 0 || o->layers > INT32_MAX || o->heads > INT32_MAX || o->vocab > INT32_MAX)
-        return remat__err(REMAT_INVALID, "model '%s': batch, layers, embd, heads, context must be positive, "
+        return remat_error(REMAT_INVALID, "model '%s': batch, layers, embd, heads, context must be positive, "
                           "vocab above 1 and heads must divide embd (got batch %lld, layers %lld, embd %lld, "
                           "heads %lld, context %lld, vocab %lld)", o->name, (long long)o->batch,
                           (long long)o->layers, (long long)o->embd, (long long)o->heads,
@@ -91,15 +91,15 @@ static remat_status gpt2(remat_graph *g, const remat_model_opts *o, remat_model 
     m->labels = remat_input(g, "target", REMAT_I32, 1, &BT);
     remat_node wte = remat_param(g, "transformer.wte.weight", 2, ed, REMAT_INIT_NORMAL, GPT2_STD);
     remat_node wpe = remat_param(g, "transformer.wpe.weight", 2, pd, REMAT_INIT_NORMAL, GPT2_STD);
-    remat_node x = named(g, REMAT__OP_EMBEDDING, 2, m->input, wte, "transformer.wte"); // (B, T, C)
-    x = named(g, REMAT__OP_ADD_BROADCAST, 2, x, wpe, "transformer.wpe");               // (B, T, C)
+    remat_node x = named(g, remat_embedding_op(g, m->input, wte), "transformer.wte"); // (B, T, C)
+    x = named(g, remat_add_broadcast(g, x, wpe), "transformer.wpe");                  // (B, T, C)
     x = remat_reshape(g, drop(g, x, o), 2, fd);                                        // (B*T, C)
     for (int i = 0; i < o->layers && remat_graph_status(g) == REMAT_OK; i++) x = block(g, x, i, o);
     x = remat_layernorm(g, "transformer.ln_f", x);
-    m->logits = named(g, REMAT__OP_LINEAR, 2, x, wte, "lm_head"); // (B*T, vocab), tied to wte: no bias
+    m->logits = named(g, remat_linear_op(g, x, wte, REMAT_NONE), "lm_head"); // (B*T, vocab), tied to wte: no bias
     m->loss = remat_cross_entropy(g, m->logits, m->labels);
     if (remat_graph_status(g) != REMAT_OK)
-        return remat__err(remat_graph_status(g), "model '%s': %s", o->name, remat_graph_error(g));
+        return remat_error(remat_graph_status(g), "model '%s': %s", o->name, remat_graph_error(g));
     return REMAT_OK;
 }
 

@@ -1,5 +1,4 @@
-/* models.c: the model zoo, built from the public API (the internal header
- * is included for remat__err alone).
+/* models.c: the model zoo, built from the public API alone.
  *
  * Parameter names are the state_dict names of the equivalent PyTorch
  * modules (scripts/gen_fixtures.py defines them), so weights move between
@@ -84,7 +83,7 @@ static remat_status heavy(remat_graph *g, const remat_model_opts *o, remat_model
     m->logits = x;
     m->loss = remat_mse(g, x, m->labels);
     if (remat_graph_status(g) != REMAT_OK)
-        return remat__err(remat_graph_status(g), "model '%s': %s", o->name, remat_graph_error(g));
+        return remat_error(remat_graph_status(g), "model '%s': %s", o->name, remat_graph_error(g));
     return REMAT_OK;
 }
 
@@ -92,7 +91,7 @@ static remat_status heavy(remat_graph *g, const remat_model_opts *o, remat_model
 remat_status remat__model_classifier(remat_graph *g, const remat_model_opts *o, remat_model *m,
                                      remat_node (*body)(remat_graph *, remat_node, const remat_model_opts *)) {
     if (o->batch <= 0 || o->channels <= 0 || o->height <= 0 || o->width <= 0 || o->classes <= 1)
-        return remat__err(REMAT_INVALID, "model '%s': batch, input shape and classes must be positive "
+        return remat_error(REMAT_INVALID, "model '%s': batch, input shape and classes must be positive "
                           "(got batch %lld, %lldx%lldx%lld, %lld classes)", o->name, (long long)o->batch,
                           (long long)o->channels, (long long)o->height, (long long)o->width,
                           (long long)o->classes);
@@ -102,7 +101,7 @@ remat_status remat__model_classifier(remat_graph *g, const remat_model_opts *o, 
     m->logits = body(g, m->input, o);
     m->loss = remat_cross_entropy(g, m->logits, m->labels);
     if (remat_graph_status(g) != REMAT_OK)
-        return remat__err(remat_graph_status(g), "model '%s': %s", o->name, remat_graph_error(g));
+        return remat_error(remat_graph_status(g), "model '%s': %s", o->name, remat_graph_error(g));
     return REMAT_OK;
 }
 
@@ -170,7 +169,7 @@ static remat_status unknown(const char *name) {
     known[0] = 0;
     for (int i = 0; i < N_MODELS && k < sizeof known; i++)
         k += (size_t)snprintf(known + k, sizeof known - k, "%s%s", i ? ", " : "", models[i].name);
-    return remat__err(REMAT_NOT_FOUND, "unknown model '%s' (known: %s)", name ? name : "(null)", known);
+    return remat_error(REMAT_NOT_FOUND, "unknown model '%s' (known: %s)", name ? name : "(null)", known);
 }
 
 remat_status remat_model_opts_for(remat_model_opts *o, const char *name) {
@@ -182,7 +181,7 @@ remat_status remat_model_opts_for(remat_model_opts *o, const char *name) {
 }
 
 remat_status remat_model_build(remat_graph *g, const remat_model_opts *o, remat_model *m) {
-    if (!o->name) return remat__err(REMAT_INVALID, "no model name given");
+    if (!o->name) return remat_error(REMAT_INVALID, "no model name given");
     const remat__model_entry *e = find(o->name);
     if (!e) return unknown(o->name);
     m->input = m->labels = m->logits = m->loss = REMAT_NONE;

@@ -3,7 +3,7 @@
 #ifndef REMAT_MODELS_H
 #define REMAT_MODELS_H
 
-#include "../remat-impl.h"
+#include "remat.h" /* models are built from the public API alone */
 
 typedef struct {
     const char *name;

@@ -47,13 +47,11 @@ static const char *full_name(const net *n, char *buf, size_t cap, const char *la
 /* The leaf named `name`, or REMAT_NONE after recording an error. */
 static remat_node lookup(net *n, const char *name) {
     remat_graph *g = n->g;
-    if (g->status != REMAT_OK) return REMAT_NONE;
-    for (int i = 0; i < g->n; i++)
-        if (g->nodes[i].leaf != REMAT__LEAF_NONE && g->nodes[i].name && strcmp(g->nodes[i].name, name) == 0)
-            return i;
+    if (remat_graph_status(g) != REMAT_OK) return REMAT_NONE;
+    remat_node x = remat_graph_find(g, name);
+    if (x != REMAT_NONE) return x;
     /* cannot happen: the first branch made every name the second asks for */
-    g->status = remat__err(REMAT_INTERNAL, "shared parameter '%s' was not created by the first branch", name);
-    snprintf(g->error, sizeof g->error, "%s", remat_last_error());
+    remat_graph_fail(g, REMAT_INTERNAL, "shared parameter '%s' was not created by the first branch", name);
     return REMAT_NONE;
 }
 
@@ -173,7 +171,7 @@ static remat_node resnet50_body(remat_graph *g, remat_node x, const remat_model_
 
 static remat_status check_base(const remat_model_opts *o) {
     if (o->base_channels < 0)
-        return remat__err(REMAT_INVALID, "model '%s': base_channels %lld must be positive (0: 64)", o->name,
+        return remat_error(REMAT_INVALID, "model '%s': base_channels %lld must be positive (0: 64)", o->name,
                           (long long)o->base_channels);
     return REMAT_OK;
 }
@@ -195,7 +193,7 @@ remat_status remat__model_siamese_resnet50(remat_graph *g, const remat_model_opt
     remat_status st = check_base(o);
     if (st != REMAT_OK) return st;
     if (o->batch <= 0 || o->channels <= 0 || o->height <= 0 || o->width <= 0 || o->classes <= 0)
-        return remat__err(REMAT_INVALID, "model '%s': batch, input shape and classes must be positive", o->name);
+        return remat_error(REMAT_INVALID, "model '%s': batch, input shape and classes must be positive", o->name);
     int64_t xd[4] = {o->batch, o->channels, o->height, o->width};
     m->input = remat_input(g, "input", REMAT_F32, 4, xd);
     m->labels = remat_input(g, "target", REMAT_F32, 4, xd);
@@ -207,6 +205,6 @@ remat_status remat__model_siamese_resnet50(remat_graph *g, const remat_model_opt
     m->logits = linear(&h, "head", y1, o->classes);
     m->loss = remat_mse(g, m->logits, y2);
     if (remat_graph_status(g) != REMAT_OK)
-        return remat__err(remat_graph_status(g), "model '%s': %s", o->name, remat_graph_error(g));
+        return remat_error(remat_graph_status(g), "model '%s': %s", o->name, remat_graph_error(g));
     return REMAT_OK;
 }

@@ -18,6 +18,7 @@
 #include "rotor.h"
 #include "schedule.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 #define MAX_STAGES 32
@@ -246,31 +247,24 @@ static remat_status measure(const remat__prog *p, const remat__schedule *sc, con
     return st;
 }
 
-/* Plans, emits and measures the chain at `mem` bytes of chain-model memory. */
-static remat_status candidate(const remat__prog *p, const chain *c, remat_node loss, int64_t mem,
-                              const basis *start, remat__schedule *sc, double *cost, size_t *peak) {
+/* Plans and emits the chain at `mem` bytes of chain-model memory. */
+static remat_status chain_schedule(const remat__prog *p, const chain *c, remat_node loss, int64_t mem,
+                                   remat__schedule *sc) {
     remat_chain_plan *plan = NULL;
     remat_status st = remat__chain_solve_ex(c->ex, c->n_stages, c->output, mem, 0, &plan);
     if (st != REMAT_OK) return st;
     st = emit(p, c, plan, loss, sc);
     remat_chain_plan_destroy(plan);
-    if (st != REMAT_OK) return st;
-    st = measure(p, sc, start, cost, peak);
-    if (st != REMAT_OK) remat__schedule_free(sc);
     return st;
 }
 
 /* A strategy's schedule as a candidate (store-all, sqrt). */
-static remat_status strategy_candidate(const remat__prog *p, remat_node loss, remat_strategy strategy,
-                                       const basis *start, remat__schedule *sc, double *cost,
-                                       size_t *peak) {
+static remat_status strategy_schedule(const remat__prog *p, remat_node loss, remat_strategy strategy,
+                                      remat__schedule *sc) {
     uint8_t *level = NULL;
     remat_status st = remat__strategy_levels(p->g, strategy, &level);
     if (st == REMAT_OK) st = remat__schedule_build(p, loss, REMAT_NONE, 1, 1, level, sc);
     free(level);
-    if (st != REMAT_OK) return st;
-    st = measure(p, sc, start, cost, peak);
-    if (st != REMAT_OK) remat__schedule_free(sc);
     return st;
 }
 
@@ -299,9 +293,7 @@ static int by_cost_per_byte(const void *a, const void *b) {
     return (x->node > y->node) - (x->node < y->node);
 }
 
-static remat_status keep_expensive_candidate(const remat__prog *p, remat_node loss, int j,
-                                             const basis *start, remat__schedule *sc, double *cost,
-                                             size_t *peak) {
+static remat_status keep_expensive_schedule(const remat__prog *p, remat_node loss, int j, remat__schedule *sc) {
     const remat_graph *g = p->g;
     uint8_t *level = malloc((size_t)g->n + 1);
     exp_node *e = malloc(((size_t)g->n + 1) * sizeof *e);
@@ -332,29 +324,73 @@ static remat_status keep_expensive_candidate(const remat__prog *p, remat_node lo
     free(e);
     remat_status st = remat__schedule_build(p, loss, REMAT_NONE, 1, 1, level, sc);
     free(level);
-    if (st != REMAT_OK) return st;
-    sc->origin = "keep-expensive";
-    st = measure(p, sc, start, cost, peak);
-    if (st != REMAT_OK) remat__schedule_free(sc);
+    if (st == REMAT_OK) sc->origin = "keep-expensive";
     return st;
 }
 
-/* Candidates: the DP's plans at a fixed grid of chain-model budgets, from
- * the model's floor to where it stores everything; the DTR fallback's
- * schedules for the whole step as one DAG at a grid of DAG budgets (for
- * graphs, or parts of graphs, that do not reduce to a chain: a branchy
- * stage is all-or-selective to the DP); and the store-all and sqrt
- * schedules (the DP works on at most MAX_STAGES merged stages, and on a
- * long homogeneous chain such as heavy's, sqrt's finer boundaries reach
- * below the merged chain's floor), and the keep-expensive schedules above.
- * Every candidate is simulated exactly;
- * the fastest under the cost model that fits the budget wins. The
- * candidates do not depend on the budget, so a larger budget only adds
- * candidates: the chosen cost never grows with it. */
-#define N_CANDIDATES 24
-#define N_DTR 8
+/* ------------------------------------------------------ the candidates */
+
+/* What the candidate generators share. */
+typedef struct {
+    const remat__prog *p;
+    remat_node loss;
+    const chain *c;
+    const remat__train_dag *dag;
+    int64_t floor, top;   /* the chain model's floor and store-all */
+    int64_t dfloor, dtop; /* the step DAG's */
+} gen_ctx;
+
 /* DTR work per candidate (values visited): about 0.1 s on one core. */
 #define DTR_WORK ((int64_t)10 * 1000 * 1000)
+
+static remat_status gen_keep_expensive(const gen_ctx *x, int j, int n, remat__schedule *sc) {
+    (void)n;
+    return keep_expensive_schedule(x->p, x->loss, j, sc);
+}
+static remat_status gen_all(const gen_ctx *x, int j, int n, remat__schedule *sc) {
+    (void)j, (void)n;
+    return strategy_schedule(x->p, x->loss, REMAT_STRATEGY_ALL, sc);
+}
+static remat_status gen_sqrt(const gen_ctx *x, int j, int n, remat__schedule *sc) {
+    (void)j, (void)n;
+    return strategy_schedule(x->p, x->loss, REMAT_STRATEGY_SQRT, sc);
+}
+/* The chain DP at chain-model budgets from the floor to store-all. */
+static remat_status gen_chain(const gen_ctx *x, int j, int n, remat__schedule *sc) {
+    int64_t mem = x->floor + (int64_t)((double)(x->top - x->floor) * j / (n - 1));
+    return chain_schedule(x->p, x->c, x->loss, mem, sc);
+}
+/* DTR on the whole step at DAG budgets from its floor to below its total
+ * (the top is store-all, a candidate already). */
+static remat_status gen_dtr(const gen_ctx *x, int j, int n, remat__schedule *sc) {
+    int64_t mem = x->dfloor + (int64_t)((double)(x->dtop - x->dfloor) * j / n);
+    return remat__train_dag_schedule(x->p, x->dag, mem, DTR_WORK, sc);
+}
+
+/* The candidate families, each a generator of `count` schedules:
+ * - keep-expensive: the selective schedules above (N_SELECTIVE of them);
+ * - all and sqrt: the strategies' own schedules (the DP works on merged
+ *   stages, and on a long homogeneous chain such as heavy's, sqrt's finer
+ *   boundaries reach below the merged chain's floor);
+ * - chain: the DP's plans at a fixed grid of chain-model budgets;
+ * - dtr: the DTR fallback's schedules for the whole step as one DAG (for
+ *   graphs, or parts of graphs, that do not reduce to a chain: a branchy
+ *   stage is all-or-selective to the DP).
+ * Every candidate's memory is planned exactly (its arena placed); the
+ * fastest under the cost model that holds at most the budget wins. The
+ * candidates do not depend on the budget, so a larger budget only adds
+ * candidates: the chosen cost never grows with it. */
+static const struct {
+    const char *name;
+    int count;
+    remat_status (*make)(const gen_ctx *x, int j, int n, remat__schedule *sc);
+} generators[] = {
+    {"keep-expensive", N_SELECTIVE, gen_keep_expensive},
+    {"all", 1, gen_all},
+    {"sqrt", 1, gen_sqrt},
+    {"chain", 24, gen_chain},
+    {"dtr", 8, gen_dtr},
+};
 
 remat_status remat__optimal_schedule(const remat__prog *p, remat_node loss, size_t budget,
                                      const remat_mem_stats *live, size_t held_outside, remat__schedule *out) {
@@ -369,10 +405,11 @@ remat_status remat__optimal_schedule(const remat__prog *p, remat_node loss, size
         chain_free(&c);
         return st;
     }
+    gen_ctx x = {.p = p, .loss = loss, .c = &c, .dag = dag};
     /* The chain model's floor (by bisection on feasibility) and top. */
-    int64_t top = c.output + 1;
-    for (int i = 0; i < c.n_stages; i++) top += c.ex[i].input + c.ex[i].opt[0].saved;
-    int64_t lo = 0, hi = top;
+    x.top = c.output + 1;
+    for (int i = 0; i < c.n_stages; i++) x.top += c.ex[i].input + c.ex[i].opt[0].saved;
+    int64_t lo = 0, hi = x.top;
     while (lo + 1 < hi) {
         int64_t mid = lo + (hi - lo) / 2;
         remat_chain_plan *plan = NULL;
@@ -383,44 +420,33 @@ remat_status remat__optimal_schedule(const remat__prog *p, remat_node loss, size
             lo = mid;
         }
     }
-    int64_t floor = hi;
-    int64_t dfloor = remat__train_dag_floor(dag), dtop = remat__train_dag_total(dag);
+    x.floor = hi;
+    x.dfloor = remat__train_dag_floor(dag), x.dtop = remat__train_dag_total(dag);
     double best_cost = 0;
     size_t best_peak = 0, min_peak = (size_t)-1;
     int have = 0;
-    for (int k = -2 - N_SELECTIVE; k < N_CANDIDATES + N_DTR; k++) {
-        remat__schedule sc;
-        double cost = 0;
-        size_t peak = 0;
-        if (k < -2) {
-            st = keep_expensive_candidate(p, loss, k + 2 + N_SELECTIVE, start, &sc, &cost, &peak);
-        } else if (k < 0) {
-            st = strategy_candidate(p, loss, k == -2 ? REMAT_STRATEGY_ALL : REMAT_STRATEGY_SQRT, start, &sc, &cost,
-                                    &peak);
-        } else if (k < N_CANDIDATES) {
-            int64_t mem = floor + (int64_t)((double)(top - floor) * k / (N_CANDIDATES - 1));
-            st = candidate(p, &c, loss, mem, start, &sc, &cost, &peak);
-        } else {
-            /* DAG budgets from the DAG floor to below its total (the top is
-             * store-all, already a candidate). */
-            int j = k - N_CANDIDATES;
-            int64_t mem = dfloor + (int64_t)((double)(dtop - dfloor) * j / N_DTR);
-            st = remat__train_dag_schedule(p, dag, mem, DTR_WORK, &sc);
+    for (size_t gi = 0; gi < sizeof generators / sizeof generators[0] && st != REMAT_NOMEM; gi++)
+        for (int j = 0; j < generators[gi].count; j++) {
+            remat__schedule sc;
+            double cost = 0;
+            size_t peak = 0;
+            st = generators[gi].make(&x, j, generators[gi].count, &sc);
             if (st == REMAT_OK) {
                 st = measure(p, &sc, start, &cost, &peak);
                 if (st != REMAT_OK) remat__schedule_free(&sc);
             }
+            if (st == REMAT_BUDGET) continue;
+            if (st != REMAT_OK) goto out;
+            if (peak < min_peak) min_peak = peak;
+            if (peak <= budget && (!have || cost < best_cost || (cost == best_cost && peak < best_peak))) {
+                if (have) remat__schedule_free(out);
+                *out = sc, best_cost = cost, best_peak = peak, have = 1;
+                snprintf(out->candidate, sizeof out->candidate, "%s %d/%d", generators[gi].name, j + 1,
+                         generators[gi].count);
+            } else {
+                remat__schedule_free(&sc);
+            }
         }
-        if (st == REMAT_BUDGET) continue;
-        if (st != REMAT_OK) goto out;
-        if (peak < min_peak) min_peak = peak;
-        if (peak <= budget && (!have || cost < best_cost || (cost == best_cost && peak < best_peak))) {
-            if (have) remat__schedule_free(out);
-            *out = sc, best_cost = cost, best_peak = peak, have = 1;
-        } else {
-            remat__schedule_free(&sc);
-        }
-    }
     st = have ? REMAT_OK
               : remat__err(REMAT_BUDGET,
                            "no schedule fits the budget of %zu bytes (%.1f MiB); the smallest feasible budget "

@@ -41,6 +41,7 @@ typedef struct {
     remat_node fetch;  /* node copied out when computed, or REMAT_NONE */
     const char *origin; /* static: the planner that made it ("levels",
                            "chain", "dtr"), for summaries */
+    char candidate[48];  /* optimal: the candidate that won ("chain 7/24") */
 } remat__schedule;
 
 /* Static facts about a graph compiled for one loss on one device. */
@@ -117,6 +118,23 @@ remat_status remat__schedule_categorize(const remat__prog *p, remat__schedule *s
 remat_status remat__simulate(const remat__prog *p, const remat__schedule *s,
                              const remat_mem_stats *start, remat_mem_stats *out);
 
+/* The planners, one per strategy (strategy.c), indexed by remat_strategy:
+ * a name, a one-line summary, and the function that builds the training
+ * step's schedule (NULL for auto, which the session resolves). Adding a
+ * strategy is one entry here and one enum value in remat.h. */
+typedef struct {
+    const remat__prog *p;
+    remat_node loss;
+    size_t budget;                 /* 0: none */
+    const remat_mem_stats *start;  /* live bytes before the step */
+    size_t held_outside;           /* resident blocks as allocated */
+} remat__plan_req;
+typedef struct {
+    const char *name, *summary;
+    remat_status (*build)(const remat__plan_req *r, remat__schedule *out);
+} remat__planner;
+extern const remat__planner remat__planners[REMAT_STRATEGY_COUNT];
+
 /* The checkpoint levels of a strategy (strategy.c), for
  * remat__schedule_build; *level is NULL for `all`, else owned by the caller
  * (free). */
@@ -131,7 +149,6 @@ remat_status remat__schedule_summary(const remat__prog *p, const remat__schedule
 
 /* A node's forward FLOPs and its forward cost under the cost model
  * (cost.c): seconds when calibrated, else FLOPs. */
-double remat__node_flops(const remat_graph *g, const remat__node *n);
 double remat__node_seconds(const remat__prog *p, const remat__node *n);
 
 /* The `optimal` strategy (optimal.c): the least-cost schedule that, from

@@ -15,27 +15,64 @@
 #include "memplan.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 
+/* ---------------------------------------------------------- the table */
+
+/* A strategy given as checkpoint levels (all, manual, sqrt). */
+static remat_status plan_levels(const remat__plan_req *r, remat_strategy st, remat__schedule *out) {
+    uint8_t *level = NULL;
+    remat_status rc = remat__strategy_levels(r->p->g, st, &level);
+    if (rc == REMAT_OK) rc = remat__schedule_build(r->p, r->loss, REMAT_NONE, 1, 1, level, out);
+    free(level);
+    return rc;
+}
+
+static remat_status plan_all(const remat__plan_req *r, remat__schedule *out) {
+    return plan_levels(r, REMAT_STRATEGY_ALL, out);
+}
+static remat_status plan_manual(const remat__plan_req *r, remat__schedule *out) {
+    return plan_levels(r, REMAT_STRATEGY_MANUAL, out);
+}
+static remat_status plan_sqrt(const remat__plan_req *r, remat__schedule *out) {
+    return plan_levels(r, REMAT_STRATEGY_SQRT, out);
+}
+/* Without a budget there is nothing to trade: store everything. */
+static remat_status plan_optimal(const remat__plan_req *r, remat__schedule *out) {
+    if (!r->budget) return plan_all(r, out);
+    return remat__optimal_schedule(r->p, r->loss, r->budget, r->start, r->held_outside, out);
+}
+
+const remat__planner remat__planners[REMAT_STRATEGY_COUNT] = {
+    [REMAT_STRATEGY_AUTO] = {"auto", "optimal when a budget is given, all without", NULL},
+    [REMAT_STRATEGY_ALL] = {"all", "keep everything backward needs (no recomputation)", plan_all},
+    [REMAT_STRATEGY_MANUAL] = {"manual", "keep the remat_checkpoint boundaries, recompute between them",
+                               plan_manual},
+    [REMAT_STRATEGY_SQRT] = {"sqrt", "Chen et al.: about sqrt(n) boundaries at articulation points", plan_sqrt},
+    [REMAT_STRATEGY_OPTIMAL] = {"optimal", "the least recomputation within the budget (rotor's DP over stages, "
+                                "DTR and selective candidates)", plan_optimal},
+};
+
 const char *remat_strategy_str(remat_strategy s) {
-    switch (s) {
-    case REMAT_STRATEGY_AUTO: return "auto";
-    case REMAT_STRATEGY_ALL: return "all";
-    case REMAT_STRATEGY_OPTIMAL: return "optimal";
-    case REMAT_STRATEGY_MANUAL: return "manual";
-    case REMAT_STRATEGY_SQRT: return "sqrt";
-    }
-    return "unknown";
+    return (unsigned)s < REMAT_STRATEGY_COUNT ? remat__planners[s].name : "unknown";
+}
+
+const char *remat_strategy_summary(remat_strategy s) {
+    return (unsigned)s < REMAT_STRATEGY_COUNT ? remat__planners[s].summary : "";
 }
 
 remat_status remat_strategy_parse(const char *name, remat_strategy *out) {
-    for (int s = REMAT_STRATEGY_AUTO; s <= REMAT_STRATEGY_OPTIMAL; s++)
-        if (name && strcmp(name, remat_strategy_str((remat_strategy)s)) == 0) {
+    char known[256] = "";
+    for (int s = 0; s < REMAT_STRATEGY_COUNT; s++) {
+        if (name && strcmp(name, remat__planners[s].name) == 0) {
             *out = (remat_strategy)s;
             return REMAT_OK;
         }
-    return remat__err(REMAT_NOT_FOUND, "unknown strategy '%s' (known: auto, all, manual, sqrt, optimal)",
-                      name ? name : "");
+        size_t at = strlen(known);
+        snprintf(known + at, sizeof known - at, "%s%s", s ? ", " : "", remat__planners[s].name);
+    }
+    return remat__err(REMAT_NOT_FOUND, "unknown strategy '%s' (known: %s)", name ? name : "", known);
 }
 
 remat_status remat__strategy_levels(const remat_graph *g, remat_strategy st, uint8_t **level_out) {
@@ -121,6 +158,7 @@ remat_status remat__schedule_summary(const remat__prog *p, const remat__schedule
     out->seconds += out->extra_seconds;
     out->calibrated = p->cost.calibrated;
     out->planner = s->origin ? s->origin : "levels";
+    snprintf(out->candidate, sizeof out->candidate, "%s", s->candidate);
     free(again);
     return REMAT_OK;
 }

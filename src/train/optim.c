@@ -71,8 +71,8 @@ remat_status remat__optim_state_alloc(remat_session *s, const remat_optim_opts *
     return st;
 }
 
-remat_status remat_session_set_optimizer(remat_session *s, const remat_optim_opts *o) {
-    if (!o) return remat__err(REMAT_INVALID, "remat_session_set_optimizer: options are NULL");
+/* Checks an optimizer's options; REMAT_INVALID naming the first bad one. */
+static remat_status check_opts(const remat_optim_opts *o) {
     if (o->kind != REMAT_OPTIM_SGD && o->kind != REMAT_OPTIM_ADAMW)
         return remat__err(REMAT_INVALID, "unknown optimizer kind %d", (int)o->kind);
     if (!(o->lr > 0.0f) || !isfinite(o->lr))
@@ -84,14 +84,24 @@ remat_status remat_session_set_optimizer(remat_session *s, const remat_optim_opt
     if (o->kind == REMAT_OPTIM_ADAMW &&
         !(o->beta1 >= 0.0f && o->beta1 < 1.0f && o->beta2 >= 0.0f && o->beta2 < 1.0f && o->eps > 0.0f))
         return remat__err(REMAT_INVALID, "AdamW needs betas in [0, 1) and a positive eps");
+    return REMAT_OK;
+}
+
+remat_status remat__optim_install(remat_session *s, const remat_optim_opts *o) {
+    remat_status st = check_opts(o);
     s->has_optim = 0;
-    remat_status st = remat__optim_state_alloc(s, o);
-    if (st == REMAT_OK) {
-        s->optim = *o;
-        s->has_optim = 1;
-        s->optim_t = 0;
-        st = remat__session_plan_train(s);
-    }
+    if (st == REMAT_OK) st = remat__optim_state_alloc(s, o);
+    if (st != REMAT_OK) return st;
+    s->optim = *o;
+    s->has_optim = 1;
+    s->optim_t = 0;
+    return REMAT_OK;
+}
+
+remat_status remat_session_set_optimizer(remat_session *s, const remat_optim_opts *o) {
+    if (!o) return remat__err(REMAT_INVALID, "remat_session_set_optimizer: options are NULL");
+    remat_status st = remat__optim_install(s, o);
+    if (st == REMAT_OK) st = remat__session_plan_train(s);
     if (st != REMAT_OK) {
         remat__optim_state_free(s);
         s->has_optim = 0;

@@ -1,0 +1,117 @@
+/* calibrate.c: remat_calibrate, the measurement behind the cost model
+ * (plan/cost.c): each op family's throughput, timed from training steps of
+ * a small graph made mostly of that family's ops (a parameter feeding a
+ * few such ops, reduced by MSE): throughput = 3 x forward FLOPs of the
+ * graph / the median step time. The numbers hold for this machine, its
+ * CPU and the thread count; `remat calibrate` caches them in a file.
+ */
+#include "../remat-impl.h"
+
+#include <stdlib.h>
+#include <unistd.h>
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Builds the calibration graph of one family into g; returns its loss. */
+static remat_node family_graph(remat_graph *g, remat_family f, remat_node *target) {
+    int64_t d4[4] = {16, 32, 28, 28}, d2[2] = {256, 1024}, n1 = 1 << 21;
+    remat_node x, t;
+    switch (f) {
+    case REMAT_FAMILY_LINEAR:
+        x = remat_param(g, "x", 2, d2, REMAT_INIT_UNIFORM, 1.0f);
+        x = remat_linear(g, "fc2", remat_linear(g, "fc1", x, 1024, 1), 1024, 1);
+        break;
+    case REMAT_FAMILY_CONV:
+        x = remat_param(g, "x", 4, d4, REMAT_INIT_UNIFORM, 1.0f);
+        x = remat_conv2d(g, "c2", remat_conv2d(g, "c1", x, 32, 3, 1, 1, 1), 32, 3, 1, 1, 1);
+        break;
+    case REMAT_FAMILY_NORM:
+        x = remat_param(g, "x", 4, d4, REMAT_INIT_UNIFORM, 1.0f);
+        x = remat_batchnorm2d(g, "b2", remat_batchnorm2d(g, "b1", x));
+        break;
+    case REMAT_FAMILY_POOL:
+        x = remat_param(g, "x", 4, d4, REMAT_INIT_UNIFORM, 1.0f);
+        x = remat_avgpool2d(g, remat_maxpool2d(g, x, 3, 1, 1), 3, 1, 1);
+        break;
+    case REMAT_FAMILY_COPY: {
+        x = remat_param(g, "x", 4, d4, REMAT_INIT_UNIFORM, 1.0f);
+        remat_node parts[2] = {x, x};
+        x = remat_flatten(g, remat_concat(g, 2, parts));
+        break;
+    }
+    case REMAT_FAMILY_LOSS: {
+        int64_t z[2] = {4096, 1000}, nb = 4096;
+        x = remat_param(g, "x", 2, z, REMAT_INIT_UNIFORM, 1.0f);
+        t = remat_input(g, "t", REMAT_I32, 1, &nb);
+        *target = t;
+        return remat_cross_entropy(g, x, t);
+    }
+    default: /* pointwise */
+        x = remat_param(g, "x", 1, &n1, REMAT_INIT_UNIFORM, 1.0f);
+        x = remat_mul(g, remat_relu(g, remat_add(g, x, x)), x);
+        break;
+    }
+    int64_t dims[REMAT_MAX_DIMS];
+    int nd = remat_node_shape(g, x, dims);
+    t = remat_input(g, "t", REMAT_F32, nd, dims);
+    *target = t;
+    return remat_mse(g, x, t);
+}
+
+remat_status remat_calibrate(remat_cost_model *out, int threads) {
+    memset(out, 0, sizeof *out);
+    if (threads <= 0) {
+        long nc = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = nc > 0 ? (int)nc : 1;
+    }
+    for (int f = 0; f < REMAT_FAMILY_COUNT; f++) {
+        remat_graph *g = NULL;
+        remat_session *s = NULL;
+        remat_node target;
+        remat_status st = remat_graph_create(&g);
+        if (st != REMAT_OK) return st;
+        remat_node loss = family_graph(g, (remat_family)f, &target);
+        remat_session_opts o;
+        remat_session_opts_default(&o);
+        o.threads = threads;
+        st = remat_graph_status(g);
+        if (st == REMAT_OK) st = remat_session_create(&s, g, loss, &o);
+        void *buf = NULL;
+        if (st == REMAT_OK) {
+            int64_t dims[REMAT_MAX_DIMS], n = 1;
+            for (int i = 0, nd = remat_node_shape(g, target, dims); i < nd; i++) n *= dims[i];
+            buf = calloc((size_t)n, 4); /* zeros: valid labels and targets */
+            if (!buf) st = remat__err(REMAT_NOMEM, "out of memory calibrating");
+        }
+        double flops = 0, times[5];
+        if (st == REMAT_OK) {
+            remat_session_bind(s, target, buf);
+            for (int u = 0; u < g->n; u++)
+                if (g->nodes[u].leaf == REMAT__LEAF_NONE && remat__ops[g->nodes[u].op]->family == (remat_family)f)
+                    flops += 3 * remat__node_flops(g, &g->nodes[u]);
+            float l;
+            st = remat_session_step(s, &l); /* warm-up */
+            for (int r = 0; r < 5 && st == REMAT_OK; r++) {
+                double t0 = remat__now();
+                st = remat_session_step(s, &l);
+                times[r] = remat__now() - t0;
+            }
+        }
+        if (st == REMAT_OK) {
+            qsort(times, 5, sizeof times[0], cmp_double);
+            out->flops_per_s[f] = flops / times[2];
+        }
+        free(buf);
+        remat_session_destroy(s);
+        remat_graph_destroy(g);
+        if (st != REMAT_OK) return st;
+    }
+    out->calibrated = 1;
+    out->threads = threads;
+    out->device = REMAT_DEVICE_CPU;
+    return REMAT_OK;
+}
+
