@@ -131,6 +131,27 @@ void cli_session_help(int plans);
 /* "cpu, 2 threads" or "cuda (79.1 GiB free of 79.2 GiB)". */
 const char *cli_device_line(const remat_session_opts *so, char *buf, size_t cap);
 
+/* ------------------------------------------- child processes (procs.c)
+ * A child forked to run fn(arg, cmd, res) and _exit: the parent writes
+ * one-byte commands to cmd and reads fixed-size replies from res ('Q' or
+ * end of input ends it). The child closes the pipes of `others`. */
+#include <sys/types.h>
+typedef struct {
+    pid_t pid;
+    int cmd, res; /* the parent's ends of the pipes, -1 when closed */
+} cli_proc;
+int cli_proc_start(cli_proc *p, const cli_proc *others, int n_others, void (*fn)(void *arg, int cmd, int res),
+                   void *arg);
+/* Asks the child to quit, waits for it and returns its peak RSS in bytes;
+ * *signal_no is the signal that ended it, or 0. */
+size_t cli_proc_end(cli_proc *p, int *signal_no);
+/* The peak RSS of a child that does nothing (the program and its
+ * libraries). */
+size_t cli_idle_rss(void);
+/* Whole reads and writes on a pipe; 0 on success. */
+int cli_write_all(int fd, const void *buf, size_t n);
+int cli_read_all(int fd, void *buf, size_t n);
+
 /* Seconds on a monotonic clock. */
 double cli_now(void);
 

@@ -12,21 +12,15 @@
  * and the parent reads the child's peak resident set size from wait4, so
  * every row has its own process peak RSS. Rows give the median step time
  * after the warm-up steps and ratios against `all` (or the first row when
- * `all` is not benchmarked).
+ * `all` is not benchmarked). The process machinery is procs.c.
  */
 #include "cli.h"
 
 #include <cjson/cJSON.h>
-#include <errno.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/resource.h>
-#include <sys/time.h>
-#include <sys/types.h>
-#include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 static void help(void) {
@@ -79,8 +73,7 @@ typedef struct {
 typedef struct {
     remat_strategy strategy;
     size_t budget;
-    pid_t pid;
-    int cmd, res;          /* pipes: parent writes commands, reads replies */
+    cli_proc proc;         /* the row's process: commands in, replies out */
     int alive;
     reply last;            /* the final report, or the error */
     double *times;         /* steps */
@@ -101,28 +94,6 @@ static int cmp_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-static int write_all(int fd, const void *buf, size_t n) {
-    const char *p = buf;
-    while (n) {
-        ssize_t k = write(fd, p, n);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) return -1;
-        p += k, n -= (size_t)k;
-    }
-    return 0;
-}
-
-static int read_all(int fd, void *buf, size_t n) {
-    char *p = buf;
-    while (n) {
-        ssize_t k = read(fd, p, n);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) return -1;
-        p += k, n -= (size_t)k;
-    }
-    return 0;
-}
-
 static void set_error(reply *r, const char *msg) {
     r->ok = 0;
     snprintf(r->error, sizeof r->error, "%s", msg);
@@ -133,12 +104,12 @@ static int send_profile(int fd, const remat_session *s) {
     remat_profile_row pr[MAX_PROF];
     int n = remat_session_profile(s, pr, MAX_PROF);
     if (n > MAX_PROF) n = MAX_PROF;
-    if (write_all(fd, &n, sizeof n) != 0) return -1;
+    if (cli_write_all(fd, &n, sizeof n) != 0) return -1;
     for (int i = 0; i < n; i++) {
         prof_line l = {.seconds = pr[i].seconds, .count = pr[i].count};
         snprintf(l.op, sizeof l.op, "%s", pr[i].op);
         snprintf(l.kind, sizeof l.kind, "%s", pr[i].kind);
-        if (write_all(fd, &l, sizeof l) != 0) return -1;
+        if (cli_write_all(fd, &l, sizeof l) != 0) return -1;
     }
     return 0;
 }
@@ -146,7 +117,16 @@ static int send_profile(int fd, const remat_session *s) {
 /* The child: builds everything, then serves commands: 'S' one timed
  * training step, 'P' start profiling (clears the counts), 'R' the report,
  * 'F' the profile; end of input (or 'Q') ends it. */
-static void child(const config *cf, const row *me, int cmd, int res) {
+/* What a row's process is given. */
+typedef struct {
+    const config *cf;
+    const row *me;
+} child_arg;
+
+static void child(void *argp, int cmd, int res) {
+    const child_arg *a = argp;
+    const config *cf = a->cf;
+    const row *me = a->me;
     reply r = {.ok = 1};
     size_t free0 = 0, total = 0; /* the device's free bytes before the session */
     remat_graph *g = NULL;
@@ -182,9 +162,9 @@ static void child(const config *cf, const row *me, int cmd, int res) {
         }
     }
     int setup_ok = r.ok;
-    if (write_all(res, &r, sizeof r) == 0 && setup_ok) {
+    if (cli_write_all(res, &r, sizeof r) == 0 && setup_ok) {
         char c;
-        while (read_all(cmd, &c, 1) == 0 && c != 'Q') {
+        while (cli_read_all(cmd, &c, 1) == 0 && c != 'Q') {
             reply q = {.ok = 1};
             if (c == 'P') {
                 remat_session_set_profiling(s, 1);
@@ -219,71 +199,39 @@ static void child(const config *cf, const row *me, int cmd, int res) {
                     snprintf(q.planner, sizeof q.planner, "%s", p.planner);
                 }
             }
-            if (write_all(res, &q, sizeof q) != 0) break;
+            if (cli_write_all(res, &q, sizeof q) != 0) break;
         }
     }
     remat_session_destroy(s);
     remat_graph_destroy(g);
     free(x), free(y);
-    _exit(0);
 }
 
-/* Starts row k's child; 0 on success. The child closes the pipes of the
- * rows started before it, so that each pipe has one reader and one writer. */
+/* Starts row k's process; 0 on success. */
 static int spawn(const config *cf, row *rows, int k) {
-    row *r = &rows[k];
-    int to_child[2], from_child[2];
-    if (pipe(to_child) != 0) return -1;
-    if (pipe(from_child) != 0) {
-        close(to_child[0]), close(to_child[1]);
-        return -1;
-    }
-    fflush(stdout), fflush(stderr);
-    pid_t pid = fork();
-    if (pid < 0) {
-        close(to_child[0]), close(to_child[1]), close(from_child[0]), close(from_child[1]);
-        return -1;
-    }
-    if (pid == 0) {
-        close(to_child[1]), close(from_child[0]);
-        for (int j = 0; j < k; j++) {
-            if (rows[j].cmd >= 0) close(rows[j].cmd);
-            if (rows[j].res >= 0) close(rows[j].res);
-        }
-        child(cf, r, to_child[0], from_child[1]);
-    }
-    close(to_child[0]), close(from_child[1]);
-    r->pid = pid, r->cmd = to_child[1], r->res = from_child[0], r->alive = 1;
+    cli_proc others[MAX_ROWS];
+    for (int j = 0; j < k; j++) others[j] = rows[j].proc;
+    child_arg a = {cf, &rows[k]}; /* read by the child before this returns: fork copies it */
+    if (cli_proc_start(&rows[k].proc, others, k, child, &a) != 0) return -1;
+    rows[k].alive = 1;
     return 0;
 }
 
-/* Ends row r's child and collects its peak RSS. */
+/* Ends row r's process and collects its peak RSS. */
 static void reap(row *r) {
-    if (r->pid <= 0) return;
-    if (r->cmd >= 0) {
-        char q = 'Q';
-        (void)write_all(r->cmd, &q, 1);
-        close(r->cmd);
-        r->cmd = -1;
-    }
-    int status = 0;
-    struct rusage ru;
-    memset(&ru, 0, sizeof ru);
-    while (wait4(r->pid, &status, 0, &ru) < 0 && errno == EINTR) {
-    }
-    r->rss = (size_t)ru.ru_maxrss * 1024; /* Linux: KiB */
-    if (WIFSIGNALED(status)) {
+    int sig;
+    if (r->proc.pid <= 0) return;
+    r->rss = cli_proc_end(&r->proc, &sig);
+    if (sig) {
         r->last.ok = 0;
-        snprintf(r->last.error, sizeof r->last.error, "the benchmark process died of signal %d (%s)",
-                 WTERMSIG(status), strsignal(WTERMSIG(status)));
+        snprintf(r->last.error, sizeof r->last.error, "the benchmark process died of signal %d (%s)", sig,
+                 strsignal(sig));
     }
-    if (r->res >= 0) close(r->res), r->res = -1;
-    r->pid = 0;
 }
 
 /* Sends a command and reads the reply; on a broken pipe, marks the row dead. */
 static int ask(row *r, char c, reply *q) {
-    if (write_all(r->cmd, &c, 1) != 0 || read_all(r->res, q, sizeof *q) != 0) {
+    if (cli_write_all(r->proc.cmd, &c, 1) != 0 || cli_read_all(r->proc.res, q, sizeof *q) != 0) {
         r->alive = 0;
         set_error(&r->last, "the benchmark process ended unexpectedly");
         return -1;
@@ -300,11 +248,11 @@ static int ask(row *r, char c, reply *q) {
 static void read_profile(row *r) {
     char c = 'F';
     int n = 0;
-    if (write_all(r->cmd, &c, 1) != 0 || read_all(r->res, &n, sizeof n) != 0 || n < 0 || n > MAX_PROF) return;
+    if (cli_write_all(r->proc.cmd, &c, 1) != 0 || cli_read_all(r->proc.res, &n, sizeof n) != 0 || n < 0 || n > MAX_PROF) return;
     r->prof = calloc((size_t)n + 1, sizeof *r->prof);
     if (!r->prof) return;
     for (int i = 0; i < n; i++)
-        if (read_all(r->res, &r->prof[i], sizeof r->prof[i]) != 0) return;
+        if (cli_read_all(r->proc.res, &r->prof[i], sizeof r->prof[i]) != 0) return;
     r->nprof = n;
 }
 
@@ -345,59 +293,45 @@ static void row_name(const row *r, char *buf, size_t cap) {
     }
 }
 
-/* --save-init: a short-lived child builds a session (its weights come from
- * the seed alone, the same in every row) and writes them, so that the
+/* --save-init: a short-lived process builds a session (its weights come
+ * from the seed alone, the same in every row) and writes them, so that the
  * parent never allocates what the rows' RSS would then include. */
+typedef struct {
+    const config *cf;
+    const char *path;
+} init_arg;
+
+static void save_init_child(void *argp, int cmd, int res) {
+    (void)cmd;
+    const init_arg *a = argp;
+    reply r = {.ok = 1};
+    remat_graph *g = NULL;
+    remat_session *s = NULL;
+    remat_model m;
+    remat_session_opts so;
+    remat_session_opts_default(&so);
+    so.threads = 1;
+    so.seed = a->cf->so.seed; /* on the CPU: initial weights do not depend on the device */
+    if (remat_graph_create(&g) != REMAT_OK || remat_model_build(g, &a->cf->mo, &m) != REMAT_OK ||
+        remat_session_create(&s, g, m.loss, &so) != REMAT_OK || remat_safetensors_save(s, a->path) != REMAT_OK)
+        set_error(&r, remat_last_error());
+    (void)cli_write_all(res, &r, sizeof r);
+    remat_session_destroy(s);
+    remat_graph_destroy(g);
+}
+
 static int save_init(const config *cf, const char *path) {
-    int fds[2];
-    if (pipe(fds) != 0) return cli_fail("cannot create a pipe");
-    fflush(stdout), fflush(stderr);
-    pid_t pid = fork();
-    if (pid < 0) return cli_fail("cannot fork");
-    if (pid == 0) {
-        close(fds[0]);
-        reply r = {.ok = 1};
-        remat_graph *g = NULL;
-        remat_session *s = NULL;
-        remat_model m;
-        remat_session_opts so;
-        remat_session_opts_default(&so);
-        so.threads = 1;
-        so.seed = cf->so.seed; /* on the CPU: initial weights do not depend on the device */
-        if (remat_graph_create(&g) != REMAT_OK || remat_model_build(g, &cf->mo, &m) != REMAT_OK ||
-            remat_session_create(&s, g, m.loss, &so) != REMAT_OK || remat_safetensors_save(s, path) != REMAT_OK)
-            set_error(&r, remat_last_error());
-        (void)write_all(fds[1], &r, sizeof r);
-        remat_session_destroy(s);
-        remat_graph_destroy(g);
-        _exit(0);
-    }
-    close(fds[1]);
+    init_arg a = {cf, path};
+    cli_proc p;
+    if (cli_proc_start(&p, NULL, 0, save_init_child, &a) != 0) return cli_fail("cannot start a process");
     reply r;
-    int ok = read_all(fds[0], &r, sizeof r) == 0;
-    close(fds[0]);
-    int status;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
+    int ok = cli_read_all(p.res, &r, sizeof r) == 0, sig;
+    cli_proc_end(&p, &sig);
     if (!ok) return cli_fail("writing the initial weights to %s: the process ended unexpectedly", path);
     if (!r.ok) return cli_fail("%s", r.error);
     return 0;
 }
 
-/* The peak RSS of a child that does nothing: what every row's RSS holds
- * before the benchmark allocates anything (the program and its libraries). */
-static size_t idle_rss(void) {
-    fflush(stdout), fflush(stderr);
-    pid_t pid = fork();
-    if (pid == 0) _exit(0);
-    if (pid < 0) return 0;
-    int status;
-    struct rusage ru;
-    memset(&ru, 0, sizeof ru);
-    while (wait4(pid, &status, 0, &ru) < 0 && errno == EINTR) {
-    }
-    return (size_t)ru.ru_maxrss * 1024;
-}
 
 int cmd_bench(int argc, char **argv) {
     const char *data = NULL, *init_out = NULL;
@@ -486,10 +420,10 @@ int cmd_bench(int argc, char **argv) {
         if (u) return u;
     }
     if (init_out && save_init(&cf, init_out)) return 1;
-    size_t base_rss = idle_rss();
+    size_t base_rss = cli_idle_rss();
     int rc = 0;
     for (int k = 0; k < ns; k++) {
-        rows[k].cmd = rows[k].res = -1;
+        rows[k].proc.cmd = rows[k].proc.res = -1;
         rows[k].last.ok = 1;
         rows[k].times = calloc((size_t)steps, sizeof(double));
         if (!rows[k].times || spawn(&cf, rows, k) != 0) {
@@ -498,7 +432,7 @@ int cmd_bench(int argc, char **argv) {
             continue;
         }
         reply r;
-        if (read_all(rows[k].res, &r, sizeof r) != 0) {
+        if (cli_read_all(rows[k].proc.res, &r, sizeof r) != 0) {
             rows[k].alive = 0;
             set_error(&rows[k].last, "the benchmark process ended during setup");
         } else if (!r.ok) {
@@ -515,7 +449,7 @@ int cmd_bench(int argc, char **argv) {
             reply q;
             if (profile && round == warmup && rows[k].alive) {
                 char p = 'P';
-                if (write_all(rows[k].cmd, &p, 1) != 0) rows[k].alive = 0;
+                if (cli_write_all(rows[k].proc.cmd, &p, 1) != 0) rows[k].alive = 0;
             }
             if (!rows[k].alive || ask(&rows[k], 'S', &q) != 0) continue;
             if (round >= warmup) rows[k].times[round - warmup] = q.seconds;
