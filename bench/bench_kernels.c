@@ -276,9 +276,11 @@ static int check_pointwise(kcase *c, remat__pool *pool) {
     for (int64_t i = 0; i < nx; i++) d0[i] = isnan(d0[i]) ? -0.0f : d0[i];
     memcpy(rdx, d0, (size_t)nx * 4);
     if (nd->op == REMAT__OP_RELU) {
-        for (int64_t i = 0; i < ny; i++) ry[i] = c->in[0][i] > 0.0f ? c->in[0][i] : 0.0f;
+        /* PyTorch's relu: NaN stays NaN, and its gradient passes where the
+         * output is not <= 0 (NaN included) */
+        for (int64_t i = 0; i < ny; i++) ry[i] = c->in[0][i] <= 0.0f ? 0.0f : c->in[0][i];
         for (int64_t i = 0; i < ny; i++)
-            if (ry[i] > 0.0f) rdx[i] += c->dout[i];
+            if (!(ry[i] <= 0.0f)) rdx[i] += c->dout[i];
     } else {
         const remat__shape *xs = &g->nodes[nd->in[0]].shape;
         int64_t planes = xs->d[0] * xs->d[1], H = xs->d[2], W = xs->d[3], OH = nd->shape.d[2], OW = nd->shape.d[3];

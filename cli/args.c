@@ -1,7 +1,10 @@
 /* args.c: argument parsing helpers and error reporting for the CLI. */
 #include "cli.h"
 
+#include <cjson/cJSON.h>
+
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -39,12 +42,18 @@ int cli_parse_i64(const char *s, int64_t *out) {
     return 0;
 }
 
+/* 0 on success, as cli.h says; a failure's code says why: -1 not a
+ * number, -2 outside float's range (beyond FLT_MAX, such as 1e39, which a
+ * cast would turn into an infinity, or so small that it would become 0,
+ * such as 1e-50), -3 "nan" or "inf" themselves. */
 int cli_parse_float(const char *s, float *out) {
     if (!s || !*s) return -1;
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (errno || *end || !isfinite(v)) return -1;
+    if (end == s || *end) return -1;
+    if (isnan(v) || (isinf(v) && errno != ERANGE)) return -3;
+    if (errno == ERANGE || fabs(v) > FLT_MAX || (v != 0.0 && (float)v == 0.0f)) return -2;
     *out = (float)v;
     return 0;
 }
@@ -100,4 +109,52 @@ double cli_now(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+const char *cli_float_why(int code) {
+    return code == -2 ? ": out of float range" : code == -3 ? ": not a finite number" : "";
+}
+
+int cli_next_opt(cli_opts *o, int argc, char **argv) {
+    if (!o->started) {
+        optind = 1;
+        opterr = 0;
+        o->started = 1;
+    }
+    o->rc = 0;
+    for (;;) {
+        int c = getopt_long(argc, argv, o->shortopts, o->opts, &o->idx);
+        if (c == -1) {
+            if (optind < argc) o->rc = cli_usage_error(o->cmd, "unexpected argument '%s'", argv[optind]);
+            return 0;
+        }
+        if (c == ':') {
+            o->rc = cli_usage_error(o->cmd, "option '%s' needs a value", argv[optind - 1]);
+            return 0;
+        }
+        if (c == '?') {
+            o->rc = cli_usage_error(o->cmd, "unknown option '%s'", argv[optind - 1]);
+            return 0;
+        }
+        int bad = 0;
+        if ((o->ma && cli_model_arg(o->ma, c, optarg, &bad)) || (o->sa && cli_session_arg(o->sa, c, optarg, &bad))) {
+            if (bad) {
+                o->rc = cli_bad_value(o, optarg, "");
+                return 0;
+            }
+            continue;
+        }
+        return c;
+    }
+}
+
+int cli_bad_value(cli_opts *o, const char *arg, const char *why) {
+    return cli_usage_error(o->cmd, "bad value '%s' for --%s%s", arg, o->opts[o->idx].name, why);
+}
+
+void cli_json_print(cJSON *o) {
+    char *t = cJSON_PrintUnformatted(o);
+    if (t) printf("%s\n", t);
+    cJSON_free(t);
+    cJSON_Delete(o);
 }

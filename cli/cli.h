@@ -152,8 +152,49 @@ size_t cli_idle_rss(void);
 int cli_write_all(int fd, const void *buf, size_t n);
 int cli_read_all(int fd, void *buf, size_t n);
 
+/* The option loop every command shares. cli_next_opt runs getopt_long over
+ * opts (shortopts starting with ':'), parses the model and session options
+ * itself into ma and sa (either may be NULL), and returns the next code for
+ * the command to handle; 0 at the end, with rc 0, or after printing a usage
+ * error (a missing value, an unknown option, a model or session option's
+ * bad value, a stray argument), with rc its exit status:
+ *
+ *     cli_opts co = {.cmd = "train", .ma = &ma, .sa = &sa, .opts = opts, .shortopts = ":h"};
+ *     for (int c; (c = cli_next_opt(&co, argc, argv)) > 0;) {
+ *         int bad = 0;
+ *         switch (c) { case 'd': ...; }
+ *         if (bad) return cli_bad_value(&co, optarg, "");
+ *     }
+ *     if (co.rc) return co.rc;
+ */
+#include <getopt.h>
+typedef struct {
+    const char *cmd;
+    cli_model_args *ma;
+    cli_session_args *sa;
+    const struct option *opts;
+    const char *shortopts;
+    int started, idx, rc;
+} cli_opts;
+int cli_next_opt(cli_opts *o, int argc, char **argv);
+/* A usage error for the option just returned with the value arg (why: an
+ * explanation appended, or ""); returns its exit status. */
+int cli_bad_value(cli_opts *o, const char *arg, const char *why);
+/* Why cli_parse_float refused a value, for cli_bad_value's why. */
+const char *cli_float_why(int code);
+
+/* Prints a JSON object on one line of stdout and frees it. */
+struct cJSON;
+void cli_json_print(struct cJSON *o);
+
 /* Seconds on a monotonic clock. */
 double cli_now(void);
+
+/* max_batch.c: the largest batch whose step fits so->budget with all, with
+ * optimal, and with optimal costing at most max_overhead percent extra;
+ * searched from `start`. Returns the exit status. */
+int cli_plan_max_batch(const remat_model_opts *mo, int64_t start, const remat_session_opts *so, const char *optim,
+                       double max_overhead, const char *cost_used, int json);
 
 int cmd_train(int argc, char **argv);
 int cmd_grad(int argc, char **argv);

@@ -293,6 +293,16 @@ static void row_name(const row *r, char *buf, size_t cap) {
     }
 }
 
+/* A row's JSON object with the fields every row has. */
+static cJSON *row_json(const config *cf, const row *r) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "model", cf->mo.name);
+    cJSON_AddNumberToObject(o, "batch", (double)cf->mo.batch);
+    cJSON_AddStringToObject(o, "strategy", remat_strategy_str(r->strategy));
+    if (r->budget) cJSON_AddNumberToObject(o, "budget_bytes", (double)r->budget);
+    return o;
+}
+
 /* --save-init: a short-lived process builds a session (its weights come
  * from the seed alone, the same in every row) and writes them, so that the
  * parent never allocates what the rows' RSS would then include. */
@@ -352,15 +362,9 @@ int cmd_bench(int argc, char **argv) {
         {"json", no_argument, 0, 'j'},          {"help", no_argument, 0, 'h'},
         {"budget", required_argument, 0, 'B'},  {"save-init", required_argument, 0, 'W'},
         {"profile", no_argument, 0, 'P'},       {0, 0, 0, 0}};
-    optind = 1;
-    opterr = 0;
-    int c, idx = 0;
-    while ((c = getopt_long(argc, argv, ":h", opts, &idx)) != -1) {
+    cli_opts co = {.cmd = "bench", .ma = &ma, .sa = &sa, .opts = opts, .shortopts = ":h"};
+    for (int c; (c = cli_next_opt(&co, argc, argv)) > 0;) {
         int bad = 0;
-        if (cli_model_arg(&ma, c, optarg, &bad) || cli_session_arg(&sa, c, optarg, &bad)) {
-            if (bad) return cli_usage_error("bench", "bad value '%s' for --%s", optarg, opts[idx].name);
-            continue;
-        }
         switch (c) {
         case 'd': data = optarg; break;
         case 's': bad = strlen(optarg) >= sizeof list; if (!bad) strcpy(list, optarg); break;
@@ -375,12 +379,10 @@ int cmd_bench(int argc, char **argv) {
             nb++;
             break;
         case 'h': help(); return 0;
-        case ':': return cli_usage_error("bench", "option '%s' needs a value", argv[optind - 1]);
-        default: return cli_usage_error("bench", "unknown option '%s'", argv[optind - 1]);
         }
-        if (bad) return cli_usage_error("bench", "bad value '%s' for --%s", optarg, opts[idx].name);
+        if (bad) return cli_bad_value(&co, optarg, "");
     }
-    if (optind < argc) return cli_usage_error("bench", "unexpected argument '%s'", argv[optind]);
+    if (co.rc) return co.rc;
     if (data && strncmp(data, "tokens:", 7) == 0)
         return cli_usage_error("bench", "bench runs on synthetic batches; give a data set's name for its shape only");
     memset(rows, 0, sizeof rows);
@@ -489,16 +491,9 @@ int cmd_bench(int argc, char **argv) {
         if (!r->last.ok) {
             rc = 1;
             if (json) {
-                cJSON *o = cJSON_CreateObject();
-                cJSON_AddStringToObject(o, "model", cf.mo.name);
-                cJSON_AddNumberToObject(o, "batch", (double)cf.mo.batch);
-                cJSON_AddStringToObject(o, "strategy", remat_strategy_str(r->strategy));
-                if (r->budget) cJSON_AddNumberToObject(o, "budget_bytes", (double)r->budget);
+                cJSON *o = row_json(&cf, r);
                 cJSON_AddStringToObject(o, "error", r->last.error);
-                char *t = cJSON_PrintUnformatted(o);
-                printf("%s\n", t);
-                cJSON_free(t);
-                cJSON_Delete(o);
+                cli_json_print(o);
             } else {
                 printf("%-20s failed: %s\n", name, r->last.error);
             }
@@ -509,11 +504,7 @@ int cmd_bench(int argc, char **argv) {
         double rp = (double)r->last.measured / (double)b->last.measured;
         double rr = b->rss ? (double)r->rss / (double)b->rss : 0.0;
         if (json) {
-            cJSON *o = cJSON_CreateObject();
-            cJSON_AddStringToObject(o, "model", cf.mo.name);
-            cJSON_AddNumberToObject(o, "batch", (double)cf.mo.batch);
-            cJSON_AddStringToObject(o, "strategy", remat_strategy_str(r->strategy));
-            if (r->budget) cJSON_AddNumberToObject(o, "budget_bytes", (double)r->budget);
+            cJSON *o = row_json(&cf, r);
             cJSON_AddStringToObject(o, "planner", r->last.planner);
             cJSON_AddNumberToObject(o, "predicted_peak_bytes", (double)r->last.predicted);
             cJSON_AddNumberToObject(o, "measured_peak_bytes", (double)r->last.measured);
@@ -545,10 +536,7 @@ int cmd_bench(int argc, char **argv) {
                     cJSON_AddItemToArray(a, l);
                 }
             }
-            char *t = cJSON_PrintUnformatted(o);
-            printf("%s\n", t);
-            cJSON_free(t);
-            cJSON_Delete(o);
+            cli_json_print(o);
         } else {
             char p1[32], p2[32], p3[32], p4[32], p5[32];
             printf("%-20s %12s %12s %12s %12s %12s %10lld %10.4f %9.3f %9.3f %9.3f\n", name,

@@ -54,15 +54,13 @@ int cmd_calibrate(int argc, char **argv) {
                                          {"threads", required_argument, 0, 't'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
-    optind = 1;
-    opterr = 0;
-    int c, idx = 0;
-    while ((c = getopt_long(argc, argv, ":h", opts, &idx)) != -1) {
+    cli_opts co = {.cmd = "calibrate", .opts = opts, .shortopts = ":h"};
+    for (int c; (c = cli_next_opt(&co, argc, argv)) > 0;) {
         switch (c) {
         case 'o': out = optarg; break;
         case 't':
             if (cli_parse_i64(optarg, &threads) || threads < 0 || threads > 1024)
-                return cli_usage_error("calibrate", "bad value '%s' for --threads", optarg);
+                return cli_bad_value(&co, optarg, "");
             break;
         case 'h':
             printf("usage: remat calibrate [--out FILE] [--threads T]\n\n"
@@ -71,11 +69,9 @@ int cmd_calibrate(int argc, char **argv) {
                    "plan`, `train` and `bench` cost plans in seconds instead of FLOPs.\n"
                    "Default file: $REMAT_COST_MODEL, else ~/.cache/remat/cost-model.json.\n");
             return 0;
-        case ':': return cli_usage_error("calibrate", "option '%s' needs a value", argv[optind - 1]);
-        default: return cli_usage_error("calibrate", "unknown option '%s'", argv[optind - 1]);
         }
     }
-    if (optind < argc) return cli_usage_error("calibrate", "unexpected argument '%s'", argv[optind]);
+    if (co.rc) return co.rc;
     char buf[1100];
     if (!out) out = default_path(buf, sizeof buf, 1);
     if (!out) return cli_fail("no HOME or XDG_CACHE_HOME: give --out FILE");

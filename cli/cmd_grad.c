@@ -5,6 +5,7 @@
 #include "cli.h"
 
 #include <getopt.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -62,26 +63,18 @@ int cmd_grad(int argc, char **argv) {
                                          {"out", required_argument, 0, 'o'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
-    optind = 1;
-    opterr = 0;
-    int c, idx = 0;
-    while ((c = getopt_long(argc, argv, ":h", opts, &idx)) != -1) {
+    cli_opts co = {.cmd = "grad", .ma = &ma, .sa = &sa, .opts = opts, .shortopts = ":h"};
+    for (int c; (c = cli_next_opt(&co, argc, argv)) > 0;) {
         int bad = 0;
-        if (cli_model_arg(&ma, c, optarg, &bad) || cli_session_arg(&sa, c, optarg, &bad)) {
-            if (bad) return cli_usage_error("grad", "bad value '%s' for --%s", optarg, opts[idx].name);
-            continue;
-        }
         switch (c) {
         case 'I': init_from = optarg; break;
         case 'X': batch_from = optarg; break;
         case 'o': out = optarg; break;
         case 'h': help(); return 0;
-        case ':': return cli_usage_error("grad", "option '%s' needs a value", argv[optind - 1]);
-        default: return cli_usage_error("grad", "unknown option '%s'", argv[optind - 1]);
         }
-        if (bad) return cli_usage_error("grad", "bad value '%s' for --%s", optarg, opts[idx].name);
+        if (bad) return cli_bad_value(&co, optarg, "");
     }
-    if (optind < argc) return cli_usage_error("grad", "unexpected argument '%s'", argv[optind]);
+    if (co.rc) return co.rc;
     if (!batch_from) return cli_usage_error("grad", "--batch-from FILE is required (tensors 'input' and 'target')");
     if (!out) return cli_usage_error("grad", "--out FILE is required");
     remat_model_opts mo;
@@ -110,6 +103,14 @@ int cmd_grad(int argc, char **argv) {
     if (y && remat_session_bind(s, m.labels, y) != REMAT_OK) goto fail;
     float loss;
     if (remat_session_step(s, &loss) != REMAT_OK) goto fail;
+    if (!isfinite(loss)) {
+        cli_fail("not writing %s: the loss is %s", out, isnan(loss) ? "NaN" : loss > 0 ? "+inf" : "-inf");
+        goto done;
+    }
+    if (remat_session_check_finite(s) != REMAT_OK) {
+        cli_fail("not writing %s: %s", out, remat_last_error());
+        goto done;
+    }
     if (remat_safetensors_save_grads(s, out, loss) != REMAT_OK) goto fail;
     int ngrad = 0;
     for (int i = 0; i < remat_session_param_count(s); i++) {

@@ -28,24 +28,15 @@ int cmd_info(int argc, char **argv) {
                                          {"json", no_argument, 0, 'j'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
-    optind = 1;
-    opterr = 0;
-    int c, idx = 0;
-    while ((c = getopt_long(argc, argv, ":h", opts, &idx)) != -1) {
-        int bad = 0;
-        if (cli_model_arg(&ma, c, optarg, &bad)) {
-            if (bad) return cli_usage_error("info", "bad value '%s' for --%s", optarg, opts[idx].name);
-            continue;
-        }
+    cli_opts co = {.cmd = "info", .ma = &ma, .opts = opts, .shortopts = ":h"};
+    for (int c; (c = cli_next_opt(&co, argc, argv)) > 0;) {
         switch (c) {
         case 'd': data = optarg; break;
         case 'j': json = 1; break;
         case 'h': help(); return 0;
-        case ':': return cli_usage_error("info", "option '%s' needs a value", argv[optind - 1]);
-        default: return cli_usage_error("info", "unknown option '%s'", argv[optind - 1]);
         }
     }
-    if (optind < argc) return cli_usage_error("info", "unexpected argument '%s'", argv[optind]);
+    if (co.rc) return co.rc;
     remat_model_opts mo;
     int u = cli_model_opts(&ma, data, "info", &mo);
     if (u) return u;
@@ -93,10 +84,7 @@ int cmd_info(int argc, char **argv) {
             cJSON_AddStringToObject(o, "output", sh);
             cJSON_AddNumberToObject(o, "parameters", (double)params);
             cJSON_AddNumberToObject(o, "saved_bytes", (double)saved);
-            char *t = cJSON_PrintUnformatted(o);
-            printf("%s\n", t);
-            cJSON_free(t);
-            cJSON_Delete(o);
+            cli_json_print(o);
         } else {
             printf("%4d  %-15s %-14s %-20s %12lld %14s\n", (int)n, op, name, sh, (long long)params,
                    saved ? cli_fmt_bytes(saved, sb, sizeof sb) : "-");
@@ -112,10 +100,7 @@ int cmd_info(int argc, char **argv) {
         cJSON_AddNumberToObject(o, "saved_bytes", (double)total_saved);
         cJSON *pk = cJSON_AddObjectToObject(o, "predicted_peak_bytes");
         for (int i = 0; i < REMAT_MEM_COUNT; i++) cJSON_AddNumberToObject(pk, remat_mem_str((remat_mem)i), (double)pred.peak[i]);
-        char *t = cJSON_PrintUnformatted(o);
-        printf("%s\n", t);
-        cJSON_free(t);
-        cJSON_Delete(o);
+        cli_json_print(o);
     } else {
         char b[32];
         char in[64];

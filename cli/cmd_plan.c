@@ -1,6 +1,7 @@
 /* cmd_plan.c: `remat plan`: the schedule a strategy gives a model's
  * training step: predicted peak per memory category, what is recomputed and
- * what that costs; --verbose lists the instructions. Nothing is trained. */
+ * what that costs; --verbose lists the instructions; --max-batch searches
+ * the largest batch a budget holds (max_batch.c). Nothing is trained. */
 #include "cli.h"
 
 #include <cjson/cJSON.h>
@@ -20,6 +21,14 @@ static void help(void) {
            "  --sweep           the trade-off curve: optimal at 24 budgets from the smallest\n"
            "                    feasible to store-all, next to sqrt\n"
            "  --plot FILE.svg   with --sweep, also draw the curve\n"
+           "  --max-batch       the largest batch whose step fits --budget: with store-all\n"
+           "                    (all), with recomputation (optimal), and with optimal within\n"
+           "                    --max-overhead; doubling from --batch (default 1), then\n"
+           "                    bisection; one line per plan on stderr\n"
+           "  --max-overhead PCT\n"
+           "                    with --max-batch: recomputation allowed, in percent of the\n"
+           "                    step's compute (seconds with a calibrated cost model, else\n"
+           "                    FLOPs; default 30)\n"
            "  --optim NAME      count this optimizer's state: none | sgd (with momentum) |\n"
            "                    adamw (default adamw, as remat train)\n"
            "  --verbose         list every instruction of the step\n"
@@ -261,7 +270,9 @@ int cmd_plan(int argc, char **argv) {
     const char *chain_file = NULL, *cost_used = NULL;
     remat_cost_model cm;
     int64_t slots = 0;
-    int json = 0, verbose = 0;
+    int json = 0, verbose = 0, max_batch = 0;
+    double max_overhead = 30.0;
+    int overhead_given = 0;
     static const struct option opts[] = {
         CLI_MODEL_OPTIONS, CLI_SESSION_OPTIONS, CLI_PLAN_OPTIONS,
         {"data", required_argument, 0, 'd'},     {"optim", required_argument, 0, 'o'},
@@ -269,16 +280,11 @@ int cmd_plan(int argc, char **argv) {
         {"json", no_argument, 0, 'j'},           {"help", no_argument, 0, 'h'},
         {"sweep", no_argument, 0, 'S'},          {"plot", required_argument, 0, 'P'},
         {"chain", required_argument, 0, 'C'},    {"slots", required_argument, 0, 'L'},
+        {"max-batch", no_argument, 0, 'M'},      {"max-overhead", required_argument, 0, 'O'},
         {0, 0, 0, 0}};
-    optind = 1;
-    opterr = 0;
-    int c, idx = 0;
-    while ((c = getopt_long(argc, argv, ":hv", opts, &idx)) != -1) {
+    cli_opts co = {.cmd = "plan", .ma = &ma, .sa = &sa, .opts = opts, .shortopts = ":hv"};
+    for (int c; (c = cli_next_opt(&co, argc, argv)) > 0;) {
         int bad = 0;
-        if (cli_model_arg(&ma, c, optarg, &bad) || cli_session_arg(&sa, c, optarg, &bad)) {
-            if (bad) return cli_usage_error("plan", "bad value '%s' for --%s", optarg, opts[idx].name);
-            continue;
-        }
         switch (c) {
         case 'd': data = optarg; break;
         case 'o': optim = optarg; break;
@@ -287,16 +293,31 @@ int cmd_plan(int argc, char **argv) {
         case 'C': chain_file = optarg; break;
         case 'L': bad = cli_parse_i64(optarg, &slots) || slots < 1 || slots > 100000; break;
         case 'P': plot = optarg; break;
+        case 'M': max_batch = 1; break;
+        case 'O': { /* "10" or "10%" */
+            char *end;
+            overhead_given = 1;
+            max_overhead = strtod(optarg, &end);
+            bad = end == optarg || (*end && strcmp(end, "%") != 0) || !(max_overhead >= 0 && max_overhead <= 1e6);
+            break;
+        }
         case 'j': json = 1; break;
         case 'h': help(); return 0;
-        case ':': return cli_usage_error("plan", "option '%s' needs a value", argv[optind - 1]);
-        default: return cli_usage_error("plan", "unknown option '%s'", argv[optind - 1]);
         }
-        if (bad) return cli_usage_error("plan", "bad value '%s' for --%s", optarg, opts[idx].name);
+        if (bad) return cli_bad_value(&co, optarg, "");
     }
-    if (optind < argc) return cli_usage_error("plan", "unexpected argument '%s'", argv[optind]);
+    if (co.rc) return co.rc;
     size_t budget = sa.budget;
     const char *strategy = sa.strategy;
+    if (overhead_given && !max_batch) return cli_usage_error("plan", "--max-overhead needs --max-batch");
+    if (max_batch) {
+        if (chain_file || sweep || verbose)
+            return cli_usage_error("plan", "--max-batch plans a model's step at many batches: not with %s",
+                                   chain_file ? "--chain" : sweep ? "--sweep" : "--verbose");
+        if (!budget) return cli_usage_error("plan", "--max-batch needs --budget");
+        if (strcmp(strategy, "auto") != 0)
+            return cli_usage_error("plan", "--max-batch plans with all and optimal itself: drop --strategy");
+    }
     if (chain_file) { /* no model, no device */
         if (!budget) return cli_usage_error("plan", "--chain needs --budget");
         return plan_chain(chain_file, budget, (int)slots, json);
@@ -334,6 +355,10 @@ int cmd_plan(int argc, char **argv) {
         if (u) return u;
     }
     if (sweep) return plan_sweep(&mo, &so, has_optim ? &oo : NULL, json, plot);
+    if (max_batch) {
+        so.optim = has_optim ? &oo : NULL;
+        return cli_plan_max_batch(&mo, ma.batch > 0 ? batch : 1, &so, optim, max_overhead, cost_used, json);
+    }
     remat_graph *g = NULL;
     remat_session *s = NULL;
     remat_model m;
@@ -383,10 +408,7 @@ int cmd_plan(int argc, char **argv) {
                 cJSON_AddItemToArray(arr, e);
             }
         }
-        char *t = cJSON_PrintUnformatted(o);
-        printf("%s\n", t);
-        cJSON_free(t);
-        cJSON_Delete(o);
+        cli_json_print(o);
     } else {
         char b[32];
         if (verbose) {

@@ -8,9 +8,11 @@
 #include "cli.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static void help(void) {
@@ -78,10 +80,7 @@ static void print_json_step(const remat_event *ev, const progress *p) {
         cJSON_AddRawToObject(o, "tokens_per_s", buf);
     }
     cJSON_AddNumberToObject(o, "peak_bytes", (double)ev->peak_bytes);
-    char *s = cJSON_PrintUnformatted(o);
-    printf("%s\n", s);
-    cJSON_free(s);
-    cJSON_Delete(o);
+    cli_json_print(o);
 }
 
 static void print_json_eval(const remat_event *ev) {
@@ -96,10 +95,7 @@ static void print_json_eval(const remat_event *ev) {
     cJSON_AddRawToObject(o, "test_accuracy", buf);
     snprintf(buf, sizeof buf, "%.3f", ev->seconds);
     cJSON_AddRawToObject(o, "epoch_seconds", buf);
-    char *s = cJSON_PrintUnformatted(o);
-    printf("%s\n", s);
-    cJSON_free(s);
-    cJSON_Delete(o);
+    cli_json_print(o);
 }
 
 /* Data sets: a bar per epoch, then the evaluation. */
@@ -163,16 +159,40 @@ static void on_stream_event(const remat_event *ev, void *user) {
     fflush(stdout);
 }
 
-/* 0 if the folder that will hold path exists and is writable (so that a
- * long run does not end in a failed save). */
+/* 0 if the weights can be saved to path at the end of training, so that a
+ * long run does not end in a failed save; otherwise prints why (naming the
+ * path) and returns 1. The save writes a temporary file beside path and
+ * renames it over path, so: path must not be a directory or anything but
+ * a regular file (a rename would replace a device such as /dev/null), an
+ * existing file must be writable, and a file must be creatable in its
+ * folder. That last one is tried for real (a unique file, removed at
+ * once): access() answers yes to root everywhere, even where nothing can
+ * be created (/proc, a read-only mount). */
 static int check_writable(const char *path) {
-    char dir[4096];
+    char dir[4096], probe[4200];
+    struct stat st;
+    if (!*path) return cli_fail("cannot save the weights to an empty path");
+    if (stat(path, &st) == 0) {
+        if (S_ISDIR(st.st_mode)) return cli_fail("cannot save the weights to %s: it is a directory", path);
+        if (!S_ISREG(st.st_mode)) return cli_fail("cannot save the weights to %s: it is not a regular file", path);
+        if (access(path, W_OK) != 0)
+            return cli_fail("cannot save the weights to %s: the file exists and is not writable", path);
+    }
     snprintf(dir, sizeof dir, "%s", path);
     char *slash = strrchr(dir, '/');
     if (!slash) snprintf(dir, sizeof dir, ".");
     else if (slash == dir) dir[1] = 0;
     else *slash = 0;
-    return access(dir, W_OK);
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return cli_fail("cannot save the weights to %s: its folder %s does not exist", path, dir);
+    snprintf(probe, sizeof probe, "%s.XXXXXX", path);
+    int fd = mkstemp(probe);
+    if (fd < 0)
+        return cli_fail("cannot save the weights to %s: cannot create a file in its folder %s: %s", path, dir,
+                        strerror(errno));
+    close(fd);
+    unlink(probe);
+    return 0;
 }
 
 int cmd_train(int argc, char **argv) {
@@ -195,15 +215,9 @@ int cmd_train(int argc, char **argv) {
         {"save", required_argument, 0, 'W'},        {"init-from", required_argument, 0, 'I'},
         {"json", no_argument, 0, 'j'},              {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
-    optind = 1;
-    opterr = 0;
-    int c, idx = 0;
-    while ((c = getopt_long(argc, argv, ":h", opts, &idx)) != -1) {
-        int bad = 0;
-        if (cli_model_arg(&ma, c, optarg, &bad) || cli_session_arg(&sa, c, optarg, &bad)) {
-            if (bad) return cli_usage_error("train", "bad value '%s' for --%s", optarg, opts[idx].name);
-            continue;
-        }
+    cli_opts co = {.cmd = "train", .ma = &ma, .sa = &sa, .opts = opts, .shortopts = ":h"};
+    for (int c; (c = cli_next_opt(&co, argc, argv)) > 0;) {
+        int bad = 0, fbad = 0; /* fbad: cli_parse_float's code for a float option */
         switch (c) {
         case 'd': data = optarg; break;
         case 'D': dir = optarg; break;
@@ -211,22 +225,20 @@ int cmd_train(int argc, char **argv) {
         case 's': bad = cli_parse_i64(optarg, &steps) || steps < 1; break;
         case 'E': bad = cli_parse_i64(optarg, &log_every) || log_every < 1; break;
         case 'o': optim = optarg; break;
-        case 'l': bad = cli_parse_float(optarg, &lr) || !(lr > 0); break;
-        case 'M': bad = cli_parse_float(optarg, &momentum) || momentum < 0; break;
+        case 'l': bad = (fbad = cli_parse_float(optarg, &lr)) || !(lr > 0); break;
+        case 'M': bad = (fbad = cli_parse_float(optarg, &momentum)) || momentum < 0; break;
         case 'N': nesterov = 1; break;
-        case 'w': bad = cli_parse_float(optarg, &wd) || wd < 0; break;
+        case 'w': bad = (fbad = cli_parse_float(optarg, &wd)) || wd < 0; break;
         case 'L': bad = cli_parse_i64(optarg, &train_limit) || train_limit < 1; break;
         case 'T': bad = cli_parse_i64(optarg, &test_limit) || test_limit < 1; break;
         case 'W': save = optarg; break;
         case 'I': init_from = optarg; break;
         case 'j': json = 1; break;
         case 'h': help(); return 0;
-        case ':': return cli_usage_error("train", "option '%s' needs a value", argv[optind - 1]);
-        default: return cli_usage_error("train", "unknown option '%s'", argv[optind - 1]);
         }
-        if (bad) return cli_usage_error("train", "bad value '%s' for --%s", optarg, opts[idx].name);
+        if (bad) return cli_bad_value(&co, optarg, cli_float_why(fbad));
     }
-    if (optind < argc) return cli_usage_error("train", "unexpected argument '%s'", argv[optind]);
+    if (co.rc) return co.rc;
     remat_optim_opts oo;
     if (strcmp(optim, "sgd") == 0) {
         remat_optim_opts_default(&oo, REMAT_OPTIM_SGD);
@@ -250,8 +262,7 @@ int cmd_train(int argc, char **argv) {
         return cli_usage_error("train", "--train-limit, --test-limit and --data-dir are for data sets, not %s",
                                synthetic ? "synthetic data" : "token files");
     if (stream && !steps) steps = 100;
-    if (save && check_writable(save) != 0)
-        return cli_fail("cannot write %s: its folder does not exist or is not writable", save);
+    if (save && check_writable(save) != 0) return 1;
     remat_session_opts so;
     remat_cost_model cm;
     const char *cost_used = NULL;
@@ -367,6 +378,11 @@ int cmd_train(int argc, char **argv) {
         int64_t per_epoch = remat_dataset_size(train) / xd[0];
         p.epochs_total = steps ? (per_epoch ? (steps + per_epoch - 1) / per_epoch : 1) : epochs;
         if (remat_train(s, &m, train, test, &to) != REMAT_OK) goto fail;
+    }
+    /* the loops stop at a non-finite weight; this says so for any other way one could get here */
+    if (save && remat_session_check_finite(s) != REMAT_OK) {
+        cli_fail("not saving the weights to %s: %s", save, remat_last_error());
+        goto done;
     }
     if (save && remat_safetensors_save(s, save) != REMAT_OK) goto fail;
     if (save && !json) printf("saved weights to %s\n", save);

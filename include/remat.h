@@ -521,6 +521,13 @@ remat_status remat_session_set_optimizer(remat_session *s,
                                          const remat_optim_opts *o);
 /* Applies one update from the current gradients; advances the step index. */
 remat_status remat_session_update(remat_session *s);
+/* REMAT_OK when every parameter and buffer, and every trainable
+ * parameter's gradient, is finite; otherwise REMAT_INVALID naming the
+ * first tensor (in parameter order, values before gradient) that holds a
+ * NaN or an infinity, with its index, the element and its value. One pass
+ * over them on the session's device; the training loops call it after
+ * every update. */
+remat_status remat_session_check_finite(remat_session *s);
 
 /* ------------------------------------------------------------------ data */
 

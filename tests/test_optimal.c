@@ -134,6 +134,8 @@ static void run(const remat_graph *g, const remat_model *m, const char *name, re
     remat_session_destroy(s);
 }
 
+static int n_budgets = 5; /* --quick: 3 (the sanitizer build) */
+
 static void model(const char *name) {
     remat_graph *g;
     remat_model m;
@@ -162,8 +164,8 @@ static void model(const char *name) {
     int dtr_won = 0;
     printf("%s: floor %zu B, store-all %zu B, sqrt %zu B (extra %.4g FLOP)\n", name, floor, all.peak, sq.peak,
            sq.extra);
-    for (int i = 0; i < 5; i++) {
-        size_t budget = floor + (size_t)((double)(all.peak - floor) * i / 4);
+    for (int i = 0; i < n_budgets; i++) {
+        size_t budget = floor + (size_t)((double)(all.peak - floor) * i / (n_budgets - 1));
         outcome o;
         run(g, &m, name, REMAT_STRATEGY_OPTIMAL, budget, &o);
         CHECK_MSG(o.status == REMAT_OK, "%s @%zu: %s", name, budget, remat_last_error());
@@ -178,7 +180,7 @@ static void model(const char *name) {
                       sq.extra);
         printf("  budget %10zu B: holds %10zu B, extra %.4g FLOP (%s)\n", budget, o.peak, o.extra, o.planner);
         dtr_won += strcmp(o.planner, "dtr") == 0;
-        if (i == 4) CHECK_MSG(o.extra == 0.0, "%s: recomputes at the store-all budget", name);
+        if (i == n_budgets - 1) CHECK_MSG(o.extra == 0.0, "%s: recomputes at the store-all budget", name);
         free(o.w);
     }
     /* On a graph that is not a chain, the DAG fallback must beat the chain
@@ -188,12 +190,17 @@ static void model(const char *name) {
     remat_graph_destroy(g);
 }
 
-int main(void) {
+int main(int argc, char **argv) {
     /* every model of the zoo (the CNNs and gpt2 at tiny sizes), and the
-     * test models */
+     * test models; --quick (the sanitizer build, where everything runs
+     * ten times slower) takes one of each kind at 3 budgets */
     const char *models[] = {"mlp",         "cnn",  "resnet18",  "resnet50",  "siamese-resnet50",
                             "densenet-bc", "gpt2", "bnnet",     "resblocks", "branches",
                             "heavy-mul"};
-    for (size_t i = 0; i < sizeof models / sizeof *models; i++) model(models[i]);
+    const char *quick[] = {"cnn", "resnet18", "densenet-bc", "gpt2", "branches"};
+    int q = argc > 1 && strcmp(argv[1], "--quick") == 0;
+    if (q) n_budgets = 3;
+    size_t n = q ? sizeof quick / sizeof *quick : sizeof models / sizeof *models;
+    for (size_t i = 0; i < n; i++) model(q ? quick[i] : models[i]);
     return check_exit("test_optimal");
 }

@@ -18,6 +18,7 @@ extern "C" {
 #include "../exec/backend.h"
 }
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -33,6 +34,9 @@ typedef struct {
     size_t cap, used;
     pending *pend;
     int n_pend, cap_pend;
+    unsigned long long *first_bad; /* device, one value: cuda_finite's result
+                                    * (8 bytes outside the accounted blocks,
+                                    * like the cuBLAS and cuDNN handles') */
 } ctx;
 
 static const char *node_label(const remat__kctx *k, char *buf, size_t cap) {
@@ -99,6 +103,7 @@ static void cuda_destroy(void *p) {
     if (c->cu.blas) cublasDestroy(c->cu.blas);
     if (c->cu.stream) cudaStreamDestroy(c->cu.stream);
     if (c->staging) cudaFreeHost(c->staging);
+    if (c->first_bad) cudaFree(c->first_bad);
     free(c->pend);
     free(c);
 }
@@ -126,6 +131,8 @@ static remat_status cuda_create(void **out, const remat_session_opts *o, const r
                                                "cublasSetPointerMode");
     if (st == REMAT_OK) st = remat__cu_dnn_ok(cudnnCreate(&cu->dnn), NULL, "cudnnCreate");
     if (st == REMAT_OK) st = remat__cu_dnn_ok(cudnnSetStream(cu->dnn, cu->stream), NULL, "cudnnSetStream");
+    if (st == REMAT_OK)
+        st = remat__cu_rt_ok(cudaMalloc((void **)&c->first_bad, sizeof *c->first_bad), NULL, "cudaMalloc (finite check)");
     if (st != REMAT_OK) {
         cuda_destroy(c);
         return st;
@@ -265,7 +272,51 @@ static remat__pool *cuda_pool(void *p) {
     return NULL;
 }
 
+/* ------------------------------------------------------------ finite check */
+
+/* *first = min(*first, the least i < n with p[i] a NaN or an infinity).
+ * Each thread walks its grid-stride indices upward and stops at its first
+ * bad one (its least); the block keeps the least of its threads' (a tree
+ * in shared memory) and merges it with an integer atomicMin, whose result
+ * does not depend on the order the blocks arrive in. Launched with
+ * REMAT__CU_THREADS (a power of two) threads per block. */
+static __global__ void finite_kernel(const float *__restrict__ p, int64_t n, unsigned long long *first) {
+    __shared__ unsigned long long least[REMAT__CU_THREADS];
+    unsigned long long mine = ULLONG_MAX;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        if (!isfinite(p[i])) {
+            mine = (unsigned long long)i;
+            break;
+        }
+    least[threadIdx.x] = mine;
+    __syncthreads();
+    for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s && least[threadIdx.x + s] < least[threadIdx.x]) least[threadIdx.x] = least[threadIdx.x + s];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0 && least[0] != ULLONG_MAX) atomicMin(first, least[0]);
+}
+
+/* Enqueued after the work in flight; the one value comes back through the
+ * staging buffer at the sync. */
+static remat_status cuda_finite(void *p, const float *x, size_t n, int64_t *first_bad) {
+    ctx *c = (ctx *)p;
+    *first_bad = -1;
+    if (!n) return REMAT_OK;
+    unsigned long long host = ULLONG_MAX;
+    remat_status st = remat__cu_rt_ok(cudaMemsetAsync(c->first_bad, 0xff, sizeof *c->first_bad, c->cu.stream), NULL,
+                                      "cudaMemsetAsync (finite check)");
+    if (st != REMAT_OK) return st;
+    finite_kernel<<<remat__cu_blocks(&c->cu, (int64_t)n), REMAT__CU_THREADS, 0, c->cu.stream>>>(x, (int64_t)n,
+                                                                                             c->first_bad);
+    st = remat__cu_launched(NULL, "finite_kernel");
+    if (st == REMAT_OK) st = cuda_download(c, &host, c->first_bad, sizeof host);
+    if (st == REMAT_OK) st = cuda_sync(c);
+    if (st == REMAT_OK && host != ULLONG_MAX) *first_bad = (int64_t)host;
+    return st;
+}
+
 extern "C" const remat__backend remat__backend_cuda = {
     REMAT_DEVICE_CUDA, cuda_create, cuda_destroy, cuda_alloc, cuda_release, cuda_upload, cuda_download,
-    cuda_zero,         cuda_one,    cuda_run,     cuda_update, cuda_sync,   cuda_pool,
+    cuda_zero,         cuda_one,    cuda_run,     cuda_update, cuda_sync,   cuda_pool,     cuda_finite,
 };

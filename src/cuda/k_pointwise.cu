@@ -84,9 +84,11 @@ static remat_status pw_acc(const remat__kctx *k, float *dx, const float *dy, int
 
 /* ------------------------------------------------------------------ relu */
 
-static __device__ __forceinline__ float relu1(float x) { return x > 0.0f ? x : 0.0f; }
-/* y > 0 exactly where x > 0; adding -0 leaves d's bits as they are. */
-static __device__ __forceinline__ float relu_grad1(float d, float y, float g) { return __fadd_rn(d, y > 0.0f ? g : -0.0f); }
+/* NaN stays NaN (as PyTorch and the CPU kernel), x <= 0 (-0 too) gives +0. */
+static __device__ __forceinline__ float relu1(float x) { return x <= 0.0f ? 0.0f : x; }
+/* y > 0 exactly where x > 0; the gradient also passes where y is NaN, as
+ * PyTorch's (y <= 0 ? 0 : g); adding -0 leaves d's bits as they are. */
+static __device__ __forceinline__ float relu_grad1(float d, float y, float g) { return __fadd_rn(d, y <= 0.0f ? -0.0f : g); }
 
 static __global__ void relu_fwd_kernel(const float *__restrict__ x, float *__restrict__ y, int64_t n, int64_t n4) {
     PW_QUADS(q, n4) {

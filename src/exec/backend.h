@@ -46,6 +46,10 @@ typedef struct {
     remat_status (*sync)(void *ctx);
     /* The pool of CPU threads, or NULL (device backends). */
     remat__pool *(*pool)(void *ctx);
+    /* *first_bad = the index of the first of the n floats at p (memory of
+     * this context) that is a NaN or an infinity, or -1 when all are
+     * finite. Waits for the work in flight (p is read after it). */
+    remat_status (*finite)(void *ctx, const float *p, size_t n, int64_t *first_bad);
 } remat__backend;
 
 /* The backend of a device, or NULL when this build has none. */

@@ -180,6 +180,63 @@ static remat_status cpu_update(void *ctx, const remat_optim_opts *o, int64_t t, 
     return REMAT_OK;
 }
 
+/* ---------------------------------------------------------- finite check */
+
+#define FINITE_CHUNK 4096
+#define FINITE_PARALLEL ((int64_t)1 << 18) /* elements from which the pool shares the scan */
+
+/* The index of the first NaN or infinity of x[0, n), or -1. Each chunk is
+ * first tested without branches (x - x is 0 for a finite x and NaN for a
+ * NaN or an infinity, so the loop vectorizes); only a chunk that holds one
+ * is searched element by element. */
+static int64_t first_nonfinite(const float *x, int64_t n) {
+    for (int64_t c = 0; c < n; c += FINITE_CHUNK) {
+        int64_t e = n - c < FINITE_CHUNK ? n - c : FINITE_CHUNK;
+        int bad = 0;
+        for (int64_t i = 0; i < e; i++) {
+            float d = x[c + i] - x[c + i];
+            bad |= d != d;
+        }
+        if (!bad) continue;
+        for (int64_t i = 0; i < e; i++)
+            if (!isfinite(x[c + i])) return c + i;
+    }
+    return -1;
+}
+
+typedef struct {
+    const float *p;
+    int64_t n;
+    int64_t *first; /* per thread: the first bad index of its range, or -1 */
+} finite_job;
+
+static void finite_task(void *ctx, int ith, int nth) {
+    const finite_job *j = ctx;
+    int64_t lo, hi;
+    remat__split(j->n, ith, nth, &lo, &hi);
+    int64_t f = first_nonfinite(j->p + lo, hi - lo);
+    j->first[ith] = f < 0 ? -1 : lo + f;
+}
+
+/* Large arrays are scanned by the pool, one contiguous range per thread in
+ * index order, so the first index found by the lowest thread that finds
+ * any is the first of the whole array, whatever the thread count. */
+static remat_status cpu_finite(void *ctx, const float *p, size_t n, int64_t *first_bad) {
+    cpu *c = ctx;
+    int nth = remat__pool_size(c->pool);
+    int64_t *first = (int64_t)n >= FINITE_PARALLEL && nth > 1 ? malloc((size_t)nth * sizeof *first) : NULL;
+    if (!first) { /* small, one thread, or no memory for the per-thread results: one pass here */
+        *first_bad = first_nonfinite(p, (int64_t)n);
+        return REMAT_OK;
+    }
+    finite_job j = {p, (int64_t)n, first};
+    remat__pool_run(c->pool, finite_task, &j);
+    *first_bad = -1;
+    for (int t = 0; t < nth && *first_bad < 0; t++) *first_bad = first[t];
+    free(first);
+    return REMAT_OK;
+}
+
 static remat_status cpu_sync(void *ctx) {
     (void)ctx;
     return REMAT_OK;
@@ -201,6 +258,7 @@ const remat__backend remat__backend_cpu = {
     .update = cpu_update,
     .sync = cpu_sync,
     .pool = cpu_pool,
+    .finite = cpu_finite,
 };
 
 void remat_set_blas_threads(int n) { openblas_set_num_threads(n > 0 ? n : 1); }

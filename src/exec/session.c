@@ -162,7 +162,9 @@ static remat_status alloc_params(remat_session *s) {
         if (remat__out_bytes(n) > largest) largest = remat__out_bytes(n);
     }
     s->n_params = np;
-    if (st == REMAT_OK) st = remat__block_alloc(s, REMAT__BLK_PARAM, REMAT_MEM_PARAM, np, pb, pp, 0);
+    /* zeroed: the padding between tensors must be finite (check_finite
+     * scans the block whole) */
+    if (st == REMAT_OK) st = remat__block_alloc(s, REMAT__BLK_PARAM, REMAT_MEM_PARAM, np, pb, pp, 1);
     if (st == REMAT_OK) st = remat__block_alloc(s, REMAT__BLK_GRAD, REMAT_MEM_GRAD, ng, gb, gp, 1);
     float *host = st == REMAT_OK ? malloc(largest ? largest : 1) : NULL;
     if (st == REMAT_OK && !host) st = remat__err(REMAT_NOMEM, "out of memory creating a session");

@@ -44,10 +44,15 @@ static void relu_forward(const remat__kctx *k, int ith, int nth) {
     float *y = k->out->data;
     int64_t lo, hi;
     remat__split(numel_of(k), ith, nth, &lo, &hi);
-    for (int64_t i = lo; i < hi; i++) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+    /* NaN stays NaN, as in PyTorch (a comparison with NaN is false, so a
+     * NaN takes the `: x` side); every other x <= 0 gives +0 (PyTorch
+     * keeps -0's sign). A select, so the loop vectorizes (compare, and). */
+    for (int64_t i = lo; i < hi; i++) y[i] = x[i] <= 0.0f ? 0.0f : x[i];
 }
 
-/* Needs only the output: y > 0 exactly where x > 0. */
+/* Needs only the output: y > 0 exactly where x > 0. The gradient passes
+ * where y is not <= 0, so where y is NaN too, as PyTorch's
+ * threshold_backward(grad, y, 0) = (y <= 0 ? 0 : grad) does. */
 static void relu_backward(const remat__kctx *k, int ith, int nth) {
     const float *y = k->out->data, *dy = k->dout;
     float *dx = k->din[0];
@@ -59,7 +64,7 @@ static void relu_backward(const remat__kctx *k, int ith, int nth) {
     const float nz = remat__neg_zero();
     for (int64_t i = lo; i < hi; i++) {
         float g = dy[i]; /* loaded unconditionally, or the select is not if-converted */
-        dx[i] += y[i] > 0.0f ? g : nz;
+        dx[i] += y[i] <= 0.0f ? nz : g;
     }
 }
 

@@ -1,8 +1,10 @@
 /* chain_json.c: reads a chain for the planner from JSON text,
  * {"stages": [{"forward": f, "backward": b, "input": a, "saved": s}, ...],
  * "output": o}, with cJSON. Syntax errors give the line and column; a
- * missing, negative or non-numeric field is named with its stage. The
- * chain is then validated as remat_chain_solve would (rotor.c).
+ * missing, negative or non-numeric field is named with its stage; more
+ * stages than the planner takes are refused before any is read. The
+ * chain is then validated as remat_chain_solve would (rotor.c), which
+ * also refuses, before allocating, a chain too large to plan.
  */
 #include "rotor.h"
 
@@ -83,6 +85,11 @@ remat_status remat_chain_parse_json(const char *text, remat_stage **stages, int 
     count = cJSON_GetArraySize(arr);
     if (count < 1) {
         rc = remat__err(REMAT_FORMAT, "'stages' is empty: a chain needs at least one stage");
+        goto done;
+    }
+    if (count > REMAT__CHAIN_MAX_STAGES) { /* refused before the stages are allocated */
+        rc = remat__err(REMAT_FORMAT, "'stages' has %d stages; the planner takes at most %d (merge consecutive "
+                        "layers into one stage)", count, REMAT__CHAIN_MAX_STAGES);
         goto done;
     }
     st = calloc((size_t)count, sizeof *st);

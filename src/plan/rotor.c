@@ -31,7 +31,10 @@
  * largest smaller budget with finer slots). The table is filled
  * iteratively, each (i, l) cell a row over m so that the inner loops are
  * contiguous; the schedule is rebuilt with an explicit stack, then
- * simulated: the plan's cost and peak are the simulator's.
+ * simulated: the plan's cost and peak are the simulator's. Before it
+ * allocates anything, a solve prices its tables and its work from the
+ * stage count and the slots (plan_cost) and refuses a chain too large to
+ * plan (1 GiB, 1e11 operations), naming both and what to change.
  *
  * Ownership: the solvers return a plan the caller owns
  * (remat_chain_plan_destroy); remat_chain_parse_json returns a malloc'd
@@ -50,8 +53,17 @@
 /* `what` is int16: -o <= 0 = chain (Fe_i with option o; for i == l the
  * option of the base case), j > 0 = leaf checkpoint at x_j, WHAT_NONE =
  * infeasible. */
-#define MAX_STAGES 32766
+#define MAX_STAGES REMAT__CHAIN_MAX_STAGES
 #define WHAT_NONE INT16_MIN
+/* What one plan may cost (plan_cost): memory for its tables, and
+ * operations of the DP's inner loops, which bench_rotor times at 1.5 to
+ * 2 ns each (2 ns is the figure used for the time named in messages), so
+ * 1e11 is about 3 minutes. A 200-stage chain with the default 500 slots
+ * takes 97 MiB and 7e8 operations (1.3 s); optimal's chains have at most
+ * 32 stages. */
+#define MAX_PLAN_BYTES ((double)(1u << 30))
+#define MAX_PLAN_WORK 1e11
+#define SECONDS_PER_OP 2e-9
 #define MAXO REMAT__MAX_OPTIONS
 
 struct remat_chain_plan {
@@ -481,6 +493,75 @@ static remat_status least_budget(const remat__stage_ex *st, int n, int64_t outpu
     return REMAT_OK;
 }
 
+/* ------------------------------------------------------ what a plan costs */
+
+/* The memory a solve of L stages with table rows of W slots allocates
+ * (the DP table, a double and an int16 per cell of its (L+1)(L+2)/2 rows,
+ * and the memory-only recurrence's two (L+1)^2 tables) and the
+ * operations it runs: the memory-only pass visits (i, l, j) triples,
+ * (L+1)^3/6 of them, `passes` times (the floor search repeats it), and
+ * the DP visits each triple once per slot, plus once per option per
+ * (i, l) and slot. Doubles, so that nothing overflows. */
+static void plan_cost(int L, double W, double passes, double *bytes, double *work) {
+    double n = (double)L + 1, tri3 = n * n * n / 6, ntri = n * (n + 1) / 2;
+    *bytes = ntri * W * (double)(sizeof(double) + sizeof(int16_t)) + 2 * n * n * (double)sizeof(int64_t);
+    *work = tri3 * (W + passes) + ntri * MAXO * W;
+}
+
+/* "1.5 GiB", "812 MiB" */
+static const char *bytes_str(double b, char *buf, size_t cap) {
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
+    int u = 0;
+    while (b >= 1024 && u < 5) b /= 1024, u++;
+    snprintf(buf, cap, "%.3g %s", b, units[u]);
+    return buf;
+}
+
+/* "40 s", "3.2 hours" */
+static const char *time_str(double s, char *buf, size_t cap) {
+    if (s < 120) snprintf(buf, cap, "%.2g s", s);
+    else if (s < 7200) snprintf(buf, cap, "%.2g minutes", s / 60);
+    else if (s < 172800) snprintf(buf, cap, "%.2g hours", s / 3600);
+    else snprintf(buf, cap, "%.2g days", s / 86400);
+    return buf;
+}
+
+/* REMAT_OK when a solve of L stages with W-slot rows stays within the
+ * limits; otherwise REMAT_NOMEM (memory) or REMAT_UNSUPPORTED (time),
+ * naming the memory and time it would take and what to change. `what`
+ * says which part of the solve ("planning", "finding the smallest
+ * budget"). */
+static remat_status check_plan_cost(int L, int64_t W, double passes, const char *what) {
+    double bytes, work;
+    plan_cost(L, (double)W, passes, &bytes, &work);
+    if (bytes <= MAX_PLAN_BYTES && work <= MAX_PLAN_WORK) return REMAT_OK;
+    char b[32], lb[32], t[32], lt[32], sl[48] = "";
+    if (W > 0) snprintf(sl, sizeof sl, " with %lld memory slots", (long long)(W - 1));
+    return remat__err(bytes > MAX_PLAN_BYTES ? REMAT_NOMEM : REMAT_UNSUPPORTED,
+                      "a chain of %d stages%s is too large to plan: %s would need %s of tables (limit %s) and "
+                      "about %.2g operations, %s (limit %.2g, %s); use fewer stages (merge consecutive layers "
+                      "into one)%s",
+                      L, sl, what, bytes_str(bytes, b, sizeof b),
+                      bytes_str(MAX_PLAN_BYTES, lb, sizeof lb), work, time_str(work * SECONDS_PER_OP, t, sizeof t),
+                      MAX_PLAN_WORK, time_str(MAX_PLAN_WORK * SECONDS_PER_OP, lt, sizeof lt),
+                      W > 0 ? " or fewer slots (coarser sizes)" : "");
+}
+
+/* The table's largest useful m with slots of `unit`: memory beyond what
+ * storing everything needs changes nothing (2 x every value, gradients
+ * included, is more than any schedule holds). Worked out from the stages
+ * alone, so that it bounds the table before anything is allocated. */
+static int64_t store_all_slots(const remat__stage_ex *st, int n, int64_t output, int64_t unit) {
+    int64_t cap = 0;
+    for (int k = 0; k <= n; k++) {
+        int64_t big = 0;
+        for (int o = 0; k < n && o < st[k].n_options; o++)
+            big = max64(big, ceil_div(st[k].opt[o].saved, unit) + ceil_div(st[k].opt[o].bwd_tmp, unit));
+        cap += 2 * (ceil_div(k < n ? st[k].input : output, unit) + big);
+    }
+    return cap;
+}
+
 /* ------------------------------------------------------------ the solver */
 
 /* Index of interval (i, l), 0 <= i <= l <= L, in the triangular tables. */
@@ -671,12 +752,27 @@ remat_status remat__chain_solve_ex(const remat__stage_ex *stages, int n, int64_t
     int64_t unit = max64(1, ceil_div(budget, S));
     int64_t Mslots = budget / unit;
     int L = n;
+    /* Before anything is allocated: the table's rows are at most
+     * min(Mslots, store-all) + 1 slots (store-all only grows them when the
+     * budget is infeasible, which the floor search below prices). */
+    rc = check_plan_cost(L, min64(Mslots, store_all_slots(stages, n, output, unit)) + 1, 1, "planning");
+    if (rc != REMAT_OK) return rc;
 
     sizes z;
     rc = sizes_init(&z, L);
     if (rc != REMAT_OK) return rc;
     int64_t need = sizes_fill(&z, stages, output, unit);
     if (need > Mslots) {
+        /* the floor search fills the sizes tables once per bisection step
+         * (at most 64, one per bit of the largest size) */
+        rc = check_plan_cost(L, 0, 65, "finding the smallest budget that fits");
+        if (rc != REMAT_OK) {
+            char why[1024];
+            snprintf(why, sizeof why, "%s", remat_last_error());
+            sizes_free(&z);
+            return remat__err(REMAT_BUDGET, "budget %lld is too small: with slots of %lld the chain needs at least "
+                              "%lld; %s", (long long)budget, (long long)unit, (long long)(need * unit), why);
+        }
         int64_t best, exact, need_slots;
         rc = least_budget(stages, n, output, S, &best, &exact, &need_slots);
         if (rc == REMAT_OK && best >= 0 && best <= budget) {
@@ -713,23 +809,15 @@ remat_status remat__chain_solve_ex(const remat__stage_ex *stages, int n, int64_t
 
     /* Memory beyond what storing everything needs changes nothing: cap the
      * table there (this matters when slots is as large as the budget). */
-    int64_t cap = 0;
-    for (int k = 0; k <= L; k++) {
-        int64_t big = 0;
-        for (int o = 0; o < z.nopt[k]; o++) {
-            size_t q = (size_t)k * MAXO + (size_t)o;
-            big = max64(big, z.sv[q] + z.tmp[q]);
-        }
-        cap += 2 * (z.a[k] + big);
-    }
+    int64_t cap = store_all_slots(stages, n, output, unit);
     table t = {.L = L, .Ms = min64(Mslots, max64(cap, need))};
     t.W = (size_t)t.Ms + 1;
     size_t ntri = ((size_t)L + 1) * ((size_t)L + 2) / 2;
     size_t cells = ntri * t.W;
-    if (cells / t.W != ntri || cells > SIZE_MAX / (sizeof(double) + sizeof(int16_t))) {
+    rc = check_plan_cost(L, (int64_t)t.W, 1, "planning"); /* the exact rows (those checked first are a bound) */
+    if (rc != REMAT_OK) {
         sizes_free(&z);
-        return remat__err(REMAT_NOMEM, "the planning table of %d stages x %lld slots is too large; use fewer slots",
-                          L, (long long)t.W);
+        return rc;
     }
     t.opt = malloc(cells * sizeof *t.opt);
     t.what = malloc(cells * sizeof *t.what);

@@ -25,6 +25,11 @@ typedef struct {
 
 #define REMAT__MAX_OPTIONS 4
 
+/* The most stages a chain may have (the choice table stores a stage in an
+ * int16). Long before that, the planner refuses a chain whose table or
+ * work would be too large (rotor.c, plan_cost), naming both. */
+#define REMAT__CHAIN_MAX_STAGES 32766
+
 typedef struct {
     double forward; /* u_f */
     int64_t input;  /* omega_x[i] */

@@ -7,7 +7,9 @@
  * - IDX files (MNIST, Fashion-MNIST): an images file with magic 0x00000803
  *   and three big-endian u32 dimensions (n, rows, cols), and a labels file
  *   with magic 0x00000801 and one dimension (n). Both are read through
- *   zlib's gzread, which reads plain and gzip-compressed files alike.
+ *   zlib's gzread, which reads plain and gzip-compressed files alike; both
+ *   headers are read and compared (and the pixels bounded, 4 GiB) before
+ *   any payload, which must then be exactly what the header announces.
  * - CIFAR-10 binary batches: records of 1 label byte and 3072 pixel bytes
  *   (3 x 32 x 32, channel-major).
  * - remat_dataset_load, which finds the files of a named data set in a
@@ -235,55 +237,64 @@ static remat_status idx_body(gzFile gz, const char *path, uint64_t want,
     return REMAT_OK;
 }
 
-/* Reads an IDX images file: *pixels (owned by the caller) gets n*rows*cols
- * bytes. */
-static remat_status idx_images(const char *path, uint8_t **pixels,
-                               int64_t *n, int64_t *rows, int64_t *cols) {
-    gzFile gz;
-    remat_status rc = gz_open(&gz, path);
+/* The most pixel bytes an IDX images file may announce: 4 GiB, eighty
+ * times MNIST's 47 MB (60000 28x28 images) and more than any IDX data set
+ * published. A header is believed only that far: a file that announces
+ * more is refused before any pixel is read. */
+#define IDX_MAX_PIXELS ((uint64_t)4 << 30)
+
+/* Opens an IDX images file and reads its header (n, rows, cols), checked:
+ * non-empty and at most IDX_MAX_PIXELS pixel bytes. On success *gz is open
+ * at the first pixel (the caller closes it). */
+static remat_status idx_images_open(const char *path, gzFile *gz, uint32_t dims[3]) {
+    remat_status rc = gz_open(gz, path);
     if (rc != REMAT_OK) return rc;
-    uint32_t dims[3];
-    rc = idx_header(gz, path, IDX_IMAGES_MAGIC, "images", 3, dims);
+    rc = idx_header(*gz, path, IDX_IMAGES_MAGIC, "images", 3, dims);
     if (rc == REMAT_OK && (dims[0] == 0 || dims[1] == 0 || dims[2] == 0))
         rc = remat__err(REMAT_FORMAT,
                         "%s: empty: the header announces %u images of "
                         "%ux%u pixels",
                         path, (unsigned)dims[0], (unsigned)dims[1],
                         (unsigned)dims[2]);
-    uint64_t per = (uint64_t)dims[1] * dims[2]; /* < 2^64: both < 2^32 */
-    uint64_t limit = (uint64_t)(SIZE_MAX < INT64_MAX ? SIZE_MAX : INT64_MAX);
-    if (rc == REMAT_OK && per > limit / dims[0])
+    /* < 2^96 as a double; as integers each factor is < 2^32 */
+    double bytes = (double)dims[0] * (double)dims[1] * (double)dims[2];
+    if (rc == REMAT_OK && bytes > (double)IDX_MAX_PIXELS)
         rc = remat__err(REMAT_FORMAT,
                         "%s: the header announces %u images of %ux%u "
-                        "pixels, too many to hold in memory",
+                        "pixels, %.4g bytes: more than the %llu bytes "
+                        "(4 GiB) an IDX images file may hold here",
                         path, (unsigned)dims[0], (unsigned)dims[1],
-                        (unsigned)dims[2]);
-    if (rc == REMAT_OK)
-        rc = idx_body(gz, path, per * dims[0], "pixel bytes", pixels);
-    gzclose(gz);
-    if (rc == REMAT_OK) {
-        *n = dims[0];
-        *rows = dims[1];
-        *cols = dims[2];
+                        (unsigned)dims[2], bytes,
+                        (unsigned long long)IDX_MAX_PIXELS);
+    if (rc != REMAT_OK) {
+        gzclose(*gz);
+        *gz = NULL;
     }
     return rc;
 }
 
-/* Reads an IDX labels file into *labels (owned by the caller), checking
- * each label against `classes`. */
-static remat_status idx_labels(const char *path, int classes,
-                               int32_t **labels, int64_t *n) {
-    gzFile gz;
-    remat_status rc = gz_open(&gz, path);
+/* Opens an IDX labels file and reads its header (the label count, not 0);
+ * on success *gz is open at the first label (the caller closes it). */
+static remat_status idx_labels_open(const char *path, gzFile *gz, uint32_t *count) {
+    remat_status rc = gz_open(gz, path);
     if (rc != REMAT_OK) return rc;
-    uint32_t count = 0;
-    uint8_t *raw = NULL;
-    rc = idx_header(gz, path, IDX_LABELS_MAGIC, "labels", 1, &count);
-    if (rc == REMAT_OK && count == 0)
+    rc = idx_header(*gz, path, IDX_LABELS_MAGIC, "labels", 1, count);
+    if (rc == REMAT_OK && *count == 0)
         rc = remat__err(REMAT_FORMAT, "%s: empty: the header announces 0 "
                                       "labels", path);
-    if (rc == REMAT_OK) rc = idx_body(gz, path, count, "label bytes", &raw);
-    gzclose(gz);
+    if (rc != REMAT_OK) {
+        gzclose(*gz);
+        *gz = NULL;
+    }
+    return rc;
+}
+
+/* Reads the `count` labels of an opened labels file into *labels (owned
+ * by the caller), checking each against `classes`. */
+static remat_status idx_labels_read(gzFile gz, const char *path, uint32_t count, int classes,
+                                    int32_t **labels) {
+    uint8_t *raw = NULL;
+    remat_status rc = idx_body(gz, path, count, "label bytes", &raw);
     if (rc != REMAT_OK) return rc;
     int32_t *out = malloc((size_t)count * sizeof *out);
     if (!out) {
@@ -305,10 +316,12 @@ static remat_status idx_labels(const char *path, int classes,
     }
     free(raw);
     *labels = out;
-    *n = count;
     return REMAT_OK;
 }
 
+/* Both headers are read and compared before any payload: a file that
+ * announces more images than the other has labels (a gzip bomb of zeros
+ * behind a plausible header, say) costs two headers, not its pixels. */
 remat_status remat_dataset_load_idx(remat_dataset **out,
                                     const char *images_path,
                                     const char *labels_path) {
@@ -321,20 +334,29 @@ remat_status remat_dataset_load_idx(remat_dataset **out,
                           "remat_dataset_load_idx: a path is NULL");
     remat_dataset *d = calloc(1, sizeof *d);
     if (!d) return remat__err(REMAT_NOMEM, "out of memory for a data set");
-    int64_t n_labels = 0;
-    remat_status rc =
-        idx_images(images_path, &d->pixels, &d->n, &d->h, &d->w);
-    if (rc == REMAT_OK)
-        rc = idx_labels(labels_path, NUM_CLASSES, &d->labels, &n_labels);
-    if (rc == REMAT_OK && n_labels != d->n)
+    gzFile gi = NULL, gl = NULL;
+    uint32_t dims[3] = {0}, n_labels = 0;
+    remat_status rc = idx_images_open(images_path, &gi, dims);
+    if (rc == REMAT_OK) rc = idx_labels_open(labels_path, &gl, &n_labels);
+    if (rc == REMAT_OK && n_labels != dims[0])
         rc = remat__err(REMAT_FORMAT,
                         "%s has %lld images but %s has %lld labels",
-                        images_path, (long long)d->n, labels_path,
+                        images_path, (long long)dims[0], labels_path,
                         (long long)n_labels);
+    if (rc == REMAT_OK)
+        rc = idx_body(gi, images_path, (uint64_t)dims[0] * dims[1] * dims[2],
+                      "pixel bytes", &d->pixels);
+    if (rc == REMAT_OK)
+        rc = idx_labels_read(gl, labels_path, n_labels, NUM_CLASSES, &d->labels);
+    if (gi) gzclose(gi);
+    if (gl) gzclose(gl);
     if (rc != REMAT_OK) {
         remat_dataset_destroy(d);
         return rc;
     }
+    d->n = dims[0];
+    d->h = dims[1];
+    d->w = dims[2];
     d->c = 1;
     d->classes = NUM_CLASSES;
     set_norm1(d, 0.5f, 0.5f);

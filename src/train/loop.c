@@ -8,11 +8,13 @@
  * model's inputs, and gives the caller's bindings back before it returns
  * (saved_binds): the session never points at a buffer a loop has freed.
  * It reports progress through the caller's event callback and never
- * prints.
+ * prints. Every loop checks the weights before its first step and after
+ * each update, and stops at the first NaN or infinity, naming it.
  */
 #include "../remat-impl.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -117,6 +119,29 @@ static void emit(const remat_train_opts *o, const remat_event *ev) {
     if (o->on_event) o->on_event(ev, o->user);
 }
 
+/* Training stops at the first NaN or infinity: in the loss, or in a
+ * weight, buffer or gradient after an update (remat_session_check_finite
+ * names it), or in the weights it starts from (step 0). Nothing after
+ * that point could be trusted, and a caller that saves the weights would
+ * otherwise write NaNs with a status of success. */
+static remat_status check_weights(remat_session *s, int64_t step) {
+    remat_status st = remat_session_check_finite(s);
+    if (st != REMAT_INVALID) return st; /* REMAT_OK, or the device's own failure */
+    char why[1024];
+    snprintf(why, sizeof why, "%s", remat_last_error());
+    if (step == 0) return remat__err(REMAT_INVALID, "cannot train from these weights: %s", why);
+    return remat__err(REMAT_INVALID, "training diverged at step %lld: %s (try a smaller learning rate)",
+                      (long long)step, why);
+}
+
+static remat_status check_loss(remat_session *s, float loss, int64_t step) {
+    if (isfinite(loss)) return REMAT_OK;
+    char why[1024] = "";
+    if (remat_session_check_finite(s) != REMAT_OK) snprintf(why, sizeof why, "; %s", remat_last_error());
+    return remat__err(REMAT_INVALID, "training diverged: the loss is %s at step %lld%s (try a smaller learning rate)",
+                      isnan(loss) ? "NaN" : loss > 0 ? "+inf" : "-inf", (long long)step, why);
+}
+
 remat_status remat_train(remat_session *s, const remat_model *m, const remat_dataset *train,
                          const remat_dataset *test, const remat_train_opts *o) {
     if (!o || (o->epochs <= 0 && o->steps <= 0))
@@ -140,6 +165,7 @@ remat_status remat_train(remat_session *s, const remat_model *m, const remat_dat
     int64_t per_epoch = rc == REMAT_OK ? remat_loader_batches(ld) : 0;
     int64_t total = o->steps > 0 ? o->steps : o->epochs * per_epoch;
     int64_t step = 0;
+    if (rc == REMAT_OK) rc = check_weights(s, 0);
     for (int64_t epoch = 0; rc == REMAT_OK && step < total; epoch++) {
         remat_loader_start(ld, epoch);
         double t0 = remat__now();
@@ -149,10 +175,9 @@ remat_status remat_train(remat_session *s, const remat_model *m, const remat_dat
             float loss = 0.0f;
             double ts = remat__now();
             rc = remat_session_step(s, &loss);
-            if (rc == REMAT_OK && !isfinite(loss))
-                rc = remat__err(REMAT_INVALID, "training diverged: the loss is %g at step %lld "
-                                "(try a smaller learning rate)", (double)loss, (long long)step + 1);
+            if (rc == REMAT_OK) rc = check_loss(s, loss, step + 1);
             if (rc == REMAT_OK) rc = remat_session_update(s);
+            if (rc == REMAT_OK) rc = check_weights(s, step + 1);
             if (rc != REMAT_OK) break;
             double step_s = remat__now() - ts;
             step++, in_epoch++;
@@ -212,6 +237,7 @@ remat_status remat_train_stream(remat_session *s, const remat_model *m, remat_ba
     if (rc == REMAT_OK) rc = remat_session_bind(s, m->input, x);
     if (rc == REMAT_OK && ny) rc = remat_session_bind(s, m->labels, y);
     int64_t epochs = o->epochs > 0 ? o->epochs : 1, step = 0;
+    if (rc == REMAT_OK) rc = check_weights(s, 0);
     for (int64_t epoch = 0; epoch < epochs && rc == REMAT_OK; epoch++) {
         double t0 = remat__now();
         for (int64_t i = 0; i < o->steps && rc == REMAT_OK; i++) {
@@ -219,10 +245,9 @@ remat_status remat_train_stream(remat_session *s, const remat_model *m, remat_ba
             float loss = 0.0f;
             double ts = remat__now();
             if (rc == REMAT_OK) rc = remat_session_step(s, &loss);
-            if (rc == REMAT_OK && !isfinite(loss))
-                rc = remat__err(REMAT_INVALID, "training diverged: the loss is %g at step %lld "
-                                "(try a smaller learning rate)", (double)loss, (long long)step + 1);
+            if (rc == REMAT_OK) rc = check_loss(s, loss, step + 1);
             if (rc == REMAT_OK) rc = remat_session_update(s);
+            if (rc == REMAT_OK) rc = check_weights(s, step + 1);
             if (rc != REMAT_OK) break;
             double now = remat__now(), el = now - t0;
             step++;

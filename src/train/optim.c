@@ -71,10 +71,22 @@ remat_status remat__optim_state_alloc(remat_session *s, const remat_optim_opts *
     return st;
 }
 
-/* Checks an optimizer's options; REMAT_INVALID naming the first bad one. */
+/* Checks an optimizer's options; REMAT_INVALID naming the first bad one.
+ * Every hyper-parameter must be finite, the unused ones too (AdamW's betas
+ * under SGD): an infinity or NaN there is a mistake, and in a used one it
+ * turns every weight into NaN at the first update. */
 static remat_status check_opts(const remat_optim_opts *o) {
     if (o->kind != REMAT_OPTIM_SGD && o->kind != REMAT_OPTIM_ADAMW)
         return remat__err(REMAT_INVALID, "unknown optimizer kind %d", (int)o->kind);
+    const struct {
+        const char *name;
+        float v;
+    } hp[] = {{"lr", o->lr},       {"weight_decay", o->weight_decay}, {"momentum", o->momentum},
+              {"dampening", o->dampening}, {"beta1", o->beta1}, {"beta2", o->beta2}, {"eps", o->eps}};
+    for (size_t i = 0; i < sizeof hp / sizeof hp[0]; i++)
+        if (!isfinite(hp[i].v))
+            return remat__err(REMAT_INVALID, "optimizer option %s is %g: every hyper-parameter must be a finite number",
+                              hp[i].name, (double)hp[i].v);
     if (!(o->lr > 0.0f) || !isfinite(o->lr))
         return remat__err(REMAT_INVALID, "learning rate %g must be positive", (double)o->lr);
     if (o->weight_decay < 0.0f || o->momentum < 0.0f)
@@ -131,4 +143,43 @@ remat_status remat_session_update(remat_session *s) {
     free(w), free(numel);
     if (st == REMAT_OK) s->step++;
     return st;
+}
+
+/* One backend pass per tensor (the CPU's shared by the pool when large):
+ * at the training loops' one call per step, a read of the weights and
+ * gradients, small next to the step that wrote them: on cnn at batch 128
+ * (2 x 6.8 MB), 0.44 ms against 0.38 s for the step and update, 0.1%
+ * (2 threads, measured in one run). */
+remat_status remat_session_check_finite(remat_session *s) {
+    if (!s) return remat__err(REMAT_INVALID, "remat_session_check_finite: the session is NULL");
+    /* One pass over each resident block (values, then gradients): one
+     * launch and one wait on a device. Their padding is zeros, so a bad
+     * element is always some tensor's. */
+    static const int blocks[2] = {REMAT__BLK_PARAM, REMAT__BLK_GRAD};
+    for (int part = 0; part < 2; part++) {
+        const float *b = s->blk[blocks[part]];
+        size_t n = s->blk_bytes[blocks[part]] / sizeof(float);
+        int64_t bad = -1;
+        remat_status st = b ? s->be->finite(s->dev, b, n, &bad) : REMAT_OK;
+        if (st != REMAT_OK) return st;
+        if (bad < 0) continue;
+        float v = 0.0f;
+        st = s->be->download(s->dev, &v, b + bad, sizeof v);
+        if (st == REMAT_OK) st = s->be->sync(s->dev);
+        if (st != REMAT_OK) return st;
+        for (int i = 0; i < s->n_params; i++) {
+            const remat__pslot *p = &s->params[i];
+            const float *x = part ? p->grad : p->data; /* buffers have no gradient */
+            const remat__node *nd = &s->g->nodes[p->node];
+            int64_t numel = remat__numel(&nd->shape);
+            if (!x || b + bad < x || b + bad >= x + numel) continue;
+            return remat__err(REMAT_INVALID, "%s%s '%s' (index %d of %d) is not finite: element %lld of %lld is %s",
+                              part ? "the gradient of " : "", nd->leaf == REMAT__LEAF_PARAM ? "parameter" : "buffer",
+                              nd->name, i, s->n_params, (long long)(b + bad - x), (long long)numel,
+                              isnan(v) ? "NaN" : v > 0 ? "+inf" : "-inf");
+        }
+        return remat__err(REMAT_INTERNAL, "a non-finite value at element %lld of the %s block lies in no tensor",
+                          (long long)bad, part ? "gradient" : "parameter");
+    }
+    return REMAT_OK;
 }
