@@ -54,6 +54,7 @@ int cmd_info(int argc, char **argv) {
     remat_session_opts so;
     remat_session_opts_default(&so);
     so.threads = 1;
+    so.plan_only = 1; /* shapes and bytes only */
     if (remat_session_create(&s, g, m.loss, &so) != REMAT_OK) goto fail;
 
     int64_t total_params = 0;

@@ -55,6 +55,7 @@ static remat_status plan_at(const remat_graph *g, remat_node loss, const remat_s
     so.strategy = st;
     so.budget = budget;
     so.optim = oo;
+    so.plan_only = 1;
     remat_session *s = NULL;
     remat_status rc = remat_session_create(&s, g, loss, &so);
     if (rc == REMAT_OK) rc = remat_session_plan(s, p);
@@ -67,13 +68,14 @@ typedef struct {
     double extra;
 } point;
 
-static void write_svg(const char *path, const char *model, const point *opt, int n, const point *sq, int sq_ok,
-                      size_t store_all) {
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        cli_fail("cannot write %s", path);
-        return;
-    }
+/* 0 when written; else the failure was reported (cli_fail's status). */
+static int write_svg(const char *path, const char *model, const point *opt, int n, const point *sq, int sq_ok,
+                     size_t store_all) {
+    /* drawn in memory, then written atomically (remat_file_write_atomic) */
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) return cli_fail("cannot write %s: out of memory", path);
     const double W = 720, H = 440, L = 70, R = 20, T = 40, B = 60;
     double xmax = (double)store_all * 1.05 / 1048576.0, xmin = (double)opt[0].budget * 0.95 / 1048576.0;
     double ymax = 1.0;
@@ -111,7 +113,11 @@ static void write_svg(const char *path, const char *model, const point *opt, int
     fprintf(f, "</svg>\n");
 #undef X
 #undef Y
-    fclose(f);
+    int rc = 0;
+    if (fclose(f) != 0 || !text) rc = cli_fail("cannot write %s: out of memory", path);
+    else if (remat_file_write_atomic(path, text, len) != REMAT_OK) rc = cli_fail("%s", remat_last_error());
+    free(text);
+    return rc;
 }
 
 /* The trade-off curve: optimal at 24 budgets from the smallest feasible to
@@ -176,10 +182,11 @@ static int plan_sweep(const remat_model_opts *mo, const remat_session_opts *so, 
     if (plot && n > 1) {
         point sp = {0, sq_ok ? sq.held_bytes : 0,
                     sq_ok && sq.flops > 0 ? 100.0 * sq.extra_flops / sq.flops : 0.0};
-        write_svg(plot, mo->name, pts, n, &sp, sq_ok, hi);
-        if (!json) printf("plot written to %s\n", plot);
+        rc = write_svg(plot, mo->name, pts, n, &sp, sq_ok, hi);
+        if (!rc && !json) printf("plot written to %s\n", plot);
+    } else {
+        rc = 0;
     }
-    rc = 0;
     remat_graph_destroy(g);
     return rc;
 fail:
@@ -365,6 +372,7 @@ int cmd_plan(int argc, char **argv) {
     int rc = 1;
     if (remat_graph_create(&g) != REMAT_OK || remat_model_build(g, &mo, &m) != REMAT_OK) goto fail;
     so.optim = has_optim ? &oo : NULL; /* its state counts in the plan and the budget */
+    so.plan_only = 1;
     if (remat_session_create(&s, g, m.loss, &so) != REMAT_OK) goto fail;
     remat_plan_summary p;
     if (remat_session_plan(s, &p) != REMAT_OK) goto fail;

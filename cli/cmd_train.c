@@ -4,12 +4,16 @@
  * (synthetic data, or random windows of a token file for a language model)
  * in evaluation-free epochs of --steps steps, with a progress line every
  * --log-every steps. Weights can start from a safetensors file and be
- * saved to one. */
+ * saved to one. With --state-dir (and --save-every) the run saves training
+ * states as it goes, and --resume continues one bitwise as if it had never
+ * stopped (remat.h, "training state"); the options that define the math
+ * are recorded in each state under their flags' names and compared. */
 #include "cli.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <getopt.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -47,6 +51,20 @@ static void help(void) {
            "                      state_dict names; every parameter and buffer must be there\n"
            "                      with dtype F32 and its shape)\n"
            "  --save FILE         write the trained weights as safetensors\n"
+           "  --state-dir DIR     save training states (weights, optimizer state, step, data\n"
+           "                      position) in DIR, created if missing, as\n"
+           "                      state-<step>.safetensors: after the last step, and every\n"
+           "                      --save-every steps; DIR must not hold another run's states\n"
+           "  --save-every N      a training state every N steps (default 0: after the last\n"
+           "                      step only)\n"
+           "  --keep K            keep the newest K states, removing older ones after each\n"
+           "                      save (default 3; 0 keeps all)\n"
+           "  --resume DIR        continue from the newest intact state in DIR (a damaged\n"
+           "                      newer one is reported and skipped), bitwise as if the run\n"
+           "                      had never stopped, saving states on in DIR (or --state-dir);\n"
+           "                      options that change the math (model, batch, data, optimizer,\n"
+           "                      seed, threads, device) must be those of the state, the\n"
+           "                      strategy and budget may change; an empty DIR starts afresh\n"
            "  --json              one JSON object per line: per step and per evaluation\n"
            "  --help              this text\n");
     cli_session_help(1);
@@ -60,7 +78,11 @@ typedef struct {
     /* streams */
     int64_t log_every, tokens_per_row; /* tokens_per_row: a language model's context, or 0 */
     double window_loss, window_seconds, epoch_loss;
-    int64_t window_n;
+    int64_t window_n, epoch_n, epoch; /* epoch_n: steps of `epoch` this run made (a resume starts mid-epoch) */
+    int started;
+    /* training states: the last one saved (for the closing line) */
+    char last_state[4096];
+    int64_t last_state_step;
 } progress;
 
 static void print_json_step(const remat_event *ev, const progress *p) {
@@ -98,9 +120,51 @@ static void print_json_eval(const remat_event *ev) {
     cli_json_print(o);
 }
 
+/* Training states: saves (a JSON line, or remembered for the closing line),
+ * the resume, and notes (a damaged state skipped). 1 if ev was one. */
+static int on_state_event(const remat_event *ev, progress *p) {
+    if (ev->kind == REMAT_EVENT_SAVE) {
+        snprintf(p->last_state, sizeof p->last_state, "%s", ev->path ? ev->path : "");
+        p->last_state_step = ev->step;
+        if (p->json) {
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddStringToObject(o, "event", "state");
+            cJSON_AddNumberToObject(o, "step", (double)ev->step);
+            cJSON_AddStringToObject(o, "path", ev->path ? ev->path : "");
+            cli_json_print(o);
+            fflush(stdout);
+        }
+        return 1;
+    }
+    if (ev->kind == REMAT_EVENT_RESUME) {
+        if (p->json) {
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddStringToObject(o, "event", "resume");
+            cJSON_AddNumberToObject(o, "step", (double)ev->step);
+            if (ev->path) cJSON_AddStringToObject(o, "path", ev->path);
+            else cJSON_AddNullToObject(o, "path");
+            cli_json_print(o);
+        } else if (ev->path) {
+            printf("resumed from %s: step %lld (epoch %lld, %lld batches into it)\n", ev->path, (long long)ev->step,
+                   (long long)ev->epoch + 1, (long long)ev->step_in_epoch);
+        } else {
+            printf("%s\n", ev->message ? ev->message : "no state to resume from: starting at step 0");
+        }
+        fflush(stdout);
+        return 1;
+    }
+    if (ev->kind == REMAT_EVENT_NOTE) {
+        fprintf(stderr, "remat: %s\n", ev->message ? ev->message : "");
+        fflush(stderr);
+        return 1;
+    }
+    return 0;
+}
+
 /* Data sets: a bar per epoch, then the evaluation. */
 static void on_event(const remat_event *ev, void *user) {
     progress *p = user;
+    if (on_state_event(ev, p)) return;
     if (p->json) {
         if (ev->kind == REMAT_EVENT_STEP) print_json_step(ev, p);
         else print_json_eval(ev);
@@ -132,16 +196,19 @@ static void on_event(const remat_event *ev, void *user) {
 /* Streams: a line every log_every steps and one per epoch. */
 static void on_stream_event(const remat_event *ev, void *user) {
     progress *p = user;
+    if (on_state_event(ev, p)) return;
     if (p->json) {
         print_json_step(ev, p);
         fflush(stdout);
         return;
     }
-    if (ev->step_in_epoch == 1) p->epoch_loss = 0;
+    if (!p->started || ev->epoch != p->epoch) p->epoch_loss = 0, p->epoch_n = 0, p->epoch = ev->epoch;
     p->window_loss += ev->loss, p->window_seconds += ev->step_seconds, p->window_n++;
-    p->epoch_loss += ev->loss;
+    p->epoch_loss += ev->loss, p->epoch_n++;
+    int first = !p->started;
+    p->started = 1;
     int last = ev->step_in_epoch == ev->steps_in_epoch;
-    if (ev->step_in_epoch % p->log_every == 0 || last || ev->step == 1) {
+    if (ev->step_in_epoch % p->log_every == 0 || last || first) {
         char mem[32], rate[64];
         if (p->tokens_per_row)
             snprintf(rate, sizeof rate, "%.0f tokens/s", ev->images_per_s * (double)p->tokens_per_row);
@@ -155,8 +222,39 @@ static void on_stream_event(const remat_event *ev, void *user) {
     }
     if (last)
         printf("epoch %lld: mean training loss %.4f over %lld steps (%.1f s)\n", (long long)ev->epoch + 1,
-               p->epoch_loss / (double)ev->steps_in_epoch, (long long)ev->steps_in_epoch, ev->seconds);
+               p->epoch_loss / (double)p->epoch_n, (long long)p->epoch_n, ev->seconds);
     fflush(stdout);
+}
+
+/* The options that define the math, by flag ("--batch", "8"): the
+ * NULL-terminated key, value list of remat_train_opts.run. */
+#define RUN_MAX 32
+typedef struct {
+    char val[RUN_MAX][128];
+    const char *kv[2 * RUN_MAX + 1];
+    int n; /* pairs */
+} run_opts;
+
+static void run_add(run_opts *r, const char *flag, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void run_add(run_opts *r, const char *flag, const char *fmt, ...) {
+    if (r->n == RUN_MAX) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->val[r->n], sizeof r->val[0], fmt, ap);
+    va_end(ap);
+    r->kv[2 * r->n] = flag;
+    r->kv[2 * r->n + 1] = r->val[r->n];
+    r->n++;
+    r->kv[2 * r->n] = NULL;
+}
+
+/* The shortest decimal form of a float that reads back as the same float. */
+static const char *float_str(float v, char *buf, size_t cap) {
+    for (int prec = 6; prec <= 9; prec++) {
+        snprintf(buf, cap, "%.*g", prec, (double)v);
+        if (strtof(buf, NULL) == v) break;
+    }
+    return buf;
 }
 
 /* 0 if the weights can be saved to path at the end of training, so that a
@@ -197,7 +295,8 @@ static int check_writable(const char *path) {
 
 int cmd_train(int argc, char **argv) {
     const char *data = NULL, *dir = NULL, *optim = "adamw", *save = NULL, *init_from = NULL;
-    int64_t epochs = 1, steps = 0, train_limit = 0, test_limit = 0, log_every = 10;
+    const char *state_dir = NULL, *resume = NULL;
+    int64_t epochs = 1, steps = 0, train_limit = 0, test_limit = 0, log_every = 10, save_every = -1, keep = -1;
     float lr = -1, momentum = 0.9f, wd = -1;
     int json = 0, nesterov = 0;
     cli_model_args ma;
@@ -213,6 +312,8 @@ int cmd_train(int argc, char **argv) {
         {"weight-decay", required_argument, 0, 'w'}, {"log-every", required_argument, 0, 'E'},
         {"train-limit", required_argument, 0, 'L'}, {"test-limit", required_argument, 0, 'T'},
         {"save", required_argument, 0, 'W'},        {"init-from", required_argument, 0, 'I'},
+        {"state-dir", required_argument, 0, 'S'},   {"save-every", required_argument, 0, 'V'},
+        {"keep", required_argument, 0, 'K'},        {"resume", required_argument, 0, 'R'},
         {"json", no_argument, 0, 'j'},              {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     cli_opts co = {.cmd = "train", .ma = &ma, .sa = &sa, .opts = opts, .shortopts = ":h"};
@@ -233,6 +334,10 @@ int cmd_train(int argc, char **argv) {
         case 'T': bad = cli_parse_i64(optarg, &test_limit) || test_limit < 1; break;
         case 'W': save = optarg; break;
         case 'I': init_from = optarg; break;
+        case 'S': state_dir = optarg; break;
+        case 'R': resume = optarg; break;
+        case 'V': bad = cli_parse_i64(optarg, &save_every) || save_every < 0; break;
+        case 'K': bad = cli_parse_i64(optarg, &keep) || keep < 0 || keep > 1000000; break;
         case 'j': json = 1; break;
         case 'h': help(); return 0;
         }
@@ -263,6 +368,10 @@ int cmd_train(int argc, char **argv) {
                                synthetic ? "synthetic data" : "token files");
     if (stream && !steps) steps = 100;
     if (save && check_writable(save) != 0) return 1;
+    if ((save_every >= 0 || keep >= 0) && !state_dir && !resume)
+        return cli_usage_error("train", "--save-every and --keep need --state-dir DIR (or --resume DIR)");
+    if (resume && !*resume) return cli_usage_error("train", "--resume needs a directory");
+    if (state_dir && !*state_dir) return cli_usage_error("train", "--state-dir needs a directory");
     remat_session_opts so;
     remat_cost_model cm;
     const char *cost_used = NULL;
@@ -363,6 +472,54 @@ int cmd_train(int argc, char **argv) {
     }
     progress p = {.json = json, .tty = isatty(2), .log_every = log_every, .tokens_per_row = lm ? xd[1] : 0};
     remat_train_opts to = {.epochs = epochs, .steps = steps, .batch = xd[0], .seed = seed, .user = &p};
+    /* Training states: --resume DIR saves on in DIR unless --state-dir
+     * says otherwise (a state file: in its folder). */
+    char resume_dir[4096];
+    if (resume && !state_dir) {
+        struct stat rs;
+        snprintf(resume_dir, sizeof resume_dir, "%s", resume);
+        if (stat(resume, &rs) == 0 && !S_ISDIR(rs.st_mode)) {
+            char *slash = strrchr(resume_dir, '/');
+            if (!slash) snprintf(resume_dir, sizeof resume_dir, ".");
+            else if (slash == resume_dir) resume_dir[1] = 0;
+            else *slash = 0;
+        }
+        state_dir = resume_dir;
+    }
+    to.state_dir = state_dir;
+    to.resume = resume;
+    to.save_every = save_every > 0 ? save_every : 0;
+    to.keep = keep >= 0 ? (int)keep : 3;
+    /* what defines the math, by flag, so that a resume names the one
+     * changed (the library compares the session's own settings too) */
+    run_opts ro = {0};
+    char fb[32];
+    run_add(&ro, "--model", "%s", mo.name);
+    run_add(&ro, "--batch", "%lld", (long long)mo.batch);
+    run_add(&ro, "--image", "%lldx%lldx%lld", (long long)mo.channels, (long long)mo.height, (long long)mo.width);
+    run_add(&ro, "--classes", "%lld", (long long)mo.classes);
+    run_add(&ro, "--dropout-scale", "%s", float_str(mo.dropout_scale, fb, sizeof fb));
+    run_add(&ro, "--layers", "%lld", (long long)mo.layers);
+    run_add(&ro, "--embd", "%lld", (long long)mo.embd);
+    run_add(&ro, "--heads", "%lld", (long long)mo.heads);
+    run_add(&ro, "--context", "%lld", (long long)mo.context);
+    run_add(&ro, "--vocab", "%lld", (long long)mo.vocab);
+    run_add(&ro, "--base-channels", "%lld", (long long)mo.base_channels);
+    run_add(&ro, "--depth", "%lld", (long long)mo.depth);
+    run_add(&ro, "--data", "%s", tokens ? "tokens" : data); /* a token file's identity is its contents (the library's) */
+    run_add(&ro, "--train-limit", "%lld", (long long)train_limit);
+    run_add(&ro, "--optim", "%s", optim);
+    run_add(&ro, "--lr", "%s", float_str(oo.lr, fb, sizeof fb));
+    run_add(&ro, "--weight-decay", "%s", float_str(oo.weight_decay, fb, sizeof fb));
+    if (oo.kind == REMAT_OPTIM_SGD) {
+        run_add(&ro, "--momentum", "%s", float_str(oo.momentum, fb, sizeof fb));
+        run_add(&ro, "--nesterov", "%s", oo.nesterov ? "on" : "off");
+    }
+    run_add(&ro, "--seed", "%llu", (unsigned long long)seed);
+    run_add(&ro, "--device", "%s", remat_device_str(so.device));
+    if (so.device == REMAT_DEVICE_CPU) run_add(&ro, "--threads", "%d", so.threads);
+    else run_add(&ro, "--tf32", "%s", so.tf32 ? "on" : "off");
+    if (state_dir || resume) to.run = ro.kv;
     if (stream) {
         p.epochs_total = epochs;
         to.on_event = on_stream_event;
@@ -386,6 +543,8 @@ int cmd_train(int argc, char **argv) {
     }
     if (save && remat_safetensors_save(s, save) != REMAT_OK) goto fail;
     if (save && !json) printf("saved weights to %s\n", save);
+    if (p.last_state[0] && !json)
+        printf("training state of step %lld in %s\n", (long long)p.last_state_step, p.last_state);
     rc = 0;
     goto done;
 fail:

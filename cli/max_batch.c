@@ -123,6 +123,7 @@ static int plan_batch(search *s, remat_strategy st, int64_t batch, const probe *
     mo.batch = batch;
     remat_session_opts so = *s->so;
     so.strategy = st;
+    so.plan_only = 1;
     remat_graph *g = NULL;
     remat_session *ses = NULL;
     remat_model m;

@@ -359,6 +359,14 @@ typedef struct {
                               * allocated with the parameters so that the
                               * first plan and its budget count it; NULL:
                               * none until remat_session_set_optimizer */
+    int plan_only;           /* plan without memory: the parameter, gradient
+                              * and optimizer-state blocks are counted (in
+                              * the plan and its budget) but neither
+                              * allocated nor initialized, and no arena is
+                              * made; steps, forward passes, parameter reads
+                              * and writes and updates are refused. For
+                              * asking what a step would hold (remat plan,
+                              * batch searches) in milliseconds */
 } remat_session_opts;
 
 void remat_session_opts_default(remat_session_opts *o);
@@ -573,12 +581,24 @@ int64_t remat_loader_batches(const remat_loader *l);
 void remat_loader_start(remat_loader *l, int64_t epoch);
 /* Fills the next batch; returns 0 at the end of the epoch, 1 otherwise. */
 int remat_loader_next(remat_loader *l, float *x, int32_t *y);
+/* Starts epoch `epoch` at its batch `batch` (0-based): the next
+ * remat_loader_next yields that batch, as if the epoch's first `batch`
+ * batches had been taken (a resumed run's data position). */
+void remat_loader_seek(remat_loader *l, int64_t epoch, int64_t batch);
 
 /* ------------------------------------------------------------- training */
 
 typedef enum {
     REMAT_EVENT_STEP = 0, /* after each optimizer update */
     REMAT_EVENT_EVAL,     /* after each evaluation on the test set */
+    REMAT_EVENT_SAVE,     /* a training state was written: path, step */
+    REMAT_EVENT_RESUME,   /* before the first step: path, step (the state's
+                           * data step), epoch and step_in_epoch (its epoch
+                           * and the batches of it done); path NULL and a
+                           * message when the resume directory held no
+                           * state yet and training starts afresh */
+    REMAT_EVENT_NOTE,     /* something the user should know: message (a
+                           * damaged state skipped: path and why) */
 } remat_event_kind;
 
 typedef struct {
@@ -593,6 +613,9 @@ typedef struct {
     double seconds;       /* step: seconds since the epoch began; eval: seconds the epoch's training took */
     size_t peak_bytes;    /* step: peak total bytes of the step */
     double step_seconds;  /* step: this step's forward, backward and update */
+    const char *path;     /* save, resume, note: a file (owned by the
+                           * library, valid during the callback), or NULL */
+    const char *message;  /* note: what happened (same lifetime), or NULL */
 } remat_event;
 
 typedef void (*remat_event_fn)(const remat_event *ev, void *user);
@@ -605,6 +628,24 @@ typedef struct {
     uint64_t seed;    /* shuffling; token windows */
     remat_event_fn on_event;
     void *user;
+    /* Training state (see "training state" below); all borrowed for the
+     * call. state_dir: save states there (created if missing): after
+     * every save_every-th step (0: none in between) and after the last;
+     * it must hold no state unless it is the resume directory. keep: after
+     * each save, remove all but the newest `keep` states (0 keeps all).
+     * resume: a state file, or a directory whose newest intact state is
+     * used (damaged newer ones are reported as NOTE events and skipped; a
+     * directory without any state starts afresh, with a note). The run
+     * then continues bitwise as if it had never stopped; a state whose
+     * model, data or options that define the math differ is refused,
+     * naming the difference. run: the caller's own options that define
+     * the math, a NULL-terminated list of key, value strings (keys such
+     * as "--model"), recorded in every state and compared on resume. */
+    const char *state_dir;
+    int64_t save_every;
+    int keep;
+    const char *resume;
+    const char *const *run;
 } remat_train_opts;
 
 /* The nodes of a classifier graph the loop needs. */
@@ -832,6 +873,92 @@ remat_status remat_safetensors_read(const char *path, const char *name,
 remat_status remat_safetensors_save_grads(remat_session *s,
                                           const char *path, float loss);
 /* ------------------------------------ end of data streams and tensor files */
+
+/* -------------------------------------------------------- training state
+ * A run's state, so that a run that dies loses only the steps since its
+ * last save and a resumed run continues bitwise as if it had never
+ * stopped, under any strategy or budget. One safetensors file: every
+ * parameter and buffer by its PyTorch state_dict name (F32, so PyTorch
+ * reads the weights: safetensors.torch.load_file, then drop the
+ * "optim." entries), the optimizer's state named as PyTorch's
+ * ("optim.<param>.exp_avg", "optim.<param>.exp_avg_sq",
+ * "optim.<param>.momentum_buffer"), and in the metadata: the session's
+ * step index (dropout's Philox position) and optimizer step count, the
+ * data position, and everything that defines the math (graph, optimizer
+ * and hyper-parameters, seeds, batch, data, device, thread count, the
+ * caller's run options), the remat version, and a CRC-32 of the whole
+ * file. README.md ("Resuming") has the exact format. In a directory,
+ * states are named state-<session step, 12 digits>.safetensors.
+ *
+ * Every file is written atomically and durably: a uniquely named
+ * temporary in the same folder, fsync, rename, fsync of the folder. */
+
+/* Where a training loop stands in its data. */
+typedef struct {
+    int64_t data_step; /* batches taken from the data by the loop(s) so far */
+    int64_t epoch;     /* data_step as (epoch, batch within it) when the */
+    int64_t position;  /* data has epochs; epoch 0, position data_step otherwise */
+} remat_train_progress;
+
+/* A damaged state skipped while looking for the newest one. */
+typedef void (*remat_state_note_fn)(const char *path, const char *why, void *user);
+
+/* What a state records besides the session, and compares on load; all
+ * borrowed for the call. The session's own part (graph, parameters,
+ * optimizer and its state, step counts, seed, device, threads, TF32) is
+ * read from the session. */
+typedef struct {
+    int64_t batch;          /* rows per optimizer step (0: the graph input's first dimension) */
+    uint64_t data_seed;     /* the data order's seed (remat_train_opts.seed) */
+    const char *data;       /* an identity of the training data (NULL: none) */
+    int64_t batches_per_epoch; /* remat_train_progress's epochs (0: none) */
+    const char *const *run; /* as remat_train_opts.run */
+    remat_state_note_fn note; /* damaged states skipped (may be NULL) */
+    void *user;
+} remat_state_opts;
+
+/* Writes the session's state to path (atomically). at may be NULL (the
+ * data step is then the session's step index). */
+remat_status remat_state_save(remat_session *s, const remat_state_opts *o, const remat_train_progress *at,
+                              const char *path);
+/* Writes it to dir/state-<step>.safetensors (dir is created if missing),
+ * then removes all but the newest `keep` states of dir up to that step
+ * (keep 0: none removed; states of later steps are never touched). *path
+ * (may be NULL) gets the file's name, owned by the caller (free). */
+remat_status remat_state_save_dir(remat_session *s, const remat_state_opts *o, const remat_train_progress *at,
+                                  const char *dir, int keep, char **path);
+/* Loads a state file, or the newest intact state of a directory, into the
+ * session and fills *at (may be NULL). Everything is checked before
+ * anything is copied, and a failed load leaves the session unchanged:
+ * the file itself (REMAT_FORMAT, naming it, when truncated, damaged or
+ * not a state: its size and CRC-32 are checked first), then the options
+ * that define the math (REMAT_INVALID naming the first that differs,
+ * with both values: o->run's keys first, then the batch, device,
+ * threads, optimizer, seeds and data), then every tensor (each
+ * parameter, buffer and optimizer tensor present, F32, with its shape;
+ * REMAT_SHAPE naming it), then the graph itself. The strategy, budget
+ * and cost model may differ: plans give identical bits.
+ * REMAT_NOT_FOUND: no such file or directory, or a directory without any
+ * state. */
+remat_status remat_state_load(remat_session *s, const remat_state_opts *o, const char *path,
+                              remat_train_progress *at);
+/* The steps of the state files in dir, newest first (*steps owned by the
+ * caller, free; NULL when *n is 0), by name only: nothing is read.
+ * Temporary files are never listed. REMAT_NOT_FOUND if dir does not
+ * exist. */
+remat_status remat_state_list(const char *dir, int64_t **steps, int *n);
+/* The newest intact state of dir: *path (caller frees) and *step (either
+ * may be NULL). Each newer state that fails the file checks (truncated,
+ * checksum, malformed) is reported through note and skipped. Stale
+ * temporaries of killed saves are removed (those whose process is gone).
+ * REMAT_NOT_FOUND when dir holds no state, REMAT_FORMAT when none is
+ * intact. */
+remat_status remat_state_find(const char *dir, remat_state_note_fn note, void *user, char **path, int64_t *step);
+
+/* Writes bytes to path atomically and durably, as every file remat writes
+ * (above); REMAT_IO names the path and the reason. */
+remat_status remat_file_write_atomic(const char *path, const void *data, size_t bytes);
+/* ------------------------------------------------ end of training state */
 
 #ifdef __cplusplus
 }

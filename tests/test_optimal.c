@@ -13,6 +13,8 @@
 #include "check.h"
 #include "testmodels.h"
 
+#include "../src/remat-impl.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,19 +50,21 @@ typedef struct {
     remat_status status;
 } outcome;
 
-/* Plans only: the status of creating the session within `budget`. */
+/* Plans only (a plan-only session, the optimizer's state counted from the
+ * start): the status of creating the session within `budget`. */
 static remat_status fits(const remat_graph *g, const remat_model *m, size_t budget) {
+    remat_optim_opts oo;
+    remat_optim_opts_default(&oo, REMAT_OPTIM_SGD);
+    oo.momentum = 0.9f;
     remat_session_opts so;
     remat_session_opts_default(&so);
     so.threads = 2;
     so.strategy = REMAT_STRATEGY_OPTIMAL;
     so.budget = budget;
+    so.optim = &oo;
+    so.plan_only = 1;
     remat_session *s = NULL;
-    remat_optim_opts oo;
-    remat_optim_opts_default(&oo, REMAT_OPTIM_SGD);
-    oo.momentum = 0.9f;
     remat_status st = remat_session_create(&s, g, m->loss, &so);
-    if (st == REMAT_OK) st = remat_session_set_optimizer(s, &oo);
     remat_session_destroy(s);
     return st;
 }
@@ -79,8 +83,8 @@ static void run(const remat_graph *g, const remat_model *m, const char *name, re
     remat_optim_opts_default(&oo, REMAT_OPTIM_SGD);
     oo.momentum = 0.9f;
     oo.lr = strncmp(name, "heavy", 5) == 0 ? 1e-9f : 0.01f;
+    so.optim = &oo;
     o->status = remat_session_create(&s, g, m->loss, &so);
-    if (o->status == REMAT_OK) o->status = remat_session_set_optimizer(s, &oo);
     if (o->status != REMAT_OK) {
         remat_session_destroy(s);
         return;
@@ -145,20 +149,22 @@ static void model(const char *name) {
     run(g, &m, name, REMAT_STRATEGY_ALL, 0, &all);
     run(g, &m, name, REMAT_STRATEGY_SQRT, 0, &sq);
     CHECK_OK(all.status);
-    /* the smallest feasible budget, by bisection */
-    size_t lo = 0, hi = all.peak;
-    while (lo + 1 < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (fits(g, &m, mid) == REMAT_OK) hi = mid;
-        else lo = mid;
-    }
-    size_t floor = hi;
-    /* one byte below: REMAT_BUDGET naming exactly this floor */
+    /* The smallest feasible budget, as a refusal names it: feasible, and one
+     * byte less is not (at any budget asked below it, the same floor). */
+    size_t floor = 0;
     {
+        CHECK(fits(g, &m, 1) == REMAT_BUDGET);
+        const char *at = strstr(remat_last_error(), "smallest feasible budget is ");
+        CHECK_MSG(at != NULL, "%s: %s", name, remat_last_error());
+        if (at) floor = (size_t)strtoull(at + strlen("smallest feasible budget is "), NULL, 10);
+        CHECK_MSG(floor > 0 && fits(g, &m, floor) == REMAT_OK, "%s: the named floor %zu does not fit: %s", name, floor,
+                  remat_last_error());
         char want[96];
         snprintf(want, sizeof want, "smallest feasible budget is %zu bytes", floor);
         CHECK(fits(g, &m, floor - 1) == REMAT_BUDGET);
         CHECK_MSG(strstr(remat_last_error(), want), "%s: %s", name, remat_last_error());
+        CHECK(fits(g, &m, floor / 2) == REMAT_BUDGET);
+        CHECK_MSG(strstr(remat_last_error(), want), "%s at half the floor: %s", name, remat_last_error());
     }
     double prev = -1;
     int dtr_won = 0;
@@ -201,6 +207,10 @@ int main(int argc, char **argv) {
     int q = argc > 1 && strcmp(argv[1], "--quick") == 0;
     if (q) n_budgets = 3;
     size_t n = q ? sizeof quick / sizeof *quick : sizeof models / sizeof *models;
-    for (size_t i = 0; i < n; i++) model(q ? quick[i] : models[i]);
+    for (size_t i = 0; i < n; i++) {
+        double t0 = remat__now();
+        model(q ? quick[i] : models[i]);
+        printf("  (%.1f s)\n", remat__now() - t0);
+    }
     return check_exit("test_optimal");
 }

@@ -26,6 +26,14 @@ remat_status remat__block_alloc(remat_session *s, int blk, remat_mem cat, int n,
                                 int zero) {
     size_t total = 0;
     for (int i = 0; i < n; i++) total += rounded(bytes[i]);
+    if (s->opts.plan_only) { /* counted, not allocated: the plan sees the same bytes */
+        for (int i = 0; i < n; i++) {
+            ptrs[i] = NULL;
+            remat__alloc_count(&s->alloc, cat, bytes[i]);
+        }
+        s->blk_bytes[blk] = total;
+        return REMAT_OK;
+    }
     void *b = NULL;
     remat_status st = s->be->alloc(s->dev, total, &b);
     if (st != REMAT_OK)
@@ -47,9 +55,9 @@ remat_status remat__block_alloc(remat_session *s, int blk, remat_mem cat, int n,
 }
 
 void remat__block_free(remat_session *s, int blk, remat_mem cat, size_t counted) {
-    if (!s->blk[blk]) return;
+    if (!s->blk[blk] && !s->blk_bytes[blk]) return;
     remat__alloc_uncount(&s->alloc, cat, counted);
-    s->be->release(s->dev, s->blk[blk]);
+    if (s->blk[blk]) s->be->release(s->dev, s->blk[blk]);
     s->blk[blk] = NULL;
     s->blk_bytes[blk] = 0;
 }
@@ -166,9 +174,10 @@ static remat_status alloc_params(remat_session *s) {
      * scans the block whole) */
     if (st == REMAT_OK) st = remat__block_alloc(s, REMAT__BLK_PARAM, REMAT_MEM_PARAM, np, pb, pp, 1);
     if (st == REMAT_OK) st = remat__block_alloc(s, REMAT__BLK_GRAD, REMAT_MEM_GRAD, ng, gb, gp, 1);
-    float *host = st == REMAT_OK ? malloc(largest ? largest : 1) : NULL;
-    if (st == REMAT_OK && !host) st = remat__err(REMAT_NOMEM, "out of memory creating a session");
-    for (int i = 0, j = 0; i < np && st == REMAT_OK; i++) {
+    int fill = st == REMAT_OK && !s->opts.plan_only; /* plan-only: counted, nothing to fill */
+    float *host = fill ? malloc(largest ? largest : 1) : NULL;
+    if (fill && !host) st = remat__err(REMAT_NOMEM, "out of memory creating a session");
+    for (int i = 0, j = 0; fill && i < np && st == REMAT_OK; i++) {
         remat__pslot *p = &s->params[i];
         const remat__node *n = &g->nodes[p->node];
         p->data = pp[i];
@@ -277,7 +286,7 @@ remat_status remat_session_create(remat_session **out, const remat_graph *g, rem
 static size_t block_counted(const remat_session *s, int grads) {
     size_t b = 0;
     for (int i = 0; i < s->n_params; i++)
-        if (!grads || s->params[i].grad) b += remat__out_bytes(&s->g->nodes[s->params[i].node]);
+        if (!grads || remat__trainable(s, i)) b += remat__out_bytes(&s->g->nodes[s->params[i].node]);
     return b;
 }
 
@@ -311,8 +320,18 @@ const void *remat_session_binding(const remat_session *s, remat_node input) {
     return s->bound[input];
 }
 
+remat_status remat__session_runnable(const remat_session *s, const char *what) {
+    if (!s) return remat__err(REMAT_INVALID, "%s: the session is NULL", what);
+    if (s->opts.plan_only)
+        return remat__err(REMAT_INVALID, "%s: the session was created to plan only (plan_only): it holds no "
+                          "parameters or memory to run with", what);
+    return REMAT_OK;
+}
+
 remat_status remat_session_step(remat_session *s, float *loss) {
-    remat_status st = s->be->zero(s->dev, s->blk[REMAT__BLK_GRAD], s->blk_bytes[REMAT__BLK_GRAD]);
+    remat_status st = remat__session_runnable(s, "remat_session_step");
+    if (st != REMAT_OK) return st;
+    st = s->be->zero(s->dev, s->blk[REMAT__BLK_GRAD], s->blk_bytes[REMAT__BLK_GRAD]);
     if (st != REMAT_OK) return st;
     remat__alloc_reset_peaks(&s->alloc);
     float l = NAN;
@@ -323,6 +342,8 @@ remat_status remat_session_step(remat_session *s, float *loss) {
 
 remat_status remat_session_forward(remat_session *s, int train, float *loss, remat_node fetch,
                                    float *out) {
+    remat_status rs = remat__session_runnable(s, "remat_session_forward");
+    if (rs != REMAT_OK) return rs;
     train = train ? 1 : 0;
     if (fetch != REMAT_NONE && (fetch < 0 || fetch >= s->g->n || remat__is_resident(&s->g->nodes[fetch])))
         return remat__err(REMAT_INVALID, "fetch node %d is not a computed node", (int)fetch);
@@ -367,6 +388,8 @@ remat_status remat_session_param(const remat_session *s, int i, remat_param_info
 }
 
 remat_status remat_session_read_param(remat_session *s, int i, remat_param_part part, float *dst) {
+    remat_status rs = remat__session_runnable(s, "remat_session_read_param");
+    if (rs != REMAT_OK) return rs;
     if (i < 0 || i >= s->n_params)
         return remat__err(REMAT_INVALID, "parameter index %d is out of range 0..%d", i, s->n_params - 1);
     const remat__pslot *p = &s->params[i];
@@ -379,6 +402,8 @@ remat_status remat_session_read_param(remat_session *s, int i, remat_param_part 
 }
 
 remat_status remat_session_write_param(remat_session *s, int i, const float *src) {
+    remat_status rs = remat__session_runnable(s, "remat_session_write_param");
+    if (rs != REMAT_OK) return rs;
     if (i < 0 || i >= s->n_params)
         return remat__err(REMAT_INVALID, "parameter index %d is out of range 0..%d", i, s->n_params - 1);
     const remat__pslot *p = &s->params[i];

@@ -78,6 +78,13 @@ size_t remat__session_blocks_bytes(const remat_session *s);
 /* (Re)builds the training schedule for the strategy and the live state,
  * then checks the budget. */
 remat_status remat__session_plan_train(remat_session *s);
+/* Parameter slot i is trainable (has a gradient), not a buffer. */
+static inline int remat__trainable(const remat_session *s, int i) {
+    return s->g->nodes[s->params[i].node].leaf == REMAT__LEAF_PARAM;
+}
+/* REMAT_OK, or REMAT_INVALID naming `what` when the session was created
+ * plan-only (it holds nothing to run with). */
+remat_status remat__session_runnable(const remat_session *s, const char *what);
 
 /* The optimizer's state: allocated (zeroed) and freed here only
  * (train/optim.c). */
@@ -85,6 +92,18 @@ remat_status remat__optim_state_alloc(remat_session *s, const remat_optim_opts *
 void remat__optim_state_free(remat_session *s);
 /* Checks the options and allocates the state, without planning. */
 remat_status remat__optim_install(remat_session *s, const remat_optim_opts *o);
+/* For training states (train/state.c), on every device: the optimizer's
+ * options (NULL when none), whether trainable parameter i has state
+ * tensor `which` (0: m, SGD's momentum buffer or AdamW's exp_avg; 1: v,
+ * AdamW's exp_avg_sq), its copy to or from the host (numel floats), and
+ * the step counters (the session's step index, dropout's Philox step, and
+ * the optimizer's own count). */
+const remat_optim_opts *remat__optim_opts(const remat_session *s);
+int remat__optim_has_state(const remat_session *s, int i, int which);
+remat_status remat__optim_state_read(remat_session *s, int i, int which, float *dst);
+remat_status remat__optim_state_write(remat_session *s, int i, int which, const float *src);
+void remat__optim_counters(const remat_session *s, int64_t *step, int64_t *optim_t);
+void remat__optim_set_counters(remat_session *s, int64_t step, int64_t optim_t);
 
 /* A resident block: `n` tensors of bytes[i] carved at aligned offsets
  * from one backend allocation (category cat, counted per tensor); ptrs[i]

@@ -105,6 +105,14 @@ void remat_loader_start(remat_loader *l, int64_t epoch) {
     l->pos = 0;
 }
 
+void remat_loader_seek(remat_loader *l, int64_t epoch, int64_t batch) {
+    if (!l) return;
+    remat_loader_start(l, epoch);
+    if (batch < 0) batch = 0;
+    if (batch > l->batches) batch = l->batches;
+    l->pos = batch * l->batch;
+}
+
 int remat_loader_next(remat_loader *l, float *x, int32_t *y) {
     if (!l || l->pos + l->batch > l->batches * l->batch) return 0;
     /* Indices come from order[], all in range, unless the data set was

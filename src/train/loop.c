@@ -10,13 +10,22 @@
  * It reports progress through the caller's event callback and never
  * prints. Every loop checks the weights before its first step and after
  * each update, and stops at the first NaN or infinity, naming it.
+ *
+ * Training states (state.c): a loop can resume from one and save them as
+ * it goes. Its position in the data is its data step alone: remat_train
+ * starts epoch step / batches-per-epoch at that batch of the epoch's
+ * seeded permutation (remat_loader_seek); a stream's batches are a pure
+ * function of the step. States record the data's identity: a CRC-32 of a
+ * data set's samples and labels as the loop sees them, or of a token
+ * file's ids.
  */
-#include "../remat-impl.h"
+#include "safetensors.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include <zlib.h>
 
 
 typedef struct {
@@ -119,6 +128,16 @@ static void emit(const remat_train_opts *o, const remat_event *ev) {
     if (o->on_event) o->on_event(ev, o->user);
 }
 
+/* A resumed state at or past the steps asked for: a note, not an error
+ * (the caller may still want the weights it loaded). */
+static void nothing_left(const remat_train_opts *o, int64_t step, int64_t total) {
+    char msg[256];
+    snprintf(msg, sizeof msg, "the resumed state is at step %lld, %s %lld steps asked for: nothing to train",
+             (long long)step, step == total ? "the end of the" : "past the", (long long)total);
+    remat_event ev = {.kind = REMAT_EVENT_NOTE, .step = step, .message = msg};
+    emit(o, &ev);
+}
+
 /* Training stops at the first NaN or infinity: in the loss, or in a
  * weight, buffer or gradient after an update (remat_session_check_finite
  * names it), or in the weights it starts from (step 0). Nothing after
@@ -140,6 +159,31 @@ static remat_status check_loss(remat_session *s, float loss, int64_t step) {
     if (remat_session_check_finite(s) != REMAT_OK) snprintf(why, sizeof why, "; %s", remat_last_error());
     return remat__err(REMAT_INVALID, "training diverged: the loss is %s at step %lld%s (try a smaller learning rate)",
                       isnan(loss) ? "NaN" : loss > 0 ? "+inf" : "-inf", (long long)step, why);
+}
+
+/* The identity of a data set for training states: size, shape, classes
+ * and a CRC-32 of every sample (normalized, as trained on) and label. */
+static remat_status dataset_identity(const remat_dataset *d, const staging *st, char *buf, size_t cap) {
+    int64_t n = remat_dataset_size(d), chw[3];
+    remat_dataset_shape(d, chw);
+    int64_t *idx = malloc((size_t)st->batch * sizeof *idx);
+    if (!idx) return remat__err(REMAT_NOMEM, "out of memory");
+    uLong crc = crc32(0, NULL, 0);
+    remat_status rc = REMAT_OK;
+    for (int64_t first = 0; first < n && rc == REMAT_OK; first += st->batch) {
+        int64_t k = n - first < st->batch ? n - first : st->batch;
+        for (int64_t i = 0; i < k; i++) idx[i] = first + i;
+        rc = remat_dataset_get(d, idx, k, st->x, st->y);
+        if (rc != REMAT_OK) break;
+        crc = crc32(crc, (const Bytef *)st->x, (uInt)((size_t)(k * st->sample) * sizeof *st->x));
+        crc = crc32(crc, (const Bytef *)st->y, (uInt)((size_t)k * sizeof *st->y));
+    }
+    free(idx);
+    if (rc == REMAT_OK)
+        snprintf(buf, cap, "data set: %lld samples of %lldx%lldx%lld, %d classes, CRC-32 %08lx", (long long)n,
+                 (long long)chw[0], (long long)chw[1], (long long)chw[2], remat_dataset_classes(d),
+                 (unsigned long)crc);
+    return rc;
 }
 
 remat_status remat_train(remat_session *s, const remat_model *m, const remat_dataset *train,
@@ -165,12 +209,18 @@ remat_status remat_train(remat_session *s, const remat_model *m, const remat_dat
     int64_t per_epoch = rc == REMAT_OK ? remat_loader_batches(ld) : 0;
     int64_t total = o->steps > 0 ? o->steps : o->epochs * per_epoch;
     int64_t step = 0;
+    char data_id[256] = "";
+    remat__loop_state ls = {0};
+    if (rc == REMAT_OK && (o->state_dir || o->resume)) rc = dataset_identity(train, &st, data_id, sizeof data_id);
+    if (rc == REMAT_OK) rc = remat__loop_state_begin(&ls, s, o, st.batch, per_epoch, data_id, &step);
+    if (rc == REMAT_OK && step > 0 && step >= total) nothing_left(o, step, total);
     if (rc == REMAT_OK) rc = check_weights(s, 0);
-    for (int64_t epoch = 0; rc == REMAT_OK && step < total; epoch++) {
-        remat_loader_start(ld, epoch);
+    for (int64_t epoch = per_epoch ? step / per_epoch : 0; rc == REMAT_OK && step < total; epoch++) {
+        int64_t first = step - epoch * per_epoch; /* batches of this epoch done before (a resume) */
+        remat_loader_seek(ld, epoch, first);
         double t0 = remat__now();
-        int64_t in_epoch = 0;
-        int64_t this_epoch = total - step < per_epoch ? total - step : per_epoch;
+        int64_t in_epoch = first;
+        int64_t this_epoch = total - epoch * per_epoch < per_epoch ? total - epoch * per_epoch : per_epoch;
         while (rc == REMAT_OK && step < total && remat_loader_next(ld, st.x, st.y)) {
             float loss = 0.0f;
             double ts = remat__now();
@@ -186,9 +236,10 @@ remat_status remat_train(remat_session *s, const remat_model *m, const remat_dat
             double el = remat__now() - t0;
             remat_event ev = {.kind = REMAT_EVENT_STEP, .epoch = epoch, .step = step,
                               .step_in_epoch = in_epoch, .steps_in_epoch = this_epoch, .loss = loss,
-                              .images_per_s = el > 0 ? (double)(in_epoch * st.batch) / el : 0.0,
+                              .images_per_s = el > 0 ? (double)((in_epoch - first) * st.batch) / el : 0.0,
                               .seconds = el, .peak_bytes = mem.peak[REMAT_MEM_TOTAL], .step_seconds = step_s};
             emit(o, &ev);
+            rc = remat__loop_state_step(&ls, s, step, step == total);
         }
         double train_s = remat__now() - t0;
         if (rc == REMAT_OK && test) {
@@ -214,8 +265,10 @@ static int64_t node_numel(const remat_graph *g, remat_node n) {
     return k;
 }
 
-remat_status remat_train_stream(remat_session *s, const remat_model *m, remat_batch_fn next, void *user,
-                                const remat_train_opts *o) {
+/* remat_train_stream, with the data's identity for training states (NULL:
+ * the caller's source, which only it can name, through o->run). */
+static remat_status train_stream(remat_session *s, const remat_model *m, remat_batch_fn next, void *user,
+                                 const remat_train_opts *o, const char *data_id) {
     if (!s || !m || !next || !o)
         return remat__err(REMAT_INVALID, "remat_train_stream: NULL session, model, source or options");
     if (o->steps < 1)
@@ -236,11 +289,15 @@ remat_status remat_train_stream(remat_session *s, const remat_model *m, remat_ba
     if (!x || (ny && !y)) rc = remat__err(REMAT_NOMEM, "out of memory for a batch");
     if (rc == REMAT_OK) rc = remat_session_bind(s, m->input, x);
     if (rc == REMAT_OK && ny) rc = remat_session_bind(s, m->labels, y);
-    int64_t epochs = o->epochs > 0 ? o->epochs : 1, step = 0;
+    int64_t epochs = o->epochs > 0 ? o->epochs : 1, step = 0, total = epochs * o->steps;
+    remat__loop_state ls = {0};
+    if (rc == REMAT_OK) rc = remat__loop_state_begin(&ls, s, o, xd[0], o->steps, data_id, &step);
+    if (rc == REMAT_OK && step > 0 && step >= total) nothing_left(o, step, total);
     if (rc == REMAT_OK) rc = check_weights(s, 0);
-    for (int64_t epoch = 0; epoch < epochs && rc == REMAT_OK; epoch++) {
+    for (int64_t epoch = step / o->steps; epoch < epochs && rc == REMAT_OK; epoch++) {
         double t0 = remat__now();
-        for (int64_t i = 0; i < o->steps && rc == REMAT_OK; i++) {
+        int64_t first = step - epoch * o->steps; /* steps of this epoch done before (a resume) */
+        for (int64_t i = first; i < o->steps && rc == REMAT_OK; i++) {
             rc = next(user, step, x, y);
             float loss = 0.0f;
             double ts = remat__now();
@@ -255,14 +312,20 @@ remat_status remat_train_stream(remat_session *s, const remat_model *m, remat_ba
             remat_session_mem(s, &mem);
             remat_event ev = {.kind = REMAT_EVENT_STEP, .epoch = epoch, .step = step, .step_in_epoch = i + 1,
                               .steps_in_epoch = o->steps, .loss = loss,
-                              .images_per_s = el > 0 ? (double)((i + 1) * xd[0]) / el : 0.0, .seconds = el,
+                              .images_per_s = el > 0 ? (double)((i + 1 - first) * xd[0]) / el : 0.0, .seconds = el,
                               .peak_bytes = mem.peak[REMAT_MEM_TOTAL], .step_seconds = now - ts};
             emit(o, &ev);
+            rc = remat__loop_state_step(&ls, s, step, step == total);
         }
     }
     restore_binds(s, m, sb);
     free(x), free(y);
     return rc;
+}
+
+remat_status remat_train_stream(remat_session *s, const remat_model *m, remat_batch_fn next, void *user,
+                                const remat_train_opts *o) {
+    return train_stream(s, m, next, user, o, NULL);
 }
 
 typedef struct {
@@ -299,5 +362,21 @@ remat_status remat_train_tokens(remat_session *s, const remat_model *m, const re
         return remat__err(REMAT_INVALID, "the token file has %lld tokens, fewer than one window of context + 1 "
                           "= %lld tokens", (long long)remat_tokens_count(t), (long long)(xd[1] + 1));
     token_source ts = {.t = t, .batch = xd[0], .context = xd[1], .seed = o->seed};
-    return remat_train_stream(s, m, next_tokens, &ts, o);
+    char data_id[160] = "";
+    if (o->state_dir || o->resume) {
+        /* the ids as little-endian uint16, in pieces */
+        uLong crc = crc32(0, NULL, 0);
+        int64_t n = remat_tokens_count(t);
+        for (int64_t i = 0; i < n; i += 4096) {
+            int k = n - i < 4096 ? (int)(n - i) : 4096;
+            unsigned char le[2 * 4096];
+            for (int j = 0; j < k; j++) {
+                uint16_t id = remat_tokens_get(t, i + j);
+                le[2 * j] = (unsigned char)(id & 0xff), le[2 * j + 1] = (unsigned char)(id >> 8);
+            }
+            crc = crc32(crc, le, (uInt)(2 * k));
+        }
+        snprintf(data_id, sizeof data_id, "tokens: %lld ids, CRC-32 %08lx", (long long)n, (unsigned long)crc);
+    }
+    return train_stream(s, m, next_tokens, &ts, o, data_id[0] ? data_id : NULL);
 }

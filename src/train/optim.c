@@ -56,14 +56,14 @@ remat_status remat__optim_state_alloc(remat_session *s, const remat_optim_opts *
     }
     int n = 0;
     for (int i = 0; i < s->n_params; i++) {
-        if (!s->params[i].grad) continue;
+        if (!remat__trainable(s, i)) continue;
         size_t b = remat__out_bytes(&s->g->nodes[s->params[i].node]);
         if (need_m) bytes[n++] = b;
         if (need_v) bytes[n++] = b;
     }
     remat_status st = n ? remat__block_alloc(s, REMAT__BLK_OPTIM, REMAT_MEM_OPTIM, n, bytes, ptr, 1) : REMAT_OK;
     for (int i = 0, k = 0; st == REMAT_OK && i < s->n_params; i++) {
-        if (!s->params[i].grad) continue;
+        if (!remat__trainable(s, i)) continue;
         if (need_m) s->params[i].m = ptr[k++];
         if (need_v) s->params[i].v = ptr[k++];
     }
@@ -121,7 +121,46 @@ remat_status remat_session_set_optimizer(remat_session *s, const remat_optim_opt
     return st;
 }
 
+/* ------------------------------------------- state for training states */
+
+const remat_optim_opts *remat__optim_opts(const remat_session *s) { return s->has_optim ? &s->optim : NULL; }
+
+static float *state_tensor(const remat_session *s, int i, int which) {
+    if (i < 0 || i >= s->n_params) return NULL;
+    return which == 0 ? s->params[i].m : which == 1 ? s->params[i].v : NULL;
+}
+
+int remat__optim_has_state(const remat_session *s, int i, int which) { return state_tensor(s, i, which) != NULL; }
+
+remat_status remat__optim_state_read(remat_session *s, int i, int which, float *dst) {
+    float *t = state_tensor(s, i, which);
+    if (!t) return remat__err(REMAT_INVALID, "parameter %d has no optimizer state %d", i, which);
+    remat_status st = s->be->download(s->dev, dst, t, remat__out_bytes(&s->g->nodes[s->params[i].node]));
+    remat_status sy = s->be->sync(s->dev);
+    return st != REMAT_OK ? st : sy;
+}
+
+remat_status remat__optim_state_write(remat_session *s, int i, int which, const float *src) {
+    float *t = state_tensor(s, i, which);
+    if (!t) return remat__err(REMAT_INVALID, "parameter %d has no optimizer state %d", i, which);
+    remat_status st = s->be->upload(s->dev, t, src, remat__out_bytes(&s->g->nodes[s->params[i].node]));
+    remat_status sy = s->be->sync(s->dev);
+    return st != REMAT_OK ? st : sy;
+}
+
+void remat__optim_counters(const remat_session *s, int64_t *step, int64_t *optim_t) {
+    *step = s->step;
+    *optim_t = s->optim_t;
+}
+
+void remat__optim_set_counters(remat_session *s, int64_t step, int64_t optim_t) {
+    s->step = step;
+    s->optim_t = optim_t;
+}
+
 remat_status remat_session_update(remat_session *s) {
+    remat_status rs = remat__session_runnable(s, "remat_session_update");
+    if (rs != REMAT_OK) return rs;
     if (!s->has_optim)
         return remat__err(REMAT_INVALID, "no optimizer: call remat_session_set_optimizer first");
     int n = 0;
@@ -151,7 +190,8 @@ remat_status remat_session_update(remat_session *s) {
  * (2 x 6.8 MB), 0.44 ms against 0.38 s for the step and update, 0.1%
  * (2 threads, measured in one run). */
 remat_status remat_session_check_finite(remat_session *s) {
-    if (!s) return remat__err(REMAT_INVALID, "remat_session_check_finite: the session is NULL");
+    remat_status rs = remat__session_runnable(s, "remat_session_check_finite");
+    if (rs != REMAT_OK) return rs;
     /* One pass over each resident block (values, then gradients): one
      * launch and one wait on a device. Their padding is zeros, so a bad
      * element is always some tensor's. */

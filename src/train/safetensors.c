@@ -8,7 +8,25 @@
  * the reference implementation requires). The writer emits the header by
  * hand, so integers are exact and the output is byte-for-byte
  * deterministic, pads it with spaces to a multiple of 8 bytes, and writes
- * through a temporary file renamed into place.
+ * through remat__write_atomic.
+ *
+ * Checksummed files (training states) lead their __metadata__ with two
+ * fixed-width entries, "remat.crc32": 8 lowercase hex digits and
+ * "remat.file_bytes": the file's size in 20 decimal digits. The CRC-32
+ * (zlib's) covers the whole file, 8-byte length, header and data, with the
+ * 8 digits of the checksum read as the characters "00000000". The reader
+ * checks the size, then the CRC, on the raw bytes before it parses
+ * anything, so a truncated or damaged file is refused as such.
+ *
+ * remat__write_atomic is the one way remat writes a file: a temporary
+ * ".<name>.tmp.<pid>.<16 hex digits>" beside the target, created with
+ * O_EXCL (two writers never share one), written, flushed and fsync'ed,
+ * renamed over the target, then the folder fsync'ed. Any failure removes
+ * the temporary; a killed writer leaves it behind, and the next write to
+ * the same name (or a training state directory's scan) removes the
+ * temporaries of that name whose process is gone or that nobody has
+ * touched for an hour. Readers never look at temporaries: their names
+ * match no file remat reads.
  */
 #ifndef _POSIX_C_SOURCE
 #define _POSIX_C_SOURCE 200809L
@@ -17,11 +35,18 @@
 #include "safetensors.h"
 
 #include <cjson/cJSON.h>
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <zlib.h>
 
 /* The reference implementation refuses headers above 100 MB as well. */
 #define MAX_HEADER ((uint64_t)100000000)
@@ -96,7 +121,10 @@ struct remat__st {
     char *path;           /* owned copy, for messages */
     cJSON *json;          /* owned; names and metadata point into it */
     const cJSON *meta;    /* borrowed from json; NULL if absent */
-    unsigned char *data;  /* owned; the data section */
+    unsigned char *buf;   /* owned; the data section, or the whole file */
+    unsigned char *raw;   /* whole files: the file's first byte, in buf */
+    uint64_t raw_bytes;   /* whole files: the file's size */
+    unsigned char *data;  /* the data section, in buf (8-byte aligned) */
     uint64_t data_bytes;
     int n;
     entry *t;             /* owned; n entries in header order */
@@ -107,7 +135,7 @@ void remat__st_close(remat__st *f) {
     if (!f) return;
     free(f->path);
     cJSON_Delete(f->json);
-    free(f->data);
+    free(f->buf);
     free(f->t);
     free(f->by_name);
     free(f);
@@ -334,8 +362,8 @@ static remat_status read_exact(FILE *fp, const char *path, void *buf,
                       path, n, what, got);
 }
 
-/* Reads the file into f (already holding the path). */
-static remat_status load(remat__st *f, FILE *fp) {
+/* Checks the file's size and header length (f already holds the path). */
+static remat_status read_prefix(remat__st *f, FILE *fp, uint64_t *size, uint64_t *hlen, unsigned char le[8]) {
     const char *p = f->path;
     struct stat st;
     if (fstat(fileno(fp), &st) != 0)
@@ -343,50 +371,87 @@ static remat_status load(remat__st *f, FILE *fp) {
                           strerror(errno));
     if (!S_ISREG(st.st_mode))
         return remat__err(REMAT_IO, "%s: not a regular file", p);
-    uint64_t size = (uint64_t)st.st_size;
-    if (size < 8)
+    *size = (uint64_t)st.st_size;
+    if (*size < 8)
         return remat__err(REMAT_FORMAT,
                           "%s: %llu bytes, too short for a safetensors file "
                           "(at least an 8-byte header length)",
-                          p, (unsigned long long)size);
-    unsigned char le[8];
+                          p, (unsigned long long)*size);
     remat_status rc = read_exact(fp, p, le, 8, "header length");
     if (rc != REMAT_OK) return rc;
-    uint64_t hlen = 0;
-    for (int i = 7; i >= 0; i--) hlen = hlen << 8 | le[i];
-    if (hlen > size - 8)
+    *hlen = 0;
+    for (int i = 7; i >= 0; i--) *hlen = *hlen << 8 | le[i];
+    if (*hlen > *size - 8)
         return remat__err(REMAT_FORMAT,
                           "%s: header length %llu exceeds the %llu bytes "
-                          "that follow it (not a safetensors file?)",
-                          p, (unsigned long long)hlen,
-                          (unsigned long long)(size - 8));
-    if (hlen < 2 || hlen > MAX_HEADER)
+                          "that follow it (not a safetensors file, or "
+                          "truncated?)",
+                          p, (unsigned long long)*hlen,
+                          (unsigned long long)(*size - 8));
+    if (*hlen < 2 || *hlen > MAX_HEADER)
         return remat__err(REMAT_FORMAT,
                           "%s: header length %llu is implausible (2 to %llu "
                           "bytes expected)",
-                          p, (unsigned long long)hlen,
+                          p, (unsigned long long)*hlen,
                           (unsigned long long)MAX_HEADER);
+    if (*size > SIZE_MAX - 16)
+        return remat__err(REMAT_NOMEM, "%s: too large to load", p);
+    f->data_bytes = *size - 8 - *hlen;
+    return REMAT_OK;
+}
+
+/* Reads and parses the header, then (only if it is valid) the data
+ * section into f->buf: a malformed file is refused before its data is
+ * read or allocated. */
+static remat_status load_parsed(remat__st *f, FILE *fp) {
+    const char *p = f->path;
+    uint64_t size, hlen;
+    unsigned char le[8];
+    remat_status rc = read_prefix(f, fp, &size, &hlen, le);
+    if (rc != REMAT_OK) return rc;
     char *hdr = malloc((size_t)hlen + 1);
     if (!hdr)
         return remat__err(REMAT_NOMEM, "%s: out of memory for the header", p);
     rc = read_exact(fp, p, hdr, (size_t)hlen, "header");
     hdr[hlen] = 0;
-    f->data_bytes = size - 8 - hlen;
-    if (rc == REMAT_OK && f->data_bytes > SIZE_MAX)
-        rc = remat__err(REMAT_NOMEM, "%s: too large to load", p);
     if (rc == REMAT_OK) rc = parse_header(f, hdr, (size_t)hlen);
     free(hdr);
     if (rc != REMAT_OK) return rc;
-    f->data = malloc(f->data_bytes ? (size_t)f->data_bytes : 1);
-    if (!f->data)
+    f->buf = malloc(f->data_bytes ? (size_t)f->data_bytes : 1);
+    if (!f->buf)
         return remat__err(REMAT_NOMEM,
                           "%s: out of memory for %llu bytes of tensor data",
                           p, (unsigned long long)f->data_bytes);
+    f->data = f->buf;
     return read_exact(fp, p, f->data, (size_t)f->data_bytes, "tensor data");
 }
 
-remat_status remat__st_open(remat__st **out, const char *path) {
-    if (!out) return remat__err(REMAT_INVALID, "remat__st_open: out is NULL");
+/* Reads the whole file into f->buf, unparsed (a checksummed file is
+ * checked on its raw bytes first): f->raw is the file's first byte,
+ * placed so that the data section starts 8-byte aligned. */
+static remat_status load_whole(remat__st *f, FILE *fp) {
+    const char *p = f->path;
+    uint64_t size, hlen;
+    unsigned char le[8];
+    remat_status rc = read_prefix(f, fp, &size, &hlen, le);
+    if (rc != REMAT_OK) return rc;
+    size_t pad = (size_t)((8 - (8 + hlen) % 8) % 8);
+    f->buf = malloc((size_t)size + pad);
+    if (!f->buf)
+        return remat__err(REMAT_NOMEM,
+                          "%s: out of memory for its %llu bytes", p,
+                          (unsigned long long)size);
+    f->raw = f->buf + pad;
+    f->raw_bytes = size;
+    memcpy(f->raw, le, 8);
+    f->data = f->raw + 8 + hlen;
+    return read_exact(fp, p, f->raw + 8, (size_t)size - 8,
+                      "header and tensor data");
+}
+
+/* Opens path into a new file object: parsed (load_parsed), or whole and
+ * unparsed (load_whole). */
+static remat_status open_file(remat__st **out, const char *path, int whole) {
     *out = NULL;
     if (!path)
         return remat__err(REMAT_INVALID, "safetensors: no path given");
@@ -412,7 +477,7 @@ remat_status remat__st_open(remat__st **out, const char *path) {
         remat__st_close(f);
         return rc;
     }
-    remat_status rc = load(f, fp);
+    remat_status rc = whole ? load_whole(f, fp) : load_parsed(f, fp);
     fclose(fp);
     if (rc != REMAT_OK) {
         remat__st_close(f);
@@ -420,6 +485,129 @@ remat_status remat__st_open(remat__st **out, const char *path) {
     }
     *out = f;
     return REMAT_OK;
+}
+
+/* Parses the header of a file read by load_whole; closes it on failure. */
+static remat_status parse_raw(remat__st **f) {
+    remat_status rc = parse_header(*f, (const char *)(*f)->raw + 8,
+                                   (size_t)((*f)->raw_bytes - 8 -
+                                            (*f)->data_bytes));
+    if (rc != REMAT_OK) {
+        remat__st_close(*f);
+        *f = NULL;
+    }
+    return rc;
+}
+
+remat_status remat__st_open(remat__st **out, const char *path) {
+    if (!out) return remat__err(REMAT_INVALID, "remat__st_open: out is NULL");
+    return open_file(out, path, 0);
+}
+
+/* ------------------------------------------------------------ checksum */
+
+/* CRC-32 (zlib's) of n bytes, in pieces that fit zlib's uInt. */
+static uint32_t crc_bytes(uint32_t crc, const void *p, size_t n) {
+    const unsigned char *b = p;
+    while (n) {
+        size_t k = n > ((size_t)1 << 30) ? ((size_t)1 << 30) : n;
+        crc = (uint32_t)crc32(crc, b, (uInt)k);
+        b += k, n -= k;
+    }
+    return crc;
+}
+
+/* The position of the value of the metadata entry `key` in the header
+ * text h (n bytes), found as the literal "key":" written by the writer;
+ * -1 when absent, -2 when it appears more than once. */
+static long long find_field(const char *h, size_t n, const char *key) {
+    char pat[64];
+    int k = snprintf(pat, sizeof pat, "\"%s\":\"", key);
+    const char *a = memmem(h, n, pat, (size_t)k);
+    if (!a) return -1;
+    size_t at = (size_t)(a - h) + (size_t)k;
+    if (memmem(a + 1, n - (size_t)(a + 1 - h), pat, (size_t)k)) return -2;
+    return (long long)at;
+}
+
+remat_status remat__st_open_checked(remat__st **out, const char *path) {
+    if (!out)
+        return remat__err(REMAT_INVALID,
+                          "remat__st_open_checked: out is NULL");
+    remat_status rc = open_file(out, path, 1);
+    if (rc != REMAT_OK) return rc;
+    remat__st *f = *out;
+    const char *h = (const char *)f->raw + 8;
+    size_t hn = (size_t)(f->raw_bytes - 8 - f->data_bytes);
+    long long crc_at = find_field(h, hn, REMAT__ST_CRC_KEY);
+    long long size_at = find_field(h, hn, REMAT__ST_SIZE_KEY);
+    unsigned long long want_size = 0;
+    unsigned want_crc = 0;
+    if (crc_at == -1 || size_at == -1)
+        rc = remat__err(REMAT_FORMAT,
+                        "%s: no checksum in the header (\"%s\"): not a file "
+                        "remat wrote with one, or its header is damaged",
+                        path, crc_at == -1 ? REMAT__ST_CRC_KEY
+                                           : REMAT__ST_SIZE_KEY);
+    else if (crc_at < 0 || size_at < 0)
+        rc = remat__err(REMAT_FORMAT, "%s: the checksum appears twice in the "
+                                      "header: the header is damaged",
+                        path);
+    if (rc == REMAT_OK) {
+        /* fixed widths: 8 hex digits, 20 decimal digits, then a quote */
+        int ok = (size_t)crc_at + 9 <= hn && (size_t)size_at + 21 <= hn &&
+                 h[crc_at + 8] == '"' && h[size_at + 20] == '"';
+        for (int i = 0; ok && i < 8; i++) {
+            char c = h[crc_at + i];
+            int d = c >= '0' && c <= '9' ? c - '0'
+                    : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+            ok = d >= 0;
+            want_crc = want_crc << 4 | (unsigned)(d < 0 ? 0 : d);
+        }
+        for (int i = 0; ok && i < 20; i++) {
+            char c = h[size_at + i];
+            ok = c >= '0' && c <= '9' && want_size <= 1844674407370955161ULL;
+            want_size = want_size * 10 + (unsigned long long)(c - '0');
+        }
+        if (!ok)
+            rc = remat__err(REMAT_FORMAT,
+                            "%s: the checksum fields of the header are "
+                            "malformed: the header is damaged",
+                            path);
+    }
+    if (rc == REMAT_OK && want_size != f->raw_bytes)
+        rc = remat__err(REMAT_FORMAT,
+                        "%s: %s: the file has %llu bytes but was written "
+                        "with %llu",
+                        path, want_size > f->raw_bytes ? "truncated" : "too long",
+                        (unsigned long long)f->raw_bytes, want_size);
+    if (rc == REMAT_OK) {
+        /* the CRC of the file with the checksum's 8 digits read as '0' */
+        size_t at = 8 + (size_t)crc_at;
+        uint32_t crc = crc_bytes(0, f->raw, at);
+        crc = crc_bytes(crc, "00000000", 8);
+        crc = crc_bytes(crc, f->raw + at + 8, (size_t)f->raw_bytes - at - 8);
+        if (crc != want_crc)
+            rc = remat__err(REMAT_FORMAT,
+                            "%s: checksum mismatch: the file's CRC-32 is "
+                            "%08x, its header says %08x: the file is damaged",
+                            path, (unsigned)crc, want_crc);
+    }
+    if (rc == REMAT_OK) rc = parse_raw(out);
+    /* the digits checked must be the metadata's own */
+    if (rc == REMAT_OK) {
+        const char *v = remat__st_metadata(*out, REMAT__ST_CRC_KEY);
+        if (!v || strlen(v) != 8 || memcmp(v, h + crc_at, 8) != 0)
+            rc = remat__err(REMAT_FORMAT,
+                            "%s: the checksum is not a metadata entry: the "
+                            "header is damaged",
+                            path);
+    }
+    if (rc != REMAT_OK) {
+        remat__st_close(*out);
+        *out = NULL;
+    }
+    return rc;
 }
 
 remat_status remat__st_get(const remat__st *f, int i, remat__st_tensor *t) {
@@ -453,6 +641,13 @@ int remat__st_find(const remat__st *f, const char *name) {
             hi = mid;
     }
     return -1;
+}
+
+const char *remat__st_metadata_key(const remat__st *f, int i) {
+    if (!f || !f->meta || i < 0) return NULL;
+    const cJSON *kv = f->meta->child;
+    while (kv && i--) kv = kv->next;
+    return kv ? kv->string : NULL;
 }
 
 const char *remat__st_metadata(const remat__st *f, const char *key) {
@@ -577,29 +772,31 @@ static remat_status check_write(const char *path, int n,
     return REMAT_OK;
 }
 
-/* Writes header and data to an open file. */
-static remat_status write_file(FILE *fp, const char *tmp, const sbuf *hdr,
-                               int n, const remat__st_tensor *ts,
-                               const int *order) {
+/* What write_tensors writes: the 8-byte length, the header, the data. */
+typedef struct {
+    const sbuf *hdr;
+    int n;
+    const remat__st_tensor *ts;
+    const int *order; /* data section order */
+} file_parts;
+
+static remat_status write_tensors(FILE *fp, void *ctx) {
+    const file_parts *w = ctx;
     unsigned char le[8];
-    uint64_t hlen = hdr->len;
+    uint64_t hlen = w->hdr->len;
     for (int i = 0; i < 8; i++) le[i] = (unsigned char)(hlen >> (8 * i));
     int ok = fwrite(le, 1, 8, fp) == 8 &&
-             fwrite(hdr->s, 1, hdr->len, fp) == hdr->len;
-    for (int k = 0; k < n && ok; k++) {
-        const remat__st_tensor *t = &ts[order[k]];
+             fwrite(w->hdr->s, 1, w->hdr->len, fp) == w->hdr->len;
+    for (int k = 0; k < w->n && ok; k++) {
+        const remat__st_tensor *t = &w->ts[w->order[k]];
         ok = t->bytes == 0 || fwrite(t->data, 1, t->bytes, fp) == t->bytes;
     }
-    if (ok) ok = fflush(fp) == 0;
-    if (!ok)
-        return remat__err(REMAT_IO, "%s: write error: %s", tmp,
-                          strerror(errno));
-    return REMAT_OK;
+    return ok ? REMAT_OK : REMAT_IO; /* the caller reports errno */
 }
 
-remat_status remat__st_write(const char *path, int n,
-                             const remat__st_tensor *ts,
-                             const char *const *metadata) {
+remat_status remat__st_write_ex(const char *path, int n,
+                                const remat__st_tensor *ts,
+                                const char *const *metadata, int checksum) {
     if (!path)
         return remat__err(REMAT_INVALID, "safetensors: no path given");
     if (!host_little_endian())
@@ -612,12 +809,10 @@ remat_status remat__st_write(const char *path, int n,
     int *order = malloc((size_t)(n ? n : 1) * sizeof *order);
     uint64_t *begin = malloc((size_t)(n ? n : 1) * sizeof *begin);
     sbuf hdr = {0};
-    char *tmp = malloc(strlen(path) + 5);
-    if (!order || !begin || !tmp) {
+    if (!order || !begin) {
         rc = remat__err(REMAT_NOMEM, "%s: out of memory", path);
         goto done;
     }
-    sprintf(tmp, "%s.tmp", path);
     for (int i = 0; i < n; i++) order[i] = i;
     write_ts = ts;
     qsort(order, (size_t)n, sizeof *order, by_write_name);
@@ -640,12 +835,22 @@ remat_status remat__st_write(const char *path, int n,
                         path, (unsigned long long)at);
         goto done;
     }
-    /* The header: metadata first, as the Python library writes it. */
+    /* The header: metadata first, as the Python library writes it; a
+     * checksum's two fields lead it, with fixed widths, filled in below. */
+    size_t crc_at = 0, size_at = 0;
+    int any_meta = checksum || (metadata && metadata[0]);
     sb_printf(&hdr, "{");
-    if (metadata && metadata[0]) {
+    if (any_meta) {
         sb_printf(&hdr, "\"__metadata__\":{");
-        for (int i = 0; metadata[i]; i += 2) {
-            if (i) sb_printf(&hdr, ",");
+        if (checksum) {
+            sb_printf(&hdr, "\"%s\":\"", REMAT__ST_CRC_KEY);
+            crc_at = hdr.len;
+            sb_printf(&hdr, "00000000\",\"%s\":\"", REMAT__ST_SIZE_KEY);
+            size_at = hdr.len;
+            sb_printf(&hdr, "00000000000000000000\"");
+        }
+        for (int i = 0; metadata && metadata[i]; i += 2) {
+            if (i || checksum) sb_printf(&hdr, ",");
             sb_json_str(&hdr, metadata[i]);
             sb_printf(&hdr, ":");
             sb_json_str(&hdr, metadata[i + 1]);
@@ -670,24 +875,194 @@ remat_status remat__st_write(const char *path, int n,
         rc = remat__err(REMAT_NOMEM, "%s: out of memory for the header", path);
         goto done;
     }
-    FILE *fp = fopen(tmp, "wb");
-    if (!fp) {
-        rc = remat__err(REMAT_IO, "%s: cannot create %s: %s", path, tmp,
-                        strerror(errno));
-        goto done;
+    if (checksum) {
+        char digits[32];
+        unsigned char le[8];
+        snprintf(digits, sizeof digits, "%020llu",
+                 (unsigned long long)(8 + hdr.len + at));
+        memcpy(hdr.s + size_at, digits, 20);
+        for (int i = 0; i < 8; i++)
+            le[i] = (unsigned char)((uint64_t)hdr.len >> (8 * i));
+        uint32_t crc = crc_bytes(0, le, 8);
+        crc = crc_bytes(crc, hdr.s, hdr.len); /* the digits are '0' here */
+        for (int k = 0; k < n; k++)
+            crc = crc_bytes(crc, ts[order[k]].data, ts[order[k]].bytes);
+        snprintf(digits, sizeof digits, "%08x", (unsigned)crc);
+        memcpy(hdr.s + crc_at, digits, 8);
     }
-    rc = write_file(fp, tmp, &hdr, n, ts, order);
-    if (fclose(fp) != 0 && rc == REMAT_OK)
-        rc = remat__err(REMAT_IO, "%s: write error: %s", tmp,
-                        strerror(errno));
-    if (rc == REMAT_OK && rename(tmp, path) != 0)
-        rc = remat__err(REMAT_IO, "%s: cannot rename %s to it: %s", path, tmp,
-                        strerror(errno));
-    if (rc != REMAT_OK) remove(tmp);
+    file_parts parts = {&hdr, n, ts, order};
+    rc = remat__write_atomic(path, write_tensors, &parts);
 done:
     free(order);
     free(begin);
     free(hdr.s);
-    free(tmp);
     return rc;
+}
+
+remat_status remat__st_write(const char *path, int n,
+                             const remat__st_tensor *ts,
+                             const char *const *metadata) {
+    return remat__st_write_ex(path, n, ts, metadata, 0);
+}
+
+/* ------------------------------------------------------ atomic writes */
+
+/* A name that no other writer picks: pid, clock, a counter and an
+ * address mixed by splitmix64 (O_EXCL settles any collision anyway). */
+static uint64_t tmp_random(void) {
+    static _Atomic uint64_t counter;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t z = (uint64_t)ts.tv_sec * 1000000007ull ^ (uint64_t)ts.tv_nsec ^
+                 (uint64_t)getpid() << 40 ^ (uint64_t)(uintptr_t)&ts ^
+                 ++counter * 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* Splits path into its folder ("." when it has none) and base name;
+ * both malloc'd. 0 on success; -1 out of memory, -2 no base name. */
+static int split_path(const char *path, char **dir, char **base) {
+    const char *slash = strrchr(path, '/');
+    const char *b = slash ? slash + 1 : path;
+    *dir = *base = NULL;
+    if (!*b) return -2;
+    size_t dn = slash ? (slash == path ? 1 : (size_t)(slash - path)) : 1;
+    *dir = malloc(dn + 1);
+    *base = malloc(strlen(b) + 1);
+    if (!*dir || !*base) {
+        free(*dir), free(*base);
+        *dir = *base = NULL;
+        return -1;
+    }
+    memcpy(*dir, slash ? path : ".", dn);
+    (*dir)[dn] = 0;
+    strcpy(*base, b);
+    return 0;
+}
+
+int remat__tmp_parse(const char *name, char *base, size_t cap, long *pid) {
+    if (name[0] != '.') return 0;
+    const char *t = NULL;
+    for (const char *p = strstr(name, ".tmp."); p; p = strstr(p + 1, ".tmp.")) t = p;
+    if (!t || t == name + 1) return 0;
+    const char *q = t + 5, *dot = strchr(q, '.');
+    if (!dot || dot == q || !dot[1]) return 0;
+    long v = 0;
+    for (const char *c = q; c < dot; c++) {
+        if (*c < '0' || *c > '9' || v > 99999999) return 0;
+        v = v * 10 + (*c - '0');
+    }
+    for (const char *c = dot + 1; *c; c++)
+        if (!((*c >= '0' && *c <= '9') || (*c >= 'a' && *c <= 'f'))) return 0;
+    size_t bn = (size_t)(t - (name + 1));
+    if (bn + 1 > cap) return 0;
+    memcpy(base, name + 1, bn);
+    base[bn] = 0;
+    *pid = v;
+    return 1;
+}
+
+/* Temporaries untouched this long are stale even if their pid is alive
+ * (reused, or in another PID namespace): a writer touches its file with
+ * every write. */
+#define STALE_SECONDS 3600
+
+int remat__remove_stale_tmp(const char *dir, int (*keep_base)(const char *base, const void *arg), const void *arg) {
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int removed = 0;
+    time_t now = time(NULL);
+    for (struct dirent *e; (e = readdir(d));) {
+        char base[512], full[4096];
+        long pid;
+        if (!remat__tmp_parse(e->d_name, base, sizeof base, &pid) || !keep_base(base, arg)) continue;
+        int gone = pid > 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+        struct stat st;
+        if ((size_t)snprintf(full, sizeof full, "%s/%s", dir, e->d_name) >= sizeof full) continue;
+        if (lstat(full, &st) != 0 || !S_ISREG(st.st_mode)) continue;
+        if (!gone && (pid_t)pid == getpid()) continue; /* this process may be writing it */
+        if (gone || now - st.st_mtime > STALE_SECONDS) removed += unlink(full) == 0;
+    }
+    closedir(d);
+    return removed;
+}
+
+static int same_base(const char *base, const void *arg) { return strcmp(base, (const char *)arg) == 0; }
+
+remat_status remat__write_atomic(const char *path, remat__writer fn, void *ctx) {
+    if (!path || !*path || !fn) return remat__err(REMAT_INVALID, "remat__write_atomic: no path or writer");
+    char *dir, *base;
+    int sp = split_path(path, &dir, &base);
+    if (sp == -2) return remat__err(REMAT_INVALID, "cannot write %s: the path names a directory", path);
+    if (sp) return remat__err(REMAT_NOMEM, "%s: out of memory", path);
+    size_t cap = strlen(dir) + strlen(base) + 64;
+    char *tmp = malloc(cap);
+    if (!tmp) {
+        free(dir), free(base);
+        return remat__err(REMAT_NOMEM, "%s: out of memory", path);
+    }
+    remat__remove_stale_tmp(dir, same_base, base);
+    remat_status rc = REMAT_OK;
+    int fd = -1;
+    for (int tries = 0; fd < 0 && tries < 100; tries++) {
+        snprintf(tmp, cap, "%s/.%s.tmp.%ld.%016llx", dir, base, (long)getpid(), (unsigned long long)tmp_random());
+        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+        if (fd < 0 && errno != EEXIST) break;
+    }
+    if (fd < 0) {
+        rc = remat__err(REMAT_IO, "cannot write %s: cannot create a temporary file in %s: %s", path, dir,
+                        strerror(errno));
+        goto done;
+    }
+    FILE *fp = fdopen(fd, "wb");
+    if (!fp) {
+        rc = remat__err(REMAT_IO, "cannot write %s: %s", path, strerror(errno));
+        close(fd);
+        unlink(tmp);
+        goto done;
+    }
+    errno = 0;
+    rc = fn(fp, ctx);
+    int err = errno;
+    if (rc == REMAT_IO)
+        rc = remat__err(REMAT_IO, "cannot write %s: %s", path, err ? strerror(err) : "write error");
+    if (rc == REMAT_OK && (fflush(fp) != 0 || fsync(fileno(fp)) != 0))
+        rc = remat__err(REMAT_IO, "cannot write %s: %s", path, strerror(errno));
+    if (fclose(fp) != 0 && rc == REMAT_OK) rc = remat__err(REMAT_IO, "cannot write %s: %s", path, strerror(errno));
+    if (rc == REMAT_OK && rename(tmp, path) != 0)
+        rc = remat__err(REMAT_IO, "cannot write %s: cannot rename the temporary file to it: %s", path,
+                        strerror(errno));
+    if (rc != REMAT_OK) {
+        unlink(tmp);
+        goto done;
+    }
+    /* the rename itself is durable once the folder is synced (a folder
+     * that cannot be synced, EINVAL on some file systems, is not an error) */
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        if (fsync(dfd) != 0 && errno != EINVAL && errno != EROFS)
+            rc = remat__err(REMAT_IO, "cannot write %s: cannot sync its folder %s: %s", path, dir, strerror(errno));
+        close(dfd);
+    }
+done:
+    free(tmp), free(dir), free(base);
+    return rc;
+}
+
+typedef struct {
+    const void *data;
+    size_t bytes;
+} buffer;
+
+static remat_status write_buffer(FILE *fp, void *ctx) {
+    const buffer *b = ctx;
+    return b->bytes == 0 || fwrite(b->data, 1, b->bytes, fp) == b->bytes ? REMAT_OK : REMAT_IO;
+}
+
+remat_status remat_file_write_atomic(const char *path, const void *data, size_t bytes) {
+    if (bytes && !data) return remat__err(REMAT_INVALID, "remat_file_write_atomic: %s: no data", path ? path : "");
+    buffer b = {data, bytes};
+    return remat__write_atomic(path, write_buffer, &b);
 }

@@ -15,6 +15,8 @@
 
 #include "../remat-impl.h"
 
+#include <stdio.h>
+
 #define REMAT__ST_MAX_DIMS 8
 
 /* An open, fully validated file. It owns its header and data section. */
@@ -55,16 +57,76 @@ remat_status remat__st_get(const remat__st *f, int i, remat__st_tensor *t);
 int remat__st_find(const remat__st *f, const char *name);
 /* The __metadata__ value for key (owned by the file), or NULL. */
 const char *remat__st_metadata(const remat__st *f, const char *key);
+/* The i-th __metadata__ key in the header's order (owned by the file), or
+ * NULL past the last. */
+const char *remat__st_metadata_key(const remat__st *f, int i);
 
 /* Writes n tensors (the caller keeps ownership of everything) and optional
  * metadata, a NULL-terminated list of key, value strings (NULL: none).
  * The header lists the tensors in the given order; the data section holds
  * them by decreasing element size, so each is aligned to its element size.
- * The file is written to "<path>.tmp" and renamed over path, so a failure
- * leaves any previous file intact. REMAT_INVALID names the bad tensor
- * (unknown dtype, bytes != numel * element size, duplicate name, ...). */
+ * The file is written through remat__write_atomic, so a failure leaves any
+ * previous file intact. REMAT_INVALID names the bad tensor (unknown dtype,
+ * bytes != numel * element size, duplicate name, ...). */
 remat_status remat__st_write(const char *path, int n,
                              const remat__st_tensor *ts,
                              const char *const *metadata);
+/* The same, and with checksum != 0 the metadata starts with the file's
+ * size and CRC-32 (safetensors.c's top comment has the exact rule). */
+remat_status remat__st_write_ex(const char *path, int n,
+                                const remat__st_tensor *ts,
+                                const char *const *metadata, int checksum);
+#define REMAT__ST_CRC_KEY "remat.crc32"
+#define REMAT__ST_SIZE_KEY "remat.file_bytes"
+/* remat__st_open for a checksummed file: REMAT_FORMAT, naming the file,
+ * when it has no checksum, is truncated or too long, or its CRC-32 does
+ * not match, all checked before the header is parsed. */
+remat_status remat__st_open_checked(remat__st **out, const char *path);
+
+/* ------------------------------------------------------ atomic writes
+ * Every file remat writes goes through remat__write_atomic (plan/cost.c
+ * and the command line reach it as remat_file_write_atomic, remat.h). */
+
+/* Writes the file's contents to fp; returns REMAT_OK, REMAT_IO for a
+ * failed write (errno tells why; the caller names the file), or any
+ * status after remat__err. */
+typedef remat_status (*remat__writer)(FILE *fp, void *ctx);
+
+/* Writes path atomically and durably: fn writes a new temporary file
+ * ".<base>.tmp.<pid>.<random>" in path's folder (O_EXCL: unique), which is
+ * flushed, fsync'ed and renamed over path, and the folder is fsync'ed.
+ * Path either keeps its old contents or has all of the new ones, also
+ * after a crash. On failure the temporary is removed and REMAT_IO names
+ * path and the system's reason. Stale temporaries of the same name (their
+ * process gone, or untouched for an hour) are removed first. */
+remat_status remat__write_atomic(const char *path, remat__writer fn, void *ctx);
+
+/* 1 if name is a temporary of remat__write_atomic: fills base (the target's
+ * base name, cap bytes) and pid. */
+int remat__tmp_parse(const char *name, char *base, size_t cap, long *pid);
+/* Removes the stale temporaries in dir (see remat__write_atomic) whose
+ * target's base name keep_base accepts; returns how many. */
+int remat__remove_stale_tmp(const char *dir, int (*keep_base)(const char *base, const void *arg), const void *arg);
+
+/* ------------------------------------------- training states (state.c)
+ * The training loops' side of remat.h's "training state": loop.c calls
+ * begin before its first step and step after each one. */
+typedef struct {
+    const remat_train_opts *o; /* borrowed for the loop */
+    remat_state_opts so;       /* what each state records besides the session */
+    int64_t per_epoch;         /* batches (remat_train) or steps (streams) per epoch */
+    int64_t last_saved;        /* data step of the last state saved, -1 none */
+} remat__loop_state;
+
+/* Nothing unless o asks for states. Resumes from o->resume (setting
+ * *start to the state's data step, emitting RESUME and NOTE events), then
+ * checks that o->state_dir can take this run's states (created if
+ * missing; holding no other run's states). batch: rows per step; data:
+ * the training data's identity (borrowed for the loop), or NULL. */
+remat_status remat__loop_state_begin(remat__loop_state *ls, remat_session *s, const remat_train_opts *o,
+                                     int64_t batch, int64_t per_epoch, const char *data, int64_t *start);
+/* After the loop's step `done` (its data step): saves a state when one is
+ * due (every o->save_every steps, and the last step), emitting SAVE. */
+remat_status remat__loop_state_step(remat__loop_state *ls, remat_session *s, int64_t done, int last);
 
 #endif /* REMAT_SAFETENSORS_H */

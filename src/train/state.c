@@ -1,0 +1,820 @@
+/* state.c: training states (remat.h, "training state"): save, find, load,
+ * and the glue that lets the training loops save and resume.
+ *
+ * A state is a checksummed safetensors file (safetensors.c: its metadata
+ * leads with the file's size and a CRC-32 of the whole file). Tensors:
+ * every parameter and buffer by name, then per trainable parameter its
+ * optimizer state ("optim.<name>.exp_avg" and ".exp_avg_sq" for AdamW,
+ * ".momentum_buffer" for SGD with momentum), all F32. Metadata (strings):
+ * build_meta below is the one list, used both to write a state and, built
+ * again from the running session, to compare on load; `compared` says
+ * which entries must match and how a difference is named.
+ *
+ * Resuming is bitwise because a session's training math is a function of
+ * the weights, buffers, optimizer state and two counters (the step index,
+ * which keys dropout's Philox stream, and the optimizer's step count),
+ * plus the data a step reads, which the loops derive from the data step
+ * alone (remat_train: the epoch's seeded permutation and the position in
+ * it; streams and token files: a pure function of the step). Plans do not
+ * change bits (DESIGN.md invariant 1), so strategy and budget are free.
+ *
+ * Multi-process training does not exist yet. Its seam is here: a state
+ * records "batch" (global), "micro_batch" (compared) and "ranks" (not
+ * compared): gradients are summed in a fixed order over the global
+ * micro-batch index, so a data-parallel loop must record its global batch
+ * and micro-batch and may resume on any number of ranks.
+ */
+#include "../exec/session.h"
+#include "safetensors.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#define STATE_FORMAT "1"
+#define STATE_PREFIX "state-"
+#define STATE_SUFFIX ".safetensors"
+
+/* ------------------------------------------------------------ metadata */
+
+/* Key, value pairs (owned), NULL-terminated once finished. */
+typedef struct {
+    char **kv;
+    int n, cap; /* strings, not pairs */
+    int oom;
+} meta;
+
+static void meta_add(meta *m, const char *key, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void meta_add(meta *m, const char *key, const char *fmt, ...) {
+    if (m->oom) return;
+    if (m->n + 3 > m->cap) {
+        int cap = m->cap ? 2 * m->cap : 64;
+        char **kv = realloc(m->kv, (size_t)cap * sizeof *kv);
+        if (!kv) {
+            m->oom = 1;
+            return;
+        }
+        m->kv = kv, m->cap = cap;
+    }
+    va_list ap;
+    va_start(ap, fmt);
+    int len = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    char *k = malloc(strlen(key) + 1), *v = len >= 0 ? malloc((size_t)len + 1) : NULL;
+    if (!k || !v) {
+        free(k), free(v);
+        m->oom = 1;
+        return;
+    }
+    strcpy(k, key);
+    va_start(ap, fmt);
+    vsnprintf(v, (size_t)len + 1, fmt, ap);
+    va_end(ap);
+    m->kv[m->n++] = k;
+    m->kv[m->n++] = v;
+    m->kv[m->n] = NULL;
+}
+
+static void meta_free(meta *m) {
+    for (int i = 0; i < m->n; i++) free(m->kv[i]);
+    free(m->kv);
+    memset(m, 0, sizeof *m);
+}
+
+static const char *meta_get(const meta *m, const char *key) {
+    for (int i = 0; i + 1 < m->n; i += 2)
+        if (strcmp(m->kv[i], key) == 0) return m->kv[i + 1];
+    return NULL;
+}
+
+/* The shortest decimal form of a float that reads back as the same float
+ * ("0.001", not "0.00100000005"). */
+static const char *float_str(float v, char *buf, size_t cap) {
+    for (int prec = 6; prec <= 9; prec++) {
+        snprintf(buf, cap, "%.*g", prec, (double)v);
+        if (strtof(buf, NULL) == v) break;
+    }
+    return buf;
+}
+
+/* CRC-32 of the graph's math: per node its op, leaf kind, inputs, shape,
+ * dtype and attributes, and the names of leaves (parameter names matter;
+ * op names are cosmetic). Initializers (the state's weights replace
+ * them) and remat_checkpoint marks (plans do not change bits) are left
+ * out. */
+static uint32_t graph_crc(const remat_session *s) {
+    const remat_graph *g = s->g;
+    uint32_t crc = (uint32_t)crc32(0, NULL, 0);
+    for (int v = 0; v < g->n; v++) {
+        const remat__node *n = &g->nodes[v];
+        const char *op = remat__ops[n->op]->name;
+        crc = (uint32_t)crc32(crc, (const unsigned char *)op, (uInt)strlen(op) + 1);
+        if (n->leaf != REMAT__LEAF_NONE && n->name)
+            crc = (uint32_t)crc32(crc, (const unsigned char *)n->name, (uInt)strlen(n->name) + 1);
+        int64_t w[3 + REMAT__MAX_IN + 1 + REMAT_MAX_DIMS + 1 + 6 + 2];
+        int k = 0;
+        w[k++] = n->leaf;
+        w[k++] = n->n_in;
+        w[k++] = v == s->loss;
+        for (int i = 0; i < n->n_in && i < REMAT__MAX_IN; i++) w[k++] = n->in[i];
+        w[k++] = n->shape.ndim;
+        for (int i = 0; i < n->shape.ndim && i < REMAT_MAX_DIMS; i++) w[k++] = n->shape.d[i];
+        w[k++] = n->dtype;
+        for (int i = 0; i < 6; i++) w[k++] = n->iattr[i];
+        for (int i = 0; i < 2; i++) {
+            uint32_t bits;
+            memcpy(&bits, &n->fattr[i], 4);
+            w[k++] = bits;
+        }
+        unsigned char le[8 * (int)(sizeof w / sizeof w[0])];
+        for (int i = 0; i < k; i++)
+            for (int b = 0; b < 8; b++) le[8 * i + b] = (unsigned char)((uint64_t)w[i] >> (8 * b));
+        crc = (uint32_t)crc32(crc, le, (uInt)(8 * k));
+    }
+    return crc;
+}
+
+/* The batch: o->batch, or the first input's first dimension. */
+static int64_t batch_of(const remat_session *s, const remat_state_opts *o) {
+    if (o && o->batch > 0) return o->batch;
+    for (int v = 0; v < s->g->n; v++)
+        if (s->g->nodes[v].leaf == REMAT__LEAF_INPUT && s->g->nodes[v].shape.ndim > 0)
+            return s->g->nodes[v].shape.d[0];
+    return 0;
+}
+
+/* Everything a state's metadata holds, from the session, o and at (NULL:
+ * the data step is the session's step). The checksum's two entries lead
+ * the file's metadata (the writer adds them). */
+static void build_meta(const remat_session *s, const remat_state_opts *o, const remat_train_progress *at, meta *m) {
+    int64_t step, optim_t;
+    remat__optim_counters(s, &step, &optim_t);
+    remat_train_progress p = at ? *at : (remat_train_progress){step, 0, step};
+    const remat_optim_opts *op = remat__optim_opts(s);
+    int64_t batch = batch_of(s, o);
+    char fb[32];
+    meta_add(m, "format", "pt"); /* what PyTorch-side loaders expect */
+    meta_add(m, "remat.state", STATE_FORMAT);
+    meta_add(m, "remat.version", "%s", REMAT_VERSION);
+    meta_add(m, "step", "%lld", (long long)step);
+    meta_add(m, "optim.step", "%lld", (long long)optim_t);
+    meta_add(m, "rng", "philox4x32-10");
+    meta_add(m, "rng.seed", "%llu", (unsigned long long)s->opts.seed);
+    meta_add(m, "rng.step", "%lld", (long long)step);
+    meta_add(m, "data.step", "%lld", (long long)p.data_step);
+    meta_add(m, "data.epoch", "%lld", (long long)p.epoch);
+    meta_add(m, "data.position", "%lld", (long long)p.position);
+    meta_add(m, "data.batches_per_epoch", "%lld", (long long)(o ? o->batches_per_epoch : 0));
+    meta_add(m, "data.seed", "%llu", (unsigned long long)(o ? o->data_seed : 0));
+    meta_add(m, "data", "%s", o && o->data ? o->data : "");
+    meta_add(m, "batch", "%lld", (long long)batch);
+    meta_add(m, "micro_batch", "%lld", (long long)batch);
+    meta_add(m, "ranks", "1");
+    meta_add(m, "device", "%s", remat_device_str(s->opts.device));
+    if (s->opts.device == REMAT_DEVICE_CPU)
+        meta_add(m, "threads", "%d", s->opts.threads);
+    else
+        meta_add(m, "tf32", "%d", s->opts.tf32 ? 1 : 0);
+    meta_add(m, "graph", "%08x", (unsigned)graph_crc(s));
+    meta_add(m, "optim", "%s", !op ? "none" : op->kind == REMAT_OPTIM_SGD ? "sgd" : "adamw");
+    if (op) {
+        meta_add(m, "optim.lr", "%s", float_str(op->lr, fb, sizeof fb));
+        meta_add(m, "optim.weight_decay", "%s", float_str(op->weight_decay, fb, sizeof fb));
+        if (op->kind == REMAT_OPTIM_SGD) {
+            meta_add(m, "optim.momentum", "%s", float_str(op->momentum, fb, sizeof fb));
+            meta_add(m, "optim.dampening", "%s", float_str(op->dampening, fb, sizeof fb));
+            meta_add(m, "optim.nesterov", "%d", op->nesterov ? 1 : 0);
+        } else {
+            meta_add(m, "optim.beta1", "%s", float_str(op->beta1, fb, sizeof fb));
+            meta_add(m, "optim.beta2", "%s", float_str(op->beta2, fb, sizeof fb));
+            meta_add(m, "optim.eps", "%s", float_str(op->eps, fb, sizeof fb));
+        }
+    }
+    for (int i = 0; o && o->run && o->run[i] && o->run[i + 1]; i += 2) {
+        char key[256];
+        snprintf(key, sizeof key, "run.%s", o->run[i]);
+        meta_add(m, key, "%s", o->run[i + 1]);
+    }
+}
+
+/* Entries that must match on resume, in the order they are checked, and
+ * how a difference is named. The caller's run options come before them
+ * (their keys name themselves, "--batch"); the graph comes after the
+ * tensors (another model fails there first, naming a tensor). */
+static const struct {
+    const char *key, *what;
+} compared[] = {
+    {"batch", "the batch (rows per optimizer step)"},
+    {"micro_batch", "the micro-batch"},
+    {"device", "the device (CPU and CUDA kernels give different bits)"},
+    {"threads", "the number of CPU threads (the kernels' bits depend on it)"},
+    {"tf32", "TF32"},
+    {"optim", "the optimizer"},
+    {"optim.lr", "the learning rate"},
+    {"optim.weight_decay", "the weight decay"},
+    {"optim.momentum", "the momentum"},
+    {"optim.dampening", "the dampening"},
+    {"optim.nesterov", "Nesterov momentum"},
+    {"optim.beta1", "AdamW's beta1"},
+    {"optim.beta2", "AdamW's beta2"},
+    {"optim.eps", "AdamW's eps"},
+    {"rng.seed", "the seed"},
+    {"data.seed", "the data order's seed"},
+    {"data", "the training data"},
+};
+
+#define RESUME_RULE                                                                                       \
+    "a resumed run must keep every option that defines the math; the strategy, budget and cost model " \
+    "may change"
+
+/* REMAT_INVALID naming `what`, with both values ("(none)" when absent). */
+static remat_status differs(const char *path, const char *what, const char *was, const char *now) {
+    return remat__err(REMAT_INVALID, "%s: cannot resume: %s differs: the state has %s%s%s, this run %s%s%s (%s)", path,
+                      what, was ? "'" : "", was ? was : "none", was ? "'" : "", now ? "'" : "", now ? now : "none",
+                      now ? "'" : "", RESUME_RULE);
+}
+
+static int same(const char *a, const char *b) { return (!a && !b) || (a && b && strcmp(a, b) == 0); }
+
+static remat_status compare_options(const remat__st *f, const meta *now) {
+    const char *path = remat__st_path(f);
+    /* the caller's options, both ways */
+    for (int i = 0; i + 1 < now->n; i += 2) {
+        if (strncmp(now->kv[i], "run.", 4) != 0) continue;
+        const char *was = remat__st_metadata(f, now->kv[i]);
+        if (!same(was, now->kv[i + 1])) return differs(path, now->kv[i] + 4, was, now->kv[i + 1]);
+    }
+    for (int i = 0;; i++) {
+        const char *key = remat__st_metadata_key(f, i);
+        if (!key) break;
+        if (strncmp(key, "run.", 4) == 0 && !meta_get(now, key))
+            return differs(path, key + 4, remat__st_metadata(f, key), NULL);
+    }
+    for (size_t i = 0; i < sizeof compared / sizeof compared[0]; i++) {
+        const char *was = remat__st_metadata(f, compared[i].key), *is = meta_get(now, compared[i].key);
+        if (!same(was, is)) return differs(path, compared[i].what, was, is);
+    }
+    return REMAT_OK;
+}
+
+/* ------------------------------------------------------------- tensors */
+
+static const char *state_suffix(const remat_optim_opts *op, int which) {
+    if (which == 1) return "exp_avg_sq";
+    return op && op->kind == REMAT_OPTIM_ADAMW ? "exp_avg" : "momentum_buffer";
+}
+
+/* The tensors of a state: every parameter and buffer, then the optimizer
+ * state of each trainable one. names[k] owned (free_tensors). */
+typedef struct {
+    remat__st_tensor *ts;
+    char **names;
+    int *param, *which; /* per tensor: parameter index, -1 value or 0/1 optimizer state */
+    int n;
+} tensor_list;
+
+static void free_tensors(tensor_list *l) {
+    for (int i = 0; l->names && i < l->n; i++) free(l->names[i]);
+    free(l->ts), free(l->names), free(l->param), free(l->which);
+    memset(l, 0, sizeof *l);
+}
+
+static remat_status list_tensors(remat_session *s, tensor_list *l) {
+    memset(l, 0, sizeof *l);
+    int np = remat_session_param_count(s), cap = 3 * np + 1;
+    l->ts = calloc((size_t)cap, sizeof *l->ts);
+    l->names = calloc((size_t)cap, sizeof *l->names);
+    l->param = calloc((size_t)cap, sizeof *l->param);
+    l->which = calloc((size_t)cap, sizeof *l->which);
+    if (!l->ts || !l->names || !l->param || !l->which) {
+        free_tensors(l);
+        return remat__err(REMAT_NOMEM, "out of memory listing a state's tensors");
+    }
+    const remat_optim_opts *op = remat__optim_opts(s);
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < np; i++)
+            for (int w = pass ? 0 : -1; w < (pass ? 2 : 0); w++) {
+                remat_param_info p;
+                remat_session_param(s, i, &p);
+                if (w >= 0 && !remat__optim_has_state(s, i, w)) continue;
+                const char *sfx = w < 0 ? "" : state_suffix(op, w);
+                size_t len = strlen(p.name) + strlen(sfx) + 16;
+                char *nm = malloc(len);
+                if (!nm) {
+                    free_tensors(l);
+                    return remat__err(REMAT_NOMEM, "out of memory listing a state's tensors");
+                }
+                if (w < 0)
+                    snprintf(nm, len, "%s", p.name);
+                else
+                    snprintf(nm, len, "optim.%s.%s", p.name, sfx);
+                remat__st_tensor *t = &l->ts[l->n];
+                l->names[l->n] = nm;
+                t->name = nm;
+                t->dtype = "F32";
+                t->ndim = p.ndim;
+                for (int d = 0; d < p.ndim; d++) t->dims[d] = p.dims[d];
+                t->bytes = (size_t)p.numel * sizeof(float);
+                l->param[l->n] = i;
+                l->which[l->n] = w;
+                l->n++;
+            }
+    return REMAT_OK;
+}
+
+static const char *shape_str(int ndim, const int64_t *dims, char *buf, size_t cap) {
+    size_t at = (size_t)snprintf(buf, cap, "(");
+    for (int i = 0; i < ndim && at < cap; i++)
+        at += (size_t)snprintf(buf + at, cap - at, "%s%lld", i ? ", " : "", (long long)dims[i]);
+    if (at < cap) snprintf(buf + at, cap - at, ")");
+    return buf;
+}
+
+/* Every tensor the session needs is in f with dtype F32 and its shape, and
+ * f has no other; idx[k] gets the file's index of tensor k. */
+static remat_status check_tensors(const remat__st *f, const tensor_list *l, int *idx) {
+    const char *path = remat__st_path(f);
+    char a[160], b[160];
+    for (int k = 0; k < l->n; k++) {
+        const remat__st_tensor *want = &l->ts[k];
+        int i = remat__st_find(f, want->name);
+        if (i < 0)
+            return remat__err(REMAT_SHAPE, "%s: cannot resume: the state has no tensor '%s' %s, which this %s needs "
+                              "(a state of another model or optimizer?)", path, want->name,
+                              shape_str(want->ndim, want->dims, a, sizeof a),
+                              l->which[k] < 0 ? "model" : "optimizer");
+        remat__st_tensor t;
+        remat_status rc = remat__st_get(f, i, &t);
+        if (rc != REMAT_OK) return rc;
+        if (strcmp(t.dtype, "F32") != 0)
+            return remat__err(REMAT_FORMAT, "%s: tensor '%s' has dtype %s, a state's tensors are F32", path,
+                              t.name, t.dtype);
+        int ok = t.ndim == want->ndim;
+        for (int d = 0; ok && d < t.ndim; d++) ok = t.dims[d] == want->dims[d];
+        if (!ok)
+            return remat__err(REMAT_SHAPE, "%s: cannot resume: tensor '%s' has shape %s in the state but %s in this "
+                              "model (a state of another model?)", path, t.name,
+                              shape_str(t.ndim, t.dims, a, sizeof a), shape_str(want->ndim, want->dims, b, sizeof b));
+        idx[k] = i;
+    }
+    if (remat__st_count(f) != l->n) /* each listed name found once: the file has others */
+        for (int i = 0; i < remat__st_count(f); i++) {
+            remat__st_tensor t;
+            if (remat__st_get(f, i, &t) != REMAT_OK) break;
+            int found = 0;
+            for (int k = 0; k < l->n && !found; k++) found = strcmp(l->ts[k].name, t.name) == 0;
+            if (!found)
+                return remat__err(REMAT_SHAPE, "%s: cannot resume: the state has tensor '%s' %s, which this %s does "
+                                  "not have (a state of another model or optimizer?)", path, t.name,
+                                  shape_str(t.ndim, t.dims, a, sizeof a),
+                                  strncmp(t.name, "optim.", 6) == 0 ? "optimizer" : "model");
+        }
+    return REMAT_OK;
+}
+
+/* ---------------------------------------------------------------- save */
+
+remat_status remat_state_save(remat_session *s, const remat_state_opts *o, const remat_train_progress *at,
+                              const char *path) {
+    if (!s || !path) return remat__err(REMAT_INVALID, "remat_state_save: NULL session or path");
+    remat_status rs = remat__session_runnable(s, "remat_state_save");
+    if (rs != REMAT_OK) return rs;
+    tensor_list l;
+    remat_status rc = list_tensors(s, &l);
+    if (rc != REMAT_OK) return rc;
+    size_t total = 0;
+    for (int k = 0; k < l.n; k++) total += l.ts[k].bytes;
+    unsigned char *host = malloc(total ? total : 1);
+    if (!host) rc = remat__err(REMAT_NOMEM, "%s: out of memory for %zu bytes of state", path, total);
+    size_t off = 0;
+    for (int k = 0; k < l.n && rc == REMAT_OK; k++) {
+        float *dst = (float *)(host + off);
+        rc = l.which[k] < 0 ? remat_session_read_param(s, l.param[k], REMAT_PARAM_VALUE, dst)
+                            : remat__optim_state_read(s, l.param[k], l.which[k], dst);
+        l.ts[k].data = dst;
+        off += l.ts[k].bytes;
+    }
+    meta m = {0};
+    if (rc == REMAT_OK) {
+        build_meta(s, o, at, &m);
+        if (m.oom) rc = remat__err(REMAT_NOMEM, "%s: out of memory", path);
+    }
+    if (rc == REMAT_OK) rc = remat__st_write_ex(path, l.n, l.ts, (const char *const *)m.kv, 1);
+    meta_free(&m);
+    free(host);
+    free_tensors(&l);
+    return rc;
+}
+
+/* --------------------------------------------------------- directories */
+
+/* The step of a state file's name "state-<digits>.safetensors", or -1. */
+static int64_t state_step(const char *name) {
+    size_t pl = strlen(STATE_PREFIX), sl = strlen(STATE_SUFFIX), n = strlen(name);
+    if (n <= pl + sl || strncmp(name, STATE_PREFIX, pl) != 0 || strcmp(name + n - sl, STATE_SUFFIX) != 0) return -1;
+    int64_t v = 0;
+    for (size_t i = pl; i < n - sl; i++) {
+        if (name[i] < '0' || name[i] > '9' || v > (INT64_MAX - 9) / 10) return -1;
+        v = v * 10 + (name[i] - '0');
+    }
+    return v;
+}
+
+static int is_state_base(const char *base, const void *arg) {
+    (void)arg;
+    return state_step(base) >= 0;
+}
+
+static int by_step_desc(const void *a, const void *b) {
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x < y) - (x > y);
+}
+
+remat_status remat_state_list(const char *dir, int64_t **steps, int *n) {
+    if (!dir || !steps || !n) return remat__err(REMAT_INVALID, "remat_state_list: NULL argument");
+    *steps = NULL, *n = 0;
+    DIR *d = opendir(dir);
+    if (!d)
+        return errno == ENOENT ? remat__err(REMAT_NOT_FOUND, "%s: no such directory", dir)
+                               : remat__err(REMAT_IO, "%s: cannot read the directory: %s", dir, strerror(errno));
+    int cap = 0;
+    remat_status rc = REMAT_OK;
+    for (struct dirent *e; (e = readdir(d));) {
+        int64_t st = state_step(e->d_name);
+        if (st < 0) continue;
+        if (*n == cap) {
+            cap = cap ? 2 * cap : 16;
+            int64_t *v = realloc(*steps, (size_t)cap * sizeof *v);
+            if (!v) {
+                rc = remat__err(REMAT_NOMEM, "%s: out of memory listing states", dir);
+                break;
+            }
+            *steps = v;
+        }
+        (*steps)[(*n)++] = st;
+    }
+    closedir(d);
+    if (rc != REMAT_OK) {
+        free(*steps);
+        *steps = NULL, *n = 0;
+        return rc;
+    }
+    if (*n) qsort(*steps, (size_t)*n, sizeof **steps, by_step_desc);
+    else free(*steps), *steps = NULL;
+    return REMAT_OK;
+}
+
+/* dir/state-<step>.safetensors, malloc'd; NULL out of memory. The name
+ * of a state found by listing may have more leading zeros: find_file
+ * looks it up by step. */
+static char *state_path(const char *dir, int64_t step) {
+    size_t len = strlen(dir) + 64;
+    char *p = malloc(len);
+    if (p) snprintf(p, len, "%s/" STATE_PREFIX "%012lld" STATE_SUFFIX, dir, (long long)step);
+    return p;
+}
+
+/* The file of step `step` in dir as named there (caller frees), or NULL. */
+static char *find_file(const char *dir, int64_t step) {
+    DIR *d = opendir(dir);
+    if (!d) return NULL;
+    char *p = NULL;
+    for (struct dirent *e; !p && (e = readdir(d));)
+        if (state_step(e->d_name) == step) {
+            size_t len = strlen(dir) + strlen(e->d_name) + 2;
+            if ((p = malloc(len))) snprintf(p, len, "%s/%s", dir, e->d_name);
+        }
+    closedir(d);
+    return p;
+}
+
+/* Opens a state file and checks that it is intact: size, checksum,
+ * header, and that it is a state of a format this remat reads. */
+static remat_status open_state(remat__st **f, const char *path) {
+    remat_status rc = remat__st_open_checked(f, path);
+    if (rc != REMAT_OK) return rc;
+    const char *fmt = remat__st_metadata(*f, "remat.state");
+    if (fmt && strcmp(fmt, STATE_FORMAT) == 0) return REMAT_OK;
+    rc = fmt ? remat__err(REMAT_UNSUPPORTED, "%s: a training state of format %s; this remat %s reads format %s", path,
+                          fmt, REMAT_VERSION, STATE_FORMAT)
+             : remat__err(REMAT_FORMAT, "%s: not a remat training state (no \"remat.state\" in its metadata)", path);
+    remat__st_close(*f);
+    *f = NULL;
+    return rc;
+}
+
+/* remat_state_find, keeping the newest intact file open in *f. */
+static remat_status find_open(const char *dir, remat_state_note_fn note, void *user, remat__st **f, char **path,
+                              int64_t *step) {
+    *f = NULL, *path = NULL;
+    int64_t *steps;
+    int n;
+    remat_status rc = remat_state_list(dir, &steps, &n);
+    if (rc != REMAT_OK) return rc;
+    remat__remove_stale_tmp(dir, is_state_base, NULL);
+    if (!n) return remat__err(REMAT_NOT_FOUND, "%s holds no training state", dir);
+    char why[1024] = "";
+    char *newest_bad = NULL;
+    for (int i = 0; i < n; i++) {
+        if (i && steps[i] == steps[i - 1]) continue;
+        char *p = find_file(dir, steps[i]);
+        if (!p) continue; /* removed meanwhile */
+        rc = open_state(f, p);
+        if (rc == REMAT_OK) {
+            *path = p;
+            if (step) *step = steps[i];
+            break;
+        }
+        if (rc == REMAT_NOMEM) {
+            free(p);
+            break;
+        }
+        snprintf(why, sizeof why, "%s", remat_last_error());
+        if (note) note(p, why, user);
+        if (!newest_bad) newest_bad = p;
+        else free(p);
+    }
+    if (rc != REMAT_OK && rc != REMAT_NOMEM)
+        rc = remat__err(REMAT_FORMAT, "%s: none of its %d training states is intact; the newest: %s", dir, n,
+                        newest_bad ? why : "(removed while reading)");
+    free(newest_bad);
+    free(steps);
+    return rc;
+}
+
+remat_status remat_state_find(const char *dir, remat_state_note_fn note, void *user, char **path, int64_t *step) {
+    if (!dir) return remat__err(REMAT_INVALID, "remat_state_find: no directory");
+    remat__st *f;
+    char *p;
+    remat_status rc = find_open(dir, note, user, &f, &p, step);
+    remat__st_close(f);
+    if (path) *path = p;
+    else free(p);
+    return rc;
+}
+
+remat_status remat_state_save_dir(remat_session *s, const remat_state_opts *o, const remat_train_progress *at,
+                                  const char *dir, int keep, char **path) {
+    if (path) *path = NULL;
+    if (!s || !dir || !*dir) return remat__err(REMAT_INVALID, "remat_state_save_dir: NULL session or directory");
+    if (keep < 0) return remat__err(REMAT_INVALID, "keep must be >= 0 (0 keeps every state), got %d", keep);
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+        return remat__err(REMAT_IO, "cannot create the state directory %s: %s", dir, strerror(errno));
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+        return remat__err(REMAT_IO, "cannot save states in %s: not a directory", dir);
+    int64_t step = remat_session_step_index(s);
+    char *p = state_path(dir, step);
+    if (!p) return remat__err(REMAT_NOMEM, "out of memory");
+    remat_status rc = remat_state_save(s, o, at, p);
+    if (rc == REMAT_OK) remat__remove_stale_tmp(dir, is_state_base, NULL);
+    if (rc == REMAT_OK && keep > 0) {
+        /* the newest `keep` states up to this one stay; later ones (a
+         * damaged newer state skipped by a resume) are left alone */
+        int64_t *steps;
+        int n, kept = 0;
+        if (remat_state_list(dir, &steps, &n) == REMAT_OK) {
+            for (int i = 0; i < n; i++) {
+                if (steps[i] > step) continue;
+                if (kept++ < keep) continue;
+                char *old = find_file(dir, steps[i]);
+                if (old && strcmp(old, p) != 0) unlink(old);
+                free(old);
+            }
+            free(steps);
+        }
+    }
+    if (rc == REMAT_OK && path) *path = p;
+    else free(p);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- load */
+
+static int parse_count(const char *v, int64_t *out) {
+    if (!v || !*v) return 0;
+    int64_t x = 0;
+    for (const char *c = v; *c; c++) {
+        if (*c < '0' || *c > '9' || x > (INT64_MAX - 9) / 10) return 0;
+        x = x * 10 + (*c - '0');
+    }
+    *out = x;
+    return 1;
+}
+
+/* Loads an open, intact state file into the session: every check first. */
+static remat_status load_file(remat_session *s, const remat_state_opts *o, const remat__st *f,
+                              remat_train_progress *at) {
+    const char *path = remat__st_path(f);
+    meta now = {0};
+    build_meta(s, o, NULL, &now);
+    remat_status rc = now.oom ? remat__err(REMAT_NOMEM, "%s: out of memory", path) : REMAT_OK;
+    if (rc == REMAT_OK) rc = compare_options(f, &now);
+    tensor_list l = {0};
+    int *idx = NULL;
+    if (rc == REMAT_OK) rc = list_tensors(s, &l);
+    if (rc == REMAT_OK && !(idx = malloc((size_t)(l.n + 1) * sizeof *idx)))
+        rc = remat__err(REMAT_NOMEM, "%s: out of memory", path);
+    if (rc == REMAT_OK) rc = check_tensors(f, &l, idx);
+    if (rc == REMAT_OK && !same(remat__st_metadata(f, "graph"), meta_get(&now, "graph")))
+        rc = differs(path, "the model's graph (same parameters, but other ops, sizes or attributes such as a "
+                     "dropout rate)", remat__st_metadata(f, "graph"), meta_get(&now, "graph"));
+    int64_t step = 0, optim_t = 0;
+    remat_train_progress p = {0};
+    static const char *const counts[] = {"step", "optim.step", "data.step", "data.epoch", "data.position"};
+    int64_t *dst[] = {&step, &optim_t, &p.data_step, &p.epoch, &p.position};
+    for (int i = 0; i < 5 && rc == REMAT_OK; i++)
+        if (!parse_count(remat__st_metadata(f, counts[i]), dst[i]))
+            rc = remat__err(REMAT_FORMAT, "%s: metadata \"%s\" is %s%s%s, not a count", path, counts[i],
+                            remat__st_metadata(f, counts[i]) ? "'" : "",
+                            remat__st_metadata(f, counts[i]) ? remat__st_metadata(f, counts[i]) : "missing",
+                            remat__st_metadata(f, counts[i]) ? "'" : "");
+    if (rc == REMAT_OK && !same(remat__st_metadata(f, "rng.step"), remat__st_metadata(f, "step")))
+        rc = remat__err(REMAT_FORMAT, "%s: metadata \"rng.step\" differs from \"step\"", path);
+    /* Everything checked: copy. */
+    for (int k = 0; k < l.n && rc == REMAT_OK; k++) {
+        remat__st_tensor t;
+        rc = remat__st_get(f, idx[k], &t);
+        if (rc != REMAT_OK) break;
+        /* the data section is 8-byte aligned and F32 tensors are placed at
+         * multiples of 4: t.data may be read as floats */
+        rc = l.which[k] < 0 ? remat_session_write_param(s, l.param[k], t.data)
+                            : remat__optim_state_write(s, l.param[k], l.which[k], t.data);
+    }
+    if (rc == REMAT_OK) {
+        remat__optim_set_counters(s, step, optim_t);
+        if (at) *at = p;
+    }
+    free(idx);
+    free_tensors(&l);
+    meta_free(&now);
+    return rc;
+}
+
+/* remat_state_load; *used (may be NULL) gets the file loaded (caller frees). */
+static remat_status load_impl(remat_session *s, const remat_state_opts *o, const char *path, remat_train_progress *at,
+                              char **used) {
+    if (used) *used = NULL;
+    if (!s || !path) return remat__err(REMAT_INVALID, "remat_state_load: NULL session or path");
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return errno == ENOENT ? remat__err(REMAT_NOT_FOUND, "%s: no such file or directory", path)
+                               : remat__err(REMAT_IO, "%s: %s", path, strerror(errno));
+    remat__st *f = NULL;
+    char *p = NULL;
+    remat_status rc;
+    if (S_ISDIR(st.st_mode)) {
+        rc = find_open(path, o ? o->note : NULL, o ? o->user : NULL, &f, &p, NULL);
+    } else {
+        rc = open_state(&f, path);
+        if (rc == REMAT_OK && !(p = malloc(strlen(path) + 1))) rc = remat__err(REMAT_NOMEM, "out of memory");
+        if (p) strcpy(p, path);
+    }
+    if (rc == REMAT_OK) rc = load_file(s, o, f, at);
+    remat__st_close(f);
+    if (rc == REMAT_OK && used) *used = p;
+    else free(p);
+    return rc;
+}
+
+remat_status remat_state_load(remat_session *s, const remat_state_opts *o, const char *path,
+                              remat_train_progress *at) {
+    remat_status rs = remat__session_runnable(s, "remat_state_load");
+    if (rs != REMAT_OK) return rs;
+    return load_impl(s, o, path, at, NULL);
+}
+
+/* ----------------------------------------------------- the loops' glue */
+
+static void emit(const remat__loop_state *ls, remat_event *ev) {
+    if (ls->o->on_event) ls->o->on_event(ev, ls->o->user);
+}
+
+static void note_event(const char *path, const char *why, void *user) {
+    const remat__loop_state *ls = user;
+    char msg[1200];
+    snprintf(msg, sizeof msg, "skipping the damaged state %s: %s", path, why);
+    remat_event ev = {.kind = REMAT_EVENT_NOTE, .path = path, .message = msg};
+    emit(ls, &ev);
+}
+
+/* 1 if a and b are the same directory. */
+static int same_dir(const char *a, const char *b) {
+    struct stat x, y;
+    return stat(a, &x) == 0 && stat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
+}
+
+/* The folder of a file path (malloc'd). */
+static char *folder_of(const char *path) {
+    const char *slash = strrchr(path, '/');
+    size_t n = slash ? (slash == path ? 1 : (size_t)(slash - path)) : 1;
+    char *d = malloc(n + 1);
+    if (!d) return NULL;
+    memcpy(d, slash ? path : ".", n);
+    d[n] = 0;
+    return d;
+}
+
+remat_status remat__loop_state_begin(remat__loop_state *ls, remat_session *s, const remat_train_opts *o,
+                                     int64_t batch, int64_t per_epoch, const char *data, int64_t *start) {
+    memset(ls, 0, sizeof *ls);
+    ls->o = o;
+    ls->last_saved = -1;
+    ls->per_epoch = per_epoch;
+    *start = 0;
+    if (!o->state_dir && !o->resume) return REMAT_OK;
+    if (o->save_every < 0) return remat__err(REMAT_INVALID, "save_every must be >= 0, got %lld", (long long)o->save_every);
+    if (o->keep < 0) return remat__err(REMAT_INVALID, "keep must be >= 0 (0 keeps every state), got %d", o->keep);
+    ls->so = (remat_state_opts){.batch = batch, .data_seed = o->seed, .data = data, .batches_per_epoch = per_epoch,
+                                .run = o->run, .note = note_event, .user = ls};
+    char *resumed_dir = NULL;
+    remat_status rc = REMAT_OK;
+    if (o->resume) {
+        struct stat st;
+        int is_dir = stat(o->resume, &st) == 0 && S_ISDIR(st.st_mode);
+        remat_train_progress at;
+        char *used = NULL;
+        rc = load_impl(s, &ls->so, o->resume, &at, &used);
+        int64_t *steps = NULL;
+        int n = -1;
+        if (rc == REMAT_NOT_FOUND && is_dir && remat_state_list(o->resume, &steps, &n) == REMAT_OK && n == 0) {
+            char msg[1200];
+            snprintf(msg, sizeof msg, "%s holds no training state yet: training starts at step 0", o->resume);
+            remat_event ev = {.kind = REMAT_EVENT_RESUME, .message = msg};
+            emit(ls, &ev);
+            rc = REMAT_OK;
+            resumed_dir = malloc(strlen(o->resume) + 1);
+            if (resumed_dir) strcpy(resumed_dir, o->resume);
+        } else if (rc == REMAT_OK) {
+            *start = at.data_step;
+            resumed_dir = is_dir ? malloc(strlen(o->resume) + 1) : folder_of(used);
+            if (resumed_dir && is_dir) strcpy(resumed_dir, o->resume);
+            remat_event ev = {.kind = REMAT_EVENT_RESUME, .step = at.data_step, .epoch = at.epoch,
+                              .step_in_epoch = at.position, .path = used};
+            emit(ls, &ev);
+        }
+        free(steps);
+        free(used);
+    }
+    if (rc == REMAT_OK && o->state_dir) {
+        /* a fresh run must not mix its states with another run's: the
+         * next resume would pick the newest of either */
+        int64_t *steps = NULL;
+        int n = 0;
+        remat_status lr = remat_state_list(o->state_dir, &steps, &n);
+        if (lr == REMAT_OK && n > 0 && !(resumed_dir && same_dir(resumed_dir, o->state_dir))) {
+            char *p = find_file(o->state_dir, steps[0]);
+            rc = remat__err(REMAT_INVALID, "the state directory %s already holds %d training state%s (the newest: %s): "
+                            "resume from %s, or save the states of this run in an empty directory",
+                            o->state_dir, n, n == 1 ? "" : "s", p ? p : "?", n == 1 ? "it" : "them");
+            free(p);
+        } else if (lr != REMAT_OK && lr != REMAT_NOT_FOUND) {
+            rc = lr;
+        }
+        free(steps);
+        /* fail before the first step when states cannot be written */
+        if (rc == REMAT_OK && mkdir(o->state_dir, 0777) != 0 && errno != EEXIST)
+            rc = remat__err(REMAT_IO, "cannot create the state directory %s: %s", o->state_dir, strerror(errno));
+        if (rc == REMAT_OK) {
+            size_t len = strlen(o->state_dir) + 64;
+            char *probe = malloc(len);
+            if (!probe) rc = remat__err(REMAT_NOMEM, "out of memory");
+            else {
+                /* a name of the temporaries' pattern: never read, and
+                 * removed as stale should this process die right here */
+                snprintf(probe, len, "%s/.probe.tmp.%ld.%08lx", o->state_dir, (long)getpid(),
+                         (unsigned long)((uintptr_t)probe & 0xffffffffu));
+                int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+                if (fd < 0 && errno != EEXIST)
+                    rc = remat__err(REMAT_IO, "cannot save states in %s: %s", o->state_dir, strerror(errno));
+                if (fd >= 0) close(fd), unlink(probe);
+                free(probe);
+            }
+        }
+    }
+    free(resumed_dir);
+    return rc;
+}
+
+remat_status remat__loop_state_step(remat__loop_state *ls, remat_session *s, int64_t done, int last) {
+    const remat_train_opts *o = ls->o;
+    if (!o || !o->state_dir || done == ls->last_saved) return REMAT_OK;
+    if (!last && !(o->save_every > 0 && done % o->save_every == 0)) return REMAT_OK;
+    remat_train_progress at = {.data_step = done, .epoch = ls->per_epoch > 0 ? done / ls->per_epoch : 0,
+                               .position = ls->per_epoch > 0 ? done % ls->per_epoch : done};
+    char *path = NULL;
+    remat_status rc = remat_state_save_dir(s, &ls->so, &at, o->state_dir, o->keep, &path);
+    if (rc != REMAT_OK) return rc;
+    ls->last_saved = done;
+    remat_event ev = {.kind = REMAT_EVENT_SAVE, .step = done, .epoch = at.epoch, .step_in_epoch = at.position,
+                      .path = path};
+    emit(ls, &ev);
+    free(path);
+    return REMAT_OK;
+}
