@@ -58,6 +58,8 @@ typedef struct {
     size_t held, arena;              /* bytes held (arena + resident blocks), the arena */
     size_t device_used;              /* drop in the device's free bytes since before the session */
     int64_t recomputations;
+    double predicted_s;              /* calibrated: the cost model's step (forward,
+                                      * backward, recomputation, update); else 0 */
     char planner[16];
     char error[480];
 } reply;
@@ -191,6 +193,7 @@ static void child(void *argp, int cmd, int res) {
                     q.measured = meas.peak[REMAT_MEM_TOTAL];
                     q.act = meas.peak[REMAT_MEM_ACT];
                     q.recomputations = p.recomputations;
+                    q.predicted_s = p.calibrated ? p.seconds + p.update_seconds : 0.0;
                     q.held = remat_session_held_bytes(s);
                     q.arena = p.arena_bytes;
                     size_t free1 = 0;
@@ -520,6 +523,10 @@ int cmd_bench(int argc, char **argv) {
             cJSON_AddNumberToObject(o, "warmup_steps", (double)warmup);
             cJSON_AddNumberToObject(o, "timed_steps", (double)steps);
             cJSON_AddNumberToObject(o, "median_step_seconds", med[k]);
+            if (r->last.predicted_s > 0) {
+                cJSON_AddNumberToObject(o, "predicted_step_seconds", r->last.predicted_s);
+                cJSON_AddNumberToObject(o, "predicted_over_measured", r->last.predicted_s / med[k]);
+            }
             cJSON_AddStringToObject(o, "baseline", base_name);
             cJSON_AddNumberToObject(o, "time_ratio", rt);
             cJSON_AddNumberToObject(o, "overhead_percent", 100.0 * (rt - 1.0));
@@ -546,6 +553,14 @@ int cmd_bench(int argc, char **argv) {
                    cli_fmt_bytes(r->last.act, p4, sizeof p4),
                    (long long)r->last.recomputations, med[k], rt, rp, rr);
         }
+    }
+    for (int k = 0, head = 0; !json && k < ns; k++) {
+        if (!rows[k].last.ok || rows[k].last.predicted_s <= 0) continue;
+        if (!head++) printf("\n%-20s %12s %12s %10s\n", "step time", "predicted", "measured", "ratio");
+        char name[48];
+        row_name(&rows[k], name, sizeof name);
+        printf("%-20s %11.4fs %11.4fs %10.3f\n", name, rows[k].last.predicted_s, med[k],
+               rows[k].last.predicted_s / med[k]);
     }
     if (profile && !json)
         for (int k = 0; k < ns; k++)

@@ -1,5 +1,6 @@
-/* cmd_calibrate.c: `remat calibrate`: measure each op family's throughput
- * on this machine and cache it, so that plans are costed in seconds. */
+/* cmd_calibrate.c: `remat calibrate`: measure each op family's throughput,
+ * and the shape classes of given models, on this machine and cache them,
+ * so that plans are costed in seconds. */
 #include "cli.h"
 
 #include <errno.h>
@@ -47,14 +48,69 @@ const remat_cost_model *cli_cost_model(remat_cost_model *m, const char *path, co
     return m;
 }
 
+/* The bench table's rows (remat bench, bench/torch/compare.py). */
+static const struct {
+    const char *model;
+    int64_t batch, context;
+} zoo[] = {{"cnn", 128, 0},        {"resnet18", 32, 0}, {"resnet50", 16, 0},
+           {"densenet-bc", 64, 0}, {"gpt2", 4, 256},    {"siamese-resnet50", 8, 0}};
+
+static void help(void) {
+    printf("usage: remat calibrate [--out FILE] [--threads T] [--steps N] [--zoo] [model options]\n"
+           "\n"
+           "Measures this machine so that `remat plan`, `train` and `bench` cost plans in\n"
+           "seconds instead of FLOPs:\n"
+           "  - each op family's throughput (linear, conv, norm, pointwise, pool, copy,\n"
+           "    loss), from small graphs: a few seconds; the fallback for ops never measured;\n"
+           "  - with --model (and its options) or --zoo: every shape class of the model's\n"
+           "    ops (an op with its input and output shapes and attributes), each node's\n"
+           "    forward and backward timed during --steps store-all training steps, and\n"
+           "    the optimizer update per parameter. Classes already in FILE (measured\n"
+           "    with the same threads) are kept, so models can be calibrated one by one.\n"
+           "\n"
+           "  --out FILE    default: $REMAT_COST_MODEL, else ~/.cache/remat/cost-model.json\n"
+           "  --threads T   kernel threads (default: one per core); plans use a model\n"
+           "                only with the thread count it was measured with\n"
+           "  --steps N     timed training steps per model (default 3)\n"
+           "  --zoo         the bench table's models at its sizes: cnn b128, resnet18 b32,\n"
+           "                resnet50 b16, densenet-bc b64, gpt2 context 256 b4,\n"
+           "                siamese-resnet50 b8 (a few minutes on 2 cores)\n"
+           "\n");
+    cli_model_help();
+}
+
+/* Measures the classes of one model into m; prints one line. */
+static int calibrate_model(remat_cost_model *m, const remat_model_opts *mo, int steps) {
+    remat_graph *g = NULL;
+    remat_model md;
+    int before = m->n_ops;
+    double t0 = cli_now();
+    fprintf(stderr, "  %s batch %lld...\n", mo->name, (long long)mo->batch);
+    remat_status st = remat_graph_create(&g);
+    if (st == REMAT_OK) st = remat_model_build(g, mo, &md);
+    if (st == REMAT_OK) st = remat_calibrate_graph(m, g, md.loss, steps);
+    remat_graph_destroy(g);
+    if (st != REMAT_OK) return cli_fail("%s: %s", mo->name, remat_last_error());
+    printf("%-18s batch %-4lld %4d new shape classes, %.1f s\n", mo->name, (long long)mo->batch, m->n_ops - before,
+           cli_now() - t0);
+    return 0;
+}
+
 int cmd_calibrate(int argc, char **argv) {
     const char *out = NULL;
-    int64_t threads = 0;
-    static const struct option opts[] = {{"out", required_argument, 0, 'o'},
+    int64_t threads = 0, steps = 3;
+    int with_zoo = 0, with_model = 0;
+    cli_model_args ma;
+    cli_model_args_init(&ma);
+    static const struct option opts[] = {CLI_MODEL_OPTIONS,
+                                         {"out", required_argument, 0, 'o'},
                                          {"threads", required_argument, 0, 't'},
+                                         {"steps", required_argument, 0, 's'},
+                                         {"zoo", no_argument, 0, 'z'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
-    cli_opts co = {.cmd = "calibrate", .opts = opts, .shortopts = ":h"};
+    for (int i = 1; i < argc; i++) with_model |= strncmp(argv[i], "--model", 7) == 0;
+    cli_opts co = {.cmd = "calibrate", .ma = &ma, .opts = opts, .shortopts = ":h"};
     for (int c; (c = cli_next_opt(&co, argc, argv)) > 0;) {
         switch (c) {
         case 'o': out = optarg; break;
@@ -62,25 +118,57 @@ int cmd_calibrate(int argc, char **argv) {
             if (cli_parse_i64(optarg, &threads) || threads < 0 || threads > 1024)
                 return cli_bad_value(&co, optarg, "");
             break;
-        case 'h':
-            printf("usage: remat calibrate [--out FILE] [--threads T]\n\n"
-                   "Times training steps of small graphs of each op family (linear, conv, norm,\n"
-                   "pointwise, pool, copy, loss) and writes their throughputs, so that `remat\n"
-                   "plan`, `train` and `bench` cost plans in seconds instead of FLOPs.\n"
-                   "Default file: $REMAT_COST_MODEL, else ~/.cache/remat/cost-model.json.\n");
-            return 0;
+        case 's':
+            if (cli_parse_i64(optarg, &steps) || steps < 1 || steps > 1000) return cli_bad_value(&co, optarg, "");
+            break;
+        case 'z': with_zoo = 1; break;
+        case 'h': help(); return 0;
         }
     }
     if (co.rc) return co.rc;
+    remat_model_opts mo;
+    if (with_model) {
+        int u = cli_model_opts(&ma, NULL, "calibrate", &mo);
+        if (u) return u;
+    }
     char buf[1100];
     if (!out) out = default_path(buf, sizeof buf, 1);
     if (!out) return cli_fail("no HOME or XDG_CACHE_HOME: give --out FILE");
-    fprintf(stderr, "calibrating (a few seconds)...\n");
-    remat_cost_model m;
-    if (remat_calibrate(&m, (int)threads) != REMAT_OK) return cli_fail("%s", remat_last_error());
-    for (int f = 0; f < REMAT_FAMILY_COUNT; f++)
-        printf("%-10s %8.2f GFLOP/s\n", remat_family_str((remat_family)f), m.flops_per_s[f] / 1e9);
-    if (remat_cost_model_save(&m, out) != REMAT_OK) return cli_fail("%s", remat_last_error());
-    printf("written to %s\n", out);
-    return 0;
+    fprintf(stderr, "calibrating the op families (a few seconds)...\n");
+    remat_cost_model *m = calloc(2, sizeof *m), *old = m + 1;
+    if (!m) return cli_fail("out of memory");
+    int rc = 0;
+    if (remat_calibrate(m, (int)threads) != REMAT_OK) rc = cli_fail("%s", remat_last_error());
+    for (int f = 0; !rc && f < REMAT_FAMILY_COUNT; f++)
+        printf("%-10s %8.2f GFLOP/s\n", remat_family_str((remat_family)f), m->flops_per_s[f] / 1e9);
+    /* keep what the file measured with the same threads on the same device */
+    struct stat sb;
+    if (!rc && stat(out, &sb) == 0 && remat_cost_model_load(old, out) == REMAT_OK && old->threads == m->threads &&
+        old->device == m->device) {
+        for (int i = 0; i < old->n_ops; i++) m->ops[i] = old->ops[i];
+        m->n_ops = old->n_ops;
+        for (int k = 0; k < 2; k++) m->update_s_per_param[k] = old->update_s_per_param[k];
+        if (old->n_ops) printf("kept %d shape classes from %s\n", old->n_ops, out);
+    }
+    if (!rc && (with_model || with_zoo))
+        fprintf(stderr, "timing the shape classes (%lld steps per model)...\n", (long long)steps);
+    if (!rc && with_model) rc = calibrate_model(m, &mo, (int)steps);
+    for (size_t i = 0; !rc && with_zoo && i < sizeof zoo / sizeof zoo[0]; i++) {
+        remat_model_opts z;
+        remat_model_opts_default(&z);
+        if (remat_model_opts_for(&z, zoo[i].model) != REMAT_OK) {
+            rc = cli_fail("%s", remat_last_error());
+            break;
+        }
+        z.batch = zoo[i].batch;
+        if (zoo[i].context) z.context = zoo[i].context;
+        rc = calibrate_model(m, &z, (int)steps);
+    }
+    if (!rc && m->update_s_per_param[0] > 0)
+        printf("update     %8.3f ns per parameter (SGD with momentum), %.3f ns (AdamW)\n",
+               m->update_s_per_param[0] * 1e9, m->update_s_per_param[1] * 1e9);
+    if (!rc && remat_cost_model_save(m, out) != REMAT_OK) rc = cli_fail("%s", remat_last_error());
+    if (!rc) printf("written to %s (%d shape classes)\n", out, m->n_ops);
+    free(m);
+    return rc;
 }

@@ -445,8 +445,9 @@ int cmd_plan(int argc, char **argv) {
                cli_fmt_bytes(p.held_bytes, b, sizeof b));
         printf("recomputed: %lld nodes, %lld forward recomputations\n", (long long)p.recomputed_nodes,
                (long long)p.recomputations);
-        printf("extra compute: %.4g GFLOP, %.1f%% of the step's %.4g GFLOP\n", p.extra_flops / 1e9,
-               p.flops > 0 ? 100.0 * p.extra_flops / p.flops : 0.0, total_f / 1e9);
+        printf("extra compute: %.4g GFLOP, %.1f%% over the %.4g GFLOP of a step without recomputation "
+               "(%.4g in all)\n", p.extra_flops / 1e9, p.flops > 0 ? 100.0 * p.extra_flops / p.flops : 0.0,
+               p.flops / 1e9, total_f / 1e9);
         if (p.calibrated)
             printf("predicted step time: %.4g s, of which recomputation %.4g s (cost model %s)\n", p.seconds,
                    p.extra_seconds, cost_used);

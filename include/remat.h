@@ -288,24 +288,57 @@ typedef enum {
 
 const char *remat_family_str(remat_family f);
 
-/* Seconds of a node = its FLOPs (from the op table; a backward counts twice
- * its forward) / its family's throughput. Uncalibrated, costs are FLOPs.
- * A calibration holds for the device and thread count it was measured
- * with: remat_session_create refuses one measured with others, naming
- * both. */
+/* A measured shape class: an op with given input and output shapes and
+ * attributes (remat_node_cost_class), and the seconds of its forward and
+ * of its backward kernels. */
+typedef struct {
+    uint64_t cls;
+    int op;             /* the op's index in the op table (its name in files) */
+    double fwd_s, bwd_s;
+} remat_op_time;
+
+#define REMAT_COST_MAX_OPS 2048
+
+/* The cost of a node under a calibration: its shape class's measured
+ * forward and backward seconds when the class was measured (by
+ * remat_calibrate_graph), else its FLOPs (from the op table; a backward
+ * counts twice its forward) over its family's throughput. Uncalibrated,
+ * costs are FLOPs. A calibration holds for the device and thread count it
+ * was measured with: remat_session_create refuses one measured with
+ * others, naming both. A plain value (no pointers): copy it freely. */
 typedef struct {
     int calibrated;
     int threads;          /* CPU kernel threads of the measurement */
     remat_device device;  /* where it was measured (REMAT_DEVICE_CPU) */
     double flops_per_s[REMAT_FAMILY_COUNT];
+    /* the optimizer update's seconds per trainable parameter element, by
+     * remat_optim_kind (SGD with momentum, AdamW); 0: not measured */
+    double update_s_per_param[2];
+    int n_ops;            /* measured shape classes, sorted by cls */
+    remat_op_time ops[REMAT_COST_MAX_OPS];
 } remat_cost_model;
 
 /* Measures each family's throughput on this machine's CPU with `threads`
  * kernel threads (0 = one per core) by timing training steps of small
- * graphs made of that family's ops; takes a few seconds. */
+ * graphs made of that family's ops; takes a few seconds. The model has
+ * no shape classes yet. */
 remat_status remat_calibrate(remat_cost_model *out, int threads);
+/* Measures the shape classes of a graph's ops into a calibrated model
+ * (with its thread count): `steps` timed store-all training steps (after
+ * one warm-up) on zero inputs, each node's forward and backward timed by
+ * the executor; a class's seconds are the mean over its nodes and steps.
+ * Classes already in the model are replaced, others kept; also measures
+ * the update's seconds per parameter (SGD with momentum and AdamW).
+ * REMAT_INVALID past REMAT_COST_MAX_OPS classes. */
+remat_status remat_calibrate_graph(remat_cost_model *m, const remat_graph *g, remat_node loss, int steps);
+/* The shape class of node n: a hash of its op, input and output shapes,
+ * dtypes and attributes (0 for parameters, buffers and inputs). */
+uint64_t remat_node_cost_class(const remat_graph *g, remat_node n);
 /* JSON: {"device": "cpu", "threads": t, "flops_per_s": {"linear": ...,
- * ...}}. A file without "threads" (an older calibration) is refused. */
+ * ...}, "update_s_per_param": {"sgd": s, "adamw": s}, "ops": [{"op":
+ * "conv2d", "class": "<16 hex digits>", "forward": s, "backward": s},
+ * ...]}. A file without "threads" (an older calibration) is refused;
+ * "ops" and "update_s_per_param" may be absent. Written atomically. */
 remat_status remat_cost_model_save(const remat_cost_model *m, const char *path);
 remat_status remat_cost_model_load(remat_cost_model *m, const char *path);
 
@@ -479,8 +512,13 @@ typedef struct {
     double flops;               /* forward + backward FLOPs without recomputation */
     double extra_flops;         /* FLOPs of the recomputations */
     int calibrated;             /* seconds below are seconds (else FLOPs) */
-    double seconds;             /* predicted step cost (cost model) */
+    double seconds;             /* predicted cost of the step's forward and
+                                 * backward, recomputation included (cost
+                                 * model) */
     double extra_seconds;       /* of which recomputation */
+    double update_seconds;      /* calibrated, with an optimizer whose update
+                                 * was measured: the predicted update (else 0);
+                                 * a training step is seconds + this */
     const char *planner;        /* static: what made the schedule: "levels"
                                    (all, manual, sqrt), "chain" (rotor's DP
                                    over stages), "dtr" (the DAG fallback) or

@@ -296,6 +296,9 @@ static inline size_t remat__out_bytes(const remat__node *n) {
 
 /* A node's forward FLOPs, from its op's entry (plan/cost.c). */
 double remat__node_flops(const remat_graph *g, const remat__node *n);
+/* Adds or replaces a measured shape class in a cost model (kept sorted);
+ * REMAT_INVALID when it is full. */
+remat_status remat__cost_model_put(remat_cost_model *m, const remat_op_time *t);
 
 /* CPU threads a node's kernels run on (small ops run on the calling thread);
  * workspace sizes are computed for this count. */

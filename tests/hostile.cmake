@@ -28,7 +28,7 @@ string(REPEAT "{\"forward\": 1, \"backward\": 2, \"input\": 4096, \"saved\": 819
 file(WRITE ${HOSTILE_DIR}/chain2000.json
      "{\"stages\": [${HOSTILE_STAGES}{\"forward\": 1, \"backward\": 2, \"input\": 4096, \"saved\": 8192}], \"output\": 4096}\n")
 remat_expect(NAME cli_hostile_chain_2000 LABELS hostile RC 1
-             PATTERN "a chain of 2000 stages with 500 memory slots is too large to plan: planning would need 9\\.41 GiB of tables \\(limit 1 GiB\\) and about 6\\.7e\\+11 operations"
+             PATTERN "a chain of 2000 stages with 500 memory slots is too large to plan: planning would need 9\\.41 GiB of tables \\(limit 1 GiB\\) and about 6\\.8e\\+11 operations"
              COMMAND ${CLI} plan --chain ${HOSTILE_DIR}/chain2000.json --budget 1000000)
 
 # Numbers beyond float's range, and NaN, are refused, not narrowed.

@@ -184,8 +184,10 @@ static remat_status walk(remat_session *s, const remat__schedule *sc, float *los
             if (st == REMAT_OK && in->kind != REMAT__I_FREE) st = s->be->sync(s->dev);
             int op = s->g->nodes[in->kind == REMAT__I_FREE ? REMAT__VAL_NODE(in->value) : in->node].op;
             int slot = in->kind == REMAT__I_FWD ? !in->first : in->kind + 1;
-            s->prof_s[op][slot] += remat__now() - t0;
+            double dt = remat__now() - t0;
+            s->prof_s[op][slot] += dt;
             s->prof_n[op][slot]++;
+            if (in->kind != REMAT__I_FREE && s->prof_node) s->prof_node[2 * in->node + (in->kind == REMAT__I_BWD)] += dt;
         }
     }
     if (st == REMAT_OK && s->ev != s->cur->n)

@@ -253,7 +253,7 @@ remat_status remat_session_create(remat_session **out, const remat_graph *g, rem
                         "on the %s with %d: measure it again (remat calibrate --threads %d) or plan in FLOPs "
                         "without one", remat_device_str(cm->device), cm->threads, remat_device_str(s->opts.device),
                         s->opts.threads, s->opts.threads);
-    if (st == REMAT_OK && cm) s->prog.cost = *cm;
+    if (st == REMAT_OK && cm) remat__prog_set_cost(&s->prog, cm);
     s->opts.cost_model = NULL; /* copied: the caller's may go away */
     size_t nv = (size_t)g->n * 3;
     if (st == REMAT_OK) {
@@ -304,7 +304,7 @@ void remat_session_destroy(remat_session *s) {
     remat__planned_free(&s->fwd[0]);
     remat__planned_free(&s->fwd[1]);
     remat__prog_free(&s->prog);
-    free(s->pindex), free(s->bound), free(s->vals), free(s->vev), free(s->params);
+    free(s->pindex), free(s->bound), free(s->vals), free(s->vev), free(s->params), free(s->prof_node);
     free(s);
 }
 
@@ -439,6 +439,9 @@ void remat_session_set_profiling(remat_session *s, int on) {
     s->profiling = on != 0;
     memset(s->prof_s, 0, sizeof s->prof_s);
     memset(s->prof_n, 0, sizeof s->prof_n);
+    free(s->prof_node);
+    /* per node too when it can be had (without, the per-op sums remain) */
+    s->prof_node = on ? calloc(2 * (size_t)s->g->n + 1, sizeof *s->prof_node) : NULL;
 }
 
 int remat_session_profile(const remat_session *s, remat_profile_row *rows, int cap) {
@@ -465,6 +468,13 @@ remat_status remat_session_plan(const remat_session *s, remat_plan_summary *out)
     remat_mem_stats start = s->alloc.st;
     remat_status st = remat__schedule_summary(&s->prog, &s->train.sc, &start, remat__session_blocks_bytes(s), out);
     out->strategy = s->opts.strategy;
+    const remat_cost_model *cm = &s->prog.cost;
+    if (st == REMAT_OK && cm->calibrated && s->has_optim) {
+        int64_t n = 0;
+        for (int i = 0; i < s->n_params; i++)
+            if (remat__trainable(s, i)) n += remat__numel(&s->g->nodes[s->params[i].node].shape);
+        out->update_seconds = cm->update_s_per_param[s->optim.kind == REMAT_OPTIM_ADAMW] * (double)n;
+    }
     /* Boundaries: nodes whose output a recomputation starts from (an input
      * of a recomputed node that is itself never recomputed), whatever
      * planner made the schedule. */

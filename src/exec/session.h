@@ -58,6 +58,11 @@ struct remat_session {
     int profiling;
     double prof_s[REMAT__N_OPS][4];
     int64_t prof_n[REMAT__N_OPS][4];
+    /* ... and per node (2 n): seconds of its forwards (2u; first
+     * forwards and recomputations alike) and of its backwards (2u + 1),
+     * summed over the runs since profiling went on: what remat_calibrate
+     * measures an op's shape class by. */
+    double *prof_node;
 };
 
 /* Runs a planned schedule and waits for it (the step's one

@@ -1,20 +1,20 @@
-/* cost.c: the cost model. A node's forward costs its FLOPs (from the op
- * table) divided by its family's measured throughput; its backward twice
- * that. Without a calibration the cost is the FLOPs themselves. The
- * measurement itself (remat_calibrate) is train/calibrate.c: it runs
- * sessions, which plan/ does not.
- *
- * remat_calibrate measures each family by timing training steps of a small
- * graph made mostly of that family's ops (a parameter feeding a few such
- * ops, reduced by MSE): throughput = 3 x forward FLOPs of the graph / the
- * median step time. The numbers are for this machine and thread count;
- * `remat calibrate` caches them in a file.
+/* cost.c: the cost model. A node's forward and backward cost, filled per
+ * node once per session (remat__prog_set_cost): under a calibration, its
+ * shape class's measured seconds when the class was measured (a shape
+ * class is the op with its input and output shapes and attributes,
+ * hashed: remat_node_cost_class), else its FLOPs over its family's
+ * measured throughput (a backward twice its forward); without a
+ * calibration, FLOPs. The measurements themselves (remat_calibrate,
+ * remat_calibrate_graph) are train/calibrate.c: they run sessions, which
+ * plan/ does not. The numbers hold for one machine, device and thread
+ * count; `remat calibrate` caches them in a file.
  */
 #include "schedule.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
 #include <time.h>
 
 const char *remat_family_str(remat_family f) {
@@ -31,50 +31,155 @@ double remat__node_flops(const remat_graph *g, const remat__node *n) {
     return op->flops ? op->flops(g, n) : 0.0;
 }
 
-double remat__node_seconds(const remat__prog *p, const remat__node *n) {
-    double f = remat__node_flops(p->g, n);
-    if (!p->cost.calibrated) return f;
-    double t = p->cost.flops_per_s[remat__ops[n->op]->family];
-    return t > 0 ? f / t : f;
+/* FNV-1a over bytes. */
+static uint64_t fnv(uint64_t h, const void *data, size_t n) {
+    const unsigned char *b = data;
+    for (size_t i = 0; i < n; i++) h = (h ^ b[i]) * 0x100000001b3ull;
+    return h;
 }
 
+static uint64_t shape_hash(uint64_t h, const remat__shape *sh, remat_dtype dt) {
+    int32_t nd = sh->ndim, d = (int32_t)dt;
+    h = fnv(h, &nd, sizeof nd);
+    h = fnv(h, &d, sizeof d);
+    for (int i = 0; i < sh->ndim; i++) h = fnv(h, &sh->d[i], sizeof sh->d[i]);
+    return h;
+}
+
+uint64_t remat_node_cost_class(const remat_graph *g, remat_node v) {
+    if (!g || v < 0 || v >= g->n || g->nodes[v].leaf != REMAT__LEAF_NONE) return 0;
+    const remat__node *n = &g->nodes[v];
+    const char *name = remat__ops[n->op]->name; /* by name: stable across op-table changes */
+    uint64_t h = fnv(0xcbf29ce484222325ull, name, strlen(name) + 1);
+    h = shape_hash(h, &n->shape, n->dtype);
+    for (int i = 0; i < n->n_in; i++) h = shape_hash(h, &g->nodes[n->in[i]].shape, g->nodes[n->in[i]].dtype);
+    h = fnv(h, n->iattr, sizeof n->iattr);
+    h = fnv(h, n->fattr, sizeof n->fattr);
+    return h ? h : 1; /* 0 means "no class" */
+}
+
+static const remat_op_time *find_class(const remat_cost_model *m, uint64_t cls) {
+    int lo = 0, hi = m->n_ops - 1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2;
+        if (m->ops[mid].cls == cls) return &m->ops[mid];
+        if (m->ops[mid].cls < cls) lo = mid + 1;
+        else hi = mid - 1;
+    }
+    return NULL;
+}
+
+void remat__prog_set_cost(remat__prog *p, const remat_cost_model *m) {
+    if (m) p->cost = *m;
+    else memset(&p->cost, 0, sizeof p->cost);
+    const remat_graph *g = p->g;
+    for (int u = 0; u < g->n; u++) {
+        const remat__node *n = &g->nodes[u];
+        double f = remat__node_flops(g, n), fw = f, bw = 2 * f;
+        if (n->leaf != REMAT__LEAF_NONE) fw = bw = 0;
+        else if (p->cost.calibrated) {
+            const remat_op_time *t = p->cost.n_ops ? find_class(&p->cost, remat_node_cost_class(g, u)) : NULL;
+            double tp = p->cost.flops_per_s[remat__ops[n->op]->family];
+            if (t) fw = t->fwd_s, bw = t->bwd_s;
+            else if (tp > 0) fw = f / tp, bw = 2 * f / tp;
+        }
+        p->node_cost[2 * u] = fw;
+        p->node_cost[2 * u + 1] = bw;
+    }
+}
+
+static int by_class(const void *a, const void *b) {
+    const remat_op_time *x = a, *y = b;
+    return (x->cls > y->cls) - (x->cls < y->cls);
+}
+
+remat_status remat__cost_model_put(remat_cost_model *m, const remat_op_time *t) {
+    remat_op_time *old = (remat_op_time *)find_class(m, t->cls);
+    if (old) {
+        *old = *t;
+        return REMAT_OK;
+    }
+    if (m->n_ops >= REMAT_COST_MAX_OPS)
+        return remat__err(REMAT_INVALID, "the cost model holds its most shape classes (%d): calibrate fewer models "
+                          "into one file", REMAT_COST_MAX_OPS);
+    m->ops[m->n_ops++] = *t;
+    qsort(m->ops, (size_t)m->n_ops, sizeof *m->ops, by_class);
+    return REMAT_OK;
+}
+
+/* A number that reads back to the same double (cJSON prints 15 digits
+ * when they come within an ulp or so; a saved model must load exactly). */
+static void add_exact(cJSON *o, const char *name, double v) {
+    char buf[40];
+    snprintf(buf, sizeof buf, "%.17g", isfinite(v) ? v : 0.0);
+    if (cJSON_IsArray(o)) cJSON_AddItemToArray(o, cJSON_CreateRaw(buf));
+    else cJSON_AddRawToObject(o, name, buf);
+}
 
 remat_status remat_cost_model_save(const remat_cost_model *m, const char *path) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "device", remat_device_str(m->device));
     cJSON_AddNumberToObject(o, "threads", m->threads);
     cJSON *t = cJSON_AddObjectToObject(o, "flops_per_s");
-    for (int f = 0; f < REMAT_FAMILY_COUNT; f++) cJSON_AddNumberToObject(t, remat_family_str((remat_family)f), m->flops_per_s[f]);
+    for (int f = 0; f < REMAT_FAMILY_COUNT; f++) add_exact(t, remat_family_str((remat_family)f), m->flops_per_s[f]);
+    cJSON *u = cJSON_AddObjectToObject(o, "update_s_per_param");
+    add_exact(u, "sgd", m->update_s_per_param[0]);
+    add_exact(u, "adamw", m->update_s_per_param[1]);
+    cJSON *ops = cJSON_AddArrayToObject(o, "ops");
+    for (int i = 0; i < m->n_ops; i++) {
+        const remat_op_time *e = &m->ops[i];
+        char cls[17];
+        snprintf(cls, sizeof cls, "%016llx", (unsigned long long)e->cls);
+        cJSON *x = cJSON_CreateObject();
+        cJSON_AddStringToObject(x, "op", (unsigned)e->op < REMAT__N_OPS ? remat__ops[e->op]->name : "?");
+        cJSON_AddStringToObject(x, "class", cls);
+        add_exact(x, "forward", e->fwd_s);
+        add_exact(x, "backward", e->bwd_s);
+        cJSON_AddItemToArray(ops, x);
+    }
     char *text = cJSON_Print(o);
     cJSON_Delete(o);
     if (!text) return remat__err(REMAT_NOMEM, "out of memory writing %s", path);
-    FILE *fp = fopen(path, "w");
-    int ok = fp && fputs(text, fp) >= 0 && fputc('\n', fp) != EOF;
-    if (fp && fclose(fp) != 0) ok = 0;
+    size_t len = strlen(text);
+    remat_status st = remat_file_write_atomic(path, text, len); /* a reader never sees half a file */
     cJSON_free(text);
-    return ok ? REMAT_OK : remat__err(REMAT_IO, "%s: cannot write the cost model", path);
+    return st;
 }
 
 remat_status remat_cost_model_load(remat_cost_model *m, const char *path) {
     FILE *fp = fopen(path, "rb");
     if (!fp) return remat__err(REMAT_NOT_FOUND, "%s: cannot open the cost model (run remat calibrate)", path);
-    char buf[8192];
-    size_t n = fread(buf, 1, sizeof buf - 1, fp);
+    /* the whole file: at most a few hundred bytes per shape class */
+    size_t cap = 4096 + (size_t)REMAT_COST_MAX_OPS * 256, n = 0;
+    char *buf = malloc(cap + 1);
+    if (!buf) {
+        fclose(fp);
+        return remat__err(REMAT_NOMEM, "out of memory reading %s", path);
+    }
+    n = fread(buf, 1, cap, fp);
+    int more = n == cap && fgetc(fp) != EOF;
     fclose(fp);
     buf[n] = 0;
-    cJSON *o = cJSON_Parse(buf);
+    cJSON *o = more ? NULL : cJSON_Parse(buf);
+    free(buf);
+    if (more) return remat__err(REMAT_FORMAT, "%s: larger than a cost model can be", path);
     if (!o) return remat__err(REMAT_FORMAT, "%s: not JSON", path);
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "flops_per_s");
     const cJSON *th = cJSON_GetObjectItemCaseSensitive(o, "threads");
     const cJSON *dv = cJSON_GetObjectItemCaseSensitive(o, "device");
-    remat_cost_model tmp = {.calibrated = 1};
+    remat_cost_model *tmp = calloc(1, sizeof *tmp);
+    if (!tmp) {
+        cJSON_Delete(o);
+        return remat__err(REMAT_NOMEM, "out of memory reading %s", path);
+    }
+    tmp->calibrated = 1;
     remat_status st = REMAT_OK;
     if (!cJSON_IsNumber(th) || th->valuedouble < 1 || th->valuedouble > 1024 || th->valuedouble != (int)th->valuedouble)
         st = remat__err(REMAT_FORMAT, "%s: 'threads' (the thread count it was measured with) is missing or not a "
                         "count: run remat calibrate again", path);
     else
-        tmp.threads = (int)th->valuedouble;
-    if (st == REMAT_OK && dv && (!cJSON_IsString(dv) || remat_device_parse(dv->valuestring, &tmp.device) != REMAT_OK))
+        tmp->threads = (int)th->valuedouble;
+    if (st == REMAT_OK && dv && (!cJSON_IsString(dv) || remat_device_parse(dv->valuestring, &tmp->device) != REMAT_OK))
         st = remat__err(REMAT_FORMAT, "%s: 'device' is not a device name", path);
     for (int f = 0; f < REMAT_FAMILY_COUNT && st == REMAT_OK; f++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(t, remat_family_str((remat_family)f));
@@ -82,9 +187,37 @@ remat_status remat_cost_model_load(remat_cost_model *m, const char *path) {
             st = remat__err(REMAT_FORMAT, "%s: 'flops_per_s.%s' is missing or not a positive number", path,
                             remat_family_str((remat_family)f));
         else
-            tmp.flops_per_s[f] = v->valuedouble;
+            tmp->flops_per_s[f] = v->valuedouble;
+    }
+    const cJSON *u = cJSON_GetObjectItemCaseSensitive(o, "update_s_per_param");
+    for (int k = 0; k < 2 && st == REMAT_OK && u; k++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(u, k ? "adamw" : "sgd");
+        if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0) || !isfinite(v->valuedouble))
+            st = remat__err(REMAT_FORMAT, "%s: 'update_s_per_param.%s' is not a number of seconds", path,
+                            k ? "adamw" : "sgd");
+        else
+            tmp->update_s_per_param[k] = v->valuedouble;
+    }
+    const cJSON *ops = cJSON_GetObjectItemCaseSensitive(o, "ops"), *e;
+    if (st == REMAT_OK && ops && !cJSON_IsArray(ops)) st = remat__err(REMAT_FORMAT, "%s: 'ops' is not an array", path);
+    int i = 0;
+    cJSON_ArrayForEach(e, ops) {
+        if (st != REMAT_OK) break;
+        const cJSON *op = cJSON_GetObjectItemCaseSensitive(e, "op"), *cls = cJSON_GetObjectItemCaseSensitive(e, "class");
+        const cJSON *fw = cJSON_GetObjectItemCaseSensitive(e, "forward"), *bw = cJSON_GetObjectItemCaseSensitive(e, "backward");
+        char *end = NULL;
+        unsigned long long c = cJSON_IsString(cls) ? strtoull(cls->valuestring, &end, 16) : 0;
+        int idx = cJSON_IsString(op) ? remat__op_find(op->valuestring) : -1;
+        if (idx < 0 || !c || !end || *end || !cJSON_IsNumber(fw) || !cJSON_IsNumber(bw) || !(fw->valuedouble >= 0) ||
+            !(bw->valuedouble >= 0) || !isfinite(fw->valuedouble) || !isfinite(bw->valuedouble))
+            st = remat__err(REMAT_FORMAT, "%s: ops[%d] is not {\"op\": a known op, \"class\": 16 hex digits, "
+                            "\"forward\": s, \"backward\": s}", path, i);
+        else
+            st = remat__cost_model_put(tmp, &(remat_op_time){(uint64_t)c, idx, fw->valuedouble, bw->valuedouble});
+        i++;
     }
     cJSON_Delete(o);
-    if (st == REMAT_OK) *m = tmp;
+    if (st == REMAT_OK) memcpy(m, tmp, sizeof *m);
+    free(tmp);
     return st;
 }

@@ -136,7 +136,7 @@ remat_status remat__train_dag_build(const remat__prog *p, remat_node loss, remat
                 if (fidx[nd->in[q]] >= 0) m = add_dep(dp, m, fidx[nd->in[q]]);
             x->required = u == loss;
         } else {
-            x->cost = 2 * t;
+            x->cost = remat__node_bwd_seconds(p, nd);
             x->no_evict = 1;
             x->required = 1;
             for (int q = 0; q < nd->n_in; q++) {

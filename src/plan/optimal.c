@@ -1,27 +1,72 @@
 /* optimal.c: the `optimal` strategy.
  *
- * The graph is cut into a chain of stages at its articulation points (the
- * value nodes every input-to-loss path goes through). Each stage is
- * measured: forward and backward seconds from the cost model, the bytes of
- * its input, and the bytes of everything its backward reads that the stage
- * produces (its output included). Rotor's dynamic program
- * (remat_chain_solve) picks, within the memory left after parameters,
- * gradients and optimizer state, the operation sequence of least cost; the
- * sequence becomes a schedule (each stage's forward or backward is the
- * FWD/BWD of its nodes, and frees follow the last use of each value).
+ * What it is optimal over. The graph is cut into a chain of stages at its
+ * articulation points (the nodes every input-to-loss path goes through),
+ * at full resolution: every articulation point is a stage boundary, up to
+ * MAX_CHAIN stages (a longer chain, such as heavy's 100,000 adds, is
+ * merged into MAX_CHAIN stages of about equal forward cost). Each stage is
+ * measured from the op table (measure_stage): its forward and backward
+ * cost (seconds under a calibrated cost model, else FLOPs), the bytes of
+ * its input, the transient bytes of its forward (values between their
+ * computation and their last use, workspace), and up to REMAT__MAX_OPTIONS
+ * storage options for a forward that keeps what the backward reads:
+ *   0 keep everything the backward reads;
+ *   1 keep the expensive products (linear, conv; attention is one) and
+ *     recompute the cheap values the backward reads just before it;
+ *   2 keep everything but the outputs and aux of ops whose aux is larger
+ *     than their output (attention's scores and softmax: Megatron-style
+ *     selective recomputation), recomputed before the backward;
+ *   3 both 1 and 2;
+ * each with what it keeps, what its backward then costs, and the
+ * transient bytes of its forward and its backward. "Keep only the stage
+ * input" is the chain model's own CF (checkpoint) choice. Rotor's
+ * persistent dynamic program (rotor.c, PLANNING.md 3.2) is solved once
+ * over every budget at a fixed slot size (1/SLOTS of the chain's
+ * store-all size, so rounding costs at most a few slots of the budget),
+ * and its distinct plans across budgets are the chain candidates: within
+ * the chain model and its rounding, each is the least-cost persistent
+ * schedule at its budget (test_rotor checks the DP against exhaustive
+ * search over persistent schedules, equal on every instance).
  *
- * The chain model leaves out transient values (a stage's internal values
- * between their computation and last forward use, gradients in flight) and
- * workspace, so the schedule is simulated exactly, and while its real peak
- * is above the budget the DP is solved again with that much less memory.
+ * Where the model is not exact. The chain model counts a stage's input,
+ * output and kept values and its transient peaks; what it leaves out (the
+ * batch statistics of BatchNorm kept from a stage's first forward to its
+ * backward, the order in which a backward frees what it read, placement
+ * in the arena) makes its peak an estimate. So every candidate is
+ * simulated exactly: its memory plan is built and placed, and what it
+ * holds (arena and resident blocks) decides whether it fits.
+ *
+ * The candidates (a table of generators, each making a fixed number of
+ * schedules that do not depend on the budget): the chain plans above, the
+ * keep-expensive selective schedules, store-all, sqrt, every manual
+ * granularity (the first k remat_checkpoint marks), and the DTR fallback
+ * on the whole step as one DAG (for graphs, or parts of graphs, that are
+ * not chains). The fastest under the cost model that holds at most the
+ * budget wins. Hence, by construction: a larger budget never gets a
+ * costlier plan; no hand plan (manual at any granularity, sqrt) that fits
+ * a budget beats it; the smallest feasible budget it names is feasible and
+ * one byte less is not.
  */
+#include "memplan.h"
 #include "rotor.h"
-#include "schedule.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
-#define MAX_STAGES 32
+/* The most stages the DP is solved over, and the slots of its memory
+ * grid: SLOTS slots over the store-all size, fewer when the stages are
+ * many (the DP is O(slots n^3)); with 200 stages the table takes about
+ * 0.5 s. */
+#define MAX_CHAIN 200
+#define SLOTS 2000
+#define MIN_SLOTS 400
+#define DP_WORK 4e8
+/* At most this many distinct chain plans are simulated (spread evenly over
+ * the budgets where the plan changes, the smallest and largest always). */
+#define MAX_CHAIN_PLANS 48
+
+enum { OPT_ALL = 0, OPT_EXPENSIVE, OPT_AUX, OPT_BOTH, N_OPT };
 
 typedef struct {
     int32_t *nodes; /* value op nodes, creation order; stage i = [off[i], off[i+1]) */
@@ -31,13 +76,13 @@ typedef struct {
     int n_inputs;
     double *fwd;         /* per stage: forward cost (for merging) */
     remat__stage_ex *ex; /* per stage: the options the DP chooses from */
-    uint8_t *sel;        /* per node: recomputed before its stage's backward
-                          * under the selective option */
+    uint8_t *opt_of;     /* per stage and option index: which of OPT_* it is */
+    uint8_t *sel;        /* per node: bit o set when option o recomputes it before the stage's backward */
     int64_t output;
 } chain;
 
 static void chain_free(chain *c) {
-    free(c->nodes), free(c->off), free(c->inputs), free(c->fwd), free(c->ex), free(c->sel);
+    free(c->nodes), free(c->off), free(c->inputs), free(c->fwd), free(c->ex), free(c->opt_of), free(c->sel);
     memset(c, 0, sizeof *c);
 }
 
@@ -46,16 +91,97 @@ static int expensive(const remat__node *n) {
     return f == REMAT_FAMILY_LINEAR || f == REMAT_FAMILY_CONV;
 }
 
-/* The storage options of stage i (nodes [off[i], off[i+1])):
- * 0: keep everything its backward reads (a value counts once, however many
- *    backwards read it), its output included;
- * 1 (selective, PLANNING.md 7): keep only the outputs of the expensive
- *    nodes (linear, conv), the aux values and the stage output; recompute
- *    the cheap values the backward reads (and the cheap values they are
- *    computed from) just before the stage's backward. Offered when it
- *    keeps less. mark: scratch of g->n bytes, zero on entry and exit;
- *    stack: scratch of g->n ints. */
-static void measure_stage(const remat__prog *p, chain *c, int i, uint8_t *mark, int32_t *stack) {
+/* An op whose aux is larger than its output (attention's probabilities):
+ * recomputing it is cheap for the bytes it frees. */
+static int large_aux(const remat_graph *g, const remat__node *n) {
+    const remat__op *op = remat__ops[n->op];
+    return op->aux_bytes && op->aux_bytes(g, n) > remat__out_bytes(n);
+}
+
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* Per stage scratch, sized g->n, zero between uses. */
+typedef struct {
+    uint8_t *read;   /* bit 1: output read by a backward of the stage; 2: aux read */
+    uint8_t *drop;   /* the option recomputes it */
+    uint8_t *keep;   /* what the option's forward keeps: bits as `read` */
+    int32_t *last;   /* last forward consumer inside the stage (creation index), or -1 */
+    int32_t *stack;
+} scratch;
+
+/* The transient peak of the stage's forward (nodes a..b) when the values
+ * in `keep` stay and the others go after their last use inside the stage:
+ * the largest sum, at any point, of the values made so far and not freed
+ * (the output included) and the running node's workspace. */
+static int64_t forward_peak(const remat__prog *p, const chain *c, int a, int b, const uint8_t *keep,
+                            const scratch *sc) {
+    const remat_graph *g = p->g;
+    int64_t live = 0, peak = 0;
+    for (int j = a; j < b; j++) {
+        int32_t u = c->nodes[j];
+        const remat__node *nd = &g->nodes[u];
+        const remat__op *op = remat__ops[nd->op];
+        live += (int64_t)remat__out_bytes(nd) + (op->aux_bytes ? (int64_t)op->aux_bytes(g, nd) : 0);
+        peak = max64(peak, live + (int64_t)remat__ws_bytes(p, u, 0));
+        /* inputs whose last forward use in the stage this was */
+        for (int q = 0; q < nd->n_in; q++) {
+            int32_t x = nd->in[q];
+            if (x < c->nodes[a] || g->nodes[x].leaf != REMAT__LEAF_NONE || sc->last[x] != u || (keep && keep[x] & 1))
+                continue;
+            live -= (int64_t)remat__out_bytes(&g->nodes[x]);
+        }
+        /* aux that no backward of this pass needs goes with the node */
+        if (op->aux_bytes && !(keep && keep[u] & 2) && !(op->flags & REMAT__OP_STATEFUL))
+            live -= (int64_t)op->aux_bytes(g, nd);
+    }
+    return peak;
+}
+
+/* The transient peak of the stage's backward under an option: the values
+ * it recomputes first (`drop`, with their workspace), then, backward over
+ * the nodes, the gradients of the stage's inside values in flight (made by
+ * the first backward that writes them, gone after their node's own
+ * backward) and the running node's workspace. */
+static int64_t backward_peak(const remat__prog *p, const chain *c, int a, int b, const uint8_t *drop) {
+    const remat_graph *g = p->g;
+    int64_t rec = 0, peak = 0;
+    for (int j = a; drop && j < b; j++) {
+        int32_t u = c->nodes[j];
+        if (!drop[u]) continue;
+        rec += (int64_t)remat__out_bytes(&g->nodes[u]);
+        peak = max64(peak, rec + (int64_t)remat__ws_bytes(p, u, 0));
+    }
+    int64_t grads = 0;
+    int32_t lo = c->nodes[a], hi = c->nodes[b - 1];
+    for (int j = b - 1; j >= a; j--) {
+        int32_t u = c->nodes[j];
+        const remat__node *nd = &g->nodes[u];
+        if (!p->needs_grad[u]) continue;
+        for (int q = 0; q < nd->n_in; q++) {
+            int32_t x = nd->in[q];
+            /* the first write of an inside value's gradient: its last consumer in creation order */
+            if (x > lo && x < hi && remat__bwd_writes(p, nd, q) && g->nodes[x].leaf == REMAT__LEAF_NONE) {
+                int first = 1;
+                for (int k = j + 1; k < b && first; k++) {
+                    const remat__node *nk = &g->nodes[c->nodes[k]];
+                    for (int r = 0; r < nk->n_in; r++)
+                        if (nk->in[r] == x && remat__bwd_writes(p, nk, r)) first = 0;
+                }
+                /* inputs of one node counted once */
+                for (int r = 0; r < q && first; r++)
+                    if (nd->in[r] == x) first = 0;
+                if (first) grads += (int64_t)remat__out_bytes(&g->nodes[x]);
+            }
+        }
+        peak = max64(peak, rec + grads + (int64_t)remat__ws_bytes(p, u, 1));
+        if (u != hi && u > lo) grads -= (int64_t)remat__out_bytes(nd); /* its own gradient is done */
+        if (grads < 0) grads = 0;
+    }
+    return peak;
+}
+
+/* Measures stage i (nodes [off[i], off[i+1])) and its storage options. */
+static void measure_stage(const remat__prog *p, chain *c, int i, const scratch *sc) {
     const remat_graph *g = p->g;
     remat__stage_ex *ex = &c->ex[i];
     int a = c->off[i], b = c->off[i + 1];
@@ -66,62 +192,88 @@ static void measure_stage(const remat__prog *p, chain *c, int i, uint8_t *mark, 
     } else {
         ex->input = (int64_t)remat__out_bytes(&g->nodes[c->nodes[a - 1]]);
     }
-    remat__stage_option *all = &ex->opt[0], *sel = &ex->opt[1];
-    all->saved = (int64_t)remat__out_bytes(&g->nodes[hi]);
-    int32_t reads[2 + REMAT__MAX_IN];
-    /* mark bits: 1 = output read by a backward, 2 = aux read, 4 = recomputed */
+    int64_t out_bytes = (int64_t)remat__out_bytes(&g->nodes[hi]);
+    /* last forward consumer of every inside value, and what backwards read */
+    double bwd = 0;
     for (int j = a; j < b; j++) {
         int32_t u = c->nodes[j];
         const remat__node *nd = &g->nodes[u];
         const remat__op *op = remat__ops[nd->op];
-        double t = remat__node_seconds(p, nd);
-        ex->forward += t;
-        if (!p->needs_grad[u]) continue;
-        all->backward += 2 * t;
-        int r = 0;
+        ex->forward += remat__node_seconds(p, nd);
         for (int q = 0; q < nd->n_in; q++)
-            if ((op->saves & REMAT__SAVE_IN(q)) && nd->in[q] >= lo && nd->in[q] < hi)
-                reads[r++] = REMAT__VAL(nd->in[q], REMAT__V_OUT);
-        if ((op->saves & REMAT__SAVE_OUT) && u != hi) reads[r++] = REMAT__VAL(u, REMAT__V_OUT);
-        if (op->saves & REMAT__SAVE_AUX) reads[r++] = REMAT__VAL(u, REMAT__V_AUX);
-        for (int q = 0; q < r; q++) {
-            int32_t owner = REMAT__VAL_NODE(reads[q]);
-            uint8_t bit = REMAT__VAL_KIND(reads[q]) == REMAT__V_AUX ? 2 : 1;
-            if (mark[owner] & bit) continue;
-            mark[owner] |= bit;
-            all->saved += (int64_t)remat__value_bytes(g, reads[q]);
-        }
+            if (nd->in[q] >= lo) sc->last[nd->in[q]] = u;
+        if (!p->needs_grad[u]) continue;
+        bwd += remat__node_bwd_seconds(p, nd);
+        for (int q = 0; q < nd->n_in; q++)
+            if ((op->saves & REMAT__SAVE_IN(q)) && nd->in[q] >= lo && nd->in[q] < hi) sc->read[nd->in[q]] |= 1;
+        if ((op->saves & REMAT__SAVE_OUT) && u != hi) sc->read[u] |= 1;
+        if (op->saves & REMAT__SAVE_AUX) sc->read[u] |= 2;
     }
-    ex->n_options = 1;
-    /* The selective option: cheap values read by a backward, closed over
-     * their cheap producers inside the stage. */
-    int top = 0;
+    ex->fwd_tmp = max64(0, forward_peak(p, c, a, b, NULL, sc) - out_bytes);
+    /* The options: what each recomputes (sc->drop), closed over the cheap
+     * producers inside the stage, and what it then keeps. */
+    ex->n_options = 0;
+    for (int o = 0; o < N_OPT; o++) {
+        int top = 0, any = 0;
+        for (int j = a; j < b; j++) {
+            int32_t u = c->nodes[j];
+            const remat__node *nd = &g->nodes[u];
+            int d = 0;
+            if ((o == OPT_EXPENSIVE || o == OPT_BOTH) && (sc->read[u] & 1) && u != hi && !expensive(nd)) d = 1;
+            if ((o == OPT_AUX || o == OPT_BOTH) && (sc->read[u] & 3) && large_aux(g, nd) &&
+                !(remat__ops[nd->op]->flags & REMAT__OP_STATEFUL))
+                d = 1;
+            if (d) sc->drop[u] = 1, sc->stack[top++] = u, any = 1;
+        }
+        if (o != OPT_ALL && !any) continue;
+        while (top > 0) {
+            const remat__node *nd = &g->nodes[sc->stack[--top]];
+            for (int q = 0; q < nd->n_in; q++) {
+                int32_t x = nd->in[q];
+                if (x > lo && x < hi && !sc->drop[x] && !expensive(&g->nodes[x]) &&
+                    g->nodes[x].leaf == REMAT__LEAF_NONE && !(remat__ops[g->nodes[x].op]->flags & REMAT__OP_STATEFUL))
+                    sc->drop[x] = 1, sc->stack[top++] = x;
+            }
+        }
+        remat__stage_option *opt = &ex->opt[ex->n_options];
+        memset(opt, 0, sizeof *opt);
+        opt->saved = out_bytes;
+        opt->backward = bwd;
+        for (int j = a; j < b; j++) {
+            int32_t u = c->nodes[j];
+            const remat__node *nd = &g->nodes[u];
+            const remat__op *op = remat__ops[nd->op];
+            if (sc->drop[u]) {
+                opt->backward += remat__node_seconds(p, nd);
+                continue;
+            }
+            sc->keep[u] = sc->read[u];
+            if ((sc->read[u] & 1) && u != hi) opt->saved += (int64_t)remat__out_bytes(nd);
+            if ((sc->read[u] & 2) || (op->flags & REMAT__OP_STATEFUL))
+                opt->saved += op->aux_bytes ? (int64_t)op->aux_bytes(g, nd) : 0;
+        }
+        int64_t fe = forward_peak(p, c, a, b, sc->keep, sc);
+        for (int j = a; j < b; j++) sc->keep[c->nodes[j]] = 0;
+        opt->fe_tmp = max64(0, fe - opt->saved);
+        opt->bwd_tmp = backward_peak(p, c, a, b, o == OPT_ALL ? NULL : sc->drop);
+        /* an option that keeps no less than option 0 is no option */
+        if (o != OPT_ALL && opt->saved >= ex->opt[0].saved) {
+            for (int j = a; j < b; j++) sc->drop[c->nodes[j]] = 0;
+            continue;
+        }
+        for (int j = a; j < b; j++)
+            if (sc->drop[c->nodes[j]]) c->sel[c->nodes[j]] |= (uint8_t)(1u << ex->n_options);
+        c->opt_of[(size_t)i * REMAT__MAX_OPTIONS + (size_t)ex->n_options] = (uint8_t)o;
+        ex->n_options++;
+        for (int j = a; j < b; j++) sc->drop[c->nodes[j]] = 0;
+    }
     for (int j = a; j < b; j++) {
         int32_t u = c->nodes[j];
-        if ((mark[u] & 1) && u != hi && !expensive(&g->nodes[u])) mark[u] |= 4, stack[top++] = u;
+        sc->read[u] = 0;
+        const remat__node *nd = &g->nodes[u];
+        for (int q = 0; q < nd->n_in; q++)
+            if (nd->in[q] >= lo) sc->last[nd->in[q]] = -1;
     }
-    while (top > 0) {
-        const remat__node *nd = &g->nodes[stack[--top]];
-        for (int q = 0; q < nd->n_in; q++) {
-            int32_t x = nd->in[q];
-            if (x >= lo && x < hi && !(mark[x] & 4) && !expensive(&g->nodes[x]) && g->nodes[x].leaf == REMAT__LEAF_NONE)
-                mark[x] |= 4, stack[top++] = x;
-        }
-    }
-    *sel = *all;
-    for (int j = a; j < b; j++) {
-        int32_t u = c->nodes[j];
-        if (!(mark[u] & 4)) continue;
-        int64_t bytes = (int64_t)remat__out_bytes(&g->nodes[u]);
-        if (mark[u] & 1) sel->saved -= bytes;
-        sel->backward += remat__node_seconds(p, &g->nodes[u]);
-        sel->bwd_tmp += bytes;
-    }
-    if (sel->saved < all->saved) {
-        ex->n_options = 2;
-        for (int j = a; j < b; j++) c->sel[c->nodes[j]] = (mark[c->nodes[j]] & 4) != 0;
-    }
-    for (int j = a; j < b; j++) mark[c->nodes[j]] = 0;
 }
 
 /* Cuts the graph into stages and measures them. */
@@ -132,15 +284,19 @@ static remat_status chain_init(const remat__prog *p, remat_node loss, chain *c) 
     uint8_t *needed = calloc((size_t)n, 1);
     int32_t *stack = malloc((size_t)n * sizeof *stack);
     int32_t *cut = malloc((size_t)n * sizeof *cut);
+    scratch sc = {calloc((size_t)n, 1), calloc((size_t)n, 1), calloc((size_t)n, 1), malloc((size_t)n * sizeof(int32_t)),
+                  malloc((size_t)n * sizeof(int32_t))};
     c->nodes = malloc((size_t)n * sizeof *c->nodes);
     c->off = malloc(((size_t)n + 2) * sizeof *c->off);
     c->inputs = malloc((size_t)n * sizeof *c->inputs);
     c->fwd = calloc((size_t)n + 1, sizeof *c->fwd);
     remat_status rc = REMAT_OK;
-    if (!needed || !stack || !cut || !c->nodes || !c->off || !c->inputs || !c->fwd) {
+    if (!needed || !stack || !cut || !sc.read || !sc.drop || !sc.keep || !sc.last || !sc.stack || !c->nodes || !c->off ||
+        !c->inputs || !c->fwd) {
         rc = remat__err(REMAT_NOMEM, "out of memory planning");
         goto out;
     }
+    for (int u = 0; u < n; u++) sc.last[u] = -1;
     remat__mark_needed(g, loss, needed, stack);
     for (int32_t u = 0; u < n; u++)
         if (needed[u] && g->nodes[u].leaf == REMAT__LEAF_INPUT) c->inputs[c->n_inputs++] = u;
@@ -161,37 +317,37 @@ static remat_status chain_init(const remat__prog *p, remat_node loss, chain *c) 
     for (int i = 0; i < c->n_stages; i++)
         for (int j = c->off[i]; j < c->off[i + 1]; j++) c->fwd[i] += remat__node_seconds(p, &g->nodes[c->nodes[j]]);
     c->output = (int64_t)remat__out_bytes(&g->nodes[loss]);
-    /* Long chains (heavy's 100,000 adds) are merged into at most
-     * MAX_STAGES stages of about equal forward cost: the DP is cubic in the
-     * number of stages. A merged stage's backward needs what each of its
-     * parts needs. */
-    if (c->n_stages > MAX_STAGES) {
+    /* Longer chains are merged into MAX_CHAIN stages of about equal forward
+     * cost: the DP is cubic in the number of stages. A merged stage's
+     * backward needs what each of its parts needs. */
+    if (c->n_stages > MAX_CHAIN) {
         double total = 0, acc = 0;
         for (int i = 0; i < c->n_stages; i++) total += c->fwd[i] + 1e-30;
         int out_n = 0;
         for (int i = 0; i < c->n_stages; i++) {
             acc += c->fwd[i] + 1e-30;
-            if (acc >= total * (out_n + 1) / MAX_STAGES || i == c->n_stages - 1) c->off[++out_n] = c->off[i + 1];
+            if (acc >= total * (out_n + 1) / MAX_CHAIN || i == c->n_stages - 1) c->off[++out_n] = c->off[i + 1];
         }
         c->n_stages = out_n;
     }
     c->ex = calloc((size_t)c->n_stages + 1, sizeof *c->ex);
+    c->opt_of = calloc(((size_t)c->n_stages + 1) * REMAT__MAX_OPTIONS, 1);
     c->sel = calloc((size_t)n, 1);
-    if (!c->ex || !c->sel) {
+    if (!c->ex || !c->opt_of || !c->sel) {
         rc = remat__err(REMAT_NOMEM, "out of memory planning");
         goto out;
     }
-    memset(needed, 0, (size_t)n);
-    for (int i = 0; i < c->n_stages; i++) measure_stage(p, c, i, needed, stack);
+    for (int i = 0; i < c->n_stages; i++) measure_stage(p, c, i, &sc);
 out:
-    free(needed), free(stack), free(cut);
+    free(needed), free(stack), free(cut), free(sc.read), free(sc.drop), free(sc.keep), free(sc.last), free(sc.stack);
     if (rc != REMAT_OK) chain_free(c);
     return rc;
 }
 
 /* The schedule of a chain operation sequence: inputs first, then per
- * operation the FWD or BWD instructions of its stage's nodes; frees follow
- * from the last use of each value instance. */
+ * operation the FWD or BWD instructions of its stage's nodes (a B with an
+ * option that recomputes runs those FWDs first); frees follow from the
+ * last use of each value instance. */
 static remat_status emit(const remat__prog *p, const chain *c, const remat_chain_plan *plan, remat_node loss,
                          remat__schedule *out) {
     memset(out, 0, sizeof *out);
@@ -215,9 +371,9 @@ static remat_status emit(const remat__prog *p, const chain *c, const remat_chain
         if (op.kind == REMAT_CHAIN_LOSS || op.stage >= c->n_stages) continue;
         int a = c->off[op.stage], b = c->off[op.stage + 1];
         if (op.kind == REMAT_CHAIN_B) {
-            if (op.option == 1) /* selective: recompute the cheap values first */
-                for (int j = a; j < b; j++)
-                    if (c->sel[c->nodes[j]]) out->ins[out->n++] = (remat__instr){.kind = REMAT__I_FWD, .node = c->nodes[j]};
+            uint8_t bit = (uint8_t)(1u << op.option);
+            for (int j = a; j < b; j++) /* the option's recomputations first */
+                if (c->sel[c->nodes[j]] & bit) out->ins[out->n++] = (remat__instr){.kind = REMAT__I_FWD, .node = c->nodes[j]};
             for (int j = b - 1; j >= a; j--)
                 if (p->needs_grad[c->nodes[j]]) out->ins[out->n++] = (remat__instr){.kind = REMAT__I_BWD, .node = c->nodes[j]};
         } else {
@@ -230,40 +386,53 @@ static remat_status emit(const remat__prog *p, const chain *c, const remat_chain
     return st;
 }
 
-/* What the planner compares candidates by. */
-typedef struct {
-    const remat_mem_stats *start;
-    size_t held_outside;
-} basis;
+/* What a candidate costs under the cost model (recomputations included). */
+static double schedule_cost(const remat__prog *p, const remat__schedule *sc) {
+    double t = 0;
+    for (int i = 0; i < sc->n; i++) {
+        const remat__instr *in = &sc->ins[i];
+        if (in->kind == REMAT__I_FREE) continue;
+        const remat__node *nd = &p->g->nodes[in->node];
+        t += in->kind == REMAT__I_BWD ? remat__node_bwd_seconds(p, nd) : remat__node_seconds(p, nd);
+    }
+    return t;
+}
 
-/* Predicted seconds and bytes held (the placed arena and the resident
- * blocks) of a schedule. */
-static remat_status measure(const remat__prog *p, const remat__schedule *sc, const basis *b, double *cost,
-                            size_t *peak) {
-    remat_plan_summary sum;
-    remat_status st = remat__schedule_summary(p, sc, b->start, b->held_outside, &sum);
-    *cost = sum.seconds;
-    *peak = sum.held_bytes;
+/* The peak bytes of a candidate's values (its memory plan, unplaced): its
+ * arena is at least this. */
+static remat_status values_peak(const remat__prog *p, const remat__schedule *sc, size_t *peak) {
+    remat__memplan m;
+    remat_status st = remat__memplan_build(p, sc, &m);
+    if (st == REMAT_OK) {
+        remat_mem_stats zero, out;
+        memset(&zero, 0, sizeof zero);
+        remat__memplan_peaks(&m, &zero, &out);
+        *peak = out.peak[REMAT_MEM_TOTAL];
+    }
+    remat__memplan_free(&m);
     return st;
 }
 
-/* Plans and emits the chain at `mem` bytes of chain-model memory. */
-static remat_status chain_schedule(const remat__prog *p, const chain *c, remat_node loss, int64_t mem,
-                                   remat__schedule *sc) {
-    remat_chain_plan *plan = NULL;
-    remat_status st = remat__chain_solve_ex(c->ex, c->n_stages, c->output, mem, 0, &plan);
-    if (st != REMAT_OK) return st;
-    st = emit(p, c, plan, loss, sc);
-    remat_chain_plan_destroy(plan);
+/* What a candidate holds: its placed arena and the resident blocks. */
+static remat_status held_bytes(const remat__prog *p, const remat__schedule *sc, size_t held_outside, size_t *held) {
+    remat__memplan m;
+    remat_status st = remat__memplan_build(p, sc, &m);
+    if (st == REMAT_OK) st = remat__memplan_place(&m);
+    if (st == REMAT_OK) *held = m.arena + held_outside;
+    remat__memplan_free(&m);
     return st;
 }
 
-/* A strategy's schedule as a candidate (store-all, sqrt). */
+/* A strategy's schedule as a candidate (store-all, sqrt), or given levels. */
+static remat_status levels_schedule(const remat__prog *p, remat_node loss, const uint8_t *level, remat__schedule *sc) {
+    return remat__schedule_build(p, loss, REMAT_NONE, 1, 1, level, sc);
+}
+
 static remat_status strategy_schedule(const remat__prog *p, remat_node loss, remat_strategy strategy,
                                       remat__schedule *sc) {
     uint8_t *level = NULL;
     remat_status st = remat__strategy_levels(p->g, strategy, &level);
-    if (st == REMAT_OK) st = remat__schedule_build(p, loss, REMAT_NONE, 1, 1, level, sc);
+    if (st == REMAT_OK) st = levels_schedule(p, loss, level, sc);
     free(level);
     return st;
 }
@@ -293,7 +462,10 @@ static int by_cost_per_byte(const void *a, const void *b) {
     return (x->node > y->node) - (x->node < y->node);
 }
 
-static remat_status keep_expensive_schedule(const remat__prog *p, remat_node loss, int j, remat__schedule *sc) {
+/* Keeps the expensive products but drops the fraction j / n of their
+ * bytes, cheapest per byte first. */
+static remat_status keep_expensive_schedule(const remat__prog *p, remat_node loss, int j, int n,
+                                            remat__schedule *sc) {
     const remat_graph *g = p->g;
     uint8_t *level = malloc((size_t)g->n + 1);
     exp_node *e = malloc(((size_t)g->n + 1) * sizeof *e);
@@ -316,13 +488,13 @@ static remat_status keep_expensive_schedule(const remat__prog *p, remat_node los
         }
     }
     qsort(e, (size_t)ne, sizeof *e, by_cost_per_byte);
-    size_t dropped = 0, goal = (size_t)((double)total * j / N_SELECTIVE);
+    size_t dropped = 0, goal = (size_t)((double)total * j / n);
     for (int i = 0; i < ne && dropped < goal; i++) {
         level[e[i].node] = REMAT__LEVEL_NONE;
         dropped += e[i].bytes;
     }
     free(e);
-    remat_status st = remat__schedule_build(p, loss, REMAT_NONE, 1, 1, level, sc);
+    remat_status st = levels_schedule(p, loss, level, sc);
     free(level);
     if (st == REMAT_OK) sc->origin = "keep-expensive";
     return st;
@@ -335,17 +507,26 @@ typedef struct {
     const remat__prog *p;
     remat_node loss;
     const chain *c;
+    const remat__chain_tab *tab; /* the DP over every budget, or NULL */
+    int64_t *chain_at;           /* chain candidate j: the DP's plan at this budget */
+    int n_chain;
     const remat__train_dag *dag;
-    int64_t floor, top;   /* the chain model's floor and store-all */
-    int64_t dfloor, dtop; /* the step DAG's */
+    int64_t dfloor, dtop;        /* the step DAG's floor and total */
+    int32_t *marks;              /* remat_checkpoint marks at level 0, creation order */
+    int n_marks;
 } gen_ctx;
 
 /* DTR work per candidate (values visited): about 0.1 s on one core. */
 #define DTR_WORK ((int64_t)10 * 1000 * 1000)
+#define N_DTR 8
+#define MAX_MANUAL 64
+/* Each candidate is a schedule of the whole step, built and measured: on
+ * a graph of many nodes (heavy's 100,000) a generator makes at most
+ * CAND_WORK / nodes of them (at least 4), so that planning stays seconds. */
+#define CAND_WORK 1e6
 
 static remat_status gen_keep_expensive(const gen_ctx *x, int j, int n, remat__schedule *sc) {
-    (void)n;
-    return keep_expensive_schedule(x->p, x->loss, j, sc);
+    return keep_expensive_schedule(x->p, x->loss, j, n, sc);
 }
 static remat_status gen_all(const gen_ctx *x, int j, int n, remat__schedule *sc) {
     (void)j, (void)n;
@@ -355,10 +536,33 @@ static remat_status gen_sqrt(const gen_ctx *x, int j, int n, remat__schedule *sc
     (void)j, (void)n;
     return strategy_schedule(x->p, x->loss, REMAT_STRATEGY_SQRT, sc);
 }
-/* The chain DP at chain-model budgets from the floor to store-all. */
+/* The manual strategy on the first j + 1 marked boundaries (the model's
+ * --checkpoint-blocks granularities); at most MAX_MANUAL of them, spread
+ * evenly over the marks. */
+static remat_status gen_manual(const gen_ctx *x, int j, int n, remat__schedule *sc) {
+    int k = x->n_marks <= n ? j + 1 : (int)((int64_t)(j + 1) * x->n_marks / n);
+    const remat_graph *g = x->p->g;
+    uint8_t *level = malloc((size_t)g->n + 1);
+    if (!level) return remat__err(REMAT_NOMEM, "out of memory planning");
+    memset(level, REMAT__LEVEL_NONE, (size_t)g->n);
+    int32_t last = x->marks[k - 1];
+    for (int i = 0; i < k; i++) level[x->marks[i]] = 0;
+    for (int32_t u = 0; u < g->n; u++)
+        if (g->nodes[u].leaf != REMAT__LEAF_NONE || u > last) level[u] = 0;
+    remat_status st = levels_schedule(x->p, x->loss, level, sc);
+    free(level);
+    if (st == REMAT_OK) sc->origin = "levels";
+    return st;
+}
+/* The chain DP's distinct plans over every budget. */
 static remat_status gen_chain(const gen_ctx *x, int j, int n, remat__schedule *sc) {
-    int64_t mem = x->floor + (int64_t)((double)(x->top - x->floor) * j / (n - 1));
-    return chain_schedule(x->p, x->c, x->loss, mem, sc);
+    int i = n >= x->n_chain || n < 2 ? j : (int)((int64_t)j * (x->n_chain - 1) / (n - 1)); /* spread when capped */
+    remat_chain_plan *plan = NULL;
+    remat_status st = remat__chain_tab_plan(x->tab, x->chain_at[i], &plan);
+    if (st != REMAT_OK) return st;
+    st = emit(x->p, x->c, plan, x->loss, sc);
+    remat_chain_plan_destroy(plan);
+    return st;
 }
 /* DTR on the whole step at DAG budgets from its floor to below its total
  * (the top is store-all, a candidate already). */
@@ -367,94 +571,212 @@ static remat_status gen_dtr(const gen_ctx *x, int j, int n, remat__schedule *sc)
     return remat__train_dag_schedule(x->p, x->dag, mem, DTR_WORK, sc);
 }
 
-/* The candidate families, each a generator of `count` schedules:
- * - keep-expensive: the selective schedules above (N_SELECTIVE of them);
- * - all and sqrt: the strategies' own schedules (the DP works on merged
- *   stages, and on a long homogeneous chain such as heavy's, sqrt's finer
- *   boundaries reach below the merged chain's floor);
- * - chain: the DP's plans at a fixed grid of chain-model budgets;
- * - dtr: the DTR fallback's schedules for the whole step as one DAG (for
- *   graphs, or parts of graphs, that do not reduce to a chain: a branchy
- *   stage is all-or-selective to the DP).
- * Every candidate's memory is planned exactly (its arena placed); the
- * fastest under the cost model that holds at most the budget wins. The
- * candidates do not depend on the budget, so a larger budget only adds
- * candidates: the chosen cost never grows with it. */
-static const struct {
+typedef struct {
     const char *name;
-    int count;
     remat_status (*make)(const gen_ctx *x, int j, int n, remat__schedule *sc);
-} generators[] = {
-    {"keep-expensive", N_SELECTIVE, gen_keep_expensive},
-    {"all", 1, gen_all},
-    {"sqrt", 1, gen_sqrt},
-    {"chain", 24, gen_chain},
-    {"dtr", 8, gen_dtr},
+} generator;
+
+static const generator generators[] = {
+    {"keep-expensive", gen_keep_expensive}, {"all", gen_all},   {"sqrt", gen_sqrt},
+    {"manual", gen_manual},                 {"chain", gen_chain}, {"dtr", gen_dtr},
 };
 
+/* How many schedules generator gi makes. */
+static int gen_count(const gen_ctx *x, size_t gi) {
+    const char *nm = generators[gi].name;
+    int n = 1, cap = (int)fmax(4, CAND_WORK / (x->p->g->n + 1));
+    if (strcmp(nm, "keep-expensive") == 0) n = N_SELECTIVE;
+    if (strcmp(nm, "manual") == 0) n = x->n_marks < MAX_MANUAL ? x->n_marks : MAX_MANUAL;
+    if (strcmp(nm, "chain") == 0) n = x->n_chain;
+    if (strcmp(nm, "dtr") == 0) n = x->dag ? N_DTR : 0;
+    return n < cap ? n : cap;
+}
+
+/* Two chain plans are the same schedule. */
+static int same_plan(const remat_chain_plan *a, const remat_chain_plan *b) {
+    int n = remat_chain_plan_length(a);
+    if (n != remat_chain_plan_length(b)) return 0;
+    for (int i = 0; i < n; i++) {
+        remat_chain_op x = remat_chain_plan_op(a, i), y = remat_chain_plan_op(b, i);
+        if (x.kind != y.kind || x.stage != y.stage || x.option != y.option) return 0;
+    }
+    return 1;
+}
+
+/* The DP over every budget, and the budgets at which its plan changes
+ * (each plan once): the chain candidates. */
+static remat_status chain_candidates(const remat__prog *p, const chain *c, gen_ctx *x) {
+    (void)p;
+    int64_t top = c->output + 1;
+    for (int i = 0; i < c->n_stages; i++) {
+        int64_t big = c->ex[i].fwd_tmp;
+        for (int o = 0; o < c->ex[i].n_options; o++)
+            big = max64(big, c->ex[i].opt[o].saved + max64(c->ex[i].opt[o].bwd_tmp, c->ex[i].opt[o].fe_tmp));
+        top += 2 * (c->ex[i].input + big);
+    }
+    double n3 = (double)c->n_stages * c->n_stages * c->n_stages / 6.0 + 1;
+    int64_t slots = (int64_t)fmin(SLOTS, fmax(MIN_SLOTS, DP_WORK / n3));
+    int64_t unit = top / slots + 1;
+    remat__chain_tab *tab = NULL;
+    remat_status st = remat__chain_tab_build(c->ex, c->n_stages, c->output, unit, unit * (slots + 2), &tab);
+    if (st != REMAT_OK) return st;
+    x->tab = tab;
+    int64_t lo = remat__chain_tab_floor(tab);
+    if (lo < 0) return REMAT_OK; /* no chain plan fits even the top: other candidates remain */
+    int64_t hi = unit * (slots + 2);
+    /* the distinct plans, budget by budget (a rebuild is O(stages)) */
+    int cap = 256, n = 0;
+    int64_t *at = malloc((size_t)cap * sizeof *at);
+    remat_chain_plan *prev = NULL;
+    for (int64_t b = lo; b <= hi && st == REMAT_OK; b += unit) {
+        remat_chain_plan *pl = NULL;
+        st = remat__chain_tab_plan(tab, b, &pl);
+        if (st != REMAT_OK) break;
+        if (prev && same_plan(prev, pl)) {
+            remat_chain_plan_destroy(pl);
+            continue;
+        }
+        remat_chain_plan_destroy(prev);
+        prev = pl;
+        if (n == cap) {
+            int64_t *a2 = realloc(at, 2 * (size_t)cap * sizeof *at);
+            if (!a2) {
+                st = remat__err(REMAT_NOMEM, "out of memory planning");
+                break;
+            }
+            at = a2, cap *= 2;
+        }
+        if (at) at[n++] = b;
+    }
+    remat_chain_plan_destroy(prev);
+    if (!at && st == REMAT_OK) st = remat__err(REMAT_NOMEM, "out of memory planning");
+    if (st != REMAT_OK) {
+        free(at);
+        return st;
+    }
+    /* at most MAX_CHAIN_PLANS of them: the first and last always */
+    if (n > MAX_CHAIN_PLANS) {
+        for (int j = 0; j < MAX_CHAIN_PLANS; j++) at[j] = at[(int64_t)j * (n - 1) / (MAX_CHAIN_PLANS - 1)];
+        n = MAX_CHAIN_PLANS;
+    }
+    x->chain_at = at, x->n_chain = n;
+    return REMAT_OK;
+}
+
+/* A candidate, by what it costs and what it holds at least. */
+typedef struct {
+    int gi, j, count;
+    double cost;
+    size_t lb;   /* held bytes, at least: the peak of its values and the blocks */
+    size_t held; /* placed; 0 until then */
+} cand;
+
+static int by_cost(const void *a, const void *b) {
+    const cand *x = a, *y = b;
+    if (x->cost != y->cost) return x->cost < y->cost ? -1 : 1;
+    if (x->lb != y->lb) return x->lb < y->lb ? -1 : 1;
+    return x->gi != y->gi ? x->gi - y->gi : x->j - y->j;
+}
+
+static int by_lb(const void *a, const void *b) {
+    const cand *x = a, *y = b;
+    if (x->lb != y->lb) return x->lb < y->lb ? -1 : 1;
+    return by_cost(a, b);
+}
+
+/* Places candidate k (made again from its generator) and returns what it
+ * holds in k->held; with keep, the schedule is left in *keep. */
+static remat_status place_cand(const gen_ctx *x, cand *k, size_t held_outside, remat__schedule *keep) {
+    remat__schedule sc;
+    remat_status st = generators[k->gi].make(x, k->j, k->count, &sc);
+    if (st == REMAT_OK) st = held_bytes(x->p, &sc, held_outside, &k->held);
+    if (st == REMAT_OK && keep) *keep = sc;
+    else remat__schedule_free(&sc);
+    return st;
+}
+
+/* The candidates are first measured cheaply (cost, and the peak of their
+ * values, a lower bound of what they hold); placing an arena (quadratic in
+ * the events) is done only where it can decide: in order of cost, the
+ * first candidate whose placed arena fits wins (equal costs: the one that
+ * holds less); when none fits, in order of the lower bound until it
+ * passes the least held found, which is then the smallest feasible
+ * budget. */
 remat_status remat__optimal_schedule(const remat__prog *p, remat_node loss, size_t budget,
                                      const remat_mem_stats *live, size_t held_outside, remat__schedule *out) {
     memset(out, 0, sizeof *out);
-    const basis bs = {live, held_outside}, *start = &bs;
+    (void)live;
+    const remat_graph *g = p->g;
     chain c;
     remat__train_dag *dag = NULL;
+    gen_ctx x = {.p = p, .loss = loss};
+    cand *cands = NULL;
+    int nc = 0;
     remat_status st = chain_init(p, loss, &c);
     if (st != REMAT_OK) return st;
-    st = remat__train_dag_build(p, loss, &dag);
-    if (st != REMAT_OK) {
-        chain_free(&c);
-        return st;
+    x.c = &c;
+    st = chain_candidates(p, &c, &x);
+    if (st == REMAT_OK) st = remat__train_dag_build(p, loss, &dag);
+    if (st == REMAT_OK && dag) {
+        x.dag = dag;
+        x.dfloor = remat__train_dag_floor(dag), x.dtop = remat__train_dag_total(dag);
     }
-    gen_ctx x = {.p = p, .loss = loss, .c = &c, .dag = dag};
-    /* The chain model's floor (by bisection on feasibility) and top. */
-    x.top = c.output + 1;
-    for (int i = 0; i < c.n_stages; i++) x.top += c.ex[i].input + c.ex[i].opt[0].saved;
-    int64_t lo = 0, hi = x.top;
-    while (lo + 1 < hi) {
-        int64_t mid = lo + (hi - lo) / 2;
-        remat_chain_plan *plan = NULL;
-        if (remat__chain_solve_ex(c.ex, c.n_stages, c.output, mid, 0, &plan) == REMAT_OK) {
-            remat_chain_plan_destroy(plan);
-            hi = mid;
-        } else {
-            lo = mid;
-        }
-    }
-    x.floor = hi;
-    x.dfloor = remat__train_dag_floor(dag), x.dtop = remat__train_dag_total(dag);
-    double best_cost = 0;
-    size_t best_peak = 0, min_peak = (size_t)-1;
-    int have = 0;
-    for (size_t gi = 0; gi < sizeof generators / sizeof generators[0] && st != REMAT_NOMEM; gi++)
-        for (int j = 0; j < generators[gi].count; j++) {
+    x.marks = st == REMAT_OK ? malloc(((size_t)g->n + 1) * sizeof *x.marks) : NULL;
+    if (st == REMAT_OK && !x.marks) st = remat__err(REMAT_NOMEM, "out of memory planning");
+    for (int32_t u = 0; st == REMAT_OK && u < g->n; u++)
+        if (g->nodes[u].checkpoint == 1) x.marks[x.n_marks++] = u;
+    int total = 0;
+    for (size_t gi = 0; gi < sizeof generators / sizeof generators[0]; gi++) total += gen_count(&x, gi);
+    cands = st == REMAT_OK ? calloc((size_t)total + 1, sizeof *cands) : NULL;
+    if (st == REMAT_OK && !cands) st = remat__err(REMAT_NOMEM, "out of memory planning");
+    for (size_t gi = 0; gi < sizeof generators / sizeof generators[0] && st == REMAT_OK; gi++) {
+        int count = gen_count(&x, gi);
+        for (int j = 0; j < count && st == REMAT_OK; j++) {
             remat__schedule sc;
-            double cost = 0;
-            size_t peak = 0;
-            st = generators[gi].make(&x, j, generators[gi].count, &sc);
-            if (st == REMAT_OK) {
-                st = measure(p, &sc, start, &cost, &peak);
-                if (st != REMAT_OK) remat__schedule_free(&sc);
+            st = generators[gi].make(&x, j, count, &sc);
+            if (st == REMAT_BUDGET) { /* a generator with nothing at this j (DTR below its floor) */
+                st = REMAT_OK;
+                continue;
             }
-            if (st == REMAT_BUDGET) continue;
-            if (st != REMAT_OK) goto out;
-            if (peak < min_peak) min_peak = peak;
-            if (peak <= budget && (!have || cost < best_cost || (cost == best_cost && peak < best_peak))) {
-                if (have) remat__schedule_free(out);
-                *out = sc, best_cost = cost, best_peak = peak, have = 1;
-                snprintf(out->candidate, sizeof out->candidate, "%s %d/%d", generators[gi].name, j + 1,
-                         generators[gi].count);
-            } else {
-                remat__schedule_free(&sc);
-            }
+            if (st != REMAT_OK) break;
+            size_t pk = 0;
+            st = values_peak(p, &sc, &pk);
+            if (st == REMAT_OK) cands[nc++] = (cand){(int)gi, j, count, schedule_cost(p, &sc), pk + held_outside, 0};
+            remat__schedule_free(&sc);
         }
-    st = have ? REMAT_OK
-              : remat__err(REMAT_BUDGET,
-                           "no schedule fits the budget of %zu bytes (%.1f MiB); the smallest feasible budget "
-                           "is %zu bytes (%.1f MiB), of which %zu are parameters, gradients and optimizer state",
-                           budget, (double)budget / 1048576.0, min_peak, (double)min_peak / 1048576.0,
-                           held_outside);
-out:
+    }
+    int win = -1;
+    if (st == REMAT_OK) {
+        qsort(cands, (size_t)nc, sizeof *cands, by_cost);
+        for (int k = 0; k < nc && st == REMAT_OK; k++) {
+            if (win >= 0 && cands[k].cost > cands[win].cost) break;
+            if (cands[k].lb > budget) continue;
+            st = place_cand(&x, &cands[k], held_outside, NULL);
+            if (st == REMAT_OK && cands[k].held <= budget && (win < 0 || cands[k].held < cands[win].held)) win = k;
+        }
+    }
+    if (st == REMAT_OK && win >= 0) {
+        st = place_cand(&x, &cands[win], held_outside, out);
+        if (st == REMAT_OK)
+            snprintf(out->candidate, sizeof out->candidate, "%s %d/%d", generators[cands[win].gi].name,
+                     cands[win].j + 1, cands[win].count);
+    } else if (st == REMAT_OK) {
+        qsort(cands, (size_t)nc, sizeof *cands, by_lb);
+        size_t least = (size_t)-1;
+        for (int k = 0; k < nc && st == REMAT_OK && cands[k].lb < least; k++) {
+            if (!cands[k].held) st = place_cand(&x, &cands[k], held_outside, NULL);
+            if (st == REMAT_OK && cands[k].held < least) least = cands[k].held;
+        }
+        if (st == REMAT_OK)
+            st = remat__err(REMAT_BUDGET,
+                            "no schedule fits the budget of %zu bytes (%.1f MiB); the smallest feasible budget "
+                            "is %zu bytes (%.1f MiB), of which %zu are parameters, gradients and optimizer state",
+                            budget, (double)budget / 1048576.0, least, (double)least / 1048576.0, held_outside);
+    }
+    free(cands);
     chain_free(&c);
+    remat__chain_tab_free((remat__chain_tab *)x.tab);
+    free(x.chain_at), free(x.marks);
     remat__train_dag_free(dag);
     return st;
 }

@@ -1,7 +1,9 @@
 /* rotor.c: the optimal persistent schedule of a chain (rotor's dynamic
  * program), its exact simulator, and the chain's JSON reader.
  *
- * The model is PLANNING.md section 3.1 with no forward workspace. A
+ * The model is PLANNING.md section 3.1, transient bytes included: a
+ * stage's Fn and CF hold fwd_tmp more at their peak, its Fe with option o
+ * fe_tmp, its B bwd_tmp (the public chains have none). A
  * chain of n stages 0..n-1 is followed by the loss, stage L = n (cost 0).
  * Values: x_k, the input of stage k (x_L is the loss input, `output`
  * bytes); xbar_k (k >= 1), everything stage k-1's backward needs, x_k
@@ -140,6 +142,9 @@ static remat_status check_chain_ex(const remat__stage_ex *st, int n, int64_t out
             return remat__err(REMAT_INVALID, "stage %d: 'forward' is not a finite number >= 0 (%g)", i, s->forward);
         if (s->input < 0)
             return remat__err(REMAT_INVALID, "stage %d: 'input' is negative (%lld)", i, (long long)s->input);
+        if (s->fwd_tmp < 0 || s->fwd_tmp > limit / 4)
+            return remat__err(REMAT_INVALID, "stage %d: 'fwd_tmp' is negative or too large (%lld)", i,
+                              (long long)s->fwd_tmp);
         if (s->n_options < 1 || s->n_options > MAXO)
             return remat__err(REMAT_INVALID, "stage %d: %d storage options (1 to %d)", i, s->n_options, MAXO);
         if (s->input > limit - total)
@@ -159,6 +164,9 @@ static remat_status check_chain_ex(const remat__stage_ex *st, int n, int64_t out
                 return remat__err(REMAT_INVALID, "%s: 'saved' is negative (%lld)", where, (long long)p->saved);
             if (p->bwd_tmp < 0)
                 return remat__err(REMAT_INVALID, "%s: 'bwd_tmp' is negative (%lld)", where, (long long)p->bwd_tmp);
+            if (p->fe_tmp < 0 || p->fe_tmp > limit / 4)
+                return remat__err(REMAT_INVALID, "%s: 'fe_tmp' is negative or too large (%lld)", where,
+                                  (long long)p->fe_tmp);
             if (p->saved < out)
                 return remat__err(REMAT_INVALID,
                                   "%s: 'saved' (%lld) is less than the stage's output (%lld); saved includes the "
@@ -201,11 +209,11 @@ static int64_t size_x(const remat__stage_ex *st, int n, int64_t output, int k) {
 /* The exact simulator of the chain model. Resident values are sets (one
  * flag per value): producing a value that is already resident is an error.
  * Semantics per op (peak taken after the outputs appear, before frees):
- *   Fn_i: needs x_i or xbar_i; makes x_{i+1}; frees x_i if resident, else
- *         xbar_i (as rotor's simulate_sequence).
- *   CF_i: needs x_i or xbar_i; makes x_{i+1}; frees nothing.
- *   Fe_i: needs x_i or xbar_i; makes xbar_{i+1} of its option's size;
- *         frees nothing.
+ *   Fn_i: needs x_i or xbar_i; makes x_{i+1}, holding fwd_tmp at its peak;
+ *         frees x_i if resident, else xbar_i (as rotor's simulate_sequence).
+ *   CF_i: needs x_i or xbar_i; makes x_{i+1}, holding fwd_tmp; frees nothing.
+ *   Fe_i: needs x_i or xbar_i; makes xbar_{i+1} of its option's size,
+ *         holding the option's fe_tmp; frees nothing.
  *   Loss: needs x_L or xbar_L; makes y_L; frees x_L if resident (xbar_L
  *         stays for B_{L-1}).
  *   B_i:  needs y_{i+1}, xbar_{i+1} made with the same option, and x_i or
@@ -275,10 +283,12 @@ static remat_status simulate(const remat__stage_ex *st, int n, int64_t output, c
         case REMAT_CHAIN_CF:
             made = &X[i + 1], made_size = size_x(st, n, output, i + 1), made_name = "x", made_k = i + 1;
             cost += st[i].forward;
+            tmp = st[i].fwd_tmp;
             break;
         case REMAT_CHAIN_FE:
             made = &XB[i + 1], made_size = st[i].opt[o].saved, made_name = "xbar", made_k = i + 1;
             cost += st[i].forward;
+            tmp = st[i].opt[o].fe_tmp;
             break;
         case REMAT_CHAIN_LOSS:
             made = &Y[n], made_size = output, made_name = "y", made_k = n;
@@ -353,13 +363,14 @@ typedef struct {
     int L;
     int64_t *a;        /* L + 2 entries */
     int *nopt;         /* L + 1 entries: options per stage, 1 for the loss */
-    int64_t *sv, *tmp, *need; /* (L+1) * MAXO entries each */
-    int64_t *mmin;     /* (L+1)^2: the least m of any interval, from its forwards */
+    int64_t *sv, *tmp, *fetmp, *need, *needb; /* (L+1) * MAXO entries each */
+    int64_t *ftmp;     /* L + 1 entries: fwd_tmp of each stage, 0 for the loss */
     int64_t *F;        /* (L+1)^2: F[i*(L+1)+l], least m making Opt[m][i][l] finite */
 } sizes;
 
 static void sizes_free(sizes *z) {
-    free(z->a), free(z->nopt), free(z->sv), free(z->tmp), free(z->need), free(z->mmin), free(z->F);
+    free(z->a), free(z->nopt), free(z->sv), free(z->tmp), free(z->fetmp), free(z->ftmp), free(z->need), free(z->needb),
+        free(z->F);
     memset(z, 0, sizeof *z);
 }
 
@@ -371,10 +382,12 @@ static remat_status sizes_init(sizes *z, int L) {
     z->nopt = calloc((size_t)L + 1, sizeof *z->nopt);
     z->sv = calloc(no, sizeof *z->sv);
     z->tmp = calloc(no, sizeof *z->tmp);
+    z->fetmp = calloc(no, sizeof *z->fetmp);
+    z->ftmp = calloc((size_t)L + 1, sizeof *z->ftmp);
     z->need = calloc(no, sizeof *z->need);
-    z->mmin = malloc(sq * sizeof *z->mmin);
+    z->needb = calloc(no, sizeof *z->needb);
     z->F = malloc(sq * sizeof *z->F);
-    if (!z->a || !z->nopt || !z->sv || !z->tmp || !z->need || !z->mmin || !z->F) {
+    if (!z->a || !z->nopt || !z->sv || !z->tmp || !z->fetmp || !z->ftmp || !z->need || !z->needb || !z->F) {
         sizes_free(z);
         return remat__err(REMAT_NOMEM, "out of memory planning a chain of %d stages", L);
     }
@@ -386,7 +399,7 @@ static int64_t ceil_div(int64_t v, int64_t u) { return v / u + (v % u != 0); }
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-/* Rounds the chain's sizes to slots of `unit` and fills need, mmin and F
+/* Rounds the chain's sizes to slots of `unit` and fills need and F
  * (the memory-only recurrence, by increasing interval length). Returns the
  * least total memory in slots, x_0 included. */
 static int64_t sizes_fill(sizes *z, const remat__stage_ex *st, int64_t output, int64_t unit) {
@@ -395,30 +408,28 @@ static int64_t sizes_fill(sizes *z, const remat__stage_ex *st, int64_t output, i
     for (int k = 0; k <= L; k++) z->a[k] = ceil_div(k < L ? st[k].input : output, unit);
     z->a[L + 1] = 0;
     const int64_t *a = z->a;
-    /* Least m of (i, i) with option o: during Fe_i (y_{i+1} and xbar_{i+1})
-     * and during B_i (y_i, y_{i+1}, xbar_{i+1}, bwd_tmp); x_i is outside
-     * m. For i = L (the loss) this is a[L], for y_L. */
+    /* Least m of (i, i) with option o: during Fe_i (y_{i+1}, xbar_{i+1}
+     * and fe_tmp) and during B_i (y_i, y_{i+1}, xbar_{i+1}, bwd_tmp); x_i
+     * is outside m. For i = L (the loss) this is a[L], for y_L. */
     for (int i = 0; i <= L; i++) {
         z->nopt[i] = i < L ? st[i].n_options : 1;
+        z->ftmp[i] = i < L ? ceil_div(st[i].fwd_tmp, unit) : 0;
         for (int o = 0; o < z->nopt[i]; o++) {
             size_t q = (size_t)i * MAXO + (size_t)o;
             z->sv[q] = i < L ? ceil_div(st[i].opt[o].saved, unit) : 0;
             z->tmp[q] = i < L ? ceil_div(st[i].opt[o].bwd_tmp, unit) : 0;
-            z->need[q] = max64(a[i + 1] + z->sv[q], a[i] + a[i + 1] + z->sv[q] + z->tmp[q]);
+            z->fetmp[q] = i < L ? ceil_div(st[i].opt[o].fe_tmp, unit) : 0;
+            z->needb[q] = a[i] + a[i + 1] + z->sv[q] + z->tmp[q];
+            z->need[q] = max64(a[i + 1] + z->sv[q] + z->fetmp[q], z->needb[q]);
         }
     }
-    const int64_t *sv = z->sv, *need = z->need;
-    /* mmin(i, l) = a[l+1] + max(a[i+1], max_{i<k<l} a[k] + a[k+1]):
-     * CF_i, then each Fn_k, with y_{l+1} resident. With no workspace the
-     * sub-intervals already imply it (B_k needs 2a[k] + 2a[k+1] with x_k
-     * stored, B_l needs 2a[l+1]); it is kept as rotor has it, for tmp. */
-    for (int i = 0; i <= L; i++) {
-        int64_t pairs = 0;
-        for (int l = i + 1; l <= L; l++) {
-            if (l - 1 > i) pairs = max64(pairs, a[l - 1] + a[l]);
-            z->mmin[(size_t)i * W + (size_t)l] = a[l + 1] + max64(a[i + 1], pairs);
-        }
-    }
+    const int64_t *sv = z->sv, *needb = z->needb, *fetmp = z->fetmp, *ftmp = z->ftmp, *need = z->need;
+    /* The forwards of a leaf's prefix (CF_i, Fn_{i+1..j-1}) run beside
+     * y_{l+1}: their peak is a[l+1] + max(a[i+1] + ftmp[i], max_{i<k<j}
+     * a[k] + a[k+1] + ftmp[k]), counted per leaf j below. (Rotor bounds
+     * every interval by the largest over k < l instead; without transient
+     * bytes the sub-intervals imply it, with them it would be too strict
+     * for the chain choice and for leaves below l.) */
     int64_t *F = z->F;
     for (int i = 0; i <= L; i++) {
         int64_t best = INT64_MAX;
@@ -428,18 +439,25 @@ static int64_t sizes_fill(sizes *z, const remat__stage_ex *st, int64_t output, i
     for (int d = 1; d <= L; d++) {
         for (int i = 0; i + d <= L; i++) {
             int l = i + d;
-            /* chain: Fe_i with option o, then (i+1, l) beside its xbar_{i+1} */
+            /* chain: Fe_i with option o (beside y_{l+1}), then (i+1, l)
+             * beside its xbar_{i+1} */
             int64_t best = INT64_MAX;
             for (int o = 0; o < z->nopt[i]; o++) {
                 size_t q = (size_t)i * MAXO + (size_t)o;
-                best = min64(best, max64(need[q], sv[q] + F[(size_t)(i + 1) * W + (size_t)l]));
+                /* B_i's peak (needb), not the base's Fe beside y_{i+1}: here
+                 * Fe_i runs beside y_{l+1} */
+                int64_t v = max64(needb[q], sv[q] + F[(size_t)(i + 1) * W + (size_t)l]);
+                best = min64(best, max64(v, a[l + 1] + sv[q] + fetmp[q]));
             }
-            /* leaf j: x_j kept beside (j, l); then (i, j-1) */
+            /* leaf j: CF_i and Fn_{i+1..j-1} beside y_{l+1} (pre: their
+             * peak), x_j kept beside (j, l); then (i, j-1) */
+            int64_t pre = a[i + 1] + ftmp[i];
             for (int j = i + 1; j <= l; j++) {
+                if (j - 1 > i) pre = max64(pre, a[j - 1] + a[j] + ftmp[j - 1]);
                 int64_t v = max64(a[j] + F[(size_t)j * W + (size_t)l], F[(size_t)i * W + (size_t)(j - 1)]);
-                best = min64(best, v);
+                best = min64(best, max64(v, a[l + 1] + pre));
             }
-            F[(size_t)i * W + (size_t)l] = max64(best, z->mmin[(size_t)i * W + (size_t)l]);
+            F[(size_t)i * W + (size_t)l] = best;
         }
     }
     return a[0] + F[(size_t)L];
@@ -469,9 +487,9 @@ static remat_status least_budget(const remat__stage_ex *st, int n, int64_t outpu
     }
     int64_t umax = max64(1, output);
     for (int i = 0; i < n; i++) {
-        umax = max64(umax, st[i].input);
+        umax = max64(umax, max64(st[i].input, st[i].fwd_tmp));
         for (int o = 0; o < st[i].n_options; o++)
-            umax = max64(umax, max64(st[i].opt[o].saved, st[i].opt[o].bwd_tmp));
+            umax = max64(umax, max64(max64(st[i].opt[o].saved, st[i].opt[o].bwd_tmp), st[i].opt[o].fe_tmp));
     }
     umax = min64(umax, INT64_MAX / S);
     int64_t chi = sizes_fill(&z, st, output, umax);
@@ -554,9 +572,10 @@ static remat_status check_plan_cost(int L, int64_t W, double passes, const char 
 static int64_t store_all_slots(const remat__stage_ex *st, int n, int64_t output, int64_t unit) {
     int64_t cap = 0;
     for (int k = 0; k <= n; k++) {
-        int64_t big = 0;
+        int64_t big = k < n ? ceil_div(st[k].fwd_tmp, unit) : 0;
         for (int o = 0; k < n && o < st[k].n_options; o++)
-            big = max64(big, ceil_div(st[k].opt[o].saved, unit) + ceil_div(st[k].opt[o].bwd_tmp, unit));
+            big = max64(big, ceil_div(st[k].opt[o].saved, unit) +
+                                 max64(ceil_div(st[k].opt[o].bwd_tmp, unit), ceil_div(st[k].opt[o].fe_tmp, unit)));
         cap += 2 * (ceil_div(k < n ? st[k].input : output, unit) + big);
     }
     return cap;
@@ -590,15 +609,16 @@ static void table_row(table *t, const sizes *z, int i, int l, double *wt) {
     double *r = t->opt + tri(L, i, l) * W;
     int16_t *w = t->what + tri(L, i, l) * W;
     for (size_t m = 0; m < W; m++) r[m] = INFINITY, wt[m] = WHAT_NONE;
-    int64_t lo = z->mmin[(size_t)i * SQ + (size_t)l];
     if (F[(size_t)i * SQ + (size_t)l] <= Ms) {
         /* leaves, j ascending; strict < keeps the first minimal j */
         double sf = 0;
+        int64_t pre = a[i + 1] + z->ftmp[i]; /* peak of CF_i, Fn_{i+1..j-1} beside y_{l+1} */
         for (int j = i + 1; j <= l; j++) {
             sf += t->f[j - 1];
+            if (j - 1 > i) pre = max64(pre, a[j - 1] + a[j] + z->ftmp[j - 1]);
             int64_t aj = a[j];
             int64_t start =
-                max64(lo, max64(aj + F[(size_t)j * SQ + (size_t)l], F[(size_t)i * SQ + (size_t)(j - 1)]));
+                max64(a[l + 1] + pre, max64(aj + F[(size_t)j * SQ + (size_t)l], F[(size_t)i * SQ + (size_t)(j - 1)]));
             if (start > Ms) continue;
             const double *A = t->opt + tri(L, j, l) * W - aj; /* A[m] = Opt[m - aj][j][l] */
             const double *B = t->opt + tri(L, i, j - 1) * W;
@@ -611,12 +631,13 @@ static void table_row(table *t, const sizes *z, int i, int l, double *wt) {
             }
         }
         /* chain: Fe_i with option o, (i+1, l) beside its xbar_{i+1}, B_i
-         * with option o (Opt_o[m][i][i] is f + b_o from need_o up); a leaf
+         * with option o (its peaks: Fe_i beside y_{l+1}, then B_i); a leaf
          * wins ties, then the lower option */
         for (int o = 0; o < z->nopt[i]; o++) {
             size_t q = (size_t)i * MAXO + (size_t)o;
             int64_t svo = z->sv[q];
-            int64_t start = max64(lo, max64(z->need[q], svo + F[(size_t)(i + 1) * SQ + (size_t)l]));
+            int64_t start = max64(z->needb[q], svo + F[(size_t)(i + 1) * SQ + (size_t)l]);
+            start = max64(start, a[l + 1] + svo + z->fetmp[q]); /* during Fe_i, beside y_{l+1} */
             if (start > Ms) continue;
             double c = t->f[i] + t->b[q], od = -o;
             const double *D = t->opt + tri(L, i + 1, l) * W - svo; /* D[m] = Opt[m - sv_o][i+1][l] */
@@ -861,6 +882,109 @@ done:
     free(t.opt), free(t.what), free(t.f), free(t.b);
     sizes_free(&z);
     return rc;
+}
+
+/* ------------------------------------------------ a table for all budgets */
+
+struct remat__chain_tab {
+    remat__stage_ex *st; /* owned copy */
+    int n;
+    int64_t output, unit, top_slots;
+    sizes z;
+    table t;
+};
+
+void remat__chain_tab_free(remat__chain_tab *c) {
+    if (!c) return;
+    free(c->t.opt), free(c->t.what), free(c->t.f), free(c->t.b);
+    sizes_free(&c->z);
+    free(c->st);
+    free(c);
+}
+
+remat_status remat__chain_tab_build(const remat__stage_ex *stages, int n, int64_t output, int64_t unit, int64_t top,
+                                    remat__chain_tab **out) {
+    if (!out) return remat__err(REMAT_INVALID, "remat__chain_tab_build: out is NULL");
+    *out = NULL;
+    remat_status rc = check_chain_ex(stages, n, output);
+    if (rc != REMAT_OK) return rc;
+    if (n > MAX_STAGES) return remat__err(REMAT_UNSUPPORTED, "chain of %d stages: at most %d", n, MAX_STAGES);
+    if (unit < 1 || top < 0) return remat__err(REMAT_INVALID, "chain table: unit %lld, top %lld", (long long)unit,
+                                                 (long long)top);
+    int64_t Mslots = top / unit;
+    rc = check_plan_cost(n, min64(Mslots, store_all_slots(stages, n, output, unit)) + 1, 1, "planning");
+    if (rc != REMAT_OK) return rc;
+    remat__chain_tab *c = calloc(1, sizeof *c);
+    if (!c) return remat__err(REMAT_NOMEM, "out of memory planning a chain of %d stages", n);
+    c->n = n, c->output = output, c->unit = unit, c->top_slots = Mslots;
+    c->st = malloc((size_t)n * sizeof *c->st);
+    rc = c->st ? sizes_init(&c->z, n) : remat__err(REMAT_NOMEM, "out of memory planning a chain of %d stages", n);
+    if (rc != REMAT_OK) {
+        remat__chain_tab_free(c);
+        return rc;
+    }
+    memcpy(c->st, stages, (size_t)n * sizeof *c->st);
+    sizes_fill(&c->z, stages, output, unit);
+    int L = n;
+    table *t = &c->t;
+    t->L = L;
+    t->Ms = max64(0, min64(Mslots - c->z.a[0], store_all_slots(stages, n, output, unit)));
+    t->W = (size_t)t->Ms + 1;
+    size_t cells = ((size_t)L + 1) * ((size_t)L + 2) / 2 * t->W;
+    t->opt = malloc(cells * sizeof *t->opt);
+    t->what = malloc(cells * sizeof *t->what);
+    t->f = malloc(((size_t)L + 1) * sizeof *t->f);
+    t->b = calloc(((size_t)L + 1) * MAXO, sizeof *t->b);
+    if (!t->opt || !t->what || !t->f || !t->b) {
+        remat__chain_tab_free(c);
+        return remat__err(REMAT_NOMEM, "out of memory: the planning table of %d stages x %lld slots", L,
+                          (long long)t->W);
+    }
+    for (int k = 0; k < L; k++) {
+        t->f[k] = stages[k].forward;
+        for (int o = 0; o < stages[k].n_options; o++) t->b[(size_t)k * MAXO + (size_t)o] = stages[k].opt[o].backward;
+    }
+    t->f[L] = 0;
+    rc = table_fill(t, &c->z);
+    if (rc != REMAT_OK) {
+        remat__chain_tab_free(c);
+        return rc;
+    }
+    *out = c;
+    return REMAT_OK;
+}
+
+/* The least slots (x_0 included) with a plan. */
+static int64_t tab_floor_slots(const remat__chain_tab *c) { return c->z.a[0] + c->z.F[(size_t)c->n]; }
+
+int64_t remat__chain_tab_floor(const remat__chain_tab *c) {
+    int64_t f = tab_floor_slots(c);
+    return f <= c->top_slots && f - c->z.a[0] <= c->t.Ms ? f * c->unit : -1;
+}
+
+remat_status remat__chain_tab_plan(const remat__chain_tab *c, int64_t budget, remat_chain_plan **out) {
+    *out = NULL;
+    int64_t slots = min64(budget / c->unit, c->top_slots), fl = tab_floor_slots(c);
+    if (slots < fl)
+        return remat__err(REMAT_BUDGET, "budget %lld is too small for the chain: its floor is %lld", (long long)budget,
+                          (long long)(fl * c->unit));
+    oplist ops = {0};
+    remat_chain_plan *p = calloc(1, sizeof *p);
+    if (!p) return remat__err(REMAT_NOMEM, "out of memory planning a chain");
+    remat_status rc = rebuild(&c->t, &c->z, min64(slots - c->z.a[0], c->t.Ms), &ops);
+    int complete = 0;
+    if (rc == REMAT_OK) rc = simulate(c->st, c->n, c->output, ops.v, ops.n, &p->cost, &p->peak, &complete);
+    if (rc == REMAT_OK && (!complete || p->peak > slots * c->unit))
+        rc = remat__err(REMAT_INTERNAL, "the chain schedule %s (peak %lld, budget %lld)",
+                        complete ? "exceeds the budget" : "does not reach y_0", (long long)p->peak,
+                        (long long)(slots * c->unit));
+    if (rc != REMAT_OK) {
+        free(ops.v), free(p);
+        return rc;
+    }
+    p->ops = ops.v, p->n_ops = ops.n;
+    *out = p;
+    return REMAT_OK;
 }
 
 remat_status remat_chain_solve(const remat_stage *stages, int n, int64_t output, int64_t budget, int slots,

@@ -20,10 +20,13 @@
 typedef struct {
     int64_t saved;   /* omega_xbar[i+1] of this option: what Fe with this option keeps (>= the stage's output) */
     double backward; /* u_b of this option: the stage's backward plus any recomputation it needs */
-    int64_t bwd_tmp; /* extra bytes live during B_i with this option (values recomputed for it) */
+    int64_t bwd_tmp; /* extra bytes live during B_i with this option (values recomputed for it, gradients
+                      * in flight, workspace) beyond y_i, y_{i+1}, x-bar_{i+1} and x_i */
+    int64_t fe_tmp;  /* extra bytes live during Fe_i with this option beyond x_i and x-bar_{i+1}
+                      * (values not kept, workspace) */
 } remat__stage_option;
 
-#define REMAT__MAX_OPTIONS 4
+#define REMAT__MAX_OPTIONS 6
 
 /* The most stages a chain may have (the choice table stores a stage in an
  * int16). Long before that, the planner refuses a chain whose table or
@@ -33,6 +36,7 @@ typedef struct {
 typedef struct {
     double forward; /* u_f */
     int64_t input;  /* omega_x[i] */
+    int64_t fwd_tmp; /* extra bytes live during Fn_i and CF_i beyond x_i and x_{i+1} (PLANNING.md 3.1) */
     int n_options;  /* 1..REMAT__MAX_OPTIONS; option 0 is the plain "keep everything" one */
     remat__stage_option opt[REMAT__MAX_OPTIONS];
 } remat__stage_ex;
@@ -50,6 +54,24 @@ remat_status remat__chain_solve_ex(const remat__stage_ex *st, int n, int64_t out
  * other operations ignore theirs. */
 remat_status remat__chain_simulate_ex(const remat__stage_ex *st, int n, int64_t output, const remat_chain_op *ops,
                                       int nops, double *cost, int64_t *peak);
+
+/* The DP's table over every budget at once, for a planner that wants
+ * plans at many budgets (optimal.c): slots of a fixed `unit` bytes, rows
+ * up to `top` bytes (x_0 included), so the plan at any budget up to top is
+ * a rebuild, and a larger budget never gets a costlier plan (its feasible
+ * set contains the smaller one's). Built once (O(slots n^3)); refused
+ * like remat__chain_solve_ex when its tables or work would be too large.
+ * The caller owns the table (remat__chain_tab_free). */
+typedef struct remat__chain_tab remat__chain_tab;
+remat_status remat__chain_tab_build(const remat__stage_ex *st, int n, int64_t output, int64_t unit, int64_t top,
+                                    remat__chain_tab **out);
+void remat__chain_tab_free(remat__chain_tab *t);
+/* The least budget (bytes, a multiple of the unit) with a plan, or -1
+ * when none up to top. */
+int64_t remat__chain_tab_floor(const remat__chain_tab *t);
+/* The plan at `budget` bytes (REMAT_BUDGET below the floor); the caller
+ * owns it. */
+remat_status remat__chain_tab_plan(const remat__chain_tab *t, int64_t budget, remat_chain_plan **out);
 
 /* Validates a single-option chain as remat_chain_solve does: at least one
  * stage, sizes >= 0, costs finite >= 0, each stage's `saved` at least its

@@ -13,7 +13,8 @@ remat_status remat__prog_init(remat__prog *p, const remat_graph *g, int nth, rem
     p->device = device;
     p->needs_grad = calloc((size_t)g->n + 1, 1);
     p->ws = calloc(2 * (size_t)g->n + 1, sizeof *p->ws);
-    if (!p->needs_grad || !p->ws) {
+    p->node_cost = calloc(2 * (size_t)g->n + 1, sizeof *p->node_cost);
+    if (!p->needs_grad || !p->ws || !p->node_cost) {
         remat__prog_free(p);
         return remat__err(REMAT_NOMEM, "out of memory analysing the graph");
     }
@@ -34,6 +35,7 @@ remat_status remat__prog_init(remat__prog *p, const remat_graph *g, int nth, rem
                               remat_device_str(device));
         }
     }
+    remat__prog_set_cost(p, NULL);
     /* Creation order is topological: one forward sweep suffices. */
     for (int v = 0; v < g->n; v++) {
         const remat__node *n = &g->nodes[v];
@@ -50,8 +52,10 @@ remat_status remat__prog_init(remat__prog *p, const remat_graph *g, int nth, rem
 void remat__prog_free(remat__prog *p) {
     free(p->needs_grad);
     free(p->ws);
+    free(p->node_cost);
     p->needs_grad = NULL;
     p->ws = NULL;
+    p->node_cost = NULL;
 }
 
 void remat__mark_needed(const remat_graph *g, remat_node root, uint8_t *needed, int32_t *stack) {
@@ -145,10 +149,16 @@ remat_status remat__schedule_add_frees(const remat__prog *p, remat__schedule *s)
         if (in->kind == REMAT__I_FWD) {
             for (int j = 0; j < n->n_in; j++)
                 if (!remat__is_resident(&g->nodes[n->in[j]])) last[REMAT__VAL(n->in[j], REMAT__V_OUT)] = i;
-            int32_t vo = REMAT__VAL(in->node, REMAT__V_OUT);
+            int32_t vo = REMAT__VAL(in->node, REMAT__V_OUT), va = REMAT__VAL(in->node, REMAT__V_AUX);
             if (last[vo] >= 0) CLOSE(vo); /* a recomputation: the old instance ends before */
             last[vo] = i;
-            if (op->aux_bytes) last[REMAT__VAL(in->node, REMAT__V_AUX)] = i; /* reused, not redefined */
+            /* A stateful op's recomputation reuses the aux of its first
+             * execution (the batch statistics: state changes once); any
+             * other op's aux is made again, like its output, so the first
+             * one goes after its last use (attention's probabilities are
+             * what recomputing it is for). */
+            if (op->aux_bytes && !(op->flags & REMAT__OP_STATEFUL) && last[va] >= 0) CLOSE(va);
+            if (op->aux_bytes) last[va] = i;
         } else if (in->kind == REMAT__I_BWD) {
             last[REMAT__VAL(in->node, REMAT__V_GRAD)] = i;
             for (int j = 0; j < n->n_in; j++) {

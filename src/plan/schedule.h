@@ -53,6 +53,8 @@ typedef struct {
     uint8_t *needs_grad;  /* per node: depends on a trainable parameter */
     size_t *ws;           /* (2 n) workspace bytes of node u's forward
                            * (2u) and backward (2u + 1) kernels */
+    double *node_cost;    /* (2 n) the cost of node u's forward (2u) and
+                           * backward (2u + 1): remat__prog_set_cost */
 } remat__prog;
 
 /* Analyses g and asks the device's kernels for each node's workspace
@@ -103,7 +105,8 @@ void remat__schedule_free(remat__schedule *s);
 
 /* Inserts a FREE after the last use of every value instance of a schedule
  * made of FWD and BWD instructions only. A FWD of a node whose output is
- * live ends the old instance first (a recomputation); its aux is reused. */
+ * live ends the old instance first (a recomputation); a stateful op's aux
+ * is reused, any other aux is made again like the output. */
 remat_status remat__schedule_add_frees(const remat__prog *p, remat__schedule *s);
 
 /* Sets each FWD's categories (an output or aux instance that some backward
@@ -147,9 +150,16 @@ remat_status remat__strategy_levels(const remat_graph *g, remat_strategy st, uin
 remat_status remat__schedule_summary(const remat__prog *p, const remat__schedule *s,
                                      const remat_mem_stats *start, size_t held_outside, remat_plan_summary *out);
 
-/* A node's forward FLOPs and its forward cost under the cost model
- * (cost.c): seconds when calibrated, else FLOPs. */
-double remat__node_seconds(const remat__prog *p, const remat__node *n);
+/* A node's forward and backward cost under the cost model (cost.c):
+ * seconds when calibrated, else FLOPs (a backward twice its forward). */
+static inline double remat__node_seconds(const remat__prog *p, const remat__node *n) {
+    return p->node_cost[2 * (n - p->g->nodes)];
+}
+static inline double remat__node_bwd_seconds(const remat__prog *p, const remat__node *n) {
+    return p->node_cost[2 * (n - p->g->nodes) + 1];
+}
+/* Sets the prog's cost model (NULL: FLOPs) and fills node_cost from it. */
+void remat__prog_set_cost(remat__prog *p, const remat_cost_model *m);
 
 /* The `optimal` strategy (optimal.c): the least-cost schedule that, from
  * the live state `start` with held_outside bytes of resident blocks,

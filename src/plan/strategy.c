@@ -145,7 +145,7 @@ remat_status remat__schedule_summary(const remat__prog *p, const remat__schedule
         const remat__node *n = &g->nodes[in->node];
         double f = remat__node_flops(g, n), t = remat__node_seconds(p, n);
         if (in->kind == REMAT__I_BWD) {
-            out->flops += 2 * f, out->seconds += 2 * t;
+            out->flops += 2 * f, out->seconds += remat__node_bwd_seconds(p, n);
         } else if (in->first) {
             out->forwards++;
             out->flops += f, out->seconds += t;

@@ -1,11 +1,19 @@
-/* calibrate.c: remat_calibrate, the measurement behind the cost model
- * (plan/cost.c): each op family's throughput, timed from training steps of
- * a small graph made mostly of that family's ops (a parameter feeding a
+/* calibrate.c: the measurements behind the cost model (plan/cost.c).
+ *
+ * remat_calibrate: each op family's throughput, timed from training steps
+ * of a small graph made mostly of that family's ops (a parameter feeding a
  * few such ops, reduced by MSE): throughput = 3 x forward FLOPs of the
- * graph / the median step time. The numbers hold for this machine, its
- * CPU and the thread count; `remat calibrate` caches them in a file.
+ * graph / the median step time. The fallback for shape classes never
+ * measured.
+ *
+ * remat_calibrate_graph: the shape classes of a real graph, each node's
+ * forward and backward kernels timed by the executor's profiler during
+ * store-all training steps (what the planner's costs are sums of), and
+ * the optimizer update's time per parameter. The numbers hold for this
+ * machine, its CPU and the thread count; `remat calibrate` caches them in
+ * a file.
  */
-#include "../remat-impl.h"
+#include "../exec/session.h"
 
 #include <stdlib.h>
 #include <unistd.h>
@@ -115,3 +123,84 @@ remat_status remat_calibrate(remat_cost_model *out, int threads) {
     return REMAT_OK;
 }
 
+
+/* Seconds per trainable parameter element of `reps` updates with o. */
+static remat_status time_update(remat_session *s, const remat_optim_opts *o, int reps, double *out) {
+    remat_status st = remat_session_set_optimizer(s, o);
+    int64_t n = 0;
+    for (int i = 0; i < s->n_params; i++)
+        if (remat__trainable(s, i)) n += remat__numel(&s->g->nodes[s->params[i].node].shape);
+    double best = 0;
+    for (int r = 0; r <= reps && st == REMAT_OK; r++) { /* the first is a warm-up */
+        double t0 = remat__now();
+        st = remat_session_update(s);
+        double t = remat__now() - t0;
+        if (r == 1 || (r > 1 && t < best)) best = t;
+    }
+    *out = n > 0 ? best / (double)n : 0.0;
+    return st;
+}
+
+remat_status remat_calibrate_graph(remat_cost_model *m, const remat_graph *g, remat_node loss, int steps) {
+    if (!m || !g) return remat__err(REMAT_INVALID, "remat_calibrate_graph: NULL argument");
+    if (!m->calibrated)
+        return remat__err(REMAT_INVALID, "remat_calibrate_graph: calibrate the families first (remat_calibrate)");
+    if (steps < 1) steps = 1;
+    remat_session_opts o;
+    remat_session_opts_default(&o);
+    o.threads = m->threads;
+    o.strategy = REMAT_STRATEGY_ALL;
+    remat_session *s = NULL;
+    remat_status st = remat_session_create(&s, g, loss, &o);
+    if (st != REMAT_OK) return st;
+    /* every input bound to zeros: valid class ids and token ids */
+    void **bufs = calloc((size_t)g->n + 1, sizeof *bufs);
+    if (!bufs) st = remat__err(REMAT_NOMEM, "out of memory calibrating");
+    for (int v = 0; v < g->n && st == REMAT_OK; v++) {
+        if (g->nodes[v].leaf != REMAT__LEAF_INPUT) continue;
+        bufs[v] = calloc(remat__out_bytes(&g->nodes[v]) + 1, 1);
+        if (!bufs[v]) st = remat__err(REMAT_NOMEM, "out of memory calibrating");
+        else remat_session_bind(s, v, bufs[v]);
+    }
+    float l;
+    if (st == REMAT_OK) st = remat_session_step(s, &l); /* warm-up: first touches, BLAS buffers */
+    if (st == REMAT_OK) remat_session_set_profiling(s, 1);
+    if (st == REMAT_OK && !s->prof_node) st = remat__err(REMAT_NOMEM, "out of memory calibrating");
+    for (int r = 0; r < steps && st == REMAT_OK; r++) st = remat_session_step(s, &l);
+    /* per class: the mean over its nodes (and the steps) */
+    int *cnt = st == REMAT_OK ? calloc(REMAT_COST_MAX_OPS, sizeof *cnt) : NULL;
+    remat_cost_model *acc = st == REMAT_OK ? calloc(1, sizeof *acc) : NULL;
+    if (st == REMAT_OK && (!cnt || !acc)) st = remat__err(REMAT_NOMEM, "out of memory calibrating");
+    for (int u = 0; u < g->n && st == REMAT_OK; u++) {
+        uint64_t c = remat_node_cost_class(g, u);
+        if (!c) continue;
+        int k = 0;
+        while (k < acc->n_ops && acc->ops[k].cls != c) k++;
+        if (k == acc->n_ops) {
+            if (k == REMAT_COST_MAX_OPS) {
+                st = remat__err(REMAT_INVALID, "the graph has more than %d shape classes", REMAT_COST_MAX_OPS);
+                break;
+            }
+            acc->ops[acc->n_ops++] = (remat_op_time){c, g->nodes[u].op, 0, 0};
+        }
+        acc->ops[k].fwd_s += s->prof_node[2 * u] / steps;
+        acc->ops[k].bwd_s += s->prof_node[2 * u + 1] / steps;
+        cnt[k]++;
+    }
+    for (int k = 0; acc && k < acc->n_ops && st == REMAT_OK; k++) {
+        remat_op_time t = acc->ops[k];
+        t.fwd_s /= cnt[k], t.bwd_s /= cnt[k];
+        st = remat__cost_model_put(m, &t);
+    }
+    remat_optim_opts sgd, adamw;
+    remat_optim_opts_default(&sgd, REMAT_OPTIM_SGD);
+    sgd.momentum = 0.9f;
+    remat_optim_opts_default(&adamw, REMAT_OPTIM_ADAMW);
+    if (st == REMAT_OK) st = time_update(s, &sgd, 3, &m->update_s_per_param[REMAT_OPTIM_SGD]);
+    if (st == REMAT_OK) st = time_update(s, &adamw, 3, &m->update_s_per_param[REMAT_OPTIM_ADAMW]);
+    free(cnt), free(acc);
+    for (int v = 0; bufs && v < g->n; v++) free(bufs[v]);
+    free(bufs);
+    remat_session_destroy(s);
+    return st;
+}

@@ -1,0 +1,160 @@
+/* test_cost.c: the cost model's shape classes.
+ *
+ * - A class is the op with its input and output shapes and attributes:
+ *   the same layer built in two graphs has one class, another batch size
+ *   or kernel size another, leaves none.
+ * - remat_calibrate_graph measures every op node's class of a small CNN
+ *   (positive forward times; backward times for the nodes that have one),
+ *   keeps classes measured before, and the file round-trips exactly.
+ * - A session costs each node by its class's measured seconds (the plan
+ *   summary's step cost is their sum over the schedule, backwards
+ *   included), and by its family's throughput where the class was never
+ *   measured.
+ * - Damaged files are refused naming what is wrong.
+ * How close the predictions come to measured step times is a benchmark
+ * (remat bench with a cost model prints both), not a test.
+ */
+#include "check.h"
+
+#include "../src/plan/schedule.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static remat_node small_cnn(remat_graph *g, int64_t batch, int64_t k) {
+    int64_t xd[4] = {batch, 3, 16, 16}, nb = batch;
+    remat_node x = remat_input(g, "x", REMAT_F32, 4, xd);
+    remat_node y = remat_input(g, "y", REMAT_I32, 1, &nb);
+    x = remat_relu(g, remat_conv2d(g, "c1", x, 8, k, 1, k / 2, 1));
+    x = remat_relu(g, remat_conv2d(g, "c2", x, 8, k, 1, k / 2, 1));
+    x = remat_linear(g, "fc", remat_flatten(g, x), 10, 1);
+    return remat_cross_entropy(g, x, y);
+}
+
+static void classes(void) {
+    remat_graph *a, *b, *c;
+    CHECK_OK(remat_graph_create(&a));
+    CHECK_OK(remat_graph_create(&b));
+    CHECK_OK(remat_graph_create(&c));
+    small_cnn(a, 4, 3);
+    small_cnn(b, 4, 3);
+    small_cnn(c, 8, 5);
+    CHECK_OK(remat_graph_status(a));
+    int ops = 0;
+    for (remat_node v = 0; v < remat_graph_node_count(a); v++) {
+        uint64_t ca = remat_node_cost_class(a, v);
+        CHECK(ca == remat_node_cost_class(b, v));
+        const char *op = remat_node_op(a, v);
+        int leaf = strcmp(op, "param") == 0 || strcmp(op, "buffer") == 0 || strcmp(op, "input") == 0;
+        CHECK_MSG(leaf ? ca == 0 : ca != 0, "node %d (%s): class %llx", (int)v, op, (unsigned long long)ca);
+        if (leaf) continue;
+        ops++;
+        CHECK_MSG(ca != remat_node_cost_class(c, v), "node %d (%s): same class at another batch and kernel size",
+                  (int)v, op);
+    }
+    CHECK(ops >= 6);
+    /* the two convolutions of one graph differ (3 vs 8 input channels) */
+    remat_node c1 = remat_graph_find(a, "c1"), c2 = remat_graph_find(a, "c2");
+    CHECK(c1 != REMAT_NONE && c2 != REMAT_NONE && remat_node_cost_class(a, c1) != remat_node_cost_class(a, c2));
+    remat_graph_destroy(a), remat_graph_destroy(b), remat_graph_destroy(c);
+}
+
+static void write_text(const char *path, const char *text) {
+    FILE *f = fopen(path, "w");
+    CHECK(f != NULL);
+    if (f) fputs(text, f), fclose(f);
+}
+
+static void calibrated(void) {
+    remat_cost_model *m = calloc(3, sizeof *m), *back = m + 1, *zero = m + 2;
+    CHECK_OK(remat_calibrate(m, 1));
+    CHECK(m->n_ops == 0 && m->threads == 1);
+    /* a class that is not in the graph: kept by the measurement below */
+    CHECK_OK(remat__cost_model_put(m, &(remat_op_time){42, 0, 1.0, 2.0}));
+    remat_graph *g;
+    CHECK_OK(remat_graph_create(&g));
+    remat_node loss = small_cnn(g, 8, 3);
+    CHECK_OK(remat_calibrate_graph(m, g, loss, 2));
+    CHECK(m->update_s_per_param[0] > 0 && m->update_s_per_param[1] > 0);
+    int found = 0;
+    for (int i = 0; i < m->n_ops; i++) {
+        found += m->ops[i].cls == 42;
+        if (i) CHECK(m->ops[i - 1].cls < m->ops[i].cls);
+    }
+    CHECK(found == 1);
+    for (remat_node v = 0; v < remat_graph_node_count(g); v++) {
+        uint64_t cls = remat_node_cost_class(g, v);
+        if (!cls) continue;
+        const remat_op_time *t = NULL;
+        for (int i = 0; i < m->n_ops; i++)
+            if (m->ops[i].cls == cls) t = &m->ops[i];
+        CHECK_MSG(t && t->fwd_s > 0 && t->bwd_s >= 0, "node %d (%s) not measured", (int)v, remat_node_op(g, v));
+        /* every op here but the loss's input chain has a backward */
+        if (t && strcmp(remat_node_op(g, v), "conv2d") == 0) CHECK(t->bwd_s > 0);
+    }
+    const char *path = "test_cost_model.json";
+    CHECK_OK(remat_cost_model_save(m, path));
+    CHECK_OK(remat_cost_model_load(back, path));
+    CHECK(memcmp(back->flops_per_s, m->flops_per_s, sizeof m->flops_per_s) == 0);
+    CHECK(back->n_ops == m->n_ops && back->threads == m->threads);
+    for (int i = 0; i < m->n_ops && back->n_ops == m->n_ops; i++)
+        CHECK(back->ops[i].cls == m->ops[i].cls && back->ops[i].op == m->ops[i].op &&
+              back->ops[i].fwd_s == m->ops[i].fwd_s && back->ops[i].bwd_s == m->ops[i].bwd_s);
+
+    /* the session's costs: measured classes, the sum over its schedule */
+    remat_session_opts so;
+    remat_session_opts_default(&so);
+    so.threads = 1;
+    so.cost_model = m;
+    so.plan_only = 1;
+    remat_session *s = NULL;
+    CHECK_OK(remat_session_create(&s, g, loss, &so));
+    remat_plan_summary p;
+    CHECK_OK(remat_session_plan(s, &p));
+    double want = 0;
+    for (int64_t i = 0; i < remat_session_schedule_length(s); i++) {
+        remat_instr_info in;
+        CHECK_OK(remat_session_schedule_instr(s, i, &in));
+        if (strcmp(in.kind, "free") == 0) continue;
+        uint64_t cls = remat_node_cost_class(g, in.node);
+        for (int k = 0; k < m->n_ops; k++)
+            if (m->ops[k].cls == cls) want += strcmp(in.kind, "backward") == 0 ? m->ops[k].bwd_s : m->ops[k].fwd_s;
+    }
+    CHECK_MSG(p.calibrated && p.seconds > 0 && fabs(p.seconds - want) <= 1e-12 * want, "plan %.9g s, classes %.9g s",
+              p.seconds, want);
+    remat_session_destroy(s);
+
+    /* without the classes: FLOPs over the family throughputs */
+    *zero = *m;
+    zero->n_ops = 0;
+    so.cost_model = zero;
+    CHECK_OK(remat_session_create(&s, g, loss, &so));
+    CHECK_OK(remat_session_plan(s, &p));
+    CHECK(p.calibrated && p.seconds > 0 && p.seconds != want);
+    remat_session_destroy(s);
+    remat_graph_destroy(g);
+
+    /* damaged files */
+    write_text(path, "{\"device\": \"cpu\", \"threads\": 1, \"flops_per_s\": {\"linear\": 1, \"conv\": 1, \"norm\": 1, "
+                     "\"pointwise\": 1, \"pool\": 1, \"copy\": 1, \"loss\": 1}, \"ops\": [{\"op\": \"conv2d\", "
+                     "\"class\": \"xyz\", \"forward\": 1, \"backward\": 1}]}");
+    CHECK(remat_cost_model_load(back, path) == REMAT_FORMAT && strstr(remat_last_error(), "ops[0]"));
+    write_text(path, "{\"device\": \"cpu\", \"threads\": 1, \"flops_per_s\": {\"linear\": 1, \"conv\": 1, \"norm\": 1, "
+                     "\"pointwise\": 1, \"pool\": 1, \"copy\": 1, \"loss\": 1}, \"ops\": [{\"op\": \"nosuchop\", "
+                     "\"class\": \"00000000000000ff\", \"forward\": 1, \"backward\": 1}]}");
+    CHECK(remat_cost_model_load(back, path) == REMAT_FORMAT && strstr(remat_last_error(), "ops[0]"));
+    write_text(path, "{\"device\": \"cpu\", \"threads\": 1, \"flops_per_s\": {\"linear\": 1, \"conv\": 1, \"norm\": 1, "
+                     "\"pointwise\": 1, \"pool\": 1, \"copy\": 1, \"loss\": 1}, \"update_s_per_param\": {\"sgd\": -1, "
+                     "\"adamw\": 0}}");
+    CHECK(remat_cost_model_load(back, path) == REMAT_FORMAT && strstr(remat_last_error(), "update_s_per_param.sgd"));
+    remove(path);
+    free(m);
+}
+
+int main(void) {
+    classes();
+    calibrated();
+    return check_exit("test_cost");
+}
