@@ -325,7 +325,7 @@ typedef struct {
 remat_status remat_calibrate(remat_cost_model *out, int threads);
 /* Measures the shape classes of a graph's ops into a calibrated model
  * (with its thread count): `steps` timed store-all training steps (after
- * one warm-up) on zero inputs, each node's forward and backward timed by
+ * one warm-up) on synthetic inputs, each node's forward and backward timed by
  * the executor; a class's seconds are the mean over its nodes and steps.
  * Classes already in the model are replaced, others kept; also measures
  * the update's seconds per parameter (SGD with momentum and AdamW).

@@ -1033,6 +1033,52 @@ static void test_json(void) {
                       "stage 0: 'saved' (3) is less than the chain's 'output'");
 }
 
+/* Huge chains (fuzzed): three stages with inputs up to 2^52 bytes and 22
+ * slots. With forward costs near 1e308 a schedule's cost overflows, and
+ * the chain is refused as such (infinite cost is the DP's mark of an
+ * infeasible state: a named floor once came out refused); with costs
+ * near 1e305, every floor named is feasible and one byte less is refused
+ * naming the same floor. */
+static void test_huge_chains(void) {
+    int refused = 0, floors = 0;
+    for (int it = 0; it < 3000; it++) {
+        int huge = it % 2 == 0;
+        remat_stage st[3];
+        const int64_t big = (int64_t)1 << 52;
+        for (int i = 0; i < 3; i++) {
+            st[i].forward = (huge ? 1e308 : 1e305) * (0.5 + (double)rnd_in(0, 49) / 100.0);
+            st[i].backward = rnd_in(0, 3) == 0 ? (huge ? 1e307 : 1e304) : (double)rnd_in(0, 99);
+            st[i].input = rnd_in(0, 1) ? big : rnd_in(0, big);
+        }
+        int64_t out = rnd_in(0, big);
+        for (int i = 0; i < 3; i++) st[i].saved = (i + 1 < 3 ? st[i + 1].input : out) + rnd_in(0, big);
+        int64_t budget = rnd_in(0, 4 * big);
+        remat_chain_plan *p = NULL;
+        remat_status r = remat_chain_solve(st, 3, out, budget, 22, &p);
+        remat_chain_plan_destroy(p), p = NULL;
+        if (huge) {
+            CHECK_MSG(r == REMAT_INVALID && strstr(remat_last_error(), "costs are too large"), "%d: %s", it,
+                      remat_last_error());
+            refused++;
+            continue;
+        }
+        if (r != REMAT_BUDGET) continue;
+        int64_t f = named_budget(remat_last_error());
+        CHECK_MSG(f > 0, "%d: %s", it, remat_last_error());
+        if (f <= 0) continue;
+        floors++;
+        r = remat_chain_solve(st, 3, out, f, 22, &p);
+        CHECK_MSG(r == REMAT_OK, "%d: the named floor %lld is refused: %s", it, (long long)f, remat_last_error());
+        remat_chain_plan_destroy(p), p = NULL;
+        r = remat_chain_solve(st, 3, out, f - 1, 22, &p);
+        remat_chain_plan_destroy(p), p = NULL;
+        CHECK_MSG(r == REMAT_BUDGET && named_budget(remat_last_error()) == f, "%d: floor %lld - 1: %s", it,
+                  (long long)f, remat_last_error());
+    }
+    CHECK(refused > 1000 && floors > 100);
+    printf("huge chains: %d refused as overflowing, %d floors checked\n", refused, floors);
+}
+
 int main(void) {
     test_oracles();
     test_unit_chains();
@@ -1043,5 +1089,6 @@ int main(void) {
     test_options_by_hand();
     test_simulator_errors();
     test_json();
+    test_huge_chains();
     return check_exit("test_rotor");
 }

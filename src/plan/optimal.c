@@ -37,15 +37,27 @@
  * holds (arena and resident blocks) decides whether it fits.
  *
  * The candidates (a table of generators, each making a fixed number of
- * schedules that do not depend on the budget): the chain plans above, the
- * keep-expensive selective schedules, store-all, sqrt, every manual
- * granularity (the first k remat_checkpoint marks), and the DTR fallback
- * on the whole step as one DAG (for graphs, or parts of graphs, that are
- * not chains). The fastest under the cost model that holds at most the
- * budget wins. Hence, by construction: a larger budget never gets a
- * costlier plan; no hand plan (manual at any granularity, sqrt) that fits
- * a budget beats it; the smallest feasible budget it names is feasible and
- * one byte less is not.
+ * schedules that do not depend on the budget): the chain plans above (at
+ * most MAX_CHAIN_PLANS), the keep-expensive selective schedules, store-all,
+ * sqrt, every manual granularity (the first k remat_checkpoint marks; up
+ * to MAX_MANUAL marks, else MAX_MANUAL granularities spread over them),
+ * and the DTR fallback on the whole step as one DAG (for graphs, or parts
+ * of graphs, that are not chains). On graphs of many nodes a generator
+ * makes at most CAND_WORK / nodes schedules, spread the same way. The
+ * fastest under the cost model that holds at most the budget wins. Hence,
+ * by construction: a larger budget never gets a costlier plan; no hand
+ * plan among the candidates (sqrt; manual at every granularity on models
+ * of up to MAX_MANUAL marks, which is the whole zoo but heavy) that fits a
+ * budget beats it (test_dominance checks this on the zoo at bench sizes);
+ * the smallest feasible budget it names is feasible and one byte less is
+ * not.
+ *
+ * What "optimal" means, precisely: the least cost under the cost model
+ * among these candidates, whose chain part is the exact optimum of the
+ * persistent chain model (its stages, options and transient bytes) at the
+ * DP's slot rounding. Not over every schedule of the graph: the ILP
+ * comparison (test_ilp, scripts/gen_ilp_fixtures.py) states the gap to
+ * the rematerialization ILP's true optimum on small graphs.
  */
 #include "memplan.h"
 #include "rotor.h"

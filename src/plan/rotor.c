@@ -47,6 +47,7 @@
 #include "../remat-impl.h"
 
 #include <limits.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -179,6 +180,20 @@ static remat_status check_chain_ex(const remat__stage_ex *st, int n, int64_t out
         }
         total += big;
     }
+    /* Infinite cost is the DP's mark of an infeasible state, so no
+     * schedule's cost may overflow: a persistent schedule runs each
+     * stage's forward at most n + 1 times and one backward per stage. */
+    double fsum = 0, bsum = 0;
+    for (int i = 0; i < n; i++) {
+        double b = 0;
+        for (int o = 0; o < st[i].n_options; o++) b = fmax(b, st[i].opt[o].backward);
+        fsum += st[i].forward, bsum += b;
+    }
+    double worst = (double)(n + 1) * fsum + bsum;
+    if (!isfinite(worst) || worst > DBL_MAX / 4)
+        return remat__err(REMAT_INVALID, "the chain's costs are too large: a schedule of it may cost up to (n + 1) x "
+                          "the forwards + the backwards = %g, beyond what a double sums safely; scale them down",
+                          worst);
     return REMAT_OK;
 }
 

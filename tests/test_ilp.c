@@ -1,0 +1,721 @@
+/* test_ilp.c: the `optimal` planner against the true optimum of the
+ * rematerialization ILP (Checkmate, Jain et al. 2020) on small graphs.
+ *
+ * Eleven random graphs of 8 to 20 op nodes (chains of linear, relu, gelu,
+ * layernorm, softmax, dropout and attention blocks, most with residual skips,
+ * ending in a cross-entropy loss), fixed seeds. Two modes:
+ *
+ *   test_ilp --export DIR   writes DIR/<graph>.json per graph: the training
+ *                           step's data-flow DAG as remat's simulator sees
+ *                           it, and remat's own plans at 6 budgets;
+ *   test_ilp [--fixtures DIR]  (default fixtures/ilp) checks remat against
+ *                           the ILP optima that scripts/gen_ilp_fixtures.py
+ *                           computed from those exports.
+ *
+ * The DAG. Its operations, in the order of the store-all schedule (inputs,
+ * forwards in creation order, backwards in reverse creation order): F(u)
+ * reads the outputs of u's inputs and writes u's output and aux; B(u)
+ * reads the values u's backward saves and the gradient of u, and writes
+ * (accumulates into) the gradients of u's inputs. Each comes with its cost
+ * under remat's cost model (FLOPs, uncalibrated: a forward its op's FLOPs,
+ * a backward twice that) and its kernel's workspace bytes. Values are
+ * outputs, aux and gradients, with their bytes; parameters and their
+ * gradients are resident and not values.
+ *
+ * What is compared. A budget bounds what remat holds, its placed arena
+ * (here with no resident blocks: held_outside = 0); the ILP bounds the
+ * peak of live values, as remat's simulator counts them unplaced. So at
+ * each budget remat's plan is taken with its simulated values peak P and
+ * its cost C, and compared with the ILP optimum C*(P) at memory limit P:
+ * C >= C*(P) must hold, since the ILP optimises over a space that holds
+ * remat's plan (checked: frontier-advancing in the store-all order, each
+ * recomputation stage in creation order, inputs uploaded once; a
+ * recomputation nothing reads is left out, ilp_view) under a memory model that
+ * charges it no more than P (checked: the fixture records the ILP
+ * model's peak of the exported plan, which must equal this test's own
+ * eager-free simulation of it). A fixture limit equal to P gives the
+ * exact optimum; where remat's plan has changed since the export, the
+ * smallest proven limit L >= P gives C*(L) <= C*(P), still a lower bound.
+ * Every ILP solution in the fixtures is replayed through remat's own
+ * simulator: it runs, peaks at what the ILP says (within its limit) and
+ * costs what the ILP says, so the optima are real plans.
+ *
+ * The gap (C - C*) / C* is printed, not bounded, and so is the ILP plan's
+ * placed arena: where it fits the budget (marked <), remat passed over a
+ * cheaper plan that fits by its own criterion. Not even on the pure
+ * chains is the gap zero: rotor's DP is exact within its chain model,
+ * but that model overestimates the simulator's peaks by up to 60%
+ * (store-all on chain14: 20,928 B modelled, 12,928 B simulated: in
+ * rotor.c every B_i holds the stage's input x_i beside xbar_{i+1}, y_i
+ * and y_{i+1}, though relu's, softmax's and dropout's backwards read no
+ * input), unevenly, so its candidates are not the simulator's cheapest plans at
+ * the tight budgets, where DTR or sqrt win. Hence no bound is asserted.
+ */
+#include "../src/plan/memplan.h"
+#include "check.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* ------------------------------------------------------------ the graphs */
+
+typedef struct {
+    const char *name;
+    uint32_t seed;
+    int n_ops;     /* op nodes, the final linear and the loss included */
+    int skips;     /* residual adds (and gating muls) of earlier values */
+    int attention; /* attention blocks: linear to 3C, reshape, attention, reshape */
+} spec;
+
+static const spec specs[] = {
+    {"chain08", 11, 8, 0, 0},   {"chain14", 12, 14, 0, 0},  {"res08", 21, 8, 1, 0},
+    {"res10", 22, 10, 1, 0},    {"res12", 23, 12, 1, 0},    {"res14", 24, 14, 1, 0},
+    {"res16", 25, 16, 1, 0},    {"res18", 26, 18, 1, 0},    {"res20", 27, 20, 1, 0},
+    {"attn12", 31, 12, 1, 1},   {"attn16", 32, 16, 1, 1},
+};
+#define N_SPECS ((int)(sizeof specs / sizeof specs[0]))
+
+/* Rows of every activation: one sequence of 16 tokens. */
+#define ROWS 16
+#define CLASSES 8
+#define N_BUDGETS 6
+#define MAX_VALS 64
+
+static uint32_t rnd(uint32_t *s) { /* xorshift32: the same graphs everywhere */
+    uint32_t x = *s;
+    x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+    return *s = x;
+}
+
+typedef struct {
+    remat_graph *g;
+    uint32_t rng;
+    int made;   /* op nodes so far */
+    int n_lin;  /* parameter name counter */
+    remat_node vals[MAX_VALS];
+    int64_t width[MAX_VALS];
+    int n_vals;
+} builder;
+
+static int64_t width_of(const builder *b, remat_node x) {
+    int64_t d[REMAT_MAX_DIMS];
+    int nd = remat_node_shape(b->g, x, d);
+    return d[nd - 1];
+}
+
+/* Records x as a candidate skip source and returns it. */
+static remat_node op(builder *b, remat_node x) {
+    b->made++;
+    if (b->n_vals < MAX_VALS) b->vals[b->n_vals] = x, b->width[b->n_vals++] = width_of(b, x);
+    return x;
+}
+
+static remat_node linear(builder *b, remat_node x, int64_t out) {
+    char name[16];
+    snprintf(name, sizeof name, "l%d", b->n_lin++);
+    return op(b, remat_linear(b->g, name, x, out, (int)(rnd(&b->rng) & 1)));
+}
+
+/* An earlier value as wide as x, at least two nodes back, or REMAT_NONE. */
+static remat_node skip_source(builder *b, remat_node x) {
+    int64_t w = width_of(b, x);
+    int cand[MAX_VALS], n = 0;
+    for (int i = 0; i + 2 < b->n_vals; i++)
+        if (b->width[i] == w && b->vals[i] != x) cand[n++] = i;
+    return n ? b->vals[cand[rnd(&b->rng) % (uint32_t)n]] : REMAT_NONE;
+}
+
+/* linear to 3C, (1, ROWS, 3C), causal attention with 2 heads, back to
+ * (ROWS, C): four op nodes, the attention's aux (its probabilities)
+ * larger than its output. */
+static remat_node attention_block(builder *b, remat_node x) {
+    int64_t c = width_of(b, x);
+    remat_node h = linear(b, x, 3 * c);
+    h = op(b, remat_reshape(b->g, h, 3, (int64_t[]){1, ROWS, 3 * c}));
+    h = op(b, remat_attention(b->g, h, 2));
+    return op(b, remat_reshape(b->g, h, 2, (int64_t[]){ROWS, c}));
+}
+
+/* One random step of the chain; fewer than `left` op nodes. */
+static remat_node step(builder *b, const spec *sp, remat_node x, int left) {
+    static const int64_t widths[] = {16, 32, 64};
+    uint32_t r = rnd(&b->rng) % 16;
+    if (sp->attention && left > 4 && r < 3) return attention_block(b, x);
+    if (sp->skips && r < 7) {
+        remat_node s = skip_source(b, x);
+        if (s != REMAT_NONE) return op(b, r < 6 ? remat_add(b->g, x, s) : remat_mul(b->g, x, s));
+    }
+    switch (rnd(&b->rng) % 8) {
+    case 0:
+    case 1: return linear(b, x, widths[rnd(&b->rng) % 3]);
+    case 2:
+    case 3: return op(b, remat_relu(b->g, x));
+    case 4: return op(b, remat_gelu(b->g, x, 0));
+    case 5: {
+        char name[16];
+        snprintf(name, sizeof name, "ln%d", b->n_lin++);
+        return op(b, remat_layernorm(b->g, name, x));
+    }
+    case 6: return op(b, remat_softmax(b->g, x));
+    default: return op(b, remat_dropout(b->g, x, 0.1f));
+    }
+}
+
+/* The graph of a spec: inputs first (so that the store-all order starts
+ * with them, as every planner's schedules do), a linear, random steps,
+ * then a linear to the classes and the loss. */
+static remat_status build_graph(const spec *sp, remat_graph **gp, remat_node *loss) {
+    builder b = {.rng = sp->seed * 2654435761u + 1};
+    remat_status st = remat_graph_create(&b.g);
+    if (st != REMAT_OK) return st;
+    int64_t xd[2] = {ROWS, 16 << (rnd(&b.rng) % 2)}, n = ROWS;
+    remat_node x = remat_input(b.g, "input", REMAT_F32, 2, xd);
+    remat_node y = remat_input(b.g, "target", REMAT_I32, 1, &n);
+    x = linear(&b, x, 32);
+    while (b.made < sp->n_ops - 2) x = step(&b, sp, x, sp->n_ops - 2 - b.made);
+    x = linear(&b, x, CLASSES);
+    *loss = remat_cross_entropy(b.g, x, y);
+    *gp = b.g;
+    return remat_graph_status(b.g);
+}
+
+/* ------------------------------------------------- a graph under analysis */
+
+typedef struct {
+    const spec *sp;
+    remat_graph *g;
+    remat_node loss;
+    remat__prog p;
+    remat__schedule all; /* store-all: the ILP's frontier order */
+    int32_t *pos;        /* (2 n): position of F(u) (2u) and B(u) (2u + 1) in it, -1 */
+    int n_ops;           /* FWD and BWD instructions of `all` */
+    remat__instr *op;    /* (n_ops) the operation at each position */
+    int32_t *rd, *wr;    /* (n_ops x RW) values each reads and writes */
+    int *n_rd, *n_wr;
+} bench;
+
+#define RW (REMAT__MAX_IN + 4)
+
+static void bench_free(bench *b) {
+    remat__schedule_free(&b->all);
+    remat__prog_free(&b->p);
+    free(b->pos), free(b->op), free(b->rd), free(b->wr), free(b->n_rd), free(b->n_wr);
+    remat_graph_destroy(b->g);
+    memset(b, 0, sizeof *b);
+}
+
+/* ------------------------------------------------------------- the DAG */
+
+static void add_unique(int32_t *v, int *n, int32_t x) {
+    for (int i = 0; i < *n; i++)
+        if (v[i] == x) return;
+    v[(*n)++] = x;
+}
+
+/* What F(u) reads and writes (value ids, REMAT__VAL): the outputs of its
+ * computed inputs; its output and, for an op with one, its aux. */
+static void fwd_rw(const bench *b, int32_t u, int32_t *rd, int *nr, int32_t *wr, int *nw) {
+    const remat__node *n = &b->g->nodes[u];
+    *nr = *nw = 0;
+    for (int j = 0; j < n->n_in; j++)
+        if (!remat__is_resident(&b->g->nodes[n->in[j]])) add_unique(rd, nr, REMAT__VAL(n->in[j], REMAT__V_OUT));
+    wr[(*nw)++] = REMAT__VAL(u, REMAT__V_OUT);
+    if (n->leaf == REMAT__LEAF_NONE && remat__ops[n->op]->aux_bytes) wr[(*nw)++] = REMAT__VAL(u, REMAT__V_AUX);
+}
+
+/* What B(u) reads and writes, as the simulator (memplan.c) takes them: it
+ * reads what u's op saves and u's gradient, and writes the gradients of
+ * its inputs that need one (parameters' are resident). The loss's
+ * gradient is seeded by its own backward: a write. */
+static void bwd_rw(const bench *b, int32_t u, int32_t *rd, int *nr, int32_t *wr, int *nw) {
+    const remat__node *n = &b->g->nodes[u];
+    const remat__op *op = remat__ops[n->op];
+    *nr = *nw = 0;
+    for (int j = 0; j < n->n_in; j++)
+        if ((op->saves & REMAT__SAVE_IN(j)) && !remat__is_resident(&b->g->nodes[n->in[j]]))
+            add_unique(rd, nr, REMAT__VAL(n->in[j], REMAT__V_OUT));
+    if (op->saves & REMAT__SAVE_OUT) add_unique(rd, nr, REMAT__VAL(u, REMAT__V_OUT));
+    if (op->saves & REMAT__SAVE_AUX) add_unique(rd, nr, REMAT__VAL(u, REMAT__V_AUX));
+    if (u == b->loss) wr[(*nw)++] = REMAT__VAL(u, REMAT__V_GRAD);
+    else add_unique(rd, nr, REMAT__VAL(u, REMAT__V_GRAD));
+    for (int j = 0; j < n->n_in; j++)
+        if (remat__bwd_writes(&b->p, n, j) && b->g->nodes[n->in[j]].leaf != REMAT__LEAF_PARAM)
+            add_unique(wr, nw, REMAT__VAL(n->in[j], REMAT__V_GRAD));
+}
+
+/* Builds the graph, analyses it on one CPU thread (workspace bytes depend
+ * on the thread count) with the uncalibrated cost model (FLOPs), and
+ * numbers the operations of the store-all schedule. */
+static remat_status bench_init(bench *b, const spec *sp) {
+    memset(b, 0, sizeof *b);
+    b->sp = sp;
+    remat_status st = build_graph(sp, &b->g, &b->loss);
+    if (st == REMAT_OK) st = remat__prog_init(&b->p, b->g, 1, REMAT_DEVICE_CPU, NULL);
+    if (st == REMAT_OK) st = remat__schedule_build(&b->p, b->loss, REMAT_NONE, 1, 1, NULL, &b->all);
+    if (st != REMAT_OK) return st;
+    size_t n = (size_t)b->all.n + 1;
+    b->pos = malloc(2 * (size_t)b->g->n * sizeof *b->pos);
+    b->op = malloc(n * sizeof *b->op);
+    b->rd = malloc(n * RW * sizeof *b->rd), b->wr = malloc(n * RW * sizeof *b->wr);
+    b->n_rd = malloc(n * sizeof *b->n_rd), b->n_wr = malloc(n * sizeof *b->n_wr);
+    if (!b->pos || !b->op || !b->rd || !b->wr || !b->n_rd || !b->n_wr) return REMAT_NOMEM;
+    for (int i = 0; i < 2 * b->g->n; i++) b->pos[i] = -1;
+    for (int i = 0; i < b->all.n; i++) {
+        const remat__instr *in = &b->all.ins[i];
+        if (in->kind == REMAT__I_FREE) continue;
+        int k = b->n_ops++;
+        b->pos[2 * in->node + (in->kind == REMAT__I_BWD)] = k;
+        b->op[k] = *in;
+        if (in->kind == REMAT__I_BWD) bwd_rw(b, in->node, b->rd + k * RW, &b->n_rd[k], b->wr + k * RW, &b->n_wr[k]);
+        else fwd_rw(b, in->node, b->rd + k * RW, &b->n_rd[k], b->wr + k * RW, &b->n_wr[k]);
+    }
+    return REMAT_OK;
+}
+
+static int is_input(const bench *b, int k) {
+    return b->op[k].kind == REMAT__I_FWD && b->g->nodes[b->op[k].node].leaf == REMAT__LEAF_INPUT;
+}
+
+static int reads(const bench *b, int k, int32_t v) {
+    for (int i = 0; i < b->n_rd[k]; i++)
+        if (b->rd[k * RW + i] == v) return 1;
+    return 0;
+}
+
+/* The forwards that stage t may usefully recompute (as the script's
+ * Dag.computable): those whose values an operation at or after t reads,
+ * or another such forward. Inputs are uploaded once. */
+static void useful_at(const bench *b, int t, uint8_t *useful) {
+    memset(useful, 0, (size_t)b->n_ops);
+    for (int k = t - 1; k >= 0; k--) {
+        if (b->op[k].kind != REMAT__I_FWD || is_input(b, k)) continue;
+        for (int i = 0; i < b->n_wr[k] && !useful[k]; i++)
+            for (int r = k + 1; r < b->n_ops && !useful[k]; r++)
+                if ((r >= t || useful[r]) && reads(b, r, b->wr[k * RW + i])) useful[k] = 1;
+    }
+}
+
+static cJSON *int_array(const int32_t *v, int n) {
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; i < n; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(v[i]));
+    return a;
+}
+
+/* The DAG as JSON: {"ops": [...], "values": [...]}, ops in the store-all
+ * order. Everything in it comes from the op table and the cost model, so
+ * a change there shows as a difference from the fixture. */
+static cJSON *dag_json(const bench *b) {
+    const remat_graph *g = b->g;
+    cJSON *dag = cJSON_CreateObject(), *ops = cJSON_AddArrayToObject(dag, "ops");
+    uint8_t *used = calloc((size_t)g->n * 3, 1);
+    for (int k = 0; k < b->n_ops; k++) {
+        const remat__instr *in = &b->op[k];
+        int bwd = in->kind == REMAT__I_BWD;
+        const remat__node *n = &g->nodes[in->node];
+        const int32_t *rd = b->rd + k * RW, *wr = b->wr + k * RW;
+        int nr = b->n_rd[k], nw = b->n_wr[k];
+        for (int q = 0; used && q < nr; q++) used[rd[q]] = 1;
+        for (int q = 0; used && q < nw; q++) used[wr[q]] = 1;
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "kind", bwd ? "B" : "F");
+        cJSON_AddNumberToObject(o, "node", in->node);
+        cJSON_AddStringToObject(o, "op", remat__ops[n->op]->name);
+        double c = n->leaf == REMAT__LEAF_NONE ? remat__node_seconds(&b->p, n) : 0.0;
+        cJSON_AddNumberToObject(o, "cost", bwd ? 2 * c : c);
+        cJSON_AddNumberToObject(o, "ws", n->leaf == REMAT__LEAF_NONE ? (double)remat__ws_bytes(&b->p, in->node, bwd) : 0);
+        cJSON_AddItemToObject(o, "reads", int_array(rd, nr));
+        cJSON_AddItemToObject(o, "writes", int_array(wr, nw));
+        cJSON_AddItemToArray(ops, o);
+    }
+    static const char *const kinds[] = {"out", "aux", "grad"};
+    cJSON *vals = cJSON_AddArrayToObject(dag, "values");
+    for (int32_t v = 0; used && v < g->n * 3; v++) {
+        if (!used[v]) continue;
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "id", v);
+        cJSON_AddNumberToObject(o, "node", REMAT__VAL_NODE(v));
+        cJSON_AddStringToObject(o, "kind", kinds[REMAT__VAL_KIND(v)]);
+        cJSON_AddNumberToObject(o, "bytes", (double)remat__value_bytes(g, v));
+        cJSON_AddItemToArray(vals, o);
+    }
+    free(used);
+    return dag;
+}
+
+/* ------------------------------------------------------ remat's plans */
+
+typedef struct {
+    remat_status status;
+    double cost;      /* under the cost model, recomputations included */
+    size_t peak;      /* simulated values peak (its memory plan, unplaced) */
+    size_t eager;     /* the plan as the ILP sees it (ilp_view) with every
+                       * value freed right after its last use */
+    size_t held;      /* its placed arena: what the budget bounds */
+    int in_space;     /* frontier-advancing in the store-all order */
+    int dead;         /* recomputations whose values nothing reads */
+    char candidate[48];
+    remat__schedule s;
+} plan;
+
+/* As optimal.c's schedule_cost: forwards once, backwards twice. */
+static double schedule_cost(const bench *b, const remat__schedule *s) {
+    double t = 0;
+    for (int i = 0; i < s->n; i++) {
+        const remat__instr *in = &s->ins[i];
+        if (in->kind == REMAT__I_FREE) continue;
+        double c = remat__node_seconds(&b->p, &b->g->nodes[in->node]);
+        t += in->kind == REMAT__I_BWD ? 2 * c : c;
+    }
+    return t;
+}
+
+static remat_status values_peak(const bench *b, const remat__schedule *s, size_t *peak) {
+    remat_mem_stats zero, out;
+    memset(&zero, 0, sizeof zero);
+    remat_status st = remat__simulate(&b->p, s, &zero, &out);
+    if (st == REMAT_OK) *peak = out.peak[REMAT_MEM_TOTAL];
+    return st;
+}
+
+/* An empty schedule of the training step, for FWD and BWD instructions
+ * (cap of them). */
+static remat_status step_schedule(const bench *b, int cap, remat__schedule *e) {
+    memset(e, 0, sizeof *e);
+    e->train = 1, e->backward = 1, e->loss = b->loss, e->fetch = REMAT_NONE, e->origin = "ilp";
+    e->ins = malloc(((size_t)cap + 1) * sizeof *e->ins);
+    e->cap = cap + 1;
+    return e->ins ? REMAT_OK : REMAT_NOMEM;
+}
+
+static remat_status held_bytes(const bench *b, const remat__schedule *s, size_t *held) {
+    remat__memplan m;
+    remat_status st = remat__memplan_build(&b->p, s, &m);
+    if (st == REMAT_OK) st = remat__memplan_place(&m);
+    if (st == REMAT_OK) *held = m.arena;
+    remat__memplan_free(&m);
+    return st;
+}
+
+/* The peak of a schedule of FWD and BWD instructions with every value
+ * freed right after its last use (remat's own liveness, add_frees): the
+ * memory model of the ILP; and its placed arena, unless arena is NULL.
+ * Consumes e. */
+static remat_status eager_peak(const bench *b, remat__schedule *e, size_t *peak, size_t *arena) {
+    remat_status st = remat__schedule_add_frees(&b->p, e);
+    if (st == REMAT_OK) st = remat__schedule_categorize(&b->p, e);
+    if (st == REMAT_OK) st = values_peak(b, e, peak);
+    if (st == REMAT_OK && arena) st = held_bytes(b, e, arena);
+    remat__schedule_free(e);
+    return st;
+}
+
+/* s as the ILP sees it, in *e (FWD and BWD only); 0 when s is outside the
+ * ILP's space. Checkmate's schedules advance a frontier: in stage t the
+ * t-th operation of the store-all order runs for the first time, after
+ * recomputing earlier forwards, each at most once and in that order; a
+ * backward never runs twice, an input is uploaded once. A recomputation
+ * whose values nothing can read any more (useful_at) is left out, as the
+ * ILP has no variable for it; *dead counts them. */
+static int ilp_view(const bench *b, const remat__schedule *s, remat__schedule *e, int *dead) {
+    uint8_t *useful = malloc((size_t)b->n_ops + 1);
+    int next = 0, last = -1, ok = useful != NULL;
+    *dead = 0;
+    if (ok) useful_at(b, 0, useful);
+    for (int i = 0; i < s->n && ok; i++) {
+        const remat__instr *in = &s->ins[i];
+        if (in->kind == REMAT__I_FREE) continue;
+        int pos = b->pos[2 * in->node + (in->kind == REMAT__I_BWD)];
+        if (pos == next) {
+            e->ins[e->n++] = *in;
+            next++, last = -1;
+            if (next < b->n_ops) useful_at(b, next, useful);
+        } else if (pos >= 0 && pos < next && in->kind == REMAT__I_FWD && pos > last && !is_input(b, pos)) {
+            last = pos;
+            if (useful[pos]) e->ins[e->n++] = *in;
+            else (*dead)++;
+        } else {
+            ok = 0;
+        }
+    }
+    free(useful);
+    return ok && next == b->n_ops;
+}
+
+/* remat's `optimal` at a budget (of arena bytes: no resident blocks), and
+ * what its plan costs and holds. */
+static remat_status plan_at(const bench *b, size_t budget, plan *r) {
+    memset(r, 0, sizeof *r);
+    remat_mem_stats zero;
+    memset(&zero, 0, sizeof zero);
+    r->status = remat__optimal_schedule(&b->p, b->loss, budget, &zero, 0, &r->s);
+    if (r->status != REMAT_OK) return r->status;
+    snprintf(r->candidate, sizeof r->candidate, "%s", r->s.candidate);
+    r->cost = schedule_cost(b, &r->s);
+    remat_status st = values_peak(b, &r->s, &r->peak);
+    if (st == REMAT_OK) st = held_bytes(b, &r->s, &r->held);
+    remat__schedule e;
+    if (st == REMAT_OK) st = step_schedule(b, r->s.n, &e);
+    if (st == REMAT_OK) {
+        r->in_space = ilp_view(b, &r->s, &e, &r->dead);
+        if (r->in_space) st = eager_peak(b, &e, &r->eager, NULL);
+        else remat__schedule_free(&e);
+    }
+    return st;
+}
+
+/* ------------------------------------------------------------- export */
+
+static cJSON *schedule_json(const remat__schedule *s) {
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; i < s->n; i++) {
+        const remat__instr *in = &s->ins[i];
+        if (in->kind == REMAT__I_FREE) continue;
+        cJSON *e = cJSON_CreateArray();
+        cJSON_AddItemToArray(e, cJSON_CreateString(in->kind == REMAT__I_BWD ? "B" : "F"));
+        cJSON_AddItemToArray(e, cJSON_CreateNumber(in->node));
+        cJSON_AddItemToArray(a, e);
+    }
+    return a;
+}
+
+/* The smallest budget optimal fits, by bisection below the store-all
+ * arena. */
+static size_t find_floor(const bench *b, size_t top) {
+    size_t lo = 0, hi = top;
+    while (lo + 1 < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        plan r;
+        remat_mem_stats zero;
+        memset(&zero, 0, sizeof zero);
+        r.status = remat__optimal_schedule(&b->p, b->loss, mid, &zero, 0, &r.s);
+        if (r.status == REMAT_OK) hi = mid, remat__schedule_free(&r.s);
+        else lo = mid;
+    }
+    return hi;
+}
+
+static int write_json(const char *path, const cJSON *o) {
+    char *text = cJSON_Print(o);
+    FILE *fp = text ? fopen(path, "w") : NULL;
+    int ok = fp && fputs(text, fp) >= 0 && fputc('\n', fp) != EOF;
+    if (fp && fclose(fp) != 0) ok = 0;
+    cJSON_free(text);
+    return ok;
+}
+
+/* DIR/<name>.json: the DAG, and remat's plans at N_BUDGETS budgets from
+ * its smallest feasible one to the store-all arena (the memory limits the
+ * script solves the ILP at are their values peaks). */
+static void export_graph(const spec *sp, const char *dir) {
+    bench b;
+    CHECK_OK(bench_init(&b, sp));
+    if (check_failures) return;
+    size_t top = 0;
+    CHECK_OK(held_bytes(&b, &b.all, &top));
+    size_t floor = find_floor(&b, top);
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "name", sp->name);
+    cJSON_AddItemToObject(root, "dag", dag_json(&b));
+    cJSON *rows = cJSON_AddArrayToObject(root, "remat");
+    for (int i = 0; i < N_BUDGETS; i++) {
+        size_t budget = floor + (size_t)((double)(top - floor) * i / (N_BUDGETS - 1));
+        plan r;
+        CHECK_OK(plan_at(&b, budget, &r));
+        if (r.status == REMAT_OK) {
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddNumberToObject(o, "budget", (double)budget);
+            cJSON_AddNumberToObject(o, "cost", r.cost);
+            cJSON_AddNumberToObject(o, "values_peak", (double)r.peak);
+            cJSON_AddNumberToObject(o, "eager_peak", (double)r.eager);
+            cJSON_AddNumberToObject(o, "held", (double)r.held);
+            cJSON_AddBoolToObject(o, "in_space", r.in_space);
+            cJSON_AddNumberToObject(o, "dead_recomputations", r.dead);
+            cJSON_AddStringToObject(o, "candidate", r.candidate);
+            cJSON_AddItemToObject(o, "schedule", schedule_json(&r.s));
+            cJSON_AddItemToArray(rows, o);
+        }
+        remat__schedule_free(&r.s);
+    }
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s.json", dir, sp->name);
+    CHECK_MSG(write_json(path, root), "cannot write %s", path);
+    printf("%s: %d operations, floor %zu B, store-all arena %zu B -> %s\n", sp->name, b.n_ops, floor, top, path);
+    cJSON_Delete(root);
+    bench_free(&b);
+}
+
+/* -------------------------------------------------------------- check */
+
+static cJSON *read_json(const char *path) {
+    FILE *fp = fopen(path, "rb");
+    if (!fp) return NULL;
+    fseek(fp, 0, SEEK_END);
+    long n = ftell(fp);
+    fseek(fp, 0, SEEK_SET);
+    char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    cJSON *o = NULL;
+    if (buf && fread(buf, 1, (size_t)n, fp) == (size_t)n) {
+        buf[n] = 0;
+        o = cJSON_Parse(buf);
+    }
+    free(buf);
+    fclose(fp);
+    return o;
+}
+
+static double num(const cJSON *o, const char *key) {
+    const cJSON *x = cJSON_GetObjectItemCaseSensitive(o, key);
+    return cJSON_IsNumber(x) ? x->valuedouble : -1;
+}
+
+static int flag(const cJSON *o, const char *key) { return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, key)); }
+
+/* The ILP optimum the fixture proves for a plan of values peak P: the
+ * entry at limit P, else the smallest proven limit above (a lower bound of
+ * C*(P), as the optimum never grows with the limit). NULL if none. */
+static const cJSON *ilp_at(const cJSON *fix, double peak) {
+    const cJSON *best = NULL, *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(fix, "ilp")) {
+        if (!flag(e, "optimal") || num(e, "limit") < peak) continue;
+        if (!best || num(e, "limit") < num(best, "limit")) best = e;
+    }
+    return best;
+}
+
+/* The fixture's row for remat's plan at this budget, when the plan is the
+ * one exported then (same cost and peak). */
+static const cJSON *exported_row(const cJSON *fix, double budget, const plan *r) {
+    const cJSON *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(fix, "remat"))
+        if (num(e, "budget") == budget && num(e, "cost") == r->cost && num(e, "values_peak") == (double)r->peak)
+            return e;
+    return NULL;
+}
+
+/* Replays an ILP solution's plan (its operations, as positions in the
+ * store-all order) through remat's simulator: its peak with every value
+ * freed after its last use, and its cost. The simulator refuses a plan
+ * that runs an operation without its inputs. */
+static remat_status replay(const bench *b, const cJSON *plan, size_t *peak, size_t *arena, double *cost) {
+    remat__schedule e;
+    remat_status st = step_schedule(b, cJSON_GetArraySize(plan), &e);
+    if (st != REMAT_OK) return st;
+    const cJSON *x;
+    cJSON_ArrayForEach(x, plan) {
+        int k = cJSON_IsNumber(x) ? x->valueint : -1;
+        if (k < 0 || k >= b->n_ops) {
+            remat__schedule_free(&e);
+            return REMAT_FORMAT;
+        }
+        e.ins[e.n++] = b->op[k];
+    }
+    *cost = schedule_cost(b, &e);
+    return eager_peak(b, &e, peak, arena);
+}
+
+/* Every ILP solution the fixture holds is a plan remat's simulator runs
+ * within its limit, at the cost claimed: the optima are real. */
+static void check_solutions(const bench *b, const cJSON *fix) {
+    const cJSON *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(fix, "ilp")) {
+        const cJSON *plan = cJSON_GetObjectItemCaseSensitive(e, "plan");
+        if (!plan) continue;
+        size_t peak = 0;
+        double cost = 0, want = num(e, "cost");
+        CHECK_OK(replay(b, plan, &peak, NULL, &cost));
+        CHECK_MSG((double)peak == num(e, "peak") && (double)peak <= num(e, "limit"),
+                  "%s: the ILP's plan at %.0f B peaks at %zu B in remat's simulator, %.0f B in the ILP", b->sp->name,
+                  num(e, "limit"), peak, num(e, "peak"));
+        CHECK_MSG(fabs(cost - want) <= 1e-12 * want, "%s: the ILP's plan at %.0f B costs %.17g, not %.17g",
+                  b->sp->name, num(e, "limit"), cost, want);
+    }
+}
+
+static int n_rows, n_exact, n_missed;
+static double worst_gap;
+
+/* remat at one of the fixture's budgets against the ILP optimum at its
+ * plan's values peak. */
+static void check_row(const bench *b, const cJSON *fix, const cJSON *row, const char *path) {
+    const char *name = b->sp->name;
+    double budget = num(row, "budget");
+    plan r;
+    CHECK_OK(plan_at(b, (size_t)budget, &r));
+    if (r.status != REMAT_OK) return;
+    const cJSON *opt = ilp_at(fix, (double)r.peak);
+    const cJSON *ex = exported_row(fix, budget, &r);
+    /* remat's plan must be one the ILP could choose, charged no more than
+     * P: then C*(P) <= C */
+    CHECK_MSG(r.in_space, "%s @%.0f: remat's plan (%s) is outside the ILP's frontier-advancing space", name, budget,
+              r.candidate);
+    CHECK_MSG(!r.in_space || r.eager <= r.peak,
+              "%s @%.0f: freeing every value after its last use raises the peak %zu to %zu", name, budget, r.peak,
+              r.eager);
+    if (ex)
+        CHECK_MSG(num(ex, "ilp_model_peak") == (double)r.eager,
+                  "%s @%.0f: the ILP charges remat's plan %.0f B, remat's eager simulation %zu B", name, budget,
+                  num(ex, "ilp_model_peak"), r.eager);
+    CHECK_MSG(opt != NULL, "%s @%.0f: no proven ILP optimum at a limit >= %zu B in %s", name, budget, r.peak, path);
+    if (opt) {
+        double best = num(opt, "cost"), gap = (r.cost - best) / best;
+        int exact = num(opt, "limit") == (double)r.peak;
+        CHECK_MSG(r.cost >= best * (1 - 1e-9),
+                  "%s @%.0f: remat's plan costs %.17g, below the ILP optimum %.17g at %.0f B: the ILP or the "
+                  "simulator is wrong",
+                  name, budget, r.cost, best, num(opt, "limit"));
+        /* the ILP's plan placed as remat would: does it fit remat's budget? */
+        size_t pk = 0, arena = 0;
+        double c = 0;
+        CHECK_OK(replay(b, cJSON_GetObjectItemCaseSensitive(opt, "plan"), &pk, &arena, &c));
+        int missed = gap > 1e-9 && arena <= (size_t)budget;
+        printf("%-8s %7.0f %7zu %7zu %9.0f %9.0f%s %6.2f%% %7zu%s  %s\n", name, budget, r.held, r.peak, r.cost, best,
+               exact ? " " : "*", 100 * gap, arena, missed ? " <" : "  ", r.candidate);
+        n_rows++, n_exact += exact, n_missed += missed;
+        if (gap > worst_gap) worst_gap = gap;
+    }
+    remat__schedule_free(&r.s);
+}
+
+static void check_graph(const spec *sp, const char *dir) {
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s.json", dir, sp->name);
+    cJSON *fix = read_json(path);
+    CHECK_MSG(fix != NULL, "cannot read %s (generate the fixtures: see scripts/gen_ilp_fixtures.py)", path);
+    if (!fix) return;
+    bench b;
+    CHECK_OK(bench_init(&b, sp));
+    cJSON *dag = dag_json(&b);
+    int same = cJSON_Compare(dag, cJSON_GetObjectItemCaseSensitive(fix, "dag"), 1);
+    CHECK_MSG(same, "%s: the graph, sizes or costs differ from %s: regenerate it (build/tests/test_ilp --export "
+                    "DIR, then scripts/gen_ilp_fixtures.py DIR; see the script's header)",
+              sp->name, path);
+    if (same) {
+        check_solutions(&b, fix);
+        const cJSON *row;
+        cJSON_ArrayForEach(row, cJSON_GetObjectItemCaseSensitive(fix, "remat")) check_row(&b, fix, row, path);
+    }
+    cJSON_Delete(dag);
+    cJSON_Delete(fix);
+    bench_free(&b);
+}
+
+int main(int argc, char **argv) {
+    if (argc == 3 && strcmp(argv[1], "--export") == 0) {
+        if (mkdir(argv[2], 0777) != 0 && errno != EEXIST) return fprintf(stderr, "cannot create %s\n", argv[2]), 1;
+        for (int i = 0; i < N_SPECS; i++) export_graph(&specs[i], argv[2]);
+        return check_exit("test_ilp --export");
+    }
+    const char *dir = argc == 3 && strcmp(argv[1], "--fixtures") == 0 ? argv[2] : "fixtures/ilp";
+    if (argc != 1 && argc != 3) return fprintf(stderr, "usage: test_ilp [--export DIR | --fixtures DIR]\n"), 2;
+    printf("%-8s %7s %7s %7s %9s %9s  %7s %7s    %s\n", "graph", "budget", "held", "peak P", "remat C",
+           "ILP C*(P)", "gap", "ILP arena", "remat's plan");
+    for (int i = 0; i < N_SPECS; i++) check_graph(&specs[i], dir);
+    printf("%d plans, %d compared at their own peak P (the others, *, with the optimum at the next proven limit "
+           "above P); worst gap %.2f%%; %d where the ILP's plan fits remat's budget once placed (<)\n",
+           n_rows, n_exact, 100 * worst_gap, n_missed);
+    return check_exit("test_ilp");
+}
