@@ -16,6 +16,7 @@
  */
 #include "../src/train/safetensors.h"
 #include "check.h"
+#include "fixture_fill.h"
 #include "testmodels.h"
 
 #include <math.h>
@@ -23,28 +24,6 @@
 
 #define RTOL 1e-5
 
-static uint32_t name_seed(const char *name) {
-    uint32_t h = 2166136261u;
-    for (const unsigned char *p = (const unsigned char *)name; *p; p++) h = (h ^ *p) * 16777619u;
-    return h;
-}
-
-static uint32_t fixture_hash(uint32_t seed, uint32_t i) {
-    uint32_t h = i + 0x9E3779B9u * (seed + 1u);
-    h ^= h >> 16;
-    h *= 0x85EBCA6Bu;
-    h ^= h >> 13;
-    h *= 0xC2B2AE35u;
-    h ^= h >> 16;
-    return h;
-}
-
-static void fill(uint32_t seed, int64_t n, float bound, float *out) {
-    for (int64_t i = 0; i < n; i++) {
-        float u = (float)(fixture_hash(seed, (uint32_t)i) >> 8) * (1.0f / 16777216.0f);
-        out[i] = (2.0f * u - 1.0f) * bound;
-    }
-}
 
 static const remat__st_tensor *get(const remat__st *f, const char *key, remat__st_tensor *t) {
     int i = remat__st_find(f, key);

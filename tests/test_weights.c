@@ -15,6 +15,7 @@
  * with its gradients file. */
 #include "../src/train/safetensors.h"
 #include "check.h"
+#include "fixture_fill.h"
 #include "testmodels.h"
 
 #include <math.h>
@@ -57,23 +58,7 @@ static int same_params(const remat_session *a, const remat_session *b) {
 
 /* ------------------------------------------------------ remat grad */
 
-/* The fixtures' deterministic initial weights (tests/fixtures/README.md). */
-static uint32_t name_seed(const char *name) {
-    uint32_t h = 2166136261u;
-    for (const unsigned char *p = (const unsigned char *)name; *p; p++) h = (h ^ *p) * 16777619u;
-    return h;
-}
-
-static uint32_t fixture_hash(uint32_t seed, uint32_t i) {
-    uint32_t h = i + 0x9E3779B9u * (seed + 1u);
-    h ^= h >> 16;
-    h *= 0x85EBCA6Bu;
-    h ^= h >> 13;
-    h *= 0xC2B2AE35u;
-    h ^= h >> 16;
-    return h;
-}
-
+/* The fixtures' deterministic initial weights (fixture_fill.h). */
 static void fixture_init(remat_session *s) {
     for (int i = 0; i < remat_session_param_count(s); i++) {
         remat_param_info p, w;
@@ -87,11 +72,7 @@ static void fixture_init(remat_session *s) {
         int wi = remat_session_find_param(s, wname);
         if (wi < 0 || remat_session_param(s, wi, &w) != REMAT_OK || w.ndim < 2) continue;
         float bound = (float)(1.0 / sqrt((double)(w.numel / w.dims[0])));
-        uint32_t seed = name_seed(p.name);
-        for (int64_t k = 0; k < p.numel; k++) {
-            float u = (float)(fixture_hash(seed, (uint32_t)k) >> 8) * (1.0f / 16777216.0f);
-            p.data[k] = (2.0f * u - 1.0f) * bound;
-        }
+        fill(name_seed(p.name), p.numel, bound, p.data);
     }
 }
 
