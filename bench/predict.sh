@@ -5,12 +5,13 @@
 #   bench/predict.sh [REMAT] [THREADS]     (default build/remat, 2)
 #
 # For each row it calibrates the model's shape classes (remat calibrate
-# --model ..., into a temporary file) and right after runs remat bench with
-# that cost model: store-all, and optimal within the held bytes of manual
-# (per-block checkpointing). Calibration and bench run back to back so
-# that they see the same machine load. Prints one line per strategy:
-# predicted seconds (forward, backward, recomputation, update), measured
-# median, and their ratio; the last line, the worst ratio's distance from 1.
+# --model ..., into a temporary file) and right after, so that both see
+# the same machine load, runs remat bench with that cost model: store-all,
+# manual (per-block checkpointing) and optimal at manual's held bytes, so
+# each row also shows optimal against manual. Prints one line per
+# strategy: predicted seconds (forward, backward, recomputation, update),
+# measured median, and their ratio; the last line, the worst ratio's
+# distance from 1.
 set -eu
 REMAT=${1:-build/remat}
 THREADS=${2:-2}
@@ -26,7 +27,7 @@ for row in "cnn --batch 128" "resnet18 --batch 32" "resnet50 --batch 16" "densen
     "$REMAT" calibrate --threads "$THREADS" --out "$CM" --model $row >/dev/null 2>&1
     held=$("$REMAT" plan --model $row --strategy manual --optim sgd --threads "$THREADS" --json |
            sed -n 's/.*"held_bytes":\([0-9]*\).*/\1/p')
-    "$REMAT" bench --model $row --threads "$THREADS" --cost-model "$CM" --strategies all --budget "$held" \
+    "$REMAT" bench --model $row --threads "$THREADS" --cost-model "$CM" --strategies all,manual --budget "$held" \
         --steps 3 --warmup 1 --json |
     while read -r line; do
         s=$(echo "$line" | sed -n 's/.*"strategy":"\([^"]*\)".*/\1/p')

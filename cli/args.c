@@ -12,23 +12,28 @@
 #include <strings.h>
 #include <time.h>
 
+/* Both also leave the message as the thread's last error (remat_error), so
+ * that under mpirun the other ranks can be told why this one stopped
+ * (cli_dist_agree). */
 int cli_fail(const char *fmt, ...) {
+    char msg[2048];
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "remat: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    fprintf(stderr, "remat: %s\n", msg);
+    remat_error(REMAT_INVALID, "%s", msg);
     return 1;
 }
 
 int cli_usage_error(const char *cmd, const char *fmt, ...) {
+    char msg[2048];
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "remat %s: ", cmd);
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\nTry 'remat %s --help'.\n", cmd);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    fprintf(stderr, "remat %s: %s\nTry 'remat %s --help'.\n", cmd, msg, cmd);
+    remat_error(REMAT_INVALID, "remat %s: %s", cmd, msg);
     return 2;
 }
 

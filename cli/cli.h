@@ -94,7 +94,7 @@ remat_status cli_synth_next(void *user, int64_t step, void *input, void *labels)
  * cli_session_arg, then call cli_session_opts. */
 enum {
     CLI_OPT_THREADS = 0x1100, CLI_OPT_SEED, CLI_OPT_DEVICE, CLI_OPT_TF32, CLI_OPT_COST_MODEL, CLI_OPT_STRATEGY,
-    CLI_OPT_BUDGET
+    CLI_OPT_BUDGET, CLI_OPT_MICRO_BATCH, CLI_OPT_BUCKET, CLI_OPT_NO_OVERLAP
 };
 #define CLI_SESSION_OPTIONS                                                                                \
     {"threads", required_argument, 0, CLI_OPT_THREADS}, {"seed", required_argument, 0, CLI_OPT_SEED},       \
@@ -102,6 +102,10 @@ enum {
     {"cost-model", required_argument, 0, CLI_OPT_COST_MODEL}
 #define CLI_PLAN_OPTIONS \
     {"strategy", required_argument, 0, CLI_OPT_STRATEGY}, {"budget", required_argument, 0, CLI_OPT_BUDGET}
+/* Micro-batches and ranks: train and bench. */
+#define CLI_DIST_OPTIONS                                                                                   \
+    {"micro-batch", required_argument, 0, CLI_OPT_MICRO_BATCH}, {"bucket", required_argument, 0, CLI_OPT_BUCKET}, \
+    {"no-overlap", no_argument, 0, CLI_OPT_NO_OVERLAP}
 
 typedef struct {
     int64_t threads, seed; /* default 0 (one per core), 42 */
@@ -113,6 +117,9 @@ typedef struct {
     int check_device;       /* cli_session_opts checks the device is usable
                              * (default 1; bench's parent must not touch a
                              * GPU before it forks) */
+    int64_t micro_batch;    /* 0: the batch over the ranks */
+    size_t bucket;          /* 0: the library's default */
+    int no_overlap;
 } cli_session_args;
 
 void cli_session_args_init(cli_session_args *a);
@@ -128,6 +135,37 @@ int cli_session_opts(const cli_session_args *a, const char *cmd, remat_session_o
 /* The help lines of the session options (with strategy and budget when
  * plans). */
 void cli_session_help(int plans);
+/* The help lines of the micro-batch options (CLI_DIST_OPTIONS). */
+void cli_dist_help(const char *cmd);
+
+/* ---------------------------------------------------- ranks
+ * A command started by mpirun runs on every rank; the ranks agree at known
+ * points (after setup, after the session is made, after files are
+ * written), so that a rank that fails there makes every rank stop, naming
+ * it. A failure anywhere else ends the whole job (remat_comm_abort): the
+ * other ranks may be waiting for this one. */
+typedef struct {
+    remat_comm *comm;
+    int rank, ranks, hosts;
+} cli_dist;
+
+/* The ranks this process was started with (single when not by mpirun). 0,
+ * or prints why not and returns 1. */
+int cli_dist_begin(cli_dist *d);
+/* A known point: every rank calls it with its exit status so far. Returns
+ * rc when nonzero; 1 when another rank failed (after printing which and
+ * why); 0 when every rank is fine. */
+int cli_dist_agree(cli_dist *d, int rc);
+/* Ends the command with exit status rc: finalizes MPI, or, for a failure
+ * the other ranks do not know of, ends every rank (does not return). */
+int cli_dist_end(cli_dist *d, int rc);
+/* The micro-batch for a global batch over d's ranks: a->micro_batch, or
+ * batch / ranks; a usage error for cmd (returns 2) when batch is not a
+ * multiple of micro-batch x ranks. */
+int cli_dist_micro_batch(const cli_dist *d, const cli_session_args *a, int64_t batch, const char *cmd,
+                         int64_t *micro);
+/* "2 ranks on 1 host (vm), 1 thread per rank" */
+const char *cli_dist_line(const cli_dist *d, int threads, char *buf, size_t cap);
 /* "cpu, 2 threads" or "cuda (79.1 GiB free of 79.2 GiB)". */
 const char *cli_device_line(const remat_session_opts *so, char *buf, size_t cap);
 

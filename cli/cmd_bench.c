@@ -13,6 +13,14 @@
  * every row has its own process peak RSS. Rows give the median step time
  * after the warm-up steps and ratios against `all` (or the first row when
  * `all` is not benchmarked). The process machinery is procs.c.
+ *
+ * --batch is the global batch of a step, split into micro-batches
+ * (--micro-batch, default batch / ranks). Under mpirun (cli_dist) there is
+ * no fork (MPI does not survive one): every rank runs the rows one after
+ * the other in its own process, each row's session over all the ranks,
+ * and rank 0 prints per-rank peaks (the largest), step times (the slowest
+ * rank's median) and the reductions' times: their own work, and the wait
+ * after the backward pass that the overlap did not hide.
  */
 #include "cli.h"
 
@@ -20,6 +28,7 @@
 #include <getopt.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -38,6 +47,9 @@ static void help(void) {
            "                      over the timed steps and print where each row's time goes\n"
            "  --json              one JSON object per row (fields in the README)\n"
            "  --help              this text\n"
+           "  --micro-batch M, --bucket SIZE, --no-overlap: as for remat train; under\n"
+           "                      mpirun the rows run one after the other in each rank's\n"
+           "                      process (peak RSS is then the process's so far)\n"
            "\n"
            "Each row runs in its own process, so its peak RSS is its own; the rows take\n"
            "their steps in interleaved rounds, one process computing at a time. With\n"
@@ -85,9 +97,10 @@ typedef struct {
 } row;
 
 typedef struct {
-    remat_model_opts mo;
+    remat_model_opts mo;   /* batch: one micro-batch */
     remat_session_opts so; /* every row's, but for strategy and budget */
     remat_cost_model cm;
+    int64_t batch;         /* the global batch of a step */
 } config;
 
 
@@ -114,6 +127,25 @@ static int send_profile(int fd, const remat_session *s) {
         if (cli_write_all(fd, &l, sizeof l) != 0) return -1;
     }
     return 0;
+}
+
+/* The optimizer every row trains with: SGD with momentum. */
+static void bench_optim(remat_optim_opts *oo, const cli_synth *syn) {
+    remat_optim_opts_default(oo, REMAT_OPTIM_SGD);
+    oo->momentum = 0.9f;
+    /* regression targets (heavy's scalar chain) blow up at ordinary rates */
+    oo->lr = syn->y_int ? 1e-3f : 1e-9f;
+}
+
+/* Fills x and y with q synthetic micro-batches (global indices first..)
+ * and binds them: the same batch for every step and row. */
+static void bind_synthetic(remat_session *s, const remat_model *m, const cli_synth *syn, int64_t first, int64_t q,
+                           void *x, void *y) {
+    for (int64_t j = 0; j < q; j++)
+        cli_synth_next((void *)syn, first + j, (char *)x + (size_t)(j * syn->nx) * 4,
+                       y ? (char *)y + (size_t)(j * syn->ny) * 4 : NULL);
+    remat_session_bind(s, m->input, x);
+    if (y) remat_session_bind(s, m->labels, y);
 }
 
 /* The child: builds everything, then serves commands: 'S' one timed
@@ -146,22 +178,17 @@ static void child(void *argp, int cmd, int res) {
         so.budget = me->budget;
         if (so.cost_model) so.cost_model = &cf->cm;
         remat_optim_opts oo;
-        remat_optim_opts_default(&oo, REMAT_OPTIM_SGD);
-        oo.momentum = 0.9f;
-        /* regression targets (heavy's scalar chain) blow up at ordinary rates */
-        oo.lr = syn.y_int ? 1e-3f : 1e-9f;
-        x = malloc((size_t)syn.nx * 4);
-        y = syn.ny ? malloc((size_t)syn.ny * 4) : NULL;
+        bench_optim(&oo, &syn);
+        int64_t q = so.micro_batches ? so.micro_batches : 1; /* one process: every micro-batch is its own */
+        x = malloc((size_t)(q * syn.nx) * 4);
+        y = syn.ny ? malloc((size_t)(q * syn.ny) * 4) : NULL;
         if (!x || (syn.ny && !y)) set_error(&r, "out of memory for a batch");
         else if (remat_device_available(so.device) != REMAT_OK ||
                  remat_device_memory(so.device, &free0, &total) != REMAT_OK ||
                  (so.optim = &oo, remat_session_create(&s, g, m.loss, &so)) != REMAT_OK)
             set_error(&r, remat_last_error());
-        else {
-            cli_synth_next(&syn, 0, x, y);
-            remat_session_bind(s, m.input, x);
-            if (y) remat_session_bind(s, m.labels, y);
-        }
+        else
+            bind_synthetic(s, &m, &syn, 0, q, x, y);
     }
     int setup_ok = r.ok;
     if (cli_write_all(res, &r, sizeof r) == 0 && setup_ok) {
@@ -300,7 +327,8 @@ static void row_name(const row *r, char *buf, size_t cap) {
 static cJSON *row_json(const config *cf, const row *r) {
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "model", cf->mo.name);
-    cJSON_AddNumberToObject(o, "batch", (double)cf->mo.batch);
+    cJSON_AddNumberToObject(o, "batch", (double)cf->batch);
+    cJSON_AddNumberToObject(o, "micro_batch", (double)cf->mo.batch);
     cJSON_AddStringToObject(o, "strategy", remat_strategy_str(r->strategy));
     if (r->budget) cJSON_AddNumberToObject(o, "budget_bytes", (double)r->budget);
     return o;
@@ -346,85 +374,26 @@ static int save_init(const config *cf, const char *path) {
 }
 
 
-int cmd_bench(int argc, char **argv) {
-    const char *data = NULL, *init_out = NULL;
-    char list[256] = "all,sqrt";
-    int64_t steps = 10, warmup = 2;
-    int json = 0, profile = 0;
+/* What the command line asks for. */
+typedef struct {
+    const char *data, *init_out;
+    char list[256];
+    int64_t steps, warmup;
+    int json, profile, help;
     row rows[MAX_ROWS];
-    size_t extra_budget[MAX_ROWS];
-    int ns = 0, nb = 0;
-    cli_model_args ma;
-    cli_model_args_init(&ma);
-    cli_session_args sa;
-    cli_session_args_init(&sa);
-    static const struct option opts[] = {
-        CLI_MODEL_OPTIONS, CLI_SESSION_OPTIONS,
-        {"data", required_argument, 0, 'd'},    {"strategies", required_argument, 0, 's'},
-        {"steps", required_argument, 0, 'n'},   {"warmup", required_argument, 0, 'w'},
-        {"json", no_argument, 0, 'j'},          {"help", no_argument, 0, 'h'},
-        {"budget", required_argument, 0, 'B'},  {"save-init", required_argument, 0, 'W'},
-        {"profile", no_argument, 0, 'P'},       {0, 0, 0, 0}};
-    cli_opts co = {.cmd = "bench", .ma = &ma, .sa = &sa, .opts = opts, .shortopts = ":h"};
-    for (int c; (c = cli_next_opt(&co, argc, argv)) > 0;) {
-        int bad = 0;
-        switch (c) {
-        case 'd': data = optarg; break;
-        case 's': bad = strlen(optarg) >= sizeof list; if (!bad) strcpy(list, optarg); break;
-        case 'n': bad = cli_parse_i64(optarg, &steps) || steps < 1 || steps > 1000000; break;
-        case 'w': bad = cli_parse_i64(optarg, &warmup) || warmup < 0 || warmup > 1000000; break;
-        case 'j': json = 1; break;
-        case 'P': profile = 1; break;
-        case 'W': init_out = optarg; break;
-        case 'B':
-            if (nb == MAX_ROWS) return cli_usage_error("bench", "at most %d budgets", MAX_ROWS);
-            bad = cli_parse_size(optarg, &extra_budget[nb]) || extra_budget[nb] == 0;
-            nb++;
-            break;
-        case 'h': help(); return 0;
-        }
-        if (bad) return cli_bad_value(&co, optarg, "");
-    }
-    if (co.rc) return co.rc;
-    if (data && strncmp(data, "tokens:", 7) == 0)
-        return cli_usage_error("bench", "bench runs on synthetic batches; give a data set's name for its shape only");
-    memset(rows, 0, sizeof rows);
-    for (char *tok = strtok(list, ","); tok; tok = strtok(NULL, ",")) {
-        if (ns == MAX_ROWS) return cli_usage_error("bench", "at most %d rows", MAX_ROWS);
-        if (remat_strategy_parse(tok, &rows[ns].strategy) != REMAT_OK)
-            return cli_usage_error("bench", "%s", remat_last_error());
-        ns++;
-    }
-    for (int i = 0; i < nb; i++) {
-        if (ns == MAX_ROWS) return cli_usage_error("bench", "at most %d rows (strategies and budgets)", MAX_ROWS);
-        rows[ns].strategy = REMAT_STRATEGY_OPTIMAL;
-        rows[ns++].budget = extra_budget[i];
-    }
-    if (ns == 0) return cli_usage_error("bench", "no strategy given");
+    int ns;
     config cf;
-    /* The parent does not touch the device: a CUDA context does not survive
-     * fork, so every row's process makes its own (and checks the device). */
-    sa.check_device = 0;
-    int u = cli_session_opts(&sa, "bench", &cf.so, &cf.cm, NULL);
-    if (u) return u;
-    u = cli_model_opts(&ma, data, "bench", &cf.mo);
-    if (u) return u;
+} bench_args;
 
+/* One process per row (forked), driven in interleaved rounds. */
+static int bench_forked(bench_args *args) {
+    config cf = args->cf;
+    row *rows = args->rows;
+    int ns = args->ns, json = args->json, profile = args->profile;
+    int64_t steps = args->steps, warmup = args->warmup;
     /* A child that finds its pipe closed must not kill the parent. */
     signal(SIGPIPE, SIG_IGN);
-    {
-        /* the model must build, with every option showing, before any row starts */
-        remat_graph *pg = NULL;
-        remat_model pm;
-        if (remat_graph_create(&pg) != REMAT_OK || remat_model_build(pg, &cf.mo, &pm) != REMAT_OK) {
-            remat_graph_destroy(pg);
-            return cli_fail("%s", remat_last_error());
-        }
-        u = cli_model_check(&ma, pg, &pm, "bench");
-        remat_graph_destroy(pg);
-        if (u) return u;
-    }
-    if (init_out && save_init(&cf, init_out)) return 1;
+    if (args->init_out && save_init(&cf, args->init_out)) return 1;
     size_t base_rss = cli_idle_rss();
     int rc = 0;
     for (int k = 0; k < ns; k++) {
@@ -574,4 +543,323 @@ int cmd_bench(int argc, char **argv) {
     for (int k = 0; k < ns; k++) free(rows[k].times), free(rows[k].prof);
     if (rc) cli_fail("some rows failed (see above)");
     return rc;
+}
+
+
+/* ------------------------------------------------------ under mpirun */
+
+/* What a rank reports of a row; rank 0 gathers them. */
+typedef struct {
+    int ok;
+    double median, reduce, wait; /* seconds per step (medians): the step, the
+                                  * reductions' own work, the wait after backward */
+    double exposed, skew;        /* of the wait (medians): after the last rank's
+                                  * backward (not hidden), before it (skew); -1:
+                                  * several hosts */
+    size_t predicted, measured, act, held, comm, rss;
+    int64_t recomputations;
+    int buckets, overlap;
+    char planner[16];
+    char error[480];
+} rank_report;
+
+static double median_of(double *v, int64_t n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Row r on this rank: a session over every rank, warm-up and timed steps.
+ * A step that fails on this rank alone ends the job (returns 1); a session
+ * the ranks could not make is a failed row on all of them. */
+static int rank_row(const bench_args *args, const cli_dist *d, const remat_graph *g, const remat_model *m,
+                    const cli_synth *syn, const row *r, rank_report *me) {
+    remat_session_opts so = args->cf.so;
+    so.strategy = r->strategy, so.budget = r->budget, so.comm = d->comm;
+    if (so.cost_model) so.cost_model = &args->cf.cm;
+    remat_optim_opts oo;
+    bench_optim(&oo, syn);
+    so.optim = &oo;
+    memset(me, 0, sizeof *me);
+    remat_session *s = NULL;
+    if (remat_session_create(&s, g, m->loss, &so) != REMAT_OK) {
+        snprintf(me->error, sizeof me->error, "%s", remat_last_error());
+        return 0;
+    }
+    remat_dist_info di;
+    remat_session_dist(s, &di);
+    int64_t n = args->steps;
+    void *x = malloc((size_t)(di.local_micro_batches * syn->nx) * 4);
+    void *y = syn->ny ? malloc((size_t)(di.local_micro_batches * syn->ny) * 4) : NULL;
+    double *t = calloc((size_t)(5 * n), sizeof *t); /* step, reduce, wait, exposed, skew */
+    int rc = !x || (syn->ny && !y) || !t ? cli_fail("out of memory for a batch") : 0;
+    if (!rc) bind_synthetic(s, m, syn, di.first_micro_batch, di.local_micro_batches, x, y);
+    for (int64_t i = 0; i < args->warmup + n && !rc; i++) {
+        float loss;
+        double t0 = cli_now();
+        if (remat_session_step(s, &loss) != REMAT_OK || remat_session_update(s) != REMAT_OK) {
+            rc = cli_fail("%s", remat_last_error());
+            break;
+        }
+        if (i < args->warmup) continue;
+        remat_session_dist(s, &di);
+        t[i - args->warmup] = cli_now() - t0;
+        t[n + i - args->warmup] = di.reduce_seconds;
+        t[2 * n + i - args->warmup] = di.wait_seconds;
+        t[3 * n + i - args->warmup] = di.exposed_seconds;
+        t[4 * n + i - args->warmup] = di.skew_seconds;
+    }
+    if (!rc) {
+        remat_mem_stats meas;
+        remat_plan_summary p;
+        remat_session_mem(s, &meas);
+        remat_session_plan(s, &p);
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        *me = (rank_report){.ok = 1, .median = median_of(t, n), .reduce = median_of(t + n, n),
+                            .wait = median_of(t + 2 * n, n), .exposed = median_of(t + 3 * n, n),
+                            .skew = median_of(t + 4 * n, n), .predicted = p.predicted.peak[REMAT_MEM_TOTAL],
+                            .measured = meas.peak[REMAT_MEM_TOTAL], .act = meas.peak[REMAT_MEM_ACT],
+                            .held = remat_session_held_bytes(s), .comm = di.comm_bytes,
+                            .rss = (size_t)ru.ru_maxrss * 1024, .recomputations = p.recomputations,
+                            .buckets = di.buckets, .overlap = di.overlap};
+        snprintf(me->planner, sizeof me->planner, "%s", p.planner);
+    }
+    free(x), free(y), free(t);
+    remat_session_destroy(s);
+    return rc;
+}
+
+/* Every row on every rank, one after the other; rank 0 prints. */
+static int bench_ranks(bench_args *args, cli_dist *d) {
+    const config *cf = &args->cf;
+    int ns = args->ns, R = d->ranks;
+    remat_graph *g = NULL;
+    remat_model m;
+    cli_synth syn;
+    rank_report *all = calloc((size_t)(ns * R) + 1, sizeof *all);
+    int rc = !all ? cli_fail("out of memory") : 0;
+    if (!rc && (remat_graph_create(&g) != REMAT_OK || remat_model_build(g, &cf->mo, &m) != REMAT_OK))
+        rc = cli_fail("%s", remat_last_error());
+    if (!rc && cli_synth_init(&syn, g, &m, &cf->mo, cf->so.seed)) rc = 1;
+    if (!rc && args->init_out && d->rank == 0) {
+        /* the initial weights: the seed's alone, the same in every row */
+        remat_session *s = NULL;
+        remat_session_opts so;
+        remat_session_opts_default(&so);
+        so.threads = 1, so.seed = cf->so.seed;
+        if (remat_session_create(&s, g, m.loss, &so) != REMAT_OK || remat_safetensors_save(s, args->init_out) != REMAT_OK)
+            rc = cli_fail("%s", remat_last_error());
+        remat_session_destroy(s);
+    }
+    if ((rc = cli_dist_agree(d, rc))) {
+        remat_graph_destroy(g), free(all);
+        return rc;
+    }
+    char line[200];
+    if (!args->json && d->rank == 0)
+        fprintf(stderr, "benchmarking %s, batch %lld (micro-batches of %lld): %s; %d rows, %lld warm-up + %lld timed "
+                "steps each, one row after the other\n", cf->mo.name, (long long)cf->batch, (long long)cf->mo.batch,
+                cli_dist_line(d, cf->so.threads, line, sizeof line), ns, (long long)args->warmup,
+                (long long)args->steps);
+    for (int k = 0; k < ns && !rc; k++) {
+        rank_report me;
+        rc = rank_row(args, d, g, &m, &syn, &args->rows[k], &me);
+        if (rc) break; /* this rank alone: cli_dist_end ends the job */
+        if (remat_comm_allgather(d->comm, &me, sizeof me, all + (size_t)k * R) != REMAT_OK)
+            rc = cli_fail("%s", remat_last_error());
+    }
+    if (!rc && d->rank == 0) {
+        /* per row: the largest peak of any rank, the slowest rank's median */
+        rank_report best[MAX_ROWS];
+        int base = -1;
+        for (int k = 0; k < ns; k++) {
+            best[k] = all[(size_t)k * R];
+            for (int i = 1; i < R; i++) {
+                const rank_report *q = &all[(size_t)k * R + i];
+                if (!q->ok) best[k] = *q;
+                if (!best[k].ok) continue;
+                if (q->median > best[k].median) best[k].median = q->median;
+                if (q->reduce > best[k].reduce) best[k].reduce = q->reduce;
+                if (q->wait > best[k].wait) best[k].wait = q->wait;
+                if (q->exposed > best[k].exposed) best[k].exposed = q->exposed;
+                if (q->skew > best[k].skew) best[k].skew = q->skew;
+                if (q->measured > best[k].measured) best[k].measured = q->measured;
+                if (q->held > best[k].held) best[k].held = q->held;
+                if (q->rss > best[k].rss) best[k].rss = q->rss;
+            }
+            if (best[k].ok && args->rows[k].strategy == REMAT_STRATEGY_ALL && !args->rows[k].budget && base < 0) base = k;
+        }
+        for (int k = 0; k < ns && base < 0; k++)
+            if (best[k].ok) base = k;
+        char base_name[48] = "";
+        if (base >= 0) row_name(&args->rows[base], base_name, sizeof base_name);
+        if (!args->json)
+            printf("%-20s %12s %12s %12s %12s %10s %10s %9s %10s %10s %11s %12s\n", "strategy", "held/rank",
+                   "measured", "activations", "comm", "recomputed", "step (s)", "time", "reduce (s)", "wait (s)",
+                   "exposed (s)", "peak RSS");
+        for (int k = 0; k < ns; k++) {
+            const rank_report *q = &best[k];
+            char name[48];
+            row_name(&args->rows[k], name, sizeof name);
+            if (!q->ok) {
+                rc = 1;
+                if (args->json) {
+                    cJSON *o = row_json(cf, &args->rows[k]);
+                    cJSON_AddStringToObject(o, "error", q->error);
+                    cli_json_print(o);
+                } else {
+                    printf("%-20s failed: %s\n", name, q->error);
+                }
+                continue;
+            }
+            double rt = q->median / best[base].median;
+            if (args->json) {
+                cJSON *o = row_json(cf, &args->rows[k]);
+                cJSON_AddNumberToObject(o, "ranks", R);
+                cJSON_AddNumberToObject(o, "hosts", d->hosts);
+                cJSON_AddNumberToObject(o, "threads", cf->so.threads);
+                cJSON_AddStringToObject(o, "planner", q->planner);
+                cJSON_AddNumberToObject(o, "predicted_peak_bytes", (double)q->predicted);
+                cJSON_AddNumberToObject(o, "measured_peak_bytes", (double)q->measured);
+                cJSON_AddNumberToObject(o, "activation_bytes", (double)q->act);
+                cJSON_AddNumberToObject(o, "held_bytes", (double)q->held);
+                cJSON_AddNumberToObject(o, "comm_bytes", (double)q->comm);
+                cJSON_AddNumberToObject(o, "process_peak_rss_bytes", (double)q->rss);
+                cJSON_AddBoolToObject(o, "rss_includes_earlier_rows", k > 0);
+                cJSON_AddNumberToObject(o, "recomputations", (double)q->recomputations);
+                cJSON_AddNumberToObject(o, "buckets", q->buckets);
+                cJSON_AddBoolToObject(o, "overlap", q->overlap);
+                cJSON_AddNumberToObject(o, "warmup_steps", (double)args->warmup);
+                cJSON_AddNumberToObject(o, "timed_steps", (double)args->steps);
+                cJSON_AddNumberToObject(o, "median_step_seconds", q->median);
+                cJSON *a = cJSON_AddArrayToObject(o, "rank_step_seconds");
+                for (int i = 0; a && i < R; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(all[(size_t)k * R + i].median));
+                cJSON_AddNumberToObject(o, "reduce_seconds", q->reduce);
+                cJSON_AddNumberToObject(o, "wait_seconds", q->wait);
+                if (q->exposed >= 0) {
+                    cJSON_AddNumberToObject(o, "exposed_seconds", q->exposed);
+                    cJSON_AddNumberToObject(o, "skew_seconds", q->skew);
+                }
+                cJSON_AddStringToObject(o, "baseline", base_name);
+                cJSON_AddNumberToObject(o, "time_ratio", rt);
+                cJSON_AddNumberToObject(o, "overhead_percent", 100.0 * (rt - 1.0));
+                cli_json_print(o);
+            } else {
+                char b1[32], b2[32], b3[32], b4[32], b5[32], ex[32] = "-";
+                if (q->exposed >= 0) snprintf(ex, sizeof ex, "%.4f", q->exposed);
+                printf("%-20s %12s %12s %12s %12s %10lld %10.4f %9.3f %10.4f %10.4f %11s %12s\n", name,
+                       cli_fmt_bytes(q->held, b1, sizeof b1), cli_fmt_bytes(q->measured, b2, sizeof b2),
+                       cli_fmt_bytes(q->act, b3, sizeof b3), cli_fmt_bytes(q->comm, b4, sizeof b4),
+                       (long long)q->recomputations, q->median, rt, q->reduce, q->wait, ex,
+                       cli_fmt_bytes(q->rss, b5, sizeof b5));
+            }
+        }
+        if (!args->json && base >= 0)
+            printf("(per rank: the largest peak of any rank, the slowest rank's median of %lld steps after %lld "
+                   "warm-up; reduce: the reductions' own work per step, wait: the time after this rank's backward "
+                   "pass until they completed, exposed: the part of it after the last rank's backward pass (what "
+                   "the backward pass did not hide; one host only); ratios against %s; peak RSS is the process's, earlier rows included)\n",
+                   (long long)args->steps, (long long)args->warmup, base_name);
+    }
+    if (!rc) rc = cli_dist_agree(d, 0); /* rank 0 printed */
+    remat_graph_destroy(g);
+    free(all);
+    if (rc && d->rank == 0 && !args->json) cli_fail("some rows failed (see above)");
+    return rc;
+}
+
+/* Options, rows and the model's check, on this rank: 0 or the exit status
+ * after printing why. */
+static int parse(bench_args *b, const cli_dist *d, int argc, char **argv) {
+    size_t extra_budget[MAX_ROWS];
+    int nb = 0;
+    snprintf(b->list, sizeof b->list, "all,sqrt");
+    b->steps = 10, b->warmup = 2;
+    cli_model_args ma;
+    cli_model_args_init(&ma);
+    cli_session_args sa;
+    cli_session_args_init(&sa);
+    static const struct option opts[] = {
+        CLI_MODEL_OPTIONS, CLI_SESSION_OPTIONS, CLI_DIST_OPTIONS,
+        {"data", required_argument, 0, 'd'},    {"strategies", required_argument, 0, 's'},
+        {"steps", required_argument, 0, 'n'},   {"warmup", required_argument, 0, 'w'},
+        {"json", no_argument, 0, 'j'},          {"help", no_argument, 0, 'h'},
+        {"budget", required_argument, 0, 'B'},  {"save-init", required_argument, 0, 'W'},
+        {"profile", no_argument, 0, 'P'},       {0, 0, 0, 0}};
+    cli_opts co = {.cmd = "bench", .ma = &ma, .sa = &sa, .opts = opts, .shortopts = ":h"};
+    for (int c; (c = cli_next_opt(&co, argc, argv)) > 0;) {
+        int bad = 0;
+        switch (c) {
+        case 'd': b->data = optarg; break;
+        case 's': bad = strlen(optarg) >= sizeof b->list; if (!bad) strcpy(b->list, optarg); break;
+        case 'n': bad = cli_parse_i64(optarg, &b->steps) || b->steps < 1 || b->steps > 1000000; break;
+        case 'w': bad = cli_parse_i64(optarg, &b->warmup) || b->warmup < 0 || b->warmup > 1000000; break;
+        case 'j': b->json = 1; break;
+        case 'P': b->profile = 1; break;
+        case 'W': b->init_out = optarg; break;
+        case 'B':
+            if (nb == MAX_ROWS) return cli_usage_error("bench", "at most %d budgets", MAX_ROWS);
+            bad = cli_parse_size(optarg, &extra_budget[nb]) || extra_budget[nb] == 0;
+            nb++;
+            break;
+        case 'h': b->help = 1; return 0;
+        }
+        if (bad) return cli_bad_value(&co, optarg, "");
+    }
+    if (co.rc) return co.rc;
+    if (b->data && strncmp(b->data, "tokens:", 7) == 0)
+        return cli_usage_error("bench", "bench runs on synthetic batches; give a data set's name for its shape only");
+    row *rows = b->rows;
+    memset(rows, 0, sizeof b->rows);
+    for (char *tok = strtok(b->list, ","); tok; tok = strtok(NULL, ",")) {
+        if (b->ns == MAX_ROWS) return cli_usage_error("bench", "at most %d rows", MAX_ROWS);
+        if (remat_strategy_parse(tok, &rows[b->ns].strategy) != REMAT_OK)
+            return cli_usage_error("bench", "%s", remat_last_error());
+        b->ns++;
+    }
+    for (int i = 0; i < nb; i++) {
+        if (b->ns == MAX_ROWS) return cli_usage_error("bench", "at most %d rows (strategies and budgets)", MAX_ROWS);
+        rows[b->ns].strategy = REMAT_STRATEGY_OPTIMAL;
+        rows[b->ns++].budget = extra_budget[i];
+    }
+    if (b->ns == 0) return cli_usage_error("bench", "no strategy given");
+    config *cf = &b->cf;
+    /* The parent does not touch the device: a CUDA context does not survive
+     * fork, so every row's process makes its own (and checks the device). */
+    sa.check_device = 0;
+    int u = cli_session_opts(&sa, "bench", &cf->so, &cf->cm, NULL);
+    if (u) return u;
+    u = cli_model_opts(&ma, b->data, "bench", &cf->mo);
+    if (u) return u;
+    /* --batch is the step's global batch; the graph is one micro-batch */
+    cf->batch = cf->mo.batch;
+    if ((u = cli_dist_micro_batch(d, &sa, cf->batch, "bench", &cf->mo.batch))) return u;
+    if (ma.batch > 0) ma.batch = cf->mo.batch; /* what cli_model_check finds in the graph */
+    cf->so.micro_batches = cf->batch / cf->mo.batch;
+    if (cf->so.threads == 0) cf->so.threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
+    /* the model must build, with every option showing, before any row starts */
+    remat_graph *pg = NULL;
+    remat_model pm;
+    if (remat_graph_create(&pg) != REMAT_OK || remat_model_build(pg, &cf->mo, &pm) != REMAT_OK) {
+        remat_graph_destroy(pg);
+        return cli_fail("%s", remat_last_error());
+    }
+    u = cli_model_check(&ma, pg, &pm, "bench");
+    remat_graph_destroy(pg);
+    return u;
+}
+
+int cmd_bench(int argc, char **argv) {
+    cli_dist d;
+    if (cli_dist_begin(&d)) return 1;
+    bench_args b;
+    memset(&b, 0, sizeof b);
+    int rc = parse(&b, &d, argc, argv);
+    if (b.help && !rc) {
+        if (d.rank == 0) help();
+    } else if (!(rc = cli_dist_agree(&d, rc))) {
+        /* MPI does not survive a fork: under mpirun the rows run here */
+        rc = strcmp(remat_comm_kind(d.comm), "mpi") == 0 ? bench_ranks(&b, &d) : bench_forked(&b);
+    }
+    return cli_dist_end(&d, rc);
 }

@@ -7,7 +7,14 @@
  * saved to one. With --state-dir (and --save-every) the run saves training
  * states as it goes, and --resume continues one bitwise as if it had never
  * stopped (remat.h, "training state"); the options that define the math
- * are recorded in each state under their flags' names and compared. */
+ * are recorded in each state under their flags' names and compared.
+ *
+ * Under mpirun every rank runs it (cli_dist): --batch is the global batch,
+ * split into micro-batches (--micro-batch, default batch / ranks) that the
+ * ranks share; rank 0 prints and writes the files; the ranks agree after
+ * the setup (options, model, data), when the session is made and after
+ * the files are written, so that a rank failing there stops them all,
+ * named. */
 #include "cli.h"
 
 #include <cjson/cJSON.h>
@@ -68,11 +75,13 @@ static void help(void) {
            "  --json              one JSON object per line: per step and per evaluation\n"
            "  --help              this text\n");
     cli_session_help(1);
+    cli_dist_help("train");
     printf("\n");
     cli_model_help();
 }
 
 typedef struct {
+    int quiet;       /* not rank 0: nothing to print */
     int json, tty;
     int64_t epochs_total;
     /* streams */
@@ -164,7 +173,7 @@ static int on_state_event(const remat_event *ev, progress *p) {
 /* Data sets: a bar per epoch, then the evaluation. */
 static void on_event(const remat_event *ev, void *user) {
     progress *p = user;
-    if (on_state_event(ev, p)) return;
+    if (p->quiet || on_state_event(ev, p)) return;
     if (p->json) {
         if (ev->kind == REMAT_EVENT_STEP) print_json_step(ev, p);
         else print_json_eval(ev);
@@ -196,7 +205,7 @@ static void on_event(const remat_event *ev, void *user) {
 /* Streams: a line every log_every steps and one per epoch. */
 static void on_stream_event(const remat_event *ev, void *user) {
     progress *p = user;
-    if (on_state_event(ev, p)) return;
+    if (p->quiet || on_state_event(ev, p)) return;
     if (p->json) {
         print_json_step(ev, p);
         fflush(stdout);
@@ -293,18 +302,46 @@ static int check_writable(const char *path) {
     return 0;
 }
 
-int cmd_train(int argc, char **argv) {
-    const char *data = NULL, *dir = NULL, *optim = "adamw", *save = NULL, *init_from = NULL;
-    const char *state_dir = NULL, *resume = NULL;
-    int64_t epochs = 1, steps = 0, train_limit = 0, test_limit = 0, log_every = 10, save_every = -1, keep = -1;
-    float lr = -1, momentum = 0.9f, wd = -1;
-    int json = 0, nesterov = 0;
+/* Everything a run is made of: the options, then what the setup builds. */
+typedef struct {
+    const char *data, *dir, *optim, *save, *init_from, *state_dir, *resume;
+    int64_t epochs, steps, train_limit, test_limit, log_every, save_every, keep;
+    float lr, momentum, wd;
+    int json, nesterov, help;
     cli_model_args ma;
-    cli_model_args_init(&ma);
     cli_session_args sa;
-    cli_session_args_init(&sa);
+    remat_optim_opts oo;
+    remat_model_opts mo;
+    remat_session_opts so;
+    remat_cost_model cm;
+    const char *cost_used;
+    int64_t batch, micro; /* the global batch of a step and its micro-batch (the graph's batch) */
+    int synthetic, tokens, stream, lm, classifier;
+    remat_graph *g;
+    remat_model m;
+    remat_dataset *train, *test;
+    remat_tokens *tok;
+    int64_t xd[REMAT_MAX_DIMS], ld[REMAT_MAX_DIMS]; /* the graph's input and logits */
+    char shape[64];
+} job;
+
+static void job_free(job *j) {
+    remat_graph_destroy(j->g);
+    remat_dataset_destroy(j->train);
+    remat_dataset_destroy(j->test);
+    remat_tokens_destroy(j->tok);
+}
+
+/* Options, the model and the data, on this rank: 0, or the exit status
+ * after printing why. */
+static int setup(job *j, const cli_dist *d, int argc, char **argv) {
+    j->optim = "adamw";
+    j->epochs = 1, j->log_every = 10, j->save_every = -1, j->keep = -1;
+    j->lr = -1, j->momentum = 0.9f, j->wd = -1;
+    cli_model_args_init(&j->ma);
+    cli_session_args_init(&j->sa);
     static const struct option opts[] = {
-        CLI_MODEL_OPTIONS, CLI_SESSION_OPTIONS, CLI_PLAN_OPTIONS,
+        CLI_MODEL_OPTIONS, CLI_SESSION_OPTIONS, CLI_PLAN_OPTIONS, CLI_DIST_OPTIONS,
         {"data", required_argument, 0, 'd'},        {"data-dir", required_argument, 0, 'D'},
         {"epochs", required_argument, 0, 'e'},      {"steps", required_argument, 0, 's'},
         {"optim", required_argument, 0, 'o'},       {"lr", required_argument, 0, 'l'},
@@ -316,169 +353,185 @@ int cmd_train(int argc, char **argv) {
         {"keep", required_argument, 0, 'K'},        {"resume", required_argument, 0, 'R'},
         {"json", no_argument, 0, 'j'},              {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
-    cli_opts co = {.cmd = "train", .ma = &ma, .sa = &sa, .opts = opts, .shortopts = ":h"};
+    cli_opts co = {.cmd = "train", .ma = &j->ma, .sa = &j->sa, .opts = opts, .shortopts = ":h"};
     for (int c; (c = cli_next_opt(&co, argc, argv)) > 0;) {
         int bad = 0, fbad = 0; /* fbad: cli_parse_float's code for a float option */
         switch (c) {
-        case 'd': data = optarg; break;
-        case 'D': dir = optarg; break;
-        case 'e': bad = cli_parse_i64(optarg, &epochs) || epochs < 1; break;
-        case 's': bad = cli_parse_i64(optarg, &steps) || steps < 1; break;
-        case 'E': bad = cli_parse_i64(optarg, &log_every) || log_every < 1; break;
-        case 'o': optim = optarg; break;
-        case 'l': bad = (fbad = cli_parse_float(optarg, &lr)) || !(lr > 0); break;
-        case 'M': bad = (fbad = cli_parse_float(optarg, &momentum)) || momentum < 0; break;
-        case 'N': nesterov = 1; break;
-        case 'w': bad = (fbad = cli_parse_float(optarg, &wd)) || wd < 0; break;
-        case 'L': bad = cli_parse_i64(optarg, &train_limit) || train_limit < 1; break;
-        case 'T': bad = cli_parse_i64(optarg, &test_limit) || test_limit < 1; break;
-        case 'W': save = optarg; break;
-        case 'I': init_from = optarg; break;
-        case 'S': state_dir = optarg; break;
-        case 'R': resume = optarg; break;
-        case 'V': bad = cli_parse_i64(optarg, &save_every) || save_every < 0; break;
-        case 'K': bad = cli_parse_i64(optarg, &keep) || keep < 0 || keep > 1000000; break;
-        case 'j': json = 1; break;
-        case 'h': help(); return 0;
+        case 'd': j->data = optarg; break;
+        case 'D': j->dir = optarg; break;
+        case 'e': bad = cli_parse_i64(optarg, &j->epochs) || j->epochs < 1; break;
+        case 's': bad = cli_parse_i64(optarg, &j->steps) || j->steps < 1; break;
+        case 'E': bad = cli_parse_i64(optarg, &j->log_every) || j->log_every < 1; break;
+        case 'o': j->optim = optarg; break;
+        case 'l': bad = (fbad = cli_parse_float(optarg, &j->lr)) || !(j->lr > 0); break;
+        case 'M': bad = (fbad = cli_parse_float(optarg, &j->momentum)) || j->momentum < 0; break;
+        case 'N': j->nesterov = 1; break;
+        case 'w': bad = (fbad = cli_parse_float(optarg, &j->wd)) || j->wd < 0; break;
+        case 'L': bad = cli_parse_i64(optarg, &j->train_limit) || j->train_limit < 1; break;
+        case 'T': bad = cli_parse_i64(optarg, &j->test_limit) || j->test_limit < 1; break;
+        case 'W': j->save = optarg; break;
+        case 'I': j->init_from = optarg; break;
+        case 'S': j->state_dir = optarg; break;
+        case 'R': j->resume = optarg; break;
+        case 'V': bad = cli_parse_i64(optarg, &j->save_every) || j->save_every < 0; break;
+        case 'K': bad = cli_parse_i64(optarg, &j->keep) || j->keep < 0 || j->keep > 1000000; break;
+        case 'j': j->json = 1; break;
+        case 'h': j->help = 1; return 0;
         }
         if (bad) return cli_bad_value(&co, optarg, cli_float_why(fbad));
     }
     if (co.rc) return co.rc;
-    remat_optim_opts oo;
-    if (strcmp(optim, "sgd") == 0) {
-        remat_optim_opts_default(&oo, REMAT_OPTIM_SGD);
-        oo.momentum = momentum;
-        oo.nesterov = nesterov;
-    } else if (strcmp(optim, "adamw") == 0) {
-        remat_optim_opts_default(&oo, REMAT_OPTIM_ADAMW);
+    remat_optim_opts *oo = &j->oo;
+    if (strcmp(j->optim, "sgd") == 0) {
+        remat_optim_opts_default(oo, REMAT_OPTIM_SGD);
+        oo->momentum = j->momentum;
+        oo->nesterov = j->nesterov;
+    } else if (strcmp(j->optim, "adamw") == 0) {
+        remat_optim_opts_default(oo, REMAT_OPTIM_ADAMW);
     } else {
-        return cli_usage_error("train", "unknown optimizer '%s' (known: sgd, adamw)", optim);
+        return cli_usage_error("train", "unknown optimizer '%s' (known: sgd, adamw)", j->optim);
     }
-    if (lr > 0) oo.lr = lr;
-    if (wd >= 0) oo.weight_decay = wd;
+    if (j->lr > 0) oo->lr = j->lr;
+    if (j->wd >= 0) oo->weight_decay = j->wd;
 
-    remat_model_opts mo;
-    int u = cli_model_opts(&ma, data, "train", &mo);
+    const char *data = j->data;
+    int u = cli_model_opts(&j->ma, data, "train", &j->mo);
     if (u) return u;
-    int synthetic = data && strcmp(data, "synthetic") == 0, tokens = data && strncmp(data, "tokens:", 7) == 0;
-    int stream = synthetic || tokens;
-    if (tokens && !data[7]) return cli_usage_error("train", "--data tokens:FILE needs a file name");
-    if (stream && (train_limit || test_limit || dir))
+    /* --batch is the step's global batch; the graph is one micro-batch */
+    j->batch = j->mo.batch;
+    if ((u = cli_dist_micro_batch(d, &j->sa, j->batch, "train", &j->micro))) return u;
+    j->mo.batch = j->micro;
+    if (j->ma.batch > 0) j->ma.batch = j->micro; /* what cli_model_check finds in the graph */
+    j->synthetic = data && strcmp(data, "synthetic") == 0, j->tokens = data && strncmp(data, "tokens:", 7) == 0;
+    j->stream = j->synthetic || j->tokens;
+    if (j->tokens && !data[7]) return cli_usage_error("train", "--data tokens:FILE needs a file name");
+    if (j->stream && (j->train_limit || j->test_limit || j->dir))
         return cli_usage_error("train", "--train-limit, --test-limit and --data-dir are for data sets, not %s",
-                               synthetic ? "synthetic data" : "token files");
-    if (stream && !steps) steps = 100;
-    if (save && check_writable(save) != 0) return 1;
-    if ((save_every >= 0 || keep >= 0) && !state_dir && !resume)
+                               j->synthetic ? "synthetic data" : "token files");
+    if (j->stream && !j->steps) j->steps = 100;
+    if (j->save && d->rank == 0 && check_writable(j->save) != 0) return 1; /* rank 0 writes it */
+    if ((j->save_every >= 0 || j->keep >= 0) && !j->state_dir && !j->resume)
         return cli_usage_error("train", "--save-every and --keep need --state-dir DIR (or --resume DIR)");
-    if (resume && !*resume) return cli_usage_error("train", "--resume needs a directory");
-    if (state_dir && !*state_dir) return cli_usage_error("train", "--state-dir needs a directory");
-    remat_session_opts so;
-    remat_cost_model cm;
-    const char *cost_used = NULL;
-    if ((u = cli_session_opts(&sa, "train", &so, &cm, &cost_used))) return u;
-    uint64_t seed = so.seed;
+    if (j->resume && !*j->resume) return cli_usage_error("train", "--resume needs a directory");
+    if (j->state_dir && !*j->state_dir) return cli_usage_error("train", "--state-dir needs a directory");
+    if ((u = cli_session_opts(&j->sa, "train", &j->so, &j->cm, &j->cost_used))) return u;
 
-    int rc = 1;
-    remat_graph *g = NULL;
-    remat_session *s = NULL;
-    remat_dataset *train = NULL, *test = NULL;
-    remat_tokens *tok = NULL;
-    remat_model m;
-    char shape[64];
-    if (remat_graph_create(&g) != REMAT_OK) goto fail;
-    if (remat_model_build(g, &mo, &m) != REMAT_OK) goto fail;
-    if ((u = cli_model_check(&ma, g, &m, "train"))) {
-        rc = u;
-        goto done;
-    }
-    int64_t xd[REMAT_MAX_DIMS], ld[REMAT_MAX_DIMS];
-    int nxd = remat_node_shape(g, m.input, xd), nld = remat_node_shape(g, m.logits, ld);
-    int lm = remat_node_dtype(g, m.input) == REMAT_I32 && nxd == 2;
-    int classifier = remat_node_dtype(g, m.input) == REMAT_F32 && m.labels != REMAT_NONE &&
-                     remat_node_dtype(g, m.labels) == REMAT_I32;
-    cli_shape_str(g, m.input, shape, sizeof shape);
+    if (remat_graph_create(&j->g) != REMAT_OK || remat_model_build(j->g, &j->mo, &j->m) != REMAT_OK)
+        return cli_fail("%s", remat_last_error());
+    if ((u = cli_model_check(&j->ma, j->g, &j->m, "train"))) return u;
+    const remat_graph *g = j->g;
+    const remat_model *m = &j->m;
+    int nxd = remat_node_shape(g, m->input, j->xd), nld = remat_node_shape(g, m->logits, j->ld);
+    j->lm = remat_node_dtype(g, m->input) == REMAT_I32 && nxd == 2;
+    j->classifier = remat_node_dtype(g, m->input) == REMAT_F32 && m->labels != REMAT_NONE &&
+                    remat_node_dtype(g, m->labels) == REMAT_I32;
+    cli_shape_str(g, m->input, j->shape, sizeof j->shape);
     if (!data) {
         /* Fashion-MNIST for the classifiers of 1x28x28 images (mlp, cnn);
          * the other models say what they need. */
-        if (classifier && nxd == 4 && xd[1] == 1 && xd[2] == 28 && xd[3] == 28) {
-            data = "fashion-mnist";
-        } else {
-            cli_usage_error("train", "model '%s' needs --data: %s", mo.name,
-                            lm ? "tokens:FILE, or synthetic"
-                               : classifier ? "a data set (fashion-mnist, mnist, cifar10) or synthetic" : "synthetic");
-            rc = 2;
-            goto done;
-        }
-    }
-    if (tokens && !lm) {
-        cli_usage_error("train", "tokens:FILE is for language models (input (batch, context) int32 token ids); "
-                        "model '%s' takes %s %s", mo.name, remat_node_dtype(g, m.input) == REMAT_I32 ? "int32" : "float",
-                        shape);
-        rc = 2;
-        goto done;
-    }
-    if (!stream && !classifier) {
-        cli_usage_error("train", "model '%s' is not an image classifier: train it on %s", mo.name,
-                        lm ? "tokens:FILE or synthetic data" : "synthetic data");
-        rc = 2;
-        goto done;
-    }
-    if (tokens) {
-        /* every check of the file before anything is allocated or printed */
-        if (remat_tokens_open(&tok, data + 7) != REMAT_OK) goto fail;
-        if (nld < 1 || remat_tokens_check(tok, ld[nld - 1]) != REMAT_OK) goto fail;
-        if (remat_tokens_count(tok) < xd[1] + 1) {
-            cli_fail("%s: %lld tokens, fewer than one window of context + 1 = %lld tokens", data + 7,
-                     (long long)remat_tokens_count(tok), (long long)(xd[1] + 1));
-            goto done;
-        }
-    }
-    if (!stream) {
-        if (remat_dataset_load(&train, data, dir, 1) != REMAT_OK) goto fail;
-        if (remat_dataset_load(&test, data, dir, 0) != REMAT_OK) goto fail;
-        if (train_limit && train_limit < remat_dataset_size(train) &&
-            remat_dataset_truncate(train, train_limit) != REMAT_OK)
-            goto fail;
-        if (test_limit && test_limit < remat_dataset_size(test) && remat_dataset_truncate(test, test_limit) != REMAT_OK)
-            goto fail;
-    }
-    so.optim = &oo; /* its state counts in the first plan and the budget */
-    if (remat_session_create(&s, g, m.loss, &so) != REMAT_OK) goto fail;
-    if (init_from && remat_safetensors_load(s, init_from, 1) != REMAT_OK) goto fail;
-    so.threads = so.threads ? so.threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
-    if (!json) {
-        remat_mem_stats pred;
-        char b1[32], b2[32], dl[128];
-        remat_session_predict(s, &pred);
-        cli_device_line(&so, dl, sizeof dl);
-        if (tokens)
-            printf("model %s, %s: %lld tokens, batch %lld x context %lld, %s lr %g, %s\n", mo.name, data + 7,
-                   (long long)remat_tokens_count(tok), (long long)xd[0], (long long)xd[1], optim, (double)oo.lr, dl);
-        else if (synthetic)
-            printf("model %s, synthetic data: input %s, batch %lld, %s lr %g, %s\n", mo.name, shape,
-                   (long long)xd[0], optim, (double)oo.lr, dl);
+        if (j->classifier && nxd == 4 && j->xd[1] == 1 && j->xd[2] == 28 && j->xd[3] == 28)
+            data = j->data = "fashion-mnist";
         else
-            printf("model %s, %s: %lld training / %lld test samples, batch %lld, %s lr %g, %s\n", mo.name,
-                   data, (long long)remat_dataset_size(train), (long long)remat_dataset_size(test),
-                   (long long)xd[0], optim, (double)oo.lr, dl);
-        if (init_from) printf("weights from %s\n", init_from);
-        remat_plan_summary ps;
-        remat_session_plan(s, &ps);
-        char b3[32];
-        printf("strategy %s: predicted step peak %s (activations %s), holding %s\n", remat_strategy_str(ps.strategy),
-               cli_fmt_bytes(pred.peak[REMAT_MEM_TOTAL], b1, sizeof b1),
-               cli_fmt_bytes(pred.peak[REMAT_MEM_ACT], b2, sizeof b2), cli_fmt_bytes(ps.held_bytes, b3, sizeof b3));
-        fflush(stdout);
+            return cli_usage_error("train", "model '%s' needs --data: %s", j->mo.name,
+                                   j->lm ? "tokens:FILE, or synthetic"
+                                         : j->classifier ? "a data set (fashion-mnist, mnist, cifar10) or synthetic"
+                                                         : "synthetic");
     }
-    progress p = {.json = json, .tty = isatty(2), .log_every = log_every, .tokens_per_row = lm ? xd[1] : 0};
-    remat_train_opts to = {.epochs = epochs, .steps = steps, .batch = xd[0], .seed = seed, .user = &p};
+    if (j->tokens && !j->lm)
+        return cli_usage_error("train", "tokens:FILE is for language models (input (batch, context) int32 token ids); "
+                               "model '%s' takes %s %s", j->mo.name,
+                               remat_node_dtype(g, m->input) == REMAT_I32 ? "int32" : "float", j->shape);
+    if (!j->stream && !j->classifier)
+        return cli_usage_error("train", "model '%s' is not an image classifier: train it on %s", j->mo.name,
+                               j->lm ? "tokens:FILE or synthetic data" : "synthetic data");
+    if (j->tokens) {
+        /* every check of the file before anything is allocated or printed */
+        if (remat_tokens_open(&j->tok, data + 7) != REMAT_OK) return cli_fail("%s", remat_last_error());
+        if (nld < 1 || remat_tokens_check(j->tok, j->ld[nld - 1]) != REMAT_OK) return cli_fail("%s", remat_last_error());
+        if (remat_tokens_count(j->tok) < j->xd[1] + 1)
+            return cli_fail("%s: %lld tokens, fewer than one window of context + 1 = %lld tokens", data + 7,
+                            (long long)remat_tokens_count(j->tok), (long long)(j->xd[1] + 1));
+    }
+    if (!j->stream) {
+        /* every rank loads the data set (its files are small and
+         * compressed); it reads only its own rows of each batch */
+        if (remat_dataset_load(&j->train, data, j->dir, 1) != REMAT_OK) return cli_fail("%s", remat_last_error());
+        if (remat_dataset_load(&j->test, data, j->dir, 0) != REMAT_OK) return cli_fail("%s", remat_last_error());
+        if (j->train_limit && j->train_limit < remat_dataset_size(j->train) &&
+            remat_dataset_truncate(j->train, j->train_limit) != REMAT_OK)
+            return cli_fail("%s", remat_last_error());
+        if (j->test_limit && j->test_limit < remat_dataset_size(j->test) &&
+            remat_dataset_truncate(j->test, j->test_limit) != REMAT_OK)
+            return cli_fail("%s", remat_last_error());
+    }
+    return 0;
+}
+
+/* Rank 0's header: the ranks, the model, the data, the plan. */
+static void print_header(const job *j, const cli_dist *d, remat_session *s) {
+    remat_mem_stats pred;
+    char b1[32], b2[32], b3[32], dl[128], split[160] = "";
+    remat_session_predict(s, &pred);
+    cli_device_line(&j->so, dl, sizeof dl);
+    int64_t k = j->batch / j->micro;
+    if (d->ranks > 1) {
+        char rl[160];
+        printf("%s\n", cli_dist_line(d, j->so.threads, rl, sizeof rl));
+        snprintf(split, sizeof split, " (%lld micro-batches of %lld, %lld per rank)", (long long)k,
+                 (long long)j->micro, (long long)(k / d->ranks));
+    } else if (k > 1) {
+        snprintf(split, sizeof split, " (%lld micro-batches of %lld, gradients accumulated)", (long long)k,
+                 (long long)j->micro);
+    }
+    if (j->tokens)
+        printf("model %s, %s: %lld tokens, batch %lld%s x context %lld, %s lr %g, %s\n", j->mo.name, j->data + 7,
+               (long long)remat_tokens_count(j->tok), (long long)j->batch, split, (long long)j->xd[1], j->optim,
+               (double)j->oo.lr, dl);
+    else if (j->synthetic)
+        printf("model %s, synthetic data: input %s, batch %lld%s, %s lr %g, %s\n", j->mo.name, j->shape,
+               (long long)j->batch, split, j->optim, (double)j->oo.lr, dl);
+    else
+        printf("model %s, %s: %lld training / %lld test samples, batch %lld%s, %s lr %g, %s\n", j->mo.name, j->data,
+               (long long)remat_dataset_size(j->train), (long long)remat_dataset_size(j->test), (long long)j->batch,
+               split, j->optim, (double)j->oo.lr, dl);
+    if (j->init_from) printf("weights from %s\n", j->init_from);
+    remat_plan_summary ps;
+    remat_session_plan(s, &ps);
+    printf("strategy %s: predicted step peak %s (activations %s), holding %s%s\n", remat_strategy_str(ps.strategy),
+           cli_fmt_bytes(pred.peak[REMAT_MEM_TOTAL], b1, sizeof b1),
+           cli_fmt_bytes(pred.peak[REMAT_MEM_ACT], b2, sizeof b2), cli_fmt_bytes(ps.held_bytes, b3, sizeof b3),
+           d->ranks > 1 ? " per rank" : "");
+    fflush(stdout);
+}
+
+/* The session, the training and the files; 0 or the exit status after
+ * printing why. */
+static int run(job *j, cli_dist *d) {
+    remat_session *s = NULL;
+    remat_session_opts *so = &j->so;
+    const remat_model *m = &j->m;
+    so->optim = &j->oo; /* its state counts in the first plan and the budget */
+    so->comm = d->comm;
+    so->micro_batches = j->batch / j->micro;
+    int rc = 1, lr;
+    if (remat_session_create(&s, j->g, m->loss, so) != REMAT_OK) goto fail;
+    lr = j->init_from && remat_safetensors_load(s, j->init_from, 1) != REMAT_OK;
+    if (lr) cli_fail("%s", remat_last_error());
+    if ((rc = cli_dist_agree(d, lr))) goto done; /* every rank's weights, or none */
+    rc = 1;
+    so->threads = so->threads ? so->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (!j->json && d->rank == 0) print_header(j, d, s);
+    progress p = {.quiet = d->rank != 0, .json = j->json, .tty = isatty(2), .log_every = j->log_every,
+                  .tokens_per_row = j->lm ? j->xd[1] : 0};
+    remat_train_opts to = {.epochs = j->epochs, .steps = j->steps, .batch = j->batch, .seed = so->seed, .user = &p};
     /* Training states: --resume DIR saves on in DIR unless --state-dir
      * says otherwise (a state file: in its folder). */
     char resume_dir[4096];
-    if (resume && !state_dir) {
+    const char *state_dir = j->state_dir;
+    if (j->resume && !state_dir) {
         struct stat rs;
-        snprintf(resume_dir, sizeof resume_dir, "%s", resume);
-        if (stat(resume, &rs) == 0 && !S_ISDIR(rs.st_mode)) {
+        snprintf(resume_dir, sizeof resume_dir, "%s", j->resume);
+        if (stat(j->resume, &rs) == 0 && !S_ISDIR(rs.st_mode)) {
             char *slash = strrchr(resume_dir, '/');
             if (!slash) snprintf(resume_dir, sizeof resume_dir, ".");
             else if (slash == resume_dir) resume_dir[1] = 0;
@@ -487,63 +540,70 @@ int cmd_train(int argc, char **argv) {
         state_dir = resume_dir;
     }
     to.state_dir = state_dir;
-    to.resume = resume;
-    to.save_every = save_every > 0 ? save_every : 0;
-    to.keep = keep >= 0 ? (int)keep : 3;
+    to.resume = j->resume;
+    to.save_every = j->save_every > 0 ? j->save_every : 0;
+    to.keep = j->keep >= 0 ? (int)j->keep : 3;
     /* what defines the math, by flag, so that a resume names the one
-     * changed (the library compares the session's own settings too) */
+     * changed (the library compares the session's own settings too); the
+     * number of ranks is not among them: any gives the same bits */
     run_opts ro = {0};
     char fb[32];
-    run_add(&ro, "--model", "%s", mo.name);
-    run_add(&ro, "--batch", "%lld", (long long)mo.batch);
-    run_add(&ro, "--image", "%lldx%lldx%lld", (long long)mo.channels, (long long)mo.height, (long long)mo.width);
-    run_add(&ro, "--classes", "%lld", (long long)mo.classes);
-    run_add(&ro, "--dropout-scale", "%s", float_str(mo.dropout_scale, fb, sizeof fb));
-    run_add(&ro, "--layers", "%lld", (long long)mo.layers);
-    run_add(&ro, "--embd", "%lld", (long long)mo.embd);
-    run_add(&ro, "--heads", "%lld", (long long)mo.heads);
-    run_add(&ro, "--context", "%lld", (long long)mo.context);
-    run_add(&ro, "--vocab", "%lld", (long long)mo.vocab);
-    run_add(&ro, "--base-channels", "%lld", (long long)mo.base_channels);
-    run_add(&ro, "--depth", "%lld", (long long)mo.depth);
-    run_add(&ro, "--data", "%s", tokens ? "tokens" : data); /* a token file's identity is its contents (the library's) */
-    run_add(&ro, "--train-limit", "%lld", (long long)train_limit);
-    run_add(&ro, "--optim", "%s", optim);
-    run_add(&ro, "--lr", "%s", float_str(oo.lr, fb, sizeof fb));
-    run_add(&ro, "--weight-decay", "%s", float_str(oo.weight_decay, fb, sizeof fb));
-    if (oo.kind == REMAT_OPTIM_SGD) {
-        run_add(&ro, "--momentum", "%s", float_str(oo.momentum, fb, sizeof fb));
-        run_add(&ro, "--nesterov", "%s", oo.nesterov ? "on" : "off");
+    const remat_model_opts *mo = &j->mo;
+    run_add(&ro, "--model", "%s", mo->name);
+    run_add(&ro, "--batch", "%lld", (long long)j->batch);
+    run_add(&ro, "--micro-batch", "%lld", (long long)j->micro);
+    run_add(&ro, "--image", "%lldx%lldx%lld", (long long)mo->channels, (long long)mo->height, (long long)mo->width);
+    run_add(&ro, "--classes", "%lld", (long long)mo->classes);
+    run_add(&ro, "--dropout-scale", "%s", float_str(mo->dropout_scale, fb, sizeof fb));
+    run_add(&ro, "--layers", "%lld", (long long)mo->layers);
+    run_add(&ro, "--embd", "%lld", (long long)mo->embd);
+    run_add(&ro, "--heads", "%lld", (long long)mo->heads);
+    run_add(&ro, "--context", "%lld", (long long)mo->context);
+    run_add(&ro, "--vocab", "%lld", (long long)mo->vocab);
+    run_add(&ro, "--base-channels", "%lld", (long long)mo->base_channels);
+    run_add(&ro, "--depth", "%lld", (long long)mo->depth);
+    run_add(&ro, "--data", "%s", j->tokens ? "tokens" : j->data); /* a token file's identity is its contents (the library's) */
+    run_add(&ro, "--train-limit", "%lld", (long long)j->train_limit);
+    run_add(&ro, "--optim", "%s", j->optim);
+    run_add(&ro, "--lr", "%s", float_str(j->oo.lr, fb, sizeof fb));
+    run_add(&ro, "--weight-decay", "%s", float_str(j->oo.weight_decay, fb, sizeof fb));
+    if (j->oo.kind == REMAT_OPTIM_SGD) {
+        run_add(&ro, "--momentum", "%s", float_str(j->oo.momentum, fb, sizeof fb));
+        run_add(&ro, "--nesterov", "%s", j->oo.nesterov ? "on" : "off");
     }
-    run_add(&ro, "--seed", "%llu", (unsigned long long)seed);
-    run_add(&ro, "--device", "%s", remat_device_str(so.device));
-    if (so.device == REMAT_DEVICE_CPU) run_add(&ro, "--threads", "%d", so.threads);
-    else run_add(&ro, "--tf32", "%s", so.tf32 ? "on" : "off");
-    if (state_dir || resume) to.run = ro.kv;
-    if (stream) {
-        p.epochs_total = epochs;
+    run_add(&ro, "--seed", "%llu", (unsigned long long)so->seed);
+    run_add(&ro, "--device", "%s", remat_device_str(so->device));
+    if (so->device == REMAT_DEVICE_CPU) run_add(&ro, "--threads", "%d", so->threads);
+    else run_add(&ro, "--tf32", "%s", so->tf32 ? "on" : "off");
+    if (state_dir || j->resume) to.run = ro.kv;
+    if (j->stream) {
+        p.epochs_total = j->epochs;
         to.on_event = on_stream_event;
-        if (tokens) {
-            if (remat_train_tokens(s, &m, tok, &to) != REMAT_OK) goto fail;
+        if (j->tokens) {
+            if (remat_train_tokens(s, m, j->tok, &to) != REMAT_OK) goto fail;
         } else {
             cli_synth syn;
-            if (cli_synth_init(&syn, g, &m, &mo, seed)) goto done;
-            if (remat_train_stream(s, &m, cli_synth_next, &syn, &to) != REMAT_OK) goto fail;
+            if (cli_synth_init(&syn, j->g, m, mo, so->seed)) goto done;
+            if (remat_train_stream(s, m, cli_synth_next, &syn, &to) != REMAT_OK) goto fail;
         }
     } else {
         to.on_event = on_event;
-        int64_t per_epoch = remat_dataset_size(train) / xd[0];
-        p.epochs_total = steps ? (per_epoch ? (steps + per_epoch - 1) / per_epoch : 1) : epochs;
-        if (remat_train(s, &m, train, test, &to) != REMAT_OK) goto fail;
+        int64_t per_epoch = remat_dataset_size(j->train) / j->batch;
+        p.epochs_total = j->steps ? (per_epoch ? (j->steps + per_epoch - 1) / per_epoch : 1) : j->epochs;
+        if (remat_train(s, m, j->train, j->test, &to) != REMAT_OK) goto fail;
     }
-    /* the loops stop at a non-finite weight; this says so for any other way one could get here */
-    if (save && remat_session_check_finite(s) != REMAT_OK) {
-        cli_fail("not saving the weights to %s: %s", save, remat_last_error());
+    /* the loops stop at a non-finite weight; this says so for any other
+     * way one could get here (the same on every rank: the same weights) */
+    if (j->save && remat_session_check_finite(s) != REMAT_OK) {
+        cli_fail("not saving the weights to %s: %s", j->save, remat_last_error());
+        rc = cli_dist_agree(d, 1);
         goto done;
     }
-    if (save && remat_safetensors_save(s, save) != REMAT_OK) goto fail;
-    if (save && !json) printf("saved weights to %s\n", save);
-    if (p.last_state[0] && !json)
+    lr = j->save && d->rank == 0 && remat_safetensors_save(s, j->save) != REMAT_OK;
+    if (lr) cli_fail("%s", remat_last_error());
+    if ((rc = cli_dist_agree(d, lr))) goto done; /* rank 0 wrote it, or every rank stops */
+    if (j->save && !j->json && d->rank == 0) printf("saved weights to %s\n", j->save);
+    if (p.last_state[0] && !j->json)
         printf("training state of step %lld in %s\n", (long long)p.last_state_step, p.last_state);
     rc = 0;
     goto done;
@@ -551,9 +611,22 @@ fail:
     cli_fail("%s", remat_last_error());
 done:
     remat_session_destroy(s);
-    remat_graph_destroy(g);
-    remat_dataset_destroy(train);
-    remat_dataset_destroy(test);
-    remat_tokens_destroy(tok);
     return rc;
+}
+
+int cmd_train(int argc, char **argv) {
+    cli_dist d;
+    if (cli_dist_begin(&d)) return 1;
+    job j;
+    memset(&j, 0, sizeof j);
+    int rc = setup(&j, &d, argc, argv);
+    if (j.help && !rc) {
+        if (d.rank == 0) help();
+    } else {
+        /* every rank's setup, or none runs */
+        rc = cli_dist_agree(&d, rc);
+        if (!rc) rc = run(&j, &d);
+    }
+    job_free(&j);
+    return cli_dist_end(&d, rc);
 }

@@ -1,7 +1,8 @@
 /* session_args.c: the options every command that makes a session shares
  * (threads, seed, device, TF32, cost model; strategy and budget where a
- * command plans one step), and the one routine that turns them into
- * remat_session_opts. */
+ * command plans one step; micro-batches and gradient buckets), the one
+ * routine that turns them into remat_session_opts, and the ranks a
+ * command runs on under mpirun (cli_dist). */
 #include "cli.h"
 
 #include <stdlib.h>
@@ -25,6 +26,9 @@ int cli_session_arg(cli_session_args *a, int c, const char *arg, int *bad) {
     case CLI_OPT_COST_MODEL: a->cost_model = arg; return 1;
     case CLI_OPT_STRATEGY: a->strategy = arg; return 1;
     case CLI_OPT_BUDGET: *bad = cli_parse_size(arg, &a->budget) || a->budget == 0; return 1;
+    case CLI_OPT_MICRO_BATCH: *bad = cli_parse_i64(arg, &a->micro_batch) || a->micro_batch < 1; return 1;
+    case CLI_OPT_BUCKET: *bad = cli_parse_size(arg, &a->bucket) || a->bucket == 0; return 1;
+    case CLI_OPT_NO_OVERLAP: a->no_overlap = 1; return 1;
     default: return 0;
     }
 }
@@ -36,6 +40,8 @@ int cli_session_opts(const cli_session_args *a, const char *cmd, remat_session_o
     so->seed = (uint64_t)a->seed;
     so->budget = a->budget;
     so->tf32 = a->tf32;
+    so->bucket_bytes = a->bucket;
+    so->reduce_after_backward = a->no_overlap;
     if (remat_strategy_parse(a->strategy, &so->strategy) != REMAT_OK)
         return cli_usage_error(cmd, "%s", remat_last_error());
     if (remat_device_parse(a->device, &so->device) != REMAT_OK) return cli_usage_error(cmd, "%s", remat_last_error());
@@ -95,5 +101,69 @@ const char *cli_device_line(const remat_session_opts *so, char *buf, size_t cap)
         snprintf(buf, cap, "%s (%s free of %s)%s", remat_device_str(so->device), cli_fmt_bytes(fr, b1, sizeof b1),
                  cli_fmt_bytes(tot, b2, sizeof b2), so->tf32 ? ", TF32" : "");
     }
+    return buf;
+}
+
+void cli_dist_help(const char *cmd) {
+    printf("  --micro-batch M     rows per micro-batch: --batch is the global batch of a step,\n"
+           "                      split into micro-batches of M (default: batch / ranks),\n"
+           "                      each rank computing its share; on one process, gradient\n"
+           "                      accumulation. Results depend on (seed, batch, micro-batch),\n"
+           "                      never on the number of ranks\n"
+           "  --bucket SIZE       gradient bytes per reduction bucket (default 1MiB)\n"
+           "  --no-overlap        reduce the gradients after the backward pass, not during it\n"
+           "                      (for measuring what the overlap hides)\n"
+           "Under mpirun (mpirun -np 4 remat %s ...; several hosts: -H a,b) every rank\n"
+           "runs the command; rank 0 prints and writes files.\n", cmd);
+}
+
+/* ---------------------------------------------------------------- ranks */
+
+int cli_dist_begin(cli_dist *d) {
+    memset(d, 0, sizeof *d);
+    if (remat_comm_create_env(&d->comm) != REMAT_OK) return cli_fail("%s", remat_last_error());
+    d->rank = remat_comm_rank(d->comm);
+    d->ranks = remat_comm_size(d->comm);
+    d->hosts = remat_comm_hosts(d->comm);
+    return 0;
+}
+
+int cli_dist_agree(cli_dist *d, int rc) {
+    if (d->ranks == 1) return rc;
+    remat_status st = remat_comm_agree(d->comm, rc ? REMAT_INVALID : REMAT_OK);
+    if (st == REMAT_OK) return 0;
+    if (rc) return rc; /* this rank failed, and said why */
+    fprintf(stderr, "remat: rank %d of %d stops: %s\n", d->rank, d->ranks, remat_last_error());
+    return 1;
+}
+
+int cli_dist_end(cli_dist *d, int rc) {
+    if (rc && d->ranks > 1 && !remat_comm_agreed_failure(d->comm)) {
+        fprintf(stderr, "remat: rank %d of %d (%s) failed alone: ending every rank\n", d->rank, d->ranks,
+                remat_comm_host(d->comm));
+        remat_comm_abort(d->comm, rc);
+    }
+    fflush(stdout);
+    remat_comm_destroy(d->comm);
+    d->comm = NULL;
+    return rc;
+}
+
+int cli_dist_micro_batch(const cli_dist *d, const cli_session_args *a, int64_t batch, const char *cmd,
+                         int64_t *micro) {
+    int64_t m = a->micro_batch ? a->micro_batch : batch / d->ranks;
+    if (m < 1 || batch % (m * d->ranks))
+        return a->micro_batch
+                   ? cli_usage_error(cmd, "--batch %lld is not a multiple of --micro-batch %lld x %d rank%s", (long long)batch,
+                                     (long long)m, d->ranks, d->ranks == 1 ? "" : "s")
+                   : cli_usage_error(cmd, "--batch %lld does not split evenly over %d ranks", (long long)batch, d->ranks);
+    *micro = m;
+    return 0;
+}
+
+const char *cli_dist_line(const cli_dist *d, int threads, char *buf, size_t cap) {
+    snprintf(buf, cap, "%d rank%s on %d host%s (%s; rank %d on %s), %d thread%s per rank", d->ranks,
+             d->ranks == 1 ? "" : "s", d->hosts, d->hosts == 1 ? "" : "s", remat_comm_kind(d->comm), d->rank,
+             remat_comm_host(d->comm), threads, threads == 1 ? "" : "s");
     return buf;
 }

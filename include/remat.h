@@ -71,7 +71,8 @@ remat_status remat_error(remat_status s, const char *fmt, ...) __attribute__((fo
     X(OPTIM, "optimizer state")            \
     X(ACT, "activations")                  \
     X(TRANSIENT, "transient")              \
-    X(WORKSPACE, "workspace")
+    X(WORKSPACE, "workspace")              \
+    X(COMM, "communication")
 
 typedef enum {
 #define REMAT__MEM_ENUM(name, desc) REMAT_MEM_##name,
@@ -377,6 +378,9 @@ typedef struct {
 /* PyTorch's defaults for the kind (lr 0.01 for SGD, 0.001 for AdamW). */
 void remat_optim_opts_default(remat_optim_opts *o, remat_optim_kind kind);
 
+/* The ranks of a data-parallel job (see "several processes" below). */
+typedef struct remat_comm remat_comm;
+
 typedef struct {
     int threads;             /* kernel threads; 0 = one per core */
     uint64_t seed;           /* parameter initialization and dropout */
@@ -400,6 +404,21 @@ typedef struct {
                               * and writes and updates are refused. For
                               * asking what a step would hold (remat plan,
                               * batch searches) in milliseconds */
+    /* Micro-batches and ranks ("several processes" below). The graph's
+     * batch is one micro-batch; a step is micro_batches of them. */
+    remat_comm *comm;        /* borrowed: the ranks this session trains
+                              * with, each with its own session of the same
+                              * graph and options; it must outlive the
+                              * session. NULL: this process alone */
+    int64_t micro_batches;   /* micro-batches per optimizer step over all
+                              * ranks (global batch / micro-batch); 0: one
+                              * per rank. A multiple of the rank count */
+    size_t bucket_bytes;     /* gradient bytes per reduction bucket (0:
+                              * 1 MiB) */
+    int reduce_after_backward; /* start every bucket's reduction after the
+                              * backward pass instead of as soon as its
+                              * gradients are final (no overlap: for
+                              * measuring what the overlap hides) */
 } remat_session_opts;
 
 void remat_session_opts_default(remat_session_opts *o);
@@ -425,7 +444,9 @@ void remat_session_destroy(remat_session *s);
 const remat_graph *remat_session_graph(const remat_session *s);
 
 /* Points an input node at caller memory (float or int32 per its dtype,
- * its full shape). The binding is borrowed: the session keeps the pointer,
+ * its full shape; for a training step with several micro-batches on this
+ * rank, remat_dist_info.local_micro_batches of them one after the other,
+ * of which forward passes read the first). The binding is borrowed: the session keeps the pointer,
  * not a copy, and reads (copies in) the data during each later step and
  * forward; the caller keeps it valid until it binds another buffer or
  * destroys the session. Library calls that bind buffers of their own
@@ -439,7 +460,14 @@ remat_status remat_session_bind(remat_session *s, remat_node input,
 const void *remat_session_binding(const remat_session *s, remat_node input);
 
 /* One forward and backward pass in training mode: fills every parameter's
- * gradient (overwriting the previous ones) and writes the loss. */
+ * gradient (overwriting the previous ones) and writes the loss. With
+ * micro-batches ("several processes" below) it is one optimizer step's
+ * worth: this rank's micro-batches, one after the other (each input bound
+ * to that many consecutive micro-batches), their gradients summed in the
+ * fixed tree and across the ranks, and divided by the micro-batch count:
+ * the gradient of the mean loss over the global batch, whose value is
+ * *loss, the same bits on every rank. Collective when the session has
+ * several ranks: every rank calls it. */
 remat_status remat_session_step(remat_session *s, float *loss);
 
 /* Forward only. train=1 uses training-mode ops (BatchNorm batch statistics
@@ -619,6 +647,10 @@ int64_t remat_loader_batches(const remat_loader *l);
 void remat_loader_start(remat_loader *l, int64_t epoch);
 /* Fills the next batch; returns 0 at the end of the epoch, 1 otherwise. */
 int remat_loader_next(remat_loader *l, float *x, int32_t *y);
+/* Fills rows [first, first + n) of the next batch (a rank's micro-batches
+ * of the global batch) and moves past the whole batch; returns 0 at the
+ * end of the epoch (or for rows outside the batch), 1 otherwise. */
+int remat_loader_next_rows(remat_loader *l, int64_t first, int64_t n, float *x, int32_t *y);
 /* Starts epoch `epoch` at its batch `batch` (0-based): the next
  * remat_loader_next yields that batch, as if the epoch's first `batch`
  * batches had been taken (a resumed run's data position). */
@@ -695,7 +727,11 @@ typedef struct {
 } remat_model;
 
 /* Trains on `train`, evaluating on `test` (may be NULL) after each epoch
- * and at the end. The session's graph batch must equal opts->batch. */
+ * and at the end. opts->batch (0: any) must be the global batch: the
+ * session's micro-batches per step times the graph's batch. Several
+ * ranks: every rank calls it; each reads its own rows of every batch,
+ * evaluates its share of the test batches, and only rank 0 writes
+ * training states. */
 remat_status remat_train(remat_session *s, const remat_model *m,
                          const remat_dataset *train, const remat_dataset *test,
                          const remat_train_opts *opts);
@@ -876,7 +912,10 @@ remat_status remat_tokens_batch(const remat_tokens *t, int64_t batch,
 
 /* A batch source: fills the model's input and labels buffers (each the
  * node's numel of float or int32 per its dtype; labels is NULL when the
- * model has none) with the batch of global step `step` (0-based). */
+ * model has none) with the batch of global step `step` (0-based). With
+ * K micro-batches per step, the buffers are one micro-batch (the graph's
+ * batch) and `step` counts micro-batches: micro-batch k of step t is
+ * asked for as t * K + k, on whichever rank computes it. */
 typedef remat_status (*remat_batch_fn)(void *user, int64_t step,
                                        void *input, void *labels);
 
@@ -911,6 +950,117 @@ remat_status remat_safetensors_read(const char *path, const char *name,
 remat_status remat_safetensors_save_grads(remat_session *s,
                                           const char *path, float loss);
 /* ------------------------------------ end of data streams and tensor files */
+
+/* ----------------------------------------------------- several processes
+ * Data-parallel training: the global batch of a step is split into
+ * micro-batches of the graph's batch, numbered 0..K-1 (K =
+ * remat_session_opts.micro_batches); rank r of R computes micro-batches
+ * r*K/R .. (r+1)*K/R - 1 (a contiguous block), with its own session of the
+ * same graph and options. The gradient of each micro-batch is summed in
+ * one fixed binary tree over the micro-batch index (a node [lo, hi) adds
+ * its halves [lo, mid) and [mid, hi), mid = lo + (hi - lo) / 2), whichever
+ * rank computed it: a rank folds its own block (a subtree, since R is a
+ * power of two), and the levels above are recursive doubling across the
+ * ranks, where both partners compute a + b = b + a. The sum is divided by
+ * K, so a step's result depends on (seed, global batch, micro-batch) and
+ * never on R or on the plan: 1, 2 or 4 ranks give the same bits. Dropout
+ * masks are keyed by the sample's index in the global batch; BatchNorm
+ * uses each micro-batch's statistics, and its running statistics take
+ * one update per micro-batch in micro-batch order on every rank (the
+ * ranks exchange their statistics after the step). On one process, K > 1
+ * is gradient accumulation: the step holds one micro-batch's values and
+ * the accumulated gradients.
+ *
+ * Gradients are reduced in buckets of consecutive parameters (fixed by
+ * parameter order, from the last parameter back, about bucket_bytes
+ * each); a bucket's reduction is an instruction of the schedule, placed
+ * where its last gradient becomes final in this plan's backward pass, so
+ * it overlaps the rest of that pass, and it completes before the step
+ * returns (the executor drives it between instructions). Its buffers (the tree's partial sums, the
+ * exchanges' receive buffers, the statistics) are one resident block of
+ * category REMAT_MEM_COMM that the plan and the budget count. Every rank
+ * runs the same plan: a hash of it is compared when the session is made.
+ *
+ * Failure: the calls that are collective (remat_session_create, _step,
+ * _set_optimizer, remat_train and the loops, remat_evaluate) agree at
+ * known points, so a rank whose setup fails (its budget, its data) makes
+ * every rank's call fail with a message naming it. A rank that fails
+ * anywhere else cannot tell the others, which may then wait for it
+ * forever: end the job with remat_comm_abort. CPU sessions only. */
+
+/* A communicator of one process (rank 0 of 1). The caller owns *out
+ * (remat_comm_destroy). */
+remat_status remat_comm_create_single(remat_comm **out);
+/* The ranks this process was started with: when a launcher started it
+ * (mpirun or mpiexec; its environment says so), an MPI communicator over
+ * all of them (initializing MPI, which destroying it finalizes), else a
+ * single process. REMAT_UNSUPPORTED when a launcher started it but this
+ * libremat was built without MPI. */
+remat_status remat_comm_create_env(remat_comm **out);
+/* A communicator over *mpi_comm (pointer to an MPI_Comm; NULL:
+ * MPI_COMM_WORLD), initializing MPI if nothing has. Collective. */
+remat_status remat_comm_create_mpi(remat_comm **out, const void *mpi_comm);
+/* 1 when this libremat was built with MPI. */
+int remat_comm_mpi_built(void);
+/* The ranks with the same color form a new communicator, ordered as in c
+ * (MPI_Comm_split). Collective; destroy it before c. */
+remat_status remat_comm_split(remat_comm *c, int color, remat_comm **out);
+void remat_comm_destroy(remat_comm *c);
+int remat_comm_rank(const remat_comm *c);
+int remat_comm_size(const remat_comm *c);
+/* Distinct host names among the ranks, and this rank's (owned by c). */
+int remat_comm_hosts(const remat_comm *c);
+const char *remat_comm_host(const remat_comm *c);
+/* "single" or "mpi" (static). */
+const char *remat_comm_kind(const remat_comm *c);
+/* Every rank calls it at the same point with its own status; returns
+ * REMAT_OK when all were REMAT_OK, else, on every rank, the status of
+ * the lowest failing rank with its message, as "rank 1 of 2 (host): ...".
+ * One process: st itself. */
+remat_status remat_comm_agree(remat_comm *c, remat_status st);
+/* 1 when the last agreement on c (remat_comm_agree, or one inside the
+ * library's collective calls) failed: every rank has returned the same
+ * failure from the same call, so they can all stop cleanly; 0 when it
+ * succeeded or there was none, and then a failure is this rank's alone
+ * (end the job: remat_comm_abort). */
+int remat_comm_agreed_failure(const remat_comm *c);
+/* Collectives on bytes: all gets size * bytes (rank i's at i * bytes);
+ * root's buffer to every rank. */
+remat_status remat_comm_allgather(remat_comm *c, const void *mine, size_t bytes, void *all);
+remat_status remat_comm_bcast(remat_comm *c, void *buf, size_t bytes, int root);
+/* x (n floats) becomes the sum over the ranks of their x, by recursive
+ * doubling: the same bits on every rank, which depend on the inputs and
+ * the rank count only. The size must be a power of two. */
+remat_status remat_comm_sum(remat_comm *c, float *x, int64_t n);
+/* Ends every rank of the job with exit status code (MPI_Abort; one
+ * process: _exit). Does not return. Print the reason first. */
+void remat_comm_abort(remat_comm *c, int code);
+
+/* Where a session stands among the ranks. */
+typedef struct {
+    int rank, ranks, hosts;
+    int64_t micro_batches;       /* K, per step over all ranks */
+    int64_t local_micro_batches; /* this rank's: K / ranks */
+    int64_t first_micro_batch;   /* the global index of this rank's first */
+    int buckets;                 /* gradient buckets (0: nothing to reduce) */
+    size_t comm_bytes;           /* bytes of category REMAT_MEM_COMM: the tree's
+                                  * partial sums, the exchanges' receive buffer,
+                                  * the statistics (held in one block, aligned) */
+    int overlap;                 /* reductions start during the backward pass */
+    uint64_t plan_hash;          /* of the training step's schedule, the same on every rank */
+    /* The last step: seconds of the reduction work on this rank (folding
+     * the tree, starting and driving exchanges between instructions),
+     * and of waiting for the exchanges after the backward pass: the part
+     * of the reduction that the backward pass did not hide. */
+    double reduce_seconds, wait_seconds;
+    /* Of that wait, on one host (-1 on several: no common clock): the part
+     * after the last rank's backward pass ended, which is the reduction
+     * time that no backward pass hid, and the part before, this rank
+     * waiting for the slowest one (skew). */
+    double exposed_seconds, skew_seconds;
+} remat_dist_info;
+remat_status remat_session_dist(const remat_session *s, remat_dist_info *out);
+/* ------------------------------------------------ end of several processes */
 
 /* -------------------------------------------------------- training state
  * A run's state, so that a run that dies loses only the steps since its

@@ -2,7 +2,9 @@
 # Installs what remat needs to build, test and train, from Debian's
 # packages. Does nothing when everything is already installed.
 set -euo pipefail
-pkgs=(build-essential cmake pkg-config libopenblas-dev libcjson-dev zlib1g-dev dataset-fashion-mnist)
+# openmpi-bin and libopenmpi-dev: data-parallel training (mpirun) and its tests
+pkgs=(build-essential cmake pkg-config libopenblas-dev libcjson-dev zlib1g-dev dataset-fashion-mnist
+      openmpi-bin libopenmpi-dev)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

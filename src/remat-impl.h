@@ -164,6 +164,13 @@ typedef struct {
     uint64_t seed;     /* dropout: Philox key */
     int64_t step;      /* dropout: step index */
     int32_t node_id;   /* dropout: node index */
+    int64_t elem0;     /* dropout: the index of this tensor's element 0 in
+                        * the global batch's (micro-batch k of a step:
+                        * k * numel), so masks follow the sample */
+    double *stats;     /* stateful ops, first training execution: when
+                        * set, the statistics (op->stats_bytes) are written
+                        * here instead of committed; a data-parallel step
+                        * commits every micro-batch's in order (op->commit) */
     remat__pool *pool; /* for remat__pool_barrier between phases */
     void *dev;         /* device kernels: the backend's context (src/cuda/
                         * cuda-impl.h: stream, cuBLAS and cuDNN handles) */
@@ -229,6 +236,12 @@ typedef struct {
     size_t (*fwd_ws)(const remat_graph *g, const remat__node *n, int nth);
     size_t (*bwd_ws)(const remat_graph *g, const remat__node *n, int nth);
     double (*flops)(const remat_graph *g, const remat__node *n); /* forward */
+    /* Stateful ops: the bytes of the statistics one training execution
+     * exports (kctx.stats), and their commit into the state, the same
+     * arithmetic as the kernel's own: in[i] is input i's data (the
+     * buffers are updated in place). NULL for ops without state. */
+    size_t (*stats_bytes)(const remat_graph *g, const remat__node *n);
+    void (*commit)(const remat_graph *g, const remat__node *n, float *const *in, const double *stats);
     remat_family family; /* for the cost model's throughputs */
     /* The CUDA backend's kernels (src/cuda/), REMAT__CUDA(name): NULL in a
      * build without CUDA. test_gradcheck fails if an op with CPU kernels

@@ -76,6 +76,12 @@ static remat_status run(remat_session *s, remat__kctx *k, int32_t node, int back
     return st;
 }
 
+/* Where node n's tensor starts in the global batch's (dropout's key): a
+ * step's micro-batch k of the global batch is its k-th slice. */
+static int64_t elem0(const remat_session *s, const remat__node *n) {
+    return s->dp.j >= 0 ? (s->dp.first + s->dp.j) * remat__numel(&n->shape) : 0;
+}
+
 static remat_status exec_fwd(remat_session *s, const remat__schedule *sc, const remat__instr *in,
                              float *loss, float *fetch_out) {
     const remat_graph *g = s->g;
@@ -89,13 +95,18 @@ static remat_status exec_fwd(remat_session *s, const remat__schedule *sc, const 
     remat_status st = take_value(s, vo, (remat_mem)in->cat);
     if (st != REMAT_OK) return st;
     if (n->leaf == REMAT__LEAF_INPUT) {
-        st = s->be->upload(s->dev, s->vals[vo], s->bound[in->node], ob);
+        /* a step's micro-batch j is the j-th of the bound buffer's */
+        const unsigned char *src = s->bound[in->node];
+        st = s->be->upload(s->dev, s->vals[vo], src + (s->dp.j > 0 ? (size_t)s->dp.j * ob : 0), ob);
     } else {
         if (op->aux_bytes && !s->vals[va] && (st = take_value(s, va, (remat_mem)in->aux_cat)) != REMAT_OK) return st;
         remat__tensor ins[REMAT__MAX_IN], out = {s->vals[vo], &n->shape};
         remat__kctx k = {.graph = g, .node = n, .out = &out, .aux = s->vals[va], .train = sc->train,
                          .first = in->first, .seed = s->opts.seed, .step = s->step, .node_id = in->node,
-                         .dev = s->dev};
+                         .elem0 = elem0(s, n), .dev = s->dev};
+        const remat__dp *d = &s->dp;
+        if (d->j >= 0 && in->first && sc->train && d->soff && d->soff[in->node] != SIZE_MAX)
+            k.stats = d->stats + (size_t)d->j * d->sdoubles + d->soff[in->node]; /* committed after the step */
         for (int i = 0; i < n->n_in; i++) {
             input_tensor(s, n, i, &ins[i]);
             if (!ins[i].data) return need(s, REMAT__VAL(n->in[i], REMAT__V_OUT), "the input", in->node);
@@ -123,7 +134,8 @@ static remat_status exec_bwd(remat_session *s, const remat__schedule *sc, const 
     remat__tensor ins[REMAT__MAX_IN];
     remat__tensor out = {NULL, &n->shape};
     remat__kctx k = {.graph = g, .node = n, .out = &out, .dout = s->vals[vg], .train = sc->train, .first = 0,
-                     .seed = s->opts.seed, .step = s->step, .node_id = in->node, .dev = s->dev};
+                     .seed = s->opts.seed, .step = s->step, .node_id = in->node, .elem0 = elem0(s, n),
+                     .dev = s->dev};
     for (int i = 0; i < n->n_in; i++) {
         int32_t src = n->in[i];
         input_tensor(s, n, i, &ins[i]);
@@ -177,8 +189,13 @@ static remat_status walk(remat_session *s, const remat__schedule *sc, float *los
         case REMAT__I_FREE:
             if (s->vals[in->value]) give_value(s, in->value);
             break;
+        case REMAT__I_REDUCE:
+            st = remat__dp_reduce(s, in->value);
+            break;
         }
-        if (s->profiling) {
+        /* reductions in flight advance between instructions */
+        if (st == REMAT_OK && s->dp.n_flying) st = remat__dp_progress(s);
+        if (s->profiling && in->kind != REMAT__I_REDUCE) {
             /* A device runs asynchronously: wait, so the time is this
              * instruction's. */
             if (st == REMAT_OK && in->kind != REMAT__I_FREE) st = s->be->sync(s->dev);

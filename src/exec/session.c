@@ -78,6 +78,7 @@ remat_status remat__session_plan_train(remat_session *s) {
     remat_mem_stats start = s->alloc.st;
     const remat__plan_req req = {&s->prog, s->loss, s->opts.budget, &start, remat__session_blocks_bytes(s)};
     remat_status st = remat__planners[s->opts.strategy].build(&req, &pl.sc);
+    if (st == REMAT_OK) st = remat__dp_place(s, &pl.sc);
     if (st == REMAT_OK) st = remat__plan_memory(s, &pl);
     if (st != REMAT_OK) {
         remat__planned_free(&pl);
@@ -101,11 +102,14 @@ static remat_status remat__session_check_budget(const remat_session *s) {
     return remat__err(REMAT_BUDGET,
                       "strategy '%s' holds %zu bytes (%.1f MiB) during a training step, above the budget of %zu "
                       "bytes (%.1f MiB): an arena of %zu bytes for a peak of %zu bytes of values (activations %zu, "
-                      "transient %zu, workspace %zu), and %zu bytes of parameters, gradients and optimizer state",
+                      "transient %zu, workspace %zu), and %zu bytes of parameters, gradients and optimizer state"
+                      "%s",
                       remat_strategy_str(s->opts.strategy), held, (double)held / 1048576.0, s->opts.budget,
                       (double)s->opts.budget / 1048576.0, arena,
                       pred.peak[REMAT_MEM_TOTAL] - pred.live[REMAT_MEM_TOTAL], pred.peak[REMAT_MEM_ACT],
-                      pred.peak[REMAT_MEM_TRANSIENT], pred.peak[REMAT_MEM_WORKSPACE], remat__session_blocks_bytes(s));
+                      pred.peak[REMAT_MEM_TRANSIENT], pred.peak[REMAT_MEM_WORKSPACE], remat__session_blocks_bytes(s),
+                      s->blk_bytes[REMAT__BLK_COMM] ? " (of which communication: the accumulated gradients of the "
+                      "micro-batches and the reductions' buffers)" : "");
 }
 
 /* Fills a parameter from its initializer: U(-a, a) or N(0, a^2) from
@@ -213,10 +217,8 @@ static remat_status check_used(remat_session *s) {
     return st;
 }
 
-remat_status remat_session_create(remat_session **out, const remat_graph *g, remat_node loss,
-                                  const remat_session_opts *o) {
-    if (!out || !g) return remat__err(REMAT_INVALID, "remat_session_create: NULL argument");
-    *out = NULL;
+/* remat_session_create on this rank alone; *out is NULL on failure. */
+static remat_status create(remat_session **out, const remat_graph *g, remat_node loss, const remat_session_opts *o) {
     if (g->status != REMAT_OK)
         return remat__err(g->status, "the graph has an error: %s", g->error);
     if (loss < 0 || loss >= g->n)
@@ -271,9 +273,29 @@ remat_status remat_session_create(remat_session **out, const remat_graph *g, rem
         s->opts.strategy = s->opts.budget ? REMAT_STRATEGY_OPTIMAL : REMAT_STRATEGY_ALL;
     if (st == REMAT_OK) st = check_used(s);
     if (st == REMAT_OK) st = alloc_params(s);
+    if (st == REMAT_OK) st = remat__dp_init(s); /* its block counts in the plan's budget */
     if (st == REMAT_OK && s->opts.optim) st = remat__optim_install(s, s->opts.optim);
     s->opts.optim = NULL; /* copied: the caller's may go away */
     if (st == REMAT_OK) st = remat__session_plan_train(s);
+    if (st != REMAT_OK) {
+        remat_session_destroy(s);
+        return st;
+    }
+    *out = s;
+    return REMAT_OK;
+}
+
+remat_status remat_session_create(remat_session **out, const remat_graph *g, remat_node loss,
+                                  const remat_session_opts *o) {
+    if (!out) return remat__err(REMAT_INVALID, "remat_session_create: out is NULL");
+    *out = NULL;
+    remat_session *s = NULL;
+    remat_status st = g ? create(&s, g, loss, o) : remat__err(REMAT_INVALID, "remat_session_create: the graph is NULL");
+    /* With several ranks, every one ends up here whatever failed, and
+     * agrees: a rank's failure is every rank's, named; then the plans'
+     * hashes are compared. */
+    if (s) st = remat__dp_agree_plan(s, st);
+    else if (o && o->comm) st = remat_comm_agree(o->comm, st);
     if (st != REMAT_OK) {
         remat_session_destroy(s);
         return st;
@@ -297,6 +319,7 @@ void remat_session_destroy(remat_session *s) {
         remat__optim_state_free(s);
         remat__block_free(s, REMAT__BLK_GRAD, REMAT_MEM_GRAD, block_counted(s, 1));
         remat__block_free(s, REMAT__BLK_PARAM, REMAT_MEM_PARAM, block_counted(s, 0));
+        remat__dp_free(s);
         remat__exec_release(s);
         s->be->destroy(s->dev);
     }
@@ -331,6 +354,7 @@ remat_status remat__session_runnable(const remat_session *s, const char *what) {
 remat_status remat_session_step(remat_session *s, float *loss) {
     remat_status st = remat__session_runnable(s, "remat_session_step");
     if (st != REMAT_OK) return st;
+    if (s->dp.active) return remat__dp_step(s, loss);
     st = s->be->zero(s->dev, s->blk[REMAT__BLK_GRAD], s->blk_bytes[REMAT__BLK_GRAD]);
     if (st != REMAT_OK) return st;
     remat__alloc_reset_peaks(&s->alloc);
@@ -514,6 +538,9 @@ remat_status remat_session_schedule_instr(const remat_session *s, int64_t i, rem
         static const char *const what[] = {"output", "aux", "gradient"};
         out->kind = "free";
         out->what = what[REMAT__VAL_KIND(in->value)];
+    } else if (in->kind == REMAT__I_REDUCE) {
+        out->kind = "reduce";
+        out->what = "gradients"; /* of the bucket that starts at parameter `node` */
     } else if (in->kind == REMAT__I_BWD) {
         out->kind = "backward";
     } else {

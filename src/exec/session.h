@@ -5,6 +5,7 @@
 
 #include "../plan/memplan.h"
 #include "backend.h"
+#include "dp.h"
 
 typedef struct {
     remat_node node;
@@ -15,7 +16,7 @@ typedef struct {
 
 /* The resident blocks: one backend allocation each, carved into tensors
  * at REMAT__ARENA_ALIGN offsets. */
-enum { REMAT__BLK_PARAM = 0, REMAT__BLK_GRAD, REMAT__BLK_OPTIM, REMAT__N_BLK };
+enum { REMAT__BLK_PARAM = 0, REMAT__BLK_GRAD, REMAT__BLK_OPTIM, REMAT__BLK_COMM, REMAT__N_BLK };
 
 /* A schedule with its memory plan. */
 typedef struct {
@@ -50,6 +51,7 @@ struct remat_session {
     const remat__memplan *cur;   /* the running schedule's plan */
     int32_t ev;                  /* next event of the running schedule */
     int64_t step;                /* completed optimizer updates */
+    remat__dp dp;                /* micro-batches and ranks (dp.h) */
     int has_optim;
     remat_optim_opts optim;
     int64_t optim_t;             /* AdamW's step count */

@@ -14,7 +14,11 @@
  *   running_mean = (1-m) running_mean + m mean
  *   running_var  = (1-m) running_var  + m var * M/(M-1)
  * (with M = 1 the unbiased variance is undefined; running_var is left as it
- * is there, where PyTorch's module refuses the batch).
+ * is there, where PyTorch's module refuses the batch). In a data-parallel
+ * step (kctx.stats set) the first execution exports mean and var instead,
+ * in double, and bn_commit applies them later, micro-batch by micro-batch
+ * in global order, with the same arithmetic (commit_channel), so the
+ * buffers are bitwise those of one process running every micro-batch.
  * Backward, with xhat = (x - mean) * invstd:
  *   dgamma += sum dy xhat
  *   dbeta  += sum dy
@@ -114,6 +118,14 @@ static void channel_dsums(const float *x, const float *dy, int64_t N, int64_t C,
     *sdx = remat__partials_total(ax);
 }
 
+/* The running statistics' update from a batch's mean and biased variance
+ * over M elements per channel: the one formula, for the kernel and for
+ * bn_commit. */
+static void commit_channel(float *rmean, float *rvar, int64_t c, double mu, double var, double mom, int64_t M) {
+    rmean[c] = (float)((1.0 - mom) * (double)rmean[c] + mom * mu);
+    if (M > 1) rvar[c] = (float)((1.0 - mom) * (double)rvar[c] + mom * var * (double)M / (double)(M - 1));
+}
+
 static void bn_forward(const remat__kctx *k, int ith, int nth) {
     const float *x = k->in[0]->data;     // (N, C, H, W)
     const float *gamma = k->in[1]->data; // (C)
@@ -136,10 +148,10 @@ static void bn_forward(const remat__kctx *k, int ith, int nth) {
             channel_stats(x, N, C, HW, c, &mu, &var);
             amean[c] = (float)mu;
             ainvstd[c] = (float)(1.0 / sqrt(var + eps));
-            rmean[c] = (float)((1.0 - mom) * (double)rmean[c] + mom * mu);
-            if (M > 1)
-                rvar[c] = (float)((1.0 - mom) * (double)rvar[c] +
-                                  mom * var * (double)M / (double)(M - 1));
+            if (k->stats) /* (2, C): committed after the step, in micro-batch order */
+                k->stats[c] = mu, k->stats[C + c] = var;
+            else
+                commit_channel(rmean, rvar, c, mu, var, mom, M);
         } /* else: a recomputation; aux already holds this step's statistics */
         float mu = amean[c], sc = ainvstd[c] * gamma[c], b = beta[c];
         for (int64_t n = 0; n < N; n++) {
@@ -183,6 +195,18 @@ static void bn_backward(const remat__kctx *k, int ith, int nth) {
     }
 }
 
+static size_t bn_stats_bytes(const remat_graph *g, const remat__node *n) {
+    (void)g;
+    return 2 * (size_t)n->shape.d[1] * sizeof(double);
+}
+
+/* stats: (2, C) doubles, the batch's mean then biased variance. */
+static void bn_commit(const remat_graph *g, const remat__node *n, float *const *in, const double *stats) {
+    const remat__shape *s = remat__in_shape(g, n, 0);
+    int64_t C = s->d[1], M = s->d[0] * s->d[2] * s->d[3];
+    for (int64_t c = 0; c < C; c++) commit_channel(in[3], in[4], c, stats[c], stats[C + c], n->fattr[1], M);
+}
+
 static double bn_flops(const remat_graph *g, const remat__node *n) {
     (void)g;
     return 8.0 * (double)remat__numel(&n->shape);
@@ -199,5 +223,7 @@ const remat__op remat__op_batchnorm2d = {
     .flags = REMAT__OP_STATEFUL,
     .aux_bytes = bn_aux_bytes,
     .flops = bn_flops,
+    .stats_bytes = bn_stats_bytes,
+    .commit = bn_commit,
     .family = REMAT_FAMILY_NORM,    .cuda = REMAT__CUDA(batchnorm2d),
 };

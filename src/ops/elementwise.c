@@ -165,7 +165,10 @@ static remat_status dropout_shape(const remat_graph *g, remat__node *n) {
 /* Element i keeps its value when word i % 4 of Philox at counter
  * (i / 4, node, step, stream ^ (i >> 34)), as a uniform u01 in [0, 1), is
  * at least p. u01(r) = (r >> 8) / 2^24 exactly, so that test is the
- * integer test (r >> 8) >= ceil(p 2^24), which is what the loops use. */
+ * integer test (r >> 8) >= ceil(p 2^24), which is what the loops use.
+ * i is the element's index in the global batch's tensor (kctx.elem0 + its
+ * index here): micro-batch k of a step draws what rows k*M.. of the whole
+ * batch would, whichever rank computes it. */
 static uint32_t keep_threshold(float p) { return (uint32_t)ceil((double)p * 16777216.0); }
 
 /* Forward (dx == NULL): y = keep ? x * scale : 0. Backward: dx += keep ?
@@ -176,19 +179,22 @@ static void dropout_apply(const remat__kctx *k, int64_t lo, int64_t hi, const fl
     const uint32_t t = keep_threshold(k->node->fattr[0]);
     const float scale = 1.0f / (1.0f - k->node->fattr[0]), nz = remat__neg_zero();
     const uint32_t key[2] = {(uint32_t)k->seed, (uint32_t)(k->seed >> 32)};
-    for (int64_t base = lo & ~(int64_t)15; base < hi; base += 16) {
+    /* global index g = e0 + i, i the element's index here */
+    const int64_t e0 = k->elem0, glo = lo + e0, ghi = hi + e0;
+    for (int64_t base = glo & ~(int64_t)15; base < ghi; base += 16) {
         uint32_t r[16];
         remat__philox_x4((uint64_t)base >> 2, (uint32_t)k->node_id, (uint32_t)k->step, DROPOUT_STREAM, key, r);
-        int64_t a = base < lo ? lo : base, b = base + 16 < hi ? base + 16 : hi;
+        int64_t a = (base < glo ? glo : base) - e0, b = (base + 16 < ghi ? base + 16 : ghi) - e0;
+        const int64_t sh = e0 - base; /* r[i + sh] is element i's word */
         if (dx)
             for (int64_t i = a; i < b; i++) {
                 float v = in[i] * scale;
-                dx[i] += (r[i - base] >> 8) >= t ? v : nz;
+                dx[i] += (r[i + sh] >> 8) >= t ? v : nz;
             }
         else
             for (int64_t i = a; i < b; i++) {
                 float v = in[i] * scale;
-                y[i] = (r[i - base] >> 8) >= t ? v : 0.0f;
+                y[i] = (r[i + sh] >> 8) >= t ? v : 0.0f;
             }
     }
 }

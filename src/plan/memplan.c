@@ -103,9 +103,9 @@ remat_status remat__memplan_build(const remat__prog *p, const remat__schedule *s
                 if (!resident(&w, vi)) take(&w, i, vi, REMAT_MEM_TRANSIENT, remat__value_bytes(g, vi), 1);
             }
             give(&w, take(&w, i, -1, REMAT_MEM_WORKSPACE, remat__ws_bytes(p, in->node, 1), 0));
-        } else if (resident(&w, in->value)) {
+        } else if (in->kind == REMAT__I_FREE && resident(&w, in->value)) {
             give(&w, w.live[in->value]);
-        }
+        } /* REDUCE: the communication block, outside the arena */
     }
     for (size_t v = 0; v < nv && w.st == REMAT_OK; v++)
         if (w.live[v] >= 0)

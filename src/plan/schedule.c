@@ -204,6 +204,48 @@ out:
     return st;
 }
 
+remat_status remat__schedule_add_reduces(const remat__prog *p, remat__schedule *s, const int32_t *bucket_of, int nb,
+                                         int at_end) {
+    const remat_graph *g = p->g;
+    int32_t *after = malloc(((size_t)nb + 1) * sizeof *after);   /* per bucket: its instruction */
+    int32_t *first = malloc(((size_t)nb + 1) * sizeof *first);   /* per bucket: its first parameter */
+    remat__instr *ins = malloc(((size_t)s->n + (size_t)nb + 1) * sizeof *ins);
+    if (!after || !first || !ins) {
+        free(after), free(first), free(ins);
+        return remat__err(REMAT_NOMEM, "out of memory placing gradient reductions");
+    }
+    for (int b = 0; b < nb; b++) after[b] = at_end ? s->n - 1 : -1, first[b] = -1;
+    for (int u = g->n - 1; u >= 0; u--)
+        if (bucket_of[u] >= 0) first[bucket_of[u]] = u;
+    for (int i = 0; i < s->n && !at_end; i++) {
+        const remat__instr *in = &s->ins[i];
+        if (in->kind != REMAT__I_BWD) continue;
+        const remat__node *n = &g->nodes[in->node];
+        for (int j = 0; j < n->n_in; j++) {
+            int32_t u = n->in[j];
+            if (bucket_of[u] >= 0 && remat__bwd_writes(p, n, j)) after[bucket_of[u]] = i;
+        }
+    }
+    remat_status st = REMAT_OK;
+    for (int b = 0; b < nb && st == REMAT_OK; b++)
+        if (after[b] < 0 || first[b] < 0)
+            st = remat__err(REMAT_INTERNAL, "gradient bucket %d: no backward writes its parameters", b);
+    int k = 0;
+    for (int i = 0; i < s->n && st == REMAT_OK; i++) {
+        ins[k++] = s->ins[i];
+        for (int b = 0; b < nb; b++)
+            if (after[b] == i) ins[k++] = (remat__instr){.kind = REMAT__I_REDUCE, .node = first[b], .value = b};
+    }
+    if (st == REMAT_OK) {
+        free(s->ins);
+        s->ins = ins, s->n = k, s->cap = s->n + nb + 1;
+    } else {
+        free(ins);
+    }
+    free(after), free(first);
+    return st;
+}
+
 remat_status remat__schedule_categorize(const remat__prog *p, remat__schedule *s) {
     const remat_graph *g = p->g;
     size_t nv = (size_t)g->n * 3;
@@ -235,7 +277,7 @@ remat_status remat__schedule_categorize(const remat__prog *p, remat__schedule *s
                 s->ins[open[REMAT__VAL(in->node, REMAT__V_OUT)]].cat = REMAT_MEM_ACT;
             if ((op->saves & REMAT__SAVE_AUX) && open[REMAT__VAL(in->node, REMAT__V_AUX)] >= 0)
                 s->ins[open[REMAT__VAL(in->node, REMAT__V_AUX)]].aux_cat = REMAT_MEM_ACT;
-        } else {
+        } else if (in->kind == REMAT__I_FREE) {
             open[in->value] = -1;
         }
     }

@@ -15,7 +15,12 @@
 
 #include "../remat-impl.h"
 
-typedef enum { REMAT__I_FWD = 0, REMAT__I_BWD, REMAT__I_FREE } remat__ikind;
+/* REDUCE (added by the session for data parallelism, after planning):
+ * gradient bucket `value` is final; fold it into the micro-batches' tree
+ * and, at the rank's last micro-batch, start its reduction across ranks.
+ * It takes no memory of the arena (its buffers are the session's
+ * communication block); `node` is the bucket's first parameter. */
+typedef enum { REMAT__I_FWD = 0, REMAT__I_BWD, REMAT__I_FREE, REMAT__I_REDUCE } remat__ikind;
 typedef enum { REMAT__V_OUT = 0, REMAT__V_AUX, REMAT__V_GRAD } remat__vkind;
 
 #define REMAT__VAL(node, kind) ((int32_t)(node) * 3 + (int32_t)(kind))
@@ -28,8 +33,8 @@ typedef struct {
     uint8_t aux_cat; /* FWD: category of the aux */
     uint8_t first;   /* FWD: the node's first forward in the schedule (a
                       * later one is a recomputation) */
-    int32_t node;    /* FWD, BWD */
-    int32_t value;   /* FREE */
+    int32_t node;    /* FWD, BWD; REDUCE: the bucket's first parameter */
+    int32_t value;   /* FREE; REDUCE: the bucket */
 } remat__instr;
 
 typedef struct {
@@ -108,6 +113,15 @@ void remat__schedule_free(remat__schedule *s);
  * live ends the old instance first (a recomputation); a stateful op's aux
  * is reused, any other aux is made again like the output. */
 remat_status remat__schedule_add_frees(const remat__prog *p, remat__schedule *s);
+
+/* Inserts a REDUCE for each of nb gradient buckets: bucket_of[u] is the
+ * bucket of parameter node u (-1 for every other node), and bucket b's
+ * REDUCE goes right after the last BWD that writes a gradient of one of
+ * its parameters (recomputations change nothing: a parameter's gradient
+ * is written by backwards only), or, with at_end, after the last
+ * instruction. Several at one place go in bucket order. */
+remat_status remat__schedule_add_reduces(const remat__prog *p, remat__schedule *s, const int32_t *bucket_of, int nb,
+                                         int at_end);
 
 /* Sets each FWD's categories (an output or aux instance that some backward
  * reads before it is freed is an activation, else transient) and its

@@ -141,7 +141,7 @@ remat_status remat__schedule_summary(const remat__prog *p, const remat__schedule
     out->instructions = s->n;
     for (int i = 0; i < s->n; i++) {
         const remat__instr *in = &s->ins[i];
-        if (in->kind == REMAT__I_FREE) continue;
+        if (in->kind == REMAT__I_FREE || in->kind == REMAT__I_REDUCE) continue;
         const remat__node *n = &g->nodes[in->node];
         double f = remat__node_flops(g, n), t = remat__node_seconds(p, n);
         if (in->kind == REMAT__I_BWD) {

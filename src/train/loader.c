@@ -114,12 +114,16 @@ void remat_loader_seek(remat_loader *l, int64_t epoch, int64_t batch) {
 }
 
 int remat_loader_next(remat_loader *l, float *x, int32_t *y) {
+    return remat_loader_next_rows(l, 0, l ? l->batch : 0, x, y);
+}
+
+int remat_loader_next_rows(remat_loader *l, int64_t first, int64_t n, float *x, int32_t *y) {
     if (!l || l->pos + l->batch > l->batches * l->batch) return 0;
+    if (first < 0 || n < 0 || first + n > l->batch) return 0;
     /* Indices come from order[], all in range, unless the data set was
-     * truncated after the loader was made: then stop. */
-    if (remat_dataset_get(l->d, l->order + l->pos, l->batch, x, y) !=
-        REMAT_OK)
-        return 0;
+     * truncated after the loader was made: then stop. Only the rows asked
+     * for are read: a rank normalizes its own micro-batches only. */
+    if (remat_dataset_get(l->d, l->order + l->pos + first, n, x, y) != REMAT_OK) return 0;
     l->pos += l->batch;
     return 1;
 }

@@ -11,6 +11,16 @@
  * prints. Every loop checks the weights before its first step and after
  * each update, and stops at the first NaN or infinity, naming it.
  *
+ * Micro-batches and ranks (remat.h, "several processes"): the graph's
+ * batch is one micro-batch, a step K of them over the ranks. remat_train's
+ * loader deals global batches of K micro-batches from the epoch's seeded
+ * permutation, and each rank stages only its own rows (its q micro-batches,
+ * one after the other, as remat_session_step reads them); a batch source
+ * is asked for micro-batch k of step t as its step t * K + k. Evaluation
+ * shares the test batches out over the ranks and sums their results in
+ * batch order, so it gives the same bits on any number of ranks. Every
+ * rank runs the loop; events are every rank's to print or not.
+ *
  * Training states (state.c): a loop can resume from one and save them as
  * it goes. Its position in the data is its data step alone: remat_train
  * starts epoch step / batches-per-epoch at that batch of the epoch's
@@ -19,6 +29,7 @@
  * data set's samples and labels as the loop sees them, or of a token
  * file's ids.
  */
+#include "../exec/session.h"
 #include "safetensors.h"
 
 #include <math.h>
@@ -29,13 +40,15 @@
 
 
 typedef struct {
-    int64_t batch, sample, classes; /* sample: floats per image */
-    float *x;                       /* (batch, C, H, W) */
-    int32_t *y;                     /* (batch) */
+    int64_t batch, sample, classes; /* batch: the graph's (a micro-batch); sample: floats per image */
+    int64_t rows;                   /* rows staged: micro-batches x batch */
+    float *x;                       /* (rows, C, H, W) */
+    int32_t *y;                     /* (rows) */
 } staging;
 
+/* Staging for `micro` micro-batches of the graph's batch. */
 static remat_status staging_init(staging *st, const remat_session *s, const remat_model *m,
-                                 const remat_dataset *d) {
+                                 const remat_dataset *d, int64_t micro) {
     (void)s;
     memset(st, 0, sizeof *st);
     int64_t dims[REMAT_MAX_DIMS], ld[REMAT_MAX_DIMS], chw[3];
@@ -56,8 +69,9 @@ static remat_status staging_init(staging *st, const remat_session *s, const rema
     if (remat_dataset_classes(d) > st->classes)
         return remat__err(REMAT_SHAPE, "data set has %d classes but the model predicts %lld",
                           remat_dataset_classes(d), (long long)st->classes);
-    st->x = malloc((size_t)(st->batch * st->sample) * sizeof *st->x);
-    st->y = malloc((size_t)st->batch * sizeof *st->y);
+    st->rows = micro * st->batch;
+    st->x = malloc((size_t)(st->rows * st->sample) * sizeof *st->x);
+    st->y = malloc((size_t)st->rows * sizeof *st->y);
     if (!st->x || !st->y) {
         free(st->x), free(st->y);
         return remat__err(REMAT_NOMEM, "out of memory for a batch");
@@ -82,20 +96,35 @@ static void restore_binds(remat_session *s, const remat_model *m, saved_binds b)
     if (m->labels != REMAT_NONE) remat_session_bind(s, m->labels, b.y);
 }
 
+/* One evaluated batch: the sum of its rows' losses and its correct rows. */
+typedef struct {
+    double loss;
+    int64_t correct;
+} eval_part;
+
 remat_status remat_evaluate(remat_session *s, const remat_model *m, const remat_dataset *d,
                             double *loss, double *accuracy) {
     staging st;
-    remat_status rc = staging_init(&st, s, m, d);
-    if (rc != REMAT_OK) return rc;
+    remat_status rc = staging_init(&st, s, m, d, 1);
+    /* Several ranks: batch i is rank i % R's; each rank's results go in
+     * slots of `per`, exchanged, and summed in batch order by all. A rank
+     * that failed locally still takes part in the exchange (then agrees),
+     * so that no rank waits for it. */
+    remat_comm *comm = s->dp.comm;
+    int R = remat_comm_size(comm), r = remat_comm_rank(comm);
+    int64_t n = remat_dataset_size(d), nb = rc == REMAT_OK ? (n + st.batch - 1) / st.batch : 0;
+    int64_t per = (nb + R - 1) / R;
     saved_binds sb = save_binds(s, m);
-    float *logits = malloc((size_t)(st.batch * st.classes) * sizeof *logits);
-    int64_t *idx = malloc((size_t)st.batch * sizeof *idx);
-    if (!logits || !idx) rc = remat__err(REMAT_NOMEM, "out of memory for evaluation");
+    float *logits = rc == REMAT_OK ? malloc((size_t)(st.batch * st.classes) * sizeof *logits) : NULL;
+    int64_t *idx = rc == REMAT_OK ? malloc((size_t)st.batch * sizeof *idx) : NULL;
+    eval_part *part = calloc((size_t)(per * (R + 1)) + 1, sizeof *part); /* (R, per) all, then (per) mine */
+    if (rc == REMAT_OK && (!logits || !idx || !part)) rc = remat__err(REMAT_NOMEM, "out of memory for evaluation");
     if (rc == REMAT_OK) rc = remat_session_bind(s, m->input, st.x);
     if (rc == REMAT_OK) rc = remat_session_bind(s, m->labels, st.y);
-    int64_t n = remat_dataset_size(d), correct = 0;
-    double sum = 0.0;
-    for (int64_t first = 0; first < n && rc == REMAT_OK; first += st.batch) {
+    eval_part *mine = part ? part + per * R : NULL;
+    for (int64_t t = 0; t < per && rc == REMAT_OK; t++) {
+        int64_t b = t * R + r, first = b * st.batch;
+        if (b >= nb) break;
         int64_t valid = n - first < st.batch ? n - first : st.batch;
         /* A last partial batch is padded with its first sample; the padded
          * rows are not counted. */
@@ -110,15 +139,27 @@ remat_status remat_evaluate(remat_session *s, const remat_model *m, const remat_
                 if (z[c] > z[best]) best = c;
             mx = z[best];
             for (int64_t c = 0; c < st.classes; c++) se += exp((double)z[c] - mx);
-            sum += log(se) + mx - (double)z[st.y[i]];
-            correct += best == st.y[i];
+            mine[t].loss += log(se) + mx - (double)z[st.y[i]];
+            mine[t].correct += best == st.y[i];
         }
     }
+    if (R > 1) {
+        rc = remat_comm_agree(comm, rc);
+        if (rc == REMAT_OK) rc = remat_comm_allgather(comm, mine, (size_t)per * sizeof *mine, part);
+    } else if (part) {
+        memcpy(part, mine, (size_t)per * sizeof *mine);
+    }
     if (rc == REMAT_OK) {
+        double sum = 0.0;
+        int64_t correct = 0;
+        for (int64_t b = 0; b < nb; b++) {
+            const eval_part *p = &part[(b % R) * per + b / R];
+            sum += p->loss, correct += p->correct;
+        }
         if (loss) *loss = n ? sum / (double)n : 0.0;
         if (accuracy) *accuracy = n ? (double)correct / (double)n : 0.0;
     }
-    free(logits), free(idx);
+    free(logits), free(idx), free(part);
     restore_binds(s, m, sb);
     staging_free(&st);
     return rc;
@@ -190,29 +231,36 @@ remat_status remat_train(remat_session *s, const remat_model *m, const remat_dat
                          const remat_dataset *test, const remat_train_opts *o) {
     if (!o || (o->epochs <= 0 && o->steps <= 0))
         return remat__err(REMAT_INVALID, "training needs a positive number of epochs or steps");
-    staging st;
-    remat_status rc = staging_init(&st, s, m, train);
+    remat_dist_info di;
+    remat_session_dist(s, &di);
+    staging st; /* this rank's micro-batches of a step */
+    remat_status rc = staging_init(&st, s, m, train, di.local_micro_batches);
     if (rc != REMAT_OK) return rc;
-    if (o->batch && o->batch != st.batch) {
+    int64_t batch = di.micro_batches * st.batch; /* the global batch */
+    if (o->batch && o->batch != batch) {
         staging_free(&st);
-        return remat__err(REMAT_INVALID, "batch %lld differs from the graph's batch %lld",
-                          (long long)o->batch, (long long)st.batch);
+        if (di.micro_batches == 1)
+            return remat__err(REMAT_INVALID, "batch %lld differs from the graph's batch %lld", (long long)o->batch,
+                              (long long)st.batch);
+        return remat__err(REMAT_INVALID, "batch %lld differs from the step's %lld micro-batches of the graph's %lld "
+                          "rows (%lld)", (long long)o->batch, (long long)di.micro_batches, (long long)st.batch,
+                          (long long)batch);
     }
     saved_binds sb = save_binds(s, m);
     remat_loader *ld = NULL;
-    rc = remat_loader_create(&ld, train, st.batch, 1, o->seed);
+    rc = remat_loader_create(&ld, train, batch, 1, o->seed);
     if (rc == REMAT_OK && remat_loader_batches(ld) == 0)
         rc = remat__err(REMAT_INVALID, "the training set (%lld samples) is smaller than one batch (%lld)",
-                        (long long)remat_dataset_size(train), (long long)st.batch);
+                        (long long)remat_dataset_size(train), (long long)batch);
     if (rc == REMAT_OK) rc = remat_session_bind(s, m->input, st.x);
     if (rc == REMAT_OK) rc = remat_session_bind(s, m->labels, st.y);
     int64_t per_epoch = rc == REMAT_OK ? remat_loader_batches(ld) : 0;
     int64_t total = o->steps > 0 ? o->steps : o->epochs * per_epoch;
-    int64_t step = 0;
+    int64_t step = 0, row0 = di.first_micro_batch * st.batch; /* this rank's first row of a batch */
     char data_id[256] = "";
     remat__loop_state ls = {0};
     if (rc == REMAT_OK && (o->state_dir || o->resume)) rc = dataset_identity(train, &st, data_id, sizeof data_id);
-    if (rc == REMAT_OK) rc = remat__loop_state_begin(&ls, s, o, st.batch, per_epoch, data_id, &step);
+    if (rc == REMAT_OK) rc = remat__loop_state_begin(&ls, s, o, batch, per_epoch, data_id, &step);
     if (rc == REMAT_OK && step > 0 && step >= total) nothing_left(o, step, total);
     if (rc == REMAT_OK) rc = check_weights(s, 0);
     for (int64_t epoch = per_epoch ? step / per_epoch : 0; rc == REMAT_OK && step < total; epoch++) {
@@ -221,7 +269,7 @@ remat_status remat_train(remat_session *s, const remat_model *m, const remat_dat
         double t0 = remat__now();
         int64_t in_epoch = first;
         int64_t this_epoch = total - epoch * per_epoch < per_epoch ? total - epoch * per_epoch : per_epoch;
-        while (rc == REMAT_OK && step < total && remat_loader_next(ld, st.x, st.y)) {
+        while (rc == REMAT_OK && step < total && remat_loader_next_rows(ld, row0, st.rows, st.x, st.y)) {
             float loss = 0.0f;
             double ts = remat__now();
             rc = remat_session_step(s, &loss);
@@ -236,7 +284,7 @@ remat_status remat_train(remat_session *s, const remat_model *m, const remat_dat
             double el = remat__now() - t0;
             remat_event ev = {.kind = REMAT_EVENT_STEP, .epoch = epoch, .step = step,
                               .step_in_epoch = in_epoch, .steps_in_epoch = this_epoch, .loss = loss,
-                              .images_per_s = el > 0 ? (double)((in_epoch - first) * st.batch) / el : 0.0,
+                              .images_per_s = el > 0 ? (double)((in_epoch - first) * batch) / el : 0.0,
                               .seconds = el, .peak_bytes = mem.peak[REMAT_MEM_TOTAL], .step_seconds = step_s};
             emit(o, &ev);
             rc = remat__loop_state_step(&ls, s, step, step == total);
@@ -278,12 +326,16 @@ static remat_status train_stream(remat_session *s, const remat_model *m, remat_b
     int64_t xd[REMAT_MAX_DIMS];
     if (remat_node_shape(g, m->input, xd) < 1)
         return remat__err(REMAT_INVALID, "the model has no input node");
-    if (o->batch && o->batch != xd[0])
-        return remat__err(REMAT_INVALID, "batch %lld differs from the graph's batch %lld", (long long)o->batch,
-                          (long long)xd[0]);
+    remat_dist_info di;
+    remat_session_dist(s, &di);
+    int64_t K = di.micro_batches, q = di.local_micro_batches, batch = K * xd[0];
+    if (o->batch && o->batch != batch)
+        return remat__err(REMAT_INVALID, "batch %lld differs from the step's %lld micro-batch%s of the graph's batch "
+                          "%lld", (long long)o->batch, (long long)K, K == 1 ? "" : "es", (long long)xd[0]);
     int64_t nx = node_numel(g, m->input), ny = node_numel(g, m->labels);
-    /* float and int32 are both 4 bytes: one allocation size serves either */
-    void *x = malloc((size_t)nx * 4), *y = ny ? malloc((size_t)ny * 4) : NULL;
+    /* this rank's q micro-batches, one after the other; float and int32
+     * are both 4 bytes: one allocation size serves either */
+    unsigned char *x = malloc((size_t)(q * nx) * 4), *y = ny ? malloc((size_t)(q * ny) * 4) : NULL;
     saved_binds sb = save_binds(s, m);
     remat_status rc = REMAT_OK;
     if (!x || (ny && !y)) rc = remat__err(REMAT_NOMEM, "out of memory for a batch");
@@ -291,14 +343,20 @@ static remat_status train_stream(remat_session *s, const remat_model *m, remat_b
     if (rc == REMAT_OK && ny) rc = remat_session_bind(s, m->labels, y);
     int64_t epochs = o->epochs > 0 ? o->epochs : 1, step = 0, total = epochs * o->steps;
     remat__loop_state ls = {0};
-    if (rc == REMAT_OK) rc = remat__loop_state_begin(&ls, s, o, xd[0], o->steps, data_id, &step);
+    if (rc == REMAT_OK) rc = remat__loop_state_begin(&ls, s, o, batch, o->steps, data_id, &step);
     if (rc == REMAT_OK && step > 0 && step >= total) nothing_left(o, step, total);
     if (rc == REMAT_OK) rc = check_weights(s, 0);
     for (int64_t epoch = step / o->steps; epoch < epochs && rc == REMAT_OK; epoch++) {
         double t0 = remat__now();
         int64_t first = step - epoch * o->steps; /* steps of this epoch done before (a resume) */
         for (int64_t i = first; i < o->steps && rc == REMAT_OK; i++) {
-            rc = next(user, step, x, y);
+            /* micro-batch k of step t is the source's step t * K + k */
+            for (int64_t j = 0; j < q && rc == REMAT_OK; j++)
+                rc = next(user, step * K + di.first_micro_batch + j, x + (size_t)(j * nx) * 4,
+                          y ? y + (size_t)(j * ny) * 4 : NULL);
+            /* the source is the caller's code: a rank whose source failed
+             * must not leave the others waiting in the step */
+            if (di.ranks > 1) rc = remat_comm_agree(s->dp.comm, rc);
             float loss = 0.0f;
             double ts = remat__now();
             if (rc == REMAT_OK) rc = remat_session_step(s, &loss);
@@ -312,7 +370,7 @@ static remat_status train_stream(remat_session *s, const remat_model *m, remat_b
             remat_session_mem(s, &mem);
             remat_event ev = {.kind = REMAT_EVENT_STEP, .epoch = epoch, .step = step, .step_in_epoch = i + 1,
                               .steps_in_epoch = o->steps, .loss = loss,
-                              .images_per_s = el > 0 ? (double)((i + 1 - first) * xd[0]) / el : 0.0, .seconds = el,
+                              .images_per_s = el > 0 ? (double)((i + 1 - first) * batch) / el : 0.0, .seconds = el,
                               .peak_bytes = mem.peak[REMAT_MEM_TOTAL], .step_seconds = now - ts};
             emit(o, &ev);
             rc = remat__loop_state_step(&ls, s, step, step == total);

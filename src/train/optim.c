@@ -114,6 +114,7 @@ remat_status remat_session_set_optimizer(remat_session *s, const remat_optim_opt
     if (!o) return remat__err(REMAT_INVALID, "remat_session_set_optimizer: options are NULL");
     remat_status st = remat__optim_install(s, o);
     if (st == REMAT_OK) st = remat__session_plan_train(s);
+    st = remat__dp_agree_plan(s, st); /* several ranks: every one's plan, and the same */
     if (st != REMAT_OK) {
         remat__optim_state_free(s);
         s->has_optim = 0;

@@ -18,11 +18,16 @@
  * it; streams and token files: a pure function of the step). Plans do not
  * change bits (DESIGN.md invariant 1), so strategy and budget are free.
  *
- * Multi-process training does not exist yet. Its seam is here: a state
- * records "batch" (global), "micro_batch" (compared) and "ranks" (not
- * compared): gradients are summed in a fixed order over the global
- * micro-batch index, so a data-parallel loop must record its global batch
- * and micro-batch and may resume on any number of ranks.
+ * Several ranks (remat.h, "several processes"): a state records "batch"
+ * (the global batch, compared), "micro_batch" (the graph's batch,
+ * compared) and "ranks" (not compared): gradients are summed in a fixed
+ * tree over the global micro-batch index, BatchNorm's running statistics
+ * are committed in micro-batch order on every rank, so every rank holds
+ * the same state, and a run may resume on any number of ranks. In the
+ * loops only rank 0 writes; every rank reads the state it resumes from
+ * (the state directory must be reachable from every rank, as the data
+ * is), and the ranks agree after each read and each write, so that a
+ * failure on one is every rank's, named.
  */
 #include "../exec/session.h"
 #include "safetensors.h"
@@ -140,13 +145,18 @@ static uint32_t graph_crc(const remat_session *s) {
     return crc;
 }
 
-/* The batch: o->batch, or the first input's first dimension. */
-static int64_t batch_of(const remat_session *s, const remat_state_opts *o) {
-    if (o && o->batch > 0) return o->batch;
+/* The micro-batch: the first input's first dimension. */
+static int64_t micro_batch_of(const remat_session *s) {
     for (int v = 0; v < s->g->n; v++)
         if (s->g->nodes[v].leaf == REMAT__LEAF_INPUT && s->g->nodes[v].shape.ndim > 0)
             return s->g->nodes[v].shape.d[0];
     return 0;
+}
+
+/* The (global) batch: o->batch, or the step's micro-batches of the graph's. */
+static int64_t batch_of(const remat_session *s, const remat_state_opts *o) {
+    if (o && o->batch > 0) return o->batch;
+    return s->dp.K * micro_batch_of(s);
 }
 
 /* Everything a state's metadata holds, from the session, o and at (NULL:
@@ -174,8 +184,8 @@ static void build_meta(const remat_session *s, const remat_state_opts *o, const 
     meta_add(m, "data.seed", "%llu", (unsigned long long)(o ? o->data_seed : 0));
     meta_add(m, "data", "%s", o && o->data ? o->data : "");
     meta_add(m, "batch", "%lld", (long long)batch);
-    meta_add(m, "micro_batch", "%lld", (long long)batch);
-    meta_add(m, "ranks", "1");
+    meta_add(m, "micro_batch", "%lld", (long long)micro_batch_of(s));
+    meta_add(m, "ranks", "%d", s->dp.ranks);
     meta_add(m, "device", "%s", remat_device_str(s->opts.device));
     if (s->opts.device == REMAT_DEVICE_CPU)
         meta_add(m, "threads", "%d", s->opts.threads);
@@ -723,14 +733,9 @@ static char *folder_of(const char *path) {
     return d;
 }
 
-remat_status remat__loop_state_begin(remat__loop_state *ls, remat_session *s, const remat_train_opts *o,
-                                     int64_t batch, int64_t per_epoch, const char *data, int64_t *start) {
-    memset(ls, 0, sizeof *ls);
-    ls->o = o;
-    ls->last_saved = -1;
-    ls->per_epoch = per_epoch;
-    *start = 0;
-    if (!o->state_dir && !o->resume) return REMAT_OK;
+/* remat__loop_state_begin on this rank. */
+static remat_status begin(remat__loop_state *ls, remat_session *s, const remat_train_opts *o, int64_t batch,
+                          int64_t per_epoch, const char *data, int64_t *start) {
     if (o->save_every < 0) return remat__err(REMAT_INVALID, "save_every must be >= 0, got %lld", (long long)o->save_every);
     if (o->keep < 0) return remat__err(REMAT_INVALID, "keep must be >= 0 (0 keeps every state), got %d", o->keep);
     ls->so = (remat_state_opts){.batch = batch, .data_seed = o->seed, .data = data, .batches_per_epoch = per_epoch,
@@ -780,7 +785,12 @@ remat_status remat__loop_state_begin(remat__loop_state *ls, remat_session *s, co
             rc = lr;
         }
         free(steps);
-        /* fail before the first step when states cannot be written */
+        /* fail before the first step when states cannot be written (by
+         * rank 0, the one that writes them) */
+        if (s->dp.rank != 0) {
+            free(resumed_dir);
+            return rc;
+        }
         if (rc == REMAT_OK && mkdir(o->state_dir, 0777) != 0 && errno != EEXIST)
             rc = remat__err(REMAT_IO, "cannot create the state directory %s: %s", o->state_dir, strerror(errno));
         if (rc == REMAT_OK) {
@@ -804,6 +814,31 @@ remat_status remat__loop_state_begin(remat__loop_state *ls, remat_session *s, co
     return rc;
 }
 
+remat_status remat__loop_state_begin(remat__loop_state *ls, remat_session *s, const remat_train_opts *o,
+                                     int64_t batch, int64_t per_epoch, const char *data, int64_t *start) {
+    memset(ls, 0, sizeof *ls);
+    ls->o = o;
+    ls->last_saved = -1;
+    ls->per_epoch = per_epoch;
+    *start = 0;
+    if (!o->state_dir && !o->resume) return REMAT_OK;
+    remat_status rc = begin(ls, s, o, batch, per_epoch, data, start);
+    if (s->dp.ranks == 1) return rc;
+    /* every rank read the same state: the same data step */
+    rc = remat_comm_agree(s->dp.comm, rc);
+    int64_t *steps = rc == REMAT_OK ? malloc((size_t)s->dp.ranks * sizeof *steps) : NULL;
+    if (rc == REMAT_OK && !steps) return remat__err(REMAT_NOMEM, "out of memory"); /* the others may wait: abort */
+    if (rc == REMAT_OK) rc = remat_comm_allgather(s->dp.comm, start, sizeof *start, steps);
+    for (int r = 1; rc == REMAT_OK && r < s->dp.ranks; r++)
+        if (steps[r] != steps[0])
+            rc = remat__err(REMAT_INVALID, "the ranks resumed from different states: rank 0 at step %lld, rank %d at "
+                            "step %lld (every rank must see the same state directory)", (long long)steps[0], r,
+                            (long long)steps[r]);
+    if (rc != REMAT_OK) remat__comm_failed_together(s->dp.comm);
+    free(steps);
+    return rc;
+}
+
 remat_status remat__loop_state_step(remat__loop_state *ls, remat_session *s, int64_t done, int last) {
     const remat_train_opts *o = ls->o;
     if (!o || !o->state_dir || done == ls->last_saved) return REMAT_OK;
@@ -811,12 +846,20 @@ remat_status remat__loop_state_step(remat__loop_state *ls, remat_session *s, int
     remat_train_progress at = {.data_step = done, .epoch = ls->per_epoch > 0 ? done / ls->per_epoch : 0,
                                .position = ls->per_epoch > 0 ? done % ls->per_epoch : done};
     char *path = NULL;
-    remat_status rc = remat_state_save_dir(s, &ls->so, &at, o->state_dir, o->keep, &path);
-    if (rc != REMAT_OK) return rc;
+    /* rank 0 writes (every rank holds the same state); the others learn
+     * whether it could */
+    remat_status rc = s->dp.rank == 0 ? remat_state_save_dir(s, &ls->so, &at, o->state_dir, o->keep, &path) : REMAT_OK;
+    if (s->dp.ranks > 1) rc = remat_comm_agree(s->dp.comm, rc);
+    if (rc != REMAT_OK) {
+        free(path);
+        return rc;
+    }
     ls->last_saved = done;
-    remat_event ev = {.kind = REMAT_EVENT_SAVE, .step = done, .epoch = at.epoch, .step_in_epoch = at.position,
-                      .path = path};
-    emit(ls, &ev);
+    if (path) {
+        remat_event ev = {.kind = REMAT_EVENT_SAVE, .step = done, .epoch = at.epoch, .step_in_epoch = at.position,
+                          .path = path};
+        emit(ls, &ev);
+    }
     free(path);
     return REMAT_OK;
 }

@@ -1,0 +1,352 @@
+/* dp.c: data parallelism inside a session (dp.h has the whole story).
+ */
+#include "session.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define DEFAULT_BUCKET_BYTES ((size_t)1 << 20)
+
+static size_t rounded(size_t b) { return (b + REMAT__ARENA_ALIGN - 1) & ~(REMAT__ARENA_ALIGN - 1); }
+
+/* Buckets: consecutive trainable parameters, taken from the last to the
+ * first (the order in which a backward pass finishes their gradients, so
+ * that the first bucket can leave early), each closed once it holds
+ * bucket_bytes; a bucket is one range of the gradient block (tensors at
+ * their aligned offsets, the zero padding between them included, which
+ * sums to zero). */
+static remat_status lay_out_buckets(remat_session *s) {
+    remat__dp *d = &s->dp;
+    const remat_graph *g = s->g;
+    d->bucket_of = malloc((size_t)g->n * sizeof *d->bucket_of);
+    size_t *off = malloc(((size_t)s->n_params + 1) * sizeof *off); /* per slot: its gradient's offset */
+    d->blo = malloc(((size_t)s->n_params + 1) * sizeof *d->blo);
+    d->bhi = malloc(((size_t)s->n_params + 1) * sizeof *d->bhi);
+    if (!d->bucket_of || !off || !d->blo || !d->bhi) {
+        free(off);
+        return remat__err(REMAT_NOMEM, "out of memory laying out gradient buckets");
+    }
+    for (int u = 0; u < g->n; u++) d->bucket_of[u] = -1;
+    size_t end = 0; /* as remat__block_alloc carves the block */
+    for (int i = 0; i < s->n_params; i++) {
+        off[i] = end;
+        if (remat__trainable(s, i)) end += rounded(remat__out_bytes(&g->nodes[s->params[i].node]));
+    }
+    if (end != s->blk_bytes[REMAT__BLK_GRAD]) {
+        free(off);
+        return remat__err(REMAT_INTERNAL, "gradient buckets cover %zu bytes of the %zu-byte gradient block", end,
+                          s->blk_bytes[REMAT__BLK_GRAD]);
+    }
+    d->nb = 0;
+    size_t hi = end;
+    for (int i = s->n_params - 1; i >= 0; i--) {
+        if (!remat__trainable(s, i)) continue;
+        d->bucket_of[s->params[i].node] = d->nb;
+        if (hi - off[i] >= d->bucket_bytes) d->blo[d->nb] = off[i], d->bhi[d->nb++] = hi, hi = off[i];
+    }
+    if (hi > 0) d->blo[d->nb] = 0, d->bhi[d->nb++] = hi;
+    free(off);
+    d->gfloats = end / sizeof(float);
+    return REMAT_OK;
+}
+
+/* The statistics every stateful node the loss needs exports per
+ * micro-batch (several ranks only: one process commits in order itself). */
+static remat_status lay_out_stats(remat_session *s) {
+    remat__dp *d = &s->dp;
+    const remat_graph *g = s->g;
+    d->soff = malloc((size_t)g->n * sizeof *d->soff);
+    uint8_t *needed = calloc((size_t)g->n + 1, 1);
+    int32_t *stack = malloc(((size_t)g->n + 1) * sizeof *stack);
+    remat_status st = REMAT_OK;
+    if (!d->soff || !needed || !stack) st = remat__err(REMAT_NOMEM, "out of memory laying out statistics");
+    if (st == REMAT_OK) remat__mark_needed(g, s->loss, needed, stack);
+    size_t off = 0;
+    for (int u = 0; st == REMAT_OK && u < g->n; u++) {
+        const remat__op *op = remat__ops[g->nodes[u].op];
+        d->soff[u] = SIZE_MAX;
+        if (!(op->flags & REMAT__OP_STATEFUL) || !needed[u] || d->ranks == 1) continue;
+        if (!op->stats_bytes || !op->commit) {
+            st = remat__err(REMAT_UNSUPPORTED, "op '%s' keeps state but cannot export it, so %d ranks cannot keep "
+                            "it the same", op->name, d->ranks);
+            break;
+        }
+        d->soff[u] = off;
+        off += op->stats_bytes(g, &g->nodes[u]) / sizeof(double);
+    }
+    d->sdoubles = off;
+    free(needed), free(stack);
+    return st;
+}
+
+remat_status remat__dp_init(remat_session *s) {
+    remat__dp *d = &s->dp;
+    const remat_session_opts *o = &s->opts;
+    memset(d, 0, sizeof *d);
+    d->j = -1;
+    d->comm = o->comm;
+    d->rank = remat_comm_rank(o->comm);
+    d->ranks = remat_comm_size(o->comm);
+    if (o->micro_batches < 0)
+        return remat__err(REMAT_INVALID, "micro_batches %lld is negative (0: one per rank)", (long long)o->micro_batches);
+    d->K = o->micro_batches ? o->micro_batches : d->ranks;
+    if (!remat__pow2(d->ranks))
+        return remat__err(REMAT_INVALID, "data-parallel training needs a power-of-two number of ranks (1, 2, 4, "
+                          "8, ...), not %d: gradients are summed in one fixed binary tree over the micro-batches, "
+                          "and each rank must hold a whole subtree of it", d->ranks);
+    if (d->K % d->ranks)
+        return remat__err(REMAT_INVALID, "the %lld micro-batches of a step do not split evenly over %d ranks: the "
+                          "global batch must be a multiple of micro-batch x ranks", (long long)d->K, d->ranks);
+    d->q = d->K / d->ranks;
+    d->first = (int64_t)d->rank * d->q;
+    d->active = d->K > 1;
+    d->at_end = o->reduce_after_backward != 0;
+    d->bucket_bytes = o->bucket_bytes ? o->bucket_bytes : DEFAULT_BUCKET_BYTES;
+    if (!d->active) return REMAT_OK;
+    if (o->device != REMAT_DEVICE_CPU)
+        return remat__err(REMAT_UNSUPPORTED, "micro-batches and several ranks run on the CPU only in this version "
+                          "(the %s backend has no gradient accumulation yet)", remat_device_str(o->device));
+    remat_status st = lay_out_buckets(s);
+    if (st == REMAT_OK) st = lay_out_stats(s);
+    if (st != REMAT_OK) return st;
+    while (((int64_t)1 << d->depth) < d->q) d->depth++;
+    size_t bytes[3] = {(size_t)d->depth * d->gfloats * sizeof(float), d->ranks > 1 ? d->gfloats * sizeof(float) : 0,
+                       (size_t)(d->q + d->K) * d->sdoubles * sizeof(double)};
+    void *ptr[3];
+    st = remat__block_alloc(s, REMAT__BLK_COMM, REMAT_MEM_COMM, 3, bytes, ptr, 0);
+    if (st != REMAT_OK) return st;
+    d->comm_counted = bytes[0] + bytes[1] + bytes[2];
+    d->acc = ptr[0], d->recv = ptr[1];
+    d->stats = ptr[2];
+    d->stats_all = d->stats ? d->stats + (size_t)d->q * d->sdoubles : NULL;
+    d->losses = calloc((size_t)(d->K + d->q), sizeof *d->losses);
+    d->ar = calloc((size_t)d->nb + 1, sizeof *d->ar);
+    d->flying = calloc((size_t)d->nb + 1, 1);
+    d->ends = calloc((size_t)d->ranks, sizeof *d->ends);
+    if (!d->losses || !d->ar || !d->flying || !d->ends) return remat__err(REMAT_NOMEM, "out of memory creating a session");
+    return REMAT_OK;
+}
+
+void remat__dp_free(remat_session *s) {
+    remat__dp *d = &s->dp;
+    remat__block_free(s, REMAT__BLK_COMM, REMAT_MEM_COMM, d->comm_counted);
+    free(d->blo), free(d->bhi), free(d->bucket_of), free(d->soff), free(d->losses), free(d->ar), free(d->flying), free(d->ends);
+    memset(d, 0, sizeof *d);
+}
+
+remat_status remat__dp_place(remat_session *s, remat__schedule *sc) {
+    if (!s->dp.active) return REMAT_OK;
+    return remat__schedule_add_reduces(&s->prog, sc, s->dp.bucket_of, s->dp.nb, s->dp.at_end);
+}
+
+/* ------------------------------------------------------ the plan's hash */
+
+typedef struct {
+    uint64_t h;
+} fnv;
+
+static void fnv_add(fnv *f, const void *p, size_t n) {
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) f->h = (f->h ^ b[i]) * 0x100000001b3ull;
+}
+
+static void fnv_i64(fnv *f, int64_t v) {
+    unsigned char le[8];
+    for (int i = 0; i < 8; i++) le[i] = (unsigned char)((uint64_t)v >> (8 * i));
+    fnv_add(f, le, 8);
+}
+
+/* Everything that makes two ranks' steps the same computation: the
+ * instructions, the memory plan's placement, the micro-batches, the
+ * buckets and the resident blocks. */
+static uint64_t plan_hash(const remat_session *s) {
+    fnv f = {0xcbf29ce484222325ull};
+    const remat__schedule *sc = &s->train.sc;
+    fnv_i64(&f, sc->n);
+    for (int i = 0; i < sc->n; i++) {
+        const remat__instr *in = &sc->ins[i];
+        fnv_i64(&f, ((int64_t)in->kind << 24) | ((int64_t)in->cat << 16) | ((int64_t)in->aux_cat << 8) | in->first);
+        fnv_i64(&f, in->node);
+        fnv_i64(&f, in->value);
+    }
+    const remat__memplan *m = &s->train.mem;
+    fnv_i64(&f, (int64_t)m->arena);
+    for (int32_t e = 0; e < m->n; e++) fnv_i64(&f, m->ev[e].off);
+    fnv_i64(&f, s->dp.K);
+    fnv_i64(&f, s->opts.threads);
+    for (int b = 0; b < s->dp.nb; b++) fnv_i64(&f, (int64_t)s->dp.blo[b]), fnv_i64(&f, (int64_t)s->dp.bhi[b]);
+    for (int i = 0; i < REMAT__N_BLK; i++) fnv_i64(&f, (int64_t)s->blk_bytes[i]);
+    return f.h;
+}
+
+remat_status remat__dp_agree_plan(remat_session *s, remat_status st) {
+    remat__dp *d = &s->dp;
+    if (st == REMAT_OK) d->hash = plan_hash(s);
+    if (d->ranks == 1) return st;
+    st = remat_comm_agree(d->comm, st);
+    if (st != REMAT_OK) return st;
+    uint64_t *all = malloc((size_t)d->ranks * sizeof *all);
+    if (!all) return remat__err(REMAT_NOMEM, "out of memory comparing plans"); /* the others may wait: abort */
+    st = remat_comm_allgather(d->comm, &d->hash, sizeof d->hash, all);
+    for (int r = 1; st == REMAT_OK && r < d->ranks; r++)
+        if (all[r] != all[0])
+            st = remat__err(REMAT_INVALID, "the ranks would run different plans: rank 0's training step hashes to "
+                            "%016llx, rank %d's to %016llx (every rank needs the same model, batch, strategy, "
+                            "budget, cost model, threads and options)", (unsigned long long)all[0], r,
+                            (unsigned long long)all[r]);
+    if (st != REMAT_OK) remat__comm_failed_together(d->comm);
+    free(all);
+    return st;
+}
+
+/* -------------------------------------------------------- the tree fold */
+
+/* x = a + x over n floats: a node = its left child (a, the lower
+ * micro-batches) + its right child (x). */
+static void add_left(float *x, const float *a, int64_t n) {
+    for (int64_t i = 0; i < n; i++) x[i] = a[i] + x[i];
+}
+
+/* Folds leaf j of the tree over [0, q) (in x, floats [lo, lo + n) of the
+ * gradient block) as far up as its completed siblings allow. */
+static void fold(remat__dp *d, int64_t j, float *x, size_t lo, int64_t n) {
+    int64_t a = 0, b = d->q;
+    int depth = 0;
+    uint64_t right = 0; /* bit k: the node at depth k + 1 on the path is a right child */
+    while (b - a > 1) {
+        int64_t mid = a + (b - a) / 2;
+        if (j < mid) b = mid;
+        else a = mid, right |= (uint64_t)1 << depth;
+        depth++;
+    }
+    for (int k = depth; k > 0; k--) {
+        float *acc = d->acc + (size_t)(k - 1) * d->gfloats + lo;
+        if (!((right >> (k - 1)) & 1)) { /* a left child: wait for its sibling */
+            memcpy(acc, x, (size_t)n * sizeof *x);
+            return;
+        }
+        add_left(x, acc, n);
+    }
+}
+
+remat_status remat__dp_reduce(remat_session *s, int b) {
+    remat__dp *d = &s->dp;
+    double t0 = remat__now();
+    size_t lo = d->blo[b] / sizeof(float);
+    int64_t n = (int64_t)((d->bhi[b] - d->blo[b]) / sizeof(float));
+    float *x = (float *)s->blk[REMAT__BLK_GRAD] + lo;
+    fold(d, d->j, x, lo, n);
+    remat_status st = REMAT_OK;
+    if (d->j == d->q - 1 && d->ranks > 1) {
+        st = remat__allreduce_start(&d->ar[b], d->comm, x, d->recv + lo, n, b);
+        if (st == REMAT_OK) d->flying[b] = 1, d->n_flying++;
+    }
+    d->t_reduce += remat__now() - t0;
+    return st;
+}
+
+remat_status remat__dp_progress(remat_session *s) {
+    remat__dp *d = &s->dp;
+    if (!d->n_flying) return REMAT_OK;
+    double t0 = remat__now();
+    remat_status st = REMAT_OK;
+    for (int b = 0; b < d->nb && st == REMAT_OK; b++) {
+        if (!d->flying[b]) continue;
+        int done = 0;
+        st = remat__allreduce_test(&d->ar[b], &done);
+        if (done) d->flying[b] = 0, d->n_flying--;
+    }
+    d->t_reduce += remat__now() - t0;
+    return st;
+}
+
+/* ---------------------------------------------------------------- step */
+
+/* After the micro-batches: the reductions finished, the mean taken, the
+ * loss and the statistics exchanged and committed in micro-batch order. */
+static remat_status finish(remat_session *s, float *loss) {
+    remat__dp *d = &s->dp;
+    double t0 = remat__now();
+    remat_status st = REMAT_OK;
+    for (int b = 0; b < d->nb && st == REMAT_OK; b++)
+        if (d->flying[b]) {
+            st = remat__allreduce_wait(&d->ar[b]);
+            d->flying[b] = 0, d->n_flying--;
+        }
+    double done = remat__now();
+    d->t_wait = done - t0;
+    if (st != REMAT_OK) return st;
+    if (d->ranks > 1) {
+        /* t0 is this rank's end of the backward pass; CLOCK_MONOTONIC is
+         * one clock for the processes of a host */
+        st = remat_comm_allgather(d->comm, &t0, sizeof t0, d->ends);
+        if (st != REMAT_OK) return st;
+        double last = t0;
+        for (int r = 0; r < d->ranks; r++) last = fmax(last, d->ends[r]);
+        int one_host = remat_comm_hosts(d->comm) == 1;
+        d->t_exposed = one_host ? fmax(0.0, done - last) : -1.0;
+        d->t_skew = one_host ? last - t0 : -1.0;
+    }
+    /* the mean over the global batch: each micro-batch's loss is a mean over
+     * its rows, so the tree's sum over K of them, divided by K */
+    float *gr = s->blk[REMAT__BLK_GRAD], kf = (float)d->K;
+    for (size_t i = 0; i < d->gfloats; i++) gr[i] = gr[i] / kf;
+    if (d->ranks > 1) {
+        st = remat_comm_allgather(d->comm, d->losses + d->K, (size_t)d->q * sizeof *d->losses, d->losses);
+        if (st == REMAT_OK && d->sdoubles)
+            st = remat_comm_allgather(d->comm, d->stats, (size_t)d->q * d->sdoubles * sizeof *d->stats, d->stats_all);
+        if (st != REMAT_OK) return st;
+        /* every rank commits every micro-batch's statistics, in order: the
+         * buffers one process would hold after running them all */
+        const remat_graph *g = s->g;
+        float *in[REMAT__MAX_IN];
+        for (int64_t k = 0; k < d->K && d->sdoubles; k++)
+            for (int u = 0; u < g->n; u++) {
+                if (d->soff[u] == SIZE_MAX) continue;
+                const remat__node *n = &g->nodes[u];
+                for (int i = 0; i < n->n_in; i++)
+                    in[i] = remat__is_resident(&g->nodes[n->in[i]]) ? s->params[s->pindex[n->in[i]]].data : NULL;
+                remat__ops[n->op]->commit(g, n, in, d->stats_all + (size_t)k * d->sdoubles + d->soff[u]);
+            }
+    }
+    double sum = 0.0;
+    for (int64_t k = 0; k < d->K; k++) sum += (double)d->losses[k];
+    if (loss) *loss = (float)(sum / (double)d->K);
+    return REMAT_OK;
+}
+
+remat_status remat__dp_step(remat_session *s, float *loss) {
+    remat__dp *d = &s->dp;
+    remat__alloc_reset_peaks(&s->alloc);
+    d->t_reduce = d->t_wait = d->t_exposed = d->t_skew = 0.0;
+    remat_status st = REMAT_OK;
+    for (int64_t j = 0; j < d->q && st == REMAT_OK; j++) {
+        /* each micro-batch's backward writes its own leaf from zeros */
+        st = s->be->zero(s->dev, s->blk[REMAT__BLK_GRAD], s->blk_bytes[REMAT__BLK_GRAD]);
+        d->j = j;
+        float l = NAN;
+        if (st == REMAT_OK) st = remat__exec(s, &s->train, &l, NULL);
+        d->losses[d->first + j] = d->losses[d->K + j] = l; /* (K) all, then (q) this rank's */
+    }
+    d->j = -1;
+    if (st == REMAT_OK) st = finish(s, loss);
+    else if (loss) *loss = NAN;
+    return st;
+}
+
+remat_status remat_session_dist(const remat_session *s, remat_dist_info *out) {
+    if (!s || !out) return remat__err(REMAT_INVALID, "remat_session_dist: NULL argument");
+    const remat__dp *d = &s->dp;
+    memset(out, 0, sizeof *out);
+    out->rank = d->rank, out->ranks = d->ranks, out->hosts = remat_comm_hosts(d->comm);
+    out->micro_batches = d->K, out->local_micro_batches = d->q, out->first_micro_batch = d->first;
+    out->buckets = d->nb;
+    out->comm_bytes = d->comm_counted;
+    out->overlap = d->active && d->ranks > 1 && !d->at_end;
+    out->plan_hash = d->hash;
+    out->reduce_seconds = d->t_reduce, out->wait_seconds = d->t_wait;
+    out->exposed_seconds = d->t_exposed, out->skew_seconds = d->t_skew;
+    return REMAT_OK;
+}

@@ -1,0 +1,86 @@
+/* dp.h: data parallelism inside a session (remat.h, "several
+ * processes"): micro-batches, gradient buckets, the fixed tree over the
+ * micro-batch index, the reduction across ranks, and the stateful ops'
+ * statistics. The session (session.c) and the executor (exec.c) call it;
+ * the communicator is src/dist.
+ *
+ * A step runs this rank's q micro-batches one after the other through the
+ * training schedule, which has a REDUCE instruction per bucket right after
+ * the last backward that writes one of the bucket's gradients. At
+ * micro-batch j, a REDUCE folds the bucket into the tree over [0, q): the
+ * leaf j is in the gradient block (the backward pass wrote it there from
+ * zeros); while the node is a right child, its left sibling's sum (an
+ * accumulator) is added to it, and a left child is copied to the
+ * accumulator of its depth to wait for its sibling. After the last
+ * micro-batch the block holds this rank's subtree, and with several ranks
+ * the REDUCE starts its recursive-doubling sum (dist/comm.h), which the
+ * executor drives between instructions and the step finishes. Then the
+ * gradients are divided by the micro-batch count K, the losses averaged in
+ * micro-batch order, and the stateful ops' statistics, exchanged, are
+ * committed micro-batch by micro-batch.
+ */
+#ifndef REMAT_DP_H
+#define REMAT_DP_H
+
+#include "../dist/comm.h"
+#include "../plan/schedule.h"
+
+typedef struct {
+    remat_comm *comm;      /* borrowed; NULL: this process alone */
+    int rank, ranks;
+    int64_t K;             /* micro-batches per step, over all ranks */
+    int64_t q;             /* this rank's: K / ranks */
+    int64_t first;         /* the global index of this rank's first */
+    int active;            /* K > 1: steps run micro-batches and REDUCEs */
+    int at_end;            /* every REDUCE after the backward pass */
+    size_t bucket_bytes;
+    int nb;                /* buckets */
+    size_t *blo, *bhi;     /* (nb) bucket b is bytes [blo, bhi) of the gradient block;
+                            * bucket 0 holds the last parameters */
+    int32_t *bucket_of;    /* (graph nodes) a parameter's bucket, -1 */
+    size_t gfloats;        /* floats of the gradient block */
+    int depth;             /* accumulators: ceil(log2 q) */
+    float *acc;            /* (depth, gfloats) in the communication block */
+    float *recv;           /* (gfloats) the exchanges' receive buffer (several ranks) */
+    size_t sdoubles;       /* statistics of one micro-batch, every stateful node (several ranks) */
+    size_t *soff;          /* (graph nodes) a stateful node's offset in them, SIZE_MAX none */
+    double *stats;         /* (q, sdoubles) this rank's, in the communication block */
+    double *stats_all;     /* (K, sdoubles) every rank's */
+    size_t comm_counted;   /* bytes of the communication block as counted */
+    float *losses;         /* (K + q) host scratch: every micro-batch's loss,
+                            * then this rank's (what it sends) */
+    remat__allreduce *ar;  /* (nb) */
+    uint8_t *flying;       /* (nb) a reduction in flight */
+    int n_flying;
+    int64_t j;             /* the local micro-batch running, -1 outside a step */
+    double t_reduce, t_wait;
+    /* The last step on one host: the reductions' time after the last
+     * rank's backward pass ended (what the backward pass did not hide),
+     * and how long before that this rank's ended (its wait for the
+     * slowest rank); -1 on several hosts (no common clock). */
+    double t_exposed, t_skew;
+    double *ends;          /* (ranks) host scratch: every rank's backward end */
+    uint64_t hash;         /* of the training plan */
+} remat__dp;
+
+struct remat_session;
+
+/* Checks the options (micro-batches, ranks, device), lays out the buckets
+ * and allocates the communication block. After the parameter and gradient
+ * blocks, before the first plan (whose budget counts the block). */
+remat_status remat__dp_init(struct remat_session *s);
+void remat__dp_free(struct remat_session *s);
+/* Adds the REDUCE instructions to a freshly planned training schedule
+ * (nothing when the session has one micro-batch per step). */
+remat_status remat__dp_place(struct remat_session *s, remat__schedule *sc);
+/* Collective, where the ranks plan: every rank's status st agreed, then
+ * the plans' hashes compared. One rank: st. */
+remat_status remat__dp_agree_plan(struct remat_session *s, remat_status st);
+/* One optimizer step's worth of micro-batches (remat_session_step). */
+remat_status remat__dp_step(struct remat_session *s, float *loss);
+/* The REDUCE of bucket b, and progress of the reductions in flight
+ * (between instructions). */
+remat_status remat__dp_reduce(struct remat_session *s, int b);
+remat_status remat__dp_progress(struct remat_session *s);
+
+#endif

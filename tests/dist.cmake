@@ -1,0 +1,93 @@
+# dist.cmake: data-parallel training (issue 11), under mpirun when this
+# build has MPI (REMAT_MPI), else one rank only.
+#
+# test_dist: plans x ranks on Fashion-MNIST, bitwise (see its header), the
+# communicator, and failures that every rank reports; alone (1 rank) and
+# under mpirun with 4 ranks and 2. test_dist_abort: a rank that fails
+# alone in the middle of a step ends the job within seconds.
+# cli_dist_same: `remat train` on 1, 2 and 4 ranks and resumed across
+# rank counts gives the same weights, file for file. cli_dist_*: a rank
+# that fails (its data, a flag) or a budget that fits nowhere stops every
+# rank, naming it, within 30 s; `remat bench` under mpirun.
+#
+# As root, Open MPI's mpirun needs OMPI_ALLOW_RUN_AS_ROOT(_CONFIRM); four
+# ranks on fewer cores need --oversubscribe (Open MPI's flag).
+
+set(REMAT_DIST_ENV OPENBLAS_NUM_THREADS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    OMPI_MCA_rmaps_base_oversubscribe=1)
+if(REMAT_SANITIZE)
+  # Open MPI keeps some of its own allocations until exit
+  list(APPEND REMAT_DIST_ENV "LSAN_OPTIONS=suppressions=${CMAKE_CURRENT_SOURCE_DIR}/lsan_mpi.supp")
+  set(REMAT_DIST_QUICK --quick)
+endif()
+
+add_executable(test_dist test_dist.c)
+target_include_directories(test_dist PRIVATE ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/src)
+target_link_libraries(test_dist PRIVATE ${REMAT_TEST_LIBS})
+# alone: one rank, gradient accumulation, every plan (fewer steps: one
+# process computes every job)
+add_test(NAME test_dist_alone COMMAND test_dist --steps 5 ${REMAT_DIST_QUICK} WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+set_tests_properties(test_dist_alone PROPERTIES LABELS dist TIMEOUT 600 ENVIRONMENT "${REMAT_DIST_ENV}")
+
+# against PyTorch DDP (bench/torch/ddp_fixture.py's fixture): alone here,
+# with 2 ranks below
+add_executable(test_dist_ddp test_dist_ddp.c)
+target_include_directories(test_dist_ddp PRIVATE ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/src)
+target_link_libraries(test_dist_ddp PRIVATE ${REMAT_TEST_LIBS})
+add_test(NAME test_dist_ddp COMMAND test_dist_ddp WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+set_tests_properties(test_dist_ddp PROPERTIES LABELS dist TIMEOUT 300 ENVIRONMENT "${REMAT_DIST_ENV}")
+
+if(REMAT_MPI)
+  set(REMAT_MPIRUN ${MPIEXEC_EXECUTABLE} ${MPIEXEC_PREFLAGS})
+  execute_process(COMMAND ${MPIEXEC_EXECUTABLE} --version OUTPUT_VARIABLE mpi_version ERROR_QUIET)
+  if(mpi_version MATCHES "Open MPI|OpenRTE")
+    list(APPEND REMAT_MPIRUN --oversubscribe)
+  endif()
+  list(APPEND REMAT_MPIRUN ${MPIEXEC_NUMPROC_FLAG})
+  string(REPLACE ";" "|" REMAT_MPIRUN_BAR "${REMAT_MPIRUN}")
+  set(CLI $<TARGET_FILE:remat-cli>)
+
+  add_test(NAME test_dist_np4 COMMAND ${REMAT_MPIRUN} 4 $<TARGET_FILE:test_dist> ${REMAT_DIST_QUICK}
+           WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+  add_test(NAME test_dist_np2 COMMAND ${REMAT_MPIRUN} 2 $<TARGET_FILE:test_dist> --steps 10 ${REMAT_DIST_QUICK}
+           WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+  add_test(NAME test_dist_ddp_np2 COMMAND ${REMAT_MPIRUN} 2 $<TARGET_FILE:test_dist_ddp>
+           WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+  set_tests_properties(test_dist_np4 test_dist_np2 test_dist_ddp_np2 PROPERTIES LABELS dist TIMEOUT 600
+                       ENVIRONMENT "${REMAT_DIST_ENV}")
+
+  add_test(NAME test_dist_abort
+    COMMAND ${CMAKE_COMMAND} "-DCMD=${REMAT_MPIRUN_BAR}|2|$<TARGET_FILE:test_dist>|--abort" -DLIMIT=30
+            "-DPATTERN=rank 1 fails alone at step 2 and ends the job" -P ${CMAKE_CURRENT_SOURCE_DIR}/dist_fail.cmake)
+
+  add_test(NAME cli_dist_same
+    COMMAND ${CMAKE_COMMAND} -DCLI=${CLI} "-DMPI=${REMAT_MPIRUN_BAR}" -DDIR=${CMAKE_CURRENT_BINARY_DIR}/dist_same
+            -P ${CMAKE_CURRENT_SOURCE_DIR}/dist_same.cmake)
+
+  # one rank without its data, one with a bad flag (two programs on one
+  # job, mpirun's MPMD form): every rank stops, naming rank 1 and why
+  set(train1 ${CLI}|train|--model|cnn|--steps|3|--threads|1)
+  add_test(NAME cli_dist_bad_data
+    COMMAND ${CMAKE_COMMAND} "-DCMD=${REMAT_MPIRUN_BAR}|1|${train1}|:|-np|1|${train1}|--data-dir|/nonexistent/fmnist"
+            -DLIMIT=30 "-DPATTERN=rank 0 of 2 stops: rank 1 of 2 \\([^)]+\\): fashion-mnist: [^\n]*/nonexistent/fmnist"
+            -P ${CMAKE_CURRENT_SOURCE_DIR}/dist_fail.cmake)
+  add_test(NAME cli_dist_bad_flag
+    COMMAND ${CMAKE_COMMAND} "-DCMD=${REMAT_MPIRUN_BAR}|1|${train1}|:|-np|1|${train1}|--micro-batch|0"
+            -DLIMIT=30 "-DPATTERN=rank 0 of 2 stops: rank 1 of 2 \\([^)]+\\): remat train: bad value '0' for --micro-batch"
+            -P ${CMAKE_CURRENT_SOURCE_DIR}/dist_fail.cmake)
+  add_test(NAME cli_dist_budget
+    COMMAND ${CMAKE_COMMAND} "-DCMD=${REMAT_MPIRUN_BAR}|2|${train1}|--budget|8MiB" -DLIMIT=30
+            "-DPATTERN=rank 0 of 2 \\([^)]+\\): no schedule fits the budget of 8388608 bytes \\(8\\.0 MiB\\); the smallest feasible budget is [0-9]+ bytes[^\n]*\nremat: rank 0 of 2 \\([^)]+\\): no schedule fits"
+            -P ${CMAKE_CURRENT_SOURCE_DIR}/dist_fail.cmake)
+  add_test(NAME cli_dist_uneven
+    COMMAND ${CMAKE_COMMAND} "-DCMD=${REMAT_MPIRUN_BAR}|2|${train1}|--batch|48|--micro-batch|16" -DLIMIT=30
+            "-DPATTERN=remat train: --batch 48 is not a multiple of --micro-batch 16 x 2 ranks"
+            -P ${CMAKE_CURRENT_SOURCE_DIR}/dist_fail.cmake)
+  add_test(NAME cli_dist_bench
+    COMMAND ${CMAKE_COMMAND} "-DCMD=${REMAT_MPIRUN_BAR}|2|${CLI}|bench|--model|mlp|--batch|16|--steps|2|--warmup|1|--threads|1|--strategies|all|--json"
+            -DRC=0 "-DPATTERN=^\\{\"model\":\"mlp\",\"batch\":16,\"micro_batch\":8,\"strategy\":\"all\",\"ranks\":2,.*\"measured_peak_bytes\":[1-9][0-9]*,.*\"comm_bytes\":[1-9][0-9]*,.*\"wait_seconds\":[0-9.e-]+,"
+            -P ${CMAKE_CURRENT_SOURCE_DIR}/expect.cmake)
+  set_tests_properties(test_dist_abort cli_dist_same cli_dist_bad_data cli_dist_bad_flag cli_dist_budget
+                       cli_dist_uneven cli_dist_bench
+                       PROPERTIES LABELS dist TIMEOUT 600 ENVIRONMENT "${REMAT_DIST_ENV}")
+endif()
