@@ -327,7 +327,8 @@ remat_status remat_calibrate(remat_cost_model *out, int threads);
 /* Measures the shape classes of a graph's ops into a calibrated model
  * (with its thread count): `steps` timed store-all training steps (after
  * one warm-up) on synthetic inputs, each node's forward and backward timed by
- * the executor; a class's seconds are the mean over its nodes and steps.
+ * the executor; a node's time is its median over the steps, a class's the
+ * mean over its nodes.
  * Classes already in the model are replaced, others kept; also measures
  * the update's seconds per parameter (SGD with momentum and AdamW).
  * REMAT_INVALID past REMAT_COST_MAX_OPS classes. */

@@ -16,6 +16,7 @@
 #include "../exec/session.h"
 
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 static int cmp_double(const void *a, const void *b) {
@@ -179,8 +180,25 @@ remat_status remat_calibrate_graph(remat_cost_model *m, const remat_graph *g, re
     if (st == REMAT_OK) st = remat_session_step(s, &l); /* warm-up: first touches, BLAS buffers */
     if (st == REMAT_OK) remat_session_set_profiling(s, 1);
     if (st == REMAT_OK && !s->prof_node) st = remat__err(REMAT_NOMEM, "out of memory calibrating");
-    for (int r = 0; r < steps && st == REMAT_OK; r++) st = remat_session_step(s, &l);
-    /* per class: the mean over its nodes (and the steps) */
+    /* each node's time per step: the median over the steps (as remat bench
+     * reports a step), so that one step slowed by the machine does not
+     * move the model */
+    size_t nt = 2 * (size_t)g->n;
+    double *per = st == REMAT_OK ? malloc(((size_t)steps * nt + (size_t)steps) * sizeof *per) : NULL;
+    if (st == REMAT_OK && !per) st = remat__err(REMAT_NOMEM, "out of memory calibrating");
+    for (int r = 0; r < steps && st == REMAT_OK; r++) {
+        memset(s->prof_node, 0, nt * sizeof *s->prof_node);
+        st = remat_session_step(s, &l);
+        memcpy(per + (size_t)r * nt, s->prof_node, nt * sizeof *per);
+    }
+    for (size_t i = 0; i < nt && st == REMAT_OK; i++) {
+        double *v = per + (size_t)steps * nt; /* scratch: node i's steps */
+        for (int r = 0; r < steps; r++) v[r] = per[(size_t)r * nt + i];
+        qsort(v, (size_t)steps, sizeof *v, cmp_double);
+        s->prof_node[i] = (steps % 2 ? v[steps / 2] : 0.5 * (v[steps / 2 - 1] + v[steps / 2]));
+    }
+    free(per);
+    /* per class: the mean over its nodes of their median step */
     int *cnt = st == REMAT_OK ? calloc(REMAT_COST_MAX_OPS, sizeof *cnt) : NULL;
     remat_cost_model *acc = st == REMAT_OK ? calloc(1, sizeof *acc) : NULL;
     if (st == REMAT_OK && (!cnt || !acc)) st = remat__err(REMAT_NOMEM, "out of memory calibrating");
@@ -196,8 +214,8 @@ remat_status remat_calibrate_graph(remat_cost_model *m, const remat_graph *g, re
             }
             acc->ops[acc->n_ops++] = (remat_op_time){c, g->nodes[u].op, 0, 0};
         }
-        acc->ops[k].fwd_s += s->prof_node[2 * u] / steps;
-        acc->ops[k].bwd_s += s->prof_node[2 * u + 1] / steps;
+        acc->ops[k].fwd_s += s->prof_node[2 * u];
+        acc->ops[k].bwd_s += s->prof_node[2 * u + 1];
         cnt[k]++;
     }
     for (int k = 0; acc && k < acc->n_ops && st == REMAT_OK; k++) {
