@@ -40,37 +40,11 @@ import torch.nn.functional as F
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import st  # noqa: E402  (bench/torch/st.py: safetensors without the package)
+sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts"))
+from gen_fixtures import fill, hash_u32, name_seed  # noqa: E402,F401  (the fixtures' initial values)
 
-M32 = 0xFFFFFFFF
 BATCH, RANKS, STEPS, SIZE, CLASSES = 64, 2, 3, 4, 10
 SGD = dict(lr=0.05, momentum=0.9, weight_decay=1e-4)
-
-
-def name_seed(name):
-    """32-bit FNV-1a of the UTF-8 bytes of name (scripts/gen_fixtures.py)."""
-    h = 2166136261
-    for b in name.encode("utf-8"):
-        h ^= b
-        h = (h * 16777619) & M32
-    return h
-
-
-def hash_u32(seed, n):
-    """hash(seed, i) for i in 0..n-1 (scripts/gen_fixtures.py)."""
-    h = np.arange(n, dtype=np.uint64)
-    h = (h + np.uint64((0x9E3779B9 * ((seed + 1) & M32)) & M32)) & np.uint64(M32)
-    h ^= h >> np.uint64(16)
-    h = (h * np.uint64(0x85EBCA6B)) & np.uint64(M32)
-    h ^= h >> np.uint64(13)
-    h = (h * np.uint64(0xC2B2AE35)) & np.uint64(M32)
-    h ^= h >> np.uint64(16)
-    return h.astype(np.uint32)
-
-
-def fill(seed, n, bound):
-    """float32 values in [-bound, bound), in float32 arithmetic (scripts/gen_fixtures.py)."""
-    u = (hash_u32(seed, n) >> np.uint32(8)).astype(np.float32) * np.float32(1.0 / 16777216.0)
-    return (np.float32(2.0) * u - np.float32(1.0)) * np.float32(bound)
 
 
 class CNN(nn.Module):
