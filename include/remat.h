@@ -290,19 +290,22 @@ typedef enum {
 const char *remat_family_str(remat_family f);
 
 /* A measured shape class: an op with given input and output shapes and
- * attributes (remat_node_cost_class), and the seconds of its forward and
- * of its backward kernels. */
+ * attributes (remat_node_cost_class), and the seconds of its forward, of
+ * its backward and of a recomputation of its forward. A recomputation can
+ * cost less than the first forward: BatchNorm's reads the statistics the
+ * first one saved instead of reducing over the batch, and a recomputed
+ * op's inputs were often just made. 0 in rec_s: not measured, fwd_s. */
 typedef struct {
     uint64_t cls;
     int op;             /* the op's index in the op table (its name in files) */
-    double fwd_s, bwd_s;
+    double fwd_s, bwd_s, rec_s;
 } remat_op_time;
 
 #define REMAT_COST_MAX_OPS 2048
 
 /* The cost of a node under a calibration: its shape class's measured
- * forward and backward seconds when the class was measured (by
- * remat_calibrate_graph), else its FLOPs (from the op table; a backward
+ * forward, backward and recomputation seconds when the class was measured
+ * (by remat_calibrate_graph), else its FLOPs (from the op table; a backward
  * counts twice its forward) over its family's throughput. Uncalibrated,
  * costs are FLOPs. A calibration holds for the device and thread count it
  * was measured with: remat_session_create refuses one measured with

@@ -72,7 +72,7 @@ static void calibrated(void) {
     CHECK_OK(remat_calibrate(m, 1));
     CHECK(m->n_ops == 0 && m->threads == 1);
     /* a class that is not in the graph: kept by the measurement below */
-    CHECK_OK(remat__cost_model_put(m, &(remat_op_time){42, 0, 1.0, 2.0}));
+    CHECK_OK(remat__cost_model_put(m, &(remat_op_time){42, 0, 1.0, 2.0, 0.5}));
     remat_graph *g;
     CHECK_OK(remat_graph_create(&g));
     remat_node loss = small_cnn(g, 8, 3);
@@ -90,7 +90,8 @@ static void calibrated(void) {
         const remat_op_time *t = NULL;
         for (int i = 0; i < m->n_ops; i++)
             if (m->ops[i].cls == cls) t = &m->ops[i];
-        CHECK_MSG(t && t->fwd_s > 0 && t->bwd_s >= 0, "node %d (%s) not measured", (int)v, remat_node_op(g, v));
+        CHECK_MSG(t && t->fwd_s > 0 && t->bwd_s >= 0 && t->rec_s > 0, "node %d (%s) not measured", (int)v,
+                  remat_node_op(g, v));
         /* every op here but the loss's input chain has a backward */
         if (t && strcmp(remat_node_op(g, v), "conv2d") == 0) CHECK(t->bwd_s > 0);
     }
@@ -101,30 +102,45 @@ static void calibrated(void) {
     CHECK(back->n_ops == m->n_ops && back->threads == m->threads);
     for (int i = 0; i < m->n_ops && back->n_ops == m->n_ops; i++)
         CHECK(back->ops[i].cls == m->ops[i].cls && back->ops[i].op == m->ops[i].op &&
-              back->ops[i].fwd_s == m->ops[i].fwd_s && back->ops[i].bwd_s == m->ops[i].bwd_s);
+              back->ops[i].fwd_s == m->ops[i].fwd_s && back->ops[i].bwd_s == m->ops[i].bwd_s &&
+              back->ops[i].rec_s == m->ops[i].rec_s);
 
-    /* the session's costs: measured classes, the sum over its schedule */
+    /* the session's costs: measured classes, the sum over its schedule
+     * (a recomputation at its own measured cost, which the test sets
+     * apart from the forward's so that mixing them up shows) */
+    for (int k = 0; k < m->n_ops; k++) m->ops[k].rec_s = 0.25 * m->ops[k].fwd_s;
     remat_session_opts so;
     remat_session_opts_default(&so);
     so.threads = 1;
     so.cost_model = m;
     so.plan_only = 1;
     remat_session *s = NULL;
-    CHECK_OK(remat_session_create(&s, g, loss, &so));
     remat_plan_summary p;
-    CHECK_OK(remat_session_plan(s, &p));
     double want = 0;
-    for (int64_t i = 0; i < remat_session_schedule_length(s); i++) {
-        remat_instr_info in;
-        CHECK_OK(remat_session_schedule_instr(s, i, &in));
-        if (strcmp(in.kind, "free") == 0) continue;
-        uint64_t cls = remat_node_cost_class(g, in.node);
-        for (int k = 0; k < m->n_ops; k++)
-            if (m->ops[k].cls == cls) want += strcmp(in.kind, "backward") == 0 ? m->ops[k].bwd_s : m->ops[k].fwd_s;
+    for (int sqrt_plan = 1; sqrt_plan >= 0; sqrt_plan--) {
+        so.strategy = sqrt_plan ? REMAT_STRATEGY_SQRT : REMAT_STRATEGY_ALL;
+        CHECK_OK(remat_session_create(&s, g, loss, &so));
+        CHECK_OK(remat_session_plan(s, &p));
+        double extra = 0;
+        want = 0;
+        for (int64_t i = 0; i < remat_session_schedule_length(s); i++) {
+            remat_instr_info in;
+            CHECK_OK(remat_session_schedule_instr(s, i, &in));
+            if (strcmp(in.kind, "free") == 0) continue;
+            uint64_t cls = remat_node_cost_class(g, in.node);
+            for (int k = 0; k < m->n_ops; k++) {
+                if (m->ops[k].cls != cls) continue;
+                int rec = strcmp(in.kind, "recompute") == 0;
+                double t = strcmp(in.kind, "backward") == 0 ? m->ops[k].bwd_s : rec ? m->ops[k].rec_s : m->ops[k].fwd_s;
+                want += t, extra += rec ? t : 0;
+            }
+        }
+        CHECK_MSG(p.calibrated && p.seconds > 0 && fabs(p.seconds - want) <= 1e-12 * want,
+                  "%s: plan %.9g s, classes %.9g s", sqrt_plan ? "sqrt" : "all", p.seconds, want);
+        CHECK(fabs(p.extra_seconds - extra) <= 1e-12 * want);
+        CHECK(sqrt_plan ? p.recomputations > 0 && extra > 0 : extra == 0);
+        remat_session_destroy(s);
     }
-    CHECK_MSG(p.calibrated && p.seconds > 0 && fabs(p.seconds - want) <= 1e-12 * want, "plan %.9g s, classes %.9g s",
-              p.seconds, want);
-    remat_session_destroy(s);
 
     /* without the classes: FLOPs over the family throughputs */
     *zero = *m;

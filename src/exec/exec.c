@@ -204,7 +204,11 @@ static remat_status walk(remat_session *s, const remat__schedule *sc, float *los
             double dt = remat__now() - t0;
             s->prof_s[op][slot] += dt;
             s->prof_n[op][slot]++;
-            if (in->kind != REMAT__I_FREE && s->prof_node) s->prof_node[2 * in->node + (in->kind == REMAT__I_BWD)] += dt;
+            if (in->kind != REMAT__I_FREE && s->prof_node) {
+                double *pn = s->prof_node + REMAT__PROF_NODE * (size_t)in->node;
+                pn[slot] += dt;
+                pn[3] += slot == 1; /* recomputations */
+            }
         }
     }
     if (st == REMAT_OK && s->ev != s->cur->n)

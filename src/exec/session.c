@@ -465,7 +465,7 @@ void remat_session_set_profiling(remat_session *s, int on) {
     memset(s->prof_n, 0, sizeof s->prof_n);
     free(s->prof_node);
     /* per node too when it can be had (without, the per-op sums remain) */
-    s->prof_node = on ? calloc(2 * (size_t)s->g->n + 1, sizeof *s->prof_node) : NULL;
+    s->prof_node = on ? calloc(REMAT__PROF_NODE * (size_t)s->g->n + 1, sizeof *s->prof_node) : NULL;
 }
 
 int remat_session_profile(const remat_session *s, remat_profile_row *rows, int cap) {

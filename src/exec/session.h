@@ -60,12 +60,13 @@ struct remat_session {
     int profiling;
     double prof_s[REMAT__N_OPS][4];
     int64_t prof_n[REMAT__N_OPS][4];
-    /* ... and per node (2 n): seconds of its forwards (2u; first
-     * forwards and recomputations alike) and of its backwards (2u + 1),
-     * summed over the runs since profiling went on: what remat_calibrate
-     * measures an op's shape class by. */
+    /* ... and per node (REMAT__PROF_NODE n): seconds of node u's first
+     * forwards, of its recomputations and of its backwards, and the
+     * number of its recomputations, summed over the runs since profiling
+     * went on: what remat_calibrate measures an op's shape class by. */
     double *prof_node;
 };
+#define REMAT__PROF_NODE 4
 
 /* Runs a planned schedule and waits for it (the step's one
  * synchronization point). Writes the loss (if the schedule has one) and

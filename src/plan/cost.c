@@ -1,10 +1,10 @@
-/* cost.c: the cost model. A node's forward and backward cost, filled per
- * node once per session (remat__prog_set_cost): under a calibration, its
- * shape class's measured seconds when the class was measured (a shape
- * class is the op with its input and output shapes and attributes,
- * hashed: remat_node_cost_class), else its FLOPs over its family's
- * measured throughput (a backward twice its forward); without a
- * calibration, FLOPs. The measurements themselves (remat_calibrate,
+/* cost.c: the cost model. A node's forward, backward and recomputation
+ * cost, filled per node once per session (remat__prog_set_cost): under a
+ * calibration, its shape class's measured seconds when the class was
+ * measured (a shape class is the op with its input and output shapes and
+ * attributes, hashed: remat_node_cost_class), else its FLOPs over its
+ * family's measured throughput (a backward twice its forward, a
+ * recomputation equal to it); without a calibration, FLOPs. The measurements themselves (remat_calibrate,
  * remat_calibrate_graph) are train/calibrate.c: they run sessions, which
  * plan/ does not. The numbers hold for one machine, device and thread
  * count; `remat calibrate` caches them in a file.
@@ -75,16 +75,17 @@ void remat__prog_set_cost(remat__prog *p, const remat_cost_model *m) {
     const remat_graph *g = p->g;
     for (int u = 0; u < g->n; u++) {
         const remat__node *n = &g->nodes[u];
-        double f = remat__node_flops(g, n), fw = f, bw = 2 * f;
+        double f = remat__node_flops(g, n), fw = f, bw = 2 * f, rc = -1;
         if (n->leaf != REMAT__LEAF_NONE) fw = bw = 0;
         else if (p->cost.calibrated) {
             const remat_op_time *t = p->cost.n_ops ? find_class(&p->cost, remat_node_cost_class(g, u)) : NULL;
             double tp = p->cost.flops_per_s[remat__ops[n->op]->family];
-            if (t) fw = t->fwd_s, bw = t->bwd_s;
+            if (t) fw = t->fwd_s, bw = t->bwd_s, rc = t->rec_s > 0 ? t->rec_s : -1;
             else if (tp > 0) fw = f / tp, bw = 2 * f / tp;
         }
-        p->node_cost[2 * u] = fw;
-        p->node_cost[2 * u + 1] = bw;
+        p->node_cost[3 * u] = fw;
+        p->node_cost[3 * u + 1] = bw;
+        p->node_cost[3 * u + 2] = rc >= 0 ? rc : fw;
     }
 }
 
@@ -135,6 +136,7 @@ remat_status remat_cost_model_save(const remat_cost_model *m, const char *path) 
         cJSON_AddStringToObject(x, "class", cls);
         add_exact(x, "forward", e->fwd_s);
         add_exact(x, "backward", e->bwd_s);
+        if (e->rec_s > 0) add_exact(x, "recompute", e->rec_s);
         cJSON_AddItemToArray(ops, x);
     }
     char *text = cJSON_Print(o);
@@ -205,15 +207,18 @@ remat_status remat_cost_model_load(remat_cost_model *m, const char *path) {
         if (st != REMAT_OK) break;
         const cJSON *op = cJSON_GetObjectItemCaseSensitive(e, "op"), *cls = cJSON_GetObjectItemCaseSensitive(e, "class");
         const cJSON *fw = cJSON_GetObjectItemCaseSensitive(e, "forward"), *bw = cJSON_GetObjectItemCaseSensitive(e, "backward");
+        const cJSON *rc = cJSON_GetObjectItemCaseSensitive(e, "recompute"); /* optional: absent = forward */
         char *end = NULL;
         unsigned long long c = cJSON_IsString(cls) ? strtoull(cls->valuestring, &end, 16) : 0;
         int idx = cJSON_IsString(op) ? remat__op_find(op->valuestring) : -1;
         if (idx < 0 || !c || !end || *end || !cJSON_IsNumber(fw) || !cJSON_IsNumber(bw) || !(fw->valuedouble >= 0) ||
-            !(bw->valuedouble >= 0) || !isfinite(fw->valuedouble) || !isfinite(bw->valuedouble))
+            !(bw->valuedouble >= 0) || !isfinite(fw->valuedouble) || !isfinite(bw->valuedouble) ||
+            (rc && (!cJSON_IsNumber(rc) || !(rc->valuedouble >= 0) || !isfinite(rc->valuedouble))))
             st = remat__err(REMAT_FORMAT, "%s: ops[%d] is not {\"op\": a known op, \"class\": 16 hex digits, "
-                            "\"forward\": s, \"backward\": s}", path, i);
+                            "\"forward\": s, \"backward\": s[, \"recompute\": s]}", path, i);
         else
-            st = remat__cost_model_put(tmp, &(remat_op_time){(uint64_t)c, idx, fw->valuedouble, bw->valuedouble});
+            st = remat__cost_model_put(tmp, &(remat_op_time){(uint64_t)c, idx, fw->valuedouble, bw->valuedouble,
+                                                             rc ? rc->valuedouble : 0.0});
         i++;
     }
     cJSON_Delete(o);

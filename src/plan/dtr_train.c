@@ -128,7 +128,7 @@ remat_status remat__train_dag_build(const remat__prog *p, remat_node loss, remat
         remat__dtr_node *x = &d->nd[i];
         int32_t *dp = d->deps + at;
         int m = 0;
-        double t = remat__node_seconds(p, nd);
+        double t = remat__node_rec_seconds(p, nd); /* what evicting it costs */
         if (!d->bwd[i]) {
             x->cost = t;
             x->size = (int64_t)remat__out_bytes(nd);

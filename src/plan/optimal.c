@@ -6,7 +6,10 @@
  * MAX_CHAIN stages (a longer chain, such as heavy's 100,000 adds, is
  * merged into MAX_CHAIN stages of about equal forward cost). Each stage is
  * measured from the op table (measure_stage): its forward and backward
- * cost (seconds under a calibrated cost model, else FLOPs), the bytes of
+ * cost (seconds under a calibrated cost model, else FLOPs; the forward's
+ * is a recomputation's, which can be less than a first forward's, as
+ * BatchNorm's is: every plan runs each first forward once, so this shifts
+ * every schedule's cost by the same constant), the bytes of
  * its input, the transient bytes of its forward (values between their
  * computation and their last use, workspace), and up to REMAT__MAX_OPTIONS
  * storage options for a forward that keeps what the backward reads:
@@ -211,7 +214,7 @@ static void measure_stage(const remat__prog *p, chain *c, int i, const scratch *
         int32_t u = c->nodes[j];
         const remat__node *nd = &g->nodes[u];
         const remat__op *op = remat__ops[nd->op];
-        ex->forward += remat__node_seconds(p, nd);
+        ex->forward += remat__node_rec_seconds(p, nd); /* see the chain's costs above */
         for (int q = 0; q < nd->n_in; q++)
             if (nd->in[q] >= lo) sc->last[nd->in[q]] = u;
         if (!p->needs_grad[u]) continue;
@@ -256,7 +259,7 @@ static void measure_stage(const remat__prog *p, chain *c, int i, const scratch *
             const remat__node *nd = &g->nodes[u];
             const remat__op *op = remat__ops[nd->op];
             if (sc->drop[u]) {
-                opt->backward += remat__node_seconds(p, nd);
+                opt->backward += remat__node_rec_seconds(p, nd);
                 continue;
             }
             sc->keep[u] = sc->read[u];
@@ -405,7 +408,9 @@ static double schedule_cost(const remat__prog *p, const remat__schedule *sc) {
         const remat__instr *in = &sc->ins[i];
         if (in->kind == REMAT__I_FREE) continue;
         const remat__node *nd = &p->g->nodes[in->node];
-        t += in->kind == REMAT__I_BWD ? remat__node_bwd_seconds(p, nd) : remat__node_seconds(p, nd);
+        t += in->kind == REMAT__I_BWD ? remat__node_bwd_seconds(p, nd)
+             : in->first             ? remat__node_seconds(p, nd)
+                                     : remat__node_rec_seconds(p, nd);
     }
     return t;
 }
@@ -495,7 +500,7 @@ static remat_status keep_expensive_schedule(const remat__prog *p, remat_node los
         level[u] = nd->leaf != REMAT__LEAF_NONE || u >= last || expensive(nd) ? 0 : REMAT__LEVEL_NONE;
         if (nd->leaf == REMAT__LEAF_NONE && u < last && expensive(nd)) {
             size_t b = remat__out_bytes(nd);
-            e[ne++] = (exp_node){remat__node_seconds(p, nd) / (double)(b ? b : 1), b, u};
+            e[ne++] = (exp_node){remat__node_rec_seconds(p, nd) / (double)(b ? b : 1), b, u};
             total += b;
         }
     }

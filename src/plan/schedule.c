@@ -13,7 +13,7 @@ remat_status remat__prog_init(remat__prog *p, const remat_graph *g, int nth, rem
     p->device = device;
     p->needs_grad = calloc((size_t)g->n + 1, 1);
     p->ws = calloc(2 * (size_t)g->n + 1, sizeof *p->ws);
-    p->node_cost = calloc(2 * (size_t)g->n + 1, sizeof *p->node_cost);
+    p->node_cost = calloc(3 * (size_t)g->n + 1, sizeof *p->node_cost);
     if (!p->needs_grad || !p->ws || !p->node_cost) {
         remat__prog_free(p);
         return remat__err(REMAT_NOMEM, "out of memory analysing the graph");

@@ -58,8 +58,9 @@ typedef struct {
     uint8_t *needs_grad;  /* per node: depends on a trainable parameter */
     size_t *ws;           /* (2 n) workspace bytes of node u's forward
                            * (2u) and backward (2u + 1) kernels */
-    double *node_cost;    /* (2 n) the cost of node u's forward (2u) and
-                           * backward (2u + 1): remat__prog_set_cost */
+    double *node_cost;    /* (3 n) the cost of node u's forward (3u), its
+                           * backward (3u + 1) and a recomputation of its
+                           * forward (3u + 2): remat__prog_set_cost */
 } remat__prog;
 
 /* Analyses g and asks the device's kernels for each node's workspace
@@ -164,13 +165,17 @@ remat_status remat__strategy_levels(const remat_graph *g, remat_strategy st, uin
 remat_status remat__schedule_summary(const remat__prog *p, const remat__schedule *s,
                                      const remat_mem_stats *start, size_t held_outside, remat_plan_summary *out);
 
-/* A node's forward and backward cost under the cost model (cost.c):
- * seconds when calibrated, else FLOPs (a backward twice its forward). */
+/* A node's forward, backward and recomputation cost under the cost model
+ * (cost.c): seconds when calibrated, else FLOPs (a backward twice its
+ * forward, a recomputation equal to it). */
 static inline double remat__node_seconds(const remat__prog *p, const remat__node *n) {
-    return p->node_cost[2 * (n - p->g->nodes)];
+    return p->node_cost[3 * (n - p->g->nodes)];
 }
 static inline double remat__node_bwd_seconds(const remat__prog *p, const remat__node *n) {
-    return p->node_cost[2 * (n - p->g->nodes) + 1];
+    return p->node_cost[3 * (n - p->g->nodes) + 1];
+}
+static inline double remat__node_rec_seconds(const remat__prog *p, const remat__node *n) {
+    return p->node_cost[3 * (n - p->g->nodes) + 2];
 }
 /* Sets the prog's cost model (NULL: FLOPs) and fills node_cost from it. */
 void remat__prog_set_cost(remat__prog *p, const remat_cost_model *m);

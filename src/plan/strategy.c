@@ -151,7 +151,7 @@ remat_status remat__schedule_summary(const remat__prog *p, const remat__schedule
             out->flops += f, out->seconds += t;
         } else {
             out->forwards++, out->recomputations++;
-            out->extra_flops += f, out->extra_seconds += t;
+            out->extra_flops += f, out->extra_seconds += remat__node_rec_seconds(p, n);
             if (!again[in->node]) again[in->node] = 1, out->recomputed_nodes++;
         }
     }

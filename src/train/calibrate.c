@@ -8,8 +8,9 @@
  *
  * remat_calibrate_graph: the shape classes of a real graph, each node's
  * forward and backward kernels timed by the executor's profiler during
- * store-all training steps (what the planner's costs are sums of), and
- * the optimizer update's time per parameter. The numbers hold for this
+ * store-all training steps (what the planner's costs are sums of), its
+ * recomputations during sqrt steps, and the optimizer update's time per
+ * parameter. The numbers hold for this
  * machine, its CPU and the thread count; `remat calibrate` caches them in
  * a file.
  */
@@ -142,23 +143,68 @@ static remat_status time_update(remat_session *s, const remat_optim_opts *o, int
     return st;
 }
 
+/* A session of g under `strategy`, its float inputs bound to bufs. */
+static remat_status calib_session(remat_session **s, const remat_graph *g, remat_node loss, int threads,
+                                  remat_strategy strategy, void **bufs) {
+    remat_session_opts o;
+    remat_session_opts_default(&o);
+    o.threads = threads;
+    o.strategy = strategy;
+    remat_status st = remat_session_create(s, g, loss, &o);
+    for (int v = 0; v < g->n && st == REMAT_OK; v++)
+        if (bufs[v]) remat_session_bind(*s, v, bufs[v]);
+    return st;
+}
+
+/* One warm-up step (first touches, BLAS buffers), then `steps` profiled
+ * steps; med[REMAT__PROF_NODE u + k]: node u's slot k (exec.c) per step,
+ * the median over the steps (as remat bench reports a step), so that one
+ * step slowed by the machine does not move the model. */
+static remat_status time_nodes(remat_session *s, int steps, double *med) {
+    float l;
+    remat_status st = remat_session_step(s, &l);
+    if (st == REMAT_OK) remat_session_set_profiling(s, 1);
+    if (st == REMAT_OK && !s->prof_node) st = remat__err(REMAT_NOMEM, "out of memory calibrating");
+    size_t nt = REMAT__PROF_NODE * (size_t)s->g->n;
+    double *per = st == REMAT_OK ? malloc(((size_t)steps * nt + (size_t)steps) * sizeof *per) : NULL;
+    if (st == REMAT_OK && !per) st = remat__err(REMAT_NOMEM, "out of memory calibrating");
+    for (int r = 0; r < steps && st == REMAT_OK; r++) {
+        memset(s->prof_node, 0, nt * sizeof *s->prof_node);
+        st = remat_session_step(s, &l);
+        memcpy(per + (size_t)r * nt, s->prof_node, nt * sizeof *per);
+    }
+    for (size_t i = 0; i < nt && st == REMAT_OK; i++) {
+        double *v = per + (size_t)steps * nt; /* scratch: slot i's steps */
+        for (int r = 0; r < steps; r++) v[r] = per[(size_t)r * nt + i];
+        qsort(v, (size_t)steps, sizeof *v, cmp_double);
+        med[i] = steps % 2 ? v[steps / 2] : 0.5 * (v[steps / 2 - 1] + v[steps / 2]);
+    }
+    free(per);
+    remat_session_set_profiling(s, 0);
+    return st;
+}
+
+/* The shape classes of g: forward and backward seconds from store-all
+ * steps; recomputation seconds from steps under sqrt, which recomputes
+ * all but about sqrt(n) of the nodes: a node's forward times its ratio of
+ * recomputation to first forward in those steps. A class none of whose
+ * nodes sqrt recomputes gets its forward times that ratio over its op's
+ * other nodes (BatchNorm's recomputation
+ * reads its saved statistics, whatever the shapes), or its forward when
+ * the op was never recomputed. */
 remat_status remat_calibrate_graph(remat_cost_model *m, const remat_graph *g, remat_node loss, int steps) {
     if (!m || !g) return remat__err(REMAT_INVALID, "remat_calibrate_graph: NULL argument");
     if (!m->calibrated)
         return remat__err(REMAT_INVALID, "remat_calibrate_graph: calibrate the families first (remat_calibrate)");
     if (steps < 1) steps = 1;
-    remat_session_opts o;
-    remat_session_opts_default(&o);
-    o.threads = m->threads;
-    o.strategy = REMAT_STRATEGY_ALL;
-    remat_session *s = NULL;
-    remat_status st = remat_session_create(&s, g, loss, &o);
-    if (st != REMAT_OK) return st;
+    remat_status st = REMAT_OK;
+    size_t nt = REMAT__PROF_NODE * (size_t)g->n;
+    void **bufs = calloc((size_t)g->n + 1, sizeof *bufs);
+    double *all = malloc((2 * nt + 1) * sizeof *all), *rec = all ? all + nt : NULL;
+    if (!bufs || !all) st = remat__err(REMAT_NOMEM, "out of memory calibrating");
     /* float inputs uniform on [-1, 1) (zeros would make every activation
      * after a normalization zero, and some kernels run at another speed
      * on real values), integer inputs zeros: valid class and token ids */
-    void **bufs = calloc((size_t)g->n + 1, sizeof *bufs);
-    if (!bufs) st = remat__err(REMAT_NOMEM, "out of memory calibrating");
     for (int v = 0; v < g->n && st == REMAT_OK; v++) {
         if (g->nodes[v].leaf != REMAT__LEAF_INPUT) continue;
         bufs[v] = calloc(remat__out_bytes(&g->nodes[v]) + 1, 1);
@@ -174,34 +220,27 @@ remat_status remat_calibrate_graph(remat_cost_model *m, const remat_graph *g, re
                 x[i] = (float)(r >> 8) / 8388608.0f - 1.0f;
             }
         }
-        remat_session_bind(s, v, bufs[v]);
     }
-    float l;
-    if (st == REMAT_OK) st = remat_session_step(s, &l); /* warm-up: first touches, BLAS buffers */
-    if (st == REMAT_OK) remat_session_set_profiling(s, 1);
-    if (st == REMAT_OK && !s->prof_node) st = remat__err(REMAT_NOMEM, "out of memory calibrating");
-    /* each node's time per step: the median over the steps (as remat bench
-     * reports a step), so that one step slowed by the machine does not
-     * move the model */
-    size_t nt = 2 * (size_t)g->n;
-    double *per = st == REMAT_OK ? malloc(((size_t)steps * nt + (size_t)steps) * sizeof *per) : NULL;
-    if (st == REMAT_OK && !per) st = remat__err(REMAT_NOMEM, "out of memory calibrating");
-    for (int r = 0; r < steps && st == REMAT_OK; r++) {
-        memset(s->prof_node, 0, nt * sizeof *s->prof_node);
-        st = remat_session_step(s, &l);
-        memcpy(per + (size_t)r * nt, s->prof_node, nt * sizeof *per);
-    }
-    for (size_t i = 0; i < nt && st == REMAT_OK; i++) {
-        double *v = per + (size_t)steps * nt; /* scratch: node i's steps */
-        for (int r = 0; r < steps; r++) v[r] = per[(size_t)r * nt + i];
-        qsort(v, (size_t)steps, sizeof *v, cmp_double);
-        s->prof_node[i] = (steps % 2 ? v[steps / 2] : 0.5 * (v[steps / 2 - 1] + v[steps / 2]));
-    }
-    free(per);
-    /* per class: the mean over its nodes of their median step */
-    int *cnt = st == REMAT_OK ? calloc(REMAT_COST_MAX_OPS, sizeof *cnt) : NULL;
+    remat_session *s = NULL;
+    if (st == REMAT_OK) st = calib_session(&s, g, loss, m->threads, REMAT_STRATEGY_ALL, bufs);
+    if (st == REMAT_OK) st = time_nodes(s, steps, all);
+    remat_optim_opts sgd, adamw;
+    remat_optim_opts_default(&sgd, REMAT_OPTIM_SGD);
+    sgd.momentum = 0.9f;
+    remat_optim_opts_default(&adamw, REMAT_OPTIM_ADAMW);
+    if (st == REMAT_OK) st = time_update(s, &sgd, 3, &m->update_s_per_param[REMAT_OPTIM_SGD]);
+    if (st == REMAT_OK) st = time_update(s, &adamw, 3, &m->update_s_per_param[REMAT_OPTIM_ADAMW]);
+    remat_session_destroy(s); /* one session's memory at a time */
+    s = NULL;
+    if (st == REMAT_OK) st = calib_session(&s, g, loss, m->threads, REMAT_STRATEGY_SQRT, bufs);
+    if (st == REMAT_OK) st = time_nodes(s, steps, rec);
+    remat_session_destroy(s);
+    /* per class: the mean over its nodes of their median step; per op:
+     * recomputation over first forward, summed over its recomputed nodes */
+    int *cnt = st == REMAT_OK ? calloc(2 * REMAT_COST_MAX_OPS, sizeof *cnt) : NULL;
     remat_cost_model *acc = st == REMAT_OK ? calloc(1, sizeof *acc) : NULL;
-    if (st == REMAT_OK && (!cnt || !acc)) st = remat__err(REMAT_NOMEM, "out of memory calibrating");
+    double *ratio = st == REMAT_OK ? calloc(2 * REMAT__N_OPS, sizeof *ratio) : NULL;
+    if (st == REMAT_OK && (!cnt || !acc || !ratio)) st = remat__err(REMAT_NOMEM, "out of memory calibrating");
     for (int u = 0; u < g->n && st == REMAT_OK; u++) {
         uint64_t c = remat_node_cost_class(g, u);
         if (!c) continue;
@@ -212,26 +251,32 @@ remat_status remat_calibrate_graph(remat_cost_model *m, const remat_graph *g, re
                 st = remat__err(REMAT_INVALID, "the graph has more than %d shape classes", REMAT_COST_MAX_OPS);
                 break;
             }
-            acc->ops[acc->n_ops++] = (remat_op_time){c, g->nodes[u].op, 0, 0};
+            acc->ops[acc->n_ops++] = (remat_op_time){c, g->nodes[u].op, 0, 0, 0};
         }
-        acc->ops[k].fwd_s += s->prof_node[2 * u];
-        acc->ops[k].bwd_s += s->prof_node[2 * u + 1];
-        cnt[k]++;
+        const double *a = all + REMAT__PROF_NODE * (size_t)u, *r = rec + REMAT__PROF_NODE * (size_t)u;
+        acc->ops[k].fwd_s += a[0];
+        acc->ops[k].bwd_s += a[2];
+        cnt[2 * k]++;
+        if (r[3] >= 1 && r[0] > 0) {
+            /* recomputed under sqrt: a recomputation over the first forward
+             * of the same steps (the machine's speed drifts between the two
+             * sessions, not within a step), times the store-all forward */
+            acc->ops[k].rec_s += a[0] * (r[1] / r[3]) / r[0];
+            cnt[2 * k + 1]++;
+            ratio[2 * g->nodes[u].op] += r[1] / r[3];
+            ratio[2 * g->nodes[u].op + 1] += r[0];
+        }
     }
     for (int k = 0; acc && k < acc->n_ops && st == REMAT_OK; k++) {
         remat_op_time t = acc->ops[k];
-        t.fwd_s /= cnt[k], t.bwd_s /= cnt[k];
+        t.fwd_s /= cnt[2 * k], t.bwd_s /= cnt[2 * k];
+        if (cnt[2 * k + 1]) t.rec_s /= cnt[2 * k + 1];
+        else if (ratio[2 * t.op + 1] > 0) t.rec_s = t.fwd_s * ratio[2 * t.op] / ratio[2 * t.op + 1];
+        else t.rec_s = t.fwd_s;
         st = remat__cost_model_put(m, &t);
     }
-    remat_optim_opts sgd, adamw;
-    remat_optim_opts_default(&sgd, REMAT_OPTIM_SGD);
-    sgd.momentum = 0.9f;
-    remat_optim_opts_default(&adamw, REMAT_OPTIM_ADAMW);
-    if (st == REMAT_OK) st = time_update(s, &sgd, 3, &m->update_s_per_param[REMAT_OPTIM_SGD]);
-    if (st == REMAT_OK) st = time_update(s, &adamw, 3, &m->update_s_per_param[REMAT_OPTIM_ADAMW]);
-    free(cnt), free(acc);
+    free(cnt), free(acc), free(ratio), free(all);
     for (int v = 0; bufs && v < g->n; v++) free(bufs[v]);
     free(bufs);
-    remat_session_destroy(s);
     return st;
 }
