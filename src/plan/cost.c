@@ -4,10 +4,11 @@
  * measured (a shape class is the op with its input and output shapes and
  * attributes, hashed: remat_node_cost_class), else its FLOPs over its
  * family's measured throughput (a backward twice its forward, a
- * recomputation equal to it); without a calibration, FLOPs. The measurements themselves (remat_calibrate,
- * remat_calibrate_graph) are train/calibrate.c: they run sessions, which
- * plan/ does not. The numbers hold for one machine, device and thread
- * count; `remat calibrate` caches them in a file.
+ * recomputation equal to it); without a calibration, FLOPs. The
+ * measurements themselves (remat_calibrate, remat_calibrate_graph) are
+ * train/calibrate.c: they run sessions, which plan/ does not. The numbers
+ * hold for one machine, device and thread count; `remat calibrate` caches
+ * them in a file.
  */
 #include "schedule.h"
 
@@ -75,17 +76,17 @@ void remat__prog_set_cost(remat__prog *p, const remat_cost_model *m) {
     const remat_graph *g = p->g;
     for (int u = 0; u < g->n; u++) {
         const remat__node *n = &g->nodes[u];
-        double f = remat__node_flops(g, n), fw = f, bw = 2 * f, rc = -1;
+        double f = remat__node_flops(g, n), fw = f, bw = 2 * f, rc = 0; /* rc 0: as the forward */
         if (n->leaf != REMAT__LEAF_NONE) fw = bw = 0;
         else if (p->cost.calibrated) {
             const remat_op_time *t = p->cost.n_ops ? find_class(&p->cost, remat_node_cost_class(g, u)) : NULL;
             double tp = p->cost.flops_per_s[remat__ops[n->op]->family];
-            if (t) fw = t->fwd_s, bw = t->bwd_s, rc = t->rec_s > 0 ? t->rec_s : -1;
+            if (t) fw = t->fwd_s, bw = t->bwd_s, rc = t->rec_s;
             else if (tp > 0) fw = f / tp, bw = 2 * f / tp;
         }
         p->node_cost[3 * u] = fw;
         p->node_cost[3 * u + 1] = bw;
-        p->node_cost[3 * u + 2] = rc >= 0 ? rc : fw;
+        p->node_cost[3 * u + 2] = rc > 0 ? rc : fw;
     }
 }
 

@@ -9,8 +9,8 @@
  * cost (seconds under a calibrated cost model, else FLOPs; the forward's
  * is a recomputation's, which can be less than a first forward's, as
  * BatchNorm's is: every plan runs each first forward once, so this shifts
- * every schedule's cost by the same constant), the bytes of
- * its input, the transient bytes of its forward (values between their
+ * every schedule's cost by the same constant), the bytes of its input,
+ * the transient bytes of its forward (values between their
  * computation and their last use, workspace), and up to REMAT__MAX_OPTIONS
  * storage options for a forward that keeps what the backward reads:
  *   0 keep everything the backward reads;
@@ -214,7 +214,7 @@ static void measure_stage(const remat__prog *p, chain *c, int i, const scratch *
         int32_t u = c->nodes[j];
         const remat__node *nd = &g->nodes[u];
         const remat__op *op = remat__ops[nd->op];
-        ex->forward += remat__node_rec_seconds(p, nd); /* see the chain's costs above */
+        ex->forward += remat__node_rec_seconds(p, nd); /* a recomputation: the opening comment */
         for (int q = 0; q < nd->n_in; q++)
             if (nd->in[q] >= lo) sc->last[nd->in[q]] = u;
         if (!p->needs_grad[u]) continue;

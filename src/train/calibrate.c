@@ -10,9 +10,8 @@
  * forward and backward kernels timed by the executor's profiler during
  * store-all training steps (what the planner's costs are sums of), its
  * recomputations during sqrt steps, and the optimizer update's time per
- * parameter. The numbers hold for this
- * machine, its CPU and the thread count; `remat calibrate` caches them in
- * a file.
+ * parameter. The numbers hold for this machine, its CPU and the thread
+ * count; `remat calibrate` caches them in a file.
  */
 #include "../exec/session.h"
 
@@ -189,9 +188,8 @@ static remat_status time_nodes(remat_session *s, int steps, double *med) {
  * all but about sqrt(n) of the nodes: a node's forward times its ratio of
  * recomputation to first forward in those steps. A class none of whose
  * nodes sqrt recomputes gets its forward times that ratio over its op's
- * other nodes (BatchNorm's recomputation
- * reads its saved statistics, whatever the shapes), or its forward when
- * the op was never recomputed. */
+ * other nodes (BatchNorm's recomputation reads its saved statistics,
+ * whatever the shapes), or its forward when the op was never recomputed. */
 remat_status remat_calibrate_graph(remat_cost_model *m, const remat_graph *g, remat_node loss, int steps) {
     if (!m || !g) return remat__err(REMAT_INVALID, "remat_calibrate_graph: NULL argument");
     if (!m->calibrated)
