@@ -295,7 +295,8 @@ static void row_name(const row *r, char *buf, size_t cap);
 
 /* Where a row's step time goes: per op and kind, seconds per step and the
  * share of the executor's time, largest first; what the executor did not
- * run (the optimizer update, timing) is the rest of the median step. */
+ * run (zeroing the gradients, the optimizer update, timing) is the rest of
+ * the median step. */
 static void print_profile(row *r, int64_t steps, double median) {
     char name[48];
     row_name(r, name, sizeof name);
@@ -303,8 +304,9 @@ static void print_profile(row *r, int64_t steps, double median) {
     double tot = 0.0;
     for (int i = 0; i < r->nprof; i++) tot += r->prof[i].seconds;
     tot /= (double)steps;
-    printf("\nprofile of %s: %.4f s per step in the executor, %.4f s elsewhere (optimizer update)\n", name, tot,
-           median > tot ? median - tot : 0.0);
+    printf("\nprofile of %s: %.4f s per step in the executor, %.4f s elsewhere (zeroing the gradients, the\n"
+           "optimizer update)\n",
+           name, tot, median > tot ? median - tot : 0.0);
     printf("  %-18s %-10s %10s %7s %8s\n", "op", "kind", "s/step", "share", "calls");
     for (int i = 0; i < r->nprof; i++) {
         double sps = r->prof[i].seconds / (double)steps;
@@ -492,6 +494,8 @@ static int bench_forked(bench_args *args) {
             cJSON_AddNumberToObject(o, "warmup_steps", (double)warmup);
             cJSON_AddNumberToObject(o, "timed_steps", (double)steps);
             cJSON_AddNumberToObject(o, "median_step_seconds", med[k]);
+            cJSON *ts = cJSON_AddArrayToObject(o, "step_seconds"); /* sorted */
+            for (int64_t i = 0; ts && i < steps; i++) cJSON_AddItemToArray(ts, cJSON_CreateNumber(r->times[i]));
             if (r->last.predicted_s > 0) {
                 cJSON_AddNumberToObject(o, "predicted_step_seconds", r->last.predicted_s);
                 cJSON_AddNumberToObject(o, "predicted_over_measured", r->last.predicted_s / med[k]);

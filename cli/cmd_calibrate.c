@@ -66,9 +66,10 @@ static void help(void) {
            "    ops (an op with its input and output shapes and attributes), each node's\n"
            "    forward and backward timed during --steps store-all training steps, its\n"
            "    recomputation during --steps sqrt steps (a recomputation can be cheaper:\n"
-           "    BatchNorm's reuses its statistics), and the optimizer update per\n"
-           "    parameter. Classes already in FILE (measured with the same threads) are\n"
-           "    kept, so models can be calibrated one by one.\n"
+           "    BatchNorm's reuses its statistics), and per parameter the rest of a\n"
+           "    step (zeroing the gradients, the optimizer update). Classes already in\n"
+           "    FILE (measured with the same threads) are kept, so models can be\n"
+           "    calibrated one by one.\n"
            "\n"
            "  --out FILE    default: $REMAT_COST_MODEL, else ~/.cache/remat/cost-model.json\n"
            "  --threads T   kernel threads (default: one per core); plans use a model\n"
@@ -167,7 +168,7 @@ int cmd_calibrate(int argc, char **argv) {
         rc = calibrate_model(m, &z, (int)steps);
     }
     if (!rc && m->update_s_per_param[0] > 0)
-        printf("update     %8.3f ns per parameter (SGD with momentum), %.3f ns (AdamW)\n",
+        printf("update     %8.3f ns per parameter (SGD with momentum), %.3f ns (AdamW), zeroing included\n",
                m->update_s_per_param[0] * 1e9, m->update_s_per_param[1] * 1e9);
     if (!rc && remat_cost_model_save(m, out) != REMAT_OK) rc = cli_fail("%s", remat_last_error());
     if (!rc) printf("written to %s (%d shape classes)\n", out, m->n_ops);

@@ -315,7 +315,8 @@ typedef struct {
     int threads;          /* CPU kernel threads of the measurement */
     remat_device device;  /* where it was measured (REMAT_DEVICE_CPU) */
     double flops_per_s[REMAT_FAMILY_COUNT];
-    /* the optimizer update's seconds per trainable parameter element, by
+    /* seconds per trainable parameter element of a step's work outside
+     * the graph (zeroing the gradients, the optimizer update), by
      * remat_optim_kind (SGD with momentum, AdamW); 0: not measured */
     double update_s_per_param[2];
     int n_ops;            /* measured shape classes, sorted by cls */
