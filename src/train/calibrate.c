@@ -134,7 +134,7 @@ static double median(double *v, int n) {
 
 /* Seconds per trainable parameter element of what a training step does
  * outside the graph with optimizer o: zeroing the gradients, then the
- * update; the median of `reps` (at most 15) after a warm-up, as a step is
+ * update; the median of `reps` (1 to 15) after a warm-up, as a step is
  * the median of steps. */
 static remat_status time_update(remat_session *s, const remat_optim_opts *o, int reps, double *out) {
     remat_status st = remat_session_set_optimizer(s, o);
@@ -142,7 +142,7 @@ static remat_status time_update(remat_session *s, const remat_optim_opts *o, int
     for (int i = 0; i < s->n_params; i++)
         if (remat__trainable(s, i)) n += remat__numel(&s->g->nodes[s->params[i].node].shape);
     double t[16];
-    if (reps > 15) reps = 15;
+    reps = reps < 1 ? 1 : reps > 15 ? 15 : reps;
     for (int r = 0; r <= reps && st == REMAT_OK; r++) { /* the first is a warm-up */
         double t0 = remat__now();
         st = s->be->zero(s->dev, s->blk[REMAT__BLK_GRAD], s->blk_bytes[REMAT__BLK_GRAD]);
