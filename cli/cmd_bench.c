@@ -387,6 +387,12 @@ typedef struct {
     config cf;
 } bench_args;
 
+/* The median of v[0..n), sorting v. */
+static double median_of(double *v, int64_t n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 /* One process per row (forked), driven in interleaved rounds. */
 static int bench_forked(bench_args *args) {
     config cf = args->cf;
@@ -447,11 +453,7 @@ static int bench_forked(bench_args *args) {
         if (rows[k].last.ok) base = k;
     double med[MAX_ROWS] = {0};
     for (int k = 0; k < ns; k++)
-        if (rows[k].last.ok) {
-            qsort(rows[k].times, (size_t)steps, sizeof(double), cmp_double);
-            med[k] = steps % 2 ? rows[k].times[steps / 2]
-                               : 0.5 * (rows[k].times[steps / 2 - 1] + rows[k].times[steps / 2]);
-        }
+        if (rows[k].last.ok) med[k] = median_of(rows[k].times, steps); /* sorts the times */
     char base_name[48] = "";
     if (base >= 0) row_name(&rows[base], base_name, sizeof base_name);
     if (!json)
@@ -566,11 +568,6 @@ typedef struct {
     char planner[16];
     char error[480];
 } rank_report;
-
-static double median_of(double *v, int64_t n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 /* Row r on this rank: a session over every rank, warm-up and timed steps.
  * A step that fails on this rank alone ends the job (returns 1); a session

@@ -324,7 +324,7 @@ remat_status remat__dp_step(remat_session *s, float *loss) {
     remat_status st = REMAT_OK;
     for (int64_t j = 0; j < d->q && st == REMAT_OK; j++) {
         /* each micro-batch's backward writes its own leaf from zeros */
-        st = s->be->zero(s->dev, s->blk[REMAT__BLK_GRAD], s->blk_bytes[REMAT__BLK_GRAD]);
+        st = remat__session_zero_grads(s);
         d->j = j;
         float l = NAN;
         if (st == REMAT_OK) st = remat__exec(s, &s->train, &l, NULL);

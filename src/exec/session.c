@@ -355,7 +355,7 @@ remat_status remat_session_step(remat_session *s, float *loss) {
     remat_status st = remat__session_runnable(s, "remat_session_step");
     if (st != REMAT_OK) return st;
     if (s->dp.active) return remat__dp_step(s, loss);
-    st = s->be->zero(s->dev, s->blk[REMAT__BLK_GRAD], s->blk_bytes[REMAT__BLK_GRAD]);
+    st = remat__session_zero_grads(s);
     if (st != REMAT_OK) return st;
     remat__alloc_reset_peaks(&s->alloc);
     float l = NAN;

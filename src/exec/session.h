@@ -86,6 +86,10 @@ size_t remat__session_blocks_bytes(const remat_session *s);
 /* (Re)builds the training schedule for the strategy and the live state,
  * then checks the budget. */
 remat_status remat__session_plan_train(remat_session *s);
+/* Zeroes every gradient: a step's backward accumulates into them. */
+static inline remat_status remat__session_zero_grads(remat_session *s) {
+    return s->be->zero(s->dev, s->blk[REMAT__BLK_GRAD], s->blk_bytes[REMAT__BLK_GRAD]);
+}
 /* Parameter slot i is trainable (has a gradient), not a buffer. */
 static inline int remat__trainable(const remat_session *s, int i) {
     return s->g->nodes[s->params[i].node].leaf == REMAT__LEAF_PARAM;

@@ -145,7 +145,7 @@ static remat_status time_update(remat_session *s, const remat_optim_opts *o, int
     reps = reps < 1 ? 1 : reps > 15 ? 15 : reps;
     for (int r = 0; r <= reps && st == REMAT_OK; r++) { /* the first is a warm-up */
         double t0 = remat__now();
-        st = s->be->zero(s->dev, s->blk[REMAT__BLK_GRAD], s->blk_bytes[REMAT__BLK_GRAD]);
+        st = remat__session_zero_grads(s);
         if (st == REMAT_OK) st = remat_session_update(s);
         if (r) t[r - 1] = remat__now() - t0;
     }
