@@ -1,6 +1,8 @@
 /* cmd_info.c: `remat info`: the model as a table, one row per node: output
  * shape, parameters it owns, and bytes its output keeps for backward under
- * the store-all schedule; then totals and the predicted step peak. */
+ * the store-all schedule; then totals and the predicted step peak, which
+ * counts the optimizer's state as `remat plan` and `remat train` do (AdamW
+ * unless --optim says otherwise), so that the three agree. */
 #include "cli.h"
 
 #include <cjson/cJSON.h>
@@ -12,6 +14,8 @@ static void help(void) {
            "\n"
            "  --data NAME     input shape of this data set: fashion-mnist | mnist | cifar10 |\n"
            "                  synthetic (default: the model's own input shape)\n"
+           "  --optim NAME    count this optimizer's state in the step's peak: none | sgd\n"
+           "                  (with momentum) | adamw (default adamw, as plan and train)\n"
            "  --json          one JSON object per node, then one with the totals\n"
            "  --help          this text\n"
            "\n");
@@ -19,13 +23,14 @@ static void help(void) {
 }
 
 int cmd_info(int argc, char **argv) {
-    const char *data = NULL;
+    const char *data = NULL, *optim = "adamw";
     int json = 0;
     cli_model_args ma;
     cli_model_args_init(&ma);
     static const struct option opts[] = {CLI_MODEL_OPTIONS,
                                          {"data", required_argument, 0, 'd'},
                                          {"json", no_argument, 0, 'j'},
+                                         {"optim", required_argument, 0, 'o'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     cli_opts co = {.cmd = "info", .ma = &ma, .opts = opts, .shortopts = ":h"};
@@ -33,10 +38,21 @@ int cmd_info(int argc, char **argv) {
         switch (c) {
         case 'd': data = optarg; break;
         case 'j': json = 1; break;
+        case 'o': optim = optarg; break;
         case 'h': help(); return 0;
         }
     }
     if (co.rc) return co.rc;
+    remat_optim_opts oo;
+    int has_optim = strcmp(optim, "none") != 0;
+    if (strcmp(optim, "sgd") == 0) {
+        remat_optim_opts_default(&oo, REMAT_OPTIM_SGD);
+        oo.momentum = 0.9f;
+    } else if (strcmp(optim, "adamw") == 0) {
+        remat_optim_opts_default(&oo, REMAT_OPTIM_ADAMW);
+    } else if (has_optim) {
+        return cli_usage_error("info", "unknown optimizer '%s' (known: none, sgd, adamw)", optim);
+    }
     remat_model_opts mo;
     int u = cli_model_opts(&ma, data, "info", &mo);
     if (u) return u;
@@ -55,6 +71,7 @@ int cmd_info(int argc, char **argv) {
     remat_session_opts_default(&so);
     so.threads = 1;
     so.plan_only = 1; /* shapes and bytes only */
+    so.optim = has_optim ? &oo : NULL; /* its state counts in the peak */
     if (remat_session_create(&s, g, m.loss, &so) != REMAT_OK) goto fail;
 
     int64_t total_params = 0;
@@ -99,6 +116,7 @@ int cmd_info(int argc, char **argv) {
         cJSON_AddNumberToObject(o, "batch", (double)batch);
         cJSON_AddNumberToObject(o, "parameters", (double)total_params);
         cJSON_AddNumberToObject(o, "saved_bytes", (double)total_saved);
+        cJSON_AddStringToObject(o, "optimizer", optim);
         cJSON *pk = cJSON_AddObjectToObject(o, "predicted_peak_bytes");
         for (int i = 0; i < REMAT_MEM_COUNT; i++) cJSON_AddNumberToObject(pk, remat_mem_str((remat_mem)i), (double)pred.peak[i]);
         cli_json_print(o);
@@ -108,7 +126,8 @@ int cmd_info(int argc, char **argv) {
         printf("\nmodel %s, batch %lld, input %s\n", model, (long long)batch, cli_shape_str(g, m.input, in, sizeof in));
         printf("parameters: %lld (%s)\n", (long long)total_params, cli_fmt_bytes((size_t)total_params * 4, b, sizeof b));
         printf("kept for backward: %s\n", cli_fmt_bytes(total_saved, b, sizeof b));
-        printf("predicted peak of a training step (store everything):\n");
+        printf("predicted peak of a training step (store everything, %s%s):\n", optim,
+               has_optim ? "'s state counted" : ": no optimizer state");
         for (int i = 0; i < REMAT_MEM_COUNT; i++)
             printf("  %-16s %s\n", remat_mem_str((remat_mem)i), cli_fmt_bytes(pred.peak[i], b, sizeof b));
     }

@@ -381,7 +381,7 @@ int cmd_plan(int argc, char **argv) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "model", model);
         cJSON_AddNumberToObject(o, "batch", (double)batch);
-        cJSON_AddStringToObject(o, "strategy", strategy);
+        cJSON_AddStringToObject(o, "strategy", remat_strategy_str(p.strategy)); /* auto resolved */
         cJSON_AddStringToObject(o, "planner", p.planner);
         if (*p.candidate) cJSON_AddStringToObject(o, "candidate", p.candidate);
         cJSON_AddStringToObject(o, "device", remat_device_str(so.device));
@@ -430,7 +430,7 @@ int cmd_plan(int argc, char **argv) {
             printf("\n");
         }
         printf("model %s, batch %lld, device %s, strategy %s (schedule from %s%s%s%s): %lld boundaries kept\n",
-               model, (long long)batch, remat_device_str(so.device), strategy, p.planner,
+               model, (long long)batch, remat_device_str(so.device), remat_strategy_str(p.strategy), p.planner,
                *p.candidate ? "; candidate " : "", p.candidate, "", (long long)p.kept_boundaries);
         printf("predicted peak of a training step:\n");
         for (int i = 0; i < REMAT_MEM_COUNT; i++)

@@ -615,7 +615,7 @@ remat_status remat_dataset_load(remat_dataset **out, const char *name,
         if (!fashion)
             return remat__err(REMAT_INVALID,
                               "%s has no default directory: pass the "
-                              "directory that holds its files",
+                              "directory that holds its files (--data-dir DIR)",
                               name);
         dir = FASHION_DIR;
     }
