@@ -9,6 +9,8 @@
 /* Prints "remat: <msg>" to stderr and returns 1 (the exit code for errors);
  * 2 is used for usage errors. */
 int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* remat plan --graph (plan_graph.c). */
+int cli_plan_graph(const char *path, const char *strategy, size_t budget, const char *optim, int json);
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Parses "512MiB", "2GiB", "1.5GB", "4096" into bytes; 0 on success. */

@@ -17,6 +17,10 @@ static void help(void) {
            "  --chain FILE      plan a chain described in JSON instead of a model:\n"
            "                    {\"stages\": [{\"forward\": f, \"backward\": b, \"input\": a,\n"
            "                    \"saved\": s}, ...], \"output\": o}; needs --budget\n"
+           "  --graph FILE      plan a training step another framework traced (a graph\n"
+           "                    file, docs/graph-format.md; the Python package writes them):\n"
+           "                    peak per category and the ops recomputed; --json prints the\n"
+           "                    plan as the library gives it\n"
            "  --slots N         memory slots of the chain planner (default 500)\n"
            "  --sweep           the trade-off curve: optimal at 24 budgets from the smallest\n"
            "                    feasible to store-all, next to sqrt\n"
@@ -274,7 +278,7 @@ int cmd_plan(int argc, char **argv) {
     cli_session_args sa;
     cli_session_args_init(&sa);
     int sweep = 0;
-    const char *chain_file = NULL, *cost_used = NULL;
+    const char *chain_file = NULL, *graph_file = NULL, *cost_used = NULL;
     remat_cost_model cm;
     int64_t slots = 0;
     int json = 0, verbose = 0, max_batch = 0;
@@ -287,6 +291,7 @@ int cmd_plan(int argc, char **argv) {
         {"json", no_argument, 0, 'j'},           {"help", no_argument, 0, 'h'},
         {"sweep", no_argument, 0, 'S'},          {"plot", required_argument, 0, 'P'},
         {"chain", required_argument, 0, 'C'},    {"slots", required_argument, 0, 'L'},
+        {"graph", required_argument, 0, 'G'},
         {"max-batch", no_argument, 0, 'M'},      {"max-overhead", required_argument, 0, 'O'},
         {0, 0, 0, 0}};
     cli_opts co = {.cmd = "plan", .ma = &ma, .sa = &sa, .opts = opts, .shortopts = ":hv"};
@@ -298,6 +303,7 @@ int cmd_plan(int argc, char **argv) {
         case 'v': verbose = 1; break;
         case 'S': sweep = 1; break;
         case 'C': chain_file = optarg; break;
+        case 'G': graph_file = optarg; break;
         case 'L': bad = cli_parse_i64(optarg, &slots) || slots < 1 || slots > 100000; break;
         case 'P': plot = optarg; break;
         case 'M': max_batch = 1; break;
@@ -324,6 +330,12 @@ int cmd_plan(int argc, char **argv) {
         if (!budget) return cli_usage_error("plan", "--max-batch needs --budget");
         if (strcmp(strategy, "auto") != 0)
             return cli_usage_error("plan", "--max-batch plans with all and optimal itself: drop --strategy");
+    }
+    if (graph_file) { /* a traced step: no model, no device */
+        if (chain_file || sweep || max_batch || verbose)
+            return cli_usage_error("plan", "--graph plans a traced step: not with %s",
+                                   chain_file ? "--chain" : sweep ? "--sweep" : max_batch ? "--max-batch" : "--verbose");
+        return cli_plan_graph(graph_file, strategy, budget, optim, json);
     }
     if (chain_file) { /* no model, no device */
         if (!budget) return cli_usage_error("plan", "--chain needs --budget");

@@ -99,7 +99,9 @@ typedef int32_t remat_node;
 #define REMAT_NONE ((remat_node)-1)
 #define REMAT_MAX_DIMS 4
 
-typedef enum { REMAT_F32 = 0, REMAT_I32 = 1 } remat_dtype;
+/* REMAT_U8: bytes, the dtype of the values of a graph read from a graph
+ * file (remat_graph_read_json), whose sizes are given in bytes. */
+typedef enum { REMAT_F32 = 0, REMAT_I32 = 1, REMAT_U8 = 2 } remat_dtype;
 
 /* How a parameter is initialized when a session is created. */
 typedef enum {
@@ -424,6 +426,10 @@ typedef struct {
                               * backward pass instead of as soon as its
                               * gradients are final (no overlap: for
                               * measuring what the overlap hides) */
+    size_t *floor_out;       /* borrowed, may be NULL: when the optimal
+                              * strategy finds no schedule within the
+                              * budget (REMAT_BUDGET), the smallest budget
+                              * that fits is written here */
 } remat_session_opts;
 
 void remat_session_opts_default(remat_session_opts *o);
@@ -866,6 +872,36 @@ remat_status remat_chain_simulate(const remat_stage *stages, int n, int64_t outp
  * a chain that is not valid (see remat_stage). *stages is owned by the
  * caller (free). */
 remat_status remat_chain_parse_json(const char *text, remat_stage **stages, int *n, int64_t *output);
+
+/* ------------------------------------------------------------ graph files */
+
+/* A training step traced by another framework (PyTorch, through the
+ * python/ package), as a graph file: JSON, format "remat-graph" version 1
+ * (docs/graph-format.md): values with bytes and kind, ops in execution
+ * order with their inputs, outputs, the values their backward reads,
+ * transient bytes, costs and stateful/random flags. Reads it into a new
+ * graph of traced ops (no kernels: a session on it can only plan, with
+ * plan_only) and its loss node. A malformed, cyclic or out-of-range file
+ * is refused with REMAT_FORMAT naming the op or value and the field (JSON
+ * syntax errors with line and column); counts are bounded before anything
+ * is allocated for them. The caller owns *out (remat_graph_destroy). */
+remat_status remat_graph_read_json(const char *text, remat_graph **out, remat_node *loss);
+/* The id in its graph file of the op (or, for a leaf, the value) that node
+ * n was made from; -1 for a graph not read from a file. */
+int32_t remat_graph_traced_id(const remat_graph *g, remat_node n);
+
+/* Plans a graph file's training step: graph_text as above; request_json
+ * (NULL or "" for the defaults) {"budget": bytes (0: none), "strategy":
+ * "auto"|"all"|"sqrt"|"optimal", "optimizer": {"kind": "sgd"|"adam"|
+ * "adamw"|"none", "momentum": m}}. On success *out_json is a plan (format
+ * "remat-plan" version 1, docs/graph-format.md), owned by the caller
+ * (remat_free): the predicted peaks per category, costs, and the ids of
+ * the ops the schedule recomputes; a budget that nothing fits is an
+ * answer too ("feasible": false, "floor": the smallest budget that
+ * fits). Other failures return their status with the message set. */
+remat_status remat_plan_graph_json(const char *graph_text, const char *request_json, char **out_json);
+/* Frees what the library returned for the caller to free (remat_plan_graph_json). */
+void remat_free(void *p);
 
 /* ----------------------------------------------------------- safetensors */
 

@@ -123,7 +123,22 @@ typedef struct remat__node {
     remat_init init;          /* leaves: initializer */
     float init_a;
     uint8_t checkpoint;       /* remat_checkpoint mark: 1 + scope depth, 0 = none */
+    uint32_t saves;           /* what its backward reads (REMAT__SAVE_* bits):
+                               * its op's mask, or a traced op's own */
 } remat__node;
+
+/* What the op table says of an op, for an op traced from another framework
+ * (a graph file, graph/graph_json.c): per node, as recorded there. */
+typedef struct {
+    double cost[3];      /* forward, backward, recomputation (FLOPs, or
+                          * seconds when the file's costs are seconds) */
+    size_t aux;          /* bytes of the outputs besides the first that the
+                          * backward reads (masks, indices, statistics) */
+    size_t ws[2];        /* transient bytes of the forward and the backward */
+    remat_family family;
+    uint8_t flags;       /* REMAT__OP_STATEFUL, REMAT__OP_RANDOM, as recorded */
+    int32_t id;          /* the op's (or a leaf's value's) id in the file */
+} remat__traced;
 
 struct remat_graph {
     remat__node *nodes;
@@ -131,6 +146,9 @@ struct remat_graph {
     int ckpt_depth;           /* open remat_checkpoint_begin scopes */
     remat_status status;      /* first builder error */
     char error[512];
+    remat__traced *traced;    /* (cap) per node, for a graph read from a
+                               * graph file; NULL for every other graph */
+    int traced_seconds;       /* the traced costs are seconds, not FLOPs */
 };
 
 /* Adds a node (copying *proto), runs the op's shape rule and returns its id
@@ -269,7 +287,10 @@ typedef struct {
     X(CROSS_ENTROPY, cross_entropy) X(MSE, mse) X(MUL, mul) X(LAYERNORM, layernorm) X(GELU, gelu)      \
     X(EMBEDDING, embedding) X(SOFTMAX, softmax) X(ATTENTION, attention) X(PERMUTE, permute)            \
     X(SLICE, slice) X(ADD_BROADCAST, add_broadcast)
-#define REMAT__OP_LIST(X) REMAT__LEAF_LIST(X) REMAT__KERNEL_OP_LIST(X)
+/* Ops without kernels, which only the planner sees: an op traced from
+ * another framework (ops/traced.c). */
+#define REMAT__PLAN_OP_LIST(X) X(TRACED, traced)
+#define REMAT__OP_LIST(X) REMAT__LEAF_LIST(X) REMAT__KERNEL_OP_LIST(X) REMAT__PLAN_OP_LIST(X)
 
 enum {
 #define REMAT__OP_ENUM(id, name) REMAT__OP_##id,
@@ -298,8 +319,13 @@ static inline const remat__shape *remat__in_shape(const remat_graph *g,
 
 /* Element size of a dtype in bytes. */
 static inline size_t remat__dtype_size(remat_dtype t) {
-    (void)t;
-    return 4;
+    return t == REMAT_U8 ? 1 : 4;
+}
+
+/* A node's op family (the cost model's throughputs): its op's, or a
+ * traced op's own. */
+static inline remat_family remat__node_family(const remat_graph *g, const remat__node *n) {
+    return g->traced ? g->traced[n - g->nodes].family : remat__ops[n->op]->family;
 }
 
 /* Bytes of a node's output value. */

@@ -451,7 +451,7 @@ static remat_status plan_at(const bench *b, size_t budget, plan *r) {
     memset(r, 0, sizeof *r);
     remat_mem_stats zero;
     memset(&zero, 0, sizeof zero);
-    r->status = remat__optimal_schedule(&b->p, b->loss, budget, &zero, 0, &r->s);
+    r->status = remat__optimal_schedule(&b->p, b->loss, budget, &zero, 0, &r->s, NULL);
     if (r->status != REMAT_OK) return r->status;
     snprintf(r->candidate, sizeof r->candidate, "%s", r->s.candidate);
     r->cost = schedule_cost(b, &r->s);
@@ -491,7 +491,7 @@ static size_t find_floor(const bench *b, size_t top) {
         plan r;
         remat_mem_stats zero;
         memset(&zero, 0, sizeof zero);
-        r.status = remat__optimal_schedule(&b->p, b->loss, mid, &zero, 0, &r.s);
+        r.status = remat__optimal_schedule(&b->p, b->loss, mid, &zero, 0, &r.s, NULL);
         if (r.status == REMAT_OK) hi = mid, remat__schedule_free(&r.s);
         else lo = mid;
     }

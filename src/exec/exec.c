@@ -123,7 +123,6 @@ static remat_status exec_fwd(remat_session *s, const remat__schedule *sc, const 
 static remat_status exec_bwd(remat_session *s, const remat__schedule *sc, const remat__instr *in) {
     const remat_graph *g = s->g;
     const remat__node *n = &g->nodes[in->node];
-    const remat__op *op = remat__ops[n->op];
     int32_t vg = REMAT__VAL(in->node, REMAT__V_GRAD);
     remat_status st = REMAT_OK;
     if (!s->vals[vg]) {
@@ -139,7 +138,7 @@ static remat_status exec_bwd(remat_session *s, const remat__schedule *sc, const 
     for (int i = 0; i < n->n_in; i++) {
         int32_t src = n->in[i];
         input_tensor(s, n, i, &ins[i]);
-        if (op->saves & REMAT__SAVE_IN(i)) {
+        if (n->saves & REMAT__SAVE_IN(i)) {
             if (!ins[i].data) return need(s, REMAT__VAL(src, REMAT__V_OUT), "the saved input", in->node);
         } else if (!remat__is_resident(&g->nodes[src])) {
             ins[i].data = NULL; /* not promised: never read */
@@ -154,11 +153,11 @@ static remat_status exec_bwd(remat_session *s, const remat__schedule *sc, const 
             k.din[i] = s->vals[vi];
         }
     }
-    if (op->saves & REMAT__SAVE_OUT) {
+    if (n->saves & REMAT__SAVE_OUT) {
         out.data = s->vals[REMAT__VAL(in->node, REMAT__V_OUT)];
         if (!out.data) return need(s, REMAT__VAL(in->node, REMAT__V_OUT), "the saved output", in->node);
     }
-    if (op->saves & REMAT__SAVE_AUX) {
+    if (n->saves & REMAT__SAVE_AUX) {
         k.aux = s->vals[REMAT__VAL(in->node, REMAT__V_AUX)];
         if (!k.aux) return need(s, REMAT__VAL(in->node, REMAT__V_AUX), "the saved aux", in->node);
     }

@@ -76,7 +76,8 @@ static remat_status remat__session_check_budget(const remat_session *s);
 remat_status remat__session_plan_train(remat_session *s) {
     remat__planned pl = {0};
     remat_mem_stats start = s->alloc.st;
-    const remat__plan_req req = {&s->prog, s->loss, s->opts.budget, &start, remat__session_blocks_bytes(s)};
+    const remat__plan_req req = {&s->prog, s->loss, s->opts.budget, &start, remat__session_blocks_bytes(s),
+                                 s->opts.floor_out};
     remat_status st = remat__planners[s->opts.strategy].build(&req, &pl.sc);
     if (st == REMAT_OK) st = remat__dp_place(s, &pl.sc);
     if (st == REMAT_OK) st = remat__plan_memory(s, &pl);

@@ -25,6 +25,7 @@ void remat_graph_destroy(remat_graph *g) {
     if (!g) return;
     for (int i = 0; i < g->n; i++) free(g->nodes[i].name);
     free(g->nodes);
+    free(g->traced);
     free(g);
 }
 
@@ -93,6 +94,7 @@ remat_node remat__graph_add(remat_graph *g, const remat__node *proto) {
     }
     remat__node n = *proto;
     n.name = NULL;
+    if (proto->op != REMAT__OP_TRACED) n.saves = op->saves; /* a traced op brings its own */
     if (op->shape) {
         n.name = (char *)proto->name; /* borrowed for messages only */
         remat_status s = op->shape(g, &n);

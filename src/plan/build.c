@@ -109,17 +109,16 @@ static void fwd(builder *b, int32_t u, int held, int depth) {
 /* Values BWD(v) reads; returns their count. */
 static int bwd_reads(const builder *b, int32_t v, int32_t *vals) {
     const remat__node *n = &b->g->nodes[v];
-    const remat__op *op = remat__ops[n->op];
     int k = 0;
     for (int i = 0; i < n->n_in; i++)
-        if ((op->saves & REMAT__SAVE_IN(i)) && is_value_node(b, n->in[i])) {
+        if ((n->saves & REMAT__SAVE_IN(i)) && is_value_node(b, n->in[i])) {
             int32_t val = REMAT__VAL(n->in[i], REMAT__V_OUT);
             int dup = 0;
             for (int j = 0; j < k; j++) dup |= vals[j] == val;
             if (!dup) vals[k++] = val;
         }
-    if (op->saves & REMAT__SAVE_OUT) vals[k++] = REMAT__VAL(v, REMAT__V_OUT);
-    if (op->saves & REMAT__SAVE_AUX) vals[k++] = REMAT__VAL(v, REMAT__V_AUX);
+    if (n->saves & REMAT__SAVE_OUT) vals[k++] = REMAT__VAL(v, REMAT__V_OUT);
+    if (n->saves & REMAT__SAVE_AUX) vals[k++] = REMAT__VAL(v, REMAT__V_AUX);
     return k;
 }
 

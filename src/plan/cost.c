@@ -78,9 +78,12 @@ void remat__prog_set_cost(remat__prog *p, const remat_cost_model *m) {
         const remat__node *n = &g->nodes[u];
         double f = remat__node_flops(g, n), fw = f, bw = 2 * f, rc = 0; /* rc 0: as the forward */
         if (n->leaf != REMAT__LEAF_NONE) fw = bw = 0;
-        else if (p->cost.calibrated) {
+        else if (g->traced) { /* a traced step's costs are the file's own */
+            const remat__traced *t = &g->traced[u];
+            fw = t->cost[0], bw = t->cost[1], rc = t->cost[2];
+        } else if (p->cost.calibrated) {
             const remat_op_time *t = p->cost.n_ops ? find_class(&p->cost, remat_node_cost_class(g, u)) : NULL;
-            double tp = p->cost.flops_per_s[remat__ops[n->op]->family];
+            double tp = p->cost.flops_per_s[remat__node_family(g, n)];
             if (t) fw = t->fwd_s, bw = t->bwd_s, rc = t->rec_s;
             else if (tp > 0) fw = f / tp, bw = 2 * f / tp;
         }

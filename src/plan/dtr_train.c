@@ -124,7 +124,6 @@ remat_status remat__train_dag_build(const remat__prog *p, remat_node loss, remat
     for (int i = 0; i < d->n; i++) {
         int32_t u = d->node[i];
         const remat__node *nd = &g->nodes[u];
-        const remat__op *op = remat__ops[nd->op];
         remat__dtr_node *x = &d->nd[i];
         int32_t *dp = d->deps + at;
         int m = 0;
@@ -141,14 +140,14 @@ remat_status remat__train_dag_build(const remat__prog *p, remat_node loss, remat
             x->required = 1;
             for (int q = 0; q < nd->n_in; q++) {
                 int32_t y = nd->in[q];
-                if ((op->saves & REMAT__SAVE_IN(q)) && fidx[y] >= 0) m = add_dep(dp, m, fidx[y]);
+                if ((nd->saves & REMAT__SAVE_IN(q)) && fidx[y] >= 0) m = add_dep(dp, m, fidx[y]);
                 if (remat__bwd_writes(p, nd, q) && g->nodes[y].leaf != REMAT__LEAF_PARAM && lastc[y] == u) {
                     int dup = 0;
                     for (int r = 0; r < q; r++) dup |= nd->in[r] == y;
                     if (!dup) x->size += (int64_t)remat__out_bytes(&g->nodes[y]);
                 }
             }
-            if (op->saves & (REMAT__SAVE_OUT | REMAT__SAVE_AUX)) m = add_dep(dp, m, fidx[u]);
+            if (nd->saves & (REMAT__SAVE_OUT | REMAT__SAVE_AUX)) m = add_dep(dp, m, fidx[u]);
             for (int64_t j = coff[u]; j < coff[u + 1]; j++)
                 if (bidx[cons[j]] >= 0) m = add_dep(dp, m, bidx[cons[j]]);
         }

@@ -60,6 +60,7 @@ remat_status remat__memplan_build(const remat__prog *p, const remat__schedule *s
     const remat_graph *g = p->g;
     memset(out, 0, sizeof *out);
     walker w = {.m = out};
+    out->per_tensor = g->traced != NULL;
     size_t nv = (size_t)g->n * 3;
     w.live = malloc(nv * sizeof *w.live);
     if (!w.live) return remat__err(REMAT_NOMEM, "out of memory planning a step's memory");
@@ -86,12 +87,12 @@ remat_status remat__memplan_build(const remat__prog *p, const remat__schedule *s
         } else if (in->kind == REMAT__I_BWD) {
             int32_t vg = REMAT__VAL(in->node, REMAT__V_GRAD);
             for (int j = 0; j < n->n_in; j++)
-                if ((op->saves & REMAT__SAVE_IN(j)) && !remat__is_resident(&g->nodes[n->in[j]]) &&
+                if ((n->saves & REMAT__SAVE_IN(j)) && !remat__is_resident(&g->nodes[n->in[j]]) &&
                     !resident(&w, REMAT__VAL(n->in[j], REMAT__V_OUT)))
                     w.st = remat__err(REMAT_INTERNAL, "schedule differentiates node %d without its input %d",
                                       in->node, (int)n->in[j]);
-            if (((op->saves & REMAT__SAVE_OUT) && !resident(&w, REMAT__VAL(in->node, REMAT__V_OUT))) ||
-                ((op->saves & REMAT__SAVE_AUX) && !resident(&w, REMAT__VAL(in->node, REMAT__V_AUX))) ||
+            if (((n->saves & REMAT__SAVE_OUT) && !resident(&w, REMAT__VAL(in->node, REMAT__V_OUT))) ||
+                ((n->saves & REMAT__SAVE_AUX) && !resident(&w, REMAT__VAL(in->node, REMAT__V_AUX))) ||
                 (!resident(&w, vg) && in->node != s->loss))
                 w.st = remat__err(REMAT_INTERNAL, "schedule differentiates node %d without its saved values",
                                   in->node);
@@ -256,6 +257,14 @@ static remat_status place_in_order(const remat__memplan *m, int64_t *off, size_t
 }
 
 remat_status remat__memplan_place(remat__memplan *m) {
+    if (m->per_tensor) {
+        remat_mem_stats zero, pk;
+        memset(&zero, 0, sizeof zero);
+        remat__memplan_peaks(m, &zero, &pk);
+        m->arena = pk.peak[REMAT_MEM_TOTAL];
+        m->placer = "per-tensor";
+        return REMAT_OK;
+    }
     int64_t *a = malloc(((size_t)m->n + 1) * sizeof *a), *b = malloc(((size_t)m->n + 1) * sizeof *b);
     if (!a || !b) {
         free(a), free(b);

@@ -38,7 +38,11 @@ typedef struct {
     int32_t *tick;  /* (ticks) event of each tick, ~event for a give-back */
     size_t arena;   /* bytes of the placed arena; 0 before placement */
     const char *placer; /* static: the placement that won ("by-size",
-                           "in-order"); NULL before placement */
+                           "in-order", "per-tensor"); NULL before placement */
+    uint8_t per_tensor; /* a traced step (graph file): its framework
+                           allocates tensor by tensor, so there is no
+                           arena to place; its "arena" is the peak of the
+                           live bytes of its values */
 } remat__memplan;
 
 /* Lists the allocation events of running s. Checks the schedule on the way
@@ -54,7 +58,8 @@ void remat__memplan_free(remat__memplan *m);
  * ticks. */
 void remat__memplan_peaks(const remat__memplan *m, const remat_mem_stats *start, remat_mem_stats *out);
 
-/* Places every event in one arena: two placements, the better kept (the
+/* Places every event in one arena (a per_tensor plan: no placement, the
+ * arena is the values' peak): two placements, the better kept (the
  * smaller arena; the in-order one alone beyond a size where by-size's
  * quadratic pass would be slow):
  * - by-size: largest first, each at the lowest-waste gap between the

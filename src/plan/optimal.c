@@ -101,8 +101,8 @@ static void chain_free(chain *c) {
     memset(c, 0, sizeof *c);
 }
 
-static int expensive(const remat__node *n) {
-    remat_family f = remat__ops[n->op]->family;
+static int expensive(const remat_graph *g, const remat__node *n) {
+    remat_family f = remat__node_family(g, n);
     return f == REMAT_FAMILY_LINEAR || f == REMAT_FAMILY_CONV;
 }
 
@@ -213,16 +213,15 @@ static void measure_stage(const remat__prog *p, chain *c, int i, const scratch *
     for (int j = a; j < b; j++) {
         int32_t u = c->nodes[j];
         const remat__node *nd = &g->nodes[u];
-        const remat__op *op = remat__ops[nd->op];
         ex->forward += remat__node_rec_seconds(p, nd); /* a recomputation: the opening comment */
         for (int q = 0; q < nd->n_in; q++)
             if (nd->in[q] >= lo) sc->last[nd->in[q]] = u;
         if (!p->needs_grad[u]) continue;
         bwd += remat__node_bwd_seconds(p, nd);
         for (int q = 0; q < nd->n_in; q++)
-            if ((op->saves & REMAT__SAVE_IN(q)) && nd->in[q] >= lo && nd->in[q] < hi) sc->read[nd->in[q]] |= 1;
-        if ((op->saves & REMAT__SAVE_OUT) && u != hi) sc->read[u] |= 1;
-        if (op->saves & REMAT__SAVE_AUX) sc->read[u] |= 2;
+            if ((nd->saves & REMAT__SAVE_IN(q)) && nd->in[q] >= lo && nd->in[q] < hi) sc->read[nd->in[q]] |= 1;
+        if ((nd->saves & REMAT__SAVE_OUT) && u != hi) sc->read[u] |= 1;
+        if (nd->saves & REMAT__SAVE_AUX) sc->read[u] |= 2;
     }
     ex->fwd_tmp = max64(0, forward_peak(p, c, a, b, NULL, sc) - out_bytes);
     /* The options: what each recomputes (sc->drop), closed over the cheap
@@ -234,7 +233,7 @@ static void measure_stage(const remat__prog *p, chain *c, int i, const scratch *
             int32_t u = c->nodes[j];
             const remat__node *nd = &g->nodes[u];
             int d = 0;
-            if ((o == OPT_EXPENSIVE || o == OPT_BOTH) && (sc->read[u] & 1) && u != hi && !expensive(nd)) d = 1;
+            if ((o == OPT_EXPENSIVE || o == OPT_BOTH) && (sc->read[u] & 1) && u != hi && !expensive(g, nd)) d = 1;
             if ((o == OPT_AUX || o == OPT_BOTH) && (sc->read[u] & 3) && large_aux(g, nd) &&
                 !(remat__ops[nd->op]->flags & REMAT__OP_STATEFUL))
                 d = 1;
@@ -245,7 +244,7 @@ static void measure_stage(const remat__prog *p, chain *c, int i, const scratch *
             const remat__node *nd = &g->nodes[sc->stack[--top]];
             for (int q = 0; q < nd->n_in; q++) {
                 int32_t x = nd->in[q];
-                if (x > lo && x < hi && !sc->drop[x] && !expensive(&g->nodes[x]) &&
+                if (x > lo && x < hi && !sc->drop[x] && !expensive(g, &g->nodes[x]) &&
                     g->nodes[x].leaf == REMAT__LEAF_NONE && !(remat__ops[g->nodes[x].op]->flags & REMAT__OP_STATEFUL))
                     sc->drop[x] = 1, sc->stack[top++] = x;
             }
@@ -492,13 +491,13 @@ static remat_status keep_expensive_schedule(const remat__prog *p, remat_node los
     }
     int32_t last = -1;
     for (int32_t u = 0; u < g->n; u++)
-        if (g->nodes[u].leaf == REMAT__LEAF_NONE && expensive(&g->nodes[u])) last = u;
+        if (g->nodes[u].leaf == REMAT__LEAF_NONE && expensive(g, &g->nodes[u])) last = u;
     int ne = 0;
     size_t total = 0;
     for (int32_t u = 0; u < g->n; u++) {
         const remat__node *nd = &g->nodes[u];
-        level[u] = nd->leaf != REMAT__LEAF_NONE || u >= last || expensive(nd) ? 0 : REMAT__LEVEL_NONE;
-        if (nd->leaf == REMAT__LEAF_NONE && u < last && expensive(nd)) {
+        level[u] = nd->leaf != REMAT__LEAF_NONE || u >= last || expensive(g, nd) ? 0 : REMAT__LEVEL_NONE;
+        if (nd->leaf == REMAT__LEAF_NONE && u < last && expensive(g, nd)) {
             size_t b = remat__out_bytes(nd);
             e[ne++] = (exp_node){remat__node_rec_seconds(p, nd) / (double)(b ? b : 1), b, u};
             total += b;
@@ -720,7 +719,8 @@ static remat_status place_cand(const gen_ctx *x, cand *k, size_t held_outside, r
  * passes the least held found, which is then the smallest feasible
  * budget. */
 remat_status remat__optimal_schedule(const remat__prog *p, remat_node loss, size_t budget,
-                                     const remat_mem_stats *live, size_t held_outside, remat__schedule *out) {
+                                     const remat_mem_stats *live, size_t held_outside, remat__schedule *out,
+                                     size_t *floor) {
     memset(out, 0, sizeof *out);
     (void)live;
     const remat_graph *g = p->g;
@@ -784,6 +784,7 @@ remat_status remat__optimal_schedule(const remat__prog *p, remat_node loss, size
             if (!cands[k].held) st = place_cand(&x, &cands[k], held_outside, NULL);
             if (st == REMAT_OK && cands[k].held < least) least = cands[k].held;
         }
+        if (st == REMAT_OK && floor) *floor = least;
         if (st == REMAT_OK)
             st = remat__err(REMAT_BUDGET,
                             "no schedule fits the budget of %zu bytes (%.1f MiB); the smallest feasible budget "

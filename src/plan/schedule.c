@@ -162,13 +162,13 @@ remat_status remat__schedule_add_frees(const remat__prog *p, remat__schedule *s)
         } else if (in->kind == REMAT__I_BWD) {
             last[REMAT__VAL(in->node, REMAT__V_GRAD)] = i;
             for (int j = 0; j < n->n_in; j++) {
-                if ((op->saves & REMAT__SAVE_IN(j)) && !remat__is_resident(&g->nodes[n->in[j]]))
+                if ((n->saves & REMAT__SAVE_IN(j)) && !remat__is_resident(&g->nodes[n->in[j]]))
                     last[REMAT__VAL(n->in[j], REMAT__V_OUT)] = i;
                 if (remat__bwd_writes(p, n, j) && g->nodes[n->in[j]].leaf != REMAT__LEAF_PARAM)
                     last[REMAT__VAL(n->in[j], REMAT__V_GRAD)] = i;
             }
-            if (op->saves & REMAT__SAVE_OUT) last[REMAT__VAL(in->node, REMAT__V_OUT)] = i;
-            if (op->saves & REMAT__SAVE_AUX) last[REMAT__VAL(in->node, REMAT__V_AUX)] = i;
+            if (n->saves & REMAT__SAVE_OUT) last[REMAT__VAL(in->node, REMAT__V_OUT)] = i;
+            if (n->saves & REMAT__SAVE_AUX) last[REMAT__VAL(in->node, REMAT__V_AUX)] = i;
         }
     }
     for (size_t v = 0; v < nv; v++)
@@ -269,13 +269,12 @@ remat_status remat__schedule_categorize(const remat__prog *p, remat__schedule *s
             if (open[va] < 0) open[va] = i; /* a recomputation reuses a live aux */
         } else if (in->kind == REMAT__I_BWD) {
             const remat__node *n = &g->nodes[in->node];
-            const remat__op *op = remat__ops[n->op];
             for (int j = 0; j < n->n_in; j++)
-                if ((op->saves & REMAT__SAVE_IN(j)) && open[REMAT__VAL(n->in[j], REMAT__V_OUT)] >= 0)
+                if ((n->saves & REMAT__SAVE_IN(j)) && open[REMAT__VAL(n->in[j], REMAT__V_OUT)] >= 0)
                     s->ins[open[REMAT__VAL(n->in[j], REMAT__V_OUT)]].cat = REMAT_MEM_ACT;
-            if ((op->saves & REMAT__SAVE_OUT) && open[REMAT__VAL(in->node, REMAT__V_OUT)] >= 0)
+            if ((n->saves & REMAT__SAVE_OUT) && open[REMAT__VAL(in->node, REMAT__V_OUT)] >= 0)
                 s->ins[open[REMAT__VAL(in->node, REMAT__V_OUT)]].cat = REMAT_MEM_ACT;
-            if ((op->saves & REMAT__SAVE_AUX) && open[REMAT__VAL(in->node, REMAT__V_AUX)] >= 0)
+            if ((n->saves & REMAT__SAVE_AUX) && open[REMAT__VAL(in->node, REMAT__V_AUX)] >= 0)
                 s->ins[open[REMAT__VAL(in->node, REMAT__V_AUX)]].aux_cat = REMAT_MEM_ACT;
         } else if (in->kind == REMAT__I_FREE) {
             open[in->value] = -1;

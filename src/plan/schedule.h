@@ -146,6 +146,8 @@ typedef struct {
     size_t budget;                 /* 0: none */
     const remat_mem_stats *start;  /* live bytes before the step */
     size_t held_outside;           /* resident blocks as allocated */
+    size_t *floor;                 /* optimal, when nothing fits: the
+                                    * smallest feasible budget (or NULL) */
 } remat__plan_req;
 typedef struct {
     const char *name, *summary;
@@ -185,7 +187,8 @@ void remat__prog_set_cost(remat__prog *p, const remat_cost_model *m);
  * holds at most `budget` bytes (its arena included); REMAT_BUDGET names
  * the smallest budget that fits. */
 remat_status remat__optimal_schedule(const remat__prog *p, remat_node loss, size_t budget,
-                                     const remat_mem_stats *start, size_t held_outside, remat__schedule *out);
+                                     const remat_mem_stats *start, size_t held_outside, remat__schedule *out,
+                                     size_t *floor);
 
 /* The DTR fallback on the whole training step (dtr_train.c): the step as
  * one DAG of forwards and backwards for the offline DTR planner. */

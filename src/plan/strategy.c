@@ -41,7 +41,7 @@ static remat_status plan_sqrt(const remat__plan_req *r, remat__schedule *out) {
 /* Without a budget there is nothing to trade: store everything. */
 static remat_status plan_optimal(const remat__plan_req *r, remat__schedule *out) {
     if (!r->budget) return plan_all(r, out);
-    return remat__optimal_schedule(r->p, r->loss, r->budget, r->start, r->held_outside, out);
+    return remat__optimal_schedule(r->p, r->loss, r->budget, r->start, r->held_outside, out, r->floor);
 }
 
 const remat__planner remat__planners[REMAT_STRATEGY_COUNT] = {

@@ -1,0 +1,109 @@
+/* plan_graph.c: `remat plan --graph FILE`: plans a training step that
+ * another framework traced (a graph file, docs/graph-format.md) through
+ * remat_plan_graph_json, the same entry point the Python package uses, and
+ * prints the plan: its peak per category and what it recomputes, or, with
+ * --json, the plan as the library wrote it. */
+#include "cli.h"
+
+#include <cjson/cJSON.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* A graph file larger than this is refused before it is read. */
+#define MAX_GRAPH_FILE ((off_t)1 << 30)
+
+/* Reads a regular file of at most MAX_GRAPH_FILE bytes (opened without
+ * blocking, so a FIFO is refused rather than waited on); NULL after a
+ * message. */
+static char *read_graph_file(const char *path) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK);
+    if (fd < 0) {
+        cli_fail("cannot open the graph file %s", path);
+        return NULL;
+    }
+    struct stat sb;
+    char *buf = NULL;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) cli_fail("%s: not a regular file", path);
+    else if (sb.st_size > MAX_GRAPH_FILE)
+        cli_fail("%s: %lld bytes; graph files of up to %lld bytes are read", path, (long long)sb.st_size,
+                 (long long)MAX_GRAPH_FILE);
+    else if (!(buf = malloc((size_t)sb.st_size + 1)))
+        cli_fail("out of memory reading %s", path);
+    else if (cli_read_all(fd, buf, (size_t)sb.st_size) != 0) {
+        cli_fail("cannot read %s", path);
+        free(buf);
+        buf = NULL;
+    } else {
+        buf[sb.st_size] = 0;
+        if (strlen(buf) != (size_t)sb.st_size) {
+            cli_fail("%s: a NUL byte at offset %zu: not a JSON text", path, strlen(buf));
+            free(buf);
+            buf = NULL;
+        }
+    }
+    close(fd);
+    return buf;
+}
+
+static double num(const cJSON *o, const char *k) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsNumber(it) ? it->valuedouble : 0.0;
+}
+
+static const char *str(const cJSON *o, const char *k) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(o, k);
+    return cJSON_IsString(it) ? it->valuestring : "";
+}
+
+static void print_plan(const cJSON *p) {
+    if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(p, "feasible"))) {
+        printf("no plan fits the budget of %.0f bytes (%.1f MiB); the smallest feasible budget is %.0f bytes "
+               "(%.1f MiB)\n", num(p, "budget"), num(p, "budget") / 1048576.0, num(p, "floor"),
+               num(p, "floor") / 1048576.0);
+        return;
+    }
+    const cJSON *pr = cJSON_GetObjectItemCaseSensitive(p, "predicted");
+    printf("strategy %s (%s%s%s)\n", str(p, "strategy"), str(p, "planner"), *str(p, "candidate") ? ", " : "",
+           str(p, "candidate"));
+    printf("predicted peak %.0f bytes (%.1f MiB)\n", num(p, "peak_bytes"), num(p, "peak_bytes") / 1048576.0);
+    for (int c = 0; c < REMAT_MEM_TOTAL; c++)
+        if (num(pr, remat_mem_str((remat_mem)c)) > 0)
+            printf("  %-16s %14.0f\n", remat_mem_str((remat_mem)c), num(pr, remat_mem_str((remat_mem)c)));
+    double f = num(p, "cost"), x = num(p, "extra_cost");
+    printf("cost %.6g %s, of which recomputation %.6g (+%.2f%%)\n", f, str(p, "cost_unit"), x,
+           f - x > 0 ? 100.0 * x / (f - x) : 0.0);
+    printf("recomputed ops: %d\n", cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(p, "recompute")));
+}
+
+int cli_plan_graph(const char *path, const char *strategy, size_t budget, const char *optim, int json) {
+    char *text = read_graph_file(path);
+    if (!text) return 1;
+    cJSON *rq = cJSON_CreateObject();
+    cJSON_AddNumberToObject(rq, "budget", (double)budget);
+    cJSON_AddStringToObject(rq, "strategy", strategy);
+    cJSON *o = cJSON_AddObjectToObject(rq, "optimizer");
+    cJSON_AddStringToObject(o, "kind", strcmp(optim, "sgd") == 0 ? "sgd" : optim);
+    if (strcmp(optim, "sgd") == 0) cJSON_AddNumberToObject(o, "momentum", 0.9);
+    char *rqs = cJSON_PrintUnformatted(rq);
+    cJSON_Delete(rq);
+    char *out = NULL;
+    int rc = 1;
+    if (!rqs) cli_fail("out of memory");
+    else if (remat_plan_graph_json(text, rqs, &out) != REMAT_OK) cli_fail("%s: %s", path, remat_last_error());
+    else {
+        cJSON *p = cJSON_Parse(out);
+        int feasible = p && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(p, "feasible"));
+        if (json) printf("%s\n", out);
+        else if (p) print_plan(p);
+        if (!feasible && !json) cli_fail("budget too small");
+        rc = feasible ? 0 : 1;
+        cJSON_Delete(p);
+    }
+    remat_free(out);
+    free(rqs);
+    free(text);
+    return rc;
+}

@@ -1,0 +1,164 @@
+/* plan_graph.c: plans a graph file's training step (remat_plan_graph_json).
+ *
+ * The entry point for frameworks that run the plan themselves (the Python
+ * package, `remat plan --graph`): a graph file and a request in, a plan
+ * out, both JSON, so that a caller through ctypes or a pipe needs no
+ * struct layouts. The plan is a plan-only session's (the same planners,
+ * schedule builder and memory plan as for remat's own models): its
+ * predicted peaks per category, its costs, and, per op of the file, whether
+ * the schedule recomputes it. Format: docs/graph-format.md.
+ */
+#include "../remat-impl.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+typedef struct {
+    size_t budget;
+    remat_strategy strategy;
+    int has_optim;
+    remat_optim_opts optim;
+    int threads;
+} request;
+
+static remat_status read_request(const char *text, request *r) {
+    memset(r, 0, sizeof *r);
+    r->strategy = REMAT_STRATEGY_AUTO;
+    r->threads = 1;
+    if (!text || !*text) return REMAT_OK;
+    cJSON *root = cJSON_Parse(text);
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return remat__err(REMAT_FORMAT, "plan request: not a JSON object");
+    }
+    remat_status st = REMAT_OK;
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(root, "budget");
+    if (b && (!cJSON_IsNumber(b) || !isfinite(b->valuedouble) || b->valuedouble < 0 ||
+              b->valuedouble != floor(b->valuedouble) || b->valuedouble >= 9007199254740992.0))
+        st = remat__err(REMAT_FORMAT, "plan request: 'budget' must be a whole number of bytes >= 0");
+    else if (b)
+        r->budget = (size_t)b->valuedouble;
+    const cJSON *s = cJSON_GetObjectItemCaseSensitive(root, "strategy");
+    if (st == REMAT_OK && s) {
+        if (!cJSON_IsString(s)) st = remat__err(REMAT_FORMAT, "plan request: 'strategy' is not a string");
+        else st = remat_strategy_parse(s->valuestring, &r->strategy);
+    }
+    const cJSON *o = cJSON_GetObjectItemCaseSensitive(root, "optimizer");
+    if (st == REMAT_OK && o && !cJSON_IsNull(o)) {
+        const cJSON *k = cJSON_GetObjectItemCaseSensitive(o, "kind");
+        const cJSON *m = cJSON_GetObjectItemCaseSensitive(o, "momentum");
+        const char *ks = cJSON_IsString(k) ? k->valuestring : "";
+        if (strcmp(ks, "sgd") == 0) {
+            remat_optim_opts_default(&r->optim, REMAT_OPTIM_SGD);
+            r->optim.momentum = cJSON_IsNumber(m) ? (float)m->valuedouble : 0.0f;
+            r->has_optim = 1;
+        } else if (strcmp(ks, "adamw") == 0 || strcmp(ks, "adam") == 0) {
+            remat_optim_opts_default(&r->optim, REMAT_OPTIM_ADAMW);
+            r->has_optim = 1;
+        } else if (strcmp(ks, "none") != 0) {
+            st = remat__err(REMAT_FORMAT, "plan request: optimizer 'kind' must be sgd, adam, adamw or none");
+        }
+    }
+    cJSON_Delete(root);
+    return st;
+}
+
+static void add_size(cJSON *o, const char *k, size_t v) { cJSON_AddNumberToObject(o, k, (double)v); }
+
+static cJSON *peaks_json(const remat_mem_stats *m) {
+    cJSON *o = cJSON_CreateObject();
+    for (int c = 0; c < REMAT_MEM_COUNT; c++) add_size(o, remat_mem_str((remat_mem)c), m->peak[c]);
+    return o;
+}
+
+/* The plan of a session: summary and per-op decisions. */
+static remat_status plan_json(const remat_session *s, const request *rq, cJSON *out) {
+    remat_plan_summary ps;
+    remat_status st = remat_session_plan(s, &ps);
+    if (st != REMAT_OK) return st;
+    const remat_graph *g = remat_session_graph(s);
+    cJSON_AddTrueToObject(out, "feasible");
+    add_size(out, "budget", rq->budget);
+    cJSON_AddStringToObject(out, "strategy", remat_strategy_str(ps.strategy));
+    cJSON_AddStringToObject(out, "planner", ps.planner ? ps.planner : "");
+    cJSON_AddStringToObject(out, "candidate", ps.candidate);
+    cJSON_AddItemToObject(out, "predicted", peaks_json(&ps.predicted));
+    add_size(out, "peak_bytes", ps.predicted.peak[REMAT_MEM_TOTAL]);
+    add_size(out, "held_bytes", ps.held_bytes);
+    cJSON_AddStringToObject(out, "cost_unit", g->traced_seconds ? "seconds" : "flops");
+    cJSON_AddNumberToObject(out, "cost", ps.seconds);
+    cJSON_AddNumberToObject(out, "extra_cost", ps.extra_seconds);
+    cJSON_AddNumberToObject(out, "flops", ps.flops);
+    cJSON_AddNumberToObject(out, "extra_flops", ps.extra_flops);
+    cJSON_AddNumberToObject(out, "recomputations", (double)ps.recomputations);
+    /* per op of the file: recomputed by the schedule (a node made for an
+     * extra output counts for its op) */
+    uint8_t *rec = calloc((size_t)g->n + 1, 1);
+    if (!rec) return remat__err(REMAT_NOMEM, "out of memory writing a plan");
+    int64_t n = remat_session_schedule_length(s);
+    for (int64_t i = 0; i < n && st == REMAT_OK; i++) {
+        remat_instr_info in;
+        st = remat_session_schedule_instr(s, i, &in);
+        if (st == REMAT_OK && strcmp(in.kind, "recompute") == 0) rec[in.node] = 1;
+    }
+    cJSON *ops = cJSON_AddArrayToObject(out, "recompute");
+    int32_t last = -1;
+    for (int32_t u = 0; u < g->n && st == REMAT_OK; u++) {
+        if (!rec[u] || g->nodes[u].leaf != REMAT__LEAF_NONE) continue;
+        int32_t id = g->traced[u].id;
+        if (id == last) continue; /* an op and its extra output */
+        cJSON_AddItemToArray(ops, cJSON_CreateNumber(id));
+        last = id;
+    }
+    free(rec);
+    return st;
+}
+
+remat_status remat_plan_graph_json(const char *graph_text, const char *request_json, char **out_json) {
+    if (!graph_text || !out_json) return remat__err(REMAT_INVALID, "remat_plan_graph_json: NULL argument");
+    *out_json = NULL;
+    request rq;
+    remat_status st = read_request(request_json, &rq);
+    if (st != REMAT_OK) return st;
+    remat_graph *g = NULL;
+    remat_node loss;
+    if ((st = remat_graph_read_json(graph_text, &g, &loss)) != REMAT_OK) return st;
+    remat_session_opts so;
+    remat_session_opts_default(&so);
+    so.plan_only = 1;
+    so.threads = rq.threads;
+    so.budget = rq.budget;
+    so.strategy = rq.strategy;
+    so.optim = rq.has_optim ? &rq.optim : NULL;
+    size_t floor_bytes = 0;
+    so.floor_out = &floor_bytes;
+    remat_session *s = NULL;
+    cJSON *out = cJSON_CreateObject();
+    if (!out) st = remat__err(REMAT_NOMEM, "out of memory writing a plan");
+    else {
+        cJSON_AddStringToObject(out, "format", "remat-plan");
+        cJSON_AddNumberToObject(out, "version", 1);
+        st = remat_session_create(&s, g, loss, &so);
+    }
+    if (st == REMAT_OK) {
+        st = plan_json(s, &rq, out);
+    } else if (st == REMAT_BUDGET && out) { /* an answer, not a failure: what would fit */
+        cJSON_AddFalseToObject(out, "feasible");
+        add_size(out, "budget", rq.budget);
+        cJSON_AddStringToObject(out, "error", remat_last_error());
+        if (floor_bytes) add_size(out, "floor", floor_bytes);
+        st = REMAT_OK;
+    }
+    if (st == REMAT_OK) {
+        *out_json = cJSON_PrintUnformatted(out);
+        if (!*out_json) st = remat__err(REMAT_NOMEM, "out of memory writing a plan");
+    }
+    cJSON_Delete(out);
+    remat_session_destroy(s);
+    remat_graph_destroy(g);
+    return st;
+}
+
+void remat_free(void *p) { free(p); }
