@@ -20,6 +20,7 @@
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <getopt.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -237,12 +238,21 @@ static void on_stream_event(const remat_event *ev, void *user) {
 
 /* The options that define the math, by flag ("--batch", "8"): the
  * NULL-terminated key, value list of remat_train_opts.run. */
-#define RUN_MAX 32
+#define RUN_MAX 48
 typedef struct {
     char val[RUN_MAX][128];
     const char *kv[2 * RUN_MAX + 1];
     int n; /* pairs */
 } run_opts;
+
+/* A value used as it is (borrowed: a path, whole however long). */
+static void run_ref(run_opts *r, const char *flag, const char *value) {
+    if (r->n == RUN_MAX) return;
+    r->kv[2 * r->n] = flag;
+    r->kv[2 * r->n + 1] = value ? value : "(none)";
+    r->n++;
+    r->kv[2 * r->n] = NULL;
+}
 
 static void run_add(run_opts *r, const char *flag, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void run_add(run_opts *r, const char *flag, const char *fmt, ...) {
@@ -330,6 +340,70 @@ static void job_free(job *j) {
     remat_dataset_destroy(j->train);
     remat_dataset_destroy(j->test);
     remat_tokens_destroy(j->tok);
+}
+
+/* What defines the math, by flag, so that a resume names the one changed
+ * (the library compares the session's own settings too); the number of
+ * ranks is not among them: any gives the same bits. threads: resolved
+ * (0 is the cores of this host). */
+static void math_opts(const job *j, int threads, run_opts *ro) {
+    const remat_session_opts *so = &j->so;
+    char fb[32];
+    const remat_model_opts *mo = &j->mo;
+    run_add(ro, "--model", "%s", mo->name);
+    run_add(ro, "--batch", "%lld", (long long)j->batch);
+    run_add(ro, "--micro-batch", "%lld", (long long)j->micro);
+    run_add(ro, "--image", "%lldx%lldx%lld", (long long)mo->channels, (long long)mo->height, (long long)mo->width);
+    run_add(ro, "--classes", "%lld", (long long)mo->classes);
+    run_add(ro, "--dropout-scale", "%s", float_str(mo->dropout_scale, fb, sizeof fb));
+    run_add(ro, "--layers", "%lld", (long long)mo->layers);
+    run_add(ro, "--embd", "%lld", (long long)mo->embd);
+    run_add(ro, "--heads", "%lld", (long long)mo->heads);
+    run_add(ro, "--context", "%lld", (long long)mo->context);
+    run_add(ro, "--vocab", "%lld", (long long)mo->vocab);
+    run_add(ro, "--base-channels", "%lld", (long long)mo->base_channels);
+    run_add(ro, "--depth", "%lld", (long long)mo->depth);
+    run_add(ro, "--data", "%s", j->tokens ? "tokens" : j->data); /* a token file's identity is its contents (the library's) */
+    run_add(ro, "--train-limit", "%lld", (long long)j->train_limit);
+    run_add(ro, "--optim", "%s", j->optim);
+    run_add(ro, "--lr", "%s", float_str(j->oo.lr, fb, sizeof fb));
+    run_add(ro, "--weight-decay", "%s", float_str(j->oo.weight_decay, fb, sizeof fb));
+    if (j->oo.kind == REMAT_OPTIM_SGD) {
+        run_add(ro, "--momentum", "%s", float_str(j->oo.momentum, fb, sizeof fb));
+        run_add(ro, "--nesterov", "%s", j->oo.nesterov ? "on" : "off");
+    }
+    run_add(ro, "--seed", "%llu", (unsigned long long)so->seed);
+    run_add(ro, "--device", "%s", remat_device_str(so->device));
+    if (so->device == REMAT_DEVICE_CPU) run_add(ro, "--threads", "%d", threads);
+    else run_add(ro, "--tf32", "%s", so->tf32 ? "on" : "off");
+}
+
+/* Several ranks: every flag that defines the math or the run's course is
+ * every rank's the same (remat_comm_same), before the session is made, so
+ * that a rank given another --seed fails at once instead of training
+ * weights that match no run, and one given other --steps or --save-every
+ * instead of waiting for ever for a step or a save that the others never
+ * reach. Rank 0 prints why; 0 or the exit status. */
+static int same_flags(job *j, const cli_dist *d) {
+    if (d->ranks == 1) return 0;
+    run_opts ro = {0};
+    math_opts(j, j->so.threads ? j->so.threads : (int)sysconf(_SC_NPROCESSORS_ONLN), &ro);
+    run_add(&ro, "--steps", "%lld", (long long)j->steps);
+    run_add(&ro, "--epochs", "%lld", (long long)j->epochs);
+    run_add(&ro, "--test-limit", "%lld", (long long)j->test_limit);
+    run_ref(&ro, "--data (as given)", j->data);
+    run_ref(&ro, "--data-dir", j->dir);
+    run_ref(&ro, "--init-from", j->init_from);
+    run_ref(&ro, "--state-dir", j->state_dir);
+    run_ref(&ro, "--resume", j->resume);
+    run_add(&ro, "--save-every", "%lld", (long long)j->save_every);
+    run_add(&ro, "--keep", "%lld", (long long)j->keep);
+    run_ref(&ro, "--save", j->save);
+    if (remat_comm_same(d->comm, ro.kv, "every rank must be given the same options that define the math and the "
+                        "course of the run") == REMAT_OK)
+        return 0;
+    if (d->rank == 0) fprintf(stderr, "remat: %s\n", remat_last_error());
+    return 1;
 }
 
 /* Options, the model and the data, on this rank: 0, or the exit status
@@ -504,6 +578,45 @@ static void print_header(const job *j, const cli_dist *d, remat_session *s) {
     fflush(stdout);
 }
 
+/* A graceful stop (docs/training-state.md): the first SIGTERM, SIGINT or
+ * SIGHUP only sets stop_signal (and says so on stderr, with write(2), the
+ * one output a handler may use); the training loop ends after the step in
+ * progress, saves a state when there is a state directory, and the
+ * command exits with 128 + the signal's number. A second signal restores
+ * the default action and raises itself again: the process ends at once,
+ * as if no handler had been installed. */
+static volatile sig_atomic_t stop_signal;
+
+static const char *signal_name(int sig) {
+    return sig == SIGINT ? "SIGINT" : sig == SIGHUP ? "SIGHUP" : sig == SIGTERM ? "SIGTERM" : "a signal";
+}
+
+static void on_stop_signal(int sig) {
+    if (stop_signal) {
+        signal(sig, SIG_DFL);
+        raise(sig); /* delivered when this handler returns */
+        return;
+    }
+    stop_signal = sig;
+    static const char msg[] = ": stopping after the step in progress (a state is saved when there is a state "
+                              "directory); send it again to stop at once\n";
+    const char *name = signal_name(sig);
+    ssize_t w = write(2, "\nremat: ", 8);
+    w = write(2, name, strlen(name));
+    w = write(2, msg, sizeof msg - 1);
+    (void)w;
+}
+
+static void catch_stop_signals(void) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    const int sigs[] = {SIGTERM, SIGINT, SIGHUP};
+    for (int i = 0; i < 3; i++) sigaction(sigs[i], &sa, NULL);
+}
+
 /* The session, the training and the files; 0 or the exit status after
  * printing why. */
 static int run(job *j, cli_dist *d) {
@@ -514,6 +627,7 @@ static int run(job *j, cli_dist *d) {
     so->comm = d->comm;
     so->micro_batches = j->batch / j->micro;
     int rc = 1, lr;
+    remat_status ts = REMAT_OK;
     if (remat_session_create(&s, j->g, m->loss, so) != REMAT_OK) goto fail;
     lr = j->init_from && remat_safetensors_load(s, j->init_from, 1) != REMAT_OK;
     if (lr) cli_fail("%s", remat_last_error());
@@ -523,7 +637,8 @@ static int run(job *j, cli_dist *d) {
     if (!j->json && d->rank == 0) print_header(j, d, s);
     progress p = {.quiet = d->rank != 0, .json = j->json, .tty = isatty(2), .log_every = j->log_every,
                   .tokens_per_row = j->lm ? j->xd[1] : 0};
-    remat_train_opts to = {.epochs = j->epochs, .steps = j->steps, .batch = j->batch, .seed = so->seed, .user = &p};
+    remat_train_opts to = {.epochs = j->epochs, .steps = j->steps, .batch = j->batch, .seed = so->seed, .user = &p,
+                           .stop = &stop_signal};
     /* Training states: --resume DIR saves on in DIR unless --state-dir
      * says otherwise (a state file: in its folder). */
     char resume_dir[4096];
@@ -543,54 +658,24 @@ static int run(job *j, cli_dist *d) {
     to.resume = j->resume;
     to.save_every = j->save_every > 0 ? j->save_every : 0;
     to.keep = j->keep >= 0 ? (int)j->keep : 3;
-    /* what defines the math, by flag, so that a resume names the one
-     * changed (the library compares the session's own settings too); the
-     * number of ranks is not among them: any gives the same bits */
     run_opts ro = {0};
-    char fb[32];
-    const remat_model_opts *mo = &j->mo;
-    run_add(&ro, "--model", "%s", mo->name);
-    run_add(&ro, "--batch", "%lld", (long long)j->batch);
-    run_add(&ro, "--micro-batch", "%lld", (long long)j->micro);
-    run_add(&ro, "--image", "%lldx%lldx%lld", (long long)mo->channels, (long long)mo->height, (long long)mo->width);
-    run_add(&ro, "--classes", "%lld", (long long)mo->classes);
-    run_add(&ro, "--dropout-scale", "%s", float_str(mo->dropout_scale, fb, sizeof fb));
-    run_add(&ro, "--layers", "%lld", (long long)mo->layers);
-    run_add(&ro, "--embd", "%lld", (long long)mo->embd);
-    run_add(&ro, "--heads", "%lld", (long long)mo->heads);
-    run_add(&ro, "--context", "%lld", (long long)mo->context);
-    run_add(&ro, "--vocab", "%lld", (long long)mo->vocab);
-    run_add(&ro, "--base-channels", "%lld", (long long)mo->base_channels);
-    run_add(&ro, "--depth", "%lld", (long long)mo->depth);
-    run_add(&ro, "--data", "%s", j->tokens ? "tokens" : j->data); /* a token file's identity is its contents (the library's) */
-    run_add(&ro, "--train-limit", "%lld", (long long)j->train_limit);
-    run_add(&ro, "--optim", "%s", j->optim);
-    run_add(&ro, "--lr", "%s", float_str(j->oo.lr, fb, sizeof fb));
-    run_add(&ro, "--weight-decay", "%s", float_str(j->oo.weight_decay, fb, sizeof fb));
-    if (j->oo.kind == REMAT_OPTIM_SGD) {
-        run_add(&ro, "--momentum", "%s", float_str(j->oo.momentum, fb, sizeof fb));
-        run_add(&ro, "--nesterov", "%s", j->oo.nesterov ? "on" : "off");
-    }
-    run_add(&ro, "--seed", "%llu", (unsigned long long)so->seed);
-    run_add(&ro, "--device", "%s", remat_device_str(so->device));
-    if (so->device == REMAT_DEVICE_CPU) run_add(&ro, "--threads", "%d", so->threads);
-    else run_add(&ro, "--tf32", "%s", so->tf32 ? "on" : "off");
+    math_opts(j, so->threads, &ro);
     if (state_dir || j->resume) to.run = ro.kv;
     if (j->stream) {
         p.epochs_total = j->epochs;
         to.on_event = on_stream_event;
         if (j->tokens) {
-            if (remat_train_tokens(s, m, j->tok, &to) != REMAT_OK) goto fail;
+            if ((ts = remat_train_tokens(s, m, j->tok, &to)) != REMAT_OK) goto trained;
         } else {
             cli_synth syn;
-            if (cli_synth_init(&syn, j->g, m, mo, so->seed)) goto done;
-            if (remat_train_stream(s, m, cli_synth_next, &syn, &to) != REMAT_OK) goto fail;
+            if (cli_synth_init(&syn, j->g, m, &j->mo, so->seed)) goto done;
+            if ((ts = remat_train_stream(s, m, cli_synth_next, &syn, &to)) != REMAT_OK) goto trained;
         }
     } else {
         to.on_event = on_event;
         int64_t per_epoch = remat_dataset_size(j->train) / j->batch;
         p.epochs_total = j->steps ? (per_epoch ? (j->steps + per_epoch - 1) / per_epoch : 1) : j->epochs;
-        if (remat_train(s, m, j->train, j->test, &to) != REMAT_OK) goto fail;
+        if ((ts = remat_train(s, m, j->train, j->test, &to)) != REMAT_OK) goto trained;
     }
     /* the loops stop at a non-finite weight; this says so for any other
      * way one could get here (the same on every rank: the same weights) */
@@ -607,6 +692,22 @@ static int run(job *j, cli_dist *d) {
         printf("training state of step %lld in %s\n", (long long)p.last_state_step, p.last_state);
     rc = 0;
     goto done;
+trained:
+    if (ts == REMAT_STOPPED) {
+        /* every rank stopped after the same step (the library agreed on
+         * it, and stop_signal now holds the signal on every rank); rank 0
+         * says what was kept. --save is not written: its weights would
+         * pass for the finished run's. */
+        rc = 128 + (stop_signal > 0 && stop_signal < 128 ? (int)stop_signal : SIGTERM);
+        if (d->rank == 0) {
+            if (p.tty && !p.json) fprintf(stderr, "\n");
+            fprintf(stderr, "remat: %s: %s%s%s%s\n", signal_name(stop_signal), remat_last_error(),
+                    p.last_state[0] ? "; continue with --resume " : "", p.last_state[0] ? state_dir : "",
+                    j->save ? (p.last_state[0] ? "; --save was not written" : "; --save was not written either")
+                            : "");
+        }
+        goto done;
+    }
 fail:
     cli_fail("%s", remat_last_error());
 done:
@@ -615,6 +716,7 @@ done:
 }
 
 int cmd_train(int argc, char **argv) {
+    catch_stop_signals();
     cli_dist d;
     if (cli_dist_begin(&d)) return 1;
     job j;
@@ -623,8 +725,9 @@ int cmd_train(int argc, char **argv) {
     if (j.help && !rc) {
         if (d.rank == 0) help();
     } else {
-        /* every rank's setup, or none runs */
+        /* every rank's setup, or none runs; the same flags on every rank */
         rc = cli_dist_agree(&d, rc);
+        if (!rc) rc = same_flags(&j, &d);
         if (!rc) rc = run(&j, &d);
     }
     job_free(&j);

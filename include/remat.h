@@ -19,6 +19,7 @@
 #ifndef REMAT_H
 #define REMAT_H
 
+#include <signal.h> /* sig_atomic_t */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -42,7 +43,8 @@ extern "C" {
     X(NOT_FOUND, -6, "not found")                              \
     X(BUDGET, -7, "memory budget too small")                   \
     X(UNSUPPORTED, -8, "unsupported")                          \
-    X(INTERNAL, -9, "internal error")
+    X(INTERNAL, -9, "internal error")                          \
+    X(STOPPED, -10, "stopped on request")
 
 typedef enum {
 #define REMAT__STATUS_ENUM(name, code, desc) REMAT_##name = code,
@@ -712,7 +714,10 @@ typedef struct {
     /* Training state (see "training state" below); all borrowed for the
      * call. state_dir: save states there (created if missing): after
      * every save_every-th step (0: none in between) and after the last;
-     * it must hold no state unless it is the resume directory. keep: after
+     * it must hold no state unless it is the resume directory, and rank 0
+     * holds its lock (a file remat.lock in it, flock) for the whole call:
+     * a directory another run holds is refused at once, naming that run's
+     * pid and host (docs/training-state.md). keep: after
      * each save, remove all but the newest `keep` states (0 keeps all).
      * resume: a state file, or a directory whose newest intact state is
      * used (damaged newer ones are reported as NOTE events and skipped; a
@@ -727,6 +732,16 @@ typedef struct {
     int keep;
     const char *resume;
     const char *const *run;
+    /* A graceful stop: when *stop is nonzero (a signal handler sets it;
+     * NULL: never), the loop ends after the step in progress (before the
+     * first, when it is set already), saves a training state of that step
+     * when state_dir is set, and returns REMAT_STOPPED, whose message says
+     * which step and where its state is (or that nothing was saved).
+     * Several ranks: they agree on it after every step, so that all stop
+     * after the same one, and every rank's *stop then holds the first
+     * nonzero value among the ranks' (rank order); every rank must pass
+     * one, or none (checked at the start). */
+    volatile sig_atomic_t *stop;
 } remat_train_opts;
 
 /* The nodes of a classifier graph the loop needs. */
@@ -1059,6 +1074,15 @@ const char *remat_comm_kind(const remat_comm *c);
  * the lowest failing rank with its message, as "rank 1 of 2 (host): ...".
  * One process: st itself. */
 remat_status remat_comm_agree(remat_comm *c, remat_status st);
+/* Every rank calls it at the same point with the same keys in the same
+ * order: kv is a NULL-terminated list of key, value strings (borrowed),
+ * such as {"--seed", "1", "--lr", "0.01", NULL}. REMAT_OK when every rank
+ * has the same values; else, on every rank, REMAT_INVALID naming the
+ * first key that differs, the ranks and their values, then why (NULL: a
+ * default saying that every rank needs the same options), as an agreed
+ * failure (remat_comm_agreed_failure). One exchange of a hash per key;
+ * the values only after a difference. One process: REMAT_OK. */
+remat_status remat_comm_same(remat_comm *c, const char *const *kv, const char *why);
 /* 1 when the last agreement on c (remat_comm_agree, or one inside the
  * library's collective calls) failed: every rank has returned the same
  * failure from the same call, so they can all stop cleanly; 0 when it

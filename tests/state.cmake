@@ -9,3 +9,17 @@ set_tests_properties(test_state PROPERTIES LABELS state TIMEOUT 300)
 add_test(NAME test_state_kill COMMAND test_state --kill $<TARGET_FILE:remat-cli>
          WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
 set_tests_properties(test_state_kill PROPERTIES LABELS state TIMEOUT 300 ENVIRONMENT OPENBLAS_NUM_THREADS=1)
+
+# test_guard (issue 22): a state directory's lock, the hardened reader
+# (FIFO, sparse and stretched files, foreign states, NaN, two names of one
+# step, 5,000 damaged states), the save-load-save round trip, the stop
+# flag. test_guard_lock: two CLI runs started together on one directory.
+# test_guard_stop: SIGTERM at 10 moments, resumed: the same final weights.
+remat_test(test_guard)
+set_tests_properties(test_guard PROPERTIES LABELS state TIMEOUT 300)
+add_test(NAME test_guard_lock COMMAND test_guard --lock $<TARGET_FILE:remat-cli>
+         WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+add_test(NAME test_guard_stop COMMAND test_guard --stop $<TARGET_FILE:remat-cli>
+         WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+set_tests_properties(test_guard_lock test_guard_stop PROPERTIES LABELS state TIMEOUT 300
+                     ENVIRONMENT OPENBLAS_NUM_THREADS=1)

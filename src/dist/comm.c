@@ -164,6 +164,104 @@ remat_status remat_comm_agree(remat_comm *c, remat_status st) {
     return rc;
 }
 
+/* ------------------------------------------------------- same options */
+
+static uint64_t fnv1a(uint64_t h, const char *s) {
+    for (const unsigned char *c = (const unsigned char *)s; *c; c++) h = (h ^ *c) * 1099511628211ull;
+    return (h ^ 0xff) * 1099511628211ull; /* the terminator: "ab","c" and "a","bc" differ */
+}
+
+/* A value for a message: whole up to 120 characters, else its first and
+ * last 56 around "...". */
+static void shown(char *buf, size_t cap, const char *v) {
+    size_t n = strlen(v);
+    if (n <= 120) snprintf(buf, cap, "'%s'", v);
+    else snprintf(buf, cap, "'%.56s...%s' (%zu characters)", v, v + n - 56, n);
+}
+
+remat_status remat_comm_same(remat_comm *c, const char *const *kv, const char *why) {
+    if (!c) return remat__err(REMAT_INVALID, "remat_comm_same: NULL communicator");
+    c->failed = 0;
+    if (c->size == 1) return REMAT_OK;
+    int n = 0;
+    while (kv && kv[2 * n] && kv[2 * n + 1]) n++;
+    /* one exchange of a hash per option (and the count) in the common
+     * case; the values of the first option that differs only then */
+    uint64_t *mine = malloc((size_t)(n + 1) * sizeof *mine);
+    uint64_t *all = malloc((size_t)(n + 1) * (size_t)c->size * sizeof *all);
+    if (!mine || !all) {
+        free(mine), free(all);
+        return remat__err(REMAT_NOMEM, "out of memory comparing options across ranks"); /* the others wait: abort */
+    }
+    /* the count first, so that a rank with more options is told apart
+     * before the lists are read as the same length */
+    int32_t cnt = n, *cnts = malloc((size_t)c->size * sizeof *cnts);
+    remat_status rc = cnts ? c->ops->allgather(c->impl, &cnt, sizeof cnt, cnts)
+                           : remat__err(REMAT_NOMEM, "out of memory comparing options across ranks");
+    int other = -1;
+    for (int r = 1; rc == REMAT_OK && r < c->size && other < 0; r++)
+        if (cnts[r] != cnts[0]) other = r;
+    if (rc == REMAT_OK && other >= 0) {
+        rc = remat__err(REMAT_INVALID, "the ranks were given different sets of options: rank 0 %d, rank %d %d "
+                        "(another build of remat?)", (int)cnts[0], other, (int)cnts[other]);
+        c->failed = 1;
+    }
+    free(cnts);
+    for (int i = 0; i < n; i++) mine[i] = fnv1a(fnv1a(14695981039346656037ull, kv[2 * i]), kv[2 * i + 1]);
+    if (rc == REMAT_OK) rc = c->ops->allgather(c->impl, mine, (size_t)n * sizeof *mine, all);
+    int bad = -1;
+    for (int i = 0; rc == REMAT_OK && !c->failed && i < n && bad < 0; i++)
+        for (int r = 1; r < c->size && bad < 0; r++)
+            if (all[(size_t)r * (size_t)n + (size_t)i] != all[i]) bad = i;
+    if (rc == REMAT_OK && bad >= 0) {
+        /* every rank's value of that option, shortened, for the message */
+        enum { W = 160 };
+        char me[W], *vals = malloc((size_t)c->size * W);
+        shown(me, sizeof me, kv[2 * bad + 1]);
+        rc = vals ? c->ops->allgather(c->impl, me, W, vals)
+                  : remat__err(REMAT_NOMEM, "out of memory comparing options across ranks");
+        if (rc == REMAT_OK) {
+            /* ranks grouped by value, in rank order: at most 4 groups of 6 ranks named */
+            char msg[1400];
+            size_t at = (size_t)snprintf(msg, sizeof msg, "the ranks disagree on %s:", kv[2 * bad]);
+            int groups = 0;
+            for (int r = 0; r < c->size && at < sizeof msg; r++) {
+                uint64_t h = all[(size_t)r * (size_t)n + (size_t)bad];
+                int first = 1;
+                for (int q = 0; q < r && first; q++) first = all[(size_t)q * (size_t)n + (size_t)bad] != h;
+                if (!first) continue;
+                if (++groups > 4) {
+                    at += (size_t)snprintf(msg + at, sizeof msg - at, "; ...");
+                    break;
+                }
+                int count = 0;
+                for (int q = r; q < c->size; q++) count += all[(size_t)q * (size_t)n + (size_t)bad] == h;
+                at += (size_t)snprintf(msg + at, sizeof msg - at, "%s rank%s", groups > 1 ? ";" : "",
+                                       count > 1 ? "s" : "");
+                int named = 0;
+                for (int q = r; q < c->size && at < sizeof msg; q++) {
+                    if (all[(size_t)q * (size_t)n + (size_t)bad] != h) continue;
+                    if (named++ == 6) {
+                        at += (size_t)snprintf(msg + at, sizeof msg - at, " and %d more", count - 6);
+                        break;
+                    }
+                    at += (size_t)snprintf(msg + at, sizeof msg - at, "%s%d", named > 1 ? ", " : " ", q);
+                }
+                if (at < sizeof msg)
+                    at += (size_t)snprintf(msg + at, sizeof msg - at, " %s %.*s", count > 1 ? "have" : "has", W - 1,
+                                           vals + (size_t)r * W);
+            }
+            rc = remat__err(REMAT_INVALID, "%s (%s)", msg,
+                            why ? why : "every rank must be given the same options that define the math and the "
+                                        "course of the run");
+            c->failed = 1;
+        }
+        free(vals);
+    }
+    free(mine), free(all);
+    return rc;
+}
+
 /* ------------------------------------------------------------------ sum */
 
 /* x += tmp, element by element: both partners of a round compute their

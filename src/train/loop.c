@@ -258,11 +258,12 @@ remat_status remat_train(remat_session *s, const remat_model *m, const remat_dat
     int64_t total = o->steps > 0 ? o->steps : o->epochs * per_epoch;
     int64_t step = 0, row0 = di.first_micro_batch * st.batch; /* this rank's first row of a batch */
     char data_id[256] = "";
-    remat__loop_state ls = {0};
+    remat__loop_state ls = {.lock_fd = -1};
     if (rc == REMAT_OK && (o->state_dir || o->resume)) rc = dataset_identity(train, &st, data_id, sizeof data_id);
     if (rc == REMAT_OK) rc = remat__loop_state_begin(&ls, s, o, batch, per_epoch, data_id, &step);
     if (rc == REMAT_OK && step > 0 && step >= total) nothing_left(o, step, total);
     if (rc == REMAT_OK) rc = check_weights(s, 0);
+    if (rc == REMAT_OK) rc = remat__loop_state_stop(&ls, s, step, total);
     for (int64_t epoch = per_epoch ? step / per_epoch : 0; rc == REMAT_OK && step < total; epoch++) {
         int64_t first = step - epoch * per_epoch; /* batches of this epoch done before (a resume) */
         remat_loader_seek(ld, epoch, first);
@@ -288,6 +289,7 @@ remat_status remat_train(remat_session *s, const remat_model *m, const remat_dat
                               .seconds = el, .peak_bytes = mem.peak[REMAT_MEM_TOTAL], .step_seconds = step_s};
             emit(o, &ev);
             rc = remat__loop_state_step(&ls, s, step, step == total);
+            if (rc == REMAT_OK) rc = remat__loop_state_stop(&ls, s, step, total);
         }
         double train_s = remat__now() - t0;
         if (rc == REMAT_OK && test) {
@@ -296,6 +298,7 @@ remat_status remat_train(remat_session *s, const remat_model *m, const remat_dat
             if (rc == REMAT_OK) emit(o, &ev);
         }
     }
+    remat__loop_state_end(&ls);
     remat_loader_destroy(ld);
     restore_binds(s, m, sb);
     staging_free(&st);
@@ -342,10 +345,11 @@ static remat_status train_stream(remat_session *s, const remat_model *m, remat_b
     if (rc == REMAT_OK) rc = remat_session_bind(s, m->input, x);
     if (rc == REMAT_OK && ny) rc = remat_session_bind(s, m->labels, y);
     int64_t epochs = o->epochs > 0 ? o->epochs : 1, step = 0, total = epochs * o->steps;
-    remat__loop_state ls = {0};
+    remat__loop_state ls = {.lock_fd = -1};
     if (rc == REMAT_OK) rc = remat__loop_state_begin(&ls, s, o, batch, o->steps, data_id, &step);
     if (rc == REMAT_OK && step > 0 && step >= total) nothing_left(o, step, total);
     if (rc == REMAT_OK) rc = check_weights(s, 0);
+    if (rc == REMAT_OK) rc = remat__loop_state_stop(&ls, s, step, total);
     for (int64_t epoch = step / o->steps; epoch < epochs && rc == REMAT_OK; epoch++) {
         double t0 = remat__now();
         int64_t first = step - epoch * o->steps; /* steps of this epoch done before (a resume) */
@@ -374,8 +378,10 @@ static remat_status train_stream(remat_session *s, const remat_model *m, remat_b
                               .peak_bytes = mem.peak[REMAT_MEM_TOTAL], .step_seconds = now - ts};
             emit(o, &ev);
             rc = remat__loop_state_step(&ls, s, step, step == total);
+            if (rc == REMAT_OK) rc = remat__loop_state_stop(&ls, s, step, total);
         }
     }
+    remat__loop_state_end(&ls);
     restore_binds(s, m, sb);
     free(x), free(y);
     return rc;

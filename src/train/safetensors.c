@@ -428,30 +428,85 @@ static remat_status load_parsed(remat__st *f, FILE *fp) {
 
 /* Reads the whole file into f->buf, unparsed (a checksummed file is
  * checked on its raw bytes first): f->raw is the file's first byte,
- * placed so that the data section starts 8-byte aligned. */
-static remat_status load_whole(remat__st *f, FILE *fp) {
+ * placed so that the data section starts 8-byte aligned. Before the whole
+ * file is allocated: the header alone is read, its size field (when lim
+ * asks for a checksummed file) compared with the file's size, and the
+ * data section and header compared with lim's bounds, so that a file of
+ * the wrong size (a sparse 100 GiB file named as a state) costs a header's
+ * read, never its apparent size in memory. */
+static remat_status load_whole(remat__st *f, FILE *fp, const remat__st_limits *lim) {
     const char *p = f->path;
     uint64_t size, hlen;
     unsigned char le[8];
     remat_status rc = read_prefix(f, fp, &size, &hlen, le);
     if (rc != REMAT_OK) return rc;
+    if (lim && lim->max_header && hlen > lim->max_header)
+        return remat__err(REMAT_FORMAT, "%s: a header of %llu bytes, more than the %llu that %s", p,
+                          (unsigned long long)hlen, (unsigned long long)lim->max_header,
+                          lim->what ? lim->what : "the caller allows");
+    char *hdr = malloc((size_t)hlen + 1);
+    if (!hdr) return remat__err(REMAT_NOMEM, "%s: out of memory for the header", p);
+    rc = read_exact(fp, p, hdr, (size_t)hlen, "header");
+    hdr[hlen] = 0;
+    int sized = 0; /* a checksummed file whose size is the one written */
+    if (rc == REMAT_OK && lim && lim->checksummed) {
+        /* the writer's size field (checked in full after the read) */
+        char pat[64];
+        int k = snprintf(pat, sizeof pat, "\"%s\":\"", REMAT__ST_SIZE_KEY);
+        const char *a = memmem(hdr, (size_t)hlen, pat, (size_t)k);
+        unsigned long long want = 0;
+        int ok = a && (size_t)(a - hdr) + (size_t)k + 20 <= hlen;
+        for (int i = 0; ok && i < 20; i++) {
+            char c = a[k + i];
+            ok = c >= '0' && c <= '9' && want <= 1844674407370955161ULL;
+            want = want * 10 + (unsigned long long)(c - '0');
+        }
+        if (ok && want != size)
+            rc = remat__err(REMAT_FORMAT, "%s: %s: the file has %llu bytes but was written with %llu", p,
+                            want > size ? "truncated" : "too long", (unsigned long long)size, want);
+        sized = ok && want == size;
+        if (!a)
+            rc = remat__err(REMAT_FORMAT, "%s: no checksum in the header (\"%s\"): not a file remat wrote with one, "
+                            "or its header is damaged", p, REMAT__ST_SIZE_KEY);
+    }
+    if (rc == REMAT_OK && lim && lim->data_bytes && f->data_bytes != lim->data_bytes && lim->explain && sized) {
+        /* the caller names the difference from the header alone (another
+         * model's tensors), which is parsed here without the data */
+        remat__st h = {.path = f->path, .data_bytes = f->data_bytes};
+        if (parse_header(&h, hdr, (size_t)hlen) == REMAT_OK) rc = lim->explain(&h, lim->ctx);
+        cJSON_Delete(h.json), free(h.t), free(h.by_name);
+    }
+    if (rc == REMAT_OK && lim && lim->data_bytes && f->data_bytes != lim->data_bytes)
+        rc = remat__err(REMAT_FORMAT, "%s: %llu bytes of tensor data, but %s has %llu", p,
+                        (unsigned long long)f->data_bytes, lim->what ? lim->what : "the file expected",
+                        (unsigned long long)lim->data_bytes);
+    if (rc != REMAT_OK) {
+        free(hdr);
+        return rc;
+    }
     size_t pad = (size_t)((8 - (8 + hlen) % 8) % 8);
     f->buf = malloc((size_t)size + pad);
-    if (!f->buf)
+    if (!f->buf) {
+        free(hdr);
         return remat__err(REMAT_NOMEM,
                           "%s: out of memory for its %llu bytes", p,
                           (unsigned long long)size);
+    }
     f->raw = f->buf + pad;
     f->raw_bytes = size;
     memcpy(f->raw, le, 8);
+    memcpy(f->raw + 8, hdr, (size_t)hlen);
+    free(hdr);
     f->data = f->raw + 8 + hlen;
-    return read_exact(fp, p, f->raw + 8, (size_t)size - 8,
-                      "header and tensor data");
+    return read_exact(fp, p, f->data, (size_t)f->data_bytes, "tensor data");
 }
 
 /* Opens path into a new file object: parsed (load_parsed), or whole and
- * unparsed (load_whole). */
-static remat_status open_file(remat__st **out, const char *path, int whole) {
+ * unparsed (load_whole, within lim). The file is opened without blocking
+ * and refused unless it is a regular file before anything is read from it
+ * (a FIFO named as a state would block a plain open, and every read, for
+ * ever). */
+static remat_status open_file(remat__st **out, const char *path, int whole, const remat__st_limits *lim) {
     *out = NULL;
     if (!path)
         return remat__err(REMAT_INVALID, "safetensors: no path given");
@@ -467,8 +522,8 @@ static remat_status open_file(remat__st **out, const char *path, int whole) {
         return remat__err(REMAT_NOMEM, "%s: out of memory", path);
     }
     strcpy(f->path, path);
-    FILE *fp = fopen(path, "rb");
-    if (!fp) {
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) {
         remat_status rc =
             errno == ENOENT
                 ? remat__err(REMAT_NOT_FOUND, "%s: no such file", path)
@@ -477,8 +532,24 @@ static remat_status open_file(remat__st **out, const char *path, int whole) {
         remat__st_close(f);
         return rc;
     }
-    remat_status rc = whole ? load_whole(f, fp) : load_parsed(f, fp);
-    fclose(fp);
+    struct stat st;
+    remat_status rc = REMAT_OK;
+    if (fstat(fd, &st) != 0)
+        rc = remat__err(REMAT_IO, "%s: cannot stat: %s", path, strerror(errno));
+    else if (!S_ISREG(st.st_mode))
+        rc = remat__err(REMAT_IO, "%s: not a regular file (%s)", path,
+                        S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISDIR(st.st_mode) ? "a directory"
+                        : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device" : S_ISSOCK(st.st_mode) ? "a socket"
+                        : "not a file");
+    /* a regular file: reads block (the ordinary way) */
+    int fl = rc == REMAT_OK ? fcntl(fd, F_GETFL) : -1;
+    if (rc == REMAT_OK && (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0))
+        rc = remat__err(REMAT_IO, "%s: cannot read: %s", path, strerror(errno));
+    FILE *fp = rc == REMAT_OK ? fdopen(fd, "rb") : NULL;
+    if (rc == REMAT_OK && !fp) rc = remat__err(REMAT_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (!fp) close(fd);
+    if (rc == REMAT_OK) rc = whole ? load_whole(f, fp, lim) : load_parsed(f, fp);
+    if (fp) fclose(fp);
     if (rc != REMAT_OK) {
         remat__st_close(f);
         return rc;
@@ -501,7 +572,7 @@ static remat_status parse_raw(remat__st **f) {
 
 remat_status remat__st_open(remat__st **out, const char *path) {
     if (!out) return remat__err(REMAT_INVALID, "remat__st_open: out is NULL");
-    return open_file(out, path, 0);
+    return open_file(out, path, 0, NULL);
 }
 
 /* ------------------------------------------------------------ checksum */
@@ -531,10 +602,16 @@ static long long find_field(const char *h, size_t n, const char *key) {
 }
 
 remat_status remat__st_open_checked(remat__st **out, const char *path) {
+    return remat__st_open_limited(out, path, NULL);
+}
+
+remat_status remat__st_open_limited(remat__st **out, const char *path, const remat__st_limits *lim) {
     if (!out)
         return remat__err(REMAT_INVALID,
                           "remat__st_open_checked: out is NULL");
-    remat_status rc = open_file(out, path, 1);
+    remat__st_limits checked = lim ? *lim : (remat__st_limits){0};
+    checked.checksummed = 1;
+    remat_status rc = open_file(out, path, 1, &checked);
     if (rc != REMAT_OK) return rc;
     remat__st *f = *out;
     const char *h = (const char *)f->raw + 8;
@@ -623,7 +700,7 @@ remat_status remat__st_get(const remat__st *f, int i, remat__st_tensor *t) {
     t->dtype = dtypes[e->dtype].name;
     t->ndim = e->ndim;
     memcpy(t->dims, e->dims, sizeof e->dims);
-    t->data = f->data + e->begin;
+    t->data = f->data ? f->data + e->begin : NULL; /* NULL: a header read alone */
     t->bytes = (size_t)(e->end - e->begin);
     return REMAT_OK;
 }

@@ -82,6 +82,24 @@ remat_status remat__st_write_ex(const char *path, int n,
  * when it has no checksum, is truncated or too long, or its CRC-32 does
  * not match, all checked before the header is parsed. */
 remat_status remat__st_open_checked(remat__st **out, const char *path);
+/* What a reader expects of a checksummed file, checked from its first 8
+ * bytes and its header before the rest is read or allocated. Zeros mean
+ * no bound. */
+typedef struct {
+    uint64_t data_bytes; /* the data section's exact size */
+    uint64_t max_header; /* the header's largest size */
+    const char *what;    /* names the expectation in messages: "a state of
+                          * this model and optimizer" */
+    int checksummed;     /* set by remat__st_open_limited */
+    /* When the data section's size differs: called with the file's header
+     * alone (its tensors' data NULL) to name the difference, returning
+     * its error, or REMAT_OK for the generic message. May be NULL. */
+    remat_status (*explain)(const struct remat__st *header, void *ctx);
+    void *ctx;
+} remat__st_limits;
+/* remat__st_open_checked within lim (NULL: none): so that the memory a
+ * file can take is the caller's bound, never the file's own size. */
+remat_status remat__st_open_limited(remat__st **out, const char *path, const remat__st_limits *lim);
 
 /* ------------------------------------------------------ atomic writes
  * Every file remat writes goes through remat__write_atomic (plan/cost.c
@@ -116,6 +134,8 @@ typedef struct {
     remat_state_opts so;       /* what each state records besides the session */
     int64_t per_epoch;         /* batches (remat_train) or steps (streams) per epoch */
     int64_t last_saved;        /* data step of the last state saved, -1 none */
+    int lock_fd;               /* the state directory's lock (rank 0), or -1 */
+    int64_t start;             /* the data step the run began at (a resume's) */
 } remat__loop_state;
 
 /* Nothing unless o asks for states. Resumes from o->resume (setting
@@ -128,5 +148,14 @@ remat_status remat__loop_state_begin(remat__loop_state *ls, remat_session *s, co
 /* After the loop's step `done` (its data step): saves a state when one is
  * due (every o->save_every steps, and the last step), emitting SAVE. */
 remat_status remat__loop_state_step(remat__loop_state *ls, remat_session *s, int64_t done, int last);
+/* After step `done` of `total` (and before the first): REMAT_OK to go
+ * on; or, when a stop was asked on any rank (o->stop, agreed across the
+ * ranks, every rank's *stop set to the first rank's value), saves a state
+ * of this step when o->state_dir is set and it has none yet, and returns
+ * REMAT_STOPPED saying so. Nothing after the last step. */
+remat_status remat__loop_state_stop(remat__loop_state *ls, remat_session *s, int64_t done, int64_t total);
+/* Releases what begin took (the state directory's lock); safe to call
+ * more than once, and after a begin that failed. */
+void remat__loop_state_end(remat__loop_state *ls);
 
 #endif /* REMAT_SAFETENSORS_H */

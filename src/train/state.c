@@ -35,10 +35,13 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -443,48 +446,85 @@ static int is_state_base(const char *base, const void *arg) {
     return state_step(base) >= 0 || strcmp(base, "probe") == 0;
 }
 
-static int by_step_desc(const void *a, const void *b) {
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x < y) - (x > y);
+/* A state file found in a directory: its step (from its name) and path. */
+typedef struct {
+    int64_t step;
+    char *path; /* owned */
+} state_entry;
+
+static void free_entries(state_entry *e, int n) {
+    for (int i = 0; e && i < n; i++) free(e[i].path);
+    free(e);
 }
 
-remat_status remat_state_list(const char *dir, int64_t **steps, int *n) {
-    if (!dir || !steps || !n) return remat__err(REMAT_INVALID, "remat_state_list: NULL argument");
-    *steps = NULL, *n = 0;
+/* Newest first; the same step under two names in a fixed order (by path). */
+static int by_entry_desc(const void *a, const void *b) {
+    const state_entry *x = a, *y = b;
+    if (x->step != y->step) return (x->step < y->step) - (x->step > y->step);
+    return strcmp(x->path, y->path);
+}
+
+/* The state files of dir, newest first (caller frees: free_entries): one
+ * pass over the directory and a sort, so that a directory of many states,
+ * intact or not, is read in O(n log n), never one pass per state. */
+static remat_status list_entries(const char *dir, state_entry **out, int *n) {
+    *out = NULL, *n = 0;
     DIR *d = opendir(dir);
     if (!d)
         return errno == ENOENT ? remat__err(REMAT_NOT_FOUND, "%s: no such directory", dir)
                                : remat__err(REMAT_IO, "%s: cannot read the directory: %s", dir, strerror(errno));
     int cap = 0;
     remat_status rc = REMAT_OK;
+    size_t dl = strlen(dir);
     for (struct dirent *e; (e = readdir(d));) {
         int64_t st = state_step(e->d_name);
         if (st < 0) continue;
         if (*n == cap) {
             cap = cap ? 2 * cap : 16;
-            int64_t *v = realloc(*steps, (size_t)cap * sizeof *v);
+            state_entry *v = realloc(*out, (size_t)cap * sizeof *v);
             if (!v) {
                 rc = remat__err(REMAT_NOMEM, "%s: out of memory listing states", dir);
                 break;
             }
-            *steps = v;
+            *out = v;
         }
-        (*steps)[(*n)++] = st;
+        size_t len = dl + strlen(e->d_name) + 2;
+        char *path = malloc(len);
+        if (!path) {
+            rc = remat__err(REMAT_NOMEM, "%s: out of memory listing states", dir);
+            break;
+        }
+        snprintf(path, len, "%s/%s", dir, e->d_name);
+        (*out)[(*n)++] = (state_entry){st, path};
     }
     closedir(d);
     if (rc != REMAT_OK) {
-        free(*steps);
-        *steps = NULL, *n = 0;
+        free_entries(*out, *n);
+        *out = NULL, *n = 0;
         return rc;
     }
-    if (*n) qsort(*steps, (size_t)*n, sizeof **steps, by_step_desc);
-    else free(*steps), *steps = NULL;
+    if (*n) qsort(*out, (size_t)*n, sizeof **out, by_entry_desc);
     return REMAT_OK;
 }
 
-/* dir/state-<step>.safetensors, malloc'd; NULL out of memory. The name
- * of a state found by listing may have more leading zeros: find_file
- * looks it up by step. */
+remat_status remat_state_list(const char *dir, int64_t **steps, int *n) {
+    if (!dir || !steps || !n) return remat__err(REMAT_INVALID, "remat_state_list: NULL argument");
+    *steps = NULL, *n = 0;
+    state_entry *e;
+    int k;
+    remat_status rc = list_entries(dir, &e, &k);
+    if (rc != REMAT_OK) return rc;
+    if (k && !(*steps = malloc((size_t)k * sizeof **steps))) {
+        free_entries(e, k);
+        return remat__err(REMAT_NOMEM, "%s: out of memory listing states", dir);
+    }
+    for (int i = 0; i < k; i++) (*steps)[i] = e[i].step;
+    *n = k;
+    free_entries(e, k);
+    return REMAT_OK;
+}
+
+/* dir/state-<step>.safetensors, malloc'd; NULL out of memory. */
 static char *state_path(const char *dir, int64_t step) {
     size_t len = strlen(dir) + 64;
     char *p = malloc(len);
@@ -492,24 +532,11 @@ static char *state_path(const char *dir, int64_t step) {
     return p;
 }
 
-/* The file of step `step` in dir as named there (caller frees), or NULL. */
-static char *find_file(const char *dir, int64_t step) {
-    DIR *d = opendir(dir);
-    if (!d) return NULL;
-    char *p = NULL;
-    for (struct dirent *e; !p && (e = readdir(d));)
-        if (state_step(e->d_name) == step) {
-            size_t len = strlen(dir) + strlen(e->d_name) + 2;
-            if ((p = malloc(len))) snprintf(p, len, "%s/%s", dir, e->d_name);
-        }
-    closedir(d);
-    return p;
-}
-
-/* Opens a state file and checks that it is intact: size, checksum,
- * header, and that it is a state of a format this remat reads. */
-static remat_status open_state(remat__st **f, const char *path) {
-    remat_status rc = remat__st_open_checked(f, path);
+/* Opens a state file and checks that it is intact: a regular file, its
+ * size against lim (NULL: none) before it is read, checksum, header, and
+ * that it is a state of a format this remat reads. */
+static remat_status open_state(remat__st **f, const char *path, const remat__st_limits *lim) {
+    remat_status rc = remat__st_open_limited(f, path, lim);
     if (rc != REMAT_OK) return rc;
     const char *fmt = remat__st_metadata(*f, "remat.state");
     if (fmt && strcmp(fmt, STATE_FORMAT) == 0) return REMAT_OK;
@@ -521,42 +548,64 @@ static remat_status open_state(remat__st **f, const char *path) {
     return rc;
 }
 
-/* remat_state_find, keeping the newest intact file open in *f. */
-static remat_status find_open(const char *dir, remat_state_note_fn note, void *user, remat__st **f, char **path,
-                              int64_t *step) {
+/* What a directory search does with an intact state: REMAT_OK takes it;
+ * another status skips it (an intact state of another run or model), unless
+ * *stop says the failure must end the search (the session was changed). */
+typedef remat_status (*accept_fn)(const remat__st *f, void *ctx, int *stop);
+
+/* remat_state_find, keeping the newest usable file open in *f: intact
+ * (lim bounds its size) and, with accept, accepted. Every file newer than
+ * it is reported through note and skipped, whatever its name: a damaged,
+ * oversized or foreign state, or the same step under another name. None
+ * usable: the newest intact state's refusal (it names what differs), or,
+ * when none is intact, REMAT_FORMAT naming the newest file's damage. */
+static remat_status find_open(const char *dir, remat_state_note_fn note, void *user, const remat__st_limits *lim,
+                              accept_fn accept, void *actx, remat__st **f, char **path, int64_t *step) {
     *f = NULL, *path = NULL;
-    int64_t *steps;
+    state_entry *e;
     int n;
-    remat_status rc = remat_state_list(dir, &steps, &n);
+    remat_status rc = list_entries(dir, &e, &n);
     if (rc != REMAT_OK) return rc;
     remat__remove_stale_tmp(dir, is_state_base, NULL);
-    if (!n) return remat__err(REMAT_NOT_FOUND, "%s holds no training state", dir);
-    char why[1024] = "";
-    char *newest_bad = NULL;
-    for (int i = 0; i < n; i++) {
-        if (i && steps[i] == steps[i - 1]) continue;
-        char *p = find_file(dir, steps[i]);
-        if (!p) continue; /* removed meanwhile */
-        rc = open_state(f, p);
-        if (rc == REMAT_OK) {
-            *path = p;
-            if (step) *step = steps[i];
-            break;
-        }
-        if (rc == REMAT_NOMEM) {
-            free(p);
-            break;
-        }
-        snprintf(why, sizeof why, "%s", remat_last_error());
-        if (note) note(p, why, user);
-        if (!newest_bad) newest_bad = p;
-        else free(p);
+    if (!n) {
+        free_entries(e, n);
+        return remat__err(REMAT_NOT_FOUND, "%s holds no training state", dir);
     }
-    if (rc != REMAT_OK && rc != REMAT_NOMEM)
-        rc = remat__err(REMAT_FORMAT, "%s: none of its %d training states is intact; the newest: %s", dir, n,
-                        newest_bad ? why : "(removed while reading)");
-    free(newest_bad);
-    free(steps);
+    char why[2048] = "", refused[2048] = "";
+    remat_status refused_rc = REMAT_OK;
+    int tried = 0;
+    for (int i = 0; i < n; i++) {
+        int stop = 0;
+        rc = open_state(f, e[i].path, lim);
+        if (rc == REMAT_NOT_FOUND) continue; /* removed meanwhile */
+        tried++;
+        int intact = rc == REMAT_OK;
+        if (rc == REMAT_OK && accept) rc = accept(*f, actx, &stop);
+        if (rc == REMAT_OK) {
+            *path = e[i].path, e[i].path = NULL;
+            if (step) *step = e[i].step;
+            break;
+        }
+        remat__st_close(*f);
+        *f = NULL;
+        if (stop) break;
+        if (intact && refused_rc == REMAT_OK) {
+            refused_rc = rc;
+            snprintf(refused, sizeof refused, "%s", remat_last_error());
+        }
+        if (!why[0]) snprintf(why, sizeof why, "%s", remat_last_error());
+        if (note) {
+            char w[2048];
+            snprintf(w, sizeof w, "%s", remat_last_error());
+            note(e[i].path, w, user);
+        }
+    }
+    if (rc != REMAT_OK && refused_rc != REMAT_OK)
+        rc = remat__err(refused_rc, "%s", refused);
+    else if (rc != REMAT_OK)
+        rc = remat__err(REMAT_FORMAT, "%s: none of its %d training states is intact; the newest: %s", dir, tried,
+                        why[0] ? why : "(removed while reading)");
+    free_entries(e, n);
     return rc;
 }
 
@@ -564,7 +613,7 @@ remat_status remat_state_find(const char *dir, remat_state_note_fn note, void *u
     if (!dir) return remat__err(REMAT_INVALID, "remat_state_find: no directory");
     remat__st *f;
     char *p;
-    remat_status rc = find_open(dir, note, user, &f, &p, step);
+    remat_status rc = find_open(dir, note, user, NULL, NULL, NULL, &f, &p, step);
     remat__st_close(f);
     if (path) *path = p;
     else free(p);
@@ -589,17 +638,15 @@ remat_status remat_state_save_dir(remat_session *s, const remat_state_opts *o, c
     if (rc == REMAT_OK && keep > 0) {
         /* the newest `keep` states up to this one stay; later ones (a
          * damaged newer state skipped by a resume) are left alone */
-        int64_t *steps;
+        state_entry *e;
         int n, kept = 0;
-        if (remat_state_list(dir, &steps, &n) == REMAT_OK) {
+        if (list_entries(dir, &e, &n) == REMAT_OK) {
             for (int i = 0; i < n; i++) {
-                if (steps[i] > step) continue;
+                if (e[i].step > step) continue;
                 if (kept++ < keep) continue;
-                char *old = find_file(dir, steps[i]);
-                if (old && strcmp(old, p) != 0) unlink(old);
-                free(old);
+                if (strcmp(e[i].path, p) != 0) unlink(e[i].path);
             }
-            free(steps);
+            free_entries(e, n);
         }
     }
     if (rc == REMAT_OK && path) *path = p;
@@ -620,9 +667,23 @@ static int parse_count(const char *v, int64_t *out) {
     return 1;
 }
 
-/* Loads an open, intact state file into the session: every check first. */
+/* The first element of n floats at p (any alignment) that is not finite,
+ * or -1. */
+static int64_t first_nonfinite(const void *p, int64_t n) {
+    const unsigned char *b = p;
+    for (int64_t i = 0; i < n; i++) {
+        float v;
+        memcpy(&v, b + 4 * i, 4);
+        if (!isfinite(v)) return i;
+    }
+    return -1;
+}
+
+/* Loads an open, intact state file into the session: every check first,
+ * the session untouched unless all pass. *copying (may be NULL) is set once
+ * the copy has begun: a failure after that has changed the session. */
 static remat_status load_file(remat_session *s, const remat_state_opts *o, const remat__st *f,
-                              remat_train_progress *at) {
+                              remat_train_progress *at, int *copying) {
     const char *path = remat__st_path(f);
     meta now = {0};
     build_meta(s, o, NULL, &now);
@@ -649,7 +710,21 @@ static remat_status load_file(remat_session *s, const remat_state_opts *o, const
                             remat__st_metadata(f, counts[i]) ? "'" : "");
     if (rc == REMAT_OK && !same(remat__st_metadata(f, "rng.step"), remat__st_metadata(f, "step")))
         rc = remat__err(REMAT_FORMAT, "%s: metadata \"rng.step\" differs from \"step\"", path);
+    /* a NaN or infinity would only be found steps later, as a divergence
+     * blamed on the learning rate: name the tensor now */
+    for (int k = 0; k < l.n && rc == REMAT_OK; k++) {
+        remat__st_tensor t;
+        rc = remat__st_get(f, idx[k], &t);
+        int64_t bad = rc == REMAT_OK ? first_nonfinite(t.data, (int64_t)(t.bytes / 4)) : -1;
+        if (bad >= 0) {
+            float v;
+            memcpy(&v, (const unsigned char *)t.data + 4 * bad, 4);
+            rc = remat__err(REMAT_FORMAT, "%s: tensor '%s' holds %s at element %lld: a state to resume from must be "
+                            "finite", path, t.name, isnan(v) ? "NaN" : v > 0 ? "+inf" : "-inf", (long long)bad);
+        }
+    }
     /* Everything checked: copy. */
+    if (rc == REMAT_OK && copying) *copying = 1;
     for (int k = 0; k < l.n && rc == REMAT_OK; k++) {
         remat__st_tensor t;
         rc = remat__st_get(f, idx[k], &t);
@@ -669,6 +744,62 @@ static remat_status load_file(remat_session *s, const remat_state_opts *o, const
     return rc;
 }
 
+/* The bounds of a state of this session (remat__st_limits): its tensors'
+ * bytes exactly, and a header of at most twice this session's own (its
+ * metadata and tensor entries) plus 64 KiB, so that reading a state never
+ * takes much more memory than the session's own state. */
+static remat_status state_limits(remat_session *s, const remat_state_opts *o, remat__st_limits *lim) {
+    tensor_list l;
+    remat_status rc = list_tensors(s, &l);
+    if (rc != REMAT_OK) return rc;
+    uint64_t data = 0, header = 64 * 1024;
+    for (int k = 0; k < l.n; k++) {
+        data += l.ts[k].bytes;
+        header += 2 * (strlen(l.names[k]) + 64 + 24 * (uint64_t)(l.ts[k].ndim + 2));
+    }
+    free_tensors(&l);
+    meta m = {0};
+    build_meta(s, o, NULL, &m);
+    for (int i = 0; i < m.n; i++) header += 2 * (strlen(m.kv[i]) + 8);
+    int oom = m.oom;
+    meta_free(&m);
+    if (oom) return remat__err(REMAT_NOMEM, "out of memory");
+    *lim = (remat__st_limits){.data_bytes = data, .max_header = header,
+                              .what = "a state of this model and optimizer"};
+    return REMAT_OK;
+}
+
+typedef struct {
+    remat_session *s;
+    const remat_state_opts *o;
+    remat_train_progress *at;
+} load_ctx;
+
+/* A state whose data section has another size: its header says why (the
+ * options, then the tensors), as load_file would. */
+static remat_status explain_header(const remat__st *h, void *ctx) {
+    load_ctx *c = ctx;
+    meta now = {0};
+    build_meta(c->s, c->o, NULL, &now);
+    remat_status rc = now.oom ? REMAT_OK : compare_options(h, &now);
+    tensor_list l = {0};
+    int *idx = NULL;
+    if (rc == REMAT_OK && list_tensors(c->s, &l) == REMAT_OK && (idx = malloc((size_t)(l.n + 1) * sizeof *idx)))
+        rc = check_tensors(h, &l, idx);
+    free(idx);
+    free_tensors(&l);
+    meta_free(&now);
+    return rc;
+}
+
+static remat_status accept_load(const remat__st *f, void *ctx, int *stop) {
+    load_ctx *c = ctx;
+    int copying = 0;
+    remat_status rc = load_file(c->s, c->o, f, c->at, &copying);
+    if (rc != REMAT_OK && copying) *stop = 1;
+    return rc;
+}
+
 /* remat_state_load; *used (may be NULL) gets the file loaded (caller frees). */
 static remat_status load_impl(remat_session *s, const remat_state_opts *o, const char *path, remat_train_progress *at,
                               char **used) {
@@ -678,17 +809,21 @@ static remat_status load_impl(remat_session *s, const remat_state_opts *o, const
     if (stat(path, &st) != 0)
         return errno == ENOENT ? remat__err(REMAT_NOT_FOUND, "%s: no such file or directory", path)
                                : remat__err(REMAT_IO, "%s: %s", path, strerror(errno));
+    remat__st_limits lim;
+    remat_status rc = state_limits(s, o, &lim);
+    if (rc != REMAT_OK) return rc;
+    load_ctx c = {s, o, at};
+    lim.explain = explain_header, lim.ctx = &c;
     remat__st *f = NULL;
     char *p = NULL;
-    remat_status rc;
     if (S_ISDIR(st.st_mode)) {
-        rc = find_open(path, o ? o->note : NULL, o ? o->user : NULL, &f, &p, NULL);
+        rc = find_open(path, o ? o->note : NULL, o ? o->user : NULL, &lim, accept_load, &c, &f, &p, NULL);
     } else {
-        rc = open_state(&f, path);
+        rc = open_state(&f, path, &lim);
         if (rc == REMAT_OK && !(p = malloc(strlen(path) + 1))) rc = remat__err(REMAT_NOMEM, "out of memory");
         if (p) strcpy(p, path);
+        if (rc == REMAT_OK) rc = load_file(s, o, f, at, NULL);
     }
-    if (rc == REMAT_OK) rc = load_file(s, o, f, at);
     remat__st_close(f);
     if (rc == REMAT_OK && used) *used = p;
     else free(p);
@@ -711,7 +846,7 @@ static void emit(const remat__loop_state *ls, remat_event *ev) {
 static void note_event(const char *path, const char *why, void *user) {
     const remat__loop_state *ls = user;
     char msg[1200];
-    snprintf(msg, sizeof msg, "skipping the damaged state %s: %s", path, why);
+    snprintf(msg, sizeof msg, "skipping %s: %s", path, why);
     remat_event ev = {.kind = REMAT_EVENT_NOTE, .path = path, .message = msg};
     emit(ls, &ev);
 }
@@ -733,24 +868,105 @@ static char *folder_of(const char *path) {
     return d;
 }
 
-/* remat__loop_state_begin on this rank. */
+/* ---------------------------------------------------------------- lock */
+
+#define LOCK_NAME "remat.lock"
+
+/* Takes the exclusive lock of a state directory for the run (*fd, held
+ * until remat__loop_state_end or the process's end: flock locks belong to
+ * the open file, and the kernel drops them with it, also after a kill).
+ * The file says who holds it ("pid <pid> host <host>") for the message
+ * another run gets. A file system that has no locks gets a note and no
+ * protection; a held lock is refused at once. */
+static remat_status lock_dir(remat__loop_state *ls, const char *dir, int *fd) {
+    *fd = -1;
+    size_t len = strlen(dir) + sizeof LOCK_NAME + 2;
+    char *p = malloc(len);
+    if (!p) return remat__err(REMAT_NOMEM, "out of memory");
+    snprintf(p, len, "%s/" LOCK_NAME, dir);
+    int f = open(p, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666);
+    if (f < 0) {
+        remat_status rc = remat__err(REMAT_IO, "cannot lock the state directory %s: %s: %s", dir, p, strerror(errno));
+        free(p);
+        return rc;
+    }
+    if (flock(f, LOCK_EX | LOCK_NB) != 0) {
+        int e = errno;
+        if (e == EWOULDBLOCK || e == EINTR) {
+            /* the holder writes its name right after taking the lock: give
+             * it a moment */
+            char who[256] = "";
+            for (int i = 0; i < 20; i++) {
+                ssize_t k = pread(f, who, sizeof who - 1, 0);
+                who[k > 0 ? k : 0] = 0;
+                if (k > 0 && who[k - 1] == '\n') break;
+                nanosleep(&(struct timespec){0, 10000000}, NULL);
+            }
+            who[strcspn(who, "\n")] = 0;
+            long pid = 0;
+            char host[128] = "";
+            int known = sscanf(who, "pid %ld host %127s", &pid, host) == 2;
+            close(f);
+            free(p);
+            if (known)
+                return remat__err(REMAT_INVALID, "the state directory %s is in use by another run (pid %ld on host %s): "
+                                  "two runs cannot save their states in one directory; wait for that run to end, or "
+                                  "give this one another directory", dir, pid, host);
+            return remat__err(REMAT_INVALID, "the state directory %s is in use by another run (it holds %s/" LOCK_NAME
+                              "): two runs cannot save their states in one directory; wait for that run to end, or "
+                              "give this one another directory", dir, dir);
+        }
+        close(f);
+        free(p);
+        char msg[1200];
+        snprintf(msg, sizeof msg, "cannot lock the state directory %s (%s): this file system has no locks, so nothing "
+                 "keeps another run from saving its states there too", dir, strerror(e));
+        remat_event ev = {.kind = REMAT_EVENT_NOTE, .message = msg};
+        emit(ls, &ev);
+        return REMAT_OK;
+    }
+    free(p);
+    char host[128] = "?", who[256];
+    if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "?");
+    host[sizeof host - 1] = 0;
+    for (char *c = host; *c; c++)
+        if (*c == ' ' || *c == '\n') *c = '_';
+    int k = snprintf(who, sizeof who, "pid %ld host %s\n", (long)getpid(), host);
+    if (ftruncate(f, 0) != 0 || pwrite(f, who, (size_t)k, 0) != k) {
+        /* the lock holds all the same; only the message would lack a name */
+    }
+    *fd = f;
+    return REMAT_OK;
+}
+
+static int is_dir(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* remat__loop_state_begin on this rank. Rank 0, which writes the states,
+ * takes the state directory's lock first (when it exists yet; else after
+ * the resume, which then reads another directory or fails), so that two
+ * runs never both pass the "no other run's states" check. */
 static remat_status begin(remat__loop_state *ls, remat_session *s, const remat_train_opts *o, int64_t batch,
                           int64_t per_epoch, const char *data, int64_t *start) {
     if (o->save_every < 0) return remat__err(REMAT_INVALID, "save_every must be >= 0, got %lld", (long long)o->save_every);
     if (o->keep < 0) return remat__err(REMAT_INVALID, "keep must be >= 0 (0 keeps every state), got %d", o->keep);
     ls->so = (remat_state_opts){.batch = batch, .data_seed = o->seed, .data = data, .batches_per_epoch = per_epoch,
                                 .run = o->run, .note = note_event, .user = ls};
-    char *resumed_dir = NULL;
+    int writer = o->state_dir && s->dp.rank == 0;
     remat_status rc = REMAT_OK;
+    if (writer && is_dir(o->state_dir)) rc = lock_dir(ls, o->state_dir, &ls->lock_fd);
+    if (rc != REMAT_OK) return rc;
+    char *resumed_dir = NULL;
     if (o->resume) {
-        struct stat st;
-        int is_dir = stat(o->resume, &st) == 0 && S_ISDIR(st.st_mode);
+        int resume_is_dir = is_dir(o->resume);
         remat_train_progress at;
         char *used = NULL;
         rc = load_impl(s, &ls->so, o->resume, &at, &used);
         int64_t *steps = NULL;
         int n = -1;
-        if (rc == REMAT_NOT_FOUND && is_dir && remat_state_list(o->resume, &steps, &n) == REMAT_OK && n == 0) {
+        if (rc == REMAT_NOT_FOUND && resume_is_dir && remat_state_list(o->resume, &steps, &n) == REMAT_OK && n == 0) {
             char msg[1200];
             snprintf(msg, sizeof msg, "%s holds no training state yet: training starts at step 0", o->resume);
             remat_event ev = {.kind = REMAT_EVENT_RESUME, .message = msg};
@@ -760,8 +976,8 @@ static remat_status begin(remat__loop_state *ls, remat_session *s, const remat_t
             if (resumed_dir) strcpy(resumed_dir, o->resume);
         } else if (rc == REMAT_OK) {
             *start = at.data_step;
-            resumed_dir = is_dir ? malloc(strlen(o->resume) + 1) : folder_of(used);
-            if (resumed_dir && is_dir) strcpy(resumed_dir, o->resume);
+            resumed_dir = resume_is_dir ? malloc(strlen(o->resume) + 1) : folder_of(used);
+            if (resumed_dir && resume_is_dir) strcpy(resumed_dir, o->resume);
             remat_event ev = {.kind = REMAT_EVENT_RESUME, .step = at.data_step, .epoch = at.epoch,
                               .step_in_epoch = at.position, .path = used};
             emit(ls, &ev);
@@ -770,30 +986,25 @@ static remat_status begin(remat__loop_state *ls, remat_session *s, const remat_t
         free(used);
     }
     if (rc == REMAT_OK && o->state_dir) {
+        /* fail before the first step when states cannot be written (by
+         * rank 0, the one that writes them) */
+        if (writer && mkdir(o->state_dir, 0777) != 0 && errno != EEXIST)
+            rc = remat__err(REMAT_IO, "cannot create the state directory %s: %s", o->state_dir, strerror(errno));
+        if (rc == REMAT_OK && writer && ls->lock_fd < 0) rc = lock_dir(ls, o->state_dir, &ls->lock_fd);
         /* a fresh run must not mix its states with another run's: the
          * next resume would pick the newest of either */
-        int64_t *steps = NULL;
+        state_entry *e = NULL;
         int n = 0;
-        remat_status lr = remat_state_list(o->state_dir, &steps, &n);
+        remat_status lr = rc == REMAT_OK ? list_entries(o->state_dir, &e, &n) : REMAT_OK;
         if (lr == REMAT_OK && n > 0 && !(resumed_dir && same_dir(resumed_dir, o->state_dir))) {
-            char *p = find_file(o->state_dir, steps[0]);
             rc = remat__err(REMAT_INVALID, "the state directory %s already holds %d training state%s (the newest: %s): "
                             "resume from %s, or save the states of this run in an empty directory",
-                            o->state_dir, n, n == 1 ? "" : "s", p ? p : "?", n == 1 ? "it" : "them");
-            free(p);
+                            o->state_dir, n, n == 1 ? "" : "s", e[0].path, n == 1 ? "it" : "them");
         } else if (lr != REMAT_OK && lr != REMAT_NOT_FOUND) {
             rc = lr;
         }
-        free(steps);
-        /* fail before the first step when states cannot be written (by
-         * rank 0, the one that writes them) */
-        if (s->dp.rank != 0) {
-            free(resumed_dir);
-            return rc;
-        }
-        if (rc == REMAT_OK && mkdir(o->state_dir, 0777) != 0 && errno != EEXIST)
-            rc = remat__err(REMAT_IO, "cannot create the state directory %s: %s", o->state_dir, strerror(errno));
-        if (rc == REMAT_OK) {
+        free_entries(e, n);
+        if (rc == REMAT_OK && writer) {
             size_t len = strlen(o->state_dir) + 64;
             char *probe = malloc(len);
             if (!probe) rc = remat__err(REMAT_NOMEM, "out of memory");
@@ -814,15 +1025,68 @@ static remat_status begin(remat__loop_state *ls, remat_session *s, const remat_t
     return rc;
 }
 
+/* Several ranks: the options that define the math and the run's course
+ * are every rank's the same (remat_comm_same), before anything that a
+ * difference could hang (a rank that saves when another does not, one
+ * that runs more steps) or silently corrupt (another seed or learning
+ * rate: gradients summed over different models). The caller's run
+ * options (the command line's flags) first, under their own names. */
+static remat_status same_run(remat_session *s, const remat_train_opts *o, int64_t batch, int64_t per_epoch,
+                             const char *data) {
+    meta m = {0};
+    for (int i = 0; o->run && o->run[i] && o->run[i + 1]; i += 2) meta_add(&m, o->run[i], "%s", o->run[i + 1]);
+    meta_add(&m, "the seed (seed)", "%llu", (unsigned long long)o->seed);
+    meta_add(&m, "the steps (steps)", "%lld", (long long)o->steps);
+    meta_add(&m, "the epochs (epochs)", "%lld", (long long)o->epochs);
+    meta_add(&m, "the batch", "%lld", (long long)batch);
+    meta_add(&m, "the batches per epoch", "%lld", (long long)per_epoch);
+    meta_add(&m, "the training data", "%s", data ? data : "(the caller's)");
+    meta_add(&m, "the state directory (state_dir)", "%s", o->state_dir ? o->state_dir : "(none)");
+    meta_add(&m, "the save cadence (save_every)", "%lld", (long long)o->save_every);
+    meta_add(&m, "the states kept (keep)", "%d", o->keep);
+    meta_add(&m, "the resume (resume)", "%s", o->resume ? o->resume : "(none)");
+    meta_add(&m, "a stop flag (stop)", "%s", o->stop ? "given" : "none");
+    meta now = {0};
+    build_meta(s, NULL, NULL, &now);
+    static const char *const session_keys[] = {"rng.seed", "device", "threads", "tf32", "optim", "optim.lr",
+                                               "optim.weight_decay", "optim.momentum", "optim.dampening",
+                                               "optim.nesterov", "optim.beta1", "optim.beta2", "optim.eps",
+                                               "optim.step", "step", "graph"};
+    for (size_t i = 0; i < sizeof session_keys / sizeof session_keys[0]; i++) {
+        const char *v = meta_get(&now, session_keys[i]);
+        for (size_t k = 0; k < sizeof compared / sizeof compared[0]; k++)
+            if (strcmp(compared[k].key, session_keys[i]) == 0) {
+                meta_add(&m, compared[k].what, "%s", v ? v : "(none)");
+                break;
+            }
+        if (!strcmp(session_keys[i], "optim.step") || !strcmp(session_keys[i], "step") ||
+            !strcmp(session_keys[i], "graph"))
+            meta_add(&m, !strcmp(session_keys[i], "graph") ? "the model's graph" : session_keys[i], "%s",
+                     v ? v : "(none)");
+    }
+    remat_status rc = REMAT_OK;
+    if (m.oom || now.oom) rc = remat__err(REMAT_NOMEM, "out of memory"); /* the others wait: the caller aborts */
+    if (rc == REMAT_OK) rc = remat_comm_same(s->dp.comm, (const char *const *)m.kv, NULL);
+    meta_free(&m);
+    meta_free(&now);
+    return rc;
+}
+
 remat_status remat__loop_state_begin(remat__loop_state *ls, remat_session *s, const remat_train_opts *o,
                                      int64_t batch, int64_t per_epoch, const char *data, int64_t *start) {
     memset(ls, 0, sizeof *ls);
     ls->o = o;
     ls->last_saved = -1;
+    ls->lock_fd = -1;
     ls->per_epoch = per_epoch;
     *start = 0;
+    if (s->dp.ranks > 1) {
+        remat_status rc = same_run(s, o, batch, per_epoch, data);
+        if (rc != REMAT_OK) return rc;
+    }
     if (!o->state_dir && !o->resume) return REMAT_OK;
     remat_status rc = begin(ls, s, o, batch, per_epoch, data, start);
+    ls->start = *start;
     if (s->dp.ranks == 1) return rc;
     /* every rank read the same state: the same data step */
     rc = remat_comm_agree(s->dp.comm, rc);
@@ -862,4 +1126,48 @@ remat_status remat__loop_state_step(remat__loop_state *ls, remat_session *s, int
     }
     free(path);
     return REMAT_OK;
+}
+
+remat_status remat__loop_state_stop(remat__loop_state *ls, remat_session *s, int64_t done, int64_t total) {
+    const remat_train_opts *o = ls->o;
+    if (!o || !o->stop || done >= total) return REMAT_OK;
+    int mine = *o->stop, asked = mine;
+    if (s->dp.ranks > 1) {
+        int *all = malloc((size_t)s->dp.ranks * sizeof *all);
+        if (!all) return remat__err(REMAT_NOMEM, "out of memory"); /* the others may wait: the caller aborts */
+        remat_status rc = remat_comm_allgather(s->dp.comm, &mine, sizeof mine, all);
+        asked = 0;
+        for (int r = 0; rc == REMAT_OK && r < s->dp.ranks && !asked; r++) asked = all[r];
+        free(all);
+        if (rc != REMAT_OK) return rc;
+        if (asked) *o->stop = asked;
+    }
+    if (!asked) return REMAT_OK;
+    /* every rank stops here: a state of this step, unless it has one */
+    remat_status rc = REMAT_OK;
+    int saved = done == ls->last_saved;
+    if (o->state_dir && !saved && done > ls->start) {
+        rc = remat__loop_state_step(ls, s, done, 1);
+        saved = rc == REMAT_OK;
+    }
+    if (rc == REMAT_OK) {
+        if (done == ls->start)
+            rc = remat__err(REMAT_STOPPED, "stopped on request before the first step of this run (step %lld of %lld): "
+                            "nothing was trained, nothing is lost", (long long)done + 1, (long long)total);
+        else if (o->state_dir && saved)
+            rc = remat__err(REMAT_STOPPED, "stopped on request after step %lld of %lld; the training state of step %lld "
+                            "is in %s", (long long)done, (long long)total, (long long)done, o->state_dir);
+        else
+            rc = remat__err(REMAT_STOPPED, "stopped on request after step %lld of %lld with no state directory: the "
+                            "%lld step%s trained in this run %s not saved", (long long)done, (long long)total,
+                            (long long)(done - ls->start), done - ls->start == 1 ? "" : "s",
+                            done - ls->start == 1 ? "is" : "are");
+    }
+    if (s->dp.ranks > 1) remat__comm_failed_together(s->dp.comm);
+    return rc;
+}
+
+void remat__loop_state_end(remat__loop_state *ls) {
+    if (ls && ls->lock_fd >= 0) close(ls->lock_fd);
+    if (ls) ls->lock_fd = -1;
 }
