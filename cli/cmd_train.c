@@ -249,7 +249,7 @@ typedef struct {
 static void run_ref(run_opts *r, const char *flag, const char *value) {
     if (r->n == RUN_MAX) return;
     r->kv[2 * r->n] = flag;
-    r->kv[2 * r->n + 1] = value ? value : "(none)";
+    r->kv[2 * r->n + 1] = value ? value : "(not given)";
     r->n++;
     r->kv[2 * r->n] = NULL;
 }
@@ -396,8 +396,10 @@ static int same_flags(job *j, const cli_dist *d) {
     run_ref(&ro, "--init-from", j->init_from);
     run_ref(&ro, "--state-dir", j->state_dir);
     run_ref(&ro, "--resume", j->resume);
-    run_add(&ro, "--save-every", "%lld", (long long)j->save_every);
-    run_add(&ro, "--keep", "%lld", (long long)j->keep);
+    if (j->save_every >= 0) run_add(&ro, "--save-every", "%lld", (long long)j->save_every);
+    else run_ref(&ro, "--save-every", "(not given)");
+    if (j->keep >= 0) run_add(&ro, "--keep", "%lld", (long long)j->keep);
+    else run_ref(&ro, "--keep", "(not given)");
     run_ref(&ro, "--save", j->save);
     if (remat_comm_same(d->comm, ro.kv, "every rank must be given the same options that define the math and the "
                         "course of the run") == REMAT_OK)

@@ -78,6 +78,33 @@ if(REMAT_MPI)
     COMMAND ${CMAKE_COMMAND} "-DCMD=${REMAT_MPIRUN_BAR}|1|${train1}|:|-np|1|${train1}|--micro-batch|0"
             -DLIMIT=30 "-DPATTERN=rank 0 of 2 stops: rank 1 of 2 \\([^)]+\\): remat train: bad value '0' for --micro-batch"
             -P ${CMAKE_CURRENT_SOURCE_DIR}/dist_fail.cmake)
+  # ranks given different flags that define the math or the run's course
+  # (issue 22): every rank stops at start-up, naming the flag, the ranks
+  # and their values, instead of training wrong weights or hanging
+  add_test(NAME cli_dist_same_seed
+    COMMAND ${CMAKE_COMMAND} "-DCMD=${REMAT_MPIRUN_BAR}|1|${train1}|--seed|1|:|-np|1|${train1}|--seed|2"
+            -DLIMIT=30 "-DPATTERN=remat: the ranks disagree on --seed: rank 0 has '1'; rank 1 has '2'"
+            -P ${CMAKE_CURRENT_SOURCE_DIR}/dist_fail.cmake)
+  add_test(NAME cli_dist_same_lr
+    COMMAND ${CMAKE_COMMAND} "-DCMD=${REMAT_MPIRUN_BAR}|1|${train1}|--lr|0.01|:|-np|1|${train1}|--lr|0.02"
+            -DLIMIT=30 "-DPATTERN=remat: the ranks disagree on --lr: rank 0 has '0.01'; rank 1 has '0.02'"
+            -P ${CMAKE_CURRENT_SOURCE_DIR}/dist_fail.cmake)
+  add_test(NAME cli_dist_same_steps
+    COMMAND ${CMAKE_COMMAND} "-DCMD=${REMAT_MPIRUN_BAR}|1|${train1}|:|-np|1|${train1}|--steps|4"
+            -DLIMIT=30 "-DPATTERN=remat: the ranks disagree on --steps: rank 0 has '3'; rank 1 has '4'"
+            -P ${CMAKE_CURRENT_SOURCE_DIR}/dist_fail.cmake)
+  add_test(NAME cli_dist_same_save_every
+    COMMAND ${CMAKE_COMMAND}
+            "-DCMD=${REMAT_MPIRUN_BAR}|1|${train1}|--state-dir|${CMAKE_CURRENT_BINARY_DIR}/dist_same_save|--save-every|1|:|-np|1|${train1}|--state-dir|${CMAKE_CURRENT_BINARY_DIR}/dist_same_save"
+            -DLIMIT=30 "-DPATTERN=remat: the ranks disagree on --save-every: rank 0 has '1'; rank 1 has '\\(not given\\)'"
+            -P ${CMAKE_CURRENT_SOURCE_DIR}/dist_fail.cmake)
+  # SIGTERM to mpirun or to one rank at 10 moments: every rank stops after
+  # the same step, rank 0 saves it, the resumed run ends bitwise the same
+  add_test(NAME test_guard_stop_mpi COMMAND test_guard --stop-mpi $<TARGET_FILE:remat-cli> ${REMAT_MPIRUN}
+           WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+  set_tests_properties(cli_dist_same_seed cli_dist_same_lr cli_dist_same_steps cli_dist_same_save_every
+                       test_guard_stop_mpi PROPERTIES LABELS dist TIMEOUT 300 ENVIRONMENT "${REMAT_DIST_ENV}")
+
   add_test(NAME cli_dist_budget
     COMMAND ${CMAKE_COMMAND} "-DCMD=${REMAT_MPIRUN_BAR}|2|${train1}|--budget|8MiB" -DLIMIT=30
             "-DPATTERN=rank 0 of 2 \\([^)]+\\): no schedule fits the budget of 8388608 bytes \\(8\\.0 MiB\\); the smallest feasible budget is [0-9]+ bytes[^\n]*\nremat: rank 0 of 2 \\([^)]+\\): no schedule fits"

@@ -29,6 +29,9 @@
  * naming the other's pid, and every state in the directory has the
  * winner's seed.
  *
+ * `test_guard --stop-mpi CLI MPIRUN...`: the same on 2 ranks, the signal
+ * sent to mpirun (which forwards it) or to one rank only.
+ *
  * `test_guard --stop CLI`: SIGTERM at 10 random moments of a run with a
  * state directory: each time the run exits with 143 after writing a state
  * of the step in progress (the newest, named in its message), and the run
@@ -590,6 +593,7 @@ static double rng_u01(void) {
 }
 
 static pid_t spawn(const char *cli, const char *const *args, const char *log) {
+    unlink(log); /* not the last run's, read before the child opens it */
     pid_t pid = fork();
     if (pid == 0) {
         int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -671,6 +675,31 @@ static int lock_test(const char *cli) {
     return check_exit("test_guard --lock");
 }
 
+/* Waits until the run's log (--log-every 10) shows a step >= target:
+ * 1; 0 when the process ended first (its exit status in *rc, as
+ * wait_rc gives it). Progress, not time, places the signals: the machine's
+ * load cannot make a stop land before the first step or after the last. */
+static int wait_for_step(pid_t pid, const char *log, int64_t target, int *rc) {
+    for (;;) {
+        size_t n;
+        char *out = (char *)read_all(log, &n);
+        int64_t step = -1;
+        for (const char *p = out; p && (p = strstr(p, " step ")); p += 6) {
+            char *end;
+            long long v = strtoll(p + 6, &end, 10);
+            if (*end == '/') step = v;
+        }
+        free(out);
+        if (step >= target) return 1;
+        int status;
+        if (waitpid(pid, &status, WNOHANG) == pid) {
+            *rc = WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 1000 + WTERMSIG(status) : -1;
+            return 0;
+        }
+        sleep_s(0.0005);
+    }
+}
+
 #define STOP_STEPS "3000"
 
 /* The newest state's step in dir, or -1. */
@@ -695,27 +724,23 @@ static int stop_test(const char *cli) {
     double t_ref = now_s() - tr;
     CHECK_MSG(rc == 0, "the uninterrupted run failed (%d); see %s", rc, log);
     if (rc) return check_exit("test_guard --stop");
-    /* the start-up: until the handlers are in place, a signal ends the
-     * process (no remat code runs yet) */
-    const char *one_args[] = {TRAIN, "--steps", "1", "--seed", "5", NULL};
-    tr = now_s();
-    rc = wait_rc(spawn(cli, one_args, log));
-    double t_start = now_s() - tr, t_steps = t_ref - t_start;
     mkdir(sdir, 0777);
 
     const char *run_args[] = {TRAIN, "--steps", STOP_STEPS, "--seed", "5", "--resume", sdir, "--save-every", "1000",
-                              NULL};
+                              "--log-every", "10", NULL};
     int stops = 0;
     int64_t last = 0;
     char seen[1024] = "";
     size_t at = 0;
     while (stops < 10) {
         pid_t pid = spawn(cli, run_args, log);
-        /* from the end of the start-up to about a tenth of the run: ten
-         * stops make about half of it */
-        sleep_s(1.1 * t_start + rng_u01() * 0.05 * t_steps);
-        kill(pid, SIGTERM);
-        rc = wait_rc(pid);
+        /* 1 to 200 steps into the run, and a random moment of a step */
+        int64_t target = last + 1 + (int64_t)(rng_u01() * 200);
+        if (wait_for_step(pid, log, target, &rc)) {
+            sleep_s(rng_u01() * 0.002);
+            kill(pid, SIGTERM);
+            rc = wait_rc(pid);
+        }
         size_t n;
         char *out = (char *)read_all(log, &n);
         if (rc == 0) { /* finished before the signal */
@@ -753,11 +778,13 @@ static int stop_test(const char *cli) {
     for (int k = 0; k < 2; k++) {
         char odir[500];
         snprintf(odir, sizeof odir, "%s/%s", dir, other[k].name);
-        const char *o_args[] = {TRAIN, "--steps", STOP_STEPS, "--seed", "5", "--state-dir", odir, NULL};
+        const char *o_args[] = {TRAIN, "--steps", STOP_STEPS, "--seed", "5", "--state-dir", odir, "--log-every", "10",
+                                NULL};
         pid_t pid = spawn(cli, o_args, log);
-        sleep_s(1.2 * t_start + 0.05 * t_steps);
-        kill(pid, other[k].sig);
-        rc = wait_rc(pid);
+        if (wait_for_step(pid, log, 50, &rc)) {
+            kill(pid, other[k].sig);
+            rc = wait_rc(pid);
+        }
         size_t n;
         char *out = (char *)read_all(log, &n);
         int64_t step = newest(odir);
@@ -767,11 +794,12 @@ static int stop_test(const char *cli) {
                   other[k].name, rc, (long long)step, out ? out : "");
         free(out);
     }
-    const char *bare_args[] = {TRAIN, "--steps", STOP_STEPS, "--seed", "5", "--save", fin, NULL};
+    const char *bare_args[] = {TRAIN, "--steps", STOP_STEPS, "--seed", "5", "--save", fin, "--log-every", "10", NULL};
     pid_t pid = spawn(cli, bare_args, log);
-    sleep_s(1.2 * t_start + 0.05 * t_steps);
-    kill(pid, SIGTERM);
-    rc = wait_rc(pid);
+    if (wait_for_step(pid, log, 50, &rc)) {
+        kill(pid, SIGTERM);
+        rc = wait_rc(pid);
+    }
     size_t n;
     char *out = (char *)read_all(log, &n);
     CHECK_MSG(rc == 143 && out && strstr(out, "with no state directory") && strstr(out, "not saved") &&
@@ -781,19 +809,139 @@ static int stop_test(const char *cli) {
     free(out);
     /* twice: at once, by the signal (a long run, so that one step cannot
      * end it between the two) */
-    const char *long_args[] = {TRAIN, "--steps", "100000", "--seed", "5", NULL};
+    const char *long_args[] = {TRAIN, "--steps", "100000", "--seed", "5", "--log-every", "10", NULL};
     pid = spawn(cli, long_args, log);
-    sleep_s(1.2 * t_start + 0.05 * t_steps);
-    kill(pid, SIGTERM);
-    sleep_s(0.001);
-    kill(pid, SIGTERM);
     double ts = now_s();
-    rc = wait_rc(pid);
+    if (wait_for_step(pid, log, 50, &rc)) {
+        kill(pid, SIGTERM);
+        sleep_s(0.001);
+        kill(pid, SIGTERM);
+        ts = now_s();
+        rc = wait_rc(pid);
+    }
     CHECK_MSG(rc == 1000 + SIGTERM, "two SIGTERMs: exit %d (want the signal's)", rc);
     printf("  a second SIGTERM ended the run in %.3f s, by the signal\n", now_s() - ts);
     rm_rf(dir);
-    printf("stop test: %.1f s (uninterrupted run %.2f s, of which %.2f s start-up)\n", now_s() - t0, t_ref, t_start);
+    printf("stop test: %.1f s (uninterrupted run %.2f s)\n", now_s() - t0, t_ref);
     return check_exit("test_guard --stop");
+}
+
+/* The launcher (argv: mpirun and its flags up to the rank count's flag)
+ * with "2", then the CLI and args. */
+static pid_t spawn_mpi(char **launcher, int nl, const char *cli, const char *const *args, const char *log) {
+    const char *all[96];
+    int k = 0;
+    for (int i = 0; i < nl && k < 80; i++) all[k++] = launcher[i];
+    all[k++] = "2";
+    for (int i = 0; args[i] && k < 95; i++) all[k++] = i == 0 ? cli : args[i];
+    all[k] = NULL;
+    unlink(log);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0) dup2(fd, 1), dup2(fd, 2), close(fd);
+        execvp(all[0], (char *const *)all);
+        _exit(127);
+    }
+    return pid;
+}
+
+/* A child of pid (a rank that mpirun started), the last found; 0 if none. */
+static pid_t child_of(pid_t parent) {
+    DIR *d = opendir("/proc");
+    pid_t found = 0;
+    for (struct dirent *e; d && (e = readdir(d));) {
+        char p[300], buf[512];
+        if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+        snprintf(p, sizeof p, "/proc/%s/stat", e->d_name);
+        FILE *f = fopen(p, "r");
+        if (!f) continue;
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[n] = 0;
+        const char *rp = strrchr(buf, ')'); /* "pid (comm) state ppid ..." */
+        char st;
+        long ppid;
+        if (rp && sscanf(rp + 1, " %c %ld", &st, &ppid) == 2 && ppid == (long)parent && strstr(buf, "(remat)"))
+            found = (pid_t)atol(e->d_name);
+    }
+    if (d) closedir(d);
+    return found;
+}
+
+/* mpirun forwards a signal late (Open MPI: often 1,000 steps of this
+ * model later): more steps than the single process's run. */
+#define STOP_STEPS_MPI "6000"
+
+/* Under mpirun with 2 ranks: SIGTERM to mpirun (which forwards it to
+ * every rank; stops 1, 4, 7, 10) or to one rank only (the ranks agree on
+ * the stop after every step; the others), at 10 moments; each time every rank stops
+ * after the same step and rank 0 writes its state; resumed to the end,
+ * the uninterrupted 2-rank run's weights. */
+static int stop_mpi_test(const char *cli, char **launcher, int nl) {
+    char dir[256], sdir[400], ref[400], fin[400], log[400];
+    make_tmpdir(dir, sizeof dir, "stopmpi");
+    snprintf(sdir, sizeof sdir, "%s/states", dir);
+    snprintf(ref, sizeof ref, "%s/ref.safetensors", dir);
+    snprintf(fin, sizeof fin, "%s/fin.safetensors", dir);
+    snprintf(log, sizeof log, "%s/log.txt", dir);
+    double t0 = now_s();
+    const char *ref_args[] = {"remat", TRAIN, "--steps", STOP_STEPS_MPI, "--seed", "5", "--save", ref, NULL};
+    double tr = now_s();
+    int rc = wait_rc(spawn_mpi(launcher, nl, cli, ref_args, log));
+    double t_ref = now_s() - tr;
+    CHECK_MSG(rc == 0, "the uninterrupted run failed (%d); see %s", rc, log);
+    if (rc) return check_exit("test_guard --stop-mpi");
+    mkdir(sdir, 0777);
+    const char *run_args[] = {"remat", TRAIN, "--steps", STOP_STEPS_MPI, "--seed", "5", "--resume", sdir, "--log-every",
+                              "10", NULL};
+    int stops = 0, to_rank = 0;
+    int64_t last = 0;
+    char seen[1024] = "";
+    size_t at = 0;
+    while (stops < 10) {
+        pid_t pid = spawn_mpi(launcher, nl, cli, run_args, log);
+        int64_t target = last + 1 + (int64_t)(rng_u01() * 200);
+        pid_t rank = 0;
+        if (wait_for_step(pid, log, target, &rc)) {
+            sleep_s(rng_u01() * 0.002);
+            rank = stops % 3 ? child_of(pid) : 0;
+            kill(rank ? rank : pid, SIGTERM);
+            to_rank += rank != 0;
+            rc = wait_rc(pid);
+        }
+        size_t n;
+        char *out = (char *)read_all(log, &n);
+        if (rc == 0 && out && !strstr(out, "stopped on request")) { /* finished first */
+            free(out);
+            break;
+        }
+        stops++;
+        int64_t step = newest(sdir);
+        char want[160];
+        snprintf(want, sizeof want, "stopped on request after step %lld of " STOP_STEPS_MPI, (long long)step);
+        int before_first = out && strstr(out, "before the first step");
+        CHECK_MSG(rc != 0 && out && (strstr(out, want) || before_first) && !strstr(out, "failed alone"),
+                  "stop %d (to %s): exit %d, newest state %lld: %s", stops, rank ? "a rank" : "mpirun", rc,
+                  (long long)step, out ? out : "");
+        CHECK_MSG(step > last || (before_first && step == last), "stop %d: the newest state went from %lld to %lld",
+                  stops, (long long)last, (long long)step);
+        at += (size_t)snprintf(seen + at, sizeof seen - at, "%s%lld%s", at ? " " : "", (long long)step,
+                               rank ? "r" : "");
+        if (at >= sizeof seen) at = sizeof seen - 1;
+        last = step;
+        free(out);
+    }
+    CHECK_MSG(stops == 10 && to_rank >= 5, "%d stops (%d to one rank) before the run finished", stops, to_rank);
+    const char *fin_args[] = {"remat", TRAIN, "--steps", STOP_STEPS_MPI, "--seed", "5", "--resume", sdir, "--save", fin,
+                              NULL};
+    rc = wait_rc(spawn_mpi(launcher, nl, cli, fin_args, log));
+    CHECK_MSG(rc == 0 && same_file(ref, fin), "the resumed run (exit %d) did not end with the uninterrupted run's "
+                                              "weights", rc);
+    printf("  2 ranks, 10 SIGTERMs (r: to one rank only), states after each: %s; resumed: the same weights\n", seen);
+    rm_rf(dir);
+    printf("stop test on 2 ranks: %.1f s (uninterrupted run %.2f s)\n", now_s() - t0, t_ref);
+    return check_exit("test_guard --stop-mpi");
 }
 
 /* --------------------------------------------------------------- main */
@@ -801,6 +949,7 @@ static int stop_test(const char *cli) {
 int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "--lock")) return lock_test(argv[2]);
     if (argc == 3 && !strcmp(argv[1], "--stop")) return stop_test(argv[2]);
+    if (argc >= 4 && !strcmp(argv[1], "--stop-mpi")) return stop_mpi_test(argv[2], argv + 3, argc - 3);
     remat_set_blas_threads(1);
     lock_library();
     reader();
