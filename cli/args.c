@@ -3,6 +3,7 @@
 
 #include <cjson/cJSON.h>
 
+#include <ctype.h>
 #include <errno.h>
 #include <float.h>
 #include <math.h>
@@ -15,30 +16,48 @@
 /* Both also leave the message as the thread's last error (remat_error), so
  * that under mpirun the other ranks can be told why this one stopped
  * (cli_dist_agree). */
+/* The message, whole (malloc'd; NULL out of memory), for remat_error to
+ * shorten: a path of thousands of characters is cut in its middle there,
+ * never the reason after it. */
+static char *format_all(const char *fmt, va_list ap) {
+    va_list aq;
+    va_copy(aq, ap);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    char *msg = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (msg) vsnprintf(msg, (size_t)n + 1, fmt, aq);
+    va_end(aq);
+    return msg;
+}
+
 int cli_fail(const char *fmt, ...) {
-    char msg[2048];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    char *msg = format_all(fmt, ap);
     va_end(ap);
-    fprintf(stderr, "remat: %s\n", msg);
-    remat_error(REMAT_INVALID, "%s", msg);
+    remat_error(REMAT_INVALID, "%s", msg ? msg : "out of memory");
+    free(msg);
+    fprintf(stderr, "remat: %s\n", remat_last_error());
     return 1;
 }
 
 int cli_usage_error(const char *cmd, const char *fmt, ...) {
-    char msg[2048];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    char *msg = format_all(fmt, ap);
     va_end(ap);
-    fprintf(stderr, "remat %s: %s\nTry 'remat %s --help'.\n", cmd, msg, cmd);
-    remat_error(REMAT_INVALID, "remat %s: %s", cmd, msg);
+    remat_error(REMAT_INVALID, "remat %s: %s", cmd, msg ? msg : "out of memory");
+    free(msg);
+    fprintf(stderr, "%s\nTry 'remat %s --help'.\n", remat_last_error(), cmd);
     return 2;
 }
 
+/* A number is a whole token: strtoll and strtod skip leading white space
+ * (" 3" would pass for 3, "\n3" too), which a flag's value never has
+ * unless it was quoted by mistake. */
+static int whole_token(const char *s) { return s && *s && !isspace((unsigned char)*s); }
+
 int cli_parse_i64(const char *s, int64_t *out) {
-    if (!s || !*s) return -1;
+    if (!whole_token(s)) return -1;
     char *end;
     errno = 0;
     long long v = strtoll(s, &end, 10);
@@ -52,7 +71,7 @@ int cli_parse_i64(const char *s, int64_t *out) {
  * cast would turn into an infinity, or so small that it would become 0,
  * such as 1e-50), -3 "nan" or "inf" themselves. */
 int cli_parse_float(const char *s, float *out) {
-    if (!s || !*s) return -1;
+    if (!whole_token(s)) return -1;
     char *end;
     errno = 0;
     double v = strtod(s, &end);
@@ -64,7 +83,7 @@ int cli_parse_float(const char *s, float *out) {
 }
 
 int cli_parse_size(const char *s, size_t *out) {
-    if (!s || !*s) return -1;
+    if (!whole_token(s)) return -1;
     char *end;
     errno = 0;
     double v = strtod(s, &end);

@@ -286,7 +286,6 @@ static const char *float_str(float v, char *buf, size_t cap) {
  * once): access() answers yes to root everywhere, even where nothing can
  * be created (/proc, a read-only mount). */
 static int check_writable(const char *path) {
-    char dir[4096], probe[4200];
     struct stat st;
     if (!*path) return cli_fail("cannot save the weights to an empty path");
     if (stat(path, &st) == 0) {
@@ -295,21 +294,32 @@ static int check_writable(const char *path) {
         if (access(path, W_OK) != 0)
             return cli_fail("cannot save the weights to %s: the file exists and is not writable", path);
     }
-    snprintf(dir, sizeof dir, "%s", path);
+    /* the folder and a probe beside the file, whatever the path's length */
+    size_t len = strlen(path);
+    char *dir = malloc(len + 2), *probe = malloc(len + 8);
+    if (!dir || !probe) {
+        free(dir), free(probe);
+        return cli_fail("out of memory");
+    }
+    memcpy(dir, path, len + 1);
     char *slash = strrchr(dir, '/');
-    if (!slash) snprintf(dir, sizeof dir, ".");
+    if (!slash) strcpy(dir, ".");
     else if (slash == dir) dir[1] = 0;
     else *slash = 0;
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
-        return cli_fail("cannot save the weights to %s: its folder %s does not exist", path, dir);
-    snprintf(probe, sizeof probe, "%s.XXXXXX", path);
-    int fd = mkstemp(probe);
-    if (fd < 0)
-        return cli_fail("cannot save the weights to %s: cannot create a file in its folder %s: %s", path, dir,
-                        strerror(errno));
-    close(fd);
-    unlink(probe);
-    return 0;
+    int rc = 0;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        rc = cli_fail("cannot save the weights to %s: its folder %s does not exist", path, dir);
+    } else {
+        snprintf(probe, len + 8, "%s.XXXXXX", path);
+        int fd = mkstemp(probe);
+        if (fd < 0)
+            rc = cli_fail("cannot save the weights to %s: cannot create a file in its folder %s: %s", path, dir,
+                          strerror(errno));
+        else
+            close(fd), unlink(probe);
+    }
+    free(dir), free(probe);
+    return rc;
 }
 
 /* Everything a run is made of: the options, then what the setup builds. */
@@ -648,13 +658,15 @@ static int run(job *j, cli_dist *d) {
     if (j->resume && !state_dir) {
         struct stat rs;
         snprintf(resume_dir, sizeof resume_dir, "%s", j->resume);
-        if (stat(j->resume, &rs) == 0 && !S_ISDIR(rs.st_mode)) {
+        /* a path too long for the buffer is too long for the system too:
+         * used as it is, it fails naming it, never cut to another path */
+        if (strlen(j->resume) < sizeof resume_dir && stat(j->resume, &rs) == 0 && !S_ISDIR(rs.st_mode)) {
             char *slash = strrchr(resume_dir, '/');
             if (!slash) snprintf(resume_dir, sizeof resume_dir, ".");
             else if (slash == resume_dir) resume_dir[1] = 0;
             else *slash = 0;
         }
-        state_dir = resume_dir;
+        state_dir = strlen(j->resume) < sizeof resume_dir ? resume_dir : j->resume;
     }
     to.state_dir = state_dir;
     to.resume = j->resume;

@@ -23,3 +23,18 @@ add_test(NAME test_guard_stop COMMAND test_guard --stop $<TARGET_FILE:remat-cli>
          WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
 set_tests_properties(test_guard_lock test_guard_stop PROPERTIES LABELS state TIMEOUT 300
                      ENVIRONMENT OPENBLAS_NUM_THREADS=1)
+
+# Numbers are whole tokens: a quoted value with a leading space is refused,
+# not read as the number after it (issue 22).
+remat_expect(NAME cli_state_keep_space LABELS state RC 2 PATTERN "remat train: bad value ' 3' for --keep"
+             COMMAND ${CLI} train --model mlp --data synthetic --state-dir ${CMAKE_CURRENT_BINARY_DIR}/keep_space
+                     --keep " 3")
+remat_expect(NAME cli_state_lr_space LABELS state RC 2 PATTERN "remat train: bad value ' 0\\.1' for --lr"
+             COMMAND ${CLI} train --model mlp --data synthetic --lr " 0.1")
+# A 5,000-character state directory: the message shortens the path in its
+# middle and keeps the reason (it used to be cut off before it).
+string(REPEAT "a" 5000 LONG_NAME)
+remat_expect(NAME cli_state_long_dir LABELS state RC 1
+             PATTERN "cannot create the state directory /tmp/a+\\.\\.\\.a+/s: File name too long"
+             COMMAND ${CLI} train --model mlp --image 1x8x8 --data synthetic --batch 4 --steps 1 --threads 1
+                     --state-dir /tmp/${LONG_NAME}/s)

@@ -10,6 +10,8 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 static _Thread_local char last_error[1024];
 
@@ -39,10 +41,55 @@ const char *remat_last_error(void) {
     return last_error[0] ? last_error : "no error";
 }
 
+/* src with every word (a run of characters other than spaces) longer than
+ * `word` characters shortened to its first and last characters around
+ * "...", into dst (cap bytes); 1 if it all fit. */
+static int shorten_words(char *dst, size_t cap, const char *src, size_t word) {
+    size_t at = 0, keep = word / 2 - 2;
+    for (const char *p = src; *p;) {
+        size_t n = strcspn(p, " ");
+        if (n == 0) n = 1; /* a space */
+        if (n > word) {
+            if (at + 2 * keep + 3 >= cap) return 0;
+            memcpy(dst + at, p, keep), at += keep;
+            memcpy(dst + at, "...", 3), at += 3;
+            memcpy(dst + at, p + n - keep, keep), at += keep;
+        } else {
+            if (at + n >= cap) return 0;
+            memcpy(dst + at, p, n), at += n;
+        }
+        p += n;
+    }
+    dst[at] = 0;
+    return 1;
+}
+
+/* Formats the message. One that does not fit has its long words (paths,
+ * mostly) shortened in the middle, at most as much as needed, so that the
+ * reason that follows a path of thousands of characters is never cut
+ * off; only when that is not enough is the end cut. Formatted into a copy
+ * first: an argument may be the last message itself. */
+static void set_message(const char *fmt, va_list ap) {
+    char buf[sizeof last_error];
+    va_list aq;
+    va_copy(aq, ap);
+    int n = vsnprintf(buf, sizeof buf, fmt, ap);
+    char *full = n >= (int)sizeof buf ? malloc((size_t)n + 1) : NULL;
+    if (full) vsnprintf(full, (size_t)n + 1, fmt, aq);
+    va_end(aq);
+    if (full) {
+        size_t word = 400;
+        while (word >= 24 && !shorten_words(buf, sizeof buf, full, word)) word /= 2;
+        if (word < 24) snprintf(buf, sizeof buf, "%s", full);
+        free(full);
+    }
+    memcpy(last_error, buf, sizeof buf);
+}
+
 remat_status remat_error(remat_status s, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    set_message(fmt, ap);
     va_end(ap);
     return s;
 }
@@ -50,7 +97,7 @@ remat_status remat_error(remat_status s, const char *fmt, ...) {
 remat_status remat__err(remat_status s, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    set_message(fmt, ap);
     va_end(ap);
     return s;
 }
