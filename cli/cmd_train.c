@@ -62,7 +62,9 @@ static void help(void) {
            "  --state-dir DIR     save training states (weights, optimizer state, step, data\n"
            "                      position) in DIR, created if missing, as\n"
            "                      state-<step>.safetensors: after the last step, and every\n"
-           "                      --save-every steps; DIR must not hold another run's states\n"
+           "                      --save-every steps; DIR must not hold another run's states,\n"
+           "                      and is locked for the run (DIR/remat.lock): a second run on\n"
+           "                      it is refused, naming the first's pid and host\n"
            "  --save-every N      a training state every N steps (default 0: after the last\n"
            "                      step only)\n"
            "  --keep K            keep the newest K states, removing older ones after each\n"
@@ -74,7 +76,14 @@ static void help(void) {
            "                      seed, threads, device) must be those of the state, the\n"
            "                      strategy and budget may change; an empty DIR starts afresh\n"
            "  --json              one JSON object per line: per step and per evaluation\n"
-           "  --help              this text\n");
+           "  --help              this text\n"
+           "\n"
+           "SIGTERM, SIGINT (Ctrl-C) or SIGHUP: the step in progress finishes, a training\n"
+           "state of it is saved (with a state directory; otherwise the message says what\n"
+           "is lost), and the exit status is 128 + the signal (143, 130, 129); a second\n"
+           "signal ends the run at once. Under mpirun every rank stops after the same\n"
+           "step, and the flags that define the math or the run's course must be the\n"
+           "same on every rank (docs/training-state.md).\n");
     cli_session_help(1);
     cli_dist_help("train");
     printf("\n");

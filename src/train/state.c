@@ -28,6 +28,16 @@
  * (the state directory must be reachable from every rank, as the data
  * is), and the ranks agree after each read and each write, so that a
  * failure on one is every rank's, named.
+ *
+ * Guards (issue 22, docs/training-state.md): rank 0 holds an flock on
+ * <state_dir>/remat.lock for the whole loop, so two runs never mix their
+ * states; a directory is read in one pass, and a resume takes the newest
+ * usable state whatever the names, reading no file before its type and
+ * sizes are checked against this session's own state (remat__st_limits);
+ * the loops stop on request after a step (remat__loop_state_stop, the
+ * flag agreed across ranks) with a state saved; and before anything else
+ * the ranks compare the options that define the math and the run's course
+ * (same_run).
  */
 #include "../exec/session.h"
 #include "safetensors.h"
