@@ -10,7 +10,9 @@
  *
  *   cc -O2 -shared -fPIC -o memtrack.so memtrack.c
  */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <malloc.h>
 #include <stddef.h>
 #include <stdint.h>
