@@ -100,7 +100,7 @@ if(REMAT_MPI)
             -P ${CMAKE_CURRENT_SOURCE_DIR}/dist_fail.cmake)
   # SIGTERM to mpirun or to one rank at 10 moments: every rank stops after
   # the same step, rank 0 saves it, the resumed run ends bitwise the same
-  add_test(NAME test_guard_stop_mpi COMMAND test_guard --stop-mpi $<TARGET_FILE:remat-cli> ${REMAT_MPIRUN}
+  add_test(NAME test_guard_stop_mpi COMMAND test_guard --stop-mpi ${REMAT_DIST_QUICK} $<TARGET_FILE:remat-cli> ${REMAT_MPIRUN}
            WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
   set_tests_properties(cli_dist_same_seed cli_dist_same_lr cli_dist_same_steps cli_dist_same_save_every
                        test_guard_stop_mpi PROPERTIES LABELS dist TIMEOUT 300 ENVIRONMENT "${REMAT_DIST_ENV}")

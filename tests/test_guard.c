@@ -29,7 +29,8 @@
  * naming the other's pid, and every state in the directory has the
  * winner's seed.
  *
- * `test_guard --stop-mpi CLI MPIRUN...`: the same on 2 ranks, the signal
+ * `test_guard --stop-mpi [--quick] CLI MPIRUN...`: the same on 2 ranks
+ * (--quick, for the sanitizers: a run of 300 steps), the signal
  * sent to mpirun (which forwards it) or to one rank only.
  *
  * `test_guard --stop CLI`: SIGTERM at 10 random moments of a run with a
@@ -807,14 +808,24 @@ static int stop_test(const char *cli) {
               "no state directory: exit %d: %s", rc, out ? out : "");
     if (out && strstr(out, "remat: SIGTERM: s")) printf("  %s", strstr(out, "remat: SIGTERM: s"));
     free(out);
-    /* twice: at once, by the signal (a long run, so that one step cannot
-     * end it between the two) */
-    const char *long_args[] = {TRAIN, "--steps", "100000", "--seed", "5", "--log-every", "10", NULL};
+    /* twice: at once, by the signal (steps of tens of milliseconds, so that
+     * the step in progress cannot end the run between the two) */
+    const char *long_args[] = {"train", "--model", "mlp", "--image", "1x160x160", "--data", "synthetic", "--batch", "16",
+                               "--threads", "1", "--steps", "100000", "--seed", "5", "--log-every", "1", NULL};
     pid = spawn(cli, long_args, log);
     double ts = now_s();
-    if (wait_for_step(pid, log, 50, &rc)) {
+    if (wait_for_step(pid, log, 2, &rc)) {
         kill(pid, SIGTERM);
-        sleep_s(0.001);
+        /* the second once the first was handled (two pending signals of
+         * one kind are one): the handler says so in the log */
+        for (int i = 0; i < 5000; i++) {
+            size_t n;
+            char *out = (char *)read_all(log, &n);
+            int seen_first = out && strstr(out, "send it again to stop at once");
+            free(out);
+            if (seen_first) break;
+            sleep_s(0.0002);
+        }
         kill(pid, SIGTERM);
         ts = now_s();
         rc = wait_rc(pid);
@@ -878,7 +889,10 @@ static pid_t child_of(pid_t parent) {
  * the stop after every step; the others), at 10 moments; each time every rank stops
  * after the same step and rank 0 writes its state; resumed to the end,
  * the uninterrupted 2-rank run's weights. */
-static int stop_mpi_test(const char *cli, char **launcher, int nl) {
+static int stop_mpi_test(const char *cli, char **launcher, int nl, int quick) {
+    /* the sanitizers' build: a shorter run, signals fewer steps apart */
+    const char *steps = quick ? "300" : STOP_STEPS_MPI;
+    int apart = quick ? 20 : 200;
     char dir[256], sdir[400], ref[400], fin[400], log[400];
     make_tmpdir(dir, sizeof dir, "stopmpi");
     snprintf(sdir, sizeof sdir, "%s/states", dir);
@@ -886,14 +900,14 @@ static int stop_mpi_test(const char *cli, char **launcher, int nl) {
     snprintf(fin, sizeof fin, "%s/fin.safetensors", dir);
     snprintf(log, sizeof log, "%s/log.txt", dir);
     double t0 = now_s();
-    const char *ref_args[] = {"remat", TRAIN, "--steps", STOP_STEPS_MPI, "--seed", "5", "--save", ref, NULL};
+    const char *ref_args[] = {"remat", TRAIN, "--steps", steps, "--seed", "5", "--save", ref, NULL};
     double tr = now_s();
     int rc = wait_rc(spawn_mpi(launcher, nl, cli, ref_args, log));
     double t_ref = now_s() - tr;
     CHECK_MSG(rc == 0, "the uninterrupted run failed (%d); see %s", rc, log);
     if (rc) return check_exit("test_guard --stop-mpi");
     mkdir(sdir, 0777);
-    const char *run_args[] = {"remat", TRAIN, "--steps", STOP_STEPS_MPI, "--seed", "5", "--resume", sdir, "--log-every",
+    const char *run_args[] = {"remat", TRAIN, "--steps", steps, "--seed", "5", "--resume", sdir, "--log-every",
                               "10", NULL};
     int stops = 0, to_rank = 0;
     int64_t last = 0;
@@ -901,7 +915,7 @@ static int stop_mpi_test(const char *cli, char **launcher, int nl) {
     size_t at = 0;
     while (stops < 10) {
         pid_t pid = spawn_mpi(launcher, nl, cli, run_args, log);
-        int64_t target = last + 1 + (int64_t)(rng_u01() * 200);
+        int64_t target = last + 1 + (int64_t)(rng_u01() * apart);
         pid_t rank = 0;
         if (wait_for_step(pid, log, target, &rc)) {
             sleep_s(rng_u01() * 0.002);
@@ -919,7 +933,7 @@ static int stop_mpi_test(const char *cli, char **launcher, int nl) {
         stops++;
         int64_t step = newest(sdir);
         char want[160];
-        snprintf(want, sizeof want, "stopped on request after step %lld of " STOP_STEPS_MPI, (long long)step);
+        snprintf(want, sizeof want, "stopped on request after step %lld of %s", (long long)step, steps);
         int before_first = out && strstr(out, "before the first step");
         CHECK_MSG(rc != 0 && out && (strstr(out, want) || before_first) && !strstr(out, "failed alone"),
                   "stop %d (to %s): exit %d, newest state %lld: %s", stops, rank ? "a rank" : "mpirun", rc,
@@ -933,7 +947,7 @@ static int stop_mpi_test(const char *cli, char **launcher, int nl) {
         free(out);
     }
     CHECK_MSG(stops == 10 && to_rank >= 5, "%d stops (%d to one rank) before the run finished", stops, to_rank);
-    const char *fin_args[] = {"remat", TRAIN, "--steps", STOP_STEPS_MPI, "--seed", "5", "--resume", sdir, "--save", fin,
+    const char *fin_args[] = {"remat", TRAIN, "--steps", steps, "--seed", "5", "--resume", sdir, "--save", fin,
                               NULL};
     rc = wait_rc(spawn_mpi(launcher, nl, cli, fin_args, log));
     CHECK_MSG(rc == 0 && same_file(ref, fin), "the resumed run (exit %d) did not end with the uninterrupted run's "
@@ -949,7 +963,9 @@ static int stop_mpi_test(const char *cli, char **launcher, int nl) {
 int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "--lock")) return lock_test(argv[2]);
     if (argc == 3 && !strcmp(argv[1], "--stop")) return stop_test(argv[2]);
-    if (argc >= 4 && !strcmp(argv[1], "--stop-mpi")) return stop_mpi_test(argv[2], argv + 3, argc - 3);
+    if (argc >= 5 && !strcmp(argv[1], "--stop-mpi") && !strcmp(argv[2], "--quick"))
+        return stop_mpi_test(argv[3], argv + 4, argc - 4, 1);
+    if (argc >= 4 && !strcmp(argv[1], "--stop-mpi")) return stop_mpi_test(argv[2], argv + 3, argc - 3, 0);
     remat_set_blas_threads(1);
     lock_library();
     reader();
