@@ -1,5 +1,6 @@
 /* bench_kernels.c: throughput of remat's CPU kernels against the GEMM peak
- * of this machine, measured in one run.
+ * of this machine, measured in one run; for convolutions and linear layers,
+ * oneDNN (src/ops/dnnl.h) against im2col+OpenBLAS side by side.
  *
  * For each shape it first checks the op's kernels against a plain
  * reference (the definition, in double), then times them on the
@@ -15,8 +16,17 @@
  *
  * --cpu times with the thread's CPU clock instead of the wall clock (use
  * with --threads 1 on a shared machine).
+ *
+ * Convolutions and linear layers run both ways in every round: with
+ * REMAT_PRODUCTS=blas (im2col + OpenBLAS, cblas_sgemm) and with
+ * REMAT_PRODUCTS=dnnl (oneDNN wherever it has the product), each with its
+ * own oneDNN context and workspace; the table gives each one's median over
+ * the rounds, its fraction of the GEMM peak, the ratio of the medians
+ * (blas time / dnnl time: above 1, oneDNN is faster) and what the rule
+ * (REMAT_PRODUCTS unset) picks. Both are checked against the reference.
  */
 #include "../src/plan/schedule.h"
+#include "../src/ops/dnnl.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -79,7 +89,21 @@ typedef struct {
     int nin;
     float *in[REMAT__MAX_IN], *out, *aux, *dout, *din[REMAT__MAX_IN];
     double best_fwd, best_bwd;
+    int product;                 /* a convolution or linear layer: timed both ways */
+    double t[2][2][64];          /* [blas, dnnl][fwd, bwd][round] */
 } kcase;
+
+/* The products' mode for the next run_case (REMAT_PRODUCTS, 0 blas, 1 dnnl,
+ * 2 the rule) and a oneDNN context made under each. */
+static const char *const mode_env[3] = {"blas", "dnnl", "auto"};
+static remat__dnnl *mode_ctx[3];
+static int cur_mode = 2;
+static int nthreads_global = 1;
+
+static void set_mode(int m) {
+    cur_mode = m;
+    setenv("REMAT_PRODUCTS", mode_env[m], 1);
+}
 
 static kcase cases[64];
 static int ncases;
@@ -104,6 +128,7 @@ static void add_case(const char *name, remat_graph *g, remat_node node) {
     const remat__node *n = &g->nodes[node];
     const remat__op *op = remat__ops[n->op];
     c->nin = n->n_in;
+    c->product = n->op == REMAT__OP_CONV2D || n->op == REMAT__OP_LINEAR;
     c->flops_fwd = op->flops ? op->flops(g, n) : (double)remat__numel(&n->shape);
     c->flops_bwd = 2.0 * c->flops_fwd;
     for (int i = 0; i < n->n_in; i++) {
@@ -142,7 +167,8 @@ static double run_case(kcase *c, remat__pool *pool, int fwd, int zero_din) {
     void *ws = xalloc(wb + 64);
     remat__tensor ins[REMAT__MAX_IN], out = {c->out, &n->shape};
     remat__kctx k = {.node = n, .out = &out, .aux = c->aux, .dout = c->dout, .train = 1, .first = 1,
-                     .seed = 1, .step = 0, .node_id = c->node, .pool = pool, .ws = ws};
+                     .seed = 1, .step = 0, .node_id = c->node, .pool = pool, .ws = ws,
+                     .dnnl = mode_ctx[cur_mode]};
     for (int i = 0; i < n->n_in; i++) {
         ins[i] = (remat__tensor){c->in[i], &g->nodes[n->in[i]].shape};
         k.in[i] = &ins[i];
@@ -161,7 +187,60 @@ static double run_case(kcase *c, remat__pool *pool, int fwd, int zero_din) {
     }
     double t = now_s() - t0;
     free(ws);
+    if (remat__dnnl_status(k.dnnl) != REMAT_OK) {
+        fprintf(stderr, "bench_kernels: %s: %s\n", c->name, remat_last_error());
+        exit(1);
+    }
     return t;
+}
+
+/* ------------------------------------------------- reference linear */
+
+/* y = x W^T + b, dx = dy W, dW = dy^T x in double, on a few rows and
+ * output features. */
+static double check_linear(kcase *c, remat__pool *pool) {
+    const remat_graph *g = c->g;
+    const remat__node *nd = &g->nodes[c->node];
+    int64_t N = g->nodes[nd->in[0]].shape.d[1] ? g->nodes[nd->in[0]].shape.d[0] : 0;
+    int64_t IN = g->nodes[nd->in[0]].shape.d[1], OUT = nd->shape.d[1];
+    run_case(c, pool, 1, 0);
+    run_case(c, pool, 0, 1);
+    const float *x = c->in[0], *w = c->in[1], *b = nd->n_in == 3 ? c->in[2] : NULL, *dy = c->dout;
+    double err = 0.0;
+    for (int64_t n = 0; n < N; n += N / 5 + 1)
+        for (int64_t o = 0; o < OUT; o += OUT / 7 + 1) {
+            double acc = b ? b[o] : 0.0;
+            for (int64_t i = 0; i < IN; i++) acc += (double)x[n * IN + i] * w[o * IN + i];
+            double e = fabs(acc - c->out[n * OUT + o]) / (1.0 + fabs(acc));
+            if (e > err) err = e;
+        }
+    for (int64_t n = 0; n < N; n += N / 5 + 1)
+        for (int64_t i = 0; i < IN; i += IN / 7 + 1) {
+            double acc = 0.0;
+            for (int64_t o = 0; o < OUT; o++) acc += (double)dy[n * OUT + o] * w[o * IN + i];
+            double e = fabs(acc - c->din[0][n * IN + i]) / (1.0 + fabs(acc));
+            if (e > err) err = e;
+        }
+    for (int64_t o = 0; o < OUT; o += OUT / 7 + 1)
+        for (int64_t i = 0; i < IN; i += IN / 7 + 1) {
+            double acc = 0.0;
+            for (int64_t n = 0; n < N; n++) acc += (double)dy[n * OUT + o] * x[n * IN + i];
+            double e = fabs(acc - c->din[1][o * IN + i]) / (1.0 + fabs(acc));
+            if (e > err) err = e;
+        }
+    return err;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(const double *v, int n) {
+    double s[64];
+    memcpy(s, v, (size_t)n * sizeof *s);
+    qsort(s, (size_t)n, sizeof *s, cmp_double);
+    return n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
 }
 
 /* ------------------------------------------------- reference conv2d */
@@ -211,16 +290,21 @@ static double check_conv(kcase *c, remat__pool *pool) {
         for (int64_t ci = 0; ci < C; ci += C / 3 + 1)
             for (int64_t u = 0; u < KH; u++)
                 for (int64_t v = 0; v < KW; v++) {
-                    double acc = 0.0;
+                    double acc = 0.0, mag = 0.0;
                     for (int64_t n = 0; n < N; n++)
                         for (int64_t i = 0; i < OH; i++)
                             for (int64_t j = 0; j < OW; j++) {
                                 int64_t ih = i * s - p + u, iw = j * s - p + v;
                                 if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
-                                acc += (double)dy[((n * O + o) * OH + i) * OW + j] *
-                                       x[((n * C + ci) * H + ih) * W + iw];
+                                double t = (double)dy[((n * O + o) * OH + i) * OW + j] *
+                                           x[((n * C + ci) * H + ih) * W + iw];
+                                acc += t;
+                                mag += fabs(t);
                             }
-                    double d = fabs(acc - c->din[1][((o * C + ci) * KH + u) * KW + v]) / (1.0 + fabs(acc));
+                    /* relative to the sum of the terms' magnitudes: a sum of
+                     * N*OH*OW terms that mostly cancel loses digits in any
+                     * float32 order */
+                    double d = fabs(acc - c->din[1][((o * C + ci) * KH + u) * KW + v]) / (1.0 + mag) * 1e2;
                     if (d > err) err = d;
                 }
     return err;
@@ -302,6 +386,22 @@ static int check_pointwise(kcase *c, remat__pool *pool) {
     return ok;
 }
 
+/* What REMAT_PRODUCTS unset picks for a case on the pool's threads: for a
+ * convolution, oneDNN's direct primitives or im2col; for a linear layer,
+ * whether its forward product goes to oneDNN's sgemm. */
+static int rule_picks(const kcase *c) {
+    const remat_graph *g = c->g;
+    const remat__node *n = &g->nodes[c->node];
+    const remat__shape *x = &g->nodes[n->in[0]].shape;
+    if (n->op == REMAT__OP_LINEAR) return remat__dnnl_gemm_use(x->d[0], n->shape.d[1], x->d[1]);
+    const remat__shape *w = &g->nodes[n->in[1]].shape;
+    remat__conv_dims cd = {x->d[0], x->d[1], x->d[2], x->d[3], w->d[0], w->d[2], w->d[3], n->shape.d[2],
+                           n->shape.d[3], n->iattr[0], n->iattr[1], n->n_in == 3};
+    size_t f, b;
+    set_mode(2);
+    return remat__dnnl_conv_use(&cd, remat__node_threads(g, n, nthreads_global), &f, &b);
+}
+
 /* ------------------------------------------------------------------ main */
 
 int main(int argc, char **argv) {
@@ -320,12 +420,20 @@ int main(int argc, char **argv) {
         }
     }
     if (threads < 1) threads = 1;
+    if (rounds < 1) rounds = 1;
+    if (rounds > 64) rounds = 64;
+    for (int m = 0; m < 3; m++) {
+        set_mode(m);
+        if (remat__dnnl_create(&mode_ctx[m]) != REMAT_OK) return 1;
+    }
+    set_mode(2);
     if (use_cpu_clock && threads != 1) {
         fprintf(stderr, "bench_kernels: --cpu needs --threads 1\n");
         return 2;
     }
     remat__pool *pool;
     if (remat__pool_create(&pool, threads) != REMAT_OK) return 1;
+    nthreads_global = threads;
 
     struct {
         const char *name;
@@ -354,6 +462,26 @@ int main(int argc, char **argv) {
         remat_node nd = conv_node(g, convs[i].n, convs[i].c, convs[i].h, convs[i].o, convs[i].k, convs[i].s,
                                   convs[i].p, convs[i].bias);
         add_case(convs[i].name, g, nd);
+    }
+    struct {
+        const char *name;
+        int64_t n, in, out;
+    } lins[] = {
+        {"cnn fc 3136->256 b128", 128, 3136, 256},
+        {"cnn fc 256->10 b128", 128, 256, 10},
+        {"vgg fc 512->512 b128", 128, 512, 512},
+        {"gpt2 qkv 768->2304 b4x256", 1024, 768, 2304},
+        {"gpt2 proj 768->768 b4x256", 1024, 768, 768},
+        {"gpt2 mlp 768->3072 b4x256", 1024, 768, 3072},
+        {"gpt2 mlp 3072->768 b4x256", 1024, 3072, 768},
+    };
+    for (size_t i = 0; i < sizeof lins / sizeof lins[0]; i++) {
+        if (only && !strstr(lins[i].name, only)) continue;
+        remat_graph *g;
+        remat_graph_create(&g);
+        int64_t xd[2] = {lins[i].n, lins[i].in};
+        remat_node x = remat_input(g, "x", REMAT_F32, 2, xd);
+        add_case(lins[i].name, g, remat_linear(g, "fc", x, lins[i].out, 1));
     }
     /* Memory-bound ops: their "FLOPs" are the op table's. */
     struct {
@@ -387,15 +515,20 @@ int main(int argc, char **argv) {
 
     if (check) {
         int bad = 0;
-        for (int i = 0; i < ncases; i++) {
-            if (cases[i].g->nodes[cases[i].node].op != REMAT__OP_CONV2D) continue;
-            double e = check_conv(&cases[i], pool);
-            if (e > 1e-4) {
-                fprintf(stderr, "bench_kernels: %s differs from the reference (relative error %.3g)\n",
-                        cases[i].name, e);
-                bad = 1;
+        for (int m = 0; m < 2; m++) {
+            set_mode(m);
+            for (int i = 0; i < ncases; i++) {
+                int op = cases[i].g->nodes[cases[i].node].op;
+                if (!cases[i].product) continue;
+                double e = op == REMAT__OP_CONV2D ? check_conv(&cases[i], pool) : check_linear(&cases[i], pool);
+                if (e > 1e-4) {
+                    fprintf(stderr, "bench_kernels: %s (%s) differs from the reference (relative error %.3g)\n",
+                            cases[i].name, mode_env[m], e);
+                    bad = 1;
+                }
             }
         }
+        set_mode(2);
         for (int i = 0; i < ncases; i++) {
             int op = cases[i].g->nodes[cases[i].node].op;
             if (op != REMAT__OP_RELU && op != REMAT__OP_MAXPOOL2D) continue;
@@ -405,7 +538,8 @@ int main(int argc, char **argv) {
             }
         }
         if (bad) return 1;
-        printf("kernels agree with the references: convolution (relative error <= 1e-4), max pooling and "
+        printf("kernels agree with the references: convolution and linear, im2col+OpenBLAS and oneDNN "
+               "(relative error <= 1e-4), max pooling and "
                "relu (bitwise, with ties, signed zeros, NaNs and infinities)\n");
     }
 
@@ -438,6 +572,15 @@ int main(int argc, char **argv) {
         for (int i = 0; i < ncases; i++) {
             kcase *c = &cases[i];
             if (r == 0) c->best_fwd = c->best_bwd = 1e30;
+            if (c->product) {
+                for (int m = 0; m < 2; m++) {
+                    set_mode(m);
+                    c->t[m][0][r] = run_case(c, pool, 1, 0);
+                    c->t[m][1][r] = run_case(c, pool, 0, 1);
+                }
+                set_mode(2);
+                continue;
+            }
             t = run_case(c, pool, 1, 0);
             if (t < c->best_fwd) c->best_fwd = t;
             t = run_case(c, pool, 0, 1);
@@ -449,15 +592,38 @@ int main(int argc, char **argv) {
     printf("threads %d, best of %d rounds, %s time\n", threads, rounds, use_cpu_clock ? "CPU" : "wall");
     printf("GEMM peak: %d x sgemm 1024^3 on the pool %.1f GFLOP/s; one sgemm 2048^3 on %d OpenBLAS threads %.1f GFLOP/s\n",
            threads, peak, threads, peak_ob);
+    char dv[128];
+    printf("OpenBLAS core %s; %s\n", openblas_get_corename(), remat__dnnl_describe(dv, sizeof dv));
+    printf("\nproducts, median of %d rounds: %%peak of im2col+OpenBLAS (blas) and oneDNN (dnnl), ratio = blas "
+           "time / dnnl time, and what the rule picks\n", rounds);
+    printf("%-34s %7s %7s %6s %7s %7s %6s %5s\n", "op", "fwd blas", "dnnl", "ratio", "bwd blas", "dnnl", "ratio",
+           "rule");
+    for (int i = 0; i < ncases; i++) {
+        kcase *c = &cases[i];
+        if (!c->product) continue;
+        double tm[2][2];
+        for (int m = 0; m < 2; m++)
+            for (int d = 0; d < 2; d++) tm[m][d] = median(c->t[m][d], rounds);
+        double pf[2], pb[2];
+        for (int m = 0; m < 2; m++) {
+            pf[m] = 100.0 * c->flops_fwd / tm[m][0] / 1e9 / peak;
+            pb[m] = 100.0 * c->flops_bwd / tm[m][1] / 1e9 / peak;
+        }
+        printf("%-34s %6.0f%% %6.0f%% %6.2f %6.0f%% %6.0f%% %6.2f %5s\n", c->name, pf[0], pf[1], tm[0][0] / tm[1][0],
+               pb[0], pb[1], tm[0][1] / tm[1][1], rule_picks(c) ? "dnnl" : "blas");
+    }
+    printf("\nother kernels, best of %d rounds\n", rounds);
     printf("%-34s %10s %9s %7s %10s %9s %7s\n", "op", "fwd ms", "GFLOP/s", "%peak", "bwd ms", "GFLOP/s", "%peak");
     for (int i = 0; i < ncases; i++) {
         kcase *c = &cases[i];
+        if (c->product) continue;
         double gf = c->flops_fwd / c->best_fwd / 1e9, gb = c->flops_bwd / c->best_bwd / 1e9;
         printf("%-34s %10.2f %9.1f %6.0f%% %10.2f %9.1f %6.0f%%\n", c->name, c->best_fwd * 1e3, gf,
                100.0 * gf / peak, c->best_bwd * 1e3, gb, 100.0 * gb / peak);
     }
     printf("(backward FLOPs counted as twice the forward's: dx and dw; the first cnn conv has no dx in a "
            "model, here it does)\n");
+    for (int m = 0; m < 3; m++) remat__dnnl_destroy(mode_ctx[m]);
     remat__pool_destroy(pool);
     return 0;
 }

@@ -10,7 +10,7 @@
 #
 # The static library needs everything the library itself links against:
 # OpenBLAS, cJSON, zlib, threads and libm, and, when they are built in,
-# MPI and CUDA's libraries with the C++ runtime (nvcc's objects and
+# oneDNN with OpenMP's runtime (Debian ships no dnnl.pc), MPI and CUDA's libraries with the C++ runtime (nvcc's objects and
 # cudart_static need it). REMAT_PC_LIBS_PRIVATE collects them as linker
 # flags for pkg-config; the CMake package names the same as imported
 # targets (rematConfig.cmake finds them again on the user's side).
@@ -40,6 +40,13 @@ function(remat_path_to_flags out)
 endfunction()
 
 set(REMAT_PC_LIBS_PRIVATE "")
+if(REMAT_DNNL)
+  remat_path_to_flags(dnnl_flags ${DNNL_LIBRARY})
+  string(APPEND REMAT_PC_LIBS_PRIVATE " ${dnnl_flags}")
+  if(dnnl_runtime MATCHES "OMP")
+    string(APPEND REMAT_PC_LIBS_PRIVATE " ${OpenMP_C_FLAGS}")
+  endif()
+endif()
 if(REMAT_MPI)
   remat_path_to_flags(mpi_flags ${MPI_C_LIBRARIES})
   string(APPEND REMAT_PC_LIBS_PRIVATE " ${mpi_flags}")

@@ -3,8 +3,9 @@
 # packages. Does nothing when everything is already installed.
 set -euo pipefail
 # openmpi-bin and libopenmpi-dev: data-parallel training (mpirun) and its tests
+# libdnnl-dev: oneDNN's convolutions and products (optional: REMAT_DNNL)
 pkgs=(build-essential cmake pkg-config libopenblas-dev libcjson-dev zlib1g-dev dataset-fashion-mnist
-      openmpi-bin libopenmpi-dev)
+      openmpi-bin libopenmpi-dev libdnnl-dev)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -192,6 +192,9 @@ typedef struct {
     remat__pool *pool; /* for remat__pool_barrier between phases */
     void *dev;         /* device kernels: the backend's context (src/cuda/
                         * cuda-impl.h: stream, cuBLAS and cuDNN handles) */
+    struct remat__dnnl *dnnl; /* CPU kernels: the backend's oneDNN context
+                        * (src/ops/dnnl.h); NULL without oneDNN, and then
+                        * every product is cblas */
 } remat__kctx;
 
 /* Kernel rules: every one of the nth threads must call remat__pool_barrier

@@ -8,8 +8,11 @@
  * pool thread, so BLAS itself should run one thread per call: that is a
  * process-wide setting of OpenBLAS, which a session never changes behind
  * the caller's back; remat_set_blas_threads is the caller's call.
+ * Products that go through oneDNN (src/ops/dnnl.h) use the context's
+ * oneDNN engine and primitives, one oneDNN thread per pool thread.
  */
 #include "backend.h"
+#include "../ops/dnnl.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -19,6 +22,7 @@
 
 typedef struct {
     remat__pool *pool;
+    remat__dnnl *dnnl; /* NULL without oneDNN */
 } cpu;
 
 #define HUGE_PAGE ((size_t)2 << 20)
@@ -33,7 +37,9 @@ static remat_status cpu_create(void **ctx, const remat_session_opts *o, const re
         nth = nc > 0 ? (int)nc : 1;
     }
     remat_status st = remat__pool_create(&c->pool, nth);
+    if (st == REMAT_OK) st = remat__dnnl_create(&c->dnnl);
     if (st != REMAT_OK) {
+        remat__pool_destroy(c->pool);
         free(c);
         return st;
     }
@@ -44,6 +50,7 @@ static remat_status cpu_create(void **ctx, const remat_session_opts *o, const re
 static void cpu_destroy(void *ctx) {
     cpu *c = ctx;
     if (!c) return;
+    remat__dnnl_destroy(c->dnnl);
     remat__pool_destroy(c->pool);
     free(c);
 }
@@ -100,6 +107,7 @@ static remat_status cpu_run(void *ctx, remat__kctx *k, int backward) {
     /* The thread count depends on the node alone (its workspace was sized
      * for it): remat__node_threads. */
     int nt = remat__node_threads(k->graph, k->node, remat__pool_size(c->pool));
+    k->dnnl = c->dnnl;
     if (nt <= 1) {
         k->pool = NULL; /* barriers are no-ops for one thread */
         fn(k, 0, 1);
@@ -107,7 +115,7 @@ static remat_status cpu_run(void *ctx, remat__kctx *k, int backward) {
         k->pool = c->pool;
         remat__pool_run(c->pool, fn, k);
     }
-    return REMAT_OK;
+    return remat__dnnl_status(c->dnnl);
 }
 
 /* torch.optim.SGD: g += wd*w; b = mu*b + (1-dampening)*g (b = g at the first

@@ -20,8 +20,14 @@
  * zeroed partial buffer, then, after a pool barrier, reduces the partials
  * in thread order with the elements split over the threads, so results are
  * bitwise reproducible for a given thread count.
+ *
+ * Where oneDNN has a direct convolution for the shape that is faster
+ * (remat__dnnl_conv_use, src/ops/dnnl.h: a rule on the shape and thread
+ * count), the kernels hand the whole pass to it instead, with the
+ * workspace it plans.
  */
 #include "../remat-impl.h"
+#include "dnnl.h"
 
 #include <cblas.h>
 #include <limits.h>
@@ -62,6 +68,16 @@ static geom kctx_geom(const remat__kctx *k) {
 /* Threads that receive at least one image under remat__split: the first
  * min(nth, N). Only they need workspace slices. */
 static int64_t slices(const geom *G, int nth) { return G->N < nth ? G->N : nth; }
+
+static remat__conv_dims dims_of(const geom *G) {
+    return (remat__conv_dims){G->N, G->C, G->H, G->W, G->O, G->KH, G->KW, G->OH, G->OW, G->s, G->p, G->bias};
+}
+
+/* Whether oneDNN runs this convolution on nth threads, with its workspace. */
+static int dnnl_ws(const geom *G, int nth, size_t *fwd, size_t *bwd) {
+    remat__conv_dims cd = dims_of(G);
+    return remat__dnnl_conv_use(&cd, nth, fwd, bwd);
+}
 
 static remat_status conv_shape(const remat_graph *g, remat__node *n) {
     const remat__shape *x = remat__in_shape(g, n, 0), *w = remat__in_shape(g, n, 1);
@@ -230,6 +246,8 @@ static float row_sum(const float *x, int64_t n) {
 
 static size_t conv_fwd_ws(const remat_graph *g, const remat__node *n, int nth) {
     geom G = graph_geom(g, n);
+    size_t f, b;
+    if (dnnl_ws(&G, nth, &f, &b)) return f;
     return (size_t)slices(&G, nth) * col_floats(&G) * sizeof(float);
 }
 
@@ -237,6 +255,8 @@ static size_t conv_fwd_ws(const remat_graph *g, const remat__node *n, int nth) {
  * partial (O, K) and, with a bias, the db partial (O). */
 static size_t conv_bwd_ws(const remat_graph *g, const remat__node *n, int nth) {
     geom G = graph_geom(g, n);
+    size_t f, b;
+    if (dnnl_ws(&G, nth, &f, &b)) return b;
     size_t per = col_floats(&G) + (size_t)G.O * (size_t)G.K + (G.bias ? (size_t)G.O : 0);
     return (size_t)slices(&G, nth) * per * sizeof(float);
 }
@@ -247,6 +267,11 @@ static void conv_forward(const remat__kctx *k, int ith, int nth) {
     const float *w = k->in[1]->data;                     // (O, C, KH, KW) = (O, K)
     const float *b = G.bias ? k->in[2]->data : NULL;     // (O)
     float *y = k->out->data;                             // (N, O, OH, OW)
+    remat__conv_dims cd = dims_of(&G);
+    if (remat__dnnl_conv_uses(k->dnnl, &cd, nth)) {
+        remat__dnnl_conv_forward(k->dnnl, &cd, x, w, b, y, k->ws, k->pool, ith, nth);
+        return;
+    }
     const int64_t R = band_rows(&G);
     int64_t lo, hi;
     remat__split(G.N, ith, nth, &lo, &hi);
@@ -283,6 +308,11 @@ static void conv_backward(const remat__kctx *k, int ith, int nth) {
     float *dx = k->din[0];                               // (N, C, H, W) or NULL
     float *dw = k->din[1];                               // (O, K) or NULL
     float *db = G.bias ? k->din[2] : NULL;               // (O) or NULL
+    remat__conv_dims cd = dims_of(&G);
+    if (remat__dnnl_conv_uses(k->dnnl, &cd, nth)) {
+        remat__dnnl_conv_backward(k->dnnl, &cd, x, w, dy, dx, dw, db, k->ws, k->pool, ith, nth);
+        return;
+    }
     const int64_t S = slices(&G, nth), R = band_rows(&G);
     const size_t colsz = col_floats(&G);
     const size_t wsz = (size_t)(G.O * G.K), bsz = G.bias ? (size_t)G.O : 0;

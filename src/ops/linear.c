@@ -1,4 +1,5 @@
-/* linear.c: y = x W^T + b through cblas_sgemm.
+/* linear.c: y = x W^T + b through remat__gemm (oneDNN's sgemm or
+ * cblas_sgemm by a rule on the product's shape: src/ops/dnnl.h).
  *
  * Inputs: x (N, in), W (out, in), optional b (out). Backward needs x and W:
  *   dx += dy W        (N, in)
@@ -8,8 +9,7 @@
  * thread in one fixed order: results do not depend on timing.
  */
 #include "../remat-impl.h"
-
-#include <cblas.h>
+#include "dnnl.h"
 
 static remat_status linear_shape(const remat_graph *g, remat__node *n) {
     const remat__shape *x = remat__in_shape(g, n, 0), *w = remat__in_shape(g, n, 1);
@@ -43,8 +43,8 @@ static void linear_forward(const remat__kctx *k, int ith, int nth) {
         const float *b = k->in[2]->data;
         for (int64_t r = lo; r < hi; r++) memcpy(y + r * OUT, b, (size_t)OUT * sizeof *y);
     }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)(hi - lo), (int)OUT, (int)IN, 1.0f,
-                x + lo * IN, (int)IN, w, (int)IN, k->node->n_in == 3 ? 1.0f : 0.0f, y + lo * OUT, (int)OUT);
+    remat__gemm(k->dnnl, 0, 1, hi - lo, OUT, IN, 1.0f, x + lo * IN, IN, w, IN, k->node->n_in == 3 ? 1.0f : 0.0f,
+                y + lo * OUT, OUT);
 }
 
 static void linear_backward(const remat__kctx *k, int ith, int nth) {
@@ -56,15 +56,14 @@ static void linear_backward(const remat__kctx *k, int ith, int nth) {
     if (k->din[0]) { /* dx (N, in) += dy (N, out) W (out, in), split over rows n */
         remat__split(NB, ith, nth, &lo, &hi);
         if (hi > lo)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)(hi - lo), (int)IN, (int)OUT,
-                        1.0f, dy + lo * OUT, (int)OUT, w, (int)IN, 1.0f, k->din[0] + lo * IN, (int)IN);
+            remat__gemm(k->dnnl, 0, 0, hi - lo, IN, OUT, 1.0f, dy + lo * OUT, OUT, w, IN, 1.0f, k->din[0] + lo * IN,
+                        IN);
     }
     /* dW (out, in) += dy^T (out, N) x (N, in) and db (out), split over rows o */
     remat__split(OUT, ith, nth, &lo, &hi);
     if (hi <= lo) return;
     if (k->din[1])
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)(hi - lo), (int)IN, (int)NB, 1.0f,
-                    dy + lo, (int)OUT, x, (int)IN, 1.0f, k->din[1] + lo * IN, (int)IN);
+        remat__gemm(k->dnnl, 1, 0, hi - lo, IN, NB, 1.0f, dy + lo, OUT, x, IN, 1.0f, k->din[1] + lo * IN, IN);
     if (k->node->n_in == 3 && k->din[2]) {
         float *db = k->din[2];
         for (int64_t o = lo; o < hi; o++) {

@@ -1,0 +1,79 @@
+/* dnnl.h: CPU products through oneDNN (src/ops/dnnl.c).
+ *
+ * Convolutions (forward, backward-data, backward-weights) run as oneDNN's
+ * direct primitives in the layouts it prefers (reordered into and out of
+ * planned workspace), and matrix products as oneDNN's sgemm, both with the
+ * instruction set oneDNN picks at run time (DNNL_MAX_CPU_ISA caps it).
+ * Which product runs where is a rule on the op's shape and thread count
+ * (remat__dnnl_conv_plan, remat__dnnl_gemm_use), never a timing, so a
+ * node computes the same bits in every schedule.
+ *
+ * Threading: remat's pool splits the work (images, rows) as for BLAS, and
+ * each pool thread runs oneDNN single-threaded on its part. Debian's
+ * oneDNN runs on OpenMP; the thread's own OpenMP thread count (an ICV of
+ * the calling thread, not of the process) is set to 1 around each call and
+ * restored after it, so a caller's OpenMP setting is never changed.
+ *
+ * Without oneDNN (REMAT_DNNL off) every function here answers "not used"
+ * and the kernels keep im2col + OpenBLAS.
+ */
+#ifndef REMAT_OPS_DNNL_H
+#define REMAT_OPS_DNNL_H
+
+#include "../remat-impl.h"
+
+/* A convolution's sizes: x (N, C, H, W), weight (O, C, KH, KW), output
+ * (N, O, OH, OW), stride s, padding p on every side, bias or not. */
+typedef struct {
+    int64_t N, C, H, W, O, KH, KW, OH, OW, s, p;
+    int bias;
+} remat__conv_dims;
+
+/* Which products a process uses: REMAT_PRODUCTS=dnnl sends every product
+ * oneDNN can run through oneDNN, =blas none, unset (or auto) follows the
+ * measured rule. Read when a session (its oneDNN context) is created and
+ * when workspace is sized, which happen together. */
+typedef enum { REMAT__PRODUCTS_AUTO, REMAT__PRODUCTS_DNNL, REMAT__PRODUCTS_BLAS } remat__products;
+remat__products remat__products_mode(void);
+
+/* The per-session oneDNN context: an engine, one stream per pool thread,
+ * and the primitives made so far, keyed by convolution shape and thread
+ * count (made on first use, kept until destroy). Owned by the CPU backend
+ * and handed to kernels in remat__kctx.dnnl. Thread-safe. */
+typedef struct remat__dnnl remat__dnnl;
+/* *out = NULL (and REMAT_OK) when oneDNN is not built in. */
+remat_status remat__dnnl_create(remat__dnnl **out);
+void remat__dnnl_destroy(remat__dnnl *d);
+/* A oneDNN failure during a kernel (out of memory making a primitive):
+ * REMAT_OK, or the first failure's status after remat__err. */
+remat_status remat__dnnl_status(remat__dnnl *d);
+
+/* Whether the convolution runs through oneDNN on nth threads, and its
+ * workspace bytes if so (forward and backward). Depends on the dims, nth,
+ * the process's mode and the machine's ISA only. */
+int remat__dnnl_conv_use(const remat__conv_dims *cd, int nth, size_t *fwd_ws, size_t *bwd_ws);
+
+/* The same answer for a kernel, from the context's plans (made on first
+ * use, with their primitives). 0 when d is NULL. */
+int remat__dnnl_conv_uses(remat__dnnl *d, const remat__conv_dims *cd, int nth);
+
+/* The kernels, called by every pool thread (ith of nth) with ws of the
+ * sizes above. forward writes y; backward ACCUMULATES into dx, dw, db
+ * where they are not NULL. Both may call remat__pool_barrier(pool). */
+void remat__dnnl_conv_forward(remat__dnnl *d, const remat__conv_dims *cd, const float *x, const float *w,
+                              const float *b, float *y, void *ws, remat__pool *pool, int ith, int nth);
+void remat__dnnl_conv_backward(remat__dnnl *d, const remat__conv_dims *cd, const float *x, const float *w,
+                               const float *dy, float *dx, float *dw, float *db, void *ws, remat__pool *pool,
+                               int ith, int nth);
+
+/* C (M, N) = alpha op(A) op(B) + beta C, row-major, on the calling thread
+ * alone: oneDNN's sgemm when remat__dnnl_gemm_use says so, else
+ * cblas_sgemm. `d` may be NULL (then cblas). */
+int remat__dnnl_gemm_use(int64_t M, int64_t N, int64_t K);
+void remat__gemm(const remat__dnnl *d, int transa, int transb, int64_t M, int64_t N, int64_t K, float alpha,
+                 const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
+
+/* "oneDNN 2.6.3 (OMP), ISA avx512_core_bf16" or "oneDNN off", in buf. */
+const char *remat__dnnl_describe(char *buf, size_t cap);
+
+#endif /* REMAT_OPS_DNNL_H */
