@@ -135,6 +135,11 @@ typedef struct {
     size_t aux;          /* bytes of the outputs besides the first that the
                           * backward reads (masks, indices, statistics) */
     size_t ws[2];        /* transient bytes of the forward and the backward */
+    int64_t grad;        /* bytes of the gradient of its value, when they are
+                          * not its value's (-1): a framework may hold a
+                          * gradient for a value that takes no memory (a
+                          * parameter read by several ops: PyTorch sums its
+                          * gradient in a buffer until the last read) */
     remat_family family;
     uint8_t flags;       /* REMAT__OP_STATEFUL, REMAT__OP_RANDOM, as recorded */
     int32_t id;          /* the op's (or a leaf's value's) id in the file */

@@ -8,7 +8,7 @@
  * predicted peaks per category, its costs, and, per op of the file, whether
  * the schedule recomputes it. Format: docs/graph-format.md.
  */
-#include "../remat-impl.h"
+#include "session.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -21,6 +21,7 @@ typedef struct {
     int has_optim;
     remat_optim_opts optim;
     int threads;
+    int timeline;
 } request;
 
 static remat_status read_request(const char *text, request *r) {
@@ -45,6 +46,7 @@ static remat_status read_request(const char *text, request *r) {
         if (!cJSON_IsString(s)) st = remat__err(REMAT_FORMAT, "plan request: 'strategy' is not a string");
         else st = remat_strategy_parse(s->valuestring, &r->strategy);
     }
+    r->timeline = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(root, "timeline"));
     const cJSON *o = cJSON_GetObjectItemCaseSensitive(root, "optimizer");
     if (st == REMAT_OK && o && !cJSON_IsNull(o)) {
         const cJSON *k = cJSON_GetObjectItemCaseSensitive(o, "kind");
@@ -71,6 +73,40 @@ static cJSON *peaks_json(const remat_mem_stats *m) {
     cJSON *o = cJSON_CreateObject();
     for (int c = 0; c < REMAT_MEM_COUNT; c++) add_size(o, remat_mem_str((remat_mem)c), m->peak[c]);
     return o;
+}
+
+/* The step's instructions with the live bytes of its values after each
+ * ("timeline": [[kind, op id, live bytes, peak bytes within], ...]), a fold
+ * over the memory plan's ticks: where the predicted peak is. */
+static remat_status timeline_json(const remat_session *s, cJSON *out) {
+    const remat__memplan *m = &s->train.mem;
+    const remat__schedule *sc = &s->train.sc;
+    const remat_graph *g = s->g;
+    cJSON *arr = cJSON_AddArrayToObject(out, "timeline");
+    int64_t live = 0, peak = 0;
+    int32_t t = 0;
+    static const char *const kinds[] = {"forward", "backward", "free", "reduce"};
+    for (int i = 0; i < sc->n; i++) {
+        peak = live;
+        for (; t < m->ticks; t++) {
+            int32_t e = m->tick[t];
+            const remat__mev *x = &m->ev[e >= 0 ? e : ~e];
+            if (x->ins > i && e >= 0) break;
+            if (e >= 0) live += (int64_t)x->bytes;
+            else live -= (int64_t)x->bytes;
+            if (live > peak) peak = live;
+        }
+        const remat__instr *in = &sc->ins[i];
+        if (in->kind == REMAT__I_FREE) continue;
+        cJSON *row = cJSON_CreateArray();
+        int rec = in->kind == REMAT__I_FWD && !in->first;
+        cJSON_AddItemToArray(row, cJSON_CreateString(rec ? "recompute" : kinds[in->kind]));
+        cJSON_AddItemToArray(row, cJSON_CreateNumber(g->traced ? g->traced[in->node].id : in->node));
+        cJSON_AddItemToArray(row, cJSON_CreateNumber((double)live));
+        cJSON_AddItemToArray(row, cJSON_CreateNumber((double)peak));
+        cJSON_AddItemToArray(arr, row);
+    }
+    return REMAT_OK;
 }
 
 /* The plan of a session: summary and per-op decisions. */
@@ -113,6 +149,7 @@ static remat_status plan_json(const remat_session *s, const request *rq, cJSON *
         last = id;
     }
     free(rec);
+    if (st == REMAT_OK && rq->timeline) st = timeline_json(s, out);
     return st;
 }
 

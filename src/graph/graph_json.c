@@ -36,6 +36,7 @@ typedef enum { V_INPUT, V_PARAM, V_BUFFER, V_ACT } vkind;
 typedef struct {
     vkind kind;
     int64_t bytes;
+    int64_t grad;      /* bytes of its gradient, -1: its own bytes */
     const char *name;  /* borrowed from the JSON tree */
     int32_t producer;  /* op index, -1 for a leaf */
     int32_t out_index; /* which output of its producer */
@@ -147,6 +148,9 @@ static remat_status read_values(reader *r, const cJSON *arr) {
         val *v = &r->v[i];
         if ((st = whole(cJSON_GetObjectItemCaseSensitive(it, "bytes"), where, "bytes", &v->bytes)) != REMAT_OK)
             return st;
+        v->grad = -1;
+        const cJSON *gb = cJSON_GetObjectItemCaseSensitive(it, "grad_bytes");
+        if (gb && (st = whole(gb, where, "grad_bytes", &v->grad)) != REMAT_OK) return st;
         const cJSON *k = cJSON_GetObjectItemCaseSensitive(it, "kind");
         const char *ks = cJSON_IsString(k) ? k->valuestring : NULL;
         if (!ks) return remat__err(REMAT_FORMAT, "%s: 'kind' is missing or not a string", where);
@@ -308,7 +312,7 @@ static remat_status leaf_node(builder *b, val *v, int32_t id) {
         n.dtype = REMAT_F32;
         n.shape.d[0] = (v->bytes + 3) / 4;
     }
-    remat__traced rec = {.id = id};
+    remat__traced rec = {.id = id, .grad = -1};
     return add_node(b, &n, &rec, &v->node);
 }
 
@@ -324,6 +328,7 @@ static remat_status op_nodes(reader *r, builder *b, int i, const int32_t *saves,
     remat__node n = {.op = REMAT__OP_TRACED, .name = (char *)o->name, .n_in = o->n_in, .dtype = REMAT_U8};
     remat__traced rec = {.cost = {o->cost[0], o->cost[1], o->cost[2]},
                          .ws = {(size_t)o->ws[0], (size_t)o->ws[1]},
+                         .grad = r->v[o->out[0]].grad,
                          .family = o->family,
                          .flags = o->flags,
                          .id = i};
@@ -358,7 +363,7 @@ static remat_status op_nodes(reader *r, builder *b, int i, const int32_t *saves,
         remat__node x = {.op = REMAT__OP_TRACED, .n_in = 1, .in = {first->node}, .dtype = REMAT_U8};
         x.shape.ndim = 1;
         x.shape.d[0] = v->bytes;
-        remat__traced xr = {.family = REMAT_FAMILY_COPY, .id = i};
+        remat__traced xr = {.family = REMAT_FAMILY_COPY, .id = i, .grad = v->grad};
         st = add_node(b, &x, &xr, &v->node);
     }
     return st;

@@ -90,8 +90,10 @@ int remat__cut_points(const remat_graph *g, const uint8_t *needed, int32_t *out,
 size_t remat__value_bytes(const remat_graph *g, int32_t v) {
     const remat__node *n = &g->nodes[REMAT__VAL_NODE(v)];
     switch (REMAT__VAL_KIND(v)) {
-    case REMAT__V_OUT:
     case REMAT__V_GRAD:
+        if (g->traced && g->traced[REMAT__VAL_NODE(v)].grad >= 0) return (size_t)g->traced[REMAT__VAL_NODE(v)].grad;
+        return remat__out_bytes(n);
+    case REMAT__V_OUT:
         return remat__out_bytes(n);
     case REMAT__V_AUX: {
         const remat__op *op = remat__ops[n->op];

@@ -1,0 +1,86 @@
+"""The C library, through ctypes.
+
+remat's planner is libremat (C); this package reaches it through one
+JSON-in, JSON-out call, remat_plan_graph_json, so that no C struct layout is
+mirrored here. The shared library is looked for, in order:
+
+1. the path in the environment variable REMAT_LIB;
+2. a CMake build directory of the source tree this package sits in
+   (``build/`` beside ``python/``: an editable install from a checkout);
+3. the system's library path (``libremat.so.0`` after ``cmake --install``).
+
+ctypes was chosen over a C extension so that ``pip install ./python`` needs
+no compiler and the package works with any build of the library.
+"""
+
+import ctypes
+import json
+import os
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_TREE = os.path.dirname(os.path.dirname(_HERE))  # the checkout: python/remat/.. /..
+
+
+class RematError(RuntimeError):
+    """A failure reported by libremat, with its message."""
+
+
+def _candidates(name):
+    env = os.environ.get("REMAT_LIB" if name == "remat" else "REMAT_MEMTRACK")
+    if env:
+        yield env
+    for build in ("build", "build-release"):
+        yield os.path.join(_TREE, build, "lib%s.so" % name)
+    yield "lib%s.so.0" % name if name == "remat" else "lib%s.so" % name
+
+
+def find_library(name="remat"):
+    """The path of libremat.so (or of libremat-memtrack.so), or None."""
+    for c in _candidates(name):
+        if os.path.isabs(c):
+            if os.path.exists(c):
+                return c
+        else:
+            try:
+                ctypes.CDLL(c)
+                return c
+            except OSError:
+                pass
+    return None
+
+
+_lib = None
+
+
+def lib():
+    """libremat, loaded once per process."""
+    global _lib
+    if _lib is None:
+        path = find_library("remat")
+        if path is None:
+            raise RematError(
+                "libremat.so was not found: build it (cmake -S . -B build && cmake --build build), "
+                "install it (cmake --install build), or set REMAT_LIB to its path")
+        l = ctypes.CDLL(path)
+        l.remat_plan_graph_json.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]
+        l.remat_plan_graph_json.restype = ctypes.c_int
+        l.remat_free.argtypes = [ctypes.c_void_p]
+        l.remat_free.restype = None
+        l.remat_last_error.argtypes = []
+        l.remat_last_error.restype = ctypes.c_char_p
+        _lib = l
+    return _lib
+
+
+def plan_graph(graph, request):
+    """Plans a graph file's step (dicts in, dict out): remat_plan_graph_json."""
+    l = lib()
+    out = ctypes.c_void_p()
+    text = json.dumps(graph, separators=(",", ":")).encode()
+    rc = l.remat_plan_graph_json(text, json.dumps(request).encode(), ctypes.byref(out))
+    if rc != 0:
+        raise RematError(l.remat_last_error().decode(errors="replace"))
+    try:
+        return json.loads(ctypes.string_at(out.value).decode())
+    finally:
+        l.remat_free(out)

@@ -1,0 +1,233 @@
+"""remat for PyTorch: plan your own model's training step under a budget in
+bytes, run the plan in eager PyTorch, and measure it.
+
+    import remat.torch as rt
+    plan = rt.plan(model, (x,), lambda out: loss_fn(out, y), budget="6GiB", optimizer=opt)
+    print(plan)                       # peak per category, what is recomputed
+    for x, y in batches:
+        with plan.apply(model):
+            loss = loss_fn(model(x), y)
+            loss.backward()
+        opt.step(); opt.zero_grad()
+
+capture (capture.py) traces one step with PyTorch's own dispatch and
+saved-tensor machinery into a graph file; libremat plans it (the same
+planners as remat's own models, through remat_plan_graph_json); apply
+(apply.py) runs the plan through saved-tensor hooks. docs/pytorch.md says
+what each guarantees.
+"""
+
+from .._lib import RematError, plan_graph
+from .apply import Applied
+from .capture import CaptureError, Trace, capture
+from . import memtrack
+
+__all__ = ["plan", "plan_trace", "max_batch", "measure", "capture", "Plan", "Trace", "CaptureError",
+           "RematError", "parse_bytes"]
+
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1000, "kib": 1 << 10, "m": 1 << 20, "mb": 1000 ** 2, "mib": 1 << 20,
+          "g": 1 << 30, "gb": 1000 ** 3, "gib": 1 << 30, "t": 1 << 40, "tb": 1000 ** 4, "tib": 1 << 40}
+
+
+def parse_bytes(b):
+    """Bytes from an int or a string such as "6GiB", "512MiB", "1.5GB"."""
+    if b is None:
+        return 0
+    if isinstance(b, int):
+        if b < 0:
+            raise ValueError("a budget is a number of bytes >= 0, not %d" % b)
+        return b
+    s = str(b).strip().lower().replace(" ", "")
+    i = len(s)
+    while i > 0 and not (s[i - 1].isdigit() or s[i - 1] == "."):
+        i -= 1
+    num, unit = s[:i], s[i:]
+    if unit not in _UNITS or not num:
+        raise ValueError("cannot read %r as bytes (examples: 6GiB, 512MiB, 1500000000)" % b)
+    return int(float(num) * _UNITS[unit])
+
+
+def _optimizer_request(optimizer):
+    """The optimizer's state as remat counts it, from a torch.optim object or a name."""
+    if optimizer is None:
+        return {"kind": "none"}
+    if isinstance(optimizer, str):
+        return {"kind": optimizer.lower()}
+    name = type(optimizer).__name__.lower()
+    if name in ("adam", "adamw"):
+        return {"kind": "adamw"}
+    if name == "sgd":
+        m = optimizer.defaults.get("momentum", 0) or 0
+        return {"kind": "sgd", "momentum": float(m)}
+    raise ValueError("remat counts the state of SGD, Adam and AdamW; %s is not one of them (pass optimizer='adamw' "
+                     "to count two tensors per parameter, 'sgd' for none)" % type(optimizer).__name__)
+
+
+_CATEGORIES = ("parameters", "gradients", "optimizer state", "activations", "transient", "workspace")
+
+
+class Plan:
+    """A plan for one model's step: what remat predicts and what it recomputes."""
+
+    def __init__(self, trace, result, request):
+        self.trace = trace
+        self.result = result
+        self.request = request
+        self.feasible = bool(result.get("feasible"))
+        self.budget = int(result.get("budget", 0))
+        self.floor = int(result.get("floor", 0)) if not self.feasible else None
+        self.predicted = {k: int(v) for k, v in result.get("predicted", {}).items()}
+        self.peak_bytes = int(result.get("peak_bytes", 0))
+        ids = [int(i) for i in result.get("recompute", [])]  # the graph file's op ids
+        fo = getattr(trace, "file_ops", None)
+        self.recompute_ops = [fo[i] for i in ids if fo[i] is not None] if fo else ids
+        self.extra_flops = float(result.get("extra_flops", 0))
+        self.flops = float(result.get("flops", 0))
+
+    @property
+    def recomputed(self):
+        """The names of the ops the plan recomputes (aten op names), in order."""
+        return [self.trace.ops[i].name for i in self.recompute_ops]
+
+    def apply(self, model=None):
+        """The context to run one training step under (forward, loss and
+        backward inside it). Pass the model so that its parameter gradients
+        are held for the whole step, as the plan counts them."""
+        if not self.feasible:
+            raise RematError(self.result.get("error", "the plan is not feasible"))
+        return Applied(self, model)
+
+    def __repr__(self):
+        if not self.feasible:
+            return "<remat plan: nothing fits %d bytes; the smallest feasible budget is %d bytes>" % (
+                self.budget, self.floor or 0)
+        lines = ["remat plan: %s (%s), predicted peak %d bytes (%.1f MiB) for a budget of %s" % (
+            self.result.get("strategy"), self.result.get("candidate") or self.result.get("planner"),
+            self.peak_bytes, self.peak_bytes / 2 ** 20, "%d bytes" % self.budget if self.budget else "none")]
+        for c in _CATEGORIES:
+            if self.predicted.get(c):
+                lines.append("  %-16s %14d" % (c, self.predicted[c]))
+        extra = 100.0 * self.extra_flops / self.flops if self.flops else 0.0
+        lines.append("  recomputes %d of %d ops: +%.2f%% FLOPs" % (len(self.recompute_ops), len(self.trace.ops), extra))
+        return "\n".join(lines)
+
+
+def plan_trace(trace, budget=None, optimizer=None, strategy="auto"):
+    """Plans a captured step (capture(...)) at a budget (bytes or "6GiB")."""
+    req = {"budget": parse_bytes(budget), "strategy": strategy, "optimizer": _optimizer_request(optimizer)}
+    return Plan(trace, plan_graph(trace.graph(), req), req)
+
+
+def plan(model, inputs, loss_fn, budget=None, optimizer=None, strategy="auto"):
+    """Captures model's training step on inputs with loss_fn(output) -> scalar
+    and plans it within budget (bytes, or a string such as "6GiB"; None: no
+    limit). optimizer: a torch.optim.SGD/Adam/AdamW (or "sgd", "adamw"), whose
+    state the plan counts. A budget nothing fits gives a Plan with feasible
+    False and .floor, the smallest budget that fits (see plan.result)."""
+    return plan_trace(capture(model, inputs, loss_fn), budget, optimizer, strategy)
+
+
+def max_batch(make_inputs, model, loss_fn, budget, optimizer=None, start=1, limit=1 << 16):
+    """The largest batch whose step fits budget, with store-all and with
+    remat's plan: {"all": b, "optimal": b}. make_inputs(b) gives the model's
+    inputs for batch b; loss_fn(output) the loss. Each batch is captured
+    (PyTorch runs one step at that batch) and planned: doubling, then
+    bisection."""
+    budget = parse_bytes(budget)
+    out = {}
+    for strategy in ("all", "optimal"):
+        def fits(b):
+            t = capture(model, make_inputs(b), loss_fn)
+            p = plan_trace(t, budget, optimizer, strategy)
+            return p.feasible and p.peak_bytes <= budget
+        lo, hi = 0, start
+        while hi <= limit and fits(hi):
+            lo, hi = hi, hi * 2
+        hi = min(hi, limit + 1)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if fits(mid):
+                lo = mid
+            else:
+                hi = mid
+        out[strategy] = lo
+    return out
+
+
+def _bytes_of(tensors):
+    seen, n = set(), 0
+    for t in tensors:
+        if isinstance(t, torch_mod().Tensor):
+            s = t.untyped_storage()
+            if s.data_ptr() not in seen:
+                seen.add(s.data_ptr())
+                n += s.nbytes()
+    return n
+
+
+def torch_mod():
+    import torch
+    return torch
+
+
+def measure(model, inputs, loss_fn, plan=None, optimizer=None, steps=3):
+    """Runs `steps` training steps (under plan when given) and measures each:
+    the peak bytes the process holds during forward and backward (the heap
+    counter, which must be preloaded: python -m remat.torch run SCRIPT),
+    counted like the prediction (parameters, gradients, optimizer state, the
+    batch, and everything the step allocates), and its seconds. Returns a
+    dict with the per-step figures and, with a plan, the prediction."""
+    import time
+    torch = torch_mod()
+    c = memtrack.counter()
+    if c is None:
+        raise RematError("measure needs the heap counter preloaded: run the script as "
+                         "python -m remat.torch run SCRIPT [ARGS] (or LD_PRELOAD=%s)" % (memtrack.path() or
+                                                                                          "libremat-memtrack.so"))
+    if not isinstance(inputs, (tuple, list)):
+        inputs = (inputs,)
+    params = list(model.parameters())
+    rows = []
+    for _ in range(steps):
+        if optimizer is not None:
+            optimizer.zero_grad(set_to_none=True)
+        else:
+            for p in params:
+                p.grad = None
+        state = _bytes_of(params) + _bytes_of(_optim_tensors(optimizer)) + _bytes_of(inputs)
+        live0 = c.live()
+        c.reset_peak()
+        t0 = time.perf_counter()
+        ctx = plan.apply(model) if plan is not None else _null()
+        with ctx:
+            loss = loss_fn(model(*inputs))
+            loss.backward()
+        t1 = time.perf_counter()
+        peak = c.peak() - live0
+        if optimizer is not None:
+            optimizer.step()
+        rows.append({"peak_bytes": state + peak, "seconds": t1 - t0, "loss": float(loss.detach())})
+    out = {"steps": rows, "peak_bytes": max(r["peak_bytes"] for r in rows[1:] or rows),
+           "seconds": sorted(r["seconds"] for r in rows)[len(rows) // 2]}
+    if plan is not None:
+        out["predicted_bytes"] = plan.peak_bytes
+        out["budget"] = plan.budget
+    return out
+
+
+def _optim_tensors(optimizer):
+    if optimizer is None:
+        return []
+    out = []
+    for st in optimizer.state.values():
+        for v in st.values():
+            out.append(v)
+    return out
+
+
+class _null:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *a):
+        return False

@@ -1,0 +1,258 @@
+"""Apply: a remat plan run by PyTorch in eager mode, value by value.
+
+The plan names the ops whose outputs the backward gets by recomputation.
+Inside ``plan.apply()``:
+
+- a TorchDispatchMode follows the forward call by call against the
+  captured sequence (a different sequence is refused: the step changed),
+  learns which tensor holds which value, keeps a recipe for each call (the
+  op and its arguments, with values by reference and never by tensor, so a
+  recipe holds no activation) and the RNG state before each random call;
+- saved-tensor hooks (the mechanism under torch.utils.checkpoint) give the
+  backward a small handle instead of every saved tensor of a recomputed
+  value, so its memory is freed after its last forward use, as the plan
+  says;
+- when the backward unpacks a handle, the value is recomputed from the
+  values the plan keeps: the missing ops run again in order, under
+  no_grad, each once; what they make is held until its last read by the
+  backward or by another recomputation, then dropped. This is the
+  schedule remat's memory plan predicts (a segment recomputed at once,
+  just before its backward).
+
+What it guarantees: the same ops on the same inputs, so the same bits
+(gradients, loss) as the step without a plan, on the same threads; a
+random op (dropout) is replayed from the RNG state it first drew from;
+an op that writes a buffer (BatchNorm's running statistics) is replayed on
+a copy of the buffer, so state changes once per step; every parameter
+gets its gradient whatever requires grad, because nothing about autograd's
+graph changes (only where saved tensors live). Parameter gradients are
+allocated (zero) when the context is entered, as remat's executor holds
+them for the whole step; the plan counts them so.
+"""
+
+import contextlib
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten, tree_map
+
+from .capture import CaptureError, _skey, _written_args
+
+
+class _Ref:
+    """A value by reference in a recipe: its id and the view of it."""
+    __slots__ = ("v", "size", "stride", "offset")
+
+    def __init__(self, v, t):
+        self.v, self.size, self.stride, self.offset = v, tuple(t.size()), tuple(t.stride()), t.storage_offset()
+
+
+class _Handle(_Ref):
+    """What a saved tensor of a recomputed value becomes."""
+
+
+class _Recipe:
+    __slots__ = ("func", "args", "kwargs", "new", "rng", "writes")
+
+    def __init__(self, func, args, kwargs, new, rng, writes):
+        self.func, self.args, self.kwargs, self.new, self.rng, self.writes = func, args, kwargs, new, rng, writes
+
+
+def _view(base, r):
+    return base.as_strided(r.size, r.stride, r.offset)
+
+
+class Applier(TorchDispatchMode):
+    """One training step under a plan (Plan.apply makes one per step)."""
+
+    def __init__(self, plan):
+        super().__init__()
+        t = plan.trace
+        self.t = t
+        self.rec_ops = set(plan.recompute_ops)
+        # an overwritten version cannot be kept: what reads it is recomputed from its maker
+        grow = True
+        while grow:
+            grow = False
+            for o in list(self.rec_ops):
+                for v in t.ops[o].inputs:
+                    val = t.values[v]
+                    if val.overwritten and val.producer >= 0 and val.producer not in self.rec_ops:
+                        self.rec_ops.add(val.producer)
+                        grow = True
+        self.rec_vals = {v for o in self.rec_ops for v in t.ops[o].outputs}
+        self.consumers = {}  # value -> recomputed ops that read it
+        for o in self.rec_ops:
+            for v in set(t.ops[o].inputs):
+                if t.values[v].kind == "activation":
+                    self.consumers[v] = self.consumers.get(v, 0) + 1
+        self.call = 0
+        self.vmap = {}     # storage address -> value id (activations made in this step)
+        self.src = {}      # kept values recomputations start from
+        self.recipes = {}  # op id -> [recipe]
+        self.packs = {}    # value -> saved tensors of it handed out as handles
+        self.uses = {}     # value -> reads still to come (unpacks, recomputations)
+        self.cache = {}    # recomputed values held for their reads
+        self.replays = 0   # ops run again (a check: at most once each)
+
+    # ---------------------------------------------------------- forward
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if torch._C._current_autograd_node() is not None or self.call >= len(self.t.calls):
+            return func(*args, **kwargs)  # the backward, or past the captured forward
+        c = self.t.calls[self.call]
+        if c.name != str(func):
+            raise CaptureError("the step's op %d is %s where the captured step had %s: the model ran other ops "
+                               "than when it was planned (data-dependent control flow, or other input shapes); "
+                               "plan it again" % (self.call, func, c.name))
+        self.call += 1
+        rng = torch.get_rng_state() if c.op >= 0 and self.t.ops[c.op].random else None
+        if c.op >= 0:
+            ref = lambda a: _Ref(self.vmap[_skey(a)], a) if isinstance(a, torch.Tensor) and _skey(a) in self.vmap else a
+            written = {id(w) for w in _written_args(func, args, kwargs)}
+            writes = [i for i, a in enumerate(tree_flatten((args, kwargs))[0]) if id(a) in written]
+            rargs, rkwargs = tree_map(ref, (args, kwargs))
+            self.recipes.setdefault(c.op, []).append(_Recipe(func, rargs, rkwargs, c.new, rng, writes))
+        out = func(*args, **kwargs)
+        if c.new:
+            flat = tree_flatten(out)[0]
+            for i, v in c.new:
+                if i < 0:
+                    continue
+                self.vmap[_skey(flat[i])] = v
+                if v in self.consumers and v not in self.rec_vals:
+                    self.src[v] = flat[i]
+        return out
+
+    def pack(self, x):
+        v = self.vmap.get(_skey(x))
+        if v is None or v not in self.rec_vals:
+            return x
+        self.packs[v] = self.packs.get(v, 0) + 1
+        return _Handle(v, x)
+
+    def forward_done(self):
+        """Counts every recomputed value's reads (called before the backward's first unpack)."""
+        if self.uses:
+            return
+        for v in self.rec_vals:
+            self.uses[v] = self.packs.get(v, 0) + self.consumers.get(v, 0)
+        for v in self.src:
+            self.uses[v] = self.consumers.get(v, 0)
+
+    # ---------------------------------------------------------- backward
+    def unpack(self, h):
+        if not isinstance(h, _Handle):
+            return h
+        self.forward_done()
+        base = self._value(h.v)
+        out = _view(base, h)
+        self._used(h.v)
+        return out
+
+    def _used(self, v):
+        n = self.uses.get(v, 0) - 1
+        self.uses[v] = n
+        if n <= 0:
+            self.cache.pop(v, None)
+            self.src.pop(v, None)
+
+    def _have(self, v):
+        return v in self.cache or v in self.src
+
+    def _get(self, v):
+        return self.cache[v] if v in self.cache else self.src[v]
+
+    def _value(self, v):
+        if not self._have(v):
+            self._recompute(v)
+        return self._get(v)
+
+    def _recompute(self, v):
+        """Runs again, in order, every op that v needs and that is not held."""
+        t = self.t
+        need, stack = set(), [t.values[v].producer]
+        while stack:
+            o = stack.pop()
+            if o in need:
+                continue
+            if o not in self.recipes:
+                raise CaptureError("internal: op %d (%s) must be recomputed but was not recorded" % (o, t.ops[o].name))
+            need.add(o)
+            for r in self.recipes[o]:
+                for a in tree_flatten((r.args, r.kwargs))[0]:
+                    if isinstance(a, _Ref) and not self._have(a.v) and a.v not in t.ops[o].outputs:
+                        stack.append(t.values[a.v].producer)
+        with torch.no_grad():
+            for o in sorted(need):
+                self._replay(o)
+
+    def _replay(self, o):
+        t = self.t
+        made = {}
+        self.replays += 1
+
+        def arg(a):
+            if not isinstance(a, _Ref):
+                return a
+            base = made[a.v] if a.v in made else self._get(a.v)
+            return _view(base, a)
+
+        for r in self.recipes[o]:
+            args, kwargs = tree_map(arg, (r.args, r.kwargs))
+            if r.writes:  # writes go to copies of what the op does not make itself
+                flat, spec = tree_flatten((args, kwargs))
+                raw = tree_flatten((r.args, r.kwargs))[0]
+                for i in r.writes:
+                    if not (isinstance(raw[i], _Ref) and raw[i].v in made):
+                        flat[i] = flat[i].clone()
+                args, kwargs = spec.unflatten(flat) if hasattr(spec, "unflatten") else \
+                    torch.utils._pytree.tree_unflatten(flat, spec)
+            if r.rng is not None:
+                with torch.random.fork_rng(devices=[]):
+                    torch.set_rng_state(r.rng)
+                    out = r.func(*args, **kwargs)
+            else:
+                out = r.func(*args, **kwargs)
+            flat_out = tree_flatten(out)[0]
+            for i, v in r.new:
+                if i >= 0:
+                    made[v] = flat_out[i]
+        for v in t.ops[o].outputs:
+            if v in made and self.uses.get(v, 0) > 0:
+                self.cache[v] = made[v]
+        for v in set(t.ops[o].inputs):
+            if v in self.uses and v not in t.ops[o].outputs and v in self.consumers:
+                self._used(v)
+
+
+class Applied(contextlib.AbstractContextManager):
+    """The context of one step under a plan: the dispatch mode and the hooks."""
+
+    def __init__(self, plan, model=None):
+        self.plan = plan
+        self.model = model
+        self.applier = None
+        self._hooks = None
+
+    def __enter__(self):
+        a = self.applier = Applier(self.plan)
+        if self.model is not None:  # remat's model: parameter gradients held for the whole step
+            for p in self.model.parameters():
+                if p.requires_grad and p.grad is None:
+                    p.grad = torch.zeros_like(p)
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(a.pack, a.unpack)
+        self._hooks.__enter__()
+        a.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        a = self.applier
+        a.__exit__(*exc)
+        self._hooks.__exit__(*exc)
+        if exc[0] is None and a.call not in (0, len(self.plan.trace.calls)):
+            raise CaptureError("the step ran %d of the %d captured ops: run the whole forward (model and loss) "
+                               "inside plan.apply()" % (a.call, len(self.plan.trace.calls)))
+        a.src.clear()
+        a.cache.clear()
+        return False

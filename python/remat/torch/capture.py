@@ -1,0 +1,544 @@
+"""Capture: a PyTorch model's whole training step as a remat graph file.
+
+One forward pass and the loss run in eager mode under a TorchDispatchMode
+that sees every aten op below autograd, in execution order, and under
+saved-tensor hooks that see every tensor autograd saves for the backward
+(the same two mechanisms PyTorch's own non-reentrant checkpointing and its
+selective checkpointing are built on). From them:
+
+- values are storages: an op's output that is a new storage is a new value
+  (its bytes are the storage's); views and aliases are not values; model
+  parameters and buffers are leaves by their state_dict names, and any
+  other tensor the step reads (the batch, constants) is an input leaf;
+- an op that writes a value in place (``relu_``, ``+=``) is folded into the
+  op that made the value when nothing has read the value since (the
+  common case: the value's memory and its maker's are the same); otherwise
+  it makes a new version of it, and the old version is marked overwritten;
+- an op that writes a parameter or a buffer (BatchNorm's running
+  statistics) is stateful; one tagged ``nondeterministic_seeded`` (dropout)
+  is random;
+- a saved tensor is a read by the backward of the op whose autograd node
+  saved it (inputs are saved just before the op runs, outputs just after);
+- costs are FLOPs (PyTorch's own flop formulas, torch.utils.flop_counter;
+  an op without one costs its output's element count); transient bytes are
+  measured when the heap counter (libremat-memtrack.so) is preloaded.
+
+Every op is captured; none is dropped or refused for being unknown. What
+cannot be planned is refused with the reason and the place in the user's
+code: a step whose ops depend on the data (``.item()``, ``if tensor:``,
+``nonzero``), which a static plan cannot follow.
+
+The capture leaves the model as it found it: gradients, buffers (BatchNorm
+statistics) and the random number generator are restored afterwards.
+"""
+
+import time
+import traceback
+import warnings
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+from . import memtrack
+
+aten = torch.ops.aten
+
+# Ops whose result depends on the values of a tensor in a way that changes
+# the following ops (control flow or shapes).
+_DATA_DEPENDENT = {
+    "aten::_local_scalar_dense", "aten::is_nonzero", "aten::nonzero", "aten::nonzero_static", "aten::equal",
+    "aten::masked_select", "aten::unique", "aten::_unique2", "aten::unique_consecutive", "aten::unique_dim",
+    "aten::item", "aten::repeat_interleave",
+}
+
+try:  # PyTorch's flop formulas, keyed by op packet
+    from torch.utils.flop_counter import flop_registry as _FLOPS
+except Exception:  # pragma: no cover - very old PyTorch
+    _FLOPS = {}
+
+_PRODUCTS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear"}
+_CONVS = {"aten::convolution", "aten::_convolution", "aten::conv2d", "aten::cudnn_convolution",
+          "aten::mkldnn_convolution", "aten::_slow_conv2d_forward", "aten::thnn_conv2d"}
+_NORMS = {"aten::native_batch_norm", "aten::_native_batch_norm_legit", "aten::native_layer_norm",
+          "aten::_native_batch_norm_legit_no_training", "aten::native_group_norm"}
+_POOLS = {"aten::max_pool2d_with_indices", "aten::avg_pool2d", "aten::adaptive_avg_pool2d",
+          "aten::_adaptive_avg_pool2d", "aten::mean"}
+_LOSSES = {"aten::nll_loss_forward", "aten::_log_softmax", "aten::mse_loss", "aten::cross_entropy_loss"}
+
+
+class CaptureError(RuntimeError):
+    """The step cannot be captured as a static graph; the message says why and where."""
+
+
+def _skey(t):
+    """The identity of a tensor's memory: its storage's address (0: none)."""
+    try:
+        s = t.untyped_storage()
+    except Exception:  # sparse or otherwise storage-less
+        return 0
+    return s.data_ptr() if s.nbytes() > 0 else 0
+
+
+def _user_frame():
+    """'file:line in function' of the innermost frame outside torch and remat."""
+    for fr in reversed(traceback.extract_stack()[:-2]):
+        f = fr.filename.replace("\\", "/")
+        if "/torch/" in f or "/remat/torch/" in f or "/contextlib.py" in f:
+            continue
+        return "%s:%d in %s" % (fr.filename, fr.lineno, fr.name)
+    return "an unknown place"
+
+
+def _family(name):
+    if name in _PRODUCTS:
+        return "linear"
+    if name in _CONVS:
+        return "conv"
+    if name in _NORMS:
+        return "norm"
+    if name in _POOLS:
+        return "pool"
+    if name in _LOSSES:
+        return "loss"
+    return "pointwise"
+
+
+def _written_args(func, args, kwargs):
+    """The tensors an op writes (its schema's mutable arguments)."""
+    out = []
+    for i, a in enumerate(func._schema.arguments):
+        if a.alias_info is None or not a.alias_info.is_write:
+            continue
+        v = args[i] if i < len(args) else kwargs.get(a.name)
+        for t in tree_flatten(v)[0]:
+            if isinstance(t, torch.Tensor):
+                out.append(t)
+    return out
+
+
+class Value:
+    __slots__ = ("id", "kind", "bytes", "name", "producer", "overwritten", "readers")
+
+    def __init__(self, id, kind, nbytes, name=None, producer=-1):
+        self.id, self.kind, self.bytes, self.name, self.producer = id, kind, nbytes, name, producer
+        self.overwritten = False
+        self.readers = 0  # ops that read it so far
+
+
+class Op:
+    __slots__ = ("id", "name", "calls", "inputs", "outputs", "saves", "flops", "transient", "transient_bwd",
+                 "stateful", "random", "family")
+
+    def __init__(self, id, name):
+        self.id, self.name = id, name
+        self.calls = []
+        self.inputs, self.outputs, self.saves = [], [], []
+        self.flops = 0.0
+        self.transient = 0
+        self.transient_bwd = 0
+        self.stateful = self.random = False
+        self.family = "pointwise"
+
+
+class Call:
+    """One aten call of the forward, as the plan's applier must see it again."""
+    __slots__ = ("name", "op", "new")
+
+    def __init__(self, name, op, new):
+        self.name = name  # the overload's name, to check the replayed sequence
+        self.op = op      # op id, or -1 for a view
+        self.new = new    # [(flat output index, value id)] the call makes
+
+
+class Trace:
+    """A captured training step: values, ops, the calls that made them, the loss."""
+
+    def __init__(self):
+        self.values, self.ops, self.calls = [], [], []
+        self.loss = -1
+        self.capture_seconds = 0.0
+        self.transient_measured = False
+        self.source = ""
+
+    # ------------------------------------------------------------ graph file
+    def graph(self):
+        """The step as a remat graph file (docs/graph-format.md), a dict.
+
+        A parameter that several ops read gets a planning-only op of its
+        own in front of its readers, whose value takes no memory and whose
+        gradient takes the parameter's bytes: PyTorch's autograd engine sums
+        such a parameter's gradient in a buffer from the backward of its
+        last reader to that of its first. self.file_ops maps the file's op
+        ids back to the trace's (None for those planning-only ops)."""
+        multi = {v.id for v in self.values if v.kind == "parameter" and v.readers >= 2}
+        values = []
+        for v in self.values:
+            d = {"id": v.id, "kind": v.kind, "bytes": int(v.bytes)}
+            if v.name:
+                d["name"] = v.name
+            values.append(d)
+        ops, self.file_ops, via = [], [], {}
+        for o in self.ops:
+            for p in o.inputs:
+                if p in multi and p not in via:
+                    q = via[p] = len(values)
+                    values.append({"id": q, "kind": "activation", "bytes": 0, "grad_bytes": int(self.values[p].bytes)})
+                    ops.append({"id": len(ops), "name": "remat::gradient_buffer(%s)" % self.values[p].name,
+                                "inputs": [p], "outputs": [q], "saves": [], "forward": 0.0, "family": "copy"})
+                    self.file_ops.append(None)
+            fw = float(o.flops)
+            ops.append({
+                "id": len(ops), "name": o.name, "inputs": [via.get(v, v) for v in o.inputs], "outputs": o.outputs,
+                "saves": sorted(set(via.get(v, v) for v in o.saves)), "forward": fw, "backward": 2.0 * fw,
+                "recompute": fw, "transient": {"forward": int(o.transient), "backward": int(o.transient_bwd)},
+                "stateful": o.stateful, "random": o.random, "family": o.family,
+            })
+            self.file_ops.append(o.id)
+        return {"format": "remat-graph", "version": 1, "cost_unit": "flops", "source": self.source,
+                "values": values, "ops": ops, "loss": self.loss}
+
+
+class _Recorder(TorchDispatchMode):
+    """Records every aten call of the forward pass into a Trace."""
+
+    def __init__(self, trace, leaves, measure):
+        super().__init__()
+        self.t = trace
+        self.live = dict(leaves)  # storage address -> value id
+        self.pending = []         # values saved since the last call
+        self.measure = measure    # the heap counter, or None
+        self.n_inputs = 0
+        self.last = None          # the op of the latest call that made or wrote a value
+        self.exact = hasattr(torch.autograd.graph, "node_creation_hook")
+        self.after = None         # exact: the op that ran and whose node is not made yet
+
+    # -- values
+    def _value_of(self, t):
+        """The value that tensor t's memory holds (an input leaf if unseen)."""
+        k = _skey(t)
+        if k == 0:
+            return -1
+        v = self.live.get(k)
+        if v is None:
+            v = len(self.t.values)
+            self.t.values.append(Value(v, "input", t.untyped_storage().nbytes(), "input.%d" % self.n_inputs))
+            self.n_inputs += 1
+            self.live[k] = v
+        return v
+
+    def _new_value(self, t, op):
+        v = len(self.t.values)
+        self.t.values.append(Value(v, "activation", t.untyped_storage().nbytes(), None, op))
+        self.live[_skey(t)] = v
+        return v
+
+    # -- saved tensors: attributed when the next call is recorded
+    def saved(self, t):
+        v = self._value_of(t)
+        if v < 0:
+            return
+        if self.exact and self.after is not None:  # after an op ran, before its node: its outputs
+            if v not in self.after.saves:
+                self.after.saves.append(v)
+            return
+        self.pending.append(v)
+
+    def node_made(self, node):
+        """An autograd node is complete (torch.autograd.graph.node_creation_hook):
+        it belongs to the op that just ran; later saves are the next op's."""
+        node.metadata["remat.op"] = self.after.id if self.after is not None else -1
+        self.after = None
+
+    def flush(self, next_inputs=()):
+        if self.exact:  # saved before the next op runs: its inputs
+            later, self.pending = self.pending, []
+            return later
+        return self._flush_guess(next_inputs)
+
+    def _flush_guess(self, next_inputs):
+        """Attributes the values saved since the last call. Between two
+        calls autograd saves the outputs of the one before (after it ran)
+        and then the inputs of the one after (before it runs); a value that
+        is both is the first's when it is not yet among its reads (an
+        attribution one op earlier only makes the value live one op's
+        backward longer), else the next op's. Anything else is read by the
+        latest op that read or made it."""
+        if not self.pending:
+            return []
+        later = []
+        prev = self.last
+        for v in self.pending:
+            if prev is not None and v in prev.outputs and v not in prev.saves:
+                prev.saves.append(v)
+                continue
+            if v in next_inputs:
+                later.append(v)
+                continue
+            for o in reversed(self.t.ops[-16:]):
+                if v in o.inputs or v in o.outputs:
+                    o.saves.append(v)
+                    break
+            else:
+                if self.t.ops:  # made long ago and saved now (a custom Function): a read of the latest op
+                    o = self.t.ops[-1]
+                    o.inputs.append(v)
+                    o.saves.append(v)
+        self.pending = []
+        return later
+
+    # -- the dispatch
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = func._schema.name
+        flat_in = [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)]
+        in_vals = []
+        for a in flat_in:
+            v = self._value_of(a)
+            if v >= 0 and v not in in_vals:
+                in_vals.append(v)
+        if name in _DATA_DEPENDENT and any(self.t.values[v].kind == "activation" for v in in_vals):
+            raise CaptureError(
+                "the step's ops depend on the data: %s reads a value computed in the step (at %s). remat plans "
+                "a step whose ops are the same for every batch; move data-dependent control flow (.item(), "
+                "if tensor:, nonzero, unique) out of the step or make it depend on shapes only"
+                % (func.__name__ if hasattr(func, "__name__") else name, _user_frame()))
+        later = self.flush(set(in_vals))
+        self.after = None
+        written = {_skey(w) for w in _written_args(func, args, kwargs)}
+        in_keys = {_skey(a) for a in flat_in}
+        m = self.measure
+        if m is not None:
+            live0 = m.live()
+            m.reset_peak()
+        out = func(*args, **kwargs)
+        peak = m.peak() if m is not None else 0
+        flat_out = tree_flatten(out)[0]
+        op = Op(len(self.t.ops), name)
+        new, fold_into, seen = [], None, set()
+        for i, t in enumerate(flat_out):
+            if not isinstance(t, torch.Tensor):
+                continue
+            k = _skey(t)
+            if k == 0 or k in seen:
+                continue
+            seen.add(k)
+            if k in in_keys:
+                if k not in written:
+                    continue  # a view or an alias of an input
+                v = self.live[k]
+                val = self.t.values[v]
+                if val.kind in ("parameter", "buffer"):
+                    continue  # state written in place: see `stateful` below
+                prod = self.t.ops[val.producer] if val.producer >= 0 else None
+                early = all(self.t.values[u].producer < (prod.id if prod is not None else 0) for u in in_vals
+                            if u != v)
+                if (prod is not None and val.readers == 0 and prod.outputs and prod.outputs[0] == v
+                        and fold_into in (None, prod) and early):
+                    fold_into = prod  # nothing read it since: the same memory, the same op
+                    continue
+                val.overwritten = True
+                new.append((i, self._new_value(t, op.id)))  # a new version, read by this op
+            else:
+                new.append((i, self._new_value(t, op.id)))
+        state = any(self.t.values[self.live[k]].kind in ("parameter", "buffer") for k in written if k in self.live)
+        flops = 0.0
+        packet = getattr(func, "_overloadpacket", None)
+        if packet in _FLOPS:
+            try:
+                flops = float(_FLOPS[packet](*args, **kwargs, out_val=out))
+            except Exception:
+                flops = 0.0
+        if flops == 0.0:
+            flops = float(sum(t.numel() for t in flat_out if isinstance(t, torch.Tensor)))
+        made = sum(self.t.values[v].bytes for _, v in new)
+        transient = max(0, peak - live0 - made) if m is not None else 0
+        random = torch.Tag.nondeterministic_seeded in func.tags
+        if fold_into is not None and not new:
+            target = fold_into
+        elif new or state:
+            target = op
+            if not new:  # state written, nothing made: a 0-byte value keeps the op in the graph
+                v = len(self.t.values)
+                self.t.values.append(Value(v, "activation", 0, None, op.id))
+                new.append((-1, v))
+            op.outputs = [v for _, v in new]
+            op.family = _family(name)
+            self.t.ops.append(op)
+        else:
+            target = None  # a view: no op
+        if target is not None:
+            for v in in_vals:
+                if v not in target.inputs and v not in target.outputs:
+                    target.inputs.append(v)
+                    self.t.values[v].readers += 1
+            target.calls.append(len(self.t.calls))
+            target.flops += flops
+            target.transient = max(target.transient, transient)
+            target.stateful |= state
+            target.random |= random
+        self.t.calls.append(Call(str(func), target.id if target is not None else -1, new))
+        if target is not None:
+            self.last = target
+        self.after = target
+        if target is None:
+            self.pending = later  # a view: the op after it reads them
+        else:
+            for v in later:  # saved before this op ran: its inputs
+                if v not in target.saves:
+                    target.saves.append(v)
+            self.pending = []
+        return out
+
+
+def _node_hook(rec):
+    if rec.exact:
+        return torch.autograd.graph.node_creation_hook(rec.node_made)
+    import contextlib
+    return contextlib.nullcontext()
+
+
+class _BackwardMeter(TorchDispatchMode):
+    """Measures each op's backward transient bytes: over the calls of its
+    autograd node, the peak above what was live when the node started, less
+    the gradients of its inputs (which the plan counts as values)."""
+
+    def __init__(self, trace, counter):
+        super().__init__()
+        self.t, self.c = trace, counter
+        self.node, self.op, self.start = None, -1, 0
+        for o in trace.ops:
+            o.transient_bwd = 0
+
+    def _close(self):
+        """The transient of the node that ran since start: what it held
+        above its end (temporaries), and what it left that the plan does not
+        count (a parameter's gradient before AccumulateGrad adds it; not
+        for a parameter several ops read, whose buffer the plan counts)."""
+        if self.op >= 0:
+            o = self.t.ops[self.op]
+            vals = self.t.values
+            gin = sum(vals[v].bytes for v in set(o.inputs) if vals[v].kind == "activation")
+            buffered = sum(vals[v].bytes for v in set(o.inputs) if vals[v].kind == "parameter" and vals[v].readers >= 2)
+            after = self.c.live()
+            ws = max(0, self.c.peak() - after) + max(0, after - self.start - gin - buffered)
+            o.transient_bwd = max(o.transient_bwd, ws)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        node = torch._C._current_autograd_node()
+        if node is not self.node:
+            self._close()
+            self.node = node
+            self.op = node.metadata.get("remat.op", -1) if node is not None else -1
+            self.start = self.c.live()
+            self.c.reset_peak()
+        return func(*args, **(kwargs or {}))
+
+    def __exit__(self, *a):
+        self._close()
+        return super().__exit__(*a)
+
+
+def _restore_point(model):
+    grads = {n: p.grad for n, p in model.named_parameters()}
+    bufs = {n: b.detach().clone() for n, b in model.named_buffers()}
+    return grads, bufs, torch.get_rng_state()
+
+
+def _restore(model, point):
+    grads, bufs, rng = point
+    for n, p in model.named_parameters():
+        p.grad = grads[n]
+    with torch.no_grad():
+        for n, b in model.named_buffers():
+            b.copy_(bufs[n])
+    torch.set_rng_state(rng)
+
+
+def capture(model, inputs, loss_fn):
+    """Captures one training step of `model` on `inputs` (a tensor or a tuple
+    of the model's positional arguments) with loss `loss_fn(output)`:
+    forward, loss and the values the backward reads. Returns a Trace; the
+    model, its gradients, its buffers and the RNG are left as they were."""
+    if not isinstance(inputs, (tuple, list)):
+        inputs = (inputs,)
+    t = Trace()
+    t.source = "torch %s: %s" % (torch.__version__, type(model).__name__)
+    leaves = {}
+    params = [(n, p) for n, p in model.named_parameters()]
+    for kind, named in (("parameter", [(n, p) for n, p in params if p.requires_grad]),
+                        ("buffer", [(n, p) for n, p in params if not p.requires_grad]),
+                        ("buffer", list(model.named_buffers()))):
+        for n, p in named:
+            k = _skey(p)
+            if k and k not in leaves:
+                leaves[k] = len(t.values)
+                t.values.append(Value(len(t.values), kind, p.untyped_storage().nbytes(), n))
+    point = _restore_point(model)
+    rec = _Recorder(t, leaves, memtrack.counter())
+    t.transient_measured = rec.measure is not None
+    start = time.perf_counter()
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(lambda x: (rec.saved(x), x)[1], lambda x: x):
+            with _node_hook(rec), rec:
+                loss = loss_fn(model(*inputs))
+            rec._flush_guess(())
+        if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or loss.dtype != torch.float32:
+            raise CaptureError("loss_fn must return a float32 scalar tensor; it returned %r"
+                               % (type(loss).__name__ if not isinstance(loss, torch.Tensor) else
+                                  "%s of shape %s" % (loss.dtype, tuple(loss.shape))))
+        if not loss.requires_grad:
+            raise CaptureError("the loss does not depend on any parameter that requires grad")
+        k = _skey(loss)
+        lv = rec.live.get(k, -1)
+        if lv < 0 or t.values[lv].producer < 0 or t.ops[t.values[lv].producer].outputs[0] != lv:
+            raise CaptureError("the loss is not the first output of an op of the step")
+        t.loss = lv
+        if rec.measure is not None and rec.exact:
+            with _BackwardMeter(t, rec.measure):
+                loss.backward()
+        else:
+            loss.backward()
+            for o in t.ops:
+                o.transient_bwd = o.transient
+        no_grad = [n for n, p in params if p.requires_grad and p.grad is None and _skey(p) in leaves
+                   and t.values[leaves[_skey(p)]].readers > 0]
+        for n in no_grad:
+            warnings.warn("parameter %s gets no gradient from this loss" % n)
+    finally:
+        _restore(model, point)
+    _unused_params_to_buffers(t)
+    t.capture_seconds = time.perf_counter() - start
+    return t
+
+
+def _unused_params_to_buffers(t):
+    """Parameters no op reads are left out of the graph; parameters read only
+    by ops the loss does not depend on get no gradient: they count as
+    buffers (remat would refuse them as parameters that do not train)."""
+    need = [False] * len(t.values)
+    need[t.loss] = True
+    for o in reversed(t.ops):
+        if any(need[v] for v in o.outputs):
+            for v in o.inputs:
+                need[v] = True
+    for v in t.values:
+        if v.kind == "parameter" and not need[v.id]:
+            v.kind = "buffer"
+    # leaves nobody reads are not part of the step
+    read = set()
+    for o in t.ops:
+        read.update(o.inputs)
+    keep = [v for v in t.values if v.kind == "activation" or v.id in read]
+    if len(keep) != len(t.values):
+        remap = {v.id: i for i, v in enumerate(keep)}
+        for i, v in enumerate(keep):
+            v.id = i
+        for o in t.ops:
+            o.inputs = [remap[v] for v in o.inputs]
+            o.outputs = [remap[v] for v in o.outputs]
+            o.saves = [remap[v] for v in o.saves if v in remap]
+        for c in t.calls:
+            c.new = [(i, remap[v]) for i, v in c.new]
+        t.loss = remap[t.loss]
+        t.values = keep
