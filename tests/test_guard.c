@@ -30,7 +30,7 @@
  * winner's seed.
  *
  * `test_guard --stop-mpi [--quick] CLI MPIRUN...`: the same on 2 ranks
- * (--quick, for the sanitizers: a run of 300 steps), the signal
+ * (--quick, for the sanitizers: a run of 800 steps, 2 signals to mpirun), the signal
  * sent to mpirun (which forwards it) or to one rank only.
  *
  * `test_guard --stop CLI`: SIGTERM at 10 random moments of a run with a
@@ -891,7 +891,7 @@ static pid_t child_of(pid_t parent) {
  * the uninterrupted 2-rank run's weights. */
 static int stop_mpi_test(const char *cli, char **launcher, int nl, int quick) {
     /* the sanitizers' build: a shorter run, signals fewer steps apart */
-    const char *steps = quick ? "300" : STOP_STEPS_MPI;
+    const char *steps = quick ? "800" : STOP_STEPS_MPI;
     int apart = quick ? 20 : 200;
     char dir[256], sdir[400], ref[400], fin[400], log[400];
     make_tmpdir(dir, sizeof dir, "stopmpi");
@@ -919,7 +919,7 @@ static int stop_mpi_test(const char *cli, char **launcher, int nl, int quick) {
         pid_t rank = 0;
         if (wait_for_step(pid, log, target, &rc)) {
             sleep_s(rng_u01() * 0.002);
-            rank = stops % 3 ? child_of(pid) : 0;
+            rank = stops % (quick ? 5 : 3) ? child_of(pid) : 0;
             kill(rank ? rank : pid, SIGTERM);
             to_rank += rank != 0;
             rc = wait_rc(pid);
