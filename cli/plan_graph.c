@@ -6,6 +6,7 @@
 #include "cli.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,7 +22,7 @@
 static char *read_graph_file(const char *path) {
     int fd = open(path, O_RDONLY | O_NONBLOCK);
     if (fd < 0) {
-        cli_fail("cannot open the graph file %s", path);
+        cli_fail("cannot open the graph file %s: %s", path, strerror(errno));
         return NULL;
     }
     struct stat sb;
@@ -60,9 +61,12 @@ static const char *str(const cJSON *o, const char *k) {
 
 static void print_plan(const cJSON *p) {
     if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(p, "feasible"))) {
-        printf("no plan fits the budget of %.0f bytes (%.1f MiB); the smallest feasible budget is %.0f bytes "
-               "(%.1f MiB)\n", num(p, "budget"), num(p, "budget") / 1048576.0, num(p, "floor"),
-               num(p, "floor") / 1048576.0);
+        if (cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(p, "floor")))
+            printf("no plan fits the budget of %.0f bytes (%.1f MiB); the smallest feasible budget is %.0f bytes "
+                   "(%.1f MiB)\n", num(p, "budget"), num(p, "budget") / 1048576.0, num(p, "floor"),
+                   num(p, "floor") / 1048576.0);
+        else /* a fixed strategy: no search, no floor; the library says what it holds */
+            printf("%s\n", str(p, "error"));
         return;
     }
     const cJSON *pr = cJSON_GetObjectItemCaseSensitive(p, "predicted");

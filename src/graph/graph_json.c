@@ -13,10 +13,11 @@
  * built, and a refusal names the op or value and the field: ids out of
  * range or used twice, a value read before it is made (a cycle), sizes
  * that are negative, fractional, non-finite or beyond 2^53, an op that
- * saves a value it neither reads nor makes. Counts are bounded before
- * anything is allocated for them (REMAT__GRAPH_MAX_*), so an enormous file
- * costs time and memory in proportion to its text, which the caller has
- * already read.
+ * saves a value it neither reads nor makes, names used twice. Counts are
+ * bounded before anything is allocated for them (MAX_VALUES, MAX_OPS), and
+ * the bytes of all values together stay below 2^53, so that no sum of
+ * them the planners take can wrap around: an enormous file costs time and
+ * memory in proportion to its text, which the caller has already read.
  */
 #include "../remat-impl.h"
 
@@ -30,6 +31,10 @@
 #define MAX_VALUES 4000000
 #define MAX_OPS 2000000
 #define MAX_OUTPUTS 16
+#define MAX_BYTES 9007199254740992.0 /* 2^53: per value, and all values together */
+/* Per cost: far beyond any op, and low enough that the planners' sums
+ * over millions of ops and their recomputations stay finite. */
+#define MAX_COST 1e30
 
 typedef enum { V_INPUT, V_PARAM, V_BUFFER, V_ACT } vkind;
 
@@ -85,7 +90,7 @@ static remat_status whole(const cJSON *it, const char *where, const char *key, i
     if (!isfinite(d)) return remat__err(REMAT_FORMAT, "%s: '%s' is not finite", where, key);
     if (d < 0) return remat__err(REMAT_FORMAT, "%s: '%s' is negative (%g)", where, key, d);
     if (d != floor(d)) return remat__err(REMAT_FORMAT, "%s: '%s' is not a whole number (%g)", where, key, d);
-    if (d >= 9007199254740992.0) return remat__err(REMAT_FORMAT, "%s: '%s' is too large (%g)", where, key, d);
+    if (d >= MAX_BYTES) return remat__err(REMAT_FORMAT, "%s: '%s' is too large (%g; at most 2^53 - 1)", where, key, d);
     *out = (int64_t)d;
     return REMAT_OK;
 }
@@ -99,8 +104,8 @@ static remat_status cost_of(const cJSON *obj, const char *where, const char *key
     }
     if (!cJSON_IsNumber(it)) return remat__err(REMAT_FORMAT, "%s: '%s' is not a number", where, key);
     double d = it->valuedouble;
-    if (!isfinite(d) || d < 0 || d > 1e300)
-        return remat__err(REMAT_FORMAT, "%s: '%s' must be a finite number >= 0 (got %g)", where, key, d);
+    if (!isfinite(d) || d < 0 || d > MAX_COST)
+        return remat__err(REMAT_FORMAT, "%s: '%s' must be a number from 0 to %g (got %g)", where, key, MAX_COST, d);
     *out = d;
     return REMAT_OK;
 }
@@ -126,6 +131,36 @@ static remat_status value_id(const reader *r, const cJSON *it, const char *where
     return REMAT_OK;
 }
 
+typedef struct {
+    const char *name;
+    int32_t id;
+} named;
+
+static int by_name(const void *a, const void *b) {
+    const named *x = a, *y = b;
+    int c = strcmp(x->name, y->name);
+    return c ? c : (x->id > y->id) - (x->id < y->id);
+}
+
+/* The names of inputs, parameters and buffers are the caller's handles on
+ * them (and remat's, in messages): unique. Sorted, so that a file of
+ * millions of parameters is checked in n log n, not n^2. */
+static remat_status unique_names(const reader *r) {
+    named *ix = malloc(((size_t)r->nv + 1) * sizeof *ix);
+    if (!ix) return remat__err(REMAT_NOMEM, "out of memory reading %d values", (int)r->nv);
+    int n = 0;
+    for (int32_t i = 0; i < r->nv; i++)
+        if (r->v[i].kind != V_ACT) ix[n++] = (named){r->v[i].name, i};
+    qsort(ix, (size_t)n, sizeof *ix, by_name);
+    remat_status st = REMAT_OK;
+    for (int k = 1; k < n && st == REMAT_OK; k++)
+        if (strcmp(ix[k - 1].name, ix[k].name) == 0)
+            st = remat__err(REMAT_FORMAT, "value %d: 'name' '%.60s' is value %d's too (inputs, parameters and "
+                            "buffers have names of their own)", (int)ix[k].id, ix[k].name, (int)ix[k - 1].id);
+    free(ix);
+    return st;
+}
+
 static remat_status read_values(reader *r, const cJSON *arr) {
     if (!cJSON_IsArray(arr)) return remat__err(REMAT_FORMAT, "'values' is missing or not an array");
     int n = cJSON_GetArraySize(arr);
@@ -135,6 +170,7 @@ static remat_status read_values(reader *r, const cJSON *arr) {
     if (!r->v) return remat__err(REMAT_NOMEM, "out of memory reading %d values", n);
     r->nv = n;
     int i = 0;
+    double total = 0; /* exact below 2^53, where the check stops it */
     const cJSON *it;
     cJSON_ArrayForEach(it, arr) {
         char where[48];
@@ -168,11 +204,18 @@ static remat_status read_values(reader *r, const cJSON *arr) {
             return remat__err(REMAT_FORMAT, "%s: an input, parameter or buffer needs a 'name'", where);
         if (v->kind != V_ACT && v->bytes == 0)
             return remat__err(REMAT_FORMAT, "%s ('%.60s'): an input, parameter or buffer of 0 bytes", where, v->name);
+        /* parameters and buffers are float32 elements (leaf_node); a
+         * gradient of other bytes than its value's counts too */
+        total += (double)(v->kind == V_PARAM || v->kind == V_BUFFER ? (v->bytes + 3) / 4 * 4 : v->bytes);
+        total += v->grad > 0 ? (double)v->grad : 0;
+        if (total >= MAX_BYTES)
+            return remat__err(REMAT_FORMAT, "%s: 'bytes' (%lld) brings the total of all values' bytes to 2^53 or "
+                              "more", where, (long long)v->bytes);
         v->producer = -1;
         v->node = -1;
         i++;
     }
-    return REMAT_OK;
+    return unique_names(r);
 }
 
 static remat_status id_list(const reader *r, const cJSON *obj, const char *where, const char *key, int32_t *ids,
@@ -238,14 +281,18 @@ static remat_status read_op(reader *r, int i, const cJSON *it, int32_t *saves, i
         v->producer = i;
         v->out_index = k;
     }
+    int kept = 0; /* a value listed twice is read once (and its bytes counted once) */
     for (int k = 0; k < *n_saves; k++) {
-        int ok = 0;
+        int ok = 0, again = 0;
         for (int q = 0; q < o->n_in; q++) ok |= o->in[q] == saves[k];
         for (int q = 0; q < o->n_out; q++) ok |= o->out[q] == saves[k];
         if (!ok)
-            return remat__err(REMAT_FORMAT, "%s: its backward reads value %d, which is neither its input nor its "
+            return remat__err(REMAT_FORMAT, "%s: 'saves' names value %d, which is neither its input nor its "
                               "output", where, (int)saves[k]);
+        for (int q = 0; q < kept; q++) again |= saves[q] == saves[k];
+        if (!again) saves[kept++] = saves[k];
     }
+    *n_saves = kept;
     if ((st = cost_of(it, where, "forward", 0, &o->cost[0])) != REMAT_OK ||
         (st = cost_of(it, where, "backward", 2 * o->cost[0], &o->cost[1])) != REMAT_OK ||
         (st = cost_of(it, where, "recompute", o->cost[0], &o->cost[2])) != REMAT_OK)
@@ -284,9 +331,16 @@ typedef struct {
     int32_t cap;
 } builder;
 
-static remat_status add_node(builder *b, const remat__node *proto, const remat__traced *rec, int32_t *out) {
+/* Adds proto (without a name) and then names it name (NULL: none):
+ * remat__graph_add, given a name, compares it with every node before
+ * (n^2 over a file of a million named ops); the reader has checked the
+ * names that must be unique (unique_names). */
+static remat_status add_node(builder *b, const remat__node *proto, const char *name, const remat__traced *rec,
+                             int32_t *out) {
     remat_node id = remat__graph_add(b->g, proto);
     if (id == REMAT_NONE) return b->g->status;
+    if (name && !(b->g->nodes[id].name = strdup(name)))
+        return remat__err(REMAT_NOMEM, "out of memory building the traced graph");
     if (id >= b->cap) {
         int32_t cap = b->cap ? 2 * b->cap : 256;
         while (cap <= id) cap *= 2;
@@ -301,7 +355,7 @@ static remat_status add_node(builder *b, const remat__node *proto, const remat__
 }
 
 static remat_status leaf_node(builder *b, val *v, int32_t id) {
-    remat__node n = {.leaf = REMAT__LEAF_INPUT, .op = REMAT__OP_INPUT, .name = (char *)v->name};
+    remat__node n = {.leaf = REMAT__LEAF_INPUT, .op = REMAT__OP_INPUT};
     n.shape.ndim = 1;
     if (v->kind == V_INPUT) {
         n.dtype = REMAT_U8;
@@ -313,7 +367,7 @@ static remat_status leaf_node(builder *b, val *v, int32_t id) {
         n.shape.d[0] = (v->bytes + 3) / 4;
     }
     remat__traced rec = {.id = id, .grad = -1};
-    return add_node(b, &n, &rec, &v->node);
+    return add_node(b, &n, v->name, &rec, &v->node);
 }
 
 static remat_status op_nodes(reader *r, builder *b, int i, const int32_t *saves, int n_saves) {
@@ -325,7 +379,7 @@ static remat_status op_nodes(reader *r, builder *b, int i, const int32_t *saves,
             if (st != REMAT_OK) return st;
         }
     }
-    remat__node n = {.op = REMAT__OP_TRACED, .name = (char *)o->name, .n_in = o->n_in, .dtype = REMAT_U8};
+    remat__node n = {.op = REMAT__OP_TRACED, .n_in = o->n_in, .dtype = REMAT_U8};
     remat__traced rec = {.cost = {o->cost[0], o->cost[1], o->cost[2]},
                          .ws = {(size_t)o->ws[0], (size_t)o->ws[1]},
                          .grad = r->v[o->out[0]].grad,
@@ -356,7 +410,7 @@ static remat_status op_nodes(reader *r, builder *b, int i, const int32_t *saves,
         n.shape.ndim = 0;
         n.dtype = REMAT_F32;
     }
-    remat_status st = add_node(b, &n, &rec, &first->node);
+    remat_status st = add_node(b, &n, o->name, &rec, &first->node);
     for (int k = 1; k < o->n_out && st == REMAT_OK; k++) {
         val *v = &r->v[o->out[k]];
         if (!v->read_fwd) continue;
@@ -364,7 +418,7 @@ static remat_status op_nodes(reader *r, builder *b, int i, const int32_t *saves,
         x.shape.ndim = 1;
         x.shape.d[0] = v->bytes;
         remat__traced xr = {.family = REMAT_FAMILY_COPY, .id = i, .grad = v->grad};
-        st = add_node(b, &x, &xr, &v->node);
+        st = add_node(b, &x, NULL, &xr, &v->node);
     }
     return st;
 }
