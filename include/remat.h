@@ -428,6 +428,10 @@ typedef struct {
                               * backward pass instead of as soon as its
                               * gradients are final (no overlap: for
                               * measuring what the overlap hides) */
+    int recompute_once;      /* optimal: only schedules that recompute each
+                              * node at most once, as a framework that
+                              * keeps what it recomputed until its last use
+                              * runs them (the Python package's plans) */
     size_t *floor_out;       /* borrowed, may be NULL: when the optimal
                               * strategy finds no schedule within the
                               * budget (REMAT_BUDGET), the smallest budget

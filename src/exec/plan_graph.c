@@ -22,6 +22,7 @@ typedef struct {
     remat_optim_opts optim;
     int threads;
     int timeline;
+    int recompute_once;
 } request;
 
 static remat_status read_request(const char *text, request *r) {
@@ -47,6 +48,7 @@ static remat_status read_request(const char *text, request *r) {
         else st = remat_strategy_parse(s->valuestring, &r->strategy);
     }
     r->timeline = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(root, "timeline"));
+    r->recompute_once = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(root, "recompute_once"));
     const cJSON *o = cJSON_GetObjectItemCaseSensitive(root, "optimizer");
     if (st == REMAT_OK && o && !cJSON_IsNull(o)) {
         const cJSON *k = cJSON_GetObjectItemCaseSensitive(o, "kind");
@@ -148,6 +150,26 @@ static remat_status plan_json(const remat_session *s, const request *rq, cJSON *
         cJSON_AddItemToArray(ops, cJSON_CreateNumber(id));
         last = id;
     }
+    /* per op: its first output is dropped in the forward (freed before the
+     * first backward instruction), to be recomputed; a recomputed op whose
+     * first output lives into the backward is kept until it is recomputed,
+     * which a framework that keeps it until its backward runs as well */
+    memset(rec, 0, (size_t)g->n + 1);
+    const remat__schedule *sc = &s->train.sc;
+    for (int i = 0; i < sc->n; i++) {
+        const remat__instr *in = &sc->ins[i];
+        if (in->kind == REMAT__I_BWD) break;
+        if (in->kind == REMAT__I_FREE && REMAT__VAL_KIND(in->value) == REMAT__V_OUT) rec[REMAT__VAL_NODE(in->value)] = 1;
+    }
+    cJSON *drop = cJSON_AddArrayToObject(out, "drop");
+    last = -1;
+    for (int32_t u = 0; u < g->n && st == REMAT_OK; u++) {
+        if (!rec[u] || g->nodes[u].leaf != REMAT__LEAF_NONE || !s->prog.needs_grad[u]) continue;
+        int32_t id = g->traced[u].id;
+        if (id == last) continue;
+        cJSON_AddItemToArray(drop, cJSON_CreateNumber(id));
+        last = id;
+    }
     free(rec);
     if (st == REMAT_OK && rq->timeline) st = timeline_json(s, out);
     return st;
@@ -169,6 +191,7 @@ remat_status remat_plan_graph_json(const char *graph_text, const char *request_j
     so.budget = rq.budget;
     so.strategy = rq.strategy;
     so.optim = rq.has_optim ? &rq.optim : NULL;
+    so.recompute_once = rq.recompute_once;
     size_t floor_bytes = 0;
     so.floor_out = &floor_bytes;
     remat_session *s = NULL;

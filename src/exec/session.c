@@ -257,6 +257,7 @@ static remat_status create(remat_session **out, const remat_graph *g, remat_node
                         "without one", remat_device_str(cm->device), cm->threads, remat_device_str(s->opts.device),
                         s->opts.threads, s->opts.threads);
     if (st == REMAT_OK && cm) remat__prog_set_cost(&s->prog, cm);
+    s->prog.recompute_once = s->opts.recompute_once;
     s->opts.cost_model = NULL; /* copied: the caller's may go away */
     size_t nv = (size_t)g->n * 3;
     if (st == REMAT_OK) {

@@ -700,6 +700,17 @@ static int by_lb(const void *a, const void *b) {
     return by_cost(a, b);
 }
 
+/* Does the schedule compute some node more than twice (a first forward and
+ * more than one recomputation)? */
+static int recomputes_twice(const remat_graph *g, const remat__schedule *sc) {
+    uint8_t *n = calloc((size_t)g->n + 1, 1);
+    int twice = !n;
+    for (int i = 0; i < sc->n && !twice; i++)
+        if (sc->ins[i].kind == REMAT__I_FWD && ++n[sc->ins[i].node] > 2) twice = 1;
+    free(n);
+    return twice;
+}
+
 /* Places candidate k (made again from its generator) and returns what it
  * holds in k->held; with keep, the schedule is left in *keep. */
 static remat_status place_cand(const gen_ctx *x, cand *k, size_t held_outside, remat__schedule *keep) {
@@ -756,6 +767,10 @@ remat_status remat__optimal_schedule(const remat__prog *p, remat_node loss, size
                 continue;
             }
             if (st != REMAT_OK) break;
+            if (p->recompute_once && recomputes_twice(g, &sc)) {
+                remat__schedule_free(&sc);
+                continue;
+            }
             size_t pk = 0;
             st = values_peak(p, &sc, &pk);
             if (st == REMAT_OK) cands[nc++] = (cand){(int)gi, j, count, schedule_cost(p, &sc), pk + held_outside, 0};

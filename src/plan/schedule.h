@@ -61,6 +61,8 @@ typedef struct {
     double *node_cost;    /* (3 n) the cost of node u's forward (3u), its
                            * backward (3u + 1) and a recomputation of its
                            * forward (3u + 2): remat__prog_set_cost */
+    int recompute_once;   /* optimal considers only schedules that recompute
+                           * a node at most once (remat_session_opts) */
 } remat__prog;
 
 /* Analyses g and asks the device's kernels for each node's workspace

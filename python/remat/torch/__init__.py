@@ -17,6 +17,8 @@ planners as remat's own models, through remat_plan_graph_json); apply
 what each guarantees.
 """
 
+import math
+
 from .._lib import RematError, plan_graph
 from .apply import Applied
 from .capture import CaptureError, Trace, capture
@@ -80,7 +82,10 @@ class Plan:
         self.peak_bytes = int(result.get("peak_bytes", 0))
         ids = [int(i) for i in result.get("recompute", [])]  # the graph file's op ids
         fo = getattr(trace, "file_ops", None)
-        self.recompute_ops = [fo[i] for i in ids if fo[i] is not None] if fo else ids
+        tr = (lambda xs: [fo[i] for i in xs if fo[i] is not None]) if fo else (lambda xs: xs)
+        self.recompute_ops = tr(ids)
+        # the ops whose outputs the forward drops (handed to the backward by recomputation)
+        self.drop_ops = tr([int(i) for i in result.get("drop", [])])
         self.extra_flops = float(result.get("extra_flops", 0))
         self.flops = float(result.get("flops", 0))
 
@@ -112,10 +117,32 @@ class Plan:
         return "\n".join(lines)
 
 
-def plan_trace(trace, budget=None, optimizer=None, strategy="auto"):
+#: The share of a budget the plan leaves for what its model of PyTorch does
+#: not see (allocator rounding, small tensors, the order in which PyTorch's
+#: engine frees what it held): a plan for budget B holds at most B (1 - MARGIN)
+#: by remat's prediction. docs/pytorch.md gives the measured gaps.
+MARGIN = 0.02
+
+
+def plan_trace(trace, budget=None, optimizer=None, strategy="auto", margin=MARGIN):
     """Plans a captured step (capture(...)) at a budget (bytes or "6GiB")."""
-    req = {"budget": parse_bytes(budget), "strategy": strategy, "optimizer": _optimizer_request(optimizer)}
-    return Plan(trace, plan_graph(trace.graph(), req), req)
+    b = parse_bytes(budget)
+    inner = max(1, b - int(math.ceil(b * margin))) if b else 0  # 0 is "no budget"
+    # recompute_once: the applier keeps what it recomputed until its last use,
+    # so the plans it runs recompute each op at most once
+    req = {"budget": inner, "strategy": strategy, "optimizer": _optimizer_request(optimizer), "recompute_once": True}
+    result = plan_graph(trace.graph(), req)
+    result["budget"] = b
+    if not result.get("feasible") and result.get("floor"):
+        # the smallest budget whose inner budget holds the floor
+        f = int(result["floor"])
+        fb = int(math.ceil(f / (1.0 - margin)))
+        while fb - int(math.ceil(fb * margin)) < f:
+            fb += 1
+        while fb > 1 and (fb - 1) - int(math.ceil((fb - 1) * margin)) >= f:
+            fb -= 1
+        result["floor"] = fb
+    return Plan(trace, result, req)
 
 
 def plan(model, inputs, loss_fn, budget=None, optimizer=None, strategy="auto"):

@@ -69,7 +69,7 @@ class Applier(TorchDispatchMode):
         super().__init__()
         t = plan.trace
         self.t = t
-        self.rec_ops = set(plan.recompute_ops)
+        self.rec_ops = set(plan.drop_ops)
         # an overwritten version cannot be kept: what reads it is recomputed from its maker
         grow = True
         while grow:

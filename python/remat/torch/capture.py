@@ -411,18 +411,16 @@ class _BackwardMeter(TorchDispatchMode):
             o.transient_bwd = 0
 
     def _close(self):
-        """The transient of the node that ran since start: what it held
-        above its end (temporaries), and what it left that the plan does not
-        count (a parameter's gradient before AccumulateGrad adds it; not
-        for a parameter several ops read, whose buffer the plan counts)."""
+        """The transient of the node that ran since start: its peak above
+        what was live when it started, less the gradients of its inputs
+        (values the plan counts) and, for a parameter several ops read, the
+        gradient the engine buffers (which the plan counts too)."""
         if self.op >= 0:
             o = self.t.ops[self.op]
             vals = self.t.values
             gin = sum(vals[v].bytes for v in set(o.inputs) if vals[v].kind == "activation")
             buffered = sum(vals[v].bytes for v in set(o.inputs) if vals[v].kind == "parameter" and vals[v].readers >= 2)
-            after = self.c.live()
-            ws = max(0, self.c.peak() - after) + max(0, after - self.start - gin - buffered)
-            o.transient_bwd = max(o.transient_bwd, ws)
+            o.transient_bwd = max(o.transient_bwd, self.c.peak() - self.start - gin - buffered)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         node = torch._C._current_autograd_node()
