@@ -346,6 +346,12 @@ double remat__node_flops(const remat_graph *g, const remat__node *n);
 /* Adds or replaces a measured shape class in a cost model (kept sorted);
  * REMAT_INVALID when it is full. */
 remat_status remat__cost_model_put(remat_cost_model *m, const remat_op_time *t);
+/* `code` (REMAT_FORMAT for a file, REMAT_INVALID for a caller's struct),
+ * naming `where`, the field and its value, when a calibrated model holds
+ * seconds or a throughput that could make a step's predicted cost
+ * infinite (a NaN, an infinity, an op over 1e9 s, a throughput under
+ * 1 FLOP/s); REMAT_OK otherwise. */
+remat_status remat__cost_model_check(const remat_cost_model *m, const char *where, remat_status code);
 
 /* CPU threads a node's kernels run on (small ops run on the calling thread);
  * workspace sizes are computed for this count. */

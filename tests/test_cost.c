@@ -10,7 +10,10 @@
  *   summary's step cost is their sum over the schedule, backwards
  *   included), and by its family's throughput where the class was never
  *   measured.
- * - Damaged files are refused naming what is wrong.
+ * - Damaged files are refused naming what is wrong; so are seconds and
+ *   throughputs that could make a step's cost infinite (1e308 s per op, a
+ *   throughput of 1e-308 FLOP/s), in a file and in a caller's struct, and
+ *   a step whose summed cost overflows anyway is refused, not "inf s".
  * How close the predictions come to measured step times is a benchmark
  * (remat bench with a cost model prints both), not a test.
  */
@@ -169,8 +172,108 @@ static void calibrated(void) {
     free(m);
 }
 
+/* A cost model file: every family at `tp` FLOP/s, and `ops` (a JSON
+ * array's inside, maybe empty). */
+static void write_model(const char *path, const char *tp, const char *update, const char *ops) {
+    char text[2048];
+    snprintf(text, sizeof text,
+             "{\"device\": \"cpu\", \"threads\": 1, \"flops_per_s\": {\"linear\": %s, \"conv\": 1e9, "
+             "\"norm\": 1e9, \"pointwise\": 1e9, \"pool\": 1e9, \"copy\": 1e9, \"loss\": 1e9}, "
+             "\"update_s_per_param\": {\"sgd\": 1e-9, \"adamw\": %s}, \"ops\": [%s]}",
+             tp, update, ops);
+    write_text(path, text);
+}
+
+static int has(const char *needle) {
+    const char *e = remat_last_error();
+    if (strstr(e, needle)) return 1;
+    fprintf(stderr, "  the message '%s' does not name '%s'\n", e, needle);
+    return 0;
+}
+
+static void overflowing(void) {
+    const char *path = "test_cost_overflow.json";
+    remat_cost_model *m = calloc(2, sizeof *m), *ok = m + 1;
+    /* in a file: each value named with the field that holds it */
+    write_model(path, "1e9", "1e-9", "{\"op\": \"conv2d\", \"class\": \"00000000000000ff\", \"forward\": 1e308, "
+                                    "\"backward\": 1}");
+    CHECK(remat_cost_model_load(m, path) == REMAT_FORMAT && has("ops[0] (conv2d, class 00000000000000ff)") &&
+          has("'forward' is 1e+308 s"));
+    write_model(path, "1e9", "1e-9", "{\"op\": \"relu\", \"class\": \"1\", \"forward\": 1, \"backward\": 1}, "
+                                    "{\"op\": \"conv2d\", \"class\": \"2\", \"forward\": 1, \"backward\": 1, "
+                                    "\"recompute\": 1.5e9}");
+    CHECK(remat_cost_model_load(m, path) == REMAT_FORMAT && has("ops[1] (conv2d") && has("'recompute' is 1.5e+09 s"));
+    write_model(path, "1e9", "1e-9", "{\"op\": \"relu\", \"class\": \"1\", \"forward\": 1e999, \"backward\": 1}");
+    CHECK(remat_cost_model_load(m, path) == REMAT_FORMAT && has("ops[0] (relu") && has("'forward' is inf s"));
+    write_model(path, "1e-308", "1e-9", "");
+    CHECK(remat_cost_model_load(m, path) == REMAT_FORMAT && has("'flops_per_s.linear' is 1e-308"));
+    write_model(path, "0", "1e-9", "");
+    CHECK(remat_cost_model_load(m, path) == REMAT_FORMAT && has("'flops_per_s.linear' is 0"));
+    write_model(path, "1e9", "1e300", "");
+    CHECK(remat_cost_model_load(m, path) == REMAT_FORMAT && has("'update_s_per_param.adamw' is 1e+300"));
+    /* the bounds themselves are accepted: 1e9 s per op, 1 FLOP/s */
+    write_model(path, "1", "1e9", "{\"op\": \"relu\", \"class\": \"1\", \"forward\": 1e9, \"backward\": 1e9}");
+    CHECK_OK(remat_cost_model_load(ok, path));
+    CHECK(ok->n_ops == 1 && ok->ops[0].fwd_s == 1e9 && ok->flops_per_s[0] == 1);
+    remove(path);
+
+    /* a caller's struct: refused by the session, which plans a finite
+     * step at the bounds (every op 1e9 s, a throughput of 1 FLOP/s) */
+    remat_graph *g;
+    CHECK_OK(remat_graph_create(&g));
+    remat_node loss = small_cnn(g, 4, 3);
+    *m = *ok;
+    m->n_ops = 0;
+    for (remat_node v = 0; v < remat_graph_node_count(g) && m->n_ops < 8; v++) {
+        uint64_t cls = remat_node_cost_class(g, v);
+        if (cls) CHECK_OK(remat__cost_model_put(m, &(remat_op_time){cls, 0, 1e9, 1e9, 1e9}));
+    }
+    remat_session_opts so;
+    remat_session_opts_default(&so);
+    so.threads = 1;
+    so.plan_only = 1;
+    so.strategy = REMAT_STRATEGY_SQRT;
+    so.cost_model = m;
+    remat_session *s = NULL;
+    remat_plan_summary p;
+    CHECK_OK(remat_session_create(&s, g, loss, &so));
+    if (s) {
+        CHECK_OK(remat_session_plan(s, &p));
+        CHECK_MSG(isfinite(p.seconds) && p.seconds >= 1e9, "%g s", p.seconds);
+        remat_session_destroy(s), s = NULL;
+    }
+    m->ops[m->n_ops - 1].bwd_s = 1e308;
+    CHECK(remat_session_create(&s, g, loss, &so) == REMAT_INVALID && s == NULL &&
+          has("the session's cost model: ops[") && has("'backward' is 1e+308 s"));
+    m->ops[m->n_ops - 1].bwd_s = 1;
+    m->flops_per_s[REMAT_FAMILY_COUNT - 1] = NAN;
+    CHECK(remat_session_create(&s, g, loss, &so) == REMAT_INVALID && has("is nan"));
+
+    /* the sum: costs that got past the bounds (set here behind the
+     * model's back) make the summary fail, not report inf */
+    remat__prog prog;
+    remat__schedule sc;
+    memset(&sc, 0, sizeof sc);
+    CHECK_OK(remat__prog_init(&prog, g, 1, REMAT_DEVICE_CPU, NULL));
+    CHECK_OK(remat__schedule_build(&prog, loss, REMAT_NONE, 1, 1, NULL, &sc));
+    CHECK_OK(remat__schedule_add_frees(&prog, &sc));
+    CHECK_OK(remat__schedule_categorize(&prog, &sc));
+    remat_mem_stats start;
+    memset(&start, 0, sizeof start);
+    CHECK_OK(remat__schedule_summary(&prog, &sc, &start, 0, &p));
+    CHECK(isfinite(p.seconds) && p.seconds > 0);
+    for (remat_node v = 0; v < remat_graph_node_count(g); v++)
+        if (remat_node_cost_class(g, v)) prog.node_cost[3 * v] = prog.node_cost[3 * v + 1] = 1e308;
+    CHECK(remat__schedule_summary(&prog, &sc, &start, 0, &p) == REMAT_INVALID && has("predicted cost overflows"));
+    remat__schedule_free(&sc);
+    remat__prog_free(&prog);
+    remat_graph_destroy(g);
+    free(m);
+}
+
 int main(void) {
     classes();
     calibrated();
+    overflowing();
     return check_exit("test_cost");
 }

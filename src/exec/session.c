@@ -250,6 +250,7 @@ static remat_status create(remat_session **out, const remat_graph *g, remat_node
         st = remat__prog_init(&s->prog, g, s->opts.threads, s->opts.device, s->dev);
     }
     const remat_cost_model *cm = s->opts.cost_model;
+    if (st == REMAT_OK && cm) st = remat__cost_model_check(cm, "the session's cost model", REMAT_INVALID);
     if (st == REMAT_OK && cm && cm->calibrated &&
         (cm->device != s->opts.device || (cm->device == REMAT_DEVICE_CPU && cm->threads != s->opts.threads)))
         st = remat__err(REMAT_INVALID, "the cost model was measured on the %s with %d threads, but this session runs "

@@ -93,6 +93,52 @@ void remat__prog_set_cost(remat__prog *p, const remat_cost_model *m) {
     }
 }
 
+/* Bounds on what a cost model may say, so that a step's predicted cost
+ * (a sum over up to millions of instructions, recomputations included)
+ * stays finite: an op takes at most REMAT__COST_MAX_S seconds (about 32
+ * years; a measurement past it is broken, not slow), and a family runs
+ * at least one FLOP per second, so FLOPs over it are at most the FLOPs. */
+#define REMAT__COST_MAX_S 1e9
+#define REMAT__COST_MIN_FLOPS_PER_S 1.0
+
+static int seconds_ok(double s) { return isfinite(s) && s >= 0 && s <= REMAT__COST_MAX_S; }
+
+/* Entry i of a model's (or a file's) "ops". */
+static remat_status check_op(const remat_op_time *e, int i, const char *where, remat_status code) {
+    static const char *const what[3] = {"forward", "backward", "recompute"};
+    const double s[3] = {e->fwd_s, e->bwd_s, e->rec_s};
+    for (int k = 0; k < 3; k++)
+        if (!seconds_ok(s[k]))
+            return remat__err(code, "%s: ops[%d] (%s, class %016llx): '%s' is %g s; an op's seconds are a "
+                              "finite number from 0 to %g, or a step's cost overflows (run remat calibrate again)",
+                              where, i, (unsigned)e->op < REMAT__N_OPS ? remat__ops[e->op]->name : "?",
+                              (unsigned long long)e->cls, what[k], s[k], REMAT__COST_MAX_S);
+    return REMAT_OK;
+}
+
+remat_status remat__cost_model_check(const remat_cost_model *m, const char *where, remat_status code) {
+    if (!m->calibrated) return REMAT_OK; /* FLOPs: nothing of the model is read */
+    for (int f = 0; f < REMAT_FAMILY_COUNT; f++) {
+        double v = m->flops_per_s[f];
+        if (!isfinite(v) || !(v >= REMAT__COST_MIN_FLOPS_PER_S))
+            return remat__err(code, "%s: 'flops_per_s.%s' is %g: a throughput is a finite number of FLOP/s "
+                              "from %g up (run remat calibrate again)", where, remat_family_str((remat_family)f), v,
+                              REMAT__COST_MIN_FLOPS_PER_S);
+    }
+    for (int k = 0; k < 2; k++)
+        if (!seconds_ok(m->update_s_per_param[k]))
+            return remat__err(code, "%s: 'update_s_per_param.%s' is %g: seconds per parameter are a finite "
+                              "number from 0 to %g (run remat calibrate again)", where, k ? "adamw" : "sgd",
+                              m->update_s_per_param[k], REMAT__COST_MAX_S);
+    if (m->n_ops < 0 || m->n_ops > REMAT_COST_MAX_OPS)
+        return remat__err(code, "%s: %d shape classes, not 0 to %d", where, m->n_ops, REMAT_COST_MAX_OPS);
+    for (int i = 0; i < m->n_ops; i++) {
+        remat_status st = check_op(&m->ops[i], i, where, code);
+        if (st != REMAT_OK) return st;
+    }
+    return REMAT_OK;
+}
+
 static int by_class(const void *a, const void *b) {
     const remat_op_time *x = a, *y = b;
     return (x->cls > y->cls) - (x->cls < y->cls);
@@ -189,8 +235,8 @@ remat_status remat_cost_model_load(remat_cost_model *m, const char *path) {
         st = remat__err(REMAT_FORMAT, "%s: 'device' is not a device name", path);
     for (int f = 0; f < REMAT_FAMILY_COUNT && st == REMAT_OK; f++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(t, remat_family_str((remat_family)f));
-        if (!cJSON_IsNumber(v) || !(v->valuedouble > 0))
-            st = remat__err(REMAT_FORMAT, "%s: 'flops_per_s.%s' is missing or not a positive number", path,
+        if (!cJSON_IsNumber(v))
+            st = remat__err(REMAT_FORMAT, "%s: 'flops_per_s.%s' is missing or not a number", path,
                             remat_family_str((remat_family)f));
         else
             tmp->flops_per_s[f] = v->valuedouble;
@@ -198,7 +244,7 @@ remat_status remat_cost_model_load(remat_cost_model *m, const char *path) {
     const cJSON *u = cJSON_GetObjectItemCaseSensitive(o, "update_s_per_param");
     for (int k = 0; k < 2 && st == REMAT_OK && u; k++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(u, k ? "adamw" : "sgd");
-        if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0) || !isfinite(v->valuedouble))
+        if (!cJSON_IsNumber(v))
             st = remat__err(REMAT_FORMAT, "%s: 'update_s_per_param.%s' is not a number of seconds", path,
                             k ? "adamw" : "sgd");
         else
@@ -215,17 +261,18 @@ remat_status remat_cost_model_load(remat_cost_model *m, const char *path) {
         char *end = NULL;
         unsigned long long c = cJSON_IsString(cls) ? strtoull(cls->valuestring, &end, 16) : 0;
         int idx = cJSON_IsString(op) ? remat__op_find(op->valuestring) : -1;
-        if (idx < 0 || !c || !end || *end || !cJSON_IsNumber(fw) || !cJSON_IsNumber(bw) || !(fw->valuedouble >= 0) ||
-            !(bw->valuedouble >= 0) || !isfinite(fw->valuedouble) || !isfinite(bw->valuedouble) ||
-            (rc && (!cJSON_IsNumber(rc) || !(rc->valuedouble >= 0) || !isfinite(rc->valuedouble))))
+        if (idx < 0 || !c || !end || *end || !cJSON_IsNumber(fw) || !cJSON_IsNumber(bw) || (rc && !cJSON_IsNumber(rc)))
             st = remat__err(REMAT_FORMAT, "%s: ops[%d] is not {\"op\": a known op, \"class\": 16 hex digits, "
                             "\"forward\": s, \"backward\": s[, \"recompute\": s]}", path, i);
-        else
-            st = remat__cost_model_put(tmp, &(remat_op_time){(uint64_t)c, idx, fw->valuedouble, bw->valuedouble,
-                                                             rc ? rc->valuedouble : 0.0});
+        else {
+            remat_op_time t = {(uint64_t)c, idx, fw->valuedouble, bw->valuedouble, rc ? rc->valuedouble : 0.0};
+            st = check_op(&t, i, path, REMAT_FORMAT); /* named by its place in the file, before sorting */
+            if (st == REMAT_OK) st = remat__cost_model_put(tmp, &t);
+        }
         i++;
     }
     cJSON_Delete(o);
+    if (st == REMAT_OK) st = remat__cost_model_check(tmp, path, REMAT_FORMAT); /* the values' ranges, named */
     if (st == REMAT_OK) memcpy(m, tmp, sizeof *m);
     free(tmp);
     return st;

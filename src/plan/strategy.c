@@ -156,9 +156,14 @@ remat_status remat__schedule_summary(const remat__prog *p, const remat__schedule
         }
     }
     out->seconds += out->extra_seconds;
+    free(again);
+    /* Each cost is bounded (cost.c, the graph reader), so this sum stays
+     * finite; a cost that got past them is refused, not printed as inf. */
+    if (!isfinite(out->seconds))
+        return remat__err(REMAT_INVALID, "the step's predicted cost overflows (%g %s over %d instructions): a node "
+                          "costs more than a step can sum", out->seconds, p->cost.calibrated ? "s" : "FLOPs", s->n);
     out->calibrated = p->cost.calibrated;
     out->planner = s->origin ? s->origin : "levels";
     snprintf(out->candidate, sizeof out->candidate, "%s", s->candidate);
-    free(again);
     return REMAT_OK;
 }
