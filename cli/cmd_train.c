@@ -58,7 +58,10 @@ static void help(void) {
            "  --init-from FILE    start from the weights in a safetensors file (PyTorch\n"
            "                      state_dict names; every parameter and buffer must be there\n"
            "                      with dtype F32 and its shape)\n"
-           "  --save FILE         write the trained weights as safetensors\n"
+           "  --save FILE         write the trained weights as safetensors; FILE is locked\n"
+           "                      until it is written (.FILE.lock beside it): a second run\n"
+           "                      given it meanwhile is refused, naming the first's pid\n"
+           "                      and host\n"
            "  --state-dir DIR     save training states (weights, optimizer state, step, data\n"
            "                      position) in DIR, created if missing, as\n"
            "                      state-<step>.safetensors: after the last step, and every\n"
@@ -350,6 +353,7 @@ typedef struct {
     remat_model m;
     remat_dataset *train, *test;
     remat_tokens *tok;
+    remat_lock *save_lock; /* rank 0: --save's, from the start until it is written */
     int64_t xd[REMAT_MAX_DIMS], ld[REMAT_MAX_DIMS]; /* the graph's input and logits */
     char shape[64];
 } job;
@@ -359,6 +363,7 @@ static void job_free(job *j) {
     remat_dataset_destroy(j->train);
     remat_dataset_destroy(j->test);
     remat_tokens_destroy(j->tok);
+    remat_lock_destroy(j->save_lock);
 }
 
 /* What defines the math, by flag, so that a resume names the one changed
@@ -504,7 +509,13 @@ static int setup(job *j, const cli_dist *d, int argc, char **argv) {
         return cli_usage_error("train", "--train-limit, --test-limit and --data-dir are for data sets, not %s",
                                j->synthetic ? "synthetic data" : "token files");
     if (j->stream && !j->steps) j->steps = 100;
-    if (j->save && d->rank == 0 && check_writable(j->save) != 0) return 1; /* rank 0 writes it */
+    if (j->save && d->rank == 0) { /* rank 0 writes it */
+        if (check_writable(j->save) != 0) return 1;
+        /* locked for the run, so that a second run given the same --save
+         * is refused now, not overwritten (or overwriting) at its end */
+        if (remat_lock_create(&j->save_lock, j->save) != REMAT_OK) return cli_fail("%s", remat_last_error());
+        if (remat_lock_note(j->save_lock)) fprintf(stderr, "remat: note: %s\n", remat_lock_note(j->save_lock));
+    }
     if ((j->save_every >= 0 || j->keep >= 0) && !j->state_dir && !j->resume)
         return cli_usage_error("train", "--save-every and --keep need --state-dir DIR (or --resume DIR)");
     if (j->resume && !*j->resume) return cli_usage_error("train", "--resume needs a directory");
@@ -711,6 +722,8 @@ static int run(job *j, cli_dist *d) {
     if (lr) cli_fail("%s", remat_last_error());
     if ((rc = cli_dist_agree(d, lr))) goto done; /* rank 0 wrote it, or every rank stops */
     if (j->save && !j->json && d->rank == 0) printf("saved weights to %s\n", j->save);
+    remat_lock_destroy(j->save_lock); /* written: another run may write it now */
+    j->save_lock = NULL;
     if (p.last_state[0] && !j->json)
         printf("training state of step %lld in %s\n", (long long)p.last_state_step, p.last_state);
     rc = 0;

@@ -927,6 +927,19 @@ void remat_free(void *p);
 /* Writes every parameter and buffer of the session (by name, F32, with
  * "format": "pt" metadata), replacing the file atomically. */
 remat_status remat_safetensors_save(remat_session *s, const char *path);
+
+/* A file a run will write (its weights, at the end), locked against other
+ * processes for as long as the lock lives, so that two runs never write
+ * one file: an flock on a hidden file beside it, ".<name>.lock", which
+ * says who holds it (pid and host) and is removed with the lock. Another
+ * process's lock on the same file: REMAT_INVALID naming it. On a file
+ * system without locks the lock protects nothing: remat_lock_note says so
+ * (NULL otherwise; owned by the lock). *out is owned by the caller
+ * (remat_lock_destroy, which releases it; so does the process's end). */
+typedef struct remat_lock remat_lock;
+remat_status remat_lock_create(remat_lock **out, const char *path);
+const char *remat_lock_note(const remat_lock *l);
+void remat_lock_destroy(remat_lock *l);
 /* Loads tensors by name into the session's parameters and buffers. Every
  * tensor in the file must match a parameter's name, dtype F32 and shape
  * (PyTorch's "*.num_batches_tracked" entries are skipped); parameters

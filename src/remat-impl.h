@@ -353,6 +353,20 @@ remat_status remat__cost_model_put(remat_cost_model *m, const remat_op_time *t);
  * 1 FLOP/s); REMAT_OK otherwise. */
 remat_status remat__cost_model_check(const remat_cost_model *m, const char *where, remat_status code);
 
+/* Who holds a lock (core/lock.c): pid 0 when its file does not say. */
+typedef struct {
+    long pid;
+    char host[128];
+} remat__lock_holder;
+/* Takes an exclusive flock on the file `path` (created if missing)
+ * without waiting and writes "pid <pid> host <host>" in it. 0: held, *fd
+ * its descriptor (close it to release); 1: another open file holds it,
+ * *holder says whose; -1: errno says why (ENOLCK, EOPNOTSUPP: a file
+ * system without locks). A file removed or replaced at the path between
+ * the open and the lock (a holder that removes it on release) is opened
+ * again, so that two never hold one path. */
+int remat__lock_take(const char *path, int *fd, remat__lock_holder *holder);
+
 /* CPU threads a node's kernels run on (small ops run on the calling thread);
  * workspace sizes are computed for this count. */
 int remat__node_threads(const remat_graph *g, const remat__node *n, int pool);

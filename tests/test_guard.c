@@ -4,7 +4,9 @@
  * Without arguments, through the library:
  * - lock: a state directory whose lock another process holds is refused
  *   at once, naming its pid and host, and gets no state; a run holds the
- *   lock while it trains and releases it after.
+ *   lock while it trains and releases it after. A file another holder
+ *   has locked (remat_lock, --save's) is refused naming it, and its lock
+ *   file goes with the lock.
  * - reader: beside an intact state, newer files that are a FIFO, a sparse
  *   100 GiB file, an intact state stretched to 4 GiB, a state of another
  *   model, a state of the same model with larger tensors, a state holding
@@ -27,7 +29,9 @@
  * `test_guard --lock CLI`: two `remat train` runs started together on one
  * state directory with different seeds, three times: one is refused,
  * naming the other's pid, and every state in the directory has the
- * winner's seed.
+ * winner's seed. Then one run training toward `--save W`, and a second
+ * given the same W: refused at once naming the first, which writes W and
+ * releases it.
  *
  * `test_guard --stop-mpi [--quick] CLI MPIRUN...`: the same on 2 ranks
  * (--quick, for the sanitizers: a run of 800 steps, 2 signals to mpirun), the signal
@@ -272,6 +276,39 @@ static void lock_library(void) {
     rm_rf(dir);
     printf("%-58s refused in %.3f s, naming it (%.2f s)\n", "a state directory another run holds", refused_s,
            now_s() - t0);
+}
+
+/* remat_lock (--save's): a file another holder has locked is refused,
+ * naming the holder; the lock file goes with the lock, and the file can
+ * be locked again after. */
+static void lock_file(void) {
+    char dir[256], target[400], hidden[400];
+    make_tmpdir(dir, sizeof dir, "lockfile");
+    snprintf(target, sizeof target, "%s/w.safetensors", dir);
+    snprintf(hidden, sizeof hidden, "%s/.w.safetensors.lock", dir);
+    remat_lock *a = NULL, *b = NULL;
+    CHECK_OK(remat_lock_create(&a, target));
+    CHECK(a && remat_lock_note(a) == NULL);
+    size_t n;
+    char *who = (char *)read_all(hidden, &n), want[800];
+    snprintf(want, sizeof want, "pid %ld host ", (long)getpid());
+    CHECK_MSG(who && !strncmp(who, want, strlen(want)), "the lock file says '%s'", who ? who : "(none)");
+    free(who);
+    /* a second holder (another open file: flock tells them apart even in one process) */
+    remat_status st = remat_lock_create(&b, target);
+    snprintf(want, sizeof want, "%s is being written by another run (pid %ld on host ", target, (long)getpid());
+    CHECK_MSG(st == REMAT_INVALID && b == NULL && strstr(remat_last_error(), want), "a held file: %s: %s",
+              remat_status_str(st), remat_last_error());
+    remat_lock_destroy(a);
+    CHECK_MSG(access(hidden, F_OK) != 0, "the lock file outlived its lock");
+    CHECK_OK(remat_lock_create(&b, target));
+    remat_lock_destroy(b);
+    /* a folder that is not there: named */
+    snprintf(target, sizeof target, "%s/no/such/w.safetensors", dir);
+    st = remat_lock_create(&b, target);
+    CHECK_MSG(st == REMAT_IO && b == NULL && strstr(remat_last_error(), "No such file"), "%s", remat_last_error());
+    rm_rf(dir);
+    printf("%-58s refused, naming it; its lock file removed with it\n", "a --save file another run holds");
 }
 
 /* ------------------------------------------------------------- reader */
@@ -671,6 +708,49 @@ static int lock_test(const char *cli) {
         printf("  round %d: run %d (seed %s) won, the other refused %s; %d states, all of seed %s\n", round, win,
                seeds[win], by_lock ? "by the lock" : "(the winner had finished)", ns, seeds[win]);
     }
+    /* --save: a second run given the file while the first trains toward
+     * it is refused at once, naming the first, which then writes it; the
+     * lock goes with the write, and a later run may write the file */
+    char wfile[600], hidden[600], wlog[2][400];
+    snprintf(wfile, sizeof wfile, "%s/w.safetensors", dir);
+    snprintf(hidden, sizeof hidden, "%s/.w.safetensors.lock", dir);
+    for (int k = 0; k < 2; k++) snprintf(wlog[k], sizeof wlog[k], "%s/wlog%d.txt", dir, k);
+    unlink(wfile);
+    const char *first[] = {TRAIN, "--steps", "3000", "--seed", "11", "--save", wfile, NULL};
+    pid_t a = spawn(cli, first, wlog[0]);
+    /* until the first holds the lock (its file names it) */
+    char want[800];
+    snprintf(want, sizeof want, "pid %ld host ", (long)a);
+    int held = 0;
+    for (int i = 0; i < 1000 && !held; i++) {
+        size_t n;
+        char *who = (char *)read_all(hidden, &n);
+        held = who && !strncmp(who, want, strlen(want));
+        free(who);
+        if (!held) sleep_s(0.01);
+    }
+    CHECK_MSG(held, "the first run never locked %s", wfile);
+    const char *second[] = {TRAIN, "--steps", "10", "--seed", "22", "--save", wfile, NULL};
+    double ts = now_s();
+    int rc2 = wait_rc(spawn(cli, second, wlog[1]));
+    double refused_s = now_s() - ts;
+    int first_alive = waitpid(a, NULL, WNOHANG) == 0;
+    size_t n;
+    char *out = (char *)read_all(wlog[1], &n);
+    snprintf(want, sizeof want, "%s is being written by another run (pid %ld on host ", wfile, (long)a);
+    CHECK_MSG(rc2 == 1 && out && strstr(out, want) && first_alive, "a second --save %s: exit %d%s: %s", wfile, rc2,
+              first_alive ? "" : " after the first had ended", out ? out : "");
+    if (out && strstr(out, "remat:")) printf("  refused: %s", strstr(out, "remat:"));
+    free(out);
+    int rc1 = first_alive ? wait_rc(a) : 0;
+    out = (char *)read_all(wlog[0], &n);
+    CHECK_MSG(rc1 == 0 && out && strstr(out, "saved weights to ") && access(wfile, F_OK) == 0,
+              "the first run: exit %d: %s", rc1, out ? out : "");
+    free(out);
+    CHECK_MSG(access(hidden, F_OK) != 0, "%s is left after the first run", hidden);
+    /* the file written, a later run may replace it */
+    CHECK_MSG(wait_rc(spawn(cli, second, wlog[1])) == 0, "a run after the first could not write %s", wfile);
+    printf("  --save held by a training run: a second refused in %.2f s, naming it\n", refused_s);
     rm_rf(dir);
     printf("lock test: %.1f s\n", now_s() - t0);
     return check_exit("test_guard --lock");
@@ -968,6 +1048,7 @@ int main(int argc, char **argv) {
     if (argc >= 4 && !strcmp(argv[1], "--stop-mpi")) return stop_mpi_test(argv[2], argv + 3, argc - 3, 0);
     remat_set_blas_threads(1);
     lock_library();
+    lock_file();
     reader();
     round_trip();
     stop_library();

@@ -49,7 +49,6 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -883,51 +882,28 @@ static char *folder_of(const char *path) {
 #define LOCK_NAME "remat.lock"
 
 /* Takes the exclusive lock of a state directory for the run (*fd, held
- * until remat__loop_state_end or the process's end: flock locks belong to
- * the open file, and the kernel drops them with it, also after a kill).
- * The file says who holds it ("pid <pid> host <host>") for the message
- * another run gets. A file system that has no locks gets a note and no
+ * until remat__loop_state_end or the process's end; core/lock.c). The
+ * file says who holds it for the message another run gets, and stays
+ * when the run ends. A file system that has no locks gets a note and no
  * protection; a held lock is refused at once. */
 static remat_status lock_dir(remat__loop_state *ls, const char *dir, int *fd) {
-    *fd = -1;
     size_t len = strlen(dir) + sizeof LOCK_NAME + 2;
     char *p = malloc(len);
+    *fd = -1;
     if (!p) return remat__err(REMAT_NOMEM, "out of memory");
     snprintf(p, len, "%s/" LOCK_NAME, dir);
-    int f = open(p, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0666);
-    if (f < 0) {
-        remat_status rc = remat__err(REMAT_IO, "cannot lock the state directory %s: %s: %s", dir, p, strerror(errno));
-        free(p);
-        return rc;
-    }
-    if (flock(f, LOCK_EX | LOCK_NB) != 0) {
-        int e = errno;
-        if (e == EWOULDBLOCK || e == EINTR) {
-            /* the holder writes its name right after taking the lock: give
-             * it a moment */
-            char who[256] = "";
-            for (int i = 0; i < 20; i++) {
-                ssize_t k = pread(f, who, sizeof who - 1, 0);
-                who[k > 0 ? k : 0] = 0;
-                if (k > 0 && who[k - 1] == '\n') break;
-                nanosleep(&(struct timespec){0, 10000000}, NULL);
-            }
-            who[strcspn(who, "\n")] = 0;
-            long pid = 0;
-            char host[128] = "";
-            int known = sscanf(who, "pid %ld host %127s", &pid, host) == 2;
-            close(f);
-            free(p);
-            if (known)
-                return remat__err(REMAT_INVALID, "the state directory %s is in use by another run (pid %ld on host %s): "
-                                  "two runs cannot save their states in one directory; wait for that run to end, or "
-                                  "give this one another directory", dir, pid, host);
-            return remat__err(REMAT_INVALID, "the state directory %s is in use by another run (it holds %s/" LOCK_NAME
-                              "): two runs cannot save their states in one directory; wait for that run to end, or "
-                              "give this one another directory", dir, dir);
-        }
-        close(f);
-        free(p);
+    remat__lock_holder h;
+    int r = remat__lock_take(p, fd, &h), e = errno;
+    free(p);
+    if (r == 1 && h.pid)
+        return remat__err(REMAT_INVALID, "the state directory %s is in use by another run (pid %ld on host %s): "
+                          "two runs cannot save their states in one directory; wait for that run to end, or "
+                          "give this one another directory", dir, h.pid, h.host);
+    if (r == 1)
+        return remat__err(REMAT_INVALID, "the state directory %s is in use by another run (it holds %s/" LOCK_NAME
+                          "): two runs cannot save their states in one directory; wait for that run to end, or "
+                          "give this one another directory", dir, dir);
+    if (r < 0 && (e == ENOLCK || e == EOPNOTSUPP || e == ENOSYS || e == EINVAL)) {
         char msg[1200];
         snprintf(msg, sizeof msg, "cannot lock the state directory %s (%s): this file system has no locks, so nothing "
                  "keeps another run from saving its states there too", dir, strerror(e));
@@ -935,17 +911,8 @@ static remat_status lock_dir(remat__loop_state *ls, const char *dir, int *fd) {
         emit(ls, &ev);
         return REMAT_OK;
     }
-    free(p);
-    char host[128] = "?", who[256];
-    if (gethostname(host, sizeof host) != 0) snprintf(host, sizeof host, "?");
-    host[sizeof host - 1] = 0;
-    for (char *c = host; *c; c++)
-        if (*c == ' ' || *c == '\n') *c = '_';
-    int k = snprintf(who, sizeof who, "pid %ld host %s\n", (long)getpid(), host);
-    if (ftruncate(f, 0) != 0 || pwrite(f, who, (size_t)k, 0) != k) {
-        /* the lock holds all the same; only the message would lack a name */
-    }
-    *fd = f;
+    if (r < 0) return remat__err(REMAT_IO, "cannot lock the state directory %s: %s/" LOCK_NAME ": %s", dir, dir,
+                                 strerror(e));
     return REMAT_OK;
 }
 
