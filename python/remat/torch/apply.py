@@ -36,7 +36,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
-from .capture import CaptureError, _skey, _written_args
+from .capture import _IGNORED, _META_ONLY, CaptureError, _skey, _written_args
 
 
 class _Ref:
@@ -45,6 +45,17 @@ class _Ref:
 
     def __init__(self, v, t):
         self.v, self.size, self.stride, self.offset = v, tuple(t.size()), tuple(t.stride()), t.storage_offset()
+
+
+class _Meta:
+    """A contiguous tensor an op reads the shape and dtype of, not the data."""
+    __slots__ = ("size", "dtype", "device")
+
+    def __init__(self, t):
+        self.size, self.dtype, self.device = tuple(t.size()), t.dtype, t.device
+
+    def make(self):
+        return torch.empty((), dtype=self.dtype, device=self.device).expand(self.size)
 
 
 class _Handle(_Ref):
@@ -69,7 +80,10 @@ class Applier(TorchDispatchMode):
         super().__init__()
         t = plan.trace
         self.t = t
-        self.rec_ops = set(plan.drop_ops)
+        # dropped in the forward and recomputed for the backward (an op whose
+        # output nothing in the backward reads is dropped and never recomputed;
+        # one recomputed while its first output lives is simply kept)
+        self.rec_ops = set(plan.drop_ops) & set(plan.recompute_ops)
         # an overwritten version cannot be kept: what reads it is recomputed from its maker
         grow = True
         while grow:
@@ -98,7 +112,8 @@ class Applier(TorchDispatchMode):
     # ---------------------------------------------------------- forward
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if torch._C._current_autograd_node() is not None or self.call >= len(self.t.calls):
+        if (torch._C._current_autograd_node() is not None or self.call >= len(self.t.calls)
+                or func._schema.name in _IGNORED):
             return func(*args, **kwargs)  # the backward, or past the captured forward
         c = self.t.calls[self.call]
         if c.name != str(func):
@@ -108,7 +123,9 @@ class Applier(TorchDispatchMode):
         self.call += 1
         rng = torch.get_rng_state() if c.op >= 0 and self.t.ops[c.op].random else None
         if c.op >= 0:
-            ref = lambda a: _Ref(self.vmap[_skey(a)], a) if isinstance(a, torch.Tensor) and _skey(a) in self.vmap else a
+            meta = func._schema.name in _META_ONLY
+            ref = lambda a: (_Meta(a) if meta and a.is_contiguous() else _Ref(self.vmap[_skey(a)], a)) \
+                if isinstance(a, torch.Tensor) and _skey(a) in self.vmap else a
             written = {id(w) for w in _written_args(func, args, kwargs)}
             writes = [i for i, a in enumerate(tree_flatten((args, kwargs))[0]) if id(a) in written]
             rargs, rkwargs = tree_map(ref, (args, kwargs))
@@ -193,13 +210,19 @@ class Applier(TorchDispatchMode):
         self.replays += 1
 
         def arg(a):
+            if isinstance(a, _Meta):
+                return a.make()
             if not isinstance(a, _Ref):
                 return a
             base = made[a.v] if a.v in made else self._get(a.v)
             return _view(base, a)
 
+        copy_state = lambda a: a.clone() if isinstance(a, torch.Tensor) and not a.requires_grad else a
         for r in self.recipes[o]:
-            args, kwargs = tree_map(arg, (r.args, r.kwargs))
+            raw = (r.args, r.kwargs)
+            if t.ops[o].stateful:  # state (BatchNorm's statistics) changes once: a replay writes to copies
+                raw = tree_map(copy_state, raw)  # the model's tensors only: values are _Refs here
+            args, kwargs = tree_map(arg, raw)
             if r.writes:  # writes go to copies of what the op does not make itself
                 flat, spec = tree_flatten((args, kwargs))
                 raw = tree_flatten((r.args, r.kwargs))[0]

@@ -52,6 +52,18 @@ _DATA_DEPENDENT = {
     "aten::item", "aten::repeat_interleave",
 }
 
+# Calls that never make or write memory and that autograd itself may add or
+# leave out between runs (saving a tensor detaches it): not part of the
+# sequence a plan is applied against.
+_IGNORED = {"aten::detach", "aten::alias", "aten::lift_fresh"}
+
+# Ops that read only their input's shape, dtype and strides (dropout's mask
+# is empty_like(x).bernoulli_()): the value is not an input of the op, so a
+# plan neither keeps nor recomputes it for them.
+_META_ONLY = {"aten::empty_like", "aten::zeros_like", "aten::ones_like", "aten::full_like", "aten::rand_like",
+              "aten::randn_like", "aten::randint_like", "aten::new_empty", "aten::new_zeros", "aten::new_ones",
+              "aten::new_full", "aten::new_empty_strided"}
+
 try:  # PyTorch's flop formulas, keyed by op packet
     from torch.utils.flop_counter import flop_registry as _FLOPS
 except Exception:  # pragma: no cover - very old PyTorch
@@ -291,9 +303,11 @@ class _Recorder(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = func._schema.name
+        if name in _IGNORED:
+            return func(*args, **kwargs)
         flat_in = [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)]
         in_vals = []
-        for a in flat_in:
+        for a in (() if name in _META_ONLY else flat_in):
             v = self._value_of(a)
             if v >= 0 and v not in in_vals:
                 in_vals.append(v)
@@ -306,6 +320,11 @@ class _Recorder(TorchDispatchMode):
         later = self.flush(set(in_vals))
         self.after = None
         written = {_skey(w) for w in _written_args(func, args, kwargs)}
+        # buffers written in place, by their contents (some schemas, such as
+        # native_batch_norm's for the running statistics, do not declare the
+        # write, and kernels do not bump version counters)
+        bufs_in = [a for a in flat_in if _skey(a) in self.live and self.t.values[self.live[_skey(a)]].kind == "buffer"]
+        before = [a.clone() for a in bufs_in]
         in_keys = {_skey(a) for a in flat_in}
         m = self.measure
         if m is not None:
@@ -341,7 +360,8 @@ class _Recorder(TorchDispatchMode):
                 new.append((i, self._new_value(t, op.id)))  # a new version, read by this op
             else:
                 new.append((i, self._new_value(t, op.id)))
-        state = any(self.t.values[self.live[k]].kind in ("parameter", "buffer") for k in written if k in self.live)
+        state = any(self.t.values[self.live[k]].kind in ("parameter", "buffer") for k in written if k in self.live) \
+            or any(not torch.equal(a, b) for a, b in zip(bufs_in, before))
         flops = 0.0
         packet = getattr(func, "_overloadpacket", None)
         if packet in _FLOPS:
@@ -380,7 +400,10 @@ class _Recorder(TorchDispatchMode):
         self.t.calls.append(Call(str(func), target.id if target is not None else -1, new))
         if target is not None:
             self.last = target
-        self.after = target
+        # the saves that follow are this op's outputs until its node is made;
+        # an op on tensors that need no gradient makes no node
+        needs_node = torch.is_grad_enabled() and any(a.requires_grad for a in flat_in)
+        self.after = target if needs_node else None
         if target is None:
             self.pending = later  # a view: the op after it reads them
         else:
@@ -453,11 +476,14 @@ def _restore(model, point):
     torch.set_rng_state(rng)
 
 
-def capture(model, inputs, loss_fn):
+def capture(model, inputs, loss_fn, warmup=True):
     """Captures one training step of `model` on `inputs` (a tensor or a tuple
     of the model's positional arguments) with loss `loss_fn(output)`:
-    forward, loss and the values the backward reads. Returns a Trace; the
-    model, its gradients, its buffers and the RNG are left as they were."""
+    forward, loss and the values the backward reads. With warmup, one step
+    runs first, unrecorded, so that what a first step allocates once
+    (oneDNN's caches) is not taken for the step's memory. Returns a Trace;
+    the model, its gradients, its buffers and the RNG are left as they
+    were."""
     if not isinstance(inputs, (tuple, list)):
         inputs = (inputs,)
     t = Trace()
@@ -473,6 +499,14 @@ def capture(model, inputs, loss_fn):
                 leaves[k] = len(t.values)
                 t.values.append(Value(len(t.values), kind, p.untyped_storage().nbytes(), n))
     point = _restore_point(model)
+    if warmup:  # the first step allocates what later ones reuse (oneDNN's caches): not the step's memory
+        try:
+            loss = loss_fn(model(*inputs))
+            if isinstance(loss, torch.Tensor) and loss.numel() == 1 and loss.requires_grad:
+                loss.backward()
+        finally:
+            _restore(model, point)
+        del loss
     rec = _Recorder(t, leaves, memtrack.counter())
     t.transient_measured = rec.measure is not None
     start = time.perf_counter()

@@ -1,0 +1,110 @@
+"""The package's answers and refusals: floors, bytes, bad models, bad input."""
+import copy
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import remat
+import remat.torch as rt
+import user_models as um
+
+
+def small():
+    torch.manual_seed(0)
+    m = um.CifarCNN()
+    x, y = torch.randn(8, 3, 32, 32), torch.randint(0, 10, (8,))
+    return m, (x,), (lambda o: F.cross_entropy(o, y))
+
+
+def test_floor_fits_and_one_mib_less_is_refused():
+    m, inputs, lf = small()
+    t = rt.capture(m, inputs, lf)
+    p = rt.plan_trace(t, "1KiB", "adamw")
+    assert not p.feasible and p.floor > 0
+    assert rt.plan_trace(t, p.floor, "adamw").feasible
+    assert not rt.plan_trace(t, p.floor - 1, "adamw").feasible
+    assert not rt.plan_trace(t, p.floor - (1 << 20), "adamw").feasible
+    with pytest.raises(remat.RematError, match="smallest feasible budget"):
+        p.apply(m)
+
+
+def test_budget_below_the_parameters_names_the_floor():
+    m, inputs, lf = small()
+    params = sum(p.numel() * 4 for p in m.parameters())
+    p = rt.plan(m, inputs, lf, budget=params // 2, optimizer="sgd")
+    assert not p.feasible and p.floor > params
+    assert "smallest feasible budget" in repr(p)
+
+
+def test_categories_and_optimizer_state():
+    m, inputs, lf = small()
+    t = rt.capture(m, inputs, lf)
+    params = sum(p.numel() * 4 for p in m.parameters())
+    for opt, k in ((None, 0), ("sgd", 0), (torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9), 1),
+                   (torch.optim.AdamW(m.parameters()), 2)):
+        p = rt.plan_trace(t, None, opt)
+        assert p.predicted["parameters"] >= params and p.predicted["gradients"] >= params
+        assert abs(p.predicted["optimizer state"] - k * params) <= 4096 * 16
+
+
+def test_parse_bytes():
+    assert rt.parse_bytes("6GiB") == 6 << 30 and rt.parse_bytes("512MiB") == 512 << 20
+    assert rt.parse_bytes("1.5GB") == 1500000000 and rt.parse_bytes(1234) == 1234
+    for bad in ("6 parsecs", "", "GiB", -1):
+        with pytest.raises(ValueError):
+            rt.parse_bytes(bad)
+
+
+class DataDependent(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 4)
+
+    def forward(self, x):
+        h = self.a(x)
+        if h.sum() > 0:  # control flow on a value computed in the step
+            return self.b(h)
+        return h
+
+
+def test_data_dependent_control_flow_is_refused_naming_the_place():
+    m = DataDependent()
+    with pytest.raises(rt.CaptureError, match=r"depend on the data.*test_api.py:\d+ in forward"):
+        rt.capture(m, (torch.randn(2, 4),), lambda o: o.sum())
+
+
+def test_capture_leaves_the_model_as_it_was():
+    torch.manual_seed(0)
+    m = um.BNNet()
+    before = copy.deepcopy(m.state_dict())
+    x = torch.randn(4, 3, 16, 16)
+    rng = torch.get_rng_state()
+    rt.capture(m, (x,), lambda o: o.sum())
+    assert all(torch.equal(before[k], v) for k, v in m.state_dict().items())
+    assert all(p.grad is None for p in m.parameters())
+    assert torch.equal(rng, torch.get_rng_state())
+
+
+def test_a_changed_step_is_refused():
+    m, inputs, lf = small()
+    p = rt.plan(m, inputs, lf, budget=None, optimizer="sgd")
+    with pytest.raises(rt.CaptureError, match="other ops than when it was planned"):
+        with p.apply(m):
+            lf(m(torch.randn(8, 3, 32, 32)) * 2).backward()
+
+
+def test_loss_must_be_a_scalar():
+    m, inputs, _ = small()
+    with pytest.raises(rt.CaptureError, match="float32 scalar"):
+        rt.capture(m, inputs, lambda o: o)
+
+
+def test_plan_graph_file_errors_name_the_place():
+    with pytest.raises(remat.RematError, match="op 0.*reads value 1 before"):
+        remat.plan_graph({"format": "remat-graph", "version": 1,
+                          "values": [{"id": 0, "kind": "activation", "bytes": 4},
+                                     {"id": 1, "kind": "activation", "bytes": 4}],
+                          "ops": [{"id": 0, "inputs": [1], "outputs": [0]}, {"id": 1, "inputs": [0], "outputs": [1]}],
+                          "loss": 0}, {})
