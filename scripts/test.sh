@@ -2,7 +2,10 @@
 # Builds remat and runs the whole test suite twice: a build under
 # AddressSanitizer and UndefinedBehaviorSanitizer, then a release build.
 # Every test runs in both (the slow ones at reduced sizes under the
-# sanitizers); tests labelled cuda skip, saying so, without a GPU.
+# sanitizers); tests labelled cuda skip, saying so, without a GPU. Then the
+# Python package's tests (python/tests, pytest) against the release build's
+# libremat.so, in a virtual environment with PyTorch from PyPI that
+# scripts/python-env.sh creates once and caches outside the clone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -16,3 +19,8 @@ echo "== tests under AddressSanitizer and UndefinedBehaviorSanitizer"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j"$jobs")
 echo "== tests (release build)"
 (cd build && ctest --output-on-failure -j"$jobs")
+echo "== Python package (remat.torch) against PyTorch"
+venv=$(scripts/python-env.sh)
+# the heap counter preloaded (python -m remat.torch run) for the tests that measure memory
+REMAT_LIB="$PWD/build/libremat.so" REMAT_MEMTRACK="$PWD/build/libremat-memtrack.so" PYTHONPATH="$PWD/python" \
+    "$venv/bin/python" -m remat.torch run -m pytest -q -p no:cacheprovider python/tests

@@ -108,3 +108,16 @@ def test_plan_graph_file_errors_name_the_place():
                                      {"id": 1, "kind": "activation", "bytes": 4}],
                           "ops": [{"id": 0, "inputs": [1], "outputs": [0]}, {"id": 1, "inputs": [0], "outputs": [1]}],
                           "loss": 0}, {})
+
+
+def test_docs_example_runs():
+    """docs/pytorch.md's example script, at a reduced size, as a user runs it."""
+    import os
+    import subprocess
+    import sys
+    here = os.path.dirname(os.path.abspath(__file__))
+    script = os.path.join(here, "..", "examples", "siamese.py")
+    out = subprocess.run([sys.executable, script, "--size", "32", "--batch", "2", "--budget", "400MiB",
+                          "--steps", "2"], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "remat plan: optimal" in out.stdout and "step 1 loss" in out.stdout
