@@ -121,3 +121,21 @@ def test_docs_example_runs():
                           "--steps", "2"], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "remat plan: optimal" in out.stdout and "step 1 loss" in out.stdout
+
+
+def test_max_batch_with_and_without_recomputation():
+    torch.manual_seed(0)
+    m = um.CifarCNN()
+    y = {}
+
+    def make(b):
+        y["t"] = torch.randint(0, 10, (b,))
+        return (torch.randn(b, 3, 32, 32),)
+
+    lf = lambda o: F.cross_entropy(o, y["t"][: o.shape[0]])
+    budget = rt.parse_bytes("48MiB")
+    r = rt.max_batch(make, m, lf, budget, optimizer="sgd", limit=64)
+    assert 1 <= r["all"] <= r["optimal"] <= 64
+    # the answer is tight: the batch fits, one more does not (with store-all)
+    assert rt.plan_trace(rt.capture(m, make(r["all"]), lf), budget, "sgd", "all").feasible
+    assert not rt.plan_trace(rt.capture(m, make(r["all"] + 1), lf), budget, "sgd", "all").feasible

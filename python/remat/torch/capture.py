@@ -200,8 +200,13 @@ class Trace:
                                 "inputs": [p], "outputs": [q], "saves": [], "forward": 0.0, "family": "copy"})
                     self.file_ops.append(None)
             fw = float(o.flops)
+            # a value the op's backward reads that it neither reads nor makes
+            # (in-place hardtanh_ saves a clone of its input made by an op
+            # before it) is a read of the op all the same
+            extra = [v for v in dict.fromkeys(o.saves) if v not in o.inputs and v not in o.outputs]
             ops.append({
-                "id": len(ops), "name": o.name, "inputs": [via.get(v, v) for v in o.inputs], "outputs": o.outputs,
+                "id": len(ops), "name": o.name, "inputs": [via.get(v, v) for v in o.inputs + extra],
+                "outputs": o.outputs,
                 "saves": sorted(set(via.get(v, v) for v in o.saves)), "forward": fw, "backward": 2.0 * fw,
                 "recompute": fw, "transient": {"forward": int(o.transient), "backward": int(o.transient_bwd)},
                 "stateful": o.stateful, "random": o.random, "family": o.family,
@@ -477,6 +482,32 @@ def _restore(model, point):
 
 
 def capture(model, inputs, loss_fn, warmup=True):
+    """See _capture. It runs on a thread of its own with a deep stack:
+    freeing the autograd graph of a long chain of ops with Python hooks on
+    its nodes recurses once per node (HeavyModel's 100,000 adds overflow
+    the main thread's 8 MiB)."""
+    import threading
+    out = {}
+
+    def body():
+        try:
+            out["trace"] = _capture(model, inputs, loss_fn, warmup)
+        except BaseException as e:  # re-raised on the caller's thread
+            out["error"] = e
+
+    old = threading.stack_size(1 << 30)
+    try:
+        th = threading.Thread(target=body, name="remat-capture")
+        th.start()
+        th.join()
+    finally:
+        threading.stack_size(old)
+    if "error" in out:
+        raise out["error"]
+    return out["trace"]
+
+
+def _capture(model, inputs, loss_fn, warmup=True):
     """Captures one training step of `model` on `inputs` (a tensor or a tuple
     of the model's positional arguments) with loss `loss_fn(output)`:
     forward, loss and the values the backward reads. With warmup, one step
