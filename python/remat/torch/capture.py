@@ -435,8 +435,11 @@ class _BackwardMeter(TorchDispatchMode):
         super().__init__()
         self.t, self.c = trace, counter
         self.node, self.op, self.start = None, -1, 0
+        self.last_reader = {}
         for o in trace.ops:
             o.transient_bwd = 0
+            for v in o.inputs:
+                self.last_reader[v] = o.id
 
     def _close(self):
         """The transient of the node that ran since start: its peak above
@@ -447,7 +450,10 @@ class _BackwardMeter(TorchDispatchMode):
             o = self.t.ops[self.op]
             vals = self.t.values
             gin = sum(vals[v].bytes for v in set(o.inputs) if vals[v].kind == "activation")
-            buffered = sum(vals[v].bytes for v in set(o.inputs) if vals[v].kind == "parameter" and vals[v].readers >= 2)
+            # the engine's buffer is made in the backward of the parameter's last
+            # reader (the first in the backward); later readers add into it
+            buffered = sum(vals[v].bytes for v in set(o.inputs) if vals[v].kind == "parameter"
+                           and vals[v].readers >= 2 and self.last_reader.get(v) == o.id)
             o.transient_bwd = max(o.transient_bwd, self.c.peak() - self.start - gin - buffered)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
