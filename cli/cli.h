@@ -9,6 +9,10 @@
 /* Prints "remat: <msg>" to stderr and returns 1 (the exit code for errors);
  * 2 is used for usage errors. */
 int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* The optimizer `--optim NAME` names for plan and info: none, sgd (momentum
+ * 0.9) or adamw, at PyTorch's defaults; *has is 0 for none. A usage error's
+ * exit status for an unknown name (session_args.c), else 0. */
+int cli_optim_named(const char *cmd, const char *name, remat_optim_opts *oo, int *has);
 /* remat plan --graph (plan_graph.c). */
 int cli_plan_graph(const char *path, const char *strategy, size_t budget, const char *optim, int json);
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -44,15 +44,9 @@ int cmd_info(int argc, char **argv) {
     }
     if (co.rc) return co.rc;
     remat_optim_opts oo;
-    int has_optim = strcmp(optim, "none") != 0;
-    if (strcmp(optim, "sgd") == 0) {
-        remat_optim_opts_default(&oo, REMAT_OPTIM_SGD);
-        oo.momentum = 0.9f;
-    } else if (strcmp(optim, "adamw") == 0) {
-        remat_optim_opts_default(&oo, REMAT_OPTIM_ADAMW);
-    } else if (has_optim) {
-        return cli_usage_error("info", "unknown optimizer '%s' (known: none, sgd, adamw)", optim);
-    }
+    int has_optim;
+    int bad = cli_optim_named("info", optim, &oo, &has_optim);
+    if (bad) return bad;
     remat_model_opts mo;
     int u = cli_model_opts(&ma, data, "info", &mo);
     if (u) return u;

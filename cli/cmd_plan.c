@@ -345,15 +345,9 @@ int cmd_plan(int argc, char **argv) {
     int u = cli_session_opts(&sa, "plan", &so, &cm, &cost_used);
     if (u) return u;
     remat_optim_opts oo;
-    int has_optim = strcmp(optim, "none") != 0;
-    if (strcmp(optim, "sgd") == 0) {
-        remat_optim_opts_default(&oo, REMAT_OPTIM_SGD);
-        oo.momentum = 0.9f;
-    } else if (strcmp(optim, "adamw") == 0) {
-        remat_optim_opts_default(&oo, REMAT_OPTIM_ADAMW);
-    } else if (has_optim) {
-        return cli_usage_error("plan", "unknown optimizer '%s' (known: none, sgd, adamw)", optim);
-    }
+    int has_optim;
+    int bad = cli_optim_named("plan", optim, &oo, &has_optim);
+    if (bad) return bad;
     remat_model_opts mo;
     u = cli_model_opts(&ma, data, "plan", &mo);
     if (u) return u;

@@ -167,3 +167,16 @@ const char *cli_dist_line(const cli_dist *d, int threads, char *buf, size_t cap)
              remat_comm_host(d->comm), threads, threads == 1 ? "" : "s");
     return buf;
 }
+
+int cli_optim_named(const char *cmd, const char *name, remat_optim_opts *oo, int *has) {
+    *has = strcmp(name, "none") != 0;
+    if (strcmp(name, "sgd") == 0) {
+        remat_optim_opts_default(oo, REMAT_OPTIM_SGD);
+        oo->momentum = 0.9f;
+    } else if (strcmp(name, "adamw") == 0) {
+        remat_optim_opts_default(oo, REMAT_OPTIM_ADAMW);
+    } else if (*has) {
+        return cli_usage_error(cmd, "unknown optimizer '%s' (known: none, sgd, adamw)", name);
+    }
+    return 0;
+}
