@@ -23,6 +23,10 @@ double remat__now(void);
 remat_status remat__err(remat_status s, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
+/* Line and column (both 1-based, columns in bytes) of pos in text: where
+ * a JSON reader (chain files, graph files) reports a syntax error. */
+void remat__line_col(const char *text, const char *pos, int *line, int *col);
+
 /* The accounting allocator: every byte remat holds for tensors goes through
  * one of these, tagged with a category. Not thread-safe: the executor
  * allocates from one thread, kernels never allocate. */

@@ -107,3 +107,11 @@ double remat__now(void) {
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
+
+void remat__line_col(const char *text, const char *pos, int *line, int *col) {
+    *line = 1, *col = 1;
+    for (const char *c = text; *c && c < pos; c++) {
+        if (*c == '\n') (*line)++, *col = 1;
+        else (*col)++;
+    }
+}

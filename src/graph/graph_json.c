@@ -73,15 +73,6 @@ typedef struct {
     int32_t loss;
 } reader;
 
-/* Line and column (1-based) of pos in text. */
-static void line_col(const char *text, const char *pos, int *line, int *col) {
-    *line = 1, *col = 1;
-    for (const char *c = text; *c && c < pos; c++) {
-        if (*c == '\n') (*line)++, *col = 1;
-        else (*col)++;
-    }
-}
-
 /* A whole number in [0, 2^53) from it. */
 static remat_status whole(const cJSON *it, const char *where, const char *key, int64_t *out) {
     if (!it) return remat__err(REMAT_FORMAT, "%s: '%s' is missing", where, key);
@@ -487,7 +478,7 @@ remat_status remat_graph_read_json(const char *text, remat_graph **out, remat_no
     r.root = cJSON_ParseWithOpts(text, &end, 1);
     if (!r.root) {
         int line, col;
-        line_col(text, end ? end : text, &line, &col);
+        remat__line_col(text, end ? end : text, &line, &col);
         return remat__err(REMAT_FORMAT, "graph file: JSON syntax error at line %d, column %d", line, col);
     }
     builder b = {0};

@@ -17,15 +17,6 @@
 
 /* ------------------------------------------------------------------ JSON */
 
-/* Line and column (both 1-based, columns in bytes) of pos in text. */
-static void line_col(const char *text, const char *pos, int *line, int *col) {
-    *line = 1, *col = 1;
-    for (const char *c = text; *c && c < pos; c++) {
-        if (*c == '\n') (*line)++, *col = 1;
-        else (*col)++;
-    }
-}
-
 /* Reads an integer size >= 0 from obj[key]; where names the object
  * ("stage 3: " or ""). */
 static remat_status json_size(const cJSON *obj, const char *key, const char *where, int64_t *out) {
@@ -61,7 +52,7 @@ remat_status remat_chain_parse_json(const char *text, remat_stage **stages, int 
     cJSON *root = cJSON_ParseWithOpts(text, &end, 1);
     if (!root) {
         int line, col;
-        line_col(text, end ? end : text, &line, &col);
+        remat__line_col(text, end ? end : text, &line, &col);
         return remat__err(REMAT_FORMAT, "JSON syntax error at line %d, column %d", line, col);
     }
     remat_status rc = REMAT_OK;
