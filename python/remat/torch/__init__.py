@@ -17,7 +17,11 @@ planners as remat's own models, through remat_plan_graph_json); apply
 what each guarantees.
 """
 
+import contextlib
 import math
+import time
+
+import torch
 
 from .._lib import RematError, plan_graph
 from .apply import Applied
@@ -184,17 +188,12 @@ def max_batch(make_inputs, model, loss_fn, budget, optimizer=None, start=1, limi
 def _bytes_of(tensors):
     seen, n = set(), 0
     for t in tensors:
-        if isinstance(t, torch_mod().Tensor):
+        if isinstance(t, torch.Tensor):
             s = t.untyped_storage()
             if s.data_ptr() not in seen:
                 seen.add(s.data_ptr())
                 n += s.nbytes()
     return n
-
-
-def torch_mod():
-    import torch
-    return torch
 
 
 def measure(model, inputs, loss_fn, plan=None, optimizer=None, steps=3):
@@ -204,8 +203,6 @@ def measure(model, inputs, loss_fn, plan=None, optimizer=None, steps=3):
     counted like the prediction (parameters, gradients, optimizer state, the
     batch, and everything the step allocates), and its seconds. Returns a
     dict with the per-step figures and, with a plan, the prediction."""
-    import time
-    torch = torch_mod()
     c = memtrack.counter()
     if c is None:
         raise RematError("measure needs the heap counter preloaded: run the script as "
@@ -225,7 +222,7 @@ def measure(model, inputs, loss_fn, plan=None, optimizer=None, steps=3):
         live0 = c.live()
         c.reset_peak()
         t0 = time.perf_counter()
-        ctx = plan.apply(model) if plan is not None else _null()
+        ctx = plan.apply(model) if plan is not None else contextlib.nullcontext()
         with ctx:
             loss = loss_fn(model(*inputs))
             loss.backward()
@@ -250,11 +247,3 @@ def _optim_tensors(optimizer):
         for v in st.values():
             out.append(v)
     return out
-
-
-class _null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *a):
-        return False
