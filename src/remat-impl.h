@@ -147,6 +147,10 @@ typedef struct {
     remat_family family;
     uint8_t flags;       /* REMAT__OP_STATEFUL, REMAT__OP_RANDOM, as recorded */
     int32_t id;          /* the op's (or a leaf's value's) id in the file */
+    int32_t over;        /* 1 + the node whose op writes this node's value in
+                          * place (its memory then holds the new version:
+                          * nothing reads this value after that op ran
+                          * unless it is made again); 0: none */
 } remat__traced;
 
 struct remat_graph {

@@ -1,82 +1,123 @@
-/* memtrack.c: heap accounting for the PyTorch reference benchmark.
+/* memtrack.c: heap accounting for PyTorch's CPU tensors.
  *
- * Preloaded into the Python process (LD_PRELOAD), it wraps glibc's
- * allocator and keeps the live and peak bytes of the blocks of 64 KiB or
- * more (tensors; the interpreter's small objects stay out), measured as
- * malloc_usable_size so that allocation and free count the same. Python
- * reads and resets the counters through ctypes. PyTorch's CPU allocator
- * (c10::alloc_cpu) uses posix_memalign and free, so every tensor buffer of
- * that size is counted, with no sampling and no profiler.
+ * Preloaded into the Python process (LD_PRELOAD), it wraps glibc's aligned
+ * allocations and keeps the live and peak bytes of tensor memory: the CPU's
+ * counterpart of torch.cuda.max_memory_allocated. PyTorch's CPU allocator
+ * (c10::alloc_cpu) takes every tensor's buffer from posix_memalign and gives
+ * it back with free; so do oneDNN's scratchpads. Every aligned block is
+ * counted at the bytes asked for, whatever its size (a scalar's 4 bytes as
+ * a 4 MiB activation's), and remembered in a table of addresses so that
+ * its free subtracts the same bytes. What malloc, calloc and realloc hand
+ * out (the interpreter's objects, the autograd engine's nodes and queues)
+ * is not tensor memory and is not counted. No sampling and no profiler.
+ * Python reads and resets the counters through ctypes.
  *
  *   cc -O2 -shared -fPIC -o memtrack.so memtrack.c
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
 #endif
-#include <malloc.h>
 #include <stddef.h>
 #include <stdint.h>
 
-extern void *__libc_malloc(size_t);
-extern void *__libc_calloc(size_t, size_t);
-extern void *__libc_realloc(void *, size_t);
 extern void *__libc_memalign(size_t, size_t);
+extern void *__libc_realloc(void *, size_t);
 extern void __libc_free(void *);
-
-#define BIG ((size_t)64 << 10)
 
 static int64_t live, peak;
 
-static void add(void *p) {
-    if (!p) return;
-    size_t n = malloc_usable_size(p);
-    if (n < BIG) return;
-    int64_t now = __atomic_add_fetch(&live, (int64_t)n, __ATOMIC_RELAXED);
+static void count(int64_t n) {
+    int64_t now = __atomic_add_fetch(&live, n, __ATOMIC_RELAXED);
     int64_t old = __atomic_load_n(&peak, __ATOMIC_RELAXED);
     while (now > old && !__atomic_compare_exchange_n(&peak, &old, now, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
     }
 }
 
-static void sub(void *p) {
-    if (!p) return;
-    size_t n = malloc_usable_size(p);
-    if (n >= BIG) __atomic_sub_fetch(&live, (int64_t)n, __ATOMIC_RELAXED);
+/* The aligned blocks: open addressing on the address, linear probing,
+ * deletion by backward shift; one spin lock (tensor allocations are few
+ * next to the work on them). 2^22 slots, touched only as they fill. */
+#define SLOTS ((size_t)1 << 22)
+static struct {
+    uintptr_t p;
+    size_t n;
+} slot[SLOTS];
+static size_t used;
+static int lock, dropped;
+
+static size_t home(uintptr_t p) { return (size_t)((p >> 4) * 0x9E3779B97F4A7C15ull >> 42) & (SLOTS - 1); }
+static void acquire(void) {
+    while (__atomic_exchange_n(&lock, 1, __ATOMIC_ACQUIRE)) {
+    }
+}
+static void release(void) { __atomic_store_n(&lock, 0, __ATOMIC_RELEASE); }
+
+static void remember(void *q, size_t n) {
+    if (!q) return;
+    uintptr_t p = (uintptr_t)q;
+    acquire();
+    int room = used < SLOTS / 2;
+    if (room) {
+        size_t i = home(p);
+        while (slot[i].p) i = (i + 1) & (SLOTS - 1);
+        slot[i].p = p, slot[i].n = n, used++;
+    }
+    release();
+    if (room) count((int64_t)n);
+    else __atomic_store_n(&dropped, 1, __ATOMIC_RELAXED); /* a full table: this block is not counted (memtrack_dropped says so) */
 }
 
-void *malloc(size_t n) {
-    void *p = __libc_malloc(n);
-    add(p);
-    return p;
+/* The bytes an aligned block was counted at, forgotten; -1 when q is not one. */
+static int64_t forget(void *q) {
+    uintptr_t p = (uintptr_t)q;
+    int64_t n = -1;
+    acquire();
+    size_t i = home(p);
+    while (slot[i].p && slot[i].p != p) i = (i + 1) & (SLOTS - 1);
+    if (slot[i].p) {
+        n = (int64_t)slot[i].n;
+        used--;
+        for (size_t j = (i + 1) & (SLOTS - 1); slot[j].p; j = (j + 1) & (SLOTS - 1)) {
+            size_t h = home(slot[j].p); /* move j back to i when its home is not in (i, j] */
+            if ((j > i && (h <= i || h > j)) || (j < i && h <= i && h > j)) {
+                slot[i] = slot[j];
+                i = j;
+            }
+        }
+        slot[i].p = 0, slot[i].n = 0;
+    }
+    release();
+    return n;
 }
-void *calloc(size_t a, size_t b) {
-    void *p = __libc_calloc(a, b);
-    add(p);
-    return p;
+
+static void sub(void *p) {
+    if (!p) return;
+    int64_t a = forget(p);
+    if (a >= 0) __atomic_sub_fetch(&live, a, __ATOMIC_RELAXED);
 }
-void *realloc(void *q, size_t n) {
-    sub(q);
-    void *p = __libc_realloc(q, n);
-    add(p ? p : (n ? q : NULL));
-    return p;
-}
+
 void free(void *p) {
     sub(p);
     __libc_free(p);
 }
+void *realloc(void *q, size_t n) { /* an aligned block moved by realloc is no longer counted */
+    sub(q);
+    return __libc_realloc(q, n);
+}
 void *memalign(size_t a, size_t n) {
     void *p = __libc_memalign(a, n);
-    add(p);
+    remember(p, n);
     return p;
 }
 void *aligned_alloc(size_t a, size_t n) { return memalign(a, n); }
 int posix_memalign(void **out, size_t a, size_t n) {
     void *p = __libc_memalign(a, n);
     if (!p) return 12; /* ENOMEM */
-    add(p);
+    remember(p, n);
     *out = p;
     return 0;
 }
 
 int64_t memtrack_live(void) { return __atomic_load_n(&live, __ATOMIC_RELAXED); }
 int64_t memtrack_peak(void) { return __atomic_load_n(&peak, __ATOMIC_RELAXED); }
+int memtrack_dropped(void) { return __atomic_load_n(&dropped, __ATOMIC_RELAXED); }
 void memtrack_reset_peak(void) { __atomic_store_n(&peak, __atomic_load_n(&live, __ATOMIC_RELAXED), __ATOMIC_RELAXED); }

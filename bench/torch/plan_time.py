@@ -52,7 +52,7 @@ def main():
         t1 = time.perf_counter()
         fl = rt.plan_trace(tr, 1, opt)
         t2 = time.perf_counter()
-        mid = (fl.floor + int(top.peak_bytes / (1 - rt.MARGIN))) // 2
+        mid = (fl.floor + rt.budget_for(top.peak_bytes)) // 2
         p = rt.plan_trace(tr, mid, opt)
         t3 = time.perf_counter()
         print("%-9s %8d %9.2f %10.2f %10.2f %10.2f %10.1f" % (name, len(tr.ops), cap, t1 - t0, t2 - t1, t3 - t2,

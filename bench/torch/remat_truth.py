@@ -68,7 +68,7 @@ def row(name, steps):
     out = {"model": name, "ops": len(tr.ops), "capture_s": cap, "plan_s": tplan, "store_all": top, "floor": floor,
            "floor_fits": fits, "floor_minus_1MiB_refused": not below, "rows": []}
     for frac in (0.0, 0.5, 1.0):
-        budget = int(floor + frac * max(0, top / (1 - rt.MARGIN) - floor))
+        budget = int(floor + frac * max(0, rt.budget_for(top) - floor))
         m = copy.deepcopy(m0)
         opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
         p = rt.plan_trace(tr, budget, opt)

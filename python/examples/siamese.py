@@ -2,7 +2,7 @@
 both views of a batch that does not require grad, a linear head, SGD; the
 step fits a budget in bytes, and every parameter still gets its gradient.
 
-    PYTHONPATH=python python python/examples/siamese.py [--size 64] [--batch 4] [--budget 420MiB]
+    PYTHONPATH=python python python/examples/siamese.py [--size 64] [--batch 4] [--budget 235MiB]
 """
 import argparse
 
@@ -15,7 +15,7 @@ import remat.torch as rt
 ap = argparse.ArgumentParser()
 ap.add_argument("--size", type=int, default=64)
 ap.add_argument("--batch", type=int, default=4)
-ap.add_argument("--budget", default="430MiB")
+ap.add_argument("--budget", default="235MiB")
 ap.add_argument("--steps", type=int, default=3)
 a = ap.parse_args()
 
@@ -48,7 +48,7 @@ print(plan)
 if not plan.feasible:
     raise SystemExit("pass --budget %d or more" % plan.floor)
 for step in range(a.steps):
-    with plan.apply(net):
+    with plan.apply():
         loss = loss_fn(net(x))
         loss.backward()
     assert all(p.grad is not None for p in net.parameters())

@@ -27,7 +27,7 @@ def test_floor_fits_and_one_mib_less_is_refused():
     assert not rt.plan_trace(t, p.floor - 1, "adamw").feasible
     assert not rt.plan_trace(t, p.floor - (1 << 20), "adamw").feasible
     with pytest.raises(remat.RematError, match="smallest feasible budget"):
-        p.apply(m)
+        p.apply()
 
 
 def test_budget_below_the_parameters_names_the_floor():
@@ -91,7 +91,7 @@ def test_a_changed_step_is_refused():
     m, inputs, lf = small()
     p = rt.plan(m, inputs, lf, budget=None, optimizer="sgd")
     with pytest.raises(rt.CaptureError, match="other ops than when it was planned"):
-        with p.apply(m):
+        with p.apply():
             lf(m(torch.randn(8, 3, 32, 32)) * 2).backward()
 
 

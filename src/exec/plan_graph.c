@@ -150,6 +150,23 @@ static remat_status plan_json(const remat_session *s, const request *rq, cJSON *
         cJSON_AddItemToArray(ops, cJSON_CreateNumber(id));
         last = id;
     }
+    /* the recomputations as the schedule runs them: each group a run of
+     * recomputed ops between two other instructions (frees aside) */
+    cJSON *groups = cJSON_AddArrayToObject(out, "recompute_groups"), *grp = NULL;
+    const remat__schedule *rs = &s->train.sc;
+    for (int i = 0; i < rs->n; i++) {
+        const remat__instr *in = &rs->ins[i];
+        if (in->kind == REMAT__I_FREE) continue;
+        if (in->kind != REMAT__I_FWD || in->first || g->nodes[in->node].leaf != REMAT__LEAF_NONE) {
+            grp = NULL;
+            continue;
+        }
+        int32_t id = g->traced[in->node].id;
+        if (grp && id == last) continue; /* an op and its extra output */
+        if (!grp) grp = cJSON_CreateArray(), cJSON_AddItemToArray(groups, grp);
+        cJSON_AddItemToArray(grp, cJSON_CreateNumber(id));
+        last = id;
+    }
     /* per op: its first output is dropped in the forward (freed before the
      * first backward instruction), to be recomputed; a recomputed op whose
      * first output lives into the backward is kept until it is recomputed,
@@ -164,7 +181,7 @@ static remat_status plan_json(const remat_session *s, const request *rq, cJSON *
     cJSON *drop = cJSON_AddArrayToObject(out, "drop");
     last = -1;
     for (int32_t u = 0; u < g->n && st == REMAT_OK; u++) {
-        if (!rec[u] || g->nodes[u].leaf != REMAT__LEAF_NONE || !s->prog.needs_grad[u]) continue;
+        if (!rec[u] || g->nodes[u].leaf != REMAT__LEAF_NONE) continue;
         int32_t id = g->traced[u].id;
         if (id == last) continue;
         cJSON_AddItemToArray(drop, cJSON_CreateNumber(id));

@@ -25,7 +25,10 @@ static size_t rounded(size_t b) { return (b + REMAT__ARENA_ALIGN - 1) & ~(REMAT_
 remat_status remat__block_alloc(remat_session *s, int blk, remat_mem cat, int n, const size_t *bytes, void **ptrs,
                                 int zero) {
     size_t total = 0;
-    for (int i = 0; i < n; i++) total += rounded(bytes[i]);
+    /* a traced step (counted, never allocated): its framework allocates
+     * tensor by tensor, so its bytes count, not this block's 256-byte slots */
+    int exact = s->g->traced && s->opts.plan_only;
+    for (int i = 0; i < n; i++) total += exact ? bytes[i] : rounded(bytes[i]);
     if (s->opts.plan_only) { /* counted, not allocated: the plan sees the same bytes */
         for (int i = 0; i < n; i++) {
             ptrs[i] = NULL;
@@ -171,7 +174,9 @@ static remat_status alloc_params(remat_session *s) {
         s->params[np].node = v;
         s->pindex[v] = np;
         pb[np++] = remat__out_bytes(n);
-        if (n->leaf == REMAT__LEAF_PARAM) gb[ng++] = remat__out_bytes(n);
+        /* a traced step's parameter gradients are its memory plan's (made
+         * on demand, as the framework that runs it does) */
+        if (n->leaf == REMAT__LEAF_PARAM && !g->traced) gb[ng++] = remat__out_bytes(n);
         if (remat__out_bytes(n) > largest) largest = remat__out_bytes(n);
     }
     s->n_params = np;
@@ -186,7 +191,7 @@ static remat_status alloc_params(remat_session *s) {
         remat__pslot *p = &s->params[i];
         const remat__node *n = &g->nodes[p->node];
         p->data = pp[i];
-        if (n->leaf == REMAT__LEAF_PARAM) p->grad = gp[j++];
+        if (n->leaf == REMAT__LEAF_PARAM && !g->traced) p->grad = gp[j++];
         init_param(n, p->node, s->opts.seed, host);
         st = s->be->upload(s->dev, p->data, host, remat__out_bytes(n));
     }

@@ -46,6 +46,7 @@ typedef struct {
     int32_t producer;  /* op index, -1 for a leaf */
     int32_t out_index; /* which output of its producer */
     int32_t node;      /* the node that holds it, -1 before */
+    int32_t over;      /* the op that overwrites it in place, -1 none */
     uint8_t read_fwd;  /* a later op reads it */
 } val;
 
@@ -178,6 +179,12 @@ static remat_status read_values(reader *r, const cJSON *arr) {
         v->grad = -1;
         const cJSON *gb = cJSON_GetObjectItemCaseSensitive(it, "grad_bytes");
         if (gb && (st = whole(gb, where, "grad_bytes", &v->grad)) != REMAT_OK) return st;
+        int64_t over = -1;
+        const cJSON *ob = cJSON_GetObjectItemCaseSensitive(it, "overwritten_by");
+        if (ob && (st = whole(ob, where, "overwritten_by", &over)) != REMAT_OK) return st;
+        if (over > MAX_OPS) return remat__err(REMAT_FORMAT, "%s: 'overwritten_by' names op %lld; there are at most %d "
+                                              "ops", where, (long long)over, MAX_OPS);
+        v->over = (int32_t)over;
         const cJSON *k = cJSON_GetObjectItemCaseSensitive(it, "kind");
         const char *ks = cJSON_IsString(k) ? k->valuestring : NULL;
         if (!ks) return remat__err(REMAT_FORMAT, "%s: 'kind' is missing or not a string", where);
@@ -414,6 +421,49 @@ static remat_status op_nodes(reader *r, builder *b, int i, const int32_t *saves,
     return st;
 }
 
+/* Values written in place ('overwritten_by'): the op that overwrites a
+ * value reads it, after its maker, and nothing reads it after that op, in
+ * the forward or in a backward (PyTorch refuses the backward of a value
+ * modified in place): a plan may only recompute it. */
+static remat_status overwrites(const reader *r, builder *b, int32_t (*saves)[REMAT__MAX_IN + MAX_OUTPUTS],
+                               const int *n_saves) {
+    int32_t *last = malloc(((size_t)r->nv + 1) * sizeof *last); /* per value: the last op that reads it */
+    int32_t *saver = malloc(((size_t)r->nv + 1) * sizeof *saver); /* per value: an op whose backward reads it */
+    if (!last || !saver) {
+        free(last), free(saver);
+        return remat__err(REMAT_NOMEM, "out of memory reading the graph");
+    }
+    for (int32_t v = 0; v < r->nv; v++) last[v] = saver[v] = -1;
+    for (int32_t i = 0; i < r->no; i++) {
+        for (int k = 0; k < r->o[i].n_in; k++) last[r->o[i].in[k]] = i;
+        for (int k = 0; k < n_saves[i]; k++) saver[saves[i][k]] = i;
+    }
+    remat_status st = REMAT_OK;
+    for (int32_t x = 0; x < r->nv && st == REMAT_OK; x++) {
+        const val *v = &r->v[x];
+        if (v->over < 0) continue;
+        int32_t w = v->over, reads = 0;
+        if (w < r->no)
+            for (int k = 0; k < r->o[w].n_in; k++) reads |= r->o[w].in[k] == x;
+        if (v->kind != V_ACT)
+            st = remat__err(REMAT_FORMAT, "value %d: only an activation is 'overwritten_by' an op (a parameter or "
+                            "buffer written in place is the op's state: 'stateful')", (int)x);
+        else if (w >= r->no || !reads || w <= v->producer)
+            st = remat__err(REMAT_FORMAT, "value %d: 'overwritten_by' names op %d, which must be an op after its "
+                            "maker that reads it", (int)x, (int)w);
+        else if (last[x] != w)
+            st = remat__err(REMAT_FORMAT, "value %d: op %d reads it after op %d overwrote it in place", (int)x,
+                            (int)last[x], (int)w);
+        else if (saver[x] >= 0)
+            st = remat__err(REMAT_FORMAT, "value %d: the backward of op %d reads it, but op %d overwrites it in place "
+                            "in the forward", (int)x, (int)saver[x], (int)w);
+        else
+            b->t[v->node].over = 1 + r->v[r->o[w].out[0]].node;
+    }
+    free(last), free(saver);
+    return st;
+}
+
 static remat_status read_header(reader *r) {
     const cJSON *root = r->root;
     if (!cJSON_IsObject(root)) return remat__err(REMAT_FORMAT, "a graph file is a JSON object");
@@ -465,6 +515,7 @@ static remat_status read_all(reader *r, builder *b) {
         st = remat__err(REMAT_FORMAT, "'loss' (value %d) must be the first output of an op and a float32 scalar "
                         "(4 bytes)", (int)r->loss);
     for (i = 0; i < no && st == REMAT_OK; i++) st = op_nodes(r, b, i, saves[i], n_saves[i]);
+    if (st == REMAT_OK) st = overwrites(r, b, saves, n_saves);
     free(saves), free(n_saves);
     return st;
 }

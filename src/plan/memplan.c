@@ -18,6 +18,10 @@ typedef struct {
     remat__memplan *m;
     int32_t cap;
     int32_t *live; /* per value: event of its resident instance, -1 none */
+    int32_t *over; /* traced: per node, the first node whose value it
+                      overwrites in place, then per such node the next
+                      (1 + node, 0 none); NULL when there are none */
+    uint8_t *gone; /* per node: its value was overwritten in place */
     remat_status st;
 } walker;
 
@@ -54,6 +58,49 @@ static void give(walker *w, int32_t e) {
 
 static int resident(const walker *w, int32_t v) { return w->live[v] >= 0; }
 
+/* A traced step's in-place writes: per writer, the list of the nodes whose
+ * value it overwrites (w->over holds the heads at [0, n) and the links at
+ * [n, 2n)). */
+static remat_status overwrites_init(walker *w, const remat_graph *g) {
+    int any = 0;
+    for (int32_t u = 0; u < g->n && g->traced; u++) any |= g->traced[u].over != 0;
+    if (!any) return REMAT_OK;
+    w->over = calloc(2 * (size_t)g->n, sizeof *w->over);
+    w->gone = calloc((size_t)g->n, 1);
+    if (!w->over || !w->gone) return remat__err(REMAT_NOMEM, "out of memory planning a step's memory");
+    for (int32_t u = 0; u < g->n; u++) {
+        int32_t by = g->traced[u].over - 1;
+        if (by < 0) continue;
+        w->over[g->n + u] = w->over[by];
+        w->over[by] = 1 + u;
+    }
+    return REMAT_OK;
+}
+
+/* Node u writes in place the values it overwrites: their memory becomes
+ * its output's (given back before it is taken: an in-place op allocates
+ * nothing). */
+static void overwrite(walker *w, const remat_graph *g, int32_t u) {
+    for (int32_t x = w->over ? w->over[u] : 0; x; x = w->over[g->n + x - 1]) {
+        int32_t v = REMAT__VAL(x - 1, REMAT__V_OUT);
+        if (resident(w, v)) give(w, w->live[v]);
+        w->gone[x - 1] = 1;
+    }
+}
+
+/* A read of node u's value, which is not resident: a schedule that reads a
+ * value after an op overwrote it in place (it kept it, or started a
+ * recomputation from it) is one the framework cannot run; else the
+ * schedule is wrong. */
+static remat_status missing(const walker *w, const remat_graph *g, int32_t u, int32_t reader, const char *what) {
+    if (w->gone && w->gone[u])
+        return remat__err(REMAT_UNSUPPORTED, "the schedule reads the value of op %d ('%s') after op %d overwrote it "
+                          "in place; PyTorch holds one version of it: a plan must recompute it from its maker",
+                          (int)g->traced[u].id, g->nodes[u].name ? g->nodes[u].name : "",
+                          (int)g->traced[g->traced[u].over - 1].id);
+    return remat__err(REMAT_INTERNAL, "schedule %s node %d without its input %d", what, (int)reader, (int)u);
+}
+
 /* The walk mirrors the executor (exec.c) instruction by instruction: the
  * same takes in the same order. */
 remat_status remat__memplan_build(const remat__prog *p, const remat__schedule *s, remat__memplan *out) {
@@ -65,6 +112,7 @@ remat_status remat__memplan_build(const remat__prog *p, const remat__schedule *s
     w.live = malloc(nv * sizeof *w.live);
     if (!w.live) return remat__err(REMAT_NOMEM, "out of memory planning a step's memory");
     for (size_t v = 0; v < nv; v++) w.live[v] = -1;
+    w.st = overwrites_init(&w, g);
     for (int i = 0; i < s->n && w.st == REMAT_OK; i++) {
         const remat__instr *in = &s->ins[i];
         const remat__node *n = &g->nodes[in->node];
@@ -75,22 +123,22 @@ remat_status remat__memplan_build(const remat__prog *p, const remat__schedule *s
                 w.st = remat__err(REMAT_INTERNAL, "schedule computes node %d while its output is resident", in->node);
                 break;
             }
-            for (int j = 0; j < n->n_in; j++)
+            for (int j = 0; j < n->n_in && w.st == REMAT_OK; j++)
                 if (!remat__is_resident(&g->nodes[n->in[j]]) && !resident(&w, REMAT__VAL(n->in[j], REMAT__V_OUT)))
-                    w.st = remat__err(REMAT_INTERNAL, "schedule computes node %d before its input %d", in->node,
-                                      (int)n->in[j]);
+                    w.st = missing(&w, g, n->in[j], in->node, "computes");
             if (w.st != REMAT_OK) break;
+            overwrite(&w, g, in->node);
+            if (w.gone) w.gone[in->node] = 0;
             take(&w, i, vo, (remat_mem)in->cat, remat__value_bytes(g, vo), 0);
             if (n->leaf != REMAT__LEAF_NONE) continue; /* a bound input: copied in, no kernel */
             if (op->aux_bytes && !resident(&w, va)) take(&w, i, va, (remat_mem)in->aux_cat, remat__value_bytes(g, va), 0);
             give(&w, take(&w, i, -1, REMAT_MEM_WORKSPACE, remat__ws_bytes(p, in->node, 0), 0));
         } else if (in->kind == REMAT__I_BWD) {
             int32_t vg = REMAT__VAL(in->node, REMAT__V_GRAD);
-            for (int j = 0; j < n->n_in; j++)
+            for (int j = 0; j < n->n_in && w.st == REMAT_OK; j++)
                 if ((n->saves & REMAT__SAVE_IN(j)) && !remat__is_resident(&g->nodes[n->in[j]]) &&
                     !resident(&w, REMAT__VAL(n->in[j], REMAT__V_OUT)))
-                    w.st = remat__err(REMAT_INTERNAL, "schedule differentiates node %d without its input %d",
-                                      in->node, (int)n->in[j]);
+                    w.st = missing(&w, g, n->in[j], in->node, "differentiates");
             if (((n->saves & REMAT__SAVE_OUT) && !resident(&w, REMAT__VAL(in->node, REMAT__V_OUT))) ||
                 ((n->saves & REMAT__SAVE_AUX) && !resident(&w, REMAT__VAL(in->node, REMAT__V_AUX))) ||
                 (!resident(&w, vg) && in->node != s->loss))
@@ -99,19 +147,26 @@ remat_status remat__memplan_build(const remat__prog *p, const remat__schedule *s
             if (w.st != REMAT_OK) break;
             if (!resident(&w, vg)) take(&w, i, vg, REMAT_MEM_TRANSIENT, remat__value_bytes(g, vg), 0); /* seeded with 1 */
             for (int j = 0; j < n->n_in; j++) {
-                if (!remat__bwd_writes(p, n, j) || g->nodes[n->in[j]].leaf == REMAT__LEAF_PARAM) continue;
+                int param = g->nodes[n->in[j]].leaf == REMAT__LEAF_PARAM;
+                if (!remat__bwd_writes(p, n, j) || (param && !out->per_tensor)) continue;
                 int32_t vi = REMAT__VAL(n->in[j], REMAT__V_GRAD);
-                if (!resident(&w, vi)) take(&w, i, vi, REMAT_MEM_TRANSIENT, remat__value_bytes(g, vi), 1);
+                if (!resident(&w, vi))
+                    take(&w, i, vi, param ? REMAT_MEM_GRAD : REMAT_MEM_TRANSIENT, remat__value_bytes(g, vi), !param);
             }
             give(&w, take(&w, i, -1, REMAT_MEM_WORKSPACE, remat__ws_bytes(p, in->node, 1), 0));
         } else if (in->kind == REMAT__I_FREE && resident(&w, in->value)) {
             give(&w, w.live[in->value]);
         } /* REDUCE: the communication block, outside the arena */
     }
+    /* a traced step's parameter gradients live from their first write to
+     * the step's end (the optimizer reads them) */
+    for (int32_t u = 0; u < g->n && out->per_tensor; u++)
+        if (g->nodes[u].leaf == REMAT__LEAF_PARAM && resident(&w, REMAT__VAL(u, REMAT__V_GRAD)))
+            give(&w, w.live[REMAT__VAL(u, REMAT__V_GRAD)]);
     for (size_t v = 0; v < nv && w.st == REMAT_OK; v++)
         if (w.live[v] >= 0)
             w.st = remat__err(REMAT_INTERNAL, "schedule ends with value %zu of node %zu resident", v % 3, v / 3);
-    free(w.live);
+    free(w.live), free(w.over), free(w.gone);
     return w.st;
 }
 

@@ -774,6 +774,7 @@ remat_status remat__optimal_schedule(const remat__prog *p, remat_node loss, size
             size_t pk = 0;
             st = values_peak(p, &sc, &pk);
             if (st == REMAT_OK) cands[nc++] = (cand){(int)gi, j, count, schedule_cost(p, &sc), pk + held_outside, 0};
+            if (st == REMAT_UNSUPPORTED) st = REMAT_OK; /* reads a value overwritten in place: not a candidate */
             remat__schedule_free(&sc);
         }
     }

@@ -5,7 +5,7 @@ bytes, run the plan in eager PyTorch, and measure it.
     plan = rt.plan(model, (x,), lambda out: loss_fn(out, y), budget="6GiB", optimizer=opt)
     print(plan)                       # peak per category, what is recomputed
     for x, y in batches:
-        with plan.apply(model):
+        with plan.apply():
             loss = loss_fn(model(x), y)
             loss.backward()
         opt.step(); opt.zero_grad()
@@ -24,11 +24,11 @@ import time
 import torch
 
 from .._lib import RematError, plan_graph
-from .apply import Applied
+from .apply import Applied, Decisions
 from .capture import CaptureError, Trace, capture
 from . import memtrack
 
-__all__ = ["plan", "plan_trace", "max_batch", "measure", "capture", "Plan", "Trace", "CaptureError",
+__all__ = ["plan", "plan_trace", "budget_for", "max_batch", "measure", "capture", "Plan", "Trace", "CaptureError",
            "RematError", "parse_bytes"]
 
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1000, "kib": 1 << 10, "m": 1 << 20, "mb": 1000 ** 2, "mib": 1 << 20,
@@ -84,12 +84,12 @@ class Plan:
         self.floor = int(result.get("floor", 0)) if not self.feasible else None
         self.predicted = {k: int(v) for k, v in result.get("predicted", {}).items()}
         self.peak_bytes = int(result.get("peak_bytes", 0))
-        ids = [int(i) for i in result.get("recompute", [])]  # the graph file's op ids
-        fo = getattr(trace, "file_ops", None)
-        tr = (lambda xs: [fo[i] for i in xs if fo[i] is not None]) if fo else (lambda xs: xs)
-        self.recompute_ops = tr(ids)
+        self.recompute_ops = [int(i) for i in result.get("recompute", [])]
         # the ops whose outputs the forward drops (handed to the backward by recomputation)
-        self.drop_ops = tr([int(i) for i in result.get("drop", [])])
+        self.drop_ops = [int(i) for i in result.get("drop", [])]
+        # the recomputations as the schedule runs them, each at once
+        self.recompute_groups = [[int(i) for i in grp] for grp in result.get("recompute_groups", [])]
+        self._decisions = None  # apply.Decisions, made on the first apply()
         self.extra_flops = float(result.get("extra_flops", 0))
         self.flops = float(result.get("flops", 0))
 
@@ -98,13 +98,16 @@ class Plan:
         """The names of the ops the plan recomputes (aten op names), in order."""
         return [self.trace.ops[i].name for i in self.recompute_ops]
 
-    def apply(self, model=None):
+    def apply(self):
         """The context to run one training step under (forward, loss and
-        backward inside it). Pass the model so that its parameter gradients
-        are held for the whole step, as the plan counts them."""
+        backward inside it). The plan counts each parameter's gradient from
+        the backward that makes it: set gradients to None between steps
+        (optimizer.zero_grad()'s default) for the peak to be the predicted one."""
         if not self.feasible:
             raise RematError(self.result.get("error", "the plan is not feasible"))
-        return Applied(self, model)
+        if self._decisions is None:
+            self._decisions = Decisions(self)
+        return Applied(self, self._decisions)
 
     def __repr__(self):
         if not self.feasible:
@@ -121,31 +124,42 @@ class Plan:
         return "\n".join(lines)
 
 
-#: The share of a budget the plan leaves for what its model of PyTorch does
-#: not see (allocator rounding, small tensors, the order in which PyTorch's
-#: engine frees what it held): a plan for budget B holds at most B (1 - MARGIN)
-#: by remat's prediction. docs/pytorch.md gives the measured gaps.
-MARGIN = 0.03
+#: What a plan leaves of its budget for what its model of PyTorch does not
+#: see (a gradient the engine sums out of place while a Python dispatch mode
+#: is active, the order in which it frees what it held): a plan for budget B
+#: holds at most B - max(B MARGIN, MARGIN_BYTES) by remat's prediction.
+#: docs/pytorch.md gives the measured gaps.
+MARGIN = 0.01
+MARGIN_BYTES = 1024
+
+
+def _inner(b, margin):
+    """The budget a plan for b bytes is made for."""
+    return max(1, b - max(int(math.ceil(b * margin)), MARGIN_BYTES))
+
+
+def budget_for(peak, margin=MARGIN):
+    """The smallest budget whose plan may hold peak bytes by the prediction
+    (a plan's floor is budget_for of the least peak any schedule holds)."""
+    fb = max(int(math.ceil(peak / (1.0 - margin))), peak + MARGIN_BYTES)
+    while _inner(fb, margin) < peak:
+        fb += 1
+    while fb > 1 and _inner(fb - 1, margin) >= peak:
+        fb -= 1
+    return fb
 
 
 def plan_trace(trace, budget=None, optimizer=None, strategy="auto", margin=MARGIN):
     """Plans a captured step (capture(...)) at a budget (bytes or "6GiB")."""
     b = parse_bytes(budget)
-    inner = max(1, b - int(math.ceil(b * margin))) if b else 0  # 0 is "no budget"
+    inner = _inner(b, margin) if b else 0  # 0 is "no budget"
     # recompute_once: the applier keeps what it recomputed until its last use,
     # so the plans it runs recompute each op at most once
     req = {"budget": inner, "strategy": strategy, "optimizer": _optimizer_request(optimizer), "recompute_once": True}
     result = plan_graph(trace.graph(), req)
     result["budget"] = b
     if not result.get("feasible") and result.get("floor"):
-        # the smallest budget whose inner budget holds the floor
-        f = int(result["floor"])
-        fb = int(math.ceil(f / (1.0 - margin)))
-        while fb - int(math.ceil(fb * margin)) < f:
-            fb += 1
-        while fb > 1 and (fb - 1) - int(math.ceil((fb - 1) * margin)) >= f:
-            fb -= 1
-        result["floor"] = fb
+        result["floor"] = budget_for(int(result["floor"]), margin)
     return Plan(trace, result, req)
 
 
@@ -222,7 +236,7 @@ def measure(model, inputs, loss_fn, plan=None, optimizer=None, steps=3):
         live0 = c.live()
         c.reset_peak()
         t0 = time.perf_counter()
-        ctx = plan.apply(model) if plan is not None else contextlib.nullcontext()
+        ctx = plan.apply() if plan is not None else contextlib.nullcontext()
         with ctx:
             loss = loss_fn(model(*inputs))
             loss.backward()
@@ -231,6 +245,8 @@ def measure(model, inputs, loss_fn, plan=None, optimizer=None, steps=3):
         if optimizer is not None:
             optimizer.step()
         rows.append({"peak_bytes": state + peak, "seconds": t1 - t0, "loss": float(loss.detach())})
+    if not c.complete():
+        raise RematError("the heap counter's table is full (over 2^21 tensors live at once): it cannot measure")
     out = {"steps": rows, "peak_bytes": max(r["peak_bytes"] for r in rows[1:] or rows),
            "seconds": sorted(r["seconds"] for r in rows)[len(rows) // 2]}
     if plan is not None:

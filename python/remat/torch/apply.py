@@ -13,11 +13,12 @@ Inside ``plan.apply()``:
   value, so its memory is freed after its last forward use, as the plan
   says;
 - when the backward unpacks a handle, the value is recomputed from the
-  values the plan keeps: the missing ops run again in order, under
-  no_grad, each once; what they make is held until its last read by the
-  backward or by another recomputation, then dropped. This is the
-  schedule remat's memory plan predicts (a segment recomputed at once,
-  just before its backward).
+  values the plan keeps, with the rest of its recomputation group (the
+  ops the plan's schedule recomputes together, a segment just before its
+  backward): the missing ops run again in order, under no_grad, each
+  once; what they make is held until its last read by the backward or by
+  another recomputation, then dropped. This is the schedule remat's
+  memory plan predicts.
 
 What it guarantees: the same ops on the same inputs, so the same bits
 (gradients, loss) as the step without a plan, on the same threads; a
@@ -26,8 +27,8 @@ an op that writes a buffer (BatchNorm's running statistics) is replayed on
 a copy of the buffer, so state changes once per step; every parameter
 gets its gradient whatever requires grad, because nothing about autograd's
 graph changes (only where saved tensors live). Parameter gradients are
-allocated (zero) when the context is entered, as remat's executor holds
-them for the whole step; the plan counts them so.
+PyTorch's own, made by the backward that first writes them; the plan
+counts them so.
 """
 
 import contextlib
@@ -73,17 +74,17 @@ def _view(base, r):
     return base.as_strided(r.size, r.stride, r.offset)
 
 
-class Applier(TorchDispatchMode):
-    """One training step under a plan (Plan.apply makes one per step)."""
+class Decisions:
+    """What a plan means for the applier, worked out once per plan (a step
+    pays only for following it)."""
 
     def __init__(self, plan):
-        super().__init__()
         t = plan.trace
-        self.t = t
         # dropped in the forward and recomputed for the backward (an op whose
         # output nothing in the backward reads is dropped and never recomputed;
         # one recomputed while its first output lives is simply kept)
-        self.rec_ops = set(plan.drop_ops) & set(plan.recompute_ops)
+        rec = set(plan.recompute_ops)
+        self.rec_ops = {o for o in plan.drop_ops if o in rec}
         # an overwritten version cannot be kept: what reads it is recomputed from its maker
         grow = True
         while grow:
@@ -91,7 +92,7 @@ class Applier(TorchDispatchMode):
             for o in list(self.rec_ops):
                 for v in t.ops[o].inputs:
                     val = t.values[v]
-                    if val.overwritten and val.producer >= 0 and val.producer not in self.rec_ops:
+                    if val.overwritten >= 0 and val.producer >= 0 and val.producer not in self.rec_ops:
                         self.rec_ops.add(val.producer)
                         grow = True
         self.rec_vals = {v for o in self.rec_ops for v in t.ops[o].outputs}
@@ -100,6 +101,20 @@ class Applier(TorchDispatchMode):
             for v in set(t.ops[o].inputs):
                 if t.values[v].kind == "activation":
                     self.consumers[v] = self.consumers.get(v, 0) + 1
+        # what the step must follow: the values recomputations make and read
+        self.tracked = self.rec_vals | set(self.consumers)
+        self.group = {o: grp for grp in plan.recompute_groups for o in grp}
+
+
+class Applier(TorchDispatchMode):
+    """One training step under a plan (Plan.apply makes one per step)."""
+
+    def __init__(self, plan, decisions):
+        super().__init__()
+        self.t = plan.trace
+        d = decisions
+        self.rec_ops, self.rec_vals, self.consumers, self.tracked, self.group = \
+            d.rec_ops, d.rec_vals, d.consumers, d.tracked, d.group
         self.call = 0
         self.vmap = {}     # storage address -> value id (activations made in this step)
         self.src = {}      # kept values recomputations start from
@@ -121,11 +136,12 @@ class Applier(TorchDispatchMode):
                                "than when it was planned (data-dependent control flow, or other input shapes); "
                                "plan it again" % (self.call, func, c.name))
         self.call += 1
-        rng = torch.get_rng_state() if c.op >= 0 and self.t.ops[c.op].random else None
-        if c.op >= 0:
+        if c.op in self.rec_ops:  # its recipe: how to run it again
+            rng = torch.get_rng_state() if self.t.ops[c.op].random else None
             meta = func._schema.name in _META_ONLY
-            ref = lambda a: (_Meta(a) if meta and a.is_contiguous() else _Ref(self.vmap[_skey(a)], a)) \
-                if isinstance(a, torch.Tensor) and _skey(a) in self.vmap else a
+            ref = lambda a: (_Meta(a) if meta and a.is_contiguous() else
+                             _Ref(self.vmap[_skey(a)], a) if _skey(a) in self.vmap else a) \
+                if isinstance(a, torch.Tensor) else a
             written = {id(w) for w in _written_args(func, args, kwargs)}
             writes = [i for i, a in enumerate(tree_flatten((args, kwargs))[0]) if id(a) in written]
             rargs, rkwargs = tree_map(ref, (args, kwargs))
@@ -135,6 +151,9 @@ class Applier(TorchDispatchMode):
             flat = tree_flatten(out)[0]
             for i, v in c.new:
                 if i < 0:
+                    continue
+                if v not in self.tracked:  # its memory may be a tracked value's, freed: no longer that value
+                    self.vmap.pop(_skey(flat[i]), None)
                     continue
                 self.vmap[_skey(flat[i])] = v
                 if v in self.consumers and v not in self.rec_vals:
@@ -186,9 +205,12 @@ class Applier(TorchDispatchMode):
         return self._get(v)
 
     def _recompute(self, v):
-        """Runs again, in order, every op that v needs and that is not held."""
+        """Runs again, in order, v's recomputation group and every op that
+        they need and that is not held."""
         t = self.t
-        need, stack = set(), [t.values[v].producer]
+        p = t.values[v].producer
+        need, stack = set(), [p] + [o for o in self.group.get(p, ()) if o in self.rec_ops and any(
+            self.uses.get(u, 0) > 0 and not self._have(u) for u in t.ops[o].outputs)]
         while stack:
             o = stack.pop()
             if o in need:
@@ -252,18 +274,14 @@ class Applier(TorchDispatchMode):
 class Applied(contextlib.AbstractContextManager):
     """The context of one step under a plan: the dispatch mode and the hooks."""
 
-    def __init__(self, plan, model=None):
+    def __init__(self, plan, decisions):
         self.plan = plan
-        self.model = model
+        self.decisions = decisions
         self.applier = None
         self._hooks = None
 
     def __enter__(self):
-        a = self.applier = Applier(self.plan)
-        if self.model is not None:  # remat's model: parameter gradients held for the whole step
-            for p in self.model.parameters():
-                if p.requires_grad and p.grad is None:
-                    p.grad = torch.zeros_like(p)
+        a = self.applier = Applier(self.plan, self.decisions)
         self._hooks = torch.autograd.graph.saved_tensors_hooks(a.pack, a.unpack)
         self._hooks.__enter__()
         a.__enter__()

@@ -134,7 +134,7 @@ class Value:
 
     def __init__(self, id, kind, nbytes, name=None, producer=-1):
         self.id, self.kind, self.bytes, self.name, self.producer = id, kind, nbytes, name, producer
-        self.overwritten = False
+        self.overwritten = -1  # the op that writes it in place, making a new version
         self.readers = 0  # ops that read it so far
 
 
@@ -175,43 +175,28 @@ class Trace:
 
     # ------------------------------------------------------------ graph file
     def graph(self):
-        """The step as a remat graph file (docs/graph-format.md), a dict.
-
-        A parameter that several ops read gets a planning-only op of its
-        own in front of its readers, whose value takes no memory and whose
-        gradient takes the parameter's bytes: PyTorch's autograd engine sums
-        such a parameter's gradient in a buffer from the backward of its
-        last reader to that of its first. self.file_ops maps the file's op
-        ids back to the trace's (None for those planning-only ops)."""
-        multi = {v.id for v in self.values if v.kind == "parameter" and v.readers >= 2}
+        """The step as a remat graph file (docs/graph-format.md), a dict."""
         values = []
         for v in self.values:
             d = {"id": v.id, "kind": v.kind, "bytes": int(v.bytes)}
             if v.name:
                 d["name"] = v.name
+            if v.overwritten >= 0:
+                d["overwritten_by"] = v.overwritten
             values.append(d)
-        ops, self.file_ops, via = [], [], {}
+        ops = []
         for o in self.ops:
-            for p in o.inputs:
-                if p in multi and p not in via:
-                    q = via[p] = len(values)
-                    values.append({"id": q, "kind": "activation", "bytes": 0, "grad_bytes": int(self.values[p].bytes)})
-                    ops.append({"id": len(ops), "name": "remat::gradient_buffer(%s)" % self.values[p].name,
-                                "inputs": [p], "outputs": [q], "saves": [], "forward": 0.0, "family": "copy"})
-                    self.file_ops.append(None)
             fw = float(o.flops)
             # a value the op's backward reads that it neither reads nor makes
             # (in-place hardtanh_ saves a clone of its input made by an op
             # before it) is a read of the op all the same
             extra = [v for v in dict.fromkeys(o.saves) if v not in o.inputs and v not in o.outputs]
             ops.append({
-                "id": len(ops), "name": o.name, "inputs": [via.get(v, v) for v in o.inputs + extra],
-                "outputs": o.outputs,
-                "saves": sorted(set(via.get(v, v) for v in o.saves)), "forward": fw, "backward": 2.0 * fw,
+                "id": o.id, "name": o.name, "inputs": o.inputs + extra, "outputs": o.outputs,
+                "saves": sorted(set(o.saves)), "forward": fw, "backward": 2.0 * fw,
                 "recompute": fw, "transient": {"forward": int(o.transient), "backward": int(o.transient_bwd)},
                 "stateful": o.stateful, "random": o.random, "family": o.family,
             })
-            self.file_ops.append(o.id)
         return {"format": "remat-graph", "version": 1, "cost_unit": "flops", "source": self.source,
                 "values": values, "ops": ops, "loss": self.loss}
 
@@ -361,7 +346,7 @@ class _Recorder(TorchDispatchMode):
                         and fold_into in (None, prod) and early):
                     fold_into = prod  # nothing read it since: the same memory, the same op
                     continue
-                val.overwritten = True
+                val.overwritten = op.id
                 new.append((i, self._new_value(t, op.id)))  # a new version, read by this op
             else:
                 new.append((i, self._new_value(t, op.id)))
@@ -444,17 +429,17 @@ class _BackwardMeter(TorchDispatchMode):
     def _close(self):
         """The transient of the node that ran since start: its peak above
         what was live when it started, less the gradients of its inputs
-        (values the plan counts) and, for a parameter several ops read, the
-        gradient the engine buffers (which the plan counts too)."""
+        (values the plan counts) and of the parameters whose gradient it
+        makes (the plan counts them from there to the step's end). A
+        parameter's gradient is made in the backward of its last reader,
+        the first in the backward; the engine adds later readers' into it."""
         if self.op >= 0:
             o = self.t.ops[self.op]
             vals = self.t.values
             gin = sum(vals[v].bytes for v in set(o.inputs) if vals[v].kind == "activation")
-            # the engine's buffer is made in the backward of the parameter's last
-            # reader (the first in the backward); later readers add into it
-            buffered = sum(vals[v].bytes for v in set(o.inputs) if vals[v].kind == "parameter"
-                           and vals[v].readers >= 2 and self.last_reader.get(v) == o.id)
-            o.transient_bwd = max(o.transient_bwd, self.c.peak() - self.start - gin - buffered)
+            made = sum(vals[v].bytes for v in set(o.inputs) if vals[v].kind == "parameter"
+                       and self.last_reader.get(v) == o.id)
+            o.transient_bwd = max(o.transient_bwd, self.c.peak() - self.start - gin - made)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         node = torch._C._current_autograd_node()

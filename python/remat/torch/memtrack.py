@@ -1,12 +1,16 @@
-"""The heap counter: what a CPU PyTorch process really holds.
+"""The heap counter: the tensor memory a CPU PyTorch process really holds.
 
 libremat-memtrack.so (bench/torch/memtrack.c, built beside libremat.so)
-wraps glibc's allocator and keeps the live and peak bytes of the blocks of
-64 KiB or more, which is where PyTorch's CPU tensors live. It must be
-preloaded when the process starts (LD_PRELOAD), so ``measure`` cannot switch
-it on by itself; ``python -m remat.torch run SCRIPT [ARGS]`` runs a script
-with it. Nothing the plan controls feeds this counter: it is the
-independent measurement that the predicted peak is compared with.
+wraps glibc's aligned allocations, from which PyTorch's CPU allocator takes
+every tensor's buffer (and oneDNN its scratchpads), and keeps their live
+and peak bytes, each block at the bytes asked for: the CPU's counterpart of
+torch.cuda.max_memory_allocated. The interpreter's objects and the autograd
+engine's own structures (malloc) are not tensor memory and are not
+counted. It must be preloaded when the process starts (LD_PRELOAD), so
+``measure`` cannot switch it on by itself; ``python -m remat.torch run
+SCRIPT [ARGS]`` runs a script with it. Nothing the plan controls feeds this
+counter: it is the independent measurement that the predicted peak is
+compared with.
 """
 
 import ctypes
@@ -22,6 +26,7 @@ class Counter:
         for f in ("memtrack_live", "memtrack_peak"):
             getattr(lib, f).restype = ctypes.c_int64
         lib.memtrack_reset_peak.restype = None
+        lib.memtrack_dropped.restype = ctypes.c_int
 
     def live(self):
         return self._lib.memtrack_live()
@@ -31,6 +36,10 @@ class Counter:
 
     def reset_peak(self):
         self._lib.memtrack_reset_peak()
+
+    def complete(self):
+        """False once a block went uncounted (more than 2^21 live at once)."""
+        return not self._lib.memtrack_dropped()
 
 
 _counter = None
