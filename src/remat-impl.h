@@ -383,5 +383,7 @@ int remat__node_threads(const remat_graph *g, const remat__node *n, int pool);
 const char *remat__node_label(const remat__node *n, char *buf, size_t cap);
 /* Formats a shape as "(8, 3, 32, 32)". */
 const char *remat__shape_str(const remat__shape *s, char *buf, size_t cap);
+/* The same of ndim sizes: "(2, 3)", "()" for a scalar. */
+const char *remat__dims_str(int ndim, const int64_t *dims, char *buf, size_t cap);
 
 #endif /* REMAT_IMPL_H */

@@ -968,7 +968,10 @@ static pid_t child_of(pid_t parent) {
  * every rank; stops 1, 4, 7, 10) or to one rank only (the ranks agree on
  * the stop after every step; the others), at 10 moments; each time every rank stops
  * after the same step and rank 0 writes its state; resumed to the end,
- * the uninterrupted 2-rank run's weights. */
+ * the uninterrupted 2-rank run's weights. Open MPI 4's mpirun sends
+ * SIGKILL 1 s after it forwards SIGTERM (odls_base_sigkill_timeout), too
+ * soon for a loaded rank to finish its step and save: the test gives it
+ * 60 s, as docs/training-state.md tells users to. */
 static int stop_mpi_test(const char *cli, char **launcher, int nl, int quick) {
     /* the sanitizers' build: a shorter run, signals fewer steps apart */
     const char *steps = quick ? "800" : STOP_STEPS_MPI;
@@ -980,6 +983,7 @@ static int stop_mpi_test(const char *cli, char **launcher, int nl, int quick) {
     snprintf(fin, sizeof fin, "%s/fin.safetensors", dir);
     snprintf(log, sizeof log, "%s/log.txt", dir);
     double t0 = now_s();
+    setenv("OMPI_MCA_odls_base_sigkill_timeout", "60", 1);
     const char *ref_args[] = {"remat", TRAIN, "--steps", steps, "--seed", "5", "--save", ref, NULL};
     double tr = now_s();
     int rc = wait_rc(spawn_mpi(launcher, nl, cli, ref_args, log));
@@ -999,10 +1003,7 @@ static int stop_mpi_test(const char *cli, char **launcher, int nl, int quick) {
         pid_t rank = 0;
         if (wait_for_step(pid, log, target, &rc)) {
             sleep_s(rng_u01() * 0.002);
-            /* to a rank: a SIGTERM to mpirun itself, forwarded by Open MPI, was
-             * seen to end a loaded run with no state saved (exit 1), an open
-             * problem (docs/training-state.md) */
-            rank = child_of(pid);
+            rank = stops % 3 == 0 ? 0 : child_of(pid);
             kill(rank ? rank : pid, SIGTERM);
             to_rank += rank != 0;
             rc = wait_rc(pid);
@@ -1029,7 +1030,8 @@ static int stop_mpi_test(const char *cli, char **launcher, int nl, int quick) {
         last = step;
         free(out);
     }
-    CHECK_MSG(stops == 10 && to_rank >= 5, "%d stops (%d to one rank) before the run finished", stops, to_rank);
+    CHECK_MSG(stops == 10 && to_rank >= 5 && to_rank <= 6, "%d stops (%d to one rank) before the run finished",
+              stops, to_rank);
     const char *fin_args[] = {"remat", TRAIN, "--steps", steps, "--seed", "5", "--resume", sdir, "--save", fin,
                               NULL};
     rc = wait_rc(spawn_mpi(launcher, nl, cli, fin_args, log));

@@ -93,6 +93,11 @@ def test_a_changed_step_is_refused():
     with pytest.raises(rt.CaptureError, match="other ops than when it was planned"):
         with p.apply():
             lf(m(torch.randn(8, 3, 32, 32)) * 2).backward()
+    # another model altogether: its ops never reach the captured step's first
+    other = torch.nn.Linear(4, 10)
+    with pytest.raises(rt.CaptureError, match="none was the captured step's first"):
+        with p.apply():
+            other(torch.randn(8, 4)).sum().backward()
 
 
 def test_loss_must_be_a_scalar():

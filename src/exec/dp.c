@@ -9,8 +9,6 @@
 
 #define DEFAULT_BUCKET_BYTES ((size_t)1 << 20)
 
-static size_t rounded(size_t b) { return (b + REMAT__ARENA_ALIGN - 1) & ~(REMAT__ARENA_ALIGN - 1); }
-
 /* Buckets: consecutive trainable parameters, taken from the last to the
  * first (the order in which a backward pass finishes their gradients, so
  * that the first bucket can leave early), each closed once it holds
@@ -32,7 +30,7 @@ static remat_status lay_out_buckets(remat_session *s) {
     size_t end = 0; /* as remat__block_alloc carves the block */
     for (int i = 0; i < s->n_params; i++) {
         off[i] = end;
-        if (remat__trainable(s, i)) end += rounded(remat__out_bytes(&g->nodes[s->params[i].node]));
+        if (remat__trainable(s, i)) end += remat__arena_rounded(remat__out_bytes(&g->nodes[s->params[i].node]));
     }
     if (end != s->blk_bytes[REMAT__BLK_GRAD]) {
         free(off);

@@ -20,15 +20,13 @@ void remat_session_opts_default(remat_session_opts *o) {
     o->device = REMAT_DEVICE_CPU;
 }
 
-static size_t rounded(size_t b) { return (b + REMAT__ARENA_ALIGN - 1) & ~(REMAT__ARENA_ALIGN - 1); }
-
 remat_status remat__block_alloc(remat_session *s, int blk, remat_mem cat, int n, const size_t *bytes, void **ptrs,
                                 int zero) {
     size_t total = 0;
     /* a traced step (counted, never allocated): its framework allocates
      * tensor by tensor, so its bytes count, not this block's 256-byte slots */
     int exact = s->g->traced && s->opts.plan_only;
-    for (int i = 0; i < n; i++) total += exact ? bytes[i] : rounded(bytes[i]);
+    for (int i = 0; i < n; i++) total += exact ? bytes[i] : remat__arena_rounded(bytes[i]);
     if (s->opts.plan_only) { /* counted, not allocated: the plan sees the same bytes */
         for (int i = 0; i < n; i++) {
             ptrs[i] = NULL;
@@ -49,7 +47,7 @@ remat_status remat__block_alloc(remat_session *s, int blk, remat_mem cat, int n,
     size_t off = 0;
     for (int i = 0; i < n; i++) {
         ptrs[i] = bytes[i] ? (unsigned char *)b + off : NULL;
-        off += rounded(bytes[i]);
+        off += remat__arena_rounded(bytes[i]);
         remat__alloc_count(&s->alloc, cat, bytes[i]);
     }
     s->blk[blk] = b;

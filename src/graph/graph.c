@@ -55,14 +55,16 @@ const char *remat__node_label(const remat__node *n, char *buf, size_t cap) {
     return buf;
 }
 
-const char *remat__shape_str(const remat__shape *s, char *buf, size_t cap) {
-    size_t used = 0;
-    used += (size_t)snprintf(buf, cap, "(");
-    for (int i = 0; i < s->ndim && used < cap; i++)
-        used += (size_t)snprintf(buf + used, cap - used, "%s%lld", i ? ", " : "",
-                                 (long long)s->d[i]);
+const char *remat__dims_str(int ndim, const int64_t *dims, char *buf, size_t cap) {
+    size_t used = (size_t)snprintf(buf, cap, "(");
+    for (int i = 0; i < ndim && used < cap; i++)
+        used += (size_t)snprintf(buf + used, cap - used, "%s%lld", i ? ", " : "", (long long)dims[i]);
     if (used < cap) snprintf(buf + used, cap - used, ")");
     return buf;
+}
+
+const char *remat__shape_str(const remat__shape *s, char *buf, size_t cap) {
+    return remat__dims_str(s->ndim, s->d, buf, cap);
 }
 
 remat_node remat__graph_add(remat_graph *g, const remat__node *proto) {

@@ -192,8 +192,6 @@ void remat__memplan_peaks(const remat__memplan *m, const remat_mem_stats *start,
 
 /* ------------------------------------------------------------- placement */
 
-static size_t rounded(size_t b) { return (b + REMAT__ARENA_ALIGN - 1) & ~(REMAT__ARENA_ALIGN - 1); }
-
 /* by-size is quadratic in the events it places. */
 #define BY_SIZE_MAX 8192
 
@@ -220,7 +218,7 @@ static remat_status place_by_size(const remat__memplan *m, int64_t *off, size_t 
     int k = 0;
     for (int32_t e = 0; e < m->n; e++) {
         off[e] = 0;
-        if (m->ev[e].bytes) it[k++] = (item){rounded(m->ev[e].bytes), m->ev[e].t0, m->ev[e].t1, e};
+        if (m->ev[e].bytes) it[k++] = (item){remat__arena_rounded(m->ev[e].bytes), m->ev[e].t0, m->ev[e].t1, e};
     }
     qsort(it, (size_t)k, sizeof *it, by_size_desc);
     size_t top = 0;
@@ -260,7 +258,7 @@ static remat_status place_in_order(const remat__memplan *m, int64_t *off, size_t
     for (int32_t t = 0; t < m->ticks; t++) {
         int32_t e = m->tick[t];
         if (e >= 0) {
-            size_t b = rounded(m->ev[e].bytes);
+            size_t b = remat__arena_rounded(m->ev[e].bytes);
             off[e] = 0;
             if (!b) continue;
             int best = -1;
@@ -281,7 +279,7 @@ static remat_status place_in_order(const remat__memplan *m, int64_t *off, size_t
             }
         } else {
             e = ~e;
-            size_t b = rounded(m->ev[e].bytes), o = (size_t)off[e];
+            size_t b = remat__arena_rounded(m->ev[e].bytes), o = (size_t)off[e];
             if (!b) continue;
             int i = 0;
             while (i < nf && fo[i] < o) i++;

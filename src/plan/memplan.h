@@ -21,6 +21,10 @@
  * 256-byte aligned buffers; the CPU kernels want 64). */
 #define REMAT__ARENA_ALIGN ((size_t)256)
 
+/* b bytes rounded up to the arena's alignment: what a tensor takes in the
+ * arena and in the session's resident blocks. */
+static inline size_t remat__arena_rounded(size_t b) { return (b + REMAT__ARENA_ALIGN - 1) & ~(REMAT__ARENA_ALIGN - 1); }
+
 typedef struct {
     size_t bytes;   /* what the executor takes */
     int64_t off;    /* arena offset once placed, -1 before */

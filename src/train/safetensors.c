@@ -95,18 +95,6 @@ static int tensor_bytes(int ndim, const int64_t *dims, size_t size,
     return 1;
 }
 
-/* Formats a shape as "(2, 3)" ("()" for a scalar). */
-static const char *shape_str(int ndim, const int64_t *dims, char *buf,
-                             size_t cap) {
-    size_t at = 0;
-    at += (size_t)snprintf(buf, cap, "(");
-    for (int i = 0; i < ndim && at < cap; i++)
-        at += (size_t)snprintf(buf + at, cap - at, "%s%lld", i ? ", " : "",
-                               (long long)dims[i]);
-    if (at < cap) snprintf(buf + at, cap - at, ")");
-    return buf;
-}
-
 /* ---------------------------------------------------------------- reader */
 
 typedef struct {
@@ -214,7 +202,7 @@ static remat_status parse_entry(const remat__st *f, const cJSON *item,
                           (unsigned long long)f->data_bytes);
     size_t need;
     char sb[160];
-    shape_str(e->ndim, e->dims, sb, sizeof sb);
+    remat__dims_str(e->ndim, e->dims, sb, sizeof sb);
     if (!tensor_bytes(e->ndim, e->dims, dtypes[e->dtype].size, &need))
         return remat__err(REMAT_FORMAT,
                           "%s: tensor '%s': shape %s is too large", p, nm,
@@ -835,7 +823,7 @@ static remat_status check_write(const char *path, int n,
                               "%s: tensor '%s': dtype %s and shape %s do not "
                               "match its %zu bytes",
                               path, nm, t->dtype,
-                              shape_str(t->ndim, t->dims, sb, sizeof sb),
+                              remat__dims_str(t->ndim, t->dims, sb, sizeof sb),
                               t->bytes);
         if (t->bytes && !t->data)
             return remat__err(REMAT_INVALID, "%s: tensor '%s': no data",

@@ -350,14 +350,6 @@ static remat_status list_tensors(remat_session *s, tensor_list *l) {
     return REMAT_OK;
 }
 
-static const char *shape_str(int ndim, const int64_t *dims, char *buf, size_t cap) {
-    size_t at = (size_t)snprintf(buf, cap, "(");
-    for (int i = 0; i < ndim && at < cap; i++)
-        at += (size_t)snprintf(buf + at, cap - at, "%s%lld", i ? ", " : "", (long long)dims[i]);
-    if (at < cap) snprintf(buf + at, cap - at, ")");
-    return buf;
-}
-
 /* Every tensor the session needs is in f with dtype F32 and its shape, and
  * f has no other; idx[k] gets the file's index of tensor k. */
 static remat_status check_tensors(const remat__st *f, const tensor_list *l, int *idx) {
@@ -369,7 +361,7 @@ static remat_status check_tensors(const remat__st *f, const tensor_list *l, int 
         if (i < 0)
             return remat__err(REMAT_SHAPE, "%s: cannot resume: the state has no tensor '%s' %s, which this %s needs "
                               "(a state of another model or optimizer?)", path, want->name,
-                              shape_str(want->ndim, want->dims, a, sizeof a),
+                              remat__dims_str(want->ndim, want->dims, a, sizeof a),
                               l->which[k] < 0 ? "model" : "optimizer");
         remat__st_tensor t;
         remat_status rc = remat__st_get(f, i, &t);
@@ -382,7 +374,7 @@ static remat_status check_tensors(const remat__st *f, const tensor_list *l, int 
         if (!ok)
             return remat__err(REMAT_SHAPE, "%s: cannot resume: tensor '%s' has shape %s in the state but %s in this "
                               "model (a state of another model?)", path, t.name,
-                              shape_str(t.ndim, t.dims, a, sizeof a), shape_str(want->ndim, want->dims, b, sizeof b));
+                              remat__dims_str(t.ndim, t.dims, a, sizeof a), remat__dims_str(want->ndim, want->dims, b, sizeof b));
         idx[k] = i;
     }
     if (remat__st_count(f) != l->n) /* each listed name found once: the file has others */
@@ -394,7 +386,7 @@ static remat_status check_tensors(const remat__st *f, const tensor_list *l, int 
             if (!found)
                 return remat__err(REMAT_SHAPE, "%s: cannot resume: the state has tensor '%s' %s, which this %s does "
                                   "not have (a state of another model or optimizer?)", path, t.name,
-                                  shape_str(t.ndim, t.dims, a, sizeof a),
+                                  remat__dims_str(t.ndim, t.dims, a, sizeof a),
                                   strncmp(t.name, "optim.", 6) == 0 ? "optimizer" : "model");
         }
     return REMAT_OK;

@@ -79,16 +79,6 @@ static const char *kind(const remat_param_info *p) {
     return p->trainable ? "parameter" : "buffer";
 }
 
-static const char *shape_str(int ndim, const int64_t *dims, char *buf,
-                             size_t cap) {
-    size_t at = (size_t)snprintf(buf, cap, "(");
-    for (int i = 0; i < ndim && at < cap; i++)
-        at += (size_t)snprintf(buf + at, cap - at, "%s%lld", i ? ", " : "",
-                               (long long)dims[i]);
-    if (at < cap) snprintf(buf + at, cap - at, ")");
-    return buf;
-}
-
 /* Checks tensor i of f against the session; *param gets its parameter. */
 static remat_status check_tensor(const remat_session *s, const remat__st *f,
                                  int i, int *param) {
@@ -122,8 +112,8 @@ static remat_status check_tensor(const remat_session *s, const remat__st *f,
         char a[160], b[160];
         return remat__err(REMAT_SHAPE,
                           "%s: tensor '%s' has shape %s but the %s has %s",
-                          path, t.name, shape_str(t.ndim, t.dims, a, sizeof a),
-                          kind(&p), shape_str(p.ndim, p.dims, b, sizeof b));
+                          path, t.name, remat__dims_str(t.ndim, t.dims, a, sizeof a),
+                          kind(&p), remat__dims_str(p.ndim, p.dims, b, sizeof b));
     }
     *param = k;
     return REMAT_OK;
@@ -155,7 +145,7 @@ remat_status remat_safetensors_load(remat_session *s, const char *path,
                             "%s: %s '%s' %s is missing from the file (strict "
                             "load)",
                             path, kind(&p), p.name,
-                            shape_str(p.ndim, p.dims, a, sizeof a));
+                            remat__dims_str(p.ndim, p.dims, a, sizeof a));
         }
     }
     /* Pass 2: copy. */
@@ -214,7 +204,7 @@ remat_status remat_safetensors_read(const char *path, const char *name, remat_dt
     for (int d = 0; same && d < ndim; d++) same = t.dims[d] == dims[d];
     if (rc == REMAT_OK && !same)
         rc = remat__err(REMAT_SHAPE, "%s: tensor '%s' has shape %s but the model needs %s", path, name,
-                        shape_str(t.ndim, t.dims, a, sizeof a), shape_str(ndim, dims, b, sizeof b));
+                        remat__dims_str(t.ndim, t.dims, a, sizeof a), remat__dims_str(ndim, dims, b, sizeof b));
     int widen = rc == REMAT_OK && dtype == REMAT_I32 && strcmp(t.dtype, "I64") == 0;
     if (rc == REMAT_OK && !widen && strcmp(t.dtype, dtype_name(dtype)) != 0)
         rc = remat__err(REMAT_FORMAT, "%s: tensor '%s' has dtype %s but the model needs %s%s", path, name, t.dtype,

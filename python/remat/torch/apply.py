@@ -37,7 +37,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
-from .capture import _IGNORED, _META_ONLY, CaptureError, _skey, _written_args
+from .capture import _META_ONLY, CaptureError, _ignored, _skey, _written_args
 
 
 class _Ref:
@@ -116,6 +116,7 @@ class Applier(TorchDispatchMode):
         self.rec_ops, self.rec_vals, self.consumers, self.tracked, self.group = \
             d.rec_ops, d.rec_vals, d.consumers, d.tracked, d.group
         self.call = 0
+        self.before = 0    # calls let through before the step's first op
         self.vmap = {}     # storage address -> value id (activations made in this step)
         self.src = {}      # kept values recomputations start from
         self.recipes = {}  # op id -> [recipe]
@@ -128,9 +129,15 @@ class Applier(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if (torch._C._current_autograd_node() is not None or self.call >= len(self.t.calls)
-                or func._schema.name in _IGNORED):
+                or _ignored(func)):
             return func(*args, **kwargs)  # the backward, or past the captured forward
         c = self.t.calls[self.call]
+        if c.name != str(func) and self.call == 0:
+            # before the step's first op, nothing of the step exists to read: a
+            # call there is the framework's own (DistributedDataParallel
+            # rebuilding its buckets in its second forward), not the step's
+            self.before += 1
+            return func(*args, **kwargs)
         if c.name != str(func):
             raise CaptureError("the step's op %d is %s where the captured step had %s: the model ran other ops "
                                "than when it was planned (data-dependent control flow, or other input shapes); "
@@ -291,9 +298,13 @@ class Applied(contextlib.AbstractContextManager):
         a = self.applier
         a.__exit__(*exc)
         self._hooks.__exit__(*exc)
-        if exc[0] is None and a.call not in (0, len(self.plan.trace.calls)):
+        calls = self.plan.trace.calls
+        if exc[0] is None and a.call == 0 and a.before:
+            raise CaptureError("the step ran %d ops and none was the captured step's first (%s): the model runs "
+                               "other ops than when it was planned; plan it again" % (a.before, calls[0].name))
+        if exc[0] is None and a.call not in (0, len(calls)):
             raise CaptureError("the step ran %d of the %d captured ops: run the whole forward (model and loss) "
-                               "inside plan.apply()" % (a.call, len(self.plan.trace.calls)))
+                               "inside plan.apply()" % (a.call, len(calls)))
         a.src.clear()
         a.cache.clear()
         return False

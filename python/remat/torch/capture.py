@@ -57,6 +57,13 @@ _DATA_DEPENDENT = {
 # sequence a plan is applied against.
 _IGNORED = {"aten::detach", "aten::alias", "aten::lift_fresh"}
 
+
+def _ignored(func):
+    """A call outside the step's sequence: one of _IGNORED, or the profiler's
+    record_function markers (DistributedDataParallel's forward opens one;
+    whether a step passes through them depends on the profiler's state)."""
+    return func._schema.name in _IGNORED or func.namespace == "profiler"
+
 # Ops that read only their input's shape, dtype and strides (dropout's mask
 # is empty_like(x).bernoulli_()): the value is not an input of the op, so a
 # plan neither keeps nor recomputes it for them.
@@ -293,7 +300,7 @@ class _Recorder(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = func._schema.name
-        if name in _IGNORED:
+        if _ignored(func):
             return func(*args, **kwargs)
         flat_in = [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)]
         in_vals = []
@@ -503,7 +510,9 @@ def _capture(model, inputs, loss_fn, warmup=True):
     of the model's positional arguments) with loss `loss_fn(output)`:
     forward, loss and the values the backward reads. With warmup, one step
     runs first, unrecorded, so that what a first step allocates once
-    (oneDNN's caches) is not taken for the step's memory. Returns a Trace;
+    (oneDNN's caches) is not taken for the step's memory; two for a
+    DistributedDataParallel model, which rebuilds its gradient buckets in
+    its second forward (the steps after are all alike). Returns a Trace;
     the model, its gradients, its buffers and the RNG are left as they
     were."""
     if not isinstance(inputs, (tuple, list)):
@@ -521,7 +530,8 @@ def _capture(model, inputs, loss_fn, warmup=True):
                 leaves[k] = len(t.values)
                 t.values.append(Value(len(t.values), kind, p.untyped_storage().nbytes(), n))
     point = _restore_point(model)
-    if warmup:  # the first step allocates what later ones reuse (oneDNN's caches): not the step's memory
+    ddp = isinstance(model, torch.nn.parallel.DistributedDataParallel)
+    for _ in range((2 if ddp else 1) if warmup else 0):  # what a first step allocates once: not the step's memory
         try:
             loss = loss_fn(model(*inputs))
             if isinstance(loss, torch.Tensor) and loss.numel() == 1 and loss.requires_grad:
