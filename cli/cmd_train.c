@@ -81,12 +81,13 @@ static void help(void) {
            "  --json              one JSON object per line: per step and per evaluation\n"
            "  --help              this text\n"
            "\n"
-           "SIGTERM, SIGINT (Ctrl-C) or SIGHUP: the step in progress finishes, a training\n"
-           "state of it is saved (with a state directory; otherwise the message says what\n"
-           "is lost), and the exit status is 128 + the signal (143, 130, 129); a second\n"
-           "signal ends the run at once. Under mpirun every rank stops after the same\n"
-           "step, and the flags that define the math or the run's course must be the\n"
-           "same on every rank (docs/training-state.md).\n");
+           "SIGTERM, SIGINT (Ctrl-C), SIGHUP or SIGUSR1: the step in progress finishes, a\n"
+           "training state of it is saved (with a state directory; otherwise the message\n"
+           "says what is lost), and the exit status is 128 + the signal (143, 130, 129,\n"
+           "138); a second signal ends the run at once. Under mpirun every rank stops\n"
+           "after the same step (send mpirun SIGUSR1: it forwards it, where it kills the\n"
+           "ranks a second after forwarding SIGTERM), and the flags that define the math\n"
+           "or the run's course must be the same on every rank (docs/training-state.md).\n");
     cli_session_help(1);
     cli_dist_help("train");
     printf("\n");
@@ -610,8 +611,8 @@ static void print_header(const job *j, const cli_dist *d, remat_session *s) {
     fflush(stdout);
 }
 
-/* A graceful stop (docs/training-state.md): the first SIGTERM, SIGINT or
- * SIGHUP only sets stop_signal (and says so on stderr, with write(2), the
+/* A graceful stop (docs/training-state.md): the first SIGTERM, SIGINT,
+ * SIGHUP or SIGUSR1 only sets stop_signal (and says so on stderr, with write(2), the
  * one output a handler may use); the training loop ends after the step in
  * progress, saves a state when there is a state directory, and the
  * command exits with 128 + the signal's number. A second signal restores
@@ -620,7 +621,11 @@ static void print_header(const job *j, const cli_dist *d, remat_session *s) {
 static volatile sig_atomic_t stop_signal;
 
 static const char *signal_name(int sig) {
-    return sig == SIGINT ? "SIGINT" : sig == SIGHUP ? "SIGHUP" : sig == SIGTERM ? "SIGTERM" : "a signal";
+    return sig == SIGINT    ? "SIGINT"
+           : sig == SIGHUP  ? "SIGHUP"
+           : sig == SIGTERM ? "SIGTERM"
+           : sig == SIGUSR1 ? "SIGUSR1"
+                            : "a signal";
 }
 
 static void on_stop_signal(int sig) {
@@ -645,8 +650,8 @@ static void catch_stop_signals(void) {
     sa.sa_handler = on_stop_signal;
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART;
-    const int sigs[] = {SIGTERM, SIGINT, SIGHUP};
-    for (int i = 0; i < 3; i++) sigaction(sigs[i], &sa, NULL);
+    const int sigs[] = {SIGTERM, SIGINT, SIGHUP, SIGUSR1};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++) sigaction(sigs[i], &sa, NULL);
 }
 
 /* The session, the training and the files; 0 or the exit status after
