@@ -517,6 +517,12 @@ def _capture(model, inputs, loss_fn, warmup=True):
     were."""
     if not isinstance(inputs, (tuple, list)):
         inputs = (inputs,)
+    devices = {a.device.type for a in list(model.parameters()) + list(model.buffers()) + list(inputs)
+               if isinstance(a, torch.Tensor)}
+    if devices - {"cpu"}:
+        raise CaptureError("remat.torch plans CPU steps in this version; this model or batch is on %s (on a GPU "
+                           "the transient bytes, the replay of random ops and the measurement are not done: "
+                           "docs/pytorch.md, Limits)" % ", ".join(sorted(devices - {"cpu"})))
     t = Trace()
     t.source = "torch %s: %s" % (torch.__version__, type(model).__name__)
     leaves = {}
