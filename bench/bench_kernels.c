@@ -12,7 +12,10 @@
  * threads for comparison. Rounds interleave the shapes; each figure is the
  * best of its rounds (the machine may be shared).
  *
- *   bench_kernels [--threads T] [--rounds R] [--only SUBSTRING] [--no-check] [--cpu]
+ *   bench_kernels [--threads T] [--rounds R] [--only SUBSTRING] [--no-check | --check-only] [--cpu]
+ *
+ * --check-only runs the reference checks and stops (the test suite's
+ * bench_kernels_check).
  *
  * --cpu times with the thread's CPU clock instead of the wall clock (use
  * with --threads 1 on a shared machine).
@@ -113,6 +116,16 @@ static remat_node conv_node(remat_graph *g, int64_t n, int64_t c, int64_t h, int
     int64_t xd[4] = {n, c, h, h};
     remat_node x = remat_input(g, "x", REMAT_F32, 4, xd);
     return remat_conv2d(g, "conv", x, o, k, s, p, bias);
+}
+
+static void free_cases(void) {
+    for (int i = 0; i < ncases; i++) {
+        kcase *c = &cases[i];
+        for (int k = 0; k < c->nin; k++) free(c->in[k]), free(c->din[k]);
+        free(c->out), free(c->dout), free(c->aux);
+        remat_graph_destroy(c->g);
+    }
+    ncases = 0;
 }
 
 static void add_case(const char *name, remat_graph *g, remat_node node) {
@@ -405,17 +418,18 @@ static int rule_picks(const kcase *c) {
 /* ------------------------------------------------------------------ main */
 
 int main(int argc, char **argv) {
-    int threads = 2, rounds = 5, check = 1;
+    int threads = 2, rounds = 5, check = 1, check_only = 0;
     const char *only = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--only") && i + 1 < argc) only = argv[++i];
         else if (!strcmp(argv[i], "--no-check")) check = 0;
+        else if (!strcmp(argv[i], "--check-only")) check_only = 1;
         else if (!strcmp(argv[i], "--cpu")) use_cpu_clock = 1;
         else {
-            fprintf(stderr, "usage: bench_kernels [--threads T] [--rounds R] [--only SUBSTRING] [--no-check] "
-                            "[--cpu]\n");
+            fprintf(stderr, "usage: bench_kernels [--threads T] [--rounds R] [--only SUBSTRING] [--no-check | "
+                            "--check-only] [--cpu]\n");
             return 2;
         }
     }
@@ -542,6 +556,12 @@ int main(int argc, char **argv) {
                "(relative error <= 1e-4), max pooling and "
                "relu (bitwise, with ties, signed zeros, NaNs and infinities)\n");
     }
+    if (check_only) {
+        for (int m = 0; m < 3; m++) remat__dnnl_destroy(mode_ctx[m]);
+        remat__pool_destroy(pool);
+        free_cases();
+        return check ? 0 : 2;
+    }
 
     /* GEMM peak, both threading models. */
     gemm_ctx gc = {1024, NULL, NULL, NULL};
@@ -625,5 +645,7 @@ int main(int argc, char **argv) {
            "model, here it does)\n");
     for (int m = 0; m < 3; m++) remat__dnnl_destroy(mode_ctx[m]);
     remat__pool_destroy(pool);
+    free_cases();
+    free(gc.a), free(gc.b), free(gc.c), free(A), free(B), free(Cm);
     return 0;
 }
