@@ -6,7 +6,9 @@ budget, within 5% of the prediction), and the floor checked: it fits, and
 1 MiB less is refused. Also the planning time. Run it with the heap counter
 preloaded:
 
-    python -m remat.torch run bench/torch/remat_truth.py [--models resnet50,...] [--json FILE]
+    python -m remat.torch run bench/torch/remat_truth.py [--models resnet50,...] [--device cuda] [--json FILE]
+
+On a CUDA device the measured peak is torch.cuda.max_memory_allocated's.
 """
 import argparse
 import copy
@@ -23,38 +25,40 @@ import remat.torch as rt  # noqa: E402
 import user_models as um  # noqa: E402
 
 
-def models(name):
+def models(name, device="cpu"):
     import torchvision
     g = torch.Generator().manual_seed(0)
+    d = lambda t: t.to(device)  # noqa: E731
     if name == "resnet50":
         m = torchvision.models.resnet50()
-        x, y = torch.randn(4, 3, 96, 96, generator=g), torch.randint(0, 1000, (4,), generator=g)
+        x, y = d(torch.randn(4, 3, 96, 96, generator=g)), d(torch.randint(0, 1000, (4,), generator=g))
         return m, (x,), (lambda o: F.cross_entropy(o, y))
     if name == "densenet121":
         m = torchvision.models.densenet121()
-        x, y = torch.randn(4, 3, 64, 64, generator=g), torch.randint(0, 1000, (4,), generator=g)
+        x, y = d(torch.randn(4, 3, 64, 64, generator=g)), d(torch.randint(0, 1000, (4,), generator=g))
         return m, (x,), (lambda o: F.cross_entropy(o, y))
     if name == "mobilenet_v2":
         m = torchvision.models.mobilenet_v2()
-        x, y = torch.randn(8, 3, 96, 96, generator=g), torch.randint(0, 1000, (8,), generator=g)
+        x, y = d(torch.randn(8, 3, 96, 96, generator=g)), d(torch.randint(0, 1000, (8,), generator=g))
         return m, (x,), (lambda o: F.cross_entropy(o, y))
     if name == "gpt2":
         m = um.GPT2(layers=4, embd=256, heads=4, context=256, vocab=8192)
-        idx = torch.randint(0, 8192, (4, 256), generator=g)
-        return m, (idx,), um.gpt2_loss(torch.randint(0, 8192, (4, 256), generator=g))
+        idx = d(torch.randint(0, 8192, (4, 256), generator=g))
+        return m, (idx,), um.gpt2_loss(d(torch.randint(0, 8192, (4, 256), generator=g)))
     if name == "siamese":
         m = um.Siamese()
-        return m, (torch.randn(4, 2, 3, 64, 64, generator=g),), um.siamese_loss
+        return m, (d(torch.randn(4, 2, 3, 64, 64, generator=g)),), um.siamese_loss
     if name == "cifar":
         m = um.CifarCNN()
-        x, y = torch.randn(128, 3, 32, 32, generator=g), torch.randint(0, 10, (128,), generator=g)
+        x, y = d(torch.randn(128, 3, 32, 32, generator=g)), d(torch.randint(0, 10, (128,), generator=g))
         return m, (x,), (lambda o: F.cross_entropy(o, y))
     raise SystemExit("unknown model %s" % name)
 
 
-def row(name, steps):
+def row(name, steps, device):
     torch.manual_seed(0)
-    m0, inputs, lf = models(name)
+    m0, inputs, lf = models(name, device)
+    m0 = m0.to(device)
     t0 = time.perf_counter()
     tr = rt.capture(m0, inputs, lf)
     cap = time.perf_counter() - t0
@@ -84,6 +88,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default="resnet50,densenet121,mobilenet_v2,gpt2")
     ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda (the measured peak: torch.cuda's)")
     ap.add_argument("--json")
     a = ap.parse_args()
     torch.set_num_threads(min(2, os.cpu_count()))
@@ -91,7 +96,7 @@ def main():
     print("%-13s %12s %12s %12s %7s %6s %5s %8s" % ("model", "budget", "predicted", "measured", "meas/pr", "<=bud",
                                                   "recmp", "extra%"))
     for name in a.models.split(","):
-        r = row(name, a.steps)
+        r = row(name, a.steps, torch.device(a.device))
         res.append(r)
         for x in r["rows"]:
             print("%-13s %12d %12d %12d %7.4f %6s %5d %8.2f" % (name, x["budget"], x["predicted"], x["measured"],

@@ -100,10 +100,12 @@ def test_a_changed_step_is_refused():
             other(torch.randn(8, 4)).sum().backward()
 
 
-def test_a_model_off_the_cpu_is_refused():
+def test_a_model_off_the_cpu_and_cuda_is_refused():
     m = torch.nn.Linear(4, 4, device="meta")
-    with pytest.raises(rt.CaptureError, match="plans CPU steps in this version; this model or batch is on meta"):
+    with pytest.raises(rt.CaptureError, match="on the CPU or on one CUDA device; this model and batch are on meta"):
         rt.capture(m, (torch.randn(2, 4, device="meta"),), lambda o: o.sum())
+    with pytest.raises(rt.CaptureError, match="this model and batch are on cpu, meta"):
+        rt.capture(torch.nn.Linear(4, 4), (torch.randn(2, 4, device="meta"),), lambda o: o.sum())
 
 
 def test_loss_must_be_a_scalar():

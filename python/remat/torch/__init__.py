@@ -25,7 +25,7 @@ import torch
 
 from .._lib import RematError, plan_graph
 from .apply import Applied, Decisions
-from .capture import CaptureError, Trace, capture
+from .capture import CaptureError, Trace, _device_of, capture
 from . import memtrack
 
 __all__ = ["plan", "plan_trace", "budget_for", "max_batch", "measure", "capture", "Plan", "Trace", "CaptureError",
@@ -212,18 +212,21 @@ def _bytes_of(tensors):
 
 def measure(model, inputs, loss_fn, plan=None, optimizer=None, steps=3):
     """Runs `steps` training steps (under plan when given) and measures each:
-    the peak bytes the process holds during forward and backward (the heap
-    counter, which must be preloaded: python -m remat.torch run SCRIPT),
-    counted like the prediction (parameters, gradients, optimizer state, the
-    batch, and everything the step allocates), and its seconds. Returns a
-    dict with the per-step figures and, with a plan, the prediction."""
-    c = memtrack.counter()
+    the peak bytes the process holds during forward and backward (on the
+    CPU the heap counter, which must be preloaded: python -m remat.torch run
+    SCRIPT; on a CUDA device torch.cuda.max_memory_allocated), counted like
+    the prediction (parameters, gradients, optimizer state, the batch, and
+    everything the step allocates), and its seconds. Returns a dict with the
+    per-step figures and, with a plan, the prediction."""
+    if not isinstance(inputs, (tuple, list)):
+        inputs = (inputs,)
+    device = _device_of(model, inputs)
+    c = memtrack.counter(device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     if c is None:
         raise RematError("measure needs the heap counter preloaded: run the script as "
                          "python -m remat.torch run SCRIPT [ARGS] (or LD_PRELOAD=%s)" % (memtrack.path() or
                                                                                           "libremat-memtrack.so"))
-    if not isinstance(inputs, (tuple, list)):
-        inputs = (inputs,)
     params = list(model.parameters())
     rows = []
     for _ in range(steps):
@@ -233,6 +236,7 @@ def measure(model, inputs, loss_fn, plan=None, optimizer=None, steps=3):
             for p in params:
                 p.grad = None
         state = _bytes_of(params) + _bytes_of(_optim_tensors(optimizer)) + _bytes_of(inputs)
+        sync()
         live0 = c.live()
         c.reset_peak()
         t0 = time.perf_counter()
@@ -240,6 +244,7 @@ def measure(model, inputs, loss_fn, plan=None, optimizer=None, steps=3):
         with ctx:
             loss = loss_fn(model(*inputs))
             loss.backward()
+        sync()
         t1 = time.perf_counter()
         peak = c.peak() - live0
         if optimizer is not None:

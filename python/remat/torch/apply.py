@@ -37,7 +37,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
-from .capture import _META_ONLY, CaptureError, _ignored, _skey, _written_args
+from .capture import _META_ONLY, CaptureError, _ignored, _skey, _written_args, rng_state, set_rng_state
 
 
 class _Ref:
@@ -144,7 +144,9 @@ class Applier(TorchDispatchMode):
                                "plan it again" % (self.call, func, c.name))
         self.call += 1
         if c.op in self.rec_ops:  # its recipe: how to run it again
-            rng = torch.get_rng_state() if self.t.ops[c.op].random else None
+            dev = next((a.device for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)),
+                       torch.device("cpu"))
+            rng = rng_state(dev) if self.t.ops[c.op].random else None
             meta = func._schema.name in _META_ONLY
             ref = lambda a: (_Meta(a) if meta and a.is_contiguous() else
                              _Ref(self.vmap[_skey(a)], a) if _skey(a) in self.vmap else a) \
@@ -260,9 +262,10 @@ class Applier(TorchDispatchMode):
                         flat[i] = flat[i].clone()
                 args, kwargs = spec.unflatten(flat) if hasattr(spec, "unflatten") else \
                     torch.utils._pytree.tree_unflatten(flat, spec)
-            if r.rng is not None:
-                with torch.random.fork_rng(devices=[]):
-                    torch.set_rng_state(r.rng)
+            if r.rng is not None:  # the state it first drew from, the step's own left as it is
+                dev = r.rng[1]
+                with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else [], device_type=dev.type):
+                    set_rng_state(r.rng)
                     out = r.func(*args, **kwargs)
             else:
                 out = r.func(*args, **kwargs)

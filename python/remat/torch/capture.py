@@ -463,10 +463,34 @@ class _BackwardMeter(TorchDispatchMode):
         return super().__exit__(*a)
 
 
-def _restore_point(model):
+def _device_of(model, inputs):
+    """The one device the step runs on: the CPU or a CUDA device (refused:
+    another device, or several)."""
+    devices = {a.device for a in list(model.parameters()) + list(model.buffers()) + list(inputs)
+               if isinstance(a, torch.Tensor)}
+    if len(devices) > 1 or any(d.type not in ("cpu", "cuda") for d in devices):
+        raise CaptureError("remat.torch plans a step on the CPU or on one CUDA device; this model and batch are on "
+                           "%s" % ", ".join(sorted(str(d) for d in devices)))
+    return next(iter(devices)) if devices else torch.device("cpu")
+
+
+def rng_state(device):
+    """The random state a random op on device draws from: the CPU
+    generator's, and the CUDA device's."""
+    return torch.get_rng_state(), device, torch.cuda.get_rng_state(device) if device.type == "cuda" else None
+
+
+def set_rng_state(state):
+    cpu, device, cuda = state
+    torch.set_rng_state(cpu)
+    if cuda is not None:
+        torch.cuda.set_rng_state(cuda, device)
+
+
+def _restore_point(model, device):
     grads = {n: p.grad for n, p in model.named_parameters()}
     bufs = {n: b.detach().clone() for n, b in model.named_buffers()}
-    return grads, bufs, torch.get_rng_state()
+    return grads, bufs, rng_state(device)
 
 
 def _restore(model, point):
@@ -476,7 +500,7 @@ def _restore(model, point):
     with torch.no_grad():
         for n, b in model.named_buffers():
             b.copy_(bufs[n])
-    torch.set_rng_state(rng)
+    set_rng_state(rng)
 
 
 def capture(model, inputs, loss_fn, warmup=True):
@@ -517,12 +541,7 @@ def _capture(model, inputs, loss_fn, warmup=True):
     were."""
     if not isinstance(inputs, (tuple, list)):
         inputs = (inputs,)
-    devices = {a.device.type for a in list(model.parameters()) + list(model.buffers()) + list(inputs)
-               if isinstance(a, torch.Tensor)}
-    if devices - {"cpu"}:
-        raise CaptureError("remat.torch plans CPU steps in this version; this model or batch is on %s (on a GPU "
-                           "the transient bytes, the replay of random ops and the measurement are not done: "
-                           "docs/pytorch.md, Limits)" % ", ".join(sorted(devices - {"cpu"})))
+    device = _device_of(model, inputs)
     t = Trace()
     t.source = "torch %s: %s" % (torch.__version__, type(model).__name__)
     leaves = {}
@@ -535,7 +554,7 @@ def _capture(model, inputs, loss_fn, warmup=True):
             if k and k not in leaves:
                 leaves[k] = len(t.values)
                 t.values.append(Value(len(t.values), kind, p.untyped_storage().nbytes(), n))
-    point = _restore_point(model)
+    point = _restore_point(model, device)
     ddp = isinstance(model, torch.nn.parallel.DistributedDataParallel)
     for _ in range((2 if ddp else 1) if warmup else 0):  # what a first step allocates once: not the step's memory
         try:
@@ -545,7 +564,7 @@ def _capture(model, inputs, loss_fn, warmup=True):
         finally:
             _restore(model, point)
         del loss
-    rec = _Recorder(t, leaves, memtrack.counter())
+    rec = _Recorder(t, leaves, memtrack.counter(device))
     t.transient_measured = rec.measure is not None
     start = time.perf_counter()
     try:

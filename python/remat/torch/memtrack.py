@@ -11,6 +11,9 @@ counted. It must be preloaded when the process starts (LD_PRELOAD), so
 SCRIPT [ARGS]`` runs a script with it. Nothing the plan controls feeds this
 counter: it is the independent measurement that the predicted peak is
 compared with.
+
+On a GPU the same interface reads torch.cuda's allocator statistics
+(``memory_allocated``, ``max_memory_allocated``): ``counter(device)``.
 """
 
 import ctypes
@@ -42,11 +45,35 @@ class Counter:
         return not self._lib.memtrack_dropped()
 
 
+class CudaCounter:
+    """A CUDA device's allocator statistics behind Counter's interface."""
+
+    def __init__(self, device):
+        import torch
+        self._cuda, self.device = torch.cuda, device
+
+    def live(self):
+        return self._cuda.memory_allocated(self.device)
+
+    def peak(self):
+        return self._cuda.max_memory_allocated(self.device)
+
+    def reset_peak(self):
+        self._cuda.reset_peak_memory_stats(self.device)
+
+    def complete(self):
+        return True
+
+
 _counter = None
 
 
-def counter():
-    """The preloaded counter, or None when this process was started without it."""
+def counter(device=None):
+    """The counter of device's memory: for a CUDA device its allocator's
+    statistics; else the preloaded heap counter, or None when this process
+    was started without it."""
+    if device is not None and getattr(device, "type", str(device).split(":")[0]) == "cuda":
+        return CudaCounter(device)
     global _counter
     if _counter is None:
         try:
