@@ -12,6 +12,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 /* ------------------------------------------------------------------ core */
@@ -360,6 +361,31 @@ remat_status remat__cost_model_put(remat_cost_model *m, const remat_op_time *t);
  * infinite (a NaN, an infinity, an op over 1e9 s, a throughput under
  * 1 FLOP/s); REMAT_OK otherwise. */
 remat_status remat__cost_model_check(const remat_cost_model *m, const char *where, remat_status code);
+
+/* ------------------------------------------- atomic writes (core/file.c)
+ * Every file remat writes goes through remat__write_atomic (plan/cost.c
+ * and the command line reach it as remat_file_write_atomic, remat.h). */
+
+/* Writes the file's contents to fp; returns REMAT_OK, REMAT_IO for a
+ * failed write (errno tells why; the caller names the file), or any
+ * status after remat__err. */
+typedef remat_status (*remat__writer)(FILE *fp, void *ctx);
+
+/* Writes path atomically and durably: fn writes a new temporary file
+ * ".<base>.tmp.<pid>.<random>" in path's folder (O_EXCL: unique), which is
+ * flushed, fsync'ed and renamed over path, and the folder is fsync'ed.
+ * Path either keeps its old contents or has all of the new ones, also
+ * after a crash. On failure the temporary is removed and REMAT_IO names
+ * path and the system's reason. Stale temporaries of the same name (their
+ * process gone, or untouched for an hour) are removed first. */
+remat_status remat__write_atomic(const char *path, remat__writer fn, void *ctx);
+
+/* 1 if name is a temporary of remat__write_atomic: fills base (the target's
+ * base name, cap bytes) and pid. */
+int remat__tmp_parse(const char *name, char *base, size_t cap, long *pid);
+/* Removes the stale temporaries in dir (see remat__write_atomic) whose
+ * target's base name keep_base accepts; returns how many. */
+int remat__remove_stale_tmp(const char *dir, int (*keep_base)(const char *base, const void *arg), const void *arg);
 
 /* Who holds a lock (core/lock.c): pid 0 when its file does not say. */
 typedef struct {

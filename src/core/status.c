@@ -37,6 +37,21 @@ const char *remat_mem_str(remat_mem m) {
     return names[m];
 }
 
+static const char *const device_names[] = {"cpu", "cuda"};
+
+const char *remat_device_str(remat_device d) {
+    return (unsigned)d < sizeof device_names / sizeof device_names[0] ? device_names[d] : "unknown";
+}
+
+remat_status remat_device_parse(const char *name, remat_device *out) {
+    for (unsigned i = 0; i < sizeof device_names / sizeof device_names[0]; i++)
+        if (strcmp(name, device_names[i]) == 0) {
+            *out = (remat_device)i;
+            return REMAT_OK;
+        }
+    return remat__err(REMAT_NOT_FOUND, "unknown device '%s' (known: cpu, cuda)", name);
+}
+
 const char *remat_last_error(void) {
     return last_error[0] ? last_error : "no error";
 }

@@ -1,23 +1,10 @@
-/* device.c: device names and what this build and machine can run. */
+/* device.c: what this build and machine can run (the devices' names are
+ * core/status.c's). */
 #include "backend.h"
 
 #include <stdio.h>
 #include <unistd.h>
 
-static const char *const device_names[] = {"cpu", "cuda"};
-
-const char *remat_device_str(remat_device d) {
-    return (unsigned)d < sizeof device_names / sizeof device_names[0] ? device_names[d] : "unknown";
-}
-
-remat_status remat_device_parse(const char *name, remat_device *out) {
-    for (unsigned i = 0; i < sizeof device_names / sizeof device_names[0]; i++)
-        if (strcmp(name, device_names[i]) == 0) {
-            *out = (remat_device)i;
-            return REMAT_OK;
-        }
-    return remat__err(REMAT_NOT_FOUND, "unknown device '%s' (known: cpu, cuda)", name);
-}
 
 remat_status remat_device_available(remat_device d) {
     if (d == REMAT_DEVICE_CPU) return REMAT_OK;

@@ -202,6 +202,40 @@ static remat_status check_loss(remat_session *s, float loss, int64_t step) {
                       isnan(loss) ? "NaN" : loss > 0 ? "+inf" : "-inf", (long long)step, why);
 }
 
+/* Where a step falls in its epoch: the epoch, the steps of it done before
+ * this one (in_epoch) and before this run (first, a resume), its steps,
+ * the batch, and when the epoch's steps of this run began. */
+typedef struct {
+    int64_t epoch, in_epoch, first, steps_in_epoch, batch;
+    double t0;
+} epoch_pos;
+
+/* One training step on the bound batch, the same in both loops: the step,
+ * its loss and weights checked, the update, the step's event, then the
+ * state directory's turn and a stop on request; *step counts it. */
+static remat_status train_step(remat_session *s, const remat_train_opts *o, remat__loop_state *ls, int64_t *step,
+                               int64_t total, const epoch_pos *at) {
+    float loss = 0.0f;
+    double ts = remat__now();
+    remat_status rc = remat_session_step(s, &loss);
+    if (rc == REMAT_OK) rc = check_loss(s, loss, *step + 1);
+    if (rc == REMAT_OK) rc = remat_session_update(s);
+    if (rc == REMAT_OK) rc = check_weights(s, *step + 1);
+    if (rc != REMAT_OK) return rc;
+    double now = remat__now(), el = now - at->t0;
+    int64_t done = ++*step, in_epoch = at->in_epoch + 1;
+    remat_mem_stats mem;
+    remat_session_mem(s, &mem);
+    remat_event ev = {.kind = REMAT_EVENT_STEP, .epoch = at->epoch, .step = done, .step_in_epoch = in_epoch,
+                      .steps_in_epoch = at->steps_in_epoch, .loss = loss,
+                      .images_per_s = el > 0 ? (double)((in_epoch - at->first) * at->batch) / el : 0.0,
+                      .seconds = el, .peak_bytes = mem.peak[REMAT_MEM_TOTAL], .step_seconds = now - ts};
+    emit(o, &ev);
+    rc = remat__loop_state_step(ls, s, done, done == total);
+    if (rc == REMAT_OK) rc = remat__loop_state_stop(ls, s, done, total);
+    return rc;
+}
+
 /* The identity of a data set for training states: size, shape, classes
  * and a CRC-32 of every sample (normalized, as trained on) and label. */
 static remat_status dataset_identity(const remat_dataset *d, const staging *st, char *buf, size_t cap) {
@@ -271,25 +305,8 @@ remat_status remat_train(remat_session *s, const remat_model *m, const remat_dat
         int64_t in_epoch = first;
         int64_t this_epoch = total - epoch * per_epoch < per_epoch ? total - epoch * per_epoch : per_epoch;
         while (rc == REMAT_OK && step < total && remat_loader_next_rows(ld, row0, st.rows, st.x, st.y)) {
-            float loss = 0.0f;
-            double ts = remat__now();
-            rc = remat_session_step(s, &loss);
-            if (rc == REMAT_OK) rc = check_loss(s, loss, step + 1);
-            if (rc == REMAT_OK) rc = remat_session_update(s);
-            if (rc == REMAT_OK) rc = check_weights(s, step + 1);
-            if (rc != REMAT_OK) break;
-            double step_s = remat__now() - ts;
-            step++, in_epoch++;
-            remat_mem_stats mem;
-            remat_session_mem(s, &mem);
-            double el = remat__now() - t0;
-            remat_event ev = {.kind = REMAT_EVENT_STEP, .epoch = epoch, .step = step,
-                              .step_in_epoch = in_epoch, .steps_in_epoch = this_epoch, .loss = loss,
-                              .images_per_s = el > 0 ? (double)((in_epoch - first) * batch) / el : 0.0,
-                              .seconds = el, .peak_bytes = mem.peak[REMAT_MEM_TOTAL], .step_seconds = step_s};
-            emit(o, &ev);
-            rc = remat__loop_state_step(&ls, s, step, step == total);
-            if (rc == REMAT_OK) rc = remat__loop_state_stop(&ls, s, step, total);
+            const epoch_pos at = {epoch, in_epoch++, first, this_epoch, batch, t0};
+            rc = train_step(s, o, &ls, &step, total, &at);
         }
         double train_s = remat__now() - t0;
         if (rc == REMAT_OK && test) {
@@ -361,24 +378,8 @@ static remat_status train_stream(remat_session *s, const remat_model *m, remat_b
             /* the source is the caller's code: a rank whose source failed
              * must not leave the others waiting in the step */
             if (di.ranks > 1) rc = remat_comm_agree(s->dp.comm, rc);
-            float loss = 0.0f;
-            double ts = remat__now();
-            if (rc == REMAT_OK) rc = remat_session_step(s, &loss);
-            if (rc == REMAT_OK) rc = check_loss(s, loss, step + 1);
-            if (rc == REMAT_OK) rc = remat_session_update(s);
-            if (rc == REMAT_OK) rc = check_weights(s, step + 1);
-            if (rc != REMAT_OK) break;
-            double now = remat__now(), el = now - t0;
-            step++;
-            remat_mem_stats mem;
-            remat_session_mem(s, &mem);
-            remat_event ev = {.kind = REMAT_EVENT_STEP, .epoch = epoch, .step = step, .step_in_epoch = i + 1,
-                              .steps_in_epoch = o->steps, .loss = loss,
-                              .images_per_s = el > 0 ? (double)((i + 1 - first) * batch) / el : 0.0, .seconds = el,
-                              .peak_bytes = mem.peak[REMAT_MEM_TOTAL], .step_seconds = now - ts};
-            emit(o, &ev);
-            rc = remat__loop_state_step(&ls, s, step, step == total);
-            if (rc == REMAT_OK) rc = remat__loop_state_stop(&ls, s, step, total);
+            const epoch_pos at = {epoch, i, first, o->steps, batch, t0};
+            if (rc == REMAT_OK) rc = train_step(s, o, &ls, &step, total, &at);
         }
     }
     remat__loop_state_end(&ls);
