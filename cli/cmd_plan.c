@@ -271,19 +271,24 @@ done:
     return rc;
 }
 
-int cmd_plan(int argc, char **argv) {
-    const char *data = NULL, *optim = "adamw", *plot = NULL;
+/* What the command line asked for. */
+typedef struct {
+    const char *data, *optim, *plot, *chain_file, *graph_file;
     cli_model_args ma;
-    cli_model_args_init(&ma);
     cli_session_args sa;
-    cli_session_args_init(&sa);
-    int sweep = 0;
-    const char *chain_file = NULL, *graph_file = NULL, *cost_used = NULL;
-    remat_cost_model cm;
-    int64_t slots = 0;
-    int json = 0, verbose = 0, max_batch = 0;
-    double max_overhead = 30.0;
-    int overhead_given = 0;
+    int64_t slots;
+    int sweep, json, verbose, max_batch, overhead_given;
+    double max_overhead;
+} plan_args;
+
+/* Reads the flags into a: 0, 1 after --help (printed), or the exit status
+ * of a usage error (2) through *rc. */
+static int parse_args(int argc, char **argv, plan_args *a, int *rc) {
+    memset(a, 0, sizeof *a);
+    a->optim = "adamw";
+    a->max_overhead = 30.0;
+    cli_model_args_init(&a->ma);
+    cli_session_args_init(&a->sa);
     static const struct option opts[] = {
         CLI_MODEL_OPTIONS, CLI_SESSION_OPTIONS, CLI_PLAN_OPTIONS,
         {"data", required_argument, 0, 'd'},     {"optim", required_argument, 0, 'o'},
@@ -294,178 +299,191 @@ int cmd_plan(int argc, char **argv) {
         {"graph", required_argument, 0, 'G'},
         {"max-batch", no_argument, 0, 'M'},      {"max-overhead", required_argument, 0, 'O'},
         {0, 0, 0, 0}};
-    cli_opts co = {.cmd = "plan", .ma = &ma, .sa = &sa, .opts = opts, .shortopts = ":hv"};
+    cli_opts co = {.cmd = "plan", .ma = &a->ma, .sa = &a->sa, .opts = opts, .shortopts = ":hv"};
     for (int c; (c = cli_next_opt(&co, argc, argv)) > 0;) {
         int bad = 0;
         switch (c) {
-        case 'd': data = optarg; break;
-        case 'o': optim = optarg; break;
-        case 'v': verbose = 1; break;
-        case 'S': sweep = 1; break;
-        case 'C': chain_file = optarg; break;
-        case 'G': graph_file = optarg; break;
-        case 'L': bad = cli_parse_i64(optarg, &slots) || slots < 1 || slots > 100000; break;
-        case 'P': plot = optarg; break;
-        case 'M': max_batch = 1; break;
+        case 'd': a->data = optarg; break;
+        case 'o': a->optim = optarg; break;
+        case 'v': a->verbose = 1; break;
+        case 'S': a->sweep = 1; break;
+        case 'C': a->chain_file = optarg; break;
+        case 'G': a->graph_file = optarg; break;
+        case 'L': bad = cli_parse_i64(optarg, &a->slots) || a->slots < 1 || a->slots > 100000; break;
+        case 'P': a->plot = optarg; break;
+        case 'M': a->max_batch = 1; break;
         case 'O': { /* "10" or "10%" */
             char *end;
-            overhead_given = 1;
-            max_overhead = strtod(optarg, &end);
-            bad = end == optarg || (*end && strcmp(end, "%") != 0) || !(max_overhead >= 0 && max_overhead <= 1e6);
+            a->overhead_given = 1;
+            a->max_overhead = strtod(optarg, &end);
+            bad = end == optarg || (*end && strcmp(end, "%") != 0) || !(a->max_overhead >= 0 && a->max_overhead <= 1e6);
             break;
         }
-        case 'j': json = 1; break;
-        case 'h': help(); return 0;
+        case 'j': a->json = 1; break;
+        case 'h': help(); return 1;
         }
-        if (bad) return cli_bad_value(&co, optarg, "");
+        if (bad) return *rc = cli_bad_value(&co, optarg, ""), 1;
     }
-    if (co.rc) return co.rc;
-    size_t budget = sa.budget;
-    const char *strategy = sa.strategy;
-    if (overhead_given && !max_batch) return cli_usage_error("plan", "--max-overhead needs --max-batch");
-    if (max_batch) {
-        if (chain_file || sweep || verbose)
+    *rc = co.rc;
+    return co.rc != 0;
+}
+
+/* Flags that do not go together: 0, or the exit status of the usage error. */
+static int check_args(const plan_args *a) {
+    if (a->overhead_given && !a->max_batch) return cli_usage_error("plan", "--max-overhead needs --max-batch");
+    if (a->max_batch) {
+        if (a->chain_file || a->sweep || a->verbose)
             return cli_usage_error("plan", "--max-batch plans a model's step at many batches: not with %s",
-                                   chain_file ? "--chain" : sweep ? "--sweep" : "--verbose");
-        if (!budget) return cli_usage_error("plan", "--max-batch needs --budget");
-        if (strcmp(strategy, "auto") != 0)
+                                   a->chain_file ? "--chain" : a->sweep ? "--sweep" : "--verbose");
+        if (!a->sa.budget) return cli_usage_error("plan", "--max-batch needs --budget");
+        if (strcmp(a->sa.strategy, "auto") != 0)
             return cli_usage_error("plan", "--max-batch plans with all and optimal itself: drop --strategy");
     }
-    if (graph_file) { /* a traced step: no model, no device */
-        if (chain_file || sweep || max_batch || verbose)
-            return cli_usage_error("plan", "--graph plans a traced step: not with %s",
-                                   chain_file ? "--chain" : sweep ? "--sweep" : max_batch ? "--max-batch" : "--verbose");
-        return cli_plan_graph(graph_file, strategy, budget, optim, json);
+    if (a->graph_file && (a->chain_file || a->sweep || a->max_batch || a->verbose))
+        return cli_usage_error("plan", "--graph plans a traced step: not with %s",
+                               a->chain_file ? "--chain"
+                               : a->sweep    ? "--sweep"
+                               : a->max_batch ? "--max-batch"
+                                              : "--verbose");
+    if (a->chain_file && !a->graph_file && !a->sa.budget) return cli_usage_error("plan", "--chain needs --budget");
+    return 0;
+}
+
+/* The model's options must show in the model before anything is planned:
+ * 0, or the exit status. */
+static int check_model(const plan_args *a, const remat_model_opts *mo) {
+    remat_graph *pg = NULL;
+    remat_model pm;
+    if (remat_graph_create(&pg) != REMAT_OK || remat_model_build(pg, mo, &pm) != REMAT_OK) {
+        remat_graph_destroy(pg);
+        return cli_fail("%s", remat_last_error());
     }
-    if (chain_file) { /* no model, no device */
-        if (!budget) return cli_usage_error("plan", "--chain needs --budget");
-        return plan_chain(chain_file, budget, (int)slots, json);
+    int u = cli_model_check(&a->ma, pg, &pm, "plan");
+    remat_graph_destroy(pg);
+    return u;
+}
+
+/* The plan as one JSON object. */
+static void print_json(const plan_args *a, const remat_model_opts *mo, const remat_session_opts *so,
+                       const remat_session *s, const remat_plan_summary *p) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "model", mo->name);
+    cJSON_AddNumberToObject(o, "batch", (double)mo->batch);
+    cJSON_AddStringToObject(o, "strategy", remat_strategy_str(p->strategy)); /* auto resolved */
+    cJSON_AddStringToObject(o, "planner", p->planner);
+    if (*p->candidate) cJSON_AddStringToObject(o, "candidate", p->candidate);
+    cJSON_AddStringToObject(o, "device", remat_device_str(so->device));
+    if (a->sa.budget) cJSON_AddNumberToObject(o, "budget_bytes", (double)a->sa.budget);
+    cJSON_AddNumberToObject(o, "arena_bytes", (double)p->arena_bytes);
+    cJSON_AddNumberToObject(o, "held_bytes", (double)p->held_bytes);
+    cJSON_AddNumberToObject(o, "arena_per_peak", arena_per_peak(p));
+    cJSON_AddStringToObject(o, "placement", p->placement);
+    cJSON *pk = cJSON_AddObjectToObject(o, "predicted_peak_bytes");
+    for (int i = 0; i < REMAT_MEM_COUNT; i++)
+        cJSON_AddNumberToObject(pk, remat_mem_str((remat_mem)i), (double)p->predicted.peak[i]);
+    cJSON_AddNumberToObject(o, "kept_boundaries", (double)p->kept_boundaries);
+    cJSON_AddNumberToObject(o, "recomputed_nodes", (double)p->recomputed_nodes);
+    cJSON_AddNumberToObject(o, "recomputations", (double)p->recomputations);
+    cJSON_AddNumberToObject(o, "step_flops", p->flops);
+    cJSON_AddNumberToObject(o, "extra_flops", p->extra_flops);
+    cJSON_AddNumberToObject(o, "extra_flops_percent", p->flops > 0 ? 100.0 * p->extra_flops / p->flops : 0.0);
+    if (p->calibrated) {
+        cJSON_AddNumberToObject(o, "predicted_seconds", p->seconds);
+        cJSON_AddNumberToObject(o, "extra_seconds", p->extra_seconds);
     }
+    if (a->verbose) {
+        cJSON *arr = cJSON_AddArrayToObject(o, "instructions");
+        for (int64_t i = 0; i < remat_session_schedule_length(s); i++) {
+            remat_instr_info in;
+            remat_session_schedule_instr(s, i, &in);
+            cJSON *e = cJSON_CreateObject();
+            cJSON_AddStringToObject(e, "kind", in.kind);
+            cJSON_AddNumberToObject(e, "node", in.node);
+            cJSON_AddStringToObject(e, "op", in.op);
+            if (*in.what) cJSON_AddStringToObject(e, "value", in.what);
+            cJSON_AddItemToArray(arr, e);
+        }
+    }
+    cli_json_print(o);
+}
+
+/* The plan for a reader; with --verbose, the schedule first. */
+static void print_text(const plan_args *a, const remat_model_opts *mo, const remat_session_opts *so,
+                       const remat_session *s, const remat_graph *g, const remat_plan_summary *p,
+                       const char *cost_used) {
+    char b[32], b2[32];
+    if (a->verbose) {
+        for (int64_t i = 0; i < remat_session_schedule_length(s); i++) {
+            remat_instr_info in;
+            remat_session_schedule_instr(s, i, &in);
+            const char *name = remat_node_name(g, in.node);
+            printf("%6lld  %-9s %-8s node %d %s%s%s%s\n", (long long)i, in.kind, *in.what ? in.what : "",
+                   (int)in.node, in.op, *name ? " '" : "", name, *name ? "'" : "");
+        }
+        printf("\n");
+    }
+    printf("model %s, batch %lld, device %s, strategy %s (schedule from %s%s%s%s): %lld boundaries kept\n",
+           mo->name, (long long)mo->batch, remat_device_str(so->device), remat_strategy_str(p->strategy),
+           p->planner, *p->candidate ? "; candidate " : "", p->candidate, "", (long long)p->kept_boundaries);
+    printf("predicted peak of a training step:\n");
+    for (int i = 0; i < REMAT_MEM_COUNT; i++)
+        printf("  %-16s %12zu B  %s\n", remat_mem_str((remat_mem)i), p->predicted.peak[i],
+               cli_fmt_bytes(p->predicted.peak[i], b, sizeof b));
+    printf("arena: %zu B (%s) for a peak of %s of values: %.4f x the peak (%s placement)\n", p->arena_bytes,
+           cli_fmt_bytes(p->arena_bytes, b, sizeof b),
+           cli_fmt_bytes(p->predicted.peak[REMAT_MEM_TOTAL] - p->predicted.live[REMAT_MEM_TOTAL], b2, sizeof b2),
+           arena_per_peak(p), p->placement);
+    printf("held during a step (arena + parameters, gradients, optimizer state): %zu B (%s)\n", p->held_bytes,
+           cli_fmt_bytes(p->held_bytes, b, sizeof b));
+    printf("recomputed: %lld nodes, %lld forward recomputations\n", (long long)p->recomputed_nodes,
+           (long long)p->recomputations);
+    printf("extra compute: %.4g GFLOP, %.1f%% over the %.4g GFLOP of a step without recomputation "
+           "(%.4g in all)\n", p->extra_flops / 1e9, p->flops > 0 ? 100.0 * p->extra_flops / p->flops : 0.0,
+           p->flops / 1e9, (p->flops + p->extra_flops) / 1e9);
+    if (p->calibrated)
+        printf("predicted step time: %.4g s, of which recomputation %.4g s (cost model %s)\n", p->seconds,
+               p->extra_seconds, cost_used);
+    if (a->sa.budget)
+        printf("budget %s: fits (%.1f%% used)\n", cli_fmt_bytes(a->sa.budget, b, sizeof b),
+               100.0 * (double)p->held_bytes / (double)a->sa.budget);
+}
+
+int cmd_plan(int argc, char **argv) {
+    plan_args a;
+    int rc = 0;
+    if (parse_args(argc, argv, &a, &rc)) return rc;
+    if ((rc = check_args(&a)) != 0) return rc;
+    if (a.graph_file) return cli_plan_graph(a.graph_file, a.sa.strategy, a.sa.budget, a.optim, a.json);
+    if (a.chain_file) return plan_chain(a.chain_file, a.sa.budget, (int)a.slots, a.json); /* no model, no device */
     remat_session_opts so;
-    int u = cli_session_opts(&sa, "plan", &so, &cm, &cost_used);
-    if (u) return u;
+    remat_cost_model cm;
+    const char *cost_used = NULL;
     remat_optim_opts oo;
     int has_optim;
-    int bad = cli_optim_named("plan", optim, &oo, &has_optim);
-    if (bad) return bad;
     remat_model_opts mo;
-    u = cli_model_opts(&ma, data, "plan", &mo);
-    if (u) return u;
-    const char *model = mo.name;
-    int64_t batch = mo.batch;
-
-    if (plot && !sweep) return cli_usage_error("plan", "--plot needs --sweep");
-    {
-        /* the options must show in the model before anything is planned */
-        remat_graph *pg = NULL;
-        remat_model pm;
-        if (remat_graph_create(&pg) != REMAT_OK || remat_model_build(pg, &mo, &pm) != REMAT_OK) {
-            remat_graph_destroy(pg);
-            return cli_fail("%s", remat_last_error());
-        }
-        u = cli_model_check(&ma, pg, &pm, "plan");
-        remat_graph_destroy(pg);
-        if (u) return u;
-    }
-    if (sweep) return plan_sweep(&mo, &so, has_optim ? &oo : NULL, json, plot);
-    if (max_batch) {
-        so.optim = has_optim ? &oo : NULL;
-        return cli_plan_max_batch(&mo, ma.batch > 0 ? batch : 1, &so, optim, max_overhead, cost_used, json);
-    }
+    if ((rc = cli_session_opts(&a.sa, "plan", &so, &cm, &cost_used)) != 0 ||
+        (rc = cli_optim_named("plan", a.optim, &oo, &has_optim)) != 0 ||
+        (rc = cli_model_opts(&a.ma, a.data, "plan", &mo)) != 0)
+        return rc;
+    if (a.plot && !a.sweep) return cli_usage_error("plan", "--plot needs --sweep");
+    if ((rc = check_model(&a, &mo)) != 0) return rc;
+    so.optim = has_optim ? &oo : NULL; /* its state counts in the plan and the budget */
+    if (a.sweep) return plan_sweep(&mo, &so, so.optim, a.json, a.plot);
+    if (a.max_batch)
+        return cli_plan_max_batch(&mo, a.ma.batch > 0 ? mo.batch : 1, &so, a.optim, a.max_overhead, cost_used, a.json);
     remat_graph *g = NULL;
     remat_session *s = NULL;
     remat_model m;
-    int rc = 1;
-    if (remat_graph_create(&g) != REMAT_OK || remat_model_build(g, &mo, &m) != REMAT_OK) goto fail;
-    so.optim = has_optim ? &oo : NULL; /* its state counts in the plan and the budget */
-    so.plan_only = 1;
-    if (remat_session_create(&s, g, m.loss, &so) != REMAT_OK) goto fail;
     remat_plan_summary p;
-    if (remat_session_plan(s, &p) != REMAT_OK) goto fail;
-    double total_f = p.flops + p.extra_flops;
-    if (json) {
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddStringToObject(o, "model", model);
-        cJSON_AddNumberToObject(o, "batch", (double)batch);
-        cJSON_AddStringToObject(o, "strategy", remat_strategy_str(p.strategy)); /* auto resolved */
-        cJSON_AddStringToObject(o, "planner", p.planner);
-        if (*p.candidate) cJSON_AddStringToObject(o, "candidate", p.candidate);
-        cJSON_AddStringToObject(o, "device", remat_device_str(so.device));
-        if (budget) cJSON_AddNumberToObject(o, "budget_bytes", (double)budget);
-        cJSON_AddNumberToObject(o, "arena_bytes", (double)p.arena_bytes);
-        cJSON_AddNumberToObject(o, "held_bytes", (double)p.held_bytes);
-        cJSON_AddNumberToObject(o, "arena_per_peak", arena_per_peak(&p));
-        cJSON_AddStringToObject(o, "placement", p.placement);
-        cJSON *pk = cJSON_AddObjectToObject(o, "predicted_peak_bytes");
-        for (int i = 0; i < REMAT_MEM_COUNT; i++)
-            cJSON_AddNumberToObject(pk, remat_mem_str((remat_mem)i), (double)p.predicted.peak[i]);
-        cJSON_AddNumberToObject(o, "kept_boundaries", (double)p.kept_boundaries);
-        cJSON_AddNumberToObject(o, "recomputed_nodes", (double)p.recomputed_nodes);
-        cJSON_AddNumberToObject(o, "recomputations", (double)p.recomputations);
-        cJSON_AddNumberToObject(o, "step_flops", p.flops);
-        cJSON_AddNumberToObject(o, "extra_flops", p.extra_flops);
-        cJSON_AddNumberToObject(o, "extra_flops_percent", p.flops > 0 ? 100.0 * p.extra_flops / p.flops : 0.0);
-        if (p.calibrated) {
-            cJSON_AddNumberToObject(o, "predicted_seconds", p.seconds);
-            cJSON_AddNumberToObject(o, "extra_seconds", p.extra_seconds);
-        }
-        if (verbose) {
-            cJSON *arr = cJSON_AddArrayToObject(o, "instructions");
-            for (int64_t i = 0; i < remat_session_schedule_length(s); i++) {
-                remat_instr_info in;
-                remat_session_schedule_instr(s, i, &in);
-                cJSON *e = cJSON_CreateObject();
-                cJSON_AddStringToObject(e, "kind", in.kind);
-                cJSON_AddNumberToObject(e, "node", in.node);
-                cJSON_AddStringToObject(e, "op", in.op);
-                if (*in.what) cJSON_AddStringToObject(e, "value", in.what);
-                cJSON_AddItemToArray(arr, e);
-            }
-        }
-        cli_json_print(o);
+    so.plan_only = 1;
+    if (remat_graph_create(&g) != REMAT_OK || remat_model_build(g, &mo, &m) != REMAT_OK ||
+        remat_session_create(&s, g, m.loss, &so) != REMAT_OK || remat_session_plan(s, &p) != REMAT_OK) {
+        rc = cli_fail("%s", remat_last_error());
+    } else if (a.json) {
+        print_json(&a, &mo, &so, s, &p);
     } else {
-        char b[32];
-        if (verbose) {
-            for (int64_t i = 0; i < remat_session_schedule_length(s); i++) {
-                remat_instr_info in;
-                remat_session_schedule_instr(s, i, &in);
-                const char *name = remat_node_name(g, in.node);
-                printf("%6lld  %-9s %-8s node %d %s%s%s%s\n", (long long)i, in.kind, *in.what ? in.what : "",
-                       (int)in.node, in.op, *name ? " '" : "", name, *name ? "'" : "");
-            }
-            printf("\n");
-        }
-        printf("model %s, batch %lld, device %s, strategy %s (schedule from %s%s%s%s): %lld boundaries kept\n",
-               model, (long long)batch, remat_device_str(so.device), remat_strategy_str(p.strategy), p.planner,
-               *p.candidate ? "; candidate " : "", p.candidate, "", (long long)p.kept_boundaries);
-        printf("predicted peak of a training step:\n");
-        for (int i = 0; i < REMAT_MEM_COUNT; i++)
-            printf("  %-16s %12zu B  %s\n", remat_mem_str((remat_mem)i), p.predicted.peak[i],
-                   cli_fmt_bytes(p.predicted.peak[i], b, sizeof b));
-        char b2[32];
-        printf("arena: %zu B (%s) for a peak of %s of values: %.4f x the peak (%s placement)\n", p.arena_bytes,
-               cli_fmt_bytes(p.arena_bytes, b, sizeof b),
-               cli_fmt_bytes(p.predicted.peak[REMAT_MEM_TOTAL] - p.predicted.live[REMAT_MEM_TOTAL], b2, sizeof b2),
-               arena_per_peak(&p), p.placement);
-        printf("held during a step (arena + parameters, gradients, optimizer state): %zu B (%s)\n", p.held_bytes,
-               cli_fmt_bytes(p.held_bytes, b, sizeof b));
-        printf("recomputed: %lld nodes, %lld forward recomputations\n", (long long)p.recomputed_nodes,
-               (long long)p.recomputations);
-        printf("extra compute: %.4g GFLOP, %.1f%% over the %.4g GFLOP of a step without recomputation "
-               "(%.4g in all)\n", p.extra_flops / 1e9, p.flops > 0 ? 100.0 * p.extra_flops / p.flops : 0.0,
-               p.flops / 1e9, total_f / 1e9);
-        if (p.calibrated)
-            printf("predicted step time: %.4g s, of which recomputation %.4g s (cost model %s)\n", p.seconds,
-                   p.extra_seconds, cost_used);
-        if (budget)
-            printf("budget %s: fits (%.1f%% used)\n", cli_fmt_bytes(budget, b, sizeof b),
-                   100.0 * (double)p.held_bytes / (double)budget);
+        print_text(&a, &mo, &so, s, g, &p, cost_used);
     }
-    rc = 0;
-    goto done;
-fail:
-    cli_fail("%s", remat_last_error());
-done:
     remat_session_destroy(s);
     remat_graph_destroy(g);
     return rc;
