@@ -394,21 +394,14 @@ static double median_of(double *v, int64_t n) {
 }
 
 /* One process per row (forked), driven in interleaved rounds. */
-static int bench_forked(bench_args *args) {
-    config cf = args->cf;
-    row *rows = args->rows;
-    int ns = args->ns, json = args->json, profile = args->profile;
-    int64_t steps = args->steps, warmup = args->warmup;
-    /* A child that finds its pipe closed must not kill the parent. */
-    signal(SIGPIPE, SIG_IGN);
-    if (args->init_out && save_init(&cf, args->init_out)) return 1;
-    size_t base_rss = cli_idle_rss();
-    int rc = 0;
+/* Starts every row's process and waits for its setup; a row whose
+ * process failed gets its error and is not run. */
+static void start_rows(const config *cf, row *rows, int ns, int64_t steps) {
     for (int k = 0; k < ns; k++) {
         rows[k].proc.cmd = rows[k].proc.res = -1;
         rows[k].last.ok = 1;
         rows[k].times = calloc((size_t)steps, sizeof(double));
-        if (!rows[k].times || spawn(&cf, rows, k) != 0) {
+        if (!rows[k].times || spawn(cf, rows, k) != 0) {
             set_error(&rows[k].last, "cannot start a benchmark process");
             rows[k].alive = 0;
             continue;
@@ -423,9 +416,11 @@ static int bench_forked(bench_args *args) {
         }
         if (!rows[k].alive) reap(&rows[k]);
     }
-    if (!json)
-        fprintf(stderr, "benchmarking %s, batch %lld: %d rows, %lld warm-up + %lld timed steps each, interleaved\n",
-                cf.mo.name, (long long)cf.mo.batch, ns, (long long)warmup, (long long)steps);
+}
+
+/* The rounds, rows interleaved in each; then every row's result (and
+ * profile), and its process reaped. */
+static void run_rows(row *rows, int ns, int64_t warmup, int64_t steps, int profile) {
     for (int64_t round = 0; round < warmup + steps; round++)
         for (int k = 0; k < ns; k++) {
             reply q;
@@ -444,92 +439,81 @@ static int bench_forked(bench_args *args) {
         }
         reap(&rows[k]);
     }
+}
 
-    /* the baseline: `all` without a budget, else the first row that ran */
-    int base = -1;
-    for (int k = 0; k < ns && base < 0; k++)
-        if (rows[k].last.ok && rows[k].strategy == REMAT_STRATEGY_ALL && !rows[k].budget) base = k;
-    for (int k = 0; k < ns && base < 0; k++)
-        if (rows[k].last.ok) base = k;
-    double med[MAX_ROWS] = {0};
+/* What the rows are compared with: the row of `all` without a budget,
+ * else the first row that ran; -1 when none ran. */
+static int baseline(const row *rows, int ns) {
     for (int k = 0; k < ns; k++)
-        if (rows[k].last.ok) med[k] = median_of(rows[k].times, steps); /* sorts the times */
-    char base_name[48] = "";
-    if (base >= 0) row_name(&rows[base], base_name, sizeof base_name);
-    if (!json)
-        printf("%-20s %12s %12s %12s %12s %12s %10s %10s %9s %9s %9s\n", "strategy", "predicted", "measured", "held",
-               cf.so.device == REMAT_DEVICE_CPU ? "peak RSS" : "GPU used", "activations", "recomputed", "step (s)",
-               "time", "peak", "RSS");
-    for (int k = 0; k < ns; k++) {
-        const row *r = &rows[k];
-        char name[48];
-        row_name(r, name, sizeof name);
-        if (!r->last.ok) {
-            rc = 1;
-            if (json) {
-                cJSON *o = row_json(&cf, r);
-                cJSON_AddStringToObject(o, "error", r->last.error);
-                cli_json_print(o);
-            } else {
-                printf("%-20s failed: %s\n", name, r->last.error);
-            }
-            continue;
-        }
-        const row *b = &rows[base];
-        double rt = med[k] / med[base];
-        double rp = (double)r->last.measured / (double)b->last.measured;
-        double rr = b->rss ? (double)r->rss / (double)b->rss : 0.0;
-        if (json) {
-            cJSON *o = row_json(&cf, r);
-            cJSON_AddStringToObject(o, "planner", r->last.planner);
-            cJSON_AddNumberToObject(o, "predicted_peak_bytes", (double)r->last.predicted);
-            cJSON_AddNumberToObject(o, "measured_peak_bytes", (double)r->last.measured);
-            cJSON_AddNumberToObject(o, "activation_bytes", (double)r->last.act);
-            cJSON_AddStringToObject(o, "device", remat_device_str(cf.so.device));
-            cJSON_AddNumberToObject(o, "held_bytes", (double)r->last.held);
-            cJSON_AddNumberToObject(o, "arena_bytes", (double)r->last.arena);
-            if (cf.so.device != REMAT_DEVICE_CPU)
-                cJSON_AddNumberToObject(o, "device_used_bytes", (double)r->last.device_used);
-            cJSON_AddNumberToObject(o, "process_peak_rss_bytes", (double)r->rss);
-            cJSON_AddNumberToObject(o, "idle_process_rss_bytes", (double)base_rss);
-            cJSON_AddNumberToObject(o, "recomputations", (double)r->last.recomputations);
-            cJSON_AddNumberToObject(o, "warmup_steps", (double)warmup);
-            cJSON_AddNumberToObject(o, "timed_steps", (double)steps);
-            cJSON_AddNumberToObject(o, "median_step_seconds", med[k]);
-            cJSON *ts = cJSON_AddArrayToObject(o, "step_seconds"); /* sorted */
-            for (int64_t i = 0; ts && i < steps; i++) cJSON_AddItemToArray(ts, cJSON_CreateNumber(r->times[i]));
-            if (r->last.predicted_s > 0) {
-                cJSON_AddNumberToObject(o, "predicted_step_seconds", r->last.predicted_s);
-                cJSON_AddNumberToObject(o, "predicted_over_measured", r->last.predicted_s / med[k]);
-            }
-            cJSON_AddStringToObject(o, "baseline", base_name);
-            cJSON_AddNumberToObject(o, "time_ratio", rt);
-            cJSON_AddNumberToObject(o, "overhead_percent", 100.0 * (rt - 1.0));
-            cJSON_AddNumberToObject(o, "peak_ratio", rp);
-            cJSON_AddNumberToObject(o, "rss_ratio", rr);
-            if (profile) {
-                cJSON *a = cJSON_AddArrayToObject(o, "profile");
-                for (int i = 0; a && i < r->nprof; i++) {
-                    cJSON *l = cJSON_CreateObject();
-                    cJSON_AddStringToObject(l, "op", r->prof[i].op);
-                    cJSON_AddStringToObject(l, "kind", r->prof[i].kind);
-                    cJSON_AddNumberToObject(l, "seconds_per_step", r->prof[i].seconds / (double)steps);
-                    cJSON_AddNumberToObject(l, "calls_per_step", (double)r->prof[i].count / (double)steps);
-                    cJSON_AddItemToArray(a, l);
-                }
-            }
-            cli_json_print(o);
-        } else {
-            char p1[32], p2[32], p3[32], p4[32], p5[32];
-            printf("%-20s %12s %12s %12s %12s %12s %10lld %10.4f %9.3f %9.3f %9.3f\n", name,
-                   cli_fmt_bytes(r->last.predicted, p1, sizeof p1), cli_fmt_bytes(r->last.measured, p2, sizeof p2),
-                   cli_fmt_bytes(r->last.held, p5, sizeof p5),
-                   cli_fmt_bytes(cf.so.device == REMAT_DEVICE_CPU ? r->rss : r->last.device_used, p3, sizeof p3),
-                   cli_fmt_bytes(r->last.act, p4, sizeof p4),
-                   (long long)r->last.recomputations, med[k], rt, rp, rr);
+        if (rows[k].last.ok && rows[k].strategy == REMAT_STRATEGY_ALL && !rows[k].budget) return k;
+    for (int k = 0; k < ns; k++)
+        if (rows[k].last.ok) return k;
+    return -1;
+}
+
+/* Row r as one JSON object, its ratios against row b. */
+static void print_row_json(const bench_args *args, const row *r, const row *b, double med, double med_base,
+                           const char *base_name, size_t base_rss) {
+    const config *cf = &args->cf;
+    cJSON *o = row_json(cf, r);
+    cJSON_AddStringToObject(o, "planner", r->last.planner);
+    cJSON_AddNumberToObject(o, "predicted_peak_bytes", (double)r->last.predicted);
+    cJSON_AddNumberToObject(o, "measured_peak_bytes", (double)r->last.measured);
+    cJSON_AddNumberToObject(o, "activation_bytes", (double)r->last.act);
+    cJSON_AddStringToObject(o, "device", remat_device_str(cf->so.device));
+    cJSON_AddNumberToObject(o, "held_bytes", (double)r->last.held);
+    cJSON_AddNumberToObject(o, "arena_bytes", (double)r->last.arena);
+    if (cf->so.device != REMAT_DEVICE_CPU) cJSON_AddNumberToObject(o, "device_used_bytes", (double)r->last.device_used);
+    cJSON_AddNumberToObject(o, "process_peak_rss_bytes", (double)r->rss);
+    cJSON_AddNumberToObject(o, "idle_process_rss_bytes", (double)base_rss);
+    cJSON_AddNumberToObject(o, "recomputations", (double)r->last.recomputations);
+    cJSON_AddNumberToObject(o, "warmup_steps", (double)args->warmup);
+    cJSON_AddNumberToObject(o, "timed_steps", (double)args->steps);
+    cJSON_AddNumberToObject(o, "median_step_seconds", med);
+    cJSON *ts = cJSON_AddArrayToObject(o, "step_seconds"); /* sorted */
+    for (int64_t i = 0; ts && i < args->steps; i++) cJSON_AddItemToArray(ts, cJSON_CreateNumber(r->times[i]));
+    if (r->last.predicted_s > 0) {
+        cJSON_AddNumberToObject(o, "predicted_step_seconds", r->last.predicted_s);
+        cJSON_AddNumberToObject(o, "predicted_over_measured", r->last.predicted_s / med);
+    }
+    double rt = med / med_base;
+    cJSON_AddStringToObject(o, "baseline", base_name);
+    cJSON_AddNumberToObject(o, "time_ratio", rt);
+    cJSON_AddNumberToObject(o, "overhead_percent", 100.0 * (rt - 1.0));
+    cJSON_AddNumberToObject(o, "peak_ratio", (double)r->last.measured / (double)b->last.measured);
+    cJSON_AddNumberToObject(o, "rss_ratio", b->rss ? (double)r->rss / (double)b->rss : 0.0);
+    if (args->profile) {
+        cJSON *a = cJSON_AddArrayToObject(o, "profile");
+        for (int i = 0; a && i < r->nprof; i++) {
+            cJSON *l = cJSON_CreateObject();
+            cJSON_AddStringToObject(l, "op", r->prof[i].op);
+            cJSON_AddStringToObject(l, "kind", r->prof[i].kind);
+            cJSON_AddNumberToObject(l, "seconds_per_step", r->prof[i].seconds / (double)args->steps);
+            cJSON_AddNumberToObject(l, "calls_per_step", (double)r->prof[i].count / (double)args->steps);
+            cJSON_AddItemToArray(a, l);
         }
     }
-    for (int k = 0, head = 0; !json && k < ns; k++) {
+    cli_json_print(o);
+}
+
+/* Row r as a line of the table, its ratios against row b. */
+static void print_row_text(const config *cf, const row *r, const row *b, double med, double med_base) {
+    char name[48], p1[32], p2[32], p3[32], p4[32], p5[32];
+    row_name(r, name, sizeof name);
+    printf("%-20s %12s %12s %12s %12s %12s %10lld %10.4f %9.3f %9.3f %9.3f\n", name,
+           cli_fmt_bytes(r->last.predicted, p1, sizeof p1), cli_fmt_bytes(r->last.measured, p2, sizeof p2),
+           cli_fmt_bytes(r->last.held, p5, sizeof p5),
+           cli_fmt_bytes(cf->so.device == REMAT_DEVICE_CPU ? r->rss : r->last.device_used, p3, sizeof p3),
+           cli_fmt_bytes(r->last.act, p4, sizeof p4), (long long)r->last.recomputations, med, med / med_base,
+           (double)r->last.measured / (double)b->last.measured, b->rss ? (double)r->rss / (double)b->rss : 0.0);
+}
+
+/* The table's notes: predicted against measured step time, the profiles,
+ * what the ratios are against. */
+static void print_notes(const bench_args *args, row *rows, const double *med, const char *base_name,
+                        size_t base_rss) {
+    int ns = args->ns;
+    for (int k = 0, head = 0; k < ns; k++) {
         if (!rows[k].last.ok || rows[k].last.predicted_s <= 0) continue;
         if (!head++) printf("\n%-20s %12s %12s %10s\n", "step time", "predicted", "measured", "ratio");
         char name[48];
@@ -537,20 +521,60 @@ static int bench_forked(bench_args *args) {
         printf("%-20s %11.4fs %11.4fs %10.3f\n", name, rows[k].last.predicted_s, med[k],
                rows[k].last.predicted_s / med[k]);
     }
-    if (profile && !json)
+    if (args->profile)
         for (int k = 0; k < ns; k++)
-            if (rows[k].last.ok && rows[k].nprof) print_profile(&rows[k], steps, med[k]);
-    if (!json && base >= 0) {
+            if (rows[k].last.ok && rows[k].nprof) print_profile(&rows[k], args->steps, med[k]); /* sorts its profile */
+    if (*base_name) {
         char b[32];
         printf("(median of %lld steps after %lld warm-up; ratios against %s; peak RSS per process, of which "
                "%s before anything is built)\n",
-               (long long)steps, (long long)warmup, base_name, cli_fmt_bytes(base_rss, b, sizeof b));
+               (long long)args->steps, (long long)args->warmup, base_name, cli_fmt_bytes(base_rss, b, sizeof b));
     }
+}
+
+static int bench_forked(bench_args *args) {
+    const config *cf = &args->cf;
+    row *rows = args->rows;
+    int ns = args->ns, json = args->json;
+    /* A child that finds its pipe closed must not kill the parent. */
+    signal(SIGPIPE, SIG_IGN);
+    if (args->init_out && save_init(cf, args->init_out)) return 1;
+    size_t base_rss = cli_idle_rss();
+    start_rows(cf, rows, ns, args->steps);
+    if (!json)
+        fprintf(stderr, "benchmarking %s, batch %lld: %d rows, %lld warm-up + %lld timed steps each, interleaved\n",
+                cf->mo.name, (long long)cf->mo.batch, ns, (long long)args->warmup, (long long)args->steps);
+    run_rows(rows, ns, args->warmup, args->steps, args->profile);
+    int base = baseline(rows, ns), rc = 0;
+    double med[MAX_ROWS] = {0};
+    for (int k = 0; k < ns; k++)
+        if (rows[k].last.ok) med[k] = median_of(rows[k].times, args->steps); /* sorts the times */
+    char base_name[48] = "";
+    if (base >= 0) row_name(&rows[base], base_name, sizeof base_name);
+    if (!json)
+        printf("%-20s %12s %12s %12s %12s %12s %10s %10s %9s %9s %9s\n", "strategy", "predicted", "measured", "held",
+               cf->so.device == REMAT_DEVICE_CPU ? "peak RSS" : "GPU used", "activations", "recomputed", "step (s)",
+               "time", "peak", "RSS");
+    for (int k = 0; k < ns; k++) {
+        const row *r = &rows[k];
+        if (r->last.ok && json) print_row_json(args, r, &rows[base], med[k], med[base], base_name, base_rss);
+        else if (r->last.ok) print_row_text(cf, r, &rows[base], med[k], med[base]);
+        else if (json) {
+            cJSON *o = row_json(cf, r);
+            cJSON_AddStringToObject(o, "error", r->last.error);
+            cli_json_print(o);
+        } else {
+            char name[48];
+            row_name(r, name, sizeof name);
+            printf("%-20s failed: %s\n", name, r->last.error);
+        }
+        if (!r->last.ok) rc = 1;
+    }
+    if (!json) print_notes(args, rows, med, base_name, base_rss);
     for (int k = 0; k < ns; k++) free(rows[k].times), free(rows[k].prof);
     if (rc) cli_fail("some rows failed (see above)");
     return rc;
 }
-
 
 /* ------------------------------------------------------ under mpirun */
 
