@@ -655,6 +655,139 @@ static int rank_row(const bench_args *args, const cli_dist *d, const remat_graph
 }
 
 /* Every row on every rank, one after the other; rank 0 prints. */
+/* Row k over the R ranks' reports: the largest peak of any rank, the
+ * slowest rank's times; a rank that failed makes the row failed. */
+static rank_report worst_of(const rank_report *all, int k, int R) {
+    rank_report w = all[(size_t)k * R];
+    for (int i = 1; i < R; i++) {
+        const rank_report *q = &all[(size_t)k * R + i];
+        if (!q->ok) w = *q;
+        if (!w.ok) continue;
+        if (q->median > w.median) w.median = q->median;
+        if (q->reduce > w.reduce) w.reduce = q->reduce;
+        if (q->wait > w.wait) w.wait = q->wait;
+        if (q->exposed > w.exposed) w.exposed = q->exposed;
+        if (q->skew > w.skew) w.skew = q->skew;
+        if (q->measured > w.measured) w.measured = q->measured;
+        if (q->held > w.held) w.held = q->held;
+        if (q->rss > w.rss) w.rss = q->rss;
+    }
+    return w;
+}
+
+/* Row k's figures over the ranks as one JSON object. */
+static void print_rank_json(const bench_args *args, const cli_dist *d, int k, const rank_report *q,
+                            const rank_report *all, double rt, const char *base_name) {
+    const config *cf = &args->cf;
+    int R = d->ranks;
+    cJSON *o = row_json(cf, &args->rows[k]);
+    cJSON_AddNumberToObject(o, "ranks", R);
+    cJSON_AddNumberToObject(o, "hosts", d->hosts);
+    cJSON_AddNumberToObject(o, "threads", cf->so.threads);
+    cJSON_AddStringToObject(o, "planner", q->planner);
+    cJSON_AddNumberToObject(o, "predicted_peak_bytes", (double)q->predicted);
+    cJSON_AddNumberToObject(o, "measured_peak_bytes", (double)q->measured);
+    cJSON_AddNumberToObject(o, "activation_bytes", (double)q->act);
+    cJSON_AddNumberToObject(o, "held_bytes", (double)q->held);
+    cJSON_AddNumberToObject(o, "comm_bytes", (double)q->comm);
+    cJSON_AddNumberToObject(o, "process_peak_rss_bytes", (double)q->rss);
+    cJSON_AddBoolToObject(o, "rss_includes_earlier_rows", k > 0);
+    cJSON_AddNumberToObject(o, "recomputations", (double)q->recomputations);
+    cJSON_AddNumberToObject(o, "buckets", q->buckets);
+    cJSON_AddBoolToObject(o, "overlap", q->overlap);
+    cJSON_AddNumberToObject(o, "warmup_steps", (double)args->warmup);
+    cJSON_AddNumberToObject(o, "timed_steps", (double)args->steps);
+    cJSON_AddNumberToObject(o, "median_step_seconds", q->median);
+    cJSON *a = cJSON_AddArrayToObject(o, "rank_step_seconds");
+    for (int i = 0; a && i < R; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(all[(size_t)k * R + i].median));
+    cJSON_AddNumberToObject(o, "reduce_seconds", q->reduce);
+    cJSON_AddNumberToObject(o, "wait_seconds", q->wait);
+    if (q->exposed >= 0) {
+        cJSON_AddNumberToObject(o, "exposed_seconds", q->exposed);
+        cJSON_AddNumberToObject(o, "skew_seconds", q->skew);
+    }
+    cJSON_AddStringToObject(o, "baseline", base_name);
+    cJSON_AddNumberToObject(o, "time_ratio", rt);
+    cJSON_AddNumberToObject(o, "overhead_percent", 100.0 * (rt - 1.0));
+    cli_json_print(o);
+}
+
+/* Rank 0's table (or JSON lines) of the rows over every rank; 1 when a
+ * row failed. */
+static int print_ranks(const bench_args *args, const cli_dist *d, const rank_report *all) {
+    const config *cf = &args->cf;
+    int ns = args->ns, R = d->ranks, base = -1, rc = 0;
+    rank_report worst[MAX_ROWS];
+    for (int k = 0; k < ns; k++) {
+        worst[k] = worst_of(all, k, R);
+        if (worst[k].ok && args->rows[k].strategy == REMAT_STRATEGY_ALL && !args->rows[k].budget && base < 0) base = k;
+    }
+    for (int k = 0; k < ns && base < 0; k++)
+        if (worst[k].ok) base = k;
+    char base_name[48] = "";
+    if (base >= 0) row_name(&args->rows[base], base_name, sizeof base_name);
+    if (!args->json)
+        printf("%-20s %12s %12s %12s %12s %10s %10s %9s %10s %10s %11s %12s\n", "strategy", "held/rank", "measured",
+               "activations", "comm", "recomputed", "step (s)", "time", "reduce (s)", "wait (s)", "exposed (s)",
+               "peak RSS");
+    for (int k = 0; k < ns; k++) {
+        const rank_report *q = &worst[k];
+        char name[48];
+        row_name(&args->rows[k], name, sizeof name);
+        if (!q->ok) {
+            rc = 1;
+            if (args->json) {
+                cJSON *o = row_json(cf, &args->rows[k]);
+                cJSON_AddStringToObject(o, "error", q->error);
+                cli_json_print(o);
+            } else {
+                printf("%-20s failed: %s\n", name, q->error);
+            }
+            continue;
+        }
+        double rt = q->median / worst[base].median;
+        if (args->json) {
+            print_rank_json(args, d, k, q, all, rt, base_name);
+        } else {
+            char b1[32], b2[32], b3[32], b4[32], b5[32], ex[32] = "-";
+            if (q->exposed >= 0) snprintf(ex, sizeof ex, "%.4f", q->exposed);
+            printf("%-20s %12s %12s %12s %12s %10lld %10.4f %9.3f %10.4f %10.4f %11s %12s\n", name,
+                   cli_fmt_bytes(q->held, b1, sizeof b1), cli_fmt_bytes(q->measured, b2, sizeof b2),
+                   cli_fmt_bytes(q->act, b3, sizeof b3), cli_fmt_bytes(q->comm, b4, sizeof b4),
+                   (long long)q->recomputations, q->median, rt, q->reduce, q->wait, ex,
+                   cli_fmt_bytes(q->rss, b5, sizeof b5));
+        }
+    }
+    if (!args->json && base >= 0)
+        printf("(per rank: the largest peak of any rank, the slowest rank's median of %lld steps after %lld "
+               "warm-up; reduce: the reductions' own work per step, wait: the time after this rank's backward "
+               "pass until they completed, exposed: the part of it after the last rank's backward pass (what "
+               "the backward pass did not hide; one host only); ratios against %s; peak RSS is the process's, "
+               "earlier rows included)\n",
+               (long long)args->steps, (long long)args->warmup, base_name);
+    return rc;
+}
+
+/* The model, its synthetic data and (rank 0, with --save-init) the
+ * initial weights: 0, or the exit status after printing why. */
+static int setup_ranks(const bench_args *args, const cli_dist *d, remat_graph **g, remat_model *m, cli_synth *syn) {
+    const config *cf = &args->cf;
+    if (remat_graph_create(g) != REMAT_OK || remat_model_build(*g, &cf->mo, m) != REMAT_OK)
+        return cli_fail("%s", remat_last_error());
+    if (cli_synth_init(syn, *g, m, &cf->mo, cf->so.seed)) return 1;
+    if (!args->init_out || d->rank != 0) return 0;
+    /* the initial weights: the seed's alone, the same in every row */
+    remat_session *s = NULL;
+    remat_session_opts so;
+    remat_session_opts_default(&so);
+    so.threads = 1, so.seed = cf->so.seed;
+    int rc = 0;
+    if (remat_session_create(&s, *g, m->loss, &so) != REMAT_OK || remat_safetensors_save(s, args->init_out) != REMAT_OK)
+        rc = cli_fail("%s", remat_last_error());
+    remat_session_destroy(s);
+    return rc;
+}
+
 static int bench_ranks(bench_args *args, cli_dist *d) {
     const config *cf = &args->cf;
     int ns = args->ns, R = d->ranks;
@@ -662,20 +795,7 @@ static int bench_ranks(bench_args *args, cli_dist *d) {
     remat_model m;
     cli_synth syn;
     rank_report *all = calloc((size_t)(ns * R) + 1, sizeof *all);
-    int rc = !all ? cli_fail("out of memory") : 0;
-    if (!rc && (remat_graph_create(&g) != REMAT_OK || remat_model_build(g, &cf->mo, &m) != REMAT_OK))
-        rc = cli_fail("%s", remat_last_error());
-    if (!rc && cli_synth_init(&syn, g, &m, &cf->mo, cf->so.seed)) rc = 1;
-    if (!rc && args->init_out && d->rank == 0) {
-        /* the initial weights: the seed's alone, the same in every row */
-        remat_session *s = NULL;
-        remat_session_opts so;
-        remat_session_opts_default(&so);
-        so.threads = 1, so.seed = cf->so.seed;
-        if (remat_session_create(&s, g, m.loss, &so) != REMAT_OK || remat_safetensors_save(s, args->init_out) != REMAT_OK)
-            rc = cli_fail("%s", remat_last_error());
-        remat_session_destroy(s);
-    }
+    int rc = !all ? cli_fail("out of memory") : setup_ranks(args, d, &g, &m, &syn);
     if ((rc = cli_dist_agree(d, rc))) {
         remat_graph_destroy(g), free(all);
         return rc;
@@ -693,99 +813,7 @@ static int bench_ranks(bench_args *args, cli_dist *d) {
         if (remat_comm_allgather(d->comm, &me, sizeof me, all + (size_t)k * R) != REMAT_OK)
             rc = cli_fail("%s", remat_last_error());
     }
-    if (!rc && d->rank == 0) {
-        /* per row: the largest peak of any rank, the slowest rank's median */
-        rank_report best[MAX_ROWS];
-        int base = -1;
-        for (int k = 0; k < ns; k++) {
-            best[k] = all[(size_t)k * R];
-            for (int i = 1; i < R; i++) {
-                const rank_report *q = &all[(size_t)k * R + i];
-                if (!q->ok) best[k] = *q;
-                if (!best[k].ok) continue;
-                if (q->median > best[k].median) best[k].median = q->median;
-                if (q->reduce > best[k].reduce) best[k].reduce = q->reduce;
-                if (q->wait > best[k].wait) best[k].wait = q->wait;
-                if (q->exposed > best[k].exposed) best[k].exposed = q->exposed;
-                if (q->skew > best[k].skew) best[k].skew = q->skew;
-                if (q->measured > best[k].measured) best[k].measured = q->measured;
-                if (q->held > best[k].held) best[k].held = q->held;
-                if (q->rss > best[k].rss) best[k].rss = q->rss;
-            }
-            if (best[k].ok && args->rows[k].strategy == REMAT_STRATEGY_ALL && !args->rows[k].budget && base < 0) base = k;
-        }
-        for (int k = 0; k < ns && base < 0; k++)
-            if (best[k].ok) base = k;
-        char base_name[48] = "";
-        if (base >= 0) row_name(&args->rows[base], base_name, sizeof base_name);
-        if (!args->json)
-            printf("%-20s %12s %12s %12s %12s %10s %10s %9s %10s %10s %11s %12s\n", "strategy", "held/rank",
-                   "measured", "activations", "comm", "recomputed", "step (s)", "time", "reduce (s)", "wait (s)",
-                   "exposed (s)", "peak RSS");
-        for (int k = 0; k < ns; k++) {
-            const rank_report *q = &best[k];
-            char name[48];
-            row_name(&args->rows[k], name, sizeof name);
-            if (!q->ok) {
-                rc = 1;
-                if (args->json) {
-                    cJSON *o = row_json(cf, &args->rows[k]);
-                    cJSON_AddStringToObject(o, "error", q->error);
-                    cli_json_print(o);
-                } else {
-                    printf("%-20s failed: %s\n", name, q->error);
-                }
-                continue;
-            }
-            double rt = q->median / best[base].median;
-            if (args->json) {
-                cJSON *o = row_json(cf, &args->rows[k]);
-                cJSON_AddNumberToObject(o, "ranks", R);
-                cJSON_AddNumberToObject(o, "hosts", d->hosts);
-                cJSON_AddNumberToObject(o, "threads", cf->so.threads);
-                cJSON_AddStringToObject(o, "planner", q->planner);
-                cJSON_AddNumberToObject(o, "predicted_peak_bytes", (double)q->predicted);
-                cJSON_AddNumberToObject(o, "measured_peak_bytes", (double)q->measured);
-                cJSON_AddNumberToObject(o, "activation_bytes", (double)q->act);
-                cJSON_AddNumberToObject(o, "held_bytes", (double)q->held);
-                cJSON_AddNumberToObject(o, "comm_bytes", (double)q->comm);
-                cJSON_AddNumberToObject(o, "process_peak_rss_bytes", (double)q->rss);
-                cJSON_AddBoolToObject(o, "rss_includes_earlier_rows", k > 0);
-                cJSON_AddNumberToObject(o, "recomputations", (double)q->recomputations);
-                cJSON_AddNumberToObject(o, "buckets", q->buckets);
-                cJSON_AddBoolToObject(o, "overlap", q->overlap);
-                cJSON_AddNumberToObject(o, "warmup_steps", (double)args->warmup);
-                cJSON_AddNumberToObject(o, "timed_steps", (double)args->steps);
-                cJSON_AddNumberToObject(o, "median_step_seconds", q->median);
-                cJSON *a = cJSON_AddArrayToObject(o, "rank_step_seconds");
-                for (int i = 0; a && i < R; i++) cJSON_AddItemToArray(a, cJSON_CreateNumber(all[(size_t)k * R + i].median));
-                cJSON_AddNumberToObject(o, "reduce_seconds", q->reduce);
-                cJSON_AddNumberToObject(o, "wait_seconds", q->wait);
-                if (q->exposed >= 0) {
-                    cJSON_AddNumberToObject(o, "exposed_seconds", q->exposed);
-                    cJSON_AddNumberToObject(o, "skew_seconds", q->skew);
-                }
-                cJSON_AddStringToObject(o, "baseline", base_name);
-                cJSON_AddNumberToObject(o, "time_ratio", rt);
-                cJSON_AddNumberToObject(o, "overhead_percent", 100.0 * (rt - 1.0));
-                cli_json_print(o);
-            } else {
-                char b1[32], b2[32], b3[32], b4[32], b5[32], ex[32] = "-";
-                if (q->exposed >= 0) snprintf(ex, sizeof ex, "%.4f", q->exposed);
-                printf("%-20s %12s %12s %12s %12s %10lld %10.4f %9.3f %10.4f %10.4f %11s %12s\n", name,
-                       cli_fmt_bytes(q->held, b1, sizeof b1), cli_fmt_bytes(q->measured, b2, sizeof b2),
-                       cli_fmt_bytes(q->act, b3, sizeof b3), cli_fmt_bytes(q->comm, b4, sizeof b4),
-                       (long long)q->recomputations, q->median, rt, q->reduce, q->wait, ex,
-                       cli_fmt_bytes(q->rss, b5, sizeof b5));
-            }
-        }
-        if (!args->json && base >= 0)
-            printf("(per rank: the largest peak of any rank, the slowest rank's median of %lld steps after %lld "
-                   "warm-up; reduce: the reductions' own work per step, wait: the time after this rank's backward "
-                   "pass until they completed, exposed: the part of it after the last rank's backward pass (what "
-                   "the backward pass did not hide; one host only); ratios against %s; peak RSS is the process's, earlier rows included)\n",
-                   (long long)args->steps, (long long)args->warmup, base_name);
-    }
+    if (!rc && d->rank == 0) rc = print_ranks(args, d, all);
     if (!rc) rc = cli_dist_agree(d, 0); /* rank 0 printed */
     remat_graph_destroy(g);
     free(all);
