@@ -9,11 +9,16 @@
  * sqrt does. Below the smallest feasible budget, planning fails naming it.
  * Every model of the zoo is here (heavy is not: it keeps 8 bytes whatever
  * the plan), the CNNs and gpt2 at tiny sizes.
+ *
+ * Each kind of storage option a chain stage can offer (keep everything,
+ * drop the cheap values, drop a large aux, both) is chosen by the chain
+ * DP for some stage of some model at some budget: none is kept without a
+ * use (dropping one from the planner fails this).
  */
 #include "check.h"
 #include "testmodels.h"
 
-#include "../src/remat-impl.h"
+#include "../src/exec/session.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,15 +32,16 @@ static remat_status build(const char *name, remat_graph *g, remat_model *m) {
     if (strcmp(name, "branches") == 0) return build_branches(g, m, 8);
     remat_model_opts mo;
     remat_model_opts_default(&mo);
-    remat_status st = remat_model_opts_for(&mo, name);
+    int long_context = strcmp(name, "gpt2-ctx16") == 0; /* attention's probabilities larger than its output */
+    remat_status st = remat_model_opts_for(&mo, long_context ? "gpt2" : name);
     if (st != REMAT_OK) return st;
     mo.batch = strcmp(name, "heavy-mul") == 0 ? 1 : 32;
     if (strstr(name, "resnet") || strcmp(name, "densenet-bc") == 0) {
         /* tiny configurations of the real layouts (as the PyTorch fixtures) */
         mo.batch = 2, mo.height = 16, mo.width = 16, mo.classes = 10, mo.base_channels = 4;
         if (strcmp(name, "densenet-bc") == 0) mo.depth = 16;
-    } else if (strcmp(name, "gpt2") == 0) {
-        mo.batch = 2, mo.layers = 2, mo.embd = 16, mo.heads = 2, mo.context = 8, mo.vocab = 32;
+    } else if (strcmp(mo.name, "gpt2") == 0) {
+        mo.batch = 2, mo.layers = 2, mo.embd = 16, mo.heads = 2, mo.context = long_context ? 16 : 8, mo.vocab = 32;
     }
     return remat_model_build(g, &mo, m);
 }
@@ -196,6 +202,27 @@ static void model(const char *name) {
     remat_graph_destroy(g);
 }
 
+/* The storage options of model name's chain stages, added to offered and
+ * chosen (remat__optimal_options). */
+static void options_of(const char *name, int offered[4], int chosen[4]) {
+    remat_graph *g;
+    remat_model m;
+    CHECK_OK(remat_graph_create(&g));
+    CHECK_OK(build(name, g, &m));
+    remat_session_opts so;
+    remat_session_opts_default(&so);
+    so.plan_only = 1;
+    remat_session *s = NULL;
+    CHECK_OK(remat_session_create(&s, g, m.loss, &so));
+    int o[4], c[4];
+    if (s) CHECK_OK(remat__optimal_options(&s->prog, s->loss, o, c));
+    for (int k = 0; s && k < 4; k++) offered[k] += o[k], chosen[k] += c[k];
+    if (s) printf("  %-18s options offered %d/%d/%d/%d, chosen %d/%d/%d/%d (all/expensive/aux/both)\n", name, o[0],
+                  o[1], o[2], o[3], c[0], c[1], c[2], c[3]);
+    remat_session_destroy(s);
+    remat_graph_destroy(g);
+}
+
 int main(int argc, char **argv) {
     /* every model of the zoo (the CNNs and gpt2 at tiny sizes), and the
      * test models; --quick (the sanitizer build, where everything runs
@@ -212,5 +239,12 @@ int main(int argc, char **argv) {
         model(q ? quick[i] : models[i]);
         printf("  (%.1f s)\n", remat__now() - t0);
     }
+    int offered[4] = {0}, chosen[4] = {0};
+    for (size_t i = 0; i < sizeof models / sizeof *models; i++) options_of(models[i], offered, chosen);
+    options_of("gpt2-ctx16", offered, chosen);
+    static const char *const kinds[] = {"keep everything", "drop the cheap values", "drop a large aux", "both"};
+    for (int k = 0; k < 4; k++)
+        CHECK_MSG(offered[k] > 0 && chosen[k] > 0, "no chain plan of any model chooses '%s' (offered by %d stages)",
+                  kinds[k], offered[k]);
     return check_exit("test_optimal");
 }

@@ -228,18 +228,23 @@ static void measure_stage(const remat__prog *p, chain *c, int i, const scratch *
      * producers inside the stage, and what it then keeps. */
     ex->n_options = 0;
     for (int o = 0; o < N_OPT; o++) {
-        int top = 0, any = 0;
+        int top = 0, cheap = 0, aux = 0; /* what it drops of each kind */
         for (int j = a; j < b; j++) {
             int32_t u = c->nodes[j];
             const remat__node *nd = &g->nodes[u];
-            int d = 0;
-            if ((o == OPT_EXPENSIVE || o == OPT_BOTH) && (sc->read[u] & 1) && u != hi && !expensive(g, nd)) d = 1;
-            if ((o == OPT_AUX || o == OPT_BOTH) && (sc->read[u] & 3) && large_aux(g, nd) &&
-                !(remat__ops[nd->op]->flags & REMAT__OP_STATEFUL))
-                d = 1;
-            if (d) sc->drop[u] = 1, sc->stack[top++] = u, any = 1;
+            int dc = (o == OPT_EXPENSIVE || o == OPT_BOTH) && (sc->read[u] & 1) && u != hi && !expensive(g, nd);
+            int da = (o == OPT_AUX || o == OPT_BOTH) && (sc->read[u] & 3) && large_aux(g, nd) &&
+                     !(remat__ops[nd->op]->flags & REMAT__OP_STATEFUL);
+            cheap |= dc, aux |= da;
+            if (dc || da) sc->drop[u] = 1, sc->stack[top++] = u;
         }
-        if (o != OPT_ALL && !any) continue;
+        /* an option that drops nothing is option 0; both, with one kind
+         * missing, is the other option again */
+        int none = o == OPT_BOTH ? !(cheap && aux) : o != OPT_ALL && !(cheap || aux);
+        if (none) {
+            for (int j = a; j < b; j++) sc->drop[c->nodes[j]] = 0;
+            continue;
+        }
         while (top > 0) {
             const remat__node *nd = &g->nodes[sc->stack[--top]];
             for (int q = 0; q < nd->n_in; q++) {
@@ -709,6 +714,35 @@ static int recomputes_twice(const remat_graph *g, const remat__schedule *sc) {
         if (sc->ins[i].kind == REMAT__I_FWD && ++n[sc->ins[i].node] > 2) twice = 1;
     free(n);
     return twice;
+}
+
+/* Which storage options the chain's stages offer, and which of them the
+ * chain DP's distinct plans choose for some stage, per kind (OPT_ALL,
+ * OPT_EXPENSIVE, OPT_AUX, OPT_BOTH): test_optimal checks that each kind
+ * wins somewhere, so that none is kept without a use. */
+remat_status remat__optimal_options(const remat__prog *p, remat_node loss, int offered[4], int chosen[4]) {
+    for (int o = 0; o < N_OPT; o++) offered[o] = chosen[o] = 0;
+    chain c;
+    gen_ctx x = {.p = p, .loss = loss};
+    remat_status st = chain_init(p, loss, &c);
+    if (st != REMAT_OK) return st;
+    x.c = &c;
+    st = chain_candidates(p, &c, &x);
+    for (int i = 0; i < c.n_stages; i++)
+        for (int k = 0; k < c.ex[i].n_options; k++) offered[c.opt_of[(size_t)i * REMAT__MAX_OPTIONS + (size_t)k]]++;
+    for (int j = 0; j < x.n_chain && st == REMAT_OK; j++) {
+        remat_chain_plan *plan = NULL;
+        st = remat__chain_tab_plan(x.tab, x.chain_at[j], &plan);
+        for (int i = 0; st == REMAT_OK && i < remat_chain_plan_length(plan); i++) {
+            remat_chain_op op = remat_chain_plan_op(plan, i);
+            if (op.kind == REMAT_CHAIN_FE) chosen[c.opt_of[(size_t)op.stage * REMAT__MAX_OPTIONS + (size_t)op.option]]++;
+        }
+        remat_chain_plan_destroy(plan);
+    }
+    chain_free(&c);
+    remat__chain_tab_free((remat__chain_tab *)x.tab);
+    free(x.chain_at);
+    return st;
 }
 
 /* Places candidate k (made again from its generator) and returns what it

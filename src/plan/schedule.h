@@ -191,6 +191,10 @@ void remat__prog_set_cost(remat__prog *p, const remat_cost_model *m);
 remat_status remat__optimal_schedule(const remat__prog *p, remat_node loss, size_t budget,
                                      const remat_mem_stats *start, size_t held_outside, remat__schedule *out,
                                      size_t *floor);
+/* Per kind of a chain stage's storage option (keep all, drop the cheap
+ * values, drop large aux, both): how many stages offer it, and how many
+ * Fe's of the chain DP's distinct plans over the budgets choose it. */
+remat_status remat__optimal_options(const remat__prog *p, remat_node loss, int offered[4], int chosen[4]);
 
 /* The DTR fallback on the whole training step (dtr_train.c): the step as
  * one DAG of forwards and backwards for the offline DTR planner. */
