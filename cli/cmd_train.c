@@ -435,7 +435,8 @@ static int same_flags(job *j, const cli_dist *d) {
 
 /* Options, the model and the data, on this rank: 0, or the exit status
  * after printing why. */
-static int setup(job *j, const cli_dist *d, int argc, char **argv) {
+/* Reads the flags into j: 0, or the exit status of a usage error. */
+static int parse_args(job *j, int argc, char **argv) {
     j->optim = "adamw";
     j->epochs = 1, j->log_every = 10, j->save_every = -1, j->keep = -1;
     j->lr = -1, j->momentum = 0.9f, j->wd = -1;
@@ -481,7 +482,11 @@ static int setup(job *j, const cli_dist *d, int argc, char **argv) {
         }
         if (bad) return cli_bad_value(&co, optarg, cli_float_why(fbad));
     }
-    if (co.rc) return co.rc;
+    return co.rc;
+}
+
+/* The optimizer the flags name, with their rate, momentum and decay. */
+static int build_optim(job *j) {
     remat_optim_opts *oo = &j->oo;
     if (strcmp(j->optim, "sgd") == 0) {
         remat_optim_opts_default(oo, REMAT_OPTIM_SGD);
@@ -494,7 +499,12 @@ static int setup(job *j, const cli_dist *d, int argc, char **argv) {
     }
     if (j->lr > 0) oo->lr = j->lr;
     if (j->wd >= 0) oo->weight_decay = j->wd;
+    return 0;
+}
 
+/* The model's options, the micro-batch, the data's kind and the files the
+ * run writes (--save locked on rank 0): 0, or the exit status. */
+static int check_run(job *j, const cli_dist *d) {
     const char *data = j->data;
     int u = cli_model_opts(&j->ma, data, "train", &j->mo);
     if (u) return u;
@@ -521,23 +531,22 @@ static int setup(job *j, const cli_dist *d, int argc, char **argv) {
         return cli_usage_error("train", "--save-every and --keep need --state-dir DIR (or --resume DIR)");
     if (j->resume && !*j->resume) return cli_usage_error("train", "--resume needs a directory");
     if (j->state_dir && !*j->state_dir) return cli_usage_error("train", "--state-dir needs a directory");
-    if ((u = cli_session_opts(&j->sa, "train", &j->so, &j->cm, &j->cost_used))) return u;
+    return cli_session_opts(&j->sa, "train", &j->so, &j->cm, &j->cost_used);
+}
 
-    if (remat_graph_create(&j->g) != REMAT_OK || remat_model_build(j->g, &j->mo, &j->m) != REMAT_OK)
-        return cli_fail("%s", remat_last_error());
-    if ((u = cli_model_check(&j->ma, j->g, &j->m, "train"))) return u;
+/* What the model takes against the data named (Fashion-MNIST by default
+ * for the classifiers of 1x28x28 images): 0, or the exit status. */
+static int check_data(job *j) {
     const remat_graph *g = j->g;
     const remat_model *m = &j->m;
-    int nxd = remat_node_shape(g, m->input, j->xd), nld = remat_node_shape(g, m->logits, j->ld);
+    int nxd = remat_node_shape(g, m->input, j->xd);
     j->lm = remat_node_dtype(g, m->input) == REMAT_I32 && nxd == 2;
     j->classifier = remat_node_dtype(g, m->input) == REMAT_F32 && m->labels != REMAT_NONE &&
                     remat_node_dtype(g, m->labels) == REMAT_I32;
     cli_shape_str(g, m->input, j->shape, sizeof j->shape);
-    if (!data) {
-        /* Fashion-MNIST for the classifiers of 1x28x28 images (mlp, cnn);
-         * the other models say what they need. */
+    if (!j->data) {
         if (j->classifier && nxd == 4 && j->xd[1] == 1 && j->xd[2] == 28 && j->xd[3] == 28)
-            data = j->data = "fashion-mnist";
+            j->data = "fashion-mnist";
         else
             return cli_usage_error("train", "model '%s' needs --data: %s", j->mo.name,
                                    j->lm ? "tokens:FILE, or synthetic"
@@ -551,10 +560,18 @@ static int setup(job *j, const cli_dist *d, int argc, char **argv) {
     if (!j->stream && !j->classifier)
         return cli_usage_error("train", "model '%s' is not an image classifier: train it on %s", j->mo.name,
                                j->lm ? "tokens:FILE or synthetic data" : "synthetic data");
+    return 0;
+}
+
+/* Opens the token file or loads the data set, every check before anything
+ * is allocated for training: 0, or the exit status. */
+static int load_data(job *j) {
+    const char *data = j->data;
     if (j->tokens) {
-        /* every check of the file before anything is allocated or printed */
+        int nld = remat_node_shape(j->g, j->m.logits, j->ld);
         if (remat_tokens_open(&j->tok, data + 7) != REMAT_OK) return cli_fail("%s", remat_last_error());
-        if (nld < 1 || remat_tokens_check(j->tok, j->ld[nld - 1]) != REMAT_OK) return cli_fail("%s", remat_last_error());
+        if (nld < 1 || remat_tokens_check(j->tok, j->ld[nld - 1]) != REMAT_OK)
+            return cli_fail("%s", remat_last_error());
         if (remat_tokens_count(j->tok) < j->xd[1] + 1)
             return cli_fail("%s: %lld tokens, fewer than one window of context + 1 = %lld tokens", data + 7,
                             (long long)remat_tokens_count(j->tok), (long long)(j->xd[1] + 1));
@@ -572,6 +589,16 @@ static int setup(job *j, const cli_dist *d, int argc, char **argv) {
             return cli_fail("%s", remat_last_error());
     }
     return 0;
+}
+
+static int setup(job *j, const cli_dist *d, int argc, char **argv) {
+    int u;
+    if ((u = parse_args(j, argc, argv)) != 0 || j->help || (u = build_optim(j)) != 0 || (u = check_run(j, d)) != 0)
+        return u;
+    if (remat_graph_create(&j->g) != REMAT_OK || remat_model_build(j->g, &j->mo, &j->m) != REMAT_OK)
+        return cli_fail("%s", remat_last_error());
+    if ((u = cli_model_check(&j->ma, j->g, &j->m, "train")) != 0 || (u = check_data(j)) != 0) return u;
+    return load_data(j);
 }
 
 /* Rank 0's header: the ranks, the model, the data, the plan. */
