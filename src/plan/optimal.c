@@ -195,6 +195,42 @@ static int64_t backward_peak(const remat__prog *p, const chain *c, int a, int b,
     return peak;
 }
 
+
+/* Marks in sc->drop what option o of the stage of nodes a..b recomputes
+ * before its backward: the values its backward reads that o drops (cheap
+ * ones for OPT_EXPENSIVE, a large aux for OPT_AUX, both for OPT_BOTH),
+ * closed over the cheap producers inside the stage. 0, with nothing
+ * marked, when o is no option of its own: it drops nothing (option 0 is
+ * that), or, being both, one of the two kinds is missing (it is the other
+ * option again). */
+static int option_drops(const remat_graph *g, const chain *c, int a, int b, int o, const scratch *sc) {
+    int32_t lo = c->nodes[a], hi = c->nodes[b - 1];
+    int top = 0, cheap = 0, aux = 0;
+    for (int j = a; j < b; j++) {
+        int32_t u = c->nodes[j];
+        const remat__node *nd = &g->nodes[u];
+        int dc = (o == OPT_EXPENSIVE || o == OPT_BOTH) && (sc->read[u] & 1) && u != hi && !expensive(g, nd);
+        int da = (o == OPT_AUX || o == OPT_BOTH) && (sc->read[u] & 3) && large_aux(g, nd) &&
+                 !(remat__ops[nd->op]->flags & REMAT__OP_STATEFUL);
+        cheap |= dc, aux |= da;
+        if (dc || da) sc->drop[u] = 1, sc->stack[top++] = u;
+    }
+    if (o == OPT_BOTH ? !(cheap && aux) : o != OPT_ALL && !(cheap || aux)) {
+        for (int j = a; j < b; j++) sc->drop[c->nodes[j]] = 0;
+        return 0;
+    }
+    while (top > 0) {
+        const remat__node *nd = &g->nodes[sc->stack[--top]];
+        for (int q = 0; q < nd->n_in; q++) {
+            int32_t x = nd->in[q];
+            if (x > lo && x < hi && !sc->drop[x] && !expensive(g, &g->nodes[x]) &&
+                g->nodes[x].leaf == REMAT__LEAF_NONE && !(remat__ops[g->nodes[x].op]->flags & REMAT__OP_STATEFUL))
+                sc->drop[x] = 1, sc->stack[top++] = x;
+        }
+    }
+    return 1;
+}
+
 /* Measures stage i (nodes [off[i], off[i+1])) and its storage options. */
 static void measure_stage(const remat__prog *p, chain *c, int i, const scratch *sc) {
     const remat_graph *g = p->g;
@@ -228,32 +264,7 @@ static void measure_stage(const remat__prog *p, chain *c, int i, const scratch *
      * producers inside the stage, and what it then keeps. */
     ex->n_options = 0;
     for (int o = 0; o < N_OPT; o++) {
-        int top = 0, cheap = 0, aux = 0; /* what it drops of each kind */
-        for (int j = a; j < b; j++) {
-            int32_t u = c->nodes[j];
-            const remat__node *nd = &g->nodes[u];
-            int dc = (o == OPT_EXPENSIVE || o == OPT_BOTH) && (sc->read[u] & 1) && u != hi && !expensive(g, nd);
-            int da = (o == OPT_AUX || o == OPT_BOTH) && (sc->read[u] & 3) && large_aux(g, nd) &&
-                     !(remat__ops[nd->op]->flags & REMAT__OP_STATEFUL);
-            cheap |= dc, aux |= da;
-            if (dc || da) sc->drop[u] = 1, sc->stack[top++] = u;
-        }
-        /* an option that drops nothing is option 0; both, with one kind
-         * missing, is the other option again */
-        int none = o == OPT_BOTH ? !(cheap && aux) : o != OPT_ALL && !(cheap || aux);
-        if (none) {
-            for (int j = a; j < b; j++) sc->drop[c->nodes[j]] = 0;
-            continue;
-        }
-        while (top > 0) {
-            const remat__node *nd = &g->nodes[sc->stack[--top]];
-            for (int q = 0; q < nd->n_in; q++) {
-                int32_t x = nd->in[q];
-                if (x > lo && x < hi && !sc->drop[x] && !expensive(g, &g->nodes[x]) &&
-                    g->nodes[x].leaf == REMAT__LEAF_NONE && !(remat__ops[g->nodes[x].op]->flags & REMAT__OP_STATEFUL))
-                    sc->drop[x] = 1, sc->stack[top++] = x;
-            }
-        }
+        if (!option_drops(g, c, a, b, o, sc)) continue;
         remat__stage_option *opt = &ex->opt[ex->n_options];
         memset(opt, 0, sizeof *opt);
         opt->saved = out_bytes;
