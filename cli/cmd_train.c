@@ -683,6 +683,59 @@ static void catch_stop_signals(void) {
 
 /* The session, the training and the files; 0 or the exit status after
  * printing why. */
+/* Training states: --resume DIR saves on in DIR unless --state-dir says
+ * otherwise (a state file: in its folder); buf holds the folder. */
+static const char *state_dir_of(const job *j, char *buf, size_t cap) {
+    if (!j->resume || j->state_dir) return j->state_dir;
+    struct stat rs;
+    snprintf(buf, cap, "%s", j->resume);
+    /* a path too long for the buffer is too long for the system too: used
+     * as it is, it fails naming it, never cut to another path */
+    if (strlen(j->resume) >= cap) return j->resume;
+    if (stat(j->resume, &rs) == 0 && !S_ISDIR(rs.st_mode)) {
+        char *slash = strrchr(buf, '/');
+        if (!slash) snprintf(buf, cap, ".");
+        else if (slash == buf) buf[1] = 0;
+        else *slash = 0;
+    }
+    return buf;
+}
+
+/* The training loop the data calls for: a token file, synthetic batches
+ * (*synth_failed when they cannot be made) or a data set. */
+static remat_status train_on(job *j, remat_session *s, remat_train_opts *to, progress *p, int *synth_failed) {
+    const remat_model *m = &j->m;
+    if (!j->stream) {
+        to->on_event = on_event;
+        int64_t per_epoch = remat_dataset_size(j->train) / j->batch;
+        p->epochs_total = j->steps ? (per_epoch ? (j->steps + per_epoch - 1) / per_epoch : 1) : j->epochs;
+        return remat_train(s, m, j->train, j->test, to);
+    }
+    p->epochs_total = j->epochs;
+    to->on_event = on_stream_event;
+    if (j->tokens) return remat_train_tokens(s, m, j->tok, to);
+    cli_synth syn;
+    if (cli_synth_init(&syn, j->g, m, &j->mo, j->so.seed)) {
+        *synth_failed = 1;
+        return REMAT_OK;
+    }
+    return remat_train_stream(s, m, cli_synth_next, &syn, to);
+}
+
+/* A run stopped by a signal: every rank stopped after the same step (the
+ * library agreed on it, and stop_signal now holds the signal on every
+ * rank); rank 0 says what was kept. --save is not written: its weights
+ * would pass for the finished run's. The exit status: 128 + the signal. */
+static int stopped(const job *j, const cli_dist *d, const progress *p, const char *state_dir) {
+    if (d->rank == 0) {
+        if (p->tty && !p->json) fprintf(stderr, "\n");
+        fprintf(stderr, "remat: %s: %s%s%s%s\n", signal_name(stop_signal), remat_last_error(),
+                p->last_state[0] ? "; continue with --resume " : "", p->last_state[0] ? state_dir : "",
+                j->save ? (p->last_state[0] ? "; --save was not written" : "; --save was not written either") : "");
+    }
+    return 128 + (stop_signal > 0 && stop_signal < 128 ? (int)stop_signal : SIGTERM);
+}
+
 static int run(job *j, cli_dist *d) {
     remat_session *s = NULL;
     remat_session_opts *so = &j->so;
@@ -703,23 +756,8 @@ static int run(job *j, cli_dist *d) {
                   .tokens_per_row = j->lm ? j->xd[1] : 0};
     remat_train_opts to = {.epochs = j->epochs, .steps = j->steps, .batch = j->batch, .seed = so->seed, .user = &p,
                            .stop = &stop_signal};
-    /* Training states: --resume DIR saves on in DIR unless --state-dir
-     * says otherwise (a state file: in its folder). */
     char resume_dir[4096];
-    const char *state_dir = j->state_dir;
-    if (j->resume && !state_dir) {
-        struct stat rs;
-        snprintf(resume_dir, sizeof resume_dir, "%s", j->resume);
-        /* a path too long for the buffer is too long for the system too:
-         * used as it is, it fails naming it, never cut to another path */
-        if (strlen(j->resume) < sizeof resume_dir && stat(j->resume, &rs) == 0 && !S_ISDIR(rs.st_mode)) {
-            char *slash = strrchr(resume_dir, '/');
-            if (!slash) snprintf(resume_dir, sizeof resume_dir, ".");
-            else if (slash == resume_dir) resume_dir[1] = 0;
-            else *slash = 0;
-        }
-        state_dir = strlen(j->resume) < sizeof resume_dir ? resume_dir : j->resume;
-    }
+    const char *state_dir = state_dir_of(j, resume_dir, sizeof resume_dir);
     to.state_dir = state_dir;
     to.resume = j->resume;
     to.save_every = j->save_every > 0 ? j->save_every : 0;
@@ -727,22 +765,9 @@ static int run(job *j, cli_dist *d) {
     run_opts ro = {0};
     math_opts(j, so->threads, &ro);
     if (state_dir || j->resume) to.run = ro.kv;
-    if (j->stream) {
-        p.epochs_total = j->epochs;
-        to.on_event = on_stream_event;
-        if (j->tokens) {
-            if ((ts = remat_train_tokens(s, m, j->tok, &to)) != REMAT_OK) goto trained;
-        } else {
-            cli_synth syn;
-            if (cli_synth_init(&syn, j->g, m, &j->mo, so->seed)) goto done;
-            if ((ts = remat_train_stream(s, m, cli_synth_next, &syn, &to)) != REMAT_OK) goto trained;
-        }
-    } else {
-        to.on_event = on_event;
-        int64_t per_epoch = remat_dataset_size(j->train) / j->batch;
-        p.epochs_total = j->steps ? (per_epoch ? (j->steps + per_epoch - 1) / per_epoch : 1) : j->epochs;
-        if ((ts = remat_train(s, m, j->train, j->test, &to)) != REMAT_OK) goto trained;
-    }
+    int synth_failed = 0;
+    if ((ts = train_on(j, s, &to, &p, &synth_failed)) != REMAT_OK) goto trained;
+    if (synth_failed) goto done;
     /* the loops stop at a non-finite weight; this says so for any other
      * way one could get here (the same on every rank: the same weights) */
     if (j->save && remat_session_check_finite(s) != REMAT_OK) {
@@ -762,18 +787,7 @@ static int run(job *j, cli_dist *d) {
     goto done;
 trained:
     if (ts == REMAT_STOPPED) {
-        /* every rank stopped after the same step (the library agreed on
-         * it, and stop_signal now holds the signal on every rank); rank 0
-         * says what was kept. --save is not written: its weights would
-         * pass for the finished run's. */
-        rc = 128 + (stop_signal > 0 && stop_signal < 128 ? (int)stop_signal : SIGTERM);
-        if (d->rank == 0) {
-            if (p.tty && !p.json) fprintf(stderr, "\n");
-            fprintf(stderr, "remat: %s: %s%s%s%s\n", signal_name(stop_signal), remat_last_error(),
-                    p.last_state[0] ? "; continue with --resume " : "", p.last_state[0] ? state_dir : "",
-                    j->save ? (p.last_state[0] ? "; --save was not written" : "; --save was not written either")
-                            : "");
-        }
+        rc = stopped(j, d, &p, state_dir);
         goto done;
     }
 fail:
