@@ -51,6 +51,29 @@ static void *read_node(const char *path, const char *name, const remat_graph *g,
     return buf;
 }
 
+/* One step of the bound batch and its loss and gradients written to out,
+ * refused when anything is not finite: 0, or 1 after saying why. */
+static int step_and_write(remat_session *s, const remat_model_opts *mo, const remat_session_opts *so,
+                          const char *init_from, const char *batch_from, const char *out) {
+    float loss;
+    if (remat_session_step(s, &loss) != REMAT_OK) return cli_fail("%s", remat_last_error());
+    if (!isfinite(loss))
+        return cli_fail("not writing %s: the loss is %s", out, isnan(loss) ? "NaN" : loss > 0 ? "+inf" : "-inf");
+    if (remat_session_check_finite(s) != REMAT_OK) return cli_fail("not writing %s: %s", out, remat_last_error());
+    if (remat_safetensors_save_grads(s, out, loss) != REMAT_OK) return cli_fail("%s", remat_last_error());
+    int ngrad = 0;
+    for (int i = 0; i < remat_session_param_count(s); i++) {
+        remat_param_info p;
+        if (remat_session_param(s, i, &p) == REMAT_OK && p.trainable) ngrad++;
+    }
+    remat_plan_summary ps;
+    remat_session_plan(s, &ps);
+    printf("model %s, batch from %s, weights from %s, strategy %s, device %s\n", mo->name, batch_from,
+           init_from ? init_from : "the seed", remat_strategy_str(ps.strategy), remat_device_str(so->device));
+    printf("loss %.9g; wrote loss and %d gradients to %s\n", (double)loss, ngrad, out);
+    return 0;
+}
+
 int cmd_grad(int argc, char **argv) {
     const char *init_from = NULL, *batch_from = NULL, *out = NULL;
     cli_model_args ma;
@@ -101,28 +124,7 @@ int cmd_grad(int argc, char **argv) {
     if (init_from && remat_safetensors_load(s, init_from, 1) != REMAT_OK) goto fail;
     if (remat_session_bind(s, m.input, x) != REMAT_OK) goto fail;
     if (y && remat_session_bind(s, m.labels, y) != REMAT_OK) goto fail;
-    float loss;
-    if (remat_session_step(s, &loss) != REMAT_OK) goto fail;
-    if (!isfinite(loss)) {
-        cli_fail("not writing %s: the loss is %s", out, isnan(loss) ? "NaN" : loss > 0 ? "+inf" : "-inf");
-        goto done;
-    }
-    if (remat_session_check_finite(s) != REMAT_OK) {
-        cli_fail("not writing %s: %s", out, remat_last_error());
-        goto done;
-    }
-    if (remat_safetensors_save_grads(s, out, loss) != REMAT_OK) goto fail;
-    int ngrad = 0;
-    for (int i = 0; i < remat_session_param_count(s); i++) {
-        remat_param_info p;
-        if (remat_session_param(s, i, &p) == REMAT_OK && p.trainable) ngrad++;
-    }
-    remat_plan_summary ps;
-    remat_session_plan(s, &ps);
-    printf("model %s, batch from %s, weights from %s, strategy %s, device %s\n", mo.name, batch_from,
-           init_from ? init_from : "the seed", remat_strategy_str(ps.strategy), remat_device_str(so.device));
-    printf("loss %.9g; wrote loss and %d gradients to %s\n", (double)loss, ngrad, out);
-    rc = 0;
+    rc = step_and_write(s, &mo, &so, init_from, batch_from, out);
     goto done;
 fail:
     cli_fail("%s", remat_last_error());
