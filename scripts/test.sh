@@ -15,12 +15,18 @@ cmake --build build -j"$jobs"
 echo "== sanitizer build"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DREMAT_SANITIZE=ON
 cmake --build build-asan -j"$jobs"
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
 echo "== tests under AddressSanitizer and UndefinedBehaviorSanitizer"
-(cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j"$jobs")
+(cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j"$jobs") | tee "$logs/asan"
 echo "== tests (release build)"
-(cd build && ctest --output-on-failure -j"$jobs")
+(cd build && ctest --output-on-failure -j"$jobs") | tee "$logs/release"
 echo "== Python package (remat.torch) against PyTorch"
 venv=$(scripts/python-env.sh)
 # the heap counter preloaded (python -m remat.torch run) for the tests that measure memory
 REMAT_LIB="$PWD/build/libremat.so" REMAT_MEMTRACK="$PWD/build/libremat-memtrack.so" PYTHONPATH="$PWD/python" \
-    "$venv/bin/python" -m remat.torch run -m pytest -q -p no:cacheprovider python/tests
+    "$venv/bin/python" -m remat.torch run -m pytest -q -p no:cacheprovider python/tests | tee "$logs/pytest"
+# the closing summary line (each step above stops the script when it fails)
+echo "summary: ctest under the sanitizers: $(grep -o '[0-9]* tests failed out of [0-9]*' "$logs/asan");" \
+     "ctest release: $(grep -o '[0-9]* tests failed out of [0-9]*' "$logs/release");" \
+     "pytest: $(grep -E '^[0-9]+ (passed|failed)' "$logs/pytest" | tail -n 1)"
