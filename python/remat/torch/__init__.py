@@ -25,7 +25,7 @@ import torch
 
 from .._lib import RematError, plan_graph
 from .apply import Applied, Decisions
-from .capture import CaptureError, Trace, _device_of, capture
+from .capture import CaptureError, Trace, device_of, capture
 from . import memtrack
 
 __all__ = ["plan", "plan_trace", "budget_for", "max_batch", "measure", "capture", "Plan", "Trace", "CaptureError",
@@ -220,7 +220,7 @@ def measure(model, inputs, loss_fn, plan=None, optimizer=None, steps=3):
     per-step figures and, with a plan, the prediction."""
     if not isinstance(inputs, (tuple, list)):
         inputs = (inputs,)
-    device = _device_of(model, inputs)
+    device = device_of(model, inputs)
     c = memtrack.counter(device)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     if c is None:

@@ -144,9 +144,10 @@ class Applier(TorchDispatchMode):
                                "plan it again" % (self.call, func, c.name))
         self.call += 1
         if c.op in self.rec_ops:  # its recipe: how to run it again
-            dev = next((a.device for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)),
-                       torch.device("cpu"))
-            rng = rng_state(dev) if self.t.ops[c.op].random else None
+            rng = None
+            if self.t.ops[c.op].random:  # the state it draws from, on its tensors' device
+                rng = rng_state(next((a.device for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)),
+                                     torch.device("cpu")))
             meta = func._schema.name in _META_ONLY
             ref = lambda a: (_Meta(a) if meta and a.is_contiguous() else
                              _Ref(self.vmap[_skey(a)], a) if _skey(a) in self.vmap else a) \

@@ -463,7 +463,7 @@ class _BackwardMeter(TorchDispatchMode):
         return super().__exit__(*a)
 
 
-def _device_of(model, inputs):
+def device_of(model, inputs):
     """The one device the step runs on: the CPU or a CUDA device (refused:
     another device, or several)."""
     devices = {a.device for a in list(model.parameters()) + list(model.buffers()) + list(inputs)
@@ -541,7 +541,7 @@ def _capture(model, inputs, loss_fn, warmup=True):
     were."""
     if not isinstance(inputs, (tuple, list)):
         inputs = (inputs,)
-    device = _device_of(model, inputs)
+    device = device_of(model, inputs)
     t = Trace()
     t.source = "torch %s: %s" % (torch.__version__, type(model).__name__)
     leaves = {}
