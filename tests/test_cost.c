@@ -19,7 +19,7 @@
  */
 #include "check.h"
 
-#include "../src/plan/schedule.h"
+#include "../src/plan/memplan.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -252,20 +252,21 @@ static void overflowing(void) {
     /* the sum: costs that got past the bounds (set here behind the
      * model's back) make the summary fail, not report inf */
     remat__prog prog;
-    remat__schedule sc;
-    memset(&sc, 0, sizeof sc);
+    remat__planned pl;
+    memset(&pl, 0, sizeof pl);
     CHECK_OK(remat__prog_init(&prog, g, 1, REMAT_DEVICE_CPU, NULL));
-    CHECK_OK(remat__schedule_build(&prog, loss, REMAT_NONE, 1, 1, NULL, &sc));
-    CHECK_OK(remat__schedule_add_frees(&prog, &sc));
-    CHECK_OK(remat__schedule_categorize(&prog, &sc));
+    CHECK_OK(remat__schedule_build(&prog, loss, REMAT_NONE, 1, 1, NULL, &pl.sc));
+    CHECK_OK(remat__schedule_add_frees(&prog, &pl.sc));
+    CHECK_OK(remat__schedule_categorize(&prog, &pl.sc));
+    CHECK_OK(remat__memplan_make(&prog, &pl.sc, &pl.mem));
     remat_mem_stats start;
     memset(&start, 0, sizeof start);
-    CHECK_OK(remat__schedule_summary(&prog, &sc, &start, 0, &p));
+    CHECK_OK(remat__schedule_summary(&prog, &pl, &start, 0, &p));
     CHECK(isfinite(p.seconds) && p.seconds > 0);
     for (remat_node v = 0; v < remat_graph_node_count(g); v++)
         if (remat_node_cost_class(g, v)) prog.node_cost[3 * v] = prog.node_cost[3 * v + 1] = 1e308;
-    CHECK(remat__schedule_summary(&prog, &sc, &start, 0, &p) == REMAT_INVALID && has("predicted cost overflows"));
-    remat__schedule_free(&sc);
+    CHECK(remat__schedule_summary(&prog, &pl, &start, 0, &p) == REMAT_INVALID && has("predicted cost overflows"));
+    remat__planned_free(&pl);
     remat__prog_free(&prog);
     remat_graph_destroy(g);
     free(m);

@@ -447,18 +447,34 @@ static int ilp_view(const bench *b, const remat__schedule *s, remat__schedule *e
     return ok && next == b->n_ops;
 }
 
+/* remat's `optimal` at a budget (of arena bytes: no resident blocks): its
+ * schedule in *s; the memory plan it kept is dropped (held_bytes makes
+ * it again, and plan_at checks the two agree). */
+static remat_status optimal_at(const bench *b, size_t budget, remat__schedule *s, size_t *kept_arena) {
+    remat_mem_stats zero;
+    memset(&zero, 0, sizeof zero);
+    const remat__plan_req req = {.p = &b->p, .loss = b->loss, .budget = budget, .start = &zero};
+    remat__planned pl;
+    remat_status st = remat__optimal_plan(&req, &pl);
+    *s = pl.sc;
+    if (kept_arena) *kept_arena = pl.mem.arena;
+    remat__memplan_free(&pl.mem);
+    return st;
+}
+
 /* remat's `optimal` at a budget (of arena bytes: no resident blocks), and
  * what its plan costs and holds. */
 static remat_status plan_at(const bench *b, size_t budget, plan *r) {
     memset(r, 0, sizeof *r);
-    remat_mem_stats zero;
-    memset(&zero, 0, sizeof zero);
-    r->status = remat__optimal_schedule(&b->p, b->loss, budget, &zero, 0, &r->s, NULL);
+    size_t kept = 0;
+    r->status = optimal_at(b, budget, &r->s, &kept);
     if (r->status != REMAT_OK) return r->status;
     snprintf(r->candidate, sizeof r->candidate, "%s", r->s.candidate);
     r->cost = schedule_cost(b, &r->s);
     remat_status st = values_peak(b, &r->s, &r->peak);
     if (st == REMAT_OK) st = held_bytes(b, &r->s, &r->held);
+    if (st == REMAT_OK && r->held != kept)
+        st = remat__err(REMAT_INTERNAL, "optimal kept an arena of %zu bytes; its schedule's is %zu", kept, r->held);
     remat__schedule e;
     if (st == REMAT_OK) st = step_schedule(b, r->s.n, &e);
     if (st == REMAT_OK) {
@@ -491,9 +507,7 @@ static size_t find_floor(const bench *b, size_t top) {
     while (lo + 1 < hi) {
         size_t mid = lo + (hi - lo) / 2;
         plan r;
-        remat_mem_stats zero;
-        memset(&zero, 0, sizeof zero);
-        r.status = remat__optimal_schedule(&b->p, b->loss, mid, &zero, 0, &r.s, NULL);
+        r.status = optimal_at(b, mid, &r.s, NULL);
         if (r.status == REMAT_OK) hi = mid, remat__schedule_free(&r.s);
         else lo = mid;
     }

@@ -134,11 +134,6 @@ void remat__dp_free(remat_session *s) {
     memset(d, 0, sizeof *d);
 }
 
-remat_status remat__dp_place(remat_session *s, remat__schedule *sc) {
-    if (!s->dp.active) return REMAT_OK;
-    return remat__schedule_add_reduces(&s->prog, sc, s->dp.bucket_of, s->dp.nb, s->dp.at_end);
-}
-
 /* ------------------------------------------------------ the plan's hash */
 
 typedef struct {

@@ -70,9 +70,6 @@ struct remat_session;
  * blocks, before the first plan (whose budget counts the block). */
 remat_status remat__dp_init(struct remat_session *s);
 void remat__dp_free(struct remat_session *s);
-/* Adds the REDUCE instructions to a freshly planned training schedule
- * (nothing when the session has one micro-batch per step). */
-remat_status remat__dp_place(struct remat_session *s, remat__schedule *sc);
 /* Collective, where the ranks plan: every rank's status st agreed, then
  * the plans' hashes compared. One rank: st. */
 remat_status remat__dp_agree_plan(struct remat_session *s, remat_status st);

@@ -77,11 +77,10 @@ static remat_status remat__session_check_budget(const remat_session *s);
 remat_status remat__session_plan_train(remat_session *s) {
     remat__planned pl = {0};
     remat_mem_stats start = s->alloc.st;
+    const remat__buckets buckets = {s->dp.bucket_of, s->dp.nb, s->dp.at_end};
     const remat__plan_req req = {&s->prog, s->loss, s->opts.budget, &start, remat__session_blocks_bytes(s),
-                                 s->opts.floor_out};
-    remat_status st = remat__planners[s->opts.strategy].build(&req, &pl.sc);
-    if (st == REMAT_OK) st = remat__dp_place(s, &pl.sc);
-    if (st == REMAT_OK) st = remat__plan_memory(s, &pl);
+                                 s->opts.floor_out, s->dp.active ? &buckets : NULL};
+    remat_status st = remat__planners[s->opts.strategy].build(&req, &pl);
     if (st != REMAT_OK) {
         remat__planned_free(&pl);
         return st;
@@ -382,7 +381,7 @@ remat_status remat_session_forward(remat_session *s, int train, float *loss, rem
     if (!pl->valid || s->fwd_fetch[train] != fetch) {
         remat__planned_free(pl);
         remat_status st = remat__schedule_build(&s->prog, s->loss, fetch, train, 0, NULL, &pl->sc);
-        if (st == REMAT_OK) st = remat__plan_memory(s, pl);
+        if (st == REMAT_OK) st = remat__memplan_make(&s->prog, &pl->sc, &pl->mem);
         if (st != REMAT_OK) {
             remat__planned_free(pl);
             return st;
@@ -496,7 +495,7 @@ const remat_graph *remat_session_graph(const remat_session *s) { return s->g; }
 
 remat_status remat_session_plan(const remat_session *s, remat_plan_summary *out) {
     remat_mem_stats start = s->alloc.st;
-    remat_status st = remat__schedule_summary(&s->prog, &s->train.sc, &start, remat__session_blocks_bytes(s), out);
+    remat_status st = remat__schedule_summary(&s->prog, &s->train, &start, remat__session_blocks_bytes(s), out);
     out->strategy = s->opts.strategy;
     const remat_cost_model *cm = &s->prog.cost;
     if (st == REMAT_OK && cm->calibrated && s->has_optim) {

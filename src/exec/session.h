@@ -18,12 +18,6 @@ typedef struct {
  * at REMAT__ARENA_ALIGN offsets. */
 enum { REMAT__BLK_PARAM = 0, REMAT__BLK_GRAD, REMAT__BLK_OPTIM, REMAT__BLK_COMM, REMAT__N_BLK };
 
-/* A schedule with its memory plan. */
-typedef struct {
-    remat__schedule sc;
-    remat__memplan mem;
-    int valid;
-} remat__planned;
 
 struct remat_session {
     const remat_graph *g;
@@ -49,7 +43,7 @@ struct remat_session {
     void *arena;                 /* backend memory, or NULL */
     size_t arena_bytes;
     const remat__memplan *cur;   /* the running schedule's plan */
-    int32_t ev;                  /* next event of the running schedule */
+    int32_t tick;                /* next tick of the running plan */
     int64_t step;                /* completed optimizer updates */
     remat__dp dp;                /* micro-batches and ranks (dp.h) */
     int has_optim;
@@ -78,8 +72,6 @@ remat_status remat__exec(remat_session *s, const remat__planned *pl, float *loss
 void remat__exec_release(remat_session *s);
 
 /* Makes pl's memory plan from its schedule (build and place). */
-remat_status remat__plan_memory(remat_session *s, remat__planned *pl);
-void remat__planned_free(remat__planned *pl);
 
 /* Bytes the session holds outside the arena (its resident blocks). */
 size_t remat__session_blocks_bytes(const remat_session *s);

@@ -9,7 +9,19 @@
 void remat__memplan_free(remat__memplan *m) {
     free(m->ev);
     free(m->tick);
+    free(m->din);
     memset(m, 0, sizeof *m);
+}
+
+void remat__planned_free(remat__planned *pl) {
+    remat__schedule_free(&pl->sc);
+    remat__memplan_free(&pl->mem);
+    pl->valid = 0;
+}
+
+remat_status remat__memplan_make(const remat__prog *p, const remat__schedule *s, remat__memplan *out) {
+    remat_status st = remat__memplan_build(p, s, out);
+    return st == REMAT_OK ? remat__memplan_place(out) : st;
 }
 
 /* ------------------------------------------------------------------ walk */
@@ -25,7 +37,7 @@ typedef struct {
     remat_status st;
 } walker;
 
-static int32_t take(walker *w, int32_t ins, int32_t value, remat_mem cat, size_t bytes, int zero) {
+static int32_t take(walker *w, int32_t ins, int32_t value, remat_mem cat, size_t bytes, int fill) {
     remat__memplan *m = w->m;
     if (w->st != REMAT_OK) return -1;
     if (m->n == w->cap) {
@@ -41,16 +53,18 @@ static int32_t take(walker *w, int32_t ins, int32_t value, remat_mem cat, size_t
         w->cap = cap;
     }
     int32_t e = m->n++;
-    m->ev[e] = (remat__mev){.bytes = bytes, .off = -1, .value = value, .ins = ins, .t0 = m->ticks, .t1 = -1,
-                            .cat = (uint8_t)cat, .zero = (uint8_t)zero};
+    m->ev[e] = (remat__mev){.bytes = bytes, .off = -1, .value = value, .ins = ins, .ins1 = -1, .t0 = m->ticks,
+                            .t1 = -1, .cat = (uint8_t)cat, .fill = (uint8_t)fill};
     m->tick[m->ticks++] = e;
     if (value >= 0) w->live[value] = e;
     return e;
 }
 
-static void give(walker *w, int32_t e) {
+/* Instruction ins gives event e back. */
+static void give(walker *w, int32_t ins, int32_t e) {
     if (w->st != REMAT_OK || e < 0) return;
     remat__memplan *m = w->m;
+    m->ev[e].ins1 = ins;
     m->ev[e].t1 = m->ticks;
     m->tick[m->ticks++] = ~e;
     if (m->ev[e].value >= 0) w->live[m->ev[e].value] = -1;
@@ -80,10 +94,10 @@ static remat_status overwrites_init(walker *w, const remat_graph *g) {
 /* Node u writes in place the values it overwrites: their memory becomes
  * its output's (given back before it is taken: an in-place op allocates
  * nothing). */
-static void overwrite(walker *w, const remat_graph *g, int32_t u) {
+static void overwrite(walker *w, const remat_graph *g, int32_t ins, int32_t u) {
     for (int32_t x = w->over ? w->over[u] : 0; x; x = w->over[g->n + x - 1]) {
         int32_t v = REMAT__VAL(x - 1, REMAT__V_OUT);
-        if (resident(w, v)) give(w, w->live[v]);
+        if (resident(w, v)) give(w, ins, w->live[v]);
         w->gone[x - 1] = 1;
     }
 }
@@ -101,68 +115,86 @@ static remat_status missing(const walker *w, const remat_graph *g, int32_t u, in
     return remat__err(REMAT_INTERNAL, "schedule %s node %d without its input %d", what, (int)reader, (int)u);
 }
 
-/* The walk mirrors the executor (exec.c) instruction by instruction: the
- * same takes in the same order. */
+/* FWD(node) as instruction i: its output (and aux) taken, then its
+ * kernel's workspace for the kernel's run. */
+static void walk_fwd(walker *w, const remat__prog *p, int32_t i, const remat__instr *in) {
+    const remat_graph *g = p->g;
+    const remat__node *n = &g->nodes[in->node];
+    int32_t vo = REMAT__VAL(in->node, REMAT__V_OUT), va = REMAT__VAL(in->node, REMAT__V_AUX);
+    if (resident(w, vo)) {
+        w->st = remat__err(REMAT_INTERNAL, "schedule computes node %d while its output is resident", in->node);
+        return;
+    }
+    for (int j = 0; j < n->n_in && w->st == REMAT_OK; j++)
+        if (!remat__is_resident(&g->nodes[n->in[j]]) && !resident(w, REMAT__VAL(n->in[j], REMAT__V_OUT)))
+            w->st = missing(w, g, n->in[j], in->node, "computes");
+    if (w->st != REMAT_OK) return;
+    overwrite(w, g, i, in->node);
+    if (w->gone) w->gone[in->node] = 0;
+    take(w, i, vo, (remat_mem)in->cat, remat__value_bytes(g, vo), REMAT__FILL_NONE);
+    if (n->leaf != REMAT__LEAF_NONE) return; /* a bound input: copied in, no kernel */
+    if (remat__ops[n->op]->aux_bytes && !resident(w, va))
+        take(w, i, va, (remat_mem)in->aux_cat, remat__value_bytes(g, va), REMAT__FILL_NONE);
+    give(w, i, take(w, i, -1, REMAT_MEM_WORKSPACE, remat__ws_bytes(p, in->node, 0), REMAT__FILL_NONE));
+}
+
+/* BWD(node) as instruction i: the loss's gradient seeded, the gradients
+ * it writes (accumulators, zeroed when first taken), its workspace. */
+static void walk_bwd(walker *w, const remat__prog *p, const remat__schedule *s, int32_t i, const remat__instr *in) {
+    const remat_graph *g = p->g;
+    const remat__node *n = &g->nodes[in->node];
+    int32_t vg = REMAT__VAL(in->node, REMAT__V_GRAD);
+    for (int j = 0; j < n->n_in && w->st == REMAT_OK; j++)
+        if ((n->saves & REMAT__SAVE_IN(j)) && !remat__is_resident(&g->nodes[n->in[j]]) &&
+            !resident(w, REMAT__VAL(n->in[j], REMAT__V_OUT)))
+            w->st = missing(w, g, n->in[j], in->node, "differentiates");
+    if (((n->saves & REMAT__SAVE_OUT) && !resident(w, REMAT__VAL(in->node, REMAT__V_OUT))) ||
+        ((n->saves & REMAT__SAVE_AUX) && !resident(w, REMAT__VAL(in->node, REMAT__V_AUX))) ||
+        (!resident(w, vg) && in->node != s->loss))
+        w->st = remat__err(REMAT_INTERNAL, "schedule differentiates node %d without its saved values", in->node);
+    if (w->st != REMAT_OK) return;
+    if (!resident(w, vg)) take(w, i, vg, REMAT_MEM_TRANSIENT, remat__value_bytes(g, vg), REMAT__FILL_ONE);
+    for (int j = 0; j < n->n_in; j++) {
+        if (!remat__bwd_writes(p, n, j)) continue;
+        w->m->din[i] |= 1u << j;
+        int param = g->nodes[n->in[j]].leaf == REMAT__LEAF_PARAM;
+        int32_t vi = REMAT__VAL(n->in[j], REMAT__V_GRAD);
+        if ((param && !w->m->per_tensor) || resident(w, vi)) continue; /* the GRAD block's, or accumulated */
+        take(w, i, vi, param ? REMAT_MEM_GRAD : REMAT_MEM_TRANSIENT, remat__value_bytes(g, vi),
+             param ? REMAT__FILL_NONE : REMAT__FILL_ZERO);
+    }
+    give(w, i, take(w, i, -1, REMAT_MEM_WORKSPACE, remat__ws_bytes(p, in->node, 1), REMAT__FILL_NONE));
+}
+
+/* The one walk: the takes and give-backs of every instruction, in the
+ * order the executor binds them. */
 remat_status remat__memplan_build(const remat__prog *p, const remat__schedule *s, remat__memplan *out) {
     const remat_graph *g = p->g;
     memset(out, 0, sizeof *out);
     walker w = {.m = out};
     out->per_tensor = g->traced != NULL;
+    out->n_ins = s->n;
     size_t nv = (size_t)g->n * 3;
     w.live = malloc(nv * sizeof *w.live);
-    if (!w.live) return remat__err(REMAT_NOMEM, "out of memory planning a step's memory");
+    out->din = calloc((size_t)s->n + 1, sizeof *out->din);
+    if (!w.live || !out->din) {
+        free(w.live);
+        return remat__err(REMAT_NOMEM, "out of memory planning a step's memory");
+    }
     for (size_t v = 0; v < nv; v++) w.live[v] = -1;
     w.st = overwrites_init(&w, g);
     for (int i = 0; i < s->n && w.st == REMAT_OK; i++) {
         const remat__instr *in = &s->ins[i];
-        const remat__node *n = &g->nodes[in->node];
-        const remat__op *op = remat__ops[n->op];
-        if (in->kind == REMAT__I_FWD) {
-            int32_t vo = REMAT__VAL(in->node, REMAT__V_OUT), va = REMAT__VAL(in->node, REMAT__V_AUX);
-            if (resident(&w, vo)) {
-                w.st = remat__err(REMAT_INTERNAL, "schedule computes node %d while its output is resident", in->node);
-                break;
-            }
-            for (int j = 0; j < n->n_in && w.st == REMAT_OK; j++)
-                if (!remat__is_resident(&g->nodes[n->in[j]]) && !resident(&w, REMAT__VAL(n->in[j], REMAT__V_OUT)))
-                    w.st = missing(&w, g, n->in[j], in->node, "computes");
-            if (w.st != REMAT_OK) break;
-            overwrite(&w, g, in->node);
-            if (w.gone) w.gone[in->node] = 0;
-            take(&w, i, vo, (remat_mem)in->cat, remat__value_bytes(g, vo), 0);
-            if (n->leaf != REMAT__LEAF_NONE) continue; /* a bound input: copied in, no kernel */
-            if (op->aux_bytes && !resident(&w, va)) take(&w, i, va, (remat_mem)in->aux_cat, remat__value_bytes(g, va), 0);
-            give(&w, take(&w, i, -1, REMAT_MEM_WORKSPACE, remat__ws_bytes(p, in->node, 0), 0));
-        } else if (in->kind == REMAT__I_BWD) {
-            int32_t vg = REMAT__VAL(in->node, REMAT__V_GRAD);
-            for (int j = 0; j < n->n_in && w.st == REMAT_OK; j++)
-                if ((n->saves & REMAT__SAVE_IN(j)) && !remat__is_resident(&g->nodes[n->in[j]]) &&
-                    !resident(&w, REMAT__VAL(n->in[j], REMAT__V_OUT)))
-                    w.st = missing(&w, g, n->in[j], in->node, "differentiates");
-            if (((n->saves & REMAT__SAVE_OUT) && !resident(&w, REMAT__VAL(in->node, REMAT__V_OUT))) ||
-                ((n->saves & REMAT__SAVE_AUX) && !resident(&w, REMAT__VAL(in->node, REMAT__V_AUX))) ||
-                (!resident(&w, vg) && in->node != s->loss))
-                w.st = remat__err(REMAT_INTERNAL, "schedule differentiates node %d without its saved values",
-                                  in->node);
-            if (w.st != REMAT_OK) break;
-            if (!resident(&w, vg)) take(&w, i, vg, REMAT_MEM_TRANSIENT, remat__value_bytes(g, vg), 0); /* seeded with 1 */
-            for (int j = 0; j < n->n_in; j++) {
-                int param = g->nodes[n->in[j]].leaf == REMAT__LEAF_PARAM;
-                if (!remat__bwd_writes(p, n, j) || (param && !out->per_tensor)) continue;
-                int32_t vi = REMAT__VAL(n->in[j], REMAT__V_GRAD);
-                if (!resident(&w, vi))
-                    take(&w, i, vi, param ? REMAT_MEM_GRAD : REMAT_MEM_TRANSIENT, remat__value_bytes(g, vi), !param);
-            }
-            give(&w, take(&w, i, -1, REMAT_MEM_WORKSPACE, remat__ws_bytes(p, in->node, 1), 0));
-        } else if (in->kind == REMAT__I_FREE && resident(&w, in->value)) {
-            give(&w, w.live[in->value]);
-        } /* REDUCE: the communication block, outside the arena */
+        if (in->kind == REMAT__I_FWD) walk_fwd(&w, p, i, in);
+        else if (in->kind == REMAT__I_BWD) walk_bwd(&w, p, s, i, in);
+        else if (in->kind == REMAT__I_FREE && resident(&w, in->value)) give(&w, i, w.live[in->value]);
+        /* REDUCE: the communication block, outside the arena */
     }
     /* a traced step's parameter gradients live from their first write to
      * the step's end (the optimizer reads them) */
     for (int32_t u = 0; u < g->n && out->per_tensor; u++)
         if (g->nodes[u].leaf == REMAT__LEAF_PARAM && resident(&w, REMAT__VAL(u, REMAT__V_GRAD)))
-            give(&w, w.live[REMAT__VAL(u, REMAT__V_GRAD)]);
+            give(&w, s->n, w.live[REMAT__VAL(u, REMAT__V_GRAD)]);
     for (size_t v = 0; v < nv && w.st == REMAT_OK; v++)
         if (w.live[v] >= 0)
             w.st = remat__err(REMAT_INTERNAL, "schedule ends with value %zu of node %zu resident", v % 3, v / 3);

@@ -1,16 +1,19 @@
 /* memplan.h: the memory plan of a schedule.
  *
- * One liveness walk over a schedule lists every buffer the executor will
- * take, in the order it takes them: each computed value's output and aux,
- * each gradient value, each kernel's workspace. An event records its bytes,
- * category, the value it holds (or -1 for a workspace) and its lifetime in
- * ticks (one tick per take and per give-back, in execution order). The
- * peaks per category are a fold over the events; the arena placement
- * (an offset per event) is computed from the same list, before anything
- * runs. The executor only interprets: it takes event i at its planned
- * offset and checks that the size it needs is the planned one. One walker,
- * so the predicted and measured peaks cannot drift apart, and every
- * backend and every rank places memory the same way.
+ * One liveness walk over a schedule lists every buffer the step takes, in
+ * the order it takes them: each computed value's output and aux, each
+ * gradient value, each kernel's workspace. An event records its bytes,
+ * category, the value it holds (REMAT__VAL: its node and its role, output,
+ * aux or gradient; -1 for a kernel's workspace), the instructions that take
+ * it and give it back, and its lifetime in ticks (one tick per take and per
+ * give-back, in execution order). The peaks per category are a fold over
+ * the events; the arena placement (an offset per event) is computed from
+ * the same list, before anything runs. The executor binds: it walks the
+ * ticks, giving each event's value its planned bytes of the arena, and
+ * runs a kernel when its workspace is taken; it never works out a size or
+ * a lifetime itself. One walker, so the predicted and measured peaks
+ * cannot drift apart, and every backend and every rank places memory the
+ * same way.
  */
 #ifndef REMAT_MEMPLAN_H
 #define REMAT_MEMPLAN_H
@@ -25,14 +28,24 @@
  * arena and in the session's resident blocks. */
 static inline size_t remat__arena_rounded(size_t b) { return (b + REMAT__ARENA_ALIGN - 1) & ~(REMAT__ARENA_ALIGN - 1); }
 
+/* What an event's buffer holds when it is taken. */
+enum {
+    REMAT__FILL_NONE = 0, /* written by its kernel */
+    REMAT__FILL_ZERO,     /* zeros: a gradient that backwards accumulate into */
+    REMAT__FILL_ONE       /* 1.0f: the loss's gradient, the backward's seed */
+};
+
 typedef struct {
     size_t bytes;   /* what the executor takes */
     int64_t off;    /* arena offset once placed, -1 before */
-    int32_t value;  /* the value it holds (REMAT__VAL), -1 for a workspace */
+    int32_t value;  /* the value it holds (REMAT__VAL: node and role), -1
+                       for the workspace of the kernel its instruction runs */
     int32_t ins;    /* the instruction that takes it */
+    int32_t ins1;   /* the instruction that gives it back (the schedule's
+                       length: at the step's end) */
     int32_t t0, t1; /* ticks at which it is taken and given back */
     uint8_t cat;    /* remat_mem */
-    uint8_t zero;   /* filled with zeros when taken (a gradient accumulator) */
+    uint8_t fill;   /* REMAT__FILL_* */
 } remat__mev;
 
 typedef struct {
@@ -40,6 +53,11 @@ typedef struct {
     int32_t n;
     int32_t ticks;  /* 2 n */
     int32_t *tick;  /* (ticks) event of each tick, ~event for a give-back */
+    uint32_t *din;  /* (n_ins) per instruction: the inputs whose gradients
+                       a backward writes (bit j: input j), each into its
+                       gradient value's event, or, for a parameter outside a
+                       traced step, into the parameter's gradient block */
+    int32_t n_ins;  /* the schedule's length */
     size_t arena;   /* bytes of the placed arena; 0 before placement */
     const char *placer; /* static: the placement that won ("by-size",
                            "in-order", "per-tensor"); NULL before placement */
@@ -73,10 +91,72 @@ void remat__memplan_peaks(const remat__memplan *m, const remat_mem_stats *start,
  * Sets ev[i].off, m->arena and m->placer. */
 remat_status remat__memplan_place(remat__memplan *m);
 
+/* Builds and places the memory plan of s (remat__memplan_build, then
+ * remat__memplan_place). The caller frees *out, also on failure. */
+remat_status remat__memplan_make(const remat__prog *p, const remat__schedule *s, remat__memplan *out);
+
 /* Checks a placement independently of how it was made: every event lies
  * inside the arena at an aligned offset, and no two events whose
  * lifetimes overlap share a byte (a sweep over the ticks with the live
  * events kept sorted by offset). REMAT_INTERNAL naming the two events. */
 remat_status remat__memplan_verify(const remat__memplan *m);
+
+/* A schedule with its placed memory plan: what a planner returns and the
+ * executor runs. */
+typedef struct {
+    remat__schedule sc;
+    remat__memplan mem;
+    int valid;
+} remat__planned;
+
+void remat__planned_free(remat__planned *pl);
+
+/* The gradient buckets of data parallelism (exec/dp.c): the planners put
+ * bucket b's REDUCE after the last backward that writes a gradient of one
+ * of its parameters (remat__schedule_add_reduces). */
+typedef struct {
+    const int32_t *bucket_of; /* per node: its bucket, -1 for no parameter */
+    int nb;
+    int at_end;               /* every REDUCE after the last instruction */
+} remat__buckets;
+
+/* The planners, one per strategy (strategy.c), indexed by remat_strategy:
+ * a name, a one-line summary, and the function that plans the training
+ * step: its schedule, with the REDUCEs of `buckets` when given, and that
+ * schedule's placed memory plan (NULL for auto, which the session
+ * resolves). Adding a strategy is one entry here and one enum value in
+ * remat.h. */
+typedef struct {
+    const remat__prog *p;
+    remat_node loss;
+    size_t budget;                 /* 0: none */
+    const remat_mem_stats *start;  /* live bytes before the step */
+    size_t held_outside;           /* resident blocks as allocated */
+    size_t *floor;                 /* optimal, when nothing fits: the
+                                    * smallest feasible budget (or NULL) */
+    const remat__buckets *buckets; /* data parallelism's, or NULL */
+} remat__plan_req;
+typedef struct {
+    const char *name, *summary;
+    remat_status (*build)(const remat__plan_req *r, remat__planned *out);
+} remat__planner;
+extern const remat__planner remat__planners[REMAT_STRATEGY_COUNT];
+
+/* Finishes a planner's schedule: inserts the REDUCEs of r->buckets, then
+ * builds and places its memory plan into out (which takes the schedule
+ * over, also on failure). */
+remat_status remat__plan_finish(const remat__plan_req *r, remat__schedule *sc, remat__planned *out);
+
+/* Summarizes a planned step (strategy.c): the predicted peaks (the fold
+ * over its memory plan from `start`), its arena and what it holds with
+ * `held_outside`, and its cost. */
+remat_status remat__schedule_summary(const remat__prog *p, const remat__planned *pl, const remat_mem_stats *start,
+                                     size_t held_outside, remat_plan_summary *out);
+
+/* The optimal planner (optimal.c): among the candidate schedules, the one
+ * of least cost whose placed arena and `held_outside` fit `budget`
+ * (finished by remat__plan_finish); REMAT_BUDGET when none fits, setting
+ * *r->floor. */
+remat_status remat__optimal_plan(const remat__plan_req *r, remat__planned *out);
 
 #endif

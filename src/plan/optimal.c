@@ -757,105 +757,132 @@ remat_status remat__optimal_options(const remat__prog *p, remat_node loss, int o
 }
 
 /* Places candidate k (made again from its generator) and returns what it
- * holds in k->held; with keep, the schedule is left in *keep. */
-static remat_status place_cand(const gen_ctx *x, cand *k, size_t held_outside, remat__schedule *keep) {
+ * holds in k->held; with keep, the winner: it is finished
+ * (remat__plan_finish) and kept with its memory plan in *keep. */
+static remat_status place_cand(const gen_ctx *x, cand *k, const remat__plan_req *r, remat__planned *keep) {
     remat__schedule sc;
     remat_status st = generators[k->gi].make(x, k->j, k->count, &sc);
-    if (st == REMAT_OK) st = held_bytes(x->p, &sc, held_outside, &k->held);
-    if (st == REMAT_OK && keep) *keep = sc;
-    else remat__schedule_free(&sc);
+    if (st != REMAT_OK) return st;
+    if (!keep) {
+        st = held_bytes(x->p, &sc, r->held_outside, &k->held);
+        remat__schedule_free(&sc);
+        return st;
+    }
+    snprintf(sc.candidate, sizeof sc.candidate, "%s %d/%d", generators[k->gi].name, k->j + 1, k->count);
+    st = remat__plan_finish(r, &sc, keep);
+    if (st == REMAT_OK) k->held = keep->mem.arena + r->held_outside;
     return st;
 }
 
-/* The candidates are first measured cheaply (cost, and the peak of their
- * values, a lower bound of what they hold); placing an arena (quadratic in
- * the events) is done only where it can decide: in order of cost, the
- * first candidate whose placed arena fits wins (equal costs: the one that
- * holds less); when none fits, in order of the lower bound until it
- * passes the least held found, which is then the smallest feasible
- * budget. */
-remat_status remat__optimal_schedule(const remat__prog *p, remat_node loss, size_t budget,
-                                     const remat_mem_stats *live, size_t held_outside, remat__schedule *out,
-                                     size_t *floor) {
-    memset(out, 0, sizeof *out);
-    (void)live;
+/* What the generators share, made once per planning. */
+static remat_status gen_init(const remat__prog *p, remat_node loss, chain *c, gen_ctx *x) {
     const remat_graph *g = p->g;
-    chain c;
+    *x = (gen_ctx){.p = p, .loss = loss, .c = c};
     remat__train_dag *dag = NULL;
-    gen_ctx x = {.p = p, .loss = loss};
-    cand *cands = NULL;
-    int nc = 0;
-    remat_status st = chain_init(p, loss, &c);
-    if (st != REMAT_OK) return st;
-    x.c = &c;
-    st = chain_candidates(p, &c, &x);
+    remat_status st = chain_candidates(p, c, x);
     if (st == REMAT_OK) st = remat__train_dag_build(p, loss, &dag);
     if (st == REMAT_OK && dag) {
-        x.dag = dag;
-        x.dfloor = remat__train_dag_floor(dag), x.dtop = remat__train_dag_total(dag);
+        x->dag = dag;
+        x->dfloor = remat__train_dag_floor(dag), x->dtop = remat__train_dag_total(dag);
     }
-    x.marks = st == REMAT_OK ? malloc(((size_t)g->n + 1) * sizeof *x.marks) : NULL;
-    if (st == REMAT_OK && !x.marks) st = remat__err(REMAT_NOMEM, "out of memory planning");
+    x->marks = st == REMAT_OK ? malloc(((size_t)g->n + 1) * sizeof *x->marks) : NULL;
+    if (st == REMAT_OK && !x->marks) st = remat__err(REMAT_NOMEM, "out of memory planning");
     for (int32_t u = 0; st == REMAT_OK && u < g->n; u++)
-        if (g->nodes[u].checkpoint == 1) x.marks[x.n_marks++] = u;
+        if (g->nodes[u].checkpoint == 1) x->marks[x->n_marks++] = u;
+    if (st != REMAT_OK) remat__train_dag_free(dag), x->dag = NULL;
+    return st;
+}
+
+static void gen_free(gen_ctx *x) {
+    remat__chain_tab_free((remat__chain_tab *)x->tab);
+    free(x->chain_at), free(x->marks);
+    remat__train_dag_free((remat__train_dag *)x->dag);
+}
+
+/* Every candidate of every generator, measured cheaply: its cost and the
+ * peak of its values (with the blocks, a lower bound of what it holds). */
+static remat_status measure_all(const gen_ctx *x, size_t held_outside, cand **out, int *nc) {
+    const remat__prog *p = x->p;
     int total = 0;
-    for (size_t gi = 0; gi < sizeof generators / sizeof generators[0]; gi++) total += gen_count(&x, gi);
-    cands = st == REMAT_OK ? calloc((size_t)total + 1, sizeof *cands) : NULL;
-    if (st == REMAT_OK && !cands) st = remat__err(REMAT_NOMEM, "out of memory planning");
+    for (size_t gi = 0; gi < sizeof generators / sizeof generators[0]; gi++) total += gen_count(x, gi);
+    cand *cands = calloc((size_t)total + 1, sizeof *cands);
+    if (!cands) return remat__err(REMAT_NOMEM, "out of memory planning");
+    remat_status st = REMAT_OK;
+    *nc = 0;
     for (size_t gi = 0; gi < sizeof generators / sizeof generators[0] && st == REMAT_OK; gi++) {
-        int count = gen_count(&x, gi);
+        int count = gen_count(x, gi);
         for (int j = 0; j < count && st == REMAT_OK; j++) {
             remat__schedule sc;
-            st = generators[gi].make(&x, j, count, &sc);
+            st = generators[gi].make(x, j, count, &sc);
             if (st == REMAT_BUDGET) { /* a generator with nothing at this j (DTR below its floor) */
                 st = REMAT_OK;
                 continue;
             }
             if (st != REMAT_OK) break;
-            if (p->recompute_once && recomputes_twice(g, &sc)) {
-                remat__schedule_free(&sc);
-                continue;
-            }
             size_t pk = 0;
-            st = values_peak(p, &sc, &pk);
-            if (st == REMAT_OK) cands[nc++] = (cand){(int)gi, j, count, schedule_cost(p, &sc), pk + held_outside, 0};
-            if (st == REMAT_UNSUPPORTED) st = REMAT_OK; /* reads a value overwritten in place: not a candidate */
+            if (!(p->recompute_once && recomputes_twice(p->g, &sc))) {
+                st = values_peak(p, &sc, &pk);
+                if (st == REMAT_OK) cands[(*nc)++] = (cand){(int)gi, j, count, schedule_cost(p, &sc), pk + held_outside, 0};
+                if (st == REMAT_UNSUPPORTED) st = REMAT_OK; /* reads a value overwritten in place: not a candidate */
+            }
             remat__schedule_free(&sc);
         }
     }
-    int win = -1;
-    if (st == REMAT_OK) {
-        qsort(cands, (size_t)nc, sizeof *cands, by_cost);
-        for (int k = 0; k < nc && st == REMAT_OK; k++) {
-            if (win >= 0 && cands[k].cost > cands[win].cost) break;
-            if (cands[k].lb > budget) continue;
-            st = place_cand(&x, &cands[k], held_outside, NULL);
-            if (st == REMAT_OK && cands[k].held <= budget && (win < 0 || cands[k].held < cands[win].held)) win = k;
-        }
+    *out = cands;
+    return st;
+}
+
+/* In order of cost, the first candidate whose placed arena fits wins
+ * (equal costs: the one that holds less); -1 when none fits. */
+static remat_status choose(const gen_ctx *x, cand *cands, int nc, const remat__plan_req *r, int *win) {
+    remat_status st = REMAT_OK;
+    *win = -1;
+    qsort(cands, (size_t)nc, sizeof *cands, by_cost);
+    for (int k = 0; k < nc && st == REMAT_OK; k++) {
+        if (*win >= 0 && cands[k].cost > cands[*win].cost) break;
+        if (cands[k].lb > r->budget) continue;
+        st = place_cand(x, &cands[k], r, NULL);
+        if (st == REMAT_OK && cands[k].held <= r->budget && (*win < 0 || cands[k].held < cands[*win].held)) *win = k;
     }
-    if (st == REMAT_OK && win >= 0) {
-        st = place_cand(&x, &cands[win], held_outside, out);
-        if (st == REMAT_OK)
-            snprintf(out->candidate, sizeof out->candidate, "%s %d/%d", generators[cands[win].gi].name,
-                     cands[win].j + 1, cands[win].count);
-    } else if (st == REMAT_OK) {
-        qsort(cands, (size_t)nc, sizeof *cands, by_lb);
-        size_t least = (size_t)-1;
-        for (int k = 0; k < nc && st == REMAT_OK && cands[k].lb < least; k++) {
-            if (!cands[k].held) st = place_cand(&x, &cands[k], held_outside, NULL);
-            if (st == REMAT_OK && cands[k].held < least) least = cands[k].held;
-        }
-        if (st == REMAT_OK && floor) *floor = least;
-        if (st == REMAT_OK)
-            st = remat__err(REMAT_BUDGET,
-                            "no schedule fits the budget of %zu bytes (%.1f MiB); the smallest feasible budget "
-                            "is %zu bytes (%.1f MiB), of which %zu are parameters, gradients and optimizer state",
-                            budget, (double)budget / 1048576.0, least, (double)least / 1048576.0, held_outside);
+    return st;
+}
+
+/* None fits: in order of the lower bound until it passes the least held
+ * found, which is the smallest feasible budget. */
+static remat_status none_fits(const gen_ctx *x, cand *cands, int nc, const remat__plan_req *r) {
+    remat_status st = REMAT_OK;
+    qsort(cands, (size_t)nc, sizeof *cands, by_lb);
+    size_t least = (size_t)-1;
+    for (int k = 0; k < nc && st == REMAT_OK && cands[k].lb < least; k++) {
+        if (!cands[k].held) st = place_cand(x, &cands[k], r, NULL);
+        if (st == REMAT_OK && cands[k].held < least) least = cands[k].held;
     }
+    if (st != REMAT_OK) return st;
+    if (r->floor) *r->floor = least;
+    return remat__err(REMAT_BUDGET,
+                      "no schedule fits the budget of %zu bytes (%.1f MiB); the smallest feasible budget is %zu "
+                      "bytes (%.1f MiB), of which %zu are parameters, gradients and optimizer state",
+                      r->budget, (double)r->budget / 1048576.0, least, (double)least / 1048576.0, r->held_outside);
+}
+
+/* The candidates are first measured cheaply; placing an arena (quadratic
+ * in the events) is done only where it can decide (choose, none_fits).
+ * The winner's memory plan is placed once and kept. */
+remat_status remat__optimal_plan(const remat__plan_req *r, remat__planned *out) {
+    memset(out, 0, sizeof *out);
+    chain c;
+    gen_ctx x;
+    cand *cands = NULL;
+    int nc = 0, win = -1;
+    remat_status st = chain_init(r->p, r->loss, &c);
+    if (st != REMAT_OK) return st;
+    st = gen_init(r->p, r->loss, &c, &x);
+    if (st == REMAT_OK) st = measure_all(&x, r->held_outside, &cands, &nc);
+    if (st == REMAT_OK) st = choose(&x, cands, nc, r, &win);
+    if (st == REMAT_OK && win >= 0) st = place_cand(&x, &cands[win], r, out);
+    else if (st == REMAT_OK) st = none_fits(&x, cands, nc, r);
     free(cands);
     chain_free(&c);
-    remat__chain_tab_free((remat__chain_tab *)x.tab);
-    free(x.chain_at), free(x.marks);
-    remat__train_dag_free(dag);
+    gen_free(&x);
     return st;
 }

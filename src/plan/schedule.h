@@ -138,36 +138,11 @@ remat_status remat__schedule_categorize(const remat__prog *p, remat__schedule *s
 remat_status remat__simulate(const remat__prog *p, const remat__schedule *s,
                              const remat_mem_stats *start, remat_mem_stats *out);
 
-/* The planners, one per strategy (strategy.c), indexed by remat_strategy:
- * a name, a one-line summary, and the function that builds the training
- * step's schedule (NULL for auto, which the session resolves). Adding a
- * strategy is one entry here and one enum value in remat.h. */
-typedef struct {
-    const remat__prog *p;
-    remat_node loss;
-    size_t budget;                 /* 0: none */
-    const remat_mem_stats *start;  /* live bytes before the step */
-    size_t held_outside;           /* resident blocks as allocated */
-    size_t *floor;                 /* optimal, when nothing fits: the
-                                    * smallest feasible budget (or NULL) */
-} remat__plan_req;
-typedef struct {
-    const char *name, *summary;
-    remat_status (*build)(const remat__plan_req *r, remat__schedule *out);
-} remat__planner;
-extern const remat__planner remat__planners[REMAT_STRATEGY_COUNT];
-
 /* The checkpoint levels of a strategy (strategy.c), for
  * remat__schedule_build; *level is NULL for `all`, else owned by the caller
  * (free). */
 #define REMAT__LEVEL_NONE 255
 remat_status remat__strategy_levels(const remat_graph *g, remat_strategy st, uint8_t **level);
-
-/* Memory, FLOPs and seconds of a schedule run from `start`; its arena
- * placed, and held_bytes = the arena + held_outside (the resident
- * blocks as allocated). */
-remat_status remat__schedule_summary(const remat__prog *p, const remat__schedule *s,
-                                     const remat_mem_stats *start, size_t held_outside, remat_plan_summary *out);
 
 /* A node's forward, backward and recomputation cost under the cost model
  * (cost.c): seconds when calibrated, else FLOPs (a backward twice its
@@ -184,13 +159,6 @@ static inline double remat__node_rec_seconds(const remat__prog *p, const remat__
 /* Sets the prog's cost model (NULL: FLOPs) and fills node_cost from it. */
 void remat__prog_set_cost(remat__prog *p, const remat_cost_model *m);
 
-/* The `optimal` strategy (optimal.c): the least-cost schedule that, from
- * the live state `start` with held_outside bytes of resident blocks,
- * holds at most `budget` bytes (its arena included); REMAT_BUDGET names
- * the smallest budget that fits. */
-remat_status remat__optimal_schedule(const remat__prog *p, remat_node loss, size_t budget,
-                                     const remat_mem_stats *start, size_t held_outside, remat__schedule *out,
-                                     size_t *floor);
 /* Per kind of a chain stage's storage option (keep all, drop the cheap
  * values, drop large aux, both): how many stages offer it, and how many
  * Fe's of the chain DP's distinct plans over the budgets choose it. */

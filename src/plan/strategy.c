@@ -20,28 +20,41 @@
 
 /* ---------------------------------------------------------- the table */
 
+remat_status remat__plan_finish(const remat__plan_req *r, remat__schedule *sc, remat__planned *out) {
+    remat_status st = REMAT_OK;
+    if (r->buckets) st = remat__schedule_add_reduces(r->p, sc, r->buckets->bucket_of, r->buckets->nb, r->buckets->at_end);
+    out->sc = *sc;
+    memset(sc, 0, sizeof *sc);
+    if (st == REMAT_OK) st = remat__memplan_make(r->p, &out->sc, &out->mem);
+    out->valid = st == REMAT_OK;
+    return st;
+}
+
 /* A strategy given as checkpoint levels (all, manual, sqrt). */
-static remat_status plan_levels(const remat__plan_req *r, remat_strategy st, remat__schedule *out) {
+static remat_status plan_levels(const remat__plan_req *r, remat_strategy st, remat__planned *out) {
     uint8_t *level = NULL;
+    remat__schedule sc = {0};
     remat_status rc = remat__strategy_levels(r->p->g, st, &level);
-    if (rc == REMAT_OK) rc = remat__schedule_build(r->p, r->loss, REMAT_NONE, 1, 1, level, out);
+    if (rc == REMAT_OK) rc = remat__schedule_build(r->p, r->loss, REMAT_NONE, 1, 1, level, &sc);
     free(level);
+    if (rc == REMAT_OK) return remat__plan_finish(r, &sc, out);
+    remat__schedule_free(&sc);
     return rc;
 }
 
-static remat_status plan_all(const remat__plan_req *r, remat__schedule *out) {
+static remat_status plan_all(const remat__plan_req *r, remat__planned *out) {
     return plan_levels(r, REMAT_STRATEGY_ALL, out);
 }
-static remat_status plan_manual(const remat__plan_req *r, remat__schedule *out) {
+static remat_status plan_manual(const remat__plan_req *r, remat__planned *out) {
     return plan_levels(r, REMAT_STRATEGY_MANUAL, out);
 }
-static remat_status plan_sqrt(const remat__plan_req *r, remat__schedule *out) {
+static remat_status plan_sqrt(const remat__plan_req *r, remat__planned *out) {
     return plan_levels(r, REMAT_STRATEGY_SQRT, out);
 }
 /* Without a budget there is nothing to trade: store everything. */
-static remat_status plan_optimal(const remat__plan_req *r, remat__schedule *out) {
+static remat_status plan_optimal(const remat__plan_req *r, remat__planned *out) {
     if (!r->budget) return plan_all(r, out);
-    return remat__optimal_schedule(r->p, r->loss, r->budget, r->start, r->held_outside, out, r->floor);
+    return remat__optimal_plan(r, out);
 }
 
 const remat__planner remat__planners[REMAT_STRATEGY_COUNT] = {
@@ -119,21 +132,15 @@ remat_status remat__strategy_levels(const remat_graph *g, remat_strategy st, uin
     return REMAT_OK;
 }
 
-remat_status remat__schedule_summary(const remat__prog *p, const remat__schedule *s, const remat_mem_stats *start,
+remat_status remat__schedule_summary(const remat__prog *p, const remat__planned *pl, const remat_mem_stats *start,
                                      size_t held_outside, remat_plan_summary *out) {
     const remat_graph *g = p->g;
+    const remat__schedule *s = &pl->sc;
     memset(out, 0, sizeof *out);
-    remat__memplan m;
-    remat_status st = remat__memplan_build(p, s, &m);
-    if (st == REMAT_OK) st = remat__memplan_place(&m);
-    if (st == REMAT_OK) {
-        remat__memplan_peaks(&m, start, &out->predicted);
-        out->arena_bytes = m.arena;
-        out->held_bytes = m.arena + held_outside;
-        out->placement = m.placer;
-    }
-    remat__memplan_free(&m);
-    if (st != REMAT_OK) return st;
+    remat__memplan_peaks(&pl->mem, start, &out->predicted);
+    out->arena_bytes = pl->mem.arena;
+    out->held_bytes = pl->mem.arena + held_outside;
+    out->placement = pl->mem.placer;
     uint8_t *again = calloc((size_t)g->n, 1);
     if (!again) {
         return remat__err(REMAT_NOMEM, "out of memory summarizing a plan");
