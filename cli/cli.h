@@ -100,12 +100,12 @@ remat_status cli_synth_next(void *user, int64_t step, void *input, void *labels)
  * cli_session_arg, then call cli_session_opts. */
 enum {
     CLI_OPT_THREADS = 0x1100, CLI_OPT_SEED, CLI_OPT_DEVICE, CLI_OPT_TF32, CLI_OPT_COST_MODEL, CLI_OPT_STRATEGY,
-    CLI_OPT_BUDGET, CLI_OPT_MICRO_BATCH, CLI_OPT_BUCKET, CLI_OPT_NO_OVERLAP
+    CLI_OPT_BUDGET, CLI_OPT_MICRO_BATCH, CLI_OPT_BUCKET, CLI_OPT_NO_OVERLAP, CLI_OPT_PRECISION
 };
 #define CLI_SESSION_OPTIONS                                                                                \
     {"threads", required_argument, 0, CLI_OPT_THREADS}, {"seed", required_argument, 0, CLI_OPT_SEED},       \
     {"device", required_argument, 0, CLI_OPT_DEVICE}, {"tf32", no_argument, 0, CLI_OPT_TF32},               \
-    {"cost-model", required_argument, 0, CLI_OPT_COST_MODEL}
+    {"cost-model", required_argument, 0, CLI_OPT_COST_MODEL}, {"precision", required_argument, 0, CLI_OPT_PRECISION}
 #define CLI_PLAN_OPTIONS \
     {"strategy", required_argument, 0, CLI_OPT_STRATEGY}, {"budget", required_argument, 0, CLI_OPT_BUDGET}
 /* Micro-batches and ranks: train and bench. */
@@ -116,6 +116,7 @@ enum {
 typedef struct {
     int64_t threads, seed; /* default 0 (one per core), 42 */
     const char *device;    /* default "cpu" */
+    const char *precision; /* default "fp32" */
     int tf32;
     const char *cost_model; /* NULL: the cached calibration, if any */
     const char *strategy;   /* default "auto" */

@@ -1,5 +1,5 @@
 /* session_args.c: the options every command that makes a session shares
- * (threads, seed, device, TF32, cost model; strategy and budget where a
+ * (threads, seed, device, precision, TF32, cost model; strategy and budget where a
  * command plans one step; micro-batches and gradient buckets), the one
  * routine that turns them into remat_session_opts, and the ranks a
  * command runs on under mpirun (cli_dist). */
@@ -14,6 +14,7 @@ void cli_session_args_init(cli_session_args *a) {
     a->seed = 42;
     a->strategy = "auto";
     a->device = "cpu";
+    a->precision = "fp32";
     a->check_device = 1;
 }
 
@@ -22,6 +23,7 @@ int cli_session_arg(cli_session_args *a, int c, const char *arg, int *bad) {
     case CLI_OPT_THREADS: *bad = cli_parse_i64(arg, &a->threads) || a->threads < 0 || a->threads > 1024; return 1;
     case CLI_OPT_SEED: *bad = cli_parse_i64(arg, &a->seed) || a->seed < 0; return 1;
     case CLI_OPT_DEVICE: a->device = arg; return 1;
+    case CLI_OPT_PRECISION: a->precision = arg; return 1;
     case CLI_OPT_TF32: a->tf32 = 1; return 1;
     case CLI_OPT_COST_MODEL: a->cost_model = arg; return 1;
     case CLI_OPT_STRATEGY: a->strategy = arg; return 1;
@@ -45,6 +47,8 @@ int cli_session_opts(const cli_session_args *a, const char *cmd, remat_session_o
     if (remat_strategy_parse(a->strategy, &so->strategy) != REMAT_OK)
         return cli_usage_error(cmd, "%s", remat_last_error());
     if (remat_device_parse(a->device, &so->device) != REMAT_OK) return cli_usage_error(cmd, "%s", remat_last_error());
+    if (remat_precision_parse(a->precision, &so->precision) != REMAT_OK)
+        return cli_usage_error(cmd, "%s", remat_last_error());
     if (a->tf32 && so->device != REMAT_DEVICE_CUDA) return cli_usage_error(cmd, "--tf32 is for --device cuda");
     if (a->check_device && remat_device_available(so->device) != REMAT_OK)
         return cli_fail("--device %s: %s", a->device, remat_last_error());
@@ -74,6 +78,10 @@ int cli_session_opts(const cli_session_args *a, const char *cmd, remat_session_o
 void cli_session_help(int plans) {
     printf("  --device D          cpu | cuda: where tensors live and kernels run (default cpu;\n"
            "                      with cuda the budget is device bytes)\n"
+           "  --precision P       fp32 | bf16: bf16 stores activations in bfloat16 and runs\n"
+           "                      products on bf16-rounded inputs, as PyTorch's autocast;\n"
+           "                      weights, gradients and optimizer state stay fp32\n"
+           "                      (default fp32; bf16 on the CPU)\n"
            "  --tf32              cuda: TF32 tensor cores for float32 products (faster, about\n"
            "                      1e-3 relative error; off by default)\n"
            "  --threads T         CPU kernel threads (default: one per core)\n"

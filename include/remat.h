@@ -102,8 +102,11 @@ typedef int32_t remat_node;
 #define REMAT_MAX_DIMS 4
 
 /* REMAT_U8: bytes, the dtype of the values of a graph read from a graph
- * file (remat_graph_read_json), whose sizes are given in bytes. */
-typedef enum { REMAT_F32 = 0, REMAT_I32 = 1, REMAT_U8 = 2 } remat_dtype;
+ * file (remat_graph_read_json), whose sizes are given in bytes.
+ * REMAT_BF16: bfloat16, how a session under REMAT_PRECISION_BF16 stores
+ * the activations its precision policy makes bf16 (never a graph's own
+ * dtype). */
+typedef enum { REMAT_F32 = 0, REMAT_I32 = 1, REMAT_U8 = 2, REMAT_BF16 = 3 } remat_dtype;
 
 /* How a parameter is initialized when a session is created. */
 typedef enum {
@@ -262,6 +265,22 @@ typedef enum { REMAT_DEVICE_CPU = 0, REMAT_DEVICE_CUDA = 1 } remat_device;
 
 /* "cpu", "cuda". */
 const char *remat_device_str(remat_device d);
+
+/* The precision policy of a session. FP32: every value in float32 (the
+ * default). BF16, as PyTorch's autocast: matrix products and convolutions
+ * read bf16-rounded inputs (their weights' bf16 copies made per use, as
+ * workspace) and store bf16 outputs, accumulating in float32; losses
+ * compute and store float32; every other op stores its input's dtype (two
+ * float inputs of different dtypes: float32), computing in float32
+ * (normalization statistics, softmax, reductions); each gradient has its
+ * value's dtype. Parameters, their gradients and the optimizer's state
+ * stay float32 (master weights). The rule of each op is in the op table
+ * (docs/precision.md lists it). */
+typedef enum { REMAT_PRECISION_FP32 = 0, REMAT_PRECISION_BF16 = 1, REMAT_PRECISION_COUNT } remat_precision;
+/* "fp32", "bf16". */
+const char *remat_precision_str(remat_precision p);
+/* Parses a precision name; REMAT_NOT_FOUND names the known ones. */
+remat_status remat_precision_parse(const char *name, remat_precision *out);
 /* Parses a device name; REMAT_NOT_FOUND names the known ones. */
 remat_status remat_device_parse(const char *name, remat_device *out);
 /* REMAT_OK when sessions can run on the device here; REMAT_UNSUPPORTED
@@ -397,6 +416,8 @@ typedef struct {
     size_t budget;           /* peak bytes a step may hold, 0 = no limit */
     const remat_cost_model *cost_model; /* copied; NULL = FLOPs alone */
     remat_device device;     /* default REMAT_DEVICE_CPU */
+    remat_precision precision; /* default REMAT_PRECISION_FP32 (BF16: the
+                              * CPU only in this build) */
     int tf32;                /* CUDA: let cuBLAS and cuDNN use TF32 tensor
                               * cores for float32 products (faster, about
                               * 1e-3 relative error); off by default, as

@@ -257,6 +257,17 @@ _Static_assert(REMAT__SAVE_OUT == 1u << REMAT__SAVE_IN_LIMIT && REMAT__SAVE_AUX 
 #define REMAT__OP_LOSS (1u << 2)     /* scalar loss output */
 #define REMAT__OP_NODIFF_IN1 (1u << 3) /* input 1 gets no gradient (labels) */
 
+/* An op's rule under REMAT_PRECISION_BF16 (PyTorch's CPU autocast): the
+ * dtype it stores its output in. Kernels compute in float32 either way;
+ * exec/precision.c converts around them. */
+enum {
+    REMAT__AC_NONE = 0, /* leaves and plan-only ops (a kernel op must have a rule) */
+    REMAT__AC_LOW,      /* products: bf16-rounded inputs, bf16 output */
+    REMAT__AC_FP32,     /* losses: float32 output, bf16 inputs read as float32 */
+    REMAT__AC_FIRST,    /* its first float input's dtype */
+    REMAT__AC_PROMOTE   /* the widest of its float inputs' dtypes */
+};
+
 typedef struct {
     const char *name;
     int min_in, max_in;
@@ -266,6 +277,7 @@ typedef struct {
     remat_status (*shape)(const remat_graph *g, remat__node *n);
     remat__kernel forward, backward; /* NULL for leaves */
     unsigned saves, flags;
+    uint8_t autocast; /* REMAT__AC_*: its rule under the bf16 policy */
     /* Per-output-element bookkeeping, all may be NULL (meaning 0). */
     size_t (*aux_bytes)(const remat_graph *g, const remat__node *n);
     size_t (*fwd_ws)(const remat_graph *g, const remat__node *n, int nth);
@@ -336,7 +348,7 @@ static inline const remat__shape *remat__in_shape(const remat_graph *g,
 
 /* Element size of a dtype in bytes. */
 static inline size_t remat__dtype_size(remat_dtype t) {
-    return t == REMAT_U8 ? 1 : 4;
+    return t == REMAT_U8 ? 1 : t == REMAT_BF16 ? 2 : 4;
 }
 
 /* A node's op family (the cost model's throughputs): its op's, or a

@@ -66,6 +66,10 @@ if(REMAT_MPI)
   add_test(NAME cli_dist_same
     COMMAND ${CMAKE_COMMAND} -DCLI=${CLI} "-DMPI=${REMAT_MPIRUN_BAR}" -DDIR=${CMAKE_CURRENT_BINARY_DIR}/dist_same
             -P ${CMAKE_CURRENT_SOURCE_DIR}/dist_same.cmake)
+  # the same in bf16 (its budget between bf16's floor and what all holds)
+  add_test(NAME cli_dist_same_bf16
+    COMMAND ${CMAKE_COMMAND} -DCLI=${CLI} "-DMPI=${REMAT_MPIRUN_BAR}" -DDIR=${CMAKE_CURRENT_BINARY_DIR}/dist_same_bf16
+            "-DEXTRA=--precision|bf16" -DBUDGET=42MiB -P ${CMAKE_CURRENT_SOURCE_DIR}/dist_same.cmake)
 
   # one rank without its data, one with a bad flag (two programs on one
   # job, mpirun's MPMD form): every rank stops, naming rank 1 and why
@@ -117,7 +121,7 @@ if(REMAT_MPI)
     COMMAND ${CMAKE_COMMAND} "-DCMD=${REMAT_MPIRUN_BAR}|2|${CLI}|bench|--model|mlp|--batch|16|--steps|2|--warmup|1|--threads|1|--strategies|all|--json"
             -DRC=0 "-DPATTERN=^\\{\"model\":\"mlp\",\"batch\":16,\"micro_batch\":8,\"strategy\":\"all\",\"ranks\":2,.*\"measured_peak_bytes\":[1-9][0-9]*,.*\"comm_bytes\":[1-9][0-9]*,.*\"wait_seconds\":[0-9.e-]+,"
             -P ${CMAKE_CURRENT_SOURCE_DIR}/expect.cmake)
-  set_tests_properties(test_dist_abort cli_dist_same cli_dist_bad_data cli_dist_bad_flag cli_dist_budget
+  set_tests_properties(test_dist_abort cli_dist_same cli_dist_same_bf16 cli_dist_bad_data cli_dist_bad_flag cli_dist_budget
                        cli_dist_uneven cli_dist_bench
                        PROPERTIES LABELS dist TIMEOUT 600 ENVIRONMENT "${REMAT_DIST_ENV}")
 endif()

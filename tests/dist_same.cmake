@@ -2,14 +2,21 @@
 # 1, 2 and 4 ranks under three plans, and a run that resumes on another
 # number of ranks ends where the uninterrupted one does.
 #
-#   cmake -DCLI=remat -DMPI=mpiexec|--oversubscribe|-np -DDIR=dir -P dist_same.cmake
+#   cmake -DCLI=remat -DMPI=mpiexec|--oversubscribe|-np -DDIR=dir [-DEXTRA=--precision|bf16 -DBUDGET=44MiB]
+#         -P dist_same.cmake
 #
-# MPI is the launcher and its flags up to the rank count ("|"-separated).
+# MPI is the launcher and its flags up to the rank count ("|"-separated);
+# EXTRA, flags every run gets ("|"-separated); BUDGET, the 4-rank run's
+# (default 36MiB).
 string(REPLACE "|" ";" mpi "${MPI}")
 file(REMOVE_RECURSE ${DIR})
 file(MAKE_DIRECTORY ${DIR})
+string(REPLACE "|" ";" extra "${EXTRA}")
+if(NOT DEFINED BUDGET)
+  set(BUDGET 36MiB)
+endif()
 set(common --model cnn --batch 64 --micro-batch 16 --threads 1 --optim sgd --lr 0.05 --seed 3
-           --test-limit 100)
+           --test-limit 100 ${extra})
 
 # run(name ranks args...): ranks 0 runs without a launcher
 function(run name ranks)
@@ -30,7 +37,7 @@ endfunction()
 
 run(one 0 --steps 10 --save ${DIR}/one.safetensors)
 run(two 2 --steps 10 --strategy sqrt --save ${DIR}/two.safetensors)
-run(four 4 --steps 10 --budget 36MiB --save ${DIR}/four.safetensors)
+run(four 4 --steps 10 --budget ${BUDGET} --save ${DIR}/four.safetensors)
 # 5 steps on 2 ranks, then 5 more on 1, and on 4
 run(first 2 --steps 5 --state-dir ${DIR}/states)
 run(resumed1 0 --steps 10 --resume ${DIR}/states --state-dir ${DIR}/states1 --save ${DIR}/resumed1.safetensors)

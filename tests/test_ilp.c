@@ -341,7 +341,7 @@ static cJSON *dag_json(const bench *b) {
         cJSON_AddNumberToObject(o, "id", v);
         cJSON_AddNumberToObject(o, "node", REMAT__VAL_NODE(v));
         cJSON_AddStringToObject(o, "kind", kinds[REMAT__VAL_KIND(v)]);
-        cJSON_AddNumberToObject(o, "bytes", (double)remat__value_bytes(g, v));
+        cJSON_AddNumberToObject(o, "bytes", (double)remat__value_bytes(&b->p, v));
         cJSON_AddItemToArray(vals, o);
     }
     free(used);

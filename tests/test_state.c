@@ -140,6 +140,7 @@ typedef struct {
     remat_optim_kind optim;
     uint64_t seed;
     int threads;
+    remat_precision precision;
     remat_strategy strategy;
     size_t budget;
 } cfg;
@@ -180,6 +181,7 @@ static remat_status open_run(run *r, cfg c) {
     remat_session_opts so;
     remat_session_opts_default(&so);
     so.threads = c.threads;
+    so.precision = c.precision;
     so.seed = c.seed;
     so.strategy = c.strategy;
     so.budget = c.budget;
@@ -508,7 +510,8 @@ static void refusals(void) {
 
     static const char *const run_b[] = {"--opt", "y", NULL};
     static const char *const run_c[] = {"--opt", "x", "--other", "1", NULL};
-    cfg mlp = c, sgd = c, b8 = c, seed = c, threads = c, sq = c, opt = c;
+    cfg mlp = c, sgd = c, b8 = c, seed = c, threads = c, sq = c, opt = c, bf16 = c;
+    bf16.precision = REMAT_PRECISION_BF16;
     mlp.kind = MLP, sgd.optim = REMAT_OPTIM_SGD, b8.batch = 8, seed.seed = 7, threads.threads = 1;
     sq.strategy = REMAT_STRATEGY_SQRT;
     opt.strategy = REMAT_STRATEGY_OPTIMAL, opt.budget = tight_budget(c);
@@ -526,6 +529,7 @@ static void refusals(void) {
         {"another batch (8)", b8, &so, REMAT_INVALID, "the batch (rows per optimizer step) differs: the state has '4', this run '8'"},
         {"another seed (7)", seed, &so, REMAT_INVALID, "the seed differs: the state has '42', this run '7'"},
         {"another thread count (1)", threads, &so, REMAT_INVALID, "the number of CPU threads"},
+        {"another precision (bf16)", bf16, &so, REMAT_INVALID, "the precision (--precision: bf16 rounds what fp32 keeps) differs: the state has 'fp32', this run 'bf16'"},
         {"another data set", c, &data_b, REMAT_INVALID, "the training data differs: the state has 'data A', this run 'data B'"},
         {"another run option", c, &rb, REMAT_INVALID, "--opt differs: the state has 'x', this run 'y'"},
         {"a run option missing", c, &rnone, REMAT_INVALID, "--opt differs: the state has 'x', this run none"},
@@ -939,6 +943,10 @@ int main(int argc, char **argv) {
     bopt.strategy = REMAT_STRATEGY_OPTIMAL;
     bopt.budget = tight_budget(bn);
     resume_stream(bn, bopt, "bnnet, resumed under optimal within a budget");
+    cfg b16 = cnn, b16sq = cnn;
+    b16.precision = b16sq.precision = REMAT_PRECISION_BF16;
+    b16sq.strategy = REMAT_STRATEGY_SQRT;
+    resume_stream(b16, b16sq, "cnn in bf16, resumed under sqrt");
     resume_dataset();
     return check_exit("test_state");
 }

@@ -52,6 +52,21 @@ remat_status remat_device_parse(const char *name, remat_device *out) {
     return remat__err(REMAT_NOT_FOUND, "unknown device '%s' (known: cpu, cuda)", name);
 }
 
+static const char *const precision_names[] = {"fp32", "bf16"};
+
+const char *remat_precision_str(remat_precision p) {
+    return (unsigned)p < REMAT_PRECISION_COUNT ? precision_names[p] : "unknown";
+}
+
+remat_status remat_precision_parse(const char *name, remat_precision *out) {
+    for (int i = 0; i < REMAT_PRECISION_COUNT; i++)
+        if (strcmp(name, precision_names[i]) == 0) {
+            *out = (remat_precision)i;
+            return REMAT_OK;
+        }
+    return remat__err(REMAT_NOT_FOUND, "unknown precision '%s' (known: fp32, bf16)", name);
+}
+
 const char *remat_last_error(void) {
     return last_error[0] ? last_error : "no error";
 }

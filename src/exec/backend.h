@@ -17,6 +17,7 @@
 #define REMAT_BACKEND_H
 
 #include "../remat-impl.h"
+#include "../core/bf16.h"
 
 typedef struct {
     remat_device device;
@@ -50,6 +51,10 @@ typedef struct {
      * this context) that is a NaN or an infinity, or -1 when all are
      * finite. Waits for the work in flight (p is read after it). */
     remat_status (*finite)(void *ctx, const float *p, size_t n, int64_t *first_bad);
+    /* n elements of src converted into dst as `kind` says
+     * (core/bf16.h: remat__cvt), both memory of this context: the bf16
+     * policy's views around a kernel. NULL: the device has no bf16 yet. */
+    remat_status (*convert)(void *ctx, void *dst, const void *src, int64_t n, int kind);
 } remat__backend;
 
 /* The backend of a device, or NULL when this build has none. */

@@ -252,6 +252,27 @@ static remat_status cpu_sync(void *ctx) {
 
 static remat__pool *cpu_pool(void *ctx) { return ((cpu *)ctx)->pool; }
 
+typedef struct {
+    void *dst;
+    const void *src;
+    int64_t n;
+    remat__cvt kind;
+} convert_job;
+
+static void convert_task(void *arg, int ith, int nth) {
+    const convert_job *j = arg;
+    remat__convert_range(j->dst, j->src, j->n * ith / nth, j->n * (ith + 1) / nth, j->kind);
+}
+
+/* Element by element, so the pool's split changes no bit. */
+static remat_status cpu_convert(void *ctx, void *dst, const void *src, int64_t n, int kind) {
+    cpu *c = ctx;
+    convert_job j = {dst, src, n, (remat__cvt)kind};
+    if (n < 65536) convert_task(&j, 0, 1);
+    else remat__pool_run(c->pool, convert_task, &j);
+    return REMAT_OK;
+}
+
 const remat__backend remat__backend_cpu = {
     .device = REMAT_DEVICE_CPU,
     .create = cpu_create,
@@ -267,6 +288,7 @@ const remat__backend remat__backend_cpu = {
     .sync = cpu_sync,
     .pool = cpu_pool,
     .finite = cpu_finite,
+    .convert = cpu_convert,
 };
 
 void remat_set_blas_threads(int n) { openblas_set_num_threads(n > 0 ? n : 1); }

@@ -103,7 +103,7 @@ static remat_status kernel_fwd(remat_session *s, const remat__schedule *sc, cons
         if (!ins[i].data) return unbound(s, REMAT__VAL(n->in[i], REMAT__V_OUT), "the input", in->node);
         k.in[i] = &ins[i];
     }
-    return s->be->run(s->dev, &k, 0);
+    return remat__run_precise(s, &k, 0);
 }
 
 /* The backward kernel of instruction i, with its workspace: it writes the
@@ -143,7 +143,7 @@ static remat_status kernel_bwd(remat_session *s, const remat__schedule *sc, int3
         k.aux = s->vals[REMAT__VAL(in->node, REMAT__V_AUX)];
         if (!k.aux) return unbound(s, REMAT__VAL(in->node, REMAT__V_AUX), "the saved aux", in->node);
     }
-    return s->be->run(s->dev, &k, 1);
+    return remat__run_precise(s, &k, 1);
 }
 
 /* A bound input's FWD: the step's micro-batch j is the j-th of the bound
@@ -155,14 +155,28 @@ static remat_status upload(remat_session *s, const remat__instr *in) {
     return s->be->upload(s->dev, s->vals[vo], src + (s->dp.j > 0 ? (size_t)s->dp.j * ob : 0), ob);
 }
 
+/* The fetched value as float32 (a bf16 one widened on the host). */
+static remat_status fetch(remat_session *s, const remat__instr *in, float *fetch_out) {
+    int32_t vo = REMAT__VAL(in->node, REMAT__V_OUT);
+    size_t bytes = s->cur->ev[s->vev[vo]].bytes;
+    if (remat__val_dtype(&s->prog, in->node) != REMAT_BF16) return s->be->download(s->dev, fetch_out, s->vals[vo], bytes);
+    /* bf16 on the host: downloaded into the buffer's upper half, widened
+     * from the bottom up (element i's float overwrites only bf16s already read) */
+    int64_t n = (int64_t)(bytes / 2);
+    uint16_t *b = (uint16_t *)fetch_out + n;
+    remat_status st = s->be->download(s->dev, b, s->vals[vo], bytes);
+    if (st == REMAT_OK) st = s->be->sync(s->dev);
+    for (int64_t i = 0; i < n && st == REMAT_OK; i++) fetch_out[i] = remat__f32_of(b[i]);
+    return st;
+}
+
 /* The loss and the fetched value, when instruction `in` computed them. */
 static remat_status download(remat_session *s, const remat__schedule *sc, const remat__instr *in, float *loss,
                              float *fetch_out) {
     int32_t vo = REMAT__VAL(in->node, REMAT__V_OUT);
     remat_status st = REMAT_OK;
     if (in->node == sc->loss && loss) st = s->be->download(s->dev, loss, s->vals[vo], sizeof *loss);
-    if (st == REMAT_OK && in->node == sc->fetch && fetch_out)
-        st = s->be->download(s->dev, fetch_out, s->vals[vo], s->cur->ev[s->vev[vo]].bytes);
+    if (st == REMAT_OK && in->node == sc->fetch && fetch_out) st = fetch(s, in, fetch_out);
     return st;
 }
 

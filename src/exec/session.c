@@ -251,6 +251,11 @@ static remat_status create(remat_session **out, const remat_graph *g, remat_node
         s->opts.threads = pool ? remat__pool_size(pool) : 1;
         st = remat__prog_init(&s->prog, g, s->opts.threads, s->opts.device, s->dev);
     }
+    if (st == REMAT_OK && s->opts.precision != REMAT_PRECISION_FP32 && !be->convert)
+        st = remat__err(REMAT_UNSUPPORTED, "precision %s does not run on the %s in this build (its backend has no "
+                        "bf16 conversions yet): use --precision fp32 there, or the CPU",
+                        remat_precision_str(s->opts.precision), remat_device_str(s->opts.device));
+    if (st == REMAT_OK) st = remat__prog_set_precision(&s->prog, s->opts.precision);
     const remat_cost_model *cm = s->opts.cost_model;
     if (st == REMAT_OK && cm) st = remat__cost_model_check(cm, "the session's cost model", REMAT_INVALID);
     if (st == REMAT_OK && cm && cm->calibrated &&
@@ -456,8 +461,8 @@ size_t remat_session_saved_bytes(const remat_session *s, remat_node n) {
     for (int i = 0; i < s->train.sc.n; i++) {
         const remat__instr *in = &s->train.sc.ins[i];
         if (in->kind != REMAT__I_FWD || in->node != n) continue;
-        if (in->cat == REMAT_MEM_ACT) b += remat__value_bytes(s->g, REMAT__VAL(n, REMAT__V_OUT));
-        if (in->aux_cat == REMAT_MEM_ACT) b += remat__value_bytes(s->g, REMAT__VAL(n, REMAT__V_AUX));
+        if (in->cat == REMAT_MEM_ACT) b += remat__value_bytes(&s->prog, REMAT__VAL(n, REMAT__V_OUT));
+        if (in->aux_cat == REMAT_MEM_ACT) b += remat__value_bytes(&s->prog, REMAT__VAL(n, REMAT__V_AUX));
     }
     return b;
 }

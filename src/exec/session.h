@@ -66,6 +66,9 @@ struct remat_session {
  * synchronization point). Writes the loss (if the schedule has one) and
  * copies the fetched node into fetch_out. */
 remat_status remat__exec(remat_session *s, const remat__planned *pl, float *loss, float *fetch_out);
+/* Runs k's kernel (backend run), through the bf16 policy's float32 views
+ * where its node has them (precision.c). */
+remat_status remat__run_precise(remat_session *s, remat__kctx *k, int backward);
 
 /* Frees every value still resident and gives the arena back to the
  * backend. For remat_session_destroy. */

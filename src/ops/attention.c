@@ -87,6 +87,7 @@ static double softmax_flops(const remat_graph *g, const remat__node *n) {
 }
 
 const remat__op remat__op_softmax = {
+    .autocast = REMAT__AC_FIRST,
     .name = "softmax",
     .min_in = 1,
     .max_in = 1,
@@ -207,6 +208,7 @@ static double attn_flops(const remat_graph *g, const remat__node *n) {
 }
 
 const remat__op remat__op_attention = {
+    .autocast = REMAT__AC_LOW,
     .name = "attention",
     .min_in = 1,
     .max_in = 1,

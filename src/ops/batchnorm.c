@@ -213,6 +213,7 @@ static double bn_flops(const remat_graph *g, const remat__node *n) {
 }
 
 const remat__op remat__op_batchnorm2d = {
+    .autocast = REMAT__AC_FIRST,
     .name = "batchnorm2d",
     .min_in = 5,
     .max_in = 5,

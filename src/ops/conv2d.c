@@ -388,6 +388,7 @@ static double conv_flops(const remat_graph *g, const remat__node *n) {
 }
 
 const remat__op remat__op_conv2d = {
+    .autocast = REMAT__AC_LOW,
     .name = "conv2d",
     .min_in = 2,
     .max_in = 3,

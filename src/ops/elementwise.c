@@ -74,6 +74,7 @@ static double pointwise_flops(const remat_graph *g, const remat__node *n) {
 }
 
 const remat__op remat__op_relu = {
+    .autocast = REMAT__AC_FIRST,
     .name = "relu",
     .min_in = 1,
     .max_in = 1,
@@ -105,6 +106,7 @@ static void add_backward(const remat__kctx *k, int ith, int nth) {
 }
 
 const remat__op remat__op_add = {
+    .autocast = REMAT__AC_PROMOTE,
     .name = "add",
     .min_in = 2,
     .max_in = 2,
@@ -138,6 +140,7 @@ static void mul_backward(const remat__kctx *k, int ith, int nth) {
 }
 
 const remat__op remat__op_mul = {
+    .autocast = REMAT__AC_PROMOTE,
     .name = "mul",
     .min_in = 2,
     .max_in = 2,
@@ -224,6 +227,7 @@ static void dropout_backward(const remat__kctx *k, int ith, int nth) {
 }
 
 const remat__op remat__op_dropout = {
+    .autocast = REMAT__AC_FIRST,
     .name = "dropout",
     .min_in = 1,
     .max_in = 1,

@@ -78,6 +78,7 @@ static double emb_flops(const remat_graph *g, const remat__node *n) {
 }
 
 const remat__op remat__op_embedding = {
+    .autocast = REMAT__AC_FIRST,
     .name = "embedding",
     .min_in = 2,
     .max_in = 2,

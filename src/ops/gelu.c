@@ -74,6 +74,7 @@ static double gelu_flops(const remat_graph *g, const remat__node *n) {
 }
 
 const remat__op remat__op_gelu = {
+    .autocast = REMAT__AC_FIRST,
     .name = "gelu",
     .min_in = 1,
     .max_in = 1,

@@ -136,6 +136,7 @@ static double ln_flops(const remat_graph *g, const remat__node *n) {
 }
 
 const remat__op remat__op_layernorm = {
+    .autocast = REMAT__AC_FIRST,
     .name = "layernorm",
     .min_in = 3,
     .max_in = 3,

@@ -80,6 +80,7 @@ static double linear_flops(const remat_graph *g, const remat__node *n) {
 }
 
 const remat__op remat__op_linear = {
+    .autocast = REMAT__AC_LOW,
     .name = "linear",
     .min_in = 2,
     .max_in = 3,

@@ -109,6 +109,7 @@ static double ce_flops(const remat_graph *g, const remat__node *n) {
 }
 
 const remat__op remat__op_cross_entropy = {
+    .autocast = REMAT__AC_FP32,
     .name = "cross_entropy",
     .min_in = 2,
     .max_in = 2,
@@ -172,6 +173,7 @@ static double mse_flops(const remat_graph *g, const remat__node *n) {
 }
 
 const remat__op remat__op_mse = {
+    .autocast = REMAT__AC_FP32,
     .name = "mse",
     .min_in = 2,
     .max_in = 2,

@@ -295,6 +295,7 @@ static void maxpool_backward(const remat__kctx *k, int ith, int nth) {
 }
 
 const remat__op remat__op_maxpool2d = {
+    .autocast = REMAT__AC_FIRST,
     .name = "maxpool2d",
     .min_in = 1,
     .max_in = 1,
@@ -364,6 +365,7 @@ static void avgpool_backward(const remat__kctx *k, int ith, int nth) {
 }
 
 const remat__op remat__op_avgpool2d = {
+    .autocast = REMAT__AC_FIRST,
     .name = "avgpool2d",
     .min_in = 1,
     .max_in = 1,
@@ -423,6 +425,7 @@ static double global_flops(const remat_graph *g, const remat__node *n) {
 }
 
 const remat__op remat__op_global_avgpool = {
+    .autocast = REMAT__AC_FIRST,
     .name = "global_avgpool",
     .min_in = 1,
     .max_in = 1,

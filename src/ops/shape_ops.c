@@ -45,6 +45,7 @@ static void reshape_backward(const remat__kctx *k, int ith, int nth) {
 }
 
 const remat__op remat__op_reshape = {
+    .autocast = REMAT__AC_FIRST,
     .name = "reshape",
     .min_in = 1,
     .max_in = 1,
@@ -125,6 +126,7 @@ static void concat_backward(const remat__kctx *k, int ith, int nth) {
 }
 
 const remat__op remat__op_concat = {
+    .autocast = REMAT__AC_PROMOTE,
     .name = "concat",
     .min_in = 1,
     .max_in = REMAT__MAX_IN,

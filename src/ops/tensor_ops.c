@@ -99,6 +99,7 @@ static void permute_backward(const remat__kctx *k, int ith, int nth) {
 }
 
 const remat__op remat__op_permute = {
+    .autocast = REMAT__AC_FIRST,
     .name = "permute",
     .min_in = 1,
     .max_in = 1,
@@ -193,6 +194,7 @@ static void slice_backward(const remat__kctx *k, int ith, int nth) {
 }
 
 const remat__op remat__op_slice = {
+    .autocast = REMAT__AC_FIRST,
     .name = "slice",
     .min_in = 1,
     .max_in = 1,
@@ -259,6 +261,7 @@ static void addb_backward(const remat__kctx *k, int ith, int nth) {
 }
 
 const remat__op remat__op_add_broadcast = {
+    .autocast = REMAT__AC_PROMOTE,
     .name = "add_broadcast",
     .min_in = 2,
     .max_in = 2,

@@ -130,7 +130,7 @@ remat_status remat__train_dag_build(const remat__prog *p, remat_node loss, remat
         double t = remat__node_rec_seconds(p, nd); /* what evicting it costs */
         if (!d->bwd[i]) {
             x->cost = t;
-            x->size = (int64_t)remat__out_bytes(nd);
+            x->size = remat__vbytes(p, nd);
             for (int q = 0; q < nd->n_in; q++)
                 if (fidx[nd->in[q]] >= 0) m = add_dep(dp, m, fidx[nd->in[q]]);
             x->required = u == loss;
@@ -144,7 +144,7 @@ remat_status remat__train_dag_build(const remat__prog *p, remat_node loss, remat
                 if (remat__bwd_writes(p, nd, q) && g->nodes[y].leaf != REMAT__LEAF_PARAM && lastc[y] == u) {
                     int dup = 0;
                     for (int r = 0; r < q; r++) dup |= nd->in[r] == y;
-                    if (!dup) x->size += (int64_t)remat__out_bytes(&g->nodes[y]);
+                    if (!dup) x->size += remat__vbytes(p, &g->nodes[y]);
                 }
             }
             if (nd->saves & (REMAT__SAVE_OUT | REMAT__SAVE_AUX)) m = add_dep(dp, m, fidx[u]);

@@ -131,10 +131,10 @@ static void walk_fwd(walker *w, const remat__prog *p, int32_t i, const remat__in
     if (w->st != REMAT_OK) return;
     overwrite(w, g, i, in->node);
     if (w->gone) w->gone[in->node] = 0;
-    take(w, i, vo, (remat_mem)in->cat, remat__value_bytes(g, vo), REMAT__FILL_NONE);
+    take(w, i, vo, (remat_mem)in->cat, remat__value_bytes(p, vo), REMAT__FILL_NONE);
     if (n->leaf != REMAT__LEAF_NONE) return; /* a bound input: copied in, no kernel */
     if (remat__ops[n->op]->aux_bytes && !resident(w, va))
-        take(w, i, va, (remat_mem)in->aux_cat, remat__value_bytes(g, va), REMAT__FILL_NONE);
+        take(w, i, va, (remat_mem)in->aux_cat, remat__value_bytes(p, va), REMAT__FILL_NONE);
     give(w, i, take(w, i, -1, REMAT_MEM_WORKSPACE, remat__ws_bytes(p, in->node, 0), REMAT__FILL_NONE));
 }
 
@@ -153,14 +153,14 @@ static void walk_bwd(walker *w, const remat__prog *p, const remat__schedule *s, 
         (!resident(w, vg) && in->node != s->loss))
         w->st = remat__err(REMAT_INTERNAL, "schedule differentiates node %d without its saved values", in->node);
     if (w->st != REMAT_OK) return;
-    if (!resident(w, vg)) take(w, i, vg, REMAT_MEM_TRANSIENT, remat__value_bytes(g, vg), REMAT__FILL_ONE);
+    if (!resident(w, vg)) take(w, i, vg, REMAT_MEM_TRANSIENT, remat__value_bytes(p, vg), REMAT__FILL_ONE);
     for (int j = 0; j < n->n_in; j++) {
         if (!remat__bwd_writes(p, n, j)) continue;
         w->m->din[i] |= 1u << j;
         int param = g->nodes[n->in[j]].leaf == REMAT__LEAF_PARAM;
         int32_t vi = REMAT__VAL(n->in[j], REMAT__V_GRAD);
         if ((param && !w->m->per_tensor) || resident(w, vi)) continue; /* the GRAD block's, or accumulated */
-        take(w, i, vi, param ? REMAT_MEM_GRAD : REMAT_MEM_TRANSIENT, remat__value_bytes(g, vi),
+        take(w, i, vi, param ? REMAT_MEM_GRAD : REMAT_MEM_TRANSIENT, remat__value_bytes(p, vi),
              param ? REMAT__FILL_NONE : REMAT__FILL_ZERO);
     }
     give(w, i, take(w, i, -1, REMAT_MEM_WORKSPACE, remat__ws_bytes(p, in->node, 1), REMAT__FILL_NONE));

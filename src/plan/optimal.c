@@ -108,9 +108,9 @@ static int expensive(const remat_graph *g, const remat__node *n) {
 
 /* An op whose aux is larger than its output (attention's probabilities):
  * recomputing it is cheap for the bytes it frees. */
-static int large_aux(const remat_graph *g, const remat__node *n) {
+static int large_aux(const remat__prog *p, const remat__node *n) {
     const remat__op *op = remat__ops[n->op];
-    return op->aux_bytes && op->aux_bytes(g, n) > remat__out_bytes(n);
+    return op->aux_bytes && op->aux_bytes(p->g, n) > (size_t)remat__vbytes(p, n);
 }
 
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
@@ -136,14 +136,14 @@ static int64_t forward_peak(const remat__prog *p, const chain *c, int a, int b, 
         int32_t u = c->nodes[j];
         const remat__node *nd = &g->nodes[u];
         const remat__op *op = remat__ops[nd->op];
-        live += (int64_t)remat__out_bytes(nd) + (op->aux_bytes ? (int64_t)op->aux_bytes(g, nd) : 0);
+        live += remat__vbytes(p, nd) + (op->aux_bytes ? (int64_t)op->aux_bytes(g, nd) : 0);
         peak = max64(peak, live + (int64_t)remat__ws_bytes(p, u, 0));
         /* inputs whose last forward use in the stage this was */
         for (int q = 0; q < nd->n_in; q++) {
             int32_t x = nd->in[q];
             if (x < c->nodes[a] || g->nodes[x].leaf != REMAT__LEAF_NONE || sc->last[x] != u || (keep && keep[x] & 1))
                 continue;
-            live -= (int64_t)remat__out_bytes(&g->nodes[x]);
+            live -= remat__vbytes(p, &g->nodes[x]);
         }
         /* aux that no backward of this pass needs goes with the node */
         if (op->aux_bytes && !(keep && keep[u] & 2) && !(op->flags & REMAT__OP_STATEFUL))
@@ -163,7 +163,7 @@ static int64_t backward_peak(const remat__prog *p, const chain *c, int a, int b,
     for (int j = a; drop && j < b; j++) {
         int32_t u = c->nodes[j];
         if (!drop[u]) continue;
-        rec += (int64_t)remat__out_bytes(&g->nodes[u]);
+        rec += remat__vbytes(p, &g->nodes[u]);
         peak = max64(peak, rec + (int64_t)remat__ws_bytes(p, u, 0));
     }
     int64_t grads = 0;
@@ -185,11 +185,11 @@ static int64_t backward_peak(const remat__prog *p, const chain *c, int a, int b,
                 /* inputs of one node counted once */
                 for (int r = 0; r < q && first; r++)
                     if (nd->in[r] == x) first = 0;
-                if (first) grads += (int64_t)remat__out_bytes(&g->nodes[x]);
+                if (first) grads += remat__vbytes(p, &g->nodes[x]);
             }
         }
         peak = max64(peak, rec + grads + (int64_t)remat__ws_bytes(p, u, 1));
-        if (u != hi && u > lo) grads -= (int64_t)remat__out_bytes(nd); /* its own gradient is done */
+        if (u != hi && u > lo) grads -= remat__vbytes(p, nd); /* its own gradient is done */
         if (grads < 0) grads = 0;
     }
     return peak;
@@ -203,14 +203,15 @@ static int64_t backward_peak(const remat__prog *p, const chain *c, int a, int b,
  * marked, when o is no option of its own: it drops nothing (option 0 is
  * that), or, being both, one of the two kinds is missing (it is the other
  * option again). */
-static int option_drops(const remat_graph *g, const chain *c, int a, int b, int o, const scratch *sc) {
+static int option_drops(const remat__prog *p, const chain *c, int a, int b, int o, const scratch *sc) {
+    const remat_graph *g = p->g;
     int32_t lo = c->nodes[a], hi = c->nodes[b - 1];
     int top = 0, cheap = 0, aux = 0;
     for (int j = a; j < b; j++) {
         int32_t u = c->nodes[j];
         const remat__node *nd = &g->nodes[u];
         int dc = (o == OPT_EXPENSIVE || o == OPT_BOTH) && (sc->read[u] & 1) && u != hi && !expensive(g, nd);
-        int da = (o == OPT_AUX || o == OPT_BOTH) && (sc->read[u] & 3) && large_aux(g, nd) &&
+        int da = (o == OPT_AUX || o == OPT_BOTH) && (sc->read[u] & 3) && large_aux(p, nd) &&
                  !(remat__ops[nd->op]->flags & REMAT__OP_STATEFUL);
         cheap |= dc, aux |= da;
         if (dc || da) sc->drop[u] = 1, sc->stack[top++] = u;
@@ -239,11 +240,11 @@ static void measure_stage(const remat__prog *p, chain *c, int i, const scratch *
     int32_t lo = c->nodes[a], hi = c->nodes[b - 1];
     memset(ex, 0, sizeof *ex);
     if (i == 0) {
-        for (int j = 0; j < c->n_inputs; j++) ex->input += (int64_t)remat__out_bytes(&g->nodes[c->inputs[j]]);
+        for (int j = 0; j < c->n_inputs; j++) ex->input += remat__vbytes(p, &g->nodes[c->inputs[j]]);
     } else {
-        ex->input = (int64_t)remat__out_bytes(&g->nodes[c->nodes[a - 1]]);
+        ex->input = remat__vbytes(p, &g->nodes[c->nodes[a - 1]]);
     }
-    int64_t out_bytes = (int64_t)remat__out_bytes(&g->nodes[hi]);
+    int64_t out_bytes = remat__vbytes(p, &g->nodes[hi]);
     /* last forward consumer of every inside value, and what backwards read */
     double bwd = 0;
     for (int j = a; j < b; j++) {
@@ -264,7 +265,7 @@ static void measure_stage(const remat__prog *p, chain *c, int i, const scratch *
      * producers inside the stage, and what it then keeps. */
     ex->n_options = 0;
     for (int o = 0; o < N_OPT; o++) {
-        if (!option_drops(g, c, a, b, o, sc)) continue;
+        if (!option_drops(p, c, a, b, o, sc)) continue;
         remat__stage_option *opt = &ex->opt[ex->n_options];
         memset(opt, 0, sizeof *opt);
         opt->saved = out_bytes;
@@ -278,7 +279,7 @@ static void measure_stage(const remat__prog *p, chain *c, int i, const scratch *
                 continue;
             }
             sc->keep[u] = sc->read[u];
-            if ((sc->read[u] & 1) && u != hi) opt->saved += (int64_t)remat__out_bytes(nd);
+            if ((sc->read[u] & 1) && u != hi) opt->saved += remat__vbytes(p, nd);
             if ((sc->read[u] & 2) || (op->flags & REMAT__OP_STATEFUL))
                 opt->saved += op->aux_bytes ? (int64_t)op->aux_bytes(g, nd) : 0;
         }
@@ -346,7 +347,7 @@ static remat_status chain_init(const remat__prog *p, remat_node loss, chain *c) 
     if (c->off[c->n_stages] != m) c->off[++c->n_stages] = m;
     for (int i = 0; i < c->n_stages; i++)
         for (int j = c->off[i]; j < c->off[i + 1]; j++) c->fwd[i] += remat__node_seconds(p, &g->nodes[c->nodes[j]]);
-    c->output = (int64_t)remat__out_bytes(&g->nodes[loss]);
+    c->output = remat__vbytes(p, &g->nodes[loss]);
     /* Longer chains are merged into MAX_CHAIN stages of about equal forward
      * cost: the DP is cubic in the number of stages. A merged stage's
      * backward needs what each of its parts needs. */
@@ -514,7 +515,7 @@ static remat_status keep_expensive_schedule(const remat__prog *p, remat_node los
         const remat__node *nd = &g->nodes[u];
         level[u] = nd->leaf != REMAT__LEAF_NONE || u >= last || expensive(g, nd) ? 0 : REMAT__LEVEL_NONE;
         if (nd->leaf == REMAT__LEAF_NONE && u < last && expensive(g, nd)) {
-            size_t b = remat__out_bytes(nd);
+            size_t b = (size_t)remat__vbytes(p, nd);
             e[ne++] = (exp_node){remat__node_rec_seconds(p, nd) / (double)(b ? b : 1), b, u};
             total += b;
         }

@@ -50,6 +50,8 @@ remat_status remat__prog_init(remat__prog *p, const remat_graph *g, int nth, rem
 }
 
 void remat__prog_free(remat__prog *p) {
+    free(p->dt);
+    p->dt = NULL;
     free(p->needs_grad);
     free(p->ws);
     free(p->node_cost);
@@ -87,14 +89,15 @@ int remat__cut_points(const remat_graph *g, const uint8_t *needed, int32_t *out,
     return k;
 }
 
-size_t remat__value_bytes(const remat_graph *g, int32_t v) {
+size_t remat__value_bytes(const remat__prog *p, int32_t v) {
+    const remat_graph *g = p->g;
     const remat__node *n = &g->nodes[REMAT__VAL_NODE(v)];
     switch (REMAT__VAL_KIND(v)) {
     case REMAT__V_GRAD:
         if (g->traced && g->traced[REMAT__VAL_NODE(v)].grad >= 0) return (size_t)g->traced[REMAT__VAL_NODE(v)].grad;
-        return remat__out_bytes(n);
+        return remat__node_bytes(p, REMAT__VAL_NODE(v));
     case REMAT__V_OUT:
-        return remat__out_bytes(n);
+        return remat__node_bytes(p, REMAT__VAL_NODE(v));
     case REMAT__V_AUX: {
         const remat__op *op = remat__ops[n->op];
         return op->aux_bytes ? op->aux_bytes(g, n) : 0;

@@ -63,6 +63,10 @@ typedef struct {
                            * forward (3u + 2): remat__prog_set_cost */
     int recompute_once;   /* optimal considers only schedules that recompute
                            * a node at most once (remat_session_opts) */
+    remat_precision precision;
+    uint8_t *dt;          /* (n) per node: the remat_dtype its value (and
+                           * its value's gradient) is stored in; NULL under
+                           * fp32 (the graph's dtypes) */
 } remat__prog;
 
 /* Analyses g and asks the device's kernels for each node's workspace
@@ -71,6 +75,42 @@ typedef struct {
  * op has no kernels for the device. */
 remat_status remat__prog_init(remat__prog *p, const remat_graph *g, int nth, remat_device device, void *dev);
 void remat__prog_free(remat__prog *p);
+
+/* Sets the precision policy (precision.c): each value's storage dtype
+ * from its op's rule, and each node's workspace grown by the float32
+ * buffers its kernels read and write through (remat__shim_layout). Once,
+ * right after remat__prog_init. */
+remat_status remat__prog_set_precision(remat__prog *p, remat_precision precision);
+
+/* The dtype node u's value is stored in. */
+static inline remat_dtype remat__val_dtype(const remat__prog *p, int32_t u) {
+    return p->dt ? (remat_dtype)p->dt[u] : p->g->nodes[u].dtype;
+}
+
+/* Bytes of node u's output value as the step stores it. */
+static inline size_t remat__node_bytes(const remat__prog *p, int32_t u) {
+    return (size_t)remat__numel(&p->g->nodes[u].shape) * remat__dtype_size(remat__val_dtype(p, u));
+}
+
+/* The same, of node n, as the planners count. */
+static inline int64_t remat__vbytes(const remat__prog *p, const remat__node *n) {
+    return (int64_t)remat__node_bytes(p, (int32_t)(n - p->g->nodes));
+}
+
+/* Where a kernel's float32 views of bf16 values lie in its workspace
+ * (precision.c): per input the offset of its float32 copy (or -1: the
+ * kernel reads the value itself), of the output's, of the output
+ * gradient's, and per input gradient that is rounded through bf16 the
+ * offset of the float32 buffer the kernel accumulates into; then the
+ * kernel's own workspace at `kernel`. Every offset is 256-byte aligned.
+ * `any` is 0 when the kernel needs none of them. */
+typedef struct {
+    int64_t in[REMAT__MAX_IN], din[REMAT__MAX_IN];
+    int64_t out, dout;
+    size_t kernel; /* offset of the kernel's own workspace */
+    int any;
+} remat__shim;
+void remat__shim_layout(const remat__prog *p, int32_t u, int backward, remat__shim *out);
 
 static inline size_t remat__ws_bytes(const remat__prog *p, int32_t node, int backward) {
     return p->ws[2 * (size_t)node + (backward ? 1 : 0)];
@@ -93,8 +133,8 @@ void remat__mark_needed(const remat_graph *g, remat_node root, uint8_t *needed, 
  * scratch of g->n entries. */
 int remat__cut_points(const remat_graph *g, const uint8_t *needed, int32_t *out, int32_t *reach);
 
-/* Bytes of a value. */
-size_t remat__value_bytes(const remat_graph *g, int32_t v);
+/* Bytes of a value (its storage dtype's, remat__val_dtype). */
+size_t remat__value_bytes(const remat__prog *p, int32_t v);
 
 /* Does BWD(node) write the gradient of its input i (as a value, or into a
  * parameter's gradient)? */

@@ -199,6 +199,7 @@ static void build_meta(const remat_session *s, const remat_state_opts *o, const 
     meta_add(m, "micro_batch", "%lld", (long long)micro_batch_of(s));
     meta_add(m, "ranks", "%d", s->dp.ranks);
     meta_add(m, "device", "%s", remat_device_str(s->opts.device));
+    meta_add(m, "precision", "%s", remat_precision_str(s->opts.precision));
     if (s->opts.device == REMAT_DEVICE_CPU)
         meta_add(m, "threads", "%d", s->opts.threads);
     else
@@ -235,6 +236,7 @@ static const struct {
     {"batch", "the batch (rows per optimizer step)"},
     {"micro_batch", "the micro-batch"},
     {"device", "the device (CPU and CUDA kernels give different bits)"},
+    {"precision", "the precision (--precision: bf16 rounds what fp32 keeps)"},
     {"threads", "the number of CPU threads (the kernels' bits depend on it)"},
     {"tf32", "TF32"},
     {"optim", "the optimizer"},
@@ -280,6 +282,7 @@ static remat_status compare_options(const remat__st *f, const meta *now) {
     }
     for (size_t i = 0; i < sizeof compared / sizeof compared[0]; i++) {
         const char *was = remat__st_metadata(f, compared[i].key), *is = meta_get(now, compared[i].key);
+        if (!was && !strcmp(compared[i].key, "precision")) was = "fp32"; /* saved before the policy existed */
         if (!same(was, is)) return differs(path, compared[i].what, was, is);
     }
     return REMAT_OK;
@@ -1017,8 +1020,8 @@ static remat_status same_run(remat_session *s, const remat_train_opts *o, int64_
     meta_add(&m, "a stop flag (stop)", "%s", o->stop ? "given" : "none");
     meta now = {0};
     build_meta(s, NULL, NULL, &now);
-    static const char *const session_keys[] = {"rng.seed", "device", "threads", "tf32", "optim", "optim.lr",
-                                               "optim.weight_decay", "optim.momentum", "optim.dampening",
+    static const char *const session_keys[] = {"rng.seed", "device", "precision", "threads", "tf32", "optim",
+                                               "optim.lr", "optim.weight_decay", "optim.momentum", "optim.dampening",
                                                "optim.nesterov", "optim.beta1", "optim.beta2", "optim.eps",
                                                "optim.step", "step", "graph"};
     for (size_t i = 0; i < sizeof session_keys / sizeof session_keys[0]; i++) {

@@ -1,0 +1,425 @@
+/* test_bf16.c: the bf16 precision policy (remat_precision).
+ *
+ * - Rounding: remat__bf16_of against a reference written another way (the
+ *   nearest of the two bf16 neighbours, compared in double; ties to the
+ *   even one), on special values and 2^20 random bit patterns; widening
+ *   is exact.
+ * - The op table: every op with kernels has a rule; the dtypes the rules
+ *   give on cnn (convolutions and what follows them bf16, the loss
+ *   float32) and gpt2 (the residual stream float32, as a float32 plus a
+ *   bf16 is; products bf16).
+ * - Promises: on cnn, resnet18 and gpt2 (tiny), in bf16, all, sqrt and
+ *   optimal at 3 budgets between its floor and what all holds give the
+ *   same losses, gradients, BatchNorm statistics and weights bit for bit
+ *   over 4 SGD steps, and at every step the predicted peak of every
+ *   category equals the measured one.
+ * - What it buys: bf16's activations are at most 70% of fp32's (store-all;
+ *   what stays float32 is the values the rules keep there: a residual
+ *   stream, statistics and attention's probabilities in aux), and its first
+ *   loss is fp32's within 2%.
+ * - Against PyTorch's CPU autocast (scripts/gen_fixtures_bf16.py, from the
+ *   same weights and batch): the loss within 1%, and every parameter's
+ *   gradient within 3% of the tensor's largest magnitude of autocast's,
+ *   or no farther from it than float32 PyTorch is (which can be far: a
+ *   gradient that is a cancelling sum is another number in bf16). gpt2's
+ *   attention is one op here (F.scaled_dot_product_attention's semantics:
+ *   float32 inside, from bf16 q, k and v), where the reference rounds the
+ *   scores and the probabilities to bf16 in between, so its gradients sit
+ *   about as far from the reference as float32's do.
+ */
+#include "../src/core/bf16.h"
+#include "../src/exec/session.h"
+#include "../src/train/safetensors.h"
+#include "check.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define STEPS 4
+
+/* ------------------------------------------------------------ rounding */
+
+static double bf16_value(uint16_t b) {
+    int sign = b >> 15, e = (b >> 7) & 0xff, m = b & 0x7f;
+    double v = e == 0 ? ldexp(m, -133) : ldexp(128 + m, e - 134); /* e == 255: 2^128 and above */
+    return sign ? -v : v;
+}
+
+/* The nearest bf16 of a finite f, found by comparing its two neighbours. */
+static uint16_t reference(float f) {
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    uint16_t lo = (uint16_t)(u >> 16), hi = (uint16_t)(lo + 1);
+    if ((u & 0xffffu) == 0) return lo;
+    double x = f, dl = fabs(x - bf16_value(lo)), dh = fabs(bf16_value(hi) - x);
+    if (dl < dh) return lo;
+    if (dh < dl) return hi;
+    return (lo & 1) ? hi : lo;
+}
+
+static void rounding(void) {
+    static const struct {
+        uint32_t f;
+        uint16_t b;
+    } cases[] = {
+        {0x3f800000u, 0x3f80}, /* 1 */
+        {0x3f808000u, 0x3f80}, /* a tie to the even below */
+        {0x3f818000u, 0x3f82}, /* a tie to the even above */
+        {0x3f808001u, 0x3f81}, /* just above a tie */
+        {0x80000000u, 0x8000}, /* -0 */
+        {0x00000001u, 0x0000}, /* the smallest subnormal */
+        {0x7f800000u, 0x7f80}, /* inf */
+        {0xff800000u, 0xff80}, /* -inf */
+        {0x7f7fffffu, 0x7f80}, /* FLT_MAX rounds past the largest bf16 */
+        {0x7f7f7fffu, 0x7f7f}, /* below the midpoint: the largest bf16 */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        float f;
+        memcpy(&f, &cases[i].f, sizeof f);
+        CHECK_MSG(remat__bf16_of(f) == cases[i].b, "bf16 of 0x%08x: 0x%04x, expected 0x%04x", cases[i].f,
+                  remat__bf16_of(f), cases[i].b);
+    }
+    float nan = NAN, neg = -NAN;
+    CHECK(isnan(remat__f32_of(remat__bf16_of(nan))) && isnan(remat__f32_of(remat__bf16_of(neg))));
+    CHECK((remat__bf16_of(neg) & 0x8000) && !(remat__bf16_of(nan) & 0x8000));
+    uint32_t x = 12345u;
+    int bad = 0;
+    for (int i = 0; i < (1 << 20); i++) {
+        x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+        float f;
+        memcpy(&f, &x, sizeof f);
+        if (!isfinite(f)) continue;
+        uint16_t b = remat__bf16_of(f);
+        if (b != reference(f) && bad++ < 3) CHECK_MSG(0, "bf16 of 0x%08x: 0x%04x, reference 0x%04x", x, b, reference(f));
+        if ((b & 0x7f80) != 0x7f80) CHECK(bf16_value(b) == (double)remat__f32_of(b)); /* widening is exact */
+    }
+    CHECK_MSG(bad == 0, "%d of 2^20 random floats round differently from the reference", bad);
+    printf("rounding: special values and 2^20 random floats as the reference\n");
+}
+
+/* --------------------------------------------------------------- rules */
+
+static remat_status build(const char *name, remat_graph *g, remat_model *m) {
+    remat_model_opts mo;
+    remat_model_opts_default(&mo);
+    remat_status st = remat_model_opts_for(&mo, name);
+    if (st != REMAT_OK) return st;
+    mo.batch = 4;
+    if (strstr(name, "resnet")) mo.height = 16, mo.width = 16, mo.classes = 10, mo.base_channels = 4;
+    if (strcmp(name, "gpt2") == 0) mo.layers = 2, mo.embd = 16, mo.heads = 2, mo.context = 8, mo.vocab = 32;
+    return remat_model_build(g, &mo, m);
+}
+
+static remat_session *session(const remat_graph *g, remat_node loss, remat_precision p, remat_strategy st,
+                              size_t budget) {
+    remat_session_opts so;
+    remat_session_opts_default(&so);
+    so.threads = 2;
+    so.seed = 3;
+    so.precision = p;
+    so.strategy = st;
+    so.budget = budget;
+    remat_session *s = NULL;
+    CHECK_OK(remat_session_create(&s, g, loss, &so));
+    return s;
+}
+
+static void rules(void) {
+    for (int op = 0; op < REMAT__N_OPS; op++)
+        if (remat__ops[op]->forward)
+            CHECK_MSG(remat__ops[op]->autocast != REMAT__AC_NONE, "op '%s' has no bf16 rule", remat__ops[op]->name);
+    const char *models[] = {"cnn", "gpt2"};
+    for (int k = 0; k < 2; k++) {
+        remat_graph *g;
+        remat_model m;
+        CHECK_OK(remat_graph_create(&g));
+        CHECK_OK(build(models[k], g, &m));
+        remat_session *s = session(g, m.loss, REMAT_PRECISION_BF16, REMAT_STRATEGY_ALL, 0);
+        int seen_low = 0, seen_f32_add = 0;
+        for (int32_t u = 0; s && u < g->n; u++) {
+            const remat__node *n = &g->nodes[u];
+            if (n->leaf != REMAT__LEAF_NONE) continue;
+            remat_dtype d = remat__val_dtype(&s->prog, u);
+            int rule = remat__ops[n->op]->autocast;
+            if (rule == REMAT__AC_LOW) {
+                CHECK(d == REMAT_BF16);
+                seen_low++;
+            }
+            if (rule == REMAT__AC_FP32) CHECK_MSG(d == REMAT_F32, "%s: a loss stored as %d", models[k], (int)d);
+            if (n->op == REMAT__OP_ADD && k == 1) seen_f32_add += d == REMAT_F32; /* the residual stream */
+            if (n->op == REMAT__OP_RELU && k == 0) CHECK(d == REMAT_BF16); /* after a bf16 convolution */
+        }
+        CHECK(seen_low > 0 && (k == 0 || seen_f32_add > 0));
+        printf("rules: %s: %d products in bf16%s\n", models[k], seen_low, k ? ", the residual adds in float32" : "");
+        remat_session_destroy(s);
+        remat_graph_destroy(g);
+    }
+}
+
+/* ------------------------------------------------------------ promises */
+
+typedef struct {
+    float loss[STEPS];
+    int n;
+    float **w, **gr; /* parameters and buffers after the steps; the first step's gradients */
+    int64_t *numel;
+    size_t act;      /* the activations' measured peak */
+} result;
+
+static void result_free(result *r) {
+    for (int i = 0; i < r->n; i++) free(r->w[i]), free(r->gr[i]);
+    free(r->w), free(r->gr), free(r->numel);
+    memset(r, 0, sizeof *r);
+}
+
+static void bind_batch(remat_session *s, const remat_graph *g, const remat_model *m, int step, float *x, int32_t *y,
+                       int64_t nx, int64_t ny) {
+    int tokens = remat_node_dtype(g, m->input) == REMAT_I32;
+    for (int64_t i = 0; i < nx; i++) {
+        if (tokens) ((int32_t *)x)[i] = (int32_t)((i * 7 + step * 3) % 10);
+        else x[i] = (float)((i * 31 + step * 7) % 23) / 11.0f - 1.0f;
+    }
+    for (int64_t i = 0; i < ny; i++) y[i] = (int32_t)((i * 3 + step) % 10);
+    remat_session_bind(s, m->input, x);
+    remat_session_bind(s, m->labels, y);
+}
+
+static int64_t numel_of(const remat_graph *g, remat_node n) {
+    int64_t d[4], k = 1;
+    for (int i = 0, nd = remat_node_shape(g, n, d); i < nd; i++) k *= d[i];
+    return k;
+}
+
+static void steps(const char *name, remat_precision p, remat_strategy st, size_t budget, result *r) {
+    memset(r, 0, sizeof *r);
+    remat_graph *g;
+    remat_model m;
+    CHECK_OK(remat_graph_create(&g));
+    CHECK_OK(build(name, g, &m));
+    remat_session *s = session(g, m.loss, p, st, budget);
+    if (!s) {
+        remat_graph_destroy(g);
+        return;
+    }
+    remat_optim_opts oo;
+    remat_optim_opts_default(&oo, REMAT_OPTIM_SGD);
+    oo.lr = 0.05f, oo.momentum = 0.9f;
+    CHECK_OK(remat_session_set_optimizer(s, &oo));
+    int64_t nx = numel_of(g, m.input), ny = numel_of(g, m.labels);
+    float *x = malloc((size_t)nx * sizeof *x);
+    int32_t *y = malloc((size_t)ny * sizeof *y);
+    r->n = remat_session_param_count(s);
+    r->w = calloc((size_t)r->n, sizeof *r->w);
+    r->gr = calloc((size_t)r->n, sizeof *r->gr);
+    r->numel = calloc((size_t)r->n, sizeof *r->numel);
+    for (int step = 0; step < STEPS; step++) {
+        bind_batch(s, g, &m, step, x, y, nx, ny);
+        remat_mem_stats pred, meas;
+        CHECK_OK(remat_session_predict(s, &pred));
+        CHECK_OK(remat_session_step(s, &r->loss[step]));
+        remat_session_mem(s, &meas);
+        for (int c = 0; c < REMAT_MEM_COUNT; c++)
+            CHECK_MSG(pred.peak[c] == meas.peak[c], "%s %s/%s step %d %s: predicted %zu, measured %zu", name,
+                      remat_precision_str(p), remat_strategy_str(st), step, remat_mem_str((remat_mem)c), pred.peak[c],
+                      meas.peak[c]);
+        r->act = meas.peak[REMAT_MEM_ACT];
+        for (int i = 0; i < r->n && step == 0; i++) {
+            remat_param_info pi;
+            remat_session_param(s, i, &pi);
+            r->numel[i] = pi.numel;
+            if (!pi.grad) continue;
+            r->gr[i] = malloc((size_t)pi.numel * sizeof(float));
+            memcpy(r->gr[i], pi.grad, (size_t)pi.numel * sizeof(float));
+        }
+        CHECK_OK(remat_session_update(s));
+    }
+    for (int i = 0; i < r->n; i++) {
+        remat_param_info pi;
+        remat_session_param(s, i, &pi);
+        r->w[i] = malloc((size_t)pi.numel * sizeof(float));
+        memcpy(r->w[i], pi.data, (size_t)pi.numel * sizeof(float));
+    }
+    free(x), free(y);
+    remat_session_destroy(s);
+    remat_graph_destroy(g);
+}
+
+static void same(const char *name, const char *what, const result *a, const result *b) {
+    CHECK_MSG(!memcmp(a->loss, b->loss, sizeof a->loss), "%s bf16 %s: losses differ (%.9g vs %.9g)", name, what,
+              (double)a->loss[STEPS - 1], (double)b->loss[STEPS - 1]);
+    CHECK(a->n == b->n && a->n > 0);
+    for (int i = 0; i < a->n && i < b->n; i++) {
+        size_t bytes = (size_t)a->numel[i] * sizeof(float);
+        CHECK_MSG(!memcmp(a->w[i], b->w[i], bytes), "%s bf16 %s: parameter or buffer %d differs", name, what, i);
+        if (a->gr[i] && b->gr[i])
+            CHECK_MSG(!memcmp(a->gr[i], b->gr[i], bytes), "%s bf16 %s: gradient %d differs", name, what, i);
+    }
+}
+
+/* The bf16 floor of optimal, and what all holds: the budgets between. */
+static void budgets_of(const char *name, size_t out[3]) {
+    remat_graph *g;
+    remat_model m;
+    CHECK_OK(remat_graph_create(&g));
+    CHECK_OK(build(name, g, &m));
+    remat_session *s = session(g, m.loss, REMAT_PRECISION_BF16, REMAT_STRATEGY_ALL, 0);
+    remat_optim_opts oo;
+    remat_optim_opts_default(&oo, REMAT_OPTIM_SGD);
+    oo.momentum = 0.9f;
+    remat_plan_summary ps = {0};
+    if (s) {
+        CHECK_OK(remat_session_set_optimizer(s, &oo));
+        CHECK_OK(remat_session_plan(s, &ps));
+    }
+    remat_session_destroy(s);
+    size_t floor = 0;
+    remat_session_opts so;
+    remat_session_opts_default(&so);
+    so.threads = 2, so.precision = REMAT_PRECISION_BF16, so.strategy = REMAT_STRATEGY_OPTIMAL;
+    so.budget = 1, so.floor_out = &floor, so.optim = &oo;
+    s = NULL;
+    CHECK(remat_session_create(&s, g, m.loss, &so) == REMAT_BUDGET && floor > 0 && floor <= ps.held_bytes);
+    for (int k = 0; k < 3; k++) out[k] = floor + (ps.held_bytes - floor) * (size_t)k / 3;
+    remat_graph_destroy(g);
+}
+
+static void promises(const char *name) {
+    result all, f32;
+    steps(name, REMAT_PRECISION_BF16, REMAT_STRATEGY_ALL, 0, &all);
+    steps(name, REMAT_PRECISION_FP32, REMAT_STRATEGY_ALL, 0, &f32);
+    result r;
+    steps(name, REMAT_PRECISION_BF16, REMAT_STRATEGY_SQRT, 0, &r);
+    same(name, "sqrt", &all, &r);
+    result_free(&r);
+    size_t b[3];
+    budgets_of(name, b);
+    for (int k = 0; k < 3; k++) {
+        char what[64];
+        snprintf(what, sizeof what, "optimal at %zu B", b[k]);
+        steps(name, REMAT_PRECISION_BF16, REMAT_STRATEGY_OPTIMAL, b[k], &r);
+        same(name, what, &all, &r);
+        result_free(&r);
+    }
+    CHECK_MSG(all.act * 10 <= f32.act * 7, "%s: bf16 activations %zu B, fp32 %zu B", name, all.act, f32.act);
+    double dl = fabs((double)all.loss[0] - f32.loss[0]) / fabs((double)f32.loss[0]);
+    CHECK_MSG(dl < 0.02, "%s: bf16 loss %.6g, fp32 %.6g", name, (double)all.loss[0], (double)f32.loss[0]);
+    printf("%-8s bf16: all, sqrt, optimal at %zu/%zu/%zu B bitwise equal over %d steps, predicted == measured; "
+           "activations %zu B = %.2f of fp32's; first loss %.6g (fp32 %.6g)\n",
+           name, b[0], b[1], b[2], STEPS, all.act, (double)all.act / (double)f32.act, (double)all.loss[0],
+           (double)f32.loss[0]);
+    result_free(&all);
+    result_free(&f32);
+}
+
+/* --------------------------------------------------- against autocast */
+
+/* Model options from a fixture's metadata: the keys it has. */
+static void fixture_opts(const remat__st *w, const char *model, remat_model_opts *o) {
+    remat_model_opts_default(o);
+    CHECK_OK(remat_model_opts_for(o, model));
+    o->dropout_scale = 0.0f;
+    const struct {
+        const char *key;
+        int64_t *at;
+    } keys[] = {{"batch", &o->batch},       {"channels", &o->channels}, {"height", &o->height},
+                {"width", &o->width},       {"classes", &o->classes},   {"base_channels", &o->base_channels},
+                {"depth", &o->depth},       {"layers", &o->layers},     {"embd", &o->embd},
+                {"heads", &o->heads},       {"context", &o->context},   {"vocab", &o->vocab}};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        const char *v = remat__st_metadata(w, keys[i].key);
+        if (v) *keys[i].at = strtoll(v, NULL, 10);
+    }
+}
+
+static const float *tensor(const remat__st *f, const char *key, size_t bytes) {
+    int i = remat__st_find(f, key);
+    remat__st_tensor t;
+    CHECK_MSG(i >= 0 && remat__st_get(f, i, &t) == REMAT_OK && t.bytes == bytes, "%s: no %s of %zu bytes",
+              remat__st_path(f), key, bytes);
+    return i >= 0 && remat__st_get(f, i, &t) == REMAT_OK && t.bytes == bytes ? t.data : NULL;
+}
+
+/* max |c - r| over n floats, and r's largest magnitude. */
+static double dist(const float *c, const float *r, int64_t n, double *S) {
+    double d = 0;
+    *S = 0;
+    for (int64_t i = 0; i < n; i++) d = fmax(d, fabs((double)c[i] - r[i])), *S = fmax(*S, fabs((double)r[i]));
+    return d;
+}
+
+/* remat in bf16 from the fixture's weights and batch, against PyTorch's
+ * autocast (scripts/gen_fixtures_bf16.py): the loss, and every
+ * parameter's gradient, each within BF16_TOL of its largest magnitude or
+ * no farther from autocast than float32 PyTorch is (f32dist). */
+#define BF16_TOL 0.03
+static void against_autocast(const char *model, const char *dir) {
+    char path[512];
+    remat__st *w = NULL, *b = NULL, *ac = NULL;
+    snprintf(path, sizeof path, "%s/weights.safetensors", dir);
+    CHECK_OK(remat__st_open(&w, path));
+    snprintf(path, sizeof path, "%s/batch.safetensors", dir);
+    CHECK_OK(remat__st_open(&b, path));
+    snprintf(path, sizeof path, "%s/autocast.safetensors", dir);
+    CHECK_OK(remat__st_open(&ac, path));
+    remat_graph *g = NULL;
+    remat_session *s = NULL;
+    remat_model m;
+    remat_model_opts mo;
+    if (!w || !b || !ac) goto out;
+    fixture_opts(w, model, &mo);
+    CHECK_OK(remat_graph_create(&g));
+    CHECK_OK(remat_model_build(g, &mo, &m));
+    s = session(g, m.loss, REMAT_PRECISION_BF16, REMAT_STRATEGY_ALL, 0);
+    if (!s) goto out;
+    snprintf(path, sizeof path, "%s/weights.safetensors", dir);
+    CHECK_OK(remat_safetensors_load(s, path, 1));
+    const float *x = tensor(b, "input", (size_t)numel_of(g, m.input) * 4);
+    const float *t = tensor(b, "target", (size_t)numel_of(g, m.labels) * 4);
+    if (!x || !t) goto out;
+    remat_session_bind(s, m.input, x);
+    remat_session_bind(s, m.labels, t);
+    float loss = NAN;
+    CHECK_OK(remat_session_step(s, &loss));
+    double S = 0, worst = 0, worst32 = 0;
+    const float *rl = tensor(ac, "loss", 4);
+    double dl = rl ? dist(&loss, rl, 1, &S) : INFINITY;
+    CHECK_MSG(dl <= 0.01 * S, "%s: bf16 loss %.6g, autocast %.6g", model, (double)loss, rl ? (double)rl[0] : NAN);
+    int n = 0, nearer = 0;
+    for (int i = 0; i < remat_session_param_count(s); i++) {
+        remat_param_info p;
+        remat_session_param(s, i, &p);
+        if (!p.trainable) continue;
+        char key[300];
+        snprintf(key, sizeof key, "grad.%s", p.name);
+        const float *r = tensor(ac, key, (size_t)p.numel * 4);
+        snprintf(key, sizeof key, "f32dist.grad.%s", p.name);
+        int k = remat__st_find(ac, key);
+        remat__st_tensor fd;
+        if (!r || k < 0 || remat__st_get(ac, k, &fd) != REMAT_OK) continue;
+        double d = dist(p.grad, r, p.numel, &S), d32 = ((const double *)fd.data)[0];
+        CHECK_MSG(d <= BF16_TOL * S || d <= d32, "%s: gradient of %s is %.3g from autocast's (largest %.3g); "
+                  "float32 PyTorch is %.3g from it", model, p.name, d, S, d32);
+        n++, nearer += d <= d32;
+        if (S > 0) worst = fmax(worst, d / S), worst32 = fmax(worst32, d32 / S);
+    }
+    CHECK(n > 0);
+    printf("%-8s against PyTorch autocast: loss %.6g (autocast %.6g); %d gradients, up to %.3g of their largest "
+           "magnitude off (float32 PyTorch: up to %.3g), %d of them nearer to autocast than float32 is\n",
+           model, (double)loss, rl ? (double)rl[0] : NAN, n, worst, worst32, nearer);
+out:
+    remat_session_destroy(s);
+    remat_graph_destroy(g);
+    remat__st_close(w), remat__st_close(b), remat__st_close(ac);
+}
+
+int main(void) {
+    rounding();
+    rules();
+    against_autocast("cnn", "fixtures/bf16_cnn");
+    against_autocast("resnet18", "fixtures/cnn_models/resnet18");
+    against_autocast("gpt2", "fixtures/gpt2_tiny");
+    const char *models[] = {"cnn", "resnet18", "gpt2"};
+    for (int i = 0; i < 3; i++) promises(models[i]);
+    return check_exit("test_bf16");
+}
