@@ -1,5 +1,6 @@
 /* cmd_info.c: `remat info`: the model as a table, one row per node: output
- * shape, parameters it owns, and bytes its output keeps for backward under
+ * shape (and, under --precision bf16, the dtype it is stored in),
+ * parameters it owns, and bytes its output keeps for backward under
  * the store-all schedule; then totals and the predicted step peak, which
  * counts the optimizer's state as `remat plan` and `remat train` do (AdamW
  * unless --optim says otherwise), so that the three agree. */
@@ -16,6 +17,8 @@ static void help(void) {
            "                  synthetic (default: the model's own input shape)\n"
            "  --optim NAME    count this optimizer's state in the step's peak: none | sgd\n"
            "                  (with momentum) | adamw (default adamw, as plan and train)\n"
+           "  --precision P   fp32 | bf16: bytes as that precision stores them; bf16 also\n"
+           "                  shows each output's dtype (default fp32)\n"
            "  --json          one JSON object per node, then one with the totals\n"
            "  --help          this text\n"
            "\n");
@@ -37,7 +40,8 @@ static int64_t params_of(const remat_session *s, const remat_graph *g, remat_nod
 
 /* One line (or JSON object) per op node: its output, parameters and what
  * its backward keeps; the totals of the last two in *params, *saved. */
-static void print_nodes(const remat_session *s, const remat_graph *g, int json, int64_t *params, size_t *saved) {
+static void print_nodes(const remat_session *s, const remat_graph *g, int json, int bf16, int64_t *params,
+                        size_t *saved) {
     *params = 0, *saved = 0;
     if (!json)
         printf("%4s  %-15s %-14s %-20s %12s %14s\n", "node", "op", "name", "output", "parameters", "kept for bwd");
@@ -49,6 +53,12 @@ static void print_nodes(const remat_session *s, const remat_graph *g, int json, 
         *params += p, *saved += kept;
         char sh[64], sb[32];
         cli_shape_str(g, n, sh, sizeof sh);
+        if (bf16) {
+            size_t at = strlen(sh);
+            static const char *const names[] = {"f32", "i32", "u8", "bf16"};
+            int d = remat_session_value_dtype(s, n);
+            snprintf(sh + at, sizeof sh - at, " %s", d >= 0 && d < 4 ? names[d] : "?");
+        }
         if (json) {
             cJSON *o = cJSON_CreateObject();
             cJSON_AddNumberToObject(o, "node", n);
@@ -93,7 +103,7 @@ static void print_totals(const remat_model_opts *mo, const remat_graph *g, const
 }
 
 int cmd_info(int argc, char **argv) {
-    const char *data = NULL, *optim = "adamw";
+    const char *data = NULL, *optim = "adamw", *precision = "fp32";
     int json = 0;
     cli_model_args ma;
     cli_model_args_init(&ma);
@@ -101,6 +111,7 @@ int cmd_info(int argc, char **argv) {
                                          {"data", required_argument, 0, 'd'},
                                          {"json", no_argument, 0, 'j'},
                                          {"optim", required_argument, 0, 'o'},
+                                         {"precision", required_argument, 0, 'p'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     cli_opts co = {.cmd = "info", .ma = &ma, .opts = opts, .shortopts = ":h"};
@@ -109,6 +120,7 @@ int cmd_info(int argc, char **argv) {
         case 'd': data = optarg; break;
         case 'j': json = 1; break;
         case 'o': optim = optarg; break;
+        case 'p': precision = optarg; break;
         case 'h': help(); return 0;
         }
     }
@@ -127,6 +139,8 @@ int cmd_info(int argc, char **argv) {
     so.threads = 1;
     so.plan_only = 1;                  /* shapes and bytes only */
     so.optim = has_optim ? &oo : NULL; /* its state counts in the peak */
+    if (remat_precision_parse(precision, &so.precision) != REMAT_OK)
+        return cli_usage_error("info", "%s", remat_last_error());
     remat_mem_stats pred;
     if (remat_graph_create(&g) != REMAT_OK || remat_model_build(g, &mo, &m) != REMAT_OK) {
         rc = cli_fail("%s", remat_last_error());
@@ -136,7 +150,7 @@ int cmd_info(int argc, char **argv) {
         } else {
             int64_t params;
             size_t saved;
-            print_nodes(s, g, json, &params, &saved);
+            print_nodes(s, g, json, so.precision == REMAT_PRECISION_BF16, &params, &saved);
             if (remat_session_predict(s, &pred) != REMAT_OK) rc = cli_fail("%s", remat_last_error());
             else print_totals(&mo, g, &m, optim, has_optim, json, params, saved, &pred);
         }

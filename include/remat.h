@@ -558,6 +558,10 @@ remat_status remat_session_predict(const remat_session *s, remat_mem_stats *out)
 /* Bytes that the training step keeps for backward in each node's output
  * (what `remat info` shows); 0 for nodes whose output is not kept. */
 size_t remat_session_saved_bytes(const remat_session *s, remat_node n);
+/* The dtype the session stores node n's value (and its gradient) in under
+ * its precision policy: REMAT_BF16 or the graph's own; -1 for a node out
+ * of range. */
+int remat_session_value_dtype(const remat_session *s, remat_node n);
 /* A summary of the training step's schedule. */
 typedef struct {
     remat_strategy strategy;

@@ -467,6 +467,10 @@ size_t remat_session_saved_bytes(const remat_session *s, remat_node n) {
     return b;
 }
 
+int remat_session_value_dtype(const remat_session *s, remat_node n) {
+    return n >= 0 && n < s->g->n ? (int)remat__val_dtype(&s->prog, n) : -1;
+}
+
 int64_t remat_session_step_index(const remat_session *s) { return s->step; }
 
 void remat_session_set_profiling(remat_session *s, int on) {
