@@ -29,6 +29,11 @@ static void help(void) {
            "                    (all), with recomputation (optimal), and with optimal within\n"
            "                    --max-overhead; doubling from --batch (default 1), then\n"
            "                    bisection; one line per plan on stderr\n"
+           "  --device-memory SIZE\n"
+           "                    with --device cuda: the card's memory (e.g. 11GiB), the\n"
+           "                    budget when --budget is not given; where no GPU is here,\n"
+           "                    the plan is made without one, its convolution workspaces\n"
+           "                    estimated (upper bounds)\n"
            "  --max-overhead PCT\n"
            "                    with --max-batch: recomputation allowed, in percent of the\n"
            "                    step's compute (seconds with a calibrated cost model, else\n"
@@ -39,7 +44,7 @@ static void help(void) {
            "  --json            one JSON object (with the instructions if --verbose)\n"
            "  --help            this text\n"
            "(--chain and --slots plan any chain; --device cuda plans against the device's\n"
-           "kernels and workspaces, and needs a GPU to ask cuDNN for them)\n");
+           "kernels and workspaces, asking cuDNN where a GPU is here, estimating where not)\n");
     cli_session_help(1);
     printf("\n");
     cli_model_help();
@@ -279,6 +284,7 @@ typedef struct {
     int64_t slots;
     int sweep, json, verbose, max_batch, overhead_given;
     double max_overhead;
+    size_t device_memory; /* --device-memory: the card's bytes, 0 unless given */
 } plan_args;
 
 /* Reads the flags into a: 0, 1 after --help (printed), or the exit status
@@ -289,6 +295,7 @@ static int parse_args(int argc, char **argv, plan_args *a, int *rc) {
     a->max_overhead = 30.0;
     cli_model_args_init(&a->ma);
     cli_session_args_init(&a->sa);
+    a->sa.check_device = 0; /* a plan for a device that is not here is made without it */
     static const struct option opts[] = {
         CLI_MODEL_OPTIONS, CLI_SESSION_OPTIONS, CLI_PLAN_OPTIONS,
         {"data", required_argument, 0, 'd'},     {"optim", required_argument, 0, 'o'},
@@ -298,6 +305,7 @@ static int parse_args(int argc, char **argv, plan_args *a, int *rc) {
         {"chain", required_argument, 0, 'C'},    {"slots", required_argument, 0, 'L'},
         {"graph", required_argument, 0, 'G'},
         {"max-batch", no_argument, 0, 'M'},      {"max-overhead", required_argument, 0, 'O'},
+        {"device-memory", required_argument, 0, 'D'},
         {0, 0, 0, 0}};
     cli_opts co = {.cmd = "plan", .ma = &a->ma, .sa = &a->sa, .opts = opts, .shortopts = ":hv"};
     for (int c; (c = cli_next_opt(&co, argc, argv)) > 0;) {
@@ -312,6 +320,7 @@ static int parse_args(int argc, char **argv, plan_args *a, int *rc) {
         case 'L': bad = cli_parse_i64(optarg, &a->slots) || a->slots < 1 || a->slots > 100000; break;
         case 'P': a->plot = optarg; break;
         case 'M': a->max_batch = 1; break;
+        case 'D': bad = cli_parse_size(optarg, &a->device_memory) || a->device_memory == 0; break;
         case 'O': { /* "10" or "10%" */
             char *end;
             a->overhead_given = 1;
@@ -329,7 +338,12 @@ static int parse_args(int argc, char **argv, plan_args *a, int *rc) {
 }
 
 /* Flags that do not go together: 0, or the exit status of the usage error. */
-static int check_args(const plan_args *a) {
+static int check_args(plan_args *a) {
+    if (a->device_memory && strcmp(a->sa.device, "cpu") == 0)
+        return cli_usage_error("plan", "--device-memory is for a GPU (--device cuda)");
+    if (a->device_memory && a->sa.budget > a->device_memory)
+        return cli_usage_error("plan", "--budget is above --device-memory");
+    if (a->device_memory && !a->sa.budget) a->sa.budget = a->device_memory; /* the card's memory bounds the step */
     if (a->overhead_given && !a->max_batch) return cli_usage_error("plan", "--max-overhead needs --max-batch");
     if (a->max_batch) {
         if (a->chain_file || a->sweep || a->verbose)
@@ -407,6 +421,17 @@ static void print_json(const plan_args *a, const remat_model_opts *mo, const rem
     cli_json_print(o);
 }
 
+/* A plan for a device that is not here is made without it: says so, and
+ * what is estimated. */
+static void note_absent(const remat_session_opts *so, size_t device_memory) {
+    if (so->device == REMAT_DEVICE_CPU || remat_device_available(so->device) == REMAT_OK) return;
+    char b[32];
+    printf("%s; planned without one", remat_last_error());
+    if (device_memory) printf(" for a card of %s", cli_fmt_bytes(device_memory, b, sizeof b));
+    printf("; the workspaces its libraries would choose (cuDNN's convolution algorithms) are estimates, upper "
+           "bounds\n");
+}
+
 /* The plan for a reader; with --verbose, the schedule first. */
 static void print_text(const plan_args *a, const remat_model_opts *mo, const remat_session_opts *so,
                        const remat_session *s, const remat_graph *g, const remat_plan_summary *p,
@@ -443,6 +468,9 @@ static void print_text(const plan_args *a, const remat_model_opts *mo, const rem
     if (p->calibrated)
         printf("predicted step time: %.4g s, of which recomputation %.4g s (cost model %s)\n", p->seconds,
                p->extra_seconds, cost_used);
+    if (p->estimated_nodes)
+        printf("estimated: the workspace of %lld nodes (no device to ask its libraries; upper bounds)\n",
+               (long long)p->estimated_nodes);
     if (a->sa.budget)
         printf("budget %s: fits (%.1f%% used)\n", cli_fmt_bytes(a->sa.budget, b, sizeof b),
                100.0 * (double)p->held_bytes / (double)a->sa.budget);
@@ -468,6 +496,7 @@ int cmd_plan(int argc, char **argv) {
     if (a.plot && !a.sweep) return cli_usage_error("plan", "--plot needs --sweep");
     if ((rc = check_model(&a, &mo)) != 0) return rc;
     so.optim = has_optim ? &oo : NULL; /* its state counts in the plan and the budget */
+    if (!a.json) note_absent(&so, a.device_memory);
     if (a.sweep) return plan_sweep(&mo, &so, so.optim, a.json, a.plot);
     if (a.max_batch)
         return cli_plan_max_batch(&mo, a.ma.batch > 0 ? mo.batch : 1, &so, a.optim, a.max_overhead, cost_used, a.json);

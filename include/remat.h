@@ -426,8 +426,11 @@ typedef struct {
                               * allocated with the parameters so that the
                               * first plan and its budget count it; NULL:
                               * none until remat_session_set_optimizer */
-    int plan_only;           /* plan without memory: the parameter, gradient
-                              * and optimizer-state blocks are counted (in
+    int plan_only;           /* plan without memory (and, for a device that
+                              * is not here, without the device: what its
+                              * libraries would choose is estimated,
+                              * remat_plan_summary.estimated_nodes): the
+                              * parameter, gradient and optimizer-state blocks are counted (in
                               * the plan and its budget) but neither
                               * allocated nor initialized, and no arena is
                               * made; steps, forward passes, parameter reads
@@ -597,6 +600,10 @@ typedef struct {
     char candidate[48];         /* optimal: the candidate family and member
                                    that won ("chain 7/24", "sqrt 1/1"); ""
                                    for the other strategies */
+    int64_t estimated_nodes;    /* nodes whose workspace bytes are estimates
+                                   (upper bounds): a plan-only session for a
+                                   device that is not here, whose libraries
+                                   (cuDNN) could not be asked; 0 otherwise */
 } remat_plan_summary;
 
 remat_status remat_session_plan(const remat_session *s, remat_plan_summary *out);

@@ -228,13 +228,19 @@ typedef void (*remat__kernel)(const remat__kctx *k, int ith, int nth);
  * when a launch or a library call fails. Workspace functions give the
  * bytes of k->ws for a node; they are called once per node when a
  * session is created (the memory plan reads the results), with the
- * backend's context. Same semantics as the CPU kernels: backward
- * accumulates into din[i]; stateful ops commit only when k->first. */
+ * backend's context, or with NULL where a session plans for a device
+ * that is not here (remat_session_opts.plan_only): a workspace function
+ * that needs the device to answer (asks_device) then gives an estimate,
+ * an upper bound of what it would give with one. Same semantics as the
+ * CPU kernels: backward accumulates into din[i]; stateful ops commit only
+ * when k->first. */
 typedef remat_status (*remat__dkernel)(const remat__kctx *k);
 typedef size_t (*remat__dws)(void *dev, const remat_graph *g, const remat__node *n);
 typedef struct {
     remat__dkernel forward, backward;
     remat__dws fwd_ws, bwd_ws; /* NULL: no workspace */
+    int asks_device;           /* its workspace depends on the device's
+                                * libraries (cuDNN's algorithms) */
 } remat__dev_kernels;
 
 /* Bits of remat__op.saves: what backward reads besides dout. Inputs 0..29

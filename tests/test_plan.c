@@ -292,7 +292,42 @@ static void budgets(void) {
     remat_graph_destroy(g);
 }
 
+/* A plan for a GPU that is not here (built with CUDA, no device): a
+ * plan-only session is made without the device, the convolutions'
+ * workspaces (cuDNN's choice) estimated and counted as such; a session
+ * that would run is refused. */
+static void deviceless(void) {
+    if (remat_device_available(REMAT_DEVICE_CUDA) == REMAT_OK || strstr(remat_last_error(), "without CUDA")) {
+        printf("deviceless: skipped (%s)\n", remat_device_available(REMAT_DEVICE_CUDA) == REMAT_OK
+                                                  ? "a GPU is here" : "built without CUDA");
+        return;
+    }
+    remat_graph *g;
+    remat_model m;
+    CHECK_OK(remat_graph_create(&g));
+    CHECK_OK(build("cnn", g, &m, -1));
+    int convs = 0;
+    for (remat_node n = 0; n < remat_graph_node_count(g); n++) convs += strcmp(remat_node_op(g, n), "conv2d") == 0;
+    remat_session_opts so;
+    remat_session_opts_default(&so);
+    so.device = REMAT_DEVICE_CUDA;
+    remat_session *s = NULL;
+    CHECK(remat_session_create(&s, g, m.loss, &so) == REMAT_UNSUPPORTED && s == NULL);
+    so.plan_only = 1;
+    CHECK_OK(remat_session_create(&s, g, m.loss, &so));
+    remat_plan_summary p = {0};
+    if (s) CHECK_OK(remat_session_plan(s, &p));
+    CHECK_MSG(p.estimated_nodes == convs && convs > 0, "estimated %lld nodes, %d convolutions",
+              (long long)p.estimated_nodes, convs);
+    CHECK(p.predicted.peak[REMAT_MEM_WORKSPACE] >= ((size_t)256 << 20)); /* at most the cap, which it counts */
+    printf("deviceless: a cuda plan without a GPU, %lld convolutions' workspaces estimated, holds %zu B\n",
+           (long long)p.estimated_nodes, p.held_bytes);
+    remat_session_destroy(s);
+    remat_graph_destroy(g);
+}
+
 int main(void) {
+    deviceless();
     const char *models[] = {"cnn", "bnnet", "mlp", "heavy-mul"};
     for (int i = 0; i < 4; i++) invariance(models[i]);
     trap();

@@ -482,8 +482,19 @@ static remat_status conv_backward(const remat__kctx *k) {
 
 /* ---------------------------------------------------------- workspaces */
 
+/* Without a device to ask cuDNN (a plan for a GPU that is not here): the
+ * cap choose() keeps every algorithm under, an upper bound of the bytes
+ * unless cuDNN offers no deterministic algorithm below it. */
+static size_t conv_ws_estimate(const remat_graph *g, const remat__node *n) {
+    const size_t tensors = ((size_t)remat__numel(remat__in_shape(g, n, 0)) +
+                            (size_t)remat__numel(remat__in_shape(g, n, 1)) + (size_t)remat__numel(&n->shape)) *
+                           sizeof(float);
+    return align256(2 * tensors > CONV_WS_FLOOR ? 2 * tensors : CONV_WS_FLOOR);
+}
+
 /* Forward: the forward algorithm's bytes. */
 static size_t conv_fwd_ws(void *dev, const remat_graph *g, const remat__node *n) {
+    if (!dev) return conv_ws_estimate(g, n);
     conv_entry *e = NULL;
     if (entry_get((remat__cuda *)dev, g, n, NULL, &e) != REMAT_OK) return 0;
     return e->bytes[PASS_FWD];
@@ -493,6 +504,7 @@ static size_t conv_fwd_ws(void *dev, const remat_graph *g, const remat__node *n)
  * the db partials after both, so they reuse one region from offset 0:
  * max(data bytes, filter bytes, db partials), rounded to 256 bytes. */
 static size_t conv_bwd_ws(void *dev, const remat_graph *g, const remat__node *n) {
+    if (!dev) return conv_ws_estimate(g, n); /* db's partials are far below the cap */
     conv_entry *e = NULL;
     if (entry_get((remat__cuda *)dev, g, n, NULL, &e) != REMAT_OK) return 0;
     size_t b = e->bytes[PASS_DATA] > e->bytes[PASS_FILT] ? e->bytes[PASS_DATA] : e->bytes[PASS_FILT];
@@ -501,4 +513,4 @@ static size_t conv_bwd_ws(void *dev, const remat_graph *g, const remat__node *n)
 }
 
 extern "C" const remat__dev_kernels remat__cuda_conv2d = {conv_forward, conv_backward, conv_fwd_ws,
-                                                          conv_bwd_ws};
+                                                          conv_bwd_ws, 1};

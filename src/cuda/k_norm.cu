@@ -391,7 +391,7 @@ static remat_status bn_backward(const remat__kctx *k) {
     return REMAT_OK;
 }
 
-extern "C" const remat__dev_kernels remat__cuda_batchnorm2d = {bn_forward, bn_backward, bn_ws, bn_ws};
+extern "C" const remat__dev_kernels remat__cuda_batchnorm2d = {bn_forward, bn_backward, bn_ws, bn_ws, 0};
 
 /* =============================================================== LayerNorm */
 
@@ -668,4 +668,4 @@ static remat_status ln_backward(const remat__kctx *k) {
     return REMAT_OK;
 }
 
-extern "C" const remat__dev_kernels remat__cuda_layernorm = {ln_forward, ln_backward, NULL, ln_bwd_ws};
+extern "C" const remat__dev_kernels remat__cuda_layernorm = {ln_forward, ln_backward, NULL, ln_bwd_ws, 0};

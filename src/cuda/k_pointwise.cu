@@ -132,7 +132,7 @@ static remat_status relu_backward(const remat__kctx *k) {
     return REMAT_OK;
 }
 
-extern "C" const remat__dev_kernels remat__cuda_relu = {relu_forward, relu_backward, NULL, NULL};
+extern "C" const remat__dev_kernels remat__cuda_relu = {relu_forward, relu_backward, NULL, NULL, 0};
 
 /* ------------------------------------------------------------------- add */
 
@@ -189,7 +189,7 @@ static remat_status add_backward(const remat__kctx *k) {
     return REMAT_OK;
 }
 
-extern "C" const remat__dev_kernels remat__cuda_add = {add_forward, add_backward, NULL, NULL};
+extern "C" const remat__dev_kernels remat__cuda_add = {add_forward, add_backward, NULL, NULL, 0};
 
 /* ------------------------------------------------------------------- mul */
 
@@ -249,7 +249,7 @@ static remat_status mul_backward(const remat__kctx *k) {
     return REMAT_OK;
 }
 
-extern "C" const remat__dev_kernels remat__cuda_mul = {mul_forward, mul_backward, NULL, NULL};
+extern "C" const remat__dev_kernels remat__cuda_mul = {mul_forward, mul_backward, NULL, NULL, 0};
 
 /* --------------------------------------------------------------- dropout */
 
@@ -343,7 +343,7 @@ static remat_status dropout_backward(const remat__kctx *k) {
     return REMAT_OK;
 }
 
-extern "C" const remat__dev_kernels remat__cuda_dropout = {dropout_forward, dropout_backward, NULL, NULL};
+extern "C" const remat__dev_kernels remat__cuda_dropout = {dropout_forward, dropout_backward, NULL, NULL, 0};
 
 /* ------------------------------------------------------------------ gelu */
 
@@ -437,7 +437,7 @@ static remat_status gelu_backward(const remat__kctx *k) {
     return REMAT_OK;
 }
 
-extern "C" const remat__dev_kernels remat__cuda_gelu = {gelu_forward, gelu_backward, NULL, NULL};
+extern "C" const remat__dev_kernels remat__cuda_gelu = {gelu_forward, gelu_backward, NULL, NULL, 0};
 
 /* --------------------------------------------------------- add_broadcast */
 
@@ -595,4 +595,4 @@ static remat_status addb_backward(const remat__kctx *k) {
     return REMAT_OK;
 }
 
-extern "C" const remat__dev_kernels remat__cuda_add_broadcast = {addb_forward, addb_backward, NULL, addb_bwd_ws};
+extern "C" const remat__dev_kernels remat__cuda_add_broadcast = {addb_forward, addb_backward, NULL, addb_bwd_ws, 0};

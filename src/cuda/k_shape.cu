@@ -155,7 +155,7 @@ static remat_status reshape_backward(const remat__kctx *k) {
     return sh_copy(k, k->dout, k->din[0], remat__numel(&k->node->shape), 1);
 }
 
-extern "C" const remat__dev_kernels remat__cuda_reshape = {reshape_forward, reshape_backward, NULL, NULL};
+extern "C" const remat__dev_kernels remat__cuda_reshape = {reshape_forward, reshape_backward, NULL, NULL, 0};
 
 /* ---------------------------------------------------------------- concat */
 
@@ -205,7 +205,7 @@ static remat_status concat_backward(const remat__kctx *k) {
     return sh_run_parts(k, &t, 1);
 }
 
-extern "C" const remat__dev_kernels remat__cuda_concat = {concat_forward, concat_backward, NULL, NULL};
+extern "C" const remat__dev_kernels remat__cuda_concat = {concat_forward, concat_backward, NULL, NULL, 0};
 
 /* ----------------------------------------------------------------- slice */
 
@@ -238,7 +238,7 @@ static remat_status slice_backward(const remat__kctx *k) {
     return sh_run_parts(k, &t, 1);
 }
 
-extern "C" const remat__dev_kernels remat__cuda_slice = {slice_forward, slice_backward, NULL, NULL};
+extern "C" const remat__dev_kernels remat__cuda_slice = {slice_forward, slice_backward, NULL, NULL, 0};
 
 /* --------------------------------------------------------------- permute */
 
@@ -437,7 +437,7 @@ static remat_status permute_backward(const remat__kctx *k) {
     return perm_run(k, k->dout, k->din[0], ys, inv, 1);
 }
 
-extern "C" const remat__dev_kernels remat__cuda_permute = {permute_forward, permute_backward, NULL, NULL};
+extern "C" const remat__dev_kernels remat__cuda_permute = {permute_forward, permute_backward, NULL, NULL, 0};
 
 /* ------------------------------------------------------------- embedding */
 
@@ -650,4 +650,4 @@ static remat_status emb_backward(const remat__kctx *k) {
     return REMAT_OK;
 }
 
-extern "C" const remat__dev_kernels remat__cuda_embedding = {emb_forward, emb_backward, NULL, emb_bwd_ws};
+extern "C" const remat__dev_kernels remat__cuda_embedding = {emb_forward, emb_backward, NULL, emb_bwd_ws, 0};

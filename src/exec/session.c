@@ -192,7 +192,7 @@ static remat_status alloc_params(remat_session *s) {
         init_param(n, p->node, s->opts.seed, host);
         st = s->be->upload(s->dev, p->data, host, remat__out_bytes(n));
     }
-    if (st == REMAT_OK) st = s->be->sync(s->dev); /* host is freed next */
+    if (st == REMAT_OK && s->dev) st = s->be->sync(s->dev); /* host is freed next */
     free(host), free(pb), free(gb), free(pp), free(gp);
     return st;
 }
@@ -236,8 +236,10 @@ static remat_status create(remat_session **out, const remat_graph *g, remat_node
     if (!be)
         return remat__err(REMAT_UNSUPPORTED, "device '%s' is not built into this libremat",
                           remat_device_str(opts.device));
-    remat_status st = remat_device_available(opts.device);
-    if (st != REMAT_OK) return st;
+    /* plan-only for a device that is not here: planned without it */
+    int absent = remat_device_available(opts.device) != REMAT_OK;
+    if (absent && !opts.plan_only) return remat__err(REMAT_UNSUPPORTED, "%s", remat_last_error());
+    remat_status st = REMAT_OK;
     remat_session *s = calloc(1, sizeof *s);
     if (!s) return remat__err(REMAT_NOMEM, "out of memory creating a session");
     s->g = g;
@@ -245,7 +247,7 @@ static remat_status create(remat_session **out, const remat_graph *g, remat_node
     s->opts = opts;
     s->be = be;
     remat__alloc_init(&s->alloc);
-    st = be->create(&s->dev, &s->opts, g);
+    if (!absent) st = be->create(&s->dev, &s->opts, g);
     if (st == REMAT_OK) {
         remat__pool *pool = be->pool(s->dev);
         s->opts.threads = pool ? remat__pool_size(pool) : 1;
@@ -506,6 +508,7 @@ remat_status remat_session_plan(const remat_session *s, remat_plan_summary *out)
     remat_mem_stats start = s->alloc.st;
     remat_status st = remat__schedule_summary(&s->prog, &s->train, &start, remat__session_blocks_bytes(s), out);
     out->strategy = s->opts.strategy;
+    out->estimated_nodes = s->prog.estimated;
     const remat_cost_model *cm = &s->prog.cost;
     if (st == REMAT_OK && cm->calibrated && s->has_optim) {
         int64_t n = 0;

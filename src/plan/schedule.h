@@ -63,6 +63,8 @@ typedef struct {
                            * forward (3u + 2): remat__prog_set_cost */
     int recompute_once;   /* optimal considers only schedules that recompute
                            * a node at most once (remat_session_opts) */
+    int estimated;        /* nodes whose workspace bytes are estimates (a
+                           * plan for a device that is not here) */
     remat_precision precision;
     uint8_t *dt;          /* (n) per node: the remat_dtype its value (and
                            * its value's gradient) is stored in; NULL under
