@@ -280,15 +280,6 @@ static void run_add(run_opts *r, const char *flag, const char *fmt, ...) {
     r->kv[2 * r->n] = NULL;
 }
 
-/* The shortest decimal form of a float that reads back as the same float. */
-static const char *float_str(float v, char *buf, size_t cap) {
-    for (int prec = 6; prec <= 9; prec++) {
-        snprintf(buf, cap, "%.*g", prec, (double)v);
-        if (strtof(buf, NULL) == v) break;
-    }
-    return buf;
-}
-
 /* 0 if the weights can be saved to path at the end of training, so that a
  * long run does not end in a failed save; otherwise prints why (naming the
  * path) and returns 1. The save writes a temporary file beside path and
@@ -380,7 +371,7 @@ static void math_opts(const job *j, int threads, run_opts *ro) {
     run_add(ro, "--micro-batch", "%lld", (long long)j->micro);
     run_add(ro, "--image", "%lldx%lldx%lld", (long long)mo->channels, (long long)mo->height, (long long)mo->width);
     run_add(ro, "--classes", "%lld", (long long)mo->classes);
-    run_add(ro, "--dropout-scale", "%s", float_str(mo->dropout_scale, fb, sizeof fb));
+    run_add(ro, "--dropout-scale", "%s", remat_float_str(mo->dropout_scale, fb, sizeof fb));
     run_add(ro, "--layers", "%lld", (long long)mo->layers);
     run_add(ro, "--embd", "%lld", (long long)mo->embd);
     run_add(ro, "--heads", "%lld", (long long)mo->heads);
@@ -391,10 +382,10 @@ static void math_opts(const job *j, int threads, run_opts *ro) {
     run_add(ro, "--data", "%s", j->tokens ? "tokens" : j->data); /* a token file's identity is its contents (the library's) */
     run_add(ro, "--train-limit", "%lld", (long long)j->train_limit);
     run_add(ro, "--optim", "%s", j->optim);
-    run_add(ro, "--lr", "%s", float_str(j->oo.lr, fb, sizeof fb));
-    run_add(ro, "--weight-decay", "%s", float_str(j->oo.weight_decay, fb, sizeof fb));
+    run_add(ro, "--lr", "%s", remat_float_str(j->oo.lr, fb, sizeof fb));
+    run_add(ro, "--weight-decay", "%s", remat_float_str(j->oo.weight_decay, fb, sizeof fb));
     if (j->oo.kind == REMAT_OPTIM_SGD) {
-        run_add(ro, "--momentum", "%s", float_str(j->oo.momentum, fb, sizeof fb));
+        run_add(ro, "--momentum", "%s", remat_float_str(j->oo.momentum, fb, sizeof fb));
         run_add(ro, "--nesterov", "%s", j->oo.nesterov ? "on" : "off");
     }
     run_add(ro, "--seed", "%llu", (unsigned long long)so->seed);

@@ -1260,6 +1260,12 @@ remat_status remat_state_find(const char *dir, remat_state_note_fn note, void *u
 /* Writes bytes to path atomically and durably, as every file remat writes
  * (above); REMAT_IO names the path and the reason. */
 remat_status remat_file_write_atomic(const char *path, const void *data, size_t bytes);
+/* The shortest decimal form of v that reads back as the same float
+ * ("0.001", not "0.00100000005"), written into buf (cap bytes; 16 hold
+ * any float) and returned. States record their float hyper-parameters
+ * this way; a caller that records floats among its run options should
+ * too, so that equal floats compare as equal strings on resume. */
+const char *remat_float_str(float v, char *buf, size_t cap);
 /* ------------------------------------------------ end of training state */
 
 #ifdef __cplusplus

@@ -718,6 +718,39 @@ static void fuzz(void) {
            now_s() - t0);
 }
 
+/* ------------------------------------------------------- float strings */
+
+/* remat_float_str: the fewest digits that read back as the same float
+ * (states record hyper-parameters this way, the command line its run
+ * options; a resume compares the strings). */
+static void float_strings(void) {
+    static const struct {
+        float v;
+        const char *s;
+    } want[] = {{0.001f, "0.001"}, {0.1f, "0.1"}, {3e-4f, "0.0003"}, {0.9f, "0.9"}, {0.999f, "0.999"},
+                {1e-8f, "1e-08"}, {1.0f / 3.0f, "0.33333334"}, {-1.17549435e-38f, "-1.1754944e-38"},
+                {-1.00642857e+37f, "-1.00642857e+37"}}; /* 9 digits: the longest spelling */
+    char buf[16]; /* the size remat.h promises is enough */
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        const char *s = remat_float_str(want[i].v, buf, sizeof buf);
+        CHECK_MSG(s == buf && !strcmp(s, want[i].s), "remat_float_str(%.9g) is '%s', want '%s'", (double)want[i].v,
+                  s, want[i].s);
+    }
+    uint32_t x = 12345;
+    int tried = 0, exact = 0;
+    for (int i = 0; i < 10000; i++) { /* bit patterns of every exponent */
+        x = x * 1664525u + 1013904223u;
+        float v;
+        memcpy(&v, &x, sizeof v);
+        if (v != v) continue; /* a NaN never reads back equal */
+        tried++;
+        exact += strtof(remat_float_str(v, buf, sizeof buf), NULL) == v;
+    }
+    CHECK_MSG(exact == tried, "%d of %d floats read back exactly", exact, tried);
+    printf("%-58s %zu spellings, %d of %d floats read back exactly\n", "remat_float_str",
+           sizeof want / sizeof want[0], exact, tried);
+}
+
 /* ------------------------------------------------------- atomic writes */
 
 static void writer(void) {
@@ -926,6 +959,7 @@ static int kill_test(const char *cli) {
 int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "--kill")) return kill_test(argv[2]);
     remat_set_blas_threads(1);
+    float_strings();
     writer();
     fuzz();
     refusals();

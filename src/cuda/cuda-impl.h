@@ -10,7 +10,8 @@
  * Rules every kernel keeps (they are what the promises rest on):
  * - Deterministic by construction: no floating-point atomics; every
  *   reduction runs in one fixed order that depends on the shapes only
- *   (per-block partial sums combined in index order, never by arrival).
+ *   (per-block partial sums combined in index order, never by arrival;
+ *   the warp and block sums are reduce.cuh's, each with its one order).
  * - No allocation: scratch memory is the planned workspace k->ws, of the
  *   bytes the op's workspace function returned for that node.
  * - No host synchronization, no cudaMalloc, no managed memory.

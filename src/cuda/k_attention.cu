@@ -38,6 +38,7 @@
  * G = 96 = B H) 48 MiB.
  */
 #include "cuda-impl.h"
+#include "reduce.cuh"
 
 #include <limits.h>
 #include <math.h>
@@ -56,41 +57,6 @@ typedef struct {
     int64_t rpg;
     int i0, len, zend;
 } sm_rows;
-
-static __device__ __forceinline__ float warp_max(float v) {
-    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-
-/* Every lane ends with the same bits: at each step lanes i and i ^ o add
- * the same two values. */
-static __device__ __forceinline__ double warp_sum(double v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
-/* Block reductions for SM_BLOCK threads: warp butterflies, then the
- * SM_BLOCK / 32 warp results in warp order. sh must not be in use; it is
- * free again on return. */
-static __device__ __forceinline__ float block_max(float v, float *sh) {
-    v = warp_max(v);
-    if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;
-    __syncthreads();
-    float m = sh[0];
-    for (int w = 1; w < SM_BLOCK / 32; w++) m = fmaxf(m, sh[w]);
-    __syncthreads();
-    return m;
-}
-
-static __device__ __forceinline__ double block_sum(double v, double *sh) {
-    v = warp_sum(v);
-    if ((threadIdx.x & 31) == 0) sh[threadIdx.x >> 5] = v;
-    __syncthreads();
-    double s = sh[0];
-    for (int w = 1; w < SM_BLOCK / 32; w++) s += sh[w];
-    __syncthreads();
-    return s;
-}
 
 /* Locates row r of a launch: its group's row offset for each layout. */
 static __device__ __forceinline__ void sm_locate(const sm_rows &rs, int64_t r, int64_t *g, int *ii) {
@@ -120,7 +86,7 @@ static __global__ void __launch_bounds__(SM_WARPS * 32)
             v[t] = j < len ? xr[j] : -INFINITY;
             m = fmaxf(m, v[t]);
         }
-        m = warp_max(m);
+        m = warp_fmax(m);
         double s = 0.0;
 #pragma unroll
         for (int t = 0; t < K; t++) {
@@ -159,10 +125,10 @@ static __global__ void __launch_bounds__(SM_BLOCK)
         int len = CAUSAL ? rs.i0 + ii + 1 : rs.len, zend = CAUSAL ? rs.zend : rs.len;
         float m = -INFINITY;
         for (int j = threadIdx.x; j < len; j += SM_BLOCK) m = fmaxf(m, xr[j]);
-        m = block_max(m, shm);
+        m = block_fmax_in_order<SM_BLOCK / 32>(m, shm);
         double s = 0.0;
         for (int j = threadIdx.x; j < len; j += SM_BLOCK) s += (double)expf(xr[j] - m);
-        float inv = (float)(1.0 / block_sum(s, shs));
+        float inv = (float)(1.0 / block_sum_in_order<SM_BLOCK / 32>(s, shs));
         for (int j = threadIdx.x; j < zend; j += SM_BLOCK) yr[j] = j < len ? expf(xr[j] - m) * inv : 0.0f;
     }
 }
@@ -225,7 +191,7 @@ static __global__ void __launch_bounds__(SM_BLOCK)
         int len = CAUSAL ? rs.i0 + ii + 1 : rs.len, zend = CAUSAL ? rs.zend : rs.len;
         double d = 0.0;
         for (int j = threadIdx.x; j < len; j += SM_BLOCK) d += (double)dyr[j] * (double)yr[j];
-        float df = (float)block_sum(d, shs);
+        float df = (float)block_sum_in_order<SM_BLOCK / 32>(d, shs);
         for (int j = threadIdx.x; j < zend; j += SM_BLOCK) {
             if (j < len) {
                 float v = yr[j] * (dyr[j] - df);

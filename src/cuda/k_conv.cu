@@ -31,6 +31,7 @@
  * whose determinism is not documented.
  */
 #include "cuda-impl.h"
+#include "reduce.cuh"
 
 #include <limits.h>
 #include <stdint.h>
@@ -354,15 +355,15 @@ static size_t db_bytes(const conv_entry *e) {
 /* Stage 1: block b = o*chunks + c sums channel o of images
  * [c*rows, min((c+1)*rows, N)) of dy (N, O, P), read as VEC-float vectors
  * (VEC 4 needs P % 4 == 0 and a 16-byte aligned dy). Each thread sums its
- * elements (strided by the block) in double, then a fixed shuffle tree
- * and the warps in index order. One chunk: db[o] += the sum; else
+ * elements (strided by the block) in double, then block_sum_in_order
+ * (a butterfly per warp, the warps in index order). One chunk: db[o] += the sum; else
  * part[o*chunks + c] = the sum. */
 template <int VEC>
 __global__ void __launch_bounds__(DB_THREADS)
 db_partial_kernel(const float *__restrict__ dy, int N, int O, int P, int rows, int chunks,
                   double *__restrict__ part, float *__restrict__ db) {
     // dy: (N, O, P), part: (O, chunks), db: (O)
-    __shared__ double warp_sum[DB_THREADS / 32];
+    __shared__ double sh[DB_THREADS / 32];
     const int o = blockIdx.x / chunks, c = blockIdx.x - o * chunks;
     const int n0 = c * rows, n1 = min(n0 + rows, N);
     const unsigned L = (unsigned)(P / VEC);             /* vectors per plane */
@@ -378,12 +379,8 @@ db_partial_kernel(const float *__restrict__ dy, int N, int O, int P, int rows, i
             acc += (double)__ldg(dy + plane + q);
         }
     }
-    for (int off = 16; off > 0; off >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, off);
-    if ((threadIdx.x & 31) == 0) warp_sum[threadIdx.x >> 5] = acc;
-    __syncthreads();
+    const double t = block_sum_in_order<DB_THREADS / 32>(acc, sh);
     if (threadIdx.x == 0) {
-        double t = warp_sum[0];
-        for (int w = 1; w < DB_THREADS / 32; w++) t += warp_sum[w];
         if (chunks == 1)
             db[o] += (float)t;
         else

@@ -17,55 +17,10 @@
  * double partial sums, one block adds them in a fixed tree.
  */
 #include "cuda-impl.h"
+#include "reduce.cuh"
 
 #include <math.h>
 #include <stdint.h>
-
-#define FULL_MASK 0xffffffffu
-
-static __device__ __forceinline__ double warp_sum(double v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
-    return v;
-}
-
-static __device__ __forceinline__ float warp_max(float v) {
-    for (int o = 16; o > 0; o >>= 1) {
-        float u = __shfl_xor_sync(FULL_MASK, v, o);
-        v = u > v ? u : v;
-    }
-    return v;
-}
-
-/* Sum of v over the block (blockDim.x a multiple of 32) in a fixed tree,
- * returned to every thread. sh: 33 doubles of shared memory. */
-static __device__ double block_sum(double v, double *sh) {
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    v = warp_sum(v);
-    __syncthreads(); /* sh may still be read by an earlier call */
-    if (lane == 0) sh[w] = v;
-    __syncthreads();
-    if (w == 0) {
-        v = warp_sum(lane < nw ? sh[lane] : 0.0);
-        if (lane == 0) sh[32] = v;
-    }
-    __syncthreads();
-    return sh[32];
-}
-
-/* The maximum of v over the block, returned to every thread. */
-static __device__ float block_max(float v, float *sh) {
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    v = warp_max(v);
-    __syncthreads();
-    if (lane == 0) sh[w] = v;
-    __syncthreads();
-    if (w == 0) {
-        v = warp_max(lane < nw ? sh[lane] : -INFINITY);
-        if (lane == 0) sh[32] = v;
-    }
-    __syncthreads();
-    return sh[32];
-}
 
 /* ========================================================= cross-entropy */
 

@@ -26,34 +26,9 @@
  * shuffle trees, chunk order), so results are bitwise the same run to run.
  */
 #include "cuda-impl.h"
+#include "reduce.cuh"
 
 #include <math.h>
-
-#define FULL_MASK 0xffffffffu
-
-/* Sum over the warp by a butterfly: every lane ends with the same bits
- * (each step adds the same two values, only in swapped order). */
-static __device__ __forceinline__ double warp_sum(double v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(FULL_MASK, v, o);
-    return v;
-}
-
-/* Sums of a and b over the block (blockDim.x a multiple of 32), in a
- * fixed tree: warps by shuffles, then warp 0 over the warp sums. The
- * results are valid in warp 0. sh: 64 doubles of shared memory, not in use
- * by anyone else until the caller's next __syncthreads(). */
-static __device__ void block_sum2(double *a, double *b, double *sh) {
-    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
-    double x = warp_sum(*a), y = warp_sum(*b);
-    if (lane == 0) sh[w] = x, sh[32 + w] = y;
-    __syncthreads();
-    x = y = 0.0;
-    if (w == 0) {
-        if (lane < nw) x = sh[lane], y = sh[32 + lane];
-        x = warp_sum(x), y = warp_sum(y);
-    }
-    *a = x, *b = y;
-}
 
 /* V consecutive floats (V = 4: one 16-byte load; p is then 16-byte aligned). */
 template <int V> struct fv {
@@ -400,7 +375,6 @@ extern "C" const remat__dev_kernels remat__cuda_batchnorm2d = {bn_forward, bn_ba
 #define LN_RB 32       /* rows per block of the parameter-gradient partials */
 #define LN_PT 128      /* columns (threads) per block of those partials */
 
-static __device__ __forceinline__ float4 ld4(const float *p) { return *(const float4 *)p; }
 static __device__ __forceinline__ float f4(const float4 &v, int e) {
     return e == 0 ? v.x : e == 1 ? v.y : e == 2 ? v.z : v.w;
 }
@@ -420,7 +394,7 @@ static __global__ void __launch_bounds__(LN_THREADS)
 #pragma unroll
     for (int j = 0; j < NV; j++) {
         const int q = lane + 32 * j;
-        v[j] = q < C4 ? ld4(xr + 4 * q) : make_float4(0.f, 0.f, 0.f, 0.f);
+        v[j] = q < C4 ? ld4(xr, q) : make_float4(0.f, 0.f, 0.f, 0.f);
         if (q < C4) s += ((double)v[j].x + (double)v[j].y) + ((double)v[j].z + (double)v[j].w);
     }
     const double mu = warp_sum(s) / (double)C;
@@ -440,7 +414,7 @@ static __global__ void __launch_bounds__(LN_THREADS)
     for (int j = 0; j < NV; j++) {
         const int q = lane + 32 * j;
         if (q >= C4) continue;
-        const float4 wv = ld4(w + 4 * q), bv = ld4(bias + 4 * q);
+        const float4 wv = ld4(w, q), bv = ld4(bias, q);
         float4 o;
         o.x = (v[j].x - m) * rs * wv.x + bv.x;
         o.y = (v[j].y - m) * rs * wv.y + bv.y;
@@ -490,13 +464,13 @@ static __global__ void __launch_bounds__(LN_THREADS, NV <= 6 ? 2 : 1)
 #pragma unroll
     for (int j = 0; j < NV; j++) {
         const int q = lane + 32 * j;
-        if (q < C4) xv[j] = ld4(xr + 4 * q), gv[j] = ld4(dyr + 4 * q);
+        if (q < C4) xv[j] = ld4(xr, q), gv[j] = ld4(dyr, q);
     }
 #pragma unroll
     for (int j = 0; j < NV; j++) {
         const int q = lane + 32 * j;
         if (q >= C4) continue;
-        const float4 wv = ld4(w + 4 * q);
+        const float4 wv = ld4(w, q);
 #pragma unroll
         for (int e = 0; e < 4; e++) {
             double gc = (double)f4(gv[j], e) * (double)f4(wv, e);
@@ -509,8 +483,8 @@ static __global__ void __launch_bounds__(LN_THREADS, NV <= 6 ? 2 : 1)
     for (int j = 0; j < NV; j++) {
         const int q = lane + 32 * j;
         if (q >= C4) continue;
-        const float4 wv = ld4(w + 4 * q);
-        float4 d = ld4(dxr + 4 * q);
+        const float4 wv = ld4(w, q);
+        float4 d = ld4(dxr, q);
         float o[4];
 #pragma unroll
         for (int e = 0; e < 4; e++) {

@@ -30,6 +30,7 @@
  * the shape.
  */
 #include "cuda-impl.h"
+#include "reduce.cuh"
 
 #include <math.h>
 
@@ -45,12 +46,6 @@ static __device__ __forceinline__ int64_t pw_stride(void) { return (int64_t)grid
 /* Quads [0, n4) as float4, then elements [4 n4, n) one by one. */
 #define PW_QUADS(q, n4) for (int64_t q = pw_tid(); q < (n4); q += pw_stride())
 #define PW_TAIL(i, n, n4) for (int64_t i = 4 * (n4) + pw_tid(); i < (n); i += pw_stride())
-
-static __device__ __forceinline__ float4 ld4(const float *p, int64_t q) { return ((const float4 *)p)[q]; }
-static __device__ __forceinline__ float4 add4(float4 a, float4 b) {
-    return make_float4(__fadd_rn(a.x, b.x), __fadd_rn(a.y, b.y), __fadd_rn(a.z, b.z), __fadd_rn(a.w, b.w));
-}
-static __device__ __forceinline__ void st4(float *p, int64_t q, float4 v) { ((float4 *)p)[q] = v; }
 
 static int pw_aligned(const void *p) { return p == NULL || ((uintptr_t)p & 15) == 0; }
 

@@ -22,6 +22,7 @@
  * and a 32-bit division is some 20 of them.
  */
 #include "cuda-impl.h"
+#include "reduce.cuh"
 
 #include <math.h>
 
@@ -258,7 +259,7 @@ static __global__ void __launch_bounds__(GAP_THREADS)
     const float *xp = x + pl * hw;
     double s = 0.0;
     for (int64_t i = lane; i < hw; i += 32) s += (double)xp[i];
-    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    s = warp_sum(s);
     if (lane == 0) y[pl] = (float)(s / (double)hw);
 }
 

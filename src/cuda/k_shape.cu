@@ -26,18 +26,13 @@
  * sum, operation for operation, with no atomics.
  */
 #include "cuda-impl.h"
+#include "reduce.cuh"
 
 #include <cub/device/device_radix_sort.cuh>
 
 #include <math.h>
 
 /* -------------------------------------------------------------- helpers */
-
-static __device__ __forceinline__ float4 ld4(const float *p, int64_t q) { return ((const float4 *)p)[q]; }
-static __device__ __forceinline__ void st4(float *p, int64_t q, float4 v) { ((float4 *)p)[q] = v; }
-static __device__ __forceinline__ float4 add4(float4 a, float4 b) {
-    return make_float4(__fadd_rn(a.x, b.x), __fadd_rn(a.y, b.y), __fadd_rn(a.z, b.z), __fadd_rn(a.w, b.w));
-}
 
 static int sh_aligned(const void *p) { return ((uintptr_t)p & 15) == 0; }
 static size_t sh_align256(size_t b) { return (b + 255) & ~(size_t)255; }

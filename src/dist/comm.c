@@ -179,6 +179,90 @@ static void shown(char *buf, size_t cap, const char *v) {
     else snprintf(buf, cap, "'%.56s...%s' (%zu characters)", v, v + n - 56, n);
 }
 
+/* The ranks were given as many options (exchanged first, so that a rank
+ * with more options is told apart before the lists are read as the same
+ * length). */
+static remat_status same_count(remat_comm *c, int n) {
+    int32_t cnt = n, *cnts = malloc((size_t)c->size * sizeof *cnts);
+    remat_status rc = cnts ? c->ops->allgather(c->impl, &cnt, sizeof cnt, cnts)
+                           : remat__err(REMAT_NOMEM, "out of memory comparing options across ranks");
+    int other = -1;
+    for (int r = 1; rc == REMAT_OK && r < c->size && other < 0; r++)
+        if (cnts[r] != cnts[0]) other = r;
+    if (rc == REMAT_OK && other >= 0) {
+        rc = remat__err(REMAT_INVALID, "the ranks were given different sets of options: rank 0 %d, rank %d %d "
+                        "(another build of remat?)", (int)cnts[0], other, (int)cnts[other]);
+        c->failed = 1;
+    }
+    free(cnts);
+    return rc;
+}
+
+/* Appends to msg (cap bytes, `at` written) sep and the `count` ranks
+ * from r on with rank r's hash of option bad (rank q's at all[q n +
+ * bad]): " ranks 0, 3", at most 6 named. Returns the new length. */
+static size_t name_ranks(char *msg, size_t cap, size_t at, const char *sep, int size, const uint64_t *all, int n,
+                         int bad, int r, int count) {
+    uint64_t h = all[(size_t)r * (size_t)n + (size_t)bad];
+    at += (size_t)snprintf(msg + at, cap - at, "%s rank%s", sep, count > 1 ? "s" : "");
+    int named = 0;
+    for (int q = r; q < size && at < cap; q++) {
+        if (all[(size_t)q * (size_t)n + (size_t)bad] != h) continue;
+        if (named++ == 6) {
+            at += (size_t)snprintf(msg + at, cap - at, " and %d more", count - 6);
+            break;
+        }
+        at += (size_t)snprintf(msg + at, cap - at, "%s%d", named > 1 ? ", " : " ", q);
+    }
+    return at;
+}
+
+/* Appends to msg the ranks grouped by their value of option `bad`, in
+ * rank order, each group with its value (rank r's at vals + r w): at most
+ * 4 groups of 6 ranks named. */
+static void name_groups(char *msg, size_t cap, size_t at, int size, const uint64_t *all, int n, int bad,
+                        const char *vals, int w) {
+    int groups = 0;
+    for (int r = 0; r < size && at < cap; r++) {
+        uint64_t h = all[(size_t)r * (size_t)n + (size_t)bad];
+        int first = 1;
+        for (int q = 0; q < r && first; q++) first = all[(size_t)q * (size_t)n + (size_t)bad] != h;
+        if (!first) continue;
+        if (++groups > 4) {
+            at += (size_t)snprintf(msg + at, cap - at, "; ...");
+            break;
+        }
+        int count = 0;
+        for (int q = r; q < size; q++) count += all[(size_t)q * (size_t)n + (size_t)bad] == h;
+        at = name_ranks(msg, cap, at, groups > 1 ? ";" : "", size, all, n, bad, r, count);
+        if (at < cap)
+            at += (size_t)snprintf(msg + at, cap - at, " %s %.*s", count > 1 ? "have" : "has", w - 1,
+                                   vals + (size_t)r * (size_t)w);
+    }
+}
+
+/* REMAT_INVALID naming every rank's value of option `bad` (the first
+ * whose hashes differ), exchanged shortened. */
+static remat_status disagreement(remat_comm *c, const char *const *kv, int n, const uint64_t *all, int bad,
+                                 const char *why) {
+    enum { W = 160 };
+    char me[W], *vals = malloc((size_t)c->size * W);
+    shown(me, sizeof me, kv[2 * bad + 1]);
+    remat_status rc = vals ? c->ops->allgather(c->impl, me, W, vals)
+                           : remat__err(REMAT_NOMEM, "out of memory comparing options across ranks");
+    if (rc == REMAT_OK) {
+        char msg[1400];
+        size_t at = (size_t)snprintf(msg, sizeof msg, "the ranks disagree on %s:", kv[2 * bad]);
+        name_groups(msg, sizeof msg, at, c->size, all, n, bad, vals, W);
+        rc = remat__err(REMAT_INVALID, "%s (%s)", msg,
+                        why ? why : "every rank must be given the same options that define the math and the "
+                                    "course of the run");
+        c->failed = 1;
+    }
+    free(vals);
+    return rc;
+}
+
 remat_status remat_comm_same(remat_comm *c, const char *const *kv, const char *why) {
     if (!c) return remat__err(REMAT_INVALID, "remat_comm_same: NULL communicator");
     c->failed = 0;
@@ -193,71 +277,14 @@ remat_status remat_comm_same(remat_comm *c, const char *const *kv, const char *w
         free(mine), free(all);
         return remat__err(REMAT_NOMEM, "out of memory comparing options across ranks"); /* the others wait: abort */
     }
-    /* the count first, so that a rank with more options is told apart
-     * before the lists are read as the same length */
-    int32_t cnt = n, *cnts = malloc((size_t)c->size * sizeof *cnts);
-    remat_status rc = cnts ? c->ops->allgather(c->impl, &cnt, sizeof cnt, cnts)
-                           : remat__err(REMAT_NOMEM, "out of memory comparing options across ranks");
-    int other = -1;
-    for (int r = 1; rc == REMAT_OK && r < c->size && other < 0; r++)
-        if (cnts[r] != cnts[0]) other = r;
-    if (rc == REMAT_OK && other >= 0) {
-        rc = remat__err(REMAT_INVALID, "the ranks were given different sets of options: rank 0 %d, rank %d %d "
-                        "(another build of remat?)", (int)cnts[0], other, (int)cnts[other]);
-        c->failed = 1;
-    }
-    free(cnts);
+    remat_status rc = same_count(c, n);
     for (int i = 0; i < n; i++) mine[i] = fnv1a(fnv1a(14695981039346656037ull, kv[2 * i]), kv[2 * i + 1]);
     if (rc == REMAT_OK) rc = c->ops->allgather(c->impl, mine, (size_t)n * sizeof *mine, all);
     int bad = -1;
     for (int i = 0; rc == REMAT_OK && !c->failed && i < n && bad < 0; i++)
         for (int r = 1; r < c->size && bad < 0; r++)
             if (all[(size_t)r * (size_t)n + (size_t)i] != all[i]) bad = i;
-    if (rc == REMAT_OK && bad >= 0) {
-        /* every rank's value of that option, shortened, for the message */
-        enum { W = 160 };
-        char me[W], *vals = malloc((size_t)c->size * W);
-        shown(me, sizeof me, kv[2 * bad + 1]);
-        rc = vals ? c->ops->allgather(c->impl, me, W, vals)
-                  : remat__err(REMAT_NOMEM, "out of memory comparing options across ranks");
-        if (rc == REMAT_OK) {
-            /* ranks grouped by value, in rank order: at most 4 groups of 6 ranks named */
-            char msg[1400];
-            size_t at = (size_t)snprintf(msg, sizeof msg, "the ranks disagree on %s:", kv[2 * bad]);
-            int groups = 0;
-            for (int r = 0; r < c->size && at < sizeof msg; r++) {
-                uint64_t h = all[(size_t)r * (size_t)n + (size_t)bad];
-                int first = 1;
-                for (int q = 0; q < r && first; q++) first = all[(size_t)q * (size_t)n + (size_t)bad] != h;
-                if (!first) continue;
-                if (++groups > 4) {
-                    at += (size_t)snprintf(msg + at, sizeof msg - at, "; ...");
-                    break;
-                }
-                int count = 0;
-                for (int q = r; q < c->size; q++) count += all[(size_t)q * (size_t)n + (size_t)bad] == h;
-                at += (size_t)snprintf(msg + at, sizeof msg - at, "%s rank%s", groups > 1 ? ";" : "",
-                                       count > 1 ? "s" : "");
-                int named = 0;
-                for (int q = r; q < c->size && at < sizeof msg; q++) {
-                    if (all[(size_t)q * (size_t)n + (size_t)bad] != h) continue;
-                    if (named++ == 6) {
-                        at += (size_t)snprintf(msg + at, sizeof msg - at, " and %d more", count - 6);
-                        break;
-                    }
-                    at += (size_t)snprintf(msg + at, sizeof msg - at, "%s%d", named > 1 ? ", " : " ", q);
-                }
-                if (at < sizeof msg)
-                    at += (size_t)snprintf(msg + at, sizeof msg - at, " %s %.*s", count > 1 ? "have" : "has", W - 1,
-                                           vals + (size_t)r * W);
-            }
-            rc = remat__err(REMAT_INVALID, "%s (%s)", msg,
-                            why ? why : "every rank must be given the same options that define the math and the "
-                                        "course of the run");
-            c->failed = 1;
-        }
-        free(vals);
-    }
+    if (rc == REMAT_OK && bad >= 0) rc = disagreement(c, kv, n, all, bad, why);
     free(mine), free(all);
     return rc;
 }

@@ -300,6 +300,50 @@ static void conv_forward(const remat__kctx *k, int ith, int nth) {
     }
 }
 
+/* Backward of one image of a direct convolution (col_n = x_n): dW += dy_n
+ * x_n^T when mw, dx_n += W^T dy_n when dxn. */
+static void bwd_direct(const geom *G, const float *w, const float *xn, const float *dyn, float *dxn, float *mw) {
+    if (mw) /* dW (O, K) += dy_n (O, P) x_n^T (P, K) */
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)G->O, (int)G->K, (int)G->P, 1.0f, dyn, (int)G->P,
+                    xn, (int)G->P, 1.0f, mw, (int)G->K);
+    if (dxn) /* dx_n (K, P) += W^T (K, O) dy_n (O, P) */
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)G->K, (int)G->P, (int)G->O, 1.0f, w, (int)G->K,
+                    dyn, (int)G->P, 1.0f, dxn, (int)G->P);
+}
+
+/* Backward of one image, a band of R output rows at a time through col:
+ * dW += dy_n[:, band] col^T when mw (xp: the padded image), and dx_n +=
+ * col2im(W^T dy_n[:, band]) when dxn. */
+static void bwd_bands(const geom *G, int64_t R, const float *w, const float *xp, const float *dyn, float *dxn,
+                      float *mw, float *col) {
+    for (int64_t oh0 = 0; oh0 < G->OH; oh0 += R) {
+        int64_t oh1 = oh0 + R < G->OH ? oh0 + R : G->OH, Pc = (oh1 - oh0) * G->OW;
+        const float *dyb = dyn + oh0 * G->OW;            // (O, Pc), row stride P
+        if (mw) { /* dW (O, K) += dy_n[:, band] (O, Pc) col^T (Pc, K) */
+            im2col(G, xp, col, oh0, oh1);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)G->O, (int)G->K, (int)Pc, 1.0f, dyb,
+                        (int)G->P, col, (int)Pc, 1.0f, mw, (int)G->K);
+        }
+        if (dxn) { /* col (K, Pc) = W^T (K, O) dy_n[:, band] (O, Pc), folded into dx_n */
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)G->K, (int)Pc, (int)G->O, 1.0f, w,
+                        (int)G->K, dyb, (int)G->P, 0.0f, col, (int)Pc);
+            col2im_add(G, col, dxn, oh0, oh1);
+        }
+    }
+}
+
+/* out[e] += the S partials' e (part: (S, n)), added in thread order 0..S-1,
+ * for this thread's share of the n elements. */
+static void reduce_partials(const float *part, int64_t S, size_t n, float *out, int ith, int nth) {
+    int64_t lo, hi;
+    remat__split((int64_t)n, ith, nth, &lo, &hi);
+    for (int64_t e = lo; e < hi; e++) {
+        float s = part[e];
+        for (int64_t t = 1; t < S; t++) s += part[(size_t)t * n + (size_t)e];
+        out[e] += s;
+    }
+}
+
 static void conv_backward(const remat__kctx *k, int ith, int nth) {
     const geom G = kctx_geom(k);
     const float *x = k->in[0]->data;                     // (N, C, H, W)
@@ -319,67 +363,29 @@ static void conv_backward(const remat__kctx *k, int ith, int nth) {
     float *cols = k->ws;                                 // (S, colsz) unless direct
     float *pw = cols + (size_t)S * colsz;                // (S, O, K) dW partials
     float *pb = pw + (size_t)S * wsz;                    // (S, O) db partials, with bias
-
     int64_t lo, hi;
     remat__split(G.N, ith, nth, &lo, &hi);
     if (hi > lo) {
-        float *col = cols + (size_t)ith * colsz;         // (K, R*OW)
-        float *pad = G.direct ? NULL : col + G.K * R * G.OW;  // (C, Hp, Wp) with padding
-        float *mw = pw + (size_t)ith * wsz;              // (O, K)
-        float *mb = pb + (size_t)ith * bsz;              // (O)
+        float *col = cols + (size_t)ith * colsz;             // (K, R*OW)
+        float *pad = G.direct ? NULL : col + G.K * R * G.OW; // (C, Hp, Wp) with padding
+        float *mw = dw ? pw + (size_t)ith * wsz : NULL;      // (O, K)
+        float *mb = pb + (size_t)ith * bsz;                  // (O)
         if (dw) memset(mw, 0, wsz * sizeof *mw);
         if (db) memset(mb, 0, bsz * sizeof *mb);
         for (int64_t n = lo; n < hi; n++) {
-            const float *xn = x + n * G.C * G.H * G.W;   // (C, H, W) = (K, P) when direct
-            const float *dyn = dy + n * G.O * G.P;       // (O, P)
-            float *dxn = dx ? dx + n * G.C * G.H * G.W : NULL;  // (C, H, W) = (K, P) when direct
+            const float *xn = x + n * G.C * G.H * G.W;       // (C, H, W) = (K, P) when direct
+            const float *dyn = dy + n * G.O * G.P;           // (O, P)
+            float *dxn = dx ? dx + n * G.C * G.H * G.W : NULL; // (C, H, W) = (K, P) when direct
             if (db)
                 for (int64_t o = 0; o < G.O; o++) mb[o] += row_sum(dyn + o * G.P, G.P);
-            if (G.direct) {
-                if (dw) /* dW (O, K) += dy_n (O, P) x_n^T (P, K) */
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)G.O, (int)G.K, (int)G.P,
-                                1.0f, dyn, (int)G.P, xn, (int)G.P, 1.0f, mw, (int)G.K);
-                if (dx) /* dx_n (K, P) += W^T (K, O) dy_n (O, P) */
-                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)G.K, (int)G.P,
-                                (int)G.O, 1.0f, w, (int)G.K, dyn, (int)G.P, 1.0f, dxn, (int)G.P);
-                continue;
-            }
-            const float *xp = dw ? pad_image(&G, xn, pad, n == lo) : NULL;
-            for (int64_t oh0 = 0; oh0 < G.OH; oh0 += R) {
-                int64_t oh1 = oh0 + R < G.OH ? oh0 + R : G.OH, Pc = (oh1 - oh0) * G.OW;
-                const float *dyb = dyn + oh0 * G.OW;     // (O, Pc), row stride P
-                if (dw) { /* dW (O, K) += dy_n[:, band] (O, Pc) col^T (Pc, K) */
-                    im2col(&G, xp, col, oh0, oh1);
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)G.O, (int)G.K, (int)Pc,
-                                1.0f, dyb, (int)G.P, col, (int)Pc, 1.0f, mw, (int)G.K);
-                }
-                if (dx) { /* col (K, Pc) = W^T (K, O) dy_n[:, band] (O, Pc), folded into dx_n */
-                    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)G.K, (int)Pc, (int)G.O,
-                                1.0f, w, (int)G.K, dyb, (int)G.P, 0.0f, col, (int)Pc);
-                    col2im_add(&G, col, dxn, oh0, oh1);
-                }
-            }
+            if (G.direct) bwd_direct(&G, w, xn, dyn, dxn, mw);
+            else bwd_bands(&G, R, w, dw ? pad_image(&G, xn, pad, n == lo) : NULL, dyn, dxn, mw, col);
         }
     }
     if (!dw && !db) return; /* the same on every thread: no barrier needed */
     remat__pool_barrier(k->pool);
-    /* Reduce the partials in thread order 0..S-1, elements split over threads. */
-    if (dw) {
-        remat__split((int64_t)wsz, ith, nth, &lo, &hi);
-        for (int64_t e = lo; e < hi; e++) {
-            float s = pw[e];
-            for (int64_t t = 1; t < S; t++) s += pw[(size_t)t * wsz + (size_t)e];
-            dw[e] += s;
-        }
-    }
-    if (db) {
-        remat__split((int64_t)bsz, ith, nth, &lo, &hi);
-        for (int64_t e = lo; e < hi; e++) {
-            float s = pb[e];
-            for (int64_t t = 1; t < S; t++) s += pb[(size_t)t * bsz + (size_t)e];
-            db[e] += s;
-        }
-    }
+    if (dw) reduce_partials(pw, S, wsz, dw, ith, nth);
+    if (db) reduce_partials(pb, S, bsz, db, ith, nth);
 }
 
 static double conv_flops(const remat_graph *g, const remat__node *n) {

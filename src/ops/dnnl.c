@@ -580,6 +580,99 @@ void remat__dnnl_conv_forward(remat__dnnl *d, const remat__conv_dims *cd, const 
     single_leave(t);
 }
 
+/* Conv backward's places in its workspace for thread ith: the weights in
+ * backward-data's layout (shared, or the user's), then per thread its
+ * partial dW and db, one chunk's dW and db, the chunk's buffers and the
+ * scratchpad. */
+typedef struct {
+    char *wd;
+    char *pdw, *pdb; /* this thread's partial dW, db */
+    char *cdw, *cdb; /* a chunk's dW, db */
+    char *buf;
+    char *sc;
+    dnnl_memory_desc_t smd;
+} bwd_bufs;
+
+static bwd_bufs bwd_bufs_of(const conv_plan *p, const float *w, void *ws, int ith) {
+    bwd_bufs b;
+    char *base = ws;
+    b.wd = p->bwd ? base : (char *)w;
+    char *mine = base + p->bwd + (size_t)ith * p->bwd_per;
+    b.pdw = mine, b.pdb = mine + p->bdw;
+    b.cdw = b.pdb + p->bdb, b.cdb = b.cdw + p->bdw;
+    b.buf = b.cdb + p->bdb;
+    b.smd = scratch_md(p->scratch);
+    b.sc = mine + p->bwd_per - up(p->scratch);
+    return b;
+}
+
+/* dx (the chunk's images, NCHW) += backward-data of dyd (in its layout),
+ * through the buffer dxd. 0 on failure (recorded). */
+static int bwd_data(remat__dnnl *d, dnnl_stream_t s, const conv_plan *p, const chunk *c, const bwd_bufs *b,
+                    char *dyd, char *dxd, float *dx) {
+    int ids[] = {DNNL_ARG_DIFF_DST, DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_SRC, DNNL_ARG_SCRATCHPAD};
+    const dnnl_memory_desc_t *mds[] = {&c->dyd, &p->wd, &c->dxd, &b->smd};
+    void *ptrs[] = {dyd, b->wd, dxd, b->sc};
+    if (!run(d, s, c->bd, 4, ids, mds, ptrs)) return 0;
+    return reorder(d, s, c->rdxd, &c->dxd, dxd, &c->ux, dx, &b->smd, b->sc);
+}
+
+/* The chunk's dW and db (x and dy moved into backward-weights' layouts
+ * xw and dyw where they differ): written into the thread's partials by
+ * its first chunk, added to them by the others. 0 on failure (recorded). */
+static int bwd_weights(remat__dnnl *d, dnnl_stream_t s, const conv_plan *p, const chunk *c, const bwd_bufs *b,
+                       const float *xn, const float *dyn, char *xw, char *dyw, int bias, int first) {
+    if (c->rxw && !reorder(d, s, c->rxw, &c->ux, xn, &c->xw, xw, &b->smd, b->sc)) return 0;
+    if (c->rdyw && c->bdyw && !reorder(d, s, c->rdyw, &c->uy, dyn, &c->dyw, dyw, &b->smd, b->sc)) return 0;
+    int ids[] = {DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_WEIGHTS, DNNL_ARG_DIFF_BIAS, DNNL_ARG_SCRATCHPAD};
+    const dnnl_memory_desc_t *mds[] = {&c->xw, &c->dyw, &p->dww, &p->ub, &b->smd};
+    void *ptrs[] = {xw, dyw, first ? b->pdw : b->cdw, bias ? (first ? b->pdb : b->cdb) : NULL, b->sc};
+    if (!run(d, s, c->bw, 5, ids, mds, ptrs)) return 0;
+    if (!first) {
+        float *a = (float *)b->pdw, *e = (float *)b->cdw;
+        for (size_t i = 0; i < p->bdw / sizeof(float); i++) a[i] += e[i];
+        a = (float *)b->pdb, e = (float *)b->cdb;
+        for (size_t i = 0; i < p->bdb / sizeof(float); i++) a[i] += e[i];
+    }
+    return 1;
+}
+
+/* Backward of the chunk c of images from n0: dx when wanted, the thread's
+ * dW and db partials when wgrad (`first`: its first chunk). 0 on failure
+ * (recorded). */
+static int bwd_chunk(remat__dnnl *d, dnnl_stream_t s, const remat__conv_dims *cd, const conv_plan *p,
+                     const chunk *c, const bwd_bufs *b, const float *x, const float *dy, float *dx, int wgrad,
+                     int64_t n0, int first) {
+    const int64_t xi = cd->C * cd->H * cd->W, yi = cd->O * cd->OH * cd->OW;
+    const float *xn = x + n0 * xi, *dyn = dy + n0 * yi;
+    char *dyd = c->rdyd ? b->buf : (char *)dyn, *dxd = b->buf + c->bdyd;
+    char *xw = c->rxw ? dxd + c->bdxd : (char *)xn;
+    char *dyw = c->rdyw ? (c->bdyw ? xw + c->bxw : NULL) : (char *)dyn;
+    if (c->rdyw && !c->bdyw) dyw = dyd; /* the same layout as backward-data's */
+    if (c->rdyd && (dx || (wgrad && !c->bdyw && c->rdyw)) &&
+        !reorder(d, s, c->rdyd, &c->uy, dyn, &c->dyd, dyd, &b->smd, b->sc))
+        return 0;
+    if (dx && !bwd_data(d, s, p, c, b, dyd, dxd, dx + n0 * xi)) return 0;
+    if (wgrad && !bwd_weights(d, s, p, c, b, xn, dyn, xw, dyw, cd->bias, first)) return 0;
+    return 1;
+}
+
+/* Sums the threads' dW and db partials in thread order 0..S-1 into thread
+ * 0's, elements split over the threads. The buffers' padding sums zeros. */
+static void sum_partials(const conv_plan *p, const remat__conv_dims *cd, void *ws, int ith, int nth) {
+    char *base = ws;
+    int64_t S = cd->N < nth ? cd->N : nth;
+    size_t nf = (p->bdw + p->bdb) / sizeof(float); /* dW then db, contiguous in each slice */
+    float *p0 = (float *)(base + p->bwd);
+    int64_t e0, e1;
+    remat__split((int64_t)nf, ith, nth, &e0, &e1);
+    for (int64_t e = e0; e < e1; e++) {
+        float acc = p0[e];
+        for (int64_t th = 1; th < S; th++) acc += ((float *)(base + p->bwd + (size_t)th * p->bwd_per))[e];
+        p0[e] = acc;
+    }
+}
+
 void remat__dnnl_conv_backward(remat__dnnl *d, const remat__conv_dims *cd, const float *x, const float *w,
                                const float *dy, float *dx, float *dw, float *db, void *ws, remat__pool *pool,
                                int ith, int nth) {
@@ -592,77 +685,24 @@ void remat__dnnl_conv_backward(remat__dnnl *d, const remat__conv_dims *cd, const
         return;
     }
     int t = single_enter();
-    char *base = ws;
-    char *wd = p->bwd ? base : (char *)w;                /* weights in backward-data's layout */
-    size_t per = p->bwd_per;
-    char *mine = base + p->bwd + (size_t)ith * per;
-    char *pdw = mine, *pdb = mine + p->bdw;              /* this thread's partial dW, db */
-    char *cdw = pdb + p->bdb, *cdb = cdw + p->bdw;       /* a chunk's dW, db */
-    char *buf = cdb + p->bdb;
-    dnnl_memory_desc_t smd = scratch_md(p->scratch);
-    char *sc = mine + per - up(p->scratch);
-    if (dx && ith == 0 && p->rwd) reorder(d, s, p->rwd, &p->uw, w, &p->wd, wd, &smd, sc);
+    bwd_bufs b = bwd_bufs_of(p, w, ws, ith);
+    if (dx && ith == 0 && p->rwd) reorder(d, s, p->rwd, &p->uw, w, &p->wd, b.wd, &b.smd, b.sc);
     remat__pool_barrier(pool);
     int64_t lo, hi;
     remat__split(cd->N, ith, nth, &lo, &hi);
-    const int64_t xi = cd->C * cd->H * cd->W, yi = cd->O * cd->OH * cd->OW;
     for (int64_t n0 = lo; n0 < hi; n0 += p->m) {
         int64_t mb = hi - n0 < p->m ? hi - n0 : p->m;
-        const chunk *c = chunk_for(p, mb);
-        const float *xn = x + n0 * xi, *dyn = dy + n0 * yi;
-        char *dyd = c->rdyd ? buf : (char *)dyn, *dxd = buf + c->bdyd;
-        char *xw = c->rxw ? dxd + c->bdxd : (char *)xn;
-        char *dyw = c->rdyw ? (c->bdyw ? xw + c->bxw : NULL) : (char *)dyn;
-        if (c->rdyw && !c->bdyw) dyw = dyd; /* the same layout as backward-data's */
-        if (c->rdyd && (dx || (wgrad && !c->bdyw && c->rdyw)) &&
-            !reorder(d, s, c->rdyd, &c->uy, dyn, &c->dyd, dyd, &smd, sc))
-            break;
-        if (dx) {
-            int ids[] = {DNNL_ARG_DIFF_DST, DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_SRC, DNNL_ARG_SCRATCHPAD};
-            const dnnl_memory_desc_t *mds[] = {&c->dyd, &p->wd, &c->dxd, &smd};
-            void *ptrs[] = {dyd, wd, dxd, sc};
-            if (!run(d, s, c->bd, 4, ids, mds, ptrs)) break;
-            if (!reorder(d, s, c->rdxd, &c->dxd, dxd, &c->ux, dx + n0 * xi, &smd, sc)) break;
-        }
-        if (wgrad) {
-            if (c->rxw && !reorder(d, s, c->rxw, &c->ux, xn, &c->xw, xw, &smd, sc)) break;
-            if (c->rdyw && c->bdyw && !reorder(d, s, c->rdyw, &c->uy, dyn, &c->dyw, dyw, &smd, sc)) break;
-            int first = n0 == lo;
-            int ids[] = {DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_WEIGHTS, DNNL_ARG_DIFF_BIAS,
-                         DNNL_ARG_SCRATCHPAD};
-            const dnnl_memory_desc_t *mds[] = {&c->xw, &c->dyw, &p->dww, &p->ub, &smd};
-            void *ptrs[] = {xw, dyw, first ? pdw : cdw, cd->bias ? (first ? pdb : cdb) : NULL, sc};
-            if (!run(d, s, c->bw, 5, ids, mds, ptrs)) break;
-            if (!first) {
-                float *a = (float *)pdw, *e = (float *)cdw;
-                for (size_t i = 0; i < p->bdw / sizeof(float); i++) a[i] += e[i];
-                a = (float *)pdb, e = (float *)cdb;
-                for (size_t i = 0; i < p->bdb / sizeof(float); i++) a[i] += e[i];
-            }
-        }
+        if (!bwd_chunk(d, s, cd, p, chunk_for(p, mb), &b, x, dy, dx, wgrad, n0, n0 == lo)) break;
     }
     single_leave(t);
     if (!wgrad) return; /* the same on every thread: no barrier needed */
     remat__pool_barrier(pool);
-    /* Sum the partials in thread order 0..S-1 into thread 0's, elements
-     * split over the threads. The buffers' padding sums zeros. */
-    int64_t S = cd->N < nth ? cd->N : nth;
-    {
-        size_t nf = (p->bdw + p->bdb) / sizeof(float); /* dW then db, contiguous in each slice */
-        float *p0 = (float *)(base + p->bwd);
-        int64_t e0, e1;
-        remat__split((int64_t)nf, ith, nth, &e0, &e1);
-        for (int64_t e = e0; e < e1; e++) {
-            float acc = p0[e];
-            for (int64_t th = 1; th < S; th++) acc += ((float *)(base + p->bwd + (size_t)th * per))[e];
-            p0[e] = acc;
-        }
-    }
+    sum_partials(p, cd, ws, ith, nth);
     remat__pool_barrier(pool);
     if (ith != 0) return;
     t = single_enter();
-    char *p0 = base + p->bwd;
-    if (dw) reorder(d, s, p->rdw, &p->dww, p0, &p->uw, dw, &smd, sc);
+    char *p0 = (char *)ws + p->bwd; /* thread 0's partials: the sums */
+    if (dw) reorder(d, s, p->rdw, &p->dww, p0, &p->uw, dw, &b.smd, b.sc);
     if (db) {
         const float *b0 = (const float *)(p0 + p->bdw);
         for (int64_t o = 0; o < cd->O; o++) db[o] += b0[o];

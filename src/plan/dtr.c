@@ -158,10 +158,10 @@ static void next_gen(dtr *d) {
     }
 }
 
-/* Builds the fixed facts. The nodes have been validated. */
-static remat_status dtr_init(dtr *d, const remat__dtr_node *nodes, int n) {
-    memset(d, 0, sizeof *d);
-    d->nd = nodes, d->n = n;
+/* Allocates d's arrays for d->n nodes; 0 when out of memory. */
+static int dtr_alloc(dtr *d) {
+    const remat__dtr_node *nodes = d->nd;
+    int n = d->n;
     size_t un = (size_t)n + 1;
     int64_t n_edges = 0;
     for (int i = 0; i < n; i++) n_edges += nodes[i].n_deps;
@@ -191,17 +191,24 @@ static remat_status dtr_init(dtr *d, const remat__dtr_node *nodes, int n) {
              d->last_access && d->mark && d->stack && d->frame && d->frame_next && d->phase && d->res &&
              d->res_pos && d->protect && d->hints && d->in_phase;
     for (int p = 0; p < REMAT__DTR_POLICY_COUNT; p++) ok = ok && d->dies_off[p] && d->dies[p];
-    if (!ok) {
-        dtr_free(d);
-        return remat__err(REMAT_NOMEM, "dtr planner: out of memory for %d nodes", n);
-    }
-    /* The computed set: required nodes and their ancestors (deps point
-     * backwards, so one reverse sweep closes it). */
-    for (int i = 0; i < n; i++) d->in_c[i] = nodes[i].required != 0;
-    for (int i = n - 1; i >= 0; i--)
+    return ok;
+}
+
+/* The computed set: required nodes and their ancestors (deps point
+ * backwards, so one reverse sweep closes it). */
+static void find_computed(dtr *d) {
+    const remat__dtr_node *nodes = d->nd;
+    for (int i = 0; i < d->n; i++) d->in_c[i] = nodes[i].required != 0;
+    for (int i = d->n - 1; i >= 0; i--)
         if (d->in_c[i])
             for (int j = 0; j < nodes[i].n_deps; j++) d->in_c[nodes[i].deps[j]] = 1;
-    /* Consumers, counting a repeated dep once per occurrence. */
+}
+
+/* The computed consumers of every node, counting a repeated dep once per
+ * occurrence. */
+static void find_consumers(dtr *d) {
+    const remat__dtr_node *nodes = d->nd;
+    int n = d->n;
     for (int i = 0; i < n; i++)
         if (d->in_c[i])
             for (int j = 0; j < nodes[i].n_deps; j++) d->cons_off[nodes[i].deps[j] + 1]++;
@@ -211,7 +218,12 @@ static remat_status dtr_init(dtr *d, const remat__dtr_node *nodes, int n) {
     for (int i = 0; i < n; i++)
         if (d->in_c[i])
             for (int j = 0; j < nodes[i].n_deps; j++) d->cons[fill[nodes[i].deps[j]]++] = i;
-    /* Liveness horizons, then the nodes dying at each first computation. */
+}
+
+/* Liveness horizons, then per policy the nodes dying at each first
+ * computation. */
+static void find_deaths(dtr *d) {
+    int n = d->n;
     for (int i = n - 1; i >= 0; i--) {
         int32_t dl = i, rl = i;
         for (int64_t k = d->cons_off[i]; k < d->cons_off[i + 1]; k++) {
@@ -231,9 +243,13 @@ static remat_status dtr_init(dtr *d, const remat__dtr_node *nodes, int n) {
         for (int i = 0; i < n; i++)
             if (d->in_c[i]) d->dies[p][f32[at[i]]++] = i;
     }
-    /* Base cost and the floor: v with its distinct deps resident. */
+}
+
+/* Base cost and the floor: v with its distinct deps resident. */
+static void find_floor(dtr *d) {
+    const remat__dtr_node *nodes = d->nd;
     d->floor_node = -1;
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < d->n; i++) {
         if (!d->in_c[i]) continue;
         d->base_cost += nodes[i].cost;
         d->total_size += nodes[i].size;
@@ -247,6 +263,20 @@ static remat_status dtr_init(dtr *d, const remat__dtr_node *nodes, int n) {
         }
         if (d->floor_node < 0 || need > d->floor) d->floor = need, d->floor_node = i;
     }
+}
+
+/* Builds the fixed facts. The nodes have been validated. */
+static remat_status dtr_init(dtr *d, const remat__dtr_node *nodes, int n) {
+    memset(d, 0, sizeof *d);
+    d->nd = nodes, d->n = n;
+    if (!dtr_alloc(d)) {
+        dtr_free(d);
+        return remat__err(REMAT_NOMEM, "dtr planner: out of memory for %d nodes", n);
+    }
+    find_computed(d);
+    find_consumers(d);
+    find_deaths(d);
+    find_floor(d);
     return REMAT_OK;
 }
 

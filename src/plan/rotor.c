@@ -221,6 +221,114 @@ static int64_t size_x(const remat__stage_ex *st, int n, int64_t output, int k) {
     return k < n ? st[k].input : output;
 }
 
+/* The simulator's state: which values are resident (one flag per value
+ * and k = 0..n), and the running totals. */
+typedef struct {
+    const remat__stage_ex *st;
+    int n;
+    int64_t output;
+    uint8_t *X, *XB, *Y; /* x_k, xbar_k, y_k resident */
+    uint8_t *XO;         /* the option the resident xbar_k was made with */
+    int64_t *xbs;        /* size of the resident xbar_k */
+    int64_t mem, peak;
+    double cost;
+} sim;
+
+/* REMAT_OK when op t can run now: a known kind, a stage (and option) in
+ * range, and its inputs resident; otherwise REMAT_INVALID naming op t and
+ * what is wrong. */
+static remat_status sim_check(const sim *s, int t, remat_chain_op op) {
+    const remat__stage_ex *st = s->st;
+    int i = op.stage, n = s->n, o = op.option;
+    const char *nm = op_name(op.kind);
+    if ((int)op.kind < REMAT_CHAIN_FN || op.kind > REMAT_CHAIN_B)
+        return remat__err(REMAT_INVALID, "op %d: unknown kind %d", t, (int)op.kind);
+    if (op.kind == REMAT_CHAIN_LOSS ? i != n : (i < 0 || i >= n)) {
+        if (op.kind == REMAT_CHAIN_LOSS)
+            return remat__err(REMAT_INVALID, "op %d (Loss, stage %d): the loss is stage %d", t, i, n);
+        return remat__err(REMAT_INVALID, "op %d (%s, stage %d): stage out of range 0..%d", t, nm, i, n - 1);
+    }
+    if ((op.kind == REMAT_CHAIN_FE || op.kind == REMAT_CHAIN_B) && (o < 0 || o >= st[i].n_options))
+        return remat__err(REMAT_INVALID, "op %d (%s, stage %d): option %d out of range 0..%d", t, nm, i, o,
+                          st[i].n_options - 1);
+    /* every op reads x_i or xbar_i */
+    if (!s->X[i] && !(i > 0 && s->XB[i])) {
+        if (i > 0)
+            return remat__err(REMAT_INVALID, "op %d (%s, stage %d): needs x_%d or xbar_%d, neither is resident", t,
+                              nm, i, i, i);
+        return remat__err(REMAT_INVALID, "op %d (%s, stage %d): needs x_0, which is not resident", t, nm, i);
+    }
+    if (op.kind == REMAT_CHAIN_B && (!s->Y[i + 1] || !s->XB[i + 1]))
+        return remat__err(REMAT_INVALID, "op %d (B, stage %d): needs %s_%d, which is not resident", t, i,
+                          !s->Y[i + 1] ? "y" : "xbar", i + 1);
+    if (op.kind == REMAT_CHAIN_B && s->XO[i + 1] != o)
+        return remat__err(REMAT_INVALID, "op %d (B, stage %d, option %d): xbar_%d was made with option %d", t, i, o,
+                          i + 1, (int)s->XO[i + 1]);
+    return REMAT_OK;
+}
+
+/* Runs op t (checked) up to its peak: adds its cost, makes its output
+ * (REMAT_INVALID if that is already resident) and counts the peak with
+ * its transient bytes. */
+static remat_status sim_make(sim *s, int t, remat_chain_op op) {
+    const remat__stage_ex *st = s->st;
+    int i = op.stage, n = s->n, o = op.option;
+    uint8_t *made;
+    int64_t made_size, tmp = 0;
+    const char *made_name;
+    int made_k;
+    switch (op.kind) {
+    case REMAT_CHAIN_FN:
+    case REMAT_CHAIN_CF:
+        made = &s->X[i + 1], made_size = size_x(st, n, s->output, i + 1), made_name = "x", made_k = i + 1;
+        s->cost += st[i].forward;
+        tmp = st[i].fwd_tmp;
+        break;
+    case REMAT_CHAIN_FE:
+        made = &s->XB[i + 1], made_size = st[i].opt[o].saved, made_name = "xbar", made_k = i + 1;
+        s->cost += st[i].forward;
+        tmp = st[i].opt[o].fe_tmp;
+        break;
+    case REMAT_CHAIN_LOSS:
+        made = &s->Y[n], made_size = s->output, made_name = "y", made_k = n;
+        break;
+    default: /* B */
+        made = &s->Y[i], made_size = st[i].input, made_name = "y", made_k = i;
+        s->cost += st[i].opt[o].backward;
+        tmp = st[i].opt[o].bwd_tmp;
+        break;
+    }
+    if (*made)
+        return remat__err(REMAT_INVALID, "op %d (%s, stage %d): %s_%d is already resident", t, op_name(op.kind), i,
+                          made_name, made_k);
+    *made = 1;
+    s->mem += made_size;
+    if (op.kind == REMAT_CHAIN_FE) s->xbs[i + 1] = made_size, s->XO[i + 1] = (uint8_t)o;
+    if (s->mem + tmp > s->peak) s->peak = s->mem + tmp;
+    return REMAT_OK;
+}
+
+/* Frees the values op used up, once past its peak (semantics below). */
+static void sim_free(sim *s, remat_chain_op op) {
+    int i = op.stage, n = s->n;
+    switch (op.kind) {
+    case REMAT_CHAIN_FN:
+        if (s->X[i]) s->X[i] = 0, s->mem -= size_x(s->st, n, s->output, i);
+        else s->XB[i] = 0, s->mem -= s->xbs[i];
+        break;
+    case REMAT_CHAIN_LOSS:
+        if (s->X[n]) s->X[n] = 0, s->mem -= s->output;
+        break;
+    case REMAT_CHAIN_B:
+        s->Y[i + 1] = 0, s->mem -= size_x(s->st, n, s->output, i + 1);
+        s->XB[i + 1] = 0, s->mem -= s->xbs[i + 1];
+        if (s->X[i]) s->X[i] = 0, s->mem -= s->st[i].input;
+        break;
+    default:
+        break;
+    }
+}
+
 /* The exact simulator of the chain model. Resident values are sets (one
  * flag per value): producing a value that is already resident is an error.
  * Semantics per op (peak taken after the outputs appear, before frees):
@@ -244,106 +352,20 @@ static remat_status simulate(const remat__stage_ex *st, int n, int64_t output, c
         free(res), free(xbs);
         return remat__err(REMAT_NOMEM, "out of memory simulating a chain of %d stages", n);
     }
-    uint8_t *X = res, *XB = res + n + 1, *Y = res + 2 * ((size_t)n + 1), *XO = res + 3 * ((size_t)n + 1);
+    sim s = {.st = st, .n = n, .output = output, .X = res, .XB = res + n + 1, .Y = res + 2 * ((size_t)n + 1),
+             .XO = res + 3 * ((size_t)n + 1), .xbs = xbs};
+    s.X[0] = 1;
+    s.mem = s.peak = size_x(st, n, output, 0);
     remat_status rc = REMAT_OK;
-    X[0] = 1;
-    int64_t mem = size_x(st, n, output, 0), peak = mem;
-    double cost = 0;
-    for (int t = 0; t < nops; t++) {
-        remat_chain_op op = ops[t];
-        int i = op.stage;
-        const char *nm = op_name(op.kind);
-        if ((int)op.kind < REMAT_CHAIN_FN || op.kind > REMAT_CHAIN_B) {
-            rc = remat__err(REMAT_INVALID, "op %d: unknown kind %d", t, (int)op.kind);
-            break;
-        }
-        if (op.kind == REMAT_CHAIN_LOSS ? i != n : (i < 0 || i >= n)) {
-            if (op.kind == REMAT_CHAIN_LOSS)
-                rc = remat__err(REMAT_INVALID, "op %d (Loss, stage %d): the loss is stage %d", t, i, n);
-            else
-                rc = remat__err(REMAT_INVALID, "op %d (%s, stage %d): stage out of range 0..%d", t, nm, i, n - 1);
-            break;
-        }
-        int o = op.option;
-        if ((op.kind == REMAT_CHAIN_FE || op.kind == REMAT_CHAIN_B) && (o < 0 || o >= st[i].n_options)) {
-            rc = remat__err(REMAT_INVALID, "op %d (%s, stage %d): option %d out of range 0..%d", t, nm, i, o,
-                            st[i].n_options - 1);
-            break;
-        }
-        /* every op reads x_i or xbar_i */
-        if (!X[i] && !(i > 0 && XB[i])) {
-            if (i > 0)
-                rc = remat__err(REMAT_INVALID, "op %d (%s, stage %d): needs x_%d or xbar_%d, neither is resident", t,
-                                nm, i, i, i);
-            else
-                rc = remat__err(REMAT_INVALID, "op %d (%s, stage %d): needs x_0, which is not resident", t, nm, i);
-            break;
-        }
-        if (op.kind == REMAT_CHAIN_B && (!Y[i + 1] || !XB[i + 1])) {
-            rc = remat__err(REMAT_INVALID, "op %d (B, stage %d): needs %s_%d, which is not resident", t, i,
-                            !Y[i + 1] ? "y" : "xbar", i + 1);
-            break;
-        }
-        if (op.kind == REMAT_CHAIN_B && XO[i + 1] != o) {
-            rc = remat__err(REMAT_INVALID, "op %d (B, stage %d, option %d): xbar_%d was made with option %d", t, i, o,
-                            i + 1, (int)XO[i + 1]);
-            break;
-        }
-        uint8_t *made;
-        int64_t made_size, tmp = 0;
-        const char *made_name;
-        int made_k;
-        switch (op.kind) {
-        case REMAT_CHAIN_FN:
-        case REMAT_CHAIN_CF:
-            made = &X[i + 1], made_size = size_x(st, n, output, i + 1), made_name = "x", made_k = i + 1;
-            cost += st[i].forward;
-            tmp = st[i].fwd_tmp;
-            break;
-        case REMAT_CHAIN_FE:
-            made = &XB[i + 1], made_size = st[i].opt[o].saved, made_name = "xbar", made_k = i + 1;
-            cost += st[i].forward;
-            tmp = st[i].opt[o].fe_tmp;
-            break;
-        case REMAT_CHAIN_LOSS:
-            made = &Y[n], made_size = output, made_name = "y", made_k = n;
-            break;
-        default: /* B */
-            made = &Y[i], made_size = st[i].input, made_name = "y", made_k = i;
-            cost += st[i].opt[o].backward;
-            tmp = st[i].opt[o].bwd_tmp;
-            break;
-        }
-        if (*made) {
-            rc = remat__err(REMAT_INVALID, "op %d (%s, stage %d): %s_%d is already resident", t, nm, i, made_name,
-                            made_k);
-            break;
-        }
-        *made = 1;
-        mem += made_size;
-        if (op.kind == REMAT_CHAIN_FE) xbs[i + 1] = made_size, XO[i + 1] = (uint8_t)o;
-        if (mem + tmp > peak) peak = mem + tmp;
-        switch (op.kind) {
-        case REMAT_CHAIN_FN:
-            if (X[i]) X[i] = 0, mem -= size_x(st, n, output, i);
-            else XB[i] = 0, mem -= xbs[i];
-            break;
-        case REMAT_CHAIN_LOSS:
-            if (X[n]) X[n] = 0, mem -= output;
-            break;
-        case REMAT_CHAIN_B:
-            Y[i + 1] = 0, mem -= size_x(st, n, output, i + 1);
-            XB[i + 1] = 0, mem -= xbs[i + 1];
-            if (X[i]) X[i] = 0, mem -= st[i].input;
-            break;
-        default:
-            break;
-        }
+    for (int t = 0; t < nops && rc == REMAT_OK; t++) {
+        rc = sim_check(&s, t, ops[t]);
+        if (rc == REMAT_OK) rc = sim_make(&s, t, ops[t]);
+        if (rc == REMAT_OK) sim_free(&s, ops[t]);
     }
     if (rc == REMAT_OK) {
-        if (cost_out) *cost_out = cost;
-        if (peak_out) *peak_out = peak;
-        if (complete) *complete = Y[0];
+        if (cost_out) *cost_out = s.cost;
+        if (peak_out) *peak_out = s.peak;
+        if (complete) *complete = s.Y[0];
     }
     free(res), free(xbs);
     return rc;
@@ -775,126 +797,160 @@ static remat_status rebuild(const table *t, const sizes *z, int64_t m_top, oplis
     return rc;
 }
 
-remat_status remat__chain_solve_ex(const remat__stage_ex *stages, int n, int64_t output, int64_t budget, int slots,
-                                   remat_chain_plan **out) {
-    if (!out) return remat__err(REMAT_INVALID, "remat__chain_solve_ex: out is NULL");
-    *out = NULL;
+/* Allocates t's tables (t->L and t->W set) and fills its costs from the
+ * stages; 0 when out of memory (table_free then frees what was). */
+static int table_alloc(table *t, const remat__stage_ex *stages) {
+    int L = t->L;
+    size_t cells = ((size_t)L + 1) * ((size_t)L + 2) / 2 * t->W;
+    t->opt = malloc(cells * sizeof *t->opt);
+    t->what = malloc(cells * sizeof *t->what);
+    t->f = malloc(((size_t)L + 1) * sizeof *t->f);
+    t->b = calloc(((size_t)L + 1) * MAXO, sizeof *t->b);
+    if (!t->opt || !t->what || !t->f || !t->b) return 0;
+    for (int k = 0; k < L; k++) {
+        t->f[k] = stages[k].forward;
+        for (int o = 0; o < stages[k].n_options; o++) t->b[(size_t)k * MAXO + (size_t)o] = stages[k].opt[o].backward;
+    }
+    t->f[L] = 0;
+    return 1;
+}
+
+static void table_free(table *t) { free(t->opt), free(t->what), free(t->f), free(t->b); }
+
+/* What remat__chain_solve_ex assumes of its arguments. */
+static remat_status check_solve_args(const remat__stage_ex *stages, int n, int64_t output, int64_t budget,
+                                     int slots) {
     remat_status rc = check_chain_ex(stages, n, output);
     if (rc != REMAT_OK) return rc;
     if (n > MAX_STAGES) return remat__err(REMAT_UNSUPPORTED, "chain of %d stages: at most %d", n, MAX_STAGES);
     if (budget < 0) return remat__err(REMAT_INVALID, "budget is negative (%lld)", (long long)budget);
     if (slots < 0) return remat__err(REMAT_INVALID, "slots is negative (%d)", slots);
-    int64_t S = slots ? slots : DEFAULT_SLOTS;
-    int64_t unit = max64(1, ceil_div(budget, S));
-    int64_t Mslots = budget / unit;
-    int L = n;
-    /* Before anything is allocated: the table's rows are at most
-     * min(Mslots, store-all) + 1 slots (store-all only grows them when the
-     * budget is infeasible, which the floor search below prices). */
-    rc = check_plan_cost(L, min64(Mslots, store_all_slots(stages, n, output, unit)) + 1, 1, "planning");
-    if (rc != REMAT_OK) return rc;
+    return REMAT_OK;
+}
 
-    sizes z;
-    rc = sizes_init(&z, L);
-    if (rc != REMAT_OK) return rc;
-    int64_t need = sizes_fill(&z, stages, output, unit);
-    if (need > Mslots) {
-        /* the floor search fills the sizes tables once per bisection step
-         * (at most 64, one per bit of the largest size) */
-        rc = check_plan_cost(L, 0, 65, "finding the smallest budget that fits");
-        if (rc != REMAT_OK) {
-            char why[1024];
-            snprintf(why, sizeof why, "%s", remat_last_error());
-            sizes_free(&z);
-            return remat__err(REMAT_BUDGET, "budget %lld is too small: with slots of %lld the chain needs at least "
-                              "%lld; %s", (long long)budget, (long long)unit, (long long)(need * unit), why);
-        }
-        int64_t best, exact, need_slots;
-        rc = least_budget(stages, n, output, S, &best, &exact, &need_slots);
-        if (rc == REMAT_OK && best >= 0 && best <= budget) {
-            /* Rounding to this budget's slot leaves no room, but a smaller
-             * budget's finer slots do (best has a smaller unit, and every
-             * unit from best's up is feasible at its top budget): plan for
-             * (unit - 1) * S, the largest of those. So every budget from
-             * the one named below up is feasible. */
-            unit -= 1;
-            Mslots = S;
-            need = unit >= 1 ? sizes_fill(&z, stages, output, unit) : INT64_MAX;
-            if (unit < 1 || need > Mslots)
-                rc = remat__err(REMAT_INTERNAL, "chain floor: budget %lld infeasible with slot %lld",
-                                (long long)budget, (long long)unit);
-        } else if (rc == REMAT_OK && best < 0) {
-            rc = remat__err(REMAT_BUDGET,
-                            "no budget fits the chain with %lld memory slots: it needs at least %lld slots "
-                            "(the model's exact floor is %lld)",
-                            (long long)S, (long long)need_slots, (long long)exact);
-        } else if (rc == REMAT_OK && best == exact) {
-            rc = remat__err(REMAT_BUDGET, "budget %lld is too small: the smallest budget that fits is %lld",
-                            (long long)budget, (long long)best);
-        } else if (rc == REMAT_OK) {
-            rc = remat__err(REMAT_BUDGET,
-                            "budget %lld is too small: the smallest budget that fits is %lld with %lld memory "
-                            "slots (the model's exact floor is %lld)",
-                            (long long)budget, (long long)best, (long long)S, (long long)exact);
-        }
-        if (rc != REMAT_OK) {
-            sizes_free(&z);
-            return rc;
-        }
+/* REMAT_BUDGET for a budget below the chain's floor with S slots:
+ * least_budget's answer (best, exact, need_slots), in words. */
+static remat_status floor_error(int64_t budget, int64_t S, int64_t best, int64_t exact, int64_t need_slots) {
+    if (best < 0)
+        return remat__err(REMAT_BUDGET,
+                          "no budget fits the chain with %lld memory slots: it needs at least %lld slots "
+                          "(the model's exact floor is %lld)",
+                          (long long)S, (long long)need_slots, (long long)exact);
+    if (best == exact)
+        return remat__err(REMAT_BUDGET, "budget %lld is too small: the smallest budget that fits is %lld",
+                          (long long)budget, (long long)best);
+    return remat__err(REMAT_BUDGET,
+                      "budget %lld is too small: the smallest budget that fits is %lld with %lld memory "
+                      "slots (the model's exact floor is %lld)",
+                      (long long)budget, (long long)best, (long long)S, (long long)exact);
+}
+
+/* When the chain needs more slots of *unit than the budget holds (*need >
+ * *Mslots): either a smaller budget's finer slots fit, and the chain is
+ * planned in those (z refilled; *unit, *Mslots and *need change), or
+ * REMAT_BUDGET names the smallest budget that fits. */
+static remat_status finer_slots_or_floor(const remat__stage_ex *stages, int n, int64_t output, int64_t budget,
+                                         int64_t S, sizes *z, int64_t *unit, int64_t *Mslots, int64_t *need) {
+    /* the floor search fills the sizes tables once per bisection step
+     * (at most 64, one per bit of the largest size) */
+    remat_status rc = check_plan_cost(n, 0, 65, "finding the smallest budget that fits");
+    if (rc != REMAT_OK) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s", remat_last_error());
+        return remat__err(REMAT_BUDGET, "budget %lld is too small: with slots of %lld the chain needs at least "
+                          "%lld; %s", (long long)budget, (long long)*unit, (long long)(*need * *unit), why);
     }
+    int64_t best, exact, need_slots;
+    rc = least_budget(stages, n, output, S, &best, &exact, &need_slots);
+    if (rc != REMAT_OK) return rc;
+    if (best < 0 || best > budget) return floor_error(budget, S, best, exact, need_slots);
+    /* Rounding to this budget's slot leaves no room, but a smaller
+     * budget's finer slots do (best has a smaller unit, and every unit
+     * from best's up is feasible at its top budget): plan for (unit - 1) *
+     * S, the largest of those. So every budget from the one floor_error
+     * would name up is feasible. */
+    *unit -= 1;
+    *Mslots = S;
+    *need = *unit >= 1 ? sizes_fill(z, stages, output, *unit) : INT64_MAX;
+    if (*unit < 1 || *need > *Mslots)
+        return remat__err(REMAT_INTERNAL, "chain floor: budget %lld infeasible with slot %lld", (long long)budget,
+                          (long long)*unit);
+    return REMAT_OK;
+}
 
+/* Simulates the schedule rebuilt from the table into p's cost and peak;
+ * REMAT_INTERNAL unless it simulates, reaches y_0 and stays within the
+ * budget (the table and the simulator disagree). */
+static remat_status check_schedule(const remat__stage_ex *stages, int n, int64_t output, int64_t budget,
+                                   const oplist *ops, remat_chain_plan *p) {
+    int complete = 0;
+    remat_status rc = simulate(stages, n, output, ops->v, ops->n, &p->cost, &p->peak, &complete);
+    if (rc != REMAT_OK)
+        return remat__err(REMAT_INTERNAL, "the chain schedule does not simulate: %s", remat_last_error());
+    if (!complete || p->peak > budget)
+        return remat__err(REMAT_INTERNAL, "the chain schedule %s (peak %lld, budget %lld)",
+                          complete ? "exceeds the budget" : "does not reach y_0", (long long)p->peak,
+                          (long long)budget);
+    return REMAT_OK;
+}
+
+/* The plan in Mslots slots of `unit` (z filled for that unit, need its
+ * floor in slots): the DP table, the schedule rebuilt from it, checked by
+ * the simulator. *out gets the plan. */
+static remat_status solve_in_slots(const remat__stage_ex *stages, int n, int64_t output, int64_t budget,
+                                   const sizes *z, int64_t unit, int64_t Mslots, int64_t need,
+                                   remat_chain_plan **out) {
+    int L = n;
     /* Memory beyond what storing everything needs changes nothing: cap the
      * table there (this matters when slots is as large as the budget). */
     int64_t cap = store_all_slots(stages, n, output, unit);
     table t = {.L = L, .Ms = min64(Mslots, max64(cap, need))};
     t.W = (size_t)t.Ms + 1;
-    size_t ntri = ((size_t)L + 1) * ((size_t)L + 2) / 2;
-    size_t cells = ntri * t.W;
-    rc = check_plan_cost(L, (int64_t)t.W, 1, "planning"); /* the exact rows (those checked first are a bound) */
-    if (rc != REMAT_OK) {
-        sizes_free(&z);
-        return rc;
-    }
-    t.opt = malloc(cells * sizeof *t.opt);
-    t.what = malloc(cells * sizeof *t.what);
-    t.f = malloc(((size_t)L + 1) * sizeof *t.f);
-    t.b = calloc(((size_t)L + 1) * MAXO, sizeof *t.b);
+    /* the exact rows (those checked first are a bound) */
+    remat_status rc = check_plan_cost(L, (int64_t)t.W, 1, "planning");
+    if (rc != REMAT_OK) return rc;
     remat_chain_plan *p = calloc(1, sizeof *p);
     oplist ops = {0};
-    if (!t.opt || !t.what || !t.f || !t.b || !p) {
+    if (!table_alloc(&t, stages) || !p) {
+        double cells = (double)(((size_t)L + 1) * ((size_t)L + 2) / 2 * t.W);
         rc = remat__err(REMAT_NOMEM, "out of memory: the planning table of %d stages x %lld slots needs %.1f MiB", L,
-                        (long long)t.W, (double)cells * (sizeof(double) + sizeof(int16_t)) / 1048576.0);
-        goto done;
+                        (long long)t.W, cells * (sizeof(double) + sizeof(int16_t)) / 1048576.0);
     }
-    for (int k = 0; k < L; k++) {
-        t.f[k] = stages[k].forward;
-        for (int o = 0; o < stages[k].n_options; o++) t.b[(size_t)k * MAXO + (size_t)o] = stages[k].opt[o].backward;
+    if (rc == REMAT_OK) rc = table_fill(&t, z);
+    if (rc == REMAT_OK) rc = rebuild(&t, z, min64(Mslots - z->a[0], t.Ms), &ops);
+    if (rc == REMAT_OK) rc = check_schedule(stages, n, output, budget, &ops, p);
+    if (rc == REMAT_OK) {
+        p->ops = ops.v, p->n_ops = ops.n;
+        ops.v = NULL;
+        *out = p;
+        p = NULL;
     }
-    t.f[L] = 0;
-    rc = table_fill(&t, &z);
-    if (rc != REMAT_OK) goto done;
-    rc = rebuild(&t, &z, min64(Mslots - z.a[0], t.Ms), &ops);
-    if (rc != REMAT_OK) goto done;
-    int complete = 0;
-    rc = simulate(stages, n, output, ops.v, ops.n, &p->cost, &p->peak, &complete);
-    if (rc != REMAT_OK) {
-        rc = remat__err(REMAT_INTERNAL, "the chain schedule does not simulate: %s", remat_last_error());
-        goto done;
-    }
-    if (!complete || p->peak > budget) {
-        rc = remat__err(REMAT_INTERNAL, "the chain schedule %s (peak %lld, budget %lld)",
-                        complete ? "exceeds the budget" : "does not reach y_0", (long long)p->peak,
-                        (long long)budget);
-        goto done;
-    }
-    p->ops = ops.v, p->n_ops = ops.n;
-    ops.v = NULL;
-    *out = p;
-    p = NULL;
-done:
     free(ops.v);
     free(p);
-    free(t.opt), free(t.what), free(t.f), free(t.b);
+    table_free(&t);
+    return rc;
+}
+
+remat_status remat__chain_solve_ex(const remat__stage_ex *stages, int n, int64_t output, int64_t budget, int slots,
+                                   remat_chain_plan **out) {
+    if (!out) return remat__err(REMAT_INVALID, "remat__chain_solve_ex: out is NULL");
+    *out = NULL;
+    remat_status rc = check_solve_args(stages, n, output, budget, slots);
+    if (rc != REMAT_OK) return rc;
+    int64_t S = slots ? slots : DEFAULT_SLOTS;
+    int64_t unit = max64(1, ceil_div(budget, S));
+    int64_t Mslots = budget / unit;
+    /* Before anything is allocated: the table's rows are at most
+     * min(Mslots, store-all) + 1 slots (store-all only grows them when the
+     * budget is infeasible, which the floor search prices). */
+    rc = check_plan_cost(n, min64(Mslots, store_all_slots(stages, n, output, unit)) + 1, 1, "planning");
+    if (rc != REMAT_OK) return rc;
+    sizes z;
+    rc = sizes_init(&z, n);
+    if (rc != REMAT_OK) return rc;
+    int64_t need = sizes_fill(&z, stages, output, unit);
+    if (need > Mslots) rc = finer_slots_or_floor(stages, n, output, budget, S, &z, &unit, &Mslots, &need);
+    if (rc == REMAT_OK) rc = solve_in_slots(stages, n, output, budget, &z, unit, Mslots, need, out);
     sizes_free(&z);
     return rc;
 }
@@ -911,7 +967,7 @@ struct remat__chain_tab {
 
 void remat__chain_tab_free(remat__chain_tab *c) {
     if (!c) return;
-    free(c->t.opt), free(c->t.what), free(c->t.f), free(c->t.b);
+    table_free(&c->t);
     sizes_free(&c->z);
     free(c->st);
     free(c);
@@ -945,21 +1001,11 @@ remat_status remat__chain_tab_build(const remat__stage_ex *stages, int n, int64_
     t->L = L;
     t->Ms = max64(0, min64(Mslots - c->z.a[0], store_all_slots(stages, n, output, unit)));
     t->W = (size_t)t->Ms + 1;
-    size_t cells = ((size_t)L + 1) * ((size_t)L + 2) / 2 * t->W;
-    t->opt = malloc(cells * sizeof *t->opt);
-    t->what = malloc(cells * sizeof *t->what);
-    t->f = malloc(((size_t)L + 1) * sizeof *t->f);
-    t->b = calloc(((size_t)L + 1) * MAXO, sizeof *t->b);
-    if (!t->opt || !t->what || !t->f || !t->b) {
+    if (!table_alloc(t, stages)) {
+        long long W = (long long)t->W; /* t goes with c */
         remat__chain_tab_free(c);
-        return remat__err(REMAT_NOMEM, "out of memory: the planning table of %d stages x %lld slots", L,
-                          (long long)t->W);
+        return remat__err(REMAT_NOMEM, "out of memory: the planning table of %d stages x %lld slots", L, W);
     }
-    for (int k = 0; k < L; k++) {
-        t->f[k] = stages[k].forward;
-        for (int o = 0; o < stages[k].n_options; o++) t->b[(size_t)k * MAXO + (size_t)o] = stages[k].opt[o].backward;
-    }
-    t->f[L] = 0;
     rc = table_fill(t, &c->z);
     if (rc != REMAT_OK) {
         remat__chain_tab_free(c);

@@ -117,96 +117,110 @@ void remat__schedule_free(remat__schedule *s) {
     memset(s, 0, sizeof *s);
 }
 
+/* The frees of a schedule while they are found: per value the
+ * instruction of its open instance's last use, and per instruction the
+ * values freed after it, chained from head through next. */
+typedef struct {
+    int32_t *last;  /* per value: last use of the open instance, -1 none */
+    int32_t *head;  /* per instruction: its first freed entry, -1 none */
+    int32_t *fv;    /* per entry: the freed value */
+    int32_t *next;  /* per entry: the next entry of the same instruction */
+    int nf, capf;
+} frees;
+
+/* Ends value v's open instance: freed after its last use. 0 when out of
+ * memory. */
+static int close_value(frees *f, int32_t v) {
+    if (f->nf == f->capf) {
+        f->capf = f->capf ? 2 * f->capf : 1024;
+        int32_t *a = realloc(f->fv, (size_t)f->capf * sizeof *f->fv);
+        int32_t *b = realloc(f->next, (size_t)f->capf * sizeof *f->next);
+        if (a) f->fv = a;
+        if (b) f->next = b;
+        if (!a || !b) return 0;
+    }
+    f->fv[f->nf] = v, f->next[f->nf] = f->head[f->last[v]], f->head[f->last[v]] = f->nf, f->nf++;
+    f->last[v] = -1;
+    return 1;
+}
+
+/* The uses of forward instruction i: its inputs, and its output and aux,
+ * whose older instances (a recomputation's) end first. 0 when out of
+ * memory. */
+static int fwd_uses(const remat_graph *g, frees *f, const remat__instr *in, int i) {
+    const remat__node *n = &g->nodes[in->node];
+    const remat__op *op = remat__ops[n->op];
+    for (int j = 0; j < n->n_in; j++)
+        if (!remat__is_resident(&g->nodes[n->in[j]])) f->last[REMAT__VAL(n->in[j], REMAT__V_OUT)] = i;
+    int32_t vo = REMAT__VAL(in->node, REMAT__V_OUT), va = REMAT__VAL(in->node, REMAT__V_AUX);
+    if (f->last[vo] >= 0 && !close_value(f, vo)) return 0; /* a recomputation: the old instance ends before */
+    f->last[vo] = i;
+    /* A stateful op's recomputation reuses the aux of its first execution
+     * (the batch statistics: state changes once); any other op's aux is
+     * made again, like its output, so the first one goes after its last
+     * use (attention's probabilities are what recomputing it is for). */
+    if (op->aux_bytes && !(op->flags & REMAT__OP_STATEFUL) && f->last[va] >= 0 && !close_value(f, va)) return 0;
+    if (op->aux_bytes) f->last[va] = i;
+    return 1;
+}
+
+/* The uses of backward instruction i: its gradient, what it saved, and
+ * the gradients it writes. */
+static void bwd_uses(const remat__prog *p, frees *f, const remat__instr *in, int i) {
+    const remat_graph *g = p->g;
+    const remat__node *n = &g->nodes[in->node];
+    f->last[REMAT__VAL(in->node, REMAT__V_GRAD)] = i;
+    for (int j = 0; j < n->n_in; j++) {
+        if ((n->saves & REMAT__SAVE_IN(j)) && !remat__is_resident(&g->nodes[n->in[j]]))
+            f->last[REMAT__VAL(n->in[j], REMAT__V_OUT)] = i;
+        if (remat__bwd_writes(p, n, j) && g->nodes[n->in[j]].leaf != REMAT__LEAF_PARAM)
+            f->last[REMAT__VAL(n->in[j], REMAT__V_GRAD)] = i;
+    }
+    if (n->saves & REMAT__SAVE_OUT) f->last[REMAT__VAL(in->node, REMAT__V_OUT)] = i;
+    if (n->saves & REMAT__SAVE_AUX) f->last[REMAT__VAL(in->node, REMAT__V_AUX)] = i;
+}
+
+/* Rewrites s with each instruction followed by its frees, in value order. */
+static remat_status insert_frees(remat__schedule *s, const frees *f) {
+    remat__schedule old = *s;
+    remat__instr *ins = malloc(((size_t)old.n + (size_t)f->nf + 1) * sizeof *ins);
+    if (!ins) return remat__err(REMAT_NOMEM, "out of memory building a schedule");
+    int k = 0;
+    for (int i = 0; i < old.n; i++) {
+        ins[k++] = old.ins[i];
+        int base = k;
+        for (int32_t e = f->head[i]; e >= 0; e = f->next[e]) {
+            int32_t v = f->fv[e];
+            int pos = k;
+            while (pos > base && ins[pos - 1].value > v) ins[pos] = ins[pos - 1], pos--;
+            ins[pos] = (remat__instr){.kind = REMAT__I_FREE, .node = REMAT__VAL_NODE(v), .value = v};
+            k++;
+        }
+    }
+    free(old.ins);
+    s->ins = ins;
+    s->n = k;
+    s->cap = (int)(old.n + f->nf + 1);
+    return REMAT_OK;
+}
 
 remat_status remat__schedule_add_frees(const remat__prog *p, remat__schedule *s) {
-    const remat_graph *g = p->g;
-    size_t nv = (size_t)g->n * 3;
-    int32_t *last = malloc(nv * sizeof *last);       /* last use of the open instance, -1 none */
-    int32_t *head = malloc(((size_t)s->n + 1) * sizeof *head);
-    int32_t *next = NULL;
-    int32_t *fv = NULL; /* freed values, chained per instruction */
-    int nf = 0, capf = 0;
-    remat_status st = REMAT_OK;
-    if (!last || !head) {
-        st = remat__err(REMAT_NOMEM, "out of memory building a schedule");
-        goto out;
+    size_t nv = (size_t)p->g->n * 3;
+    frees f = {.last = malloc(nv * sizeof *f.last), .head = malloc(((size_t)s->n + 1) * sizeof *f.head)};
+    int ok = f.last && f.head;
+    if (ok) {
+        for (size_t v = 0; v < nv; v++) f.last[v] = -1;
+        for (int i = 0; i <= s->n; i++) f.head[i] = -1;
     }
-    for (size_t v = 0; v < nv; v++) last[v] = -1;
-    for (int i = 0; i <= s->n; i++) head[i] = -1;
-#define CLOSE(v)                                                                              \
-    do {                                                                                      \
-        if (nf == capf) {                                                                     \
-            capf = capf ? 2 * capf : 1024;                                                    \
-            int32_t *a = realloc(fv, (size_t)capf * sizeof *fv), *b = realloc(next, (size_t)capf * sizeof *next); \
-            if (a) fv = a;                                                                    \
-            if (b) next = b;                                                                  \
-            if (!a || !b) {                                                                   \
-                st = remat__err(REMAT_NOMEM, "out of memory building a schedule");            \
-                goto out;                                                                     \
-            }                                                                                 \
-        }                                                                                     \
-        fv[nf] = (v), next[nf] = head[last[v]], head[last[v]] = nf, nf++;                     \
-        last[v] = -1;                                                                         \
-    } while (0)
-    for (int i = 0; i < s->n; i++) {
-        const remat__instr *in = &s->ins[i];
-        const remat__node *n = &g->nodes[in->node];
-        const remat__op *op = remat__ops[n->op];
-        if (in->kind == REMAT__I_FWD) {
-            for (int j = 0; j < n->n_in; j++)
-                if (!remat__is_resident(&g->nodes[n->in[j]])) last[REMAT__VAL(n->in[j], REMAT__V_OUT)] = i;
-            int32_t vo = REMAT__VAL(in->node, REMAT__V_OUT), va = REMAT__VAL(in->node, REMAT__V_AUX);
-            if (last[vo] >= 0) CLOSE(vo); /* a recomputation: the old instance ends before */
-            last[vo] = i;
-            /* A stateful op's recomputation reuses the aux of its first
-             * execution (the batch statistics: state changes once); any
-             * other op's aux is made again, like its output, so the first
-             * one goes after its last use (attention's probabilities are
-             * what recomputing it is for). */
-            if (op->aux_bytes && !(op->flags & REMAT__OP_STATEFUL) && last[va] >= 0) CLOSE(va);
-            if (op->aux_bytes) last[va] = i;
-        } else if (in->kind == REMAT__I_BWD) {
-            last[REMAT__VAL(in->node, REMAT__V_GRAD)] = i;
-            for (int j = 0; j < n->n_in; j++) {
-                if ((n->saves & REMAT__SAVE_IN(j)) && !remat__is_resident(&g->nodes[n->in[j]]))
-                    last[REMAT__VAL(n->in[j], REMAT__V_OUT)] = i;
-                if (remat__bwd_writes(p, n, j) && g->nodes[n->in[j]].leaf != REMAT__LEAF_PARAM)
-                    last[REMAT__VAL(n->in[j], REMAT__V_GRAD)] = i;
-            }
-            if (n->saves & REMAT__SAVE_OUT) last[REMAT__VAL(in->node, REMAT__V_OUT)] = i;
-            if (n->saves & REMAT__SAVE_AUX) last[REMAT__VAL(in->node, REMAT__V_AUX)] = i;
-        }
+    for (int i = 0; ok && i < s->n; i++) {
+        if (s->ins[i].kind == REMAT__I_FWD) ok = fwd_uses(p->g, &f, &s->ins[i], i);
+        else if (s->ins[i].kind == REMAT__I_BWD) bwd_uses(p, &f, &s->ins[i], i);
     }
-    for (size_t v = 0; v < nv; v++)
-        if (last[v] >= 0) CLOSE((int32_t)v);
-#undef CLOSE
-    {
-        remat__schedule old = *s;
-        remat__instr *ins = malloc(((size_t)old.n + (size_t)nf + 1) * sizeof *ins);
-        if (!ins) {
-            st = remat__err(REMAT_NOMEM, "out of memory building a schedule");
-            goto out;
-        }
-        int k = 0;
-        for (int i = 0; i < old.n; i++) {
-            ins[k++] = old.ins[i];
-            /* frees after instruction i, in value order */
-            int base = k;
-            for (int32_t f = head[i]; f >= 0; f = next[f]) {
-                int32_t v = fv[f];
-                int pos = k;
-                while (pos > base && ins[pos - 1].value > v) ins[pos] = ins[pos - 1], pos--;
-                ins[pos] = (remat__instr){.kind = REMAT__I_FREE, .node = REMAT__VAL_NODE(v), .value = v};
-                k++;
-            }
-        }
-        free(old.ins);
-        s->ins = ins;
-        s->n = k;
-        s->cap = (int)(old.n + nf + 1);
-    }
-out:
-    free(last), free(head), free(next), free(fv);
+    /* every instance still open ends after its last use */
+    for (size_t v = 0; ok && v < nv; v++)
+        if (f.last[v] >= 0) ok = close_value(&f, (int32_t)v);
+    remat_status st = ok ? insert_frees(s, &f) : remat__err(REMAT_NOMEM, "out of memory building a schedule");
+    free(f.last), free(f.head), free(f.next), free(f.fv);
     return st;
 }
 

@@ -207,6 +207,96 @@ static remat_status time_nodes(remat_session *s, int steps, double *med) {
     return st;
 }
 
+/* Buffers for g's inputs (bufs[v], owned by the caller): floats uniform
+ * on [-1, 1) (zeros would make every activation after a normalization
+ * zero, and some kernels run at another speed on real values), integers
+ * zeros: valid class and token ids. */
+static remat_status random_inputs(const remat_graph *g, void **bufs) {
+    for (int v = 0; v < g->n; v++) {
+        if (g->nodes[v].leaf != REMAT__LEAF_INPUT) continue;
+        bufs[v] = calloc(remat__out_bytes(&g->nodes[v]) + 1, 1);
+        if (!bufs[v]) return remat__err(REMAT_NOMEM, "out of memory calibrating");
+        if (g->nodes[v].dtype == REMAT_F32) {
+            float *x = bufs[v];
+            uint32_t r = 0x9e3779b9u ^ (uint32_t)v;
+            for (int64_t i = 0, n = remat__numel(&g->nodes[v].shape); i < n; i++) {
+                r = r * 1664525u + 1013904223u; /* an LCG is plenty for timing data */
+                x[i] = (float)(r >> 8) / 8388608.0f - 1.0f;
+            }
+        }
+    }
+    return REMAT_OK;
+}
+
+/* The profiler's medians of g's nodes under store-all (all) and under
+ * sqrt (rec), and the update's seconds per parameter into m. */
+static remat_status measure(remat_cost_model *m, const remat_graph *g, remat_node loss, int steps, void **bufs,
+                            double *all, double *rec) {
+    remat_session *s = NULL;
+    remat_status st = calib_session(&s, g, loss, m->threads, REMAT_STRATEGY_ALL, bufs);
+    if (st == REMAT_OK) st = time_nodes(s, steps, all);
+    remat_optim_opts sgd, adamw;
+    remat_optim_opts_default(&sgd, REMAT_OPTIM_SGD);
+    sgd.momentum = 0.9f;
+    remat_optim_opts_default(&adamw, REMAT_OPTIM_ADAMW);
+    if (st == REMAT_OK) st = time_update(s, &sgd, 5, &m->update_s_per_param[REMAT_OPTIM_SGD]);
+    if (st == REMAT_OK) st = time_update(s, &adamw, 5, &m->update_s_per_param[REMAT_OPTIM_ADAMW]);
+    remat_session_destroy(s); /* one session's memory at a time */
+    s = NULL;
+    if (st == REMAT_OK) st = calib_session(&s, g, loss, m->threads, REMAT_STRATEGY_SQRT, bufs);
+    if (st == REMAT_OK) st = time_nodes(s, steps, rec);
+    remat_session_destroy(s);
+    return st;
+}
+
+/* Sums per shape class (acc, in first-seen order; cnt[2k] its nodes,
+ * cnt[2k + 1] those recomputed under sqrt) and, per op, recomputation
+ * over first forward (ratio[2 op] over ratio[2 op + 1]). */
+static remat_status sum_classes(const remat_graph *g, const double *all, const double *rec, remat_cost_model *acc,
+                                int *cnt, double *ratio) {
+    for (int u = 0; u < g->n; u++) {
+        uint64_t c = remat_node_cost_class(g, u);
+        if (!c) continue;
+        int k = 0;
+        while (k < acc->n_ops && acc->ops[k].cls != c) k++;
+        if (k == acc->n_ops) {
+            if (k == REMAT_COST_MAX_OPS)
+                return remat__err(REMAT_INVALID, "the graph has more than %d shape classes", REMAT_COST_MAX_OPS);
+            acc->ops[acc->n_ops++] = (remat_op_time){c, g->nodes[u].op, 0, 0, 0};
+        }
+        const double *a = all + REMAT__PROF_NODE * (size_t)u, *r = rec + REMAT__PROF_NODE * (size_t)u;
+        acc->ops[k].fwd_s += a[0];
+        acc->ops[k].bwd_s += a[2];
+        cnt[2 * k]++;
+        if (r[3] >= 1 && r[0] > 0) {
+            /* recomputed under sqrt: a recomputation over the first forward
+             * of the same steps (the machine's speed drifts between the two
+             * sessions, not within a step), times the store-all forward */
+            acc->ops[k].rec_s += a[0] * (r[1] / r[3]) / r[0];
+            cnt[2 * k + 1]++;
+            ratio[2 * g->nodes[u].op] += r[1] / r[3];
+            ratio[2 * g->nodes[u].op + 1] += r[0];
+        }
+    }
+    return REMAT_OK;
+}
+
+/* Each class's means into m: the mean over its nodes of their median
+ * step; a class never recomputed gets its op's ratio, or its forward. */
+static remat_status put_classes(remat_cost_model *m, const remat_cost_model *acc, const int *cnt,
+                                const double *ratio) {
+    remat_status st = REMAT_OK;
+    for (int k = 0; k < acc->n_ops && st == REMAT_OK; k++) {
+        remat_op_time t = acc->ops[k];
+        t.fwd_s /= cnt[2 * k], t.bwd_s /= cnt[2 * k];
+        if (cnt[2 * k + 1]) t.rec_s /= cnt[2 * k + 1];
+        else if (ratio[2 * t.op + 1] > 0) t.rec_s = t.fwd_s * ratio[2 * t.op] / ratio[2 * t.op + 1];
+        else t.rec_s = t.fwd_s;
+        st = remat__cost_model_put(m, &t);
+    }
+    return st;
+}
+
 /* The shape classes of g: forward and backward seconds from store-all
  * steps; recomputation seconds from steps under sqrt, which recomputes
  * all but about sqrt(n) of the nodes: a node's forward times its ratio of
@@ -224,79 +314,14 @@ remat_status remat_calibrate_graph(remat_cost_model *m, const remat_graph *g, re
     void **bufs = calloc((size_t)g->n + 1, sizeof *bufs);
     double *all = malloc((2 * nt + 1) * sizeof *all), *rec = all ? all + nt : NULL;
     if (!bufs || !all) st = remat__err(REMAT_NOMEM, "out of memory calibrating");
-    /* float inputs uniform on [-1, 1) (zeros would make every activation
-     * after a normalization zero, and some kernels run at another speed
-     * on real values), integer inputs zeros: valid class and token ids */
-    for (int v = 0; v < g->n && st == REMAT_OK; v++) {
-        if (g->nodes[v].leaf != REMAT__LEAF_INPUT) continue;
-        bufs[v] = calloc(remat__out_bytes(&g->nodes[v]) + 1, 1);
-        if (!bufs[v]) {
-            st = remat__err(REMAT_NOMEM, "out of memory calibrating");
-            break;
-        }
-        if (g->nodes[v].dtype == REMAT_F32) {
-            float *x = bufs[v];
-            uint32_t r = 0x9e3779b9u ^ (uint32_t)v;
-            for (int64_t i = 0, n = remat__numel(&g->nodes[v].shape); i < n; i++) {
-                r = r * 1664525u + 1013904223u; /* an LCG is plenty for timing data */
-                x[i] = (float)(r >> 8) / 8388608.0f - 1.0f;
-            }
-        }
-    }
-    remat_session *s = NULL;
-    if (st == REMAT_OK) st = calib_session(&s, g, loss, m->threads, REMAT_STRATEGY_ALL, bufs);
-    if (st == REMAT_OK) st = time_nodes(s, steps, all);
-    remat_optim_opts sgd, adamw;
-    remat_optim_opts_default(&sgd, REMAT_OPTIM_SGD);
-    sgd.momentum = 0.9f;
-    remat_optim_opts_default(&adamw, REMAT_OPTIM_ADAMW);
-    if (st == REMAT_OK) st = time_update(s, &sgd, 5, &m->update_s_per_param[REMAT_OPTIM_SGD]);
-    if (st == REMAT_OK) st = time_update(s, &adamw, 5, &m->update_s_per_param[REMAT_OPTIM_ADAMW]);
-    remat_session_destroy(s); /* one session's memory at a time */
-    s = NULL;
-    if (st == REMAT_OK) st = calib_session(&s, g, loss, m->threads, REMAT_STRATEGY_SQRT, bufs);
-    if (st == REMAT_OK) st = time_nodes(s, steps, rec);
-    remat_session_destroy(s);
-    /* per class: the mean over its nodes of their median step; per op:
-     * recomputation over first forward, summed over its recomputed nodes */
+    if (st == REMAT_OK) st = random_inputs(g, bufs);
+    if (st == REMAT_OK) st = measure(m, g, loss, steps, bufs, all, rec);
     int *cnt = st == REMAT_OK ? calloc(2 * REMAT_COST_MAX_OPS, sizeof *cnt) : NULL;
     remat_cost_model *acc = st == REMAT_OK ? calloc(1, sizeof *acc) : NULL;
     double *ratio = st == REMAT_OK ? calloc(2 * REMAT__N_OPS, sizeof *ratio) : NULL;
     if (st == REMAT_OK && (!cnt || !acc || !ratio)) st = remat__err(REMAT_NOMEM, "out of memory calibrating");
-    for (int u = 0; u < g->n && st == REMAT_OK; u++) {
-        uint64_t c = remat_node_cost_class(g, u);
-        if (!c) continue;
-        int k = 0;
-        while (k < acc->n_ops && acc->ops[k].cls != c) k++;
-        if (k == acc->n_ops) {
-            if (k == REMAT_COST_MAX_OPS) {
-                st = remat__err(REMAT_INVALID, "the graph has more than %d shape classes", REMAT_COST_MAX_OPS);
-                break;
-            }
-            acc->ops[acc->n_ops++] = (remat_op_time){c, g->nodes[u].op, 0, 0, 0};
-        }
-        const double *a = all + REMAT__PROF_NODE * (size_t)u, *r = rec + REMAT__PROF_NODE * (size_t)u;
-        acc->ops[k].fwd_s += a[0];
-        acc->ops[k].bwd_s += a[2];
-        cnt[2 * k]++;
-        if (r[3] >= 1 && r[0] > 0) {
-            /* recomputed under sqrt: a recomputation over the first forward
-             * of the same steps (the machine's speed drifts between the two
-             * sessions, not within a step), times the store-all forward */
-            acc->ops[k].rec_s += a[0] * (r[1] / r[3]) / r[0];
-            cnt[2 * k + 1]++;
-            ratio[2 * g->nodes[u].op] += r[1] / r[3];
-            ratio[2 * g->nodes[u].op + 1] += r[0];
-        }
-    }
-    for (int k = 0; acc && k < acc->n_ops && st == REMAT_OK; k++) {
-        remat_op_time t = acc->ops[k];
-        t.fwd_s /= cnt[2 * k], t.bwd_s /= cnt[2 * k];
-        if (cnt[2 * k + 1]) t.rec_s /= cnt[2 * k + 1];
-        else if (ratio[2 * t.op + 1] > 0) t.rec_s = t.fwd_s * ratio[2 * t.op] / ratio[2 * t.op + 1];
-        else t.rec_s = t.fwd_s;
-        st = remat__cost_model_put(m, &t);
-    }
+    if (st == REMAT_OK) st = sum_classes(g, all, rec, acc, cnt, ratio);
+    if (st == REMAT_OK) st = put_classes(m, acc, cnt, ratio);
     free(cnt), free(acc), free(ratio), free(all);
     for (int v = 0; bufs && v < g->n; v++) free(bufs[v]);
     free(bufs);

@@ -221,8 +221,9 @@ static int by_offset_cmp(const void *a, const void *b) {
     return 0;
 }
 
-/* Parses and checks the header text (hdr, len bytes, NUL-terminated). */
-static remat_status parse_header(remat__st *f, const char *hdr, size_t len) {
+/* Parses the header text into f->json: valid JSON, an object, nothing
+ * but blanks after it. */
+static remat_status parse_json(remat__st *f, const char *hdr, size_t len) {
     const char *p = f->path, *end = NULL;
     f->json = cJSON_ParseWithLengthOpts(hdr, len, &end, 0);
     if (!f->json)
@@ -239,87 +240,120 @@ static remat_status parse_header(remat__st *f, const char *hdr, size_t len) {
     if (!cJSON_IsObject(f->json))
         return remat__err(REMAT_FORMAT, "%s: the header is not a JSON object",
                           p);
-    int count = 0;
+    return REMAT_OK;
+}
+
+/* Finds __metadata__ (at most one object of strings) into f->meta and
+ * counts the other entries, the tensors. */
+static remat_status read_metadata(remat__st *f, int *count) {
+    const char *p = f->path;
+    *count = 0;
     const cJSON *item;
     cJSON_ArrayForEach(item, f->json) {
-        if (strcmp(item->string, "__metadata__") == 0) {
-            if (f->meta)
-                return remat__err(REMAT_FORMAT,
-                                  "%s: __metadata__ appears twice", p);
-            if (!cJSON_IsObject(item))
-                return remat__err(REMAT_FORMAT,
-                                  "%s: __metadata__ is not an object", p);
-            const cJSON *kv;
-            cJSON_ArrayForEach(kv, item) {
-                if (!cJSON_IsString(kv))
-                    return remat__err(REMAT_FORMAT,
-                                      "%s: __metadata__ entry '%s' is not a "
-                                      "string",
-                                      p, kv->string);
-            }
-            f->meta = item;
-        } else {
-            count++;
+        if (strcmp(item->string, "__metadata__") != 0) {
+            (*count)++;
+            continue;
         }
+        if (f->meta)
+            return remat__err(REMAT_FORMAT,
+                              "%s: __metadata__ appears twice", p);
+        if (!cJSON_IsObject(item))
+            return remat__err(REMAT_FORMAT,
+                              "%s: __metadata__ is not an object", p);
+        const cJSON *kv;
+        cJSON_ArrayForEach(kv, item) {
+            if (!cJSON_IsString(kv))
+                return remat__err(REMAT_FORMAT,
+                                  "%s: __metadata__ entry '%s' is not a "
+                                  "string",
+                                  p, kv->string);
+        }
+        f->meta = item;
     }
+    return REMAT_OK;
+}
+
+/* Checks every tensor entry into f->t (header order), then sorts f->by_name
+ * by name and order by data offset. */
+static remat_status parse_entries(remat__st *f, int *order) {
+    const cJSON *item;
+    cJSON_ArrayForEach(item, f->json) {
+        if (strcmp(item->string, "__metadata__") == 0) continue;
+        remat_status rc = parse_entry(f, item, &f->t[f->n]);
+        if (rc != REMAT_OK) return rc;
+        f->by_name[f->n] = f->n;
+        order[f->n] = f->n;
+        f->n++;
+    }
+    sort_entries = f->t;
+    qsort(f->by_name, (size_t)f->n, sizeof *f->by_name, by_name_cmp);
+    qsort(order, (size_t)f->n, sizeof *order, by_offset_cmp);
+    sort_entries = NULL;
+    return REMAT_OK;
+}
+
+/* No name twice (f->by_name sorted). */
+static remat_status check_names(const remat__st *f) {
+    for (int i = 1; i < f->n; i++)
+        if (strcmp(f->t[f->by_name[i - 1]].name, f->t[f->by_name[i]].name) ==
+            0)
+            return remat__err(REMAT_FORMAT, "%s: tensor '%s' appears twice",
+                              f->path, f->t[f->by_name[i]].name);
+    return REMAT_OK;
+}
+
+/* The tensors must tile [0, data_bytes): each begins where the one before
+ * it (in offset order) ends. */
+static remat_status check_tiling(const remat__st *f, const int *order) {
+    const char *p = f->path;
+    uint64_t cursor = 0;
+    int last = -1; /* the tensor that ends at cursor */
+    for (int i = 0; i < f->n; i++) {
+        const entry *e = &f->t[order[i]];
+        if (e->begin < cursor)
+            return remat__err(REMAT_FORMAT,
+                              "%s: tensors '%s' [%llu, %llu] and '%s' [%llu, "
+                              "%llu] overlap",
+                              p, f->t[last].name,
+                              (unsigned long long)f->t[last].begin,
+                              (unsigned long long)f->t[last].end, e->name,
+                              (unsigned long long)e->begin,
+                              (unsigned long long)e->end);
+        if (e->begin > cursor)
+            return remat__err(REMAT_FORMAT,
+                              "%s: no tensor covers bytes [%llu, %llu) of the "
+                              "data section (before tensor '%s')",
+                              p, (unsigned long long)cursor,
+                              (unsigned long long)e->begin, e->name);
+        cursor = e->end;
+        last = order[i];
+    }
+    if (cursor != f->data_bytes)
+        return remat__err(REMAT_FORMAT,
+                          "%s: no tensor covers bytes [%llu, %llu) at the end "
+                          "of the data section",
+                          p, (unsigned long long)cursor,
+                          (unsigned long long)f->data_bytes);
+    return REMAT_OK;
+}
+
+/* Parses and checks the header text (hdr, len bytes, NUL-terminated). */
+static remat_status parse_header(remat__st *f, const char *hdr, size_t len) {
+    int count = 0;
+    remat_status rc = parse_json(f, hdr, len);
+    if (rc == REMAT_OK) rc = read_metadata(f, &count);
+    if (rc != REMAT_OK) return rc;
     f->t = calloc((size_t)(count ? count : 1), sizeof *f->t);
     f->by_name = malloc((size_t)(count ? count : 1) * sizeof *f->by_name);
     int *order = malloc((size_t)(count ? count : 1) * sizeof *order);
     if (!f->t || !f->by_name || !order) {
         free(order);
-        return remat__err(REMAT_NOMEM, "%s: out of memory for %d tensors", p,
-                          count);
+        return remat__err(REMAT_NOMEM, "%s: out of memory for %d tensors",
+                          f->path, count);
     }
-    remat_status rc = REMAT_OK;
-    cJSON_ArrayForEach(item, f->json) {
-        if (strcmp(item->string, "__metadata__") == 0) continue;
-        rc = parse_entry(f, item, &f->t[f->n]);
-        if (rc != REMAT_OK) break;
-        f->by_name[f->n] = f->n;
-        order[f->n] = f->n;
-        f->n++;
-    }
-    if (rc == REMAT_OK) {
-        sort_entries = f->t;
-        qsort(f->by_name, (size_t)f->n, sizeof *f->by_name, by_name_cmp);
-        qsort(order, (size_t)f->n, sizeof *order, by_offset_cmp);
-        sort_entries = NULL;
-    }
-    for (int i = 1; i < f->n && rc == REMAT_OK; i++)
-        if (strcmp(f->t[f->by_name[i - 1]].name, f->t[f->by_name[i]].name) ==
-            0)
-            rc = remat__err(REMAT_FORMAT, "%s: tensor '%s' appears twice", p,
-                            f->t[f->by_name[i]].name);
-    /* The tensors must tile [0, data_bytes): each begins where the one
-     * before it (in offset order) ends. */
-    uint64_t cursor = 0;
-    int last = -1; /* the tensor that ends at cursor */
-    for (int i = 0; i < f->n && rc == REMAT_OK; i++) {
-        const entry *e = &f->t[order[i]];
-        if (e->begin < cursor)
-            rc = remat__err(REMAT_FORMAT,
-                            "%s: tensors '%s' [%llu, %llu] and '%s' [%llu, "
-                            "%llu] overlap",
-                            p, f->t[last].name,
-                            (unsigned long long)f->t[last].begin,
-                            (unsigned long long)f->t[last].end, e->name,
-                            (unsigned long long)e->begin,
-                            (unsigned long long)e->end);
-        else if (e->begin > cursor)
-            rc = remat__err(REMAT_FORMAT,
-                            "%s: no tensor covers bytes [%llu, %llu) of the "
-                            "data section (before tensor '%s')",
-                            p, (unsigned long long)cursor,
-                            (unsigned long long)e->begin, e->name);
-        cursor = e->end;
-        last = order[i];
-    }
-    if (rc == REMAT_OK && cursor != f->data_bytes)
-        rc = remat__err(REMAT_FORMAT,
-                        "%s: no tensor covers bytes [%llu, %llu) at the end "
-                        "of the data section",
-                        p, (unsigned long long)cursor,
-                        (unsigned long long)f->data_bytes);
+    rc = parse_entries(f, order);
+    if (rc == REMAT_OK) rc = check_names(f);
+    if (rc == REMAT_OK) rc = check_tiling(f, order);
     free(order);
     return rc;
 }
@@ -401,6 +435,34 @@ static remat_status load_parsed(remat__st *f, FILE *fp) {
     return read_exact(fp, p, f->data, (size_t)f->data_bytes, "tensor data");
 }
 
+/* The 20 decimal digits at s as a number into *v: 0 when one is not a
+ * digit or the number does not fit. */
+static int dec20(const char *s, unsigned long long *v) {
+    int ok = 1;
+    *v = 0;
+    for (int i = 0; ok && i < 20; i++) {
+        char c = s[i];
+        ok = c >= '0' && c <= '9' && *v <= 1844674407370955161ULL;
+        *v = *v * 10 + (unsigned long long)(c - '0');
+    }
+    return ok;
+}
+
+/* The 8 lowercase hex digits at s as a number into *v: 0 when one is not
+ * a hex digit. */
+static int hex8(const char *s, unsigned *v) {
+    int ok = 1;
+    *v = 0;
+    for (int i = 0; ok && i < 8; i++) {
+        char c = s[i];
+        int d = c >= '0' && c <= '9' ? c - '0'
+                : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        ok = d >= 0;
+        *v = *v << 4 | (unsigned)(d < 0 ? 0 : d);
+    }
+    return ok;
+}
+
 /* Reads the whole file into f->buf, unparsed (a checksummed file is
  * checked on its raw bytes first): f->raw is the file's first byte,
  * placed so that the data section starts 8-byte aligned. Before the whole
@@ -430,12 +492,7 @@ static remat_status load_whole(remat__st *f, FILE *fp, const remat__st_limits *l
         int k = snprintf(pat, sizeof pat, "\"%s\":\"", REMAT__ST_SIZE_KEY);
         const char *a = memmem(hdr, (size_t)hlen, pat, (size_t)k);
         unsigned long long want = 0;
-        int ok = a && (size_t)(a - hdr) + (size_t)k + 20 <= hlen;
-        for (int i = 0; ok && i < 20; i++) {
-            char c = a[k + i];
-            ok = c >= '0' && c <= '9' && want <= 1844674407370955161ULL;
-            want = want * 10 + (unsigned long long)(c - '0');
-        }
+        int ok = a && (size_t)(a - hdr) + (size_t)k + 20 <= hlen && dec20(a + k, &want);
         if (ok && want != size)
             rc = remat__err(REMAT_FORMAT, "%s: %s: the file has %llu bytes but was written with %llu", p,
                             want > size ? "truncated" : "too long", (unsigned long long)size, want);
@@ -576,6 +633,61 @@ static long long find_field(const char *h, size_t n, const char *key) {
     return (long long)at;
 }
 
+/* Reads the checksum's two fields from the header text h (hn bytes): the
+ * CRC-32's position (*crc_at) and value, and the file size written. */
+static remat_status read_checksum(const char *path, const char *h, size_t hn,
+                                  long long *crc_at, unsigned *want_crc,
+                                  unsigned long long *want_size) {
+    *crc_at = find_field(h, hn, REMAT__ST_CRC_KEY);
+    long long size_at = find_field(h, hn, REMAT__ST_SIZE_KEY);
+    if (*crc_at == -1 || size_at == -1)
+        return remat__err(REMAT_FORMAT,
+                          "%s: no checksum in the header (\"%s\"): not a file "
+                          "remat wrote with one, or its header is damaged",
+                          path, *crc_at == -1 ? REMAT__ST_CRC_KEY
+                                              : REMAT__ST_SIZE_KEY);
+    if (*crc_at < 0 || size_at < 0)
+        return remat__err(REMAT_FORMAT, "%s: the checksum appears twice in "
+                                        "the header: the header is damaged",
+                          path);
+    /* fixed widths: 8 hex digits, 20 decimal digits, then a quote */
+    int ok = (size_t)*crc_at + 9 <= hn && (size_t)size_at + 21 <= hn &&
+             h[*crc_at + 8] == '"' && h[size_at + 20] == '"';
+    ok = ok && hex8(h + *crc_at, want_crc);
+    ok = ok && dec20(h + size_at, want_size);
+    if (!ok)
+        return remat__err(REMAT_FORMAT,
+                          "%s: the checksum fields of the header are "
+                          "malformed: the header is damaged",
+                          path);
+    return REMAT_OK;
+}
+
+/* The file f (read whole) has the size and CRC-32 its header says; the
+ * CRC is of the file with the checksum's 8 digits (at crc_at in the
+ * header) read as '0'. */
+static remat_status check_sum(const remat__st *f, const char *path,
+                              long long crc_at, unsigned want_crc,
+                              unsigned long long want_size) {
+    if (want_size != f->raw_bytes)
+        return remat__err(REMAT_FORMAT,
+                          "%s: %s: the file has %llu bytes but was written "
+                          "with %llu",
+                          path,
+                          want_size > f->raw_bytes ? "truncated" : "too long",
+                          (unsigned long long)f->raw_bytes, want_size);
+    size_t at = 8 + (size_t)crc_at;
+    uint32_t crc = crc_bytes(0, f->raw, at);
+    crc = crc_bytes(crc, "00000000", 8);
+    crc = crc_bytes(crc, f->raw + at + 8, (size_t)f->raw_bytes - at - 8);
+    if (crc != want_crc)
+        return remat__err(REMAT_FORMAT,
+                          "%s: checksum mismatch: the file's CRC-32 is "
+                          "%08x, its header says %08x: the file is damaged",
+                          path, (unsigned)crc, want_crc);
+    return REMAT_OK;
+}
+
 remat_status remat__st_open_checked(remat__st **out, const char *path) {
     return remat__st_open_limited(out, path, NULL);
 }
@@ -591,60 +703,11 @@ remat_status remat__st_open_limited(remat__st **out, const char *path, const rem
     remat__st *f = *out;
     const char *h = (const char *)f->raw + 8;
     size_t hn = (size_t)(f->raw_bytes - 8 - f->data_bytes);
-    long long crc_at = find_field(h, hn, REMAT__ST_CRC_KEY);
-    long long size_at = find_field(h, hn, REMAT__ST_SIZE_KEY);
-    unsigned long long want_size = 0;
+    long long crc_at = 0;
     unsigned want_crc = 0;
-    if (crc_at == -1 || size_at == -1)
-        rc = remat__err(REMAT_FORMAT,
-                        "%s: no checksum in the header (\"%s\"): not a file "
-                        "remat wrote with one, or its header is damaged",
-                        path, crc_at == -1 ? REMAT__ST_CRC_KEY
-                                           : REMAT__ST_SIZE_KEY);
-    else if (crc_at < 0 || size_at < 0)
-        rc = remat__err(REMAT_FORMAT, "%s: the checksum appears twice in the "
-                                      "header: the header is damaged",
-                        path);
-    if (rc == REMAT_OK) {
-        /* fixed widths: 8 hex digits, 20 decimal digits, then a quote */
-        int ok = (size_t)crc_at + 9 <= hn && (size_t)size_at + 21 <= hn &&
-                 h[crc_at + 8] == '"' && h[size_at + 20] == '"';
-        for (int i = 0; ok && i < 8; i++) {
-            char c = h[crc_at + i];
-            int d = c >= '0' && c <= '9' ? c - '0'
-                    : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-            ok = d >= 0;
-            want_crc = want_crc << 4 | (unsigned)(d < 0 ? 0 : d);
-        }
-        for (int i = 0; ok && i < 20; i++) {
-            char c = h[size_at + i];
-            ok = c >= '0' && c <= '9' && want_size <= 1844674407370955161ULL;
-            want_size = want_size * 10 + (unsigned long long)(c - '0');
-        }
-        if (!ok)
-            rc = remat__err(REMAT_FORMAT,
-                            "%s: the checksum fields of the header are "
-                            "malformed: the header is damaged",
-                            path);
-    }
-    if (rc == REMAT_OK && want_size != f->raw_bytes)
-        rc = remat__err(REMAT_FORMAT,
-                        "%s: %s: the file has %llu bytes but was written "
-                        "with %llu",
-                        path, want_size > f->raw_bytes ? "truncated" : "too long",
-                        (unsigned long long)f->raw_bytes, want_size);
-    if (rc == REMAT_OK) {
-        /* the CRC of the file with the checksum's 8 digits read as '0' */
-        size_t at = 8 + (size_t)crc_at;
-        uint32_t crc = crc_bytes(0, f->raw, at);
-        crc = crc_bytes(crc, "00000000", 8);
-        crc = crc_bytes(crc, f->raw + at + 8, (size_t)f->raw_bytes - at - 8);
-        if (crc != want_crc)
-            rc = remat__err(REMAT_FORMAT,
-                            "%s: checksum mismatch: the file's CRC-32 is "
-                            "%08x, its header says %08x: the file is damaged",
-                            path, (unsigned)crc, want_crc);
-    }
+    unsigned long long want_size = 0;
+    rc = read_checksum(path, h, hn, &crc_at, &want_crc, &want_size);
+    if (rc == REMAT_OK) rc = check_sum(f, path, crc_at, want_crc, want_size);
     if (rc == REMAT_OK) rc = parse_raw(out);
     /* the digits checked must be the metadata's own */
     if (rc == REMAT_OK) {
@@ -846,6 +909,107 @@ static remat_status write_tensors(FILE *fp, void *ctx) {
     return ok ? REMAT_OK : REMAT_IO; /* the caller reports errno */
 }
 
+/* The order of the data section (decreasing element size, then input
+ * order) into order; REMAT_INVALID when a name is given twice. */
+static remat_status data_order(const char *path, int n,
+                               const remat__st_tensor *ts, int *order) {
+    remat_status rc = REMAT_OK;
+    for (int i = 0; i < n; i++) order[i] = i;
+    write_ts = ts;
+    qsort(order, (size_t)n, sizeof *order, by_write_name);
+    for (int i = 1; i < n && rc == REMAT_OK; i++)
+        if (strcmp(ts[order[i - 1]].name, ts[order[i]].name) == 0)
+            rc = remat__err(REMAT_INVALID, "%s: tensor '%s' given twice",
+                            path, ts[order[i]].name);
+    for (int i = 0; i < n; i++) order[i] = i;
+    qsort(order, (size_t)n, sizeof *order, by_write_size);
+    write_ts = NULL;
+    return rc;
+}
+
+/* Each tensor's offset in the data section (begin, in input order) and
+ * the section's size (*bytes), at most MAX_EXACT. */
+static remat_status place_data(const char *path, int n,
+                               const remat__st_tensor *ts, const int *order,
+                               uint64_t *begin, uint64_t *bytes) {
+    uint64_t at = 0;
+    for (int k = 0; k < n; k++) {
+        begin[order[k]] = at;
+        at += ts[order[k]].bytes;
+    }
+    *bytes = at;
+    if (at > MAX_EXACT)
+        return remat__err(REMAT_INVALID, "%s: %llu bytes of tensors is too "
+                                         "much for one file",
+                          path, (unsigned long long)at);
+    return REMAT_OK;
+}
+
+/* The header's __metadata__, as the Python library writes it; a
+ * checksum's two fields lead it, with fixed widths, their positions in
+ * *crc_at and *size_at (filled in by fill_checksum). */
+static void header_metadata(sbuf *hdr, int n, const char *const *metadata,
+                            int checksum, size_t *crc_at, size_t *size_at) {
+    sb_printf(hdr, "\"__metadata__\":{");
+    if (checksum) {
+        sb_printf(hdr, "\"%s\":\"", REMAT__ST_CRC_KEY);
+        *crc_at = hdr->len;
+        sb_printf(hdr, "00000000\",\"%s\":\"", REMAT__ST_SIZE_KEY);
+        *size_at = hdr->len;
+        sb_printf(hdr, "00000000000000000000\"");
+    }
+    for (int i = 0; metadata && metadata[i]; i += 2) {
+        if (i || checksum) sb_printf(hdr, ",");
+        sb_json_str(hdr, metadata[i]);
+        sb_printf(hdr, ":");
+        sb_json_str(hdr, metadata[i + 1]);
+    }
+    sb_printf(hdr, "}%s", n ? "," : "");
+}
+
+/* The whole header: metadata first, then each tensor in input order,
+ * padded with spaces so that the data section starts 8-byte aligned. */
+static void header_text(sbuf *hdr, int n, const remat__st_tensor *ts,
+                        const uint64_t *begin, const char *const *metadata,
+                        int checksum, size_t *crc_at, size_t *size_at) {
+    sb_printf(hdr, "{");
+    if (checksum || (metadata && metadata[0]))
+        header_metadata(hdr, n, metadata, checksum, crc_at, size_at);
+    for (int i = 0; i < n; i++) {
+        const remat__st_tensor *t = &ts[i];
+        if (i) sb_printf(hdr, ",");
+        sb_json_str(hdr, t->name);
+        sb_printf(hdr, ":{\"dtype\":\"%s\",\"shape\":[", t->dtype);
+        for (int d = 0; d < t->ndim; d++)
+            sb_printf(hdr, "%s%lld", d ? "," : "", (long long)t->dims[d]);
+        sb_printf(hdr, "],\"data_offsets\":[%llu,%llu]}",
+                  (unsigned long long)begin[i],
+                  (unsigned long long)(begin[i] + t->bytes));
+    }
+    sb_printf(hdr, "}");
+    while (!hdr->oom && (8 + hdr->len) % 8 != 0) sb_printf(hdr, " ");
+}
+
+/* Writes the file's size (the header's, plus data_bytes of data) and its
+ * CRC-32 (taken with the CRC's digits still '0') into the header's fields. */
+static void fill_checksum(sbuf *hdr, int n, const remat__st_tensor *ts,
+                          const int *order, uint64_t data_bytes,
+                          size_t crc_at, size_t size_at) {
+    char digits[32];
+    unsigned char le[8];
+    snprintf(digits, sizeof digits, "%020llu",
+             (unsigned long long)(8 + hdr->len + data_bytes));
+    memcpy(hdr->s + size_at, digits, 20);
+    for (int i = 0; i < 8; i++)
+        le[i] = (unsigned char)((uint64_t)hdr->len >> (8 * i));
+    uint32_t crc = crc_bytes(0, le, 8);
+    crc = crc_bytes(crc, hdr->s, hdr->len); /* the digits are '0' here */
+    for (int k = 0; k < n; k++)
+        crc = crc_bytes(crc, ts[order[k]].data, ts[order[k]].bytes);
+    snprintf(digits, sizeof digits, "%08x", (unsigned)crc);
+    memcpy(hdr->s + crc_at, digits, 8);
+}
+
 remat_status remat__st_write_ex(const char *path, int n,
                                 const remat__st_tensor *ts,
                                 const char *const *metadata, int checksum) {
@@ -861,90 +1025,24 @@ remat_status remat__st_write_ex(const char *path, int n,
     int *order = malloc((size_t)(n ? n : 1) * sizeof *order);
     uint64_t *begin = malloc((size_t)(n ? n : 1) * sizeof *begin);
     sbuf hdr = {0};
-    if (!order || !begin) {
-        rc = remat__err(REMAT_NOMEM, "%s: out of memory", path);
-        goto done;
-    }
-    for (int i = 0; i < n; i++) order[i] = i;
-    write_ts = ts;
-    qsort(order, (size_t)n, sizeof *order, by_write_name);
-    for (int i = 1; i < n && rc == REMAT_OK; i++)
-        if (strcmp(ts[order[i - 1]].name, ts[order[i]].name) == 0)
-            rc = remat__err(REMAT_INVALID, "%s: tensor '%s' given twice",
-                            path, ts[order[i]].name);
-    for (int i = 0; i < n; i++) order[i] = i;
-    qsort(order, (size_t)n, sizeof *order, by_write_size);
-    write_ts = NULL;
-    if (rc != REMAT_OK) goto done;
-    uint64_t at = 0;
-    for (int k = 0; k < n; k++) {
-        begin[order[k]] = at;
-        at += ts[order[k]].bytes;
-    }
-    if (at > MAX_EXACT) {
-        rc = remat__err(REMAT_INVALID, "%s: %llu bytes of tensors is too "
-                                       "much for one file",
-                        path, (unsigned long long)at);
-        goto done;
-    }
-    /* The header: metadata first, as the Python library writes it; a
-     * checksum's two fields lead it, with fixed widths, filled in below. */
+    uint64_t data_bytes = 0;
     size_t crc_at = 0, size_at = 0;
-    int any_meta = checksum || (metadata && metadata[0]);
-    sb_printf(&hdr, "{");
-    if (any_meta) {
-        sb_printf(&hdr, "\"__metadata__\":{");
-        if (checksum) {
-            sb_printf(&hdr, "\"%s\":\"", REMAT__ST_CRC_KEY);
-            crc_at = hdr.len;
-            sb_printf(&hdr, "00000000\",\"%s\":\"", REMAT__ST_SIZE_KEY);
-            size_at = hdr.len;
-            sb_printf(&hdr, "00000000000000000000\"");
-        }
-        for (int i = 0; metadata && metadata[i]; i += 2) {
-            if (i || checksum) sb_printf(&hdr, ",");
-            sb_json_str(&hdr, metadata[i]);
-            sb_printf(&hdr, ":");
-            sb_json_str(&hdr, metadata[i + 1]);
-        }
-        sb_printf(&hdr, "}%s", n ? "," : "");
+    if (!order || !begin)
+        rc = remat__err(REMAT_NOMEM, "%s: out of memory", path);
+    if (rc == REMAT_OK) rc = data_order(path, n, ts, order);
+    if (rc == REMAT_OK) rc = place_data(path, n, ts, order, begin, &data_bytes);
+    if (rc == REMAT_OK) {
+        header_text(&hdr, n, ts, begin, metadata, checksum, &crc_at, &size_at);
+        if (hdr.oom)
+            rc = remat__err(REMAT_NOMEM, "%s: out of memory for the header",
+                            path);
     }
-    for (int i = 0; i < n; i++) {
-        const remat__st_tensor *t = &ts[i];
-        if (i) sb_printf(&hdr, ",");
-        sb_json_str(&hdr, t->name);
-        sb_printf(&hdr, ":{\"dtype\":\"%s\",\"shape\":[", t->dtype);
-        for (int d = 0; d < t->ndim; d++)
-            sb_printf(&hdr, "%s%lld", d ? "," : "", (long long)t->dims[d]);
-        sb_printf(&hdr, "],\"data_offsets\":[%llu,%llu]}",
-                  (unsigned long long)begin[i],
-                  (unsigned long long)(begin[i] + t->bytes));
+    if (rc == REMAT_OK && checksum)
+        fill_checksum(&hdr, n, ts, order, data_bytes, crc_at, size_at);
+    if (rc == REMAT_OK) {
+        file_parts parts = {&hdr, n, ts, order};
+        rc = remat__write_atomic(path, write_tensors, &parts);
     }
-    sb_printf(&hdr, "}");
-    /* Pad with spaces so that the data section starts 8-byte aligned. */
-    while (!hdr.oom && (8 + hdr.len) % 8 != 0) sb_printf(&hdr, " ");
-    if (hdr.oom) {
-        rc = remat__err(REMAT_NOMEM, "%s: out of memory for the header", path);
-        goto done;
-    }
-    if (checksum) {
-        char digits[32];
-        unsigned char le[8];
-        snprintf(digits, sizeof digits, "%020llu",
-                 (unsigned long long)(8 + hdr.len + at));
-        memcpy(hdr.s + size_at, digits, 20);
-        for (int i = 0; i < 8; i++)
-            le[i] = (unsigned char)((uint64_t)hdr.len >> (8 * i));
-        uint32_t crc = crc_bytes(0, le, 8);
-        crc = crc_bytes(crc, hdr.s, hdr.len); /* the digits are '0' here */
-        for (int k = 0; k < n; k++)
-            crc = crc_bytes(crc, ts[order[k]].data, ts[order[k]].bytes);
-        snprintf(digits, sizeof digits, "%08x", (unsigned)crc);
-        memcpy(hdr.s + crc_at, digits, 8);
-    }
-    file_parts parts = {&hdr, n, ts, order};
-    rc = remat__write_atomic(path, write_tensors, &parts);
-done:
     free(order);
     free(begin);
     free(hdr.s);

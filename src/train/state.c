@@ -110,16 +110,6 @@ static const char *meta_get(const meta *m, const char *key) {
     return NULL;
 }
 
-/* The shortest decimal form of a float that reads back as the same float
- * ("0.001", not "0.00100000005"). */
-static const char *float_str(float v, char *buf, size_t cap) {
-    for (int prec = 6; prec <= 9; prec++) {
-        snprintf(buf, cap, "%.*g", prec, (double)v);
-        if (strtof(buf, NULL) == v) break;
-    }
-    return buf;
-}
-
 /* CRC-32 of the graph's math: per node its op, leaf kind, inputs, shape,
  * dtype and attributes, and the names of leaves (parameter names matter;
  * op names are cosmetic). Initializers (the state's weights replace
@@ -207,16 +197,16 @@ static void build_meta(const remat_session *s, const remat_state_opts *o, const 
     meta_add(m, "graph", "%08x", (unsigned)graph_crc(s));
     meta_add(m, "optim", "%s", !op ? "none" : op->kind == REMAT_OPTIM_SGD ? "sgd" : "adamw");
     if (op) {
-        meta_add(m, "optim.lr", "%s", float_str(op->lr, fb, sizeof fb));
-        meta_add(m, "optim.weight_decay", "%s", float_str(op->weight_decay, fb, sizeof fb));
+        meta_add(m, "optim.lr", "%s", remat_float_str(op->lr, fb, sizeof fb));
+        meta_add(m, "optim.weight_decay", "%s", remat_float_str(op->weight_decay, fb, sizeof fb));
         if (op->kind == REMAT_OPTIM_SGD) {
-            meta_add(m, "optim.momentum", "%s", float_str(op->momentum, fb, sizeof fb));
-            meta_add(m, "optim.dampening", "%s", float_str(op->dampening, fb, sizeof fb));
+            meta_add(m, "optim.momentum", "%s", remat_float_str(op->momentum, fb, sizeof fb));
+            meta_add(m, "optim.dampening", "%s", remat_float_str(op->dampening, fb, sizeof fb));
             meta_add(m, "optim.nesterov", "%d", op->nesterov ? 1 : 0);
         } else {
-            meta_add(m, "optim.beta1", "%s", float_str(op->beta1, fb, sizeof fb));
-            meta_add(m, "optim.beta2", "%s", float_str(op->beta2, fb, sizeof fb));
-            meta_add(m, "optim.eps", "%s", float_str(op->eps, fb, sizeof fb));
+            meta_add(m, "optim.beta1", "%s", remat_float_str(op->beta1, fb, sizeof fb));
+            meta_add(m, "optim.beta2", "%s", remat_float_str(op->beta2, fb, sizeof fb));
+            meta_add(m, "optim.eps", "%s", remat_float_str(op->eps, fb, sizeof fb));
         }
     }
     for (int i = 0; o && o->run && o->run[i] && o->run[i + 1]; i += 2) {
