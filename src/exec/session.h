@@ -1,5 +1,8 @@
 /* session.h: the session's internals, shared by the executor (exec.c),
- * the session API (session.c) and the optimizers (train/optim.c). */
+ * the session API (session.c), its resident blocks (blocks.c) and its
+ * optimizer (optim.c), data parallelism (dp.c), the graph-file planner
+ * (plan_graph.c), and the training loops, states and calibration (train/).
+ */
 #ifndef REMAT_SESSION_H
 #define REMAT_SESSION_H
 
@@ -87,9 +90,9 @@ size_t remat__session_blocks_bytes(const remat_session *s);
  * then checks the budget. */
 remat_status remat__session_plan_train(remat_session *s);
 /* Zeroes every gradient: a step's backward accumulates into them. */
-static inline remat_status remat__session_zero_grads(remat_session *s) {
-    return s->be->zero(s->dev, s->blk[REMAT__BLK_GRAD], s->blk_bytes[REMAT__BLK_GRAD]);
-}
+remat_status remat__session_zero_grads(remat_session *s);
+/* Elements of the trainable parameters: what an update reads and writes. */
+int64_t remat__session_trainable_numel(const remat_session *s);
 /* Parameter slot i is trainable (has a gradient), not a buffer. */
 static inline int remat__trainable(const remat_session *s, int i) {
     return s->g->nodes[s->params[i].node].leaf == REMAT__LEAF_PARAM;
@@ -98,11 +101,18 @@ static inline int remat__trainable(const remat_session *s, int i) {
  * plan-only (it holds nothing to run with). */
 remat_status remat__session_runnable(const remat_session *s, const char *what);
 
-/* The optimizer's state: allocated (zeroed) and freed here only
- * (train/optim.c). */
+/* A resident block (blocks.c): `n` tensors of bytes[i] carved at aligned
+ * offsets from one backend allocation (category cat, counted per tensor);
+ * ptrs[i] receives each tensor, zero-filled when zero. */
+remat_status remat__block_alloc(remat_session *s, int blk, remat_mem cat, int n, const size_t *bytes, void **ptrs,
+                                int zero);
+void remat__block_free(remat_session *s, int blk, remat_mem cat, size_t counted);
+
+/* The optimizer (optim.c): its state, allocated (zeroed) and freed there
+ * only; install checks the options and allocates the state, without
+ * planning. */
 remat_status remat__optim_state_alloc(remat_session *s, const remat_optim_opts *o);
 void remat__optim_state_free(remat_session *s);
-/* Checks the options and allocates the state, without planning. */
 remat_status remat__optim_install(remat_session *s, const remat_optim_opts *o);
 /* For training states (train/state.c), on every device: the optimizer's
  * options (NULL when none), whether trainable parameter i has state
@@ -116,12 +126,5 @@ remat_status remat__optim_state_read(remat_session *s, int i, int which, float *
 remat_status remat__optim_state_write(remat_session *s, int i, int which, const float *src);
 void remat__optim_counters(const remat_session *s, int64_t *step, int64_t *optim_t);
 void remat__optim_set_counters(remat_session *s, int64_t step, int64_t optim_t);
-
-/* A resident block: `n` tensors of bytes[i] carved at aligned offsets
- * from one backend allocation (category cat, counted per tensor); ptrs[i]
- * receives each tensor, zero-filled when zero. */
-remat_status remat__block_alloc(remat_session *s, int blk, remat_mem cat, int n, const size_t *bytes, void **ptrs,
-                                int zero);
-void remat__block_free(remat_session *s, int blk, remat_mem cat, size_t counted);
 
 #endif
