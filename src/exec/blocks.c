@@ -3,7 +3,7 @@
  * Parameters and buffers live in one block (category PARAM), their
  * gradients in another (GRAD), the optimizer's state in a third (OPTIM,
  * optim.c carves it), the data-parallel accumulators and buffers in a
- * fourth (COMM, dp.c). Each is one backend allocation carved into
+ * fourth (COMM, dp_plan.c). Each is one backend allocation carved into
  * tensors at REMAT__ARENA_ALIGN offsets; the padding between tensors is
  * zeros. Here: carving and freeing a block, and what is done to a block
  * whole (zeroing the gradients, checking for non-finite values).

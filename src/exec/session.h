@@ -1,6 +1,6 @@
 /* session.h: the session's internals, shared by the executor (exec.c),
  * the session API (session.c), its resident blocks (blocks.c) and its
- * optimizer (optim.c), data parallelism (dp.c), the graph-file planner
+ * optimizer (optim.c), data parallelism (dp_*.c), the graph-file planner
  * (plan_graph.c), and the training loops, states and calibration (train/).
  */
 #ifndef REMAT_SESSION_H
