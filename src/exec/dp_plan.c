@@ -2,8 +2,8 @@
  * story): the options checked, the gradient buckets and the statistics
  * laid out, the communication block allocated, the REDUCE instructions
  * placed in a training schedule, and the ranks' agreement that they run
- * the same plan. What the session has learnt of its ranks and its last
- * step is remat_session_dist, at the end.
+ * the same plan. At the end, what the session reports of its ranks and
+ * its last step (remat_session_dist, remat__session_comm).
  */
 #include "session.h"
 
@@ -203,6 +203,8 @@ remat_status remat__dp_agree_plan(remat_session *s, remat_status st) {
 }
 
 /* ---------------------------------------------- what the session reports */
+
+remat_comm *remat__session_comm(const remat_session *s) { return s->dp.comm; }
 
 remat_status remat_session_dist(const remat_session *s, remat_dist_info *out) {
     if (!s || !out) return remat__err(REMAT_INVALID, "remat_session_dist: NULL argument");

@@ -309,6 +309,12 @@ remat_status remat__session_runnable(const remat_session *s, const char *what) {
     return REMAT_OK;
 }
 
+const remat_session_opts *remat__session_opts(const remat_session *s) { return &s->opts; }
+
+remat_node remat__session_loss(const remat_session *s) { return s->loss; }
+
+double *remat__session_node_profile(remat_session *s) { return s->prof_node; }
+
 remat_status remat_session_step(remat_session *s, float *loss) {
     remat_status st = remat__session_runnable(s, "remat_session_step");
     if (st != REMAT_OK) return st;
