@@ -28,7 +28,7 @@
  *   about as far from the reference as float32's do.
  */
 #include "../src/core/bf16.h"
-#include "../src/exec/session.h"
+#include "../src/remat-impl.h"
 #include "../src/train/safetensors.h"
 #include "check.h"
 
@@ -140,7 +140,7 @@ static void rules(void) {
         for (int32_t u = 0; s && u < g->n; u++) {
             const remat__node *n = &g->nodes[u];
             if (n->leaf != REMAT__LEAF_NONE) continue;
-            remat_dtype d = remat__val_dtype(&s->prog, u);
+            remat_dtype d = (remat_dtype)remat_session_value_dtype(s, u);
             int rule = remat__ops[n->op]->autocast;
             if (rule == REMAT__AC_LOW) {
                 CHECK(d == REMAT_BF16);

@@ -1,6 +1,6 @@
 /* k_optim.cu: the optimizer updates on the GPU, SGD and AdamW.
  *
- * Elementwise, with the CPU's arithmetic (src/train/optim.c) in its order:
+ * Elementwise, with the CPU's arithmetic (src/exec/cpu.c) in its order:
  * every product is rounded before it is added (__fmul_rn / __fadd_rn, so
  * that nvcc cannot fuse them into FMAs the CPU build never makes), and the
  * loop-invariant scalars (1 - dampening, 1 - lr wd, the bias corrections
@@ -27,7 +27,7 @@ typedef struct {
     int nesterov, first;
 } sgd_args;
 
-/* torch.optim.SGD, optim.c's sgd(): g += wd w; b = first ? g : mu b +
+/* torch.optim.SGD, cpu.c's sgd(): g += wd w; b = first ? g : mu b +
  * (1 - dampening) g; g = nesterov ? g + mu b : b; w -= lr g. b may be NULL
  * (no momentum). */
 static __device__ __forceinline__ void sgd1(float &w, float grad, float *b, const sgd_args &a) {
@@ -88,7 +88,7 @@ typedef struct {
     float eps;
 } adamw_args;
 
-/* torch.optim.AdamW, optim.c's adamw(): w *= 1 - lr wd; m += (g - m)(1 -
+/* torch.optim.AdamW, cpu.c's adamw(): w *= 1 - lr wd; m += (g - m)(1 -
  * b1); v = b2 v + (1 - b2) g g; w -= step_size m / (sqrt(v) / bc2_sqrt +
  * eps). */
 static __device__ __forceinline__ void adamw1(float &w, float g, float &m, float &v, const adamw_args &a) {
@@ -120,7 +120,7 @@ static __global__ void adamw_kernel(float *__restrict__ w, const float *__restri
 extern "C" remat_status remat__cuda_adamw(remat__cuda *cu, const remat_optim_opts *o, int64_t t, int64_t n, float *w,
                                           const float *g, float *m, float *v) {
     if (n <= 0) return REMAT_OK;
-    /* optim.c's scalars, in float on the host (the same libm powf) */
+    /* cpu.c's scalars, in float on the host (the same libm powf) */
     float bc1 = 1.0f - powf(o->beta1, (float)t);
     float bc2 = 1.0f - powf(o->beta2, (float)t);
     adamw_args a;

@@ -1,8 +1,16 @@
 /* dp.h: data parallelism inside a session (remat.h, "several
  * processes"): micro-batches, gradient buckets, the fixed tree over the
  * micro-batch index, the reduction across ranks, and the stateful ops'
- * statistics. The session (session.c) and the executor (exec.c) call it;
- * the communicator is src/dist.
+ * statistics. The communicator is src/dist. Three files, by floor:
+ *
+ *   dp_plan.c    the layout and the plan: options, buckets, statistics,
+ *                the communication block, the REDUCE instructions placed
+ *                in the training schedule, the ranks' agreement on it
+ *                (session.c and optim.c call it, when they plan);
+ *   dp_reduce.c  below the executor: a REDUCE instruction and the
+ *                progress of the sums in flight (exec.c's walk calls it);
+ *   dp_step.c    above the executor: a step's micro-batches run through
+ *                remat__exec, then finished (remat_session_step calls it).
  *
  * A step runs this rank's q micro-batches one after the other through the
  * training schedule, which has a REDUCE instruction per bucket right after
@@ -65,6 +73,8 @@ typedef struct {
 
 struct remat_session;
 
+/* ------------------------------------------------------------ dp_plan.c */
+
 /* Checks the options (micro-batches, ranks, device), lays out the buckets
  * and allocates the communication block. After the parameter and gradient
  * blocks, before the first plan (whose budget counts the block). */
@@ -73,11 +83,17 @@ void remat__dp_free(struct remat_session *s);
 /* Collective, where the ranks plan: every rank's status st agreed, then
  * the plans' hashes compared. One rank: st. */
 remat_status remat__dp_agree_plan(struct remat_session *s, remat_status st);
-/* One optimizer step's worth of micro-batches (remat_session_step). */
-remat_status remat__dp_step(struct remat_session *s, float *loss);
+
+/* ---------------------------------------------------------- dp_reduce.c */
+
 /* The REDUCE of bucket b, and progress of the reductions in flight
  * (between instructions). */
 remat_status remat__dp_reduce(struct remat_session *s, int b);
 remat_status remat__dp_progress(struct remat_session *s);
+
+/* ------------------------------------------------------------ dp_step.c */
+
+/* One optimizer step's worth of micro-batches (remat_session_step). */
+remat_status remat__dp_step(struct remat_session *s, float *loss);
 
 #endif

@@ -3,9 +3,10 @@
  *
  * Parameters and buffers live in one resident block (category PARAM),
  * their gradients in another (GRAD), the optimizer's state in a third
- * (OPTIM, train/optim.c); everything else is a value of a schedule, placed
- * by its memory plan in the session's arena. The blocks and the arena are
- * what the session holds, and what a budget bounds.
+ * (OPTIM, optim.c), data parallelism's in a fourth (COMM; blocks.c carves
+ * them); everything else is a value of a schedule, placed by its memory
+ * plan in the session's arena. The blocks and the arena are what the
+ * session holds, and what a budget bounds.
  */
 #include "session.h"
 
@@ -18,55 +19,6 @@ void remat_session_opts_default(remat_session_opts *o) {
     o->seed = 42;
     o->strategy = REMAT_STRATEGY_AUTO;
     o->device = REMAT_DEVICE_CPU;
-}
-
-remat_status remat__block_alloc(remat_session *s, int blk, remat_mem cat, int n, const size_t *bytes, void **ptrs,
-                                int zero) {
-    size_t total = 0;
-    /* a traced step (counted, never allocated): its framework allocates
-     * tensor by tensor, so its bytes count, not this block's 256-byte slots */
-    int exact = s->g->traced && s->opts.plan_only;
-    for (int i = 0; i < n; i++) total += exact ? bytes[i] : remat__arena_rounded(bytes[i]);
-    if (s->opts.plan_only) { /* counted, not allocated: the plan sees the same bytes */
-        for (int i = 0; i < n; i++) {
-            ptrs[i] = NULL;
-            remat__alloc_count(&s->alloc, cat, bytes[i]);
-        }
-        s->blk_bytes[blk] = total;
-        return REMAT_OK;
-    }
-    void *b = NULL;
-    remat_status st = s->be->alloc(s->dev, total, &b);
-    if (st != REMAT_OK)
-        return remat__err(st, "cannot allocate %zu bytes of %s on the %s: %s", total, remat_mem_str(cat),
-                          remat_device_str(s->opts.device), remat_last_error());
-    if (zero && (st = s->be->zero(s->dev, b, total)) != REMAT_OK) {
-        s->be->release(s->dev, b);
-        return st;
-    }
-    size_t off = 0;
-    for (int i = 0; i < n; i++) {
-        ptrs[i] = bytes[i] ? (unsigned char *)b + off : NULL;
-        off += remat__arena_rounded(bytes[i]);
-        remat__alloc_count(&s->alloc, cat, bytes[i]);
-    }
-    s->blk[blk] = b;
-    s->blk_bytes[blk] = total;
-    return REMAT_OK;
-}
-
-void remat__block_free(remat_session *s, int blk, remat_mem cat, size_t counted) {
-    if (!s->blk[blk] && !s->blk_bytes[blk]) return;
-    remat__alloc_uncount(&s->alloc, cat, counted);
-    if (s->blk[blk]) s->be->release(s->dev, s->blk[blk]);
-    s->blk[blk] = NULL;
-    s->blk_bytes[blk] = 0;
-}
-
-size_t remat__session_blocks_bytes(const remat_session *s) {
-    size_t b = 0;
-    for (int i = 0; i < REMAT__N_BLK; i++) b += s->blk_bytes[i];
-    return b;
 }
 
 static remat_status remat__session_check_budget(const remat_session *s);
@@ -363,6 +315,12 @@ remat_status remat__session_runnable(const remat_session *s, const char *what) {
     return REMAT_OK;
 }
 
+const remat_session_opts *remat__session_opts(const remat_session *s) { return &s->opts; }
+
+remat_node remat__session_loss(const remat_session *s) { return s->loss; }
+
+double *remat__session_node_profile(remat_session *s) { return s->prof_node; }
+
 remat_status remat_session_step(remat_session *s, float *loss) {
     remat_status st = remat__session_runnable(s, "remat_session_step");
     if (st != REMAT_OK) return st;
@@ -510,12 +468,9 @@ remat_status remat_session_plan(const remat_session *s, remat_plan_summary *out)
     out->strategy = s->opts.strategy;
     out->estimated_nodes = s->prog.estimated;
     const remat_cost_model *cm = &s->prog.cost;
-    if (st == REMAT_OK && cm->calibrated && s->has_optim) {
-        int64_t n = 0;
-        for (int i = 0; i < s->n_params; i++)
-            if (remat__trainable(s, i)) n += remat__numel(&s->g->nodes[s->params[i].node].shape);
-        out->update_seconds = cm->update_s_per_param[s->optim.kind == REMAT_OPTIM_ADAMW] * (double)n;
-    }
+    if (st == REMAT_OK && cm->calibrated && s->has_optim)
+        out->update_seconds = cm->update_s_per_param[s->optim.kind == REMAT_OPTIM_ADAMW] *
+                              (double)remat__session_trainable_numel(s);
     /* Boundaries: nodes whose output a recomputation starts from (an input
      * of a recomputed node that is itself never recomputed), whatever
      * planner made the schedule. */

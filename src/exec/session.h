@@ -1,11 +1,15 @@
-/* session.h: the session's internals, shared by the executor (exec.c),
- * the session API (session.c) and the optimizers (train/optim.c). */
+/* session.h: the session's internals, for the files of exec/ only: the
+ * executor (exec.c), the session API (session.c), its resident blocks
+ * (blocks.c), its optimizer (optim.c), data parallelism (dp_*.c) and the
+ * graph-file planner (plan_graph.c). The layers above (train/) call the
+ * functions of session_api.h and never read these fields. */
 #ifndef REMAT_SESSION_H
 #define REMAT_SESSION_H
 
 #include "../plan/memplan.h"
 #include "backend.h"
 #include "dp.h"
+#include "session_api.h"
 
 typedef struct {
     remat_node node;
@@ -54,13 +58,9 @@ struct remat_session {
     int profiling;
     double prof_s[REMAT__N_OPS][4];
     int64_t prof_n[REMAT__N_OPS][4];
-    /* ... and per node (REMAT__PROF_NODE n): seconds of node u's first
-     * forwards, of its recomputations and of its backwards, and the
-     * number of its recomputations, summed over the runs since profiling
-     * went on: what remat_calibrate measures an op's shape class by. */
+    /* ... and per node (remat__session_node_profile, session_api.h) */
     double *prof_node;
 };
-#define REMAT__PROF_NODE 4
 
 /* Runs a planned schedule and waits for it (the step's one
  * synchronization point). Writes the loss (if the schedule has one) and
@@ -81,42 +81,23 @@ size_t remat__session_blocks_bytes(const remat_session *s);
 /* (Re)builds the training schedule for the strategy and the live state,
  * then checks the budget. */
 remat_status remat__session_plan_train(remat_session *s);
-/* Zeroes every gradient: a step's backward accumulates into them. */
-static inline remat_status remat__session_zero_grads(remat_session *s) {
-    return s->be->zero(s->dev, s->blk[REMAT__BLK_GRAD], s->blk_bytes[REMAT__BLK_GRAD]);
-}
 /* Parameter slot i is trainable (has a gradient), not a buffer. */
 static inline int remat__trainable(const remat_session *s, int i) {
     return s->g->nodes[s->params[i].node].leaf == REMAT__LEAF_PARAM;
 }
-/* REMAT_OK, or REMAT_INVALID naming `what` when the session was created
- * plan-only (it holds nothing to run with). */
-remat_status remat__session_runnable(const remat_session *s, const char *what);
 
-/* The optimizer's state: allocated (zeroed) and freed here only
- * (train/optim.c). */
-remat_status remat__optim_state_alloc(remat_session *s, const remat_optim_opts *o);
-void remat__optim_state_free(remat_session *s);
-/* Checks the options and allocates the state, without planning. */
-remat_status remat__optim_install(remat_session *s, const remat_optim_opts *o);
-/* For training states (train/state.c), on every device: the optimizer's
- * options (NULL when none), whether trainable parameter i has state
- * tensor `which` (0: m, SGD's momentum buffer or AdamW's exp_avg; 1: v,
- * AdamW's exp_avg_sq), its copy to or from the host (numel floats), and
- * the step counters (the session's step index, dropout's Philox step, and
- * the optimizer's own count). */
-const remat_optim_opts *remat__optim_opts(const remat_session *s);
-int remat__optim_has_state(const remat_session *s, int i, int which);
-remat_status remat__optim_state_read(remat_session *s, int i, int which, float *dst);
-remat_status remat__optim_state_write(remat_session *s, int i, int which, const float *src);
-void remat__optim_counters(const remat_session *s, int64_t *step, int64_t *optim_t);
-void remat__optim_set_counters(remat_session *s, int64_t step, int64_t optim_t);
-
-/* A resident block: `n` tensors of bytes[i] carved at aligned offsets
- * from one backend allocation (category cat, counted per tensor); ptrs[i]
- * receives each tensor, zero-filled when zero. */
+/* A resident block (blocks.c): `n` tensors of bytes[i] carved at aligned
+ * offsets from one backend allocation (category cat, counted per tensor);
+ * ptrs[i] receives each tensor, zero-filled when zero. */
 remat_status remat__block_alloc(remat_session *s, int blk, remat_mem cat, int n, const size_t *bytes, void **ptrs,
                                 int zero);
 void remat__block_free(remat_session *s, int blk, remat_mem cat, size_t counted);
+
+/* The optimizer (optim.c): its state, allocated (zeroed) and freed there
+ * only; install checks the options and allocates the state, without
+ * planning. */
+remat_status remat__optim_state_alloc(remat_session *s, const remat_optim_opts *o);
+void remat__optim_state_free(remat_session *s);
+remat_status remat__optim_install(remat_session *s, const remat_optim_opts *o);
 
 #endif

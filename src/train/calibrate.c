@@ -14,7 +14,7 @@
  * numbers hold for this machine, its CPU and the thread count; `remat
  * calibrate` caches them in a file.
  */
-#include "../exec/session.h"
+#include "../exec/session_api.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -138,9 +138,7 @@ static double median(double *v, int n) {
  * the median of steps. */
 static remat_status time_update(remat_session *s, const remat_optim_opts *o, int reps, double *out) {
     remat_status st = remat_session_set_optimizer(s, o);
-    int64_t n = 0;
-    for (int i = 0; i < s->n_params; i++)
-        if (remat__trainable(s, i)) n += remat__numel(&s->g->nodes[s->params[i].node].shape);
+    int64_t n = remat__session_trainable_numel(s);
     double t[16];
     reps = reps < 1 ? 1 : reps > 15 ? 15 : reps;
     for (int r = 0; r <= reps && st == REMAT_OK; r++) { /* the first is a warm-up */
@@ -178,14 +176,15 @@ static remat_status time_nodes(remat_session *s, int steps, double *med) {
     float l;
     remat_status st = remat_session_step(s, &l);
     if (st == REMAT_OK) remat_session_set_profiling(s, 1);
-    if (st == REMAT_OK && !s->prof_node) st = remat__err(REMAT_NOMEM, "out of memory calibrating");
-    size_t nt = REMAT__PROF_NODE * (size_t)s->g->n;
+    double *prof = remat__session_node_profile(s);
+    if (st == REMAT_OK && !prof) st = remat__err(REMAT_NOMEM, "out of memory calibrating");
+    size_t nt = REMAT__PROF_NODE * (size_t)remat_session_graph(s)->n;
     double *per = st == REMAT_OK ? malloc(((size_t)steps * nt + (size_t)steps) * sizeof *per) : NULL;
     if (st == REMAT_OK && !per) st = remat__err(REMAT_NOMEM, "out of memory calibrating");
     for (int r = 0; r < steps && st == REMAT_OK; r++) {
-        memset(s->prof_node, 0, nt * sizeof *s->prof_node);
+        memset(prof, 0, nt * sizeof *prof);
         st = remat_session_step(s, &l);
-        memcpy(per + (size_t)r * nt, s->prof_node, nt * sizeof *per);
+        memcpy(per + (size_t)r * nt, prof, nt * sizeof *per);
     }
     double *v = per ? per + (size_t)steps * nt : NULL; /* scratch: one slot's steps */
     double sum_med = 0;

@@ -29,7 +29,7 @@
  * data set's samples and labels as the loop sees them, or of a token
  * file's ids.
  */
-#include "../exec/session.h"
+#include "../exec/session_api.h"
 #include "safetensors.h"
 
 #include <math.h>
@@ -110,7 +110,7 @@ remat_status remat_evaluate(remat_session *s, const remat_model *m, const remat_
      * slots of `per`, exchanged, and summed in batch order by all. A rank
      * that failed locally still takes part in the exchange (then agrees),
      * so that no rank waits for it. */
-    remat_comm *comm = s->dp.comm;
+    remat_comm *comm = remat__session_comm(s);
     int R = remat_comm_size(comm), r = remat_comm_rank(comm);
     int64_t n = remat_dataset_size(d), nb = rc == REMAT_OK ? (n + st.batch - 1) / st.batch : 0;
     int64_t per = (nb + R - 1) / R;
@@ -377,7 +377,7 @@ static remat_status train_stream(remat_session *s, const remat_model *m, remat_b
                           y ? y + (size_t)(j * ny) * 4 : NULL);
             /* the source is the caller's code: a rank whose source failed
              * must not leave the others waiting in the step */
-            if (di.ranks > 1) rc = remat_comm_agree(s->dp.comm, rc);
+            if (di.ranks > 1) rc = remat_comm_agree(remat__session_comm(s), rc);
             const epoch_pos at = {epoch, i, first, o->steps, batch, t0};
             if (rc == REMAT_OK) rc = train_step(s, o, &ls, &step, total, &at);
         }

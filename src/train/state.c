@@ -39,7 +39,8 @@
  * the ranks compare the options that define the math and the run's course
  * (same_run).
  */
-#include "../exec/session.h"
+#include "../dist/comm.h"
+#include "../exec/session_api.h"
 #include "safetensors.h"
 
 #include <dirent.h>
@@ -116,7 +117,8 @@ static const char *meta_get(const meta *m, const char *key) {
  * them) and remat_checkpoint marks (plans do not change bits) are left
  * out. */
 static uint32_t graph_crc(const remat_session *s) {
-    const remat_graph *g = s->g;
+    const remat_graph *g = remat_session_graph(s);
+    remat_node loss = remat__session_loss(s);
     uint32_t crc = (uint32_t)crc32(0, NULL, 0);
     for (int v = 0; v < g->n; v++) {
         const remat__node *n = &g->nodes[v];
@@ -128,7 +130,7 @@ static uint32_t graph_crc(const remat_session *s) {
         int k = 0;
         w[k++] = n->leaf;
         w[k++] = n->n_in;
-        w[k++] = v == s->loss;
+        w[k++] = v == loss;
         for (int i = 0; i < n->n_in && i < REMAT__MAX_IN; i++) w[k++] = n->in[i];
         w[k++] = n->shape.ndim;
         for (int i = 0; i < n->shape.ndim && i < REMAT_MAX_DIMS; i++) w[k++] = n->shape.d[i];
@@ -149,16 +151,19 @@ static uint32_t graph_crc(const remat_session *s) {
 
 /* The micro-batch: the first input's first dimension. */
 static int64_t micro_batch_of(const remat_session *s) {
-    for (int v = 0; v < s->g->n; v++)
-        if (s->g->nodes[v].leaf == REMAT__LEAF_INPUT && s->g->nodes[v].shape.ndim > 0)
-            return s->g->nodes[v].shape.d[0];
+    const remat_graph *g = remat_session_graph(s);
+    for (int v = 0; v < g->n; v++)
+        if (g->nodes[v].leaf == REMAT__LEAF_INPUT && g->nodes[v].shape.ndim > 0)
+            return g->nodes[v].shape.d[0];
     return 0;
 }
 
 /* The (global) batch: o->batch, or the step's micro-batches of the graph's. */
 static int64_t batch_of(const remat_session *s, const remat_state_opts *o) {
     if (o && o->batch > 0) return o->batch;
-    return s->dp.K * micro_batch_of(s);
+    remat_dist_info di;
+    remat_session_dist(s, &di);
+    return di.micro_batches * micro_batch_of(s);
 }
 
 /* Everything a state's metadata holds, from the session, o and at (NULL:
@@ -169,6 +174,7 @@ static void build_meta(const remat_session *s, const remat_state_opts *o, const 
     remat__optim_counters(s, &step, &optim_t);
     remat_train_progress p = at ? *at : (remat_train_progress){step, 0, step};
     const remat_optim_opts *op = remat__optim_opts(s);
+    const remat_session_opts *so = remat__session_opts(s);
     int64_t batch = batch_of(s, o);
     char fb[32];
     meta_add(m, "format", "pt"); /* what PyTorch-side loaders expect */
@@ -177,7 +183,7 @@ static void build_meta(const remat_session *s, const remat_state_opts *o, const 
     meta_add(m, "step", "%lld", (long long)step);
     meta_add(m, "optim.step", "%lld", (long long)optim_t);
     meta_add(m, "rng", "philox4x32-10");
-    meta_add(m, "rng.seed", "%llu", (unsigned long long)s->opts.seed);
+    meta_add(m, "rng.seed", "%llu", (unsigned long long)so->seed);
     meta_add(m, "rng.step", "%lld", (long long)step);
     meta_add(m, "data.step", "%lld", (long long)p.data_step);
     meta_add(m, "data.epoch", "%lld", (long long)p.epoch);
@@ -187,13 +193,13 @@ static void build_meta(const remat_session *s, const remat_state_opts *o, const 
     meta_add(m, "data", "%s", o && o->data ? o->data : "");
     meta_add(m, "batch", "%lld", (long long)batch);
     meta_add(m, "micro_batch", "%lld", (long long)micro_batch_of(s));
-    meta_add(m, "ranks", "%d", s->dp.ranks);
-    meta_add(m, "device", "%s", remat_device_str(s->opts.device));
-    meta_add(m, "precision", "%s", remat_precision_str(s->opts.precision));
-    if (s->opts.device == REMAT_DEVICE_CPU)
-        meta_add(m, "threads", "%d", s->opts.threads);
+    meta_add(m, "ranks", "%d", remat_comm_size(remat__session_comm(s)));
+    meta_add(m, "device", "%s", remat_device_str(so->device));
+    meta_add(m, "precision", "%s", remat_precision_str(so->precision));
+    if (so->device == REMAT_DEVICE_CPU)
+        meta_add(m, "threads", "%d", so->threads);
     else
-        meta_add(m, "tf32", "%d", s->opts.tf32 ? 1 : 0);
+        meta_add(m, "tf32", "%d", so->tf32 ? 1 : 0);
     meta_add(m, "graph", "%08x", (unsigned)graph_crc(s));
     meta_add(m, "optim", "%s", !op ? "none" : op->kind == REMAT_OPTIM_SGD ? "sgd" : "adamw");
     if (op) {
@@ -916,7 +922,7 @@ static remat_status begin(remat__loop_state *ls, remat_session *s, const remat_t
     if (o->keep < 0) return remat__err(REMAT_INVALID, "keep must be >= 0 (0 keeps every state), got %d", o->keep);
     ls->so = (remat_state_opts){.batch = batch, .data_seed = o->seed, .data = data, .batches_per_epoch = per_epoch,
                                 .run = o->run, .note = note_event, .user = ls};
-    int writer = o->state_dir && s->dp.rank == 0;
+    int writer = o->state_dir && remat_comm_rank(remat__session_comm(s)) == 0;
     remat_status rc = REMAT_OK;
     if (writer && is_dir(o->state_dir)) rc = lock_dir(ls, o->state_dir, &ls->lock_fd);
     if (rc != REMAT_OK) return rc;
@@ -1028,7 +1034,7 @@ static remat_status same_run(remat_session *s, const remat_train_opts *o, int64_
     }
     remat_status rc = REMAT_OK;
     if (m.oom || now.oom) rc = remat__err(REMAT_NOMEM, "out of memory"); /* the others wait: the caller aborts */
-    if (rc == REMAT_OK) rc = remat_comm_same(s->dp.comm, (const char *const *)m.kv, NULL);
+    if (rc == REMAT_OK) rc = remat_comm_same(remat__session_comm(s), (const char *const *)m.kv, NULL);
     meta_free(&m);
     meta_free(&now);
     return rc;
@@ -1036,37 +1042,40 @@ static remat_status same_run(remat_session *s, const remat_train_opts *o, int64_
 
 remat_status remat__loop_state_begin(remat__loop_state *ls, remat_session *s, const remat_train_opts *o,
                                      int64_t batch, int64_t per_epoch, const char *data, int64_t *start) {
+    remat_comm *comm = remat__session_comm(s);
+    int ranks = remat_comm_size(comm);
     memset(ls, 0, sizeof *ls);
     ls->o = o;
     ls->last_saved = -1;
     ls->lock_fd = -1;
     ls->per_epoch = per_epoch;
     *start = 0;
-    if (s->dp.ranks > 1) {
+    if (ranks > 1) {
         remat_status rc = same_run(s, o, batch, per_epoch, data);
         if (rc != REMAT_OK) return rc;
     }
     if (!o->state_dir && !o->resume) return REMAT_OK;
     remat_status rc = begin(ls, s, o, batch, per_epoch, data, start);
     ls->start = *start;
-    if (s->dp.ranks == 1) return rc;
+    if (ranks == 1) return rc;
     /* every rank read the same state: the same data step */
-    rc = remat_comm_agree(s->dp.comm, rc);
-    int64_t *steps = rc == REMAT_OK ? malloc((size_t)s->dp.ranks * sizeof *steps) : NULL;
+    rc = remat_comm_agree(comm, rc);
+    int64_t *steps = rc == REMAT_OK ? malloc((size_t)ranks * sizeof *steps) : NULL;
     if (rc == REMAT_OK && !steps) return remat__err(REMAT_NOMEM, "out of memory"); /* the others may wait: abort */
-    if (rc == REMAT_OK) rc = remat_comm_allgather(s->dp.comm, start, sizeof *start, steps);
-    for (int r = 1; rc == REMAT_OK && r < s->dp.ranks; r++)
+    if (rc == REMAT_OK) rc = remat_comm_allgather(comm, start, sizeof *start, steps);
+    for (int r = 1; rc == REMAT_OK && r < ranks; r++)
         if (steps[r] != steps[0])
             rc = remat__err(REMAT_INVALID, "the ranks resumed from different states: rank 0 at step %lld, rank %d at "
                             "step %lld (every rank must see the same state directory)", (long long)steps[0], r,
                             (long long)steps[r]);
-    if (rc != REMAT_OK) remat__comm_failed_together(s->dp.comm);
+    if (rc != REMAT_OK) remat__comm_failed_together(comm);
     free(steps);
     return rc;
 }
 
 remat_status remat__loop_state_step(remat__loop_state *ls, remat_session *s, int64_t done, int last) {
     const remat_train_opts *o = ls->o;
+    remat_comm *comm = remat__session_comm(s);
     if (!o || !o->state_dir || done == ls->last_saved) return REMAT_OK;
     if (!last && !(o->save_every > 0 && done % o->save_every == 0)) return REMAT_OK;
     remat_train_progress at = {.data_step = done, .epoch = ls->per_epoch > 0 ? done / ls->per_epoch : 0,
@@ -1074,8 +1083,9 @@ remat_status remat__loop_state_step(remat__loop_state *ls, remat_session *s, int
     char *path = NULL;
     /* rank 0 writes (every rank holds the same state); the others learn
      * whether it could */
-    remat_status rc = s->dp.rank == 0 ? remat_state_save_dir(s, &ls->so, &at, o->state_dir, o->keep, &path) : REMAT_OK;
-    if (s->dp.ranks > 1) rc = remat_comm_agree(s->dp.comm, rc);
+    remat_status rc =
+        remat_comm_rank(comm) == 0 ? remat_state_save_dir(s, &ls->so, &at, o->state_dir, o->keep, &path) : REMAT_OK;
+    if (remat_comm_size(comm) > 1) rc = remat_comm_agree(comm, rc);
     if (rc != REMAT_OK) {
         free(path);
         return rc;
@@ -1092,14 +1102,16 @@ remat_status remat__loop_state_step(remat__loop_state *ls, remat_session *s, int
 
 remat_status remat__loop_state_stop(remat__loop_state *ls, remat_session *s, int64_t done, int64_t total) {
     const remat_train_opts *o = ls->o;
+    remat_comm *comm = remat__session_comm(s);
+    int ranks = remat_comm_size(comm);
     if (!o || !o->stop || done >= total) return REMAT_OK;
     int mine = *o->stop, asked = mine;
-    if (s->dp.ranks > 1) {
-        int *all = malloc((size_t)s->dp.ranks * sizeof *all);
+    if (ranks > 1) {
+        int *all = malloc((size_t)ranks * sizeof *all);
         if (!all) return remat__err(REMAT_NOMEM, "out of memory"); /* the others may wait: the caller aborts */
-        remat_status rc = remat_comm_allgather(s->dp.comm, &mine, sizeof mine, all);
+        remat_status rc = remat_comm_allgather(comm, &mine, sizeof mine, all);
         asked = 0;
-        for (int r = 0; rc == REMAT_OK && r < s->dp.ranks && !asked; r++) asked = all[r];
+        for (int r = 0; rc == REMAT_OK && r < ranks && !asked; r++) asked = all[r];
         free(all);
         if (rc != REMAT_OK) return rc;
         if (asked) *o->stop = asked;
@@ -1125,7 +1137,7 @@ remat_status remat__loop_state_stop(remat__loop_state *ls, remat_session *s, int
                             (long long)(done - ls->start), done - ls->start == 1 ? "" : "s",
                             done - ls->start == 1 ? "is" : "are");
     }
-    if (s->dp.ranks > 1) remat__comm_failed_together(s->dp.comm);
+    if (ranks > 1) remat__comm_failed_together(comm);
     return rc;
 }
 

@@ -1,10 +1,13 @@
-/* dp.c: data parallelism inside a session (dp.h has the whole story).
+/* dp_plan.c: data parallelism's layout and plan (dp.h has the whole
+ * story): the options checked, the gradient buckets and the statistics
+ * laid out, the communication block allocated, the REDUCE instructions
+ * placed in a training schedule, and the ranks' agreement that they run
+ * the same plan. At the end, what the session reports of its ranks and
+ * its last step (remat_session_dist, remat__session_comm).
  */
 #include "session.h"
 
-#include <math.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <stdlib.h>
 
 #define DEFAULT_BUCKET_BYTES ((size_t)1 << 20)
@@ -194,140 +197,9 @@ remat_status remat__dp_agree_plan(remat_session *s, remat_status st) {
     return st;
 }
 
-/* -------------------------------------------------------- the tree fold */
+/* ---------------------------------------------- what the session reports */
 
-/* x = a + x over n floats: a node = its left child (a, the lower
- * micro-batches) + its right child (x). */
-static void add_left(float *x, const float *a, int64_t n) {
-    for (int64_t i = 0; i < n; i++) x[i] = a[i] + x[i];
-}
-
-/* Folds leaf j of the tree over [0, q) (in x, floats [lo, lo + n) of the
- * gradient block) as far up as its completed siblings allow. */
-static void fold(remat__dp *d, int64_t j, float *x, size_t lo, int64_t n) {
-    int64_t a = 0, b = d->q;
-    int depth = 0;
-    uint64_t right = 0; /* bit k: the node at depth k + 1 on the path is a right child */
-    while (b - a > 1) {
-        int64_t mid = a + (b - a) / 2;
-        if (j < mid) b = mid;
-        else a = mid, right |= (uint64_t)1 << depth;
-        depth++;
-    }
-    for (int k = depth; k > 0; k--) {
-        float *acc = d->acc + (size_t)(k - 1) * d->gfloats + lo;
-        if (!((right >> (k - 1)) & 1)) { /* a left child: wait for its sibling */
-            memcpy(acc, x, (size_t)n * sizeof *x);
-            return;
-        }
-        add_left(x, acc, n);
-    }
-}
-
-remat_status remat__dp_reduce(remat_session *s, int b) {
-    remat__dp *d = &s->dp;
-    double t0 = remat__now();
-    size_t lo = d->blo[b] / sizeof(float);
-    int64_t n = (int64_t)((d->bhi[b] - d->blo[b]) / sizeof(float));
-    float *x = (float *)s->blk[REMAT__BLK_GRAD] + lo;
-    fold(d, d->j, x, lo, n);
-    remat_status st = REMAT_OK;
-    if (d->j == d->q - 1 && d->ranks > 1) {
-        st = remat__allreduce_start(&d->ar[b], d->comm, x, d->recv + lo, n, b);
-        if (st == REMAT_OK) d->flying[b] = 1, d->n_flying++;
-    }
-    d->t_reduce += remat__now() - t0;
-    return st;
-}
-
-remat_status remat__dp_progress(remat_session *s) {
-    remat__dp *d = &s->dp;
-    if (!d->n_flying) return REMAT_OK;
-    double t0 = remat__now();
-    remat_status st = REMAT_OK;
-    for (int b = 0; b < d->nb && st == REMAT_OK; b++) {
-        if (!d->flying[b]) continue;
-        int done = 0;
-        st = remat__allreduce_test(&d->ar[b], &done);
-        if (done) d->flying[b] = 0, d->n_flying--;
-    }
-    d->t_reduce += remat__now() - t0;
-    return st;
-}
-
-/* ---------------------------------------------------------------- step */
-
-/* After the micro-batches: the reductions finished, the mean taken, the
- * loss and the statistics exchanged and committed in micro-batch order. */
-static remat_status finish(remat_session *s, float *loss) {
-    remat__dp *d = &s->dp;
-    double t0 = remat__now();
-    remat_status st = REMAT_OK;
-    for (int b = 0; b < d->nb && st == REMAT_OK; b++)
-        if (d->flying[b]) {
-            st = remat__allreduce_wait(&d->ar[b]);
-            d->flying[b] = 0, d->n_flying--;
-        }
-    double done = remat__now();
-    d->t_wait = done - t0;
-    if (st != REMAT_OK) return st;
-    if (d->ranks > 1) {
-        /* t0 is this rank's end of the backward pass; CLOCK_MONOTONIC is
-         * one clock for the processes of a host */
-        st = remat_comm_allgather(d->comm, &t0, sizeof t0, d->ends);
-        if (st != REMAT_OK) return st;
-        double last = t0;
-        for (int r = 0; r < d->ranks; r++) last = fmax(last, d->ends[r]);
-        int one_host = remat_comm_hosts(d->comm) == 1;
-        d->t_exposed = one_host ? fmax(0.0, done - last) : -1.0;
-        d->t_skew = one_host ? last - t0 : -1.0;
-    }
-    /* the mean over the global batch: each micro-batch's loss is a mean over
-     * its rows, so the tree's sum over K of them, divided by K */
-    float *gr = s->blk[REMAT__BLK_GRAD], kf = (float)d->K;
-    for (size_t i = 0; i < d->gfloats; i++) gr[i] = gr[i] / kf;
-    if (d->ranks > 1) {
-        st = remat_comm_allgather(d->comm, d->losses + d->K, (size_t)d->q * sizeof *d->losses, d->losses);
-        if (st == REMAT_OK && d->sdoubles)
-            st = remat_comm_allgather(d->comm, d->stats, (size_t)d->q * d->sdoubles * sizeof *d->stats, d->stats_all);
-        if (st != REMAT_OK) return st;
-        /* every rank commits every micro-batch's statistics, in order: the
-         * buffers one process would hold after running them all */
-        const remat_graph *g = s->g;
-        float *in[REMAT__MAX_IN];
-        for (int64_t k = 0; k < d->K && d->sdoubles; k++)
-            for (int u = 0; u < g->n; u++) {
-                if (d->soff[u] == SIZE_MAX) continue;
-                const remat__node *n = &g->nodes[u];
-                for (int i = 0; i < n->n_in; i++)
-                    in[i] = remat__is_resident(&g->nodes[n->in[i]]) ? s->params[s->pindex[n->in[i]]].data : NULL;
-                remat__ops[n->op]->commit(g, n, in, d->stats_all + (size_t)k * d->sdoubles + d->soff[u]);
-            }
-    }
-    double sum = 0.0;
-    for (int64_t k = 0; k < d->K; k++) sum += (double)d->losses[k];
-    if (loss) *loss = (float)(sum / (double)d->K);
-    return REMAT_OK;
-}
-
-remat_status remat__dp_step(remat_session *s, float *loss) {
-    remat__dp *d = &s->dp;
-    remat__alloc_reset_peaks(&s->alloc);
-    d->t_reduce = d->t_wait = d->t_exposed = d->t_skew = 0.0;
-    remat_status st = REMAT_OK;
-    for (int64_t j = 0; j < d->q && st == REMAT_OK; j++) {
-        /* each micro-batch's backward writes its own leaf from zeros */
-        st = remat__session_zero_grads(s);
-        d->j = j;
-        float l = NAN;
-        if (st == REMAT_OK) st = remat__exec(s, &s->train, &l, NULL);
-        d->losses[d->first + j] = d->losses[d->K + j] = l; /* (K) all, then (q) this rank's */
-    }
-    d->j = -1;
-    if (st == REMAT_OK) st = finish(s, loss);
-    else if (loss) *loss = NAN;
-    return st;
-}
+remat_comm *remat__session_comm(const remat_session *s) { return s->dp.comm; }
 
 remat_status remat_session_dist(const remat_session *s, remat_dist_info *out) {
     if (!s || !out) return remat__err(REMAT_INVALID, "remat_session_dist: NULL argument");

@@ -1,14 +1,17 @@
-/* optim.c: SGD (momentum, dampening, nesterov, weight decay) and AdamW, with
- * the update rules of torch.optim.SGD and torch.optim.AdamW.
+/* optim.c: the session's optimizer: SGD (momentum, dampening, nesterov,
+ * weight decay) and AdamW, with the options and update rules of
+ * torch.optim.SGD and torch.optim.AdamW.
  *
- * The optimizer's state is allocated (zeroed) and freed here only: one
- * resident block (category OPTIM) carved into a momentum tensor per
- * trainable parameter (SGD with momentum, AdamW) and a second-moment
- * tensor (AdamW). The update itself is the backend's (the CPU's in
- * exec/cpu.c, elementwise, so deterministic and independent of the thread
- * count; the CUDA one in src/cuda/k_optim.cu).
+ * Here: the options (defaults, their check), the optimizer's state, and
+ * the update dispatched to the backend. The state is allocated (zeroed)
+ * and freed here only: one resident block (category OPTIM, blocks.c)
+ * carved into a momentum tensor per trainable parameter (SGD with
+ * momentum, AdamW) and a second-moment tensor (AdamW). The update's
+ * arithmetic is the backend's (the CPU's in cpu.c, elementwise, so
+ * deterministic and independent of the thread count; the CUDA one in
+ * src/cuda/k_optim.cu, the same bits).
  */
-#include "../exec/session.h"
+#include "session.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -183,44 +186,4 @@ remat_status remat_session_update(remat_session *s) {
     free(w), free(numel);
     if (st == REMAT_OK) s->step++;
     return st;
-}
-
-/* One backend pass per tensor (the CPU's shared by the pool when large):
- * at the training loops' one call per step, a read of the weights and
- * gradients, small next to the step that wrote them: on cnn at batch 128
- * (2 x 6.8 MB), 0.44 ms against 0.38 s for the step and update, 0.1%
- * (2 threads, measured in one run). */
-remat_status remat_session_check_finite(remat_session *s) {
-    remat_status rs = remat__session_runnable(s, "remat_session_check_finite");
-    if (rs != REMAT_OK) return rs;
-    /* One pass over each resident block (values, then gradients): one
-     * launch and one wait on a device. Their padding is zeros, so a bad
-     * element is always some tensor's. */
-    static const int blocks[2] = {REMAT__BLK_PARAM, REMAT__BLK_GRAD};
-    for (int part = 0; part < 2; part++) {
-        const float *b = s->blk[blocks[part]];
-        size_t n = s->blk_bytes[blocks[part]] / sizeof(float);
-        int64_t bad = -1;
-        remat_status st = b ? s->be->finite(s->dev, b, n, &bad) : REMAT_OK;
-        if (st != REMAT_OK) return st;
-        if (bad < 0) continue;
-        float v = 0.0f;
-        st = s->be->download(s->dev, &v, b + bad, sizeof v);
-        if (st == REMAT_OK) st = s->be->sync(s->dev);
-        if (st != REMAT_OK) return st;
-        for (int i = 0; i < s->n_params; i++) {
-            const remat__pslot *p = &s->params[i];
-            const float *x = part ? p->grad : p->data; /* buffers have no gradient */
-            const remat__node *nd = &s->g->nodes[p->node];
-            int64_t numel = remat__numel(&nd->shape);
-            if (!x || b + bad < x || b + bad >= x + numel) continue;
-            return remat__err(REMAT_INVALID, "%s%s '%s' (index %d of %d) is not finite: element %lld of %lld is %s",
-                              part ? "the gradient of " : "", nd->leaf == REMAT__LEAF_PARAM ? "parameter" : "buffer",
-                              nd->name, i, s->n_params, (long long)(b + bad - x), (long long)numel,
-                              isnan(v) ? "NaN" : v > 0 ? "+inf" : "-inf");
-        }
-        return remat__err(REMAT_INTERNAL, "a non-finite value at element %lld of the %s block lies in no tensor",
-                          (long long)bad, part ? "gradient" : "parameter");
-    }
-    return REMAT_OK;
 }
