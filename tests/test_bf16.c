@@ -8,6 +8,8 @@
  *   give on cnn (convolutions and what follows them bf16, the loss
  *   float32) and gpt2 (the residual stream float32, as a float32 plus a
  *   bf16 is; products bf16).
+ * - Dropout keeps the same elements in bf16 as in fp32, and a fetched
+ *   bf16 value comes back as float32.
  * - Promises: on cnn, resnet18 and gpt2 (tiny), in bf16, all, sqrt and
  *   optimal at 3 budgets between its floor and what all holds give the
  *   same losses, gradients, BatchNorm statistics and weights bit for bit
@@ -155,6 +157,46 @@ static void rules(void) {
         remat_session_destroy(s);
         remat_graph_destroy(g);
     }
+}
+
+/* Dropout on a bf16 value keeps and drops the elements fp32's does: the
+ * mask is a function of (seed, step, node, element), not of the dtype. A
+ * linear layer (bf16 under bf16) feeds a dropout whose output is fetched
+ * in training mode under both precisions; the fetch also checks that a
+ * bf16 value comes back as float32. */
+static void dropout_masks(void) {
+    remat_graph *g;
+    CHECK_OK(remat_graph_create(&g));
+    int64_t xd[2] = {64, 32}, td[2] = {64, 16};
+    remat_node x = remat_input(g, "x", REMAT_F32, 2, xd), t = remat_input(g, "t", REMAT_F32, 2, td);
+    remat_node d = remat_dropout(g, remat_linear(g, "fc", x, 16, 1), 0.5f);
+    remat_node loss = remat_mse(g, d, t);
+    CHECK_OK(remat_graph_status(g));
+    float *xv = malloc(64 * 32 * sizeof *xv), tv[64 * 16] = {0}, out[2][64 * 16];
+    for (int i = 0; i < 64 * 32; i++) xv[i] = (float)((i * 37) % 19) / 9.0f - 1.0f;
+    for (int p = 0; p < 2; p++) {
+        remat_session *s = session(g, loss, p ? REMAT_PRECISION_BF16 : REMAT_PRECISION_FP32, REMAT_STRATEGY_ALL, 0);
+        if (!s) continue;
+        remat_session_bind(s, x, xv);
+        remat_session_bind(s, t, tv);
+        float l;
+        CHECK_OK(remat_session_forward(s, 1, &l, d, out[p]));
+        remat_session_destroy(s);
+    }
+    int kept = 0, differ = 0;
+    float big = 0, off = 0;
+    for (int i = 0; i < 64 * 16; i++) big = fmaxf(big, fabsf(out[0][i])), off = fmaxf(off, fabsf(out[1][i] - out[0][i]));
+    for (int i = 0; i < 64 * 16; i++) {
+        kept += out[0][i] != 0.0f;
+        differ += (out[0][i] == 0.0f) != (out[1][i] == 0.0f);
+    }
+    /* the kept values: products of bf16-rounded inputs, within bf16's precision of the largest */
+    CHECK_MSG(off <= 0.02f * big, "dropout: bf16's values %.3g from fp32's (largest %.3g)", (double)off, (double)big);
+    CHECK_MSG(differ == 0 && kept > 300 && kept < 724, "dropout: %d of 1024 elements kept in fp32, %d differ in bf16",
+              kept, differ);
+    printf("dropout: the same %d of 1024 elements kept in bf16 as in fp32\n", kept);
+    free(xv);
+    remat_graph_destroy(g);
 }
 
 /* ------------------------------------------------------------ promises */
@@ -416,6 +458,7 @@ out:
 int main(void) {
     rounding();
     rules();
+    dropout_masks();
     against_autocast("cnn", "fixtures/bf16_cnn");
     against_autocast("resnet18", "fixtures/cnn_models/resnet18");
     against_autocast("gpt2", "fixtures/gpt2_tiny");
