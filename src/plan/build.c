@@ -208,6 +208,47 @@ static void bwd(builder *b, int32_t v) {
     maybe_free(b, REMAT__VAL(v, REMAT__V_GRAD));
 }
 
+/* Counts each value's forward consumers and backward readers; returns
+ * whether a backward reads a value the forward drops. */
+static int count_uses(builder *b) {
+    const remat_graph *g = b->g;
+    int32_t reads[REMAT__MAX_IN + 2];
+    int dropped_read = 0;
+    for (int32_t u = 0; u < g->n; u++) {
+        if (!b->needed[u]) continue;
+        const remat__node *nd = &g->nodes[u];
+        for (int i = 0; i < nd->n_in; i++)
+            if (is_value_node(b, nd->in[i])) b->pend_fwd[nd->in[i]]++;
+        if (b->backward && b->p->needs_grad[u] && nd->leaf == REMAT__LEAF_NONE) {
+            int k = bwd_reads(b, u, reads);
+            for (int j = 0; j < k; j++) {
+                b->pend_bwd[reads[j]]++;
+                if (REMAT__VAL_KIND(reads[j]) == REMAT__V_OUT && b->level[REMAT__VAL_NODE(reads[j])] > 0)
+                    dropped_read = 1;
+            }
+            b->pend_bwd[REMAT__VAL(u, REMAT__V_GRAD)] = 1;
+        }
+    }
+    return dropped_read;
+}
+
+/* Boundaries: nodes kept at some level that feed a node dropped at that
+ * level. They are held until the backward frontier passes them, as
+ * recomputations start there; when no backward reads a dropped value
+ * (add's backward, for one, reads nothing), nothing is ever recomputed
+ * and no boundary is needed (the caller does not call this). */
+static void mark_sources(builder *b) {
+    const remat_graph *g = b->g;
+    for (int32_t u = 0; u < g->n; u++) {
+        const remat__node *nd = &g->nodes[u];
+        if (!b->needed[u] || remat__is_resident(nd)) continue;
+        for (int i = 0; i < nd->n_in; i++) {
+            int32_t x = nd->in[i];
+            if (is_value_node(b, x) && b->level[x] < b->level[u]) b->source[x] = 1;
+        }
+    }
+}
+
 remat_status remat__schedule_build(const remat__prog *p, remat_node loss, remat_node fetch, int train,
                                    int backward, const uint8_t *level_in, remat__schedule *out) {
     const remat_graph *g = p->g;
@@ -238,37 +279,8 @@ remat_status remat__schedule_build(const remat__prog *p, remat_node loss, remat_
     b.level = level_in ? level_in : level_all;
     remat__mark_needed(g, loss, b.needed, b.stack);
     remat__mark_needed(g, fetch, b.needed, b.stack);
-    /* Counts: forward consumers, backward readers. */
-    int32_t reads[REMAT__MAX_IN + 2];
-    int dropped_read = 0; /* does any backward read a value the forward drops? */
-    for (int32_t u = 0; u < n; u++) {
-        if (!b.needed[u]) continue;
-        const remat__node *nd = &g->nodes[u];
-        for (int i = 0; i < nd->n_in; i++)
-            if (is_value_node(&b, nd->in[i])) b.pend_fwd[nd->in[i]]++;
-        if (backward && p->needs_grad[u] && nd->leaf == REMAT__LEAF_NONE) {
-            int k = bwd_reads(&b, u, reads);
-            for (int j = 0; j < k; j++) {
-                b.pend_bwd[reads[j]]++;
-                if (REMAT__VAL_KIND(reads[j]) == REMAT__V_OUT && b.level[REMAT__VAL_NODE(reads[j])] > 0)
-                    dropped_read = 1;
-            }
-            b.pend_bwd[REMAT__VAL(u, REMAT__V_GRAD)] = 1;
-        }
-    }
-    /* Boundaries: nodes kept at some level that feed a node dropped at that
-     * level. They are held until the backward frontier passes them, as
-     * recomputations start there; when no backward reads a dropped value
-     * (add's backward, for one, reads nothing), nothing is ever recomputed
-     * and no boundary is needed. */
-    for (int32_t u = 0; u < n && backward && dropped_read; u++) {
-        const remat__node *nd = &g->nodes[u];
-        if (!b.needed[u] || remat__is_resident(nd)) continue;
-        for (int i = 0; i < nd->n_in; i++) {
-            int32_t x = nd->in[i];
-            if (is_value_node(&b, x) && b.level[x] < b.level[u]) b.source[x] = 1;
-        }
-    }
+    int dropped_read = count_uses(&b);
+    if (backward && dropped_read) mark_sources(&b);
     /* Forward. */
     for (int32_t u = 0; u < n && b.st == REMAT_OK; u++)
         if (b.needed[u] && is_value_node(&b, u)) fwd(&b, u, b.level[u] == 0, 0);

@@ -69,6 +69,15 @@ static int host_little_endian(void) {
     return b == 1;
 }
 
+/* A path given, on a host that reads and writes safetensors' little-endian
+ * data as it is. */
+static remat_status usable_path(const char *path) {
+    if (!path) return remat__err(REMAT_INVALID, "safetensors: no path given");
+    if (!host_little_endian())
+        return remat__err(REMAT_UNSUPPORTED, "%s: safetensors data is little-endian; this host is not", path);
+    return REMAT_OK;
+}
+
 /* numel(dims) * size into *bytes; 0 on overflow of size_t. */
 static int tensor_bytes(int ndim, const int64_t *dims, size_t size,
                         size_t *bytes) {
@@ -540,13 +549,8 @@ static remat_status load_whole(remat__st *f, FILE *fp, const remat__st_limits *l
  * ever). */
 static remat_status open_file(remat__st **out, const char *path, int whole, const remat__st_limits *lim) {
     *out = NULL;
-    if (!path)
-        return remat__err(REMAT_INVALID, "safetensors: no path given");
-    if (!host_little_endian())
-        return remat__err(REMAT_UNSUPPORTED,
-                          "%s: safetensors data is little-endian; this host "
-                          "is not",
-                          path);
+    remat_status usable = usable_path(path);
+    if (usable != REMAT_OK) return usable;
     remat__st *f = calloc(1, sizeof *f);
     if (f) f->path = malloc(strlen(path) + 1);
     if (!f || !f->path) {
@@ -1013,13 +1017,8 @@ static void fill_checksum(sbuf *hdr, int n, const remat__st_tensor *ts,
 remat_status remat__st_write_ex(const char *path, int n,
                                 const remat__st_tensor *ts,
                                 const char *const *metadata, int checksum) {
-    if (!path)
-        return remat__err(REMAT_INVALID, "safetensors: no path given");
-    if (!host_little_endian())
-        return remat__err(REMAT_UNSUPPORTED,
-                          "%s: safetensors data is little-endian; this host "
-                          "is not",
-                          path);
+    remat_status usable = usable_path(path);
+    if (usable != REMAT_OK) return usable;
     remat_status rc = check_write(path, n, ts, metadata);
     if (rc != REMAT_OK) return rc;
     int *order = malloc((size_t)(n ? n : 1) * sizeof *order);
