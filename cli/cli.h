@@ -9,8 +9,9 @@
 /* Prints "remat: <msg>" to stderr and returns 1 (the exit code for errors);
  * 2 is used for usage errors. */
 int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* The optimizer `--optim NAME` names for plan and info: none, sgd (momentum
- * 0.9) or adamw, at PyTorch's defaults; *has is 0 for none. A usage error's
+/* The optimizer `--optim NAME` names for train, plan and info: none, sgd
+ * (momentum 0.9) or adamw, at PyTorch's defaults (train then applies its
+ * rate, momentum and decay flags); *has is 0 for none. A usage error's
  * exit status for an unknown name (session_args.c), else 0. */
 int cli_optim_named(const char *cmd, const char *name, remat_optim_opts *oo, int *has);
 /* remat plan --graph (plan_graph.c). */

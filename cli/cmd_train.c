@@ -476,18 +476,16 @@ static int parse_args(job *j, int argc, char **argv) {
     return co.rc;
 }
 
-/* The optimizer the flags name, with their rate, momentum and decay. */
+/* The optimizer the flags name (cli_optim_named, as plan and info), with
+ * their rate, momentum and decay. */
 static int build_optim(job *j) {
     remat_optim_opts *oo = &j->oo;
-    if (strcmp(j->optim, "sgd") == 0) {
-        remat_optim_opts_default(oo, REMAT_OPTIM_SGD);
-        oo->momentum = j->momentum;
-        oo->nesterov = j->nesterov;
-    } else if (strcmp(j->optim, "adamw") == 0) {
-        remat_optim_opts_default(oo, REMAT_OPTIM_ADAMW);
-    } else {
+    int has = 0;
+    if (strcmp(j->optim, "sgd") != 0 && strcmp(j->optim, "adamw") != 0) /* training needs one */
         return cli_usage_error("train", "unknown optimizer '%s' (known: sgd, adamw)", j->optim);
-    }
+    int rc = cli_optim_named("train", j->optim, oo, &has);
+    if (rc != 0) return rc;
+    if (oo->kind == REMAT_OPTIM_SGD) oo->momentum = j->momentum, oo->nesterov = j->nesterov;
     if (j->lr > 0) oo->lr = j->lr;
     if (j->wd >= 0) oo->weight_decay = j->wd;
     return 0;
