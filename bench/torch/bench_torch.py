@@ -231,6 +231,8 @@ def parse(argv=None):
     ap.add_argument("--device", choices=sorted(DEVICES), default="cpu")
     ap.add_argument("--tf32", action="store_true", help="cuda: TF32 in matmuls and cuDNN (off by default)")
     ap.add_argument("--checkpoint", action="store_true")
+    ap.add_argument("--autocast", action="store_true",
+                    help="forward and loss under torch.autocast(dtype=torch.bfloat16), as remat --precision bf16")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
@@ -273,7 +275,8 @@ def main(argv=None):
 
     def step():
         opt.zero_grad(set_to_none=False)
-        loss = loss_fn(model, x, y)
+        with torch.autocast(args.device, dtype=torch.bfloat16, enabled=args.autocast):
+            loss = loss_fn(model, x, y)
         loss.backward()
         opt.step()
         return loss.item()
@@ -302,6 +305,7 @@ def main(argv=None):
         "model": args.model,
         "batch": args.batch,
         "checkpoint": args.checkpoint,
+        "autocast": args.autocast,
         "threads": args.threads,
         "median_step_seconds": statistics.median(times),
         "step_seconds": times,

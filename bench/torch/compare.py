@@ -24,6 +24,11 @@ same thread count, SGD with momentum, synthetic data of the same shape,
 and are started from the same weights: remat writes its initial weights
 (`remat bench --save-init`) and PyTorch loads them by state_dict name.
 
+--precision bf16 compares remat's bf16 (`remat bench --precision bf16`)
+against PyTorch under torch.autocast(dtype=torch.bfloat16) (bench_torch.py
+--autocast, checkpointed or not), and adds remat fp32's step in the same
+rounds: the table's last column is remat bf16 / remat fp32.
+
 Rows, CPU (--device cpu, the default; 1 warm-up step, per-row steps):
   cnn 128, resnet50 16 (3x224x224), densenet-bc 64 (3x32x32),
   gpt2-small 4 x context 256
@@ -167,11 +172,13 @@ def measure(name, row, args, tmp):
     common = ["--model", row["model"], "--batch", str(row["batch"]), "--threads", str(args.threads),
               "--steps", steps, "--warmup", str(args.warmup)]
     dev = (["--device", "cuda"] + (["--tf32"] if args.tf32 else [])) if cuda else []
+    bf16 = args.precision == "bf16"
     weights = os.path.join(tmp, f"{name}.safetensors")
-    remat_cmd = [args.remat, "bench", *common, *dev, *row["remat"], "--strategies", "all", "--json"]
+    remat_f32 = [args.remat, "bench", *common, *dev, *row["remat"], "--strategies", "all", "--json"]
+    remat_cmd = remat_f32 + (["--precision", "bf16"] if bf16 else [])
     torch_cmd = [args.python, os.path.join(HERE, "bench_torch.py"), *common, *dev, *row["torch"],
-                 "--init-from", weights, "--json"]
-    t_all, t_ck, r_all, r_opt = [], [], [], []
+                 "--init-from", weights, "--json"] + (["--autocast"] if bf16 else [])
+    t_all, t_ck, r_all, r_opt, r_f32 = [], [], [], [], []
     budget = None
     for r in range(args.rounds):
         print(f"[{name}] round {r + 1}/{args.rounds}", file=sys.stderr, flush=True)
@@ -184,6 +191,8 @@ def measure(name, row, args, tmp):
             budget = t_ck[0]["peak_bytes"]
         opt = run_json(remat_cmd + ["--budget", str(budget)], may_fail=True, timeout=args.timeout)
         r_opt += [o for o in opt if o.get("budget_bytes") and ok(o)]
+        if bf16:
+            r_f32 += [o for o in run_json(remat_f32, timeout=args.timeout) if ok(o)]
     if not r_all:
         raise RunFailed(f"remat bench gave no `all` row: {' '.join(remat_cmd)}")
     # remat's peak: on the GPU what its budget bounds (held_bytes)
@@ -213,20 +222,29 @@ def measure(name, row, args, tmp):
     res["time_ratio_all"] = ratio(res["remat_all_s"], res["torch_all_s"])
     res["peak_ratio_all"] = ratio(res["remat_all_peak"], res["torch_all_peak"])
     res["time_ratio_ckpt"] = ratio(res["remat_opt_s"], res["torch_ckpt_s"])
+    res["precision"] = args.precision
+    if bf16:
+        res["remat_fp32_s"] = median_of(r_f32)
+        res["remat_fp32_peak"] = first(r_f32, *peak_keys)
+        res["bf16_over_fp32"] = ratio(res["remat_all_s"], res["remat_fp32_s"])
     return res
 
 
 def print_cpu(results, failed, args):
+    bf16 = args.precision == "bf16"
     print(f"remat vs PyTorch, {args.threads} threads, median step times over {args.rounds} rounds "
-          "(ratios remat/PyTorch; lower is better)")
+          "(ratios remat/PyTorch; lower is better)" +
+          ("; bf16: remat --precision bf16 against PyTorch's autocast, and remat bf16 / remat fp32" if bf16 else ""))
     print(f"{'model':12} {'batch':>5} | {'torch s':>8} {'remat s':>8} {'time':>6} | {'torch MiB':>9} {'remat MiB':>9} "
-          f"{'peak':>6} | {'ckpt MiB':>8} {'torch ck s':>10} {'remat s':>8} {'time':>6}")
+          f"{'peak':>6} | {'ckpt MiB':>8} {'torch ck s':>10} {'remat s':>8} {'time':>6}" +
+          (f" | {'fp32 s':>8} {'bf16/fp32':>9}" if bf16 else ""))
     for r in results:
         ck = f"{r['remat_opt_s']:8.3f} {r['time_ratio_ckpt']:6.2f}" if r["remat_opt_s"] else f"{'(no fit)':>8} {'-':>6}"
+        tail = f" | {fmt(r['remat_fp32_s'], '.3f', 8)} {fmt(r['bf16_over_fp32'], '.2f', 9)}" if bf16 else ""
         print(f"{r['row']:12} {r['batch']:5d} | {fmt(r['torch_all_s'], '.3f', 8)} {fmt(r['remat_all_s'], '.3f', 8)} "
               f"{fmt(r['time_ratio_all'], '.2f', 6)} | {fmib(r['torch_all_peak'], 9)} {fmib(r['remat_all_peak'], 9)} "
               f"{fmt(r['peak_ratio_all'], '.2f', 6)} | {fmib(r['torch_ckpt_peak'], 8)} "
-              f"{fmt(r['torch_ckpt_s'], '.3f', 10)} {ck}")
+              f"{fmt(r['torch_ckpt_s'], '.3f', 10)} {ck}{tail}")
     for name in failed:
         print(f"{name:12} (failed: see above)")
 
@@ -273,6 +291,8 @@ def main(argv=None):
     ap.add_argument("--python", default=sys.executable,
                     help="the Python with PyTorch that runs bench_torch.py (default: this one, %(default)s)")
     ap.add_argument("--tf32", action="store_true", help="cuda: TF32 on both sides (default off on both)")
+    ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
+                    help="bf16: remat --precision bf16 against PyTorch's autocast (cpu)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rows", help="comma-separated rows (default: all of the device's)")
     ap.add_argument("--rounds", type=int, default=2)
@@ -284,6 +304,8 @@ def main(argv=None):
     cuda = args.device == "cuda"
     if args.tf32 and not cuda:
         ap.error("--tf32 is for --device cuda")
+    if args.precision == "bf16" and cuda:
+        ap.error("--precision bf16 is for the CPU: remat's CUDA backend has no bf16 yet")
     table = GPU_ROWS if cuda else ROWS
     if args.remat is None:
         args.remat = "build-cuda/remat" if cuda else "build/remat"
