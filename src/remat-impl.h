@@ -262,6 +262,12 @@ _Static_assert(REMAT__SAVE_OUT == 1u << REMAT__SAVE_IN_LIMIT && REMAT__SAVE_AUX 
 #define REMAT__OP_RANDOM (1u << 1)   /* draws from Philox */
 #define REMAT__OP_LOSS (1u << 2)     /* scalar loss output */
 #define REMAT__OP_NODIFF_IN1 (1u << 3) /* input 1 gets no gradient (labels) */
+/* Element i of the output (and of each input gradient) depends on element
+ * i of each input, output and output gradient alone; every one has the
+ * node's element count, which the kernels read from the node's shape;
+ * no aux, no workspace. The bf16 policy runs such a kernel slice by slice
+ * (exec/precision.c). */
+#define REMAT__OP_ELEMENTWISE (1u << 4)
 
 /* An op's rule under REMAT_PRECISION_BF16 (PyTorch's CPU autocast): the
  * dtype it stores its output in. Kernels compute in float32 either way;

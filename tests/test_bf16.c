@@ -8,8 +8,9 @@
  *   give on cnn (convolutions and what follows them bf16, the loss
  *   float32) and gpt2 (the residual stream float32, as a float32 plus a
  *   bf16 is; products bf16).
- * - Dropout keeps the same elements in bf16 as in fp32, and a fetched
- *   bf16 value comes back as float32.
+ * - Dropout keeps the same elements in bf16 as in fp32 (its bf16 run in
+ *   slices: REMAT__SHIM_SLICE), and a fetched bf16 value comes back as
+ *   float32.
  * - Promises: on cnn, resnet18 and gpt2 (tiny), in bf16, all, sqrt and
  *   optimal at 3 budgets between its floor and what all holds give the
  *   same losses, gradients, BatchNorm statistics and weights bit for bit
@@ -30,7 +31,7 @@
  *   about as far from the reference as float32's do.
  */
 #include "../src/core/bf16.h"
-#include "../src/remat-impl.h"
+#include "../src/plan/schedule.h"
 #include "../src/train/safetensors.h"
 #include "check.h"
 
@@ -159,43 +160,66 @@ static void rules(void) {
     }
 }
 
+/* max |c - r| over n floats, and r's largest magnitude. */
+static double dist(const float *c, const float *r, int64_t n, double *S) {
+    double d = 0;
+    *S = 0;
+    for (int64_t i = 0; i < n; i++) d = fmax(d, fabs((double)c[i] - r[i])), *S = fmax(*S, fabs((double)r[i]));
+    return d;
+}
+
 /* Dropout on a bf16 value keeps and drops the elements fp32's does: the
  * mask is a function of (seed, step, node, element), not of the dtype. A
- * linear layer (bf16 under bf16) feeds a dropout whose output is fetched
- * in training mode under both precisions; the fetch also checks that a
- * bf16 value comes back as float32. */
+ * linear layer (bf16 under bf16) and gelu feed a dropout of 131072
+ * elements, so that bf16 runs the two elementwise ops in two slices
+ * (REMAT__SHIM_SLICE) where fp32 runs them whole: the same mask, values
+ * and the layer's weight gradient within bf16's precision of fp32's, and
+ * a fetched bf16 value comes back as float32. */
+#define DROP_ROWS 64
+#define DROP_COLS 2048
 static void dropout_masks(void) {
     remat_graph *g;
     CHECK_OK(remat_graph_create(&g));
-    int64_t xd[2] = {64, 32}, td[2] = {64, 16};
+    int64_t xd[2] = {DROP_ROWS, 32}, td[2] = {DROP_ROWS, DROP_COLS};
     remat_node x = remat_input(g, "x", REMAT_F32, 2, xd), t = remat_input(g, "t", REMAT_F32, 2, td);
-    remat_node d = remat_dropout(g, remat_linear(g, "fc", x, 16, 1), 0.5f);
+    remat_node h = remat_gelu(g, remat_linear(g, "fc", x, DROP_COLS, 1), 1); /* never exactly 0 here */
+    remat_node d = remat_dropout(g, h, 0.5f);
     remat_node loss = remat_mse(g, d, t);
     CHECK_OK(remat_graph_status(g));
-    float *xv = malloc(64 * 32 * sizeof *xv), tv[64 * 16] = {0}, out[2][64 * 16];
-    for (int i = 0; i < 64 * 32; i++) xv[i] = (float)((i * 37) % 19) / 9.0f - 1.0f;
+    const int64_t n = DROP_ROWS * DROP_COLS, nw = DROP_COLS * 32;
+    CHECK(n > 2 * REMAT__SHIM_SLICE - 1);
+    float *xv = malloc(DROP_ROWS * 32 * sizeof *xv), *tv = calloc((size_t)n, sizeof *tv);
+    float *out = malloc(2 * (size_t)n * sizeof *out), *gw = malloc(2 * (size_t)nw * sizeof *gw);
+    float *hv = malloc(2 * (size_t)n * sizeof *hv); /* dropout's input: an element is dropped where it is not 0 */
+    for (int i = 0; i < DROP_ROWS * 32; i++) xv[i] = (float)((i * 37) % 19) / 9.0f - 1.0f;
     for (int p = 0; p < 2; p++) {
         remat_session *s = session(g, loss, p ? REMAT_PRECISION_BF16 : REMAT_PRECISION_FP32, REMAT_STRATEGY_ALL, 0);
         if (!s) continue;
         remat_session_bind(s, x, xv);
         remat_session_bind(s, t, tv);
         float l;
-        CHECK_OK(remat_session_forward(s, 1, &l, d, out[p]));
+        CHECK_OK(remat_session_forward(s, 1, &l, h, hv + p * n));
+        CHECK_OK(remat_session_forward(s, 1, &l, d, out + p * n));
+        CHECK_OK(remat_session_step(s, &l));
+        remat_param_info pi;
+        remat_session_param(s, remat_session_find_param(s, "fc.weight"), &pi);
+        memcpy(gw + p * nw, pi.grad, (size_t)nw * sizeof *gw);
         remat_session_destroy(s);
     }
-    int kept = 0, differ = 0;
-    float big = 0, off = 0;
-    for (int i = 0; i < 64 * 16; i++) big = fmaxf(big, fabsf(out[0][i])), off = fmaxf(off, fabsf(out[1][i] - out[0][i]));
-    for (int i = 0; i < 64 * 16; i++) {
-        kept += out[0][i] != 0.0f;
-        differ += (out[0][i] == 0.0f) != (out[1][i] == 0.0f);
+    int64_t kept = 0, differ = 0;
+    double S, off = dist(out + n, out, n, &S), Sg, offg = dist(gw + nw, gw, nw, &Sg);
+    for (int64_t i = 0; i < n; i++) {
+        kept += out[i] != 0.0f;
+        if (hv[i] != 0.0f && hv[n + i] != 0.0f) differ += (out[i] == 0.0f) != (out[n + i] == 0.0f);
     }
-    /* the kept values: products of bf16-rounded inputs, within bf16's precision of the largest */
-    CHECK_MSG(off <= 0.02f * big, "dropout: bf16's values %.3g from fp32's (largest %.3g)", (double)off, (double)big);
-    CHECK_MSG(differ == 0 && kept > 300 && kept < 724, "dropout: %d of 1024 elements kept in fp32, %d differ in bf16",
-              kept, differ);
-    printf("dropout: the same %d of 1024 elements kept in bf16 as in fp32\n", kept);
-    free(xv);
+    CHECK_MSG(differ == 0 && kept > n / 3 && kept < 2 * n / 3, "dropout: %lld of %lld elements kept in fp32, %lld "
+              "differ in bf16", (long long)kept, (long long)n, (long long)differ);
+    CHECK_MSG(off <= 0.02 * S && offg <= 0.03 * Sg, "dropout: bf16's values %.3g from fp32's (largest %.3g), "
+              "fc.weight's gradient %.3g (largest %.3g)", off, S, offg, Sg);
+    printf("dropout: %lld of %lld elements kept in fp32, %lld kept or dropped otherwise in bf16 (in slices); values "
+           "within %.2g, fc's gradient within %.2g of their largest magnitude\n", (long long)kept, (long long)n,
+           (long long)differ, off / S, offg / Sg);
+    free(xv), free(tv), free(out), free(gw), free(hv);
     remat_graph_destroy(g);
 }
 
@@ -382,13 +406,6 @@ static const float *tensor(const remat__st *f, const char *key, size_t bytes) {
     return i >= 0 && remat__st_get(f, i, &t) == REMAT_OK && t.bytes == bytes ? t.data : NULL;
 }
 
-/* max |c - r| over n floats, and r's largest magnitude. */
-static double dist(const float *c, const float *r, int64_t n, double *S) {
-    double d = 0;
-    *S = 0;
-    for (int64_t i = 0; i < n; i++) d = fmax(d, fabs((double)c[i] - r[i])), *S = fmax(*S, fabs((double)r[i]));
-    return d;
-}
 
 /* remat in bf16 from the fixture's weights and batch, against PyTorch's
  * autocast (scripts/gen_fixtures_bf16.py): the loss, and every

@@ -28,10 +28,87 @@ static remat_status view_in(remat_session *s, remat__kctx *k, const remat__shim 
     return cvt(s, t->data, x->data, remat__numel(x->shape), kind);
 }
 
+/* Element off of a value stored in dtype d (NULL stays NULL). */
+static void *at(const void *p, remat_dtype d, int64_t off) {
+    return p ? (unsigned char *)p + (size_t)off * remat__dtype_size(d) : NULL;
+}
+
+static remat_dtype dtype_of(remat_session *s, int32_t node) { return remat__val_dtype(&s->prog, node); }
+
+/* Slice [off, off + c) of an elementwise kernel's tensors into k (views
+ * filled from the values), for a node `fake` of c elements. */
+static remat_status slice_in(remat_session *s, const remat__kctx *k0, const remat__shim *L, int backward,
+                             int64_t off, int64_t c, remat__kctx *k, remat__tensor *t) {
+    const remat__node *n = k0->node;
+    unsigned char *ws = k0->ws;
+    const remat__shape *sh = &k->node->shape;
+    remat_status st = REMAT_OK;
+    for (int i = 0; i < n->n_in && st == REMAT_OK; i++) {
+        remat_dtype d = dtype_of(s, n->in[i]);
+        t[i] = (remat__tensor){at(k0->in[i]->data, d, off), sh};
+        if (L->in[i] >= 0 && t[i].data) {
+            void *v = ws + L->in[i];
+            st = cvt(s, v, t[i].data, c, d == REMAT_BF16 ? REMAT__CVT_UP : REMAT__CVT_ROUND);
+            t[i].data = v;
+        }
+        k->in[i] = &t[i];
+        if (!k0->din[i]) continue;
+        k->din[i] = at(k0->din[i], REMAT_F32, off); /* no view: a float32 gradient */
+        if (L->din[i] >= 0) {
+            k->din[i] = (float *)(ws + L->din[i]);
+            if (st == REMAT_OK) st = s->be->zero(s->dev, k->din[i], (size_t)c * sizeof(float));
+        }
+    }
+    remat__tensor *out = &t[n->n_in];
+    *out = (remat__tensor){at(k0->out->data, dtype_of(s, k0->node_id), off), sh};
+    if (L->out >= 0) {
+        void *v = ws + L->out;
+        if (backward && out->data && st == REMAT_OK) st = cvt(s, v, out->data, c, REMAT__CVT_UP);
+        out->data = v;
+    }
+    k->out = out;
+    if (backward) {
+        k->dout = at(k0->dout, dtype_of(s, k0->node_id), off);
+        if (L->dout >= 0 && st == REMAT_OK) {
+            st = cvt(s, ws + L->dout, k->dout, c, REMAT__CVT_UP);
+            k->dout = (const float *)(ws + L->dout);
+        }
+    }
+    return st;
+}
+
+/* An elementwise kernel slice by slice (REMAT__OP_ELEMENTWISE). */
+static remat_status run_sliced(remat_session *s, const remat__kctx *k0, const remat__shim *L, int backward) {
+    const remat__node *n = k0->node;
+    int64_t numel = remat__numel(&n->shape);
+    remat__node fake = *n;
+    remat__tensor t[REMAT__MAX_IN + 1];
+    remat_status st = REMAT_OK;
+    for (int64_t off = 0; off < numel && st == REMAT_OK; off += L->slice) {
+        int64_t c = numel - off < L->slice ? numel - off : L->slice;
+        fake.shape = (remat__shape){.ndim = 1, .d = {c}};
+        remat__kctx k = *k0;
+        k.node = &fake, k.elem0 = k0->elem0 + off, k.ws = (unsigned char *)k0->ws + L->kernel;
+        st = slice_in(s, k0, L, backward, off, c, &k, t);
+        if (st == REMAT_OK) st = s->be->run(s->dev, &k, backward);
+        if (st == REMAT_OK && !backward && L->out >= 0)
+            st = cvt(s, at(k0->out->data, REMAT_BF16, off), k.out->data, c, REMAT__CVT_DOWN);
+        for (int i = 0; i < n->n_in && st == REMAT_OK; i++) {
+            if (L->din[i] < 0 || !k0->din[i]) continue;
+            remat_dtype d = dtype_of(s, n->in[i]);
+            int bf16 = d == REMAT_BF16 && !remat__is_resident(&s->g->nodes[n->in[i]]);
+            st = cvt(s, at(k0->din[i], bf16 ? REMAT_BF16 : REMAT_F32, off), k.din[i], c,
+                     bf16 ? REMAT__CVT_ACC_BF16 : REMAT__CVT_ACC_F32);
+        }
+    }
+    return st;
+}
+
 remat_status remat__run_precise(remat_session *s, remat__kctx *k, int backward) {
     remat__shim L;
     remat__shim_layout(&s->prog, k->node_id, backward, &L);
     if (!L.any) return s->be->run(s->dev, k, backward);
+    if (L.slice) return run_sliced(s, k, &L, backward);
     const remat__node *n = k->node;
     unsigned char *ws = k->ws;
     int64_t numel = remat__numel(&n->shape);

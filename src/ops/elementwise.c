@@ -84,6 +84,7 @@ const remat__op remat__op_relu = {
     .saves = REMAT__SAVE_OUT,
     .flops = pointwise_flops,
     .family = REMAT_FAMILY_POINTWISE,    .cuda = REMAT__CUDA(relu),
+    .flags = REMAT__OP_ELEMENTWISE,
 };
 
 /* ------------------------------------------------------------------- add */
@@ -116,6 +117,7 @@ const remat__op remat__op_add = {
     .saves = 0,
     .flops = pointwise_flops,
     .family = REMAT_FAMILY_POINTWISE,    .cuda = REMAT__CUDA(add),
+    .flags = REMAT__OP_ELEMENTWISE,
 };
 
 /* ------------------------------------------------------------------- mul */
@@ -150,6 +152,7 @@ const remat__op remat__op_mul = {
     .saves = REMAT__SAVE_IN(0) | REMAT__SAVE_IN(1),
     .flops = pointwise_flops,
     .family = REMAT_FAMILY_POINTWISE,    .cuda = REMAT__CUDA(mul),
+    .flags = REMAT__OP_ELEMENTWISE,
 };
 
 /* --------------------------------------------------------------- dropout */
@@ -235,7 +238,7 @@ const remat__op remat__op_dropout = {
     .forward = dropout_forward,
     .backward = dropout_backward,
     .saves = 0,
-    .flags = REMAT__OP_RANDOM,
+    .flags = REMAT__OP_RANDOM | REMAT__OP_ELEMENTWISE,
     .flops = pointwise_flops,
     .family = REMAT_FAMILY_POINTWISE,    .cuda = REMAT__CUDA(dropout),
 };

@@ -84,6 +84,7 @@ const remat__op remat__op_gelu = {
     .saves = REMAT__SAVE_IN(0),
     .flops = gelu_flops,
     .family = REMAT_FAMILY_POINTWISE,    .cuda = REMAT__CUDA(gelu),
+    .flags = REMAT__OP_ELEMENTWISE,
 };
 
 remat_node remat_gelu(remat_graph *g, remat_node x, int tanh_approx) {

@@ -12,7 +12,9 @@
  * rounded through bf16 into the gradient (PyTorch's bf16 gradient of the
  * value or of the bf16 copy). These buffers are workspace, so the plan
  * counts them; the layout is one function, read by the executor
- * (exec/precision.c) and by the workspace sizes here.
+ * (exec/precision.c) and by the workspace sizes here. An elementwise op
+ * (REMAT__OP_ELEMENTWISE: relu, dropout, add, mul, gelu) runs slice by
+ * slice, so its views are one slice long whatever its tensors' size.
  */
 #include "memplan.h"
 
@@ -64,16 +66,20 @@ void remat__shim_layout(const remat__prog *p, int32_t u, int backward, remat__sh
     for (int i = 0; i < REMAT__MAX_IN; i++) s->in[i] = s->din[i] = -1;
     if (!p->dt || n->leaf != REMAT__LEAF_NONE) return;
     int out_bf16 = p->dt[u] == REMAT_BF16;
+    int64_t numel = remat__numel(&n->shape);
+    if ((remat__ops[n->op]->flags & REMAT__OP_ELEMENTWISE) && numel > REMAT__SHIM_SLICE) s->slice = REMAT__SHIM_SLICE;
+#define LEN(x) (s->slice ? s->slice : (x)) /* a view's elements */
     for (int i = 0; i < n->n_in; i++) {
         const remat__node *src = &g->nodes[n->in[i]];
         int read = !backward || (n->saves & REMAT__SAVE_IN(i)) || remat__is_resident(src);
-        if (read && through_bf16(p, n, i)) s->in[i] = buffer(s, &at, remat__numel(&src->shape));
+        if (read && through_bf16(p, n, i)) s->in[i] = buffer(s, &at, LEN(remat__numel(&src->shape)));
     }
-    if (out_bf16 && (!backward || (n->saves & REMAT__SAVE_OUT))) s->out = buffer(s, &at, remat__numel(&n->shape));
-    if (backward && out_bf16) s->dout = buffer(s, &at, remat__numel(&n->shape));
+    if (out_bf16 && (!backward || (n->saves & REMAT__SAVE_OUT))) s->out = buffer(s, &at, LEN(numel));
+    if (backward && out_bf16) s->dout = buffer(s, &at, LEN(numel));
     for (int i = 0; i < n->n_in && backward; i++)
         if (remat__bwd_writes(p, n, i) && through_bf16(p, n, i))
-            s->din[i] = buffer(s, &at, remat__numel(&g->nodes[n->in[i]].shape));
+            s->din[i] = buffer(s, &at, LEN(remat__numel(&g->nodes[n->in[i]].shape)));
+#undef LEN
     s->kernel = at;
 }
 
