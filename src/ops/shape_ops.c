@@ -55,6 +55,7 @@ const remat__op remat__op_reshape = {
     .saves = 0,
     .flops = copy_flops,
     .family = REMAT_FAMILY_COPY,    .cuda = REMAT__CUDA(reshape),
+    .flags = REMAT__OP_ELEMENTWISE, /* element i is element i, in flat order */
 };
 
 /* ---------------------------------------------------------------- concat */

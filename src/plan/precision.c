@@ -13,7 +13,7 @@
  * value or of the bf16 copy). These buffers are workspace, so the plan
  * counts them; the layout is one function, read by the executor
  * (exec/precision.c) and by the workspace sizes here. An elementwise op
- * (REMAT__OP_ELEMENTWISE: relu, dropout, add, mul, gelu) runs slice by
+ * (REMAT__OP_ELEMENTWISE: relu, dropout, add, mul, gelu, reshape) runs slice by
  * slice, so its views are one slice long whatever its tensors' size.
  */
 #include "memplan.h"
