@@ -17,13 +17,15 @@ static remat_status cvt(remat_session *s, void *dst, const void *src, int64_t n,
     return s->be->convert(s->dev, dst, src, n, kind);
 }
 
+static remat_dtype dtype_of(remat_session *s, int32_t node) { return remat__val_dtype(&s->prog, node); }
+
 /* Points input i at its float32 view in the workspace. */
 static remat_status view_in(remat_session *s, remat__kctx *k, const remat__shim *L, int i, remat__tensor *t) {
     const remat__tensor *x = k->in[i];
     *t = *x;
     if (L->in[i] < 0 || !x->data) return REMAT_OK;
     t->data = (unsigned char *)k->ws + L->in[i];
-    remat__cvt kind = remat__val_dtype(&s->prog, k->node->in[i]) == REMAT_BF16 ? REMAT__CVT_UP : REMAT__CVT_ROUND;
+    remat__cvt kind = dtype_of(s, k->node->in[i]) == REMAT_BF16 ? REMAT__CVT_UP : REMAT__CVT_ROUND;
     k->in[i] = t;
     return cvt(s, t->data, x->data, remat__numel(x->shape), kind);
 }
@@ -33,7 +35,6 @@ static void *at(const void *p, remat_dtype d, int64_t off) {
     return p ? (unsigned char *)p + (size_t)off * remat__dtype_size(d) : NULL;
 }
 
-static remat_dtype dtype_of(remat_session *s, int32_t node) { return remat__val_dtype(&s->prog, node); }
 
 /* Slice [off, off + c) of an elementwise kernel's tensors into k (views
  * filled from the values), for a node `fake` of c elements. */
@@ -95,8 +96,7 @@ static remat_status run_sliced(remat_session *s, const remat__kctx *k0, const re
             st = cvt(s, at(k0->out->data, REMAT_BF16, off), k.out->data, c, REMAT__CVT_DOWN);
         for (int i = 0; i < n->n_in && st == REMAT_OK; i++) {
             if (L->din[i] < 0 || !k0->din[i]) continue;
-            remat_dtype d = dtype_of(s, n->in[i]);
-            int bf16 = d == REMAT_BF16 && !remat__is_resident(&s->g->nodes[n->in[i]]);
+            int bf16 = dtype_of(s, n->in[i]) == REMAT_BF16; /* a parameter's gradient is float32 */
             st = cvt(s, at(k0->din[i], bf16 ? REMAT_BF16 : REMAT_F32, off), k.din[i], c,
                      bf16 ? REMAT__CVT_ACC_BF16 : REMAT__CVT_ACC_F32);
         }
@@ -104,11 +104,9 @@ static remat_status run_sliced(remat_session *s, const remat__kctx *k0, const re
     return st;
 }
 
-remat_status remat__run_precise(remat_session *s, remat__kctx *k, int backward) {
-    remat__shim L;
-    remat__shim_layout(&s->prog, k->node_id, backward, &L);
-    if (!L.any) return s->be->run(s->dev, k, backward);
-    if (L.slice) return run_sliced(s, k, &L, backward);
+/* A kernel once, through whole-tensor views. */
+static remat_status run_whole(remat_session *s, remat__kctx *k, const remat__shim *lp, int backward) {
+    const remat__shim L = *lp;
     const remat__node *n = k->node;
     unsigned char *ws = k->ws;
     int64_t numel = remat__numel(&n->shape);
@@ -137,9 +135,16 @@ remat_status remat__run_precise(remat_session *s, remat__kctx *k, int backward) 
     if (st == REMAT_OK && !backward && L.out >= 0) st = cvt(s, out, k->out->data, numel, REMAT__CVT_DOWN);
     for (int i = 0; i < n->n_in && st == REMAT_OK; i++) {
         if (!din[i]) continue;
-        int bf16 = remat__val_dtype(&s->prog, n->in[i]) == REMAT_BF16 && !remat__is_resident(&s->g->nodes[n->in[i]]);
+        int bf16 = dtype_of(s, n->in[i]) == REMAT_BF16; /* a parameter's gradient is float32 */
         st = cvt(s, din[i], k->din[i], remat__numel(in[i].shape), bf16 ? REMAT__CVT_ACC_BF16 : REMAT__CVT_ACC_F32);
     }
     k->out->data = out;
     return st;
+}
+
+remat_status remat__run_precise(remat_session *s, remat__kctx *k, int backward) {
+    remat__shim L;
+    remat__shim_layout(&s->prog, k->node_id, backward, &L);
+    if (!L.any) return s->be->run(s->dev, k, backward);
+    return L.slice ? run_sliced(s, k, &L, backward) : run_whole(s, k, &L, backward);
 }
