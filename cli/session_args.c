@@ -81,7 +81,7 @@ void cli_session_help(int plans) {
            "  --precision P       fp32 | bf16: bf16 stores activations in bfloat16 and runs\n"
            "                      products on bf16-rounded inputs, as PyTorch's autocast;\n"
            "                      weights, gradients and optimizer state stay fp32\n"
-           "                      (default fp32; bf16 on the CPU)\n"
+           "                      (default fp32)\n"
            "  --tf32              cuda: TF32 tensor cores for float32 products (faster, about\n"
            "                      1e-3 relative error; off by default)\n"
            "  --threads T         CPU kernel threads (default: one per core)\n"

@@ -416,8 +416,7 @@ typedef struct {
     size_t budget;           /* peak bytes a step may hold, 0 = no limit */
     const remat_cost_model *cost_model; /* copied; NULL = FLOPs alone */
     remat_device device;     /* default REMAT_DEVICE_CPU */
-    remat_precision precision; /* default REMAT_PRECISION_FP32 (BF16: the
-                              * CPU only in this build) */
+    remat_precision precision; /* default REMAT_PRECISION_FP32 */
     int tf32;                /* CUDA: let cuBLAS and cuDNN use TF32 tensor
                               * cores for float32 products (faster, about
                               * 1e-3 relative error); off by default, as

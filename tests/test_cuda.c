@@ -17,6 +17,9 @@
  *    exactly the bytes the plan says, within the budget; and the arena's
  *    allocation takes from cudaMemGetInfo's free bytes what the arena
  *    holds, up to the driver's allocation granularity.
+ * 4. 2 and 3 again in bf16 (remat_precision: the CUDA backend's
+ *    conversions, the float32 views, the elementwise ops in slices) on cnn
+ *    and gpt2.
  */
 #include "check.h"
 #include "opcases.h"
@@ -25,6 +28,9 @@
 #include <string.h>
 
 #define TOL 1e-5
+
+/* The precision of the sessions invariance() makes (part 4: bf16). */
+static remat_precision precision = REMAT_PRECISION_FP32;
 
 static uint32_t rng_state = 777;
 static float frand(void) { /* uniform in [-1, 1) */
@@ -272,6 +278,7 @@ static void train(const remat_graph *g, const remat_model *m, remat_strategy st,
     remat_session_opts_default(&so);
     so.seed = 5;
     so.device = REMAT_DEVICE_CUDA;
+    so.precision = precision;
     so.strategy = st;
     so.budget = budget;
     remat_session *s = NULL;
@@ -354,6 +361,7 @@ static size_t floor_budget(const remat_graph *g, const remat_model *m) {
     remat_session_opts so;
     remat_session_opts_default(&so);
     so.device = REMAT_DEVICE_CUDA;
+    so.precision = precision;
     remat_session *s = NULL;
     CHECK_OK(remat_session_create(&s, g, m->loss, &so));
     size_t optim = 0;
@@ -402,8 +410,8 @@ static void invariance(const char *name) {
     same(name, "sqrt", &all, &sq);
     size_t lo = floor_budget(g, &m);
     CHECK_MSG(lo > 0 && lo < all.held, "%s: floor %zu, store-all holds %zu", name, lo, all.held);
-    printf("gpu %-9s all holds %zu B; sqrt %zu B (%lld recomputations)", name, all.held, sq.held,
-           (long long)sq.recomputations);
+    printf("gpu %-9s %s: all holds %zu B; sqrt %zu B (%lld recomputations)", name, remat_precision_str(precision),
+           all.held, sq.held, (long long)sq.recomputations);
     for (int b = 0; b < 3; b++) {
         size_t budget = lo + (all.held - lo) * (size_t)b / 3;
         outcome opt;
@@ -474,6 +482,10 @@ int main(void) {
     ops();
     const char *models[] = {"cnn", "resnet50", "gpt2"};
     for (int i = 0; i < 3; i++) invariance(models[i]);
+    precision = REMAT_PRECISION_BF16;
+    invariance("cnn");
+    invariance("gpt2");
+    precision = REMAT_PRECISION_FP32;
     driver_view();
     return check_exit("test_cuda");
 }

@@ -292,7 +292,7 @@ def main(argv=None):
                     help="the Python with PyTorch that runs bench_torch.py (default: this one, %(default)s)")
     ap.add_argument("--tf32", action="store_true", help="cuda: TF32 on both sides (default off on both)")
     ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
-                    help="bf16: remat --precision bf16 against PyTorch's autocast (cpu)")
+                    help="bf16: remat --precision bf16 against PyTorch's autocast")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rows", help="comma-separated rows (default: all of the device's)")
     ap.add_argument("--rounds", type=int, default=2)
@@ -304,8 +304,6 @@ def main(argv=None):
     cuda = args.device == "cuda"
     if args.tf32 and not cuda:
         ap.error("--tf32 is for --device cuda")
-    if args.precision == "bf16" and cuda:
-        ap.error("--precision bf16 is for the CPU: remat's CUDA backend has no bf16 yet")
     table = GPU_ROWS if cuda else ROWS
     if args.remat is None:
         args.remat = "build-cuda/remat" if cuda else "build/remat"

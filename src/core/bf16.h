@@ -12,7 +12,15 @@
 #include <stdint.h>
 #include <string.h>
 
-static inline uint16_t remat__bf16_of(float f) {
+/* The same functions on the host and, in CUDA sources, on the device: one
+ * rounding for the CPU backend and the CUDA one. */
+#ifdef __CUDACC__
+#define REMAT__HD __host__ __device__
+#else
+#define REMAT__HD
+#endif
+
+static inline REMAT__HD uint16_t remat__bf16_of(float f) {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
     if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u);
@@ -20,7 +28,7 @@ static inline uint16_t remat__bf16_of(float f) {
     return (uint16_t)(u >> 16);
 }
 
-static inline float remat__f32_of(uint16_t b) {
+static inline REMAT__HD float remat__f32_of(uint16_t b) {
     uint32_t u = (uint32_t)b << 16;
     float f;
     memcpy(&f, &u, sizeof f);
@@ -28,7 +36,7 @@ static inline float remat__f32_of(uint16_t b) {
 }
 
 /* f rounded through bf16, as a float32. */
-static inline float remat__bf16_round(float f) { return remat__f32_of(remat__bf16_of(f)); }
+static inline REMAT__HD float remat__bf16_round(float f) { return remat__f32_of(remat__bf16_of(f)); }
 
 /* What a conversion between a value's storage and a kernel's float32
  * buffers does, element by element (remat__backend.convert). */
@@ -40,9 +48,9 @@ typedef enum {
     REMAT__CVT_ACC_BF16 /* bf16 dst = (dst + src rounded through bf16), rounded */
 } remat__cvt;
 
-/* One conversion of elements [lo, hi): the CPU's, which a backend's pool
- * splits. */
-static inline void remat__convert_range(void *dst, const void *src, int64_t lo, int64_t hi, remat__cvt kind) {
+/* One conversion of elements [lo, hi): the CPU's, which its pool splits,
+ * and each CUDA thread's. */
+static inline REMAT__HD void remat__convert_range(void *dst, const void *src, int64_t lo, int64_t hi, remat__cvt kind) {
     float *fd = (float *)dst;
     uint16_t *bd = (uint16_t *)dst;
     const float *fs = (const float *)src;

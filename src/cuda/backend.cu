@@ -244,6 +244,20 @@ static remat_status cuda_one(void *p, float *dst) {
 
 /* ---------------------------------------------------------------- kernels */
 
+/* The bf16 policy's conversions (core/bf16.h, the CPU's arithmetic, bit for
+ * bit): one element per thread, grid-stride. */
+static __global__ void convert_kernel(void *dst, const void *src, int64_t n, int kind) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        remat__convert_range(dst, src, i, i + 1, (remat__cvt)kind);
+}
+
+static remat_status cuda_convert(void *p, void *dst, const void *src, int64_t n, int kind) {
+    ctx *c = (ctx *)p;
+    if (n <= 0) return REMAT_OK;
+    convert_kernel<<<remat__cu_blocks(&c->cu, n), REMAT__CU_THREADS, 0, c->cu.stream>>>(dst, src, n, kind);
+    return remat__cu_rt_ok(cudaGetLastError(), NULL, "convert_kernel");
+}
+
 static remat_status cuda_run(void *p, remat__kctx *k, int backward) {
     (void)p;
     const remat__dev_kernels *dk = remat__ops[k->node->op]->cuda;
@@ -318,5 +332,5 @@ static remat_status cuda_finite(void *p, const float *x, size_t n, int64_t *firs
 
 extern "C" const remat__backend remat__backend_cuda = {
     REMAT_DEVICE_CUDA, cuda_create, cuda_destroy, cuda_alloc, cuda_release, cuda_upload, cuda_download,
-    cuda_zero,         cuda_one,    cuda_run,     cuda_update, cuda_sync,   cuda_pool,     cuda_finite,   NULL,
+    cuda_zero,         cuda_one,    cuda_run,     cuda_update, cuda_sync,   cuda_pool,     cuda_finite,   cuda_convert,
 };
