@@ -409,7 +409,7 @@ static int rule_picks(const kcase *c) {
     if (n->op == REMAT__OP_LINEAR) return remat__dnnl_gemm_use(x->d[0], n->shape.d[1], x->d[1]);
     const remat__shape *w = &g->nodes[n->in[1]].shape;
     remat__conv_dims cd = {x->d[0], x->d[1], x->d[2], x->d[3], w->d[0], w->d[2], w->d[3], n->shape.d[2],
-                           n->shape.d[3], n->iattr[0], n->iattr[1], n->n_in == 3};
+                           n->shape.d[3], n->iattr[0], n->iattr[1], n->n_in == 3, 0, 0};
     size_t f, b;
     set_mode(2);
     return remat__dnnl_conv_use(&cd, remat__node_threads(g, n, nthreads_global), &f, &b);

@@ -209,6 +209,10 @@ typedef struct {
     struct remat__dnnl *dnnl; /* CPU kernels: the backend's oneDNN context
                         * (src/ops/dnnl.h); NULL without oneDNN, and then
                         * every product is cblas */
+    const uint8_t *dt; /* the bf16 policy's dtypes by node id when this
+                        * node's kernels take its values in their stored
+                        * dtypes (remat__op.bf16_ws said so); NULL: every
+                        * tensor, dout and din is float32 */
 } remat__kctx;
 
 /* Kernel rules: every one of the nth threads must call remat__pool_barrier
@@ -294,6 +298,12 @@ typedef struct {
     size_t (*aux_bytes)(const remat_graph *g, const remat__node *n);
     size_t (*fwd_ws)(const remat_graph *g, const remat__node *n, int nth);
     size_t (*bwd_ws)(const remat_graph *g, const remat__node *n, int nth);
+    /* Under the bf16 policy on the CPU: 1 when the kernels take the node's
+     * values in their stored dtypes (dt, by node id; kctx.dt is set), with
+     * their workspace bytes; 0 (or NULL) and the executor runs them on
+     * float32 views (exec/precision.c). */
+    int (*bf16_ws)(const remat_graph *g, const remat__node *n, const uint8_t *dt, int nth, size_t *fwd,
+                   size_t *bwd);
     double (*flops)(const remat_graph *g, const remat__node *n); /* forward */
     /* Stateful ops: the bytes of the statistics one training execution
      * exports (kctx.stats), and their commit into the state, the same

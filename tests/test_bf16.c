@@ -31,6 +31,7 @@
  *   about as far from the reference as float32's do.
  */
 #include "../src/core/bf16.h"
+#include "../src/ops/dnnl.h"
 #include "../src/plan/schedule.h"
 #include "../src/train/safetensors.h"
 #include "check.h"
@@ -155,6 +156,23 @@ static void rules(void) {
         }
         CHECK(seen_low > 0 && (k == 0 || seen_f32_add > 0));
         printf("rules: %s: %d products in bf16%s\n", models[k], seen_low, k ? ", the residual adds in float32" : "");
+        /* which run on bf16 kernels (the rest on float32 views) */
+        remat__prog p;
+        int native = 0, convs = 0;
+        CHECK_OK(remat__prog_init(&p, g, 2, REMAT_DEVICE_CPU, NULL));
+        CHECK_OK(remat__prog_set_precision(&p, REMAT_PRECISION_BF16));
+        for (int32_t u = 0; p.native && u < g->n; u++) {
+            native += p.native[u];
+            convs += g->nodes[u].leaf == REMAT__LEAF_NONE && g->nodes[u].op == REMAT__OP_CONV2D;
+        }
+        remat__prog_free(&p);
+        char isa[128];
+        const char *mode = getenv("REMAT_PRODUCTS");
+        int forced = mode && !strcmp(mode, "dnnl") && !getenv("DNNL_MAX_CPU_ISA") &&
+                     strcmp(remat__dnnl_describe(isa, sizeof isa), "oneDNN off");
+        printf("rules: %s: %d of %d convolutions on bf16 kernels (%s)\n", models[k], native, convs, isa);
+        if (forced) CHECK_MSG(native == convs, "%s: REMAT_PRODUCTS=dnnl, yet %d of %d convolutions on bf16 kernels",
+                              models[k], native, convs);
         remat_session_destroy(s);
         remat_graph_destroy(g);
     }

@@ -14,6 +14,7 @@
 #include "check.h"
 #include "opcases.h"
 #include "../src/ops/dnnl.h"
+#include "../src/core/bf16.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -184,7 +185,7 @@ static void check_node(const char *label, remat_graph *g, remat_node node) {
         if (conv && have_dnnl) {
             const remat__shape *xs = &g->nodes[n->in[0]].shape, *wsh = &g->nodes[n->in[1]].shape;
             remat__conv_dims cd = {xs->d[0], xs->d[1], xs->d[2], xs->d[3], wsh->d[0], wsh->d[2], wsh->d[3],
-                                   n->shape.d[2], n->shape.d[3], n->iattr[0], n->iattr[1], nin == 3};
+                                   n->shape.d[2], n->shape.d[3], n->iattr[0], n->iattr[1], nin == 3, 0, 0};
             size_t f, b;
             int used = remat__dnnl_conv_use(&cd, nth, &f, &b);
             CHECK_MSG(used || !require_dnnl, "%s on %d threads does not go through oneDNN", label, nth);
@@ -220,6 +221,125 @@ static void conv_case(const char *label, int64_t n, int64_t c, int64_t h, int64_
     remat_graph_destroy(g);
 }
 
+/* ------------------------------------------------ bf16 (native kernels) */
+
+/* x rounded through bf16 (what a bf16 product reads of a float32 value). */
+static double rb(float x) { return (double)remat__bf16_round(x); }
+
+/* A convolution under the bf16 policy through oneDNN's bf16 primitives
+ * (kctx.dt set, as the executor sets it where conv2d's bf16_ws says so):
+ * x stored bf16 (xbf16) or float32, y and dy bf16, weights and bias
+ * float32. Against the definition in double on the bf16-rounded inputs:
+ * y within bf16's rounding (2^-7 of 1 + |y|), dx as bf16(dx0 + bf16(sum))
+ * and dW, db as dw0 + bf16(sum) within the same; two runs bitwise equal;
+ * the workspace exactly the planned bytes. */
+static void bf16_conv_case(const char *label, int64_t N, int64_t C, int64_t H, int64_t W, int64_t O, int K, int s,
+                           int p, int bias, int xbf16) {
+    remat_graph *g;
+    CHECK_OK(remat_graph_create(&g));
+    int64_t xd[4] = {N, C, H, W}, wd[4] = {O, C, K, K}, bd[1] = {O};
+    remat_node xn = remat_param(g, "x", 4, xd, REMAT_INIT_UNIFORM, 1.0f);
+    remat_node wn = remat_param(g, "w", 4, wd, REMAT_INIT_UNIFORM, 1.0f);
+    remat_node bn = bias ? remat_param(g, "b", 1, bd, REMAT_INIT_UNIFORM, 1.0f) : REMAT_NONE;
+    remat_node yn = remat_conv2d_op(g, xn, wn, bn, s, p);
+    CHECK_OK(remat_graph_status(g));
+    const remat__node *n = &g->nodes[yn];
+    const remat__op *op = remat__ops[n->op];
+    uint8_t *dt = calloc((size_t)g->n, 1);
+    for (int32_t u = 0; u < g->n; u++) dt[u] = REMAT_F32;
+    dt[yn] = REMAT_BF16, dt[xn] = xbf16 ? REMAT_BF16 : REMAT_F32;
+    int64_t OH = n->shape.d[2], OW = n->shape.d[3], nx = N * C * H * W, nw = O * C * K * K, ny = N * O * OH * OW;
+    float *xf = malloc((size_t)nx * 4), *w = malloc((size_t)nw * 4), *b = malloc((size_t)O * 4);
+    float *dyf = malloc((size_t)ny * 4), *dx0 = malloc((size_t)nx * 4), *dw0 = malloc((size_t)nw * 4);
+    float *db0 = malloc((size_t)O * 4);
+    fill(xf, nx, 1), fill(w, nw, 2), fill(b, O, 3), fill(dyf, ny, 99), fill(dx0, nx, 11), fill(dw0, nw, 12);
+    fill(db0, O, 13);
+    uint16_t *xb = malloc((size_t)nx * 2), *dyb = malloc((size_t)ny * 2), *dx0b = malloc((size_t)nx * 2);
+    for (int64_t i = 0; i < nx; i++) xb[i] = remat__bf16_of(xf[i]), dx0b[i] = remat__bf16_of(dx0[i]);
+    for (int64_t i = 0; i < ny; i++) dyb[i] = remat__bf16_of(dyf[i]);
+    /* the reference, in double, on what the kernels read */
+    double *ry = calloc((size_t)ny, 8), *rdx = calloc((size_t)nx, 8), *rdw = calloc((size_t)nw, 8);
+    double *rdb = calloc((size_t)O, 8), *mdw = calloc((size_t)nw, 8), *mdb = calloc((size_t)O, 8);
+    for (int64_t i = 0; i < N * O * OH * OW; i++) {
+        int64_t j = i % OW, ii = i / OW % OH, o = i / (OW * OH) % O, nn = i / (OW * OH * O);
+        double acc = bias ? rb(b[o]) : 0.0, gy = remat__f32_of(dyb[i]);
+        rdb[o] += gy, mdb[o] += fabs(gy);
+        for (int64_t c = 0; c < C; c++)
+            for (int u = 0; u < K; u++)
+                for (int v = 0; v < K; v++) {
+                    int64_t ih = ii * s - p + u, iw = j * s - p + v;
+                    if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
+                    int64_t xi = ((nn * C + c) * H + ih) * W + iw, wi = ((o * C + c) * K + u) * K + v;
+                    acc += rb(xf[xi]) * rb(w[wi]);
+                    rdx[xi] += gy * rb(w[wi]);
+                    rdw[wi] += gy * rb(xf[xi]), mdw[wi] += fabs(gy * rb(xf[xi]));
+                }
+        ry[i] = acc;
+    }
+    size_t wf = 0, wb = 0;
+    int native = op->bf16_ws(g, n, dt, 2, &wf, &wb);
+    CHECK_MSG(native, "%s: conv2d's bf16 kernels are not used under REMAT_PRODUCTS=dnnl", label);
+    for (int nth = 1; nth <= 3 && native; nth++) {
+        CHECK(op->bf16_ws(g, n, dt, nth, &wf, &wb));
+        uint16_t *y[2], *dxb[2];
+        float *dw[2], *dxf[2], *db[2];
+        for (int rep = 0; rep < 2; rep++) {
+            remat__pool *pool = NULL;
+            remat__dnnl *dn = NULL;
+            CHECK_OK(remat__pool_create(&pool, nth));
+            CHECK_OK(remat__dnnl_create(&dn));
+            y[rep] = malloc((size_t)ny * 2), dxb[rep] = malloc((size_t)nx * 2), dxf[rep] = malloc((size_t)nx * 4);
+            dw[rep] = malloc((size_t)nw * 4), db[rep] = malloc((size_t)O * 4);
+            memcpy(dxb[rep], dx0b, (size_t)nx * 2), memcpy(dxf[rep], dx0, (size_t)nx * 4);
+            memcpy(dw[rep], dw0, (size_t)nw * 4), memcpy(db[rep], db0, (size_t)O * 4);
+            remat__tensor ti[3] = {{xbf16 ? (void *)xb : (void *)xf, &g->nodes[xn].shape},
+                                   {w, &g->nodes[wn].shape}, {b, bias ? &g->nodes[bn].shape : NULL}};
+            remat__tensor to = {y[rep], &n->shape};
+            for (int pass = 0; pass < 2; pass++) {
+                size_t bytes = pass ? wb : wf;
+                unsigned char *ws = malloc(bytes + GUARD);
+                memset(ws + bytes, 0xA5, GUARD);
+                remat__kctx k = {.graph = g, .node = n, .out = &to, .train = 1, .first = 1, .ws = ws,
+                                 .pool = nth > 1 ? pool : NULL, .dnnl = dn, .dt = dt};
+                for (int i = 0; i < n->n_in; i++) k.in[i] = &ti[i];
+                if (pass) {
+                    k.dout = (const float *)dyb;
+                    k.din[0] = xbf16 ? (float *)dxb[rep] : dxf[rep], k.din[1] = dw[rep];
+                    if (bias) k.din[2] = db[rep];
+                }
+                task t = {&k, pass == 0};
+                if (nth > 1) remat__pool_run(pool, run_task, &t);
+                else run_task(&t, 0, 1);
+                int intact = 1;
+                for (int i = 0; i < GUARD; i++) intact &= ws[bytes + i] == 0xA5;
+                CHECK_MSG(intact, "%s on %d threads wrote past its %zu planned workspace bytes", label, nth, bytes);
+                free(ws);
+            }
+            CHECK_OK(remat__dnnl_status(dn));
+            remat__dnnl_destroy(dn);
+            remat__pool_destroy(pool);
+        }
+        double e = 0.0;
+        for (int64_t i = 0; i < ny; i++) e = fmax(e, rel(ry[i], remat__f32_of(y[0][i])));
+        for (int64_t i = 0; i < nx; i++) {
+            double r = xbf16 ? rb((float)(remat__f32_of(dx0b[i]) + rb((float)rdx[i]))) : dx0[i] + rb((float)rdx[i]);
+            e = fmax(e, rel(r, xbf16 ? remat__f32_of(dxb[0][i]) : dxf[0][i]));
+        }
+        for (int64_t i = 0; i < nw; i++) e = fmax(e, fabs(dw0[i] + rdw[i] - dw[0][i]) / (1.0 + fabs(dw0[i]) + mdw[i]));
+        for (int64_t o = 0; o < O && bias; o++) e = fmax(e, fabs(db0[o] + rdb[o] - db[0][o]) / (1.0 + fabs(db0[o]) + mdb[o]));
+        int same = !memcmp(y[0], y[1], (size_t)ny * 2) && !memcmp(dw[0], dw[1], (size_t)nw * 4) &&
+                   !memcmp(db[0], db[1], (size_t)O * 4) && !memcmp(dxb[0], dxb[1], (size_t)nx * 2) &&
+                   !memcmp(dxf[0], dxf[1], (size_t)nx * 4);
+        CHECK_MSG(e <= 1.0 / 128, "%s on %d threads: relative error %.3g against the definition", label, nth, e);
+        CHECK_MSG(same, "%s on %d threads: two runs differ", label, nth);
+        printf("%-40s %d threads: relative error %.2g (bf16)%s\n", label, nth, e, same ? ", bitwise repeatable" : "");
+        for (int rep = 0; rep < 2; rep++) free(y[rep]), free(dxb[rep]), free(dxf[rep]), free(dw[rep]), free(db[rep]);
+    }
+    free(xf), free(w), free(b), free(dyf), free(dx0), free(dw0), free(db0), free(xb), free(dyb), free(dx0b);
+    free(ry), free(rdx), free(rdw), free(rdb), free(mdw), free(mdb), free(dt);
+    remat_graph_destroy(g);
+}
+
 int main(void) {
     setenv("REMAT_PRODUCTS", "dnnl", 1);
     char desc[128];
@@ -247,5 +367,13 @@ int main(void) {
     conv_case("conv 24->40 1x1 9x9 b4 (padded blocks)", 4, 24, 9, 9, 40, 1, 1, 0, 1);
     require_dnnl = 0; /* a stem: oneDNN's AVX2 kernels have no direct backward for it */
     conv_case("conv 3->16 7x7/2 p3 20x20 b2", 2, 3, 20, 20, 16, 7, 2, 3, 0);
+    /* bf16 products, where oneDNN has them (AVX-512 and above; oneDNN
+     * 2.6 has no bf16 convolution for AVX2) */
+    if (have_dnnl && !getenv("DNNL_MAX_CPU_ISA")) {
+        bf16_conv_case("bf16 conv 32->32 3x3 24x24 b11", 11, 32, 24, 24, 32, 3, 1, 1, 1, 1);
+        bf16_conv_case("bf16 conv 3->16 7x7/2 p3 20x20 b3 (f32 x)", 3, 3, 20, 20, 16, 7, 2, 3, 1, 0);
+        bf16_conv_case("bf16 conv 32->16 3x3/2 p1 15x13 b5", 5, 32, 15, 13, 16, 3, 2, 1, 0, 1);
+        bf16_conv_case("bf16 conv 24->40 1x1 9x9 b4", 4, 24, 9, 9, 40, 1, 1, 0, 1, 1);
+    }
     return check_exit("test_dnnl");
 }

@@ -144,6 +144,10 @@ static remat_status run_whole(remat_session *s, remat__kctx *k, const remat__shi
 
 remat_status remat__run_precise(remat_session *s, remat__kctx *k, int backward) {
     if (!s->prog.dt) return s->be->run(s->dev, k, backward); /* fp32: no views, nothing to lay out */
+    if (s->prog.native[k->node_id]) { /* kernels on the stored dtypes */
+        k->dt = s->prog.dt;
+        return s->be->run(s->dev, k, backward);
+    }
     remat__shim L;
     remat__shim_layout(&s->prog, k->node_id, backward, &L);
     if (!L.any) return s->be->run(s->dev, k, backward);

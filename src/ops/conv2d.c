@@ -70,7 +70,15 @@ static geom kctx_geom(const remat__kctx *k) {
 static int64_t slices(const geom *G, int nth) { return G->N < nth ? G->N : nth; }
 
 static remat__conv_dims dims_of(const geom *G) {
-    return (remat__conv_dims){G->N, G->C, G->H, G->W, G->O, G->KH, G->KW, G->OH, G->OW, G->s, G->p, G->bias};
+    return (remat__conv_dims){G->N, G->C, G->H, G->W, G->O, G->KH, G->KW, G->OH, G->OW, G->s, G->p, G->bias, 0, 0};
+}
+
+/* The kernel's dims: bf16 ones when the bf16 policy runs it natively
+ * (k->dt set: its values in their stored dtypes). */
+static remat__conv_dims kctx_dims(const remat__kctx *k, const geom *G) {
+    remat__conv_dims cd = dims_of(G);
+    if (k->dt) cd.bf16 = 1, cd.xbf16 = k->dt[k->node->in[0]] == REMAT_BF16;
+    return cd;
 }
 
 /* Whether oneDNN runs this convolution on nth threads, with its workspace. */
@@ -267,8 +275,8 @@ static void conv_forward(const remat__kctx *k, int ith, int nth) {
     const float *w = k->in[1]->data;                     // (O, C, KH, KW) = (O, K)
     const float *b = G.bias ? k->in[2]->data : NULL;     // (O)
     float *y = k->out->data;                             // (N, O, OH, OW)
-    remat__conv_dims cd = dims_of(&G);
-    if (remat__dnnl_conv_uses(k->dnnl, &cd, nth)) {
+    remat__conv_dims cd = kctx_dims(k, &G);
+    if (cd.bf16 || remat__dnnl_conv_uses(k->dnnl, &cd, nth)) { /* bf16: planned so (conv_bf16_ws) */
         remat__dnnl_conv_forward(k->dnnl, &cd, x, w, b, y, k->ws, k->pool, ith, nth);
         return;
     }
@@ -352,8 +360,8 @@ static void conv_backward(const remat__kctx *k, int ith, int nth) {
     float *dx = k->din[0];                               // (N, C, H, W) or NULL
     float *dw = k->din[1];                               // (O, K) or NULL
     float *db = G.bias ? k->din[2] : NULL;               // (O) or NULL
-    remat__conv_dims cd = dims_of(&G);
-    if (remat__dnnl_conv_uses(k->dnnl, &cd, nth)) {
+    remat__conv_dims cd = kctx_dims(k, &G);
+    if (cd.bf16 || remat__dnnl_conv_uses(k->dnnl, &cd, nth)) { /* bf16: planned so (conv_bf16_ws) */
         remat__dnnl_conv_backward(k->dnnl, &cd, x, w, dy, dx, dw, db, k->ws, k->pool, ith, nth);
         return;
     }
@@ -388,6 +396,18 @@ static void conv_backward(const remat__kctx *k, int ith, int nth) {
     if (db) reduce_partials(pb, S, bsz, db, ith, nth);
 }
 
+/* The bf16 policy's native kernels: through oneDNN in bf16 where its rule
+ * says so (float32 weights and bias, which are rounded per call). */
+static int conv_bf16_ws(const remat_graph *g, const remat__node *n, const uint8_t *dt, int nth, size_t *fwd,
+                        size_t *bwd) {
+    geom G = graph_geom(g, n);
+    remat__conv_dims cd = dims_of(&G);
+    for (int i = 1; i < n->n_in; i++)
+        if (dt[n->in[i]] != REMAT_F32) return 0;
+    cd.bf16 = 1, cd.xbf16 = dt[n->in[0]] == REMAT_BF16;
+    return remat__dnnl_conv_use(&cd, nth, fwd, bwd);
+}
+
 static double conv_flops(const remat_graph *g, const remat__node *n) {
     geom G = graph_geom(g, n);
     return 2.0 * (double)G.N * (double)G.O * (double)G.P * (double)G.K;
@@ -404,6 +424,7 @@ const remat__op remat__op_conv2d = {
     .saves = REMAT__SAVE_IN(0) | REMAT__SAVE_IN(1),
     .fwd_ws = conv_fwd_ws,
     .bwd_ws = conv_bwd_ws,
+    .bf16_ws = conv_bf16_ws,
     .flops = conv_flops,
     .family = REMAT_FAMILY_CONV,    .cuda = REMAT__CUDA(conv2d),
 };

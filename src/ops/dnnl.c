@@ -21,6 +21,8 @@
  */
 #include "dnnl.h"
 
+#include "../core/bf16.h"
+
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,12 +60,12 @@ int remat__dnnl_conv_use(const remat__conv_dims *cd, int nth, size_t *fwd_ws, si
     *fwd_ws = *bwd_ws = 0;
     return 0;
 }
-void remat__dnnl_conv_forward(remat__dnnl *d, const remat__conv_dims *cd, const float *x, const float *w,
-                              const float *b, float *y, void *ws, remat__pool *pool, int ith, int nth) {
+void remat__dnnl_conv_forward(remat__dnnl *d, const remat__conv_dims *cd, const void *x, const float *w,
+                              const float *b, void *y, void *ws, remat__pool *pool, int ith, int nth) {
     (void)d, (void)cd, (void)x, (void)w, (void)b, (void)y, (void)ws, (void)pool, (void)ith, (void)nth;
 }
-void remat__dnnl_conv_backward(remat__dnnl *d, const remat__conv_dims *cd, const float *x, const float *w,
-                               const float *dy, float *dx, float *dw, float *db, void *ws, remat__pool *pool,
+void remat__dnnl_conv_backward(remat__dnnl *d, const remat__conv_dims *cd, const void *x, const float *w,
+                               const void *dy, void *dx, float *dw, float *db, void *ws, remat__pool *pool,
                                int ith, int nth) {
     (void)d, (void)cd, (void)x, (void)w, (void)dy, (void)dx, (void)dw, (void)db, (void)ws, (void)pool;
     (void)ith, (void)nth;
@@ -134,8 +136,11 @@ typedef struct conv_plan {
     int nch;
     chunk ch[3];         /* distinct chunk sizes, ch[0].mb == m */
     dnnl_memory_desc_t uw, ub, wf, wd, dww; /* user weights (OIHW), bias (x); layouts */
-    dnnl_primitive_t rwf, rwd, rdw;           /* weights in (NULL: identity), dw out with sum */
+    dnnl_memory_desc_t uwb;                 /* bf16: dW rounded, (O, C, KH, KW) bf16 */
+    dnnl_primitive_t rwf, rwd, rdw;           /* weights in (NULL: identity), dw out (with sum
+                                               * in float32; into uwb in bf16) */
     size_t bwf, bwd, bdw, bdb;
+    size_t bbr;          /* bf16: the bias rounded through bf16 (forward) */
     size_t scratch;      /* the largest scratchpad of every primitive above */
     size_t fwd_per, bwd_per; /* per-thread bytes, scratch included */
     size_t fwd_ws, bwd_ws;
@@ -257,16 +262,21 @@ static int chunk_make(dnnl_engine_t eng, conv_plan *p, chunk *c, int lead) {
     dnnl_dims_t xd = {c->mb, cd->C, cd->H, cd->W}, yd = {c->mb, cd->O, cd->OH, cd->OW};
     dnnl_dims_t wdim = {cd->O, cd->C, cd->KH, cd->KW}, bdim = {cd->O};
     dnnl_dims_t st = {cd->s, cd->s}, pad = {cd->p, cd->p};
-    dnnl_memory_desc_t ax, ay, aw, b;
-    if (dnnl_memory_desc_init_by_tag(&c->ux, 4, xd, dnnl_f32, dnnl_nchw) != dnnl_success ||
-        dnnl_memory_desc_init_by_tag(&c->uy, 4, yd, dnnl_f32, dnnl_nchw) != dnnl_success ||
-        dnnl_memory_desc_init_by_tag(&ax, 4, xd, dnnl_f32, dnnl_format_tag_any) != dnnl_success ||
-        dnnl_memory_desc_init_by_tag(&ay, 4, yd, dnnl_f32, dnnl_format_tag_any) != dnnl_success ||
-        dnnl_memory_desc_init_by_tag(&aw, 4, wdim, dnnl_f32, dnnl_format_tag_any) != dnnl_success ||
+    /* bf16: products on bf16, dW and db accumulated in float32 */
+    dnnl_data_type_t t = cd->bf16 ? dnnl_bf16 : dnnl_f32, tx = cd->xbf16 ? dnnl_bf16 : dnnl_f32;
+    dnnl_memory_desc_t ax, ay, aw, adw, b;
+    if (dnnl_memory_desc_init_by_tag(&c->ux, 4, xd, tx, dnnl_nchw) != dnnl_success ||
+        dnnl_memory_desc_init_by_tag(&c->uy, 4, yd, t, dnnl_nchw) != dnnl_success ||
+        dnnl_memory_desc_init_by_tag(&ax, 4, xd, t, dnnl_format_tag_any) != dnnl_success ||
+        dnnl_memory_desc_init_by_tag(&ay, 4, yd, t, dnnl_format_tag_any) != dnnl_success ||
+        dnnl_memory_desc_init_by_tag(&aw, 4, wdim, t, dnnl_format_tag_any) != dnnl_success ||
+        dnnl_memory_desc_init_by_tag(&adw, 4, wdim, dnnl_f32, dnnl_format_tag_any) != dnnl_success ||
         dnnl_memory_desc_init_by_tag(&b, 1, bdim, dnnl_f32, dnnl_x) != dnnl_success)
         return 0;
     if (lead) {
-        if (dnnl_memory_desc_init_by_tag(&p->uw, 4, wdim, dnnl_f32, dnnl_oihw) != dnnl_success) return 0;
+        if (dnnl_memory_desc_init_by_tag(&p->uw, 4, wdim, dnnl_f32, dnnl_oihw) != dnnl_success ||
+            dnnl_memory_desc_init_by_tag(&p->uwb, 4, wdim, dnnl_bf16, dnnl_oihw) != dnnl_success)
+            return 0;
         p->ub = b;
     }
     dnnl_convolution_desc_t df, dd, dw;
@@ -279,7 +289,7 @@ static int chunk_make(dnnl_engine_t eng, conv_plan *p, chunk *c, int lead) {
                                                  pad, pad) != dnnl_success ||
         !(c->pd = make_pd(eng, &dd, c->pf)))
         return 0;
-    if (dnnl_convolution_backward_weights_desc_init(&dw, dnnl_convolution_direct, &ax, lead ? &aw : &p->dww,
+    if (dnnl_convolution_backward_weights_desc_init(&dw, dnnl_convolution_direct, &ax, lead ? &adw : &p->dww,
                                                     bias, &ay, st, pad, pad) != dnnl_success ||
         !(c->pw = make_pd(eng, &dw, c->pf)))
         return 0;
@@ -329,6 +339,13 @@ static int chunk_reorders(dnnl_engine_t eng, conv_plan *p, chunk *c, int prims) 
     return 1;
 }
 
+/* Whether the machine multiplies bf16 in hardware (AVX-512 BF16 or AMX),
+ * as oneDNN sees it (DNNL_MAX_CPU_ISA caps it). */
+static int bf16_hardware(void) {
+    unsigned isa = (unsigned)dnnl_get_effective_cpu_isa();
+    return (isa & (unsigned)dnnl_cpu_isa_avx512_core_bf16) == (unsigned)dnnl_cpu_isa_avx512_core_bf16;
+}
+
 /* Decides whether the convolution runs through oneDNN and, if so, fills
  * the plan (its primitives too when prims). Returns 0 on a oneDNN failure
  * (then p->use = 0); "not used" is a success. */
@@ -357,8 +374,13 @@ static int plan_make(dnnl_engine_t eng, remat__products mode, const remat__conv_
      * (1.2-1.8x faster there); im2col+OpenBLAS otherwise: the first layers
      * of image models (oneDNN 0.3-0.8x), 1x1 convolutions (plain GEMMs on
      * NCHW, where oneDNN's reorders cost more than its kernels save:
-     * 0.7-0.97x). */
-    int want = direct && (mode == REMAT__PRODUCTS_DNNL || (cd->C >= 16 && cd->KH * cd->KW > 1));
+     * 0.7-0.97x). In bf16, where the machine multiplies bf16 in hardware,
+     * 1x1 convolutions too (their alternative is float32 views and an
+     * sgemm at half bf16's rate); without that hardware oneDNN emulates
+     * bf16 at 0.2-0.35x its float32 speed (docs/precision.md), so float32
+     * views run instead. */
+    int fast = cd->C >= 16 && (cd->bf16 ? bf16_hardware() : cd->KH * cd->KW > 1);
+    int want = direct && (mode == REMAT__PRODUCTS_DNNL || fast);
     if (!want) {
         plan_free(p);
         p->nch = 0;
@@ -367,7 +389,7 @@ static int plan_make(dnnl_engine_t eng, remat__products mode, const remat__conv_
     for (int i = 0; i < p->nch && ok; i++) ok = chunk_reorders(eng, p, &p->ch[i], prims);
     ok = ok && make_reorder(eng, &p->uw, &p->wf, 0, prims, &p->rwf, &p->scratch) &&
          make_reorder(eng, &p->uw, &p->wd, 0, prims, &p->rwd, &p->scratch) &&
-         make_reorder(eng, &p->dww, &p->uw, 1, prims, &p->rdw, &p->scratch);
+         make_reorder(eng, &p->dww, cd->bf16 ? &p->uwb : &p->uw, !cd->bf16, prims, &p->rdw, &p->scratch);
     if (!ok) {
         plan_free(p);
         p->nch = 0;
@@ -377,6 +399,7 @@ static int plan_make(dnnl_engine_t eng, remat__products mode, const remat__conv_
     p->bwd = same_md(&p->uw, &p->wd) ? 0 : up(dnnl_memory_desc_get_size(&p->wd));
     p->bdw = up(dnnl_memory_desc_get_size(&p->dww));
     p->bdb = cd->bias ? up((size_t)cd->O * sizeof(float)) : 0;
+    p->bbr = cd->bf16 ? p->bdb : 0;
     size_t fper = 0, bper = 0;
     for (int i = 0; i < p->nch; i++) {
         chunk *c = &p->ch[i];
@@ -390,7 +413,7 @@ static int plan_make(dnnl_engine_t eng, remat__products mode, const remat__conv_
      * chunk buffers, the scratchpad */
     p->bwd_per = 2 * (p->bdw + p->bdb) + bper + sc;
     int64_t S = cd->N < nth ? cd->N : nth;
-    p->fwd_ws = p->bwf + (size_t)S * p->fwd_per;
+    p->fwd_ws = p->bwf + p->bbr + (size_t)S * p->fwd_per;
     p->bwd_ws = p->bwd + (size_t)S * p->bwd_per;
     p->use = 1;
     return 1;
@@ -545,8 +568,12 @@ static dnnl_memory_desc_t scratch_md(size_t bytes) {
     return m;
 }
 
-void remat__dnnl_conv_forward(remat__dnnl *d, const remat__conv_dims *cd, const float *x, const float *w,
-                              const float *b, float *y, void *ws, remat__pool *pool, int ith, int nth) {
+/* Bytes of an element of x (and dx) and of y (and dy). */
+static size_t xsize(const remat__conv_dims *cd) { return cd->xbf16 ? 2 : sizeof(float); }
+static size_t ysize(const remat__conv_dims *cd) { return cd->bf16 ? 2 : sizeof(float); }
+
+void remat__dnnl_conv_forward(remat__dnnl *d, const remat__conv_dims *cd, const void *x, const float *w,
+                              const float *b, void *y, void *ws, remat__pool *pool, int ith, int nth) {
     dnnl_stream_t s;
     conv_plan *p = get_plan(d, cd, nth, ith, &s);
     if (!p) { /* failed (recorded): keep the barrier count */
@@ -556,24 +583,27 @@ void remat__dnnl_conv_forward(remat__dnnl *d, const remat__conv_dims *cd, const 
     int t = single_enter();
     char *base = ws;
     char *wf = p->bwf ? base : (char *)w;                /* (O, C, KH, KW) in the forward's layout */
-    char *mine = base + p->bwf + (size_t)ith * p->fwd_per;
+    float *br = p->bbr ? (float *)(base + p->bwf) : (float *)b; /* bf16: the bias rounded */
+    char *mine = base + p->bwf + p->bbr + (size_t)ith * p->fwd_per;
     dnnl_memory_desc_t smd = scratch_md(p->scratch);
     char *sc = mine + p->fwd_per - up(p->scratch);
     if (ith == 0 && p->rwf) reorder(d, s, p->rwf, &p->uw, w, &p->wf, wf, &smd, sc);
+    if (ith == 0 && p->bbr)
+        for (int64_t o = 0; o < cd->O; o++) br[o] = remat__bf16_round(b[o]);
     remat__pool_barrier(pool);
     int64_t lo, hi;
     remat__split(cd->N, ith, nth, &lo, &hi);
-    const int64_t xi = cd->C * cd->H * cd->W, yi = cd->O * cd->OH * cd->OW;
+    const size_t xi = (size_t)(cd->C * cd->H * cd->W) * xsize(cd), yi = (size_t)(cd->O * cd->OH * cd->OW) * ysize(cd);
     for (int64_t n0 = lo; n0 < hi; n0 += p->m) {
         int64_t mb = hi - n0 < p->m ? hi - n0 : p->m;
         const chunk *c = chunk_for(p, mb);
-        const float *xn = x + n0 * xi;
-        float *yn = y + n0 * yi;
+        const char *xn = (const char *)x + (size_t)n0 * xi;
+        char *yn = (char *)y + (size_t)n0 * yi;
         void *xb = c->rxf ? mine : (void *)xn, *yb = c->ryf ? mine + c->bxf : (void *)yn;
         if (c->rxf && !reorder(d, s, c->rxf, &c->ux, xn, &c->xf, xb, &smd, sc)) break;
         int ids[] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_BIAS, DNNL_ARG_DST, DNNL_ARG_SCRATCHPAD};
         const dnnl_memory_desc_t *mds[] = {&c->xf, &p->wf, &p->ub, &c->yf, &smd};
-        void *ptrs[] = {xb, wf, (void *)b, yb, sc};
+        void *ptrs[] = {xb, wf, b ? br : NULL, yb, sc};
         if (!run(d, s, c->f, 5, ids, mds, ptrs)) break;
         if (c->ryf && !reorder(d, s, c->ryf, &c->yf, yb, &c->uy, yn, &smd, sc)) break;
     }
@@ -609,7 +639,7 @@ static bwd_bufs bwd_bufs_of(const conv_plan *p, const float *w, void *ws, int it
 /* dx (the chunk's images, NCHW) += backward-data of dyd (in its layout),
  * through the buffer dxd. 0 on failure (recorded). */
 static int bwd_data(remat__dnnl *d, dnnl_stream_t s, const conv_plan *p, const chunk *c, const bwd_bufs *b,
-                    char *dyd, char *dxd, float *dx) {
+                    char *dyd, char *dxd, void *dx) {
     int ids[] = {DNNL_ARG_DIFF_DST, DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_SRC, DNNL_ARG_SCRATCHPAD};
     const dnnl_memory_desc_t *mds[] = {&c->dyd, &p->wd, &c->dxd, &b->smd};
     void *ptrs[] = {dyd, b->wd, dxd, b->sc};
@@ -621,7 +651,7 @@ static int bwd_data(remat__dnnl *d, dnnl_stream_t s, const conv_plan *p, const c
  * xw and dyw where they differ): written into the thread's partials by
  * its first chunk, added to them by the others. 0 on failure (recorded). */
 static int bwd_weights(remat__dnnl *d, dnnl_stream_t s, const conv_plan *p, const chunk *c, const bwd_bufs *b,
-                       const float *xn, const float *dyn, char *xw, char *dyw, int bias, int first) {
+                       const void *xn, const void *dyn, char *xw, char *dyw, int bias, int first) {
     if (c->rxw && !reorder(d, s, c->rxw, &c->ux, xn, &c->xw, xw, &b->smd, b->sc)) return 0;
     if (c->rdyw && c->bdyw && !reorder(d, s, c->rdyw, &c->uy, dyn, &c->dyw, dyw, &b->smd, b->sc)) return 0;
     int ids[] = {DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_WEIGHTS, DNNL_ARG_DIFF_BIAS, DNNL_ARG_SCRATCHPAD};
@@ -641,10 +671,10 @@ static int bwd_weights(remat__dnnl *d, dnnl_stream_t s, const conv_plan *p, cons
  * dW and db partials when wgrad (`first`: its first chunk). 0 on failure
  * (recorded). */
 static int bwd_chunk(remat__dnnl *d, dnnl_stream_t s, const remat__conv_dims *cd, const conv_plan *p,
-                     const chunk *c, const bwd_bufs *b, const float *x, const float *dy, float *dx, int wgrad,
+                     const chunk *c, const bwd_bufs *b, const char *x, const char *dy, char *dx, int wgrad,
                      int64_t n0, int first) {
-    const int64_t xi = cd->C * cd->H * cd->W, yi = cd->O * cd->OH * cd->OW;
-    const float *xn = x + n0 * xi, *dyn = dy + n0 * yi;
+    const size_t xi = (size_t)(cd->C * cd->H * cd->W) * xsize(cd), yi = (size_t)(cd->O * cd->OH * cd->OW) * ysize(cd);
+    const char *xn = x + (size_t)n0 * xi, *dyn = dy + (size_t)n0 * yi;
     char *dyd = c->rdyd ? b->buf : (char *)dyn, *dxd = b->buf + c->bdyd;
     char *xw = c->rxw ? dxd + c->bdxd : (char *)xn;
     char *dyw = c->rdyw ? (c->bdyw ? xw + c->bxw : NULL) : (char *)dyn;
@@ -652,7 +682,7 @@ static int bwd_chunk(remat__dnnl *d, dnnl_stream_t s, const remat__conv_dims *cd
     if (c->rdyd && (dx || (wgrad && !c->bdyw && c->rdyw)) &&
         !reorder(d, s, c->rdyd, &c->uy, dyn, &c->dyd, dyd, &b->smd, b->sc))
         return 0;
-    if (dx && !bwd_data(d, s, p, c, b, dyd, dxd, dx + n0 * xi)) return 0;
+    if (dx && !bwd_data(d, s, p, c, b, dyd, dxd, dx + (size_t)n0 * xi)) return 0;
     if (wgrad && !bwd_weights(d, s, p, c, b, xn, dyn, xw, dyw, cd->bias, first)) return 0;
     return 1;
 }
@@ -673,8 +703,22 @@ static void sum_partials(const conv_plan *p, const remat__conv_dims *cd, void *w
     }
 }
 
-void remat__dnnl_conv_backward(remat__dnnl *d, const remat__conv_dims *cd, const float *x, const float *w,
-                               const float *dy, float *dx, float *dw, float *db, void *ws, remat__pool *pool,
+/* Thread 0, after the partials are summed: dw and db += the sums (rounded
+ * through bf16 first in bf16, through thread 0's chunk buffer). */
+static void add_wgrad(remat__dnnl *d, dnnl_stream_t s, const conv_plan *p, const bwd_bufs *b, void *ws, float *dw,
+                      float *db) {
+    char *p0 = (char *)ws + p->bwd; /* thread 0's partials: the sums */
+    const float *b0 = (const float *)(p0 + p->bdw);
+    int64_t nw = p->cd.O * p->cd.C * p->cd.KH * p->cd.KW;
+    if (dw && !p->cd.bf16) reorder(d, s, p->rdw, &p->dww, p0, &p->uw, dw, &b->smd, b->sc);
+    if (dw && p->cd.bf16 && reorder(d, s, p->rdw, &p->dww, p0, &p->uwb, b->cdw, &b->smd, b->sc))
+        for (int64_t i = 0; i < nw; i++) dw[i] += remat__f32_of(((const uint16_t *)b->cdw)[i]);
+    if (db)
+        for (int64_t o = 0; o < p->cd.O; o++) db[o] += p->cd.bf16 ? remat__bf16_round(b0[o]) : b0[o];
+}
+
+void remat__dnnl_conv_backward(remat__dnnl *d, const remat__conv_dims *cd, const void *x, const float *w,
+                               const void *dy, void *dx, float *dw, float *db, void *ws, remat__pool *pool,
                                int ith, int nth) {
     dnnl_stream_t s;
     conv_plan *p = get_plan(d, cd, nth, ith, &s);
@@ -701,12 +745,7 @@ void remat__dnnl_conv_backward(remat__dnnl *d, const remat__conv_dims *cd, const
     remat__pool_barrier(pool);
     if (ith != 0) return;
     t = single_enter();
-    char *p0 = (char *)ws + p->bwd; /* thread 0's partials: the sums */
-    if (dw) reorder(d, s, p->rdw, &p->dww, p0, &p->uw, dw, &b.smd, b.sc);
-    if (db) {
-        const float *b0 = (const float *)(p0 + p->bdw);
-        for (int64_t o = 0; o < cd->O; o++) db[o] += b0[o];
-    }
+    add_wgrad(d, s, p, &b, ws, dw, db);
     single_leave(t);
 }
 

@@ -23,10 +23,17 @@
 #include "../remat-impl.h"
 
 /* A convolution's sizes: x (N, C, H, W), weight (O, C, KH, KW), output
- * (N, O, OH, OW), stride s, padding p on every side, bias or not. */
+ * (N, O, OH, OW), stride s, padding p on every side, bias or not. With
+ * bf16 (the bf16 policy's products, run natively): oneDNN multiplies bf16
+ * and accumulates in float32; y and dy are bf16, x and dx bf16 when xbf16
+ * (else float32, rounded through bf16 on the way in); the float32 weights
+ * and bias are rounded through bf16 per call, and each of dx, dw, db is
+ * rounded through bf16 before it is added (the float32 views' semantics,
+ * exec/precision.c). Without bf16 every tensor is float32. */
 typedef struct {
     int64_t N, C, H, W, O, KH, KW, OH, OW, s, p;
     int bias;
+    int bf16, xbf16;
 } remat__conv_dims;
 
 /* Which products a process uses: REMAT_PRODUCTS=dnnl sends every product
@@ -50,7 +57,10 @@ remat_status remat__dnnl_status(remat__dnnl *d);
 
 /* Whether the convolution runs through oneDNN on nth threads, and its
  * workspace bytes if so (forward and backward). Depends on the dims, nth,
- * the process's mode and the machine's ISA only. */
+ * the process's mode and the machine's ISA only. A bf16 convolution runs
+ * through oneDNN by the rule only where the machine multiplies bf16 in
+ * hardware (AVX-512 BF16, AMX); elsewhere only when REMAT_PRODUCTS=dnnl
+ * (oneDNN then emulates it, slower than float32: the tests' path). */
 int remat__dnnl_conv_use(const remat__conv_dims *cd, int nth, size_t *fwd_ws, size_t *bwd_ws);
 
 /* The same answer for a kernel, from the context's plans (made on first
@@ -60,10 +70,10 @@ int remat__dnnl_conv_uses(remat__dnnl *d, const remat__conv_dims *cd, int nth);
 /* The kernels, called by every pool thread (ith of nth) with ws of the
  * sizes above. forward writes y; backward ACCUMULATES into dx, dw, db
  * where they are not NULL. Both may call remat__pool_barrier(pool). */
-void remat__dnnl_conv_forward(remat__dnnl *d, const remat__conv_dims *cd, const float *x, const float *w,
-                              const float *b, float *y, void *ws, remat__pool *pool, int ith, int nth);
-void remat__dnnl_conv_backward(remat__dnnl *d, const remat__conv_dims *cd, const float *x, const float *w,
-                               const float *dy, float *dx, float *dw, float *db, void *ws, remat__pool *pool,
+void remat__dnnl_conv_forward(remat__dnnl *d, const remat__conv_dims *cd, const void *x, const float *w,
+                              const float *b, void *y, void *ws, remat__pool *pool, int ith, int nth);
+void remat__dnnl_conv_backward(remat__dnnl *d, const remat__conv_dims *cd, const void *x, const float *w,
+                               const void *dy, void *dx, float *dw, float *db, void *ws, remat__pool *pool,
                                int ith, int nth);
 
 /* C (M, N) = alpha op(A) op(B) + beta C, row-major, on the calling thread

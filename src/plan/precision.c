@@ -64,7 +64,7 @@ void remat__shim_layout(const remat__prog *p, int32_t u, int backward, remat__sh
     memset(s, 0, sizeof *s);
     s->out = s->dout = -1;
     for (int i = 0; i < REMAT__MAX_IN; i++) s->in[i] = s->din[i] = -1;
-    if (!p->dt || n->leaf != REMAT__LEAF_NONE) return;
+    if (!p->dt || n->leaf != REMAT__LEAF_NONE || p->native[u]) return;
     int out_bf16 = p->dt[u] == REMAT_BF16;
     int64_t numel = remat__numel(&n->shape);
     if ((remat__ops[n->op]->flags & REMAT__OP_ELEMENTWISE) && numel > REMAT__SHIM_SLICE) s->slice = REMAT__SHIM_SLICE;
@@ -83,6 +83,20 @@ void remat__shim_layout(const remat__prog *p, int32_t u, int backward, remat__sh
     s->kernel = at;
 }
 
+/* Node u's kernels on its values in their stored dtypes, where its op has
+ * such kernels for it on the CPU: their workspace replaces the float32
+ * kernels' (and no views are laid out). */
+static void native_kernels(remat__prog *p, int32_t u) {
+    const remat__node *n = &p->g->nodes[u];
+    const remat__op *op = remat__ops[n->op];
+    size_t f, b;
+    if (p->device != REMAT_DEVICE_CPU || n->leaf != REMAT__LEAF_NONE || !op->bf16_ws) return;
+    if (!op->bf16_ws(p->g, n, p->dt, remat__node_threads(p->g, n, p->nth), &f, &b)) return;
+    p->native[u] = 1;
+    p->ws[2 * (size_t)u] = f;
+    p->ws[2 * (size_t)u + 1] = b;
+}
+
 remat_status remat__prog_set_precision(remat__prog *p, remat_precision precision) {
     const remat_graph *g = p->g;
     p->precision = precision;
@@ -94,13 +108,15 @@ remat_status remat__prog_set_precision(remat__prog *p, remat_precision precision
                           "precision it was traced in (precision %s is for remat's own graphs)",
                           remat_precision_str(precision));
     p->dt = malloc((size_t)g->n + 1);
-    if (!p->dt) return remat__err(REMAT_NOMEM, "out of memory analysing the graph");
+    p->native = calloc((size_t)g->n + 1, 1);
+    if (!p->dt || !p->native) return remat__err(REMAT_NOMEM, "out of memory analysing the graph");
     for (int32_t u = 0; u < g->n; u++) {
         const remat__node *n = &g->nodes[u];
         if (n->leaf == REMAT__LEAF_NONE && !remat__ops[n->op]->autocast)
             return remat__err(REMAT_INTERNAL, "op '%s' has no rule under precision bf16", remat__ops[n->op]->name);
         p->dt[u] = (uint8_t)rule_dtype(p, u);
     }
+    for (int32_t u = 0; u < g->n; u++) native_kernels(p, u);
     for (int32_t u = 0; u < g->n; u++)
         for (int b = 0; b < 2; b++) {
             remat__shim s;

@@ -52,7 +52,8 @@ remat_status remat__prog_init(remat__prog *p, const remat_graph *g, int nth, rem
 
 void remat__prog_free(remat__prog *p) {
     free(p->dt);
-    p->dt = NULL;
+    free(p->native);
+    p->dt = p->native = NULL;
     free(p->needs_grad);
     free(p->ws);
     free(p->node_cost);

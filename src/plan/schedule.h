@@ -69,6 +69,9 @@ typedef struct {
     uint8_t *dt;          /* (n) per node: the remat_dtype its value (and
                            * its value's gradient) is stored in; NULL under
                            * fp32 (the graph's dtypes) */
+    uint8_t *native;      /* (n) under bf16: 1 where node u's kernels take
+                           * its values in their stored dtypes (remat__op.
+                           * bf16_ws), with no float32 views; NULL under fp32 */
 } remat__prog;
 
 /* Analyses g and asks the device's kernels for each node's workspace
