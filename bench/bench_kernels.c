@@ -30,6 +30,7 @@
  */
 #include "../src/plan/schedule.h"
 #include "../src/ops/dnnl.h"
+#include "../src/core/bf16.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -93,7 +94,11 @@ typedef struct {
     float *in[REMAT__MAX_IN], *out, *aux, *dout, *din[REMAT__MAX_IN];
     double best_fwd, best_bwd;
     int product;                 /* a convolution or linear layer: timed both ways */
-    double t[2][2][64];          /* [blas, dnnl][fwd, bwd][round] */
+    double t[3][2][64];          /* [blas, dnnl, bf16][fwd, bwd][round] */
+    /* --bf16, products: x, y, dy, dx stored bf16 and the dtypes by node
+     * id, for the bf16 kernels (kctx.dt) */
+    uint16_t *xb, *yb, *dyb, *dxb;
+    uint8_t *dt;
 } kcase;
 
 /* The products' mode for the next run_case (REMAT_PRODUCTS, 0 blas, 1 dnnl,
@@ -105,7 +110,7 @@ static int nthreads_global = 1;
 
 static void set_mode(int m) {
     cur_mode = m;
-    setenv("REMAT_PRODUCTS", mode_env[m], 1);
+    setenv("REMAT_PRODUCTS", mode_env[m < 3 ? m : 1], 1); /* 3: bf16 through oneDNN */
 }
 
 static kcase cases[64];
@@ -123,6 +128,7 @@ static void free_cases(void) {
         kcase *c = &cases[i];
         for (int k = 0; k < c->nin; k++) free(c->in[k]), free(c->din[k]);
         free(c->out), free(c->dout), free(c->aux);
+        free(c->xb), free(c->yb), free(c->dyb), free(c->dxb), free(c->dt);
         remat_graph_destroy(c->g);
     }
     ncases = 0;
@@ -158,6 +164,27 @@ static void add_case(const char *name, remat_graph *g, remat_node node) {
     c->aux = xalloc(ab + 64);
 }
 
+/* The bf16 copies of a product case's tensors (--bf16). */
+static void add_bf16(kcase *c) {
+    const remat_graph *g = c->g;
+    const remat__node *n = &g->nodes[c->node];
+    int64_t nx = remat__numel(&g->nodes[n->in[0]].shape), ny = remat__numel(&n->shape);
+    c->xb = xalloc((size_t)nx * 2), c->dxb = xalloc((size_t)nx * 2);
+    c->yb = xalloc((size_t)ny * 2), c->dyb = xalloc((size_t)ny * 2);
+    for (int64_t i = 0; i < nx; i++) c->xb[i] = remat__bf16_of(c->in[0][i]);
+    for (int64_t i = 0; i < ny; i++) c->dyb[i] = remat__bf16_of(c->dout[i]);
+    c->dt = xalloc((size_t)g->n);
+    memset(c->dt, REMAT_F32, (size_t)g->n);
+    c->dt[n->in[0]] = c->dt[c->node] = REMAT_BF16;
+    size_t f, b;
+    set_mode(1);
+    if (!remat__ops[n->op]->bf16_ws(g, n, c->dt, remat__node_threads(g, n, nthreads_global), &f, &b)) {
+        printf("%s: oneDNN has no bf16 kernel for it here\n", c->name);
+        free(c->dt), c->dt = NULL;
+    }
+    set_mode(2);
+}
+
 typedef struct {
     const remat__kctx *k;
     int fwd;
@@ -177,18 +204,25 @@ static double run_case(kcase *c, remat__pool *pool, int fwd, int zero_din) {
     const remat__op *op = remat__ops[n->op];
     int nth = remat__node_threads(g, n, remat__pool_size(pool));
     size_t wb = fwd ? (op->fwd_ws ? op->fwd_ws(g, n, nth) : 0) : (op->bwd_ws ? op->bwd_ws(g, n, nth) : 0);
+    int bf16 = cur_mode == 3;
+    size_t wbf[2];
+    if (bf16 && !op->bf16_ws(g, n, c->dt, nth, &wbf[0], &wbf[1])) {
+        fprintf(stderr, "bench_kernels: %s: no bf16 kernel here\n", c->name);
+        exit(1);
+    }
+    if (bf16) wb = wbf[fwd ? 0 : 1];
     void *ws = xalloc(wb + 64);
-    remat__tensor ins[REMAT__MAX_IN], out = {c->out, &n->shape};
-    remat__kctx k = {.node = n, .out = &out, .aux = c->aux, .dout = c->dout, .train = 1, .first = 1,
-                     .seed = 1, .step = 0, .node_id = c->node, .pool = pool, .ws = ws,
-                     .dnnl = mode_ctx[cur_mode]};
+    remat__tensor ins[REMAT__MAX_IN], out = {bf16 ? (void *)c->yb : c->out, &n->shape};
+    remat__kctx k = {.node = n, .out = &out, .aux = c->aux, .dout = bf16 ? (const float *)c->dyb : c->dout,
+                     .train = 1, .first = 1, .seed = 1, .step = 0, .node_id = c->node, .pool = pool, .ws = ws,
+                     .dnnl = mode_ctx[bf16 ? 1 : cur_mode], .dt = bf16 ? c->dt : NULL};
     for (int i = 0; i < n->n_in; i++) {
-        ins[i] = (remat__tensor){c->in[i], &g->nodes[n->in[i]].shape};
+        ins[i] = (remat__tensor){bf16 && i == 0 ? (void *)c->xb : c->in[i], &g->nodes[n->in[i]].shape};
         k.in[i] = &ins[i];
         int wants = g->nodes[n->in[i]].leaf != REMAT__LEAF_INPUT || i == 0;
-        k.din[i] = fwd || !wants ? NULL : c->din[i];
+        k.din[i] = fwd || !wants ? NULL : (bf16 && i == 0 ? (float *)c->dxb : c->din[i]);
         if (!fwd && zero_din && k.din[i])
-            memset(c->din[i], 0, (size_t)remat__numel(&g->nodes[n->in[i]].shape) * 4);
+            memset(k.din[i], 0, (size_t)remat__numel(&g->nodes[n->in[i]].shape) * (bf16 && i == 0 ? 2 : 4));
     }
     run_ctx r = {&k, fwd};
     double t0 = now_s();
@@ -415,10 +449,36 @@ static int rule_picks(const kcase *c) {
     return remat__dnnl_conv_use(&cd, remat__node_threads(g, n, nthreads_global), &f, &b);
 }
 
+/* --bf16: each product through oneDNN's bf16 kernels (what the bf16
+ * policy runs natively) against the float32 kernel its rule picks (what
+ * the policy's float32 views run, their conversions not counted). */
+static void bf16_table(int rounds, double peak) {
+    printf("\nbf16 products, median of %d rounds: %%peak (float32 GEMM peak) of the float32 kernel the rule "
+           "picks (fp32) and of oneDNN's bf16 kernel (bf16), ratio = fp32 time / bf16 time, and what the bf16 "
+           "policy runs (native: bf16 kernels, views: float32 views)\n", rounds);
+    printf("%-34s %7s %7s %6s %7s %7s %6s %6s\n", "op", "fwd fp32", "bf16", "ratio", "bwd fp32", "bf16", "ratio",
+           "policy");
+    for (int i = 0; i < ncases; i++) {
+        kcase *c = &cases[i];
+        if (!c->dt) continue;
+        int dn = rule_picks(c);
+        double tm[2][2];
+        for (int d = 0; d < 2; d++) tm[0][d] = median(c->t[dn][d], rounds), tm[1][d] = median(c->t[2][d], rounds);
+        const remat__node *n = &c->g->nodes[c->node];
+        size_t f, b;
+        set_mode(2);
+        int native = remat__ops[n->op]->bf16_ws(c->g, n, c->dt, remat__node_threads(c->g, n, nthreads_global), &f, &b);
+        printf("%-34s %6.0f%% %6.0f%% %6.2f %6.0f%% %6.0f%% %6.2f %6s\n", c->name,
+               100.0 * c->flops_fwd / tm[0][0] / 1e9 / peak, 100.0 * c->flops_fwd / tm[1][0] / 1e9 / peak,
+               tm[0][0] / tm[1][0], 100.0 * c->flops_bwd / tm[0][1] / 1e9 / peak,
+               100.0 * c->flops_bwd / tm[1][1] / 1e9 / peak, tm[0][1] / tm[1][1], native ? "native" : "views");
+    }
+}
+
 /* ------------------------------------------------------------------ main */
 
 int main(int argc, char **argv) {
-    int threads = 2, rounds = 5, check = 1, check_only = 0;
+    int threads = 2, rounds = 5, check = 1, check_only = 0, with_bf16 = 0;
     const char *only = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
@@ -427,9 +487,10 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--no-check")) check = 0;
         else if (!strcmp(argv[i], "--check-only")) check_only = 1;
         else if (!strcmp(argv[i], "--cpu")) use_cpu_clock = 1;
+        else if (!strcmp(argv[i], "--bf16")) with_bf16 = 1;
         else {
             fprintf(stderr, "usage: bench_kernels [--threads T] [--rounds R] [--only SUBSTRING] [--no-check | "
-                            "--check-only] [--cpu]\n");
+                            "--check-only] [--cpu] [--bf16]\n");
             return 2;
         }
     }
@@ -476,6 +537,7 @@ int main(int argc, char **argv) {
         remat_node nd = conv_node(g, convs[i].n, convs[i].c, convs[i].h, convs[i].o, convs[i].k, convs[i].s,
                                   convs[i].p, convs[i].bias);
         add_case(convs[i].name, g, nd);
+        if (with_bf16) add_bf16(&cases[ncases - 1]);
     }
     struct {
         const char *name;
@@ -496,6 +558,7 @@ int main(int argc, char **argv) {
         int64_t xd[2] = {lins[i].n, lins[i].in};
         remat_node x = remat_input(g, "x", REMAT_F32, 2, xd);
         add_case(lins[i].name, g, remat_linear(g, "fc", x, lins[i].out, 1));
+        if (with_bf16) add_bf16(&cases[ncases - 1]);
     }
     /* Memory-bound ops: their "FLOPs" are the op table's. */
     struct {
@@ -593,8 +656,8 @@ int main(int argc, char **argv) {
             kcase *c = &cases[i];
             if (r == 0) c->best_fwd = c->best_bwd = 1e30;
             if (c->product) {
-                for (int m = 0; m < 2; m++) {
-                    set_mode(m);
+                for (int m = 0; m < 2 + (c->dt != NULL); m++) {
+                    set_mode(m < 2 ? m : 3);
                     c->t[m][0][r] = run_case(c, pool, 1, 0);
                     c->t[m][1][r] = run_case(c, pool, 0, 1);
                 }
@@ -632,6 +695,7 @@ int main(int argc, char **argv) {
         printf("%-34s %6.0f%% %6.0f%% %6.2f %6.0f%% %6.0f%% %6.2f %5s\n", c->name, pf[0], pf[1], tm[0][0] / tm[1][0],
                pb[0], pb[1], tm[0][1] / tm[1][1], rule_picks(c) ? "dnnl" : "blas");
     }
+    if (with_bf16) bf16_table(rounds, peak);
     printf("\nother kernels, best of %d rounds\n", rounds);
     printf("%-34s %10s %9s %7s %10s %9s %7s\n", "op", "fwd ms", "GFLOP/s", "%peak", "bwd ms", "GFLOP/s", "%peak");
     for (int i = 0; i < ncases; i++) {

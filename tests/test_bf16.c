@@ -158,21 +158,24 @@ static void rules(void) {
         printf("rules: %s: %d products in bf16%s\n", models[k], seen_low, k ? ", the residual adds in float32" : "");
         /* which run on bf16 kernels (the rest on float32 views) */
         remat__prog p;
-        int native = 0, convs = 0;
+        int native = 0, kinds = 0; /* convolutions and linear layers: oneDNN's bf16 products */
         CHECK_OK(remat__prog_init(&p, g, 2, REMAT_DEVICE_CPU, NULL));
         CHECK_OK(remat__prog_set_precision(&p, REMAT_PRECISION_BF16));
         for (int32_t u = 0; p.native && u < g->n; u++) {
             native += p.native[u];
-            convs += g->nodes[u].leaf == REMAT__LEAF_NONE && g->nodes[u].op == REMAT__OP_CONV2D;
+            int op = g->nodes[u].op;
+            kinds += g->nodes[u].leaf == REMAT__LEAF_NONE && (op == REMAT__OP_CONV2D || op == REMAT__OP_LINEAR);
         }
         remat__prog_free(&p);
         char isa[128];
         const char *mode = getenv("REMAT_PRODUCTS");
         int forced = mode && !strcmp(mode, "dnnl") && !getenv("DNNL_MAX_CPU_ISA") &&
                      strcmp(remat__dnnl_describe(isa, sizeof isa), "oneDNN off");
-        printf("rules: %s: %d of %d convolutions on bf16 kernels (%s)\n", models[k], native, convs, isa);
-        if (forced) CHECK_MSG(native == convs, "%s: REMAT_PRODUCTS=dnnl, yet %d of %d convolutions on bf16 kernels",
-                              models[k], native, convs);
+        printf("rules: %s: %d of %d convolutions and linear layers on bf16 kernels (%s)\n", models[k], native,
+               kinds, isa);
+        if (forced)
+            CHECK_MSG(native == kinds, "%s: REMAT_PRODUCTS=dnnl, yet %d of %d convolutions and linear layers on bf16 "
+                      "kernels", models[k], native, kinds);
         remat_session_destroy(s);
         remat_graph_destroy(g);
     }

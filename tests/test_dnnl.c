@@ -340,6 +340,105 @@ static void bf16_conv_case(const char *label, int64_t N, int64_t C, int64_t H, i
     remat_graph_destroy(g);
 }
 
+/* A linear layer under the bf16 policy through oneDNN's bf16 products,
+ * x bf16 (xbf16) or float32: y, dx, dW, db against the definition on the
+ * bf16-rounded inputs, as bf16_conv_case does. */
+static void bf16_linear_case(const char *label, int64_t N, int64_t IN, int64_t OUT, int xbf16) {
+    remat_graph *g;
+    CHECK_OK(remat_graph_create(&g));
+    int64_t xd[2] = {N, IN}, wd[2] = {OUT, IN}, bd[1] = {OUT};
+    remat_node xn = remat_param(g, "x", 2, xd, REMAT_INIT_UNIFORM, 1.0f);
+    remat_node wn = remat_param(g, "w", 2, wd, REMAT_INIT_UNIFORM, 1.0f);
+    remat_node bn = remat_param(g, "b", 1, bd, REMAT_INIT_UNIFORM, 1.0f);
+    remat_node yn = remat_linear_op(g, xn, wn, bn);
+    CHECK_OK(remat_graph_status(g));
+    const remat__node *n = &g->nodes[yn];
+    const remat__op *op = remat__ops[n->op];
+    uint8_t *dt = malloc((size_t)g->n);
+    memset(dt, REMAT_F32, (size_t)g->n);
+    dt[yn] = REMAT_BF16, dt[xn] = xbf16 ? REMAT_BF16 : REMAT_F32;
+    int64_t nx = N * IN, nw = OUT * IN, ny = N * OUT;
+    float *xf = malloc((size_t)nx * 4), *w = malloc((size_t)nw * 4), *b = malloc((size_t)OUT * 4);
+    float *dyf = malloc((size_t)ny * 4), *dx0 = malloc((size_t)nx * 4), *dw0 = malloc((size_t)nw * 4);
+    float *db0 = malloc((size_t)OUT * 4);
+    fill(xf, nx, 1), fill(w, nw, 2), fill(b, OUT, 3), fill(dyf, ny, 99), fill(dx0, nx, 11), fill(dw0, nw, 12);
+    fill(db0, OUT, 13);
+    uint16_t *xb = malloc((size_t)nx * 2), *dyb = malloc((size_t)ny * 2), *dx0b = malloc((size_t)nx * 2);
+    for (int64_t i = 0; i < nx; i++) xb[i] = remat__bf16_of(xf[i]), dx0b[i] = remat__bf16_of(dx0[i]);
+    for (int64_t i = 0; i < ny; i++) dyb[i] = remat__bf16_of(dyf[i]);
+    size_t wf, wb;
+    CHECK_MSG(op->bf16_ws(g, n, dt, 1, &wf, &wb), "%s: linear's bf16 kernels are not used under REMAT_PRODUCTS=dnnl",
+              label);
+    for (int nth = 1; nth <= 3 && op->bf16_ws(g, n, dt, nth, &wf, &wb); nth++) {
+        remat__pool *pool = NULL;
+        remat__dnnl *dn = NULL;
+        CHECK_OK(remat__pool_create(&pool, nth));
+        CHECK_OK(remat__dnnl_create(&dn));
+        uint16_t *y = malloc((size_t)ny * 2), *dxb = malloc((size_t)nx * 2);
+        float *dxf = malloc((size_t)nx * 4), *dw = malloc((size_t)nw * 4), *db = malloc((size_t)OUT * 4);
+        memcpy(dxb, dx0b, (size_t)nx * 2), memcpy(dxf, dx0, (size_t)nx * 4), memcpy(dw, dw0, (size_t)nw * 4);
+        memcpy(db, db0, (size_t)OUT * 4);
+        remat__tensor ti[3] = {{xbf16 ? (void *)xb : (void *)xf, &g->nodes[xn].shape}, {w, &g->nodes[wn].shape},
+                               {b, &g->nodes[bn].shape}};
+        remat__tensor to = {y, &n->shape};
+        for (int pass = 0; pass < 2; pass++) {
+            size_t bytes = pass ? wb : wf;
+            unsigned char *ws = malloc(bytes + GUARD);
+            memset(ws + bytes, 0xA5, GUARD);
+            remat__kctx k = {.graph = g, .node = n, .out = &to, .train = 1, .first = 1, .ws = ws,
+                             .pool = nth > 1 ? pool : NULL, .dnnl = dn, .dt = dt};
+            for (int i = 0; i < 3; i++) k.in[i] = &ti[i];
+            if (pass) {
+                k.dout = (const float *)dyb;
+                k.din[0] = xbf16 ? (float *)dxb : dxf, k.din[1] = dw, k.din[2] = db;
+            }
+            task t = {&k, pass == 0};
+            if (nth > 1) remat__pool_run(pool, run_task, &t);
+            else run_task(&t, 0, 1);
+            int intact = 1;
+            for (int i = 0; i < GUARD; i++) intact &= ws[bytes + i] == 0xA5;
+            CHECK_MSG(intact, "%s on %d threads wrote past its %zu planned workspace bytes", label, nth, bytes);
+            free(ws);
+        }
+        CHECK_OK(remat__dnnl_status(dn));
+        double e = 0.0;
+        for (int64_t r = 0; r < N; r++)
+            for (int64_t o = 0; o < OUT; o++) {
+                double acc = rb(b[o]);
+                for (int64_t i = 0; i < IN; i++) acc += rb(xf[r * IN + i]) * rb(w[o * IN + i]);
+                e = fmax(e, rel(acc, remat__f32_of(y[r * OUT + o])));
+            }
+        for (int64_t r = 0; r < N; r++)
+            for (int64_t i = 0; i < IN; i++) {
+                double acc = 0.0;
+                for (int64_t o = 0; o < OUT; o++) acc += (double)remat__f32_of(dyb[r * OUT + o]) * rb(w[o * IN + i]);
+                int64_t j = r * IN + i;
+                double ref = xbf16 ? rb((float)(remat__f32_of(dx0b[j]) + rb((float)acc))) : dx0[j] + rb((float)acc);
+                e = fmax(e, rel(ref, xbf16 ? remat__f32_of(dxb[j]) : dxf[j]));
+            }
+        for (int64_t o = 0; o < OUT; o++) {
+            double sb = 0.0, mb = 0.0;
+            for (int64_t i = 0; i < IN; i++) {
+                double acc = 0.0, mag = 0.0;
+                for (int64_t r = 0; r < N; r++) {
+                    double t = (double)remat__f32_of(dyb[r * OUT + o]) * rb(xf[r * IN + i]);
+                    acc += t, mag += fabs(t);
+                }
+                e = fmax(e, fabs(dw0[o * IN + i] + acc - dw[o * IN + i]) / (1.0 + fabs(dw0[o * IN + i]) + mag));
+            }
+            for (int64_t r = 0; r < N; r++) sb += remat__f32_of(dyb[r * OUT + o]), mb += fabs(remat__f32_of(dyb[r * OUT + o]));
+            e = fmax(e, fabs(db0[o] + sb - db[o]) / (1.0 + fabs(db0[o]) + mb));
+        }
+        CHECK_MSG(e <= 1.0 / 128, "%s on %d threads: relative error %.3g against the definition", label, nth, e);
+        printf("%-40s %d threads: relative error %.2g (bf16)\n", label, nth, e);
+        free(y), free(dxb), free(dxf), free(dw), free(db);
+        remat__dnnl_destroy(dn);
+        remat__pool_destroy(pool);
+    }
+    free(xf), free(w), free(b), free(dyf), free(dx0), free(dw0), free(db0), free(xb), free(dyb), free(dx0b), free(dt);
+    remat_graph_destroy(g);
+}
+
 int main(void) {
     setenv("REMAT_PRODUCTS", "dnnl", 1);
     char desc[128];
@@ -374,6 +473,8 @@ int main(void) {
         bf16_conv_case("bf16 conv 3->16 7x7/2 p3 20x20 b3 (f32 x)", 3, 3, 20, 20, 16, 7, 2, 3, 1, 0);
         bf16_conv_case("bf16 conv 32->16 3x3/2 p1 15x13 b5", 5, 32, 15, 13, 16, 3, 2, 1, 0, 1);
         bf16_conv_case("bf16 conv 24->40 1x1 9x9 b4", 4, 24, 9, 9, 40, 1, 1, 0, 1, 1);
+        bf16_linear_case("bf16 linear 40->24 b7", 7, 40, 24, 1);
+        bf16_linear_case("bf16 linear 33->65 b5 (f32 x)", 5, 33, 65, 0);
     }
     return check_exit("test_dnnl");
 }

@@ -58,6 +58,7 @@ import tempfile
 
 ROWS = {
     "cnn": dict(model="cnn", batch=128, steps=5, remat=[], torch=[]),
+    "resnet18": dict(model="resnet18", batch=16, steps=3, remat=[], torch=[]),
     "resnet50": dict(model="resnet50", batch=16, steps=3, remat=[], torch=[]),
     "densenet-bc": dict(model="densenet-bc", batch=64, steps=3, remat=[], torch=[]),
     # gpt2-small's sizes (the `gpt2` defaults) at context 256

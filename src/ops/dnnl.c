@@ -74,6 +74,19 @@ int remat__dnnl_gemm_use(int64_t M, int64_t N, int64_t K) {
     (void)M, (void)N, (void)K;
     return 0;
 }
+int remat__dnnl_bf16_gemm_use(int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
+                              int64_t ldc, size_t *scratch) {
+    (void)ta, (void)tb, (void)M, (void)N, (void)K, (void)lda, (void)ldb, (void)ldc;
+    *scratch = 0;
+    return 0;
+}
+int remat__dnnl_bf16_gemm(remat__dnnl *d, int ith, int ta, int tb, int64_t M, int64_t N, int64_t K,
+                          const uint16_t *A, int64_t lda, const uint16_t *B, int64_t ldb, float *C, int64_t ldc,
+                          void *scratch) {
+    (void)d, (void)ith, (void)ta, (void)tb, (void)M, (void)N, (void)K, (void)A, (void)lda, (void)B, (void)ldb;
+    (void)C, (void)ldc, (void)scratch;
+    return 0;
+}
 const char *remat__dnnl_describe(char *buf, size_t cap) {
     snprintf(buf, cap, "oneDNN off");
     return buf;
@@ -147,11 +160,22 @@ typedef struct conv_plan {
     struct conv_plan *next;
 } conv_plan;
 
+/* A bf16 product's primitive (remat__dnnl_bf16_gemm), per shape. */
+typedef struct mm_plan {
+    int ta, tb;
+    int64_t M, N, K, lda, ldb, ldc;
+    dnnl_memory_desc_t a, b, c;
+    dnnl_primitive_t prim;
+    size_t scratch;
+    struct mm_plan *next;
+} mm_plan;
+
 struct remat__dnnl {
     dnnl_engine_t eng;
     remat__products mode;
     pthread_mutex_t mu;
     conv_plan *plans;
+    mm_plan *mms;
     dnnl_stream_t *streams;   /* per pool thread, made on first use */
     int nstreams;
     remat_status status;      /* first failure in a kernel */
@@ -442,6 +466,11 @@ void remat__dnnl_destroy(remat__dnnl *d) {
         plan_free(p);
         free(p);
     }
+    for (mm_plan *p = d->mms, *nx; p; p = nx) {
+        nx = p->next;
+        if (p->prim) dnnl_primitive_destroy(p->prim);
+        free(p);
+    }
     for (int i = 0; i < d->nstreams; i++)
         if (d->streams[i]) dnnl_stream_destroy(d->streams[i]);
     free(d->streams);
@@ -454,6 +483,31 @@ remat_status remat__dnnl_status(remat__dnnl *d) { return d ? d->status : REMAT_O
 
 static void fail(remat__dnnl *d, const char *what) {
     if (d->status == REMAT_OK) d->status = remat__err(REMAT_INTERNAL, "oneDNN: %s failed", what);
+}
+
+/* Thread ith's stream, made on first use; the context's lock held. 0
+ * when it cannot be made. */
+static int stream_locked(remat__dnnl *d, int ith, dnnl_stream_t *stream) {
+    if (ith >= d->nstreams) {
+        dnnl_stream_t *s = realloc(d->streams, (size_t)(ith + 1) * sizeof *s);
+        if (!s) return 0;
+        for (int i = d->nstreams; i <= ith; i++) s[i] = NULL;
+        d->streams = s;
+        d->nstreams = ith + 1;
+    }
+    if (!d->streams[ith] && dnnl_stream_create(&d->streams[ith], d->eng, dnnl_stream_default_flags) != dnnl_success)
+        d->streams[ith] = NULL;
+    *stream = d->streams[ith];
+    return *stream != NULL;
+}
+
+/* The same, taking the lock; records a failure. */
+static int thread_stream(remat__dnnl *d, int ith, dnnl_stream_t *stream) {
+    pthread_mutex_lock(&d->mu);
+    int ok = stream_locked(d, ith, stream);
+    if (!ok) fail(d, "creating a stream");
+    pthread_mutex_unlock(&d->mu);
+    return ok;
 }
 
 /* The plan for (cd, nth), made on first use (with its primitives when
@@ -480,22 +534,12 @@ static conv_plan *get_plan(remat__dnnl *d, const remat__conv_dims *cd, int nth, 
         }
     }
     if (p && stream) {
-        if (ith >= d->nstreams) {
-            dnnl_stream_t *s = realloc(d->streams, (size_t)(ith + 1) * sizeof *s);
-            if (s) {
-                for (int i = d->nstreams; i <= ith; i++) s[i] = NULL;
-                d->streams = s;
-                d->nstreams = ith + 1;
-            }
-        }
-        if (ith < d->nstreams && !d->streams[ith] &&
-            dnnl_stream_create(&d->streams[ith], d->eng, dnnl_stream_default_flags) != dnnl_success)
-            d->streams[ith] = NULL;
-        if (ith >= d->nstreams || !d->streams[ith] || !p->use) {
+        int have = stream_locked(d, ith, stream);
+        if (!have || !p->use) {
             fail(d, p->use ? "creating a stream" : "a convolution oneDNN was not planned for");
             p = NULL;
+            *stream = NULL;
         }
-        *stream = p ? d->streams[ith] : NULL;
     }
     pthread_mutex_unlock(&d->mu);
     return p;
@@ -750,6 +794,93 @@ void remat__dnnl_conv_backward(remat__dnnl *d, const remat__conv_dims *cd, const
 }
 
 /* ------------------------------------------------------------ gemm */
+
+/* The bf16 product's descriptors (and primitive when prims); 0 when
+ * oneDNN has no kernel for it here but its reference loops. */
+static int mm_make(dnnl_engine_t eng, mm_plan *p, int prims) {
+    dnnl_dims_t ad = {p->M, p->K}, bd = {p->K, p->N}, cd = {p->M, p->N};
+    dnnl_dims_t as = {p->ta ? 1 : p->lda, p->ta ? p->lda : 1}, bs = {p->tb ? 1 : p->ldb, p->tb ? p->ldb : 1};
+    dnnl_dims_t cs = {p->ldc, 1};
+    dnnl_matmul_desc_t md;
+    if (dnnl_memory_desc_init_by_strides(&p->a, 2, ad, dnnl_bf16, as) != dnnl_success ||
+        dnnl_memory_desc_init_by_strides(&p->b, 2, bd, dnnl_bf16, bs) != dnnl_success ||
+        dnnl_memory_desc_init_by_strides(&p->c, 2, cd, dnnl_f32, cs) != dnnl_success ||
+        dnnl_matmul_desc_init(&md, &p->a, &p->b, NULL, &p->c) != dnnl_success)
+        return 0;
+    dnnl_primitive_desc_t pd = make_pd(eng, &md, NULL);
+    if (!pd) return 0;
+    int ok = !strstr(impl_of(pd), "ref");
+    p->scratch = pd_scratch(pd);
+    if (ok && prims) ok = dnnl_primitive_create(&p->prim, pd) == dnnl_success;
+    dnnl_primitive_desc_destroy(pd);
+    return ok;
+}
+
+static int bf16_products(remat__products mode) {
+    return mode == REMAT__PRODUCTS_DNNL || (mode == REMAT__PRODUCTS_AUTO && bf16_hardware());
+}
+
+int remat__dnnl_bf16_gemm_use(int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
+                              int64_t ldc, size_t *scratch) {
+    *scratch = 0;
+    if (!bf16_products(remat__products_mode()) || M < 1 || N < 1 || K < 1) return 0;
+    dnnl_engine_t eng;
+    if (dnnl_engine_create(&eng, dnnl_cpu, 0) != dnnl_success) return 0;
+    mm_plan p = {.ta = ta, .tb = tb, .M = M, .N = N, .K = K, .lda = lda, .ldb = ldb, .ldc = ldc};
+    int t = single_enter();
+    int ok = mm_make(eng, &p, 0);
+    single_leave(t);
+    dnnl_engine_destroy(eng);
+    if (ok) *scratch = up(p.scratch);
+    return ok;
+}
+
+/* The bf16 product's plan, made on first use; NULL after recording a
+ * failure. */
+static mm_plan *get_mm(remat__dnnl *d, const mm_plan *key) {
+    pthread_mutex_lock(&d->mu);
+    mm_plan *p = d->mms;
+    for (; p; p = p->next)
+        if (p->ta == key->ta && p->tb == key->tb && p->M == key->M && p->N == key->N && p->K == key->K &&
+            p->lda == key->lda && p->ldb == key->ldb && p->ldc == key->ldc)
+            break;
+    if (!p && (p = malloc(sizeof *p))) {
+        *p = *key;
+        p->prim = NULL;
+        int t = single_enter();
+        int ok = mm_make(d->eng, p, 1);
+        single_leave(t);
+        if (ok) {
+            p->next = d->mms;
+            d->mms = p;
+        } else {
+            if (p->prim) dnnl_primitive_destroy(p->prim);
+            free(p);
+            p = NULL;
+        }
+    }
+    if (!p) fail(d, "making a bf16 product's primitive");
+    pthread_mutex_unlock(&d->mu);
+    return p;
+}
+
+int remat__dnnl_bf16_gemm(remat__dnnl *d, int ith, int ta, int tb, int64_t M, int64_t N, int64_t K,
+                          const uint16_t *A, int64_t lda, const uint16_t *B, int64_t ldb, float *C, int64_t ldc,
+                          void *scratch) {
+    if (M < 1 || N < 1) return 1;
+    mm_plan key = {.ta = ta, .tb = tb, .M = M, .N = N, .K = K, .lda = lda, .ldb = ldb, .ldc = ldc};
+    mm_plan *p = get_mm(d, &key);
+    dnnl_stream_t s;
+    if (!p || !thread_stream(d, ith, &s)) return 0;
+    int t = single_enter();
+    dnnl_memory_desc_t smd = scratch_md(p->scratch);
+    int ids[] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_SCRATCHPAD};
+    const dnnl_memory_desc_t *mds[] = {&p->a, &p->b, &p->c, &smd};
+    void *ptrs[] = {(void *)A, (void *)B, C, p->scratch ? scratch : NULL};
+    int ok = run(d, s, p->prim, 4, ids, mds, ptrs);
+    single_leave(t);
+    return ok;
+}
 
 const char *remat__dnnl_describe(char *buf, size_t cap) {
     static const struct {

@@ -83,6 +83,22 @@ int remat__dnnl_gemm_use(int64_t M, int64_t N, int64_t K);
 void remat__gemm(const remat__dnnl *d, int transa, int transb, int64_t M, int64_t N, int64_t K, float alpha,
                  const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
 
+/* bf16 products (the bf16 policy's linear layers, run natively): C (M, N)
+ * = op(A) op(B) in float32, overwritten, with A and B bf16, row-major
+ * (op: transposed when ta, tb), on the calling thread alone, through
+ * oneDNN's matmul primitive (made per shape on first use, kept in the
+ * context). remat__dnnl_bf16_gemm_use: whether the process runs bf16
+ * products through oneDNN (the rule: on a machine that multiplies bf16 in
+ * hardware, or REMAT_PRODUCTS=dnnl; never with REMAT_PRODUCTS=blas) and
+ * oneDNN has a kernel for this one here (not its reference loops), with
+ * its scratchpad's bytes in *scratch. Returns 0 on a failure
+ * (recorded). */
+int remat__dnnl_bf16_gemm_use(int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
+                              int64_t ldc, size_t *scratch);
+int remat__dnnl_bf16_gemm(remat__dnnl *d, int ith, int ta, int tb, int64_t M, int64_t N, int64_t K,
+                          const uint16_t *A, int64_t lda, const uint16_t *B, int64_t ldb, float *C, int64_t ldc,
+                          void *scratch);
+
 /* "oneDNN 2.6.3 (OMP), ISA avx512_core_bf16" or "oneDNN off", in buf. */
 const char *remat__dnnl_describe(char *buf, size_t cap);
 

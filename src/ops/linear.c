@@ -11,6 +11,8 @@
 #include "../remat-impl.h"
 #include "dnnl.h"
 
+#include "../core/bf16.h"
+
 static remat_status linear_shape(const remat_graph *g, remat__node *n) {
     const remat__shape *x = remat__in_shape(g, n, 0), *w = remat__in_shape(g, n, 1);
     char lb[128], xs[64], ws[64];
@@ -31,7 +33,14 @@ static remat_status linear_shape(const remat_graph *g, remat__node *n) {
     return REMAT_OK;
 }
 
+static void linear_forward_bf16(const remat__kctx *k, int ith, int nth);
+static void linear_backward_bf16(const remat__kctx *k, int ith, int nth);
+
 static void linear_forward(const remat__kctx *k, int ith, int nth) {
+    if (k->dt) { /* bf16: planned so (linear_bf16_ws) */
+        linear_forward_bf16(k, ith, nth);
+        return;
+    }
     const float *x = k->in[0]->data;  // (N, in)
     const float *w = k->in[1]->data;  // (out, in)
     float *y = k->out->data;          // (N, out)
@@ -48,6 +57,10 @@ static void linear_forward(const remat__kctx *k, int ith, int nth) {
 }
 
 static void linear_backward(const remat__kctx *k, int ith, int nth) {
+    if (k->dt) {
+        linear_backward_bf16(k, ith, nth);
+        return;
+    }
     const float *x = k->in[0]->data;  // (N, in)
     const float *w = k->in[1]->data;  // (out, in)
     const float *dy = k->dout;        // (N, out)
@@ -74,6 +87,152 @@ static void linear_backward(const remat__kctx *k, int ith, int nth) {
     }
 }
 
+/* ------------------------------------------------ bf16 (native kernels) */
+
+/* Under the bf16 policy where oneDNN has bf16 products (linear_bf16_ws):
+ * x and dx bf16 or float32 (xf32), y and dy bf16, W and b float32 and
+ * rounded through bf16 per call. Products multiply bf16 and accumulate in
+ * float32 into a float32 buffer; y is rounded from it (the bias, rounded,
+ * added first), and dx, dW, db are rounded through bf16 before they are
+ * added (the float32 views' semantics, exec/precision.c). Workspace: W in
+ * bf16, x in bf16 (backward, when x is float32), then per thread its
+ * float32 product and oneDNN's scratchpad (forward: its rows of x in bf16
+ * too, when x is float32). */
+typedef struct {
+    int64_t NB, IN, OUT;
+    size_t wb, xb, xr, c, sc, per;
+} lin_ws;
+
+static size_t up64(size_t b) { return (b + 63) & ~(size_t)63; }
+
+/* The product shapes of a pass on nth threads (rows split as remat__split
+ * does: q or q + 1 per thread), their scratchpads' maximum in *sc; 0 when
+ * oneDNN lacks one of them. */
+static int lin_products(const lin_ws *L, int backward, int nth, size_t *sc) {
+    int64_t n = L->NB, in = L->IN, out = L->OUT;
+    *sc = 0;
+    for (int64_t extra = 0; extra < 2; extra++) {
+        /* q rows, and q + 1 where nth does not divide the rows */
+        int64_t rn = n / nth + (extra && n % nth), ro = out / nth + (extra && out % nth);
+        size_t s[2] = {0, 0};
+        int ok = 1;
+        if (!backward) ok = rn < 1 || remat__dnnl_bf16_gemm_use(0, 1, rn, out, in, in, in, out, &s[0]);
+        else
+            ok = (rn < 1 || remat__dnnl_bf16_gemm_use(0, 0, rn, in, out, out, in, in, &s[0])) &&
+                 (ro < 1 || remat__dnnl_bf16_gemm_use(1, 0, ro, in, n, out, in, in, &s[1]));
+        if (!ok) return 0;
+        for (int i = 0; i < 2; i++)
+            if (s[i] > *sc) *sc = s[i];
+    }
+    return 1;
+}
+
+static lin_ws lin_layout(int64_t NB, int64_t IN, int64_t OUT, int xf32, int backward, int nth, size_t sc) {
+    lin_ws L = {NB, IN, OUT, 0, 0, 0, 0, sc, 0};
+    int64_t rn = (NB + nth - 1) / nth, ro = (OUT + nth - 1) / nth;
+    L.wb = up64((size_t)(OUT * IN) * 2);
+    L.xb = backward && xf32 ? up64((size_t)(NB * IN) * 2) : 0;
+    L.xr = !backward && xf32 ? up64((size_t)(rn * IN) * 2) : 0;
+    int64_t c = backward ? (rn > ro ? rn : ro) * IN : rn * OUT;
+    L.c = up64((size_t)c * sizeof(float));
+    L.per = L.xr + L.c + sc;
+    return L;
+}
+
+static int linear_bf16_ws(const remat_graph *g, const remat__node *n, const uint8_t *dt, int nth, size_t *fwd,
+                          size_t *bwd) {
+    const remat__shape *x = remat__in_shape(g, n, 0), *w = remat__in_shape(g, n, 1);
+    for (int i = 1; i < n->n_in; i++)
+        if (dt[n->in[i]] != REMAT_F32) return 0;
+    int xf32 = dt[n->in[0]] != REMAT_BF16;
+    lin_ws L = {x->d[0], x->d[1], w->d[0], 0, 0, 0, 0, 0, 0};
+    size_t sf, sb;
+    if (!lin_products(&L, 0, nth, &sf) || !lin_products(&L, 1, nth, &sb)) return 0;
+    L = lin_layout(x->d[0], x->d[1], w->d[0], xf32, 0, nth, sf);
+    *fwd = L.wb + (size_t)nth * L.per;
+    L = lin_layout(x->d[0], x->d[1], w->d[0], xf32, 1, nth, sb);
+    *bwd = L.wb + L.xb + (size_t)nth * L.per;
+    return 1;
+}
+
+/* The kernel's layout (the scratchpad as planned). */
+static lin_ws kctx_layout(const remat__kctx *k, int backward, int nth, int *xf32) {
+    *xf32 = k->dt[k->node->in[0]] != REMAT_BF16;
+    lin_ws L = {k->in[0]->shape->d[0], k->in[0]->shape->d[1], k->in[1]->shape->d[0], 0, 0, 0, 0, 0, 0};
+    size_t sc;
+    lin_products(&L, backward, nth, &sc);
+    return lin_layout(L.NB, L.IN, L.OUT, *xf32, backward, nth, sc);
+}
+
+/* dst[e] = bf16 of src[e] for this thread's share of n elements. */
+static void to_bf16(uint16_t *dst, const float *src, int64_t n, int ith, int nth) {
+    int64_t lo, hi;
+    remat__split(n, ith, nth, &lo, &hi);
+    for (int64_t i = lo; i < hi; i++) dst[i] = remat__bf16_of(src[i]);
+}
+
+static void linear_forward_bf16(const remat__kctx *k, int ith, int nth) {
+    int xf32;
+    const lin_ws L = kctx_layout(k, 0, nth, &xf32);
+    unsigned char *ws = k->ws;
+    uint16_t *wb = (uint16_t *)ws, *y = k->out->data;
+    const float *b = k->node->n_in == 3 ? k->in[2]->data : NULL;
+    to_bf16(wb, k->in[1]->data, L.OUT * L.IN, ith, nth);
+    remat__pool_barrier(k->pool);
+    int64_t lo, hi;
+    remat__split(L.NB, ith, nth, &lo, &hi);
+    if (hi <= lo) return;
+    unsigned char *mine = ws + L.wb + (size_t)ith * L.per;
+    const uint16_t *xr = (const uint16_t *)k->in[0]->data + lo * L.IN;
+    if (xf32) {
+        to_bf16((uint16_t *)mine, (const float *)k->in[0]->data + lo * L.IN, (hi - lo) * L.IN, 0, 1);
+        xr = (const uint16_t *)mine;
+    }
+    float *c = (float *)(mine + L.xr);
+    if (!remat__dnnl_bf16_gemm(k->dnnl, ith, 0, 1, hi - lo, L.OUT, L.IN, xr, L.IN, wb, L.IN, c, L.OUT,
+                               mine + L.xr + L.c))
+        return;
+    for (int64_t r = 0; r < hi - lo; r++)
+        for (int64_t o = 0; o < L.OUT; o++)
+            y[(lo + r) * L.OUT + o] = remat__bf16_of(c[r * L.OUT + o] + (b ? remat__bf16_round(b[o]) : 0.0f));
+}
+
+/* g[e] += c[e] rounded through bf16, g bf16 (rounded again) or float32. */
+static void add_rounded(void *g, int bf16, const float *c, int64_t n) {
+    remat__convert_range(g, c, 0, n, bf16 ? REMAT__CVT_ACC_BF16 : REMAT__CVT_ACC_F32);
+}
+
+static void linear_backward_bf16(const remat__kctx *k, int ith, int nth) {
+    int xf32;
+    const lin_ws L = kctx_layout(k, 1, nth, &xf32);
+    unsigned char *ws = k->ws;
+    uint16_t *wb = (uint16_t *)ws, *xb = xf32 ? (uint16_t *)(ws + L.wb) : (uint16_t *)k->in[0]->data;
+    const uint16_t *dy = (const uint16_t *)k->dout;
+    to_bf16(wb, k->in[1]->data, L.OUT * L.IN, ith, nth);
+    if (xf32 && k->din[1]) to_bf16(xb, k->in[0]->data, L.NB * L.IN, ith, nth);
+    remat__pool_barrier(k->pool);
+    unsigned char *mine = ws + L.wb + L.xb + (size_t)ith * L.per;
+    float *c = (float *)mine;
+    void *sc = mine + L.c;
+    int64_t lo, hi;
+    remat__split(L.NB, ith, nth, &lo, &hi);
+    if (k->din[0] && hi > lo && /* dx (N, in) += dy (N, out) W (out, in) */
+        remat__dnnl_bf16_gemm(k->dnnl, ith, 0, 0, hi - lo, L.IN, L.OUT, dy + lo * L.OUT, L.OUT, wb, L.IN, c, L.IN,
+                              sc))
+        add_rounded((unsigned char *)k->din[0] + (size_t)(lo * L.IN) * (xf32 ? 4 : 2), !xf32, c, (hi - lo) * L.IN);
+    remat__split(L.OUT, ith, nth, &lo, &hi);
+    if (hi <= lo) return;
+    if (k->din[1] && /* dW (out, in) += dy^T (out, N) x (N, in) */
+        remat__dnnl_bf16_gemm(k->dnnl, ith, 1, 0, hi - lo, L.IN, L.NB, dy + lo, L.OUT, xb, L.IN, c, L.IN, sc))
+        add_rounded(k->din[1] + lo * L.IN, 0, c, (hi - lo) * L.IN);
+    if (k->node->n_in == 3 && k->din[2])
+        for (int64_t o = lo; o < hi; o++) {
+            float s = 0.0f;
+            for (int64_t r = 0; r < L.NB; r++) s += remat__f32_of(dy[r * L.OUT + o]);
+            k->din[2][o] += remat__bf16_round(s);
+        }
+}
+
 static double linear_flops(const remat_graph *g, const remat__node *n) {
     const remat__shape *x = remat__in_shape(g, n, 0);
     return 2.0 * (double)x->d[0] * (double)x->d[1] * (double)n->shape.d[1];
@@ -88,6 +247,8 @@ const remat__op remat__op_linear = {
     .forward = linear_forward,
     .backward = linear_backward,
     .saves = REMAT__SAVE_IN(0) | REMAT__SAVE_IN(1),
+    .bf16_ws = linear_bf16_ws,
     .flops = linear_flops,
     .family = REMAT_FAMILY_LINEAR,    .cuda = REMAT__CUDA(linear),
 };
+
