@@ -162,9 +162,11 @@ static void rules(void) {
         CHECK_OK(remat__prog_init(&p, g, 2, REMAT_DEVICE_CPU, NULL));
         CHECK_OK(remat__prog_set_precision(&p, REMAT_PRECISION_BF16));
         for (int32_t u = 0; p.native && u < g->n; u++) {
-            native += p.native[u];
-            int op = g->nodes[u].op;
-            kinds += g->nodes[u].leaf == REMAT__LEAF_NONE && (op == REMAT__OP_CONV2D || op == REMAT__OP_LINEAR);
+            int op = g->nodes[u].op, product = op == REMAT__OP_CONV2D || op == REMAT__OP_LINEAR;
+            kinds += g->nodes[u].leaf == REMAT__LEAF_NONE && product;
+            native += product && p.native[u];
+            if (g->nodes[u].leaf == REMAT__LEAF_NONE && op == REMAT__OP_CROSS_ENTROPY) /* bf16 logits, row by row */
+                CHECK_MSG(p.native[u], "%s: the loss reads its bf16 logits through a float32 view", models[k]);
         }
         remat__prog_free(&p);
         char isa[128];
@@ -179,6 +181,53 @@ static void rules(void) {
         remat_session_destroy(s);
         remat_graph_destroy(g);
     }
+}
+
+static void ce_run(const remat__kctx *k, int backward) {
+    (backward ? remat__ops[k->node->op]->backward : remat__ops[k->node->op]->forward)(k, 0, 1);
+}
+
+/* cross_entropy on bf16 logits, read a row at a time (kctx.dt), gives the
+ * bits the executor's float32 view of the whole tensor gives: the loss,
+ * and the gradient rounded into a bf16 gradient that already holds
+ * values; a label out of range included. */
+static void ce_rows(void) {
+    enum { N = 5, C = 37 };
+    remat_graph *g;
+    CHECK_OK(remat_graph_create(&g));
+    int64_t zd[2] = {N, C}, yd[1] = {N};
+    remat_node z = remat_input(g, "z", REMAT_F32, 2, zd), y = remat_input(g, "y", REMAT_I32, 1, yd);
+    remat_node l = remat_cross_entropy(g, z, y);
+    CHECK_OK(remat_graph_status(g));
+    const remat__node *n = &g->nodes[l];
+    uint8_t dt[8];
+    memset(dt, REMAT_F32, sizeof dt);
+    dt[z] = REMAT_BF16, dt[y] = REMAT_I32;
+    size_t fb, bb;
+    CHECK(remat__ops[n->op]->bf16_ws(g, n, dt, 1, &fb, &bb));
+    uint16_t zb[N * C], gb[N * C], gv[N * C];
+    float zf[N * C], gf[N * C], loss[2], dloss = 1.5f;
+    int32_t lab[N] = {3, 0, 36, 12, -1}; /* -1: out of range, a NaN loss */
+    for (int i = 0; i < N * C; i++) {
+        zb[i] = remat__bf16_of((float)((i * 37 % 101) - 50) / 9.0f), zf[i] = remat__f32_of(zb[i]);
+        gb[i] = gv[i] = remat__bf16_of((float)(i % 7) / 3.0f - 1.0f);
+    }
+    unsigned char *ws = malloc(fb > bb ? fb : bb);
+    remat__tensor ti[2] = {{zb, &g->nodes[z].shape}, {lab, &g->nodes[y].shape}}, to = {&loss[0], &n->shape};
+    remat__kctx k = {.graph = g, .node = n, .in = {&ti[0], &ti[1]}, .out = &to, .ws = ws, .dt = dt, .train = 1,
+                     .dout = &dloss, .din = {(float *)gb, NULL}};
+    ce_run(&k, 0), ce_run(&k, 1);
+    ti[0].data = zf, to.data = &loss[1], k.dt = NULL, k.din[0] = gf; /* the view's way */
+    memset(gf, 0, sizeof gf);
+    ce_run(&k, 0), ce_run(&k, 1);
+    remat__convert_range(gv, gf, 0, N * C, REMAT__CVT_ACC_BF16);
+    CHECK_MSG(!memcmp(&loss[0], &loss[1], 4) && !memcmp(gb, gv, sizeof gb),
+              "cross_entropy: bf16 logits row by row differ from the float32 view (loss %.9g against %.9g)",
+              loss[0], loss[1]);
+    printf("cross_entropy: bf16 logits read row by row give the float32 view's bits (loss %.6f, %d gradients)\n",
+           loss[0], N * C);
+    free(ws);
+    remat_graph_destroy(g);
 }
 
 /* max |c - r| over n floats, and r's largest magnitude. */
@@ -496,6 +545,7 @@ out:
 int main(void) {
     rounding();
     rules();
+    ce_rows();
     dropout_masks();
     against_autocast("cnn", "fixtures/bf16_cnn");
     against_autocast("resnet18", "fixtures/cnn_models/resnet18");

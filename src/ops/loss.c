@@ -8,6 +8,8 @@
  */
 #include "../remat-impl.h"
 
+#include "../core/bf16.h"
+
 #include <math.h>
 #include <stdio.h>
 
@@ -58,15 +60,41 @@ static size_t ce_fwd_ws(const remat_graph *g, const remat__node *n, int nth) {
     return (size_t)z->d[0] * sizeof(double) + (size_t)nth * (size_t)z->d[1] * sizeof(float);
 }
 
+static size_t ce_bwd_ws(const remat_graph *g, const remat__node *n, int nth);
+
+/* Under the bf16 policy, logits stored in bf16 are read a row at a time
+ * through a float32 row in the workspace (after the kernel's own), widened
+ * exactly: the same arithmetic, so the same bits, as the executor's
+ * float32 view of the whole tensor, without the view (a language model's
+ * logits are its largest tensor). The backward rounds each gradient
+ * through bf16 into the bf16 gradient, as the view's accumulation does. */
+static int ce_bf16_ws(const remat_graph *g, const remat__node *n, const uint8_t *dt, int nth, size_t *fwd,
+                      size_t *bwd) {
+    if (dt[n->in[0]] != REMAT_BF16) return 0;
+    size_t row = (size_t)nth * (size_t)remat__in_shape(g, n, 0)->d[1] * sizeof(float);
+    *fwd = ce_fwd_ws(g, n, nth) + row;
+    *bwd = ce_bwd_ws(g, n, nth) + row;
+    return 1;
+}
+
+/* Row n of the logits as float32: z's own (float32), or widened into buf. */
+static const float *logits_row(const remat__kctx *k, int64_t n, int64_t C, float *buf) {
+    if (!k->dt) return (const float *)k->in[0]->data + n * C;
+    remat__convert_range(buf, (const uint16_t *)k->in[0]->data + n * C, 0, C, REMAT__CVT_UP);
+    return buf;
+}
+
 static void ce_forward(const remat__kctx *k, int ith, int nth) {
-    const float *z = k->in[0]->data;     // (N, C)
     const int32_t *y = k->in[1]->data;   // (N)
     int64_t N = k->in[0]->shape->d[0], C = k->in[0]->shape->d[1], lo, hi;
     double *row = k->ws;                                   // (N)
     float *e = (float *)(row + N) + (size_t)ith * (size_t)C; // (C)
+    float *zb = (float *)(row + N) + (size_t)(nth + ith) * (size_t)C; /* bf16: the row widened */
     remat__split(N, ith, nth, &lo, &hi);
-    for (int64_t n = lo; n < hi; n++)  /* a bad label makes the loss NaN: the loss says so */
-        row[n] = y[n] < 0 || y[n] >= C ? NAN : row_lse(z + n * C, e, C) - (double)z[n * C + y[n]];
+    for (int64_t n = lo; n < hi; n++) { /* a bad label makes the loss NaN: the loss says so */
+        const float *zn = logits_row(k, n, C, zb);
+        row[n] = y[n] < 0 || y[n] >= C ? NAN : row_lse(zn, e, C) - (double)zn[y[n]];
+    }
     remat__pool_barrier(k->pool);
     if (ith != 0) return;
     double sum = 0.0;
@@ -82,25 +110,27 @@ static size_t ce_bwd_ws(const remat_graph *g, const remat__node *n, int nth) {
 }
 
 static void ce_backward(const remat__kctx *k, int ith, int nth) {
-    const float *z = k->in[0]->data;   // (N, C)
     const int32_t *y = k->in[1]->data; // (N)
     float *dz = k->din[0];             // (N, C)
     if (!dz) return;
     int64_t N = k->in[0]->shape->d[0], C = k->in[0]->shape->d[1], lo, hi;
     float *e = (float *)k->ws + (size_t)ith * (size_t)C; // (C)
+    float *zb = (float *)k->ws + (size_t)(nth + ith) * (size_t)C; /* bf16: the row, then its gradient */
     double g = (double)k->dout[0] / (double)N;
     remat__split(N, ith, nth, &lo, &hi);
     for (int64_t n = lo; n < hi; n++) {
-        const float *zn = z + n * C;
+        const float *zn = logits_row(k, n, C, zb);
         float m = row_max(zn, C);
         for (int64_t c = 0; c < C; c++) e[c] = expf(zn[c] - m);
         const double sum = row_sum(e, C);
         const float scale = (float)(g / sum); /* softmax times g = e * scale */
-        float *dn = dz + n * C;
+        float *dn = k->dt ? zb : dz + n * C; /* bf16: the view's zeros, then rounded into dz */
+        if (k->dt) memset(dn, 0, (size_t)C * sizeof *dn);
         int64_t t = y[n] >= 0 && y[n] < C ? y[n] : C;
         for (int64_t c = 0; c < t; c++) dn[c] += scale * e[c];
         if (t < C) dn[t] += (float)(g * ((double)e[t] / sum - 1.0));
         for (int64_t c = t + 1; c < C; c++) dn[c] += scale * e[c];
+        if (k->dt) remat__convert_range((uint16_t *)dz + n * C, dn, 0, C, REMAT__CVT_ACC_BF16);
     }
 }
 
@@ -118,6 +148,7 @@ const remat__op remat__op_cross_entropy = {
     .backward = ce_backward,
     .fwd_ws = ce_fwd_ws,
     .bwd_ws = ce_bwd_ws,
+    .bf16_ws = ce_bf16_ws,
     .saves = REMAT__SAVE_IN(0) | REMAT__SAVE_IN(1),
     .flags = REMAT__OP_LOSS | REMAT__OP_NODIFF_IN1,
     .flops = ce_flops,
