@@ -272,6 +272,11 @@ _Static_assert(REMAT__SAVE_OUT == 1u << REMAT__SAVE_IN_LIMIT && REMAT__SAVE_AUX 
  * no aux, no workspace. The bf16 policy runs such a kernel slice by slice
  * (exec/precision.c). */
 #define REMAT__OP_ELEMENTWISE (1u << 4)
+/* Each (n, c) plane of the 4-D input (N, C, ...) maps to the same plane of
+ * the output (N, C, ...) alone, forward and backward; the kernels read
+ * every size from the tensors' shapes and the node's attributes. The bf16
+ * policy runs such a kernel a block of planes at a time. */
+#define REMAT__OP_PLANEWISE (1u << 5)
 
 /* An op's rule under REMAT_PRECISION_BF16 (PyTorch's CPU autocast): the
  * dtype it stores its output in. Kernels compute in float32 either way;

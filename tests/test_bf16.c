@@ -183,6 +183,91 @@ static void rules(void) {
     }
 }
 
+/* Runs node n's forward or backward on one thread over units [u0, u0+c)
+ * of its tensors (elements, or planes with planewise), as the bf16 views
+ * run a block: a node and tensors of that block's shapes. */
+static void run_block(const remat_graph *g, const remat__node *n, int planewise, int64_t u0, int64_t c,
+                      int64_t units, float **in, float *out, const float *dout, float **din, int backward) {
+    remat__node fake = *n;
+    remat__shape sh[REMAT__MAX_IN];
+    remat__tensor ti[REMAT__MAX_IN], to;
+    int64_t per_out = remat__numel(&n->shape) / units;
+    fake.shape = n->shape;
+    if (planewise) fake.shape.d[0] = c, fake.shape.d[1] = 1;
+    else fake.shape = (remat__shape){.ndim = 1, .d = {c}};
+    remat__kctx k = {.graph = g, .node = &fake, .train = 1, .first = 1, .seed = 7, .step = 1, .node_id = 1,
+                     .elem0 = u0 * per_out, .out = &to, .dout = backward ? dout + u0 * per_out : NULL};
+    for (int i = 0; i < n->n_in; i++) {
+        const remat__shape *full = &g->nodes[n->in[i]].shape;
+        int64_t per = remat__numel(full) / units;
+        sh[i] = *full;
+        if (planewise) sh[i].d[0] = c, sh[i].d[1] = 1;
+        else sh[i] = (remat__shape){.ndim = 1, .d = {c}};
+        ti[i] = (remat__tensor){in[i] + u0 * per, &sh[i]};
+        k.in[i] = &ti[i];
+        k.din[i] = backward ? din[i] + u0 * per : NULL;
+    }
+    to = (remat__tensor){out + u0 * per_out, &fake.shape};
+    unsigned char ws[1]; /* these ops take no workspace */
+    k.ws = ws;
+    (backward ? remat__ops[n->op]->backward : remat__ops[n->op]->forward)(&k, 0, 1);
+}
+
+/* What REMAT__OP_ELEMENTWISE and REMAT__OP_PLANEWISE promise, which the
+ * bf16 views rely on: the op run a block of units at a time (blocks of 3
+ * elements or 2 planes) gives the bits it gives whole, forward and
+ * backward (gradients added into values already there). */
+static void block_claims(void) {
+    for (int kind = 0; kind < 7; kind++) {
+        remat_graph *g;
+        CHECK_OK(remat_graph_create(&g));
+        int64_t xd[4] = {2, 3, 9, 7};
+        remat_node x = remat_input(g, "x", REMAT_F32, 4, xd), x2 = remat_input(g, "x2", REMAT_F32, 4, xd), y;
+        switch (kind) {
+        case 0: y = remat_maxpool2d(g, x, 3, 2, 1); break;
+        case 1: y = remat_avgpool2d(g, x, 2, 2, 0); break;
+        case 2: y = remat_global_avgpool(g, x); break;
+        case 3: y = remat_relu(g, x); break;
+        case 4: y = remat_gelu(g, x, 1); break;
+        case 5: y = remat_add(g, x, x2); break;
+        default: y = remat_dropout(g, x, 0.3f); break;
+        }
+        CHECK_OK(remat_graph_status(g));
+        const remat__node *n = &g->nodes[y];
+        int planewise = (remat__ops[n->op]->flags & REMAT__OP_PLANEWISE) != 0;
+        CHECK_MSG(planewise || (remat__ops[n->op]->flags & REMAT__OP_ELEMENTWISE), "%s: neither flag",
+                  remat__ops[n->op]->name);
+        int64_t units = planewise ? 6 : remat__numel(&n->shape), step = planewise ? 2 : 3, ny = remat__numel(&n->shape);
+        int64_t nx = remat__numel(&g->nodes[x].shape);
+        float *in[2], *din[2][2], *out[2], *dout = malloc((size_t)ny * 4);
+        for (int i = 0; i < 2; i++) {
+            in[i] = malloc((size_t)nx * 4);
+            for (int64_t e = 0; e < nx; e++) in[i][e] = (float)((e * 7 + i * 3) % 23) / 5.0f - 2.0f;
+        }
+        for (int64_t e = 0; e < ny; e++) dout[e] = (float)(e % 5) - 1.5f;
+        for (int r = 0; r < 2; r++) {
+            out[r] = malloc((size_t)ny * 4);
+            for (int i = 0; i < 2; i++) {
+                din[r][i] = malloc((size_t)nx * 4);
+                for (int64_t e = 0; e < nx; e++) din[r][i][e] = 0.25f * (float)(e % 3);
+            }
+            for (int b = 0; b < 2; b++)
+                for (int64_t u0 = 0; u0 < units; u0 += r ? step : units) {
+                    int64_t c = r ? (units - u0 < step ? units - u0 : step) : units;
+                    run_block(g, n, planewise, u0, c, units, in, out[r], dout, din[r], b);
+                }
+        }
+        int same = !memcmp(out[0], out[1], (size_t)ny * 4);
+        for (int i = 0; i < n->n_in; i++) same &= !memcmp(din[0][i], din[1][i], (size_t)nx * 4);
+        CHECK_MSG(same, "%s: run in blocks of %lld %s it differs from whole", remat__ops[n->op]->name,
+                  (long long)step, planewise ? "planes" : "elements");
+        for (int r = 0; r < 2; r++) free(out[r]), free(din[r][0]), free(din[r][1]);
+        free(in[0]), free(in[1]), free(dout);
+        remat_graph_destroy(g);
+    }
+    printf("blocks: the poolings by planes, relu, gelu, add and dropout by elements, the bits they give whole\n");
+}
+
 static void ce_run(const remat__kctx *k, int backward) {
     (backward ? remat__ops[k->node->op]->backward : remat__ops[k->node->op]->forward)(k, 0, 1);
 }
@@ -546,6 +631,7 @@ int main(void) {
     rounding();
     rules();
     ce_rows();
+    block_claims();
     dropout_masks();
     against_autocast("cnn", "fixtures/bf16_cnn");
     against_autocast("resnet18", "fixtures/cnn_models/resnet18");

@@ -36,20 +36,48 @@ static void *at(const void *p, remat_dtype d, int64_t off) {
 }
 
 
-/* Slice [off, off + c) of an elementwise kernel's tensors into k (views
- * filled from the values), for a node `fake` of c elements. */
-static remat_status slice_in(remat_session *s, const remat__kctx *k0, const remat__shim *L, int backward,
-                             int64_t off, int64_t c, remat__kctx *k, remat__tensor *t) {
+/* How a sliced kernel's tensors split into blocks (remat__shim.slice
+ * units each): an elementwise op's units are elements, a plane-wise op's
+ * the (n, c) planes of its input; per tensor, its elements per unit. */
+typedef struct {
+    int64_t units;
+    int64_t per_in[REMAT__MAX_IN], per_out;
+} blocks;
+
+static blocks blocks_of(const remat__kctx *k0, const remat__shim *L) {
+    const remat__node *n = k0->node;
+    int64_t numel = remat__numel(&n->shape);
+    blocks b;
+    b.units = L->planes ? k0->in[0]->shape->d[0] * k0->in[0]->shape->d[1] : numel;
+    b.per_out = numel / b.units;
+    for (int i = 0; i < n->n_in; i++) b.per_in[i] = remat__numel(k0->in[i]->shape) / b.units;
+    return b;
+}
+
+/* A block of c units of a tensor of shape `full`: elements (1-D), or c
+ * planes (c, 1, ...). */
+static remat__shape block_shape(const remat__shape *full, int planes, int64_t c, int64_t per) {
+    if (!planes) return (remat__shape){.ndim = 1, .d = {c * per}};
+    remat__shape sh = *full;
+    sh.d[0] = c, sh.d[1] = 1;
+    return sh;
+}
+
+/* Units [u0, u0 + c) of a sliced kernel's inputs into k (views filled
+ * from the values), shapes in sh (per input, then the output). */
+static remat_status block_in(remat_session *s, const remat__kctx *k0, const remat__shim *L, const blocks *b,
+                             int64_t u0, int64_t c, remat__kctx *k, remat__tensor *t, remat__shape *sh) {
     const remat__node *n = k0->node;
     unsigned char *ws = k0->ws;
-    const remat__shape *sh = &k->node->shape;
     remat_status st = REMAT_OK;
     for (int i = 0; i < n->n_in && st == REMAT_OK; i++) {
         remat_dtype d = dtype_of(s, n->in[i]);
-        t[i] = (remat__tensor){at(k0->in[i]->data, d, off), sh};
+        int64_t off = u0 * b->per_in[i], len = c * b->per_in[i];
+        sh[i] = block_shape(k0->in[i]->shape, L->planes != 0, c, b->per_in[i]);
+        t[i] = (remat__tensor){at(k0->in[i]->data, d, off), &sh[i]};
         if (L->in[i] >= 0 && t[i].data) {
             void *v = ws + L->in[i];
-            st = cvt(s, v, t[i].data, c, d == REMAT_BF16 ? REMAT__CVT_UP : REMAT__CVT_ROUND);
+            st = cvt(s, v, t[i].data, len, d == REMAT_BF16 ? REMAT__CVT_UP : REMAT__CVT_ROUND);
             t[i].data = v;
         }
         k->in[i] = &t[i];
@@ -57,48 +85,59 @@ static remat_status slice_in(remat_session *s, const remat__kctx *k0, const rema
         k->din[i] = at(k0->din[i], REMAT_F32, off); /* no view: a float32 gradient */
         if (L->din[i] >= 0) {
             k->din[i] = (float *)(ws + L->din[i]);
-            if (st == REMAT_OK) st = s->be->zero(s->dev, k->din[i], (size_t)c * sizeof(float));
+            if (st == REMAT_OK) st = s->be->zero(s->dev, k->din[i], (size_t)len * sizeof(float));
         }
     }
-    remat__tensor *out = &t[n->n_in];
-    *out = (remat__tensor){at(k0->out->data, dtype_of(s, k0->node_id), off), sh};
+    return st;
+}
+
+/* The same for the output and its gradient, of len elements at off. */
+static remat_status block_out(remat_session *s, const remat__kctx *k0, const remat__shim *L, int backward,
+                              int64_t off, int64_t len, remat__kctx *k, remat__tensor *out) {
+    unsigned char *ws = k0->ws;
+    remat_status st = REMAT_OK;
+    *out = (remat__tensor){at(k0->out->data, dtype_of(s, k0->node_id), off), &k->node->shape};
     if (L->out >= 0) {
         void *v = ws + L->out;
-        if (backward && out->data && st == REMAT_OK) st = cvt(s, v, out->data, c, REMAT__CVT_UP);
+        if (backward && out->data) st = cvt(s, v, out->data, len, REMAT__CVT_UP);
         out->data = v;
     }
     k->out = out;
     if (backward) {
         k->dout = at(k0->dout, dtype_of(s, k0->node_id), off);
         if (L->dout >= 0 && st == REMAT_OK) {
-            st = cvt(s, ws + L->dout, k->dout, c, REMAT__CVT_UP);
+            st = cvt(s, ws + L->dout, k->dout, len, REMAT__CVT_UP);
             k->dout = (const float *)(ws + L->dout);
         }
     }
     return st;
 }
 
-/* An elementwise kernel slice by slice (REMAT__OP_ELEMENTWISE). */
+/* A kernel block by block: an elementwise op (REMAT__OP_ELEMENTWISE) a
+ * slice of elements, a plane-wise op (REMAT__OP_PLANEWISE) a block of
+ * planes at a time, each through views one block long. */
 static remat_status run_sliced(remat_session *s, const remat__kctx *k0, const remat__shim *L, int backward) {
     const remat__node *n = k0->node;
-    int64_t numel = remat__numel(&n->shape);
+    const blocks b = blocks_of(k0, L);
     remat__node fake = *n;
     remat__tensor t[REMAT__MAX_IN + 1];
+    remat__shape sh[REMAT__MAX_IN];
     remat_status st = REMAT_OK;
-    for (int64_t off = 0; off < numel && st == REMAT_OK; off += L->slice) {
-        int64_t c = numel - off < L->slice ? numel - off : L->slice;
-        fake.shape = (remat__shape){.ndim = 1, .d = {c}};
+    for (int64_t u0 = 0; u0 < b.units && st == REMAT_OK; u0 += L->slice) {
+        int64_t c = b.units - u0 < L->slice ? b.units - u0 : L->slice, off = u0 * b.per_out;
+        fake.shape = block_shape(&n->shape, L->planes != 0, c, b.per_out);
         remat__kctx k = *k0;
         k.node = &fake, k.elem0 = k0->elem0 + off, k.ws = (unsigned char *)k0->ws + L->kernel;
-        st = slice_in(s, k0, L, backward, off, c, &k, t);
+        st = block_in(s, k0, L, &b, u0, c, &k, t, sh);
+        if (st == REMAT_OK) st = block_out(s, k0, L, backward, off, c * b.per_out, &k, &t[n->n_in]);
         if (st == REMAT_OK) st = s->be->run(s->dev, &k, backward);
         if (st == REMAT_OK && !backward && L->out >= 0)
-            st = cvt(s, at(k0->out->data, REMAT_BF16, off), k.out->data, c, REMAT__CVT_DOWN);
+            st = cvt(s, at(k0->out->data, REMAT_BF16, off), k.out->data, c * b.per_out, REMAT__CVT_DOWN);
         for (int i = 0; i < n->n_in && st == REMAT_OK; i++) {
             if (L->din[i] < 0 || !k0->din[i]) continue;
             int bf16 = dtype_of(s, n->in[i]) == REMAT_BF16; /* a parameter's gradient is float32 */
-            st = cvt(s, at(k0->din[i], bf16 ? REMAT_BF16 : REMAT_F32, off), k.din[i], c,
-                     bf16 ? REMAT__CVT_ACC_BF16 : REMAT__CVT_ACC_F32);
+            st = cvt(s, at(k0->din[i], bf16 ? REMAT_BF16 : REMAT_F32, u0 * b.per_in[i]), k.din[i],
+                     c * b.per_in[i], bf16 ? REMAT__CVT_ACC_BF16 : REMAT__CVT_ACC_F32);
         }
     }
     return st;

@@ -14,7 +14,9 @@
  * counts them; the layout is one function, read by the executor
  * (exec/precision.c) and by the workspace sizes here. An elementwise op
  * (REMAT__OP_ELEMENTWISE: relu, dropout, add, mul, gelu, reshape) runs slice by
- * slice, so its views are one slice long whatever its tensors' size.
+ * slice, and a plane-wise one (REMAT__OP_PLANEWISE: the poolings) a block
+ * of planes at a time, so its views are one block long whatever its
+ * tensors' size.
  */
 #include "memplan.h"
 
@@ -67,8 +69,18 @@ void remat__shim_layout(const remat__prog *p, int32_t u, int backward, remat__sh
     if (!p->dt || n->leaf != REMAT__LEAF_NONE || p->native[u]) return;
     int out_bf16 = p->dt[u] == REMAT_BF16;
     int64_t numel = remat__numel(&n->shape);
-    if ((remat__ops[n->op]->flags & REMAT__OP_ELEMENTWISE) && numel > REMAT__SHIM_SLICE) s->slice = REMAT__SHIM_SLICE;
-#define LEN(x) (s->slice ? s->slice : (x)) /* a view's elements */
+    unsigned flags = remat__ops[n->op]->flags;
+    int64_t units = numel; /* elements; a plane-wise op's: its input's planes */
+    if ((flags & REMAT__OP_ELEMENTWISE) && numel > REMAT__SHIM_SLICE) s->slice = REMAT__SHIM_SLICE;
+    if (flags & REMAT__OP_PLANEWISE) {
+        const remat__shape *x = &g->nodes[n->in[0]].shape;
+        int64_t plane = remat__numel(x) / (x->d[0] * x->d[1]), per = REMAT__SHIM_SLICE / plane;
+        units = x->d[0] * x->d[1];
+        s->planes = 1;
+        s->slice = per < 1 ? 1 : per < units ? per : 0;
+        if (!s->slice) s->planes = 0;
+    }
+#define LEN(x) (s->slice ? s->slice * ((x) / units) : (x)) /* a view's elements */
     for (int i = 0; i < n->n_in; i++) {
         const remat__node *src = &g->nodes[n->in[i]];
         int read = !backward || (n->saves & REMAT__SAVE_IN(i)) || remat__is_resident(src);

@@ -108,7 +108,8 @@ static inline int64_t remat__vbytes(const remat__prog *p, const remat__node *n) 
  * gradient's, and per input gradient that is rounded through bf16 the
  * offset of the float32 buffer the kernel accumulates into; then the
  * kernel's own workspace at `kernel`. Every offset is 256-byte aligned.
- * An elementwise op's views hold one slice of REMAT__SHIM_SLICE elements.
+ * An elementwise op's views hold one slice of REMAT__SHIM_SLICE elements,
+ * a plane-wise op's as many whole planes as fit in that (at least one).
  * `any` is 0 when the kernel needs none of them. */
 typedef struct {
     int64_t in[REMAT__MAX_IN], din[REMAT__MAX_IN];
@@ -116,7 +117,11 @@ typedef struct {
     size_t kernel; /* offset of the kernel's own workspace */
     int64_t slice; /* an elementwise op (REMAT__OP_ELEMENTWISE) runs slice
                       by slice: elements per slice, each view that long;
-                      0: the kernel runs once, on whole views */
+                      a plane-wise op (REMAT__OP_PLANEWISE, with planes
+                      set) a block of `slice` planes at a time, each view
+                      that many of its tensor's planes; 0: the kernel
+                      runs once, on whole views */
+    int planes;
     int any;
 } remat__shim;
 void remat__shim_layout(const remat__prog *p, int32_t u, int backward, remat__shim *out);
