@@ -1,4 +1,4 @@
-/* dnnl.h: CPU products through oneDNN (src/ops/dnnl.c).
+/* dnnl.h: CPU products through oneDNN (src/ops/dnnl.c, dnnl_conv.c, dnnl_gemm.c).
  *
  * Convolutions (forward, backward-data, backward-weights) run as oneDNN's
  * direct primitives in the layouts it prefers (reordered into and out of
