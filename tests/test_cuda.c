@@ -3,7 +3,8 @@
  *
  * 1. Every op: each case of opcases.h, and larger ones that take the
  *    kernels' multi-block paths (cuDNN's algorithms, two-stage
- *    reductions), run on the CPU and on the GPU from the same weights and
+ *    reductions, the 1x1 convolutions' products at strides 1 to 3 and
+ *    their chunked gathers), run on the CPU and on the GPU from the same weights and
  *    inputs: the op's output (training and evaluation mode), the loss,
  *    every parameter's gradient and the buffers after a step agree within
  *    TOL of the largest magnitude. Dropout's output is bitwise the CPU's
@@ -78,6 +79,32 @@ static void c_conv_stem(gcase *c) { /* resnet's 7x7 stride-2 stem */
 static void c_conv_1x1_big(gcase *c) {
     c->out = remat_conv2d_op(c->g, P(c->g, "x", 4, 8, 64, 14, 14), P(c->g, "w", 4, 128, 64, 1, 1), REMAT_NONE, 1, 0);
 }
+/* 1x1 convolutions with padding 0 run as cuBLAS products
+ * (src/cuda/k_conv1x1.cu): stride 1 and 2 (ResNet's projections), odd
+ * sizes whose strided pixels stop short of the edge, a bias, and a case
+ * whose gathers come in chunks: 256 + 3840 channels of 7 x 7 take 802816
+ * bytes an image, so 83 fill the 64 MiB chunk and 100 images make a
+ * chunk of 83, then one of 17 (dW sums over 4900 pixels only, so both
+ * devices' float sums stay well inside the tolerance). */
+static void c_conv_1x1_bias(gcase *c) {
+    c->out = remat_conv2d_op(c->g, P(c->g, "x", 4, 3, 24, 10, 10), P(c->g, "w", 4, 40, 24, 1, 1),
+                             P(c->g, "b", 1, 40, 0, 0, 0), 1, 0);
+}
+static void c_conv_1x1_s2(gcase *c) {
+    c->out = remat_conv2d_op(c->g, P(c->g, "x", 4, 4, 64, 14, 14), P(c->g, "w", 4, 128, 64, 1, 1), REMAT_NONE, 2, 0);
+}
+static void c_conv_1x1_s2_bias(gcase *c) { /* OH 5 from 9, OW 6 from 11 */
+    c->out = remat_conv2d_op(c->g, P(c->g, "x", 4, 3, 16, 9, 11), P(c->g, "w", 4, 24, 16, 1, 1),
+                             P(c->g, "b", 1, 24, 0, 0, 0), 2, 0);
+}
+static void c_conv_1x1_s3_bias(gcase *c) { /* OH 3 from 7, OW 4 from 10 */
+    c->out = remat_conv2d_op(c->g, P(c->g, "x", 4, 2, 8, 7, 10), P(c->g, "w", 4, 12, 8, 1, 1),
+                             P(c->g, "b", 1, 12, 0, 0, 0), 3, 0);
+}
+static void c_conv_1x1_chunks(gcase *c) { /* stride 2, 14 x 14 to 7 x 7 */
+    c->out = remat_conv2d_op(c->g, P(c->g, "x", 4, 100, 256, 14, 14), P(c->g, "w", 4, 3840, 256, 1, 1),
+                             P(c->g, "b", 1, 3840, 0, 0, 0), 2, 0);
+}
 static void c_bn_big(gcase *c) {
     int64_t C = 64;
     remat_node rm = remat_buffer(c->g, "rm", 1, &C, REMAT_INIT_ZEROS);
@@ -132,6 +159,8 @@ static const struct {
     void (*build)(gcase *);
 } big[] = {
     {"conv2d", c_conv_big},        {"conv2d", c_conv_stem},         {"conv2d", c_conv_1x1_big},
+    {"conv2d", c_conv_1x1_bias},   {"conv2d", c_conv_1x1_s2},       {"conv2d", c_conv_1x1_s2_bias},
+    {"conv2d", c_conv_1x1_s3_bias}, {"conv2d", c_conv_1x1_chunks},
     {"batchnorm2d", c_bn_big},     {"linear", c_linear_big},        {"attention", c_attention_big},
     {"layernorm", c_layernorm_big}, {"softmax", c_softmax_big},     {"cross_entropy", c_ce_big},
     {"embedding", c_embedding_big}, {"maxpool2d", c_maxpool_big},   {"global_avgpool", c_gap_big},
