@@ -79,8 +79,9 @@ void bench_child(void *argp, int cmd, int res) {
         remat_optim_opts oo;
         bench_optim(&oo, &syn);
         int64_t q = so.micro_batches ? so.micro_batches : 1; /* one process: every micro-batch is its own */
-        x = malloc((size_t)(q * syn.nx) * 4);
-        y = syn.ny ? malloc((size_t)(q * syn.ny) * 4) : NULL;
+        /* page-locked on a GPU, as remat_train's batches: uploaded straight */
+        x = remat_host_alloc(so.device, (size_t)(q * syn.nx) * 4);
+        y = syn.ny ? remat_host_alloc(so.device, (size_t)(q * syn.ny) * 4) : NULL;
         if (!x || (syn.ny && !y)) bench_set_error(&r, "out of memory for a batch");
         else if (remat_device_available(so.device) != REMAT_OK ||
                  remat_device_memory(so.device, &free0, &total) != REMAT_OK ||
@@ -133,7 +134,7 @@ void bench_child(void *argp, int cmd, int res) {
     }
     remat_session_destroy(s);
     remat_graph_destroy(g);
-    free(x), free(y);
+    remat_host_free(x), remat_host_free(y);
 }
 
 /* --save-init: a short-lived process builds a session (its weights come

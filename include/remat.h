@@ -290,6 +290,17 @@ remat_status remat_device_available(remat_device d);
 /* The device's memory as its driver sees it (cudaMemGetInfo for CUDA;
  * for the CPU, the system's available and total memory). */
 remat_status remat_device_memory(remat_device d, size_t *free_bytes, size_t *total_bytes);
+/* Host memory of `bytes` for data that will be bound to a session on
+ * device d (remat_session_bind), or NULL when out of memory. On CUDA it is
+ * page-locked (pinned), so that a step's upload of a bound input reads it
+ * straight to the device, with no copy into the session's staging buffer
+ * first; elsewhere (the CPU, no GPU here) it is plain malloc memory. The
+ * caller owns it, frees it with remat_host_free, and keeps it bound no
+ * longer than it lives; its bytes are host memory, outside the device
+ * budget and its categories. */
+void *remat_host_alloc(remat_device d, size_t bytes);
+/* Frees what remat_host_alloc returned (NULL: nothing). */
+void remat_host_free(void *p);
 
 /* ------------------------------------------------------------ cost model */
 

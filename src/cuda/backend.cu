@@ -10,7 +10,10 @@
  * asynchronously: an upload copies the caller's bytes into staging and
  * enqueues the transfer; a download enqueues the transfer into staging and
  * copies the bytes to the caller at the next sync, the one point where the
- * host waits for the stream.
+ * host waits for the stream. A bound input's upload skips the staging
+ * copy when the caller's bytes are page-locked (remat_host_alloc): the
+ * transfer reads them straight, which the binding allows (they stay
+ * unchanged until the step's sync).
  */
 #include "cuda-impl.h"
 
@@ -214,6 +217,41 @@ static remat_status cuda_upload(void *p, void *dst, const void *src, size_t byte
                            "cudaMemcpyAsync (upload)");
 }
 
+/* Whether p lies in page-locked host memory (cudaHostAlloc'd or
+ * registered); 0 where the runtime cannot say (no device). */
+extern "C" int remat__cuda_host_pinned(const void *p) {
+    cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        cudaGetLastError(); /* clear it */
+        return 0;
+    }
+    return a.type == cudaMemoryTypeHost;
+}
+
+extern "C" void *remat__cuda_host_alloc(size_t bytes) {
+    void *p = NULL;
+    if (cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault) != cudaSuccess) {
+        cudaGetLastError();
+        return NULL;
+    }
+    return p;
+}
+
+extern "C" void remat__cuda_host_free(void *p) {
+    if (p) cudaFreeHost(p);
+}
+
+/* A bound input: from page-locked bytes, one transfer straight from them
+ * (they stay unchanged until the step's sync, as the binding promises);
+ * otherwise through staging as any upload. The same bytes either way. */
+static remat_status cuda_upload_bound(void *p, void *dst, const void *src, size_t bytes) {
+    ctx *c = (ctx *)p;
+    if (!bytes) return REMAT_OK;
+    if (!remat__cuda_host_pinned(src)) return cuda_upload(p, dst, src, bytes);
+    return remat__cu_rt_ok(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->cu.stream), NULL,
+                           "cudaMemcpyAsync (upload of a bound input)");
+}
+
 static remat_status cuda_download(void *p, void *dst, const void *src, size_t bytes) {
     ctx *c = (ctx *)p;
     if (!bytes) return REMAT_OK;
@@ -333,4 +371,5 @@ static remat_status cuda_finite(void *p, const float *x, size_t n, int64_t *firs
 extern "C" const remat__backend remat__backend_cuda = {
     REMAT_DEVICE_CUDA, cuda_create, cuda_destroy, cuda_alloc, cuda_release, cuda_upload, cuda_download,
     cuda_zero,         cuda_one,    cuda_run,     cuda_update, cuda_sync,   cuda_pool,     cuda_finite,   cuda_convert,
+    cuda_upload_bound,
 };

@@ -152,7 +152,10 @@ static remat_status upload(remat_session *s, const remat__instr *in) {
     int32_t vo = REMAT__VAL(in->node, REMAT__V_OUT);
     const unsigned char *src = s->bound[in->node];
     size_t ob = s->cur->ev[s->vev[vo]].bytes;
-    return s->be->upload(s->dev, s->vals[vo], src + (s->dp.j > 0 ? (size_t)s->dp.j * ob : 0), ob);
+    src += s->dp.j > 0 ? (size_t)s->dp.j * ob : 0;
+    /* the binding stays valid and unchanged until the step's sync */
+    if (s->be->upload_bound) return s->be->upload_bound(s->dev, s->vals[vo], src, ob);
+    return s->be->upload(s->dev, s->vals[vo], src, ob);
 }
 
 /* The fetched value as float32 (a bf16 one widened on the host). */
