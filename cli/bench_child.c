@@ -134,7 +134,7 @@ void bench_child(void *argp, int cmd, int res) {
     }
     remat_session_destroy(s);
     remat_graph_destroy(g);
-    remat_host_free(x), remat_host_free(y);
+    remat_host_free(cf->so.device, x), remat_host_free(cf->so.device, y);
 }
 
 /* --save-init: a short-lived process builds a session (its weights come

@@ -299,8 +299,9 @@ remat_status remat_device_memory(remat_device d, size_t *free_bytes, size_t *tot
  * longer than it lives; its bytes are host memory, outside the device
  * budget and its categories. */
 void *remat_host_alloc(remat_device d, size_t bytes);
-/* Frees what remat_host_alloc returned (NULL: nothing). */
-void remat_host_free(void *p);
+/* Frees what remat_host_alloc(d, ...) returned (NULL: nothing). For the
+ * CPU it is free() and never starts the GPU's runtime. */
+void remat_host_free(remat_device d, void *p);
 
 /* ------------------------------------------------------------ cost model */
 

@@ -376,7 +376,7 @@ static void train(const remat_graph *g, const remat_model *m, remat_strategy st,
         free(v);
     }
     remat_session_destroy(s);
-    remat_host_free(x), remat_host_free(xi), remat_host_free(y);
+    remat_host_free(hd, x), remat_host_free(hd, xi), remat_host_free(hd, y);
 }
 
 static void same(const char *name, const char *what, const outcome *a, const outcome *b) {
@@ -520,14 +520,15 @@ static void driver_view(void) {
 static void host_memory(void) {
     for (int d = 0; d < 2; d++) {
         size_t n = (size_t)3 << 20;
-        unsigned char *p = remat_host_alloc(d ? REMAT_DEVICE_CUDA : REMAT_DEVICE_CPU, n);
+        const remat_device dev = d ? REMAT_DEVICE_CUDA : REMAT_DEVICE_CPU;
+        unsigned char *p = remat_host_alloc(dev, n);
         CHECK(p != NULL);
         if (!p) continue;
         memset(p, 0x5a, n);
         CHECK(p[0] == 0x5a && p[n - 1] == 0x5a);
-        remat_host_free(p);
+        remat_host_free(dev, p);
     }
-    remat_host_free(NULL);
+    remat_host_free(REMAT_DEVICE_CUDA, NULL);
 }
 
 int main(void) {

@@ -49,13 +49,15 @@ void *remat_host_alloc(remat_device d, size_t bytes) {
 
 /* Page-locked memory came from cudaHostAlloc (remat_host_alloc never
  * pins what it got from malloc), the rest from malloc. */
-void remat_host_free(void *p) {
+void remat_host_free(remat_device d, void *p) {
     if (!p) return;
 #ifdef REMAT_HAVE_CUDA
-    if (remat__cuda_host_pinned(p)) {
+    if (d == REMAT_DEVICE_CUDA && remat__cuda_host_pinned(p)) {
         remat__cuda_host_free(p);
         return;
     }
+#else
+    (void)d;
 #endif
     free(p);
 }

@@ -44,6 +44,7 @@ typedef struct {
     int64_t rows;                   /* rows staged: micro-batches x batch */
     float *x;                       /* (rows, C, H, W) */
     int32_t *y;                     /* (rows) */
+    remat_device dev;               /* x and y are remat_host_alloc's for it */
 } staging;
 
 /* Staging for `micro` micro-batches of the graph's batch. */
@@ -70,17 +71,17 @@ static remat_status staging_init(staging *st, const remat_session *s, const rema
                           remat_dataset_classes(d), (long long)st->classes);
     st->rows = micro * st->batch;
     /* page-locked on a GPU: the step uploads the batch straight from it */
-    const remat_device dev = remat__session_opts(s)->device;
-    st->x = remat_host_alloc(dev, (size_t)(st->rows * st->sample) * sizeof *st->x);
-    st->y = remat_host_alloc(dev, (size_t)st->rows * sizeof *st->y);
+    st->dev = remat__session_opts(s)->device;
+    st->x = remat_host_alloc(st->dev, (size_t)(st->rows * st->sample) * sizeof *st->x);
+    st->y = remat_host_alloc(st->dev, (size_t)st->rows * sizeof *st->y);
     if (!st->x || !st->y) {
-        remat_host_free(st->x), remat_host_free(st->y);
+        remat_host_free(st->dev, st->x), remat_host_free(st->dev, st->y);
         return remat__err(REMAT_NOMEM, "out of memory for a batch");
     }
     return REMAT_OK;
 }
 
-static void staging_free(staging *st) { remat_host_free(st->x), remat_host_free(st->y); }
+static void staging_free(staging *st) { remat_host_free(st->dev, st->x), remat_host_free(st->dev, st->y); }
 
 /* The caller's bindings of a model's input and labels, to restore. */
 typedef struct {
