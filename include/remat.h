@@ -471,6 +471,12 @@ typedef struct {
                               * strategy finds no schedule within the
                               * budget (REMAT_BUDGET), the smallest budget
                               * that fits is written here */
+    int prefetch;            /* on a GPU: hold one more block, of the
+                              * inputs' bytes (counted in the plan and its
+                              * budget, category communication), into which
+                              * remat_session_bind_next's data is copied on
+                              * a second stream while a run computes. The
+                              * CPU has nothing to overlap: ignored there */
 } remat_session_opts;
 
 void remat_session_opts_default(remat_session_opts *o);
@@ -507,6 +513,15 @@ const remat_graph *remat_session_graph(const remat_session *s);
  * failure alike. */
 remat_status remat_session_bind(remat_session *s, remat_node input,
                                 const void *data);
+/* Names data as input's binding for the next run (step or forward), so
+ * that a session made with opts.prefetch copies it to the device while the
+ * current one computes: the next run that binds input to that same pointer
+ * takes it from the device instead of uploading it. The copy starts when
+ * the current run has enqueued its work, and serves the one run after it;
+ * the caller keeps data's bytes unchanged from this call until that run
+ * returns. Without opts.prefetch, or on the CPU: nothing happens (the next
+ * run uploads as usual). The same bits either way. */
+remat_status remat_session_bind_next(remat_session *s, remat_node input, const void *data);
 /* The pointer input is bound to, or NULL (also for a node that is not an
  * input). */
 const void *remat_session_binding(const remat_session *s, remat_node input);

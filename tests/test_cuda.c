@@ -22,9 +22,12 @@
  *    conversions, the float32 views, the elementwise ops in slices) on cnn
  *    and gpt2.
  * 5. A batch in page-locked memory (remat_host_alloc), which the step
- *    uploads straight from, gives store-all's bits from malloc memory
- *    (part 2's runs); remat_host_alloc and remat_host_free work with and
- *    without a GPU (checked before the skip).
+ *    uploads straight from, and each next batch copied ahead on the second
+ *    stream (opts.prefetch, remat_session_bind_next: a larger block,
+ *    counted, predicted == measured) give store-all's bits from malloc
+ *    memory (part 2's runs); remat_host_alloc and remat_host_free work
+ *    with and without a GPU, and opts.prefetch is ignored on the CPU
+ *    (checked before the skip).
  */
 #include "check.h"
 #include "opcases.h"
@@ -36,8 +39,10 @@
 
 /* The precision of the sessions invariance() makes (part 4: bf16). */
 static remat_precision precision = REMAT_PRECISION_FP32;
-/* Whether train() binds page-locked batches (part 5). */
-static int pinned_batch = 0;
+/* Whether train() binds page-locked batches, and names each next batch
+ * ahead with remat_session_bind_next in a session with opts.prefetch
+ * (part 5). */
+static int pinned_batch = 0, prefetch_run = 0;
 
 static uint32_t rng_state = 777;
 static float frand(void) { /* uniform in [-1, 1) */
@@ -305,60 +310,23 @@ typedef struct {
     remat_status status;
 } outcome;
 
-/* Five SGD steps with momentum on a batch that changes every step. */
-static void train(const remat_graph *g, const remat_model *m, remat_strategy st, size_t budget, int lm,
-                  int64_t vocab, outcome *o) {
-    memset(o, 0, sizeof *o);
-    remat_session_opts so;
-    remat_session_opts_default(&so);
-    so.seed = 5;
-    so.device = REMAT_DEVICE_CUDA;
-    so.precision = precision;
-    so.strategy = st;
-    so.budget = budget;
-    remat_session *s = NULL;
-    o->status = remat_session_create(&s, g, m->loss, &so);
-    if (o->status != REMAT_OK) return;
-    remat_optim_opts oo;
-    remat_optim_opts_default(&oo, REMAT_OPTIM_SGD);
-    oo.lr = 0.05f, oo.momentum = 0.9f;
-    o->status = remat_session_set_optimizer(s, &oo);
-    if (o->status != REMAT_OK) {
-        remat_session_destroy(s);
-        return;
+/* Step k's batch: the input (floats, or token ids for a language model)
+ * and the labels. */
+typedef struct {
+    float *x;
+    int32_t *xi, *y;
+} batch;
+
+static void fill_batch(batch *b, int k, int64_t n, int64_t nl, int lm, int64_t vocab) {
+    for (int64_t i = 0; i < n; i++) {
+        b->x[i] = (float)((i * 37 + k * 11) % 29) / 14.0f - 1.0f;
+        b->xi[i] = (int32_t)((i * 13 + k * 5) % vocab);
     }
-    remat_plan_summary p;
-    CHECK_OK(remat_session_plan(s, &p));
-    o->recomputations = p.recomputations;
-    o->held = p.held_bytes;
-    int64_t xd[4], ld[4], n = 1, nl = 1;
-    int nd = remat_node_shape(g, m->input, xd), ndl = remat_node_shape(g, m->labels, ld);
-    for (int i = 0; i < nd; i++) n *= xd[i];
-    for (int i = 0; i < ndl; i++) nl *= ld[i];
-    int32_t classes = 10;
-    const remat_device hd = pinned_batch ? REMAT_DEVICE_CUDA : REMAT_DEVICE_CPU; /* CPU: malloc */
-    float *x = remat_host_alloc(hd, (size_t)n * sizeof *x);
-    int32_t *xi = remat_host_alloc(hd, (size_t)n * sizeof *xi), *y = remat_host_alloc(hd, (size_t)nl * sizeof *y);
-    for (int k = 0; k < STEPS; k++) {
-        for (int64_t i = 0; i < n; i++) {
-            x[i] = (float)((i * 37 + k * 11) % 29) / 14.0f - 1.0f;
-            xi[i] = (int32_t)((i * 13 + k * 5) % vocab);
-        }
-        for (int64_t i = 0; i < nl; i++) y[i] = (int32_t)((i * 7 + k) % (lm ? vocab : classes));
-        remat_session_bind(s, m->input, lm ? (const void *)xi : (const void *)x);
-        remat_session_bind(s, m->labels, y);
-        remat_mem_stats pred, meas;
-        CHECK_OK(remat_session_predict(s, &pred));
-        CHECK_OK(remat_session_step(s, &o->loss[k]));
-        remat_session_mem(s, &meas);
-        for (int c = 0; c < REMAT_MEM_COUNT; c++)
-            CHECK_MSG(pred.peak[c] == meas.peak[c], "%s: step %d: %s predicted %zu, measured %zu",
-                      remat_strategy_str(st), k, remat_mem_str((remat_mem)c), pred.peak[c], meas.peak[c]);
-        CHECK_MSG(remat_session_held_bytes(s) == p.held_bytes, "%s: holds %zu, the plan says %zu",
-                  remat_strategy_str(st), remat_session_held_bytes(s), p.held_bytes);
-        CHECK(!budget || remat_session_held_bytes(s) <= budget);
-        CHECK_OK(remat_session_update(s));
-    }
+    for (int64_t i = 0; i < nl; i++) b->y[i] = (int32_t)((i * 7 + k) % (lm ? vocab : 10));
+}
+
+/* Every parameter and buffer, and every gradient, of s into o. */
+static void read_out(remat_session *s, outcome *o) {
     for (int i = 0; i < remat_session_param_count(s); i++) {
         remat_param_info pi;
         remat_session_param(s, i, &pi);
@@ -375,8 +343,80 @@ static void train(const remat_graph *g, const remat_model *m, remat_strategy st,
         o->ngw += (size_t)k;
         free(v);
     }
+}
+
+/* A CUDA session for train(), with SGD and momentum; NULL (o->status
+ * says why) when it cannot be made. */
+static remat_session *train_session(const remat_graph *g, const remat_model *m, remat_strategy st, size_t budget,
+                                    outcome *o) {
+    remat_session_opts so;
+    remat_session_opts_default(&so);
+    so.seed = 5;
+    so.device = REMAT_DEVICE_CUDA;
+    so.precision = precision;
+    so.strategy = st;
+    so.budget = budget;
+    so.prefetch = prefetch_run;
+    remat_session *s = NULL;
+    o->status = remat_session_create(&s, g, m->loss, &so);
+    if (o->status != REMAT_OK) return NULL;
+    remat_optim_opts oo;
+    remat_optim_opts_default(&oo, REMAT_OPTIM_SGD);
+    oo.lr = 0.05f, oo.momentum = 0.9f;
+    o->status = remat_session_set_optimizer(s, &oo);
+    if (o->status == REMAT_OK) return s;
     remat_session_destroy(s);
-    remat_host_free(hd, x), remat_host_free(hd, xi), remat_host_free(hd, y);
+    return NULL;
+}
+
+/* Five SGD steps with momentum on a batch that changes every step, in
+ * one of two buffers by turns: with prefetch_run, batch k + 1 is made
+ * and named (remat_session_bind_next) before step k runs. */
+static void train(const remat_graph *g, const remat_model *m, remat_strategy st, size_t budget, int lm,
+                  int64_t vocab, outcome *o) {
+    memset(o, 0, sizeof *o);
+    remat_session *s = train_session(g, m, st, budget, o);
+    if (!s) return;
+    remat_plan_summary p;
+    CHECK_OK(remat_session_plan(s, &p));
+    o->recomputations = p.recomputations;
+    o->held = p.held_bytes;
+    int64_t xd[4], ld[4], n = 1, nl = 1;
+    int nd = remat_node_shape(g, m->input, xd), ndl = remat_node_shape(g, m->labels, ld);
+    for (int i = 0; i < nd; i++) n *= xd[i];
+    for (int i = 0; i < ndl; i++) nl *= ld[i];
+    const remat_device hd = pinned_batch ? REMAT_DEVICE_CUDA : REMAT_DEVICE_CPU; /* CPU: malloc */
+    batch b[2];
+    for (int i = 0; i < 2; i++) {
+        b[i].x = remat_host_alloc(hd, (size_t)n * sizeof *b[i].x);
+        b[i].xi = remat_host_alloc(hd, (size_t)n * sizeof *b[i].xi);
+        b[i].y = remat_host_alloc(hd, (size_t)nl * sizeof *b[i].y);
+    }
+    for (int k = 0; k < STEPS; k++) {
+        batch *cur = &b[k % 2], *next = &b[(k + 1) % 2];
+        if (k == 0 || !prefetch_run) fill_batch(cur, k, n, nl, lm, vocab);
+        remat_session_bind(s, m->input, lm ? (const void *)cur->xi : (const void *)cur->x);
+        remat_session_bind(s, m->labels, cur->y);
+        if (prefetch_run && k + 1 < STEPS) {
+            fill_batch(next, k + 1, n, nl, lm, vocab);
+            CHECK_OK(remat_session_bind_next(s, m->input, lm ? (const void *)next->xi : (const void *)next->x));
+            CHECK_OK(remat_session_bind_next(s, m->labels, next->y));
+        }
+        remat_mem_stats pred, meas;
+        CHECK_OK(remat_session_predict(s, &pred));
+        CHECK_OK(remat_session_step(s, &o->loss[k]));
+        remat_session_mem(s, &meas);
+        for (int c = 0; c < REMAT_MEM_COUNT; c++)
+            CHECK_MSG(pred.peak[c] == meas.peak[c], "%s: step %d: %s predicted %zu, measured %zu",
+                      remat_strategy_str(st), k, remat_mem_str((remat_mem)c), pred.peak[c], meas.peak[c]);
+        CHECK_MSG(remat_session_held_bytes(s) == p.held_bytes, "%s: holds %zu, the plan says %zu",
+                  remat_strategy_str(st), remat_session_held_bytes(s), p.held_bytes);
+        CHECK(!budget || remat_session_held_bytes(s) <= budget);
+        CHECK_OK(remat_session_update(s));
+    }
+    read_out(s, o);
+    remat_session_destroy(s);
+    for (int i = 0; i < 2; i++) remat_host_free(hd, b[i].x), remat_host_free(hd, b[i].xi), remat_host_free(hd, b[i].y);
 }
 
 static void same(const char *name, const char *what, const outcome *a, const outcome *b) {
@@ -450,6 +490,14 @@ static void invariance(const char *name) {
     pinned_batch = 0;
     same(name, "all from a page-locked batch", &all, &pin);
     free(pin.w), free(pin.gw);
+    outcome pre;
+    prefetch_run = 1;
+    train(g, &m, REMAT_STRATEGY_ALL, 0, lm, mo.vocab, &pre);
+    prefetch_run = 0;
+    same(name, "all with each next batch prefetched", &all, &pre);
+    CHECK_MSG(pre.status != REMAT_OK || pre.held > all.held, "%s: with the prefetch block it holds %zu, without %zu",
+              name, pre.held, all.held);
+    free(pre.w), free(pre.gw);
     size_t lo = floor_budget(g, &m);
     CHECK_MSG(lo > 0 && lo < all.held, "%s: floor %zu, store-all holds %zu", name, lo, all.held);
     printf("gpu %-9s %s: all holds %zu B; sqrt %zu B (%lld recomputations)", name, remat_precision_str(precision),
@@ -531,8 +579,53 @@ static void host_memory(void) {
     remat_host_free(REMAT_DEVICE_CUDA, NULL);
 }
 
+/* On the CPU opts.prefetch holds nothing more and remat_session_bind_next
+ * changes nothing (an mlp's two steps, with and without); a node that is
+ * not an input is refused. */
+static void prefetch_cpu(void) {
+    remat_model_opts mo;
+    remat_model_opts_default(&mo);
+    CHECK_OK(remat_model_opts_for(&mo, "mlp"));
+    mo.batch = 4;
+    remat_graph *g;
+    remat_model m;
+    CHECK_OK(remat_graph_create(&g));
+    CHECK_OK(remat_model_build(g, &mo, &m));
+    int64_t d[REMAT_MAX_DIMS], n = 1, nl = 1;
+    for (int i = 0, nd = remat_node_shape(g, m.input, d); i < nd; i++) n *= d[i];
+    for (int i = 0, nd = remat_node_shape(g, m.labels, d); i < nd; i++) nl *= d[i];
+    float *x = malloc((size_t)n * sizeof *x), loss[2][2] = {{0}};
+    int32_t *y = malloc((size_t)nl * sizeof *y);
+    for (int64_t i = 0; i < n; i++) x[i] = (float)(i % 13) / 13.0f;
+    for (int64_t i = 0; i < nl; i++) y[i] = (int32_t)(i % 2);
+    size_t held[2] = {0, 1};
+    for (int pf = 0; pf < 2; pf++) {
+        remat_session_opts so;
+        remat_session_opts_default(&so);
+        so.threads = 2;
+        so.seed = 11;
+        so.prefetch = pf;
+        remat_session *s = NULL;
+        CHECK_OK(remat_session_create(&s, g, m.loss, &so));
+        if (!s) continue;
+        remat_session_bind(s, m.input, x), remat_session_bind(s, m.labels, y);
+        for (int k = 0; k < 2; k++) {
+            if (pf) CHECK_OK(remat_session_bind_next(s, m.input, x));
+            CHECK_OK(remat_session_step(s, &loss[pf][k]));
+        }
+        held[pf] = remat_session_held_bytes(s);
+        CHECK(remat_session_bind_next(s, m.loss, x) == REMAT_INVALID);
+        remat_session_destroy(s);
+    }
+    CHECK_MSG(memcmp(loss[0], loss[1], sizeof loss[0]) == 0 && held[0] == held[1],
+              "cpu: bind_next changed the losses or the bytes held");
+    free(x), free(y);
+    remat_graph_destroy(g);
+}
+
 int main(void) {
     host_memory();
+    prefetch_cpu();
     remat_status st = remat_device_available(REMAT_DEVICE_CUDA);
     if (st != REMAT_OK) {
         printf("test_cuda: skipped: %s\n", remat_last_error());

@@ -61,6 +61,14 @@ typedef struct {
      * the next sync, not copy it first (CUDA: page-locked src is
      * transferred straight from it). NULL: upload. */
     remat_status (*upload_bound)(void *ctx, void *dst, const void *src, size_t bytes);
+    /* The next run's input ahead of it (exec/prefetch.c), slot by slot:
+     * prefetch starts copying `bytes` of src (host, unchanged until the
+     * next sync) into dst (memory of this context) on a second stream,
+     * after the last prefetched read of that slot, and the next sync waits
+     * for it too; prefetched copies the slot's src into dst, in the run's
+     * order, once the slot's copy has landed. NULL: no second stream. */
+    remat_status (*prefetch)(void *ctx, int slot, void *dst, const void *src, size_t bytes);
+    remat_status (*prefetched)(void *ctx, int slot, void *dst, const void *src, size_t bytes);
 } remat__backend;
 
 /* The backend of a device, or NULL when this build has none. */
