@@ -58,7 +58,7 @@ typedef struct {
     const char *data, *init_out;
     char list[256];
     int64_t steps, warmup;
-    int json, profile, help;
+    int json, profile, prefetch, help;
     row rows[MAX_ROWS];
     int ns;
     config cf;

@@ -53,6 +53,20 @@ void bench_bind_synthetic(remat_session *s, const remat_model *m, const cli_synt
     if (y) remat_session_bind(s, m->labels, y);
 }
 
+/* One timed training step into q; with --prefetch the same batch is named
+ * for the next step, so that it is copied during this one. */
+static void timed_step(remat_session *s, const config *cf, const remat_model *m, void *x, void *y, reply *q) {
+    float loss;
+    double t0 = cli_now();
+    if (cf->so.prefetch) {
+        remat_session_bind_next(s, m->input, x);
+        if (y) remat_session_bind_next(s, m->labels, y);
+    }
+    if (remat_session_step(s, &loss) != REMAT_OK || remat_session_update(s) != REMAT_OK)
+        bench_set_error(q, remat_last_error());
+    q->seconds = cli_now() - t0;
+}
+
 /* The child: builds everything, then serves commands: 'S' one timed
  * training step, 'P' start profiling (clears the counts), 'R' the report,
  * 'F' the profile; end of input (or 'Q') ends it. */
@@ -79,8 +93,9 @@ void bench_child(void *argp, int cmd, int res) {
         remat_optim_opts oo;
         bench_optim(&oo, &syn);
         int64_t q = so.micro_batches ? so.micro_batches : 1; /* one process: every micro-batch is its own */
-        x = malloc((size_t)(q * syn.nx) * 4);
-        y = syn.ny ? malloc((size_t)(q * syn.ny) * 4) : NULL;
+        /* page-locked on a GPU, as remat_train's batches: uploaded straight */
+        x = remat_host_alloc(so.device, (size_t)(q * syn.nx) * 4);
+        y = syn.ny ? remat_host_alloc(so.device, (size_t)(q * syn.ny) * 4) : NULL;
         if (!x || (syn.ny && !y)) bench_set_error(&r, "out of memory for a batch");
         else if (remat_device_available(so.device) != REMAT_OK ||
                  remat_device_memory(so.device, &free0, &total) != REMAT_OK ||
@@ -103,11 +118,7 @@ void bench_child(void *argp, int cmd, int res) {
                 continue;
             }
             if (c == 'S') {
-                float loss;
-                double t0 = cli_now();
-                if (remat_session_step(s, &loss) != REMAT_OK || remat_session_update(s) != REMAT_OK)
-                    bench_set_error(&q, remat_last_error());
-                q.seconds = cli_now() - t0;
+                timed_step(s, cf, &m, x, y, &q);
             } else {
                 remat_mem_stats meas;
                 remat_plan_summary p;
@@ -133,7 +144,7 @@ void bench_child(void *argp, int cmd, int res) {
     }
     remat_session_destroy(s);
     remat_graph_destroy(g);
-    free(x), free(y);
+    remat_host_free(cf->so.device, x), remat_host_free(cf->so.device, y);
 }
 
 /* --save-init: a short-lived process builds a session (its weights come

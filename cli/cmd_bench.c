@@ -25,6 +25,9 @@ static void help(void) {
            "                      safetensors, e.g. for PyTorch to start from\n"
            "  --profile           also time every op (forward, recompute, backward, free)\n"
            "                      over the timed steps and print where each row's time goes\n"
+           "  --prefetch          cuda: copy each step's batch to the device while the step\n"
+           "                      before it computes, into a block of the batch's bytes that\n"
+           "                      the plan counts (communication)\n"
            "  --json              one JSON object per row (fields in the README)\n"
            "  --help              this text\n"
            "  --micro-batch M, --bucket SIZE, --no-overlap: as for remat train; under\n"
@@ -57,7 +60,7 @@ static int parse(bench_args *b, const cli_dist *d, int argc, char **argv) {
         {"steps", required_argument, 0, 'n'},   {"warmup", required_argument, 0, 'w'},
         {"json", no_argument, 0, 'j'},          {"help", no_argument, 0, 'h'},
         {"budget", required_argument, 0, 'B'},  {"save-init", required_argument, 0, 'W'},
-        {"profile", no_argument, 0, 'P'},       {0, 0, 0, 0}};
+        {"profile", no_argument, 0, 'P'},       {"prefetch", no_argument, 0, 'F'}, {0, 0, 0, 0}};
     cli_opts co = {.cmd = "bench", .ma = &ma, .sa = &sa, .opts = opts, .shortopts = ":h"};
     for (int c; (c = cli_next_opt(&co, argc, argv)) > 0;) {
         int bad = 0;
@@ -68,6 +71,7 @@ static int parse(bench_args *b, const cli_dist *d, int argc, char **argv) {
         case 'w': bad = cli_parse_i64(optarg, &b->warmup) || b->warmup < 0 || b->warmup > 1000000; break;
         case 'j': b->json = 1; break;
         case 'P': b->profile = 1; break;
+        case 'F': b->prefetch = 1; break;
         case 'W': b->init_out = optarg; break;
         case 'B':
             if (nb == MAX_ROWS) return cli_usage_error("bench", "at most %d budgets", MAX_ROWS);
@@ -121,12 +125,22 @@ static int parse(bench_args *b, const cli_dist *d, int argc, char **argv) {
     return u;
 }
 
+/* --prefetch into every row's options: the GPU's only (the CPU has no
+ * transfer to overlap). */
+static int prefetch_opt(bench_args *b) {
+    if (b->prefetch && b->cf.so.device != REMAT_DEVICE_CUDA)
+        return cli_usage_error("bench", "--prefetch is for --device cuda");
+    b->cf.so.prefetch = b->prefetch;
+    return 0;
+}
+
 int cmd_bench(int argc, char **argv) {
     cli_dist d;
     if (cli_dist_begin(&d)) return 1;
     bench_args b;
     memset(&b, 0, sizeof b);
     int rc = parse(&b, &d, argc, argv);
+    if (!rc && !b.help) rc = prefetch_opt(&b);
     if (b.help && !rc) {
         if (d.rank == 0) help();
     } else if (!(rc = cli_dist_agree(&d, rc))) {

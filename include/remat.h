@@ -290,6 +290,18 @@ remat_status remat_device_available(remat_device d);
 /* The device's memory as its driver sees it (cudaMemGetInfo for CUDA;
  * for the CPU, the system's available and total memory). */
 remat_status remat_device_memory(remat_device d, size_t *free_bytes, size_t *total_bytes);
+/* Host memory of `bytes` for data that will be bound to a session on
+ * device d (remat_session_bind), or NULL when out of memory. On CUDA it is
+ * page-locked (pinned), so that a step's upload of a bound input reads it
+ * straight to the device, with no copy into the session's staging buffer
+ * first; elsewhere (the CPU, no GPU here) it is plain malloc memory. The
+ * caller owns it, frees it with remat_host_free, and keeps it bound no
+ * longer than it lives; its bytes are host memory, outside the device
+ * budget and its categories. */
+void *remat_host_alloc(remat_device d, size_t bytes);
+/* Frees what remat_host_alloc(d, ...) returned (NULL: nothing). For the
+ * CPU it is free() and never starts the GPU's runtime. */
+void remat_host_free(remat_device d, void *p);
 
 /* ------------------------------------------------------------ cost model */
 
@@ -459,6 +471,12 @@ typedef struct {
                               * strategy finds no schedule within the
                               * budget (REMAT_BUDGET), the smallest budget
                               * that fits is written here */
+    int prefetch;            /* on a GPU: hold one more block, of the
+                              * inputs' bytes (counted in the plan and its
+                              * budget, category communication), into which
+                              * remat_session_bind_next's data is copied on
+                              * a second stream while a run computes. The
+                              * CPU has nothing to overlap: ignored there */
 } remat_session_opts;
 
 void remat_session_opts_default(remat_session_opts *o);
@@ -495,6 +513,15 @@ const remat_graph *remat_session_graph(const remat_session *s);
  * failure alike. */
 remat_status remat_session_bind(remat_session *s, remat_node input,
                                 const void *data);
+/* Names data as input's binding for the next run (step or forward), so
+ * that a session made with opts.prefetch copies it to the device while the
+ * current one computes: the next run that binds input to that same pointer
+ * takes it from the device instead of uploading it. The copy starts when
+ * the current run has enqueued its work, and serves the one run after it;
+ * the caller keeps data's bytes unchanged from this call until that run
+ * returns. Without opts.prefetch, or on the CPU: nothing happens (the next
+ * run uploads as usual). The same bits either way. */
+remat_status remat_session_bind_next(remat_session *s, remat_node input, const void *data);
 /* The pointer input is bound to, or NULL (also for a node that is not an
  * input). */
 const void *remat_session_binding(const remat_session *s, remat_node input);

@@ -243,8 +243,10 @@ typedef size_t (*remat__dws)(void *dev, const remat_graph *g, const remat__node 
 typedef struct {
     remat__dkernel forward, backward;
     remat__dws fwd_ws, bwd_ws; /* NULL: no workspace */
-    int asks_device;           /* its workspace depends on the device's
-                                * libraries (cuDNN's algorithms) */
+    /* Whether node n's workspace depends on the device's libraries
+     * (cuDNN's algorithms), so that without the device it is an estimate;
+     * NULL: never (the shapes decide). */
+    int (*asks_device)(const remat_graph *g, const remat__node *n);
 } remat__dev_kernels;
 
 /* Bits of remat__op.saves: what backward reads besides dout. Inputs 0..29

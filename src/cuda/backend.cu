@@ -10,7 +10,14 @@
  * asynchronously: an upload copies the caller's bytes into staging and
  * enqueues the transfer; a download enqueues the transfer into staging and
  * copies the bytes to the caller at the next sync, the one point where the
- * host waits for the stream.
+ * host waits for the stream. A bound input's upload skips the staging
+ * copy when the caller's bytes are page-locked (remat_host_alloc): the
+ * transfer reads them straight, which the binding allows (they stay
+ * unchanged until the step's sync). The next run's inputs
+ * (exec/prefetch.c) go on a second stream, made at the first: per slot,
+ * an event when its copy has landed, which the compute stream waits on
+ * before reading the slot, and one when that read is done, which the next
+ * copy into the slot waits on; the sync waits for both streams.
  */
 #include "cuda-impl.h"
 
@@ -28,8 +35,19 @@ typedef struct {
     size_t off, bytes;
 } pending;
 
+/* A prefetch slot: its events, and the pinned copy of a pageable source
+ * (cap bytes, or NULL). */
+typedef struct {
+    cudaEvent_t landed, freed;
+    unsigned char *host;
+    size_t cap;
+} pf_slot;
+
 typedef struct {
     remat__cuda cu; /* first: kernels see &ctx->cu as k->dev */
+    cudaStream_t copy; /* the prefetches' stream, made at the first (NULL: none yet) */
+    pf_slot *slots;
+    int n_slots;
     unsigned char *staging; /* pinned, cap bytes; [0, used) belongs to copies in flight */
     size_t cap, used;
     pending *pend;
@@ -98,6 +116,14 @@ static void cuda_destroy(void *p) {
     ctx *c = (ctx *)p;
     if (!c) return;
     if (c->cu.stream) cudaStreamSynchronize(c->cu.stream);
+    if (c->copy) cudaStreamSynchronize(c->copy);
+    for (int i = 0; i < c->n_slots; i++) {
+        cudaEventDestroy(c->slots[i].landed);
+        cudaEventDestroy(c->slots[i].freed);
+        if (c->slots[i].host) cudaFreeHost(c->slots[i].host);
+    }
+    free(c->slots);
+    if (c->copy) cudaStreamDestroy(c->copy);
     remat__cuda_conv_release(&c->cu);
     if (c->cu.dnn) cudnnDestroy(c->cu.dnn);
     if (c->cu.blas) cublasDestroy(c->cu.blas);
@@ -170,6 +196,10 @@ static void cuda_release(void *p, void *mem) {
 static remat_status cuda_sync(void *p) {
     ctx *c = (ctx *)p;
     remat_status st = remat__cu_rt_ok(cudaStreamSynchronize(c->cu.stream), NULL, "the step (cudaStreamSynchronize)");
+    if (c->copy) {
+        remat_status sc = remat__cu_rt_ok(cudaStreamSynchronize(c->copy), NULL, "the prefetches (cudaStreamSynchronize)");
+        if (st == REMAT_OK) st = sc;
+    }
     if (st == REMAT_OK) st = remat__cu_rt_ok(cudaGetLastError(), NULL, "a kernel of the step");
     for (int i = 0; i < c->n_pend && st == REMAT_OK; i++)
         memcpy(c->pend[i].dst, c->staging + c->pend[i].off, c->pend[i].bytes);
@@ -212,6 +242,106 @@ static remat_status cuda_upload(void *p, void *dst, const void *src, size_t byte
     memcpy(c->staging + off, src, bytes);
     return remat__cu_rt_ok(cudaMemcpyAsync(dst, c->staging + off, bytes, cudaMemcpyHostToDevice, c->cu.stream), NULL,
                            "cudaMemcpyAsync (upload)");
+}
+
+/* Whether p lies in page-locked host memory (cudaHostAlloc'd or
+ * registered); 0 where the runtime cannot say (no device). */
+extern "C" int remat__cuda_host_pinned(const void *p) {
+    cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        cudaGetLastError(); /* clear it */
+        return 0;
+    }
+    return a.type == cudaMemoryTypeHost;
+}
+
+extern "C" void *remat__cuda_host_alloc(size_t bytes) {
+    void *p = NULL;
+    if (cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault) != cudaSuccess) {
+        cudaGetLastError();
+        return NULL;
+    }
+    return p;
+}
+
+extern "C" void remat__cuda_host_free(void *p) {
+    if (p) cudaFreeHost(p);
+}
+
+/* A bound input: from page-locked bytes, one transfer straight from them
+ * (they stay unchanged until the step's sync, as the binding promises);
+ * otherwise through staging as any upload. The same bytes either way. */
+static remat_status cuda_upload_bound(void *p, void *dst, const void *src, size_t bytes) {
+    ctx *c = (ctx *)p;
+    if (!bytes) return REMAT_OK;
+    if (!remat__cuda_host_pinned(src)) return cuda_upload(p, dst, src, bytes);
+    return remat__cu_rt_ok(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->cu.stream), NULL,
+                           "cudaMemcpyAsync (upload of a bound input)");
+}
+
+/* Slots [0, slot] exist, and the copy stream. */
+static remat_status slot_ready(ctx *c, int slot) {
+    if (!c->copy)
+        REMAT__CU_TRY(remat__cu_rt_ok(cudaStreamCreateWithFlags(&c->copy, cudaStreamNonBlocking), NULL,
+                                      "cudaStreamCreate (prefetch)"));
+    if (slot < c->n_slots) return REMAT_OK;
+    pf_slot *p = (pf_slot *)realloc(c->slots, (size_t)(slot + 1) * sizeof *p);
+    if (!p) return remat__err(REMAT_NOMEM, "out of memory for a prefetch slot");
+    c->slots = p;
+    while (c->n_slots <= slot) {
+        pf_slot e = {NULL, NULL, NULL, 0};
+        REMAT__CU_TRY(remat__cu_rt_ok(cudaEventCreateWithFlags(&e.landed, cudaEventDisableTiming), NULL,
+                                      "cudaEventCreate (prefetch)"));
+        remat_status st = remat__cu_rt_ok(cudaEventCreateWithFlags(&e.freed, cudaEventDisableTiming), NULL,
+                                          "cudaEventCreate (prefetch)");
+        if (st != REMAT_OK) {
+            cudaEventDestroy(e.landed);
+            return st;
+        }
+        c->slots[c->n_slots++] = e;
+    }
+    return REMAT_OK;
+}
+
+/* The next run's input into dst on the copy stream, after the slot's last
+ * read (its freed event); a pageable source is first copied on the host
+ * into the slot's pinned buffer, while the device computes (the previous
+ * transfer from that buffer ended at the last sync). */
+static remat_status cuda_prefetch(void *p, int slot, void *dst, const void *src, size_t bytes) {
+    ctx *c = (ctx *)p;
+    if (!bytes) return REMAT_OK;
+    REMAT__CU_TRY(slot_ready(c, slot));
+    pf_slot *e = &c->slots[slot];
+    const void *from = src;
+    if (!remat__cuda_host_pinned(src)) {
+        if (e->cap < bytes) {
+            if (e->host) cudaFreeHost(e->host);
+            e->host = NULL, e->cap = 0;
+            REMAT__CU_TRY(remat__cu_rt_ok(cudaHostAlloc((void **)&e->host, bytes, cudaHostAllocDefault), NULL,
+                                          "cudaHostAlloc (prefetch)"));
+            e->cap = bytes;
+        }
+        memcpy(e->host, src, bytes);
+        from = e->host;
+    }
+    REMAT__CU_TRY(remat__cu_rt_ok(cudaStreamWaitEvent(c->copy, e->freed, 0), NULL, "cudaStreamWaitEvent (prefetch)"));
+    REMAT__CU_TRY(remat__cu_rt_ok(cudaMemcpyAsync(dst, from, bytes, cudaMemcpyHostToDevice, c->copy), NULL,
+                                  "cudaMemcpyAsync (prefetch)"));
+    return remat__cu_rt_ok(cudaEventRecord(e->landed, c->copy), NULL, "cudaEventRecord (prefetch)");
+}
+
+/* dst = the slot's bytes (src), on the compute stream once they landed;
+ * then the slot is free for the next copy. */
+static remat_status cuda_prefetched(void *p, int slot, void *dst, const void *src, size_t bytes) {
+    ctx *c = (ctx *)p;
+    if (!bytes) return REMAT_OK;
+    REMAT__CU_TRY(slot_ready(c, slot));
+    pf_slot *e = &c->slots[slot];
+    REMAT__CU_TRY(remat__cu_rt_ok(cudaStreamWaitEvent(c->cu.stream, e->landed, 0), NULL,
+                                  "cudaStreamWaitEvent (prefetched input)"));
+    REMAT__CU_TRY(remat__cu_rt_ok(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->cu.stream), NULL,
+                                  "cudaMemcpyAsync (prefetched input)"));
+    return remat__cu_rt_ok(cudaEventRecord(e->freed, c->cu.stream), NULL, "cudaEventRecord (prefetched input)");
 }
 
 static remat_status cuda_download(void *p, void *dst, const void *src, size_t bytes) {
@@ -333,4 +463,5 @@ static remat_status cuda_finite(void *p, const float *x, size_t n, int64_t *firs
 extern "C" const remat__backend remat__backend_cuda = {
     REMAT_DEVICE_CUDA, cuda_create, cuda_destroy, cuda_alloc, cuda_release, cuda_upload, cuda_download,
     cuda_zero,         cuda_one,    cuda_run,     cuda_update, cuda_sync,   cuda_pool,     cuda_finite,   cuda_convert,
+    cuda_upload_bound, cuda_prefetch, cuda_prefetched,
 };

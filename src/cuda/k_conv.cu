@@ -24,13 +24,19 @@
  * bytes) hangs from cu->conv, indexed by the node's position in cu->g, and
  * is freed by remat__cuda_conv_release at backend teardown.
  *
+ * 1x1 convolutions with padding 0 take another path, by a rule on the
+ * shapes (remat__conv1x1_gemm): cuBLAS products, in k_conv1x1.cu, whose
+ * workspace is known from the shapes, so they need no cache entry and no
+ * device to be planned. The bias (forward's add and db) is this file's
+ * on both paths.
+ *
  * db is a two-stage reduction with a fixed order: stage 1 sums, per
  * (channel, chunk of images), the chunk's dy in double (per-thread partials,
  * then a fixed shuffle tree and the warps in index order); stage 2 adds the
  * chunks of each channel in index order. Not cudnnConvolutionBackwardBias,
  * whose determinism is not documented.
  */
-#include "cuda-impl.h"
+#include "conv1x1.h"
 #include "reduce.cuh"
 
 #include <limits.h>
@@ -67,9 +73,7 @@ typedef struct {
     int ready;   /* descriptors made and algorithms chosen */
     int broken;  /* setup failed when a workspace was sized: the planned
                   * bytes (0) cannot be trusted by a later kernel */
-    int N, O, P; /* batch, output channels, output pixels per plane */
     int bias;
-    int db_rows, db_chunks; /* images per db chunk, chunks per channel */
     cudnnTensorDescriptor_t x, y, b; /* (N, C, H, W), (N, O, OH, OW), (1, O, 1, 1) */
     cudnnFilterDescriptor_t w;       /* (O, C, KH, KW) */
     cudnnConvolutionDescriptor_t conv;
@@ -273,9 +277,7 @@ static remat_status entry_setup(remat__cuda *cu, const remat_graph *g, const rem
     const int O = (int)ws->d[0], KH = (int)ws->d[2], KW = (int)ws->d[3];
     const int OH = (int)ys->d[2], OW = (int)ys->d[3];
     const int s = (int)n->iattr[0], p = (int)n->iattr[1];
-    e->N = N, e->O = O, e->P = OH * OW;
     e->bias = n->n_in == 3;
-    db_split(N, (int64_t)OH * OW, &e->db_rows, &e->db_chunks);
 
 #define DNN(call) REMAT__CU_TRY(remat__cu_dnn_ok((call), k, #call))
     if (!e->x) DNN(cudnnCreateTensorDescriptor(&e->x));
@@ -344,10 +346,24 @@ static remat_status entry_get(remat__cuda *cu, const remat_graph *g, const remat
     return REMAT_OK;
 }
 
-/* Bytes of db partials: (O, chunks) doubles, none when one chunk (stage 1
- * then adds into db directly). */
-static size_t db_bytes(const conv_entry *e) {
-    return e->bias && e->db_chunks > 1 ? (size_t)e->O * (size_t)e->db_chunks * sizeof(double) : 0;
+/* The db reduction's sizes, from node n's shapes: dy (N, O, P), images
+ * per chunk and chunks per channel. */
+typedef struct {
+    int N, O, P, rows, chunks;
+} db_geom;
+
+static db_geom db_of(const remat__node *n) {
+    db_geom d;
+    d.N = (int)n->shape.d[0], d.O = (int)n->shape.d[1], d.P = (int)(n->shape.d[2] * n->shape.d[3]);
+    db_split(d.N, d.P, &d.rows, &d.chunks);
+    return d;
+}
+
+/* Bytes of db partials: (O, chunks) doubles, none without a bias or with
+ * one chunk (stage 1 then adds into db directly). */
+static size_t db_bytes(const remat__node *n) {
+    const db_geom d = db_of(n);
+    return n->n_in == 3 && d.chunks > 1 ? (size_t)d.O * (size_t)d.chunks * sizeof(double) : 0;
 }
 
 /* ------------------------------------------------------------ db kernels */
@@ -402,8 +418,31 @@ __global__ void db_combine_kernel(const double *__restrict__ part, int O, int ch
 
 /* ------------------------------------------------------------ op kernels */
 
+/* y (N, O, P) += b (O) broadcast over the images and pixels (the 1x1
+ * path's bias): elementwise, each element written by one thread. */
+static __global__ void bias_add_kernel(float *__restrict__ y, const float *__restrict__ b, int64_t O, int64_t P,
+                                int64_t total) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x)
+        y[i] += b[(i / P) % O];
+}
+
+/* The 1x1 path's forward: the product, then y += b as cuDNN's path adds
+ * it (after the convolution). */
+static remat_status conv1x1_forward(const remat__kctx *k) {
+    REMAT__CU_TRY(remat__conv1x1_forward(k));
+    if (k->node->n_in != 3) return REMAT_OK;
+    remat__cuda *cu = remat__cu(k);
+    const remat__shape *ys = &k->node->shape;
+    const int64_t total = remat__numel(ys), P = ys->d[2] * ys->d[3];
+    if (total == 0) return REMAT_OK;
+    bias_add_kernel<<<remat__cu_blocks(cu, total), REMAT__CU_THREADS, 0, cu->stream>>>(
+        (float *)k->out->data, (const float *)k->in[2]->data, ys->d[1], P, total);
+    return remat__cu_launched(k, "bias_add_kernel");
+}
+
 static remat_status conv_forward(const remat__kctx *k) {
     remat__cuda *cu = remat__cu(k);
+    if (remat__conv1x1_gemm(cu->g, k->node)) return conv1x1_forward(k);
     conv_entry *e = NULL;
     REMAT__CU_TRY(entry_get(cu, cu->g, k->node, k, &e));
     const float *x = (const float *)k->in[0]->data; // (N, C, H, W)
@@ -424,7 +463,30 @@ static remat_status conv_forward(const remat__kctx *k) {
     return REMAT_OK;
 }
 
-static remat_status conv_backward(const remat__kctx *k) {
+/* db += the sums of dy (N, O, P) over images and pixels, after the
+ * products, with the partials (when more than one chunk) at ws offset 0. */
+static remat_status conv_db(const remat__kctx *k, const float *dy, float *db) {
+    remat__cuda *cu = remat__cu(k);
+    const db_geom d = db_of(k->node);
+    if (d.N == 0 || d.O == 0 || d.P == 0) return REMAT_OK;
+    double *part = (double *)k->ws; // (O, chunks) when chunks > 1
+    const unsigned blocks = (unsigned)d.O * (unsigned)d.chunks;
+    if (d.P % 4 == 0 && ((uintptr_t)dy & 15) == 0) {
+        db_partial_kernel<4><<<blocks, DB_THREADS, 0, cu->stream>>>(dy, d.N, d.O, d.P, d.rows, d.chunks, part, db);
+    } else {
+        db_partial_kernel<1><<<blocks, DB_THREADS, 0, cu->stream>>>(dy, d.N, d.O, d.P, d.rows, d.chunks, part, db);
+    }
+    REMAT__CU_TRY(remat__cu_launched(k, "db_partial_kernel"));
+    if (d.chunks > 1) {
+        db_combine_kernel<<<remat__cu_blocks(cu, d.O), REMAT__CU_THREADS, 0, cu->stream>>>(part, d.O, d.chunks, db);
+        REMAT__CU_TRY(remat__cu_launched(k, "db_combine_kernel"));
+    }
+    return REMAT_OK;
+}
+
+/* dx and dW through cuDNN (the path of every convolution but the 1x1
+ * ones). */
+static remat_status conv_backward_dnn(const remat__kctx *k) {
     remat__cuda *cu = remat__cu(k);
     conv_entry *e = NULL;
     REMAT__CU_TRY(entry_get(cu, cu->g, k->node, k, &e));
@@ -433,9 +495,8 @@ static remat_status conv_backward(const remat__kctx *k) {
     const float *dy = k->dout;                      // (N, O, OH, OW)
     float *dx = k->din[0];                          // (N, C, H, W) or NULL
     float *dw = k->din[1];                          // (O, C, KH, KW) or NULL
-    float *db = e->bias ? k->din[2] : NULL;         // (O) or NULL
     const float one = 1.0f;
-    /* The three passes run one after the other on the stream, so they share
+    /* The two passes run one after the other on the stream, so they share
      * the workspace from offset 0. */
     if (dx) {
         const cudnnConvolutionBwdDataAlgo_t algo = (cudnnConvolutionBwdDataAlgo_t)e->algo[PASS_DATA];
@@ -455,26 +516,20 @@ static remat_status conv_backward(const remat__kctx *k) {
                                                                       e->bytes[PASS_FILT], &one, e->w, dw),
                                        k, "cudnnConvolutionBackwardFilter"));
     }
-    if (db) {
-        double *part = (double *)k->ws; // (O, chunks) when chunks > 1
-        const unsigned blocks = (unsigned)e->O * (unsigned)e->db_chunks;
-        if (e->P % 4 == 0 && ((uintptr_t)dy & 15) == 0) {
-            db_partial_kernel<4><<<blocks, DB_THREADS, 0, cu->stream>>>(dy, e->N, e->O, e->P,
-                                                                        e->db_rows, e->db_chunks,
-                                                                        part, db);
-        } else {
-            db_partial_kernel<1><<<blocks, DB_THREADS, 0, cu->stream>>>(dy, e->N, e->O, e->P,
-                                                                        e->db_rows, e->db_chunks,
-                                                                        part, db);
-        }
-        REMAT__CU_TRY(remat__cu_launched(k, "db_partial_kernel"));
-        if (e->db_chunks > 1) {
-            db_combine_kernel<<<remat__cu_blocks(cu, e->O), REMAT__CU_THREADS, 0, cu->stream>>>(
-                part, e->O, e->db_chunks, db);
-            REMAT__CU_TRY(remat__cu_launched(k, "db_combine_kernel"));
-        }
-    }
     return REMAT_OK;
+}
+
+/* dx and dW (cuDNN's or the 1x1 products), then db, all after one another
+ * on the stream. */
+static remat_status conv_backward(const remat__kctx *k) {
+    remat__cuda *cu = remat__cu(k);
+    if (remat__conv1x1_gemm(cu->g, k->node)) {
+        REMAT__CU_TRY(remat__conv1x1_backward(k));
+    } else if (k->din[0] || k->din[1]) {
+        REMAT__CU_TRY(conv_backward_dnn(k));
+    }
+    float *db = k->node->n_in == 3 ? k->din[2] : NULL; // (O) or NULL
+    return db ? conv_db(k, k->dout, db) : REMAT_OK;
 }
 
 /* ---------------------------------------------------------- workspaces */
@@ -489,25 +544,35 @@ static size_t conv_ws_estimate(const remat_graph *g, const remat__node *n) {
     return align256(2 * tensors > CONV_WS_FLOOR ? 2 * tensors : CONV_WS_FLOOR);
 }
 
-/* Forward: the forward algorithm's bytes. */
+/* Forward: the 1x1 products' bytes, or the forward algorithm's. */
 static size_t conv_fwd_ws(void *dev, const remat_graph *g, const remat__node *n) {
+    if (remat__conv1x1_gemm(g, n)) return remat__conv1x1_fwd_ws(g, n);
     if (!dev) return conv_ws_estimate(g, n);
     conv_entry *e = NULL;
     if (entry_get((remat__cuda *)dev, g, n, NULL, &e) != REMAT_OK) return 0;
     return e->bytes[PASS_FWD];
 }
 
-/* Backward: BackwardData and BackwardFilter run one after the other and
- * the db partials after both, so they reuse one region from offset 0:
- * max(data bytes, filter bytes, db partials), rounded to 256 bytes. */
+/* Backward: dx's and dW's passes (cuDNN's BackwardData and BackwardFilter,
+ * or the 1x1 products) run one after the other and the db partials after
+ * them, so they reuse one region from offset 0: max(their bytes, db
+ * partials), rounded to 256 bytes. */
 static size_t conv_bwd_ws(void *dev, const remat_graph *g, const remat__node *n) {
-    if (!dev) return conv_ws_estimate(g, n); /* db's partials are far below the cap */
-    conv_entry *e = NULL;
-    if (entry_get((remat__cuda *)dev, g, n, NULL, &e) != REMAT_OK) return 0;
-    size_t b = e->bytes[PASS_DATA] > e->bytes[PASS_FILT] ? e->bytes[PASS_DATA] : e->bytes[PASS_FILT];
-    if (db_bytes(e) > b) b = db_bytes(e);
+    size_t b;
+    if (remat__conv1x1_gemm(g, n)) {
+        b = remat__conv1x1_bwd_ws(g, n);
+    } else {
+        if (!dev) return conv_ws_estimate(g, n); /* db's partials are far below the cap */
+        conv_entry *e = NULL;
+        if (entry_get((remat__cuda *)dev, g, n, NULL, &e) != REMAT_OK) return 0;
+        b = e->bytes[PASS_DATA] > e->bytes[PASS_FILT] ? e->bytes[PASS_DATA] : e->bytes[PASS_FILT];
+    }
+    if (db_bytes(n) > b) b = db_bytes(n);
     return align256(b);
 }
 
+/* Only cuDNN's algorithms need the device to size their workspace. */
+static int conv_asks_device(const remat_graph *g, const remat__node *n) { return !remat__conv1x1_gemm(g, n); }
+
 extern "C" const remat__dev_kernels remat__cuda_conv2d = {conv_forward, conv_backward, conv_fwd_ws,
-                                                          conv_bwd_ws, 1};
+                                                          conv_bwd_ws, conv_asks_device};

@@ -176,4 +176,4 @@ static remat_status lin_backward(const remat__kctx *k) {
     return REMAT_OK;
 }
 
-extern "C" const remat__dev_kernels remat__cuda_linear = {lin_forward, lin_backward, lin_fwd_ws, lin_bwd_ws, 0};
+extern "C" const remat__dev_kernels remat__cuda_linear = {lin_forward, lin_backward, lin_fwd_ws, lin_bwd_ws, NULL};

@@ -127,7 +127,7 @@ static remat_status relu_backward(const remat__kctx *k) {
     return REMAT_OK;
 }
 
-extern "C" const remat__dev_kernels remat__cuda_relu = {relu_forward, relu_backward, NULL, NULL, 0};
+extern "C" const remat__dev_kernels remat__cuda_relu = {relu_forward, relu_backward, NULL, NULL, NULL};
 
 /* ------------------------------------------------------------------- add */
 
@@ -184,7 +184,7 @@ static remat_status add_backward(const remat__kctx *k) {
     return REMAT_OK;
 }
 
-extern "C" const remat__dev_kernels remat__cuda_add = {add_forward, add_backward, NULL, NULL, 0};
+extern "C" const remat__dev_kernels remat__cuda_add = {add_forward, add_backward, NULL, NULL, NULL};
 
 /* ------------------------------------------------------------------- mul */
 
@@ -244,7 +244,7 @@ static remat_status mul_backward(const remat__kctx *k) {
     return REMAT_OK;
 }
 
-extern "C" const remat__dev_kernels remat__cuda_mul = {mul_forward, mul_backward, NULL, NULL, 0};
+extern "C" const remat__dev_kernels remat__cuda_mul = {mul_forward, mul_backward, NULL, NULL, NULL};
 
 /* --------------------------------------------------------------- dropout */
 
@@ -338,7 +338,7 @@ static remat_status dropout_backward(const remat__kctx *k) {
     return REMAT_OK;
 }
 
-extern "C" const remat__dev_kernels remat__cuda_dropout = {dropout_forward, dropout_backward, NULL, NULL, 0};
+extern "C" const remat__dev_kernels remat__cuda_dropout = {dropout_forward, dropout_backward, NULL, NULL, NULL};
 
 /* ------------------------------------------------------------------ gelu */
 
@@ -432,7 +432,7 @@ static remat_status gelu_backward(const remat__kctx *k) {
     return REMAT_OK;
 }
 
-extern "C" const remat__dev_kernels remat__cuda_gelu = {gelu_forward, gelu_backward, NULL, NULL, 0};
+extern "C" const remat__dev_kernels remat__cuda_gelu = {gelu_forward, gelu_backward, NULL, NULL, NULL};
 
 /* --------------------------------------------------------- add_broadcast */
 
@@ -590,4 +590,4 @@ static remat_status addb_backward(const remat__kctx *k) {
     return REMAT_OK;
 }
 
-extern "C" const remat__dev_kernels remat__cuda_add_broadcast = {addb_forward, addb_backward, NULL, addb_bwd_ws, 0};
+extern "C" const remat__dev_kernels remat__cuda_add_broadcast = {addb_forward, addb_backward, NULL, addb_bwd_ws, NULL};

@@ -150,7 +150,7 @@ static remat_status reshape_backward(const remat__kctx *k) {
     return sh_copy(k, k->dout, k->din[0], remat__numel(&k->node->shape), 1);
 }
 
-extern "C" const remat__dev_kernels remat__cuda_reshape = {reshape_forward, reshape_backward, NULL, NULL, 0};
+extern "C" const remat__dev_kernels remat__cuda_reshape = {reshape_forward, reshape_backward, NULL, NULL, NULL};
 
 /* ---------------------------------------------------------------- concat */
 
@@ -200,7 +200,7 @@ static remat_status concat_backward(const remat__kctx *k) {
     return sh_run_parts(k, &t, 1);
 }
 
-extern "C" const remat__dev_kernels remat__cuda_concat = {concat_forward, concat_backward, NULL, NULL, 0};
+extern "C" const remat__dev_kernels remat__cuda_concat = {concat_forward, concat_backward, NULL, NULL, NULL};
 
 /* ----------------------------------------------------------------- slice */
 
@@ -233,7 +233,7 @@ static remat_status slice_backward(const remat__kctx *k) {
     return sh_run_parts(k, &t, 1);
 }
 
-extern "C" const remat__dev_kernels remat__cuda_slice = {slice_forward, slice_backward, NULL, NULL, 0};
+extern "C" const remat__dev_kernels remat__cuda_slice = {slice_forward, slice_backward, NULL, NULL, NULL};
 
 /* --------------------------------------------------------------- permute */
 
@@ -432,7 +432,7 @@ static remat_status permute_backward(const remat__kctx *k) {
     return perm_run(k, k->dout, k->din[0], ys, inv, 1);
 }
 
-extern "C" const remat__dev_kernels remat__cuda_permute = {permute_forward, permute_backward, NULL, NULL, 0};
+extern "C" const remat__dev_kernels remat__cuda_permute = {permute_forward, permute_backward, NULL, NULL, NULL};
 
 /* ------------------------------------------------------------- embedding */
 
@@ -645,4 +645,4 @@ static remat_status emb_backward(const remat__kctx *k) {
     return REMAT_OK;
 }
 
-extern "C" const remat__dev_kernels remat__cuda_embedding = {emb_forward, emb_backward, NULL, emb_bwd_ws, 0};
+extern "C" const remat__dev_kernels remat__cuda_embedding = {emb_forward, emb_backward, NULL, emb_bwd_ws, NULL};

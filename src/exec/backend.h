@@ -11,7 +11,8 @@
  * Ordering: calls on one context are executed in the order they are made
  * (a CUDA backend enqueues them on one stream). A download's bytes are in
  * its destination once the next sync returns; a source given to upload may
- * be reused as soon as upload returns.
+ * be reused as soon as upload returns, one given to upload_bound only
+ * after the next sync.
  */
 #ifndef REMAT_BACKEND_H
 #define REMAT_BACKEND_H
@@ -55,6 +56,19 @@ typedef struct {
      * (core/bf16.h: remat__cvt), both memory of this context: the bf16
      * policy's views around a kernel. NULL: the device has no bf16 yet. */
     remat_status (*convert)(void *ctx, void *dst, const void *src, int64_t n, int kind);
+    /* upload of a bound input's bytes (the caller's data, which stays
+     * unchanged until the step's sync): a device may read src as late as
+     * the next sync, not copy it first (CUDA: page-locked src is
+     * transferred straight from it). NULL: upload. */
+    remat_status (*upload_bound)(void *ctx, void *dst, const void *src, size_t bytes);
+    /* The next run's input ahead of it (exec/prefetch.c), slot by slot:
+     * prefetch starts copying `bytes` of src (host, unchanged until the
+     * next sync) into dst (memory of this context) on a second stream,
+     * after the last prefetched read of that slot, and the next sync waits
+     * for it too; prefetched copies the slot's src into dst, in the run's
+     * order, once the slot's copy has landed. NULL: no second stream. */
+    remat_status (*prefetch)(void *ctx, int slot, void *dst, const void *src, size_t bytes);
+    remat_status (*prefetched)(void *ctx, int slot, void *dst, const void *src, size_t bytes);
 } remat__backend;
 
 /* The backend of a device, or NULL when this build has none. */
@@ -65,6 +79,12 @@ extern const remat__backend remat__backend_cpu;
 extern const remat__backend remat__backend_cuda;
 remat_status remat__cuda_available(void);
 remat_status remat__cuda_memory(size_t *free_bytes, size_t *total_bytes);
+/* remat_host_alloc's and remat_host_free's CUDA side: page-locked host
+ * memory (NULL when it cannot be had: no device, out of memory), and
+ * whether p lies in page-locked host memory. */
+void *remat__cuda_host_alloc(size_t bytes);
+int remat__cuda_host_pinned(const void *p);
+void remat__cuda_host_free(void *p);
 #endif
 
 #endif

@@ -3,6 +3,7 @@
 #include "backend.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 
@@ -32,4 +33,31 @@ remat_status remat_device_memory(remat_device d, size_t *free_bytes, size_t *tot
 #else
     return REMAT_UNSUPPORTED;
 #endif
+}
+
+void *remat_host_alloc(remat_device d, size_t bytes) {
+#ifdef REMAT_HAVE_CUDA
+    if (d == REMAT_DEVICE_CUDA) {
+        void *p = remat__cuda_host_alloc(bytes);
+        if (p) return p;
+    }
+#else
+    (void)d;
+#endif
+    return malloc(bytes ? bytes : 1);
+}
+
+/* Page-locked memory came from cudaHostAlloc (remat_host_alloc never
+ * pins what it got from malloc), the rest from malloc. */
+void remat_host_free(remat_device d, void *p) {
+    if (!p) return;
+#ifdef REMAT_HAVE_CUDA
+    if (d == REMAT_DEVICE_CUDA && remat__cuda_host_pinned(p)) {
+        remat__cuda_host_free(p);
+        return;
+    }
+#else
+    (void)d;
+#endif
+    free(p);
 }

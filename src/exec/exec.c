@@ -152,7 +152,13 @@ static remat_status upload(remat_session *s, const remat__instr *in) {
     int32_t vo = REMAT__VAL(in->node, REMAT__V_OUT);
     const unsigned char *src = s->bound[in->node];
     size_t ob = s->cur->ev[s->vev[vo]].bytes;
-    return s->be->upload(s->dev, s->vals[vo], src + (s->dp.j > 0 ? (size_t)s->dp.j * ob : 0), ob);
+    src += s->dp.j > 0 ? (size_t)s->dp.j * ob : 0;
+    int taken = 0;
+    remat_status st = remat__prefetch_take(s, in->node, s->vals[vo], src, ob, &taken);
+    if (taken || st != REMAT_OK) return st;
+    /* the binding stays valid and unchanged until the step's sync */
+    if (s->be->upload_bound) return s->be->upload_bound(s->dev, s->vals[vo], src, ob);
+    return s->be->upload(s->dev, s->vals[vo], src, ob);
 }
 
 /* The fetched value as float32 (a bf16 one widened on the host). */
@@ -284,10 +290,14 @@ remat_status remat__exec(remat_session *s, const remat__planned *pl, float *loss
     fence(s, s->arena, s->arena_bytes, 0);
     s->cur = &pl->mem;
     st = walk(s, &pl->sc, loss, fetch_out);
+    /* the next run's inputs start their copy, overlapped with this run */
+    remat_status pf = remat__prefetch_issue(s, st == REMAT_OK);
+    if (st == REMAT_OK) st = pf;
     /* The run's one synchronization point: downloads land, device errors
      * surface. */
     remat_status sy = s->be->sync(s->dev);
     if (st == REMAT_OK) st = sy;
+    if (st != REMAT_OK) remat__prefetch_issue(s, 0); /* a copy may not have landed */
     if (st != REMAT_OK) release_all(s);
     s->cur = NULL;
     return st;

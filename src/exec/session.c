@@ -56,13 +56,14 @@ static remat_status remat__session_check_budget(const remat_session *s) {
                       "strategy '%s' holds %zu bytes (%.1f MiB) during a training step, above the budget of %zu "
                       "bytes (%.1f MiB): an arena of %zu bytes for a peak of %zu bytes of values (activations %zu, "
                       "transient %zu, workspace %zu), and %zu bytes of parameters, gradients and optimizer state"
-                      "%s",
+                      "%s%s",
                       remat_strategy_str(s->opts.strategy), held, (double)held / 1048576.0, s->opts.budget,
                       (double)s->opts.budget / 1048576.0, arena,
                       pred.peak[REMAT_MEM_TOTAL] - pred.live[REMAT_MEM_TOTAL], pred.peak[REMAT_MEM_ACT],
                       pred.peak[REMAT_MEM_TRANSIENT], pred.peak[REMAT_MEM_WORKSPACE], remat__session_blocks_bytes(s),
                       s->blk_bytes[REMAT__BLK_COMM] ? " (of which communication: the accumulated gradients of the "
-                      "micro-batches and the reductions' buffers)" : "");
+                      "micro-batches and the reductions' buffers)" : "",
+                      s->blk_bytes[REMAT__BLK_PREFETCH] ? " (and the next batch's inputs, opts.prefetch)" : "");
 }
 
 /* Fills a parameter from its initializer: U(-a, a) or N(0, a^2) from
@@ -238,6 +239,7 @@ static remat_status create(remat_session **out, const remat_graph *g, remat_node
     if (st == REMAT_OK) st = check_used(s);
     if (st == REMAT_OK) st = alloc_params(s);
     if (st == REMAT_OK) st = remat__dp_init(s); /* its block counts in the plan's budget */
+    if (st == REMAT_OK) st = remat__prefetch_init(s); /* so does this one */
     if (st == REMAT_OK && s->opts.optim) st = remat__optim_install(s, s->opts.optim);
     s->opts.optim = NULL; /* copied: the caller's may go away */
     if (st == REMAT_OK) st = remat__session_plan_train(s);
@@ -284,8 +286,11 @@ void remat_session_destroy(remat_session *s) {
         remat__block_free(s, REMAT__BLK_GRAD, REMAT_MEM_GRAD, block_counted(s, 1));
         remat__block_free(s, REMAT__BLK_PARAM, REMAT_MEM_PARAM, block_counted(s, 0));
         remat__dp_free(s);
+        remat__prefetch_free(s);
         remat__exec_release(s);
         s->be->destroy(s->dev);
+    } else {
+        remat__prefetch_free(s); /* a plan-only session's counted block and slots */
     }
     remat__planned_free(&s->train);
     remat__planned_free(&s->fwd[0]);

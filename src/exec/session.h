@@ -20,7 +20,7 @@ typedef struct {
 
 /* The resident blocks: one backend allocation each, carved into tensors
  * at REMAT__ARENA_ALIGN offsets. */
-enum { REMAT__BLK_PARAM = 0, REMAT__BLK_GRAD, REMAT__BLK_OPTIM, REMAT__BLK_COMM, REMAT__N_BLK };
+enum { REMAT__BLK_PARAM = 0, REMAT__BLK_GRAD, REMAT__BLK_OPTIM, REMAT__BLK_COMM, REMAT__BLK_PREFETCH, REMAT__N_BLK };
 
 
 struct remat_session {
@@ -60,6 +60,14 @@ struct remat_session {
     int64_t prof_n[REMAT__N_OPS][4];
     /* ... and per node (remat__session_node_profile, session_api.h) */
     double *prof_node;
+    /* The next run's inputs (prefetch.c), with opts.prefetch on a device
+     * that copies on a second stream; all NULL otherwise. */
+    int32_t *pf_slot;            /* per node: an input's slot, or -1 */
+    void **pf_dst;               /* (pf_n) the slot's bytes in the PREFETCH block */
+    size_t *pf_bytes;            /* (pf_n) */
+    const void **pf_next;        /* (pf_n) remat_session_bind_next's data */
+    const void **pf_src;         /* (pf_n) the data whose copy the slot holds for this run */
+    int pf_n;
 };
 
 /* Runs a planned schedule and waits for it (the step's one
@@ -69,6 +77,16 @@ remat_status remat__exec(remat_session *s, const remat__planned *pl, float *loss
 /* Runs k's kernel (backend run), through the bf16 policy's float32 views
  * where its node has them (precision.c). */
 remat_status remat__run_precise(remat_session *s, remat__kctx *k, int backward);
+
+/* prefetch.c: the PREFETCH block and its slots (session creation and
+ * destruction); in a run, an input's upload served from its slot
+ * (*taken: it was), and after the run's walk, its copies dropped and the
+ * next run's started (ok: the run succeeded; 0 only drops them). */
+remat_status remat__prefetch_init(remat_session *s);
+void remat__prefetch_free(remat_session *s);
+remat_status remat__prefetch_take(remat_session *s, int32_t node, void *dst, const void *src, size_t bytes,
+                                  int *taken);
+remat_status remat__prefetch_issue(remat_session *s, int ok);
 
 /* Frees every value still resident and gives the arena back to the
  * backend. For remat_session_destroy. */

@@ -29,7 +29,7 @@ remat_status remat__prog_init(remat__prog *p, const remat_graph *g, int nth, rem
         } else if (op->cuda) {
             p->ws[2 * v] = op->cuda->fwd_ws ? op->cuda->fwd_ws(dev, g, n) : 0;
             p->ws[2 * v + 1] = op->cuda->bwd_ws ? op->cuda->bwd_ws(dev, g, n) : 0;
-            p->estimated += !dev && op->cuda->asks_device;
+            p->estimated += !dev && op->cuda->asks_device && op->cuda->asks_device(g, n);
         } else {
             remat__prog_free(p);
             return remat__err(REMAT_UNSUPPORTED, "op '%s' has no %s kernels in this build", op->name,

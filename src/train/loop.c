@@ -44,12 +44,12 @@ typedef struct {
     int64_t rows;                   /* rows staged: micro-batches x batch */
     float *x;                       /* (rows, C, H, W) */
     int32_t *y;                     /* (rows) */
+    remat_device dev;               /* x and y are remat_host_alloc's for it */
 } staging;
 
 /* Staging for `micro` micro-batches of the graph's batch. */
 static remat_status staging_init(staging *st, const remat_session *s, const remat_model *m,
                                  const remat_dataset *d, int64_t micro) {
-    (void)s;
     memset(st, 0, sizeof *st);
     int64_t dims[REMAT_MAX_DIMS], ld[REMAT_MAX_DIMS], chw[3];
     const remat_graph *g = remat_session_graph(s);
@@ -70,16 +70,18 @@ static remat_status staging_init(staging *st, const remat_session *s, const rema
         return remat__err(REMAT_SHAPE, "data set has %d classes but the model predicts %lld",
                           remat_dataset_classes(d), (long long)st->classes);
     st->rows = micro * st->batch;
-    st->x = malloc((size_t)(st->rows * st->sample) * sizeof *st->x);
-    st->y = malloc((size_t)st->rows * sizeof *st->y);
+    /* page-locked on a GPU: the step uploads the batch straight from it */
+    st->dev = remat__session_opts(s)->device;
+    st->x = remat_host_alloc(st->dev, (size_t)(st->rows * st->sample) * sizeof *st->x);
+    st->y = remat_host_alloc(st->dev, (size_t)st->rows * sizeof *st->y);
     if (!st->x || !st->y) {
-        free(st->x), free(st->y);
+        remat_host_free(st->dev, st->x), remat_host_free(st->dev, st->y);
         return remat__err(REMAT_NOMEM, "out of memory for a batch");
     }
     return REMAT_OK;
 }
 
-static void staging_free(staging *st) { free(st->x), free(st->y); }
+static void staging_free(staging *st) { remat_host_free(st->dev, st->x), remat_host_free(st->dev, st->y); }
 
 /* The caller's bindings of a model's input and labels, to restore. */
 typedef struct {
