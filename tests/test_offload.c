@@ -265,10 +265,59 @@ static void test_exhaustive(void) {
     CHECK(offloaded > 0);
 }
 
+/* (5) the public API on a model: no host memory is the plan without
+ * offload; with it, never costlier, within both budgets, and offloading
+ * somewhere; a budget below the resident blocks is refused. */
+static void test_session(void) {
+    remat_graph *g = NULL;
+    remat_model m;
+    remat_model_opts mo;
+    remat_model_opts_default(&mo);
+    CHECK_OK(remat_model_opts_for(&mo, "resnet18")); /* 3x224x224 */
+    mo.batch = 2;
+    CHECK_OK(remat_graph_create(&g));
+    CHECK_OK(remat_model_build(g, &mo, &m));
+    remat_session_opts so;
+    remat_session_opts_default(&so);
+    so.plan_only = 1, so.strategy = REMAT_STRATEGY_ALL;
+    remat_session *s = NULL;
+    CHECK_OK(remat_session_create(&s, g, m.loss, &so));
+    remat_plan_summary ps;
+    CHECK_OK(remat_session_plan(s, &ps));
+    remat_offload_opts oo;
+    remat_offload_opts_default(&oo);
+    remat_offload_summary r;
+    size_t blocks = ps.held_bytes - ps.arena_bytes;
+    oo.budget = blocks / 2;
+    CHECK(remat_session_offload(s, &oo, &r) == REMAT_BUDGET);
+    int offloaded = 0;
+    for (int k = 1; k <= 12; k++) {
+        oo.budget = blocks + ps.arena_bytes * (size_t)k / 12;
+        oo.host_budget = 0;
+        CHECK_OK(remat_session_offload(s, &oo, &r));
+        CHECK(r.fits == r.fits_without && r.offloaded == 0 && r.host_peak == 0);
+        CHECK(!r.fits || (r.cost == r.cost_without && r.device_peak == r.device_peak_without));
+        oo.host_budget = (size_t)1 << 30;
+        CHECK_OK(remat_session_offload(s, &oo, &r));
+        CHECK_MSG(r.fits >= r.fits_without && (!r.fits_without || r.cost <= r.cost_without),
+                  "budget %zu: with %g, without %g", oo.budget, r.cost, r.cost_without);
+        CHECK(!r.fits || (r.device_peak <= r.chain_budget && r.host_peak <= oo.host_budget));
+        CHECK(r.chain_budget == oo.budget - blocks && r.stall >= 0 && r.stall <= r.cost);
+        offloaded += r.offloaded > 0;
+        printf("  resnet18 b2, %5.1f MiB for the chain: %s%s, cost %.4g (without %.4g), %d stages offloaded\n",
+               (double)r.chain_budget / 1048576, r.fits ? "fits" : "does not fit",
+               r.fits_without ? "" : " (not without offload)", r.cost, r.cost_without, r.offloaded);
+    }
+    CHECK(offloaded > 0);
+    remat_session_destroy(s);
+    remat_graph_destroy(g);
+}
+
 int main(void) {
     test_timeline();
     test_simulate();
     test_never_worse();
     test_exhaustive();
+    test_session();
     return check_exit("test_offload");
 }

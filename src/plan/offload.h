@@ -19,6 +19,7 @@
 #define REMAT_PLAN_OFFLOAD_H
 
 #include "rotor.h"
+#include "schedule.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -107,5 +108,24 @@ remat_status remat__offload_simulate(const remat__stage_ex *st, int n, int64_t o
 remat_status remat__offload_solve(const remat__stage_ex *st, int n, int64_t output, remat__link link, int64_t budget,
                                   int64_t host_budget, int slots, int host_slots, remat_chain_plan **plan,
                                   remat__offload_result *res);
+
+/* ------------------------------------------------- for a model's step */
+
+/* The chain `optimal` plans over (optimal.c): its stages with their
+ * options (malloc'd into *st), their count, the loss input's bytes, and
+ * each stage's first node (malloc'd into *first when not NULL). The
+ * caller frees both. */
+remat_status remat__optimal_chain(const remat__prog *p, remat_node loss, remat__stage_ex **st, int *n, int64_t *output,
+                                  int32_t **first);
+
+/* The chain plan of p's step with offload (host_budget bytes) and without
+ * (offload_report.c), at chain_budget device bytes, on a link in the cost
+ * model's units; fills out's chain fields (not chain_budget, the link or
+ * the names) and, when offloaded is not NULL, the first node of each
+ * offloaded stage (malloc'd into *offloaded, *n_off of them; the caller
+ * frees it). */
+remat_status remat__offload_report(const remat__prog *p, remat_node loss, size_t chain_budget, size_t host_budget,
+                                   remat__link link, int slots, int host_slots, remat_offload_summary *out,
+                                   int32_t **offloaded, int *n_off);
 
 #endif
