@@ -21,7 +21,8 @@ static void help(void) {
            "                    file, docs/graph-format.md; the Python package writes them):\n"
            "                    peak per category and the ops recomputed; --json prints the\n"
            "                    plan as the library gives it\n"
-           "  --slots N         memory slots of the chain planner (default 500)\n"
+           "  --slots N         memory slots of the chain planner (default 500; with\n"
+           "                    --host-budget, the device slots of the offload planner)\n"
            "  --sweep           the trade-off curve: optimal at 24 budgets from the smallest\n"
            "                    feasible to store-all, next to sqrt\n"
            "  --plot FILE.svg   with --sweep, also draw the curve\n"
@@ -538,6 +539,7 @@ int cmd_plan(int argc, char **argv) {
         remat_offload_opts oo2;
         remat_offload_opts_default(&oo2);
         oo2.host_budget = a.host_budget;
+        oo2.slots = (int)a.slots; /* 0 unless --slots: as many as the tables allow, up to 500 */
         if (a.pcie_gbps > 0) oo2.bandwidth = a.pcie_gbps * 1e9;
         if (a.pcie_us >= 0) oo2.latency = a.pcie_us * 1e-6;
         if (a.max_batch) return cli_plan_offload_max_batch(&mo, a.ma.batch > 0 ? mo.batch : 1, &so, &oo2, a.json);
