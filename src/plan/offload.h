@@ -99,8 +99,8 @@ remat_status remat__offload_simulate(const remat__stage_ex *st, int n, int64_t o
  * `slots` device slots (ceil(budget / slots) bytes each; 0: 500) and
  * `host_slots` host slots (0: 16; of ceil(min(host_budget, everything
  * offloadable) / host_slots) bytes). The class: rotor's persistent
- * schedules, where an offloaded Fe_i is followed by Fe_{i+1} (so its
- * copies overlap Fe_{i+1} and B_{i+1}). Exact on the rounded sizes:
+ * schedules with any stage but the last offloaded (its copies overlap
+ * the operation after Fe_i and B_{i+1}). Exact on the rounded sizes:
  * with unit slots it equals the least simulated cost over the class.
  * host_budget 0 gives remat__chain_solve_ex's plan cost. The caller owns
  * *plan (remat_chain_plan_destroy) and gets the simulation in *res

@@ -6,30 +6,33 @@
  * storage options included), plus: stage i <= L-2 may run an offloaded
  * Fe_i, which keeps option 0's xbar_{i+1} but moves its part beyond
  * x_{i+1} (H_i bytes) to the host. The copy out runs on the copy engine
- * beside the next operation, which must be Fe_{i+1}; the copy back runs
- * beside B_{i+1}, the operation before B_i. The device holds H_i during
- * Fe_i, Fe_{i+1}, B_{i+1} and B_i; the host from Fe_i to B_i. A copy of
- * H bytes takes latency + H / bandwidth seconds, c_i; what it does not
- * hide is exposed: max(0, c_i - f_{i+1}) after Fe_{i+1} and
+ * beside the next operation (Fe_{i+1} or CF_{i+1}, f_{i+1} long); the
+ * copy back beside B_{i+1}, which always precedes B_i. The device holds
+ * H_i during Fe_i, those two operations and B_i; the host from Fe_i to
+ * B_i. A copy of H bytes takes latency + H / bandwidth seconds, c_i; what
+ * it does not hide is exposed: max(0, c_i - f_{i+1}) after the first and
  * max(0, c_i - b_{i+1}) before B_i (b_{i+1} of the option B_{i+1} runs).
  * These windows never overlap, so the engine is never busy when a copy is
  * issued and the stalls add up: the DP's cost is the timeline's
- * (offload_sim.c), which the tests check.
+ * (offload_sim.c), which every solve checks.
  *
  * The recurrence. Opt[i][l][m][h] is rotor's Opt[m][i][l] (x_i resident
  * and not counted; y_{l+1} counted in m slots) with h host slots, and
  * gains a term for an offloaded Fe_i: f_i + b_i + P[i+1][l][m - a_{i+1}]
- * [h - hh_i]. P[k][l][m][h] is an interval that starts with Fe_k and ends
- * with B_k while H_{k-1} (hd_{k-1} device slots) is copied out beside
- * Fe_k and back beside B_k: Fe_k and B_k hold hd_{k-1} more, and P pays
- * the two stalls of c_{k-1}; its Fe_k is plain (then Opt[k+1][l]) or
- * offloaded (then P[k+1][l]). A leaf's two parts run one after the other,
- * so each gets all h slots. With h = 0 no offload fits and Opt is rotor's
- * table: the plan is remat__chain_solve_ex's, at its cost; with h > 0 the
- * choices only grow, so the cost never rises.
+ * [h - hh_i]. P[k][l][m][h] is the interval k..l beside the copies of
+ * H_{k-1} (hd_{k-1} device slots): its first operation and its last,
+ * B_k, hold hd_{k-1} more, and it pays the two stalls of c_{k-1}. It
+ * starts with Fe_k, plain (then Opt[k+1][l]) or offloaded (then
+ * P[k+1][l]), or with a leaf: CF_k, Fn up to j-1, Opt[j][l], then k..j-1
+ * as Q[k][j-1], which is the same as P but beside the copy back only.
+ * A leaf's two parts run one after the other, so each gets all h slots.
+ * With h = 0 no offload fits and Opt is rotor's table: the plan is
+ * remat__chain_solve_ex's, at its cost; with h > 0 the choices only
+ * grow, so the cost never rises.
  *
  * The tables are (L+1)(L+2)/2 x (M+1) x (H+1) doubles and int16 choices,
- * twice; a solve is refused (naming the sizes) past 1 GiB or 1e10 steps.
+ * three of them; a solve is refused (naming the sizes) past 1 GiB or 1e10
+ * steps.
  *
  * Ownership: the plan is the caller's (remat_chain_plan_destroy); nothing
  * else outlives a call.
@@ -44,7 +47,8 @@
 
 #define MAXO REMAT__MAX_OPTIONS
 #define NONE INT16_MIN
-#define OFF_CHOICE (-100) /* the offloaded Fe; -1 - o is the plain Fe of option o; j > 0 a leaf at j */
+#define OFF_CHOICE (-100) /* the offloaded Fe; in Opt -1 - o is the plain Fe of option o, j > 0 a leaf at j; */
+#define LEAF(j) (-1000 - (j)) /* in P and Q o >= 0 is the plain Fe of option o, LEAF(j) a leaf at j */
 #define DEFAULT_SLOTS 500
 #define DEFAULT_HOST_SLOTS 16
 #define MAX_BYTES ((double)(1u << 30))
@@ -59,8 +63,8 @@ typedef struct {
     int64_t *sv, *needb, *fe;         /* (L+1) * MAXO: xbar, B's least m, Fe's xbar + fe_tmp */
     int64_t *ftmp, *hd, *hh;          /* L + 1: fwd_tmp; offloaded device / host slots (-1: not offloadable) */
     double *f, *b, *c;                /* f: L+1, b: (L+1) * MAXO, c: copy seconds of H_i */
-    double *opt, *pt;                 /* Opt and P */
-    int16_t *wo, *wp;                 /* their choices */
+    double *opt, *pt, *qt;            /* Opt, P and Q */
+    int16_t *wo, *wp, *wq;            /* their choices */
 } otab;
 
 static int64_t cdiv(int64_t v, int64_t u) { return v / u + (v % u != 0); }
@@ -76,7 +80,7 @@ static size_t cell(const otab *t, int i, int l, int64_t m, int64_t h) {
 
 static void otab_free(otab *t) {
     free(t->a), free(t->nopt), free(t->sv), free(t->needb), free(t->fe), free(t->ftmp), free(t->hd), free(t->hh);
-    free(t->f), free(t->b), free(t->c), free(t->opt), free(t->pt), free(t->wo), free(t->wp);
+    free(t->f), free(t->b), free(t->c), free(t->opt), free(t->pt), free(t->qt), free(t->wo), free(t->wp), free(t->wq);
 }
 
 /* The sizes in slots (rotor.c's sizes_fill, without the floor), the
@@ -142,25 +146,40 @@ static void fill_opt(otab *t, int i, int l, int64_t m, int64_t h) {
     t->opt[cell(t, i, l, m, h)] = best, t->wo[cell(t, i, l, m, h)] = w;
 }
 
-/* P[k][l][m][h] (k >= 1, stage k-1 offloadable): Fe_k, then k+1..l, then
- * B_k, beside the copies of H_{k-1}. */
-static void fill_p(otab *t, int k, int l, int64_t m, int64_t h) {
-    double best = INFINITY, c = t->c[k - 1];
+/* P[k][l][m][h] (first) and Q[k][l][m][h] (k >= 1, stage k-1
+ * offloadable): k..l beside the copies of H_{k-1}: its first operation
+ * (P only) and its last, B_k, hold hd_{k-1} more and pay the stalls of
+ * c_{k-1}. P starts with Fe_k or, a leaf, CF_k, whose left part is Q. */
+static void fill_pq(otab *t, int k, int l, int64_t m, int64_t h, int first) {
+    double best = INFINITY, c = t->c[k - 1], out = first ? stall(c, t->f[k]) : 0;
     int16_t w = NONE;
     int64_t x = t->hd[k - 1];
+    double sf = 0;
+    int64_t pre = t->a[k + 1] + t->ftmp[k];
+    for (int j = k + 1; j <= l; j++) { /* leaf at j: CF_k (beside the copy out when first), Fn, then Q */
+        sf += t->f[j - 1];
+        if (j - 1 > k) pre = max64(pre, t->a[j - 1] + t->a[j] + t->ftmp[j - 1]);
+        if (t->a[l + 1] + pre > m || t->a[j] > m) continue;
+        if (first && t->a[l + 1] + t->a[k + 1] + t->ftmp[k] + x > m) continue;
+        double v = sf + out + t->opt[cell(t, j, l, m - t->a[j], h)] + t->qt[cell(t, k, j - 1, m, h)];
+        if (v < best) best = v, w = (int16_t)LEAF(j);
+    }
     for (int o = 0; o < t->nopt[k]; o++) {
-        if (pair_need(t, k, l, o, x) > m) continue;
         size_t q = (size_t)k * MAXO + (size_t)o;
-        double v = t->f[k] + t->b[q] + stall(c, t->f[k]) + stall(c, t->b[q]);
+        if (max64(t->needb[q] + x, t->a[l + 1] + t->fe[q] + (first ? x : 0)) > m) continue;
+        double v = t->f[k] + t->b[q] + out + stall(c, t->b[q]);
         if (k < l) v += t->opt[cell(t, k + 1, l, m - t->sv[q], h)];
         if (v < best) best = v, w = (int16_t)o;
     }
-    if (k < l && t->hd[k] >= 0 && t->hh[k] <= h && pair_need(t, k, l, 0, x) <= m) {
-        double v = t->f[k] + t->b[(size_t)k * MAXO] + stall(c, t->f[k]) + stall(c, t->b[(size_t)k * MAXO]) +
+    if (k < l && t->hd[k] >= 0 && t->hh[k] <= h &&
+        max64(t->needb[(size_t)k * MAXO] + x, t->a[l + 1] + t->fe[(size_t)k * MAXO] + (first ? x : 0)) <= m) {
+        double v = t->f[k] + t->b[(size_t)k * MAXO] + out + stall(c, t->b[(size_t)k * MAXO]) +
                    t->pt[cell(t, k + 1, l, m - t->a[k + 1], h - t->hh[k])];
         if (v < best) best = v, w = OFF_CHOICE;
     }
-    t->pt[cell(t, k, l, m, h)] = best, t->wp[cell(t, k, l, m, h)] = w;
+    size_t at = cell(t, k, l, m, h);
+    if (first) t->pt[at] = best, t->wp[at] = w;
+    else t->qt[at] = best, t->wq[at] = w;
 }
 
 /* Rows by l up, i down: every row reads rows of shorter intervals or of
@@ -170,14 +189,19 @@ static void otab_fill(otab *t) {
         for (int i = l; i >= 0; i--)
             for (int64_t m = 0; m <= t->Ms; m++)
                 for (int64_t h = 0; h <= t->Hs; h++) {
-                    if (i >= 1 && i < t->L && t->hd[i - 1] >= 0) fill_p(t, i, l, m, h);
-                    else t->pt[cell(t, i, l, m, h)] = INFINITY, t->wp[cell(t, i, l, m, h)] = NONE;
+                    size_t at = cell(t, i, l, m, h);
+                    if (i >= 1 && i < t->L && t->hd[i - 1] >= 0) {
+                        fill_pq(t, i, l, m, h, 0);
+                        fill_pq(t, i, l, m, h, 1);
+                    } else {
+                        t->pt[at] = t->qt[at] = INFINITY, t->wp[at] = t->wq[at] = NONE;
+                    }
                     fill_opt(t, i, l, m, h);
                 }
 }
 
 typedef struct {
-    int kind; /* 0 Opt, 1 P, 2 emit B */
+    int kind; /* 0 Opt, 1 P, 2 emit B, 3 Q */
     int i, l;
     int64_t m, h;
     int option;
@@ -204,8 +228,15 @@ static int push_op(oplist *o, remat_chain_op_kind k, int stage, int option) {
 static int rebuild_task(const otab *t, task k, task *stack, size_t *top, oplist *out) {
     if (k.kind == 2) return push_op(out, REMAT_CHAIN_B, k.i, k.option);
     size_t at = cell(t, k.i, k.l, k.m, k.h);
-    int w = k.kind == 0 ? t->wo[at] : t->wp[at];
+    int w = k.kind == 0 ? t->wo[at] : k.kind == 1 ? t->wp[at] : t->wq[at];
     if (k.kind == 0 && k.i == t->L) return push_op(out, REMAT_CHAIN_LOSS, t->L, 0);
+    if (k.kind != 0 && w <= LEAF(0)) { /* leaf at j; its left part ends beside the copy back */
+        int j = LEAF(0) - w, ok = push_op(out, REMAT_CHAIN_CF, k.i, 0);
+        for (int q = k.i + 1; ok && q < j; q++) ok = push_op(out, REMAT_CHAIN_FN, q, 0);
+        stack[(*top)++] = (task){3, k.i, j - 1, k.m, k.h, 0};
+        stack[(*top)++] = (task){0, j, k.l, k.m - t->a[j], k.h, 0};
+        return ok;
+    }
     if (k.kind == 0 && w > 0) { /* leaf at j */
         int ok = push_op(out, REMAT_CHAIN_CF, k.i, 0);
         for (int q = k.i + 1; ok && q < w; q++) ok = push_op(out, REMAT_CHAIN_FN, q, 0);
@@ -231,7 +262,8 @@ static remat_status rebuild(const otab *t, int64_t m, int64_t h, oplist *out) {
     int ok = 1;
     while (ok && top > 0) {
         task k = stack[--top];
-        if (k.kind != 2 && (k.kind == 0 ? t->wo : t->wp)[cell(t, k.i, k.l, k.m, k.h)] == NONE) {
+        const int16_t *wt = k.kind == 0 ? t->wo : k.kind == 1 ? t->wp : t->wq;
+        if (k.kind != 2 && wt[cell(t, k.i, k.l, k.m, k.h)] == NONE) {
             free(stack);
             return remat__err(REMAT_INTERNAL, "offload schedule: interval %d..%d has no choice", k.i, k.l);
         }
@@ -280,16 +312,16 @@ static remat_status otab_alloc_tables(otab *t) {
     int L = t->L;
     t->W = (size_t)t->Ms + 1, t->HW = (size_t)t->Hs + 1;
     double n = (double)L + 1, cells = n * (n + 1) / 2 * (double)t->W * (double)t->HW;
-    double bytes = 2 * cells * (sizeof(double) + sizeof(int16_t)), work = cells * (n + 2 * MAXO);
+    double bytes = 3 * cells * (sizeof(double) + sizeof(int16_t)), work = cells * (3 * n + 3 * MAXO);
     if (bytes > MAX_BYTES || work > MAX_WORK)
         return remat__err(REMAT_UNSUPPORTED, "a chain of %d stages with offload is too large to plan: %lld device "
                           "x %lld host slots need %.0f MiB of tables (limit %.0f) and %.2g steps (limit %.2g); use "
                           "fewer slots", L, (long long)t->Ms, (long long)t->Hs, bytes / 1048576, MAX_BYTES / 1048576,
                           work, MAX_WORK);
     size_t nc = (size_t)cells;
-    t->opt = malloc(nc * sizeof *t->opt), t->pt = malloc(nc * sizeof *t->pt);
-    t->wo = malloc(nc * sizeof *t->wo), t->wp = malloc(nc * sizeof *t->wp);
-    if (!t->opt || !t->pt || !t->wo || !t->wp)
+    t->opt = malloc(nc * sizeof *t->opt), t->pt = malloc(nc * sizeof *t->pt), t->qt = malloc(nc * sizeof *t->qt);
+    t->wo = malloc(nc * sizeof *t->wo), t->wp = malloc(nc * sizeof *t->wp), t->wq = malloc(nc * sizeof *t->wq);
+    if (!t->opt || !t->pt || !t->qt || !t->wo || !t->wp || !t->wq)
         return remat__err(REMAT_NOMEM, "out of memory: offload tables of %.0f MiB", bytes / 1048576);
     return REMAT_OK;
 }

@@ -12,10 +12,10 @@
 #include <stdlib.h>
 
 /* Device slots: 500, fewer when the tables of n stages and host_slots + 1
- * host rows would pass 256 MiB (two tables of a double and an int16 per
+ * host rows would pass 256 MiB (three tables of a double and an int16 per
  * cell), never below 50. */
 static int fit_slots(int n, int host_slots) {
-    double rows = ((double)n + 1) * ((double)n + 2) / 2 * (host_slots + 1.0) * 2 * (sizeof(double) + 2);
+    double rows = ((double)n + 1) * ((double)n + 2) / 2 * (host_slots + 1.0) * 3 * (sizeof(double) + 2);
     double s = 256.0 * 1048576.0 / rows;
     return s > 500 ? 500 : s < 50 ? 50 : (int)s;
 }
