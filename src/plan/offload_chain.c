@@ -373,17 +373,17 @@ static remat_status plan_out(const remat__stage_ex *st, int n, int64_t output, r
     return REMAT_OK;
 }
 
-/* The table for the budgets, filled; *unit gets the device slot. */
+/* The table for the budgets, filled (REMAT_BUDGET, unset, when x_0
+ * alone passes the budget). */
 static remat_status otab_build(otab *t, const remat__stage_ex *st, int n, int64_t output, remat__link link,
-                               int64_t budget, int64_t host_budget, int slots, int host_slots, int64_t *unit) {
-    int64_t S = slots ? slots : DEFAULT_SLOTS, hunit, htop;
-    *unit = max64(1, cdiv(budget, S));
+                               int64_t budget, int64_t host_budget, int slots, int host_slots) {
+    int64_t S = slots ? slots : DEFAULT_SLOTS, hunit, htop, unit = max64(1, cdiv(budget, S));
     host_grid(st, n, host_budget, host_slots, &hunit, &htop);
     t->L = n;
     remat_status rc = otab_alloc_sizes(t);
     if (rc != REMAT_OK) return rc;
-    otab_sizes(t, st, output, link, *unit, hunit);
-    int64_t top = budget / *unit - t->a[0];
+    otab_sizes(t, st, output, link, unit, hunit);
+    int64_t top = budget / unit - t->a[0];
     if (top < 0) return REMAT_BUDGET;
     t->Ms = min64(top, store_all(t)), t->Hs = htop;
     rc = otab_alloc_tables(t);
@@ -406,8 +406,7 @@ remat_status remat__offload_solve(const remat__stage_ex *st, int n, int64_t outp
                           "and %g s", (long long)budget, (long long)host_budget, slots, host_slots, link.bandwidth,
                           link.latency);
     otab t = {0};
-    int64_t unit;
-    rc = otab_build(&t, st, n, output, link, budget, host_budget, slots, host_slots, &unit);
+    rc = otab_build(&t, st, n, output, link, budget, host_budget, slots, host_slots);
     if (rc == REMAT_BUDGET) rc = too_small(st, n, output, budget, host_budget, slots);
     oplist ops = {0};
     if (rc == REMAT_OK && !isfinite(t.opt[cell(&t, 0, n, t.Ms, t.Hs)]))
