@@ -239,6 +239,13 @@ double cli_now(void);
 /* max_batch.c: the largest batch whose step fits so->budget with all, with
  * optimal, and with optimal costing at most max_overhead percent extra;
  * searched from `start`. Returns the exit status. */
+/* `remat plan --host-budget` (plan_offload.c): the chain with and
+ * without offload at mo's batch, or (max_batch) the largest batch each
+ * fits from `start`. 0, or the exit status (reported). */
+int cli_plan_offload(const remat_model_opts *mo, const remat_session_opts *so, const remat_offload_opts *oo,
+                     int json);
+int cli_plan_offload_max_batch(const remat_model_opts *mo, int64_t start, const remat_session_opts *so,
+                               const remat_offload_opts *oo, int json);
 int cli_plan_max_batch(const remat_model_opts *mo, int64_t start, const remat_session_opts *so, const char *optim,
                        double max_overhead, const char *cost_used, int json);
 

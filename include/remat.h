@@ -634,6 +634,59 @@ typedef struct {
 
 remat_status remat_session_plan(const remat_session *s, remat_plan_summary *out);
 
+/* Offload to pinned host memory, planned: rotor's chain model (the chain
+ * `optimal` plans over) where each stage may also keep what its backward
+ * reads on the host, copied out beside the next stage's forward and back
+ * beside the next stage's backward on a copy engine; what a copy does not
+ * hide counts as exposed time (docs/planning.md, "Offload"). Chain-model
+ * figures: not simulated by the memory plan, and not executed (no
+ * session runs offload; its schedules never hold any). */
+typedef struct {
+    size_t budget;       /* device bytes a step may hold (0: the session's) */
+    size_t host_budget;  /* pinned host bytes offload may hold; 0: none */
+    double bandwidth;    /* host link, bytes/s each way; 0: REMAT_PCIE_BANDWIDTH */
+    double latency;      /* seconds per copy; < 0: REMAT_PCIE_LATENCY */
+    double flops_per_s;  /* an uncalibrated cost model's FLOPs per second,
+                          * to cost copies in FLOPs; 0: the device's
+                          * default (REMAT_CUDA_FLOPS, REMAT_CPU_FLOPS) */
+    int slots;           /* device memory slots of the DP; 0: 500 or fewer
+                          * (as the tables' size allows) */
+    int host_slots;      /* host memory slots of the DP; 0: 16 */
+} remat_offload_opts;
+
+#define REMAT_PCIE_BANDWIDTH 25e9 /* bytes/s: PCIe 4.0 x16 pinned copies, nominal */
+#define REMAT_PCIE_LATENCY 10e-6  /* s per copy, nominal */
+#define REMAT_CUDA_FLOPS 15e12    /* FLOP/s: resnet50's fp32 step on the H100 (docs/benchmarks.md) */
+#define REMAT_CPU_FLOPS 60e9      /* FLOP/s: the CPU kernels' order of magnitude (docs/benchmarks.md) */
+
+void remat_offload_opts_default(remat_offload_opts *o);
+
+typedef struct {
+    int stages;                /* of the chain */
+    int fits, fits_without;    /* a chain plan fits the budget with offload / without */
+    size_t chain_budget;       /* the budget less the parameters, gradients and
+                                * optimizer state: what the chain model gets */
+    size_t device_peak;        /* with offload: the chain model's peak (copies in flight included) */
+    size_t device_peak_without;
+    size_t host_peak;          /* pinned host bytes at the peak */
+    size_t host_copied;        /* bytes copied out (and back) per step */
+    int offloaded;             /* stages whose kept values go to the host */
+    double cost, cost_without; /* the chain's step under the cost model (seconds
+                                * when calibrated, else FLOPs), exposed copies included */
+    double stall;              /* of cost: exposed copy time, same units */
+    double stall_seconds;      /* the same in seconds */
+    double bandwidth, latency, flops_per_s; /* what was used (flops_per_s 0: calibrated) */
+    char offloaded_nodes[512]; /* the first node of each offloaded stage, by
+                                * name ("layer1.0.conv1, ..."), "..." when longer */
+} remat_offload_summary;
+
+/* The chain plan with offload, and without, at opts' budgets. REMAT_BUDGET
+ * only when the budget is below the parameters, gradients and optimizer
+ * state; otherwise a chain that fits neither way is fits = fits_without
+ * = 0. The session may plan any strategy (plan_only is enough). */
+remat_status remat_session_offload(const remat_session *s, const remat_offload_opts *opts,
+                                   remat_offload_summary *out);
+
 /* The training step's instruction list, for printing. */
 typedef struct {
     const char *kind;  /* "forward", "recompute", "backward", "free" */

@@ -757,6 +757,30 @@ remat_status remat__optimal_options(const remat__prog *p, remat_node loss, int o
     return st;
 }
 
+/* The chain optimal plans over (offload.h's planner reads it): its
+ * stages with their options, malloc'd into *st (the caller frees), their
+ * count, the loss input's bytes, and each stage's first node into
+ * *first (malloc'd, may be NULL). */
+remat_status remat__optimal_chain(const remat__prog *p, remat_node loss, remat__stage_ex **st, int *n, int64_t *output,
+                                  int32_t **first) {
+    chain c;
+    remat_status rc = chain_init(p, loss, &c);
+    if (rc != REMAT_OK) return rc;
+    *st = malloc(((size_t)c.n_stages + 1) * sizeof **st);
+    if (first) *first = malloc(((size_t)c.n_stages + 1) * sizeof **first);
+    if (!*st || (first && !*first)) {
+        free(*st), *st = NULL;
+        if (first) free(*first), *first = NULL;
+        chain_free(&c);
+        return remat__err(REMAT_NOMEM, "out of memory planning");
+    }
+    memcpy(*st, c.ex, (size_t)c.n_stages * sizeof **st);
+    for (int i = 0; first && i < c.n_stages; i++) (*first)[i] = c.nodes[c.off[i]];
+    *n = c.n_stages, *output = c.output;
+    chain_free(&c);
+    return REMAT_OK;
+}
+
 /* Places candidate k (made again from its generator) and returns what it
  * holds in k->held; with keep, the winner: it is finished
  * (remat__plan_finish) and kept with its memory plan in *keep. */

@@ -1077,3 +1077,16 @@ remat_chain_op remat_chain_plan_op(const remat_chain_plan *p, int i) {
 double remat_chain_plan_cost(const remat_chain_plan *p) { return p ? p->cost : 0; }
 
 int64_t remat_chain_plan_peak(const remat_chain_plan *p) { return p ? p->peak : 0; }
+
+remat_chain_plan *remat__chain_plan_make(const remat_chain_op *ops, int n, double cost, int64_t peak) {
+    remat_chain_plan *p = calloc(1, sizeof *p);
+    if (p) p->ops = malloc((size_t)(n > 0 ? n : 1) * sizeof *p->ops);
+    if (!p || !p->ops) {
+        free(p);
+        remat__err(REMAT_NOMEM, "out of memory making a chain plan of %d operations", n);
+        return NULL;
+    }
+    if (n > 0) memcpy(p->ops, ops, (size_t)n * sizeof *ops);
+    p->n_ops = n, p->cost = cost, p->peak = peak;
+    return p;
+}

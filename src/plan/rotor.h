@@ -78,4 +78,9 @@ remat_status remat__chain_tab_plan(const remat__chain_tab *t, int64_t budget, re
  * output; errors name the stage and field. */
 remat_status remat__chain_check(const remat_stage *st, int n, int64_t output);
 
+/* A plan from its operations (copied), its cost and its peak: for other
+ * planners over the chain (offload_chain.c). NULL, with the error set,
+ * when out of memory. The caller owns it (remat_chain_plan_destroy). */
+remat_chain_plan *remat__chain_plan_make(const remat_chain_op *ops, int n, double cost, int64_t peak);
+
 #endif

@@ -1,0 +1,169 @@
+/* plan_offload.c: `remat plan --host-budget SIZE`: the training step's
+ * chain planned with offload to pinned host memory and without it (the
+ * same chain model, so the two compare like for like), and with
+ * --max-batch the largest batch each fits. Chain-model figures: remat
+ * does not run offload yet, and says so. */
+#include "cli.h"
+
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The offload report of the model at mo's batch. 0, or the exit status
+ * (reported). */
+static int report_at(const remat_model_opts *mo, const remat_session_opts *base, const remat_offload_opts *oo,
+                     remat_offload_summary *out) {
+    remat_session_opts so = *base;
+    so.strategy = REMAT_STRATEGY_ALL; /* a plan-only session: the chain is planned by remat_session_offload */
+    so.budget = 0;
+    so.plan_only = 1;
+    remat_graph *g = NULL;
+    remat_session *s = NULL;
+    remat_model m;
+    remat_offload_opts o = *oo;
+    o.budget = base->budget;
+    int rc = 0;
+    if (remat_graph_create(&g) != REMAT_OK || remat_model_build(g, mo, &m) != REMAT_OK ||
+        remat_session_create(&s, g, m.loss, &so) != REMAT_OK || remat_session_offload(s, &o, out) != REMAT_OK)
+        rc = cli_fail("%s", remat_last_error());
+    remat_session_destroy(s);
+    remat_graph_destroy(g);
+    return rc;
+}
+
+static void summary_json(cJSON *o, const remat_offload_summary *r, size_t host_budget) {
+    cJSON_AddNumberToObject(o, "host_budget_bytes", (double)host_budget);
+    cJSON_AddNumberToObject(o, "chain_stages", r->stages);
+    cJSON_AddNumberToObject(o, "chain_budget_bytes", (double)r->chain_budget);
+    cJSON_AddNumberToObject(o, "pcie_bandwidth", r->bandwidth);
+    cJSON_AddNumberToObject(o, "pcie_latency", r->latency);
+    cJSON_AddNumberToObject(o, "flops_per_s", r->flops_per_s);
+    cJSON *w = cJSON_AddObjectToObject(o, "without_offload");
+    cJSON_AddBoolToObject(w, "fits", r->fits_without);
+    if (r->fits_without) {
+        cJSON_AddNumberToObject(w, "cost", r->cost_without);
+        cJSON_AddNumberToObject(w, "device_peak_bytes", (double)r->device_peak_without);
+    }
+    cJSON *x = cJSON_AddObjectToObject(o, "with_offload");
+    cJSON_AddBoolToObject(x, "fits", r->fits);
+    if (r->fits) {
+        cJSON_AddNumberToObject(x, "cost", r->cost);
+        cJSON_AddNumberToObject(x, "exposed_copy_cost", r->stall);
+        cJSON_AddNumberToObject(x, "exposed_copy_seconds", r->stall_seconds);
+        cJSON_AddNumberToObject(x, "device_peak_bytes", (double)r->device_peak);
+        cJSON_AddNumberToObject(x, "host_peak_bytes", (double)r->host_peak);
+        cJSON_AddNumberToObject(x, "host_copied_bytes", (double)r->host_copied);
+        cJSON_AddNumberToObject(x, "offloaded_stages", r->offloaded);
+        cJSON_AddStringToObject(x, "offloaded_nodes", r->offloaded_nodes);
+    }
+    cJSON_AddBoolToObject(o, "executed", 0);
+}
+
+static void summary_text(const remat_offload_summary *r, size_t host_budget, const char *unit) {
+    char b[32], b2[32], b3[32], b4[32];
+    printf("offload, chain model (%d stages; %s for the chain after parameters, gradients and optimizer state; "
+           "host link %.3g GB/s, %.3g us per copy",
+           r->stages, cli_fmt_bytes(r->chain_budget, b, sizeof b), r->bandwidth / 1e9, r->latency * 1e6);
+    if (r->flops_per_s > 0) printf("; copies costed at %.3g TFLOP/s", r->flops_per_s / 1e12);
+    printf("):\n");
+    if (r->fits_without)
+        printf("  without offload: fits, cost %.6g %s, device peak %s\n", r->cost_without, unit,
+               cli_fmt_bytes(r->device_peak_without, b, sizeof b));
+    else
+        printf("  without offload: does not fit\n");
+    if (!r->fits) {
+        printf("  with offload (host budget %s): does not fit\n", cli_fmt_bytes(host_budget, b, sizeof b));
+        return;
+    }
+    printf("  with offload (host budget %s): fits, cost %.6g %s (exposed copies %.6g %s, %.4g s), device peak %s, "
+           "host peak %s, %s copied out and back\n",
+           cli_fmt_bytes(host_budget, b, sizeof b), r->cost, unit, r->stall, unit, r->stall_seconds,
+           cli_fmt_bytes(r->device_peak, b2, sizeof b2), cli_fmt_bytes(r->host_peak, b3, sizeof b3),
+           cli_fmt_bytes(r->host_copied, b4, sizeof b4));
+    printf("  offloaded: %d of %d stages%s%s\n", r->offloaded, r->stages, r->offloaded ? ", from " : "",
+           r->offloaded_nodes);
+    printf("  (planned, not executed: remat does not run offload yet)\n");
+}
+
+int cli_plan_offload(const remat_model_opts *mo, const remat_session_opts *so, const remat_offload_opts *oo,
+                     int json) {
+    remat_offload_summary r;
+    int rc = report_at(mo, so, oo, &r);
+    if (rc) return rc;
+    const char *unit = r.flops_per_s > 0 ? "FLOP" : "s";
+    if (json) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "model", mo->name);
+        cJSON_AddNumberToObject(o, "batch", (double)mo->batch);
+        cJSON_AddStringToObject(o, "device", remat_device_str(so->device));
+        cJSON_AddNumberToObject(o, "budget_bytes", (double)so->budget);
+        cJSON_AddStringToObject(o, "cost_unit", unit);
+        summary_json(o, &r, oo->host_budget);
+        cli_json_print(o);
+        return 0;
+    }
+    printf("model %s, batch %lld, device %s, budget %zu B\n", mo->name, (long long)mo->batch,
+           remat_device_str(so->device), so->budget);
+    summary_text(&r, oo->host_budget, unit);
+    return 0;
+}
+
+/* Does batch b fit (with offload when `with`)? -1 on an error (reported). */
+static int fits_at(const remat_model_opts *mo, const remat_session_opts *so, const remat_offload_opts *oo, int64_t b,
+                   int with, remat_offload_summary *r) {
+    remat_model_opts m = *mo;
+    m.batch = b;
+    if (report_at(&m, so, oo, r)) return -1;
+    return with ? r->fits : r->fits_without;
+}
+
+/* The largest batch from `start` that fits: doubling, then bisection
+ * (the chain's fit is taken as monotone in the batch); 0 when start does
+ * not, -1 on an error. */
+static int64_t largest(const remat_model_opts *mo, const remat_session_opts *so, const remat_offload_opts *oo,
+                       int64_t start, int with, remat_offload_summary *at) {
+    remat_offload_summary r;
+    int f = fits_at(mo, so, oo, start, with, &r);
+    if (f <= 0) return f;
+    *at = r;
+    int64_t lo = start, hi = start * 2;
+    while ((f = fits_at(mo, so, oo, hi, with, &r)) == 1 && hi < ((int64_t)1 << 24)) lo = hi, hi *= 2, *at = r;
+    if (f < 0) return -1;
+    while (hi - lo > 1) {
+        int64_t mid = lo + (hi - lo) / 2;
+        if ((f = fits_at(mo, so, oo, mid, with, &r)) < 0) return -1;
+        if (f) lo = mid, *at = r;
+        else hi = mid;
+    }
+    return lo;
+}
+
+int cli_plan_offload_max_batch(const remat_model_opts *mo, int64_t start, const remat_session_opts *so,
+                               const remat_offload_opts *oo, int json) {
+    remat_offload_summary rw, ro;
+    int64_t bw = largest(mo, so, oo, start, 0, &rw), bo = largest(mo, so, oo, start, 1, &ro);
+    if (bw < 0 || bo < 0) return 1;
+    if (json) {
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "model", mo->name);
+        cJSON_AddStringToObject(o, "device", remat_device_str(so->device));
+        cJSON_AddNumberToObject(o, "budget_bytes", (double)so->budget);
+        cJSON_AddNumberToObject(o, "host_budget_bytes", (double)oo->host_budget);
+        cJSON_AddNumberToObject(o, "chain_model_batch_without_offload", (double)bw);
+        cJSON_AddNumberToObject(o, "chain_model_batch_with_offload", (double)bo);
+        if (bo > 0) summary_json(cJSON_AddObjectToObject(o, "at_batch_with_offload"), &ro, oo->host_budget);
+        cli_json_print(o);
+        return 0;
+    }
+    char b[32], h[32];
+    printf("model %s, device %s, budget %s, host budget %s: the largest batch the chain model fits\n", mo->name,
+           remat_device_str(so->device), cli_fmt_bytes(so->budget, b, sizeof b),
+           cli_fmt_bytes(oo->host_budget, h, sizeof h));
+    printf("  chain model without offload  batch %lld\n", (long long)bw);
+    printf("  chain model with offload     batch %lld\n", (long long)bo);
+    if (bo > 0) {
+        printf("at batch %lld with offload:\n", (long long)bo);
+        summary_text(&ro, oo->host_budget, ro.flops_per_s > 0 ? "FLOP" : "s");
+    }
+    return 0;
+}

@@ -1,0 +1,84 @@
+/* offload_api.c: remat_session_offload, the offload planner for a
+ * session's training step (plan/offload_report.c), in the session's
+ * cost model: copies are costed in its units (seconds when calibrated,
+ * else FLOPs at the options' or the device's FLOP/s), and the chain
+ * model gets the budget less the session's resident blocks.
+ *
+ * Ownership: nothing outlives a call.
+ */
+#include "session.h"
+
+#include "../plan/offload.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void remat_offload_opts_default(remat_offload_opts *o) {
+    memset(o, 0, sizeof *o);
+    o->latency = -1;
+}
+
+/* A node's name; unnamed, that of its first named parameter (its module
+ * with ".weight" dropped: "layer1.0.conv1"), else its op and index. */
+static void node_label(const remat_graph *g, int32_t u, char *buf, size_t cap) {
+    const char *nm = remat_node_name(g, u);
+    for (int q = 0; !*nm && q < g->nodes[u].n_in; q++) {
+        int32_t v = g->nodes[u].in[q];
+        if (g->nodes[v].leaf == REMAT__LEAF_PARAM) nm = remat_node_name(g, v);
+    }
+    if (!*nm) {
+        snprintf(buf, cap, "%s %d", remat_node_op(g, u), (int)u);
+        return;
+    }
+    size_t len = strlen(nm);
+    if (len > 7 && strcmp(nm + len - 7, ".weight") == 0) len -= 7;
+    snprintf(buf, cap, "%.*s", (int)len, nm);
+}
+
+/* "a, b, c" of the nodes' labels, "..." when they do not fit. */
+static void name_nodes(const remat_graph *g, const int32_t *v, int n, char *buf, size_t cap) {
+    size_t at = 0;
+    buf[0] = 0;
+    for (int i = 0; i < n; i++) {
+        char one[160], label[150];
+        node_label(g, v[i], label, sizeof label);
+        snprintf(one, sizeof one, "%s%s", i ? ", " : "", label);
+        if (at + strlen(one) + 5 > cap) {
+            snprintf(buf + at, cap - at, "%s...", i ? ", " : "");
+            return;
+        }
+        at += (size_t)snprintf(buf + at, cap - at, "%s", one);
+    }
+}
+
+remat_status remat_session_offload(const remat_session *s, const remat_offload_opts *opts,
+                                   remat_offload_summary *out) {
+    if (!s || !opts || !out) return remat__err(REMAT_INVALID, "remat_session_offload: NULL argument");
+    memset(out, 0, sizeof *out);
+    size_t budget = opts->budget ? opts->budget : s->opts.budget, blocks = remat__session_blocks_bytes(s);
+    if (!budget) return remat__err(REMAT_INVALID, "offload planning needs a device budget");
+    if (budget < blocks)
+        return remat__err(REMAT_BUDGET, "the budget of %zu bytes is below the %zu bytes of parameters, gradients "
+                          "and optimizer state", budget, blocks);
+    int calibrated = s->prog.cost.calibrated;
+    double fps = opts->flops_per_s > 0 ? opts->flops_per_s
+                 : s->opts.device == REMAT_DEVICE_CUDA ? REMAT_CUDA_FLOPS : REMAT_CPU_FLOPS;
+    double per_s = calibrated ? 1.0 : fps; /* cost units per second */
+    out->bandwidth = opts->bandwidth > 0 ? opts->bandwidth : REMAT_PCIE_BANDWIDTH;
+    out->latency = opts->latency >= 0 ? opts->latency : REMAT_PCIE_LATENCY;
+    out->flops_per_s = calibrated ? 0 : fps;
+    if (!(out->bandwidth < 1e300) || !(out->latency < 1e3) || !(fps < 1e300))
+        return remat__err(REMAT_INVALID, "offload: bandwidth %g B/s, latency %g s, %g FLOP/s", out->bandwidth,
+                          out->latency, fps);
+    remat__link link = {out->bandwidth / per_s, out->latency * per_s};
+    out->chain_budget = budget - blocks;
+    int32_t *off = NULL;
+    int n_off = 0;
+    remat_status rc = remat__offload_report(&s->prog, s->loss, out->chain_budget, opts->host_budget, link,
+                                            opts->slots, opts->host_slots, out, &off, &n_off);
+    if (rc == REMAT_OK) name_nodes(s->g, off, n_off, out->offloaded_nodes, sizeof out->offloaded_nodes);
+    out->stall_seconds = out->stall / per_s;
+    free(off);
+    return rc;
+}
