@@ -226,6 +226,30 @@ static void conv_case(const char *label, int64_t n, int64_t c, int64_t h, int64_
 /* x rounded through bf16 (what a bf16 product reads of a float32 value). */
 static double rb(float x) { return (double)remat__bf16_round(x); }
 
+/* Runs node n's forward (pass 0) or backward on nth threads with its
+ * bf16 kernels (kctx.dt = dt) and a workspace of `bytes` followed by a
+ * guard of poison, which must survive. */
+static void run_bf16_pass(const char *label, const remat_graph *g, const remat__node *n, const uint8_t *dt, int nth,
+                          remat__pool *pool, remat__dnnl *dn, remat__tensor *ti, remat__tensor *to, const void *dout,
+                          void *const *din, int pass, size_t bytes) {
+    unsigned char *ws = malloc(bytes + GUARD);
+    memset(ws + bytes, 0xA5, GUARD);
+    remat__kctx k = {.graph = g, .node = n, .out = to, .train = 1, .first = 1, .ws = ws,
+                     .pool = nth > 1 ? pool : NULL, .dnnl = dn, .dt = dt};
+    for (int i = 0; i < n->n_in; i++) {
+        k.in[i] = &ti[i];
+        if (pass) k.din[i] = din[i];
+    }
+    if (pass) k.dout = dout;
+    task t = {&k, pass == 0};
+    if (nth > 1) remat__pool_run(pool, run_task, &t);
+    else run_task(&t, 0, 1);
+    int intact = 1;
+    for (int i = 0; i < GUARD; i++) intact &= ws[bytes + i] == 0xA5;
+    CHECK_MSG(intact, "%s on %d threads wrote past its %zu planned workspace bytes", label, nth, bytes);
+    free(ws);
+}
+
 /* A convolution under the bf16 policy through oneDNN's bf16 primitives
  * (kctx.dt set, as the executor sets it where conv2d's bf16_ws says so):
  * x stored bf16 (xbf16) or float32, y and dy bf16, weights and bias
@@ -295,26 +319,9 @@ static void bf16_conv_case(const char *label, int64_t N, int64_t C, int64_t H, i
             remat__tensor ti[3] = {{xbf16 ? (void *)xb : (void *)xf, &g->nodes[xn].shape},
                                    {w, &g->nodes[wn].shape}, {b, bias ? &g->nodes[bn].shape : NULL}};
             remat__tensor to = {y[rep], &n->shape};
-            for (int pass = 0; pass < 2; pass++) {
-                size_t bytes = pass ? wb : wf;
-                unsigned char *ws = malloc(bytes + GUARD);
-                memset(ws + bytes, 0xA5, GUARD);
-                remat__kctx k = {.graph = g, .node = n, .out = &to, .train = 1, .first = 1, .ws = ws,
-                                 .pool = nth > 1 ? pool : NULL, .dnnl = dn, .dt = dt};
-                for (int i = 0; i < n->n_in; i++) k.in[i] = &ti[i];
-                if (pass) {
-                    k.dout = (const float *)dyb;
-                    k.din[0] = xbf16 ? (float *)dxb[rep] : dxf[rep], k.din[1] = dw[rep];
-                    if (bias) k.din[2] = db[rep];
-                }
-                task t = {&k, pass == 0};
-                if (nth > 1) remat__pool_run(pool, run_task, &t);
-                else run_task(&t, 0, 1);
-                int intact = 1;
-                for (int i = 0; i < GUARD; i++) intact &= ws[bytes + i] == 0xA5;
-                CHECK_MSG(intact, "%s on %d threads wrote past its %zu planned workspace bytes", label, nth, bytes);
-                free(ws);
-            }
+            void *din[3] = {xbf16 ? (void *)dxb[rep] : (void *)dxf[rep], dw[rep], db[rep]};
+            for (int pass = 0; pass < 2; pass++)
+                run_bf16_pass(label, g, n, dt, nth, pool, dn, ti, &to, dyb, din, pass, pass ? wb : wf);
             CHECK_OK(remat__dnnl_status(dn));
             remat__dnnl_destroy(dn);
             remat__pool_destroy(pool);
@@ -381,25 +388,9 @@ static void bf16_linear_case(const char *label, int64_t N, int64_t IN, int64_t O
         remat__tensor ti[3] = {{xbf16 ? (void *)xb : (void *)xf, &g->nodes[xn].shape}, {w, &g->nodes[wn].shape},
                                {b, &g->nodes[bn].shape}};
         remat__tensor to = {y, &n->shape};
-        for (int pass = 0; pass < 2; pass++) {
-            size_t bytes = pass ? wb : wf;
-            unsigned char *ws = malloc(bytes + GUARD);
-            memset(ws + bytes, 0xA5, GUARD);
-            remat__kctx k = {.graph = g, .node = n, .out = &to, .train = 1, .first = 1, .ws = ws,
-                             .pool = nth > 1 ? pool : NULL, .dnnl = dn, .dt = dt};
-            for (int i = 0; i < 3; i++) k.in[i] = &ti[i];
-            if (pass) {
-                k.dout = (const float *)dyb;
-                k.din[0] = xbf16 ? (float *)dxb : dxf, k.din[1] = dw, k.din[2] = db;
-            }
-            task t = {&k, pass == 0};
-            if (nth > 1) remat__pool_run(pool, run_task, &t);
-            else run_task(&t, 0, 1);
-            int intact = 1;
-            for (int i = 0; i < GUARD; i++) intact &= ws[bytes + i] == 0xA5;
-            CHECK_MSG(intact, "%s on %d threads wrote past its %zu planned workspace bytes", label, nth, bytes);
-            free(ws);
-        }
+        void *din[3] = {xbf16 ? (void *)dxb : (void *)dxf, dw, db};
+        for (int pass = 0; pass < 2; pass++)
+            run_bf16_pass(label, g, n, dt, nth, pool, dn, ti, &to, dyb, din, pass, pass ? wb : wf);
         CHECK_OK(remat__dnnl_status(dn));
         double e = 0.0;
         for (int64_t r = 0; r < N; r++)
