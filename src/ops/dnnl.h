@@ -95,6 +95,10 @@ void remat__gemm(const remat__dnnl *d, int transa, int transb, int64_t M, int64_
  * (recorded). */
 int remat__dnnl_bf16_gemm_use(int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
                               int64_t ldc, size_t *scratch);
+/* The same answer from a context, which keeps the shape's primitive (made
+ * on first use): what a kernel asks on every call. */
+int remat__dnnl_bf16_gemm_scratch(remat__dnnl *d, int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t lda,
+                                  int64_t ldb, int64_t ldc, size_t *scratch);
 int remat__dnnl_bf16_gemm(remat__dnnl *d, int ith, int ta, int tb, int64_t M, int64_t N, int64_t K,
                           const uint16_t *A, int64_t lda, const uint16_t *B, int64_t ldb, float *C, int64_t ldc,
                           void *scratch);

@@ -26,6 +26,12 @@ int remat__dnnl_bf16_gemm_use(int ta, int tb, int64_t M, int64_t N, int64_t K, i
     *scratch = 0;
     return 0;
 }
+int remat__dnnl_bf16_gemm_scratch(remat__dnnl *d, int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t lda,
+                                  int64_t ldb, int64_t ldc, size_t *scratch) {
+    (void)d, (void)ta, (void)tb, (void)M, (void)N, (void)K, (void)lda, (void)ldb, (void)ldc;
+    *scratch = 0;
+    return 0;
+}
 int remat__dnnl_bf16_gemm(remat__dnnl *d, int ith, int ta, int tb, int64_t M, int64_t N, int64_t K,
                           const uint16_t *A, int64_t lda, const uint16_t *B, int64_t ldb, float *C, int64_t ldc,
                           void *scratch) {
@@ -128,6 +134,14 @@ static mm_plan *get_mm(remat__dnnl *d, const mm_plan *key) {
     if (!p) remat__dnnl_fail(d, "making a bf16 product's primitive");
     pthread_mutex_unlock(&d->mu);
     return p;
+}
+
+int remat__dnnl_bf16_gemm_scratch(remat__dnnl *d, int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t lda,
+                                  int64_t ldb, int64_t ldc, size_t *scratch) {
+    mm_plan key = {.ta = ta, .tb = tb, .M = M, .N = N, .K = K, .lda = lda, .ldb = ldb, .ldc = ldc};
+    mm_plan *p = get_mm(d, &key);
+    *scratch = p ? remat__dnnl_up(p->scratch) : 0;
+    return p != NULL;
 }
 
 int remat__dnnl_bf16_gemm(remat__dnnl *d, int ith, int ta, int tb, int64_t M, int64_t N, int64_t K,

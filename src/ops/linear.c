@@ -105,10 +105,20 @@ typedef struct {
 
 static size_t up64(size_t b) { return (b + 63) & ~(size_t)63; }
 
+/* Whether oneDNN runs the bf16 product, and its scratchpad: asked afresh
+ * (d NULL: planning) or of the kernel's context, which keeps each shape's
+ * primitive (the same answer, made once). */
+static int product(remat__dnnl *d, int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
+                   int64_t ldc, size_t *sc) {
+    if (M < 1) return 1;
+    if (d) return remat__dnnl_bf16_gemm_scratch(d, ta, tb, M, N, K, lda, ldb, ldc, sc);
+    return remat__dnnl_bf16_gemm_use(ta, tb, M, N, K, lda, ldb, ldc, sc);
+}
+
 /* The product shapes of a pass on nth threads (rows split as remat__split
  * does: q or q + 1 per thread), their scratchpads' maximum in *sc; 0 when
  * oneDNN lacks one of them. */
-static int lin_products(const lin_ws *L, int backward, int nth, size_t *sc) {
+static int lin_products(remat__dnnl *d, const lin_ws *L, int backward, int nth, size_t *sc) {
     int64_t n = L->NB, in = L->IN, out = L->OUT;
     *sc = 0;
     for (int64_t extra = 0; extra < 2; extra++) {
@@ -116,10 +126,8 @@ static int lin_products(const lin_ws *L, int backward, int nth, size_t *sc) {
         int64_t rn = n / nth + (extra && n % nth), ro = out / nth + (extra && out % nth);
         size_t s[2] = {0, 0};
         int ok = 1;
-        if (!backward) ok = rn < 1 || remat__dnnl_bf16_gemm_use(0, 1, rn, out, in, in, in, out, &s[0]);
-        else
-            ok = (rn < 1 || remat__dnnl_bf16_gemm_use(0, 0, rn, in, out, out, in, in, &s[0])) &&
-                 (ro < 1 || remat__dnnl_bf16_gemm_use(1, 0, ro, in, n, out, in, in, &s[1]));
+        if (!backward) ok = product(d, 0, 1, rn, out, in, in, in, out, &s[0]);
+        else ok = product(d, 0, 0, rn, in, out, out, in, in, &s[0]) && product(d, 1, 0, ro, in, n, out, in, in, &s[1]);
         if (!ok) return 0;
         for (int i = 0; i < 2; i++)
             if (s[i] > *sc) *sc = s[i];
@@ -147,7 +155,7 @@ static int linear_bf16_ws(const remat_graph *g, const remat__node *n, const uint
     int xf32 = dt[n->in[0]] != REMAT_BF16;
     lin_ws L = {x->d[0], x->d[1], w->d[0], 0, 0, 0, 0, 0, 0};
     size_t sf, sb;
-    if (!lin_products(&L, 0, nth, &sf) || !lin_products(&L, 1, nth, &sb)) return 0;
+    if (!lin_products(NULL, &L, 0, nth, &sf) || !lin_products(NULL, &L, 1, nth, &sb)) return 0;
     L = lin_layout(x->d[0], x->d[1], w->d[0], xf32, 0, nth, sf);
     *fwd = L.wb + (size_t)nth * L.per;
     L = lin_layout(x->d[0], x->d[1], w->d[0], xf32, 1, nth, sb);
@@ -160,7 +168,7 @@ static lin_ws kctx_layout(const remat__kctx *k, int backward, int nth, int *xf32
     *xf32 = k->dt[k->node->in[0]] != REMAT_BF16;
     lin_ws L = {k->in[0]->shape->d[0], k->in[0]->shape->d[1], k->in[1]->shape->d[0], 0, 0, 0, 0, 0, 0};
     size_t sc;
-    lin_products(&L, backward, nth, &sc);
+    lin_products(k->dnnl, &L, backward, nth, &sc);
     return lin_layout(L.NB, L.IN, L.OUT, *xf32, backward, nth, sc);
 }
 
