@@ -101,14 +101,18 @@ remat_status cli_synth_next(void *user, int64_t step, void *input, void *labels)
  * cli_session_arg, then call cli_session_opts. */
 enum {
     CLI_OPT_THREADS = 0x1100, CLI_OPT_SEED, CLI_OPT_DEVICE, CLI_OPT_TF32, CLI_OPT_COST_MODEL, CLI_OPT_STRATEGY,
-    CLI_OPT_BUDGET, CLI_OPT_MICRO_BATCH, CLI_OPT_BUCKET, CLI_OPT_NO_OVERLAP, CLI_OPT_PRECISION
+    CLI_OPT_BUDGET, CLI_OPT_MICRO_BATCH, CLI_OPT_BUCKET, CLI_OPT_NO_OVERLAP, CLI_OPT_PRECISION, CLI_OPT_HOST_BUDGET,
+    CLI_OPT_PCIE_BANDWIDTH, CLI_OPT_PCIE_LATENCY
 };
 #define CLI_SESSION_OPTIONS                                                                                \
     {"threads", required_argument, 0, CLI_OPT_THREADS}, {"seed", required_argument, 0, CLI_OPT_SEED},       \
     {"device", required_argument, 0, CLI_OPT_DEVICE}, {"tf32", no_argument, 0, CLI_OPT_TF32},               \
     {"cost-model", required_argument, 0, CLI_OPT_COST_MODEL}, {"precision", required_argument, 0, CLI_OPT_PRECISION}
-#define CLI_PLAN_OPTIONS \
-    {"strategy", required_argument, 0, CLI_OPT_STRATEGY}, {"budget", required_argument, 0, CLI_OPT_BUDGET}
+#define CLI_PLAN_OPTIONS                                                                                   \
+    {"strategy", required_argument, 0, CLI_OPT_STRATEGY}, {"budget", required_argument, 0, CLI_OPT_BUDGET}, \
+    {"host-budget", required_argument, 0, CLI_OPT_HOST_BUDGET},                                             \
+    {"pcie-bandwidth", required_argument, 0, CLI_OPT_PCIE_BANDWIDTH},                                       \
+    {"pcie-latency", required_argument, 0, CLI_OPT_PCIE_LATENCY}
 /* Micro-batches and ranks: train and bench. */
 #define CLI_DIST_OPTIONS                                                                                   \
     {"micro-batch", required_argument, 0, CLI_OPT_MICRO_BATCH}, {"bucket", required_argument, 0, CLI_OPT_BUCKET}, \
@@ -122,6 +126,8 @@ typedef struct {
     const char *cost_model; /* NULL: the cached calibration, if any */
     const char *strategy;   /* default "auto" */
     size_t budget;          /* 0: none */
+    size_t host_budget;     /* --host-budget: pinned host bytes for offload, 0: none */
+    double pcie_gbps, pcie_us; /* --pcie-bandwidth, --pcie-latency; < 0 unless given */
     int check_device;       /* cli_session_opts checks the device is usable
                              * (default 1; bench's parent must not touch a
                              * GPU before it forks) */

@@ -39,15 +39,10 @@ static void help(void) {
            "                    with --max-batch: recomputation allowed, in percent of the\n"
            "                    step's compute (seconds with a calibrated cost model, else\n"
            "                    FLOPs; default 30)\n"
-           "  --host-budget SIZE\n"
-           "                    offload: plan the step's chain with up to SIZE of pinned host\n"
-           "                    memory for kept values (copied out and back beside compute)\n"
-           "                    and without it, in the chain model (planned, not executed);\n"
-           "                    with --max-batch, the largest batch each fits; needs --budget\n"
-           "                    or --device-memory (default 0: no offload)\n"
-           "  --pcie-bandwidth GBPS\n"
-           "                    with --host-budget: the host link's GB/s each way (default 25)\n"
-           "  --pcie-latency US with --host-budget: microseconds per copy (default 10)\n"
+           "  (--host-budget SIZE: the step's chain planned with up to SIZE of pinned host\n"
+           "                    memory for kept values and without it, in the chain model,\n"
+           "                    then the step's plan with offload; with --max-batch, the\n"
+           "                    largest batch each fits; --device-memory may stand for --budget)\n"
            "  --optim NAME      count this optimizer's state: none | sgd (with momentum) |\n"
            "                    adamw (default adamw, as remat train)\n"
            "  --verbose         list every instruction of the step\n"
@@ -295,16 +290,7 @@ typedef struct {
     int sweep, json, verbose, max_batch, overhead_given;
     double max_overhead;
     size_t device_memory; /* --device-memory: the card's bytes, 0 unless given */
-    size_t host_budget;   /* --host-budget: pinned host bytes for offload, 0: none */
-    double pcie_gbps, pcie_us; /* --pcie-bandwidth, --pcie-latency; < 0 unless given */
 } plan_args;
-
-/* A number up to max (nonzero: not one). */
-static int parse_number(const char *arg, double *out, double max) {
-    char *end;
-    *out = strtod(arg, &end);
-    return end == arg || *end || !(*out <= max);
-}
 
 /* Reads the flags into a: 0, 1 after --help (printed), or the exit status
  * of a usage error (2) through *rc. */
@@ -312,7 +298,6 @@ static int parse_args(int argc, char **argv, plan_args *a, int *rc) {
     memset(a, 0, sizeof *a);
     a->optim = "adamw";
     a->max_overhead = 30.0;
-    a->pcie_gbps = a->pcie_us = -1;
     cli_model_args_init(&a->ma);
     cli_session_args_init(&a->sa);
     a->sa.check_device = 0; /* a plan for a device that is not here is made without it */
@@ -326,9 +311,6 @@ static int parse_args(int argc, char **argv, plan_args *a, int *rc) {
         {"graph", required_argument, 0, 'G'},
         {"max-batch", no_argument, 0, 'M'},      {"max-overhead", required_argument, 0, 'O'},
         {"device-memory", required_argument, 0, 'D'},
-        {"host-budget", required_argument, 0, 'H'},
-        {"pcie-bandwidth", required_argument, 0, 'B'},
-        {"pcie-latency", required_argument, 0, 'T'},
         {0, 0, 0, 0}};
     cli_opts co = {.cmd = "plan", .ma = &a->ma, .sa = &a->sa, .opts = opts, .shortopts = ":hv"};
     for (int c; (c = cli_next_opt(&co, argc, argv)) > 0;) {
@@ -344,9 +326,6 @@ static int parse_args(int argc, char **argv, plan_args *a, int *rc) {
         case 'P': a->plot = optarg; break;
         case 'M': a->max_batch = 1; break;
         case 'D': bad = cli_parse_size(optarg, &a->device_memory) || a->device_memory == 0; break;
-        case 'H': bad = cli_parse_size(optarg, &a->host_budget); break;
-        case 'B': bad = parse_number(optarg, &a->pcie_gbps, 1e6) || !(a->pcie_gbps > 0); break;
-        case 'T': bad = parse_number(optarg, &a->pcie_us, 1e9) || !(a->pcie_us >= 0); break;
         case 'O': { /* "10" or "10%" */
             char *end;
             a->overhead_given = 1;
@@ -379,9 +358,7 @@ static int check_args(plan_args *a) {
         if (strcmp(a->sa.strategy, "auto") != 0)
             return cli_usage_error("plan", "--max-batch plans with all and optimal itself: drop --strategy");
     }
-    if ((a->pcie_gbps >= 0 || a->pcie_us >= 0) && !a->host_budget)
-        return cli_usage_error("plan", "--pcie-bandwidth and --pcie-latency go with --host-budget");
-    if (a->host_budget) {
+    if (a->sa.host_budget) {
         if (a->chain_file || a->graph_file || a->sweep || a->verbose)
             return cli_usage_error("plan", "--host-budget plans a model's step: not with %s",
                                    a->chain_file ? "--chain" : a->graph_file ? "--graph" : a->sweep ? "--sweep"
@@ -535,13 +512,13 @@ int cmd_plan(int argc, char **argv) {
     so.optim = has_optim ? &oo : NULL; /* its state counts in the plan and the budget */
     if (!a.json) note_absent(&so, a.device_memory);
     if (a.sweep) return plan_sweep(&mo, &so, so.optim, a.json, a.plot);
-    if (a.host_budget) {
+    if (a.sa.host_budget) {
         remat_offload_opts oo2;
         remat_offload_opts_default(&oo2);
-        oo2.host_budget = a.host_budget;
+        oo2.host_budget = a.sa.host_budget;
         oo2.slots = (int)a.slots; /* 0 unless --slots: as many as the tables allow, up to 500 */
-        if (a.pcie_gbps > 0) oo2.bandwidth = a.pcie_gbps * 1e9;
-        if (a.pcie_us >= 0) oo2.latency = a.pcie_us * 1e-6;
+        oo2.bandwidth = so.host_bandwidth;
+        oo2.latency = so.host_latency;
         if (a.max_batch) return cli_plan_offload_max_batch(&mo, a.ma.batch > 0 ? mo.batch : 1, &so, &oo2, a.json);
         return cli_plan_offload(&mo, &so, &oo2, a.json);
     }

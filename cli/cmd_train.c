@@ -624,6 +624,9 @@ static void print_header(const job *j, const cli_dist *d, remat_session *s) {
            cli_fmt_bytes(pred.peak[REMAT_MEM_TOTAL], b1, sizeof b1),
            cli_fmt_bytes(pred.peak[REMAT_MEM_ACT], b2, sizeof b2), cli_fmt_bytes(ps.held_bytes, b3, sizeof b3),
            d->ranks > 1 ? " per rank" : "");
+    if (ps.offloaded_values)
+        printf("offload: %lld values copied to %s of host memory and back each step\n",
+               (long long)ps.offloaded_values, cli_fmt_bytes(ps.host_bytes, b1, sizeof b1));
     fflush(stdout);
 }
 

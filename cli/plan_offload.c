@@ -1,8 +1,9 @@
 /* plan_offload.c: `remat plan --host-budget SIZE`: the training step's
  * chain planned with offload to pinned host memory and without it (the
- * same chain model, so the two compare like for like), and with
- * --max-batch the largest batch each fits. Chain-model figures: remat
- * does not run offload yet, and says so. */
+ * same chain model, so the two compare like for like), then the step's
+ * plan as a session makes and runs it (the optimal planner with the host
+ * budget: its memory plan placed, device and host bytes exact), and with
+ * --max-batch the largest batch each fits in the chain model. */
 #include "cli.h"
 
 #include <cjson/cJSON.h>
@@ -16,6 +17,7 @@ static int report_at(const remat_model_opts *mo, const remat_session_opts *base,
     remat_session_opts so = *base;
     so.strategy = REMAT_STRATEGY_ALL; /* a plan-only session: the chain is planned by remat_session_offload */
     so.budget = 0;
+    so.host_budget = 0;
     so.plan_only = 1;
     remat_graph *g = NULL;
     remat_session *s = NULL;
@@ -56,7 +58,6 @@ static void summary_json(cJSON *o, const remat_offload_summary *r, size_t host_b
         cJSON_AddNumberToObject(x, "offloaded_stages", r->offloaded);
         cJSON_AddStringToObject(x, "offloaded_nodes", r->offloaded_nodes);
     }
-    cJSON_AddBoolToObject(o, "executed", 0);
 }
 
 static void summary_text(const remat_offload_summary *r, size_t host_budget, const char *unit) {
@@ -82,14 +83,53 @@ static void summary_text(const remat_offload_summary *r, size_t host_budget, con
            cli_fmt_bytes(r->host_copied, b4, sizeof b4));
     printf("  offloaded: %d of %d stages%s%s\n", r->offloaded, r->stages, r->offloaded ? ", from " : "",
            r->offloaded_nodes);
-    printf("  (planned, not executed: remat does not run offload yet)\n");
+}
+
+/* The step's plan with the host budget, as a session makes it (the
+ * optimal planner; what `remat train` with the same options runs): into
+ * *p, or the exit status (reported). */
+static int step_plan(const remat_model_opts *mo, const remat_session_opts *base, remat_plan_summary *p) {
+    remat_session_opts so = *base;
+    so.plan_only = 1;
+    remat_graph *g = NULL;
+    remat_session *s = NULL;
+    remat_model m;
+    int rc = 0;
+    if (remat_graph_create(&g) != REMAT_OK || remat_model_build(g, mo, &m) != REMAT_OK ||
+        remat_session_create(&s, g, m.loss, &so) != REMAT_OK || remat_session_plan(s, p) != REMAT_OK)
+        rc = cli_fail("%s", remat_last_error());
+    remat_session_destroy(s);
+    remat_graph_destroy(g);
+    return rc;
+}
+
+static void plan_json(cJSON *o, const remat_plan_summary *p) {
+    cJSON_AddStringToObject(o, "candidate", p->candidate);
+    cJSON_AddNumberToObject(o, "held_bytes", (double)p->held_bytes);
+    cJSON_AddNumberToObject(o, "arena_bytes", (double)p->arena_bytes);
+    cJSON_AddNumberToObject(o, "host_bytes", (double)p->host_bytes);
+    cJSON_AddNumberToObject(o, "offloaded_values", (double)p->offloaded_values);
+    cJSON_AddNumberToObject(o, "cost", p->seconds);
+    cJSON_AddNumberToObject(o, "exposed_copy_cost", p->stall_seconds);
+    cJSON_AddNumberToObject(o, "recomputations", (double)p->recomputations);
+}
+
+static void plan_text(const remat_plan_summary *p, const char *unit) {
+    char b[32], b2[32], b3[32];
+    printf("the step's plan (optimal, %s; what remat train runs): holds %s on the device (arena %s), %s of host "
+           "memory, %lld values offloaded, %lld recomputations, cost %.6g %s (exposed copies %.6g)\n",
+           p->candidate, cli_fmt_bytes(p->held_bytes, b, sizeof b), cli_fmt_bytes(p->arena_bytes, b2, sizeof b2),
+           cli_fmt_bytes(p->host_bytes, b3, sizeof b3), (long long)p->offloaded_values,
+           (long long)p->recomputations, p->seconds, unit, p->stall_seconds);
 }
 
 int cli_plan_offload(const remat_model_opts *mo, const remat_session_opts *so, const remat_offload_opts *oo,
                      int json) {
     remat_offload_summary r;
+    remat_plan_summary p;
     int rc = report_at(mo, so, oo, &r);
     if (rc) return rc;
+    if ((rc = step_plan(mo, so, &p)) != 0) return rc;
     const char *unit = r.flops_per_s > 0 ? "FLOP" : "s";
     if (json) {
         cJSON *o = cJSON_CreateObject();
@@ -99,12 +139,14 @@ int cli_plan_offload(const remat_model_opts *mo, const remat_session_opts *so, c
         cJSON_AddNumberToObject(o, "budget_bytes", (double)so->budget);
         cJSON_AddStringToObject(o, "cost_unit", unit);
         summary_json(o, &r, oo->host_budget);
+        plan_json(cJSON_AddObjectToObject(o, "plan"), &p);
         cli_json_print(o);
         return 0;
     }
     printf("model %s, batch %lld, device %s, budget %zu B\n", mo->name, (long long)mo->batch,
            remat_device_str(so->device), so->budget);
     summary_text(&r, oo->host_budget, unit);
+    plan_text(&p, unit);
     return 0;
 }
 

@@ -16,6 +16,14 @@ void cli_session_args_init(cli_session_args *a) {
     a->device = "cpu";
     a->precision = "fp32";
     a->check_device = 1;
+    a->pcie_gbps = a->pcie_us = -1;
+}
+
+/* A number up to max (nonzero: not one). */
+static int parse_number(const char *arg, double *out, double max) {
+    char *end;
+    *out = strtod(arg, &end);
+    return end == arg || *end || !(*out <= max);
 }
 
 int cli_session_arg(cli_session_args *a, int c, const char *arg, int *bad) {
@@ -28,6 +36,9 @@ int cli_session_arg(cli_session_args *a, int c, const char *arg, int *bad) {
     case CLI_OPT_COST_MODEL: a->cost_model = arg; return 1;
     case CLI_OPT_STRATEGY: a->strategy = arg; return 1;
     case CLI_OPT_BUDGET: *bad = cli_parse_size(arg, &a->budget) || a->budget == 0; return 1;
+    case CLI_OPT_HOST_BUDGET: *bad = cli_parse_size(arg, &a->host_budget); return 1;
+    case CLI_OPT_PCIE_BANDWIDTH: *bad = parse_number(arg, &a->pcie_gbps, 1e6) || !(a->pcie_gbps > 0); return 1;
+    case CLI_OPT_PCIE_LATENCY: *bad = parse_number(arg, &a->pcie_us, 1e9) || !(a->pcie_us >= 0); return 1;
     case CLI_OPT_MICRO_BATCH: *bad = cli_parse_i64(arg, &a->micro_batch) || a->micro_batch < 1; return 1;
     case CLI_OPT_BUCKET: *bad = cli_parse_size(arg, &a->bucket) || a->bucket == 0; return 1;
     case CLI_OPT_NO_OVERLAP: a->no_overlap = 1; return 1;
@@ -44,6 +55,12 @@ int cli_session_opts(const cli_session_args *a, const char *cmd, remat_session_o
     so->tf32 = a->tf32;
     so->bucket_bytes = a->bucket;
     so->reduce_after_backward = a->no_overlap;
+    so->host_budget = a->host_budget;
+    if (a->pcie_gbps > 0) so->host_bandwidth = a->pcie_gbps * 1e9;
+    if (a->pcie_us >= 0) so->host_latency = a->pcie_us * 1e-6;
+    if ((a->pcie_gbps >= 0 || a->pcie_us >= 0) && !a->host_budget)
+        return cli_usage_error(cmd, "--pcie-bandwidth and --pcie-latency go with --host-budget");
+    if (a->host_budget && !a->budget) return cli_usage_error(cmd, "--host-budget needs --budget");
     if (remat_strategy_parse(a->strategy, &so->strategy) != REMAT_OK)
         return cli_usage_error(cmd, "%s", remat_last_error());
     if (remat_device_parse(a->device, &so->device) != REMAT_OK) return cli_usage_error(cmd, "%s", remat_last_error());
@@ -93,7 +110,15 @@ void cli_session_help(int plans) {
                    remat_strategy_summary((remat_strategy)s));
         printf("  --budget SIZE       bytes a training step may hold on the device (its arena of\n"
                "                      values and its parameters, gradients and optimizer state),\n"
-               "                      e.g. 512MiB, 11GiB\n");
+               "                      e.g. 512MiB, 11GiB\n"
+               "  --host-budget SIZE  with --budget: pinned host bytes the optimal plan may\n"
+               "                      offload kept values to (copied out after their stage's\n"
+               "                      forward, back before its backward), where that costs\n"
+               "                      less than recomputing; on the CPU a second block of the\n"
+               "                      same memory (default 0: no offload)\n"
+               "  --pcie-bandwidth G  with --host-budget: the host link's GB/s each way the\n"
+               "                      copies are costed at (default 25)\n"
+               "  --pcie-latency US   with --host-budget: microseconds per copy (default 10)\n");
     }
     printf("  --cost-model FILE   per-op costs from `remat calibrate` (default: the cached\n"
            "                      calibration if any, else FLOPs)\n");

@@ -81,14 +81,19 @@ typedef enum {
     REMAT_MEM_LIST(REMAT__MEM_ENUM)
 #undef REMAT__MEM_ENUM
     REMAT_MEM_TOTAL, /* index of the all-categories entry in remat_mem_stats */
+    REMAT_MEM_HOST,  /* offloaded values in the host's pinned memory: not
+                      * device memory, so not in the total nor the budget
+                      * (remat_session_opts.host_budget bounds it) */
     REMAT_MEM_COUNT
 } remat_mem;
 
 /* A static string naming a memory category ("activations", "total"). */
 const char *remat_mem_str(remat_mem m);
 
-/* Live and peak bytes per category; entry REMAT_MEM_TOTAL is the total.
- * The peak of the total is the peak of the sum, not the sum of the peaks. */
+/* Live and peak bytes per category; entry REMAT_MEM_TOTAL is the total of
+ * the device's categories (those before it). The peak of the total is the
+ * peak of the sum, not the sum of the peaks. Entry REMAT_MEM_HOST, after
+ * it, counts host memory apart. */
 typedef struct {
     size_t live[REMAT_MEM_COUNT];
     size_t peak[REMAT_MEM_COUNT];
@@ -477,6 +482,19 @@ typedef struct {
                               * remat_session_bind_next's data is copied on
                               * a second stream while a run computes. The
                               * CPU has nothing to overlap: ignored there */
+    size_t host_budget;      /* optimal, with a budget: pinned host bytes
+                              * the step may offload kept values to (copied
+                              * out after their stage's forward and back
+                              * before its backward, on a copy engine:
+                              * the planner's third choice beside keeping
+                              * and recomputing, docs/planning.md); 0:
+                              * no offload. On the CPU the "host" is a
+                              * second block of the same memory, which
+                              * tests the schedule without saving any */
+    double host_bandwidth;   /* the host link's bytes/s each way that the
+                              * planner costs copies at; 0: REMAT_PCIE_BANDWIDTH */
+    double host_latency;     /* seconds per copy; < 0: REMAT_PCIE_LATENCY
+                              * (remat_session_opts_default sets -1) */
 } remat_session_opts;
 
 void remat_session_opts_default(remat_session_opts *o);
@@ -626,6 +644,14 @@ typedef struct {
     char candidate[48];         /* optimal: the candidate family and member
                                    that won ("chain 7/24", "sqrt 1/1"); ""
                                    for the other strategies */
+    size_t host_bytes;          /* pinned host memory the step holds for
+                                 * offloaded values (their placed block):
+                                 * what opts.host_budget bounds; 0 without
+                                 * offload */
+    int64_t offloaded_values;   /* values copied to the host and back per step */
+    double stall_seconds;       /* predicted copy time not hidden behind
+                                 * compute, in the units of `seconds` (0
+                                 * without offload); included in `seconds` */
     int64_t estimated_nodes;    /* nodes whose workspace bytes are estimates
                                    (upper bounds): a plan-only session for a
                                    device that is not here, whose libraries

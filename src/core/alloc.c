@@ -13,8 +13,13 @@
 
 void remat__alloc_init(remat__alloc *a) { memset(a, 0, sizeof *a); }
 
+/* Host memory (REMAT_MEM_HOST) is counted apart from the device's total. */
 static void count(remat__alloc *a, remat_mem cat, size_t bytes) {
     a->st.live[cat] += bytes;
+    if (cat > REMAT_MEM_TOTAL) {
+        if (a->st.live[cat] > a->st.peak[cat]) a->st.peak[cat] = a->st.live[cat];
+        return;
+    }
     a->st.live[REMAT_MEM_TOTAL] += bytes;
     if (a->st.live[cat] > a->st.peak[cat]) a->st.peak[cat] = a->st.live[cat];
     if (a->st.live[REMAT_MEM_TOTAL] > a->st.peak[REMAT_MEM_TOTAL])
@@ -52,7 +57,7 @@ void remat__alloc_count(remat__alloc *a, remat_mem cat, size_t bytes) { count(a,
 
 void remat__alloc_uncount(remat__alloc *a, remat_mem cat, size_t bytes) {
     a->st.live[cat] -= bytes;
-    a->st.live[REMAT_MEM_TOTAL] -= bytes;
+    if (cat < REMAT_MEM_TOTAL) a->st.live[REMAT_MEM_TOTAL] -= bytes;
 }
 
 void remat__alloc_reset_peaks(remat__alloc *a) {

@@ -32,8 +32,9 @@ const char *remat_mem_str(remat_mem m) {
         REMAT_MEM_LIST(REMAT__MEM_NAME)
 #undef REMAT__MEM_NAME
         "total",
+        "host",
     };
-    if ((int)m < 0 || m > REMAT_MEM_TOTAL) return "unknown";
+    if ((int)m < 0 || m > REMAT_MEM_HOST) return "unknown";
     return names[m];
 }
 

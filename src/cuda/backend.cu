@@ -17,7 +17,11 @@
  * (exec/prefetch.c) go on a second stream, made at the first: per slot,
  * an event when its copy has landed, which the compute stream waits on
  * before reading the slot, and one when that read is done, which the next
- * copy into the slot waits on; the sync waits for both streams.
+ * copy into the slot waits on; the sync waits for both streams. Offload
+ * copies (a kept value to pinned host memory and back) go on the same
+ * second stream, each after an event of the compute stream recorded when
+ * it is issued; an event recorded after the latest is what offload_wait
+ * makes the compute stream wait on.
  */
 #include "cuda-impl.h"
 
@@ -45,7 +49,9 @@ typedef struct {
 
 typedef struct {
     remat__cuda cu; /* first: kernels see &ctx->cu as k->dev */
-    cudaStream_t copy; /* the prefetches' stream, made at the first (NULL: none yet) */
+    cudaStream_t copy; /* the prefetches' and offload's stream, made at the first (NULL: none yet) */
+    cudaEvent_t off_issued, off_landed; /* offload: the compute stream at the latest copy's issue, and
+                                         * the copy stream after it (NULL: none yet) */
     pf_slot *slots;
     int n_slots;
     unsigned char *staging; /* pinned, cap bytes; [0, used) belongs to copies in flight */
@@ -123,6 +129,8 @@ static void cuda_destroy(void *p) {
         if (c->slots[i].host) cudaFreeHost(c->slots[i].host);
     }
     free(c->slots);
+    if (c->off_issued) cudaEventDestroy(c->off_issued);
+    if (c->off_landed) cudaEventDestroy(c->off_landed);
     if (c->copy) cudaStreamDestroy(c->copy);
     remat__cuda_conv_release(&c->cu);
     if (c->cu.dnn) cudnnDestroy(c->cu.dnn);
@@ -460,8 +468,47 @@ static remat_status cuda_finite(void *p, const float *x, size_t n, int64_t *firs
     return st;
 }
 
+/* ---------------------------------------------------------------- offload */
+
+/* The copy stream and offload's two events. */
+static remat_status offload_ready(ctx *c) {
+    if (!c->copy)
+        REMAT__CU_TRY(remat__cu_rt_ok(cudaStreamCreateWithFlags(&c->copy, cudaStreamNonBlocking), NULL,
+                                      "cudaStreamCreate (offload)"));
+    if (!c->off_issued)
+        REMAT__CU_TRY(remat__cu_rt_ok(cudaEventCreateWithFlags(&c->off_issued, cudaEventDisableTiming), NULL,
+                                      "cudaEventCreate (offload)"));
+    if (!c->off_landed)
+        REMAT__CU_TRY(remat__cu_rt_ok(cudaEventCreateWithFlags(&c->off_landed, cudaEventDisableTiming), NULL,
+                                      "cudaEventCreate (offload)"));
+    return REMAT_OK;
+}
+
+/* A copy on the copy stream once the compute stream has run what is
+ * enqueued on it now: the value was computed (out), its arena bytes were
+ * given up by the values before it (in). */
+static remat_status cuda_offload(void *p, void *dst, const void *src, size_t bytes, int to_host) {
+    ctx *c = (ctx *)p;
+    if (!bytes) return REMAT_OK;
+    REMAT__CU_TRY(offload_ready(c));
+    REMAT__CU_TRY(remat__cu_rt_ok(cudaEventRecord(c->off_issued, c->cu.stream), NULL, "cudaEventRecord (offload)"));
+    REMAT__CU_TRY(remat__cu_rt_ok(cudaStreamWaitEvent(c->copy, c->off_issued, 0), NULL,
+                                  "cudaStreamWaitEvent (offload)"));
+    REMAT__CU_TRY(remat__cu_rt_ok(cudaMemcpyAsync(dst, src, bytes, to_host ? cudaMemcpyDeviceToHost
+                                                                           : cudaMemcpyHostToDevice, c->copy),
+                                  NULL, to_host ? "cudaMemcpyAsync (offload out)" : "cudaMemcpyAsync (offload in)"));
+    return remat__cu_rt_ok(cudaEventRecord(c->off_landed, c->copy), NULL, "cudaEventRecord (offload)");
+}
+
+static remat_status cuda_offload_wait(void *p) {
+    ctx *c = (ctx *)p;
+    if (!c->off_landed) return REMAT_OK;
+    return remat__cu_rt_ok(cudaStreamWaitEvent(c->cu.stream, c->off_landed, 0), NULL,
+                           "cudaStreamWaitEvent (offload landed)");
+}
+
 extern "C" const remat__backend remat__backend_cuda = {
     REMAT_DEVICE_CUDA, cuda_create, cuda_destroy, cuda_alloc, cuda_release, cuda_upload, cuda_download,
     cuda_zero,         cuda_one,    cuda_run,     cuda_update, cuda_sync,   cuda_pool,     cuda_finite,   cuda_convert,
-    cuda_upload_bound, cuda_prefetch, cuda_prefetched,
+    cuda_upload_bound, cuda_prefetch, cuda_prefetched, cuda_offload, cuda_offload_wait,
 };

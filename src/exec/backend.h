@@ -69,6 +69,15 @@ typedef struct {
      * order, once the slot's copy has landed. NULL: no second stream. */
     remat_status (*prefetch)(void *ctx, int slot, void *dst, const void *src, size_t bytes);
     remat_status (*prefetched)(void *ctx, int slot, void *dst, const void *src, size_t bytes);
+    /* Offload (REMAT__I_OUT, REMAT__I_IN): copies `bytes` from src to dst,
+     * one of them memory of this context and the other host memory from
+     * remat_host_alloc (to_host: dst is the host's), on a copy engine
+     * beside the kernels: it starts once everything enqueued before it
+     * has run. offload_wait makes everything enqueued after it wait until
+     * every copy so far has landed (the next sync waits for them too).
+     * NULL: the device cannot offload. */
+    remat_status (*offload)(void *ctx, void *dst, const void *src, size_t bytes, int to_host);
+    remat_status (*offload_wait)(void *ctx);
 } remat__backend;
 
 /* The backend of a device, or NULL when this build has none. */

@@ -273,6 +273,18 @@ static remat_status cpu_convert(void *ctx, void *dst, const void *src, int64_t n
     return REMAT_OK;
 }
 
+/* The CPU's "host" is its own memory: the copy is done when it returns. */
+static remat_status cpu_offload(void *ctx, void *dst, const void *src, size_t bytes, int to_host) {
+    (void)ctx, (void)to_host;
+    if (bytes) memcpy(dst, src, bytes);
+    return REMAT_OK;
+}
+
+static remat_status cpu_offload_wait(void *ctx) {
+    (void)ctx;
+    return REMAT_OK;
+}
+
 const remat__backend remat__backend_cpu = {
     .device = REMAT_DEVICE_CPU,
     .create = cpu_create,
@@ -289,6 +301,8 @@ const remat__backend remat__backend_cpu = {
     .pool = cpu_pool,
     .finite = cpu_finite,
     .convert = cpu_convert,
+    .offload = cpu_offload,
+    .offload_wait = cpu_offload_wait,
 };
 
 void remat_set_blas_threads(int n) { openblas_set_num_threads(n > 0 ? n : 1); }

@@ -43,13 +43,16 @@ static int32_t tick_ins(const remat__memplan *m, int32_t t) {
     return e >= 0 ? m->ev[e].ins : m->ev[~e].ins1;
 }
 
-/* Takes event e: its bytes of the arena, bound to its value, filled. */
+/* Takes event e: its bytes of the arena (the host arena for a host
+ * copy), bound to its value, filled. */
 static remat_status take(remat_session *s, int32_t e, void **buf) {
     const remat__mev *x = &s->cur->ev[e];
-    *buf = (unsigned char *)s->arena + x->off;
+    int host = x->cat == REMAT_MEM_HOST;
+    *buf = (unsigned char *)(host ? s->host_arena : s->arena) + x->off;
     fence(s, *buf, x->bytes, 1);
     remat__alloc_count(&s->alloc, (remat_mem)x->cat, x->bytes);
-    if (x->value >= 0) s->vals[x->value] = *buf, s->vev[x->value] = e;
+    if (x->value >= 0 && host) s->hvals[x->value] = *buf, s->hev[x->value] = e;
+    else if (x->value >= 0) s->vals[x->value] = *buf, s->vev[x->value] = e;
     if (x->fill == REMAT__FILL_ZERO) return s->be->zero(s->dev, *buf, x->bytes);
     if (x->fill == REMAT__FILL_ONE) return s->be->one(s->dev, *buf);
     return REMAT_OK;
@@ -57,9 +60,39 @@ static remat_status take(remat_session *s, int32_t e, void **buf) {
 
 static void give(remat_session *s, int32_t e) {
     const remat__mev *x = &s->cur->ev[e];
-    fence(s, (unsigned char *)s->arena + x->off, x->bytes, 0);
+    int host = x->cat == REMAT_MEM_HOST;
+    fence(s, (unsigned char *)(host ? s->host_arena : s->arena) + x->off, x->bytes, 0);
     remat__alloc_uncount(&s->alloc, (remat_mem)x->cat, x->bytes);
-    if (x->value >= 0) s->vals[x->value] = NULL, s->vev[x->value] = -1;
+    if (x->value >= 0 && host) s->hvals[x->value] = NULL, s->hev[x->value] = -1;
+    else if (x->value >= 0) s->vals[x->value] = NULL, s->vev[x->value] = -1;
+}
+
+/* ---------------------------------------------------------------- offload */
+
+/* Value v's copy (either way) has been issued and may still be in flight. */
+static int in_flight(const remat_session *s, int32_t v) { return s->copy_stamp[v] > s->copy_waits; }
+
+/* What comes next waits for every copy so far (which lands v's). */
+static remat_status wait_copies(remat_session *s) {
+    s->copy_waits++;
+    return s->be->offload_wait(s->dev);
+}
+
+/* A kernel of node u reads or writes its inputs', its output's and its
+ * aux's values: those copied in land first. */
+static remat_status wait_reads(remat_session *s, const remat__node *n, int32_t u) {
+    int any = in_flight(s, REMAT__VAL(u, REMAT__V_OUT)) || in_flight(s, REMAT__VAL(u, REMAT__V_AUX));
+    for (int i = 0; i < n->n_in && !any; i++) any = in_flight(s, REMAT__VAL(n->in[i], REMAT__V_OUT));
+    return any ? wait_copies(s) : REMAT_OK;
+}
+
+/* OUT(v): v's bytes to its host copy, just taken; IN(v): back into its
+ * device instance, just taken, before the host copy is given back. */
+static remat_status copy_value(remat_session *s, int32_t v, int to_host) {
+    size_t bytes = s->cur->ev[s->vev[v]].bytes;
+    s->copy_stamp[v] = s->copy_waits + 1;
+    return to_host ? s->be->offload(s->dev, s->hvals[v], s->vals[v], bytes, 1)
+                   : s->be->offload(s->dev, s->vals[v], s->hvals[v], bytes, 0);
 }
 
 /* A value the plan promised resident is not bound: the plan is wrong. */
@@ -95,6 +128,8 @@ static remat_status kernel_fwd(remat_session *s, const remat__schedule *sc, cons
     remat__kctx k = {.graph = g, .node = n, .out = &out, .aux = s->vals[REMAT__VAL(in->node, REMAT__V_AUX)],
                      .ws = ws, .train = sc->train, .first = in->first, .seed = s->opts.seed, .step = s->step,
                      .node_id = in->node, .elem0 = elem0(s, n), .dev = s->dev};
+    remat_status wt = wait_reads(s, n, in->node);
+    if (wt != REMAT_OK) return wt;
     const remat__dp *d = &s->dp;
     if (d->j >= 0 && in->first && sc->train && d->soff && d->soff[in->node] != SIZE_MAX)
         k.stats = d->stats + (size_t)d->j * d->sdoubles + d->soff[in->node]; /* committed after the step */
@@ -119,6 +154,8 @@ static remat_status kernel_bwd(remat_session *s, const remat__schedule *sc, int3
     remat__kctx k = {.graph = g, .node = n, .out = &out, .dout = s->vals[REMAT__VAL(in->node, REMAT__V_GRAD)],
                      .ws = ws, .train = sc->train, .first = 0, .seed = s->opts.seed, .step = s->step,
                      .node_id = in->node, .elem0 = elem0(s, n), .dev = s->dev};
+    remat_status wt = wait_reads(s, n, in->node);
+    if (wt != REMAT_OK) return wt;
     if (!k.dout) return unbound(s, REMAT__VAL(in->node, REMAT__V_GRAD), "the gradient", in->node);
     for (int j = 0; j < n->n_in; j++) {
         int32_t src = n->in[j];
@@ -197,16 +234,21 @@ static remat_status instruction(remat_session *s, const remat__schedule *sc, int
         return remat__err(REMAT_INVALID, "input '%s' has no data: call remat_session_bind",
                           s->g->nodes[in->node].name);
     remat_status st = REMAT_OK;
+    /* a value copied out is given back once its copy has landed */
+    if (in->kind == REMAT__I_FREE && in_flight(s, in->value)) st = wait_copies(s);
     for (; st == REMAT_OK && s->tick < m->ticks && tick_ins(m, s->tick) == i; s->tick++) {
         int32_t e = m->tick[s->tick];
         void *buf;
         if (e < 0) {
+            /* IN: the device instance is taken; the copy reads the host's before it goes */
+            if (in->kind == REMAT__I_IN) st = copy_value(s, in->value, 0);
             give(s, ~e);
         } else if ((st = take(s, e, &buf)) == REMAT_OK && m->ev[e].value < 0) {
             st = in->kind == REMAT__I_FWD ? kernel_fwd(s, sc, in, buf) : kernel_bwd(s, sc, i, buf);
         }
     }
     if (st != REMAT_OK) return st;
+    if (in->kind == REMAT__I_OUT) return copy_value(s, in->value, 1);
     if (in->kind == REMAT__I_REDUCE) return remat__dp_reduce(s, in->value);
     if (in->kind != REMAT__I_FWD) return REMAT_OK;
     if (s->g->nodes[in->node].leaf == REMAT__LEAF_INPUT) st = upload(s, in);
@@ -217,12 +259,14 @@ static remat_status instruction(remat_session *s, const remat__schedule *sc, int
  * asynchronously: it waits, so the time is this instruction's. */
 static remat_status profile(remat_session *s, const remat__instr *in, double t0) {
     remat_status st = in->kind != REMAT__I_FREE ? s->be->sync(s->dev) : REMAT_OK;
-    int op = s->g->nodes[in->kind == REMAT__I_FREE ? REMAT__VAL_NODE(in->value) : in->node].op;
-    int slot = in->kind == REMAT__I_FWD ? !in->first : in->kind + 1;
+    int op = s->g->nodes[in->kind == REMAT__I_FWD || in->kind == REMAT__I_BWD ? in->node : REMAT__VAL_NODE(in->value)].op;
+    /* forward, recompute, backward, free, copy out, copy in */
+    int slot = in->kind == REMAT__I_FWD ? !in->first : in->kind == REMAT__I_OUT ? 4 : in->kind == REMAT__I_IN ? 5
+               : in->kind + 1;
     double dt = remat__now() - t0;
     s->prof_s[op][slot] += dt;
     s->prof_n[op][slot]++;
-    if (in->kind != REMAT__I_FREE && s->prof_node) {
+    if ((in->kind == REMAT__I_FWD || in->kind == REMAT__I_BWD) && s->prof_node) {
         double *pn = s->prof_node + REMAT__PROF_NODE * (size_t)in->node;
         pn[slot] += dt;
         pn[3] += slot == 1; /* recomputations */
@@ -233,8 +277,10 @@ static remat_status profile(remat_session *s, const remat__instr *in, double t0)
 /* Gives back every value still resident (after a failed run). */
 static void release_all(remat_session *s) {
     int nv = s->g->n * 3;
-    for (int v = 0; v < nv; v++)
+    for (int v = 0; v < nv; v++) {
         if (s->vals[v] && s->vev[v] >= 0) give(s, s->vev[v]);
+        if (s->hvals[v] && s->hev[v] >= 0) give(s, s->hev[v]);
+    }
 }
 
 /* Walks the schedule once, and the plan's ticks with it. */
@@ -276,18 +322,41 @@ static remat_status grow_arena(remat_session *s, size_t bytes) {
     return REMAT_OK;
 }
 
+/* Makes the host arena (pinned, remat_host_alloc) at least `bytes` large,
+ * between runs; none for a plan without offload. */
+static remat_status grow_host_arena(remat_session *s, size_t bytes) {
+    if (!bytes || bytes <= s->host_arena_bytes) return REMAT_OK;
+    if (!s->be->offload)
+        return remat__err(REMAT_UNSUPPORTED, "the %s backend cannot offload to host memory",
+                          remat_device_str(s->opts.device));
+    fence(s, s->host_arena, s->host_arena_bytes, 1);
+    remat_host_free(s->opts.device, s->host_arena);
+    s->host_arena = remat_host_alloc(s->opts.device, bytes);
+    s->host_arena_bytes = s->host_arena ? bytes : 0;
+    if (!s->host_arena)
+        return remat__err(REMAT_NOMEM, "cannot allocate the step's %zu bytes of host memory for offloaded values",
+                          bytes);
+    return REMAT_OK;
+}
+
 void remat__exec_release(remat_session *s) {
     if (s->vals && s->cur) release_all(s);
     fence(s, s->arena, s->arena_bytes, 1);
     if (s->arena) s->be->release(s->dev, s->arena);
     s->arena = NULL;
     s->arena_bytes = 0;
+    fence(s, s->host_arena, s->host_arena_bytes, 1);
+    remat_host_free(s->opts.device, s->host_arena);
+    s->host_arena = NULL;
+    s->host_arena_bytes = 0;
 }
 
 remat_status remat__exec(remat_session *s, const remat__planned *pl, float *loss, float *fetch_out) {
     remat_status st = grow_arena(s, pl->mem.arena);
+    if (st == REMAT_OK) st = grow_host_arena(s, pl->mem.host_arena);
     if (st != REMAT_OK) return st;
     fence(s, s->arena, s->arena_bytes, 0);
+    fence(s, s->host_arena, s->host_arena_bytes, 0);
     s->cur = &pl->mem;
     st = walk(s, &pl->sc, loss, fetch_out);
     /* the next run's inputs start their copy, overlapped with this run */

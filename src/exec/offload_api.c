@@ -52,6 +52,20 @@ static void name_nodes(const remat_graph *g, const int32_t *v, int n, char *buf,
     }
 }
 
+double remat__session_flops_per_s(const remat_session *s, double flops_per_s) {
+    return flops_per_s > 0 ? flops_per_s : s->opts.device == REMAT_DEVICE_CUDA ? REMAT_CUDA_FLOPS : REMAT_CPU_FLOPS;
+}
+
+remat_status remat__session_host_link(const remat_session *s, double *bandwidth, double *latency) {
+    double bw = s->opts.host_bandwidth > 0 ? s->opts.host_bandwidth : REMAT_PCIE_BANDWIDTH;
+    double lat = s->opts.host_latency >= 0 ? s->opts.host_latency : REMAT_PCIE_LATENCY;
+    if (!(bw < 1e300) || !(lat < 1e3))
+        return remat__err(REMAT_INVALID, "host link: %g bytes/s, %g s per copy", bw, lat);
+    double per_s = s->prog.cost.calibrated ? 1.0 : remat__session_flops_per_s(s, 0);
+    *bandwidth = bw / per_s, *latency = lat * per_s;
+    return REMAT_OK;
+}
+
 remat_status remat_session_offload(const remat_session *s, const remat_offload_opts *opts,
                                    remat_offload_summary *out) {
     if (!s || !opts || !out) return remat__err(REMAT_INVALID, "remat_session_offload: NULL argument");
@@ -62,8 +76,7 @@ remat_status remat_session_offload(const remat_session *s, const remat_offload_o
         return remat__err(REMAT_BUDGET, "the budget of %zu bytes is below the %zu bytes of parameters, gradients "
                           "and optimizer state", budget, blocks);
     int calibrated = s->prog.cost.calibrated;
-    double fps = opts->flops_per_s > 0 ? opts->flops_per_s
-                 : s->opts.device == REMAT_DEVICE_CUDA ? REMAT_CUDA_FLOPS : REMAT_CPU_FLOPS;
+    double fps = remat__session_flops_per_s(s, opts->flops_per_s);
     double per_s = calibrated ? 1.0 : fps; /* cost units per second */
     out->bandwidth = opts->bandwidth > 0 ? opts->bandwidth : REMAT_PCIE_BANDWIDTH;
     out->latency = opts->latency >= 0 ? opts->latency : REMAT_PCIE_LATENCY;

@@ -19,6 +19,7 @@ void remat_session_opts_default(remat_session_opts *o) {
     o->seed = 42;
     o->strategy = REMAT_STRATEGY_AUTO;
     o->device = REMAT_DEVICE_CPU;
+    o->host_latency = -1;
 }
 
 static remat_status remat__session_check_budget(const remat_session *s);
@@ -30,9 +31,11 @@ remat_status remat__session_plan_train(remat_session *s) {
     remat__planned pl = {0};
     remat_mem_stats start = s->alloc.st;
     const remat__buckets buckets = {s->dp.bucket_of, s->dp.nb, s->dp.at_end};
-    const remat__plan_req req = {&s->prog, s->loss, s->opts.budget, &start, remat__session_blocks_bytes(s),
-                                 s->opts.floor_out, s->dp.active ? &buckets : NULL};
-    remat_status st = remat__planners[s->opts.strategy].build(&req, &pl);
+    remat__plan_req req = {&s->prog, s->loss, s->opts.budget, &start, remat__session_blocks_bytes(s),
+                           s->opts.floor_out, s->dp.active ? &buckets : NULL, s->opts.host_budget, 0, 0};
+    remat_status st = s->opts.host_budget ? remat__session_host_link(s, &req.host_bandwidth, &req.host_latency)
+                                          : REMAT_OK;
+    if (st == REMAT_OK) st = remat__planners[s->opts.strategy].build(&req, &pl);
     if (st != REMAT_OK) {
         remat__planned_free(&pl);
         return st;
@@ -228,14 +231,23 @@ static remat_status create(remat_session **out, const remat_graph *g, remat_node
         s->bound = calloc((size_t)g->n, sizeof *s->bound);
         s->vals = calloc(nv, sizeof *s->vals);
         s->vev = malloc(nv * sizeof *s->vev);
+        s->hvals = calloc(nv, sizeof *s->hvals);
+        s->hev = malloc(nv * sizeof *s->hev);
+        s->copy_stamp = calloc(nv, sizeof *s->copy_stamp);
         s->params = calloc((size_t)g->n + 1, sizeof *s->params);
-        if (!s->pindex || !s->bound || !s->vals || !s->vev || !s->params)
+        if (!s->pindex || !s->bound || !s->vals || !s->vev || !s->hvals || !s->hev || !s->copy_stamp || !s->params)
             st = remat__err(REMAT_NOMEM, "out of memory creating a session");
     }
     if ((unsigned)s->opts.strategy >= REMAT_STRATEGY_COUNT)
         st = remat__err(REMAT_INVALID, "unknown strategy %d", (int)s->opts.strategy);
     if (s->opts.strategy == REMAT_STRATEGY_AUTO)
         s->opts.strategy = s->opts.budget ? REMAT_STRATEGY_OPTIMAL : REMAT_STRATEGY_ALL;
+    if (st == REMAT_OK && s->opts.host_budget && (s->opts.strategy != REMAT_STRATEGY_OPTIMAL || !s->opts.budget))
+        st = remat__err(REMAT_INVALID, "a host budget (offload) is planned by the optimal strategy within a "
+                        "budget: give a budget, and strategy optimal or auto");
+    if (st == REMAT_OK && s->opts.host_budget && !s->be->offload)
+        st = remat__err(REMAT_UNSUPPORTED, "the %s backend cannot offload to host memory",
+                        remat_device_str(s->opts.device));
     if (st == REMAT_OK) st = check_used(s);
     if (st == REMAT_OK) st = alloc_params(s);
     if (st == REMAT_OK) st = remat__dp_init(s); /* its block counts in the plan's budget */
@@ -296,7 +308,7 @@ void remat_session_destroy(remat_session *s) {
     remat__planned_free(&s->fwd[0]);
     remat__planned_free(&s->fwd[1]);
     remat__prog_free(&s->prog);
-    free(s->pindex), free(s->bound), free(s->vals), free(s->vev), free(s->params), free(s->prof_node);
+    free(s->pindex), free(s->bound), free(s->vals), free(s->vev), free(s->hvals), free(s->hev), free(s->copy_stamp), free(s->params), free(s->prof_node);
     free(s);
 }
 
@@ -448,10 +460,11 @@ void remat_session_set_profiling(remat_session *s, int on) {
 }
 
 int remat_session_profile(const remat_session *s, remat_profile_row *rows, int cap) {
-    static const char *const kinds[4] = {"forward", "recompute", "backward", "free"};
+    static const char *const kinds[REMAT__PROF_KINDS] = {"forward", "recompute", "backward", "free", "copy out",
+                                                         "copy in"};
     int n = 0;
     for (int op = 0; op < REMAT__N_OPS; op++)
-        for (int k = 0; k < 4; k++) {
+        for (int k = 0; k < REMAT__PROF_KINDS; k++) {
             if (!s->prof_n[op][k]) continue;
             if (n < cap) rows[n] = (remat_profile_row){remat__ops[op]->name, kinds[k], s->prof_s[op][k], s->prof_n[op][k]};
             n++;
@@ -518,6 +531,10 @@ remat_status remat_session_schedule_instr(const remat_session *s, int64_t i, rem
     } else if (in->kind == REMAT__I_REDUCE) {
         out->kind = "reduce";
         out->what = "gradients"; /* of the bucket that starts at parameter `node` */
+    } else if (in->kind == REMAT__I_OUT || in->kind == REMAT__I_IN) {
+        static const char *const what[] = {"output", "aux", "gradient"};
+        out->kind = in->kind == REMAT__I_OUT ? "copy out" : "copy in";
+        out->what = what[REMAT__VAL_KIND(in->value)];
     } else if (in->kind == REMAT__I_BWD) {
         out->kind = "backward";
     } else {

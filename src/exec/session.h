@@ -23,6 +23,10 @@ typedef struct {
 enum { REMAT__BLK_PARAM = 0, REMAT__BLK_GRAD, REMAT__BLK_OPTIM, REMAT__BLK_COMM, REMAT__BLK_PREFETCH, REMAT__N_BLK };
 
 
+/* The profile's instruction kinds: forward, recompute, backward, free,
+ * copy out, copy in. */
+#define REMAT__PROF_KINDS 6
+
 struct remat_session {
     const remat_graph *g;
     remat_node loss;
@@ -46,6 +50,16 @@ struct remat_session {
      * kept across steps, as large as the largest plan run so far. */
     void *arena;                 /* backend memory, or NULL */
     size_t arena_bytes;
+    /* Offloaded values (REMAT__I_OUT, REMAT__I_IN) lie in a host arena of
+     * pinned memory (remat_host_alloc), kept the same way. */
+    void *host_arena;
+    size_t host_arena_bytes;
+    void **hvals;                /* per value: its host copy, or NULL */
+    int32_t *hev;                /* per value: the event of its host copy */
+    uint32_t *copy_stamp;        /* per value: copy_waits + 1 when a copy
+                                  * of it was issued: in flight while it
+                                  * exceeds copy_waits */
+    uint32_t copy_waits;         /* offload_waits so far */
     const remat__memplan *cur;   /* the running schedule's plan */
     int32_t tick;                /* next tick of the running plan */
     int64_t step;                /* completed optimizer updates */
@@ -56,8 +70,8 @@ struct remat_session {
     /* Per-op profile (remat_session_set_profiling): seconds and counts per
      * op and instruction kind (forward, recompute, backward, free). */
     int profiling;
-    double prof_s[REMAT__N_OPS][4];
-    int64_t prof_n[REMAT__N_OPS][4];
+    double prof_s[REMAT__N_OPS][REMAT__PROF_KINDS];
+    int64_t prof_n[REMAT__N_OPS][REMAT__PROF_KINDS];
     /* ... and per node (remat__session_node_profile, session_api.h) */
     double *prof_node;
     /* The next run's inputs (prefetch.c), with opts.prefetch on a device
@@ -93,6 +107,12 @@ remat_status remat__prefetch_issue(remat_session *s, int ok);
 void remat__exec_release(remat_session *s);
 
 /* Makes pl's memory plan from its schedule (build and place). */
+
+/* offload_api.c: the FLOP/s that uncalibrated costs are converted at
+ * (flops_per_s, else the device's nominal), and the session's host link
+ * (opts.host_bandwidth, host_latency) in its cost model's units. */
+double remat__session_flops_per_s(const remat_session *s, double flops_per_s);
+remat_status remat__session_host_link(const remat_session *s, double *bandwidth, double *latency);
 
 /* Bytes the session holds outside the arena (its resident blocks). */
 size_t remat__session_blocks_bytes(const remat_session *s);

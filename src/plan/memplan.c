@@ -30,6 +30,7 @@ typedef struct {
     remat__memplan *m;
     int32_t cap;
     int32_t *live; /* per value: event of its resident instance, -1 none */
+    int32_t *hlive; /* per value: event of its copy on the host, -1 none */
     int32_t *over; /* traced: per node, the first node whose value it
                       overwrites in place, then per such node the next
                       (1 + node, 0 none); NULL when there are none */
@@ -56,7 +57,7 @@ static int32_t take(walker *w, int32_t ins, int32_t value, remat_mem cat, size_t
     m->ev[e] = (remat__mev){.bytes = bytes, .off = -1, .value = value, .ins = ins, .ins1 = -1, .t0 = m->ticks,
                             .t1 = -1, .cat = (uint8_t)cat, .fill = (uint8_t)fill};
     m->tick[m->ticks++] = e;
-    if (value >= 0) w->live[value] = e;
+    if (value >= 0) (cat == REMAT_MEM_HOST ? w->hlive : w->live)[value] = e;
     return e;
 }
 
@@ -67,7 +68,8 @@ static void give(walker *w, int32_t ins, int32_t e) {
     m->ev[e].ins1 = ins;
     m->ev[e].t1 = m->ticks;
     m->tick[m->ticks++] = ~e;
-    if (m->ev[e].value >= 0) w->live[m->ev[e].value] = -1;
+    int32_t *live = m->ev[e].cat == REMAT_MEM_HOST ? w->hlive : w->live;
+    if (m->ev[e].value >= 0) live[m->ev[e].value] = -1;
 }
 
 static int resident(const walker *w, int32_t v) { return w->live[v] >= 0; }
@@ -166,6 +168,30 @@ static void walk_bwd(walker *w, const remat__prog *p, const remat__schedule *s, 
     give(w, i, take(w, i, -1, REMAT_MEM_WORKSPACE, remat__ws_bytes(p, in->node, 1), REMAT__FILL_NONE));
 }
 
+/* OUT(v) as instruction i: the host copy taken (the device instance
+ * stays until v's FREE); IN(v): the device instance taken again, then the
+ * host copy given back. */
+static void walk_copy(walker *w, const remat__prog *p, int32_t i, const remat__instr *in) {
+    int32_t v = in->value;
+    const char *bad = NULL;
+    if (in->kind == REMAT__I_OUT) bad = !resident(w, v) ? "copies out a value that is not resident"
+                                       : w->hlive[v] >= 0 ? "copies out a value already on the host" : NULL;
+    else bad = resident(w, v) ? "copies in a value that is resident" : w->hlive[v] < 0 ? "copies in a value "
+               "that is not on the host" : NULL;
+    if (bad) {
+        w->st = remat__err(REMAT_INTERNAL, "schedule instruction %d %s (value %d of node %d)", (int)i, bad,
+                           (int)REMAT__VAL_KIND(v), (int)REMAT__VAL_NODE(v));
+        return;
+    }
+    if (in->kind == REMAT__I_OUT) {
+        take(w, i, v, REMAT_MEM_HOST, remat__value_bytes(p, v), REMAT__FILL_NONE);
+        return;
+    }
+    int32_t h = w->hlive[v];
+    take(w, i, v, (remat_mem)in->cat, remat__value_bytes(p, v), REMAT__FILL_NONE);
+    give(w, i, h);
+}
+
 /* The one walk: the takes and give-backs of every instruction, in the
  * order the executor binds them. */
 remat_status remat__memplan_build(const remat__prog *p, const remat__schedule *s, remat__memplan *out) {
@@ -176,18 +202,20 @@ remat_status remat__memplan_build(const remat__prog *p, const remat__schedule *s
     out->n_ins = s->n;
     size_t nv = (size_t)g->n * 3;
     w.live = malloc(nv * sizeof *w.live);
+    w.hlive = malloc(nv * sizeof *w.hlive);
     out->din = calloc((size_t)s->n + 1, sizeof *out->din);
-    if (!w.live || !out->din) {
-        free(w.live);
+    if (!w.live || !w.hlive || !out->din) {
+        free(w.live), free(w.hlive);
         return remat__err(REMAT_NOMEM, "out of memory planning a step's memory");
     }
-    for (size_t v = 0; v < nv; v++) w.live[v] = -1;
+    for (size_t v = 0; v < nv; v++) w.live[v] = w.hlive[v] = -1;
     w.st = overwrites_init(&w, g);
     for (int i = 0; i < s->n && w.st == REMAT_OK; i++) {
         const remat__instr *in = &s->ins[i];
         if (in->kind == REMAT__I_FWD) walk_fwd(&w, p, i, in);
         else if (in->kind == REMAT__I_BWD) walk_bwd(&w, p, s, i, in);
         else if (in->kind == REMAT__I_FREE && resident(&w, in->value)) give(&w, i, w.live[in->value]);
+        else if (in->kind == REMAT__I_OUT || in->kind == REMAT__I_IN) walk_copy(&w, p, i, in);
         /* REDUCE: the communication block, outside the arena */
     }
     /* a traced step's parameter gradients live from their first write to
@@ -196,9 +224,10 @@ remat_status remat__memplan_build(const remat__prog *p, const remat__schedule *s
         if (g->nodes[u].leaf == REMAT__LEAF_PARAM && resident(&w, REMAT__VAL(u, REMAT__V_GRAD)))
             give(&w, s->n, w.live[REMAT__VAL(u, REMAT__V_GRAD)]);
     for (size_t v = 0; v < nv && w.st == REMAT_OK; v++)
-        if (w.live[v] >= 0)
-            w.st = remat__err(REMAT_INTERNAL, "schedule ends with value %zu of node %zu resident", v % 3, v / 3);
-    free(w.live), free(w.over), free(w.gone);
+        if (w.live[v] >= 0 || w.hlive[v] >= 0)
+            w.st = remat__err(REMAT_INTERNAL, "schedule ends with value %zu of node %zu resident%s", v % 3, v / 3,
+                              w.live[v] >= 0 ? "" : " on the host");
+    free(w.live), free(w.hlive), free(w.over), free(w.gone);
     return w.st;
 }
 
@@ -210,13 +239,14 @@ void remat__memplan_peaks(const remat__memplan *m, const remat_mem_stats *start,
         if (e >= 0) {
             const remat__mev *x = &m->ev[e];
             st.live[x->cat] += x->bytes;
-            st.live[REMAT_MEM_TOTAL] += x->bytes;
             if (st.live[x->cat] > st.peak[x->cat]) st.peak[x->cat] = st.live[x->cat];
+            if (x->cat == REMAT_MEM_HOST) continue; /* apart from the device's total */
+            st.live[REMAT_MEM_TOTAL] += x->bytes;
             if (st.live[REMAT_MEM_TOTAL] > st.peak[REMAT_MEM_TOTAL]) st.peak[REMAT_MEM_TOTAL] = st.live[REMAT_MEM_TOTAL];
         } else {
             const remat__mev *x = &m->ev[~e];
             st.live[x->cat] -= x->bytes;
-            st.live[REMAT_MEM_TOTAL] -= x->bytes;
+            if (x->cat != REMAT_MEM_HOST) st.live[REMAT_MEM_TOTAL] -= x->bytes;
         }
     }
     *out = st;
@@ -238,9 +268,12 @@ static int by_size_desc(const void *a, const void *b) {
     return (x->e > y->e) - (x->e < y->e);
 }
 
+static int in_arena(const remat__mev *x, int host) { return (x->cat == REMAT_MEM_HOST) == host; }
+
 /* Largest first, each at the smallest gap that fits between the placed
- * events whose lifetimes overlap its own, or above them all. */
-static remat_status place_by_size(const remat__memplan *m, int64_t *off, size_t *arena) {
+ * events whose lifetimes overlap its own, or above them all. Only the
+ * events of one arena (the host's or the device's). */
+static remat_status place_by_size(const remat__memplan *m, int host, int64_t *off, size_t *arena) {
     item *it = malloc(((size_t)m->n + 1) * sizeof *it);
     int32_t *placed = malloc(((size_t)m->n + 1) * sizeof *placed); /* indices into it, by offset */
     if (!it || !placed) {
@@ -249,6 +282,7 @@ static remat_status place_by_size(const remat__memplan *m, int64_t *off, size_t 
     }
     int k = 0;
     for (int32_t e = 0; e < m->n; e++) {
+        if (!in_arena(&m->ev[e], host)) continue;
         off[e] = 0;
         if (m->ev[e].bytes) it[k++] = (item){remat__arena_rounded(m->ev[e].bytes), m->ev[e].t0, m->ev[e].t1, e};
     }
@@ -279,7 +313,7 @@ static remat_status place_by_size(const remat__memplan *m, int64_t *off, size_t 
 
 /* Tick order through a best-fit free list (sorted by offset, neighbours
  * coalesced; a free block at the top lowers the top). */
-static remat_status place_in_order(const remat__memplan *m, int64_t *off, size_t *arena) {
+static remat_status place_in_order(const remat__memplan *m, int host, int64_t *off, size_t *arena) {
     size_t *fo = malloc(((size_t)m->n + 1) * sizeof *fo), *fs = malloc(((size_t)m->n + 1) * sizeof *fs);
     if (!fo || !fs) {
         free(fo), free(fs);
@@ -289,6 +323,7 @@ static remat_status place_in_order(const remat__memplan *m, int64_t *off, size_t
     size_t top = 0, high = 0;
     for (int32_t t = 0; t < m->ticks; t++) {
         int32_t e = m->tick[t];
+        if (!in_arena(&m->ev[e >= 0 ? e : ~e], host)) continue;
         if (e >= 0) {
             size_t b = remat__arena_rounded(m->ev[e].bytes);
             off[e] = 0;
@@ -355,14 +390,22 @@ remat_status remat__memplan_place(remat__memplan *m) {
         free(a), free(b);
         return remat__err(REMAT_NOMEM, "out of memory planning a step's memory");
     }
-    size_t sa = 0, sb = SIZE_MAX;
-    remat_status st = place_in_order(m, a, &sa);
-    if (st == REMAT_OK && m->n <= BY_SIZE_MAX) st = place_by_size(m, b, &sb);
-    if (st == REMAT_OK) {
+    /* the device's arena, then the host's (offloaded values) apart */
+    remat_status st = REMAT_OK;
+    for (int host = 0; host < 2 && st == REMAT_OK; host++) {
+        size_t sa = 0, sb = SIZE_MAX;
+        st = place_in_order(m, host, a, &sa);
+        if (st == REMAT_OK && m->n <= BY_SIZE_MAX) st = place_by_size(m, host, b, &sb);
+        if (st != REMAT_OK) break;
         int use_b = sb < sa;
-        for (int32_t e = 0; e < m->n; e++) m->ev[e].off = use_b ? b[e] : a[e];
-        m->arena = use_b ? sb : sa;
-        m->placer = use_b ? "by-size" : "in-order";
+        for (int32_t e = 0; e < m->n; e++)
+            if (in_arena(&m->ev[e], host)) m->ev[e].off = use_b ? b[e] : a[e];
+        if (host) {
+            m->host_arena = use_b ? sb : sa;
+        } else {
+            m->arena = use_b ? sb : sa;
+            m->placer = use_b ? "by-size" : "in-order";
+        }
     }
     free(a), free(b);
     return st;
@@ -370,19 +413,23 @@ remat_status remat__memplan_place(remat__memplan *m) {
 
 /* -------------------------------------------------------------- checking */
 
-remat_status remat__memplan_verify(const remat__memplan *m) {
+/* The events of one arena (the device's, or the host's). */
+static remat_status verify_arena(const remat__memplan *m, int host) {
     int32_t *live = malloc(((size_t)m->n + 1) * sizeof *live); /* events, by offset */
     if (!live) return remat__err(REMAT_NOMEM, "out of memory checking a memory plan");
     int nl = 0;
+    size_t arena = host ? m->host_arena : m->arena;
     remat_status st = REMAT_OK;
     for (int32_t t = 0; t < m->ticks && st == REMAT_OK; t++) {
         int32_t e = m->tick[t];
+        if (!in_arena(&m->ev[e >= 0 ? e : ~e], host)) continue;
         if (e >= 0) {
             const remat__mev *x = &m->ev[e];
             if (!x->bytes) continue;
-            if (x->off < 0 || (size_t)x->off % REMAT__ARENA_ALIGN || (size_t)x->off + x->bytes > m->arena) {
-                st = remat__err(REMAT_INTERNAL, "event %d (%zu bytes at offset %lld) is not inside the %zu-byte arena "
-                                "at an aligned offset", e, x->bytes, (long long)x->off, m->arena);
+            if (x->off < 0 || (size_t)x->off % REMAT__ARENA_ALIGN || (size_t)x->off + x->bytes > arena) {
+                st = remat__err(REMAT_INTERNAL, "event %d (%zu bytes at offset %lld) is not inside the %zu-byte %s "
+                                "arena at an aligned offset", e, x->bytes, (long long)x->off, arena,
+                                host ? "host" : "device");
                 break;
             }
             int i = 0;
@@ -409,4 +456,9 @@ remat_status remat__memplan_verify(const remat__memplan *m) {
     }
     free(live);
     return st;
+}
+
+remat_status remat__memplan_verify(const remat__memplan *m) {
+    remat_status st = verify_arena(m, 0);
+    return st == REMAT_OK ? verify_arena(m, 1) : st;
 }

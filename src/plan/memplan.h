@@ -18,6 +18,7 @@
 #ifndef REMAT_MEMPLAN_H
 #define REMAT_MEMPLAN_H
 
+#include "rotor.h"
 #include "schedule.h"
 
 /* Arena offsets and sizes are multiples of this (cuBLAS and cuDNN want
@@ -59,6 +60,9 @@ typedef struct {
                        traced step, into the parameter's gradient block */
     int32_t n_ins;  /* the schedule's length */
     size_t arena;   /* bytes of the placed arena; 0 before placement */
+    size_t host_arena; /* bytes of the placed host arena: the events of
+                          category REMAT_MEM_HOST (offloaded values), placed
+                          apart from the device's */
     const char *placer; /* static: the placement that won ("by-size",
                            "in-order", "per-tensor"); NULL before placement */
     uint8_t per_tensor; /* a traced step (graph file): its framework
@@ -80,7 +84,8 @@ void remat__memplan_free(remat__memplan *m);
  * ticks. */
 void remat__memplan_peaks(const remat__memplan *m, const remat_mem_stats *start, remat_mem_stats *out);
 
-/* Places every event in one arena (a per_tensor plan: no placement, the
+/* Places every event in one arena, those of category REMAT_MEM_HOST in
+ * a host arena apart (a per_tensor plan: no placement, the
  * arena is the values' peak): two placements, the better kept (the
  * smaller arena; the in-order one alone beyond a size where by-size's
  * quadratic pass would be slow):
@@ -135,6 +140,11 @@ typedef struct {
     size_t *floor;                 /* optimal, when nothing fits: the
                                     * smallest feasible budget (or NULL) */
     const remat__buckets *buckets; /* data parallelism's, or NULL */
+    size_t host_budget;            /* optimal: host bytes offload may
+                                    * hold (0: no offload) */
+    double host_bandwidth;         /* the host link in the cost model's
+                                    * units: bytes per unit of cost */
+    double host_latency;           /* and units of cost per copy */
 } remat__plan_req;
 typedef struct {
     const char *name, *summary;
@@ -158,5 +168,24 @@ remat_status remat__schedule_summary(const remat__prog *p, const remat__planned 
  * (finished by remat__plan_finish); REMAT_BUDGET when none fits, setting
  * *r->floor. */
 remat_status remat__optimal_plan(const remat__plan_req *r, remat__planned *out);
+
+/* What a schedule costs under the cost model: its forwards (a
+ * recomputation at its own cost), backwards and exposed copy time
+ * (sc->stall). */
+double remat__schedule_cost(const remat__prog *p, const remat__schedule *sc);
+
+/* The schedule of a plan of the chain optimal plans over (remat__optimal_chain),
+ * offloaded stages' copies included (optimal.c). */
+remat_status remat__chain_schedule(const remat__prog *p, remat_node loss, const remat_chain_plan *plan,
+                                   remat__schedule *out);
+
+/* Offload as the third choice (offload_plan.c): with r->host_budget, the
+ * least-cost chain plan with keep, recompute or offload per stage
+ * (remat__offload_solve) at the budget, when it offloads something, costs
+ * less than `best` (the cost of the best plan without offload that fits,
+ * or infinity) and its placed arenas fit the budget and the host budget:
+ * then it is finished into *out and *won set. Tried at a few budgets
+ * below r's, since the chain model's peak is an estimate. */
+remat_status remat__offload_plan(const remat__plan_req *r, double best, remat__planned *out, int *won);
 
 #endif

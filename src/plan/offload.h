@@ -118,6 +118,10 @@ remat_status remat__offload_solve(const remat__stage_ex *st, int n, int64_t outp
 remat_status remat__optimal_chain(const remat__prog *p, remat_node loss, remat__stage_ex **st, int *n, int64_t *output,
                                   int32_t **first);
 
+/* Device slots for the offload DP over n stages with host_slots host
+ * slots: 500, fewer when its tables would pass 256 MiB, never below 50. */
+int remat__offload_slots(int n, int host_slots);
+
 /* The chain plan of p's step with offload (host_budget bytes) and without
  * (offload_report.c), at chain_budget device bytes, on a link in the cost
  * model's units; fills out's chain fields (not chain_budget, the link or

@@ -14,7 +14,7 @@
 /* Device slots: 500, fewer when the tables of n stages and host_slots + 1
  * host rows would pass 256 MiB (three tables of a double and an int16 per
  * cell), never below 50. */
-static int fit_slots(int n, int host_slots) {
+int remat__offload_slots(int n, int host_slots) {
     double rows = ((double)n + 1) * ((double)n + 2) / 2 * (host_slots + 1.0) * 3 * (sizeof(double) + 2);
     double s = 256.0 * 1048576.0 / rows;
     return s > 500 ? 500 : s < 50 ? 50 : (int)s;
@@ -57,7 +57,7 @@ remat_status remat__offload_report(const remat__prog *p, remat_node loss, size_t
     if (offloaded) *offloaded = NULL, *n_off = 0;
     remat_status rc = remat__optimal_chain(p, loss, &st, &n, &output, &first);
     if (rc != REMAT_OK) return rc;
-    int hs = host_slots > 0 ? host_slots : 16, ds = slots > 0 ? slots : fit_slots(n, hs);
+    int hs = host_slots > 0 ? host_slots : 16, ds = slots > 0 ? slots : remat__offload_slots(n, hs);
     remat__offload_result with = {0}, without = {0};
     remat_chain_plan *plan = NULL;
     out->stages = n;

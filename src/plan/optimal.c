@@ -63,6 +63,7 @@
  * the rematerialization ILP's true optimum on small graphs.
  */
 #include "memplan.h"
+#include "offload.h"
 #include "rotor.h"
 
 #include <math.h>
@@ -375,10 +376,65 @@ out:
     return rc;
 }
 
+/* The values stage st's backward reads that its forward made, but its
+ * output (the next stage's input): what an offloaded Fe_st copies to the
+ * host (REMAT__VAL ids into v, their count returned; mark is g->n
+ * bytes of zeros, left zero). */
+static int offload_values(const remat__prog *p, const chain *c, int st, uint8_t *mark, int32_t *v) {
+    const remat_graph *g = p->g;
+    int a = c->off[st], b = c->off[st + 1], k = 0;
+    for (int j = a; j < b; j++) mark[c->nodes[j]] = 1;
+    for (int j = a; j < b; j++) {
+        int32_t u = c->nodes[j];
+        const remat__node *n = &g->nodes[u];
+        if (!p->needs_grad[u]) continue;
+        for (int q = 0; q < n->n_in; q++)
+            if ((n->saves & REMAT__SAVE_IN(q)) && mark[n->in[q]] == 1) v[k++] = REMAT__VAL(n->in[q], REMAT__V_OUT), mark[n->in[q]] |= 2;
+        if ((n->saves & REMAT__SAVE_OUT) && !(mark[u] & 2)) v[k++] = REMAT__VAL(u, REMAT__V_OUT), mark[u] |= 2;
+        if ((n->saves & REMAT__SAVE_AUX) && !(mark[u] & 4)) v[k++] = REMAT__VAL(u, REMAT__V_AUX), mark[u] |= 4;
+    }
+    for (int j = a; j < b; j++) mark[c->nodes[j]] = 0;
+    int32_t last = REMAT__VAL(c->nodes[b - 1], REMAT__V_OUT), m = 0;
+    for (int i = 0; i < k; i++)
+        if (v[i] != last && remat__value_bytes(p, v[i])) v[m++] = v[i];
+    return m;
+}
+
+/* Where the copies of an offloaded Fe_i at operation t go (offload.h's
+ * timeline): its OUTs right after it, the device instances' FREEs once
+ * the next operation is done (before operation t + 2), the INs before the
+ * operation before B_i. at[k] (-1 none) is the stage whose FREEs (free_at)
+ * or INs (in_at) come before operation k's instructions. */
+static remat_status offload_points(const remat_chain_plan *plan, int nops, int32_t *free_at, int32_t *in_at) {
+    for (int k = 0; k <= nops; k++) free_at[k] = in_at[k] = -1;
+    for (int t = 0; t < nops; t++) {
+        remat_chain_op op = remat_chain_plan_op(plan, t);
+        if (op.kind != REMAT_CHAIN_FE || op.option != REMAT__OFFLOAD_OPTION) continue;
+        int tb = t + 1;
+        while (tb < nops && !(remat_chain_plan_op(plan, tb).kind == REMAT_CHAIN_B && remat_chain_plan_op(plan, tb).stage == op.stage)) tb++;
+        if (tb >= nops || tb - 2 <= t)
+            return remat__err(REMAT_INTERNAL, "chain plan: offloaded Fe_%d at operation %d has no B_%d two "
+                              "operations later", op.stage, t, op.stage);
+        free_at[t + 2] = op.stage, in_at[tb - 1] = op.stage;
+    }
+    return REMAT_OK;
+}
+
+/* Appends instructions of `kind` for the values of stage st that an
+ * offloaded Fe copies (offload_values). */
+static void emit_copies(const remat__prog *p, const chain *c, int st, remat__ikind kind, uint8_t *mark, int32_t *v,
+                        remat__schedule *out) {
+    int k = offload_values(p, c, st, mark, v);
+    for (int i = 0; i < k; i++)
+        out->ins[out->n++] = (remat__instr){.kind = (uint8_t)kind, .node = REMAT__VAL_NODE(v[i]), .value = v[i]};
+}
+
 /* The schedule of a chain operation sequence: inputs first, then per
  * operation the FWD or BWD instructions of its stage's nodes (a B with an
  * option that recomputes runs those FWDs first); frees follow from the
- * last use of each value instance. */
+ * last use of each value instance. An offloaded Fe (option
+ * REMAT__OFFLOAD_OPTION, read as option 0) copies what its B reads out
+ * and back (offload_points). */
 static remat_status emit(const remat__prog *p, const chain *c, const remat_chain_plan *plan, remat_node loss,
                          remat__schedule *out) {
     memset(out, 0, sizeof *out);
@@ -391,38 +447,66 @@ static remat_status emit(const remat__prog *p, const chain *c, const remat_chain
     size_t cap = (size_t)c->n_inputs + 1;
     for (int i = 0; i < nops; i++) {
         remat_chain_op op = remat_chain_plan_op(plan, i);
-        if (op.stage < c->n_stages) cap += 2 * (size_t)(c->off[op.stage + 1] - c->off[op.stage]);
+        size_t len = op.stage < c->n_stages ? (size_t)(c->off[op.stage + 1] - c->off[op.stage]) : 0;
+        cap += 2 * len; /* a B's recomputations and backwards */
+        if (op.kind == REMAT_CHAIN_FE && op.option == REMAT__OFFLOAD_OPTION) cap += 6 * len; /* out, free, in: out and aux */
     }
+    int32_t *at = malloc(2 * ((size_t)nops + 1) * sizeof *at), *v = malloc(3 * ((size_t)p->g->n + 1) * sizeof *v);
+    uint8_t *mark = calloc((size_t)p->g->n + 1, 1);
     out->ins = malloc(cap * sizeof *out->ins);
-    if (!out->ins) return remat__err(REMAT_NOMEM, "out of memory planning");
+    if (!out->ins || !at || !v || !mark) {
+        free(at), free(v), free(mark), free(out->ins), out->ins = NULL;
+        return remat__err(REMAT_NOMEM, "out of memory planning");
+    }
     out->cap = (int)cap;
+    int32_t *free_at = at, *in_at = at + nops + 1;
+    remat_status st = offload_points(plan, nops, free_at, in_at);
     for (int j = 0; j < c->n_inputs; j++) out->ins[out->n++] = (remat__instr){.kind = REMAT__I_FWD, .node = c->inputs[j]};
-    for (int i = 0; i < nops; i++) {
+    for (int i = 0; i <= nops && st == REMAT_OK; i++) {
+        if (free_at[i] >= 0) emit_copies(p, c, free_at[i], REMAT__I_FREE, mark, v, out);
+        if (in_at[i] >= 0) emit_copies(p, c, in_at[i], REMAT__I_IN, mark, v, out);
+        if (i == nops) break;
         remat_chain_op op = remat_chain_plan_op(plan, i);
         if (op.kind == REMAT_CHAIN_LOSS || op.stage >= c->n_stages) continue;
         int a = c->off[op.stage], b = c->off[op.stage + 1];
+        int o = op.option == REMAT__OFFLOAD_OPTION ? 0 : op.option;
         if (op.kind == REMAT_CHAIN_B) {
-            uint8_t bit = (uint8_t)(1u << op.option);
+            uint8_t bit = (uint8_t)(1u << o);
             for (int j = a; j < b; j++) /* the option's recomputations first */
                 if (c->sel[c->nodes[j]] & bit) out->ins[out->n++] = (remat__instr){.kind = REMAT__I_FWD, .node = c->nodes[j]};
             for (int j = b - 1; j >= a; j--)
                 if (p->needs_grad[c->nodes[j]]) out->ins[out->n++] = (remat__instr){.kind = REMAT__I_BWD, .node = c->nodes[j]};
         } else {
             for (int j = a; j < b; j++) out->ins[out->n++] = (remat__instr){.kind = REMAT__I_FWD, .node = c->nodes[j]};
+            if (op.kind == REMAT_CHAIN_FE && op.option == REMAT__OFFLOAD_OPTION)
+                emit_copies(p, c, op.stage, REMAT__I_OUT, mark, v, out);
         }
     }
-    remat_status st = remat__schedule_add_frees(p, out);
+    free(at), free(v), free(mark);
+    if (st == REMAT_OK) st = remat__schedule_add_frees(p, out);
     if (st == REMAT_OK) st = remat__schedule_categorize(p, out);
     if (st != REMAT_OK) remat__schedule_free(out);
     return st;
 }
 
-/* What a candidate costs under the cost model (recomputations included). */
-static double schedule_cost(const remat__prog *p, const remat__schedule *sc) {
-    double t = 0;
+remat_status remat__chain_schedule(const remat__prog *p, remat_node loss, const remat_chain_plan *plan,
+                                   remat__schedule *out) {
+    chain c;
+    memset(out, 0, sizeof *out);
+    remat_status st = chain_init(p, loss, &c);
+    if (st != REMAT_OK) return st;
+    st = emit(p, &c, plan, loss, out);
+    chain_free(&c);
+    return st;
+}
+
+/* What a candidate costs under the cost model (recomputations and
+ * exposed copies included). */
+double remat__schedule_cost(const remat__prog *p, const remat__schedule *sc) {
+    double t = sc->stall;
     for (int i = 0; i < sc->n; i++) {
         const remat__instr *in = &sc->ins[i];
-        if (in->kind == REMAT__I_FREE) continue;
+        if (in->kind != REMAT__I_FWD && in->kind != REMAT__I_BWD) continue;
         const remat__node *nd = &p->g->nodes[in->node];
         t += in->kind == REMAT__I_BWD ? remat__node_bwd_seconds(p, nd)
              : in->first             ? remat__node_seconds(p, nd)
@@ -847,7 +931,7 @@ static remat_status measure_all(const gen_ctx *x, size_t held_outside, cand **ou
             size_t pk = 0;
             if (!(p->recompute_once && recomputes_twice(p->g, &sc))) {
                 st = values_peak(p, &sc, &pk);
-                if (st == REMAT_OK) cands[(*nc)++] = (cand){(int)gi, j, count, schedule_cost(p, &sc), pk + held_outside, 0};
+                if (st == REMAT_OK) cands[(*nc)++] = (cand){(int)gi, j, count, remat__schedule_cost(p, &sc), pk + held_outside, 0};
                 if (st == REMAT_UNSUPPORTED) st = REMAT_OK; /* reads a value overwritten in place: not a candidate */
             }
             remat__schedule_free(&sc);
@@ -904,8 +988,9 @@ remat_status remat__optimal_plan(const remat__plan_req *r, remat__planned *out) 
     st = gen_init(r->p, r->loss, &c, &x);
     if (st == REMAT_OK) st = measure_all(&x, r->held_outside, &cands, &nc);
     if (st == REMAT_OK) st = choose(&x, cands, nc, r, &win);
-    if (st == REMAT_OK && win >= 0) st = place_cand(&x, &cands[win], r, out);
-    else if (st == REMAT_OK) st = none_fits(&x, cands, nc, r);
+    int offloaded = 0; /* offload, with a host budget, where it costs less */
+    if (st == REMAT_OK) st = remat__offload_plan(r, win >= 0 ? cands[win].cost : INFINITY, out, &offloaded);
+    if (st == REMAT_OK && !offloaded) st = win >= 0 ? place_cand(&x, &cands[win], r, out) : none_fits(&x, cands, nc, r);
     free(cands);
     chain_free(&c);
     gen_free(&x);

@@ -214,8 +214,11 @@ remat_status remat__schedule_add_frees(const remat__prog *p, remat__schedule *s)
         for (int i = 0; i <= s->n; i++) f.head[i] = -1;
     }
     for (int i = 0; ok && i < s->n; i++) {
-        if (s->ins[i].kind == REMAT__I_FWD) ok = fwd_uses(p->g, &f, &s->ins[i], i);
-        else if (s->ins[i].kind == REMAT__I_BWD) bwd_uses(p, &f, &s->ins[i], i);
+        const remat__instr *in = &s->ins[i];
+        if (in->kind == REMAT__I_FWD) ok = fwd_uses(p->g, &f, in, i);
+        else if (in->kind == REMAT__I_BWD) bwd_uses(p, &f, in, i);
+        else if (in->kind == REMAT__I_OUT || in->kind == REMAT__I_IN) f.last[in->value] = i;
+        else if (in->kind == REMAT__I_FREE) f.last[in->value] = -1; /* freed where the schedule says */
     }
     /* every instance still open ends after its last use */
     for (size_t v = 0; ok && v < nv; v++)
@@ -299,6 +302,14 @@ remat_status remat__schedule_categorize(const remat__prog *p, remat__schedule *s
                 s->ins[open[REMAT__VAL(in->node, REMAT__V_AUX)]].aux_cat = REMAT_MEM_ACT;
         } else if (in->kind == REMAT__I_FREE) {
             open[in->value] = -1;
+        } else if (in->kind == REMAT__I_OUT && open[in->value] >= 0) {
+            /* kept for backward, on the host for a while */
+            remat__instr *mk = &s->ins[open[in->value]];
+            if (REMAT__VAL_KIND(in->value) == REMAT__V_AUX) mk->aux_cat = REMAT_MEM_ACT;
+            else mk->cat = REMAT_MEM_ACT;
+        } else if (in->kind == REMAT__I_IN) {
+            in->cat = REMAT_MEM_ACT;
+            open[in->value] = i;
         }
     }
     free(open), free(seen);

@@ -20,7 +20,13 @@
  * and, at the rank's last micro-batch, start its reduction across ranks.
  * It takes no memory of the arena (its buffers are the session's
  * communication block); `node` is the bucket's first parameter. */
-typedef enum { REMAT__I_FWD = 0, REMAT__I_BWD, REMAT__I_FREE, REMAT__I_REDUCE } remat__ikind;
+/* OUT and IN (offload, planned by optimal with a host budget): OUT copies
+ * value `value` to the host (a host buffer taken, category REMAT_MEM_HOST);
+ * its device instance stays until a FREE of it, which waits for the copy.
+ * IN takes the value's device instance again (category `cat`) and copies
+ * it back, giving the host buffer back; a kernel that reads it waits for
+ * the copy. Both run on the backend's copy engine beside the kernels. */
+typedef enum { REMAT__I_FWD = 0, REMAT__I_BWD, REMAT__I_FREE, REMAT__I_REDUCE, REMAT__I_OUT, REMAT__I_IN } remat__ikind;
 typedef enum { REMAT__V_OUT = 0, REMAT__V_AUX, REMAT__V_GRAD } remat__vkind;
 
 #define REMAT__VAL(node, kind) ((int32_t)(node) * 3 + (int32_t)(kind))
@@ -29,12 +35,14 @@ typedef enum { REMAT__V_OUT = 0, REMAT__V_AUX, REMAT__V_GRAD } remat__vkind;
 
 typedef struct {
     uint8_t kind;    /* remat__ikind */
-    uint8_t cat;     /* FWD: category of the output; BWD: unused */
+    uint8_t cat;     /* FWD: category of the output; IN: of the value
+                      * taken again; BWD: unused */
     uint8_t aux_cat; /* FWD: category of the aux */
     uint8_t first;   /* FWD: the node's first forward in the schedule (a
                       * later one is a recomputation) */
-    int32_t node;    /* FWD, BWD; REDUCE: the bucket's first parameter */
-    int32_t value;   /* FREE; REDUCE: the bucket */
+    int32_t node;    /* FWD, BWD; REDUCE: the bucket's first parameter;
+                      * FREE, OUT, IN: the value's node */
+    int32_t value;   /* FREE, OUT, IN; REDUCE: the bucket */
 } remat__instr;
 
 typedef struct {
@@ -47,6 +55,9 @@ typedef struct {
     const char *origin; /* static: the planner that made it ("levels",
                            "chain", "dtr"), for summaries */
     char candidate[48];  /* optimal: the candidate that won ("chain 7/24") */
+    double stall;        /* offload: the copy time the chain model's
+                            timeline predicts is not hidden behind compute,
+                            in cost units (0 without OUT and IN) */
 } remat__schedule;
 
 /* Static facts about a graph compiled for one loss on one device. */
@@ -167,9 +178,11 @@ remat_status remat__schedule_build(const remat__prog *p, remat_node loss, remat_
 void remat__schedule_free(remat__schedule *s);
 
 /* Inserts a FREE after the last use of every value instance of a schedule
- * made of FWD and BWD instructions only. A FWD of a node whose output is
- * live ends the old instance first (a recomputation); a stateful op's aux
- * is reused, any other aux is made again like the output. */
+ * made of FWD and BWD instructions, and of OUT, IN and FREE (offload). A
+ * FWD of a node whose output is live ends the old instance first (a
+ * recomputation); a stateful op's aux is reused, any other aux is made
+ * again like the output. An OUT reads its value; a FREE already there
+ * ends the instance (it gets no second one); an IN starts an instance. */
 remat_status remat__schedule_add_frees(const remat__prog *p, remat__schedule *s);
 
 /* Inserts a REDUCE for each of nb gradient buckets: bucket_of[u] is the

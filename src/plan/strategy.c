@@ -148,7 +148,8 @@ remat_status remat__schedule_summary(const remat__prog *p, const remat__planned 
     out->instructions = s->n;
     for (int i = 0; i < s->n; i++) {
         const remat__instr *in = &s->ins[i];
-        if (in->kind == REMAT__I_FREE || in->kind == REMAT__I_REDUCE) continue;
+        out->offloaded_values += in->kind == REMAT__I_OUT;
+        if (in->kind != REMAT__I_FWD && in->kind != REMAT__I_BWD) continue;
         const remat__node *n = &g->nodes[in->node];
         double f = remat__node_flops(g, n), t = remat__node_seconds(p, n);
         if (in->kind == REMAT__I_BWD) {
@@ -162,7 +163,9 @@ remat_status remat__schedule_summary(const remat__prog *p, const remat__planned 
             if (!again[in->node]) again[in->node] = 1, out->recomputed_nodes++;
         }
     }
-    out->seconds += out->extra_seconds;
+    out->seconds += out->extra_seconds + s->stall;
+    out->stall_seconds = s->stall;
+    out->host_bytes = pl->mem.host_arena;
     free(again);
     /* Each cost is bounded (cost.c, the graph reader), so this sum stays
      * finite; a cost that got past them is refused, not printed as inf. */
