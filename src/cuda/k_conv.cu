@@ -575,4 +575,4 @@ static size_t conv_bwd_ws(void *dev, const remat_graph *g, const remat__node *n)
 static int conv_asks_device(const remat_graph *g, const remat__node *n) { return !remat__conv1x1_gemm(g, n); }
 
 extern "C" const remat__dev_kernels remat__cuda_conv2d = {conv_forward, conv_backward, conv_fwd_ws,
-                                                          conv_bwd_ws, conv_asks_device};
+                                                          conv_bwd_ws, conv_asks_device, NULL};
