@@ -97,11 +97,13 @@ void remat__shim_layout(const remat__prog *p, int32_t u, int backward, remat__sh
 }
 
 /* REMAT_CUDA_BF16=views runs every CUDA kernel on float32 views, as
- * before the CUDA backend had bf16 kernels: what test_cuda compares the
- * native kernels against, bit for bit where they promise it. */
-static int cuda_views_only(void) {
+ * before the CUDA backend had bf16 kernels, and =elementwise-views the
+ * elementwise ops alone (REMAT__OP_ELEMENTWISE): what test_cuda compares
+ * the native kernels against, bit for bit where they promise it. */
+static int cuda_views_only(const remat__op *op) {
     const char *e = getenv("REMAT_CUDA_BF16");
-    return e && !strcmp(e, "views");
+    if (!e) return 0;
+    return !strcmp(e, "views") || (!strcmp(e, "elementwise-views") && (op->flags & REMAT__OP_ELEMENTWISE));
 }
 
 /* Node u's kernels on its values in their stored dtypes, where its op has
@@ -119,7 +121,7 @@ static void native_kernels(remat__prog *p, int32_t u) {
     if (p->device == REMAT_DEVICE_CPU) {
         if (!op->bf16_ws || !op->bf16_ws(p->g, n, p->dt, remat__node_threads(p->g, n, p->nth), &f, &b)) return;
     } else {
-        if (!op->cuda || !op->cuda->bf16_ws || cuda_views_only()) return;
+        if (!op->cuda || !op->cuda->bf16_ws || cuda_views_only(op)) return;
         if (!op->cuda->bf16_ws(p->dev, p->g, n, p->dt, &f, &b)) return;
     }
     p->native[u] = 1;
