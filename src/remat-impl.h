@@ -247,6 +247,16 @@ typedef struct {
      * (cuDNN's algorithms), so that without the device it is an estimate;
      * NULL: never (the shapes decide). */
     int (*asks_device)(const remat_graph *g, const remat__node *n);
+    /* Under the bf16 policy: 1 when node n's kernels take its values in
+     * their stored dtypes (dt, by node id; kctx.dt is set), with their
+     * workspace bytes in *fwd and *bwd, which replace fwd_ws's and
+     * bwd_ws's; 0 (or NULL) and the executor runs the float32 kernels on
+     * views (exec/precision.c), as remat__op.bf16_ws on the CPU. dev is
+     * NULL in a plan for a device that is not here: then, where
+     * asks_device says the workspace depends on the device, the bytes are
+     * an upper bound, as fwd_ws's are. */
+    int (*bf16_ws)(void *dev, const remat_graph *g, const remat__node *n, const uint8_t *dt, size_t *fwd,
+                   size_t *bwd);
 } remat__dev_kernels;
 
 /* Bits of remat__op.saves: what backward reads besides dout. Inputs 0..29

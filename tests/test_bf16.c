@@ -16,6 +16,13 @@
  *   same losses, gradients, BatchNorm statistics and weights bit for bit
  *   over 4 SGD steps, and at every step the predicted peak of every
  *   category equals the measured one.
+ * - Planning for a CUDA device that is not here (plan_only, as `remat plan
+ *   --device cuda --precision bf16` on a machine without one), the native
+ *   CUDA bf16 kernels' workspaces (linear's bf16 products, none for the
+ *   elementwise ops) replace the float32 views': the predicted workspace
+ *   and total peaks fall below those of the same plan with every CUDA
+ *   node on views (REMAT_CUDA_BF16=views). Skipped without CUDA in the
+ *   build.
  * - What it buys: bf16's activations are at most 70% of fp32's (store-all;
  *   what stays float32 is the values the rules keep there: a residual
  *   stream, statistics and attention's probabilities in aux), and its first
@@ -627,8 +634,59 @@ out:
     remat__st_close(w), remat__st_close(b), remat__st_close(ac);
 }
 
+/* The predicted peaks of a plan-only CUDA session in bf16, store-all:
+ * REMAT_OK, or REMAT_UNSUPPORTED in a build without CUDA. */
+static remat_status cuda_plan(const remat_graph *g, remat_node loss, const char *mode, remat_plan_summary *ps) {
+    remat_session_opts so;
+    remat_session_opts_default(&so);
+    so.plan_only = 1, so.device = REMAT_DEVICE_CUDA, so.precision = REMAT_PRECISION_BF16;
+    so.strategy = REMAT_STRATEGY_ALL;
+    if (mode) setenv("REMAT_CUDA_BF16", mode, 1);
+    remat_session *s = NULL;
+    remat_status st = remat_session_create(&s, g, loss, &so);
+    unsetenv("REMAT_CUDA_BF16");
+    if (st == REMAT_OK) st = remat_session_plan(s, ps);
+    remat_session_destroy(s);
+    return st;
+}
+
+static void cuda_plan_only(void) {
+    remat_graph *g;
+    CHECK_OK(remat_graph_create(&g));
+    int64_t xd[2] = {512, 256}, w1[2] = {1024, 256}, b1 = 1024, w2[2] = {1024, 1024}, w3[2] = {10, 1024}, b3 = 10,
+            yd[2] = {512, 10};
+    remat_node x = remat_input(g, "x", REMAT_F32, 2, xd);
+    remat_node h = remat_linear_op(g, x, remat_param(g, "w1", 2, w1, REMAT_INIT_UNIFORM, 0.1f),
+                                   remat_param(g, "b1", 1, &b1, REMAT_INIT_ZEROS, 0.0f));
+    h = remat_dropout(g, remat_relu(g, h), 0.1f);
+    remat_node h2 = remat_gelu(g, remat_linear_op(g, h, remat_param(g, "w2", 2, w2, REMAT_INIT_UNIFORM, 0.1f),
+                                                  remat_param(g, "b2", 1, &b1, REMAT_INIT_ZEROS, 0.0f)), 1);
+    remat_node y = remat_linear_op(g, remat_add(g, h2, h), remat_param(g, "w3", 2, w3, REMAT_INIT_UNIFORM, 0.1f),
+                                   remat_param(g, "b3", 1, &b3, REMAT_INIT_ZEROS, 0.0f));
+    remat_node loss = remat_mse(g, y, remat_input(g, "t", REMAT_F32, 2, yd));
+    CHECK_MSG(remat_graph_status(g) == REMAT_OK, "%s", remat_graph_error(g));
+    remat_plan_summary nat, views;
+    remat_status st = cuda_plan(g, loss, NULL, &nat);
+    if (st == REMAT_UNSUPPORTED) {
+        printf("cuda plan-only bf16: skipped (%s)\n", remat_last_error());
+        remat_graph_destroy(g);
+        return;
+    }
+    CHECK_MSG(st == REMAT_OK, "plan-only CUDA session in bf16: %s", remat_last_error());
+    CHECK_OK(cuda_plan(g, loss, "views", &views));
+    size_t nw = nat.predicted.peak[REMAT_MEM_WORKSPACE], vw = views.predicted.peak[REMAT_MEM_WORKSPACE];
+    size_t nt = nat.predicted.peak[REMAT_MEM_TOTAL], vt = views.predicted.peak[REMAT_MEM_TOTAL];
+    CHECK_MSG(st != REMAT_OK || (nw < vw && nt < vt), "plan-only CUDA bf16: native kernels' workspace %zu B, total "
+              "%zu B; on views %zu B, %zu B (expected less)", nw, nt, vw, vt);
+    CHECK(nat.predicted.peak[REMAT_MEM_ACT] == views.predicted.peak[REMAT_MEM_ACT]); /* same values, same dtypes */
+    printf("cuda plan-only bf16: workspace %zu B with the native kernels, %zu B on views; total %zu B, %zu B\n", nw,
+           vw, nt, vt);
+    remat_graph_destroy(g);
+}
+
 int main(void) {
     rounding();
+    cuda_plan_only();
     rules();
     ce_rows();
     block_claims();

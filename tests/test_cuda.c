@@ -21,6 +21,14 @@
  * 4. 2 and 3 again in bf16 (remat_precision: the CUDA backend's
  *    conversions, the float32 views, the elementwise ops in slices) on cnn
  *    and gpt2.
+ * 6. The native bf16 kernels (remat__dev_kernels.bf16_ws: linear and the
+ *    elementwise ops on their stored dtypes, no float32 views): small
+ *    graphs where each op reads bf16 values (after a linear layer), in
+ *    bf16 on the GPU with native kernels, on the GPU with the elementwise
+ *    ops on views (REMAT_CUDA_BF16=elementwise-views) and on the CPU. The elementwise ops' outputs,
+ *    losses and gradients are bitwise the views' (dropout's slices
+ *    included: 131072 elements, two views slices); everything is within
+ *    TOL16 of the CPU's bf16 run.
  * 5. A batch in page-locked memory (remat_host_alloc), which the step
  *    uploads straight from, and each next batch copied ahead on the second
  *    stream (opts.prefetch, remat_session_bind_next: a larger block,
@@ -295,6 +303,144 @@ static void ops(void) {
     for (int ci = 0; ci < N_CASES; ci++) compare(cases[ci].op, cases[ci].build, ci);
     for (int ci = 0; ci < (int)(sizeof big / sizeof big[0]); ci++) compare(big[ci].op, big[ci].build, 100 + ci);
     printf("cuda vs cpu: every op within %.0e (worst %.2e)\n", TOL, worst_seen);
+}
+
+/* --------------------------------------------------- native bf16 kernels */
+
+/* bf16 against bf16: the products round their operands and results to 8
+ * bits of significand, in another order on each device. */
+#define TOL16 3e-2
+
+/* x (N, 64) -> linear (bf16) -> the op -> (its output); a second linear
+ * for two-input ops. */
+static remat_node lin16(remat_graph *g, const char *name, int64_t n, int64_t out) {
+    char w[32], b[32];
+    snprintf(w, sizeof w, "%s.w", name), snprintf(b, sizeof b, "%s.b", name);
+    return remat_linear_op(g, P(g, name, 2, n, 64, 0, 0), P(g, w, 2, out, 64, 0, 0), P(g, b, 1, out, 0, 0, 0));
+}
+static void b_linear(gcase *c) { c->out = lin16(c->g, "x", 96, 80); }
+static void b_linear2(gcase *c) { /* a bf16 input, its gradient in bf16 */
+    remat_node h = lin16(c->g, "x", 96, 64);
+    c->out = remat_linear_op(c->g, h, P(c->g, "w2", 2, 48, 64, 0, 0), REMAT_NONE);
+}
+static void b_relu(gcase *c) { c->out = remat_relu(c->g, lin16(c->g, "x", 96, 80)); }
+static void b_add(gcase *c) { c->out = remat_add(c->g, lin16(c->g, "a", 96, 80), lin16(c->g, "b", 96, 80)); }
+static void b_add_same(gcase *c) { /* one bf16 value twice: one gradient buffer */
+    remat_node h = lin16(c->g, "a", 96, 80);
+    c->out = remat_add(c->g, h, h);
+}
+static void b_add_mixed(gcase *c) { /* bf16 + float32: a float32 sum */
+    c->out = remat_add(c->g, lin16(c->g, "a", 96, 80), P(c->g, "f", 2, 96, 80, 0, 0));
+}
+static void b_mul(gcase *c) { c->out = remat_mul(c->g, lin16(c->g, "a", 96, 80), lin16(c->g, "b", 96, 80)); }
+static void b_gelu(gcase *c) { c->out = remat_gelu(c->g, lin16(c->g, "x", 96, 80), 0); }
+static void b_gelu_tanh(gcase *c) { c->out = remat_gelu(c->g, lin16(c->g, "x", 96, 80), 1); }
+static void b_dropout(gcase *c) { c->out = remat_dropout(c->g, lin16(c->g, "x", 64, 2048), 0.3f); }
+static void b_reshape(gcase *c) {
+    int64_t d[2] = {48, 160};
+    c->out = remat_reshape(c->g, lin16(c->g, "x", 96, 80), 2, d);
+}
+
+static const struct {
+    const char *name;
+    void (*build)(gcase *);
+    int bitwise; /* elementwise: the native kernel gives the views' bits */
+} cases16[] = {
+    {"linear", b_linear, 0},       {"linear (bf16 x)", b_linear2, 0}, {"relu", b_relu, 1},
+    {"add", b_add, 1},             {"add (x, x)", b_add_same, 1},     {"add (bf16, f32)", b_add_mixed, 1},
+    {"mul", b_mul, 1},             {"gelu", b_gelu, 1},               {"gelu (tanh)", b_gelu_tanh, 1},
+    {"dropout", b_dropout, 1},     {"reshape", b_reshape, 1},
+};
+
+/* A bf16 session on dev; with REMAT_CUDA_BF16=elementwise-views when
+ * views (the elementwise ops on float32 views, the rest native). */
+static remat_session *make16(const remat_graph *g, remat_node loss, remat_device dev, int views) {
+    remat_session_opts o;
+    remat_session_opts_default(&o);
+    o.threads = 2;
+    o.seed = 11;
+    o.device = dev;
+    o.precision = REMAT_PRECISION_BF16;
+    if (views) setenv("REMAT_CUDA_BF16", "elementwise-views", 1);
+    remat_session *s = NULL;
+    remat_status rc = remat_session_create(&s, g, loss, &o);
+    unsetenv("REMAT_CUDA_BF16");
+    CHECK_MSG(rc == REMAT_OK, "bf16 session on %s: %s", remat_device_str(dev), remat_last_error());
+    return rc == REMAT_OK ? s : NULL;
+}
+
+/* What one bf16 run gives: the op's output (training mode), the loss
+ * after a step and every gradient, in one buffer. */
+static float *run16(remat_session *s, remat_node out, int64_t on, remat_node target, const float *t, size_t *n) {
+    int np = remat_session_param_count(s);
+    size_t total = (size_t)on + 1;
+    for (int p = 0; p < np; p++) {
+        remat_param_info pi;
+        remat_session_param(s, p, &pi);
+        uint32_t st = 5u + 7u * (uint32_t)p; /* the same weights on every session */
+        float *w = malloc((size_t)pi.numel * sizeof *w);
+        for (int64_t i = 0; i < pi.numel; i++) {
+            st = st * 1664525u + 1013904223u;
+            w[i] = ((float)(st >> 8) / 8388608.0f - 1.0f) * 0.5f;
+        }
+        CHECK_OK(remat_session_write_param(s, p, w));
+        free(w);
+        total += (size_t)pi.numel;
+    }
+    float *r = calloc(total, sizeof *r), *at = r + on + 1;
+    remat_session_bind(s, target, t);
+    float l = 0.0f;
+    CHECK_OK(remat_session_forward(s, 1, &l, out, r));
+    CHECK_OK(remat_session_step(s, &r[on]));
+    for (int p = 0; p < np; p++) {
+        int64_t k;
+        float *gr = read_param(s, p, REMAT_PARAM_GRAD, &k);
+        memcpy(at, gr, (size_t)k * sizeof *gr);
+        at += k;
+        free(gr);
+    }
+    *n = total;
+    return r;
+}
+
+static void native16(void) {
+    double worst_all = 0.0;
+    for (size_t ci = 0; ci < sizeof cases16 / sizeof cases16[0]; ci++) {
+        gcase c = {.extra = REMAT_NONE};
+        CHECK_OK(remat_graph_create(&c.g));
+        cases16[ci].build(&c);
+        int64_t dims[4];
+        int nd = remat_node_shape(c.g, c.out, dims);
+        remat_node target = remat_input(c.g, "target", REMAT_F32, nd, dims);
+        remat_node loss = remat_mse(c.g, c.out, target);
+        CHECK_MSG(remat_graph_status(c.g) == REMAT_OK, "%s: %s", cases16[ci].name, remat_graph_error(c.g));
+        int64_t on = remat__numel(&c.g->nodes[c.out].shape);
+        float *t = malloc((size_t)on * sizeof *t);
+        for (int64_t i = 0; i < on; i++) t[i] = frand();
+        remat_session *s[3] = {make16(c.g, loss, REMAT_DEVICE_CUDA, 0), make16(c.g, loss, REMAT_DEVICE_CUDA, 1),
+                               make16(c.g, loss, REMAT_DEVICE_CPU, 0)};
+        if (s[0] && s[1] && s[2]) {
+            size_t n[3];
+            float *r[3];
+            for (int i = 0; i < 3; i++) r[i] = run16(s[i], c.out, on, target, t, &n[i]);
+            if (cases16[ci].bitwise)
+                CHECK_MSG(n[0] == n[1] && memcmp(r[0], r[1], n[0] * sizeof *r[0]) == 0,
+                          "bf16 %s: the native CUDA kernel's output, loss or gradients are not bitwise the "
+                          "float32 views'", cases16[ci].name);
+            double e = rel_err(r[0], r[2], (int64_t)on), eg = rel_err(r[0] + on, r[2] + on, (int64_t)(n[0] - on));
+            if (eg > e) e = eg;
+            CHECK_MSG(n[0] == n[2] && e <= TOL16, "bf16 %s: native CUDA differs from the CPU by %.3g of the "
+                      "largest magnitude", cases16[ci].name, e);
+            if (e > worst_all) worst_all = e;
+            printf("cuda bf16 native vs cpu %-16s: worst %.2e%s\n", cases16[ci].name, e,
+                   cases16[ci].bitwise ? ", bitwise the views'" : "");
+            for (int i = 0; i < 3; i++) free(r[i]);
+        }
+        for (int i = 0; i < 3; i++) remat_session_destroy(s[i]);
+        free(t);
+        remat_graph_destroy(c.g);
+    }
+    printf("cuda bf16 native kernels: within %.0e of the CPU (worst %.2e)\n", TOL16, worst_all);
 }
 
 /* ------------------------------------------------ invariance and memory */
@@ -632,6 +778,7 @@ int main(void) {
         return check_exit("test_cuda") == 0 ? 77 : 1; /* host_memory's checks still count */
     }
     ops();
+    native16();
     const char *models[] = {"cnn", "resnet50", "gpt2"};
     for (int i = 0; i < 3; i++) invariance(models[i]);
     precision = REMAT_PRECISION_BF16;

@@ -396,6 +396,14 @@ static remat_status cuda_convert(void *p, void *dst, const void *src, int64_t n,
     return remat__cu_rt_ok(cudaGetLastError(), NULL, "convert_kernel");
 }
 
+extern "C" remat_status remat__cuda_convert(const remat__kctx *k, void *dst, const void *src, int64_t n,
+                                            remat__cvt kind) {
+    remat__cuda *cu = remat__cu(k);
+    if (n <= 0) return REMAT_OK;
+    convert_kernel<<<remat__cu_blocks(cu, n), REMAT__CU_THREADS, 0, cu->stream>>>(dst, src, n, (int)kind);
+    return remat__cu_launched(k, "convert_kernel");
+}
+
 static remat_status cuda_run(void *p, remat__kctx *k, int backward) {
     (void)p;
     const remat__dev_kernels *dk = remat__ops[k->node->op]->cuda;

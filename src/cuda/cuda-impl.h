@@ -32,6 +32,7 @@
 extern "C" {
 #include "../remat-impl.h"
 }
+#include "../core/bf16.h"
 
 struct remat__cuda {
     int device;
@@ -68,6 +69,10 @@ remat_status remat__cu_rt_ok(cudaError_t st, const remat__kctx *k, const char *c
 /* Points the cuBLAS handle at this kernel's workspace (k->ws, bytes) and
  * sets its math mode from cu->tf32; call before every cuBLAS call. */
 remat_status remat__cuda_blas_ws(const remat__kctx *k, size_t bytes);
+/* The bf16 policy's conversion of n elements (core/bf16.h, the CPU's
+ * arithmetic bit for bit), enqueued on the stream: what the native bf16
+ * kernels round their weights and add their gradients with. */
+remat_status remat__cuda_convert(const remat__kctx *k, void *dst, const void *src, int64_t n, remat__cvt kind);
 /* Frees k_conv.cu's per-node cache (backend teardown). */
 void remat__cuda_conv_release(remat__cuda *cu);
 

@@ -305,7 +305,7 @@ static remat_status softmax_backward(const remat__kctx *k) {
     return sm_backward_rows<false>(k, y, 0, (int)C, dy, 0, (int)C, dx, 0, (int)C, rs, C);
 }
 
-extern "C" const remat__dev_kernels remat__cuda_softmax = {softmax_forward, softmax_backward, NULL, NULL, NULL};
+extern "C" const remat__dev_kernels remat__cuda_softmax = {softmax_forward, softmax_backward, NULL, NULL, NULL, NULL};
 
 /* -------------------------------------------------------------- attention */
 
@@ -569,4 +569,4 @@ static remat_status att_backward(const remat__kctx *k) {
     return REMAT_OK;
 }
 
-extern "C" const remat__dev_kernels remat__cuda_attention = {att_forward, att_backward, att_fwd_ws, att_bwd_ws, NULL};
+extern "C" const remat__dev_kernels remat__cuda_attention = {att_forward, att_backward, att_fwd_ws, att_bwd_ws, NULL, NULL};

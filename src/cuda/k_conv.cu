@@ -35,6 +35,13 @@
  * then a fixed shuffle tree and the warps in index order); stage 2 adds the
  * chunks of each channel in index order. Not cudnnConvolutionBackwardBias,
  * whose determinism is not documented.
+ *
+ * Under the bf16 policy conv2d has no native kernels yet (bf16_ws NULL):
+ * it runs these float32 kernels on the float32 views of exec/precision.c.
+ * Native ones would need a second cache entry per node with
+ * CUDNN_DATA_BFLOAT16 tensors and filter and a CUDNN_DATA_FLOAT
+ * convolution, chosen by the same heuristics rule (choose), and the 1x1
+ * path's products as cublasGemmEx in bf16 (k_conv1x1.cu).
  */
 #include "conv1x1.h"
 #include "reduce.cuh"
@@ -575,4 +582,4 @@ static size_t conv_bwd_ws(void *dev, const remat_graph *g, const remat__node *n)
 static int conv_asks_device(const remat_graph *g, const remat__node *n) { return !remat__conv1x1_gemm(g, n); }
 
 extern "C" const remat__dev_kernels remat__cuda_conv2d = {conv_forward, conv_backward, conv_fwd_ws,
-                                                          conv_bwd_ws, conv_asks_device};
+                                                          conv_bwd_ws, conv_asks_device, NULL};

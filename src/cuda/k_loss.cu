@@ -219,7 +219,7 @@ static remat_status ce_backward(const remat__kctx *k) {
     return REMAT_OK;
 }
 
-extern "C" const remat__dev_kernels remat__cuda_cross_entropy = {ce_forward, ce_backward, ce_fwd_ws, NULL, NULL};
+extern "C" const remat__dev_kernels remat__cuda_cross_entropy = {ce_forward, ce_backward, ce_fwd_ws, NULL, NULL, NULL};
 
 /* =================================================================== MSE */
 
@@ -344,4 +344,4 @@ static remat_status mse_backward(const remat__kctx *k) {
     return REMAT_OK;
 }
 
-extern "C" const remat__dev_kernels remat__cuda_mse = {mse_forward, mse_backward, mse_fwd_ws, NULL, NULL};
+extern "C" const remat__dev_kernels remat__cuda_mse = {mse_forward, mse_backward, mse_fwd_ws, NULL, NULL, NULL};

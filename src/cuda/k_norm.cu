@@ -366,7 +366,7 @@ static remat_status bn_backward(const remat__kctx *k) {
     return REMAT_OK;
 }
 
-extern "C" const remat__dev_kernels remat__cuda_batchnorm2d = {bn_forward, bn_backward, bn_ws, bn_ws, NULL};
+extern "C" const remat__dev_kernels remat__cuda_batchnorm2d = {bn_forward, bn_backward, bn_ws, bn_ws, NULL, NULL};
 
 /* =============================================================== LayerNorm */
 
@@ -642,4 +642,4 @@ static remat_status ln_backward(const remat__kctx *k) {
     return REMAT_OK;
 }
 
-extern "C" const remat__dev_kernels remat__cuda_layernorm = {ln_forward, ln_backward, NULL, ln_bwd_ws, NULL};
+extern "C" const remat__dev_kernels remat__cuda_layernorm = {ln_forward, ln_backward, NULL, ln_bwd_ws, NULL, NULL};

@@ -17,9 +17,12 @@
  * din pointer is __restrict__.
  *
  * Dropout regenerates the CPU's mask: element i keeps its value iff word
- * i % 4 of Philox at counter (i / 4, node, step, stream ^ (i / 4) >> 32),
- * key (seed low, seed high), satisfies (r >> 8) >= ceil(p 2^24). One
- * thread per four elements, one Philox call each; nothing is saved.
+ * g % 4 of Philox at counter (g / 4, node, step, stream ^ (g / 4) >> 32),
+ * key (seed low, seed high), satisfies (r >> 8) >= ceil(p 2^24), where
+ * g = kctx.elem0 + i is the element's index in the whole tensor (the bf16
+ * views run a large dropout slice by slice, each slice's elem0 its first
+ * element). One thread per four elements, one Philox call each, when
+ * elem0 % 4 == 0; nothing is saved.
  *
  * add_broadcast's db (M) is a sum over the R leading rows of dy (R, M):
  * P chunks of C consecutive rows each summed in double by one thread per
@@ -28,8 +31,14 @@
  * consecutive chunks each in chunk order, then the 8 run sums in order.
  * P and C depend on (R, M) only, so the order of every sum is fixed by
  * the shape.
+ *
+ * Under the bf16 policy relu, add, mul, dropout and gelu take their
+ * values in their stored dtypes (pw16.cuh): each op's functor below is
+ * its float32 kernel's element functions, so the bits are the float32
+ * views'. add_broadcast runs on views.
  */
 #include "cuda-impl.h"
+#include "pw16.cuh"
 #include "reduce.cuh"
 
 #include <math.h>
@@ -104,7 +113,13 @@ static __global__ void relu_bwd_kernel(const float *__restrict__ y, const float 
     PW_TAIL(i, n, n4) dx[i] = relu_grad1(dx[i], y[i], dy[i]);
 }
 
+struct relu16 {
+    __device__ float fwd(float a, float, int64_t) const { return relu1(a); }
+    __device__ float grad(int, float d, float, float, float y, float g, int64_t) const { return relu_grad1(d, y, g); }
+};
+
 static remat_status relu_forward(const remat__kctx *k) {
+    if (k->dt) return pw16_run(k, relu16(), 0, "pw16_fwd_kernel<relu>");
     remat__cuda *cu = remat__cu(k);
     const float *x = (const float *)k->in[0]->data; // (n)
     float *y = (float *)k->out->data;              // (n)
@@ -117,6 +132,7 @@ static remat_status relu_forward(const remat__kctx *k) {
 
 /* Reads only the saved output. */
 static remat_status relu_backward(const remat__kctx *k) {
+    if (k->dt) return pw16_run(k, relu16(), 1, "pw16_bwd_kernel<relu>");
     remat__cuda *cu = remat__cu(k);
     const float *y = (const float *)k->out->data, *dy = k->dout; // (n)
     float *dx = k->din[0];                                       // (n)
@@ -127,7 +143,7 @@ static remat_status relu_backward(const remat__kctx *k) {
     return REMAT_OK;
 }
 
-extern "C" const remat__dev_kernels remat__cuda_relu = {relu_forward, relu_backward, NULL, NULL, NULL};
+extern "C" const remat__dev_kernels remat__cuda_relu = {relu_forward, relu_backward, NULL, NULL, NULL, pw16_ws_dev};
 
 /* ------------------------------------------------------------------- add */
 
@@ -162,7 +178,13 @@ static __global__ void add_bwd_kernel(const float *__restrict__ dy, float *da, f
     }
 }
 
+struct add16 {
+    __device__ float fwd(float a, float b, int64_t) const { return __fadd_rn(a, b); }
+    __device__ float grad(int, float d, float, float, float, float g, int64_t) const { return __fadd_rn(d, g); }
+};
+
 static remat_status add_forward(const remat__kctx *k) {
+    if (k->dt) return pw16_run(k, add16(), 0, "pw16_fwd_kernel<add>");
     remat__cuda *cu = remat__cu(k);
     const float *a = (const float *)k->in[0]->data, *b = (const float *)k->in[1]->data; // (n)
     float *y = (float *)k->out->data;                                                     // (n)
@@ -174,6 +196,7 @@ static remat_status add_forward(const remat__kctx *k) {
 }
 
 static remat_status add_backward(const remat__kctx *k) {
+    if (k->dt) return pw16_run(k, add16(), 1, "pw16_bwd_kernel<add>");
     remat__cuda *cu = remat__cu(k);
     const float *dy = k->dout;                 // (n)
     float *da = k->din[0], *db = k->din[1];    // (n) each, or NULL
@@ -184,7 +207,7 @@ static remat_status add_backward(const remat__kctx *k) {
     return REMAT_OK;
 }
 
-extern "C" const remat__dev_kernels remat__cuda_add = {add_forward, add_backward, NULL, NULL, NULL};
+extern "C" const remat__dev_kernels remat__cuda_add = {add_forward, add_backward, NULL, NULL, NULL, pw16_ws_dev};
 
 /* ------------------------------------------------------------------- mul */
 
@@ -220,7 +243,16 @@ static __global__ void mul_bwd_kernel(const float *a, const float *b, const floa
     }
 }
 
+/* da += dy * b, db += dy * a, the product rounded first. */
+struct mul16 {
+    __device__ float fwd(float a, float b, int64_t) const { return __fmul_rn(a, b); }
+    __device__ float grad(int j, float d, float a, float b, float, float g, int64_t) const {
+        return __fadd_rn(d, __fmul_rn(g, j == 0 ? b : a));
+    }
+};
+
 static remat_status mul_forward(const remat__kctx *k) {
+    if (k->dt) return pw16_run(k, mul16(), 0, "pw16_fwd_kernel<mul>");
     remat__cuda *cu = remat__cu(k);
     const float *a = (const float *)k->in[0]->data, *b = (const float *)k->in[1]->data; // (n)
     float *y = (float *)k->out->data;                                                     // (n)
@@ -233,6 +265,7 @@ static remat_status mul_forward(const remat__kctx *k) {
 
 /* Both inputs are saved. */
 static remat_status mul_backward(const remat__kctx *k) {
+    if (k->dt) return pw16_run(k, mul16(), 1, "pw16_bwd_kernel<mul>");
     remat__cuda *cu = remat__cu(k);
     const float *a = (const float *)k->in[0]->data, *b = (const float *)k->in[1]->data, *dy = k->dout; // (n)
     float *da = k->din[0], *db = k->din[1];                                                              // (n) or NULL
@@ -244,7 +277,7 @@ static remat_status mul_backward(const remat__kctx *k) {
     return REMAT_OK;
 }
 
-extern "C" const remat__dev_kernels remat__cuda_mul = {mul_forward, mul_backward, NULL, NULL, NULL};
+extern "C" const remat__dev_kernels remat__cuda_mul = {mul_forward, mul_backward, NULL, NULL, NULL, pw16_ws_dev};
 
 /* --------------------------------------------------------------- dropout */
 
@@ -266,10 +299,11 @@ static __device__ __forceinline__ void drop_words(uint64_t q, const drop_args &a
 /* Forward: y = keep ? x * scale : 0. Backward (BWD): dx += keep ? dy *
  * scale : -0. in is x or dy. */
 template <bool BWD>
-static __global__ void drop_kernel(const float *__restrict__ in, float *out, int64_t n, int64_t n4, drop_args a) {
-    PW_QUADS(q, n4) {
+static __global__ void drop_kernel(const float *__restrict__ in, float *out, int64_t n, int64_t n4, drop_args a,
+                                   int64_t e0) {
+    PW_QUADS(q, n4) { /* n4 > 0 only when e0 % 4 == 0 */
         uint32_t r[4];
-        drop_words((uint64_t)q, a, r);
+        drop_words((uint64_t)(q + e0 / 4), a, r);
         float4 v = ld4(in, q);
         float s0 = __fmul_rn(v.x, a.scale), s1 = __fmul_rn(v.y, a.scale);
         float s2 = __fmul_rn(v.z, a.scale), s3 = __fmul_rn(v.w, a.scale);
@@ -285,8 +319,9 @@ static __global__ void drop_kernel(const float *__restrict__ in, float *out, int
     }
     PW_TAIL(i, n, n4) {
         uint32_t r[4];
-        drop_words((uint64_t)i >> 2, a, r);
-        int j = (int)(i & 3);
+        const uint64_t gi = (uint64_t)(i + e0);
+        drop_words(gi >> 2, a, r);
+        int j = (int)(gi & 3);
         uint32_t w = j == 0 ? r[0] : j == 1 ? r[1] : j == 2 ? r[2] : r[3]; /* no local array */
         float s = __fmul_rn(in[i], a.scale);
         bool keep = (w >> 8) >= a.t;
@@ -309,7 +344,43 @@ static drop_args drop_args_of(const remat__kctx *k) {
     return a;
 }
 
+/* Element i of the tensor: in training with p > 0, y = keep ? x * scale
+ * : 0 and dx += keep ? dy * scale : -0, the mask drop_kernel's; else a
+ * copy, and dx += dy. */
+struct drop16 {
+    drop_args a;
+    int64_t e0;
+    bool on;
+    __device__ bool keep(int64_t i) const {
+        uint32_t r[4];
+        const uint64_t gi = (uint64_t)(i + e0);
+        drop_words(gi >> 2, a, r);
+        int j = (int)(gi & 3);
+        uint32_t w = j == 0 ? r[0] : j == 1 ? r[1] : j == 2 ? r[2] : r[3];
+        return (w >> 8) >= a.t;
+    }
+    __device__ float fwd(float x, float, int64_t i) const {
+        if (!on) return x;
+        float s = __fmul_rn(x, a.scale);
+        return keep(i) ? s : 0.0f;
+    }
+    __device__ float grad(int, float d, float, float, float, float g, int64_t i) const {
+        if (!on) return __fadd_rn(d, g);
+        float s = __fmul_rn(g, a.scale);
+        return __fadd_rn(d, keep(i) ? s : -0.0f);
+    }
+};
+
+static drop16 drop16_of(const remat__kctx *k) {
+    drop16 op;
+    op.a = drop_args_of(k);
+    op.e0 = k->elem0;
+    op.on = k->train && k->node->fattr[0] != 0.0f;
+    return op;
+}
+
 static remat_status dropout_forward(const remat__kctx *k) {
+    if (k->dt) return pw16_run(k, drop16_of(k), 0, "pw16_fwd_kernel<dropout>");
     remat__cuda *cu = remat__cu(k);
     const float *x = (const float *)k->in[0]->data; // (n)
     float *y = (float *)k->out->data;              // (n)
@@ -318,27 +389,31 @@ static remat_status dropout_forward(const remat__kctx *k) {
     if (!k->train || k->node->fattr[0] == 0.0f)
         return remat__cu_rt_ok(cudaMemcpyAsync(y, x, (size_t)n * sizeof(float), cudaMemcpyDeviceToDevice, cu->stream),
                                k, "cudaMemcpyAsync");
-    int64_t n4 = pw_quads(n, x, y, NULL, NULL);
-    drop_kernel<false><<<pw_blocks(cu, n, n4), REMAT__CU_THREADS, 0, cu->stream>>>(x, y, n, n4, drop_args_of(k));
+    int64_t n4 = k->elem0 % 4 == 0 ? pw_quads(n, x, y, NULL, NULL) : 0;
+    drop_kernel<false><<<pw_blocks(cu, n, n4), REMAT__CU_THREADS, 0, cu->stream>>>(x, y, n, n4, drop_args_of(k),
+                                                                                   k->elem0);
     REMAT__CU_TRY(remat__cu_launched(k, "drop_kernel<fwd>"));
     return REMAT_OK;
 }
 
 /* Regenerates the forward's mask: nothing was saved. */
 static remat_status dropout_backward(const remat__kctx *k) {
+    if (k->dt) return pw16_run(k, drop16_of(k), 1, "pw16_bwd_kernel<dropout>");
     remat__cuda *cu = remat__cu(k);
     const float *dy = k->dout; // (n)
     float *dx = k->din[0];     // (n)
     int64_t n = pw_numel(k);
     if (!dx || n == 0) return REMAT_OK;
     if (!k->train || k->node->fattr[0] == 0.0f) return pw_acc(k, dx, dy, n);
-    int64_t n4 = pw_quads(n, dy, dx, NULL, NULL);
-    drop_kernel<true><<<pw_blocks(cu, n, n4), REMAT__CU_THREADS, 0, cu->stream>>>(dy, dx, n, n4, drop_args_of(k));
+    int64_t n4 = k->elem0 % 4 == 0 ? pw_quads(n, dy, dx, NULL, NULL) : 0;
+    drop_kernel<true><<<pw_blocks(cu, n, n4), REMAT__CU_THREADS, 0, cu->stream>>>(dy, dx, n, n4, drop_args_of(k),
+                                                                                  k->elem0);
     REMAT__CU_TRY(remat__cu_launched(k, "drop_kernel<bwd>"));
     return REMAT_OK;
 }
 
-extern "C" const remat__dev_kernels remat__cuda_dropout = {dropout_forward, dropout_backward, NULL, NULL, NULL};
+extern "C" const remat__dev_kernels remat__cuda_dropout = {dropout_forward, dropout_backward, NULL, NULL, NULL,
+                                                             pw16_ws_dev};
 
 /* ------------------------------------------------------------------ gelu */
 
@@ -401,7 +476,17 @@ static __global__ void gelu_bwd_kernel(const float *__restrict__ x, const float 
     PW_TAIL(i, n, n4) dx[i] = gelu_grad1(dx[i], x[i], dy[i], TANH);
 }
 
+template <bool TANH>
+struct gelu16 {
+    __device__ float fwd(float a, float, int64_t) const { return gelu1(a, TANH); }
+    __device__ float grad(int, float d, float a, float, float, float g, int64_t) const {
+        return gelu_grad1(d, a, g, TANH);
+    }
+};
+
 static remat_status gelu_forward(const remat__kctx *k) {
+    if (k->dt && k->node->iattr[0]) return pw16_run(k, gelu16<true>(), 0, "pw16_fwd_kernel<gelu tanh>");
+    if (k->dt) return pw16_run(k, gelu16<false>(), 0, "pw16_fwd_kernel<gelu>");
     remat__cuda *cu = remat__cu(k);
     const float *x = (const float *)k->in[0]->data; // (n)
     float *y = (float *)k->out->data;              // (n)
@@ -418,6 +503,8 @@ static remat_status gelu_forward(const remat__kctx *k) {
 
 /* Reads the saved input. */
 static remat_status gelu_backward(const remat__kctx *k) {
+    if (k->dt && k->node->iattr[0]) return pw16_run(k, gelu16<true>(), 1, "pw16_bwd_kernel<gelu tanh>");
+    if (k->dt) return pw16_run(k, gelu16<false>(), 1, "pw16_bwd_kernel<gelu>");
     remat__cuda *cu = remat__cu(k);
     const float *x = (const float *)k->in[0]->data, *dy = k->dout; // (n)
     float *dx = k->din[0];                                         // (n)
@@ -432,7 +519,7 @@ static remat_status gelu_backward(const remat__kctx *k) {
     return REMAT_OK;
 }
 
-extern "C" const remat__dev_kernels remat__cuda_gelu = {gelu_forward, gelu_backward, NULL, NULL, NULL};
+extern "C" const remat__dev_kernels remat__cuda_gelu = {gelu_forward, gelu_backward, NULL, NULL, NULL, pw16_ws_dev};
 
 /* --------------------------------------------------------- add_broadcast */
 
@@ -590,4 +677,4 @@ static remat_status addb_backward(const remat__kctx *k) {
     return REMAT_OK;
 }
 
-extern "C" const remat__dev_kernels remat__cuda_add_broadcast = {addb_forward, addb_backward, NULL, addb_bwd_ws, NULL};
+extern "C" const remat__dev_kernels remat__cuda_add_broadcast = {addb_forward, addb_backward, NULL, addb_bwd_ws, NULL, NULL};

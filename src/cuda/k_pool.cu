@@ -340,7 +340,7 @@ static remat_status maxpool_backward(const remat__kctx *k) {
     return REMAT_OK;
 }
 
-extern "C" const remat__dev_kernels remat__cuda_maxpool2d = {maxpool_forward, maxpool_backward, NULL, maxpool_bwd_ws, NULL};
+extern "C" const remat__dev_kernels remat__cuda_maxpool2d = {maxpool_forward, maxpool_backward, NULL, maxpool_bwd_ws, NULL, NULL};
 
 static remat_status avgpool_forward(const remat__kctx *k) {
     remat__cuda *cu = remat__cu(k);
@@ -367,7 +367,7 @@ static remat_status avgpool_backward(const remat__kctx *k) {
     return REMAT_OK;
 }
 
-extern "C" const remat__dev_kernels remat__cuda_avgpool2d = {avgpool_forward, avgpool_backward, NULL, NULL, NULL};
+extern "C" const remat__dev_kernels remat__cuda_avgpool2d = {avgpool_forward, avgpool_backward, NULL, NULL, NULL, NULL};
 
 static remat_status gap_forward(const remat__kctx *k) {
     remat__cuda *cu = remat__cu(k);
@@ -395,4 +395,4 @@ static remat_status gap_backward(const remat__kctx *k) {
     return REMAT_OK;
 }
 
-extern "C" const remat__dev_kernels remat__cuda_global_avgpool = {gap_forward, gap_backward, NULL, NULL, NULL};
+extern "C" const remat__dev_kernels remat__cuda_global_avgpool = {gap_forward, gap_backward, NULL, NULL, NULL, NULL};

@@ -26,6 +26,7 @@
  * sum, operation for operation, with no atomics.
  */
 #include "cuda-impl.h"
+#include "pw16.cuh"
 #include "reduce.cuh"
 
 #include <cub/device/device_radix_sort.cuh>
@@ -139,18 +140,29 @@ static remat_status sh_copy(const remat__kctx *k, const float *src, float *dst, 
 
 /* --------------------------------------------------------------- reshape */
 
+/* Under the bf16 policy a bf16 reshape runs on its stored values
+ * (pw16.cuh): widened and rounded back (the same bits), and its gradient
+ * added as the views add it. */
+struct reshape16 {
+    __device__ float fwd(float a, float, int64_t) const { return a; }
+    __device__ float grad(int, float d, float, float, float, float g, int64_t) const { return __fadd_rn(d, g); }
+};
+
 /* The values are separate buffers: a copy (int32 ids too: bits moved as
  * they are). */
 static remat_status reshape_forward(const remat__kctx *k) {
+    if (k->dt) return pw16_run(k, reshape16(), 0, "pw16_fwd_kernel<reshape>");
     return sh_copy(k, (const float *)k->in[0]->data, (float *)k->out->data, remat__numel(&k->node->shape), 0);
 }
 
 static remat_status reshape_backward(const remat__kctx *k) {
+    if (k->dt) return pw16_run(k, reshape16(), 1, "pw16_bwd_kernel<reshape>");
     if (!k->din[0]) return REMAT_OK;
     return sh_copy(k, k->dout, k->din[0], remat__numel(&k->node->shape), 1);
 }
 
-extern "C" const remat__dev_kernels remat__cuda_reshape = {reshape_forward, reshape_backward, NULL, NULL, NULL};
+extern "C" const remat__dev_kernels remat__cuda_reshape = {reshape_forward, reshape_backward, NULL, NULL, NULL,
+                                                             pw16_ws_dev};
 
 /* ---------------------------------------------------------------- concat */
 
@@ -200,7 +212,7 @@ static remat_status concat_backward(const remat__kctx *k) {
     return sh_run_parts(k, &t, 1);
 }
 
-extern "C" const remat__dev_kernels remat__cuda_concat = {concat_forward, concat_backward, NULL, NULL, NULL};
+extern "C" const remat__dev_kernels remat__cuda_concat = {concat_forward, concat_backward, NULL, NULL, NULL, NULL};
 
 /* ----------------------------------------------------------------- slice */
 
@@ -233,7 +245,7 @@ static remat_status slice_backward(const remat__kctx *k) {
     return sh_run_parts(k, &t, 1);
 }
 
-extern "C" const remat__dev_kernels remat__cuda_slice = {slice_forward, slice_backward, NULL, NULL, NULL};
+extern "C" const remat__dev_kernels remat__cuda_slice = {slice_forward, slice_backward, NULL, NULL, NULL, NULL};
 
 /* --------------------------------------------------------------- permute */
 
@@ -432,7 +444,7 @@ static remat_status permute_backward(const remat__kctx *k) {
     return perm_run(k, k->dout, k->din[0], ys, inv, 1);
 }
 
-extern "C" const remat__dev_kernels remat__cuda_permute = {permute_forward, permute_backward, NULL, NULL, NULL};
+extern "C" const remat__dev_kernels remat__cuda_permute = {permute_forward, permute_backward, NULL, NULL, NULL, NULL};
 
 /* ------------------------------------------------------------- embedding */
 
@@ -645,4 +657,4 @@ static remat_status emb_backward(const remat__kctx *k) {
     return REMAT_OK;
 }
 
-extern "C" const remat__dev_kernels remat__cuda_embedding = {emb_forward, emb_backward, NULL, emb_bwd_ws, NULL};
+extern "C" const remat__dev_kernels remat__cuda_embedding = {emb_forward, emb_backward, NULL, emb_bwd_ws, NULL, NULL};

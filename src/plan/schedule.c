@@ -11,6 +11,7 @@ remat_status remat__prog_init(remat__prog *p, const remat_graph *g, int nth, rem
     p->g = g;
     p->nth = nth;
     p->device = device;
+    p->dev = dev;
     p->needs_grad = calloc((size_t)g->n + 1, 1);
     p->ws = calloc(2 * (size_t)g->n + 1, sizeof *p->ws);
     p->node_cost = calloc(3 * (size_t)g->n + 1, sizeof *p->node_cost);

@@ -65,6 +65,9 @@ typedef struct {
     const remat_graph *g;
     int nth;              /* CPU thread count, for workspace sizes */
     remat_device device;  /* whose kernels run, so whose workspaces count */
+    void *dev;            /* the device backend's context, which its
+                           * workspace functions read (NULL: the CPU, or a
+                           * plan for a device that is not here) */
     remat_cost_model cost;
     uint8_t *needs_grad;  /* per node: depends on a trainable parameter */
     size_t *ws;           /* (2 n) workspace bytes of node u's forward
