@@ -98,7 +98,7 @@ static void print_totals(const remat_model_opts *mo, const remat_graph *g, const
     printf("kept for backward: %s\n", cli_fmt_bytes(saved, b, sizeof b));
     printf("predicted peak of a training step (store everything, %s%s):\n", optim,
            has_optim ? "'s state counted" : ": no optimizer state");
-    for (int i = 0; i < REMAT_MEM_COUNT; i++)
+    for (int i = 0; i <= REMAT_MEM_TOTAL; i++) /* store-all offloads nothing: no host row */
         printf("  %-16s %s\n", remat_mem_str((remat_mem)i), cli_fmt_bytes(pred->peak[i], b, sizeof b));
 }
 

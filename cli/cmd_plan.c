@@ -465,9 +465,13 @@ static void print_text(const plan_args *a, const remat_model_opts *mo, const rem
            mo->name, (long long)mo->batch, remat_device_str(so->device), remat_strategy_str(p->strategy),
            p->planner, *p->candidate ? "; candidate " : "", p->candidate, "", (long long)p->kept_boundaries);
     printf("predicted peak of a training step:\n");
-    for (int i = 0; i < REMAT_MEM_COUNT; i++)
+    for (int i = 0; i <= REMAT_MEM_TOTAL; i++)
         printf("  %-16s %12zu B  %s\n", remat_mem_str((remat_mem)i), p->predicted.peak[i],
                cli_fmt_bytes(p->predicted.peak[i], b, sizeof b));
+    if (p->predicted.peak[REMAT_MEM_HOST]) /* offloaded values, apart from the device's total */
+        printf("  %-16s %12zu B  %s (offloaded values, in a host block of %s)\n", "host",
+               p->predicted.peak[REMAT_MEM_HOST], cli_fmt_bytes(p->predicted.peak[REMAT_MEM_HOST], b, sizeof b),
+               cli_fmt_bytes(p->host_bytes, b2, sizeof b2));
     printf("arena: %zu B (%s) for a peak of %s of values: %.4f x the peak (%s placement)\n", p->arena_bytes,
            cli_fmt_bytes(p->arena_bytes, b, sizeof b),
            cli_fmt_bytes(p->predicted.peak[REMAT_MEM_TOTAL] - p->predicted.live[REMAT_MEM_TOTAL], b2, sizeof b2),
