@@ -57,6 +57,7 @@ static const struct {
 
 static void help(void) {
     printf("usage: remat calibrate [--out FILE] [--threads T] [--steps N] [--zoo] [model options]\n"
+           "       remat calibrate --device cuda\n"
            "\n"
            "Measures this machine so that `remat plan`, `train` and `bench` cost plans in\n"
            "seconds instead of FLOPs:\n"
@@ -69,7 +70,13 @@ static void help(void) {
            "    BatchNorm's reuses its statistics), and per parameter the rest of a\n"
            "    step (zeroing the gradients, the optimizer update). Classes already in\n"
            "    FILE (measured with the same threads) are kept, so models can be\n"
-           "    calibrated one by one.\n"
+           "    calibrated one by one;\n"
+           "  - the host link offload copies over (here a memcpy between two blocks: what\n"
+           "    the CPU's offload does), each way, 64 KiB to 64 MiB: bandwidth and\n"
+           "    latency per copy, which plans with --host-budget then cost copies at.\n"
+           "With --device cuda: the GPU's host link alone (pinned memory over PCIe or\n"
+           "NVLink, on the copy stream offload uses), printed as the --pcie-bandwidth and\n"
+           "--pcie-latency to plan with (the families are measured on the CPU only).\n"
            "\n"
            "  --out FILE    default: $REMAT_COST_MODEL, else ~/.cache/remat/cost-model.json\n"
            "  --threads T   kernel threads (default: one per core); plans use a model\n"
@@ -80,6 +87,18 @@ static void help(void) {
            "                siamese-resnet50 b8 (a few minutes on 2 cores)\n"
            "\n");
     cli_model_help();
+}
+
+/* Measures device d's host link; prints it, and keeps it in m (when not
+ * NULL). */
+static int calibrate_link(remat_device d, remat_cost_model *m) {
+    double bw, lat;
+    fprintf(stderr, "timing the host link of the %s (64 KiB to 64 MiB copies, each way)...\n", remat_device_str(d));
+    if (remat_calibrate_link(d, &bw, &lat) != REMAT_OK) return cli_fail("%s", remat_last_error());
+    printf("host link  %8.2f GB/s each way, %.2f us per copy", bw / 1e9, lat * 1e6);
+    if (m) m->host_bandwidth = bw, m->host_latency = lat, printf("\n");
+    else printf(": plan with --pcie-bandwidth %.3g --pcie-latency %.3g\n", bw / 1e9, lat * 1e6);
+    return 0;
 }
 
 /* Measures the classes of one model into m; prints one line. */
@@ -103,6 +122,7 @@ int cmd_calibrate(int argc, char **argv) {
     const char *out = NULL;
     int64_t threads = 0, steps = 3;
     int with_zoo = 0, with_model = 0;
+    remat_device device = REMAT_DEVICE_CPU;
     cli_model_args ma;
     cli_model_args_init(&ma);
     static const struct option opts[] = {CLI_MODEL_OPTIONS,
@@ -110,6 +130,7 @@ int cmd_calibrate(int argc, char **argv) {
                                          {"threads", required_argument, 0, 't'},
                                          {"steps", required_argument, 0, 's'},
                                          {"zoo", no_argument, 0, 'z'},
+                                         {"device", required_argument, 0, 'd'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     for (int i = 1; i < argc; i++) with_model |= strncmp(argv[i], "--model", 7) == 0;
@@ -125,10 +146,19 @@ int cmd_calibrate(int argc, char **argv) {
             if (cli_parse_i64(optarg, &steps) || steps < 1 || steps > 1000) return cli_bad_value(&co, optarg, "");
             break;
         case 'z': with_zoo = 1; break;
+        case 'd':
+            if (remat_device_parse(optarg, &device) != REMAT_OK) return cli_bad_value(&co, optarg, "");
+            break;
         case 'h': help(); return 0;
         }
     }
     if (co.rc) return co.rc;
+    if (device != REMAT_DEVICE_CPU) {
+        if (with_model || with_zoo || out) return cli_usage_error("calibrate", "--device %s measures the host link "
+                                                                  "alone: no --model, --zoo or --out",
+                                                                  remat_device_str(device));
+        return calibrate_link(device, NULL);
+    }
     remat_model_opts mo;
     if (with_model) {
         int u = cli_model_opts(&ma, NULL, "calibrate", &mo);
@@ -153,6 +183,7 @@ int cmd_calibrate(int argc, char **argv) {
         for (int k = 0; k < 2; k++) m->update_s_per_param[k] = old->update_s_per_param[k];
         if (old->n_ops) printf("kept %d shape classes from %s\n", old->n_ops, out);
     }
+    if (!rc) rc = calibrate_link(REMAT_DEVICE_CPU, m);
     if (!rc && (with_model || with_zoo))
         fprintf(stderr, "timing the shape classes (%lld steps per model)...\n", (long long)steps);
     if (!rc && with_model) rc = calibrate_model(m, &mo, (int)steps);

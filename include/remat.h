@@ -359,6 +359,9 @@ typedef struct {
      * the graph (zeroing the gradients, the optimizer update), by
      * remat_optim_kind (SGD with momentum, AdamW); 0: not measured */
     double update_s_per_param[2];
+    /* the link offload copies over (remat_calibrate_link): bytes/s each
+     * way and seconds per copy; 0 bandwidth: not measured */
+    double host_bandwidth, host_latency;
     int n_ops;            /* measured shape classes, sorted by cls */
     remat_op_time ops[REMAT_COST_MAX_OPS];
 } remat_cost_model;
@@ -368,6 +371,16 @@ typedef struct {
  * graphs made of that family's ops; takes a few seconds. The model has
  * no shape classes yet. */
 remat_status remat_calibrate(remat_cost_model *out, int threads);
+/* Measures the link offload copies over on device d: copies between the
+ * device's memory and pinned host memory (remat_host_alloc) through the
+ * backend's copy engine, both ways, 64 KiB to 64 MiB, each the median of
+ * several after a warm-up; *bandwidth (bytes/s) and *latency (s per copy)
+ * fit time = latency + bytes / bandwidth by least squares (latency at
+ * least 0). On the CPU the "link" is a memcpy between two blocks (what
+ * its offload does); on a GPU, PCIe or NVLink. A session with a
+ * calibrated model that has them costs copies with them unless its
+ * options give a link. */
+remat_status remat_calibrate_link(remat_device d, double *bandwidth, double *latency);
 /* Measures the shape classes of a graph's ops into a calibrated model
  * (with its thread count): `steps` timed store-all training steps (after
  * one warm-up) on synthetic inputs, each node's forward and backward timed by
@@ -381,10 +394,12 @@ remat_status remat_calibrate_graph(remat_cost_model *m, const remat_graph *g, re
  * dtypes and attributes (0 for parameters, buffers and inputs). */
 uint64_t remat_node_cost_class(const remat_graph *g, remat_node n);
 /* JSON: {"device": "cpu", "threads": t, "flops_per_s": {"linear": ...,
- * ...}, "update_s_per_param": {"sgd": s, "adamw": s}, "ops": [{"op":
+ * ...}, "update_s_per_param": {"sgd": s, "adamw": s}, "host_link":
+ * {"bandwidth": bytes/s, "latency": s}, "ops": [{"op":
  * "conv2d", "class": "<16 hex digits>", "forward": s, "backward": s},
  * ...]}. A file without "threads" (an older calibration) is refused;
- * "ops" and "update_s_per_param" may be absent. Written atomically. */
+ * "ops", "update_s_per_param" and "host_link" may be absent. Written
+ * atomically. */
 remat_status remat_cost_model_save(const remat_cost_model *m, const char *path);
 remat_status remat_cost_model_load(remat_cost_model *m, const char *path);
 
@@ -492,8 +507,11 @@ typedef struct {
                               * second block of the same memory, which
                               * tests the schedule without saving any */
     double host_bandwidth;   /* the host link's bytes/s each way that the
-                              * planner costs copies at; 0: REMAT_PCIE_BANDWIDTH */
-    double host_latency;     /* seconds per copy; < 0: REMAT_PCIE_LATENCY
+                              * planner costs copies at; 0: the cost
+                              * model's measured link, else
+                              * REMAT_PCIE_BANDWIDTH */
+    double host_latency;     /* seconds per copy; < 0: the cost model's,
+                              * else REMAT_PCIE_LATENCY
                               * (remat_session_opts_default sets -1) */
 } remat_session_opts;
 
@@ -670,8 +688,10 @@ remat_status remat_session_plan(const remat_session *s, remat_plan_summary *out)
 typedef struct {
     size_t budget;       /* device bytes a step may hold (0: the session's) */
     size_t host_budget;  /* pinned host bytes offload may hold; 0: none */
-    double bandwidth;    /* host link, bytes/s each way; 0: REMAT_PCIE_BANDWIDTH */
-    double latency;      /* seconds per copy; < 0: REMAT_PCIE_LATENCY */
+    double bandwidth;    /* host link, bytes/s each way; 0: the cost
+                          * model's measured link, else REMAT_PCIE_BANDWIDTH */
+    double latency;      /* seconds per copy; < 0: the cost model's, else
+                          * REMAT_PCIE_LATENCY */
     double flops_per_s;  /* an uncalibrated cost model's FLOPs per second,
                           * to cost copies in FLOPs; 0: the device's
                           * default (REMAT_CUDA_FLOPS, REMAT_CPU_FLOPS) */

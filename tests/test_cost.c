@@ -272,9 +272,64 @@ static void overflowing(void) {
     free(m);
 }
 
+/* The host link: measured on the CPU (its offload's memcpy), saved and
+ * loaded exactly, refused out of range naming the field, and the link a
+ * session costs copies at unless its options give one. */
+static void host_link(void) {
+    remat_cost_model *m = calloc(2, sizeof *m), *back = m + 1;
+    CHECK_OK(remat_calibrate(m, 1));
+    CHECK_OK(remat_calibrate_link(REMAT_DEVICE_CPU, &m->host_bandwidth, &m->host_latency));
+    CHECK_MSG(m->host_bandwidth > 1e7 && m->host_bandwidth < 1e13 && m->host_latency >= 0 && m->host_latency < 1e-2,
+              "memcpy link: %g B/s, %g s per copy", m->host_bandwidth, m->host_latency);
+    const char *path = "test_cost_link.json";
+    CHECK_OK(remat_cost_model_save(m, path));
+    CHECK_OK(remat_cost_model_load(back, path));
+    CHECK(back->host_bandwidth == m->host_bandwidth && back->host_latency == m->host_latency);
+    write_text(path, "{\"device\": \"cpu\", \"threads\": 1, \"flops_per_s\": {\"linear\": 1e9, \"conv\": 1e9, "
+               "\"norm\": 1e9, \"pointwise\": 1e9, \"pool\": 1e9, \"copy\": 1e9, \"loss\": 1e9}, "
+               "\"host_link\": {\"bandwidth\": -5, \"latency\": 0}}");
+    CHECK(remat_cost_model_load(back, path) == REMAT_FORMAT && has("'host_link'"));
+    write_text(path, "{\"device\": \"cpu\", \"threads\": 1, \"flops_per_s\": {\"linear\": 1e9, \"conv\": 1e9, "
+               "\"norm\": 1e9, \"pointwise\": 1e9, \"pool\": 1e9, \"copy\": 1e9, \"loss\": 1e9}, "
+               "\"host_link\": {\"bandwidth\": \"fast\"}}");
+    CHECK(remat_cost_model_load(back, path) == REMAT_FORMAT && has("'host_link' is not"));
+    remove(path);
+    /* a session's offload report: the model's link, else the options' */
+    remat_graph *g;
+    CHECK_OK(remat_graph_create(&g));
+    remat_node loss = small_cnn(g, 8, 3);
+    remat_session_opts so;
+    remat_session_opts_default(&so);
+    so.threads = 1;
+    so.cost_model = m;
+    so.plan_only = 1;
+    remat_session *s = NULL;
+    CHECK_OK(remat_session_create(&s, g, loss, &so));
+    remat_offload_opts oo;
+    remat_offload_opts_default(&oo);
+    oo.budget = (size_t)1 << 30, oo.host_budget = (size_t)1 << 30;
+    remat_offload_summary r;
+    CHECK_OK(remat_session_offload(s, &oo, &r));
+    CHECK(r.bandwidth == m->host_bandwidth && r.latency == m->host_latency);
+    oo.bandwidth = 1e9, oo.latency = 5e-6;
+    CHECK_OK(remat_session_offload(s, &oo, &r));
+    CHECK(r.bandwidth == 1e9 && r.latency == 5e-6);
+    remat_session_destroy(s);
+    m->host_bandwidth = 0; /* not measured: PCIe's nominal */
+    CHECK_OK(remat_session_create(&s, g, loss, &so));
+    remat_offload_opts_default(&oo);
+    oo.budget = (size_t)1 << 30, oo.host_budget = (size_t)1 << 30;
+    CHECK_OK(remat_session_offload(s, &oo, &r));
+    CHECK(r.bandwidth == REMAT_PCIE_BANDWIDTH && r.latency == REMAT_PCIE_LATENCY);
+    remat_session_destroy(s);
+    remat_graph_destroy(g);
+    free(m);
+}
+
 int main(void) {
     classes();
     calibrated();
     overflowing();
+    host_link();
     return check_exit("test_cost");
 }

@@ -56,9 +56,18 @@ double remat__session_flops_per_s(const remat_session *s, double flops_per_s) {
     return flops_per_s > 0 ? flops_per_s : s->opts.device == REMAT_DEVICE_CUDA ? REMAT_CUDA_FLOPS : REMAT_CPU_FLOPS;
 }
 
+/* The link in bytes/s and s per copy: the options', else the calibrated
+ * cost model's measured one, else PCIe's nominal. */
+static void link_of(const remat_session *s, double bw_opt, double lat_opt, double *bw, double *lat) {
+    const remat_cost_model *cm = &s->prog.cost;
+    int measured = cm->calibrated && cm->host_bandwidth > 0;
+    *bw = bw_opt > 0 ? bw_opt : measured ? cm->host_bandwidth : REMAT_PCIE_BANDWIDTH;
+    *lat = lat_opt >= 0 ? lat_opt : measured ? cm->host_latency : REMAT_PCIE_LATENCY;
+}
+
 remat_status remat__session_host_link(const remat_session *s, double *bandwidth, double *latency) {
-    double bw = s->opts.host_bandwidth > 0 ? s->opts.host_bandwidth : REMAT_PCIE_BANDWIDTH;
-    double lat = s->opts.host_latency >= 0 ? s->opts.host_latency : REMAT_PCIE_LATENCY;
+    double bw, lat;
+    link_of(s, s->opts.host_bandwidth, s->opts.host_latency, &bw, &lat);
     if (!(bw < 1e300) || !(lat < 1e3))
         return remat__err(REMAT_INVALID, "host link: %g bytes/s, %g s per copy", bw, lat);
     double per_s = s->prog.cost.calibrated ? 1.0 : remat__session_flops_per_s(s, 0);
@@ -78,8 +87,7 @@ remat_status remat_session_offload(const remat_session *s, const remat_offload_o
     int calibrated = s->prog.cost.calibrated;
     double fps = remat__session_flops_per_s(s, opts->flops_per_s);
     double per_s = calibrated ? 1.0 : fps; /* cost units per second */
-    out->bandwidth = opts->bandwidth > 0 ? opts->bandwidth : REMAT_PCIE_BANDWIDTH;
-    out->latency = opts->latency >= 0 ? opts->latency : REMAT_PCIE_LATENCY;
+    link_of(s, opts->bandwidth, opts->latency, &out->bandwidth, &out->latency);
     out->flops_per_s = calibrated ? 0 : fps;
     if (!(out->bandwidth < 1e300) || !(out->latency < 1e3) || !(fps < 1e300))
         return remat__err(REMAT_INVALID, "offload: bandwidth %g B/s, latency %g s, %g FLOP/s", out->bandwidth,

@@ -130,6 +130,11 @@ remat_status remat__cost_model_check(const remat_cost_model *m, const char *wher
             return remat__err(code, "%s: 'update_s_per_param.%s' is %g: seconds per parameter are a finite "
                               "number from 0 to %g (run remat calibrate again)", where, k ? "adamw" : "sgd",
                               m->update_s_per_param[k], REMAT__COST_MAX_S);
+    if (!(isfinite(m->host_bandwidth) && m->host_bandwidth >= 0 && m->host_bandwidth <= 1e15) ||
+        !seconds_ok(m->host_latency))
+        return remat__err(code, "%s: 'host_link' is %g bytes/s and %g s per copy: a bandwidth from 0 (not "
+                          "measured) to 1e15 bytes/s and a latency from 0 to %g s (run remat calibrate again)",
+                          where, m->host_bandwidth, m->host_latency, REMAT__COST_MAX_S);
     if (m->n_ops < 0 || m->n_ops > REMAT_COST_MAX_OPS)
         return remat__err(code, "%s: %d shape classes, not 0 to %d", where, m->n_ops, REMAT_COST_MAX_OPS);
     for (int i = 0; i < m->n_ops; i++) {
@@ -176,6 +181,11 @@ remat_status remat_cost_model_save(const remat_cost_model *m, const char *path) 
     cJSON *u = cJSON_AddObjectToObject(o, "update_s_per_param");
     add_exact(u, "sgd", m->update_s_per_param[0]);
     add_exact(u, "adamw", m->update_s_per_param[1]);
+    if (m->host_bandwidth > 0) {
+        cJSON *h = cJSON_AddObjectToObject(o, "host_link");
+        add_exact(h, "bandwidth", m->host_bandwidth);
+        add_exact(h, "latency", m->host_latency);
+    }
     cJSON *ops = cJSON_AddArrayToObject(o, "ops");
     for (int i = 0; i < m->n_ops; i++) {
         const remat_op_time *e = &m->ops[i];
@@ -249,6 +259,15 @@ remat_status remat_cost_model_load(remat_cost_model *m, const char *path) {
                             k ? "adamw" : "sgd");
         else
             tmp->update_s_per_param[k] = v->valuedouble;
+    }
+    const cJSON *hl = cJSON_GetObjectItemCaseSensitive(o, "host_link");
+    if (st == REMAT_OK && hl) {
+        const cJSON *bw = cJSON_GetObjectItemCaseSensitive(hl, "bandwidth");
+        const cJSON *lat = cJSON_GetObjectItemCaseSensitive(hl, "latency");
+        if (!cJSON_IsNumber(bw) || !cJSON_IsNumber(lat))
+            st = remat__err(REMAT_FORMAT, "%s: 'host_link' is not {\"bandwidth\": bytes/s, \"latency\": s}", path);
+        else
+            tmp->host_bandwidth = bw->valuedouble, tmp->host_latency = lat->valuedouble;
     }
     const cJSON *ops = cJSON_GetObjectItemCaseSensitive(o, "ops"), *e;
     if (st == REMAT_OK && ops && !cJSON_IsArray(ops)) st = remat__err(REMAT_FORMAT, "%s: 'ops' is not an array", path);
