@@ -242,16 +242,16 @@ void cli_json_print(struct cJSON *o);
 /* Seconds on a monotonic clock. */
 double cli_now(void);
 
-/* max_batch.c: the largest batch whose step fits so->budget with all, with
- * optimal, and with optimal costing at most max_overhead percent extra;
- * searched from `start`. Returns the exit status. */
 /* `remat plan --host-budget` (plan_offload.c): the chain with and
- * without offload at mo's batch, or (max_batch) the largest batch each
- * fits from `start`. 0, or the exit status (reported). */
+ * without offload at mo's batch, then the step's plan with it. 0, or the
+ * exit status (reported). */
 int cli_plan_offload(const remat_model_opts *mo, const remat_session_opts *so, const remat_offload_opts *oo,
                      int json);
-int cli_plan_offload_max_batch(const remat_model_opts *mo, int64_t start, const remat_session_opts *so,
-                               const remat_offload_opts *oo, int json);
+
+/* max_batch.c: the largest batch whose step fits so->budget with all, with
+ * optimal, and with optimal costing at most max_overhead percent extra,
+ * and with so->host_budget the same two with offload; searched from
+ * `start`. Returns the exit status. */
 int cli_plan_max_batch(const remat_model_opts *mo, int64_t start, const remat_session_opts *so, const char *optim,
                        double max_overhead, const char *cost_used, int json);
 

@@ -523,8 +523,7 @@ int cmd_plan(int argc, char **argv) {
         oo2.slots = (int)a.slots; /* 0 unless --slots: as many as the tables allow, up to 500 */
         oo2.bandwidth = so.host_bandwidth;
         oo2.latency = so.host_latency;
-        if (a.max_batch) return cli_plan_offload_max_batch(&mo, a.ma.batch > 0 ? mo.batch : 1, &so, &oo2, a.json);
-        return cli_plan_offload(&mo, &so, &oo2, a.json);
+        if (!a.max_batch) return cli_plan_offload(&mo, &so, &oo2, a.json);
     }
     if (a.max_batch)
         return cli_plan_max_batch(&mo, a.ma.batch > 0 ? mo.batch : 1, &so, a.optim, a.max_overhead, cost_used, a.json);

@@ -2,7 +2,8 @@
  * budget. Three answers: the largest batch whose training step fits with
  * store-all (`all`, nothing recomputed), with recomputation (`optimal`, at
  * any cost), and with recomputation costing at most --max-overhead percent
- * of the step.
+ * of the step; with --host-budget two more, the same two for `optimal`
+ * with offload (its exposed copy time counted in the overhead).
  *
  * "Fits" is what a user meets: a session created with the strategy, the
  * budget and the optimizer succeeds; REMAT_BUDGET is "does not fit" and any
@@ -32,12 +33,13 @@ enum {
 /* One planned (strategy, batch). */
 typedef struct {
     remat_strategy strategy;
+    int host;             /* planned with the host budget (offload) */
     int64_t batch;
     int fits;
     remat_plan_summary p; /* when it fits */
 } probe;
 
-typedef enum { WANT_ALL, WANT_OPTIMAL, WANT_OVERHEAD } want;
+typedef enum { WANT_ALL, WANT_OPTIMAL, WANT_OVERHEAD, WANT_OFFLOAD, WANT_OFFLOAD_OVERHEAD } want;
 
 typedef struct {
     const remat_model_opts *mo;
@@ -56,14 +58,16 @@ typedef struct {
     int at_bound;      /* the search's bound qualified: larger were not tried */
 } answer;
 
-/* Recomputation as a percentage of the step without it: predicted seconds
- * with a calibrated cost model, FLOPs otherwise. */
+/* Recomputation and exposed copies (offload) as a percentage of the step
+ * without them: predicted seconds with a calibrated cost model, FLOPs
+ * otherwise (the copies' stall is in the cost model's units: FLOPs at a
+ * nominal rate when it is not calibrated). */
 static double overhead(const search *s, const remat_plan_summary *p) {
     if (s->in_seconds) {
-        double base = p->seconds - p->extra_seconds;
-        return base > 0 ? 100.0 * p->extra_seconds / base : 0.0;
+        double extra = p->extra_seconds + p->stall_seconds, base = p->seconds - extra;
+        return base > 0 ? 100.0 * extra / base : 0.0;
     }
-    return p->flops > 0 ? 100.0 * p->extra_flops / p->flops : 0.0;
+    return p->flops > 0 ? 100.0 * (p->extra_flops + p->stall_seconds) / p->flops : 0.0;
 }
 
 /* The most elements one tensor of the step takes per sample: the largest
@@ -107,9 +111,9 @@ static int per_sample_elements(const remat_model_opts *mo, int64_t *out) {
 /* Plans (strategy, batch) once; prints a line of progress. 0 on success
  * (*out set, fitting or not); 1 after printing an error that is not the
  * budget's. */
-static int plan_batch(search *s, remat_strategy st, int64_t batch, const probe **out) {
+static int plan_batch(search *s, remat_strategy st, int host, int64_t batch, const probe **out) {
     for (int i = 0; i < s->n; i++)
-        if (s->probes[i].strategy == st && s->probes[i].batch == batch) {
+        if (s->probes[i].strategy == st && s->probes[i].host == host && s->probes[i].batch == batch) {
             *out = &s->probes[i];
             return 0;
         }
@@ -117,6 +121,7 @@ static int plan_batch(search *s, remat_strategy st, int64_t batch, const probe *
     probe *pr = &s->probes[s->n];
     memset(pr, 0, sizeof *pr);
     pr->strategy = st;
+    pr->host = host;
     pr->batch = batch;
     double t0 = cli_now();
     remat_model_opts mo = *s->mo;
@@ -124,6 +129,8 @@ static int plan_batch(search *s, remat_strategy st, int64_t batch, const probe *
     remat_session_opts so = *s->so;
     so.strategy = st;
     so.plan_only = 1;
+    so.host_budget = host ? s->so->host_budget : 0;
+    const char *name = host ? "offload" : remat_strategy_str(st);
     remat_graph *g = NULL;
     remat_session *ses = NULL;
     remat_model m;
@@ -134,17 +141,16 @@ static int plan_batch(search *s, remat_strategy st, int64_t batch, const probe *
     remat_session_destroy(ses);
     remat_graph_destroy(g);
     if (rc != REMAT_OK && rc != REMAT_BUDGET)
-        return cli_fail("%s at batch %lld: %s", remat_strategy_str(st), (long long)batch, remat_last_error());
+        return cli_fail("%s at batch %lld: %s", name, (long long)batch, remat_last_error());
     pr->fits = rc == REMAT_OK;
     s->n++;
     char b[32];
     if (pr->fits)
-        fprintf(stderr, "remat: plan %-7s batch %8lld: fits, holds %s, extra %.1f%% (%.2f s)\n",
-                remat_strategy_str(st), (long long)batch, cli_fmt_bytes(pr->p.held_bytes, b, sizeof b),
-                overhead(s, &pr->p), cli_now() - t0);
+        fprintf(stderr, "remat: plan %-7s batch %8lld: fits, holds %s, extra %.1f%% (%.2f s)\n", name,
+                (long long)batch, cli_fmt_bytes(pr->p.held_bytes, b, sizeof b), overhead(s, &pr->p), cli_now() - t0);
     else
-        fprintf(stderr, "remat: plan %-7s batch %8lld: does not fit (%.2f s)\n", remat_strategy_str(st),
-                (long long)batch, cli_now() - t0);
+        fprintf(stderr, "remat: plan %-7s batch %8lld: does not fit (%.2f s)\n", name, (long long)batch,
+                cli_now() - t0);
     *out = pr;
     return 0;
 }
@@ -152,8 +158,10 @@ static int plan_batch(search *s, remat_strategy st, int64_t batch, const probe *
 /* Whether batch qualifies for w; 0 on success, 1 on an error (printed). */
 static int qualifies(search *s, want w, int64_t batch, int *ok, const probe **at) {
     const probe *pr = NULL;
-    if (plan_batch(s, w == WANT_ALL ? REMAT_STRATEGY_ALL : REMAT_STRATEGY_OPTIMAL, batch, &pr)) return 1;
-    *ok = pr->fits && (w != WANT_OVERHEAD || overhead(s, &pr->p) <= s->max_overhead);
+    int host = w == WANT_OFFLOAD || w == WANT_OFFLOAD_OVERHEAD;
+    if (plan_batch(s, w == WANT_ALL ? REMAT_STRATEGY_ALL : REMAT_STRATEGY_OPTIMAL, host, batch, &pr)) return 1;
+    int capped = w == WANT_OVERHEAD || w == WANT_OFFLOAD_OVERHEAD;
+    *ok = pr->fits && (!capped || overhead(s, &pr->p) <= s->max_overhead);
     *at = pr;
     return 0;
 }
@@ -209,6 +217,11 @@ static void answer_json(cJSON *o, const char *key, const search *s, const answer
     cJSON_AddNumberToObject(e, "recomputations", (double)p->recomputations);
     cJSON_AddStringToObject(e, "planner", p->planner);
     if (*p->candidate) cJSON_AddStringToObject(e, "candidate", p->candidate);
+    if (p->offloaded_values) {
+        cJSON_AddNumberToObject(e, "offloaded_values", (double)p->offloaded_values);
+        cJSON_AddNumberToObject(e, "host_bytes", (double)p->host_bytes);
+        cJSON_AddNumberToObject(e, "exposed_copy_cost", p->stall_seconds);
+    }
     cJSON_AddBoolToObject(e, "at_search_bound", a->at_bound);
 }
 
@@ -219,8 +232,11 @@ static void answer_line(const char *label, const search *s, const answer *a, con
         printf("  %-26s none: %s\n", label, none);
         return;
     }
-    printf("  %-26s batch %8lld  holds %12zu B (%s), extra %.1f%%%s\n", label, (long long)a->batch,
-           a->at->p.held_bytes, cli_fmt_bytes(a->at->p.held_bytes, b, sizeof b), overhead(s, &a->at->p),
+    char h[48] = "";
+    if (a->at->p.offloaded_values)
+        snprintf(h, sizeof h, ", host %s", cli_fmt_bytes(a->at->p.host_bytes, b, sizeof b));
+    printf("  %-26s batch %8lld  holds %12zu B (%s)%s, extra %.1f%%%s\n", label, (long long)a->batch,
+           a->at->p.held_bytes, cli_fmt_bytes(a->at->p.held_bytes, b, sizeof b), h, overhead(s, &a->at->p),
            a->at_bound ? " (the search's bound)" : "");
 }
 
@@ -244,9 +260,11 @@ int cli_plan_max_batch(const remat_model_opts *mo, int64_t start, const remat_se
         goto done;
     }
     double t0 = cli_now();
-    answer all, opt, within;
+    answer all, opt, within, off = {0}, off_within = {0};
+    int host = so->host_budget > 0;
     if (find_largest(s, WANT_ALL, start, &all) || find_largest(s, WANT_OPTIMAL, start, &opt) ||
-        find_largest(s, WANT_OVERHEAD, start, &within))
+        find_largest(s, WANT_OVERHEAD, start, &within) || (host && find_largest(s, WANT_OFFLOAD, start, &off)) ||
+        (host && find_largest(s, WANT_OFFLOAD_OVERHEAD, start, &off_within)))
         goto done;
     double secs = cli_now() - t0;
     const char *unit = s->in_seconds ? "seconds" : "flops";
@@ -267,6 +285,11 @@ int cli_plan_max_batch(const remat_model_opts *mo, int64_t start, const remat_se
         answer_json(o, "store_all", s, &all, "all");
         answer_json(o, "optimal", s, &opt, "optimal");
         answer_json(o, "within_overhead", s, &within, "optimal");
+        if (host) {
+            cJSON_AddNumberToObject(o, "host_budget_bytes", (double)so->host_budget);
+            answer_json(o, "offload", s, &off, "optimal");
+            answer_json(o, "offload_within_overhead", s, &off_within, "optimal");
+        }
         cli_json_print(o);
     } else {
         char label[64];
@@ -277,6 +300,15 @@ int cli_plan_max_batch(const remat_model_opts *mo, int64_t start, const remat_se
         answer_line("recomputation (optimal)", s, &opt, none);
         snprintf(label, sizeof label, "optimal, extra <= %g%%", max_overhead);
         answer_line(label, s, &within, "batch 1 does not fit or needs more extra compute");
+        if (host) {
+            char hb[32];
+            snprintf(label, sizeof label, "with offload (optimal)");
+            answer_line(label, s, &off, none);
+            snprintf(label, sizeof label, "offload, extra <= %g%%", max_overhead);
+            answer_line(label, s, &off_within, "batch 1 does not fit or needs more extra compute");
+            printf("offload: host budget %s; extra includes the copies' exposed time\n",
+                   cli_fmt_bytes(so->host_budget, hb, sizeof hb));
+        }
         if (all.batch > 0)
             printf("recomputation fits %.2fx store-all's batch (%.2fx within %g%%)\n",
                    (double)opt.batch / (double)all.batch, (double)within.batch / (double)all.batch, max_overhead);

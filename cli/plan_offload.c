@@ -2,8 +2,8 @@
  * chain planned with offload to pinned host memory and without it (the
  * same chain model, so the two compare like for like), then the step's
  * plan as a session makes and runs it (the optimal planner with the host
- * budget: its memory plan placed, device and host bytes exact), and with
- * --max-batch the largest batch each fits in the chain model. */
+ * budget: its memory plan placed, device and host bytes exact). With
+ * --max-batch, max_batch.c answers from such plans. */
 #include "cli.h"
 
 #include <cjson/cJSON.h>
@@ -147,65 +147,5 @@ int cli_plan_offload(const remat_model_opts *mo, const remat_session_opts *so, c
            remat_device_str(so->device), so->budget);
     summary_text(&r, oo->host_budget, unit);
     plan_text(&p, unit);
-    return 0;
-}
-
-/* Does batch b fit (with offload when `with`)? -1 on an error (reported). */
-static int fits_at(const remat_model_opts *mo, const remat_session_opts *so, const remat_offload_opts *oo, int64_t b,
-                   int with, remat_offload_summary *r) {
-    remat_model_opts m = *mo;
-    m.batch = b;
-    if (report_at(&m, so, oo, r)) return -1;
-    return with ? r->fits : r->fits_without;
-}
-
-/* The largest batch from `start` that fits: doubling, then bisection
- * (the chain's fit is taken as monotone in the batch); 0 when start does
- * not, -1 on an error. */
-static int64_t largest(const remat_model_opts *mo, const remat_session_opts *so, const remat_offload_opts *oo,
-                       int64_t start, int with, remat_offload_summary *at) {
-    remat_offload_summary r;
-    int f = fits_at(mo, so, oo, start, with, &r);
-    if (f <= 0) return f;
-    *at = r;
-    int64_t lo = start, hi = start * 2;
-    while ((f = fits_at(mo, so, oo, hi, with, &r)) == 1 && hi < ((int64_t)1 << 24)) lo = hi, hi *= 2, *at = r;
-    if (f < 0) return -1;
-    while (hi - lo > 1) {
-        int64_t mid = lo + (hi - lo) / 2;
-        if ((f = fits_at(mo, so, oo, mid, with, &r)) < 0) return -1;
-        if (f) lo = mid, *at = r;
-        else hi = mid;
-    }
-    return lo;
-}
-
-int cli_plan_offload_max_batch(const remat_model_opts *mo, int64_t start, const remat_session_opts *so,
-                               const remat_offload_opts *oo, int json) {
-    remat_offload_summary rw, ro;
-    int64_t bw = largest(mo, so, oo, start, 0, &rw), bo = largest(mo, so, oo, start, 1, &ro);
-    if (bw < 0 || bo < 0) return 1;
-    if (json) {
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddStringToObject(o, "model", mo->name);
-        cJSON_AddStringToObject(o, "device", remat_device_str(so->device));
-        cJSON_AddNumberToObject(o, "budget_bytes", (double)so->budget);
-        cJSON_AddNumberToObject(o, "host_budget_bytes", (double)oo->host_budget);
-        cJSON_AddNumberToObject(o, "chain_model_batch_without_offload", (double)bw);
-        cJSON_AddNumberToObject(o, "chain_model_batch_with_offload", (double)bo);
-        if (bo > 0) summary_json(cJSON_AddObjectToObject(o, "at_batch_with_offload"), &ro, oo->host_budget);
-        cli_json_print(o);
-        return 0;
-    }
-    char b[32], h[32];
-    printf("model %s, device %s, budget %s, host budget %s: the largest batch the chain model fits\n", mo->name,
-           remat_device_str(so->device), cli_fmt_bytes(so->budget, b, sizeof b),
-           cli_fmt_bytes(oo->host_budget, h, sizeof h));
-    printf("  chain model without offload  batch %lld\n", (long long)bw);
-    printf("  chain model with offload     batch %lld\n", (long long)bo);
-    if (bo > 0) {
-        printf("at batch %lld with offload:\n", (long long)bo);
-        summary_text(&ro, oo->host_budget, ro.flops_per_s > 0 ? "FLOP" : "s");
-    }
     return 0;
 }
