@@ -322,6 +322,57 @@ static void ce_rows(void) {
     remat_graph_destroy(g);
 }
 
+/* layernorm on a bf16 x (kctx.dt: x, y, dy and dx in place) gives the
+ * bits the float32 views give: y, the statistics, dx added into a bf16
+ * gradient that already holds values, and the float32 weight and bias
+ * gradients; on 1 and 3 threads (rows and columns split). */
+static void ln_native(void) {
+    enum { R = 7, C = 19 };
+    remat_graph *g;
+    CHECK_OK(remat_graph_create(&g));
+    int64_t xd[2] = {R, C};
+    remat_node x = remat_input(g, "x", REMAT_F32, 2, xd), l = remat_layernorm(g, "ln", x);
+    CHECK_OK(remat_graph_status(g));
+    const remat__node *n = &g->nodes[l];
+    uint8_t dt[8];
+    memset(dt, REMAT_F32, sizeof dt);
+    dt[x] = dt[l] = REMAT_BF16;
+    size_t fb = 1, bb = 0;
+    CHECK(remat__ops[n->op]->bf16_ws(g, n, dt, 3, &fb, &bb) && fb == 0 && bb == 2 * C * sizeof(double));
+    uint16_t xb[R * C], yb[R * C], dyb[R * C], dxb[R * C], dxv[R * C], yv[R * C];
+    float xf[R * C], yf[R * C], dyf[R * C], dxf[R * C], w[C], b[C], dw[2][C], db[2][C], aux[2][2 * R];
+    for (int i = 0; i < R * C; i++) {
+        xb[i] = remat__bf16_of((float)((i * 37 % 101) - 50) / 9.0f), xf[i] = remat__f32_of(xb[i]);
+        dyb[i] = remat__bf16_of((float)(i % 7) / 3.0f - 1.0f), dyf[i] = remat__f32_of(dyb[i]);
+        dxb[i] = dxv[i] = remat__bf16_of((float)(i % 5) / 4.0f - 0.5f);
+    }
+    for (int c = 0; c < C; c++) w[c] = 0.5f + (float)c / 8.0f, b[c] = (float)c / 16.0f - 0.5f;
+    for (int nth = 1; nth <= 3; nth += 2) {
+        for (int c = 0; c < C; c++) dw[0][c] = dw[1][c] = 0.25f, db[0][c] = db[1][c] = -0.125f;
+        double ws[2 * C];
+        remat__tensor ti[3] = {{xb, &g->nodes[x].shape}, {w, &g->nodes[n->in[1]].shape}, {b, &g->nodes[n->in[2]].shape}};
+        remat__tensor to = {yb, &n->shape};
+        remat__kctx k = {.graph = g, .node = n, .in = {&ti[0], &ti[1], &ti[2]}, .out = &to, .aux = aux[0], .ws = ws,
+                         .dt = dt, .train = 1, .dout = (float *)dyb, .din = {(float *)dxb, dw[0], db[0]}};
+        for (int ith = 0; ith < nth; ith++) remat__ops[n->op]->forward(&k, ith, nth);
+        for (int ith = 0; ith < nth; ith++) remat__ops[n->op]->backward(&k, ith, nth);
+        /* the views' way */
+        ti[0].data = xf, to.data = yf, k.aux = aux[1], k.dt = NULL, k.dout = dyf, k.din[0] = dxf;
+        k.din[1] = dw[1], k.din[2] = db[1];
+        memset(dxf, 0, sizeof dxf);
+        for (int ith = 0; ith < nth; ith++) remat__ops[n->op]->forward(&k, ith, nth);
+        for (int ith = 0; ith < nth; ith++) remat__ops[n->op]->backward(&k, ith, nth);
+        remat__convert_range(yv, yf, 0, R * C, REMAT__CVT_DOWN);
+        remat__convert_range(dxv, dxf, 0, R * C, REMAT__CVT_ACC_BF16);
+        CHECK_MSG(!memcmp(yb, yv, sizeof yb) && !memcmp(aux[0], aux[1], sizeof aux[0]) && !memcmp(dxb, dxv, sizeof dxb)
+                  && !memcmp(dw[0], dw[1], sizeof dw[0]) && !memcmp(db[0], db[1], sizeof db[0]),
+                  "layernorm on %d threads: bf16 in place differs from the float32 views", nth);
+    }
+    printf("layernorm: bf16 x, y, dy and dx in place give the float32 views' bits (%d x %d, 1 and 3 threads)\n", R,
+           C);
+    remat_graph_destroy(g);
+}
+
 /* max |c - r| over n floats, and r's largest magnitude. */
 static double dist(const float *c, const float *r, int64_t n, double *S) {
     double d = 0;
@@ -689,6 +740,7 @@ int main(void) {
     cuda_plan_only();
     rules();
     ce_rows();
+    ln_native();
     block_claims();
     dropout_masks();
     against_autocast("cnn", "fixtures/bf16_cnn");
