@@ -10,13 +10,17 @@
  * must fit the budget with the blocks, the host arena the host budget.
  * The chain model's peak is an estimate of the placed arena (optimal.c
  * says where it is not exact), so the DP is tried at a few budgets below
- * the real ones until the placed plan fits.
+ * the real ones until the placed plan fits. Not at all when the best plan
+ * without offload costs what store-all's step does (nothing is cheaper).
+ * The DP takes seconds on a chain of a hundred stages (its tables up to
+ * 256 MiB), so a plan with a host budget takes that much longer.
  *
  * Ownership: *out is the caller's when *won; nothing else outlives a call.
  */
 #include "memplan.h"
 #include "offload.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -61,10 +65,18 @@ remat_status remat__offload_plan(const remat__plan_req *r, double best, remat__p
     if (!(r->host_bandwidth > 0) || !(r->host_latency >= 0))
         return remat__err(REMAT_INVALID, "offload: a host link of %g bytes and %g per copy (in the cost model's "
                           "units) cannot be planned with", r->host_bandwidth, r->host_latency);
+    /* nothing costs less than store-all's step (no recomputation, no
+     * copies): when the best plan costs that, offload cannot win */
+    remat__schedule all;
+    remat_status rc = remat__schedule_build(r->p, r->loss, REMAT_NONE, 1, 1, NULL, &all);
+    if (rc != REMAT_OK) return rc;
+    double least = remat__schedule_cost(r->p, &all);
+    remat__schedule_free(&all);
+    if (best <= least) return REMAT_OK;
     remat__stage_ex *st = NULL;
     int n = 0;
     int64_t output = 0;
-    remat_status rc = remat__optimal_chain(r->p, r->loss, &st, &n, &output, NULL);
+    rc = remat__optimal_chain(r->p, r->loss, &st, &n, &output, NULL);
     if (rc != REMAT_OK) return rc;
     int slots = remat__offload_slots(n, 16);
     int64_t device = (int64_t)(r->budget - r->held_outside), host = (int64_t)r->host_budget;
@@ -79,7 +91,10 @@ remat_status remat__offload_plan(const remat__plan_req *r, double best, remat__p
         }
         if (rc != REMAT_OK || !pl.valid) {
             remat__planned_free(&pl);
-            if (dearer) break;
+            /* costs more, as smaller budgets will; or offloads nothing at the
+             * budget while a plan without offload fits (where none does,
+             * smaller budgets may still offload their way in) */
+            if (dearer || (k == 0 && best < INFINITY)) break;
             continue;
         }
         if (pl.mem.arena + r->held_outside <= r->budget && pl.mem.host_arena <= r->host_budget) {
