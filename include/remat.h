@@ -1297,6 +1297,14 @@ typedef struct {
      * time that no backward pass hid, and the part before, this rank
      * waiting for the slowest one (skew). */
     double exposed_seconds, skew_seconds;
+    /* Whether the reduction crosses host memory (a GPU's session: each
+     * bucket's sum downloaded, exchanged and summed on the host in the
+     * CPU's fixed order, uploaded back; the CPU with REMAT_DP_STAGING=host),
+     * and the bytes of its host buffers on this rank (several ranks only):
+     * host memory, in no category of remat_mem_stats and not in
+     * comm_bytes. */
+    int host_staging;
+    size_t host_staging_bytes;
 } remat_dist_info;
 remat_status remat_session_dist(const remat_session *s, remat_dist_info *out);
 /* ------------------------------------------------ end of several processes */

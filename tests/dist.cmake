@@ -32,6 +32,17 @@ target_link_libraries(test_dist PRIVATE ${REMAT_TEST_LIBS})
 add_test(NAME test_dist_alone COMMAND test_dist --steps 5 ${REMAT_DIST_QUICK} WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
 set_tests_properties(test_dist_alone PROPERTIES LABELS dist TIMEOUT 600 ENVIRONMENT "${REMAT_DIST_ENV}")
 
+# on a device (issue 21): ranks sharing one GPU give one rank's bits,
+# predicted == measured device bytes per rank (test_dist_device.c). Here
+# on the CPU through the GPU's host-staged reduction (REMAT_DP_STAGING),
+# and on CUDA (label cuda: exits 77, skipped, without a GPU).
+add_executable(test_dist_device test_dist_device.c)
+target_include_directories(test_dist_device PRIVATE ${PROJECT_SOURCE_DIR}/include ${PROJECT_SOURCE_DIR}/src)
+target_link_libraries(test_dist_device PRIVATE ${REMAT_TEST_LIBS})
+add_test(NAME test_dist_device_alone COMMAND test_dist_device --device cpu --steps 5)
+set_tests_properties(test_dist_device_alone PROPERTIES LABELS dist TIMEOUT 300
+                     ENVIRONMENT "${REMAT_DIST_ENV};REMAT_DP_STAGING=host")
+
 # against PyTorch DDP (bench/torch/ddp_fixture.py's fixture): alone here,
 # with 2 ranks below
 add_executable(test_dist_ddp test_dist_ddp.c)
@@ -58,6 +69,17 @@ if(REMAT_MPI)
            WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
   set_tests_properties(test_dist_np4 test_dist_np2 test_dist_ddp_np2 PROPERTIES LABELS dist TIMEOUT 600
                        ENVIRONMENT "${REMAT_DIST_ENV}")
+
+  add_test(NAME test_dist_device_np2 COMMAND ${REMAT_MPIRUN} 2 $<TARGET_FILE:test_dist_device> --device cpu --steps 20)
+  set_tests_properties(test_dist_device_np2 PROPERTIES LABELS dist TIMEOUT 600
+                       ENVIRONMENT "${REMAT_DIST_ENV};REMAT_DP_STAGING=host")
+  if(REMAT_CUDA)
+    # two ranks sharing the one GPU, 20 steps; exits 77 where none is visible
+    add_test(NAME test_dist_device_cuda_np2 COMMAND ${REMAT_MPIRUN} 2 $<TARGET_FILE:test_dist_device> --device cuda
+             --steps 20)
+    set_tests_properties(test_dist_device_cuda_np2 PROPERTIES LABELS "cuda;dist" TIMEOUT 600 SKIP_RETURN_CODE 77
+                         ENVIRONMENT "${REMAT_DIST_ENV}")
+  endif()
 
   add_test(NAME test_dist_abort
     COMMAND ${CMAKE_COMMAND} "-DCMD=${REMAT_MPIRUN_BAR}|2|$<TARGET_FILE:test_dist>|--abort" -DLIMIT=30

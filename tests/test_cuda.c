@@ -29,6 +29,11 @@
  *    losses and gradients are bitwise the views' (dropout's slices
  *    included: 131072 elements, two views slices); everything is within
  *    TOL16 of the CPU's bf16 run.
+ * 7. Micro-batches on one rank (issue 21): cnn and a tiny resnet50 with 4
+ *    micro-batches, bitwise the same under all and sqrt, with small
+ *    buckets and with the REDUCEs after the backward pass; within 2e-3 of
+ *    the CPU's run; predicted == measured. (Several ranks on the GPU:
+ *    test_dist_device under mpirun, tests/dist.cmake.)
  * 5. A batch in page-locked memory (remat_host_alloc), which the step
  *    uploads straight from, and each next batch copied ahead on the second
  *    stream (opts.prefetch, remat_session_bind_next: a larger block,
@@ -663,6 +668,108 @@ static void invariance(const char *name) {
     remat_graph_destroy(g);
 }
 
+/* ---------------------------------------------------- micro-batches */
+
+/* STEPS SGD steps of K micro-batches on one rank (dp.h: the fold of each
+ * bucket into the tree over the micro-batches, on the device, then the
+ * mean): the input bound to K micro-batches one after the other, predicted
+ * == measured per category at every step on the GPU. */
+static void dp_train(const remat_graph *g, const remat_model *m, remat_device dev, int64_t K, remat_strategy st,
+                     size_t bucket, int at_end, outcome *o) {
+    memset(o, 0, sizeof *o);
+    remat_session_opts so;
+    remat_session_opts_default(&so);
+    so.seed = 5;
+    so.device = dev;
+    so.strategy = st;
+    so.micro_batches = K;
+    so.bucket_bytes = bucket;
+    so.reduce_after_backward = at_end;
+    remat_optim_opts oo;
+    remat_optim_opts_default(&oo, REMAT_OPTIM_SGD);
+    oo.lr = 0.05f, oo.momentum = 0.9f;
+    so.optim = &oo;
+    remat_session *s = NULL;
+    o->status = remat_session_create(&s, g, m->loss, &so);
+    CHECK_MSG(o->status == REMAT_OK, "micro-batches on the %s: %s", remat_device_str(dev), remat_last_error());
+    if (!s) return;
+    remat_plan_summary p;
+    remat_dist_info di;
+    CHECK_OK(remat_session_plan(s, &p));
+    CHECK_OK(remat_session_dist(s, &di));
+    CHECK(di.micro_batches == K && di.local_micro_batches == K && di.buckets >= 1);
+    CHECK(di.host_staging == (dev != REMAT_DEVICE_CPU) && di.host_staging_bytes == 0); /* one rank: nothing to stage */
+    o->held = p.held_bytes;
+    int64_t xd[4], ld[4], n = 1, nl = 1;
+    int nd = remat_node_shape(g, m->input, xd), ndl = remat_node_shape(g, m->labels, ld);
+    for (int i = 0; i < nd; i++) n *= xd[i];
+    for (int i = 0; i < ndl; i++) nl *= ld[i];
+    n *= K, nl *= K;
+    batch b = {malloc((size_t)n * sizeof *b.x), malloc((size_t)n * sizeof *b.xi), malloc((size_t)nl * sizeof *b.y)};
+    for (int k = 0; k < STEPS && b.x && b.xi && b.y; k++) {
+        fill_batch(&b, k, n, nl, 0, 10);
+        remat_session_bind(s, m->input, b.x);
+        remat_session_bind(s, m->labels, b.y);
+        remat_mem_stats pred, meas;
+        CHECK_OK(remat_session_predict(s, &pred));
+        CHECK_OK(remat_session_step(s, &o->loss[k]));
+        remat_session_mem(s, &meas);
+        for (int c = 0; c < REMAT_MEM_COUNT; c++)
+            CHECK_MSG(pred.peak[c] == meas.peak[c], "micro-batches on the %s, step %d: %s predicted %zu, measured %zu",
+                      remat_device_str(dev), k, remat_mem_str((remat_mem)c), pred.peak[c], meas.peak[c]);
+        CHECK_MSG(meas.live[REMAT_MEM_COMM] == di.comm_bytes, "%zu bytes of communication live, block of %zu",
+                  meas.live[REMAT_MEM_COMM], di.comm_bytes);
+        CHECK_OK(remat_session_update(s));
+    }
+    read_out(s, o);
+    remat_session_bind(s, m->input, NULL);
+    remat_session_bind(s, m->labels, NULL);
+    remat_session_destroy(s);
+    free(b.x), free(b.xi), free(b.y);
+}
+
+/* One rank with K micro-batches on the GPU: the same bits whatever the
+ * plan, the gradient buckets and when the REDUCEs run (each bucket's leaf
+ * folded as its gradients become final, or all after the backward pass),
+ * and the CPU's losses, weights and BatchNorm statistics within 2e-3
+ * (float rounding only: the same dropout masks, the same tree). cnn (three
+ * dropouts) and a tiny resnet50 (BatchNorm committed once per micro-batch). */
+static void micro_batches(const char *name) {
+    remat_model_opts mo;
+    remat_model_opts_default(&mo);
+    CHECK_OK(remat_model_opts_for(&mo, name));
+    int64_t K = 4;
+    if (strcmp(name, "resnet50") == 0) mo.batch = 2, mo.height = 32, mo.width = 32, mo.classes = 10, mo.base_channels = 8;
+    else mo.batch = 16;
+    remat_graph *g;
+    remat_model m;
+    CHECK_OK(remat_graph_create(&g));
+    CHECK_OK(remat_model_build(g, &mo, &m));
+    outcome gpu, split, late, cpu;
+    dp_train(g, &m, REMAT_DEVICE_CUDA, K, REMAT_STRATEGY_ALL, 0, 0, &gpu);
+    dp_train(g, &m, REMAT_DEVICE_CUDA, K, REMAT_STRATEGY_SQRT, 4096, 0, &split);
+    dp_train(g, &m, REMAT_DEVICE_CUDA, K, REMAT_STRATEGY_ALL, 4096, 1, &late);
+    dp_train(g, &m, REMAT_DEVICE_CPU, K, REMAT_STRATEGY_ALL, 0, 0, &cpu);
+    same(name, "micro-batches, sqrt, 4 KiB buckets", &gpu, &split);
+    same(name, "micro-batches, 4 KiB buckets reduced after the backward pass", &gpu, &late);
+    double worst = 0.0;
+    if (gpu.status == REMAT_OK && cpu.status == REMAT_OK) {
+        for (int k = 0; k < STEPS; k++) {
+            double e = fabs((double)gpu.loss[k] - (double)cpu.loss[k]) / (1.0 + fabs((double)cpu.loss[k]));
+            CHECK_MSG(e <= 2e-3, "%s micro-batches: step %d's loss %.7g on the GPU, %.7g on the CPU", name, k,
+                      (double)gpu.loss[k], (double)cpu.loss[k]);
+            if (e > worst) worst = e;
+        }
+        double ew = gpu.nw == cpu.nw ? rel_err(gpu.w, cpu.w, (int64_t)gpu.nw) : 1.0;
+        CHECK_MSG(ew <= 2e-3, "%s micro-batches: weights and statistics within %.2e of the CPU's", name, ew);
+        if (ew > worst) worst = ew;
+    }
+    printf("gpu %-9s %lld micro-batches: bitwise across plans and buckets, within %.2e of the CPU, predicted == "
+           "measured\n", name, (long long)K, worst);
+    free(gpu.w), free(gpu.gw), free(split.w), free(split.gw), free(late.w), free(late.gw), free(cpu.w), free(cpu.gw);
+    remat_graph_destroy(g);
+}
+
 /* The arena's allocation, seen by the driver. A first session loads the
  * kernels (lazily loaded modules take device memory on first use); a
  * second one is measured: creating it takes its resident blocks and the
@@ -785,6 +892,8 @@ int main(void) {
     invariance("cnn");
     invariance("gpt2");
     precision = REMAT_PRECISION_FP32;
+    micro_batches("cnn");
+    micro_batches("resnet50");
     driver_view();
     return check_exit("test_cuda");
 }

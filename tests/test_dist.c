@@ -12,7 +12,13 @@
  * the number of ranks. The jobs are dealt out so that every rank computes
  * about as much in each phase. Every job also checks memory truth on each
  * rank (predicted == measured per category, the communication block
- * included) and that the budgeted plans recompute and fit.
+ * included) and that the budgeted plans recompute and fit. Two jobs run
+ * the GPU's host-staged reduction on the CPU (REMAT_DP_STAGING=host: each
+ * bucket's sum downloaded, exchanged from host buffers and uploaded, the
+ * BatchNorm statistics committed into host copies): the same hashes as
+ * the direct path's, a smaller communication block (no receive buffer on
+ * the device, the statistics of other ranks on the host), host staging
+ * bytes outside every category.
  *
  * Then, with two ranks or more: the communicator's deterministic sum
  * against a tree computed here, agreement, a budget that fits no plan
@@ -96,16 +102,19 @@ typedef struct {
     remat_strategy strategy;
     double at;
     const char *name;
+    int staged; /* REMAT_DP_STAGING=host: the GPU's path, on the CPU */
 } job;
 
 static const job jobs[] = {
-    {CNN, REMAT_STRATEGY_ALL, 0, "cnn all"},
-    {CNN, REMAT_STRATEGY_SQRT, 0, "cnn sqrt"},
-    {CNN, REMAT_STRATEGY_OPTIMAL, 0.2, "cnn optimal (floor + 20%)"},
-    {CNN, REMAT_STRATEGY_OPTIMAL, 0.6, "cnn optimal (floor + 60%)"},
-    {BNCNN, REMAT_STRATEGY_ALL, 0, "bncnn all"},
-    {BNCNN, REMAT_STRATEGY_SQRT, 0, "bncnn sqrt"},
-    {BNCNN, REMAT_STRATEGY_OPTIMAL, 0.3, "bncnn optimal (floor + 30%)"},
+    {CNN, REMAT_STRATEGY_ALL, 0, "cnn all", 0},
+    {CNN, REMAT_STRATEGY_SQRT, 0, "cnn sqrt", 0},
+    {CNN, REMAT_STRATEGY_OPTIMAL, 0.2, "cnn optimal (floor + 20%)", 0},
+    {CNN, REMAT_STRATEGY_OPTIMAL, 0.6, "cnn optimal (floor + 60%)", 0},
+    {BNCNN, REMAT_STRATEGY_ALL, 0, "bncnn all", 0},
+    {BNCNN, REMAT_STRATEGY_SQRT, 0, "bncnn sqrt", 0},
+    {BNCNN, REMAT_STRATEGY_OPTIMAL, 0.3, "bncnn optimal (floor + 30%)", 0},
+    {CNN, REMAT_STRATEGY_SQRT, 0, "cnn sqrt, host staging", 1},
+    {BNCNN, REMAT_STRATEGY_OPTIMAL, 0.3, "bncnn optimal (+ 30%), host staging", 1},
 };
 #define N_JOBS ((int)(sizeof jobs / sizeof jobs[0]))
 
@@ -163,7 +172,16 @@ static size_t budget_of(remat_comm *c, const remat_graph *g, const remat_model *
 }
 
 /* Trains job j on the ranks of c; returns its hash (0 on failure). */
+static uint64_t run_job_here(const env *e, remat_comm *c, const job *j);
+
 static uint64_t run_job(const env *e, remat_comm *c, const job *j) {
+    if (j->staged) setenv("REMAT_DP_STAGING", "host", 1);
+    uint64_t h = run_job_here(e, c, j);
+    unsetenv("REMAT_DP_STAGING");
+    return h;
+}
+
+static uint64_t run_job_here(const env *e, remat_comm *c, const job *j) {
     fnv f = {0xcbf29ce484222325ull};
     remat_graph *g = NULL;
     remat_model m;
@@ -193,8 +211,26 @@ static uint64_t run_job(const env *e, remat_comm *c, const job *j) {
     if (so.budget) CHECK_MSG(ps.held_bytes <= so.budget, "%s: holds %zu > budget %zu", j->name, ps.held_bytes, so.budget);
     CHECK(di.ranks == remat_comm_size(c) && di.micro_batches == BATCH / MICRO);
     CHECK(di.local_micro_batches * di.ranks == di.micro_batches && di.first_micro_batch == di.rank * di.local_micro_batches);
-    CHECK_MSG(di.comm_bytes > 0 && di.buckets > 1, "%s: %zu communication bytes, %d buckets", j->name, di.comm_bytes,
-              di.buckets);
+    /* staged with one micro-batch per rank and no statistics: nothing to
+     * keep on the device (no tree to fold, the exchanges on the host) */
+    int empty = j->staged && di.ranks > 1 && di.local_micro_batches == 1 && j->model == CNN;
+    CHECK_MSG((di.comm_bytes > 0) != empty && di.buckets > 1, "%s: %zu communication bytes, %d buckets", j->name,
+              di.comm_bytes, di.buckets);
+    CHECK_MSG(di.host_staging == j->staged && (di.host_staging_bytes > 0) == (j->staged && di.ranks > 1),
+              "%s: host staging %d, %zu bytes", j->name, di.host_staging, di.host_staging_bytes);
+    if (j->staged && di.ranks > 1) { /* the direct path's block holds the receive buffer and every rank's statistics */
+        unsetenv("REMAT_DP_STAGING");
+        remat_session_opts po = so;
+        po.plan_only = 1, po.budget = 0, po.strategy = REMAT_STRATEGY_ALL; /* the block is the plan's either way */
+        remat_session *p = NULL;
+        remat_dist_info dd;
+        CHECK_OK(remat_session_create(&p, g, m.loss, &po));
+        if (p && remat_session_dist(p, &dd) == REMAT_OK)
+            CHECK_MSG(dd.comm_bytes > di.comm_bytes && !dd.host_staging && dd.host_staging_bytes == 0,
+                      "%s: direct %zu communication bytes, staged %zu", j->name, dd.comm_bytes, di.comm_bytes);
+        remat_session_destroy(p);
+        setenv("REMAT_DP_STAGING", "host", 1);
+    }
 
     collect col = {&f, 0};
     remat_train_opts to = {.steps = e->steps, .batch = BATCH, .seed = 11, .on_event = on_event, .user = &col};

@@ -515,8 +515,46 @@ static remat_status cuda_offload_wait(void *p) {
                            "cudaStreamWaitEvent (offload landed)");
 }
 
+/* ------------------------------------------------- data parallelism */
+
+/* dp_reduce.c's fold and dp_step.c's mean on the device: element by
+ * element, each operation rounded on its own (__fadd_rn, __fdiv_rn: never
+ * contracted, IEEE division), so the bits are the CPU's x = a + x and
+ * x / d. */
+static __global__ void dp_add_kernel(float *__restrict__ x, const float *__restrict__ a, int64_t n) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        x[i] = __fadd_rn(a[i], x[i]);
+}
+
+static __global__ void dp_div_kernel(float *__restrict__ x, float d, int64_t n) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        x[i] = __fdiv_rn(x[i], d);
+}
+
+static remat_status cuda_copy(void *p, void *dst, const void *src, size_t bytes) {
+    ctx *c = (ctx *)p;
+    if (!bytes) return REMAT_OK;
+    return remat__cu_rt_ok(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->cu.stream), NULL,
+                           "cudaMemcpyAsync (device to device)");
+}
+
+static remat_status cuda_add(void *p, float *x, const float *a, int64_t n) {
+    ctx *c = (ctx *)p;
+    if (n <= 0) return REMAT_OK;
+    dp_add_kernel<<<remat__cu_blocks(&c->cu, n), REMAT__CU_THREADS, 0, c->cu.stream>>>(x, a, n);
+    return remat__cu_launched(NULL, "dp_add_kernel");
+}
+
+static remat_status cuda_div(void *p, float *x, float d, int64_t n) {
+    ctx *c = (ctx *)p;
+    if (n <= 0) return REMAT_OK;
+    dp_div_kernel<<<remat__cu_blocks(&c->cu, n), REMAT__CU_THREADS, 0, c->cu.stream>>>(x, d, n);
+    return remat__cu_launched(NULL, "dp_div_kernel");
+}
+
 extern "C" const remat__backend remat__backend_cuda = {
     REMAT_DEVICE_CUDA, cuda_create, cuda_destroy, cuda_alloc, cuda_release, cuda_upload, cuda_download,
     cuda_zero,         cuda_one,    cuda_run,     cuda_update, cuda_sync,   cuda_pool,     cuda_finite,   cuda_convert,
-    cuda_upload_bound, cuda_prefetch, cuda_prefetched, cuda_offload, cuda_offload_wait,
+    cuda_upload_bound, cuda_prefetch, cuda_prefetched, cuda_offload, cuda_offload_wait, cuda_copy, cuda_add,
+    cuda_div,
 };

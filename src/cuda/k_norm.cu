@@ -165,16 +165,35 @@ static __device__ void bn_combine(const bn_geom &g, const double *__restrict__ p
 
 enum { BN_EVAL, BN_RECOMPUTE, BN_FIRST };
 
+/* The running statistics' update from a batch's mean and biased variance
+ * over M elements per channel: the CPU's commit_channel
+ * (src/ops/batchnorm.c) operation for operation, each product, quotient
+ * and sum rounded on its own (never contracted into an FMA), so that this
+ * kernel's commit and bn_commit's on the host (several ranks: the
+ * statistics exported, committed in micro-batch order after the step)
+ * give the same bits. */
+static __device__ void bn_commit_channel(float *rmean, float *rvar, int64_t c, double mean, double var, double mom,
+                                         int64_t M) {
+    const double keep = 1.0 - mom;
+    rmean[c] = (float)__dadd_rn(__dmul_rn(keep, (double)rmean[c]), __dmul_rn(mom, mean));
+    if (M > 1)
+        rvar[c] = (float)__dadd_rn(__dmul_rn(keep, (double)rvar[c]),
+                                   __ddiv_rn(__dmul_rn(__dmul_rn(mom, var), (double)M), (double)(M - 1)));
+}
+
 /* y = (x - mean) * (invstd * gamma) + beta over chunk j of channel c, with
  * mean and invstd the rounded floats of aux. Warp 0 first gets them: from
  * the running statistics (eval), from aux (a recomputation), or from the
  * partials (the first training execution); chunk 0's block writes aux and
- * commits the running statistics as the CPU does. */
+ * commits the running statistics as the CPU does, or, in a data-parallel
+ * step (stats: kctx.stats, device memory), exports the mean and the biased
+ * variance as doubles instead, (2, C), which the step commits later in
+ * micro-batch order (bn_commit, the same arithmetic). */
 template <int V>
 static __global__ void __launch_bounds__(BN_THREADS)
     bn_out_kernel(bn_geom g, int mode, double eps, double mom, const float *__restrict__ x,
                   const float *__restrict__ gamma, const float *__restrict__ beta, float *rmean, float *rvar,
-                  float *aux, const double *__restrict__ part, float *__restrict__ y) {
+                  float *aux, const double *__restrict__ part, double *stats, float *__restrict__ y) {
     __shared__ float sh_mu, sh_sc, sh_b;
     const int b = blockIdx.x, c = b / g.nchunk, j = b - c * g.nchunk;
     if (threadIdx.x < 32) {
@@ -195,8 +214,8 @@ static __global__ void __launch_bounds__(BN_THREADS)
             mu = (float)mean;
             is = (float)(1.0 / sqrt(var + eps));
             if (j == 0 && lane == 0) {
-                rmean[c] = (float)((1.0 - mom) * (double)rmean[c] + mom * mean);
-                if (g.M > 1) rvar[c] = (float)((1.0 - mom) * (double)rvar[c] + mom * var * Md / (double)(g.M - 1));
+                if (stats) stats[c] = mean, stats[g.C + c] = var;
+                else bn_commit_channel(rmean, rvar, c, mean, var, mom, g.M);
             }
         }
         if (lane == 0) {
@@ -319,6 +338,7 @@ static remat_status bn_forward(const remat__kctx *k) {
     const int mode = !k->train ? BN_EVAL : k->first ? BN_FIRST : BN_RECOMPUTE;
     const unsigned blocks = (unsigned)(g.C * g.nchunk);
     const bool v4 = bn_vec(s) == 4;
+    double *stats = mode == BN_FIRST ? k->stats : NULL; /* (2, C) device: exported, not committed */
     if (mode == BN_FIRST) {
         if (v4) bn_stats_kernel<4><<<blocks, BN_THREADS, 0, cu->stream>>>(g, x, part);
         else bn_stats_kernel<1><<<blocks, BN_THREADS, 0, cu->stream>>>(g, x, part);
@@ -326,10 +346,10 @@ static remat_status bn_forward(const remat__kctx *k) {
     }
     if (v4)
         bn_out_kernel<4><<<blocks, BN_THREADS, 0, cu->stream>>>(g, mode, eps, mom, x, gamma, beta, rmean, rvar,
-                                                                 k->aux, part, y);
+                                                                 k->aux, part, stats, y);
     else
         bn_out_kernel<1><<<blocks, BN_THREADS, 0, cu->stream>>>(g, mode, eps, mom, x, gamma, beta, rmean, rvar,
-                                                                 k->aux, part, y);
+                                                                 k->aux, part, stats, y);
     REMAT__CU_TRY(remat__cu_launched(k, "bn_out_kernel"));
     return REMAT_OK;
 }

@@ -78,6 +78,16 @@ typedef struct {
      * NULL: the device cannot offload. */
     remat_status (*offload)(void *ctx, void *dst, const void *src, size_t bytes, int to_host);
     remat_status (*offload_wait)(void *ctx);
+    /* Data parallelism's arithmetic on memory of this context
+     * (exec/dp_reduce.c, dp_step.c), element by element in float32 with
+     * each operation rounded on its own, so every backend gives the CPU's
+     * bits: copy: dst = src (bytes); add: x[i] = a[i] + x[i] (a node of
+     * the tree over the micro-batches = its left child + its right
+     * child); div: x[i] = x[i] / d (the mean over the micro-batches).
+     * NULL: micro-batches do not run on this device. */
+    remat_status (*copy)(void *ctx, void *dst, const void *src, size_t bytes);
+    remat_status (*add)(void *ctx, float *x, const float *a, int64_t n);
+    remat_status (*div)(void *ctx, float *x, float d, int64_t n);
 } remat__backend;
 
 /* The backend of a device, or NULL when this build has none. */

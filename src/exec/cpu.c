@@ -285,6 +285,20 @@ static remat_status cpu_offload_wait(void *ctx) {
     return REMAT_OK;
 }
 
+/* x = a + x: the same loop dp_reduce.c ran on host memory before the
+ * backends had it. */
+static remat_status cpu_add(void *ctx, float *x, const float *a, int64_t n) {
+    (void)ctx;
+    for (int64_t i = 0; i < n; i++) x[i] = a[i] + x[i];
+    return REMAT_OK;
+}
+
+static remat_status cpu_div(void *ctx, float *x, float d, int64_t n) {
+    (void)ctx;
+    for (int64_t i = 0; i < n; i++) x[i] = x[i] / d;
+    return REMAT_OK;
+}
+
 const remat__backend remat__backend_cpu = {
     .device = REMAT_DEVICE_CPU,
     .create = cpu_create,
@@ -303,6 +317,9 @@ const remat__backend remat__backend_cpu = {
     .convert = cpu_convert,
     .offload = cpu_offload,
     .offload_wait = cpu_offload_wait,
+    .copy = cpu_copy,
+    .add = cpu_add,
+    .div = cpu_div,
 };
 
 void remat_set_blas_threads(int n) { openblas_set_num_threads(n > 0 ? n : 1); }

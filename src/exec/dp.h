@@ -26,6 +26,19 @@
  * gradients are divided by the micro-batch count K, the losses averaged in
  * micro-batch order, and the stateful ops' statistics, exchanged, are
  * committed micro-batch by micro-batch.
+ *
+ * Where the session's memory is a device's: the fold and the division are
+ * the backend's copy, add and div (the CPU's float operations, in the
+ * same order, so the same bits), and the exchanges go through host
+ * staging: at a bucket's last REDUCE its partial sums are downloaded into
+ * a host buffer (hx), summed across the ranks there by src/dist as on the
+ * CPU, and uploaded back before the division; the statistics, written by
+ * the device's kernels into the communication block, are downloaded
+ * before they are exchanged, and committed into host copies of the
+ * stateful ops' buffers, which are then uploaded. The staging buffers are
+ * host memory, outside every device category (host_bytes). The CPU runs
+ * the staged path too when REMAT_DP_STAGING=host (tests: the same bits as
+ * the direct one).
  */
 #ifndef REMAT_DP_H
 #define REMAT_DP_H
@@ -53,8 +66,18 @@ typedef struct {
     size_t sdoubles;       /* statistics of one micro-batch, every stateful node (several ranks) */
     size_t *soff;          /* (graph nodes) a stateful node's offset in them, SIZE_MAX none */
     double *stats;         /* (q, sdoubles) this rank's, in the communication block */
-    double *stats_all;     /* (K, sdoubles) every rank's */
+    double *stats_all;     /* (K, sdoubles) every rank's (host staging when staged) */
     size_t comm_counted;   /* bytes of the communication block as counted */
+    int staged;            /* exchanges and statistics through host staging (a
+                            * device's memory, or REMAT_DP_STAGING=host) */
+    /* Host staging, several ranks only (NULL otherwise and when planning
+     * only): malloc'd, never device memory, counted in no category. */
+    float *hx;             /* (gfloats) this rank's subtree, then the sum over the ranks */
+    float *hrecv;          /* (gfloats) the exchanges' receive buffer */
+    double *hstats;        /* (q, sdoubles) this rank's statistics, downloaded */
+    float *hstate;         /* host copies of the stateful ops' resident inputs */
+    size_t *hoff;          /* (params) a slot's floats in hstate, SIZE_MAX none */
+    size_t host_bytes;     /* of the staging buffers (also when planning only) */
     float *losses;         /* (K + q) host scratch: every micro-batch's loss,
                             * then this rank's (what it sends) */
     remat__allreduce *ar;  /* (nb) */

@@ -9,6 +9,7 @@
 
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define DEFAULT_BUCKET_BYTES ((size_t)1 << 20)
 
@@ -82,6 +83,53 @@ static remat_status lay_out_stats(remat_session *s) {
     return st;
 }
 
+/* REMAT_DP_STAGING: "host" runs the staged path (a device's) on any
+ * backend, for tests that compare it with the CPU's direct one. */
+static remat_status staging_forced(int *forced) {
+    const char *v = getenv("REMAT_DP_STAGING");
+    *forced = v && strcmp(v, "host") == 0;
+    if (v && *v && !*forced)
+        return remat__err(REMAT_INVALID, "REMAT_DP_STAGING='%s': the one value is 'host' (the reduction across "
+                          "ranks through host buffers, as on a GPU, on any device); unset it otherwise", v);
+    return REMAT_OK;
+}
+
+/* Host staging of several ranks (dp.h): the exchanges' buffers, the
+ * statistics, and host copies of the stateful ops' resident inputs (one
+ * per parameter slot, so that ops that share a buffer share its copy).
+ * Sized also when planning only, allocated only when running. */
+static remat_status lay_out_staging(remat_session *s) {
+    remat__dp *d = &s->dp;
+    const remat_graph *g = s->g;
+    d->hoff = malloc(((size_t)s->n_params + 1) * sizeof *d->hoff);
+    if (!d->hoff) return remat__err(REMAT_NOMEM, "out of memory laying out host staging");
+    for (int i = 0; i < s->n_params; i++) d->hoff[i] = SIZE_MAX;
+    size_t nstate = 0;
+    for (int u = 0; u < g->n; u++) {
+        if (d->soff[u] == SIZE_MAX) continue;
+        const remat__node *n = &g->nodes[u];
+        for (int i = 0; i < n->n_in; i++) {
+            const remat__node *src = &g->nodes[n->in[i]];
+            int32_t p = remat__is_resident(src) ? s->pindex[n->in[i]] : -1;
+            if (p < 0 || d->hoff[p] != SIZE_MAX) continue;
+            d->hoff[p] = nstate;
+            nstate += remat__out_bytes(src) / sizeof(float);
+        }
+    }
+    size_t fl = 2 * d->gfloats, db = (size_t)(d->q + d->K) * d->sdoubles;
+    d->host_bytes = fl * sizeof(float) + db * sizeof(double) + nstate * sizeof(float);
+    if (s->opts.plan_only) return REMAT_OK;
+    d->hx = malloc(d->gfloats * sizeof(float) + 1);
+    d->hrecv = malloc(d->gfloats * sizeof(float) + 1);
+    d->hstats = malloc(db * sizeof(double) + 1);
+    d->hstate = malloc(nstate * sizeof(float) + 1);
+    if (!d->hx || !d->hrecv || !d->hstats || !d->hstate)
+        return remat__err(REMAT_NOMEM, "out of memory for %zu bytes of host staging of the gradients' reduction",
+                          d->host_bytes);
+    d->stats_all = d->hstats + (size_t)d->q * d->sdoubles;
+    return REMAT_OK;
+}
+
 remat_status remat__dp_init(remat_session *s) {
     remat__dp *d = &s->dp;
     const remat_session_opts *o = &s->opts;
@@ -106,22 +154,33 @@ remat_status remat__dp_init(remat_session *s) {
     d->at_end = o->reduce_after_backward != 0;
     d->bucket_bytes = o->bucket_bytes ? o->bucket_bytes : DEFAULT_BUCKET_BYTES;
     if (!d->active) return REMAT_OK;
-    if (o->device != REMAT_DEVICE_CPU)
-        return remat__err(REMAT_UNSUPPORTED, "micro-batches and several ranks run on the CPU only in this version "
-                          "(the %s backend has no gradient accumulation yet)", remat_device_str(o->device));
-    remat_status st = lay_out_buckets(s);
+    if (!s->be->copy || !s->be->add || !s->be->div)
+        return remat__err(REMAT_UNSUPPORTED, "micro-batches and several ranks do not run on the %s in this build (its "
+                          "backend has no gradient accumulation)", remat_device_str(o->device));
+    int forced = 0;
+    remat_status st = staging_forced(&forced);
+    if (st != REMAT_OK) return st;
+    /* a device's memory is not the host's: exchanges and statistics go
+     * through host buffers (dp.h) */
+    d->staged = o->device != REMAT_DEVICE_CPU || forced;
+    st = lay_out_buckets(s);
     if (st == REMAT_OK) st = lay_out_stats(s);
     if (st != REMAT_OK) return st;
     while (((int64_t)1 << d->depth) < d->q) d->depth++;
-    size_t bytes[3] = {(size_t)d->depth * d->gfloats * sizeof(float), d->ranks > 1 ? d->gfloats * sizeof(float) : 0,
-                       (size_t)(d->q + d->K) * d->sdoubles * sizeof(double)};
+    /* The block: the accumulators, the exchanges' receive buffer and every
+     * rank's statistics (staged: host memory instead, but for this rank's
+     * statistics, which its kernels write). */
+    int direct = d->ranks > 1 && !d->staged;
+    size_t bytes[3] = {(size_t)d->depth * d->gfloats * sizeof(float), direct ? d->gfloats * sizeof(float) : 0,
+                       (size_t)(d->q + (d->staged ? 0 : d->K)) * d->sdoubles * sizeof(double)};
     void *ptr[3];
     st = remat__block_alloc(s, REMAT__BLK_COMM, REMAT_MEM_COMM, 3, bytes, ptr, 0);
     if (st != REMAT_OK) return st;
     d->comm_counted = bytes[0] + bytes[1] + bytes[2];
     d->acc = ptr[0], d->recv = ptr[1];
     d->stats = ptr[2];
-    d->stats_all = d->stats ? d->stats + (size_t)d->q * d->sdoubles : NULL;
+    d->stats_all = d->stats && !d->staged ? d->stats + (size_t)d->q * d->sdoubles : NULL;
+    if (d->staged && d->ranks > 1 && (st = lay_out_staging(s)) != REMAT_OK) return st;
     d->losses = calloc((size_t)(d->K + d->q), sizeof *d->losses);
     d->ar = calloc((size_t)d->nb + 1, sizeof *d->ar);
     d->flying = calloc((size_t)d->nb + 1, 1);
@@ -134,6 +193,7 @@ void remat__dp_free(remat_session *s) {
     remat__dp *d = &s->dp;
     remat__block_free(s, REMAT__BLK_COMM, REMAT_MEM_COMM, d->comm_counted);
     free(d->blo), free(d->bhi), free(d->bucket_of), free(d->soff), free(d->losses), free(d->ar), free(d->flying), free(d->ends);
+    free(d->hx), free(d->hrecv), free(d->hstats), free(d->hstate), free(d->hoff);
     memset(d, 0, sizeof *d);
 }
 
@@ -209,6 +269,8 @@ remat_status remat_session_dist(const remat_session *s, remat_dist_info *out) {
     out->micro_batches = d->K, out->local_micro_batches = d->q, out->first_micro_batch = d->first;
     out->buckets = d->nb;
     out->comm_bytes = d->comm_counted;
+    out->host_staging = d->active && d->staged;
+    out->host_staging_bytes = d->host_bytes;
     out->overlap = d->active && d->ranks > 1 && !d->at_end;
     out->plan_hash = d->hash;
     out->reduce_seconds = d->t_reduce, out->wait_seconds = d->t_wait;

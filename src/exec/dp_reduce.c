@@ -6,15 +6,12 @@
  */
 #include "session.h"
 
-/* x = a + x over n floats: a node = its left child (a, the lower
- * micro-batches) + its right child (x). */
-static void add_left(float *x, const float *a, int64_t n) {
-    for (int64_t i = 0; i < n; i++) x[i] = a[i] + x[i];
-}
-
 /* Folds leaf j of the tree over [0, q) (in x, floats [lo, lo + n) of the
- * gradient block) as far up as its completed siblings allow. */
-static void fold(remat__dp *d, int64_t j, float *x, size_t lo, int64_t n) {
+ * gradient block) as far up as its completed siblings allow: a node = its
+ * left child (the accumulator, the lower micro-batches) + its right child
+ * (x), through the backend (device memory on a GPU; the same float adds). */
+static remat_status fold(remat_session *s, int64_t j, float *x, size_t lo, int64_t n) {
+    remat__dp *d = &s->dp;
     int64_t a = 0, b = d->q;
     int depth = 0;
     uint64_t right = 0; /* bit k: the node at depth k + 1 on the path is a right child */
@@ -26,12 +23,12 @@ static void fold(remat__dp *d, int64_t j, float *x, size_t lo, int64_t n) {
     }
     for (int k = depth; k > 0; k--) {
         float *acc = d->acc + (size_t)(k - 1) * d->gfloats + lo;
-        if (!((right >> (k - 1)) & 1)) { /* a left child: wait for its sibling */
-            memcpy(acc, x, (size_t)n * sizeof *x);
-            return;
-        }
-        add_left(x, acc, n);
+        if (!((right >> (k - 1)) & 1)) /* a left child: wait for its sibling */
+            return s->be->copy(s->dev, acc, x, (size_t)n * sizeof *x);
+        remat_status st = s->be->add(s->dev, x, acc, n);
+        if (st != REMAT_OK) return st;
     }
+    return REMAT_OK;
 }
 
 remat_status remat__dp_reduce(remat_session *s, int b) {
@@ -40,10 +37,18 @@ remat_status remat__dp_reduce(remat_session *s, int b) {
     size_t lo = d->blo[b] / sizeof(float);
     int64_t n = (int64_t)((d->bhi[b] - d->blo[b]) / sizeof(float));
     float *x = (float *)s->blk[REMAT__BLK_GRAD] + lo;
-    fold(d, d->j, x, lo, n);
-    remat_status st = REMAT_OK;
-    if (d->j == d->q - 1 && d->ranks > 1) {
-        st = remat__allreduce_start(&d->ar[b], d->comm, x, d->recv + lo, n, b);
+    remat_status st = fold(s, d->j, x, lo, n);
+    if (st == REMAT_OK && d->j == d->q - 1 && d->ranks > 1) {
+        /* the rank's subtree of this bucket is final: summed across the
+         * ranks where it lies, or (staged) from a host copy, which the
+         * step uploads back when every sum is done */
+        float *sum = x, *tmp = d->recv ? d->recv + lo : NULL;
+        if (d->staged) {
+            sum = d->hx + lo, tmp = d->hrecv + lo;
+            st = s->be->download(s->dev, sum, x, (size_t)n * sizeof *x);
+            if (st == REMAT_OK) st = s->be->sync(s->dev); /* the bytes are in hx once it returns */
+        }
+        if (st == REMAT_OK) st = remat__allreduce_start(&d->ar[b], d->comm, sum, tmp, n, b);
         if (st == REMAT_OK) d->flying[b] = 1, d->n_flying++;
     }
     d->t_reduce += remat__now() - t0;
