@@ -373,6 +373,69 @@ static void ln_native(void) {
     remat_graph_destroy(g);
 }
 
+/* batchnorm2d on a bf16 x, plane by plane (kctx.dt), gives the float32
+ * views' bits: y, the statistics, the running statistics it commits, dx
+ * added into a bf16 gradient that holds values, and the float32 weight
+ * and bias gradients; in training (a first execution, then a
+ * recomputation) and in eval, on 1 and 3 threads. */
+static void bn_native(void) {
+    enum { N = 3, C = 5, H = 4, W = 3, E = N * C * H * W };
+    remat_graph *g;
+    CHECK_OK(remat_graph_create(&g));
+    int64_t xd[4] = {N, C, H, W};
+    remat_node x = remat_input(g, "x", REMAT_F32, 4, xd), b = remat_batchnorm2d(g, "bn", x);
+    CHECK_OK(remat_graph_status(g));
+    const remat__node *n = &g->nodes[b];
+    uint8_t dt[16];
+    memset(dt, REMAT_F32, sizeof dt);
+    dt[x] = dt[b] = REMAT_BF16;
+    size_t fb = 0, bb = 0;
+    CHECK(remat__ops[n->op]->bf16_ws(g, n, dt, 3, &fb, &bb) && fb == 3 * H * W * 4 && bb == 2 * fb);
+    uint16_t xb[E], yb[E], dyb[E], dxb[E], dxv[E], yv[E];
+    float xf[E], yf[E], dyf[E], dxf[E], p[2][4][C], dp[2][2][C], aux[2][2 * C], ws[2 * 3 * H * W];
+    for (int i = 0; i < E; i++) {
+        xb[i] = remat__bf16_of((float)((i * 37 % 101) - 50) / 9.0f), xf[i] = remat__f32_of(xb[i]);
+        dyb[i] = remat__bf16_of((float)(i % 7) / 3.0f - 1.0f), dyf[i] = remat__f32_of(dyb[i]);
+        dxb[i] = dxv[i] = remat__bf16_of((float)(i % 5) / 4.0f - 0.5f);
+    }
+    int ok = 1;
+    for (int mode = 0; mode < 3; mode++) /* training first, a recomputation, eval */
+        for (int nth = 1; nth <= 3; nth += 2) {
+            for (int v = 0; v < 2; v++)
+                for (int c = 0; c < C; c++) {
+                    p[v][0][c] = 0.5f + (float)c / 8.0f, p[v][1][c] = (float)c / 16.0f - 0.5f; /* gamma, beta */
+                    p[v][2][c] = (float)c / 10.0f, p[v][3][c] = 1.0f + (float)c / 7.0f;    /* running stats */
+                    dp[v][0][c] = 0.25f, dp[v][1][c] = -0.125f;
+                }
+            remat__tensor ti[5], to = {yb, &n->shape};
+            for (int i = 0; i < 5; i++) ti[i] = (remat__tensor){i ? (void *)p[0][i - 1] : (void *)xb, &g->nodes[n->in[i]].shape};
+            remat__kctx k = {.graph = g, .node = n, .in = {&ti[0], &ti[1], &ti[2], &ti[3], &ti[4]}, .out = &to,
+                             .aux = aux[0], .ws = ws, .dt = dt, .train = mode < 2, .first = mode == 0,
+                             .dout = (float *)dyb, .din = {(float *)dxb, dp[0][0], dp[0][1]}};
+            if (mode == 1) memcpy(aux[0], aux[1], sizeof aux[0]); /* a recomputation reads the first's statistics */
+            for (int ith = 0; ith < nth; ith++) remat__ops[n->op]->forward(&k, ith, nth);
+            for (int ith = 0; ith < nth; ith++) remat__ops[n->op]->backward(&k, ith, nth);
+            /* the views' way */
+            for (int i = 1; i < 5; i++) ti[i].data = p[1][i - 1];
+            ti[0].data = xf, to.data = yf, k.aux = aux[1], k.dt = NULL, k.dout = dyf, k.din[0] = dxf;
+            k.din[1] = dp[1][0], k.din[2] = dp[1][1], k.ws = NULL;
+            memset(dxf, 0, sizeof dxf);
+            for (int ith = 0; ith < nth; ith++) remat__ops[n->op]->forward(&k, ith, nth);
+            for (int ith = 0; ith < nth; ith++) remat__ops[n->op]->backward(&k, ith, nth);
+            remat__convert_range(yv, yf, 0, E, REMAT__CVT_DOWN);
+            remat__convert_range(dxv, dxf, 0, E, REMAT__CVT_ACC_BF16);
+            int same = !memcmp(yb, yv, sizeof yb) && !memcmp(aux[0], aux[1], sizeof aux[0]) &&
+                       !memcmp(dxb, dxv, sizeof dxb) && !memcmp(p[0], p[1], sizeof p[0]) &&
+                       !memcmp(dp[0], dp[1], sizeof dp[0]);
+            CHECK_MSG(same, "batchnorm2d (%s, %d threads): bf16 plane by plane differs from the float32 views",
+                      mode == 0 ? "training" : mode == 1 ? "recomputation" : "eval", nth);
+            ok &= same;
+        }
+    if (ok) printf("batchnorm2d: bf16 x, y, dy and dx plane by plane give the float32 views' bits (training, "
+                   "recomputation, eval; 1 and 3 threads)\n");
+    remat_graph_destroy(g);
+}
+
 /* max |c - r| over n floats, and r's largest magnitude. */
 static double dist(const float *c, const float *r, int64_t n, double *S) {
     double d = 0;
@@ -741,6 +804,7 @@ int main(void) {
     rules();
     ce_rows();
     ln_native();
+    bn_native();
     block_claims();
     dropout_masks();
     against_autocast("cnn", "fixtures/bf16_cnn");

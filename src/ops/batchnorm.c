@@ -27,8 +27,17 @@
  * Statistics and sums run in double. Work is split by channels, so every
  * channel is reduced by one thread in one fixed order: results do not
  * depend on the thread count or on timing.
+ *
+ * Under the bf16 policy, with x stored in bf16 (so y, dy and dx are), the
+ * kernels take them as stored (bf16_ws): each (n, c) plane of x and dy is
+ * widened into the thread's float32 plane of the workspace and read there
+ * by the same loops, y is rounded where it is written and dx added as the
+ * float32 view's accumulation would add it: the views' bits, with a plane
+ * per thread in place of whole views. The parameters and buffers stay
+ * float32.
  */
 #include "../remat-impl.h"
+#include "../core/bf16.h"
 
 #include <math.h>
 
@@ -72,16 +81,25 @@ static size_t bn_aux_bytes(const remat_graph *g, const remat__node *n) {
     return 2 * (size_t)n->shape.d[1] * sizeof(float);
 }
 
+/* The HW elements at `off` of a value stored in float32, or (bf) in bf16
+ * widened into buf. */
+static const float *plane(const void *v, int bf, int64_t off, int64_t HW, float *buf) {
+    if (!bf) return (const float *)v + off;
+    const uint16_t *b = (const uint16_t *)v + off;
+    for (int64_t i = 0; i < HW; i++) buf[i] = remat__f32_of(b[i]);
+    return buf;
+}
+
 /* Channel sums are in double, in remat__sum_partials' interleaved
  * partials (remat-impl.h) carried from plane to plane. */
 /* Training statistics of channel c: mean and biased variance, two passes. */
-static void channel_stats(const float *x, int64_t N, int64_t C, int64_t HW, int64_t c,
+static void channel_stats(const void *x, int bf, float *buf, int64_t N, int64_t C, int64_t HW, int64_t c,
                           double *mean, double *var) {
     double M = (double)(N * HW), acc[REMAT__PARTIALS] = {0};
-    for (int64_t n = 0; n < N; n++) remat__sum_partials(x + (n * C + c) * HW, HW, acc);
+    for (int64_t n = 0; n < N; n++) remat__sum_partials(plane(x, bf, (n * C + c) * HW, HW, buf), HW, acc);
     double mu = remat__partials_total(acc) / M, q[REMAT__PARTIALS] = {0};
     for (int64_t n = 0; n < N; n++) {
-        const float *xc = x + (n * C + c) * HW;
+        const float *xc = plane(x, bf, (n * C + c) * HW, HW, buf);
         int64_t i = 0;
         for (; i + REMAT__PARTIALS <= HW; i += REMAT__PARTIALS)
             for (int j = 0; j < REMAT__PARTIALS; j++) {
@@ -98,11 +116,11 @@ static void channel_stats(const float *x, int64_t N, int64_t C, int64_t HW, int6
 }
 
 /* sum dy and sum dy * xhat over channel c, xhat = (x - mu) * is. */
-static void channel_dsums(const float *x, const float *dy, int64_t N, int64_t C, int64_t HW, int64_t c,
-                          double mu, double is, double *sdy, double *sdx) {
+static void channel_dsums(const void *x, const void *dy, int bf, float *buf, int64_t N, int64_t C, int64_t HW,
+                          int64_t c, double mu, double is, double *sdy, double *sdx) {
     double ay[REMAT__PARTIALS] = {0}, ax[REMAT__PARTIALS] = {0};
     for (int64_t n = 0; n < N; n++) {
-        const float *xc = x + (n * C + c) * HW, *dyc = dy + (n * C + c) * HW;
+        const float *xc = plane(x, bf, (n * C + c) * HW, HW, buf), *dyc = plane(dy, bf, (n * C + c) * HW, HW, buf + HW);
         int64_t i = 0;
         for (; i + REMAT__PARTIALS <= HW; i += REMAT__PARTIALS)
             for (int j = 0; j < REMAT__PARTIALS; j++) {
@@ -126,17 +144,22 @@ static void commit_channel(float *rmean, float *rvar, int64_t c, double mu, doub
     if (M > 1) rvar[c] = (float)((1.0 - mom) * (double)rvar[c] + mom * var * (double)M / (double)(M - 1));
 }
 
+/* Is x (so y, dy and dx) stored in bf16 (kctx.dt)? */
+static int bn_bf16(const remat__kctx *k) { return k->dt && k->dt[k->node->in[0]] == REMAT_BF16; }
+
 static void bn_forward(const remat__kctx *k, int ith, int nth) {
-    const float *x = k->in[0]->data;     // (N, C, H, W)
+    const void *x = k->in[0]->data;      // (N, C, H, W)
     const float *gamma = k->in[1]->data; // (C)
     const float *beta = k->in[2]->data;  // (C)
     float *rmean = k->in[3]->data;       // (C), updated in place
     float *rvar = k->in[4]->data;        // (C), updated in place
-    float *y = k->out->data;             // (N, C, H, W)
+    void *y = k->out->data;              // (N, C, H, W)
     const remat__shape *s = k->in[0]->shape;
     int64_t N = s->d[0], C = s->d[1], HW = s->d[2] * s->d[3], M = N * HW;
     float *amean = k->aux, *ainvstd = k->aux + C; // (C), (C)
     double eps = k->node->fattr[0], mom = k->node->fattr[1];
+    int bf = bn_bf16(k);
+    float *buf = bf ? (float *)k->ws + (size_t)ith * (size_t)HW : NULL; /* bf16: this thread's plane */
     int64_t lo, hi;
     remat__split(C, ith, nth, &lo, &hi);
     for (int64_t c = lo; c < hi; c++) {
@@ -145,7 +168,7 @@ static void bn_forward(const remat__kctx *k, int ith, int nth) {
             ainvstd[c] = (float)(1.0 / sqrt((double)rvar[c] + eps));
         } else if (k->first) {
             double mu, var;
-            channel_stats(x, N, C, HW, c, &mu, &var);
+            channel_stats(x, bf, buf, N, C, HW, c, &mu, &var);
             amean[c] = (float)mu;
             ainvstd[c] = (float)(1.0 / sqrt(var + eps));
             if (k->stats) /* (2, C): committed after the step, in micro-batch order */
@@ -155,27 +178,32 @@ static void bn_forward(const remat__kctx *k, int ith, int nth) {
         } /* else: a recomputation; aux already holds this step's statistics */
         float mu = amean[c], sc = ainvstd[c] * gamma[c], b = beta[c];
         for (int64_t n = 0; n < N; n++) {
-            const float *xc = x + (n * C + c) * HW;
-            float *yc = y + (n * C + c) * HW;
+            int64_t off = (n * C + c) * HW;
+            const float *xc = plane(x, bf, off, HW, buf);
+            float *yc = bf ? buf : (float *)y + off; /* bf16: over the widened plane, then rounded */
             for (int64_t i = 0; i < HW; i++) yc[i] = (xc[i] - mu) * sc + b;
+            if (bf) remat__convert_range((uint16_t *)y + off, buf, 0, HW, REMAT__CVT_DOWN);
         }
     }
 }
 
 static void bn_backward(const remat__kctx *k, int ith, int nth) {
-    const float *x = k->in[0]->data;     // (N, C, H, W)
+    const void *x = k->in[0]->data;      // (N, C, H, W)
     const float *gamma = k->in[1]->data; // (C)
-    const float *dy = k->dout;           // (N, C, H, W)
-    float *dx = k->din[0], *dgamma = k->din[1], *dbeta = k->din[2];
+    const void *dy = k->dout;            // (N, C, H, W)
+    void *dx = k->din[0];
+    float *dgamma = k->din[1], *dbeta = k->din[2];
     const remat__shape *s = k->in[0]->shape;
     int64_t N = s->d[0], C = s->d[1], HW = s->d[2] * s->d[3], M = N * HW;
     const float *amean = k->aux, *ainvstd = k->aux + C; // (C), (C)
     if (!dx && !dgamma && !dbeta) return;
+    int bf = bn_bf16(k);
+    float *buf = bf ? (float *)k->ws + 2 * (size_t)ith * (size_t)HW : NULL; /* bf16: x's and dy's planes */
     int64_t lo, hi;
     remat__split(C, ith, nth, &lo, &hi);
     for (int64_t c = lo; c < hi; c++) {
         double mu = amean[c], is = ainvstd[c], sdy, sdx;
-        channel_dsums(x, dy, N, C, HW, c, mu, is, &sdy, &sdx);
+        channel_dsums(x, dy, bf, buf, N, C, HW, c, mu, is, &sdy, &sdx);
         if (dgamma) dgamma[c] += (float)sdx;
         if (dbeta) dbeta[c] += (float)sdy;
         if (!dx) continue;
@@ -185,14 +213,39 @@ static void bn_backward(const remat__kctx *k, int ith, int nth) {
         const float mdy = k->train ? (float)(sdy / (double)M) : 0.0f;
         const float mdx = k->train ? (float)(sdx / (double)M) : 0.0f;
         for (int64_t n = 0; n < N; n++) {
-            const float *xc = x + (n * C + c) * HW, *dyc = dy + (n * C + c) * HW;
-            float *dxc = dx + (n * C + c) * HW;
+            int64_t off = (n * C + c) * HW;
+            const float *xc = plane(x, bf, off, HW, buf), *dyc = plane(dy, bf, off, HW, buf + HW);
+            if (!bf) {
+                float *dxc = (float *)dx + off;
+                for (int64_t i = 0; i < HW; i++) {
+                    float xhat = (xc[i] - muf) * isf;
+                    dxc[i] += a * (dyc[i] - mdy - xhat * mdx);
+                }
+                continue;
+            }
+            uint16_t *dxc = (uint16_t *)dx + off; /* the view: its zero plus the term, rounded, added, rounded */
             for (int64_t i = 0; i < HW; i++) {
-                float xhat = (xc[i] - muf) * isf;
-                dxc[i] += a * (dyc[i] - mdy - xhat * mdx);
+                float xhat = (xc[i] - muf) * isf, t = 0.0f;
+                t += a * (dyc[i] - mdy - xhat * mdx);
+                dxc[i] = remat__bf16_of(remat__f32_of(dxc[i]) + remat__bf16_round(t));
             }
         }
     }
+}
+
+/* Under bf16 with x stored in bf16: the kernels above take x, y, dy and dx
+ * as they are stored, with a float32 plane per thread (forward) and two
+ * (backward). */
+static int bn_bf16_ws(const remat_graph *g, const remat__node *n, const uint8_t *dt, int nth, size_t *fwd,
+                      size_t *bwd) {
+    for (int i = 1; i < 5; i++)
+        if (dt[n->in[i]] != REMAT_F32) return 0;
+    if (dt[n->in[0]] != REMAT_BF16) return 0;
+    const remat__shape *x = remat__in_shape(g, n, 0);
+    size_t hw = (size_t)(x->d[2] * x->d[3]) * sizeof(float);
+    *fwd = (size_t)nth * hw;
+    *bwd = 2 * (size_t)nth * hw;
+    return 1;
 }
 
 static size_t bn_stats_bytes(const remat_graph *g, const remat__node *n) {
@@ -223,6 +276,7 @@ const remat__op remat__op_batchnorm2d = {
     .saves = REMAT__SAVE_IN(0) | REMAT__SAVE_IN(1) | REMAT__SAVE_AUX,
     .flags = REMAT__OP_STATEFUL,
     .aux_bytes = bn_aux_bytes,
+    .bf16_ws = bn_bf16_ws,
     .flops = bn_flops,
     .stats_bytes = bn_stats_bytes,
     .commit = bn_commit,
