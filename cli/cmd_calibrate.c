@@ -101,6 +101,19 @@ static int calibrate_link(remat_device d, remat_cost_model *m) {
     return 0;
 }
 
+/* Keeps in m what the file at `out` measured with the same threads on the
+ * same device (its shape classes and update; old is scratch). */
+static void keep_old(remat_cost_model *m, remat_cost_model *old, const char *out) {
+    struct stat sb;
+    if (stat(out, &sb) != 0 || remat_cost_model_load(old, out) != REMAT_OK || old->threads != m->threads ||
+        old->device != m->device)
+        return;
+    for (int i = 0; i < old->n_ops; i++) m->ops[i] = old->ops[i];
+    m->n_ops = old->n_ops;
+    for (int k = 0; k < 2; k++) m->update_s_per_param[k] = old->update_s_per_param[k];
+    if (old->n_ops) printf("kept %d shape classes from %s\n", old->n_ops, out);
+}
+
 /* Measures the classes of one model into m; prints one line. */
 static int calibrate_model(remat_cost_model *m, const remat_model_opts *mo, int steps) {
     remat_graph *g = NULL;
@@ -174,15 +187,7 @@ int cmd_calibrate(int argc, char **argv) {
     if (remat_calibrate(m, (int)threads) != REMAT_OK) rc = cli_fail("%s", remat_last_error());
     for (int f = 0; !rc && f < REMAT_FAMILY_COUNT; f++)
         printf("%-10s %8.2f GFLOP/s\n", remat_family_str((remat_family)f), m->flops_per_s[f] / 1e9);
-    /* keep what the file measured with the same threads on the same device */
-    struct stat sb;
-    if (!rc && stat(out, &sb) == 0 && remat_cost_model_load(old, out) == REMAT_OK && old->threads == m->threads &&
-        old->device == m->device) {
-        for (int i = 0; i < old->n_ops; i++) m->ops[i] = old->ops[i];
-        m->n_ops = old->n_ops;
-        for (int k = 0; k < 2; k++) m->update_s_per_param[k] = old->update_s_per_param[k];
-        if (old->n_ops) printf("kept %d shape classes from %s\n", old->n_ops, out);
-    }
+    if (!rc) keep_old(m, old, out);
     if (!rc) rc = calibrate_link(REMAT_DEVICE_CPU, m);
     if (!rc && (with_model || with_zoo))
         fprintf(stderr, "timing the shape classes (%lld steps per model)...\n", (long long)steps);

@@ -240,6 +240,45 @@ static void answer_line(const char *label, const search *s, const answer *a, con
            a->at_bound ? " (the search's bound)" : "");
 }
 
+/* The answers as text: store-all, optimal, optimal within the overhead,
+ * and with a host budget the two with offload. */
+static void print_text(const remat_model_opts *mo, const remat_session_opts *so, const search *s, const char *optim,
+                       double max_overhead, const char *cost_used, int64_t start, double secs,
+                       const answer *const ans[5]) {
+    const answer all = *ans[0], opt = *ans[1], within = *ans[2], off = *ans[3], off_within = *ans[4];
+    int host = so->host_budget > 0;
+    char b[32];
+    char label[64];
+    printf("model %s, device %s, optimizer %s, budget %s (%zu B): the largest batch that fits\n", mo->name,
+           remat_device_str(so->device), optim, cli_fmt_bytes(so->budget, b, sizeof b), so->budget);
+    const char *none = "batch 1 does not fit (remat plan --batch 1 says why)";
+    answer_line("store-all (all)", s, &all, none);
+    answer_line("recomputation (optimal)", s, &opt, none);
+    snprintf(label, sizeof label, "optimal, extra <= %g%%", max_overhead);
+    answer_line(label, s, &within, "batch 1 does not fit or needs more extra compute");
+    if (host) {
+        char hb[32];
+        snprintf(label, sizeof label, "with offload (optimal)");
+        answer_line(label, s, &off, none);
+        snprintf(label, sizeof label, "offload, extra <= %g%%", max_overhead);
+        answer_line(label, s, &off_within, "batch 1 does not fit or needs more extra compute");
+        printf("offload: host budget %s; extra includes the copies' exposed time\n",
+               cli_fmt_bytes(so->host_budget, hb, sizeof hb));
+    }
+    if (all.batch > 0)
+        printf("recomputation fits %.2fx store-all's batch (%.2fx within %g%%)\n",
+               (double)opt.batch / (double)all.batch, (double)within.batch / (double)all.batch, max_overhead);
+    if (s->in_seconds)
+        printf("extra = predicted recomputation seconds / the step's seconds without it (cost model %s)\n",
+               cost_used ? cost_used : "given");
+    else
+        printf("extra = recomputed FLOPs / the step's FLOPs without recomputation (no calibrated cost "
+               "model: `remat calibrate` measures one)\n");
+    printf("search: doubling from batch %lld, then bisection; each answer qualifies and the %d batches above "
+           "it do not (larger ones were not planned: optimal's fit and extra need not be monotone in the "
+           "batch); %d plans in %.1f s\n", (long long)start, SCAN_ABOVE, s->n, secs);
+}
+
 int cli_plan_max_batch(const remat_model_opts *mo, int64_t start, const remat_session_opts *so, const char *optim,
                        double max_overhead, const char *cost_used, int json) {
     search *s = calloc(1, sizeof *s);
@@ -268,7 +307,6 @@ int cli_plan_max_batch(const remat_model_opts *mo, int64_t start, const remat_se
         goto done;
     double secs = cli_now() - t0;
     const char *unit = s->in_seconds ? "seconds" : "flops";
-    char b[32];
     if (json) {
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "model", mo->name);
@@ -292,35 +330,8 @@ int cli_plan_max_batch(const remat_model_opts *mo, int64_t start, const remat_se
         }
         cli_json_print(o);
     } else {
-        char label[64];
-        printf("model %s, device %s, optimizer %s, budget %s (%zu B): the largest batch that fits\n", mo->name,
-               remat_device_str(so->device), optim, cli_fmt_bytes(so->budget, b, sizeof b), so->budget);
-        const char *none = "batch 1 does not fit (remat plan --batch 1 says why)";
-        answer_line("store-all (all)", s, &all, none);
-        answer_line("recomputation (optimal)", s, &opt, none);
-        snprintf(label, sizeof label, "optimal, extra <= %g%%", max_overhead);
-        answer_line(label, s, &within, "batch 1 does not fit or needs more extra compute");
-        if (host) {
-            char hb[32];
-            snprintf(label, sizeof label, "with offload (optimal)");
-            answer_line(label, s, &off, none);
-            snprintf(label, sizeof label, "offload, extra <= %g%%", max_overhead);
-            answer_line(label, s, &off_within, "batch 1 does not fit or needs more extra compute");
-            printf("offload: host budget %s; extra includes the copies' exposed time\n",
-                   cli_fmt_bytes(so->host_budget, hb, sizeof hb));
-        }
-        if (all.batch > 0)
-            printf("recomputation fits %.2fx store-all's batch (%.2fx within %g%%)\n",
-                   (double)opt.batch / (double)all.batch, (double)within.batch / (double)all.batch, max_overhead);
-        if (s->in_seconds)
-            printf("extra = predicted recomputation seconds / the step's seconds without it (cost model %s)\n",
-                   cost_used ? cost_used : "given");
-        else
-            printf("extra = recomputed FLOPs / the step's FLOPs without recomputation (no calibrated cost "
-                   "model: `remat calibrate` measures one)\n");
-        printf("search: doubling from batch %lld, then bisection; each answer qualifies and the %d batches above "
-               "it do not (larger ones were not planned: optimal's fit and extra need not be monotone in the "
-               "batch); %d plans in %.1f s\n", (long long)start, SCAN_ABOVE, s->n, secs);
+        const answer *ans[5] = {&all, &opt, &within, &off, &off_within};
+        print_text(mo, so, s, optim, max_overhead, cost_used, start, secs, ans);
     }
     rc = 0;
 done:

@@ -99,7 +99,11 @@ static __global__ void lin_bias_rows(float *__restrict__ y, const float *__restr
  * of dy (N, out): thread (tx, ty) takes rows ty, ty + 8, ... in double,
  * then row-lane ty = 0 adds the 8 lanes in order. Writes part (chunks,
  * out). Grid (ceil(out / 32), chunks). */
-static __global__ void lin_db_partial(const float *__restrict__ dy, double *__restrict__ part, int64_t N, int out,
+static __device__ __forceinline__ float lin_widen(float v) { return v; }
+static __device__ __forceinline__ float lin_widen(uint16_t b) { return remat__f32_of(b); }
+
+template <typename T>
+static __global__ void lin_db_partial(const T *__restrict__ dy, double *__restrict__ part, int64_t N, int out,
                                       int64_t rows) {
     __shared__ double s[8][33];
     int tx = threadIdx.x, ty = threadIdx.y;
@@ -107,7 +111,7 @@ static __global__ void lin_db_partial(const float *__restrict__ dy, double *__re
     int64_t r0 = (int64_t)blockIdx.y * rows, r1 = r0 + rows < N ? r0 + rows : N;
     double acc = 0.0;
     if (c < out)
-        for (int64_t r = r0 + ty; r < r1; r += 8) acc += (double)dy[r * out + c];
+        for (int64_t r = r0 + ty; r < r1; r += 8) acc += (double)lin_widen(dy[r * out + c]);
     s[ty][tx] = acc;
     __syncthreads();
     if (ty == 0 && c < out) {
@@ -117,14 +121,32 @@ static __global__ void lin_db_partial(const float *__restrict__ dy, double *__re
     }
 }
 
-/* db stage 2: db[c] += sum over chunks of part[k][c], k in index order. */
-static __global__ void lin_db_final(const double *__restrict__ part, float *__restrict__ db, int64_t chunks,
-                                    int out) {
+/* db stage 2: db[c] += sum over chunks of part[k][c], k in index order
+ * (round16: the sum rounded through bf16 first, as a bf16 dy's view). */
+static __global__ void lin_db_final(const double *__restrict__ part, float *__restrict__ db, int64_t chunks, int out,
+                                    int round16) {
     for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < out; c += gridDim.x * blockDim.x) {
         double t = 0.0;
         for (int64_t k = 0; k < chunks; k++) t += part[k * out + c];
-        db[c] += (float)t;
+        float v = (float)t;
+        db[c] += round16 ? remat__bf16_round(v) : v;
     }
+}
+
+/* db (k->din[2], out) += the sum of dy (N, out) over its rows, in part's
+ * (chunks, out) doubles of the workspace; a bf16 dy widened, and each sum
+ * rounded through bf16 before it is added. */
+template <typename T>
+static remat_status lin_db(const remat__kctx *k, const T *dy, double *part, int64_t N, int64_t OUT) {
+    remat__cuda *cu = remat__cu(k);
+    int64_t chunks = lin_db_chunks(N);
+    if (chunks <= 0) return REMAT_OK;
+    dim3 grid((unsigned)((OUT + 31) / 32), (unsigned)chunks), block(32, 8);
+    lin_db_partial<T><<<grid, block, 0, cu->stream>>>(dy, part, N, (int)OUT, lin_db_rows(N));
+    REMAT__CU_TRY(remat__cu_launched(k, "lin_db_partial"));
+    lin_db_final<<<remat__cu_blocks(cu, OUT), REMAT__CU_THREADS, 0, cu->stream>>>(part, k->din[2], chunks, (int)OUT,
+                                                                                 sizeof(T) == sizeof(uint16_t));
+    return remat__cu_launched(k, "lin_db_final");
 }
 
 /* cuBLAS takes int dimensions. */
@@ -175,35 +197,6 @@ static __global__ void lin16_bias_rows(uint16_t *__restrict__ y, const float *__
     for (int64_t r = blockIdx.x; r < N; r += gridDim.x) {
         uint16_t *yr = y + r * out;
         for (int c = threadIdx.x; c < out; c += blockDim.x) yr[c] = remat__bf16_of(b[c]);
-    }
-}
-
-/* db stage 1 for a bf16 dy: lin_db_partial's sums of the widened values. */
-static __global__ void lin16_db_partial(const uint16_t *__restrict__ dy, double *__restrict__ part, int64_t N,
-                                        int out, int64_t rows) {
-    __shared__ double s[8][33];
-    int tx = threadIdx.x, ty = threadIdx.y;
-    int64_t c = (int64_t)blockIdx.x * 32 + tx;
-    int64_t r0 = (int64_t)blockIdx.y * rows, r1 = r0 + rows < N ? r0 + rows : N;
-    double acc = 0.0;
-    if (c < out)
-        for (int64_t r = r0 + ty; r < r1; r += 8) acc += (double)remat__f32_of(dy[r * out + c]);
-    s[ty][tx] = acc;
-    __syncthreads();
-    if (ty == 0 && c < out) {
-        double t = s[0][tx];
-        for (int i = 1; i < 8; i++) t += s[i][tx];
-        part[(int64_t)blockIdx.y * out + c] = t;
-    }
-}
-
-/* db stage 2: db[c] += bf16 of the sum over chunks (in index order). */
-static __global__ void lin16_db_final(const double *__restrict__ part, float *__restrict__ db, int64_t chunks,
-                                      int out) {
-    for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < out; c += gridDim.x * blockDim.x) {
-        double t = 0.0;
-        for (int64_t k = 0; k < chunks; k++) t += part[k * out + c];
-        db[c] += remat__bf16_round((float)t);
     }
 }
 
@@ -301,18 +294,7 @@ static remat_status lin16_backward(const remat__kctx *k) {
                                  0.0f, c, (int)IN, "cublasGemmEx (linear dW, bf16)"));
         REMAT__CU_TRY(lin16_add(k, k->din[1], 0, c, OUT * IN));
     }
-    if (n->n_in == 3 && k->din[2] && OUT > 0) {
-        double *part = (double *)(ws + L.part); // (chunks, out)
-        int64_t chunks = lin_db_chunks(N);
-        if (chunks > 0) {
-            dim3 grid((unsigned)((OUT + 31) / 32), (unsigned)chunks), block(32, 8);
-            lin16_db_partial<<<grid, block, 0, cu->stream>>>(dy, part, N, (int)OUT, lin_db_rows(N));
-            REMAT__CU_TRY(remat__cu_launched(k, "lin16_db_partial"));
-            lin16_db_final<<<remat__cu_blocks(cu, OUT), REMAT__CU_THREADS, 0, cu->stream>>>(part, k->din[2], chunks,
-                                                                                           (int)OUT);
-            REMAT__CU_TRY(remat__cu_launched(k, "lin16_db_final"));
-        }
-    }
+    if (n->n_in == 3 && k->din[2] && OUT > 0) return lin_db(k, dy, (double *)(ws + L.part), N, OUT);
     return REMAT_OK;
 }
 
@@ -366,18 +348,8 @@ static remat_status lin_backward(const remat__kctx *k) {
                                                     (int)N, &one, x, (int)IN, dy, (int)OUT, &one,
                                                     k->din[1], (int)IN),
                                         k, "cublasSgemm (linear dW)"));
-    if (k->node->n_in == 3 && k->din[2] && OUT > 0) {
-        double *part = (double *)((char *)k->ws + lin_align256(blas)); // (chunks, out)
-        int64_t chunks = lin_db_chunks(N);
-        if (chunks > 0) {
-            dim3 grid((unsigned)((OUT + 31) / 32), (unsigned)chunks), block(32, 8);
-            lin_db_partial<<<grid, block, 0, cu->stream>>>(dy, part, N, (int)OUT, lin_db_rows(N));
-            REMAT__CU_TRY(remat__cu_launched(k, "lin_db_partial"));
-            lin_db_final<<<remat__cu_blocks(cu, OUT), REMAT__CU_THREADS, 0, cu->stream>>>(part, k->din[2], chunks,
-                                                                                         (int)OUT);
-            REMAT__CU_TRY(remat__cu_launched(k, "lin_db_final"));
-        }
-    }
+    if (k->node->n_in == 3 && k->din[2] && OUT > 0)
+        REMAT__CU_TRY(lin_db(k, dy, (double *)((char *)k->ws + lin_align256(blas)), N, OUT)); /* (chunks, out) */
     return REMAT_OK;
 }
 

@@ -177,6 +177,38 @@ static remat_status check_used(remat_session *s) {
 }
 
 /* remat_session_create on this rank alone; *out is NULL on failure. */
+/* The executor's tables per node and per value. */
+static remat_status alloc_tables(remat_session *s) {
+    size_t n = (size_t)s->g->n, nv = n * 3;
+    s->pindex = malloc(n * sizeof *s->pindex);
+    s->bound = calloc(n, sizeof *s->bound);
+    s->vals = calloc(nv, sizeof *s->vals);
+    s->vev = malloc(nv * sizeof *s->vev);
+    s->hvals = calloc(nv, sizeof *s->hvals);
+    s->hev = malloc(nv * sizeof *s->hev);
+    s->copy_stamp = calloc(nv, sizeof *s->copy_stamp);
+    s->params = calloc(n + 1, sizeof *s->params);
+    if (!s->pindex || !s->bound || !s->vals || !s->vev || !s->hvals || !s->hev || !s->copy_stamp || !s->params)
+        return remat__err(REMAT_NOMEM, "out of memory creating a session");
+    return REMAT_OK;
+}
+
+/* The strategy (auto: optimal with a budget, else all), and what offload
+ * needs: optimal within a budget, a backend that copies to the host. */
+static remat_status resolve_strategy(remat_session *s) {
+    remat_session_opts *o = &s->opts;
+    if ((unsigned)o->strategy >= REMAT_STRATEGY_COUNT)
+        return remat__err(REMAT_INVALID, "unknown strategy %d", (int)o->strategy);
+    if (o->strategy == REMAT_STRATEGY_AUTO) o->strategy = o->budget ? REMAT_STRATEGY_OPTIMAL : REMAT_STRATEGY_ALL;
+    if (o->host_budget && (o->strategy != REMAT_STRATEGY_OPTIMAL || !o->budget))
+        return remat__err(REMAT_INVALID, "a host budget (offload) is planned by the optimal strategy within a "
+                          "budget: give a budget, and strategy optimal or auto");
+    if (o->host_budget && !s->be->offload)
+        return remat__err(REMAT_UNSUPPORTED, "the %s backend cannot offload to host memory",
+                          remat_device_str(o->device));
+    return REMAT_OK;
+}
+
 static remat_status create(remat_session **out, const remat_graph *g, remat_node loss, const remat_session_opts *o) {
     if (g->status != REMAT_OK)
         return remat__err(g->status, "the graph has an error: %s", g->error);
@@ -225,29 +257,8 @@ static remat_status create(remat_session **out, const remat_graph *g, remat_node
     if (st == REMAT_OK && cm) remat__prog_set_cost(&s->prog, cm);
     s->prog.recompute_once = s->opts.recompute_once;
     s->opts.cost_model = NULL; /* copied: the caller's may go away */
-    size_t nv = (size_t)g->n * 3;
-    if (st == REMAT_OK) {
-        s->pindex = malloc((size_t)g->n * sizeof *s->pindex);
-        s->bound = calloc((size_t)g->n, sizeof *s->bound);
-        s->vals = calloc(nv, sizeof *s->vals);
-        s->vev = malloc(nv * sizeof *s->vev);
-        s->hvals = calloc(nv, sizeof *s->hvals);
-        s->hev = malloc(nv * sizeof *s->hev);
-        s->copy_stamp = calloc(nv, sizeof *s->copy_stamp);
-        s->params = calloc((size_t)g->n + 1, sizeof *s->params);
-        if (!s->pindex || !s->bound || !s->vals || !s->vev || !s->hvals || !s->hev || !s->copy_stamp || !s->params)
-            st = remat__err(REMAT_NOMEM, "out of memory creating a session");
-    }
-    if ((unsigned)s->opts.strategy >= REMAT_STRATEGY_COUNT)
-        st = remat__err(REMAT_INVALID, "unknown strategy %d", (int)s->opts.strategy);
-    if (s->opts.strategy == REMAT_STRATEGY_AUTO)
-        s->opts.strategy = s->opts.budget ? REMAT_STRATEGY_OPTIMAL : REMAT_STRATEGY_ALL;
-    if (st == REMAT_OK && s->opts.host_budget && (s->opts.strategy != REMAT_STRATEGY_OPTIMAL || !s->opts.budget))
-        st = remat__err(REMAT_INVALID, "a host budget (offload) is planned by the optimal strategy within a "
-                        "budget: give a budget, and strategy optimal or auto");
-    if (st == REMAT_OK && s->opts.host_budget && !s->be->offload)
-        st = remat__err(REMAT_UNSUPPORTED, "the %s backend cannot offload to host memory",
-                        remat_device_str(s->opts.device));
+    if (st == REMAT_OK) st = alloc_tables(s);
+    if (st == REMAT_OK) st = resolve_strategy(s);
     if (st == REMAT_OK) st = check_used(s);
     if (st == REMAT_OK) st = alloc_params(s);
     if (st == REMAT_OK) st = remat__dp_init(s); /* its block counts in the plan's budget */

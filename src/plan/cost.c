@@ -208,6 +208,17 @@ remat_status remat_cost_model_save(const remat_cost_model *m, const char *path) 
     return st;
 }
 
+/* The file's "host_link", when there is one. */
+static remat_status load_link(const cJSON *hl, remat_cost_model *m, const char *path) {
+    if (!hl) return REMAT_OK;
+    const cJSON *bw = cJSON_GetObjectItemCaseSensitive(hl, "bandwidth");
+    const cJSON *lat = cJSON_GetObjectItemCaseSensitive(hl, "latency");
+    if (!cJSON_IsNumber(bw) || !cJSON_IsNumber(lat))
+        return remat__err(REMAT_FORMAT, "%s: 'host_link' is not {\"bandwidth\": bytes/s, \"latency\": s}", path);
+    m->host_bandwidth = bw->valuedouble, m->host_latency = lat->valuedouble;
+    return REMAT_OK;
+}
+
 remat_status remat_cost_model_load(remat_cost_model *m, const char *path) {
     FILE *fp = fopen(path, "rb");
     if (!fp) return remat__err(REMAT_NOT_FOUND, "%s: cannot open the cost model (run remat calibrate)", path);
@@ -260,15 +271,7 @@ remat_status remat_cost_model_load(remat_cost_model *m, const char *path) {
         else
             tmp->update_s_per_param[k] = v->valuedouble;
     }
-    const cJSON *hl = cJSON_GetObjectItemCaseSensitive(o, "host_link");
-    if (st == REMAT_OK && hl) {
-        const cJSON *bw = cJSON_GetObjectItemCaseSensitive(hl, "bandwidth");
-        const cJSON *lat = cJSON_GetObjectItemCaseSensitive(hl, "latency");
-        if (!cJSON_IsNumber(bw) || !cJSON_IsNumber(lat))
-            st = remat__err(REMAT_FORMAT, "%s: 'host_link' is not {\"bandwidth\": bytes/s, \"latency\": s}", path);
-        else
-            tmp->host_bandwidth = bw->valuedouble, tmp->host_latency = lat->valuedouble;
-    }
+    if (st == REMAT_OK) st = load_link(cJSON_GetObjectItemCaseSensitive(o, "host_link"), tmp, path);
     const cJSON *ops = cJSON_GetObjectItemCaseSensitive(o, "ops"), *e;
     if (st == REMAT_OK && ops && !cJSON_IsArray(ops)) st = remat__err(REMAT_FORMAT, "%s: 'ops' is not an array", path);
     int i = 0;
