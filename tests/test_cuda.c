@@ -346,11 +346,33 @@ static void b_reshape(gcase *c) {
     c->out = remat_reshape(c->g, lin16(c->g, "x", 96, 80), 2, d);
 }
 
+/* conv2d under the bf16 policy: a float32 x (rounded per call) with a
+ * bias, padded; stride 2; a bf16 x from a first convolution (dx in bf16);
+ * a 1x1 layer (the cuBLAS path: on views), after a 3x3 one. */
+static void b_conv(gcase *c) {
+    c->out = remat_conv2d_op(c->g, P(c->g, "x", 4, 4, 16, 12, 12), P(c->g, "w", 4, 24, 16, 3, 3),
+                             P(c->g, "b", 1, 24, 0, 0, 0), 1, 1);
+}
+static void b_conv_s2(gcase *c) {
+    c->out = remat_conv2d_op(c->g, P(c->g, "x", 4, 4, 8, 15, 15), P(c->g, "w", 4, 16, 8, 5, 5), REMAT_NONE, 2, 2);
+}
+static void b_conv2(gcase *c) {
+    remat_node h = remat_conv2d_op(c->g, P(c->g, "x", 4, 4, 8, 10, 10), P(c->g, "w1", 4, 16, 8, 3, 3),
+                                   P(c->g, "b1", 1, 16, 0, 0, 0), 1, 1);
+    c->out = remat_conv2d_op(c->g, h, P(c->g, "w2", 4, 32, 16, 3, 3), P(c->g, "b2", 1, 32, 0, 0, 0), 2, 1);
+}
+static void b_conv1x1(gcase *c) {
+    remat_node h = remat_conv2d_op(c->g, P(c->g, "x", 4, 4, 8, 8, 8), P(c->g, "w1", 4, 16, 8, 3, 3), REMAT_NONE, 1, 1);
+    c->out = remat_conv2d_op(c->g, h, P(c->g, "w2", 4, 32, 16, 1, 1), P(c->g, "b2", 1, 32, 0, 0, 0), 1, 0);
+}
+
 static const struct {
     const char *name;
     void (*build)(gcase *);
     int bitwise; /* elementwise: the native kernel gives the views' bits */
 } cases16[] = {
+    {"conv2d", b_conv, 0},         {"conv2d (s2 5x5)", b_conv_s2, 0}, {"conv2d (bf16 x)", b_conv2, 0},
+    {"conv2d (1x1)", b_conv1x1, 0},
     {"linear", b_linear, 0},       {"linear (bf16 x)", b_linear2, 0}, {"relu", b_relu, 1},
     {"add", b_add, 1},             {"add (x, x)", b_add_same, 1},     {"add (bf16, f32)", b_add_mixed, 1},
     {"mul", b_mul, 1},             {"gelu", b_gelu, 1},               {"gelu (tanh)", b_gelu_tanh, 1},
