@@ -36,12 +36,22 @@
  * chunks of each channel in index order. Not cudnnConvolutionBackwardBias,
  * whose determinism is not documented.
  *
- * Under the bf16 policy conv2d has no native kernels yet (bf16_ws NULL):
- * it runs these float32 kernels on the float32 views of exec/precision.c.
- * Native ones would need a second cache entry per node with
- * CUDNN_DATA_BFLOAT16 tensors and filter and a CUDNN_DATA_FLOAT
- * convolution, chosen by the same heuristics rule (choose), and the 1x1
- * path's products as cublasGemmEx in bf16 (k_conv1x1.cu).
+ * Under the bf16 policy (kctx.dt set: conv16_ws said so) the kernels take
+ * x (bf16 or float32), y and dy (bf16) in their stored dtypes, with the
+ * CPU's bf16 semantics (src/ops/dnnl_conv.c): a second cache entry per
+ * node (cu->conv's e16) holds CUDNN_DATA_BFLOAT16 tensors and filter with
+ * a CUDNN_DATA_FLOAT convolution, its algorithms chosen by the same rule
+ * (choose; math: any but ALLOW_CONVERSION), except that past the cap it
+ * takes the heuristics' deterministic bf16 algorithm that needs least
+ * (choose_least16), and with none the node stays on views (conv16_ws
+ * returns 0). The float32 weight is rounded to bf16 per call into the
+ * workspace (x too when float32); y = bf16(conv) then, with a bias,
+ * bf16(y + bf16(b)) (a second rounding where oneDNN rounds once); dx and
+ * dW come out of cuDNN rounded to bf16 into the workspace (beta 0) and
+ * are added in float32 (dx rounded again when bf16); db sums bf16 dy and
+ * adds the sum rounded through bf16. The 1x1 path does the same with
+ * cublasGemmEx (k_conv1x1.cu), dW's sum kept in float32 across its image
+ * chunks and rounded once. Not yet run on a GPU.
  */
 #include "conv1x1.h"
 #include "reduce.cuh"
@@ -669,17 +679,23 @@ static int conv16_algo_bytes(void *dev, const remat_graph *g, const remat__node 
     return 1;
 }
 
-/* The weight and bias must be float32 (master copies), as on the CPU;
- * the 1x1 convolutions that take the cuBLAS path stay on views (their
- * products in bf16 would be cublasGemmEx's, not written yet). */
+/* The weight and bias must be float32 (master copies), as on the CPU.
+ * The 1x1 convolutions that take the cuBLAS path keep it in bf16
+ * (k_conv1x1.cu), their bytes from the shapes, db's partials at offset 0
+ * after the products as in float32. */
 static int conv16_ws(void *dev, const remat_graph *g, const remat__node *n, const uint8_t *dt, size_t *fwd,
                      size_t *bwd) {
-    if (remat__conv1x1_gemm(g, n)) return 0;
     for (int i = 1; i < n->n_in; i++)
         if (dt[n->in[i]] != REMAT_F32) return 0;
+    const int xf32 = dt[n->in[0]] != REMAT_BF16;
+    if (remat__conv1x1_gemm(g, n)) {
+        const size_t b = remat__conv1x1_bwd16_ws(g, n, xf32);
+        *fwd = remat__conv1x1_fwd16_ws(g, n, xf32);
+        *bwd = align256(b > db_bytes(n) ? b : db_bytes(n));
+        return 1;
+    }
     size_t af, ab;
     if (!conv16_algo_bytes(dev, g, n, &af, &ab)) return 0;
-    const int xf32 = dt[n->in[0]] != REMAT_BF16;
     *fwd = conv16_of(g, n, af, xf32, 0).total;
     *bwd = conv16_of(g, n, ab, xf32, 1).total;
     return 1;
@@ -716,15 +732,29 @@ static remat_status conv16_add(const remat__kctx *k, void *d, int d16, const uin
 /* y = bf16(conv(bf16 x, bf16(W))) through cuDNN (float32 accumulation,
  * one rounding), then, with a bias, y = bf16(y + bf16(b)): a second
  * rounding where the CPU's oneDNN rounds once (bias in its epilogue). */
+static remat_status conv16_bias(const remat__kctx *k) {
+    remat__cuda *cu = remat__cu(k);
+    const remat__shape *ys = &k->node->shape;
+    const int64_t total = remat__numel(ys), P = ys->d[2] * ys->d[3];
+    if (k->node->n_in != 3 || total == 0) return REMAT_OK;
+    conv16_bias_kernel<<<remat__cu_blocks(cu, total), REMAT__CU_THREADS, 0, cu->stream>>>(
+        (uint16_t *)k->out->data, (const float *)k->in[2]->data, ys->d[1], P, total);
+    return remat__cu_launched(k, "conv16_bias_kernel");
+}
+
 static remat_status conv16_forward(const remat__kctx *k) {
     remat__cuda *cu = remat__cu(k);
     const remat__node *n = k->node;
     const int xf32 = k->dt[n->in[0]] != REMAT_BF16;
+    if (remat__conv1x1_gemm(cu->g, n)) {
+        REMAT__CU_TRY(remat__conv1x1_forward16(k));
+        return conv16_bias(k);
+    }
     conv_entry *e = NULL;
     REMAT__CU_TRY(entry_get(cu, cu->g, n, k, 1, &e));
     const conv16_layout L = conv16_of(cu->g, n, e->bytes[PASS_FWD], xf32, 0);
     unsigned char *ws = (unsigned char *)k->ws;
-    const remat__shape *xs = k->in[0]->shape, *wsh = k->in[1]->shape, *ys = &n->shape;
+    const remat__shape *xs = k->in[0]->shape, *wsh = k->in[1]->shape;
     uint16_t *wb = (uint16_t *)(ws + L.wb); // (O, C, KH, KW)
     const void *x = k->in[0]->data;         // (N, C, H, W), bf16 or float32
     uint16_t *y = (uint16_t *)k->out->data; // (N, O, OH, OW)
@@ -740,11 +770,7 @@ static remat_status conv16_forward(const remat__kctx *k) {
                                                            (cudnnConvolutionFwdAlgo_t)e->algo[PASS_FWD], ws,
                                                            e->bytes[PASS_FWD], &zero, e->y, y),
                                    k, "cudnnConvolutionForward (bf16)"));
-    const int64_t total = remat__numel(ys), P = ys->d[2] * ys->d[3];
-    if (!e->bias || total == 0) return REMAT_OK;
-    conv16_bias_kernel<<<remat__cu_blocks(cu, total), REMAT__CU_THREADS, 0, cu->stream>>>(
-        y, (const float *)k->in[2]->data, ys->d[1], P, total);
-    return remat__cu_launched(k, "conv16_bias_kernel");
+    return conv16_bias(k);
 }
 
 /* dx = bf16(BackwardData) into the workspace, added into dx (float32, or
@@ -761,6 +787,10 @@ static remat_status conv16_backward(const remat__kctx *k) {
     float *db = n->n_in == 3 ? k->din[2] : NULL; // (O) or NULL
     unsigned char *ws = (unsigned char *)k->ws;
     const float one = 1.0f, zero = 0.0f;
+    if (remat__conv1x1_gemm(cu->g, n)) { /* the products, then db's partials at offset 0 */
+        REMAT__CU_TRY(remat__conv1x1_backward16(k));
+        return db ? conv_db(k, dy, 1, (double *)ws, db) : REMAT_OK;
+    }
     conv_entry *e = NULL;
     REMAT__CU_TRY(entry_get(cu, cu->g, n, k, 1, &e));
     const size_t algo = e->bytes[PASS_DATA] > e->bytes[PASS_FILT] ? e->bytes[PASS_DATA] : e->bytes[PASS_FILT];
