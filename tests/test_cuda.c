@@ -21,9 +21,10 @@
  * 4. 2 and 3 again in bf16 (remat_precision: the CUDA backend's
  *    conversions, the float32 views, the elementwise ops in slices) on cnn
  *    and gpt2.
- * 6. The native bf16 kernels (remat__dev_kernels.bf16_ws: linear and the
- *    elementwise ops on their stored dtypes, no float32 views): small
- *    graphs where each op reads bf16 values (after a linear layer), in
+ * 6. The native bf16 kernels (remat__dev_kernels.bf16_ws: linear, conv2d
+ *    and the elementwise ops on their stored dtypes, no float32 views):
+ *    small graphs where each op reads bf16 values (after a linear layer;
+ *    conv2d: float32 and bf16 inputs, strides, padding, 1x1), in
  *    bf16 on the GPU with native kernels, on the GPU with the elementwise
  *    ops on views (REMAT_CUDA_BF16=elementwise-views) and on the CPU. The elementwise ops' outputs,
  *    losses and gradients are bitwise the views' (dropout's slices
@@ -346,11 +347,39 @@ static void b_reshape(gcase *c) {
     c->out = remat_reshape(c->g, lin16(c->g, "x", 96, 80), 2, d);
 }
 
+/* conv2d under the bf16 policy (cuDNN, or cuBLAS for 1x1): a float32 x
+ * (rounded per call) with a bias, padded, 40 images of 24 x 24 (db in two
+ * chunks); stride 2; a bf16 x from a first convolution (dx in bf16); a
+ * 1x1 layer after a 3x3 one (bf16 x); a 1x1 stride-2 layer on a float32
+ * x (the gathers). */
+static void b_conv(gcase *c) {
+    c->out = remat_conv2d_op(c->g, P(c->g, "x", 4, 40, 8, 24, 24), P(c->g, "w", 4, 16, 8, 3, 3),
+                             P(c->g, "b", 1, 16, 0, 0, 0), 1, 1);
+}
+static void b_conv1x1_s2(gcase *c) {
+    c->out = remat_conv2d_op(c->g, P(c->g, "x", 4, 4, 16, 9, 9), P(c->g, "w", 4, 24, 16, 1, 1),
+                             P(c->g, "b", 1, 24, 0, 0, 0), 2, 0);
+}
+static void b_conv_s2(gcase *c) {
+    c->out = remat_conv2d_op(c->g, P(c->g, "x", 4, 4, 8, 15, 15), P(c->g, "w", 4, 16, 8, 5, 5), REMAT_NONE, 2, 2);
+}
+static void b_conv2(gcase *c) {
+    remat_node h = remat_conv2d_op(c->g, P(c->g, "x", 4, 4, 8, 10, 10), P(c->g, "w1", 4, 16, 8, 3, 3),
+                                   P(c->g, "b1", 1, 16, 0, 0, 0), 1, 1);
+    c->out = remat_conv2d_op(c->g, h, P(c->g, "w2", 4, 32, 16, 3, 3), P(c->g, "b2", 1, 32, 0, 0, 0), 2, 1);
+}
+static void b_conv1x1(gcase *c) {
+    remat_node h = remat_conv2d_op(c->g, P(c->g, "x", 4, 4, 8, 8, 8), P(c->g, "w1", 4, 16, 8, 3, 3), REMAT_NONE, 1, 1);
+    c->out = remat_conv2d_op(c->g, h, P(c->g, "w2", 4, 32, 16, 1, 1), P(c->g, "b2", 1, 32, 0, 0, 0), 1, 0);
+}
+
 static const struct {
     const char *name;
     void (*build)(gcase *);
     int bitwise; /* elementwise: the native kernel gives the views' bits */
 } cases16[] = {
+    {"conv2d", b_conv, 0},         {"conv2d (s2 5x5)", b_conv_s2, 0}, {"conv2d (bf16 x)", b_conv2, 0},
+    {"conv2d (1x1)", b_conv1x1, 0},   {"conv2d (1x1 s2)", b_conv1x1_s2, 0},
     {"linear", b_linear, 0},       {"linear (bf16 x)", b_linear2, 0}, {"relu", b_relu, 1},
     {"add", b_add, 1},             {"add (x, x)", b_add_same, 1},     {"add (bf16, f32)", b_add_mixed, 1},
     {"mul", b_mul, 1},             {"gelu", b_gelu, 1},               {"gelu (tanh)", b_gelu_tanh, 1},

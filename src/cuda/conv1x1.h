@@ -24,6 +24,18 @@ remat_status remat__conv1x1_forward(const remat__kctx *k);
 /* dx += conv's input gradient, dW += its weight gradient, each only when
  * its din is non-NULL (db is k_conv.cu's). */
 remat_status remat__conv1x1_backward(const remat__kctx *k);
+/* The bf16 policy's (kctx.dt set): the same products on bf16 operands
+ * with float32 accumulation (cublasGemmEx, CUBLAS_COMPUTE_32F); x bf16 or
+ * float32 (xf32: rounded to bf16 in the workspace), y and dy bf16, W
+ * float32 rounded to bf16 per call. Workspace bytes (256-byte multiples;
+ * backward's db partials are k_conv.cu's, at offset 0 after the
+ * products), then the kernels: y = bf16(W X) (no bias); dx += bf16(W^T dy)
+ * added in float32 (rounded again when dx is bf16); dW += bf16(the float32
+ * sum over every image of dy X^T). */
+size_t remat__conv1x1_fwd16_ws(const remat_graph *g, const remat__node *n, int xf32);
+size_t remat__conv1x1_bwd16_ws(const remat_graph *g, const remat__node *n, int xf32);
+remat_status remat__conv1x1_forward16(const remat__kctx *k);
+remat_status remat__conv1x1_backward16(const remat__kctx *k);
 }
 
 #endif

@@ -36,12 +36,22 @@
  * chunks of each channel in index order. Not cudnnConvolutionBackwardBias,
  * whose determinism is not documented.
  *
- * Under the bf16 policy conv2d has no native kernels yet (bf16_ws NULL):
- * it runs these float32 kernels on the float32 views of exec/precision.c.
- * Native ones would need a second cache entry per node with
- * CUDNN_DATA_BFLOAT16 tensors and filter and a CUDNN_DATA_FLOAT
- * convolution, chosen by the same heuristics rule (choose), and the 1x1
- * path's products as cublasGemmEx in bf16 (k_conv1x1.cu).
+ * Under the bf16 policy (kctx.dt set: conv16_ws said so) the kernels take
+ * x (bf16 or float32), y and dy (bf16) in their stored dtypes, with the
+ * CPU's bf16 semantics (src/ops/dnnl_conv.c): a second cache entry per
+ * node (cu->conv's e16) holds CUDNN_DATA_BFLOAT16 tensors and filter with
+ * a CUDNN_DATA_FLOAT convolution, its algorithms chosen by the same rule
+ * (choose; math: any but ALLOW_CONVERSION), except that past the cap it
+ * takes the heuristics' deterministic bf16 algorithm that needs least
+ * (choose_least16), and with none the node stays on views (conv16_ws
+ * returns 0). The float32 weight is rounded to bf16 per call into the
+ * workspace (x too when float32); y = bf16(conv) then, with a bias,
+ * bf16(y + bf16(b)) (a second rounding where oneDNN rounds once); dx and
+ * dW come out of cuDNN rounded to bf16 into the workspace (beta 0) and
+ * are added in float32 (dx rounded again when bf16); db sums bf16 dy and
+ * adds the sum rounded through bf16. The 1x1 path does the same with
+ * cublasGemmEx (k_conv1x1.cu), dW's sum kept in float32 across its image
+ * chunks and rounded once. Not yet run on a GPU.
  */
 #include "conv1x1.h"
 #include "reduce.cuh"
@@ -81,6 +91,8 @@ typedef struct {
     int broken;  /* setup failed when a workspace was sized: the planned
                   * bytes (0) cannot be trusted by a later kernel */
     int bias;
+    int half;    /* bf16 x, w, y (the bf16 policy's native kernels), float32
+                  * convolution; else float32 throughout */
     cudnnTensorDescriptor_t x, y, b; /* (N, C, H, W), (N, O, OH, OW), (1, O, 1, 1) */
     cudnnFilterDescriptor_t w;       /* (O, C, KH, KW) */
     cudnnConvolutionDescriptor_t conv;
@@ -95,7 +107,8 @@ typedef struct {
 
 typedef struct {
     int n;           /* nodes of the graph it was made for */
-    conv_entry *e;   /* (n) */
+    conv_entry *e;   /* (n) float32 entries */
+    conv_entry *e16; /* (n) bf16 entries (conv16_ws and the bf16 kernels) */
 } conv_cache;
 
 static void entry_destroy(conv_entry *e) {
@@ -113,8 +126,9 @@ static void entry_destroy(conv_entry *e) {
 extern "C" void remat__cuda_conv_release(remat__cuda *cu) {
     conv_cache *c = (conv_cache *)cu->conv;
     if (!c) return;
-    for (int i = 0; i < c->n; i++) entry_destroy(&c->e[i]);
+    for (int i = 0; i < c->n; i++) entry_destroy(&c->e[i]), entry_destroy(&c->e16[i]);
     free(c->e);
+    free(c->e16);
     free(c);
     cu->conv = NULL;
 }
@@ -133,12 +147,14 @@ static size_t align256(size_t b) { return (b + 255) & ~(size_t)255; }
 /* Math types an algorithm may use: FMA only when TF32 is off (cuDNN's
  * DEFAULT_MATH admits TF32 on Ampere and later); with TF32 on, anything but
  * ALLOW_CONVERSION, which may round float inputs to half. */
-static int math_ok(const remat__cuda *cu, cudnnMathType_t m) {
+static int math_ok(const remat__cuda *cu, const conv_entry *e, cudnnMathType_t m) {
+    if (e->half) return m != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
     if (!cu->tf32) return m == CUDNN_FMA_MATH;
     return m != CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION;
 }
 
-static cudnnMathType_t base_math(const remat__cuda *cu) {
+static cudnnMathType_t base_math(const remat__cuda *cu, const conv_entry *e) {
+    if (e->half) return CUDNN_DEFAULT_MATH; /* bf16 products on tensor cores */
     return cu->tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
 }
 
@@ -231,6 +247,27 @@ static const char *const pass_name[3] = {"forward", "backward data", "backward f
  * math type or, if that asks for more than the cap (with TF32 on H100 they
  * can transpose to NHWC through a workspace), at FMA math, which is always
  * allowed; its size query decides its bytes whatever they are. */
+static remat_status choose_least16(remat__cuda *cu, conv_entry *e, int pass, const algo_perf *perf, int got,
+                                   const remat__kctx *k) {
+    int best = -1;
+    size_t bytes, least = 0;
+    for (int i = 0; i < got; i++) {
+        const algo_perf *p = &perf[i];
+        if (p->status != CUDNN_STATUS_SUCCESS || p->determinism != CUDNN_DETERMINISTIC ||
+            winograd(pass, p->algo) || !math_ok(cu, e, p->math))
+            continue;
+        if (ws_size(cu, e, pass, p->algo, p->math, &bytes) != CUDNN_STATUS_SUCCESS) continue;
+        if (best < 0 || bytes < least) best = i, least = bytes;
+    }
+    if (best < 0) {
+        (void)k;
+        return remat__err(REMAT_UNSUPPORTED, "conv2d: cuDNN offers no deterministic bf16 algorithm for the %s "
+                          "pass (the node runs on float32 views)", pass_name[pass]);
+    }
+    e->algo[pass] = perf[best].algo, e->math[pass] = perf[best].math, e->bytes[pass] = least;
+    return REMAT_OK;
+}
+
 static remat_status choose(remat__cuda *cu, conv_entry *e, int pass, const remat__kctx *k) {
     static const int fallback[3] = {CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
                                     CUDNN_CONVOLUTION_BWD_DATA_ALGO_1,
@@ -239,22 +276,23 @@ static remat_status choose(remat__cuda *cu, conv_entry *e, int pass, const remat
     int got = 0;
     size_t bytes;
     char call[96];
-    REMAT__CU_TRY(remat__cu_dnn_ok(cudnnSetConvolutionMathType(e->conv, base_math(cu)), k,
+    REMAT__CU_TRY(remat__cu_dnn_ok(cudnnSetConvolutionMathType(e->conv, base_math(cu, e)), k,
                                    "cudnnSetConvolutionMathType"));
     snprintf(call, sizeof call, "cudnnGetConvolution*Algorithm_v7 (%s)", pass_name[pass]);
     REMAT__CU_TRY(remat__cu_dnn_ok(heuristics(cu, e, pass, perf, &got), k, call));
     for (int i = 0; i < got; i++) {
         const algo_perf *p = &perf[i];
         if (p->status != CUDNN_STATUS_SUCCESS || p->determinism != CUDNN_DETERMINISTIC ||
-            winograd(pass, p->algo) || !math_ok(cu, p->math) || p->memory > e->cap)
+            winograd(pass, p->algo) || !math_ok(cu, e, p->math) || p->memory > e->cap)
             continue;
         if (ws_size(cu, e, pass, p->algo, p->math, &bytes) != CUDNN_STATUS_SUCCESS || bytes > e->cap)
             continue;
         e->algo[pass] = p->algo, e->math[pass] = p->math, e->bytes[pass] = bytes;
         return REMAT_OK;
     }
+    if (e->half) return choose_least16(cu, e, pass, perf, got, k);
     snprintf(call, sizeof call, "cudnnGetConvolution*WorkspaceSize (%s fallback)", pass_name[pass]);
-    e->algo[pass] = fallback[pass], e->math[pass] = base_math(cu);
+    e->algo[pass] = fallback[pass], e->math[pass] = base_math(cu, e);
     cudnnStatus_t st = ws_size(cu, e, pass, fallback[pass], e->math[pass], &e->bytes[pass]);
     if ((st != CUDNN_STATUS_SUCCESS || e->bytes[pass] > e->cap) && e->math[pass] != CUDNN_FMA_MATH) {
         e->math[pass] = CUDNN_FMA_MATH;
@@ -285,18 +323,19 @@ static remat_status entry_setup(remat__cuda *cu, const remat_graph *g, const rem
     const int OH = (int)ys->d[2], OW = (int)ys->d[3];
     const int s = (int)n->iattr[0], p = (int)n->iattr[1];
     e->bias = n->n_in == 3;
+    const cudnnDataType_t t = e->half ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
 
 #define DNN(call) REMAT__CU_TRY(remat__cu_dnn_ok((call), k, #call))
     if (!e->x) DNN(cudnnCreateTensorDescriptor(&e->x));
     if (!e->y) DNN(cudnnCreateTensorDescriptor(&e->y));
     if (!e->w) DNN(cudnnCreateFilterDescriptor(&e->w));
     if (!e->conv) DNN(cudnnCreateConvolutionDescriptor(&e->conv));
-    DNN(cudnnSetTensor4dDescriptor(e->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, N, C, H, W));
-    DNN(cudnnSetTensor4dDescriptor(e->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, N, O, OH, OW));
-    DNN(cudnnSetFilter4dDescriptor(e->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, O, C, KH, KW));
+    DNN(cudnnSetTensor4dDescriptor(e->x, CUDNN_TENSOR_NCHW, t, N, C, H, W));
+    DNN(cudnnSetTensor4dDescriptor(e->y, CUDNN_TENSOR_NCHW, t, N, O, OH, OW));
+    DNN(cudnnSetFilter4dDescriptor(e->w, t, CUDNN_TENSOR_NCHW, O, C, KH, KW));
     DNN(cudnnSetConvolution2dDescriptor(e->conv, p, p, s, s, 1, 1, CUDNN_CROSS_CORRELATION,
                                         CUDNN_DATA_FLOAT));
-    if (e->bias) {
+    if (e->bias && !e->half) { /* bf16: the bias is conv16_bias_kernel's */
         if (!e->b) DNN(cudnnCreateTensorDescriptor(&e->b));
         DNN(cudnnSetTensor4dDescriptor(e->b, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, O, 1, 1));
     }
@@ -319,14 +358,17 @@ static remat_status entry_setup(remat__cuda *cu, const remat_graph *g, const rem
 /* The cache entry of node n of g, made (cache and entry) if missing. k is
  * NULL when called from a workspace function. */
 static remat_status entry_get(remat__cuda *cu, const remat_graph *g, const remat__node *n,
-                              const remat__kctx *k, conv_entry **out) {
+                              const remat__kctx *k, int half, conv_entry **out) {
     char lb[128];
     conv_cache *c = (conv_cache *)cu->conv;
     if (!c) {
         c = (conv_cache *)calloc(1, sizeof *c);
         if (!c) return remat__err(REMAT_NOMEM, "conv2d: out of host memory for the cuDNN cache");
         c->e = (conv_entry *)calloc(g->n > 0 ? (size_t)g->n : 1, sizeof *c->e);
-        if (!c->e) {
+        c->e16 = (conv_entry *)calloc(g->n > 0 ? (size_t)g->n : 1, sizeof *c->e16);
+        if (!c->e || !c->e16) {
+            free(c->e);
+            free(c->e16);
             free(c);
             return remat__err(REMAT_NOMEM, "conv2d: out of host memory for the cuDNN cache");
         }
@@ -337,7 +379,8 @@ static remat_status entry_get(remat__cuda *cu, const remat_graph *g, const remat
     if (i < 0 || i >= c->n)
         return remat__err(REMAT_INTERNAL, "%s: node %lld is outside the graph the cuDNN cache was "
                           "made for (%d nodes)", remat__node_label(n, lb, sizeof lb), (long long)i, c->n);
-    conv_entry *e = &c->e[i];
+    conv_entry *e = half ? &c->e16[i] : &c->e[i];
+    e->half = half;
     if (!e->ready) {
         remat_status st = entry_setup(cu, g, n, e, k);
         if (st != REMAT_OK) {
@@ -380,11 +423,14 @@ static size_t db_bytes(const remat__node *n) {
  * (VEC 4 needs P % 4 == 0 and a 16-byte aligned dy). Each thread sums its
  * elements (strided by the block) in double, then block_sum_in_order
  * (a butterfly per warp, the warps in index order). One chunk: db[o] += the sum; else
- * part[o*chunks + c] = the sum. */
-template <int VEC>
+ * part[o*chunks + c] = the sum. B16: dy is bf16 (VEC 1), its values
+ * widened, and the sum added rounded through bf16 (the bf16 policy's db). */
+template <int VEC, int B16>
 __global__ void __launch_bounds__(DB_THREADS)
-db_partial_kernel(const float *__restrict__ dy, int N, int O, int P, int rows, int chunks,
+db_partial_kernel(const void *__restrict__ dyv, int N, int O, int P, int rows, int chunks,
                   double *__restrict__ part, float *__restrict__ db) {
+    const float *dy = (const float *)dyv;
+    const uint16_t *dy16 = (const uint16_t *)dyv;
     // dy: (N, O, P), part: (O, chunks), db: (O)
     __shared__ double sh[DB_THREADS / 32];
     const int o = blockIdx.x / chunks, c = blockIdx.x - o * chunks;
@@ -395,7 +441,9 @@ db_partial_kernel(const float *__restrict__ dy, int N, int O, int P, int rows, i
     for (unsigned j = threadIdx.x; j < E; j += DB_THREADS) {
         const unsigned r = j / L, q = j - r * L;
         const int64_t plane = ((int64_t)(n0 + (int)r) * O + o) * (int64_t)P;
-        if (VEC == 4) {
+        if (B16) {
+            acc += (double)remat__f32_of(dy16[plane + q]);
+        } else if (VEC == 4) {
             const float4 v = __ldg(reinterpret_cast<const float4 *>(dy + plane) + q);
             acc += ((double)v.x + (double)v.y) + ((double)v.z + (double)v.w);
         } else {
@@ -405,21 +453,22 @@ db_partial_kernel(const float *__restrict__ dy, int N, int O, int P, int rows, i
     const double t = block_sum_in_order<DB_THREADS / 32>(acc, sh);
     if (threadIdx.x == 0) {
         if (chunks == 1)
-            db[o] += (float)t;
+            db[o] += B16 ? remat__bf16_round((float)t) : (float)t;
         else
             part[(int64_t)o * chunks + c] = t;
     }
 }
 
-/* Stage 2: db[o] += the chunks of channel o, added in index order. */
-__global__ void db_combine_kernel(const double *__restrict__ part, int O, int chunks,
+/* Stage 2: db[o] += the chunks of channel o, added in index order
+ * (rounded through bf16 when b16). */
+__global__ void db_combine_kernel(const double *__restrict__ part, int O, int chunks, int b16,
                                   float *__restrict__ db) {
     // part: (O, chunks), db: (O)
     for (int o = blockIdx.x * blockDim.x + threadIdx.x; o < O; o += gridDim.x * blockDim.x) {
         const double *p = part + (int64_t)o * chunks;
         double t = p[0];
         for (int c = 1; c < chunks; c++) t += p[c];
-        db[o] += (float)t;
+        db[o] += b16 ? remat__bf16_round((float)t) : (float)t;
     }
 }
 
@@ -447,11 +496,15 @@ static remat_status conv1x1_forward(const remat__kctx *k) {
     return remat__cu_launched(k, "bias_add_kernel");
 }
 
+static remat_status conv16_forward(const remat__kctx *k);
+static remat_status conv16_backward(const remat__kctx *k);
+
 static remat_status conv_forward(const remat__kctx *k) {
+    if (k->dt) return conv16_forward(k); /* bf16: planned so (conv16_ws) */
     remat__cuda *cu = remat__cu(k);
     if (remat__conv1x1_gemm(cu->g, k->node)) return conv1x1_forward(k);
     conv_entry *e = NULL;
-    REMAT__CU_TRY(entry_get(cu, cu->g, k->node, k, &e));
+    REMAT__CU_TRY(entry_get(cu, cu->g, k->node, k, 0, &e));
     const float *x = (const float *)k->in[0]->data; // (N, C, H, W)
     const float *w = (const float *)k->in[1]->data; // (O, C, KH, KW)
     float *y = (float *)k->out->data;               // (N, O, OH, OW)
@@ -471,21 +524,26 @@ static remat_status conv_forward(const remat__kctx *k) {
 }
 
 /* db += the sums of dy (N, O, P) over images and pixels, after the
- * products, with the partials (when more than one chunk) at ws offset 0. */
-static remat_status conv_db(const remat__kctx *k, const float *dy, float *db) {
+ * products, with the partials (when more than one chunk) at part (ws
+ * offset 0 in float32). b16: dy is bf16 and the sums are added rounded
+ * through bf16. */
+static remat_status conv_db(const remat__kctx *k, const void *dy, int b16, double *part, float *db) {
     remat__cuda *cu = remat__cu(k);
     const db_geom d = db_of(k->node);
     if (d.N == 0 || d.O == 0 || d.P == 0) return REMAT_OK;
-    double *part = (double *)k->ws; // (O, chunks) when chunks > 1
+    // part: (O, chunks) when chunks > 1
     const unsigned blocks = (unsigned)d.O * (unsigned)d.chunks;
-    if (d.P % 4 == 0 && ((uintptr_t)dy & 15) == 0) {
-        db_partial_kernel<4><<<blocks, DB_THREADS, 0, cu->stream>>>(dy, d.N, d.O, d.P, d.rows, d.chunks, part, db);
+    if (b16) {
+        db_partial_kernel<1, 1><<<blocks, DB_THREADS, 0, cu->stream>>>(dy, d.N, d.O, d.P, d.rows, d.chunks, part, db);
+    } else if (d.P % 4 == 0 && ((uintptr_t)dy & 15) == 0) {
+        db_partial_kernel<4, 0><<<blocks, DB_THREADS, 0, cu->stream>>>(dy, d.N, d.O, d.P, d.rows, d.chunks, part, db);
     } else {
-        db_partial_kernel<1><<<blocks, DB_THREADS, 0, cu->stream>>>(dy, d.N, d.O, d.P, d.rows, d.chunks, part, db);
+        db_partial_kernel<1, 0><<<blocks, DB_THREADS, 0, cu->stream>>>(dy, d.N, d.O, d.P, d.rows, d.chunks, part, db);
     }
     REMAT__CU_TRY(remat__cu_launched(k, "db_partial_kernel"));
     if (d.chunks > 1) {
-        db_combine_kernel<<<remat__cu_blocks(cu, d.O), REMAT__CU_THREADS, 0, cu->stream>>>(part, d.O, d.chunks, db);
+        db_combine_kernel<<<remat__cu_blocks(cu, d.O), REMAT__CU_THREADS, 0, cu->stream>>>(part, d.O, d.chunks, b16,
+                                                                                          db);
         REMAT__CU_TRY(remat__cu_launched(k, "db_combine_kernel"));
     }
     return REMAT_OK;
@@ -496,7 +554,7 @@ static remat_status conv_db(const remat__kctx *k, const float *dy, float *db) {
 static remat_status conv_backward_dnn(const remat__kctx *k) {
     remat__cuda *cu = remat__cu(k);
     conv_entry *e = NULL;
-    REMAT__CU_TRY(entry_get(cu, cu->g, k->node, k, &e));
+    REMAT__CU_TRY(entry_get(cu, cu->g, k->node, k, 0, &e));
     const float *x = (const float *)k->in[0]->data; // (N, C, H, W), saved
     const float *w = (const float *)k->in[1]->data; // (O, C, KH, KW), saved
     const float *dy = k->dout;                      // (N, O, OH, OW)
@@ -529,6 +587,7 @@ static remat_status conv_backward_dnn(const remat__kctx *k) {
 /* dx and dW (cuDNN's or the 1x1 products), then db, all after one another
  * on the stream. */
 static remat_status conv_backward(const remat__kctx *k) {
+    if (k->dt) return conv16_backward(k);
     remat__cuda *cu = remat__cu(k);
     if (remat__conv1x1_gemm(cu->g, k->node)) {
         REMAT__CU_TRY(remat__conv1x1_backward(k));
@@ -536,7 +595,7 @@ static remat_status conv_backward(const remat__kctx *k) {
         REMAT__CU_TRY(conv_backward_dnn(k));
     }
     float *db = k->node->n_in == 3 ? k->din[2] : NULL; // (O) or NULL
-    return db ? conv_db(k, k->dout, db) : REMAT_OK;
+    return db ? conv_db(k, k->dout, 0, (double *)k->ws, db) : REMAT_OK;
 }
 
 /* ---------------------------------------------------------- workspaces */
@@ -556,7 +615,7 @@ static size_t conv_fwd_ws(void *dev, const remat_graph *g, const remat__node *n)
     if (remat__conv1x1_gemm(g, n)) return remat__conv1x1_fwd_ws(g, n);
     if (!dev) return conv_ws_estimate(g, n);
     conv_entry *e = NULL;
-    if (entry_get((remat__cuda *)dev, g, n, NULL, &e) != REMAT_OK) return 0;
+    if (entry_get((remat__cuda *)dev, g, n, NULL, 0, &e) != REMAT_OK) return 0;
     return e->bytes[PASS_FWD];
 }
 
@@ -571,7 +630,7 @@ static size_t conv_bwd_ws(void *dev, const remat_graph *g, const remat__node *n)
     } else {
         if (!dev) return conv_ws_estimate(g, n); /* db's partials are far below the cap */
         conv_entry *e = NULL;
-        if (entry_get((remat__cuda *)dev, g, n, NULL, &e) != REMAT_OK) return 0;
+        if (entry_get((remat__cuda *)dev, g, n, NULL, 0, &e) != REMAT_OK) return 0;
         b = e->bytes[PASS_DATA] > e->bytes[PASS_FILT] ? e->bytes[PASS_DATA] : e->bytes[PASS_FILT];
     }
     if (db_bytes(n) > b) b = db_bytes(n);
@@ -581,5 +640,192 @@ static size_t conv_bwd_ws(void *dev, const remat_graph *g, const remat__node *n)
 /* Only cuDNN's algorithms need the device to size their workspace. */
 static int conv_asks_device(const remat_graph *g, const remat__node *n) { return !remat__conv1x1_gemm(g, n); }
 
+/* ------------------------------------------------ bf16 (native kernels) */
+
+/* Offsets into the workspace of a bf16 pass, each 256-byte aligned (0
+ * bytes where unused): cuDNN's algorithm (forward's, or the larger of
+ * BackwardData's and BackwardFilter's: they run one after the other), W
+ * in bf16, x in bf16 when it is float32, backward's bf16 product (the
+ * larger of dx's and dW's, one after the other) and db's partials. */
+typedef struct {
+    size_t wb, xb, c, part, total;
+} conv16_layout;
+
+static conv16_layout conv16_of(const remat_graph *g, const remat__node *n, size_t algo, int xf32, int backward) {
+    const size_t X = (size_t)remat__numel(remat__in_shape(g, n, 0)), Wn = (size_t)remat__numel(remat__in_shape(g, n, 1));
+    conv16_layout L;
+    size_t at = align256(algo);
+    L.wb = at, at += align256(Wn * 2);
+    L.xb = at, at += xf32 ? align256(X * 2) : 0;
+    L.c = at, at += backward ? align256((X > Wn ? X : Wn) * 2) : 0;
+    L.part = at, at += backward ? align256(db_bytes(n)) : 0;
+    L.total = at;
+    return L;
+}
+
+/* The cuDNN bytes of node n's bf16 passes (forward; backward: the larger
+ * of data's and filter's), or, without a device, the cap as the float32
+ * path estimates. 0: no deterministic bf16 algorithm (the node stays on
+ * views). */
+static int conv16_algo_bytes(void *dev, const remat_graph *g, const remat__node *n, size_t *fwd, size_t *bwd) {
+    if (!dev) {
+        *fwd = *bwd = conv_ws_estimate(g, n);
+        return 1;
+    }
+    conv_entry *e = NULL;
+    if (entry_get((remat__cuda *)dev, g, n, NULL, 1, &e) != REMAT_OK) return 0;
+    *fwd = e->bytes[PASS_FWD];
+    *bwd = e->bytes[PASS_DATA] > e->bytes[PASS_FILT] ? e->bytes[PASS_DATA] : e->bytes[PASS_FILT];
+    return 1;
+}
+
+/* The weight and bias must be float32 (master copies), as on the CPU.
+ * The 1x1 convolutions that take the cuBLAS path keep it in bf16
+ * (k_conv1x1.cu), their bytes from the shapes, db's partials at offset 0
+ * after the products as in float32. */
+static int conv16_ws(void *dev, const remat_graph *g, const remat__node *n, const uint8_t *dt, size_t *fwd,
+                     size_t *bwd) {
+    for (int i = 1; i < n->n_in; i++)
+        if (dt[n->in[i]] != REMAT_F32) return 0;
+    const int xf32 = dt[n->in[0]] != REMAT_BF16;
+    if (remat__conv1x1_gemm(g, n)) {
+        const size_t b = remat__conv1x1_bwd16_ws(g, n, xf32);
+        *fwd = remat__conv1x1_fwd16_ws(g, n, xf32);
+        *bwd = align256(b > db_bytes(n) ? b : db_bytes(n));
+        return 1;
+    }
+    size_t af, ab;
+    if (!conv16_algo_bytes(dev, g, n, &af, &ab)) return 0;
+    *fwd = conv16_of(g, n, af, xf32, 0).total;
+    *bwd = conv16_of(g, n, ab, xf32, 1).total;
+    return 1;
+}
+
+/* y (N, O, P) bf16 = bf16(y + bf16(b[o])), b (O) float32. */
+static __global__ void conv16_bias_kernel(uint16_t *__restrict__ y, const float *__restrict__ b, int64_t O, int64_t P,
+                                          int64_t total) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = remat__bf16_of(remat__f32_of(y[i]) + remat__bf16_round(b[(i / P) % O]));
+}
+
+/* d (n) += t (n), t bf16: d float32 (d += t) or bf16 (d = bf16(d + t) in
+ * float32), as k_linear.cu's lin16_acc. */
+static __global__ void conv16_acc_kernel(void *d, int d16, const uint16_t *__restrict__ t, int64_t n) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        float v = remat__f32_of(t[i]);
+        if (d16) {
+            uint16_t *b = (uint16_t *)d;
+            b[i] = remat__bf16_of(remat__f32_of(b[i]) + v);
+        } else {
+            ((float *)d)[i] += v;
+        }
+    }
+}
+
+static remat_status conv16_add(const remat__kctx *k, void *d, int d16, const uint16_t *t, int64_t n) {
+    remat__cuda *cu = remat__cu(k);
+    if (n == 0) return REMAT_OK;
+    conv16_acc_kernel<<<remat__cu_blocks(cu, n), REMAT__CU_THREADS, 0, cu->stream>>>(d, d16, t, n);
+    return remat__cu_launched(k, "conv16_acc_kernel");
+}
+
+/* y = bf16(conv(bf16 x, bf16(W))) through cuDNN (float32 accumulation,
+ * one rounding), then, with a bias, y = bf16(y + bf16(b)): a second
+ * rounding where the CPU's oneDNN rounds once (bias in its epilogue). */
+static remat_status conv16_bias(const remat__kctx *k) {
+    remat__cuda *cu = remat__cu(k);
+    const remat__shape *ys = &k->node->shape;
+    const int64_t total = remat__numel(ys), P = ys->d[2] * ys->d[3];
+    if (k->node->n_in != 3 || total == 0) return REMAT_OK;
+    conv16_bias_kernel<<<remat__cu_blocks(cu, total), REMAT__CU_THREADS, 0, cu->stream>>>(
+        (uint16_t *)k->out->data, (const float *)k->in[2]->data, ys->d[1], P, total);
+    return remat__cu_launched(k, "conv16_bias_kernel");
+}
+
+static remat_status conv16_forward(const remat__kctx *k) {
+    remat__cuda *cu = remat__cu(k);
+    const remat__node *n = k->node;
+    const int xf32 = k->dt[n->in[0]] != REMAT_BF16;
+    if (remat__conv1x1_gemm(cu->g, n)) {
+        REMAT__CU_TRY(remat__conv1x1_forward16(k));
+        return conv16_bias(k);
+    }
+    conv_entry *e = NULL;
+    REMAT__CU_TRY(entry_get(cu, cu->g, n, k, 1, &e));
+    const conv16_layout L = conv16_of(cu->g, n, e->bytes[PASS_FWD], xf32, 0);
+    unsigned char *ws = (unsigned char *)k->ws;
+    const remat__shape *xs = k->in[0]->shape, *wsh = k->in[1]->shape;
+    uint16_t *wb = (uint16_t *)(ws + L.wb); // (O, C, KH, KW)
+    const void *x = k->in[0]->data;         // (N, C, H, W), bf16 or float32
+    uint16_t *y = (uint16_t *)k->out->data; // (N, O, OH, OW)
+    REMAT__CU_TRY(remat__cuda_convert(k, wb, k->in[1]->data, remat__numel(wsh), REMAT__CVT_DOWN));
+    if (xf32) {
+        REMAT__CU_TRY(remat__cuda_convert(k, ws + L.xb, x, remat__numel(xs), REMAT__CVT_DOWN));
+        x = ws + L.xb;
+    }
+    const float one = 1.0f, zero = 0.0f;
+    REMAT__CU_TRY(remat__cu_dnn_ok(cudnnSetConvolutionMathType(e->conv, e->math[PASS_FWD]), k,
+                                   "cudnnSetConvolutionMathType"));
+    REMAT__CU_TRY(remat__cu_dnn_ok(cudnnConvolutionForward(cu->dnn, &one, e->x, x, e->w, wb, e->conv,
+                                                           (cudnnConvolutionFwdAlgo_t)e->algo[PASS_FWD], ws,
+                                                           e->bytes[PASS_FWD], &zero, e->y, y),
+                                   k, "cudnnConvolutionForward (bf16)"));
+    return conv16_bias(k);
+}
+
+/* dx = bf16(BackwardData) into the workspace, added into dx (float32, or
+ * bf16 rounded again); dW = bf16(BackwardFilter) the same way into the
+ * float32 gradient; db from bf16 dy, rounded through bf16: the CPU's
+ * (src/ops/dnnl_conv.c) order of roundings. */
+static remat_status conv16_backward(const remat__kctx *k) {
+    remat__cuda *cu = remat__cu(k);
+    const remat__node *n = k->node;
+    const int xf32 = k->dt[n->in[0]] != REMAT_BF16;
+    const void *dy = k->dout;      // (N, O, OH, OW) bf16
+    void *dx = k->din[0];          // (N, C, H, W), x's dtype, or NULL
+    float *dw = k->din[1];         // (O, C, KH, KW) float32 or NULL
+    float *db = n->n_in == 3 ? k->din[2] : NULL; // (O) or NULL
+    unsigned char *ws = (unsigned char *)k->ws;
+    const float one = 1.0f, zero = 0.0f;
+    if (remat__conv1x1_gemm(cu->g, n)) { /* the products, then db's partials at offset 0 */
+        REMAT__CU_TRY(remat__conv1x1_backward16(k));
+        return db ? conv_db(k, dy, 1, (double *)ws, db) : REMAT_OK;
+    }
+    conv_entry *e = NULL;
+    REMAT__CU_TRY(entry_get(cu, cu->g, n, k, 1, &e));
+    const size_t algo = e->bytes[PASS_DATA] > e->bytes[PASS_FILT] ? e->bytes[PASS_DATA] : e->bytes[PASS_FILT];
+    const conv16_layout L = conv16_of(cu->g, n, algo, xf32, 1);
+    const int64_t X = remat__numel(k->in[0]->shape), Wn = remat__numel(k->in[1]->shape);
+    uint16_t *c = (uint16_t *)(ws + L.c); // (N, C, H, W) or (O, C, KH, KW)
+    if (dx) {
+        uint16_t *wb = (uint16_t *)(ws + L.wb); // (O, C, KH, KW)
+        REMAT__CU_TRY(remat__cuda_convert(k, wb, k->in[1]->data, Wn, REMAT__CVT_DOWN));
+        REMAT__CU_TRY(remat__cu_dnn_ok(cudnnSetConvolutionMathType(e->conv, e->math[PASS_DATA]), k,
+                                       "cudnnSetConvolutionMathType"));
+        REMAT__CU_TRY(remat__cu_dnn_ok(
+            cudnnConvolutionBackwardData(cu->dnn, &one, e->w, wb, e->y, dy, e->conv,
+                                         (cudnnConvolutionBwdDataAlgo_t)e->algo[PASS_DATA], ws, e->bytes[PASS_DATA],
+                                         &zero, e->x, c),
+            k, "cudnnConvolutionBackwardData (bf16)"));
+        REMAT__CU_TRY(conv16_add(k, dx, !xf32, c, X));
+    }
+    if (dw) {
+        const void *x = k->in[0]->data; // (N, C, H, W), saved
+        if (xf32) {
+            REMAT__CU_TRY(remat__cuda_convert(k, ws + L.xb, x, X, REMAT__CVT_DOWN));
+            x = ws + L.xb;
+        }
+        REMAT__CU_TRY(remat__cu_dnn_ok(cudnnSetConvolutionMathType(e->conv, e->math[PASS_FILT]), k,
+                                       "cudnnSetConvolutionMathType"));
+        REMAT__CU_TRY(remat__cu_dnn_ok(
+            cudnnConvolutionBackwardFilter(cu->dnn, &one, e->x, x, e->y, dy, e->conv,
+                                           (cudnnConvolutionBwdFilterAlgo_t)e->algo[PASS_FILT], ws,
+                                           e->bytes[PASS_FILT], &zero, e->w, c),
+            k, "cudnnConvolutionBackwardFilter (bf16)"));
+        REMAT__CU_TRY(conv16_add(k, dw, 0, c, Wn));
+    }
+    return db ? conv_db(k, dy, 1, (double *)(ws + L.part), db) : REMAT_OK;
+}
+
 extern "C" const remat__dev_kernels remat__cuda_conv2d = {conv_forward, conv_backward, conv_fwd_ws,
-                                                          conv_bwd_ws, conv_asks_device, NULL};
+                                                          conv_bwd_ws, conv_asks_device, conv16_ws};

@@ -248,3 +248,182 @@ extern "C" remat_status remat__conv1x1_backward(const remat__kctx *k) {
     if (dw) REMAT__CU_TRY(c1_backward_filter(k, &g, x, dy, dw));
     return REMAT_OK;
 }
+
+/* ------------------------------------------------ bf16 (native kernels) */
+
+/* Regions of a bf16 pass after cuBLAS's, each 256-byte aligned (0 bytes
+ * where unused). Forward: W in bf16; X of G images (G, C, P) in bf16 when
+ * s > 1 or x is float32 (gathered, or copied and rounded). Backward: W in
+ * bf16 (dx), then one region that dx's products and dW's use one after
+ * the other: dX of G images (G, C, P) in bf16, or X and dy channel-major
+ * (C, G P) + (O, G P) in bf16 and dW's float32 sum (O, C). */
+typedef struct {
+    size_t wb, xs, t, xc, dyc, acc, total;
+} c1_16layout;
+
+static c1_16layout c1_16of(const c1geom *g, int xf32, int backward) {
+    c1_16layout L;
+    size_t at = c1_align(g->blas);
+    const size_t gcp = c1_align((size_t)(g->G * g->C * g->P) * 2);
+    L.wb = at, at += c1_align((size_t)(g->O * g->C) * 2);
+    L.xs = L.t = L.xc = L.dyc = L.acc = at;
+    if (!backward) {
+        at += g->s > 1 || xf32 ? gcp : 0;
+    } else {
+        L.dyc = L.xc + gcp;
+        L.acc = L.dyc + c1_align((size_t)(g->G * g->O * g->P) * 2);
+        const size_t filt = L.acc + c1_align((size_t)(g->O * g->C) * sizeof(float));
+        at = at + gcp > filt ? at + gcp : filt;
+    }
+    L.total = at;
+    return L;
+}
+
+extern "C" size_t remat__conv1x1_fwd16_ws(const remat_graph *g, const remat__node *n, int xf32) {
+    const c1geom G = c1_geom(g, n);
+    return c1_16of(&G, xf32, 0).total;
+}
+
+extern "C" size_t remat__conv1x1_bwd16_ws(const remat_graph *g, const remat__node *n, int xf32) {
+    const c1geom G = c1_geom(g, n);
+    return c1_16of(&G, xf32, 1).total;
+}
+
+/* c1_gather's bf16 version: the source bf16 (copied) or float32 (src32:
+ * rounded, ties to even). */
+static __global__ void c1_gather16(uint16_t *__restrict__ dst, const void *__restrict__ src, int src32, int64_t G,
+                                   int64_t Ch, int64_t OH, int64_t OW, int64_t H, int64_t W, int64_t s, int64_t dc,
+                                   int64_t di) {
+    const int64_t P = OH * OW, total = G * Ch * P;
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t q = e % P, ic = e / P, c = ic % Ch, i = ic / Ch;
+        const int64_t oh = q / OW, ow = q - oh * OW;
+        const int64_t at = (i * Ch + c) * H * W + oh * s * W + ow * s;
+        dst[c * dc + i * di + q] = src32 ? remat__bf16_of(((const float *)src)[at]) : ((const uint16_t *)src)[at];
+    }
+}
+
+/* c1_scatter_add's bf16 version: dx (float32, or bf16 when d16) at the
+ * strided pixels += t (bf16), added in float32 and rounded again when dx
+ * is bf16 (REMAT__CVT_ACC_F32 / _ACC_BF16 of a value already bf16). */
+static __global__ void c1_scatter_add16(void *__restrict__ dx, int d16, const uint16_t *__restrict__ t, int64_t G,
+                                        int64_t C, int64_t OH, int64_t OW, int64_t H, int64_t W, int64_t s) {
+    const int64_t P = OH * OW, total = G * C * P;
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t q = e % P, ic = e / P;
+        const int64_t oh = q / OW, ow = q - oh * OW;
+        const int64_t at = ic * H * W + oh * s * W + ow * s;
+        const float v = remat__f32_of(t[e]);
+        if (d16) {
+            uint16_t *b = (uint16_t *)dx;
+            b[at] = remat__bf16_of(remat__f32_of(b[at]) + v);
+        } else {
+            ((float *)dx)[at] += v;
+        }
+    }
+}
+
+static remat_status c1_gather16_launch(const remat__kctx *k, uint16_t *dst, const void *src, int src32, int64_t G,
+                                       int64_t Ch, const c1geom *g, int64_t s, int64_t H, int64_t W,
+                                       int channel_major) {
+    remat__cuda *cu = remat__cu(k);
+    const int64_t dc = channel_major ? G * g->P : g->P, di = channel_major ? g->P : Ch * g->P;
+    c1_gather16<<<remat__cu_blocks(cu, G * Ch * g->P), REMAT__CU_THREADS, 0, cu->stream>>>(
+        dst, src, src32, G, Ch, g->OH, g->OW, H, W, s, dc, di);
+    return remat__cu_launched(k, "c1_gather16");
+}
+
+extern "C" remat_status remat__conv1x1_forward16(const remat__kctx *k) {
+    remat__cuda *cu = remat__cu(k);
+    const c1geom g = c1_geom(cu->g, k->node);
+    const int xf32 = k->dt[k->node->in[0]] != REMAT_BF16;
+    const c1_16layout L = c1_16of(&g, xf32, 0);
+    unsigned char *ws = (unsigned char *)k->ws;
+    const void *x = k->in[0]->data;         // (N, C, H, W), bf16 or float32
+    uint16_t *y = (uint16_t *)k->out->data; // (N, O, OH, OW)
+    uint16_t *wb = (uint16_t *)(ws + L.wb); // (O, C)
+    uint16_t *xs = (uint16_t *)(ws + L.xs); // (G, C, P) when gathered
+    if (g.N == 0 || g.O == 0 || g.P == 0) return REMAT_OK;
+    if (g.C == 0) /* an empty sum */
+        return remat__cu_rt_ok(cudaMemsetAsync(y, 0, (size_t)(g.N * g.O * g.P) * 2, cu->stream), k,
+                               "cudaMemsetAsync (1x1 conv forward, bf16)");
+    REMAT__CU_TRY(remat__cuda_convert(k, wb, k->in[1]->data, g.O * g.C, REMAT__CVT_DOWN));
+    REMAT__CU_TRY(remat__cuda_blas_ws(k, g.blas));
+    const float one = 1.0f, zero = 0.0f;
+    const int gathered = g.s > 1 || xf32;
+    for (int64_t n0 = 0; n0 < g.N; n0 += gathered ? g.G : g.N) {
+        const int64_t G = gathered ? (g.N - n0 < g.G ? g.N - n0 : g.G) : g.N;
+        const void *X = (const uint16_t *)x + n0 * g.C * g.H * g.W;
+        if (gathered) {
+            const void *src = xf32 ? (const void *)((const float *)x + n0 * g.C * g.H * g.W) : X;
+            REMAT__CU_TRY(c1_gather16_launch(k, xs, src, xf32, G, g.C, &g, g.s, g.H, g.W, 0));
+            X = xs;
+        }
+        /* y_n^T (P, O) = X_n^T (P, C) W^T (C, O), as c1_fwd_gemm */
+        REMAT__CU_TRY(remat__cu_blas_ok(
+            cublasGemmStridedBatchedEx(cu->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)g.P, (int)g.O, (int)g.C, &one, X,
+                                       CUDA_R_16BF, (int)g.P, (long long)(g.C * g.P), wb, CUDA_R_16BF, (int)g.C, 0LL,
+                                       &zero, y + n0 * g.O * g.P, CUDA_R_16BF, (int)g.P, (long long)(g.O * g.P),
+                                       (int)G, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+            k, "cublasGemmStridedBatchedEx (1x1 conv forward, bf16)"));
+    }
+    return REMAT_OK;
+}
+
+extern "C" remat_status remat__conv1x1_backward16(const remat__kctx *k) {
+    remat__cuda *cu = remat__cu(k);
+    const c1geom g = c1_geom(cu->g, k->node);
+    const int xf32 = k->dt[k->node->in[0]] != REMAT_BF16;
+    const c1_16layout L = c1_16of(&g, xf32, 1);
+    unsigned char *ws = (unsigned char *)k->ws;
+    const void *x = k->in[0]->data;                 // (N, C, H, W), saved, bf16 or float32
+    const uint16_t *dy = (const uint16_t *)k->dout; // (N, O, OH, OW)
+    void *dx = k->din[0];                           // (N, C, H, W), x's dtype, or NULL
+    float *dw = k->din[1];                          // (O, C, 1, 1) or NULL
+    if (g.N == 0 || g.C == 0 || g.O == 0 || g.P == 0 || (!dx && !dw)) return REMAT_OK;
+    REMAT__CU_TRY(remat__cuda_blas_ws(k, g.blas));
+    const float one = 1.0f, zero = 0.0f;
+    if (dx) {
+        uint16_t *wb = (uint16_t *)(ws + L.wb); // (O, C)
+        uint16_t *t = (uint16_t *)(ws + L.t);   // (G, C, P)
+        REMAT__CU_TRY(remat__cuda_convert(k, wb, k->in[1]->data, g.O * g.C, REMAT__CVT_DOWN));
+        for (int64_t n0 = 0; n0 < g.N; n0 += g.G) {
+            const int64_t G = g.N - n0 < g.G ? g.N - n0 : g.G;
+            /* dX_n^T (P, C) = dy_n^T (P, O) W (O, C), as c1_data_gemm */
+            REMAT__CU_TRY(remat__cu_blas_ok(
+                cublasGemmStridedBatchedEx(cu->blas, CUBLAS_OP_N, CUBLAS_OP_T, (int)g.P, (int)g.C, (int)g.O, &one,
+                                           dy + n0 * g.O * g.P, CUDA_R_16BF, (int)g.P, (long long)(g.O * g.P), wb,
+                                           CUDA_R_16BF, (int)g.C, 0LL, &zero, t, CUDA_R_16BF, (int)g.P,
+                                           (long long)(g.C * g.P), (int)G, CUBLAS_COMPUTE_32F,
+                                           CUBLAS_GEMM_DEFAULT),
+                k, "cublasGemmStridedBatchedEx (1x1 conv dx, bf16)"));
+            void *dxn = xf32 ? (void *)((float *)dx + n0 * g.C * g.H * g.W)
+                             : (void *)((uint16_t *)dx + n0 * g.C * g.H * g.W);
+            c1_scatter_add16<<<remat__cu_blocks(cu, G * g.C * g.P), REMAT__CU_THREADS, 0, cu->stream>>>(
+                dxn, !xf32, t, G, g.C, g.OH, g.OW, g.H, g.W, g.s);
+            REMAT__CU_TRY(remat__cu_launched(k, "c1_scatter_add16"));
+        }
+    }
+    if (dw) {
+        uint16_t *xc = (uint16_t *)(ws + L.xc);  // (C, G P)
+        uint16_t *dyc = (uint16_t *)(ws + L.dyc); // (O, G P)
+        float *acc = (float *)(ws + L.acc);       // (O, C): the float32 sum over every image
+        for (int64_t n0 = 0; n0 < g.N; n0 += g.G) {
+            const int64_t G = g.N - n0 < g.G ? g.N - n0 : g.G, cols = G * g.P;
+            const void *src = xf32 ? (const void *)((const float *)x + n0 * g.C * g.H * g.W)
+                                   : (const void *)((const uint16_t *)x + n0 * g.C * g.H * g.W);
+            REMAT__CU_TRY(c1_gather16_launch(k, xc, src, xf32, G, g.C, &g, g.s, g.H, g.W, 1));
+            REMAT__CU_TRY(c1_gather16_launch(k, dyc, dy + n0 * g.O * g.P, 0, G, g.O, &g, 1, g.OH, g.OW, 1));
+            /* acc^T (C, O) (+)= X_c (C, G P) dy_c^T (G P, O), as c1_backward_filter, in float32 */
+            const float beta = n0 == 0 ? 0.0f : 1.0f;
+            REMAT__CU_TRY(remat__cu_blas_ok(
+                cublasGemmEx(cu->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)g.C, (int)g.O, (int)cols, &one, xc,
+                             CUDA_R_16BF, (int)cols, dyc, CUDA_R_16BF, (int)cols, &beta, acc, CUDA_R_32F, (int)g.C,
+                             CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                k, "cublasGemmEx (1x1 conv dW, bf16)"));
+        }
+        /* dW += bf16(acc), as the CPU rounds its float32 sum */
+        REMAT__CU_TRY(remat__cuda_convert(k, dw, acc, g.O * g.C, REMAT__CVT_ACC_F32));
+    }
+    return REMAT_OK;
+}
