@@ -404,6 +404,25 @@ extern "C" remat_status remat__cuda_convert(const remat__kctx *k, void *dst, con
     return remat__cu_launched(k, "convert_kernel");
 }
 
+static __global__ void add16_kernel(void *d, int d16, const uint16_t *__restrict__ t, int64_t n) {
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        float v = remat__f32_of(t[i]);
+        if (d16) {
+            uint16_t *b = (uint16_t *)d;
+            b[i] = remat__bf16_of(remat__f32_of(b[i]) + v);
+        } else {
+            ((float *)d)[i] += v;
+        }
+    }
+}
+
+extern "C" remat_status remat__cuda_add16(const remat__kctx *k, void *d, int d16, const uint16_t *t, int64_t n) {
+    remat__cuda *cu = remat__cu(k);
+    if (n <= 0) return REMAT_OK;
+    add16_kernel<<<remat__cu_blocks(cu, n), REMAT__CU_THREADS, 0, cu->stream>>>(d, d16, t, n);
+    return remat__cu_launched(k, "add16_kernel");
+}
+
 static remat_status cuda_run(void *p, remat__kctx *k, int backward) {
     (void)p;
     const remat__dev_kernels *dk = remat__ops[k->node->op]->cuda;

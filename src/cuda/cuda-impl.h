@@ -73,6 +73,10 @@ remat_status remat__cuda_blas_ws(const remat__kctx *k, size_t bytes);
  * arithmetic bit for bit), enqueued on the stream: what the native bf16
  * kernels round their weights and add their gradients with. */
 remat_status remat__cuda_convert(const remat__kctx *k, void *dst, const void *src, int64_t n, remat__cvt kind);
+/* d (n) += t (n), t bf16 (a product's output, rounded already): d float32
+ * (d += t), or (d16) bf16 (d = bf16(d + t) in float32): what the native
+ * bf16 products add their gradients with, as the views' accumulation. */
+remat_status remat__cuda_add16(const remat__kctx *k, void *d, int d16, const uint16_t *t, int64_t n);
 /* Frees k_conv.cu's per-node cache (backend teardown). */
 void remat__cuda_conv_release(remat__cuda *cu);
 

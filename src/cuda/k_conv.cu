@@ -708,26 +708,6 @@ static __global__ void conv16_bias_kernel(uint16_t *__restrict__ y, const float 
         y[i] = remat__bf16_of(remat__f32_of(y[i]) + remat__bf16_round(b[(i / P) % O]));
 }
 
-/* d (n) += t (n), t bf16: d float32 (d += t) or bf16 (d = bf16(d + t) in
- * float32), as k_linear.cu's lin16_acc. */
-static __global__ void conv16_acc_kernel(void *d, int d16, const uint16_t *__restrict__ t, int64_t n) {
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        float v = remat__f32_of(t[i]);
-        if (d16) {
-            uint16_t *b = (uint16_t *)d;
-            b[i] = remat__bf16_of(remat__f32_of(b[i]) + v);
-        } else {
-            ((float *)d)[i] += v;
-        }
-    }
-}
-
-static remat_status conv16_add(const remat__kctx *k, void *d, int d16, const uint16_t *t, int64_t n) {
-    remat__cuda *cu = remat__cu(k);
-    if (n == 0) return REMAT_OK;
-    conv16_acc_kernel<<<remat__cu_blocks(cu, n), REMAT__CU_THREADS, 0, cu->stream>>>(d, d16, t, n);
-    return remat__cu_launched(k, "conv16_acc_kernel");
-}
 
 /* y = bf16(conv(bf16 x, bf16(W))) through cuDNN (float32 accumulation,
  * one rounding), then, with a bias, y = bf16(y + bf16(b)): a second
@@ -807,7 +787,7 @@ static remat_status conv16_backward(const remat__kctx *k) {
                                          (cudnnConvolutionBwdDataAlgo_t)e->algo[PASS_DATA], ws, e->bytes[PASS_DATA],
                                          &zero, e->x, c),
             k, "cudnnConvolutionBackwardData (bf16)"));
-        REMAT__CU_TRY(conv16_add(k, dx, !xf32, c, X));
+        REMAT__CU_TRY(remat__cuda_add16(k, dx, !xf32, c, X));
     }
     if (dw) {
         const void *x = k->in[0]->data; // (N, C, H, W), saved
@@ -822,7 +802,7 @@ static remat_status conv16_backward(const remat__kctx *k) {
                                            (cudnnConvolutionBwdFilterAlgo_t)e->algo[PASS_FILT], ws,
                                            e->bytes[PASS_FILT], &zero, e->w, c),
             k, "cudnnConvolutionBackwardFilter (bf16)"));
-        REMAT__CU_TRY(conv16_add(k, dw, 0, c, Wn));
+        REMAT__CU_TRY(remat__cuda_add16(k, dw, 0, c, Wn));
     }
     return db ? conv_db(k, dy, 1, (double *)(ws + L.part), db) : REMAT_OK;
 }

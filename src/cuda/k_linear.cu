@@ -200,26 +200,6 @@ static __global__ void lin16_bias_rows(uint16_t *__restrict__ y, const float *__
     }
 }
 
-/* d (n) += t (n), t bf16: d float32 (d += t) or bf16 (d = bf16(d + t)
- * in float32): REMAT__CVT_ACC_F32 and _ACC_BF16 of a value already
- * rounded through bf16. */
-static __global__ void lin16_acc(void *d, int d16, const uint16_t *__restrict__ t, int64_t n) {
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        float v = remat__f32_of(t[i]);
-        if (d16) {
-            uint16_t *b = (uint16_t *)d;
-            b[i] = remat__bf16_of(remat__f32_of(b[i]) + v);
-        } else {
-            ((float *)d)[i] += v;
-        }
-    }
-}
-
-static remat_status lin16_add(const remat__kctx *k, void *d, int d16, const uint16_t *t, int64_t n) {
-    remat__cuda *cu = remat__cu(k);
-    lin16_acc<<<remat__cu_blocks(cu, n), REMAT__CU_THREADS, 0, cu->stream>>>(d, d16, t, n);
-    return remat__cu_launched(k, "lin16_acc");
-}
 
 /* C (m, n) bf16 = op(A) op(B) (+ C when beta is 1), column-major, bf16 A
  * and B, float32 accumulation and epilogue, one rounding into C. */
@@ -282,7 +262,7 @@ static remat_status lin16_backward(const remat__kctx *k) {
         REMAT__CU_TRY(remat__cuda_convert(k, wb, k->in[1]->data, OUT * IN, REMAT__CVT_DOWN));
         REMAT__CU_TRY(lin16_gemm(k, CUBLAS_OP_N, CUBLAS_OP_N, (int)IN, (int)N, (int)OUT, wb, (int)IN, dy, (int)OUT,
                                  0.0f, c, (int)IN, "cublasGemmEx (linear dx, bf16)"));
-        REMAT__CU_TRY(lin16_add(k, k->din[0], !xf32, c, N * IN));
+        REMAT__CU_TRY(remat__cuda_add16(k, k->din[0], !xf32, c, N * IN));
     }
     if (k->din[1] && prod) { /* dW^T (in, out) = x^T (in, N) dy (N, out), then added rounded */
         const void *x = k->in[0]->data; // (N, in)
@@ -292,7 +272,7 @@ static remat_status lin16_backward(const remat__kctx *k) {
         }
         REMAT__CU_TRY(lin16_gemm(k, CUBLAS_OP_N, CUBLAS_OP_T, (int)IN, (int)OUT, (int)N, x, (int)IN, dy, (int)OUT,
                                  0.0f, c, (int)IN, "cublasGemmEx (linear dW, bf16)"));
-        REMAT__CU_TRY(lin16_add(k, k->din[1], 0, c, OUT * IN));
+        REMAT__CU_TRY(remat__cuda_add16(k, k->din[1], 0, c, OUT * IN));
     }
     if (n->n_in == 3 && k->din[2] && OUT > 0) return lin_db(k, dy, (double *)(ws + L.part), N, OUT);
     return REMAT_OK;
