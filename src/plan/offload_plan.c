@@ -12,8 +12,8 @@
  * says where it is not exact), so the DP is tried at a few budgets below
  * the real ones until the placed plan fits. Not at all when the best plan
  * without offload costs what store-all's step does (nothing is cheaper).
- * The DP takes seconds on a chain of a hundred stages (its tables up to
- * 256 MiB), so a plan with a host budget takes that much longer.
+ * The DP takes seconds on a long chain (its tables up to 256 MiB), so a
+ * plan with a host budget takes that much longer.
  *
  * Ownership: *out is the caller's when *won; nothing else outlives a call.
  */
