@@ -24,6 +24,7 @@
 #include "remat.h"
 
 #include "check.h"
+#include "testmodels.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -44,25 +45,8 @@ static void fnv_add(fnv *f, const void *p, size_t n) {
     for (size_t i = 0; i < n; i++) f->h = (f->h ^ b[i]) * 0x100000001b3ull;
 }
 
-/* conv(1->8)-BN-ReLU-maxpool, conv(8->16)-BN-ReLU, global average pool,
- * dropout 0.25, linear (16->10): test_dist's network. */
-static remat_status build_bncnn(remat_graph *g, remat_model *m) {
-    int64_t batch = MICRO, xd[4] = {batch, 1, 28, 28};
-    m->input = remat_input(g, "input", REMAT_F32, 4, xd);
-    m->labels = remat_input(g, "target", REMAT_I32, 1, &batch);
-    remat_node x = remat_conv2d(g, "features.0", m->input, 8, 3, 1, 1, 0);
-    x = remat_maxpool2d(g, remat_relu(g, remat_batchnorm2d(g, "features.1", x)), 2, 2, 0);
-    x = remat_checkpoint(g, x);
-    x = remat_conv2d(g, "features.4", x, 16, 3, 1, 1, 0);
-    x = remat_relu(g, remat_batchnorm2d(g, "features.5", x));
-    x = remat_dropout(g, remat_flatten(g, remat_global_avgpool(g, x)), 0.25f);
-    m->logits = remat_linear(g, "fc", x, 10, 1);
-    m->loss = remat_cross_entropy(g, m->logits, m->labels);
-    return remat_graph_status(g);
-}
-
 static remat_status build(int bn, remat_graph *g, remat_model *m) {
-    if (bn) return build_bncnn(g, m);
+    if (bn) return build_bncnn(g, m, MICRO);
     remat_model_opts mo;
     remat_model_opts_default(&mo);
     remat_model_opts_for(&mo, "cnn");

@@ -24,6 +24,24 @@ static inline remat_status build_bnnet(remat_graph *g, remat_model *m, int64_t b
     return remat_graph_status(g);
 }
 
+/* conv(1->8)-BN-ReLU-maxpool, conv(8->16)-BN-ReLU, global average pool,
+ * dropout 0.25, linear (16->10): BatchNorm and dropout on 1x28x28
+ * (test_dist's network, and test_dist_device's). */
+static inline remat_status build_bncnn(remat_graph *g, remat_model *m, int64_t batch) {
+    int64_t xd[4] = {batch, 1, 28, 28};
+    m->input = remat_input(g, "input", REMAT_F32, 4, xd);
+    m->labels = remat_input(g, "target", REMAT_I32, 1, &batch);
+    remat_node x = remat_conv2d(g, "features.0", m->input, 8, 3, 1, 1, 0);
+    x = remat_maxpool2d(g, remat_relu(g, remat_batchnorm2d(g, "features.1", x)), 2, 2, 0);
+    x = remat_checkpoint(g, x);
+    x = remat_conv2d(g, "features.4", x, 16, 3, 1, 1, 0);
+    x = remat_relu(g, remat_batchnorm2d(g, "features.5", x));
+    x = remat_dropout(g, remat_flatten(g, remat_global_avgpool(g, x)), 0.25f);
+    m->logits = remat_linear(g, "fc", x, 10, 1);
+    m->loss = remat_cross_entropy(g, m->logits, m->labels);
+    return remat_graph_status(g);
+}
+
 /* Three residual blocks (conv-BN-ReLU-conv + skip), then pooling and a
  * classifier: each block is one stage of the chain (the skip crosses it),
  * with cheap values inside that a selective plan recomputes. */
