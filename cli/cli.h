@@ -102,12 +102,13 @@ remat_status cli_synth_next(void *user, int64_t step, void *input, void *labels)
 enum {
     CLI_OPT_THREADS = 0x1100, CLI_OPT_SEED, CLI_OPT_DEVICE, CLI_OPT_TF32, CLI_OPT_COST_MODEL, CLI_OPT_STRATEGY,
     CLI_OPT_BUDGET, CLI_OPT_MICRO_BATCH, CLI_OPT_BUCKET, CLI_OPT_NO_OVERLAP, CLI_OPT_PRECISION, CLI_OPT_HOST_BUDGET,
-    CLI_OPT_PCIE_BANDWIDTH, CLI_OPT_PCIE_LATENCY
+    CLI_OPT_PCIE_BANDWIDTH, CLI_OPT_PCIE_LATENCY, CLI_OPT_LEAST_WORKSPACE
 };
 #define CLI_SESSION_OPTIONS                                                                                \
     {"threads", required_argument, 0, CLI_OPT_THREADS}, {"seed", required_argument, 0, CLI_OPT_SEED},       \
     {"device", required_argument, 0, CLI_OPT_DEVICE}, {"tf32", no_argument, 0, CLI_OPT_TF32},               \
-    {"cost-model", required_argument, 0, CLI_OPT_COST_MODEL}, {"precision", required_argument, 0, CLI_OPT_PRECISION}
+    {"cost-model", required_argument, 0, CLI_OPT_COST_MODEL}, {"precision", required_argument, 0, CLI_OPT_PRECISION}, \
+    {"least-workspace", no_argument, 0, CLI_OPT_LEAST_WORKSPACE}
 #define CLI_PLAN_OPTIONS                                                                                   \
     {"strategy", required_argument, 0, CLI_OPT_STRATEGY}, {"budget", required_argument, 0, CLI_OPT_BUDGET}, \
     {"host-budget", required_argument, 0, CLI_OPT_HOST_BUDGET},                                             \
@@ -123,6 +124,7 @@ typedef struct {
     const char *device;    /* default "cpu" */
     const char *precision; /* default "fp32" */
     int tf32;
+    int least_workspace;
     const char *cost_model; /* NULL: the cached calibration, if any */
     const char *strategy;   /* default "auto" */
     size_t budget;          /* 0: none */

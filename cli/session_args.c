@@ -33,6 +33,7 @@ int cli_session_arg(cli_session_args *a, int c, const char *arg, int *bad) {
     case CLI_OPT_DEVICE: a->device = arg; return 1;
     case CLI_OPT_PRECISION: a->precision = arg; return 1;
     case CLI_OPT_TF32: a->tf32 = 1; return 1;
+    case CLI_OPT_LEAST_WORKSPACE: a->least_workspace = 1; return 1;
     case CLI_OPT_COST_MODEL: a->cost_model = arg; return 1;
     case CLI_OPT_STRATEGY: a->strategy = arg; return 1;
     case CLI_OPT_BUDGET: *bad = cli_parse_size(arg, &a->budget) || a->budget == 0; return 1;
@@ -53,6 +54,7 @@ int cli_session_opts(const cli_session_args *a, const char *cmd, remat_session_o
     so->seed = (uint64_t)a->seed;
     so->budget = a->budget;
     so->tf32 = a->tf32;
+    so->least_workspace = a->least_workspace;
     so->bucket_bytes = a->bucket;
     so->reduce_after_backward = a->no_overlap;
     so->host_budget = a->host_budget;
@@ -67,6 +69,8 @@ int cli_session_opts(const cli_session_args *a, const char *cmd, remat_session_o
     if (remat_precision_parse(a->precision, &so->precision) != REMAT_OK)
         return cli_usage_error(cmd, "%s", remat_last_error());
     if (a->tf32 && so->device != REMAT_DEVICE_CUDA) return cli_usage_error(cmd, "--tf32 is for --device cuda");
+    if (a->least_workspace && so->device != REMAT_DEVICE_CUDA)
+        return cli_usage_error(cmd, "--least-workspace is for --device cuda");
     if (a->check_device && remat_device_available(so->device) != REMAT_OK)
         return cli_fail("--device %s: %s", a->device, remat_last_error());
     if (a->cost_model && cm) {
@@ -101,6 +105,10 @@ void cli_session_help(int plans) {
            "                      (default fp32)\n"
            "  --tf32              cuda: TF32 tensor cores for float32 products (faster, about\n"
            "                      1e-3 relative error; off by default)\n"
+           "  --least-workspace   cuda: each convolution takes cuDNN's deterministic algorithm\n"
+           "                      that needs the least workspace, not the fastest: a lower\n"
+           "                      smallest budget where workspaces set the peak, slower\n"
+           "                      steps, other bits (off by default)\n"
            "  --threads T         CPU kernel threads (default: one per core)\n"
            "  --seed S            seed for initialization, data and dropout (default 42)\n");
     if (plans) {
@@ -131,8 +139,9 @@ const char *cli_device_line(const remat_session_opts *so, char *buf, size_t cap)
         size_t fr = 0, tot = 0;
         remat_device_memory(so->device, &fr, &tot);
         char b1[32], b2[32];
-        snprintf(buf, cap, "%s (%s free of %s)%s", remat_device_str(so->device), cli_fmt_bytes(fr, b1, sizeof b1),
-                 cli_fmt_bytes(tot, b2, sizeof b2), so->tf32 ? ", TF32" : "");
+        snprintf(buf, cap, "%s (%s free of %s)%s%s", remat_device_str(so->device), cli_fmt_bytes(fr, b1, sizeof b1),
+                 cli_fmt_bytes(tot, b2, sizeof b2), so->tf32 ? ", TF32" : "",
+                 so->least_workspace ? ", least-workspace convolutions" : "");
     }
     return buf;
 }

@@ -453,6 +453,14 @@ typedef struct {
                               * cores for float32 products (faster, about
                               * 1e-3 relative error); off by default, as
                               * in PyTorch for convolutions and matmuls */
+    int least_workspace;     /* CUDA: each convolution takes the deterministic
+                              * cuDNN algorithm that needs the least
+                              * workspace (most often none) instead of the
+                              * fastest within its cap: a lower smallest
+                              * feasible budget where workspaces set the
+                              * peak (small models), slower convolutions and
+                              * other bits (every plan under one setting
+                              * gives the same bits); off by default */
     const remat_optim_opts *optim; /* copied; the optimizer, whose state is
                               * allocated with the parameters so that the
                               * first plan and its budget count it; NULL:

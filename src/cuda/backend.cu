@@ -148,6 +148,7 @@ static remat_status cuda_create(void **out, const remat_session_opts *o, const r
     remat__cuda *cu = &c->cu;
     cu->device = 0;
     cu->tf32 = o->tf32 != 0;
+    cu->least_ws = o->least_workspace != 0;
     cu->g = g;
     cudaDeviceProp prop;
     remat_status st = remat__cu_rt_ok(cudaSetDevice(cu->device), NULL, "cudaSetDevice");

@@ -349,7 +349,7 @@ static remat_status entry_setup(remat__cuda *cu, const remat_graph *g, const rem
                           N, O, OH, OW);
     const size_t tensors =
         ((size_t)remat__numel(xs) + (size_t)remat__numel(ws) + (size_t)remat__numel(ys)) * sizeof(float);
-    e->cap = 2 * tensors > CONV_WS_FLOOR ? 2 * tensors : CONV_WS_FLOOR;
+    e->cap = cu->least_ws ? 0 : 2 * tensors > CONV_WS_FLOOR ? 2 * tensors : CONV_WS_FLOOR;
     for (int pass = PASS_FWD; pass <= PASS_FILT; pass++) REMAT__CU_TRY(choose(cu, e, pass, k));
     e->ready = 1;
     return REMAT_OK;

@@ -200,6 +200,8 @@ static void build_meta(const remat_session *s, const remat_state_opts *o, const 
         meta_add(m, "threads", "%d", so->threads);
     else
         meta_add(m, "tf32", "%d", so->tf32 ? 1 : 0);
+    if (so->least_workspace) /* only when on: states saved before it existed resume */
+        meta_add(m, "least_workspace", "1");
     meta_add(m, "graph", "%08x", (unsigned)graph_crc(s));
     meta_add(m, "optim", "%s", !op ? "none" : op->kind == REMAT_OPTIM_SGD ? "sgd" : "adamw");
     if (op) {
@@ -235,6 +237,7 @@ static const struct {
     {"precision", "the precision (--precision: bf16 rounds what fp32 keeps)"},
     {"threads", "the number of CPU threads (the kernels' bits depend on it)"},
     {"tf32", "TF32"},
+    {"least_workspace", "the convolutions' algorithms (--least-workspace)"},
     {"optim", "the optimizer"},
     {"optim.lr", "the learning rate"},
     {"optim.weight_decay", "the weight decay"},
@@ -1016,7 +1019,7 @@ static remat_status same_run(remat_session *s, const remat_train_opts *o, int64_
     meta_add(&m, "a stop flag (stop)", "%s", o->stop ? "given" : "none");
     meta now = {0};
     build_meta(s, NULL, NULL, &now);
-    static const char *const session_keys[] = {"rng.seed", "device", "precision", "threads", "tf32", "optim",
+    static const char *const session_keys[] = {"rng.seed", "device", "precision", "threads", "tf32", "least_workspace", "optim",
                                                "optim.lr", "optim.weight_decay", "optim.momentum", "optim.dampening",
                                                "optim.nesterov", "optim.beta1", "optim.beta2", "optim.eps",
                                                "optim.step", "step", "graph"};
