@@ -1,5 +1,6 @@
 """remat.torch on a CUDA device (skipped where there is none): the CIFAR CNN
-with dropout under a budget plan gives, over 20 steps, the losses,
+with dropout under the optimal plan at its floor and under sqrt's plan
+(which replays two dropouts) gives, over 20 steps, the losses,
 gradients and weights of the same script without a plan (dropout replayed
 from the CUDA generator's state; deterministic algorithms, as bitwise
 equality needs on a GPU), and ResNet-18's measured peak
@@ -59,13 +60,18 @@ def test_cifar_cnn_with_dropout_on_cuda(deterministic):
     lf = F.cross_entropy
     trace = rt.capture(model, (data[0][0],), lambda o: lf(o, data[0][1]))
     opt = torch.optim.SGD(copy.deepcopy(model).parameters(), lr=0.01, momentum=0.9)
-    budget = between(trace, opt, 0.0)
-    plan = rt.plan_trace(trace, budget, opt)
-    assert plan.feasible and plan.drop_ops
-    assert any(trace.ops[o].random for o in plan.recompute_ops), "dropout is replayed"
+    # The optimal plan at the floor keeps every dropout's output (with
+    # PyTorch 2.11: on the CPU it recomputes the first convolution and its
+    # ReLU alone; on an H200 no budget up to 70% of the way to store-all
+    # replays a dropout); sqrt's segments replay two.
+    floor = rt.plan_trace(trace, between(trace, opt, 0.0), opt)
+    sqrt = rt.plan_trace(trace, None, opt, "sqrt")
+    assert floor.feasible and floor.drop_ops and sqrt.feasible
+    assert any(trace.ops[o].random for o in sqrt.recompute_ops), "sqrt replays a dropout"
     ref = _steps(copy.deepcopy(model), data, lf, None, 20)
-    got = _steps(copy.deepcopy(model), data, lf, plan, 20)
-    assert same(ref[0], got[0]) and same(ref[1], got[1]) and same(ref[2], got[2])
+    for plan in (floor, sqrt):
+        got = _steps(copy.deepcopy(model), data, lf, plan, 20)
+        assert same(ref[0], got[0]) and same(ref[1], got[1]) and same(ref[2], got[2])
 
 
 def test_memory_truth_on_cuda():
