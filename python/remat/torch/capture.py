@@ -259,6 +259,20 @@ class _Recorder(TorchDispatchMode):
         node.metadata["remat.op"] = self.after.id if self.after is not None else -1
         self.after = None
 
+    def _tag_node(self, t):
+        """Without node_creation_hook (PyTorch before 2.15): tags the autograd
+        node of a tensor an op reads with the op that made its value, when
+        the first op reads it (by then its node is complete), so that the
+        backward meter can attribute the node's memory; the loss's node is
+        tagged after the forward (tag_loss)."""
+        fn = t.grad_fn
+        if fn is None or "remat.op" in fn.metadata:
+            return
+        v = self.live.get(_skey(t), -1)
+        producer = self.t.values[v].producer if v >= 0 else None
+        if producer is not None and producer >= 0:
+            fn.metadata["remat.op"] = producer
+
     def flush(self, next_inputs=()):
         if self.exact:  # saved before the next op runs: its inputs
             later, self.pending = self.pending, []
@@ -314,6 +328,9 @@ class _Recorder(TorchDispatchMode):
                 "a step whose ops are the same for every batch; move data-dependent control flow (.item(), "
                 "if tensor:, nonzero, unique) out of the step or make it depend on shapes only"
                 % (func.__name__ if hasattr(func, "__name__") else name, _user_frame()))
+        if not self.exact:
+            for a in flat_in:
+                self._tag_node(a)
         later = self.flush(set(in_vals))
         self.after = None
         written = {_skey(w) for w in _written_args(func, args, kwargs)}
@@ -427,6 +444,7 @@ class _BackwardMeter(TorchDispatchMode):
         super().__init__()
         self.t, self.c = trace, counter
         self.node, self.op, self.start = None, -1, 0
+        self.seen = set()
         self.last_reader = {}
         for o in trace.ops:
             o.transient_bwd = 0
@@ -447,6 +465,7 @@ class _BackwardMeter(TorchDispatchMode):
             made = sum(vals[v].bytes for v in set(o.inputs) if vals[v].kind == "parameter"
                        and self.last_reader.get(v) == o.id)
             o.transient_bwd = max(o.transient_bwd, self.c.peak() - self.start - gin - made)
+            self.seen.add(o.id)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         node = torch._C._current_autograd_node()
@@ -583,9 +602,15 @@ def _capture(model, inputs, loss_fn, warmup=True):
         if lv < 0 or t.values[lv].producer < 0 or t.ops[t.values[lv].producer].outputs[0] != lv:
             raise CaptureError("the loss is not the first output of an op of the step")
         t.loss = lv
-        if rec.measure is not None and rec.exact:
-            with _BackwardMeter(t, rec.measure):
+        if rec.measure is not None:
+            if not rec.exact:
+                rec._tag_node(loss)
+            meter = _BackwardMeter(t, rec.measure)
+            with meter:
                 loss.backward()
+            for o in t.ops:  # untagged (read by no op, or only by an ignored one): its forward's
+                if not rec.exact and o.id not in meter.seen:
+                    o.transient_bwd = o.transient
         else:
             loss.backward()
             for o in t.ops:
