@@ -14,7 +14,7 @@ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DREMAT_CUDA=ON >/dev/null
 cmake --build "$build" -j"$(nproc)" >/dev/null
 rm -rf .devrun && mkdir -p .devrun/stage/bin .devrun/stage/lib .devrun/stage/root
 progs=("$build"/remat "$build"/tests/test_cuda "$build"/tests/test_weights "$build"/tests/test_models
-       "$build"/tests/test_dist_device "$build"/bench_kernels)
+       "$build"/tests/test_dist_device "$build"/tests/test_offload_exec "$build"/bench_kernels)
 cp "${progs[@]}" .devrun/stage/bin/
 cp -L "$build"/libremat.so.0 .devrun/stage/lib/ && ln -s libremat.so.0 .devrun/stage/lib/libremat.so
 objs=("${progs[@]}")

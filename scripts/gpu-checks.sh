@@ -38,7 +38,8 @@ want=${*:-cuda dist grad calibrate compare offload compare16 profile pytest work
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 for c in $want; do
     case $c in
-    cuda)      check test_cuda 200 test_cuda ;;
+    cuda)      check test_cuda 200 test_cuda
+               check test_offload_exec_cuda 200 test_offload_exec --device cuda --quick ;;
     dist)      check test_dist_device_cuda_np2 120 mpirun --oversubscribe -np 2 test_dist_device --device cuda --steps 20 ;;
     grad)      (cd "$root/tests" && check cli_grad_cuda 60 test_weights --cli "$remat" "--device cuda" &&
                 check cli_grad_models_cuda 90 test_models --cli "$remat" "--device cuda") ;;

@@ -18,6 +18,10 @@
  * little to offload.
  * Then the memory plan of a hand schedule (OUT, FREE, IN) and the
  * walker's refusals of schedules that copy what is not there.
+ *
+ * With --device cuda (test_offload_exec_cuda, label cuda; exit 77 where no
+ * GPU is visible) the models run on the GPU: copies to pinned host memory
+ * on the copy stream, ordered by events, the same checks.
  */
 #include "check.h"
 
@@ -28,6 +32,8 @@
 #include <string.h>
 
 #define STEPS 3
+
+static remat_device device = REMAT_DEVICE_CPU; /* --device cuda: the models' sessions on the GPU */
 
 static remat_status build(const char *name, remat_graph *g, remat_model *m) {
     remat_model_opts mo;
@@ -56,6 +62,7 @@ static void opts(remat_session_opts *so, remat_optim_opts *oo, remat_strategy st
     oo->momentum = 0.9f;
     oo->lr = 0.01f;
     so->threads = 2;
+    so->device = device;
     so->seed = 5;
     so->strategy = st;
     so->budget = budget;
@@ -126,7 +133,7 @@ static void run(const remat_graph *g, const remat_model *m, const char *name, re
         remat_param_info pi;
         remat_session_param(s, i, &pi);
         o->w = realloc(o->w, (o->nw + (size_t)pi.numel) * sizeof *o->w);
-        memcpy(o->w + o->nw, pi.data, (size_t)pi.numel * sizeof *o->w);
+        CHECK_OK(remat_session_read_param(s, i, REMAT_PARAM_VALUE, o->w + o->nw)); /* a device's too */
         o->nw += (size_t)pi.numel;
     }
     free(x), free(y);
@@ -251,7 +258,22 @@ static void hand_plan(void) {
 }
 
 int main(int argc, char **argv) {
-    int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
+    int quick = 0;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--quick") == 0) {
+            quick = 1;
+        } else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
+            if (remat_device_parse(argv[++i], &device) != REMAT_OK) return fprintf(stderr, "%s\n", remat_last_error()), 2;
+        } else {
+            fprintf(stderr, "usage: test_offload_exec [--quick] [--device cpu|cuda]\n");
+            return 2;
+        }
+    }
+    if (remat_device_available(device) != REMAT_OK) {
+        printf("test_offload_exec: skipped: %s\n", remat_last_error());
+        return 77;
+    }
+    printf("test_offload_exec on the %s\n", remat_device_str(device));
     hand_plan();
     model("resnet18", quick ? 3 : 6);
     model("gpt2", quick ? 3 : 6);
