@@ -263,8 +263,8 @@ class _Recorder(TorchDispatchMode):
         """Without node_creation_hook (PyTorch before 2.15): tags the autograd
         node of a tensor an op reads with the op that made its value, when
         the first op reads it (by then its node is complete), so that the
-        backward meter can attribute the node's memory; the loss's node is
-        tagged after the forward (tag_loss)."""
+        backward meter can attribute the node's memory; capture tags the
+        loss's node after the forward."""
         fn = t.grad_fn
         if fn is None or "remat.op" in fn.metadata:
             return
