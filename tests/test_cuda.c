@@ -821,19 +821,24 @@ static void micro_batches(const char *name) {
     remat_graph_destroy(g);
 }
 
+/* The zoo's cnn at a batch, its options in *mo. */
+static void cnn_graph(int64_t batch, remat_model_opts *mo, remat_graph **g, remat_model *m) {
+    remat_model_opts_default(mo);
+    CHECK_OK(remat_model_opts_for(mo, "cnn"));
+    mo->batch = batch;
+    CHECK_OK(remat_graph_create(g));
+    CHECK_OK(remat_model_build(*g, mo, m));
+}
+
 /* The arena's allocation, seen by the driver. A first session loads the
  * kernels (lazily loaded modules take device memory on first use); a
  * second one is measured: creating it takes its resident blocks and the
  * cuBLAS and cuDNN handles, its first step the arena. */
 static void driver_view(void) {
     remat_model_opts mo;
-    remat_model_opts_default(&mo);
-    CHECK_OK(remat_model_opts_for(&mo, "cnn"));
-    mo.batch = 256;
     remat_graph *g;
     remat_model m;
-    CHECK_OK(remat_graph_create(&g));
-    CHECK_OK(remat_model_build(g, &mo, &m));
+    cnn_graph(256, &mo, &g, &m);
     int64_t n = 256 * 28 * 28;
     float *x = calloc((size_t)n, sizeof *x);
     int32_t *y = calloc(256, sizeof *y);
@@ -935,13 +940,9 @@ static void prefetch_cpu(void) {
  * that plans under one setting agree. */
 static void least_workspace(void) {
     remat_model_opts mo;
-    remat_model_opts_default(&mo);
-    CHECK_OK(remat_model_opts_for(&mo, "cnn"));
-    mo.batch = 64;
     remat_graph *g;
     remat_model m;
-    CHECK_OK(remat_graph_create(&g));
-    CHECK_OK(remat_model_build(g, &mo, &m));
+    cnn_graph(64, &mo, &g, &m);
     outcome fast, least;
     train(g, &m, REMAT_STRATEGY_ALL, 0, 0, mo.vocab, &fast);
     least_ws = 1;
