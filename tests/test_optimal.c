@@ -203,8 +203,9 @@ static void model(const char *name) {
 }
 
 /* The storage options of model name's chain stages, added to offered and
- * chosen (remat__optimal_options). */
-static void options_of(const char *name, int offered[4], int chosen[4]) {
+ * chosen (remat__optimal_options); returns its number of stages (each
+ * offers option 0). */
+static int options_of(const char *name, int offered[4], int chosen[4]) {
     remat_graph *g;
     remat_model m;
     CHECK_OK(remat_graph_create(&g));
@@ -214,13 +215,14 @@ static void options_of(const char *name, int offered[4], int chosen[4]) {
     so.plan_only = 1;
     remat_session *s = NULL;
     CHECK_OK(remat_session_create(&s, g, m.loss, &so));
-    int o[4], c[4];
+    int o[4] = {0}, c[4] = {0};
     if (s) CHECK_OK(remat__optimal_options(&s->prog, s->loss, o, c));
     for (int k = 0; s && k < 4; k++) offered[k] += o[k], chosen[k] += c[k];
     if (s) printf("  %-18s options offered %d/%d/%d/%d, chosen %d/%d/%d/%d (all/expensive/aux/both)\n", name, o[0],
                   o[1], o[2], o[3], c[0], c[1], c[2], c[3]);
     remat_session_destroy(s);
     remat_graph_destroy(g);
+    return o[0];
 }
 
 int main(int argc, char **argv) {
@@ -239,8 +241,18 @@ int main(int argc, char **argv) {
         model(q ? quick[i] : models[i]);
         printf("  (%.1f s)\n", remat__now() - t0);
     }
-    int offered[4] = {0}, chosen[4] = {0};
-    for (size_t i = 0; i < sizeof models / sizeof *models; i++) options_of(models[i], offered, chosen);
+    int offered[4] = {0}, chosen[4] = {0}, resnet50 = 0, siamese = 0;
+    for (size_t i = 0; i < sizeof models / sizeof *models; i++) {
+        int stages = options_of(models[i], offered, chosen);
+        if (strcmp(models[i], "resnet50") == 0) resnet50 = stages;
+        if (strcmp(models[i], "siamese-resnet50") == 0) siamese = stages;
+    }
+    /* siamese-resnet50's second view is a branch independent of the first,
+     * whose output the head reads after it: its blocks are stages too, the
+     * first view's output carried across them (without that, the second
+     * branch was one stage and batch 184 the largest at 11 GiB, not 457;
+     * the head and the loss are one stage of both) */
+    CHECK_MSG(siamese >= 2 * resnet50 - 1, "siamese-resnet50's chain has %d stages, resnet50's %d", siamese, resnet50);
     options_of("gpt2-ctx16", offered, chosen);
     static const char *const kinds[] = {"keep everything", "drop the cheap values", "drop a large aux", "both"};
     for (int k = 0; k < 4; k++)

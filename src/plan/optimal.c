@@ -1,8 +1,11 @@
 /* optimal.c: the `optimal` strategy.
  *
  * What it is optimal over. The graph is cut into a chain of stages at its
- * articulation points (the nodes every input-to-loss path goes through),
- * at full resolution: every articulation point is a stage boundary, up to
+ * articulation points (the nodes every input-to-loss path goes through)
+ * and at the points of a branch that depends on no node before it (a
+ * siamese network's second view: chain_points), the values that jump over
+ * such a branch counted in each stage they span (add_carried), at full
+ * resolution: every such point is a stage boundary, up to
  * MAX_CHAIN stages (a longer chain, such as heavy's 100,000 adds, is
  * merged into MAX_CHAIN stages of about equal forward cost). Each stage is
  * measured from the op table (measure_stage): its forward and backward
@@ -308,6 +311,83 @@ static void measure_stage(const remat__prog *p, chain *c, int i, const scratch *
     }
 }
 
+/* The chain's stage boundaries (the creation index of each, ascending, in
+ * out; their count returned): remat__cut_points' articulation points, and
+ * beside them the points of a branch that does not depend on an earlier
+ * one, as the second view of a siamese network: an op node u is a point
+ * when every edge between two other op nodes that jumps over u comes from
+ * a node created before every op node u depends on (so not one of them).
+ * Such an edge's value is carried across u (the first view's features,
+ * read by the head after the second view's whole branch): add_carried
+ * counts it in every stage it spans. reach[u] is left as u's last op
+ * consumer (u itself when none); minsrc is scratch of g->n entries. */
+static int chain_points(const remat_graph *g, const uint8_t *needed, int32_t *out, int32_t *reach, int32_t *minsrc) {
+    int n = g->n, k = 0, levels = 1, no_table = 0;
+    int32_t *table = NULL; /* sparse table of reach's range maxima, built when first needed */
+    for (int u = 0; u < n; u++) reach[u] = u;
+    for (int c = 0; c < n; c++) {
+        const remat__node *nd = &g->nodes[c];
+        minsrc[c] = c;
+        if (!needed[c] || nd->leaf != REMAT__LEAF_NONE) continue;
+        for (int i = 0; i < nd->n_in; i++) {
+            int32_t x = nd->in[i];
+            if (g->nodes[x].leaf != REMAT__LEAF_NONE) continue;
+            if (reach[x] < c) reach[x] = c;
+            if (minsrc[x] < minsrc[c]) minsrc[c] = minsrc[x];
+        }
+    }
+    int32_t far = -1; /* the farthest consumer of any op node before u */
+    for (int u = 0; u < n; u++) {
+        if (!needed[u] || g->nodes[u].leaf != REMAT__LEAF_NONE) continue;
+        int point = far <= u;
+        if (!table && !point && minsrc[u] > 0 && !no_table) {
+            while ((1 << levels) < n) levels++;
+            table = malloc((size_t)levels * (size_t)n * sizeof *table);
+            no_table = !table; /* without it: the articulation points alone */
+            if (table) {
+                for (int v = 0; v < n; v++)
+                    table[v] = needed[v] && g->nodes[v].leaf == REMAT__LEAF_NONE ? reach[v] : -1;
+                for (int l = 1; l < levels; l++)
+                    for (int v = 0; v + (1 << l) <= n; v++) {
+                        int32_t a = table[(size_t)(l - 1) * n + v], b = table[(size_t)(l - 1) * n + v + (1 << (l - 1))];
+                        table[(size_t)l * n + v] = a > b ? a : b;
+                    }
+            }
+        }
+        if (!point && minsrc[u] > 0 && table) { /* the farthest consumer of the nodes in [minsrc[u], u) */
+            int lo = minsrc[u], len = u - lo, l = 0;
+            while ((2 << l) <= len) l++;
+            int32_t a = len > 0 ? table[(size_t)l * n + lo] : -1, b = len > 0 ? table[(size_t)l * n + u - (1 << l)] : -1;
+            point = (a > b ? a : b) <= u;
+        }
+        if (point) out[k++] = u;
+        if (reach[u] > far) far = reach[u];
+    }
+    free(table);
+    return k;
+}
+
+/* Adds to every stage the bytes of the values carried across it (see
+ * chain_points): a value made in an earlier stage and read after this one
+ * began, other than the stage's own input, is held through its forward
+ * passes, and its gradient through its backward. */
+static void add_carried(const remat__prog *p, chain *c, const int32_t *reach, int32_t *stage_of) {
+    const remat_graph *g = p->g;
+    for (int i = 0; i < c->n_stages; i++)
+        for (int j = c->off[i]; j < c->off[i + 1]; j++) stage_of[c->nodes[j]] = i;
+    for (int j = 0; j < c->off[c->n_stages]; j++) {
+        int32_t s = c->nodes[j];
+        int ks = stage_of[s], kr = stage_of[reach[s]];
+        int from = s == c->nodes[c->off[ks + 1] - 1] ? ks + 2 : ks + 1; /* the next stage's input is its own */
+        int64_t bytes = remat__vbytes(p, &g->nodes[s]);
+        for (int i = from; i <= kr; i++) {
+            remat__stage_ex *ex = &c->ex[i];
+            ex->fwd_tmp += bytes;
+            for (int o = 0; o < ex->n_options; o++) ex->opt[o].fe_tmp += bytes, ex->opt[o].bwd_tmp += bytes;
+        }
+    }
+}
+
 /* Cuts the graph into stages and measures them. */
 static remat_status chain_init(const remat__prog *p, remat_node loss, chain *c) {
     const remat_graph *g = p->g;
@@ -315,7 +395,7 @@ static remat_status chain_init(const remat__prog *p, remat_node loss, chain *c) 
     memset(c, 0, sizeof *c);
     uint8_t *needed = calloc((size_t)n, 1);
     int32_t *stack = malloc((size_t)n * sizeof *stack);
-    int32_t *cut = malloc((size_t)n * sizeof *cut);
+    int32_t *cut = malloc((size_t)n * sizeof *cut), *reach = malloc((size_t)n * sizeof *reach);
     scratch sc = {calloc((size_t)n, 1), calloc((size_t)n, 1), calloc((size_t)n, 1), malloc((size_t)n * sizeof(int32_t)),
                   malloc((size_t)n * sizeof(int32_t))};
     c->nodes = malloc((size_t)n * sizeof *c->nodes);
@@ -323,7 +403,7 @@ static remat_status chain_init(const remat__prog *p, remat_node loss, chain *c) 
     c->inputs = malloc((size_t)n * sizeof *c->inputs);
     c->fwd = calloc((size_t)n + 1, sizeof *c->fwd);
     remat_status rc = REMAT_OK;
-    if (!needed || !stack || !cut || !sc.read || !sc.drop || !sc.keep || !sc.last || !sc.stack || !c->nodes || !c->off ||
+    if (!needed || !stack || !cut || !reach || !sc.read || !sc.drop || !sc.keep || !sc.last || !sc.stack || !c->nodes || !c->off ||
         !c->inputs || !c->fwd) {
         rc = remat__err(REMAT_NOMEM, "out of memory planning");
         goto out;
@@ -332,7 +412,7 @@ static remat_status chain_init(const remat__prog *p, remat_node loss, chain *c) 
     remat__mark_needed(g, loss, needed, stack);
     for (int32_t u = 0; u < n; u++)
         if (needed[u] && g->nodes[u].leaf == REMAT__LEAF_INPUT) c->inputs[c->n_inputs++] = u;
-    int k = remat__cut_points(g, needed, cut, stack);
+    int k = chain_points(g, needed, cut, reach, stack);
     /* Stages: (cut[j-1], cut[j]], the last one ending at the loss. */
     int m = 0, s = 0;
     c->off[0] = 0;
@@ -370,8 +450,9 @@ static remat_status chain_init(const remat__prog *p, remat_node loss, chain *c) 
         goto out;
     }
     for (int i = 0; i < c->n_stages; i++) measure_stage(p, c, i, &sc);
+    add_carried(p, c, reach, stack);
 out:
-    free(needed), free(stack), free(cut), free(sc.read), free(sc.drop), free(sc.keep), free(sc.last), free(sc.stack);
+    free(needed), free(stack), free(cut), free(reach), free(sc.read), free(sc.drop), free(sc.keep), free(sc.last), free(sc.stack);
     if (rc != REMAT_OK) chain_free(c);
     return rc;
 }
