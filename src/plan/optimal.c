@@ -320,15 +320,15 @@ static void measure_stage(const remat__prog *p, chain *c, int i, const scratch *
  * Such an edge's value is carried across u (the first view's features,
  * read by the head after the second view's whole branch): add_carried
  * counts it in every stage it spans. reach[u] is left as u's last op
- * consumer (u itself when none); minsrc is scratch of g->n entries. */
+ * consumer (u itself when none; -1 for a leaf or a node the loss does not
+ * need); minsrc is scratch of g->n entries. */
 static int chain_points(const remat_graph *g, const uint8_t *needed, int32_t *out, int32_t *reach, int32_t *minsrc) {
-    int n = g->n, k = 0, levels = 1, no_table = 0;
-    int32_t *table = NULL; /* sparse table of reach's range maxima, built when first needed */
-    for (int u = 0; u < n; u++) reach[u] = u;
+    int n = g->n, k = 0, levels = 1;
+    for (int u = 0; u < n; u++) reach[u] = needed[u] && g->nodes[u].leaf == REMAT__LEAF_NONE ? u : -1;
     for (int c = 0; c < n; c++) {
         const remat__node *nd = &g->nodes[c];
         minsrc[c] = c;
-        if (!needed[c] || nd->leaf != REMAT__LEAF_NONE) continue;
+        if (reach[c] < 0) continue;
         for (int i = 0; i < nd->n_in; i++) {
             int32_t x = nd->in[i];
             if (g->nodes[x].leaf != REMAT__LEAF_NONE) continue;
@@ -336,28 +336,24 @@ static int chain_points(const remat_graph *g, const uint8_t *needed, int32_t *ou
             if (minsrc[x] < minsrc[c]) minsrc[c] = minsrc[x];
         }
     }
+    /* range maxima of reach: level l holds the largest of [v, v + 2^l);
+     * without the memory, the articulation points alone */
+    while ((1 << levels) < n) levels++;
+    int32_t *table = malloc((size_t)levels * (size_t)n * sizeof *table);
+    if (table) memcpy(table, reach, (size_t)n * sizeof *table);
+    for (int l = 1; table && l < levels; l++)
+        for (int v = 0; v + (1 << l) <= n; v++) {
+            int32_t a = table[(size_t)(l - 1) * n + v], b = table[(size_t)(l - 1) * n + v + (1 << (l - 1))];
+            table[(size_t)l * n + v] = a > b ? a : b;
+        }
     int32_t far = -1; /* the farthest consumer of any op node before u */
     for (int u = 0; u < n; u++) {
-        if (!needed[u] || g->nodes[u].leaf != REMAT__LEAF_NONE) continue;
-        int point = far <= u;
-        if (!table && !point && minsrc[u] > 0 && !no_table) {
-            while ((1 << levels) < n) levels++;
-            table = malloc((size_t)levels * (size_t)n * sizeof *table);
-            no_table = !table; /* without it: the articulation points alone */
-            if (table) {
-                for (int v = 0; v < n; v++)
-                    table[v] = needed[v] && g->nodes[v].leaf == REMAT__LEAF_NONE ? reach[v] : -1;
-                for (int l = 1; l < levels; l++)
-                    for (int v = 0; v + (1 << l) <= n; v++) {
-                        int32_t a = table[(size_t)(l - 1) * n + v], b = table[(size_t)(l - 1) * n + v + (1 << (l - 1))];
-                        table[(size_t)l * n + v] = a > b ? a : b;
-                    }
-            }
-        }
-        if (!point && minsrc[u] > 0 && table) { /* the farthest consumer of the nodes in [minsrc[u], u) */
-            int lo = minsrc[u], len = u - lo, l = 0;
+        if (reach[u] < 0) continue;
+        int point = far <= u, lo = minsrc[u], len = u - lo, l = 0;
+        if (!point && len == 0) point = 1; /* u depends on no op node */
+        if (!point && table) { /* the farthest consumer of the nodes in [minsrc[u], u) */
             while ((2 << l) <= len) l++;
-            int32_t a = len > 0 ? table[(size_t)l * n + lo] : -1, b = len > 0 ? table[(size_t)l * n + u - (1 << l)] : -1;
+            int32_t a = table[(size_t)l * n + lo], b = table[(size_t)l * n + u - (1 << l)];
             point = (a > b ? a : b) <= u;
         }
         if (point) out[k++] = u;
