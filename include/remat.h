@@ -521,6 +521,16 @@ typedef struct {
     double host_latency;     /* seconds per copy; < 0: the cost model's,
                               * else REMAT_PCIE_LATENCY
                               * (remat_session_opts_default sets -1) */
+    int grads_resident;      /* a traced step (a graph file) whose framework
+                              * holds every parameter's gradient from the
+                              * step's start (gradient accumulation over
+                              * micro-steps, PyTorch's zero_grad(set_to_none=
+                              * False)): the gradients are counted from the
+                              * start, in the gradient block, and a backward
+                              * that makes one holds its new gradient as a
+                              * transient while the framework adds it in.
+                              * remat's own graphs always keep their
+                              * gradients so: ignored for them */
 } remat_session_opts;
 
 void remat_session_opts_default(remat_session_opts *o);

@@ -230,6 +230,31 @@ static void test_mlp_store_all(const char *mlp) {
     remat_graph_destroy(g);
 }
 
+/* grads_resident (gradient accumulation, zero_grad(set_to_none=False)):
+ * both weights' gradients are held from the start, so the peak at relu2's
+ * backward holds them too (2 * 262144 more than store-all's); mm2's
+ * backward holds its new gradient of fc2.weight (262144) as a transient
+ * while the framework adds it in, beside the gradients of its output and
+ * input: 2 * 524288 + 262144, the transient peak. */
+static void test_mlp_grads_resident(const char *mlp) {
+    cJSON *p = plan(mlp, "{\"grads_resident\": true}", NULL);
+    CHECK(p != NULL && feasible(p));
+    if (p) {
+        CHECK_MSG(peak(p, "gradients") == MLP_PARAMS, "%.0f", peak(p, "gradients"));
+        CHECK_MSG(peak(p, "transient") == 2 * 524288.0 + 262144.0, "%.0f", peak(p, "transient"));
+        double total = 2 * MLP_PARAMS + MLP_ACT + MLP_TRANSIENT;
+        CHECK_MSG(peak(p, "total") == total, "%.0f, not %.0f", peak(p, "total"), total);
+    }
+    cJSON_Delete(p);
+    /* the floor rises by the gradients held before their backward */
+    double f0 = 0, f1 = 0;
+    cJSON *a = plan(mlp, "{\"budget\": 1}", NULL), *b = plan(mlp, "{\"budget\": 1, \"grads_resident\": true}", NULL);
+    CHECK(a && b && !feasible(a) && !feasible(b));
+    if (a && b) f0 = num(a, "floor"), f1 = num(b, "floor");
+    CHECK_MSG(f1 > f0 && f1 <= f0 + MLP_PARAMS + 262144.0, "floors %.0f and %.0f", f0, f1);
+    cJSON_Delete(a), cJSON_Delete(b);
+}
+
 static void test_mlp_floor(const char *mlp) {
     /* Bisection: lo infeasible, hi feasible. */
     size_t lo = 1, hi = (size_t)MLP_STORE_ALL;
@@ -725,6 +750,7 @@ int main(int argc, char **argv) {
     CHECK_MSG(mlp != NULL, "graphs/mlp.json (run from tests/)");
     if (mlp) {
         test_mlp_store_all(mlp);
+        test_mlp_grads_resident(mlp);
         test_mlp_floor(mlp);
         test_mlp_between(mlp);
     }

@@ -23,6 +23,7 @@ typedef struct {
     int threads;
     int timeline;
     int recompute_once;
+    int grads_resident;
 } request;
 
 static remat_status read_request(const char *text, request *r) {
@@ -49,6 +50,7 @@ static remat_status read_request(const char *text, request *r) {
     }
     r->timeline = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(root, "timeline"));
     r->recompute_once = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(root, "recompute_once"));
+    r->grads_resident = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(root, "grads_resident"));
     const cJSON *o = cJSON_GetObjectItemCaseSensitive(root, "optimizer");
     if (st == REMAT_OK && o && !cJSON_IsNull(o)) {
         const cJSON *k = cJSON_GetObjectItemCaseSensitive(o, "kind");
@@ -209,6 +211,7 @@ remat_status remat_plan_graph_json(const char *graph_text, const char *request_j
     so.strategy = rq.strategy;
     so.optim = rq.has_optim ? &rq.optim : NULL;
     so.recompute_once = rq.recompute_once;
+    so.grads_resident = rq.grads_resident;
     size_t floor_bytes = 0;
     so.floor_out = &floor_bytes;
     remat_session *s = NULL;

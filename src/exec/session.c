@@ -129,7 +129,7 @@ static remat_status alloc_params(remat_session *s) {
         pb[np++] = remat__out_bytes(n);
         /* a traced step's parameter gradients are its memory plan's (made
          * on demand, as the framework that runs it does) */
-        if (n->leaf == REMAT__LEAF_PARAM && !g->traced) gb[ng++] = remat__out_bytes(n);
+        if (n->leaf == REMAT__LEAF_PARAM && (!g->traced || s->opts.grads_resident)) gb[ng++] = remat__out_bytes(n);
         if (remat__out_bytes(n) > largest) largest = remat__out_bytes(n);
     }
     s->n_params = np;
@@ -144,7 +144,7 @@ static remat_status alloc_params(remat_session *s) {
         remat__pslot *p = &s->params[i];
         const remat__node *n = &g->nodes[p->node];
         p->data = pp[i];
-        if (n->leaf == REMAT__LEAF_PARAM && !g->traced) p->grad = gp[j++];
+        if (n->leaf == REMAT__LEAF_PARAM && (!g->traced || s->opts.grads_resident)) p->grad = gp[j++];
         init_param(n, p->node, s->opts.seed, host);
         st = s->be->upload(s->dev, p->data, host, remat__out_bytes(n));
     }
@@ -256,6 +256,7 @@ static remat_status create(remat_session **out, const remat_graph *g, remat_node
                         s->opts.threads, s->opts.threads);
     if (st == REMAT_OK && cm) remat__prog_set_cost(&s->prog, cm);
     s->prog.recompute_once = s->opts.recompute_once;
+    s->prog.grads_resident = s->opts.grads_resident;
     s->opts.cost_model = NULL; /* copied: the caller's may go away */
     if (st == REMAT_OK) st = alloc_tables(s);
     if (st == REMAT_OK) st = resolve_strategy(s);

@@ -161,6 +161,10 @@ static void walk_bwd(walker *w, const remat__prog *p, const remat__schedule *s, 
         w->m->din[i] |= 1u << j;
         int param = g->nodes[n->in[j]].leaf == REMAT__LEAF_PARAM;
         int32_t vi = REMAT__VAL(n->in[j], REMAT__V_GRAD);
+        if (param && w->m->per_tensor && p->grads_resident) { /* the framework's new gradient, added in */
+            give(w, i, take(w, i, -1, REMAT_MEM_TRANSIENT, remat__value_bytes(p, vi), REMAT__FILL_NONE));
+            continue;
+        }
         if ((param && !w->m->per_tensor) || resident(w, vi)) continue; /* the GRAD block's, or accumulated */
         take(w, i, vi, param ? REMAT_MEM_GRAD : REMAT_MEM_TRANSIENT, remat__value_bytes(p, vi),
              param ? REMAT__FILL_NONE : REMAT__FILL_ZERO);
