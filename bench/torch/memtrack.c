@@ -1,15 +1,18 @@
 /* memtrack.c: heap accounting for PyTorch's CPU tensors.
  *
- * Preloaded into the Python process (LD_PRELOAD), it wraps glibc's aligned
- * allocations and keeps the live and peak bytes of tensor memory: the CPU's
- * counterpart of torch.cuda.max_memory_allocated. PyTorch's CPU allocator
- * (c10::alloc_cpu) takes every tensor's buffer from posix_memalign and gives
- * it back with free; so do oneDNN's scratchpads. Every aligned block is
- * counted at the bytes asked for, whatever its size (a scalar's 4 bytes as
- * a 4 MiB activation's), and remembered in a table of addresses so that
- * its free subtracts the same bytes. What malloc, calloc and realloc hand
- * out (the interpreter's objects, the autograd engine's nodes and queues)
- * is not tensor memory and is not counted. No sampling and no profiler.
+ * Preloaded into the Python process (LD_PRELOAD), it wraps glibc's
+ * allocations and keeps the live and peak bytes of the heap that holds
+ * data: the CPU's counterpart of torch.cuda.max_memory_allocated, and more.
+ * PyTorch's CPU allocator (c10::alloc_cpu) takes every tensor's buffer from
+ * posix_memalign and gives it back with free; so do oneDNN's scratchpads.
+ * Every aligned block is counted at the bytes asked for, whatever its size
+ * (a scalar's 4 bytes as a 4 MiB activation's). Every block of MALLOC_MIN
+ * (64 KiB) or more from malloc, calloc or realloc is counted too: what a
+ * kernel library (BLAS packing, a oneDNN primitive's own buffers) takes
+ * outside PyTorch's allocator, which a plan must also hold. Smaller ones
+ * (the interpreter's objects, the autograd engine's nodes and queues) are
+ * not counted. Each counted block is remembered in a table of addresses so
+ * that its free subtracts the same bytes. No sampling and no profiler.
  * Python reads and resets the counters through ctypes.
  *
  *   cc -O2 -shared -fPIC -o memtrack.so memtrack.c
@@ -21,8 +24,22 @@
 #include <stdint.h>
 
 extern void *__libc_memalign(size_t, size_t);
+extern void *__libc_malloc(size_t);
+extern void *__libc_calloc(size_t, size_t);
 extern void *__libc_realloc(void *, size_t);
 extern void __libc_free(void *);
+
+#include <stdlib.h>
+#include <string.h>
+
+/* The smallest malloc, calloc or realloc block counted: 64 KiB, or none
+ * with REMAT_MEMTRACK_MALLOC=off in the environment (tensor memory alone,
+ * as remat's own test of its executor's bytes measures). */
+static size_t malloc_min = (size_t)64 << 10;
+__attribute__((constructor)) static void read_env(void) {
+    const char *e = getenv("REMAT_MEMTRACK_MALLOC");
+    if (e && strcmp(e, "off") == 0) malloc_min = SIZE_MAX;
+}
 
 static int64_t live, peak;
 
@@ -33,7 +50,7 @@ static void count(int64_t n) {
     }
 }
 
-/* The aligned blocks: open addressing on the address, linear probing,
+/* The counted blocks: open addressing on the address, linear probing,
  * deletion by backward shift; one spin lock (tensor allocations are few
  * next to the work on them). 2^22 slots, touched only as they fill. */
 #define SLOTS ((size_t)1 << 22)
@@ -51,9 +68,8 @@ static void acquire(void) {
 }
 static void release(void) { __atomic_store_n(&lock, 0, __ATOMIC_RELEASE); }
 
-static void remember(void *q, size_t n) {
-    if (!q) return;
-    uintptr_t p = (uintptr_t)q;
+/* Puts q in the table at n bytes; 0 when the table is full. */
+static int insert(uintptr_t p, size_t n) {
     acquire();
     int room = used < SLOTS / 2;
     if (room) {
@@ -62,11 +78,16 @@ static void remember(void *q, size_t n) {
         slot[i].p = p, slot[i].n = n, used++;
     }
     release();
-    if (room) count((int64_t)n);
+    return room;
+}
+
+static void remember(void *q, size_t n) {
+    if (!q) return;
+    if (insert((uintptr_t)q, n)) count((int64_t)n);
     else __atomic_store_n(&dropped, 1, __ATOMIC_RELAXED); /* a full table: this block is not counted (memtrack_dropped says so) */
 }
 
-/* The bytes an aligned block was counted at, forgotten; -1 when q is not one. */
+/* The bytes a block was counted at, forgotten; -1 when q is not counted. */
 static int64_t forget(void *q) {
     uintptr_t p = (uintptr_t)q;
     int64_t n = -1;
@@ -99,9 +120,29 @@ void free(void *p) {
     sub(p);
     __libc_free(p);
 }
-void *realloc(void *q, size_t n) { /* an aligned block moved by realloc is no longer counted */
-    sub(q);
-    return __libc_realloc(q, n);
+void *malloc(size_t n) {
+    void *p = __libc_malloc(n);
+    if (n >= malloc_min) remember(p, n);
+    return p;
+}
+void *calloc(size_t k, size_t n) {
+    void *p = __libc_calloc(k, n);
+    if (n && k >= malloc_min / n) remember(p, k * n); /* no overflow: calloc refused it */
+    return p;
+}
+void *realloc(void *q, size_t n) { /* counted again at its new size, if it is counted at all */
+    int64_t old = q ? forget(q) : -1;
+    void *p = __libc_realloc(q, n);
+    if (!p && q && n) { /* refused: q stays as it was, and so does its count */
+        if (old >= 0 && !insert((uintptr_t)q, (size_t)old)) {
+            __atomic_sub_fetch(&live, old, __ATOMIC_RELAXED);
+            __atomic_store_n(&dropped, 1, __ATOMIC_RELAXED);
+        }
+        return p;
+    }
+    if (old >= 0) __atomic_sub_fetch(&live, old, __ATOMIC_RELAXED);
+    if (n >= malloc_min) remember(p, n);
+    return p;
 }
 void *memalign(size_t a, size_t n) {
     void *p = __libc_memalign(a, n);

@@ -156,13 +156,15 @@ static void walk_bwd(walker *w, const remat__prog *p, const remat__schedule *s, 
         w->st = remat__err(REMAT_INTERNAL, "schedule differentiates node %d without its saved values", in->node);
     if (w->st != REMAT_OK) return;
     if (!resident(w, vg)) take(w, i, vg, REMAT_MEM_TRANSIENT, remat__value_bytes(p, vg), REMAT__FILL_ONE);
+    int32_t added[REMAT__MAX_IN]; /* new parameter gradients the framework adds into held ones */
+    int n_added = 0;
     for (int j = 0; j < n->n_in; j++) {
         if (!remat__bwd_writes(p, n, j)) continue;
         w->m->din[i] |= 1u << j;
         int param = g->nodes[n->in[j]].leaf == REMAT__LEAF_PARAM;
         int32_t vi = REMAT__VAL(n->in[j], REMAT__V_GRAD);
-        if (param && w->m->per_tensor && p->grads_resident) { /* the framework's new gradient, added in */
-            give(w, i, take(w, i, -1, REMAT_MEM_TRANSIENT, remat__value_bytes(p, vi), REMAT__FILL_NONE));
+        if (param && w->m->per_tensor && p->grads_resident) { /* held through the kernel's workspace */
+            added[n_added++] = take(w, i, -1, REMAT_MEM_TRANSIENT, remat__value_bytes(p, vi), REMAT__FILL_NONE);
             continue;
         }
         if ((param && !w->m->per_tensor) || resident(w, vi)) continue; /* the GRAD block's, or accumulated */
@@ -170,6 +172,7 @@ static void walk_bwd(walker *w, const remat__prog *p, const remat__schedule *s, 
              param ? REMAT__FILL_NONE : REMAT__FILL_ZERO);
     }
     give(w, i, take(w, i, -1, REMAT_MEM_WORKSPACE, remat__ws_bytes(p, in->node, 1), REMAT__FILL_NONE));
+    for (int k = 0; k < n_added; k++) give(w, i, added[k]);
 }
 
 /* OUT(v) as instruction i: the host copy taken (the device instance

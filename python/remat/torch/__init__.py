@@ -28,8 +28,8 @@ from .apply import Applied, Decisions
 from .capture import CaptureError, Trace, device_of, capture
 from . import memtrack
 
-__all__ = ["plan", "plan_trace", "budget_for", "max_batch", "measure", "capture", "Plan", "Trace", "CaptureError",
-           "RematError", "parse_bytes"]
+__all__ = ["plan", "plan_trace", "budget_for", "max_batch", "measure", "capture", "Plan", "Planner", "Trace",
+           "CaptureError", "RematError", "parse_bytes"]
 
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1000, "kib": 1 << 10, "m": 1 << 20, "mb": 1000 ** 2, "mib": 1 << 20,
           "g": 1 << 30, "gb": 1000 ** 3, "gib": 1 << 30, "t": 1 << 40, "tb": 1000 ** 4, "tib": 1 << 40}
@@ -79,6 +79,12 @@ class Plan:
         self.trace = trace
         self.result = result
         self.request = request
+        #: every parameter's gradient counted from the step's start (accumulate > 1, grads_held)
+        self.grads_held = bool(request.get("grads_resident"))
+        self.accumulate = int(request.get("accumulate", 1))
+        #: how each op's transient bytes were measured (meters.py), and what that could not see (or None)
+        self.transients = trace.transients
+        self.unmeasured = trace.unmeasured
         self.feasible = bool(result.get("feasible"))
         self.budget = int(result.get("budget", 0))
         self.floor = int(result.get("floor", 0)) if not self.feasible else None
@@ -121,6 +127,75 @@ class Plan:
                 lines.append("  %-16s %14d" % (c, self.predicted[c]))
         extra = 100.0 * self.extra_flops / self.flops if self.flops else 0.0
         lines.append("  recomputes %d of %d ops: +%.2f%% FLOPs" % (len(self.recompute_ops), len(self.trace.ops), extra))
+        if self.grads_held:
+            lines.append("  gradients held from the step's start (%s)" % (
+                "%d micro-steps per optimizer step" % self.accumulate if self.accumulate > 1 else "grads_held"))
+        lines.append("  transients measured by %s%s" % (self.transients, "; not seen: " + self.unmeasured
+                                                         if self.unmeasured else ""))
+        return "\n".join(lines)
+
+
+class Planner:
+    """Plans for a loop whose inputs change shape (NLP buckets, a last
+    partial batch, several image sizes), as torch.compile re-traces per
+    shape: each new input signature (shapes and dtypes) is captured and
+    planned once, on first sight, and its plan kept.
+
+        planner = rt.Planner(model, budget="6GiB", optimizer=opt)
+        for x, y in batches:
+            with planner.apply((x,), lambda out: loss_fn(out, y)):
+                loss = loss_fn(model(x), y)
+                loss.backward()
+            opt.step(); opt.zero_grad()
+        print(planner)        # how many plans it made, and for what
+
+    A signature that no plan fits raises RematError naming its floor.
+    Capturing a new signature runs the step twice more (a warm-up and the
+    recorded step), with the model, gradients, buffers and RNG restored."""
+
+    def __init__(self, model, budget, optimizer=None, loss_fn=None, strategy="auto", accumulate=1,
+                 grads_held=False, transients="auto"):
+        self.model, self.budget, self.optimizer, self.loss_fn = model, parse_bytes(budget), optimizer, loss_fn
+        self.strategy, self.accumulate, self.grads_held, self.transients = strategy, accumulate, grads_held, transients
+        self.plans = {}  # input signature -> Plan
+        self.seconds = 0.0  # capturing and planning, all signatures
+
+    def plan_for(self, inputs, loss_fn=None):
+        """The plan for inputs' signature, made now if it is new."""
+        from .capture import signature
+        if not isinstance(inputs, (tuple, list)):
+            inputs = (inputs,)
+        key = signature(inputs)
+        p = self.plans.get(key)
+        if p is None:
+            lf = loss_fn or self.loss_fn
+            if lf is None:
+                raise ValueError("Planner needs a loss function (loss_fn(output) -> scalar) to plan a new shape")
+            t0 = time.perf_counter()
+            p = plan(self.model, tuple(inputs), lf, self.budget, self.optimizer, self.strategy, self.accumulate,
+                     self.grads_held, self.transients)
+            self.seconds += time.perf_counter() - t0
+            if not p.feasible:
+                from .capture import describe
+                raise RematError("no plan fits %d bytes for inputs %s: the smallest feasible budget is %d bytes"
+                                 % (self.budget, describe(key), p.floor or 0))
+            self.plans[key] = p
+        return p
+
+    def apply(self, inputs, loss_fn=None):
+        """The context to run the step on inputs under (plan.apply() of its plan)."""
+        return self.plan_for(inputs, loss_fn).apply()
+
+    def __len__(self):
+        return len(self.plans)
+
+    def __repr__(self):
+        from .capture import describe
+        lines = ["remat planner: %d plan%s for a budget of %d bytes (%.2f s capturing and planning)" % (
+            len(self.plans), "" if len(self.plans) == 1 else "s", self.budget, self.seconds)]
+        for k, p in self.plans.items():
+            lines.append("  %s: predicted peak %d bytes, recomputes %d ops" % (describe(k), p.peak_bytes,
+                                                                              len(p.recompute_ops)))
         return "\n".join(lines)
 
 
@@ -149,41 +224,64 @@ def budget_for(peak, margin=MARGIN):
     return fb
 
 
-def plan_trace(trace, budget=None, optimizer=None, strategy="auto", margin=MARGIN):
-    """Plans a captured step (capture(...)) at a budget (bytes or "6GiB")."""
+def _grads_request(accumulate, grads_held):
+    if not isinstance(accumulate, int) or accumulate < 1:
+        raise ValueError("accumulate is the number of forward and backward passes per optimizer step, >= 1, "
+                         "not %r" % (accumulate,))
+    return accumulate > 1 or bool(grads_held)
+
+
+def plan_trace(trace, budget=None, optimizer=None, strategy="auto", margin=MARGIN, accumulate=1, grads_held=False):
+    """Plans a captured step (capture(...)) at a budget (bytes or "6GiB").
+    accumulate=k: the loop runs k forward and backward passes per optimizer
+    step (gradient accumulation), so every gradient is held from the first
+    pass on; grads_held=True: the same for a loop that keeps its gradients
+    between steps (zero_grad(set_to_none=False)). The plan covers every
+    micro-step: each holds the same."""
     b = parse_bytes(budget)
     inner = _inner(b, margin) if b else 0  # 0 is "no budget"
     # recompute_once: the applier keeps what it recomputed until its last use,
     # so the plans it runs recompute each op at most once
-    req = {"budget": inner, "strategy": strategy, "optimizer": _optimizer_request(optimizer), "recompute_once": True}
+    req = {"budget": inner, "strategy": strategy, "optimizer": _optimizer_request(optimizer), "recompute_once": True,
+           "grads_resident": _grads_request(accumulate, grads_held)}
     result = plan_graph(trace.graph(), req)
+    req["accumulate"] = accumulate
     result["budget"] = b
     if not result.get("feasible") and result.get("floor"):
         result["floor"] = budget_for(int(result["floor"]), margin)
     return Plan(trace, result, req)
 
 
-def plan(model, inputs, loss_fn, budget=None, optimizer=None, strategy="auto"):
+def plan(model, inputs, loss_fn, budget=None, optimizer=None, strategy="auto", accumulate=1, grads_held=False,
+         transients="auto"):
     """Captures model's training step on inputs with loss_fn(output) -> scalar
     and plans it within budget (bytes, or a string such as "6GiB"; None: no
     limit). optimizer: a torch.optim.SGD/Adam/AdamW (or "sgd", "adamw"), whose
-    state the plan counts. A budget nothing fits gives a Plan with feasible
-    False and .floor, the smallest budget that fits (see plan.result)."""
-    return plan_trace(capture(model, inputs, loss_fn), budget, optimizer, strategy)
+    state the plan counts. accumulate=k: k forward and backward passes per
+    optimizer step (gradient accumulation); grads_held=True: gradients kept
+    between steps (zero_grad(set_to_none=False)); both count every gradient
+    from the step's start. transients: how capture measures each op's
+    transient bytes ("auto": the heap counter where it is preloaded or a
+    CUDA device's statistics, else PyTorch's profiler; see meters.py). A
+    budget nothing fits gives a Plan with feasible False and .floor, the
+    smallest budget that fits (see plan.result)."""
+    return plan_trace(capture(model, inputs, loss_fn, transients=transients), budget, optimizer, strategy,
+                      accumulate=accumulate, grads_held=grads_held)
 
 
-def max_batch(make_inputs, model, loss_fn, budget, optimizer=None, start=1, limit=1 << 16):
+def max_batch(make_inputs, model, loss_fn, budget, optimizer=None, start=1, limit=1 << 16, accumulate=1,
+              grads_held=False):
     """The largest batch whose step fits budget, with store-all and with
     remat's plan: {"all": b, "optimal": b}. make_inputs(b) gives the model's
-    inputs for batch b; loss_fn(output) the loss. Each batch is captured
-    (PyTorch runs one step at that batch) and planned: doubling, then
-    bisection."""
+    inputs for batch b; loss_fn(output) the loss; accumulate and grads_held
+    as for plan(). Each batch is captured (PyTorch runs one step at that
+    batch) and planned: doubling, then bisection."""
     budget = parse_bytes(budget)
     out = {}
     for strategy in ("all", "optimal"):
         def fits(b):
             t = capture(model, make_inputs(b), loss_fn)
-            p = plan_trace(t, budget, optimizer, strategy)
+            p = plan_trace(t, budget, optimizer, strategy, accumulate=accumulate, grads_held=grads_held)
             return p.feasible and p.peak_bytes <= budget
         lo, hi = 0, start
         while hi <= limit and fits(hi):
@@ -210,14 +308,17 @@ def _bytes_of(tensors):
     return n
 
 
-def measure(model, inputs, loss_fn, plan=None, optimizer=None, steps=3):
+def measure(model, inputs, loss_fn, plan=None, optimizer=None, steps=3, accumulate=1, set_to_none=True):
     """Runs `steps` training steps (under plan when given) and measures each:
     the peak bytes the process holds during forward and backward (on the
     CPU the heap counter, which must be preloaded: python -m remat.torch run
     SCRIPT; on a CUDA device torch.cuda.max_memory_allocated), counted like
-    the prediction (parameters, gradients, optimizer state, the batch, and
-    everything the step allocates), and its seconds. Returns a dict with the
-    per-step figures and, with a plan, the prediction."""
+    the prediction (parameters, gradients held, optimizer state, the batch,
+    and everything the step allocates), and its seconds. A step is
+    `accumulate` forward and backward passes, then the optimizer's; it
+    starts with zero_grad(set_to_none=set_to_none). Returns a dict with the
+    per-step figures (the peak over the step's passes, the seconds of its
+    passes) and, with a plan, the prediction."""
     if not isinstance(inputs, (tuple, list)):
         inputs = (inputs,)
     device = device_of(model, inputs)
@@ -231,27 +332,33 @@ def measure(model, inputs, loss_fn, plan=None, optimizer=None, steps=3):
     rows = []
     for _ in range(steps):
         if optimizer is not None:
-            optimizer.zero_grad(set_to_none=True)
+            optimizer.zero_grad(set_to_none=set_to_none)
         else:
             for p in params:
-                p.grad = None
-        state = _bytes_of(params) + _bytes_of(_optim_tensors(optimizer)) + _bytes_of(inputs)
-        sync()
-        live0 = c.live()
-        c.reset_peak()
-        t0 = time.perf_counter()
-        ctx = plan.apply() if plan is not None else contextlib.nullcontext()
-        with ctx:
-            loss = loss_fn(model(*inputs))
-            loss.backward()
-        sync()
-        t1 = time.perf_counter()
-        peak = c.peak() - live0
+                if set_to_none or p.grad is None:
+                    p.grad = None
+                else:
+                    p.grad.zero_()
+        peak, seconds = 0, 0.0
+        for _ in range(accumulate):
+            state = (_bytes_of(params) + _bytes_of(_optim_tensors(optimizer)) + _bytes_of(inputs)
+                     + _bytes_of(p.grad for p in params))
+            sync()
+            live0 = c.live()
+            c.reset_peak()
+            t0 = time.perf_counter()
+            ctx = plan.apply() if plan is not None else contextlib.nullcontext()
+            with ctx:
+                loss = loss_fn(model(*inputs))
+                loss.backward()
+            sync()
+            seconds += time.perf_counter() - t0
+            peak = max(peak, state + c.peak() - live0)
         if optimizer is not None:
             optimizer.step()
-        rows.append({"peak_bytes": state + peak, "seconds": t1 - t0, "loss": float(loss.detach())})
+        rows.append({"peak_bytes": peak, "seconds": seconds, "loss": float(loss.detach())})
     if not c.complete():
-        raise RematError("the heap counter's table is full (over 2^21 tensors live at once): it cannot measure")
+        raise RematError("the heap counter's table is full (over 2^21 blocks live at once): it cannot measure")
     out = {"steps": rows, "peak_bytes": max(r["peak_bytes"] for r in rows[1:] or rows),
            "seconds": sorted(r["seconds"] for r in rows)[len(rows) // 2]}
     if plan is not None:

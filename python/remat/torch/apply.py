@@ -283,23 +283,69 @@ class Applier(TorchDispatchMode):
 
 
 class Applied(contextlib.AbstractContextManager):
-    """The context of one step under a plan: the dispatch mode and the hooks."""
+    """The context of one step under a plan: what it checks on entry (the
+    gradients held, the inputs' shapes), and the dispatch mode and the
+    saved-tensor hooks, which a plan that drops nothing does without: its
+    step runs as PyTorch runs it, with no Python per op."""
 
     def __init__(self, plan, decisions):
         self.plan = plan
         self.decisions = decisions
         self.applier = None
         self._hooks = None
+        self._pre = None
 
     def __enter__(self):
+        t = self.plan.trace
+        self._check_grads(t)
+        model = t.model() if t.model is not None else None
+        if model is not None:
+            self._pre = model.register_forward_pre_hook(self._check_inputs, with_kwargs=True)
+        if not self.decisions.rec_ops:
+            return self
         a = self.applier = Applier(self.plan, self.decisions)
         self._hooks = torch.autograd.graph.saved_tensors_hooks(a.pack, a.unpack)
         self._hooks.__enter__()
         a.__enter__()
         return self
 
+    def _check_grads(self, t):
+        """A gradient held at the step's start that the plan did not count
+        (accumulation, zero_grad(set_to_none=False)) would put the step
+        above its budget: refused before anything runs."""
+        if self.plan.grads_held:
+            return
+        held = [n for n, ref in t.params if ref() is not None and ref().grad is not None]
+        if held:
+            from .._lib import RematError
+            raise RematError(
+                "%d of the %d parameters hold a gradient at the step's start (%s%s), which this plan did not count: "
+                "it counts each gradient from the backward that makes it, as after optimizer.zero_grad() (set to "
+                "None). For gradient accumulation plan with rt.plan(..., accumulate=k) (k micro-steps per optimizer "
+                "step); for zero_grad(set_to_none=False), rt.plan(..., grads_held=True)"
+                % (len(held), len(t.params), ", ".join(held[:3]), ", ..." if len(held) > 3 else ""))
+
+    def _check_inputs(self, module, args, kwargs):
+        from .capture import describe, signature
+        sig = signature((args, kwargs) if kwargs else args)
+        want = self.plan.trace.input_sig
+        if sig != want:
+            from .._lib import RematError
+            raise RematError(
+                "this plan was made for inputs %s, and the model was called with %s: its bytes are another step's. "
+                "Plan again for these inputs, or let rt.Planner plan each new shape once"
+                % (describe(want), describe(sig)))
+        self._pre.remove()  # once per step: the model's own calls inside it (DDP's module) are its business
+        self._pre = None
+        return None
+
     def __exit__(self, *exc):
+        if self._pre is not None:
+            self._pre.remove()
+            self._pre = None
         a = self.applier
+        if a is None:
+            return False
         a.__exit__(*exc)
         self._hooks.__exit__(*exc)
         calls = self.plan.trace.calls

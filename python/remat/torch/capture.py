@@ -20,8 +20,12 @@ selective checkpointing are built on). From them:
 - a saved tensor is a read by the backward of the op whose autograd node
   saved it (inputs are saved just before the op runs, outputs just after);
 - costs are FLOPs (PyTorch's own flop formulas, torch.utils.flop_counter;
-  an op without one costs its output's element count); transient bytes are
-  measured when the heap counter (libremat-memtrack.so) is preloaded.
+  an op without one costs its output's element count); transient bytes (what
+  an op holds while it runs beyond what it makes: oneDNN's scratch, im2col
+  columns, cuDNN's workspaces) are measured per forward call and per
+  autograd node of the backward by a meter (meters.py): the preloaded heap
+  counter or a CUDA device's allocator statistics where there is one, else
+  PyTorch's profiler, so that a plain ``python train.py`` measures them too.
 
 Every op is captured; none is dropped or refused for being unknown. What
 cannot be planned is refused with the reason and the place in the user's
@@ -34,13 +38,14 @@ statistics) and the random number generator are restored afterwards.
 
 import time
 import traceback
+import weakref
 import warnings
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-from . import memtrack
+from . import compat, meters
 
 aten = torch.ops.aten
 
@@ -178,6 +183,11 @@ class Trace:
         self.loss = -1
         self.capture_seconds = 0.0
         self.transient_measured = False
+        self.model = None              # a weak reference to the captured model
+        self.input_sig = ()            # signature() of the captured inputs
+        self.params = []               # (name, weak reference) of each parameter that trains
+        self.transients = meters.NONE  # how transients were measured (meters.py)
+        self.unmeasured = None         # what the measurement could not see, or None
         self.source = ""
 
     # ------------------------------------------------------------ graph file
@@ -211,12 +221,13 @@ class Trace:
 class _Recorder(TorchDispatchMode):
     """Records every aten call of the forward pass into a Trace."""
 
-    def __init__(self, trace, leaves, measure):
+    def __init__(self, trace, leaves, meter):
         super().__init__()
         self.t = trace
         self.live = dict(leaves)  # storage address -> value id
         self.pending = []         # values saved since the last call
-        self.measure = measure    # the heap counter, or None
+        self.meter = meter        # measures each call's transient bytes (meters.py)
+        self.measured = []        # (call index, op, bytes the call made): resolve() sets transients
         self.n_inputs = 0
         self.last = None          # the op of the latest call that made or wrote a value
         self.exact = hasattr(torch.autograd.graph, "node_creation_hook")
@@ -340,12 +351,12 @@ class _Recorder(TorchDispatchMode):
         bufs_in = [a for a in flat_in if _skey(a) in self.live and self.t.values[self.live[_skey(a)]].kind == "buffer"]
         before = [a.clone() for a in bufs_in]
         in_keys = {_skey(a) for a in flat_in}
-        m = self.measure
-        if m is not None:
-            live0 = m.live()
-            m.reset_peak()
-        out = func(*args, **kwargs)
-        peak = m.peak() if m is not None else 0
+        ci = len(self.t.calls)
+        self.meter.begin(("f", ci))
+        try:
+            out = func(*args, **kwargs)
+        finally:
+            self.meter.end()
         flat_out = tree_flatten(out)[0]
         op = Op(len(self.t.ops), name)
         new, fold_into, seen = [], None, set()
@@ -386,7 +397,6 @@ class _Recorder(TorchDispatchMode):
         if flops == 0.0:
             flops = float(sum(t.numel() for t in flat_out if isinstance(t, torch.Tensor)))
         made = sum(self.t.values[v].bytes for _, v in new)
-        transient = max(0, peak - live0 - made) if m is not None else 0
         random = torch.Tag.nondeterministic_seeded in func.tags
         if fold_into is not None and not new:
             target = fold_into
@@ -408,7 +418,7 @@ class _Recorder(TorchDispatchMode):
                     self.t.values[v].readers += 1
             target.calls.append(len(self.t.calls))
             target.flops += flops
-            target.transient = max(target.transient, transient)
+            self.measured.append((ci, target, made))
             target.stateful |= state
             target.random |= random
         self.t.calls.append(Call(str(func), target.id if target is not None else -1, new))
@@ -427,6 +437,11 @@ class _Recorder(TorchDispatchMode):
             self.pending = []
         return out
 
+    def resolve(self, peaks):
+        """Each op's forward transient: its calls' peaks less what they made."""
+        for ci, op, made in self.measured:
+            op.transient = max(op.transient, peaks.get(("f", ci), 0) - made)
+
 
 def _node_hook(rec):
     if rec.exact:
@@ -440,10 +455,11 @@ class _BackwardMeter(TorchDispatchMode):
     autograd node, the peak above what was live when the node started, less
     the gradients of its inputs (which the plan counts as values)."""
 
-    def __init__(self, trace, counter):
+    def __init__(self, trace, meter):
         super().__init__()
-        self.t, self.c = trace, counter
-        self.node, self.op, self.start = None, -1, 0
+        self.t, self.m = trace, meter
+        self.node = None
+        self.segs = []  # (segment, op id) in the order the nodes ran
         self.seen = set()
         self.last_reader = {}
         for o in trace.ops:
@@ -451,40 +467,57 @@ class _BackwardMeter(TorchDispatchMode):
             for v in o.inputs:
                 self.last_reader[v] = o.id
 
-    def _close(self):
-        """The transient of the node that ran since start: its peak above
-        what was live when it started, less the gradients of its inputs
-        (values the plan counts) and of the parameters whose gradient it
-        makes (the plan counts them from there to the step's end). A
+    def resolve(self, peaks):
+        """Each op's backward transient: the peak of each run of its node
+        above what was live when it started, less the gradients of its
+        inputs (values the plan counts) and of the parameters whose gradient
+        it makes (the plan counts them from there to the step's end). A
         parameter's gradient is made in the backward of its last reader,
         the first in the backward; the engine adds later readers' into it."""
-        if self.op >= 0:
-            o = self.t.ops[self.op]
-            vals = self.t.values
+        vals = self.t.values
+        for k, op in self.segs:
+            if op < 0:
+                continue
+            o = self.t.ops[op]
             gin = sum(vals[v].bytes for v in set(o.inputs) if vals[v].kind == "activation")
             made = sum(vals[v].bytes for v in set(o.inputs) if vals[v].kind == "parameter"
                        and self.last_reader.get(v) == o.id)
-            o.transient_bwd = max(o.transient_bwd, self.c.peak() - self.start - gin - made)
+            o.transient_bwd = max(o.transient_bwd, peaks.get(("b", k), 0) - gin - made)
             self.seen.add(o.id)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         node = torch._C._current_autograd_node()
         if node is not self.node:
-            self._close()
             self.node = node
-            self.op = node.metadata.get("remat.op", -1) if node is not None else -1
-            self.start = self.c.live()
-            self.c.reset_peak()
+            self.segs.append((len(self.segs), node.metadata.get("remat.op", -1) if node is not None else -1))
+            self.m.begin(("b", len(self.segs) - 1))
         return func(*args, **(kwargs or {}))
 
     def __exit__(self, *a):
-        self._close()
+        self.m.end()
         return super().__exit__(*a)
+
+
+def signature(inputs):
+    """What a plan is made for in its inputs: each tensor's shape and dtype
+    (other arguments: their type), in the order the model takes them."""
+    return tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else type(a).__name__
+                 for a in tree_flatten(inputs)[0])
+
+
+def describe(sig):
+    return ", ".join("%s %s" % (tuple(s[0]), str(s[1]).replace("torch.", "")) if isinstance(s, tuple) else s
+                     for s in sig) or "no tensors"
 
 
 def device_of(model, inputs):
     """The one device the step runs on: the CPU or a CUDA device (refused:
     another device, or several)."""
+    wrapper = compat.unplannable_wrapper(model)
+    if wrapper is not None:
+        raise CaptureError("remat.torch cannot plan a step of a model wrapped in %s: it gathers, shards and frees "
+                           "parameters inside the step, which a capture on one rank does not see. remat.torch plans "
+                           "a model on one device, and DistributedDataParallel" % wrapper)
     devices = {a.device for a in list(model.parameters()) + list(model.buffers()) + list(inputs)
                if isinstance(a, torch.Tensor)}
     if len(devices) > 1 or any(d.type not in ("cpu", "cuda") for d in devices):
@@ -507,7 +540,12 @@ def set_rng_state(state):
 
 
 def _restore_point(model, device):
+    """What capture's steps change: the gradients (set aside, so that a
+    capture inside an accumulating loop neither adds into them nor counts
+    them), the buffers and the RNG."""
     grads = {n: p.grad for n, p in model.named_parameters()}
+    for p in model.parameters():
+        p.grad = None
     bufs = {n: b.detach().clone() for n, b in model.named_buffers()}
     return grads, bufs, rng_state(device)
 
@@ -522,7 +560,7 @@ def _restore(model, point):
     set_rng_state(rng)
 
 
-def capture(model, inputs, loss_fn, warmup=True):
+def capture(model, inputs, loss_fn, warmup=True, transients="auto"):
     """See _capture. It runs on a thread of its own with a deep stack:
     freeing the autograd graph of a long chain of ops with Python hooks on
     its nodes recurses once per node (HeavyModel's 100,000 adds overflow
@@ -532,7 +570,7 @@ def capture(model, inputs, loss_fn, warmup=True):
 
     def body():
         try:
-            out["trace"] = _capture(model, inputs, loss_fn, warmup)
+            out["trace"] = _capture(model, inputs, loss_fn, warmup, transients)
         except BaseException as e:  # re-raised on the caller's thread
             out["error"] = e
 
@@ -548,14 +586,16 @@ def capture(model, inputs, loss_fn, warmup=True):
     return out["trace"]
 
 
-def _capture(model, inputs, loss_fn, warmup=True):
+def _capture(model, inputs, loss_fn, warmup=True, transients="auto"):
     """Captures one training step of `model` on `inputs` (a tensor or a tuple
     of the model's positional arguments) with loss `loss_fn(output)`:
     forward, loss and the values the backward reads. With warmup, one step
     runs first, unrecorded, so that what a first step allocates once
     (oneDNN's caches) is not taken for the step's memory; two for a
     DistributedDataParallel model, which rebuilds its gradient buckets in
-    its second forward (the steps after are all alike). Returns a Trace;
+    its second forward (the steps after are all alike). transients: how
+    each op's transient bytes are measured (meters.meter_for: "auto",
+    "counter", "profiler", "none"). Returns a Trace;
     the model, its gradients, its buffers and the RNG are left as they
     were."""
     if not isinstance(inputs, (tuple, list)):
@@ -563,6 +603,8 @@ def _capture(model, inputs, loss_fn, warmup=True):
     device = device_of(model, inputs)
     t = Trace()
     t.source = "torch %s: %s" % (torch.__version__, type(model).__name__)
+    t.model = weakref.ref(model)
+    t.input_sig = signature(inputs)
     leaves = {}
     params = [(n, p) for n, p in model.named_parameters()]
     for kind, named in (("parameter", [(n, p) for n, p in params if p.requires_grad]),
@@ -583,37 +625,29 @@ def _capture(model, inputs, loss_fn, warmup=True):
         finally:
             _restore(model, point)
         del loss
-    rec = _Recorder(t, leaves, memtrack.counter(device))
-    t.transient_measured = rec.measure is not None
+    meter = meters.meter_for(device, transients)
+    rec = _Recorder(t, leaves, meter)
+    t.transients, t.unmeasured = meter.how, meter.unmeasured
+    t.transient_measured = meter.how != meters.NONE
     start = time.perf_counter()
     try:
-        with torch.autograd.graph.saved_tensors_hooks(lambda x: (rec.saved(x), x)[1], lambda x: x):
-            with _node_hook(rec), rec:
-                loss = loss_fn(model(*inputs))
-            rec._flush_guess(())
-        if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or loss.dtype != torch.float32:
-            raise CaptureError("loss_fn must return a float32 scalar tensor; it returned %r"
-                               % (type(loss).__name__ if not isinstance(loss, torch.Tensor) else
-                                  "%s of shape %s" % (loss.dtype, tuple(loss.shape))))
-        if not loss.requires_grad:
-            raise CaptureError("the loss does not depend on any parameter that requires grad")
-        k = _skey(loss)
-        lv = rec.live.get(k, -1)
-        if lv < 0 or t.values[lv].producer < 0 or t.ops[t.values[lv].producer].outputs[0] != lv:
-            raise CaptureError("the loss is not the first output of an op of the step")
-        t.loss = lv
-        if rec.measure is not None:
+        with meter:
+            with torch.autograd.graph.saved_tensors_hooks(lambda x: (rec.saved(x), x)[1], lambda x: x):
+                with _node_hook(rec), rec:
+                    loss = loss_fn(model(*inputs))
+                rec._flush_guess(())
+            _check_loss(loss, rec, t)
             if not rec.exact:
                 rec._tag_node(loss)
-            meter = _BackwardMeter(t, rec.measure)
-            with meter:
+            bwd = _BackwardMeter(t, meter)
+            with bwd:
                 loss.backward()
-            for o in t.ops:  # untagged (read by no op, or only by an ignored one): its forward's
-                if not rec.exact and o.id not in meter.seen:
-                    o.transient_bwd = o.transient
-        else:
-            loss.backward()
-            for o in t.ops:
+        meter.finish()
+        t.unmeasured = meter.unmeasured
+        rec.resolve(meter.peaks())
+        bwd.resolve(meter.peaks())
+        for o in t.ops:  # untagged (read by no op, or only by an ignored one): its forward's
+            if not rec.exact and o.id not in bwd.seen:
                 o.transient_bwd = o.transient
         no_grad = [n for n, p in params if p.requires_grad and p.grad is None and _skey(p) in leaves
                    and t.values[leaves[_skey(p)]].readers > 0]
@@ -622,8 +656,25 @@ def _capture(model, inputs, loss_fn, warmup=True):
     finally:
         _restore(model, point)
     _unused_params_to_buffers(t)
+    trains = {v.name for v in t.values if v.kind == "parameter"}
+    t.params = [(n, weakref.ref(p)) for n, p in params if n in trains]
     t.capture_seconds = time.perf_counter() - start
     return t
+
+
+def _check_loss(loss, rec, t):
+    """Refuses a loss that is not a float32 scalar made by an op of the step
+    with a gradient to give; else sets the trace's loss value."""
+    if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or loss.dtype != torch.float32:
+        raise CaptureError("loss_fn must return a float32 scalar tensor; it returned %r"
+                           % (type(loss).__name__ if not isinstance(loss, torch.Tensor) else
+                              "%s of shape %s" % (loss.dtype, tuple(loss.shape))))
+    if not loss.requires_grad:
+        raise CaptureError("the loss does not depend on any parameter that requires grad")
+    lv = rec.live.get(_skey(loss), -1)
+    if lv < 0 or t.values[lv].producer < 0 or t.ops[t.values[lv].producer].outputs[0] != lv:
+        raise CaptureError("the loss is not the first output of an op of the step")
+    t.loss = lv
 
 
 def _unused_params_to_buffers(t):

@@ -1,16 +1,20 @@
-"""The heap counter: the tensor memory a CPU PyTorch process really holds.
+"""The heap counter: the memory a CPU PyTorch process really holds.
 
 libremat-memtrack.so (bench/torch/memtrack.c, built beside libremat.so)
-wraps glibc's aligned allocations, from which PyTorch's CPU allocator takes
-every tensor's buffer (and oneDNN its scratchpads), and keeps their live
-and peak bytes, each block at the bytes asked for: the CPU's counterpart of
-torch.cuda.max_memory_allocated. The interpreter's objects and the autograd
-engine's own structures (malloc) are not tensor memory and are not
-counted. It must be preloaded when the process starts (LD_PRELOAD), so
-``measure`` cannot switch it on by itself; ``python -m remat.torch run
-SCRIPT [ARGS]`` runs a script with it. Nothing the plan controls feeds this
-counter: it is the independent measurement that the predicted peak is
-compared with.
+wraps glibc's allocations and keeps their live and peak bytes, each block
+at the bytes asked for: every aligned block, from which PyTorch's CPU
+allocator takes every tensor's buffer (and oneDNN its scratchpads), and
+every malloc, calloc or realloc block of 64 KiB or more, which is what a
+kernel library takes outside PyTorch's allocator (REMAT_MEMTRACK_MALLOC=off
+counts aligned blocks only). The interpreter's objects and the autograd
+engine's own structures (small mallocs) are not counted. It must be
+preloaded when the process starts (LD_PRELOAD), so ``measure`` cannot
+switch it on by itself; ``python -m remat.torch run SCRIPT [ARGS]`` runs a
+script with it. Nothing the plan controls feeds this counter: it is the
+independent measurement that the predicted peak is compared with. Capture
+does not need it (meters.py measures transients with PyTorch's profiler
+where it is absent), but uses it where it is preloaded, since it also sees
+what kernel libraries allocate themselves.
 
 On a GPU the same interface reads torch.cuda's allocator statistics
 (``memory_allocated``, ``max_memory_allocated``): ``counter(device)``.

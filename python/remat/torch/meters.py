@@ -1,0 +1,181 @@
+"""Meters: the transient bytes of each op, measured while capture runs it.
+
+Capture cuts the step into segments (one per forward call, one per
+autograd node of the backward) and asks a meter for the most bytes each
+segment held above what was live when it began. Three meters, one
+interface, chosen by ``meter_for``:
+
+- ``CounterMeter`` reads a live counter at each segment's edges: the heap
+  counter (libremat-memtrack.so, preloaded: every aligned block, which is
+  every tensor's and oneDNN's, and every malloc of 64 KiB or more) or a
+  CUDA device's allocator statistics. Exact, and sees memory that kernel
+  libraries take outside PyTorch's allocator.
+- ``ProfilerMeter`` needs nothing preloaded, so it works in a plain
+  ``python train.py``: PyTorch's profiler reports every allocation and free
+  of its CPU allocator (``profile_memory``), and each segment is a
+  ``record_function`` range; after the step, the allocations inside each
+  range are summed in order and their highest running sum is its peak.
+  Memory a kernel library takes from malloc itself, outside PyTorch's
+  allocator, is not seen; the plan says so (``Plan.unmeasured``).
+- ``NoMeter``: nothing measured (``transients="none"``); the plan says so.
+
+Segments are opened with ``begin(tag)`` and closed with ``end()``; a
+counter meter knows a segment's peak at ``end``, the profiler's after
+``finish()``. ``peaks()`` gives {tag: bytes} for every closed segment.
+"""
+
+import os
+
+import torch
+
+from . import compat, memtrack
+
+#: How each meter's measurement is named in a plan (Plan.transients).
+HEAP_COUNTER = "heap counter"
+CUDA_ALLOCATOR = "CUDA allocator"
+PROFILER = "PyTorch profiler"
+NONE = "none"
+
+
+class CounterMeter:
+    """Segments measured with a live counter (memtrack.Counter or CudaCounter)."""
+
+    def __init__(self, counter, how):
+        self.c, self.how = counter, how
+        self.unmeasured = None
+        self._peaks, self._tag, self._start = {}, None, 0
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.end()
+        return False
+
+    def begin(self, tag):
+        self.end()
+        self._tag, self._start = tag, self.c.live()
+        self.c.reset_peak()
+
+    def end(self):
+        if self._tag is not None:
+            self._peaks[self._tag] = max(0, self.c.peak() - self._start)
+            self._tag = None
+
+    def finish(self):
+        self.end()
+        if not self.c.complete():
+            self.unmeasured = "the heap counter's table was full: some blocks went uncounted"
+
+    def peaks(self):
+        return self._peaks
+
+
+class ProfilerMeter:
+    """Segments measured from the profiler's allocation events (no preload)."""
+
+    how = PROFILER
+    unmeasured = ("memory a kernel library allocates itself, outside PyTorch's CPU allocator (seen only with the "
+                  "heap counter preloaded: python -m remat.torch run SCRIPT)")
+
+    def __init__(self):
+        self._prof = None
+        self._rf = None
+        self._tags = []
+        self._peaks = {}
+
+    def __enter__(self):
+        self._prof = compat.memory_profiler()
+        with compat.quiet_stderr():  # kineto prints its start and stop
+            self._prof.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self.end()
+        with compat.quiet_stderr():
+            self._prof.__exit__(*exc)
+        return False
+
+    def begin(self, tag):
+        self.end()
+        self._rf = torch.autograd.profiler.record_function("remat#%d" % len(self._tags))
+        self._rf.__enter__()
+        self._tags.append(tag)
+
+    def end(self):
+        if self._rf is not None:
+            self._rf.__exit__(None, None, None)
+            self._rf = None
+
+    def finish(self):
+        """Sums the allocations inside each range, in order (after __exit__)."""
+        ranges, allocs = [], []
+        for name, start, end, nbytes in compat.profiler_events(self._prof):
+            if name.startswith("remat#"):
+                ranges.append((start, end, int(name[6:])))
+            elif name == "[memory]":
+                allocs.append((start, nbytes))
+        ranges.sort()
+        allocs.sort()
+        j = 0
+        for start, end, k in ranges:
+            while j < len(allocs) and allocs[j][0] < start:
+                j += 1
+            run = top = 0
+            while j < len(allocs) and allocs[j][0] <= end:
+                run += allocs[j][1]
+                top = max(top, run)
+                j += 1
+            self._peaks[self._tags[k]] = top
+
+    def peaks(self):
+        return self._peaks
+
+
+class NoMeter:
+    how = NONE
+    unmeasured = "every op's transient bytes (capture was asked not to measure them)"
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def begin(self, tag):
+        pass
+
+    def end(self):
+        pass
+
+    def finish(self):
+        pass
+
+    def peaks(self):
+        return {}
+
+
+def meter_for(device, transients="auto"):
+    """The meter capture measures transients with on device. transients:
+    "auto" (the counter where there is one: a CUDA device's statistics, or
+    the heap counter when preloaded; else the profiler), "counter",
+    "profiler" or "none". REMAT_TRANSIENTS in the environment overrides
+    "auto"."""
+    if transients == "auto":
+        transients = os.environ.get("REMAT_TRANSIENTS", "auto") or "auto"
+    if transients not in ("auto", "counter", "profiler", "none"):
+        raise ValueError("transients must be auto, counter, profiler or none, not %r" % (transients,))
+    if transients == "none":
+        return NoMeter()
+    cuda = device.type == "cuda"
+    if transients in ("auto", "counter"):
+        c = memtrack.counter(device)
+        if c is not None:
+            return CounterMeter(c, CUDA_ALLOCATOR if cuda else HEAP_COUNTER)
+        if transients == "counter":
+            raise ValueError("transients='counter' needs the heap counter preloaded (python -m remat.torch run "
+                             "SCRIPT) on the CPU")
+    if cuda:
+        raise ValueError("on a CUDA device transients are measured by its allocator's statistics "
+                         "(transients='auto' or 'counter')")
+    return ProfilerMeter()
