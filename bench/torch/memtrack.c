@@ -161,4 +161,8 @@ int posix_memalign(void **out, size_t a, size_t n) {
 int64_t memtrack_live(void) { return __atomic_load_n(&live, __ATOMIC_RELAXED); }
 int64_t memtrack_peak(void) { return __atomic_load_n(&peak, __ATOMIC_RELAXED); }
 int memtrack_dropped(void) { return __atomic_load_n(&dropped, __ATOMIC_RELAXED); }
+/* Counts malloc, calloc and realloc blocks of 64 KiB or more from now on
+ * (on), or aligned blocks only (off); blocks already counted stay so until
+ * freed. */
+void memtrack_count_malloc(int on) { malloc_min = on ? (size_t)64 << 10 : SIZE_MAX; }
 void memtrack_reset_peak(void) { __atomic_store_n(&peak, __atomic_load_n(&live, __ATOMIC_RELAXED), __ATOMIC_RELAXED); }

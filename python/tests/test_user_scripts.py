@@ -50,7 +50,7 @@ def between(trace, opt, frac):
     return int(floor + frac * (rt.budget_for(top) - floor))
 
 
-def check(model0, inputs_fn, loss_fn, opt_fn, steps=20, frac=0.3, expect_recompute=True):
+def check(model0, inputs_fn, loss_fn, opt_fn, steps=20, frac=0.3, expect_recompute=True, tensors_only=False):
     trace = rt.capture(model0, inputs_fn(0), loss_fn)
     opt = opt_fn(copy.deepcopy(model0))
     budget = between(trace, opt, frac)
@@ -67,7 +67,15 @@ def check(model0, inputs_fn, loss_fn, opt_fn, steps=20, frac=0.3, expect_recompu
     assert same(ref[3], got[3]), "buffers (BatchNorm statistics) differ"
     need_counter()
     m = copy.deepcopy(model0)
-    r = rt.measure(m, inputs_fn(0), loss_fn, plan=plan, optimizer=opt_fn(m), steps=3)
+    from remat.torch import memtrack
+    # HeavyModel's tensors are scalars: the autograd engine's own structures
+    # for its 10,000 nodes (about 100 KB of malloc) outweigh them, and no plan
+    # holds those; it is measured by its tensor memory alone
+    memtrack.counter().count_malloc(not tensors_only)
+    try:
+        r = rt.measure(m, inputs_fn(0), loss_fn, plan=plan, optimizer=opt_fn(m), steps=3)
+    finally:
+        memtrack.counter().count_malloc(True)
     assert r["peak_bytes"] <= budget, "measured %d bytes, budget %d" % (r["peak_bytes"], budget)
     return trace, plan, budget
 
@@ -123,7 +131,8 @@ def test_heavy_model(outer, inner):
     sgd = lambda m: torch.optim.SGD(m.parameters(), lr=1e-6)
     # an add's backward reads nothing: store-all holds no activation, and
     # the floor is store-all
-    trace, plan, _ = check(model, lambda i: (x,), lambda y: y, sgd, steps=20, frac=0.5, expect_recompute=False)
+    trace, plan, _ = check(model, lambda i: (x,), lambda y: y, sgd, steps=20, frac=0.5, expect_recompute=False,
+                            tensors_only=True)
     assert len(trace.ops) == outer * inner
 
 

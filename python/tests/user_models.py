@@ -127,3 +127,91 @@ class GPT2(nn.Module):
 
 def gpt2_loss(targets):
     return lambda logits: F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+class UNet(nn.Module):
+    """A small U-Net: convolutions with BatchNorm, max-pooling down, transposed
+    convolutions up, skip connections by concatenation, dropout at the bottom."""
+
+    def __init__(self, ch=16, out=4, dropout=0.1):
+        super().__init__()
+
+        def block(i, o):
+            return nn.Sequential(nn.Conv2d(i, o, 3, padding=1), nn.BatchNorm2d(o), nn.ReLU(inplace=True),
+                                 nn.Conv2d(o, o, 3, padding=1), nn.BatchNorm2d(o), nn.ReLU(inplace=True))
+        self.d1, self.d2, self.d3 = block(3, ch), block(ch, 2 * ch), block(2 * ch, 4 * ch)
+        self.drop = nn.Dropout2d(dropout)
+        self.u2, self.c2 = nn.ConvTranspose2d(4 * ch, 2 * ch, 2, stride=2), block(4 * ch, 2 * ch)
+        self.u1, self.c1 = nn.ConvTranspose2d(2 * ch, ch, 2, stride=2), block(2 * ch, ch)
+        self.head = nn.Conv2d(ch, out, 1)
+
+    def forward(self, x):
+        a = self.d1(x)
+        b = self.d2(F.max_pool2d(a, 2))
+        c = self.drop(self.d3(F.max_pool2d(b, 2)))
+        b = self.c2(torch.cat([self.u2(c), b], 1))
+        a = self.c1(torch.cat([self.u1(b), a], 1))
+        return self.head(a)
+
+
+def _rms_norm(dim):
+    if hasattr(nn, "RMSNorm"):  # PyTorch 2.4+
+        return nn.RMSNorm(dim, eps=1e-6)
+    return _RMSNorm(dim)
+
+
+class _RMSNorm(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        return self.weight * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+
+
+class LlamaBlock(nn.Module):
+    def __init__(self, dim, heads, hidden):
+        super().__init__()
+        self.heads = heads
+        self.norm1, self.norm2 = _rms_norm(dim), _rms_norm(dim)
+        self.wqkv, self.wo = nn.Linear(dim, 3 * dim, bias=False), nn.Linear(dim, dim, bias=False)
+        self.w1, self.w3 = nn.Linear(dim, hidden, bias=False), nn.Linear(dim, hidden, bias=False)
+        self.w2 = nn.Linear(hidden, dim, bias=False)
+
+    def forward(self, x, cos, sin):
+        B, T, C = x.shape
+        q, k, v = self.wqkv(self.norm1(x)).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v))
+        q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        x = x + self.wo(y.transpose(1, 2).reshape(B, T, C))
+        h = self.norm2(x)
+        return x + self.w2(F.silu(self.w1(h)) * self.w3(h))
+
+
+def _rotate(x, cos, sin):
+    a, b = x.chunk(2, dim=-1)
+    return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1)
+
+
+class Llama(nn.Module):
+    """A Llama-style decoder: RMSNorm, rotary positions (a table shared by
+    every layer), SwiGLU, SDPA, untied head."""
+
+    def __init__(self, layers=4, dim=256, heads=4, vocab=8192, context=256):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, dim)
+        self.layers = nn.ModuleList([LlamaBlock(dim, heads, 4 * dim) for _ in range(layers)])
+        self.norm, self.head = _rms_norm(dim), nn.Linear(dim, vocab, bias=False)
+        half = dim // heads // 2
+        freq = 1.0 / (10000 ** (torch.arange(half).float() / half))
+        ang = torch.outer(torch.arange(context).float(), freq)
+        self.register_buffer("cos", ang.cos(), persistent=False)
+        self.register_buffer("sin", ang.sin(), persistent=False)
+
+    def forward(self, idx):
+        T = idx.shape[1]
+        x, cos, sin = self.emb(idx), self.cos[:T], self.sin[:T]
+        for b in self.layers:
+            x = b(x, cos, sin)
+        return self.head(self.norm(x))

@@ -48,6 +48,11 @@ class Counter:
         """False once a block went uncounted (more than 2^21 live at once)."""
         return not self._lib.memtrack_dropped()
 
+    def count_malloc(self, on):
+        """Counts malloc blocks of 64 KiB or more from now on (on, the
+        default), or tensor memory only (aligned blocks)."""
+        self._lib.memtrack_count_malloc(1 if on else 0)
+
 
 class CudaCounter:
     """A CUDA device's allocator statistics behind Counter's interface."""
