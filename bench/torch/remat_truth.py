@@ -2,11 +2,14 @@
 the store-all peak and the smallest feasible budget (floor), then three
 budgets between them; at each, remat's predicted peak against the peak the
 heap counter measures over PyTorch's steps under the plan (never above the
-budget, within 5% of the prediction), and the floor checked: it fits, and
-1 MiB less is refused. Also the planning time. Run it with the heap counter
-preloaded:
+budget, within 3% of the prediction), and the floor checked: it fits, and
+1 MiB less is refused. Also the planning time. The capture measures
+transients as a plain script does (--transients profiler, the default:
+PyTorch's profiler, nothing preloaded needed); the measurement is the heap
+counter's (every aligned block and every malloc of 64 KiB or more), so run
+it with the counter preloaded:
 
-    python -m remat.torch run bench/torch/remat_truth.py [--models resnet50,...] [--device cuda] [--json FILE]
+    python -m remat.torch run bench/torch/remat_truth.py [--models resnet50,...] [--transients counter] [--device cuda] [--json FILE]
 
 On a CUDA device the measured peak is torch.cuda.max_memory_allocated's.
 """
@@ -48,6 +51,18 @@ def models(name, device="cpu"):
     if name == "siamese":
         m = um.Siamese()
         return m, (d(torch.randn(4, 2, 3, 64, 64, generator=g)),), um.siamese_loss
+    if name == "shufflenet":  # grouped and depthwise convolutions, channel shuffles
+        m = torchvision.models.shufflenet_v2_x1_0()
+        x, y = d(torch.randn(8, 3, 96, 96, generator=g)), d(torch.randint(0, 1000, (8,), generator=g))
+        return m, (x,), (lambda o: F.cross_entropy(o, y))
+    if name == "unet":  # transposed convolutions, BatchNorm, concatenation, dropout
+        m = um.UNet(ch=16)
+        x, y = d(torch.randn(4, 3, 64, 64, generator=g)), d(torch.randint(0, 4, (4, 64, 64), generator=g))
+        return m, (x,), (lambda o: F.cross_entropy(o, y))
+    if name == "llama":  # RMSNorm, rotary tables, SwiGLU, SDPA, embeddings
+        m = um.Llama(layers=4, dim=256, heads=4, vocab=8192, context=256)
+        idx, tgt = d(torch.randint(0, 8192, (4, 256), generator=g)), d(torch.randint(0, 8192, (4, 256), generator=g))
+        return m, (idx,), (lambda o: F.cross_entropy(o.reshape(-1, o.shape[-1]), tgt.reshape(-1)))
     if name == "cifar":
         m = um.CifarCNN()
         x, y = d(torch.randn(128, 3, 32, 32, generator=g)), d(torch.randint(0, 10, (128,), generator=g))
@@ -55,12 +70,12 @@ def models(name, device="cpu"):
     raise SystemExit("unknown model %s" % name)
 
 
-def row(name, steps, device):
+def row(name, steps, device, transients):
     torch.manual_seed(0)
     m0, inputs, lf = models(name, device)
     m0 = m0.to(device)
     t0 = time.perf_counter()
-    tr = rt.capture(m0, inputs, lf)
+    tr = rt.capture(m0, inputs, lf, transients=transients)
     cap = time.perf_counter() - t0
     opt0 = torch.optim.SGD(m0.parameters(), lr=0.01, momentum=0.9)
     top = rt.plan_trace(tr, None, opt0, "all").peak_bytes
@@ -69,7 +84,7 @@ def row(name, steps, device):
     tplan = time.perf_counter() - t0
     fits = rt.plan_trace(tr, floor, opt0).feasible
     below = rt.plan_trace(tr, floor - (1 << 20), opt0).feasible
-    out = {"model": name, "ops": len(tr.ops), "capture_s": cap, "plan_s": tplan, "store_all": top, "floor": floor,
+    out = {"model": name, "ops": len(tr.ops), "transients": tr.transients, "capture_s": cap, "plan_s": tplan, "store_all": top, "floor": floor,
            "floor_fits": fits, "floor_minus_1MiB_refused": not below, "rows": []}
     for frac in (0.0, 0.5, 1.0):
         budget = int(floor + frac * max(0, rt.budget_for(top) - floor))
@@ -86,17 +101,21 @@ def row(name, steps, device):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--models", default="resnet50,densenet121,mobilenet_v2,gpt2")
+    ap.add_argument("--models", default="resnet50,densenet121,mobilenet_v2,shufflenet,unet,gpt2,llama,cifar")
+    ap.add_argument("--transients", default="profiler", help="how capture measures transients: profiler (as a plain "
+                    "script does), counter, auto or none")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--device", default="cpu", help="cpu, or cuda (the measured peak: torch.cuda's)")
     ap.add_argument("--json")
     a = ap.parse_args()
     torch.set_num_threads(min(2, os.cpu_count()))
+    if a.device == "cpu" and rt.memtrack.counter() is None:
+        raise SystemExit("the heap counter measures: run python -m remat.torch run bench/torch/remat_truth.py ...")
     res = []
     print("%-13s %12s %12s %12s %7s %6s %5s %8s" % ("model", "budget", "predicted", "measured", "meas/pr", "<=bud",
                                                   "recmp", "extra%"))
     for name in a.models.split(","):
-        r = row(name, a.steps, torch.device(a.device))
+        r = row(name, a.steps, torch.device(a.device), a.transients if a.device == "cpu" else "auto")
         res.append(r)
         for x in r["rows"]:
             print("%-13s %12d %12d %12d %7.4f %6s %5d %8.2f" % (name, x["budget"], x["predicted"], x["measured"],
