@@ -73,20 +73,25 @@ def test_a_plain_script_measures_transients():
 
 
 def test_profiler_transients_match_the_heap_counter():
-    """Per op, the profiler sees what the counter sees less what kernel
-    libraries allocate themselves: within 3% of each op's bytes (+64 KiB)."""
+    """Per op, the profiler sees what the counter sees less what kernel code
+    takes from malloc itself (PyTorch 2.1's BatchNorm backward: 128 KiB;
+    oneDNN's own buffers): never more than the counter's bytes (+3%,
+    +64 KiB), and over the step at least 90% of them (93% on PyTorch 2.15;
+    the step's peak, which is what a plan holds, within 3%: below)."""
     need_counter()
     m, inputs, lf = unet()
     a = rt.capture(m, inputs, lf, transients="counter")
     b = rt.capture(m, inputs, lf, transients="profiler")
     assert a.transients == "heap counter" and b.transients == "PyTorch profiler"
     assert len(a.ops) == len(b.ops)
-    total = 0
+    seen = total = 0
     for x, y in zip(a.ops, b.ops):
         for u, v in ((x.transient, y.transient), (x.transient_bwd, y.transient_bwd)):
-            assert abs(u - v) <= 0.03 * u + (64 << 10), (x.name, u, v)
-            total += v
+            assert v <= 1.03 * u + (64 << 10), (x.name, u, v)
+            seen += v
+            total += u
     assert total > 1 << 20  # the convolutions' columns, transposed ones included
+    assert seen >= 0.90 * total, (seen, total)
 
 
 @pytest.mark.parametrize("build", [unet, llama])

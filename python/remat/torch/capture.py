@@ -152,7 +152,7 @@ class Value:
 
 class Op:
     __slots__ = ("id", "name", "calls", "inputs", "outputs", "saves", "flops", "transient", "transient_bwd",
-                 "stateful", "random", "family")
+                 "stateful", "random", "family", "has_node")
 
     def __init__(self, id, name):
         self.id, self.name = id, name
@@ -162,6 +162,7 @@ class Op:
         self.transient = 0
         self.transient_bwd = 0
         self.stateful = self.random = False
+        self.has_node = False  # a call of it made an autograd node: its backward runs
         self.family = "pointwise"
 
 
@@ -230,6 +231,7 @@ class _Recorder(TorchDispatchMode):
         self.measured = []        # (call index, op, bytes the call made): resolve() sets transients
         self.n_inputs = 0
         self.last = None          # the op of the latest call that made or wrote a value
+        self.last_out = {}        # its values -> (weak reference to the tensor, output index)
         self.exact = hasattr(torch.autograd.graph, "node_creation_hook")
         self.after = None         # exact: the op that ran and whose node is not made yet
 
@@ -294,16 +296,16 @@ class _Recorder(TorchDispatchMode):
         """Attributes the values saved since the last call. Between two
         calls autograd saves the outputs of the one before (after it ran)
         and then the inputs of the one after (before it runs); a value that
-        is both is the first's when it is not yet among its reads (an
-        attribution one op earlier only makes the value live one op's
-        backward longer), else the next op's. Anything else is read by the
-        latest op that read or made it."""
+        is both is the first's when its autograd node keeps that output
+        (the node has a _saved_result attribute for it: relu, softmax,
+        BatchNorm's statistics, pooling's indices), else the next op's.
+        Anything else is read by the latest op that read or made it."""
         if not self.pending:
             return []
         later = []
         prev = self.last
         for v in self.pending:
-            if prev is not None and v in prev.outputs and v not in prev.saves:
+            if prev is not None and v in prev.outputs and v not in prev.saves and self._kept_by_maker(v):
                 prev.saves.append(v)
                 continue
             if v in next_inputs:
@@ -320,6 +322,18 @@ class _Recorder(TorchDispatchMode):
                     o.saves.append(v)
         self.pending = []
         return later
+
+    def _kept_by_maker(self, v):
+        """Whether the latest call's autograd node saves its output v (by
+        the node's saved-result attributes: _saved_result for its only
+        output, _saved_resultN for output N)."""
+        ref, i = self.last_out.get(v, (None, 0))
+        t = ref() if ref is not None else None
+        fn = t.grad_fn if t is not None else None
+        if fn is None:
+            return False  # no node: an op on tensors that need no gradient (dropout's mask)
+        names = set(n for n in dir(fn) if n.startswith("_saved_result"))
+        return ("_saved_result" in names and i == 0) or "_saved_result%d" % i in names
 
     # -- the dispatch
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -424,9 +438,17 @@ class _Recorder(TorchDispatchMode):
         self.t.calls.append(Call(str(func), target.id if target is not None else -1, new))
         if target is not None:
             self.last = target
+            if not self.exact:  # which of its outputs its node keeps is known after it returns
+                self.last_out = {}
+                for i, t in enumerate(flat_out):
+                    k = _skey(t) if isinstance(t, torch.Tensor) else 0
+                    if k and k in self.live and self.live[k] not in self.last_out:
+                        self.last_out[self.live[k]] = (weakref.ref(t), i)
         # the saves that follow are this op's outputs until its node is made;
         # an op on tensors that need no gradient makes no node
         needs_node = torch.is_grad_enabled() and any(a.requires_grad for a in flat_in)
+        if target is not None:
+            target.has_node |= needs_node
         self.after = target if needs_node else None
         if target is None:
             self.pending = later  # a view: the op after it reads them
@@ -647,7 +669,7 @@ def _capture(model, inputs, loss_fn, warmup=True, transients="auto"):
         rec.resolve(meter.peaks())
         bwd.resolve(meter.peaks())
         for o in t.ops:  # untagged (read by no op, or only by an ignored one): its forward's
-            if not rec.exact and o.id not in bwd.seen:
+            if not rec.exact and o.id not in bwd.seen and o.has_node:
                 o.transient_bwd = o.transient
         no_grad = [n for n, p in params if p.requires_grad and p.grad is None and _skey(p) in leaves
                    and t.values[leaves[_skey(p)]].readers > 0]
