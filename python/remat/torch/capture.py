@@ -677,6 +677,8 @@ def _capture(model, inputs, loss_fn, warmup=True, transients="auto"):
             warnings.warn("parameter %s gets no gradient from this loss" % n)
     finally:
         _restore(model, point)
+    if ddp:
+        _agree_across_ranks(t, model)
     _unused_params_to_buffers(t)
     trains = {v.name for v in t.values if v.kind == "parameter"}
     t.params = [(n, weakref.ref(p)) for n, p in params if n in trains]
@@ -697,6 +699,22 @@ def _check_loss(loss, rec, t):
     if lv < 0 or t.values[lv].producer < 0 or t.ops[t.values[lv].producer].outputs[0] != lv:
         raise CaptureError("the loss is not the first output of an op of the step")
     t.loss = lv
+
+
+def _agree_across_ranks(t, ddp):
+    """Every rank of a DistributedDataParallel model plans the same step: each
+    op's transients become their largest over the ranks. They can differ,
+    since the counter also sees what DDP's communication thread allocates
+    while an op runs on a rank."""
+    import torch.distributed as dist
+    if not dist.is_available() or not dist.is_initialized():
+        return
+    dev = next(ddp.parameters()).device  # NCCL reduces on the device
+    v = torch.tensor([b for o in t.ops for b in (o.transient, o.transient_bwd)], dtype=torch.int64, device=dev)
+    dist.all_reduce(v, op=dist.ReduceOp.MAX, group=getattr(ddp, "process_group", None))
+    v = v.cpu()
+    for i, o in enumerate(t.ops):
+        o.transient, o.transient_bwd = int(v[2 * i]), int(v[2 * i + 1])
 
 
 def _unused_params_to_buffers(t):
