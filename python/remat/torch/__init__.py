@@ -98,6 +98,12 @@ class Plan:
         self._decisions = None  # apply.Decisions, made on the first apply()
         self.extra_flops = float(result.get("extra_flops", 0))
         self.flops = float(result.get("flops", 0))
+        #: what the planner weighed: "flops", or "seconds" (each op timed at capture)
+        self.cost_unit = result.get("cost_unit", "flops")
+        self.cost, self.extra_cost = float(result.get("cost", 0)), float(result.get("extra_cost", 0))
+        if self.cost_unit == "seconds" and self.feasible:  # the FLOPs of the same schedule, from the trace
+            self.flops = sum(3.0 * o.flops for o in trace.ops)
+            self.extra_flops = sum(trace.ops[i].flops for grp in self.recompute_groups for i in grp)
 
     @property
     def recomputed(self):
@@ -126,7 +132,10 @@ class Plan:
             if self.predicted.get(c):
                 lines.append("  %-16s %14d" % (c, self.predicted[c]))
         extra = 100.0 * self.extra_flops / self.flops if self.flops else 0.0
-        lines.append("  recomputes %d of %d ops: +%.2f%% FLOPs" % (len(self.recompute_ops), len(self.trace.ops), extra))
+        lines.append("  recomputes %d of %d ops: +%.2f%% FLOPs%s" % (
+            len(self.recompute_ops), len(self.trace.ops), extra, ", +%.2f%% time (ops timed at capture)" % (
+                100.0 * self.extra_cost / (self.cost - self.extra_cost)) if self.cost_unit == "seconds" and
+            self.cost > self.extra_cost else ""))
         if self.grads_held:
             lines.append("  gradients held from the step's start (%s)" % (
                 "%d micro-steps per optimizer step" % self.accumulate if self.accumulate > 1 else "grads_held"))
@@ -231,20 +240,24 @@ def _grads_request(accumulate, grads_held):
     return accumulate > 1 or bool(grads_held)
 
 
-def plan_trace(trace, budget=None, optimizer=None, strategy="auto", margin=MARGIN, accumulate=1, grads_held=False):
+def plan_trace(trace, budget=None, optimizer=None, strategy="auto", margin=MARGIN, accumulate=1, grads_held=False,
+               cost="flops"):
     """Plans a captured step (capture(...)) at a budget (bytes or "6GiB").
     accumulate=k: the loop runs k forward and backward passes per optimizer
     step (gradient accumulation), so every gradient is held from the first
     pass on; grads_held=True: the same for a loop that keeps its gradients
     between steps (zero_grad(set_to_none=False)). The plan covers every
-    micro-step: each holds the same."""
+    micro-step: each holds the same. cost: what recomputation is weighed
+    in, "flops" (PyTorch's formulas; the same plan on every run) or
+    "seconds" (each op's time at capture, the applier's dispatch of a
+    replayed op included: memory-bound ops are not free)."""
     b = parse_bytes(budget)
     inner = _inner(b, margin) if b else 0  # 0 is "no budget"
     # recompute_once: the applier keeps what it recomputed until its last use,
     # so the plans it runs recompute each op at most once
     req = {"budget": inner, "strategy": strategy, "optimizer": _optimizer_request(optimizer), "recompute_once": True,
            "grads_resident": _grads_request(accumulate, grads_held)}
-    result = plan_graph(trace.graph(), req)
+    result = plan_graph(trace.graph(cost), req)
     req["accumulate"] = accumulate
     result["budget"] = b
     if not result.get("feasible") and result.get("floor"):
@@ -253,7 +266,7 @@ def plan_trace(trace, budget=None, optimizer=None, strategy="auto", margin=MARGI
 
 
 def plan(model, inputs, loss_fn, budget=None, optimizer=None, strategy="auto", accumulate=1, grads_held=False,
-         transients="auto"):
+         transients="auto", cost="flops"):
     """Captures model's training step on inputs with loss_fn(output) -> scalar
     and plans it within budget (bytes, or a string such as "6GiB"; None: no
     limit). optimizer: a torch.optim.SGD/Adam/AdamW (or "sgd", "adamw"), whose
@@ -262,11 +275,12 @@ def plan(model, inputs, loss_fn, budget=None, optimizer=None, strategy="auto", a
     between steps (zero_grad(set_to_none=False)); both count every gradient
     from the step's start. transients: how capture measures each op's
     transient bytes ("auto": the heap counter where it is preloaded or a
-    CUDA device's statistics, else PyTorch's profiler; see meters.py). A
+    CUDA device's statistics, else PyTorch's profiler; see meters.py).
+    cost: "flops" or "seconds" (plan_trace). A
     budget nothing fits gives a Plan with feasible False and .floor, the
     smallest budget that fits (see plan.result)."""
     return plan_trace(capture(model, inputs, loss_fn, transients=transients), budget, optimizer, strategy,
-                      accumulate=accumulate, grads_held=grads_held)
+                      accumulate=accumulate, grads_held=grads_held, cost=cost)
 
 
 def max_batch(make_inputs, model, loss_fn, budget, optimizer=None, start=1, limit=1 << 16, accumulate=1,

@@ -91,6 +91,11 @@ _POOLS = {"aten::max_pool2d_with_indices", "aten::avg_pool2d", "aten::adaptive_a
 _LOSSES = {"aten::nll_loss_forward", "aten::_log_softmax", "aten::mse_loss", "aten::cross_entropy_loss"}
 
 
+#: What the applier adds to an op's time when it replays it: the dispatch of
+#: a recipe in Python (measured 20-60 us a call on the CPU here; docs/pytorch.md).
+REPLAY_SECONDS = 40e-6
+
+
 class CaptureError(RuntimeError):
     """The step cannot be captured as a static graph; the message says why and where."""
 
@@ -152,7 +157,7 @@ class Value:
 
 class Op:
     __slots__ = ("id", "name", "calls", "inputs", "outputs", "saves", "flops", "transient", "transient_bwd",
-                 "stateful", "random", "family", "has_node")
+                 "stateful", "random", "family", "has_node", "seconds", "seconds_bwd")
 
     def __init__(self, id, name):
         self.id, self.name = id, name
@@ -163,6 +168,7 @@ class Op:
         self.transient_bwd = 0
         self.stateful = self.random = False
         self.has_node = False  # a call of it made an autograd node: its backward runs
+        self.seconds = self.seconds_bwd = 0.0  # its forward's and its backward's time at capture
         self.family = "pointwise"
 
 
@@ -192,8 +198,13 @@ class Trace:
         self.source = ""
 
     # ------------------------------------------------------------ graph file
-    def graph(self):
-        """The step as a remat graph file (docs/graph-format.md), a dict."""
+    def graph(self, cost="flops"):
+        """The step as a remat graph file (docs/graph-format.md), a dict.
+        cost: "flops" (PyTorch's formulas) or "seconds" (each op's time at
+        capture, forward and backward; a recomputation costs its forward's
+        time and the applier's dispatch of it, REPLAY_SECONDS)."""
+        if cost not in ("flops", "seconds"):
+            raise ValueError("cost is flops or seconds, not %r" % (cost,))
         values = []
         for v in self.values:
             d = {"id": v.id, "kind": v.kind, "bytes": int(v.bytes)}
@@ -204,18 +215,20 @@ class Trace:
             values.append(d)
         ops = []
         for o in self.ops:
-            fw = float(o.flops)
+            fw = float(o.flops) if cost == "flops" else max(o.seconds, 1e-9)
+            bw = 2.0 * fw if cost == "flops" else o.seconds_bwd
+            rc = fw if cost == "flops" else fw + REPLAY_SECONDS
             # a value the op's backward reads that it neither reads nor makes
             # (in-place hardtanh_ saves a clone of its input made by an op
             # before it) is a read of the op all the same
             extra = [v for v in dict.fromkeys(o.saves) if v not in o.inputs and v not in o.outputs]
             ops.append({
                 "id": o.id, "name": o.name, "inputs": o.inputs + extra, "outputs": o.outputs,
-                "saves": sorted(set(o.saves)), "forward": fw, "backward": 2.0 * fw,
-                "recompute": fw, "transient": {"forward": int(o.transient), "backward": int(o.transient_bwd)},
+                "saves": sorted(set(o.saves)), "forward": fw, "backward": bw,
+                "recompute": rc, "transient": {"forward": int(o.transient), "backward": int(o.transient_bwd)},
                 "stateful": o.stateful, "random": o.random, "family": o.family,
             })
-        return {"format": "remat-graph", "version": 1, "cost_unit": "flops", "source": self.source,
+        return {"format": "remat-graph", "version": 1, "cost_unit": cost, "source": self.source,
                 "values": values, "ops": ops, "loss": self.loss}
 
 
@@ -367,9 +380,11 @@ class _Recorder(TorchDispatchMode):
         in_keys = {_skey(a) for a in flat_in}
         ci = len(self.t.calls)
         self.meter.begin(("f", ci))
+        t0 = time.perf_counter()
         try:
             out = func(*args, **kwargs)
         finally:
+            seconds = time.perf_counter() - t0
             self.meter.end()
         flat_out = tree_flatten(out)[0]
         op = Op(len(self.t.ops), name)
@@ -432,6 +447,7 @@ class _Recorder(TorchDispatchMode):
                     self.t.values[v].readers += 1
             target.calls.append(len(self.t.calls))
             target.flops += flops
+            target.seconds += seconds
             self.measured.append((ci, target, made))
             target.stateful |= state
             target.random |= random
@@ -482,6 +498,7 @@ class _BackwardMeter(TorchDispatchMode):
         self.t, self.m = trace, meter
         self.node = None
         self.segs = []  # (segment, op id) in the order the nodes ran
+        self.t0 = 0.0   # when the running segment began
         self.seen = set()
         self.last_reader = {}
         for o in trace.ops:
@@ -510,12 +527,20 @@ class _BackwardMeter(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         node = torch._C._current_autograd_node()
         if node is not self.node:
+            self._timed()
             self.node = node
             self.segs.append((len(self.segs), node.metadata.get("remat.op", -1) if node is not None else -1))
             self.m.begin(("b", len(self.segs) - 1))
+            self.t0 = time.perf_counter()
         return func(*args, **(kwargs or {}))
 
+    def _timed(self):
+        """The running segment's seconds, to its op's backward."""
+        if self.segs and self.segs[-1][1] >= 0:
+            self.t.ops[self.segs[-1][1]].seconds_bwd += time.perf_counter() - self.t0
+
     def __exit__(self, *a):
+        self._timed()
         self.m.end()
         return super().__exit__(*a)
 
@@ -703,18 +728,22 @@ def _check_loss(loss, rec, t):
 
 def _agree_across_ranks(t, ddp):
     """Every rank of a DistributedDataParallel model plans the same step: each
-    op's transients become their largest over the ranks. They can differ,
+    op's transients and times become their largest over the ranks. They can differ,
     since the counter also sees what DDP's communication thread allocates
     while an op runs on a rank."""
     import torch.distributed as dist
     if not dist.is_available() or not dist.is_initialized():
         return
     dev = next(ddp.parameters()).device  # NCCL reduces on the device
+    group = getattr(ddp, "process_group", None)
     v = torch.tensor([b for o in t.ops for b in (o.transient, o.transient_bwd)], dtype=torch.int64, device=dev)
-    dist.all_reduce(v, op=dist.ReduceOp.MAX, group=getattr(ddp, "process_group", None))
-    v = v.cpu()
+    secs = torch.tensor([b for o in t.ops for b in (o.seconds, o.seconds_bwd)], dtype=torch.float64, device=dev)
+    dist.all_reduce(v, op=dist.ReduceOp.MAX, group=group)
+    dist.all_reduce(secs, op=dist.ReduceOp.MAX, group=group)  # and their times, for plans costed in seconds
+    v, secs = v.cpu(), secs.cpu()
     for i, o in enumerate(t.ops):
         o.transient, o.transient_bwd = int(v[2 * i]), int(v[2 * i + 1])
+        o.seconds, o.seconds_bwd = float(secs[2 * i]), float(secs[2 * i + 1])
 
 
 def _unused_params_to_buffers(t):
