@@ -158,10 +158,18 @@ def test_gradients_the_plan_did_not_count_are_refused():
     lf(m(*inputs)).backward()  # a first micro-step: gradients held
     with pytest.raises(remat.RematError, match=r"hold a gradient at the step's start .*accumulate=k.*grads_held"):
         with p.apply():
-            pass
+            lf(m(*inputs)).backward()
     m.zero_grad(set_to_none=True)
     with p.apply():
         lf(m(*inputs)).backward()
+    # the model a plan is applied to is the one checked: a copy of the model, called
+    # under a plan of the original, is checked when named
+    other = copy.deepcopy(m)
+    with p.apply(other):
+        lf(other(*inputs)).backward()
+    with pytest.raises(remat.RematError, match="hold a gradient"):
+        with p.apply(other):
+            lf(other(*inputs)).backward()
 
 
 def test_a_plan_for_other_shapes_is_refused():

@@ -110,16 +110,20 @@ class Plan:
         """The names of the ops the plan recomputes (aten op names), in order."""
         return [self.trace.ops[i].name for i in self.recompute_ops]
 
-    def apply(self):
+    def apply(self, model=None):
         """The context to run one training step under (forward, loss and
         backward inside it). The plan counts each parameter's gradient from
-        the backward that makes it: set gradients to None between steps
-        (optimizer.zero_grad()'s default) for the peak to be the predicted one."""
+        the backward that makes it (set gradients to None between steps,
+        optimizer.zero_grad()'s default), unless it was made with accumulate
+        or grads_held. When model (default: the captured one) is called
+        inside, its inputs must have the shapes and dtypes the plan was made
+        for, and it must hold no gradient the plan did not count: else
+        RematError, before it runs."""
         if not self.feasible:
             raise RematError(self.result.get("error", "the plan is not feasible"))
         if self._decisions is None:
             self._decisions = Decisions(self)
-        return Applied(self, self._decisions)
+        return Applied(self, self._decisions, model)
 
     def __repr__(self):
         if not self.feasible:
@@ -193,7 +197,7 @@ class Planner:
 
     def apply(self, inputs, loss_fn=None):
         """The context to run the step on inputs under (plan.apply() of its plan)."""
-        return self.plan_for(inputs, loss_fn).apply()
+        return self.plan_for(inputs, loss_fn).apply(self.model)
 
     def __len__(self):
         return len(self.plans)
@@ -361,7 +365,7 @@ def measure(model, inputs, loss_fn, plan=None, optimizer=None, steps=3, accumula
             live0 = c.live()
             c.reset_peak()
             t0 = time.perf_counter()
-            ctx = plan.apply() if plan is not None else contextlib.nullcontext()
+            ctx = plan.apply(model) if plan is not None else contextlib.nullcontext()
             with ctx:
                 loss = loss_fn(model(*inputs))
                 loss.backward()

@@ -283,24 +283,24 @@ class Applier(TorchDispatchMode):
 
 
 class Applied(contextlib.AbstractContextManager):
-    """The context of one step under a plan: what it checks on entry (the
-    gradients held, the inputs' shapes), and the dispatch mode and the
+    """The context of one step under a plan: what it checks when the model
+    is called (the inputs' shapes, the gradients held), and the dispatch mode and the
     saved-tensor hooks, which a plan that drops nothing does without: its
     step runs as PyTorch runs it, with no Python per op."""
 
-    def __init__(self, plan, decisions):
+    def __init__(self, plan, decisions, model=None):
         self.plan = plan
         self.decisions = decisions
+        self.model = model  # the model whose call is checked (None: the captured one)
         self.applier = None
         self._hooks = None
         self._pre = None
 
     def __enter__(self):
         t = self.plan.trace
-        self._check_grads(t)
-        model = t.model() if t.model is not None else None
+        model = self.model if self.model is not None else t.model() if t.model is not None else None
         if model is not None:
-            self._pre = model.register_forward_pre_hook(self._check_inputs, with_kwargs=True)
+            self._pre = model.register_forward_pre_hook(self._check_call, with_kwargs=True)
         if not self.decisions.rec_ops:
             return self
         a = self.applier = Applier(self.plan, self.decisions)
@@ -309,13 +309,24 @@ class Applied(contextlib.AbstractContextManager):
         a.__enter__()
         return self
 
-    def _check_grads(self, t):
+    def _check_call(self, module, args, kwargs):
+        """When the model is called, before it runs: its inputs are those the
+        plan was made for, and it holds no gradient the plan did not count."""
+        self._check_inputs(args, kwargs)
+        self._check_grads(module)
+        self._pre.remove()  # once per step: the model's own calls inside it (DDP's module) are its business
+        self._pre = None
+        return None
+
+    def _check_grads(self, model):
         """A gradient held at the step's start that the plan did not count
         (accumulation, zero_grad(set_to_none=False)) would put the step
         above its budget: refused before anything runs."""
         if self.plan.grads_held:
             return
-        held = [n for n, ref in t.params if ref() is not None and ref().grad is not None]
+        t = self.plan.trace
+        trains = {n for n, _ in t.params}
+        held = [n for n, p in model.named_parameters() if p.grad is not None and n in trains]
         if held:
             from .._lib import RematError
             raise RematError(
@@ -325,7 +336,7 @@ class Applied(contextlib.AbstractContextManager):
                 "step); for zero_grad(set_to_none=False), rt.plan(..., grads_held=True)"
                 % (len(held), len(t.params), ", ".join(held[:3]), ", ..." if len(held) > 3 else ""))
 
-    def _check_inputs(self, module, args, kwargs):
+    def _check_inputs(self, args, kwargs):
         from .capture import describe, signature
         sig = signature((args, kwargs) if kwargs else args)
         want = self.plan.trace.input_sig
@@ -335,9 +346,6 @@ class Applied(contextlib.AbstractContextManager):
                 "this plan was made for inputs %s, and the model was called with %s: its bytes are another step's. "
                 "Plan again for these inputs, or let rt.Planner plan each new shape once"
                 % (describe(want), describe(sig)))
-        self._pre.remove()  # once per step: the model's own calls inside it (DDP's module) are its business
-        self._pre = None
-        return None
 
     def __exit__(self, *exc):
         if self._pre is not None:
