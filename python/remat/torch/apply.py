@@ -74,6 +74,15 @@ def _view(base, r):
     return base.as_strided(r.size, r.stride, r.offset)
 
 
+def _private(t):
+    """t as a view of a copy of its whole storage. An in-place op replayed
+    on a value it must not change writes to this copy: when the op writes
+    a view of the value (T5's shifted_input_ids[..., 1:] = ids[..., :-1]),
+    the new version it makes is the whole storage, not the view."""
+    return torch.empty(0, dtype=t.dtype, device=t.device).set_(
+        t.untyped_storage().clone(), t.storage_offset(), t.size(), t.stride())
+
+
 class Decisions:
     """What a plan means for the applier, worked out once per plan (a step
     pays only for following it)."""
@@ -260,7 +269,7 @@ class Applier(TorchDispatchMode):
                 raw = tree_flatten((r.args, r.kwargs))[0]
                 for i in r.writes:
                     if not (isinstance(raw[i], _Ref) and raw[i].v in made):
-                        flat[i] = flat[i].clone()
+                        flat[i] = _private(flat[i])
                 args, kwargs = spec.unflatten(flat) if hasattr(spec, "unflatten") else \
                     torch.utils._pytree.tree_unflatten(flat, spec)
             if r.rng is not None:  # the state it first drew from, the step's own left as it is
