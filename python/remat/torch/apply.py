@@ -37,7 +37,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
-from .capture import _META_ONLY, CaptureError, _ignored, _skey, _written_args, rng_state, set_rng_state
+from .capture import _META_ONLY, CaptureError, _ignored, _same, _skey, _weak, _written_args, rng_state, set_rng_state
 
 
 class _Ref:
@@ -126,7 +126,7 @@ class Applier(TorchDispatchMode):
             d.rec_ops, d.rec_vals, d.consumers, d.tracked, d.group
         self.call = 0
         self.before = 0    # calls let through before the step's first op
-        self.vmap = {}     # storage address -> value id (activations made in this step)
+        self.vmap = {}     # storage address -> (value id, weak reference to the storage): activations of this step
         self.src = {}      # kept values recomputations start from
         self.recipes = {}  # op id -> [recipe]
         self.packs = {}    # value -> saved tensors of it handed out as handles
@@ -159,7 +159,7 @@ class Applier(TorchDispatchMode):
                                      torch.device("cpu")))
             meta = func._schema.name in _META_ONLY
             ref = lambda a: (_Meta(a) if meta and a.is_contiguous() else
-                             _Ref(self.vmap[_skey(a)], a) if _skey(a) in self.vmap else a) \
+                             _Ref(self.value_of(a), a) if self.value_of(a) is not None else a) \
                 if isinstance(a, torch.Tensor) else a
             written = {id(w) for w in _written_args(func, args, kwargs)}
             writes = [i for i, a in enumerate(tree_flatten((args, kwargs))[0]) if id(a) in written]
@@ -174,13 +174,23 @@ class Applier(TorchDispatchMode):
                 if v not in self.tracked:  # its memory may be a tracked value's, freed: no longer that value
                     self.vmap.pop(_skey(flat[i]), None)
                     continue
-                self.vmap[_skey(flat[i])] = v
+                self.vmap[_skey(flat[i])] = (v, _weak(flat[i]))
                 if v in self.consumers and v not in self.rec_vals:
                     self.src[v] = flat[i]
         return out
 
+    def value_of(self, x):
+        """The tracked value tensor x's memory holds, or None. Its address
+        alone does not say: a value's storage freed in the forward (the plan
+        drops it) can give its address to a tensor made where no captured
+        call makes it (torch.tensor(...) builds its tensor below the
+        dispatch modes), which pack would otherwise hand out as a handle
+        for the dropped value."""
+        e = self.vmap.get(_skey(x))
+        return e[0] if e is not None and _same(e[1], x) else None
+
     def pack(self, x):
-        v = self.vmap.get(_skey(x))
+        v = self.value_of(x)
         if v is None or v not in self.rec_vals:
             return x
         self.packs[v] = self.packs.get(v, 0) + 1

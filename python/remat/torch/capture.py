@@ -38,6 +38,7 @@ import warnings
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._pytree import tree_flatten
 
 from . import memtrack
@@ -97,6 +98,17 @@ def _skey(t):
     except Exception:  # sparse or otherwise storage-less
         return 0
     return s.data_ptr() if s.nbytes() > 0 else 0
+
+
+def _weak(t):
+    """A weak reference to tensor t's storage: while it is held, no other
+    storage is the one it names, even at the same address."""
+    return StorageWeakRef(t.untyped_storage())
+
+
+def _same(ref, t):
+    """Whether t's storage is the one ref names (None names any: a leaf)."""
+    return ref is None or ref.cdata == t.untyped_storage()._cdata
 
 
 def _user_frame():
@@ -215,6 +227,7 @@ class _Recorder(TorchDispatchMode):
         super().__init__()
         self.t = trace
         self.live = dict(leaves)  # storage address -> value id
+        self.refs = {}            # storage address -> _weak(storage), but for leaves (the model holds them)
         self.pending = []         # values saved since the last call
         self.measure = measure    # the heap counter, or None
         self.n_inputs = 0
@@ -228,18 +241,27 @@ class _Recorder(TorchDispatchMode):
         k = _skey(t)
         if k == 0:
             return -1
-        v = self.live.get(k)
+        v = self.known(t)
         if v is None:
             v = len(self.t.values)
             self.t.values.append(Value(v, "input", t.untyped_storage().nbytes(), "input.%d" % self.n_inputs))
             self.n_inputs += 1
-            self.live[k] = v
+            self.live[k], self.refs[k] = v, _weak(t)
         return v
+
+    def known(self, t):
+        """The value t's memory holds, or None. Its address alone does not
+        say: a value's storage freed in the step can give its address to a
+        tensor made where no recorded call makes it (torch.tensor(...)
+        builds its tensor below the dispatch modes), which is not that value."""
+        k = _skey(t)
+        v = self.live.get(k)
+        return v if v is not None and _same(self.refs.get(k), t) else None
 
     def _new_value(self, t, op):
         v = len(self.t.values)
         self.t.values.append(Value(v, "activation", t.untyped_storage().nbytes(), None, op))
-        self.live[_skey(t)] = v
+        self.live[_skey(t)], self.refs[_skey(t)] = v, _weak(t)
         return v
 
     # -- saved tensors: attributed when the next call is recorded
@@ -268,7 +290,8 @@ class _Recorder(TorchDispatchMode):
         fn = t.grad_fn
         if fn is None or "remat.op" in fn.metadata:
             return
-        v = self.live.get(_skey(t), -1)
+        v = self.known(t)
+        v = -1 if v is None else v
         producer = self.t.values[v].producer if v >= 0 else None
         if producer is not None and producer >= 0:
             fn.metadata["remat.op"] = producer
