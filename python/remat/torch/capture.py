@@ -149,12 +149,13 @@ def _written_args(func, args, kwargs):
 
 
 class Value:
-    __slots__ = ("id", "kind", "bytes", "name", "producer", "overwritten", "readers")
+    __slots__ = ("id", "kind", "bytes", "name", "producer", "overwritten", "readers", "const")
 
     def __init__(self, id, kind, nbytes, name=None, producer=-1):
         self.id, self.kind, self.bytes, self.name, self.producer = id, kind, nbytes, name, producer
         self.overwritten = -1  # the op that writes it in place, making a new version
         self.readers = 0  # ops that read it so far
+        self.const = False  # made from shapes alone (arange, zeros): the same in every step, whatever the batch
 
 
 class Op:
@@ -345,7 +346,11 @@ class _Recorder(TorchDispatchMode):
             v = self._value_of(a)
             if v >= 0 and v not in in_vals:
                 in_vals.append(v)
-        if name in _DATA_DEPENDENT and any(self.t.values[v].kind == "activation" for v in in_vals):
+        # a value made from no leaf (transformers' position_ids, an arange)
+        # is the same in every step: reading it (.all(), .item()) is no data
+        const = torch.Tag.nondeterministic_seeded not in func.tags and all(self.t.values[v].const for v in in_vals)
+        if name in _DATA_DEPENDENT and any(self.t.values[v].kind == "activation" and not self.t.values[v].const
+                                           for v in in_vals):
             raise CaptureError(
                 "the step's ops depend on the data: %s reads a value computed in the step (at %s). remat plans "
                 "a step whose ops are the same for every batch; move data-dependent control flow (.item(), "
@@ -397,6 +402,10 @@ class _Recorder(TorchDispatchMode):
                 new.append((i, self._new_value(t, op.id)))  # a new version, read by this op
             else:
                 new.append((i, self._new_value(t, op.id)))
+        for _, v in new:
+            self.t.values[v].const = const
+        for v in (fold_into.outputs if fold_into is not None else ()):  # written in place: no longer const
+            self.t.values[v].const &= const
         state = any(self.t.values[self.live[k]].kind in ("parameter", "buffer") for k in written if k in self.live) \
             or any(not torch.equal(a, b) for a, b in zip(bufs_in, before))
         flops = 0.0
