@@ -59,6 +59,21 @@ class _Meta:
         return torch.empty((), dtype=self.dtype, device=self.device).expand(self.size)
 
 
+class _Gen:
+    """A torch.Generator passed to a random op, as it was when the op drew
+    from it: a replay draws from a copy in that state, the step's own
+    generator left as it is."""
+    __slots__ = ("device", "state")
+
+    def __init__(self, g):
+        self.device, self.state = g.device, g.get_state()
+
+    def make(self):
+        g = torch.Generator(device=self.device)
+        g.set_state(self.state)
+        return g
+
+
 class _Handle(_Ref):
     """What a saved tensor of a recomputed value becomes."""
 
@@ -160,7 +175,7 @@ class Applier(TorchDispatchMode):
             meta = func._schema.name in _META_ONLY
             ref = lambda a: (_Meta(a) if meta and a.is_contiguous() else
                              _Ref(self.value_of(a), a) if self.value_of(a) is not None else a) \
-                if isinstance(a, torch.Tensor) else a
+                if isinstance(a, torch.Tensor) else _Gen(a) if isinstance(a, torch.Generator) else a
             written = {id(w) for w in _written_args(func, args, kwargs)}
             writes = [i for i, a in enumerate(tree_flatten((args, kwargs))[0]) if id(a) in written]
             rargs, rkwargs = tree_map(ref, (args, kwargs))
@@ -261,7 +276,7 @@ class Applier(TorchDispatchMode):
         self.replays += 1
 
         def arg(a):
-            if isinstance(a, _Meta):
+            if isinstance(a, (_Meta, _Gen)):
                 return a.make()
             if not isinstance(a, _Ref):
                 return a

@@ -1,4 +1,4 @@
-"""The applier's two storage rules, each on a step whose plan is set by
+"""The applier's replay rules, each on a step whose plan is set by
 hand (the ops named below recomputed for the backward), against the same
 step without a plan:
 
@@ -10,7 +10,10 @@ step without a plan:
 - a storage is a value only while it lives: the address of a value freed
   in the forward, taken by a tensor made where no captured call makes it
   (torch.tensor(...)), is not that value (once silently wrong gradients:
-  the backward read the recomputed value instead of the new tensor)."""
+  the backward read the recomputed value instead of the new tensor);
+- a random op given its own torch.Generator replays from that
+  generator's state when it first drew (once it drew from the default
+  generator's, silently another mask)."""
 import copy
 
 import torch
@@ -139,3 +142,24 @@ def test_address_of_a_dead_storage():
     assert rec.known(c) is None
     assert rec._value_of(c) == 1 and rec.t.values[1].kind == "input"  # not value 0: a new input
     assert rec.known(c) == 1
+
+
+class OwnGenerator(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin, self.gen = nn.Linear(64, 64), torch.Generator().manual_seed(5)
+
+    def forward(self, x):
+        h = torch.tanh(self.lin(x))
+        return (h * torch.bernoulli(torch.full_like(h, 0.5), generator=self.gen)).sum()
+
+
+def test_random_op_with_its_own_generator():
+    x = torch.randn(16, 64, generator=torch.Generator().manual_seed(0))
+    model = OwnGenerator()
+    t = rt.capture(model, (x,), lambda o: o)
+    plan = force(rt.plan_trace(t, None), [o.id for o in t.ops if o.name in ("aten::full_like", "aten::bernoulli")])
+    assert any(t.ops[o].random for o in plan.recompute_ops)
+    ref = grads(model, (x,), None)  # each on a deep copy of the model: its generator in the same state
+    got = grads(model, (x,), plan)
+    assert all(torch.equal(a, b) for a, b in zip(ref, got))
