@@ -1,9 +1,46 @@
-"""What a library model's step does that a capture must see rightly."""
+"""Library models (torchvision and transformers, from small configs: see
+library_models.py) as a user trains them: each is captured, planned at the
+budget midway between its floor and store-all, and run for 3 steps under
+plan.apply() and 3 without (the same initial model and seed, SGD with
+momentum): losses, every parameter gradient, weights and buffers equal
+(torch.equal), the plan feasible with its predicted peak within budget,
+and, with the heap counter preloaded, the measured peak within budget too.
+A model remat refuses is refused when planned, with the message REFUSED
+gives for it (the op and the reason)."""
+import copy
+
 import pytest
 import torch
 import torch.nn as nn
 
+import library_models as lm
 import remat.torch as rt
+from remat.torch import memtrack
+
+
+@pytest.mark.parametrize("name", list(lm.MODELS))
+def test_library_model(name):
+    pytest.importorskip("transformers" if name in lm.TRANSFORMERS else "torchvision")
+    case = lm.build(name)
+    with lm.settings(case):
+        opt = lm.optimizer(copy.deepcopy(case.model))
+        if name in lm.REFUSED:
+            with pytest.raises((rt.CaptureError, rt.RematError), match=lm.REFUSED[name]):
+                rt.plan(case.model, case.inputs, case.loss_fn, budget="1GiB", optimizer=opt)
+            return
+        trace = rt.capture(case.model, case.inputs, case.loss_fn)
+        budget, floor, top = lm.between(trace, opt)
+        plan = rt.plan_trace(trace, budget, opt)
+        assert plan.feasible and plan.peak_bytes <= budget
+        ref = lm.run(copy.deepcopy(case.model), case, None)
+        assert all(torch.isfinite(x) for x in ref[0]), "the model's own losses are not finite: a size to change"
+        got = lm.run(copy.deepcopy(case.model), case, plan)
+        diff = lm.differences(ref, got)
+        assert not diff, "%s differ under the plan (%d ops recomputed)" % (", ".join(diff), len(plan.recompute_ops))
+        if memtrack.counter() is not None:
+            m = copy.deepcopy(case.model)
+            peak = rt.measure(m, case.inputs, case.loss_fn, plan=plan, optimizer=lm.optimizer(m))["peak_bytes"]
+            assert peak <= budget, "measured %d bytes, budget %d (predicted %d)" % (peak, budget, plan.peak_bytes)
 
 
 class _Positions(nn.Module):
