@@ -94,3 +94,22 @@ def test_values_made_from_shapes_are_not_data():
         rt.capture(_Branch(), (x,), lambda o: o)
     with pytest.raises(rt.CaptureError, match="depend on the data: _local_scalar_dense"):
         rt.capture(_Filled(), (x,), lambda o: o)
+
+
+class _WritesItsInput(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x):
+        h = torch.tanh(x)
+        x.add_(1.0)  # the batch, written after tanh read it
+        return (self.lin(h) * x).sum()
+
+
+def test_input_written_in_place_is_refused_naming_the_op():
+    """Once refused by the library's graph reader ("value 1: only an
+    activation is 'overwritten_by' an op"), naming neither the op nor the line."""
+    with pytest.raises(rt.CaptureError, match=r"writes in place a tensor it did not make: add_\.Tensor writes "
+                                              r"input\.0 .* at .*test_library_sweep\.py:\d+ in forward"):
+        rt.plan(_WritesItsInput(), (torch.randn(2, 8),), lambda o: o, budget="1GiB")

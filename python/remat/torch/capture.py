@@ -398,6 +398,12 @@ class _Recorder(TorchDispatchMode):
                         and fold_into in (None, prod) and early):
                     fold_into = prod  # nothing read it since: the same memory, the same op
                     continue
+                if val.kind == "input":
+                    raise CaptureError(
+                        "the step writes in place a tensor it did not make: %s writes %s (the batch, or a tensor made "
+                        "where no aten call makes it) at %s. A plan could neither keep its old contents nor recompute "
+                        "from them; write to a copy instead (x = x + 1, not x += 1)"
+                        % (func.__name__ if hasattr(func, "__name__") else name, val.name, _user_frame()))
                 val.overwritten = op.id
                 new.append((i, self._new_value(t, op.id)))  # a new version, read by this op
             else:
