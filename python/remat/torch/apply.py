@@ -37,7 +37,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_map
 
-from .capture import _META_ONLY, CaptureError, _ignored, _skey, _written_args, rng_state, set_rng_state
+from .capture import _META_ONLY, CaptureError, _ignored, _same, _skey, _weak, _written_args, rng_state, set_rng_state
 
 
 class _Ref:
@@ -59,6 +59,21 @@ class _Meta:
         return torch.empty((), dtype=self.dtype, device=self.device).expand(self.size)
 
 
+class _Gen:
+    """A torch.Generator passed to a random op, as it was when the op drew
+    from it: a replay draws from a copy in that state, the step's own
+    generator left as it is."""
+    __slots__ = ("device", "state")
+
+    def __init__(self, g):
+        self.device, self.state = g.device, g.get_state()
+
+    def make(self):
+        g = torch.Generator(device=self.device)
+        g.set_state(self.state)
+        return g
+
+
 class _Handle(_Ref):
     """What a saved tensor of a recomputed value becomes."""
 
@@ -72,6 +87,15 @@ class _Recipe:
 
 def _view(base, r):
     return base.as_strided(r.size, r.stride, r.offset)
+
+
+def _private(t):
+    """t as a view of a copy of its whole storage. An in-place op replayed
+    on a value it must not change writes to this copy: when the op writes
+    a view of the value (T5's shifted_input_ids[..., 1:] = ids[..., :-1]),
+    the new version it makes is the whole storage, not the view."""
+    return torch.empty(0, dtype=t.dtype, device=t.device).set_(
+        t.untyped_storage().clone(), t.storage_offset(), t.size(), t.stride())
 
 
 class Decisions:
@@ -117,7 +141,7 @@ class Applier(TorchDispatchMode):
             d.rec_ops, d.rec_vals, d.consumers, d.tracked, d.group
         self.call = 0
         self.before = 0    # calls let through before the step's first op
-        self.vmap = {}     # storage address -> value id (activations made in this step)
+        self.vmap = {}     # storage address -> (value id, weak reference to the storage): activations of this step
         self.src = {}      # kept values recomputations start from
         self.recipes = {}  # op id -> [recipe]
         self.packs = {}    # value -> saved tensors of it handed out as handles
@@ -150,8 +174,8 @@ class Applier(TorchDispatchMode):
                                      torch.device("cpu")))
             meta = func._schema.name in _META_ONLY
             ref = lambda a: (_Meta(a) if meta and a.is_contiguous() else
-                             _Ref(self.vmap[_skey(a)], a) if _skey(a) in self.vmap else a) \
-                if isinstance(a, torch.Tensor) else a
+                             _Ref(self.value_of(a), a) if self.value_of(a) is not None else a) \
+                if isinstance(a, torch.Tensor) else _Gen(a) if isinstance(a, torch.Generator) else a
             written = {id(w) for w in _written_args(func, args, kwargs)}
             writes = [i for i, a in enumerate(tree_flatten((args, kwargs))[0]) if id(a) in written]
             rargs, rkwargs = tree_map(ref, (args, kwargs))
@@ -165,13 +189,23 @@ class Applier(TorchDispatchMode):
                 if v not in self.tracked:  # its memory may be a tracked value's, freed: no longer that value
                     self.vmap.pop(_skey(flat[i]), None)
                     continue
-                self.vmap[_skey(flat[i])] = v
+                self.vmap[_skey(flat[i])] = (v, _weak(flat[i]))
                 if v in self.consumers and v not in self.rec_vals:
                     self.src[v] = flat[i]
         return out
 
+    def value_of(self, x):
+        """The tracked value tensor x's memory holds, or None. Its address
+        alone does not say: a value's storage freed in the forward (the plan
+        drops it) can give its address to a tensor made where no captured
+        call makes it (torch.tensor(...) builds its tensor below the
+        dispatch modes), which pack would otherwise hand out as a handle
+        for the dropped value."""
+        e = self.vmap.get(_skey(x))
+        return e[0] if e is not None and _same(e[1], x) else None
+
     def pack(self, x):
-        v = self.vmap.get(_skey(x))
+        v = self.value_of(x)
         if v is None or v not in self.rec_vals:
             return x
         self.packs[v] = self.packs.get(v, 0) + 1
@@ -242,7 +276,7 @@ class Applier(TorchDispatchMode):
         self.replays += 1
 
         def arg(a):
-            if isinstance(a, _Meta):
+            if isinstance(a, (_Meta, _Gen)):
                 return a.make()
             if not isinstance(a, _Ref):
                 return a
@@ -260,7 +294,7 @@ class Applier(TorchDispatchMode):
                 raw = tree_flatten((r.args, r.kwargs))[0]
                 for i in r.writes:
                     if not (isinstance(raw[i], _Ref) and raw[i].v in made):
-                        flat[i] = flat[i].clone()
+                        flat[i] = _private(flat[i])
                 args, kwargs = spec.unflatten(flat) if hasattr(spec, "unflatten") else \
                     torch.utils._pytree.tree_unflatten(flat, spec)
             if r.rng is not None:  # the state it first drew from, the step's own left as it is

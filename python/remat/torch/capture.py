@@ -43,6 +43,7 @@ import warnings
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils._pytree import tree_flatten
 
 from . import compat, meters
@@ -109,6 +110,17 @@ def _skey(t):
     return s.data_ptr() if s.nbytes() > 0 else 0
 
 
+def _weak(t):
+    """A weak reference to tensor t's storage: while it is held, no other
+    storage is the one it names, even at the same address."""
+    return StorageWeakRef(t.untyped_storage())
+
+
+def _same(ref, t):
+    """Whether t's storage is the one ref names (None names any: a leaf)."""
+    return ref is None or ref.cdata == t.untyped_storage()._cdata
+
+
 def _user_frame():
     """'file:line in function' of the innermost frame outside torch and remat."""
     for fr in reversed(traceback.extract_stack()[:-2]):
@@ -147,12 +159,13 @@ def _written_args(func, args, kwargs):
 
 
 class Value:
-    __slots__ = ("id", "kind", "bytes", "name", "producer", "overwritten", "readers")
+    __slots__ = ("id", "kind", "bytes", "name", "producer", "overwritten", "readers", "const")
 
     def __init__(self, id, kind, nbytes, name=None, producer=-1):
         self.id, self.kind, self.bytes, self.name, self.producer = id, kind, nbytes, name, producer
         self.overwritten = -1  # the op that writes it in place, making a new version
         self.readers = 0  # ops that read it so far
+        self.const = False  # made from shapes alone (arange, zeros): the same in every step, whatever the batch
 
 
 class Op:
@@ -239,6 +252,7 @@ class _Recorder(TorchDispatchMode):
         super().__init__()
         self.t = trace
         self.live = dict(leaves)  # storage address -> value id
+        self.refs = {}            # storage address -> _weak(storage), but for leaves (the model holds them)
         self.pending = []         # values saved since the last call
         self.meter = meter        # measures each call's transient bytes (meters.py)
         self.measured = []        # (call index, op, bytes the call made): resolve() sets transients
@@ -254,18 +268,27 @@ class _Recorder(TorchDispatchMode):
         k = _skey(t)
         if k == 0:
             return -1
-        v = self.live.get(k)
+        v = self.known(t)
         if v is None:
             v = len(self.t.values)
             self.t.values.append(Value(v, "input", t.untyped_storage().nbytes(), "input.%d" % self.n_inputs))
             self.n_inputs += 1
-            self.live[k] = v
+            self.live[k], self.refs[k] = v, _weak(t)
         return v
+
+    def known(self, t):
+        """The value t's memory holds, or None. Its address alone does not
+        say: a value's storage freed in the step can give its address to a
+        tensor made where no recorded call makes it (torch.tensor(...)
+        builds its tensor below the dispatch modes), which is not that value."""
+        k = _skey(t)
+        v = self.live.get(k)
+        return v if v is not None and _same(self.refs.get(k), t) else None
 
     def _new_value(self, t, op):
         v = len(self.t.values)
         self.t.values.append(Value(v, "activation", t.untyped_storage().nbytes(), None, op))
-        self.live[_skey(t)] = v
+        self.live[_skey(t)], self.refs[_skey(t)] = v, _weak(t)
         return v
 
     # -- saved tensors: attributed when the next call is recorded
@@ -294,7 +317,8 @@ class _Recorder(TorchDispatchMode):
         fn = t.grad_fn
         if fn is None or "remat.op" in fn.metadata:
             return
-        v = self.live.get(_skey(t), -1)
+        v = self.known(t)
+        v = -1 if v is None else v
         producer = self.t.values[v].producer if v >= 0 else None
         if producer is not None and producer >= 0:
             fn.metadata["remat.op"] = producer
@@ -360,7 +384,11 @@ class _Recorder(TorchDispatchMode):
             v = self._value_of(a)
             if v >= 0 and v not in in_vals:
                 in_vals.append(v)
-        if name in _DATA_DEPENDENT and any(self.t.values[v].kind == "activation" for v in in_vals):
+        # a value made from no leaf (transformers' position_ids, an arange)
+        # is the same in every step: reading it (.all(), .item()) is no data
+        const = torch.Tag.nondeterministic_seeded not in func.tags and all(self.t.values[v].const for v in in_vals)
+        if name in _DATA_DEPENDENT and any(self.t.values[v].kind == "activation" and not self.t.values[v].const
+                                           for v in in_vals):
             raise CaptureError(
                 "the step's ops depend on the data: %s reads a value computed in the step (at %s). remat plans "
                 "a step whose ops are the same for every batch; move data-dependent control flow (.item(), "
@@ -410,10 +438,20 @@ class _Recorder(TorchDispatchMode):
                         and fold_into in (None, prod) and early):
                     fold_into = prod  # nothing read it since: the same memory, the same op
                     continue
+                if val.kind == "input":
+                    raise CaptureError(
+                        "the step writes in place a tensor it did not make: %s writes %s (the batch, or a tensor made "
+                        "where no aten call makes it) at %s. A plan could neither keep its old contents nor recompute "
+                        "from them; write to a copy instead (x = x + 1, not x += 1)"
+                        % (func.__name__ if hasattr(func, "__name__") else name, val.name, _user_frame()))
                 val.overwritten = op.id
                 new.append((i, self._new_value(t, op.id)))  # a new version, read by this op
             else:
                 new.append((i, self._new_value(t, op.id)))
+        for _, v in new:
+            self.t.values[v].const = const
+        for v in (fold_into.outputs if fold_into is not None else ()):  # written in place: no longer const
+            self.t.values[v].const &= const
         state = any(self.t.values[self.live[k]].kind in ("parameter", "buffer") for k in written if k in self.live) \
             or any(not torch.equal(a, b) for a, b in zip(bufs_in, before))
         flops = 0.0
