@@ -35,7 +35,6 @@ import contextlib
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten, tree_map
 
 from .capture import _META_ONLY, CaptureError, _ignored, _same, _skey, _weak, _written_args, rng_state, set_rng_state
 
@@ -85,6 +84,55 @@ class _Recipe:
         self.func, self.args, self.kwargs, self.new, self.rng, self.writes = func, args, kwargs, new, rng, writes
 
 
+def _map_i(f, x, k):
+    """x with each leaf a replaced by f(i, a), i its index among the leaves
+    (an aten call's arguments or outputs: tuples, lists, dicts and leaves;
+    None is no leaf, as for PyTorch's pytree, whose order this keeps). A
+    step pays this per call it follows, so it is not pytree's general walk."""
+    if x is None:
+        return None
+    if isinstance(x, (list, tuple)):
+        ys = [_map_i(f, y, k) for y in x]
+        return ys if isinstance(x, list) else tuple(ys)
+    if isinstance(x, dict):
+        return {key: _map_i(f, y, k) for key, y in x.items()}
+    i = k[0]
+    k[0] = i + 1
+    return f(i, x)
+
+
+def _map(f, x):
+    return _map_i(lambda i, a: f(a), x, [0])
+
+
+def _leaves(x, out=None):
+    """The leaves of x in _map_i's order."""
+    if out is None:
+        out = []
+    if isinstance(x, torch.Tensor):
+        out.append(x)
+    elif isinstance(x, (list, tuple)):
+        for y in x:
+            _leaves(y, out)
+    elif isinstance(x, dict):
+        for y in x.values():
+            _leaves(y, out)
+    elif x is not None:
+        out.append(x)
+    return out
+
+
+_IGNORED_CACHE = {}
+
+
+def _skip(func):
+    """capture._ignored, remembered per overload."""
+    r = _IGNORED_CACHE.get(func)
+    if r is None:
+        r = _IGNORED_CACHE[func] = _ignored(func)
+    return r
+
+
 def _view(base, r):
     return base.as_strided(r.size, r.stride, r.offset)
 
@@ -128,6 +176,14 @@ class Decisions:
         # what the step must follow: the values recomputations make and read
         self.tracked = self.rec_vals | set(self.consumers)
         self.group = {o: grp for grp in plan.recompute_groups for o in grp}
+        # per call: whether it is recorded as a recipe, and the tracked values it makes
+        self.recorded = [c.op in self.rec_ops for c in t.calls]
+        self.news = [[(i, v) for i, v in c.new if i >= 0 and v in self.tracked] for c in t.calls]
+        # an op that writes a value in place makes its new version in the old one's storage: where
+        # that version is not followed, the storage no longer holds the old one
+        writers = {t.values[v].overwritten for v in range(len(t.values)) if t.values[v].overwritten >= 0}
+        self.stale = [[i for i, v in c.new if i >= 0 and v not in self.tracked] if c.op in writers else []
+                      for c in t.calls]
 
 
 class Applier(TorchDispatchMode):
@@ -139,6 +195,7 @@ class Applier(TorchDispatchMode):
         d = decisions
         self.rec_ops, self.rec_vals, self.consumers, self.tracked, self.group = \
             d.rec_ops, d.rec_vals, d.consumers, d.tracked, d.group
+        self.recorded, self.news, self.stale, self.n_calls = d.recorded, d.news, d.stale, len(self.t.calls)
         self.call = 0
         self.before = 0    # calls let through before the step's first op
         self.vmap = {}     # storage address -> (value id, weak reference to the storage): activations of this step
@@ -152,47 +209,49 @@ class Applier(TorchDispatchMode):
     # ---------------------------------------------------------- forward
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if (torch._C._current_autograd_node() is not None or self.call >= len(self.t.calls)
-                or _ignored(func)):
+        ci = self.call
+        if ci >= self.n_calls or torch._C._current_autograd_node() is not None or _skip(func):
             return func(*args, **kwargs)  # the backward, or past the captured forward
-        c = self.t.calls[self.call]
-        if c.name != str(func) and self.call == 0:
-            # before the step's first op, nothing of the step exists to read: a
-            # call there is the framework's own (DistributedDataParallel
-            # rebuilding its buckets in its second forward), not the step's
-            self.before += 1
-            return func(*args, **kwargs)
-        if c.name != str(func):
+        c = self.t.calls[ci]
+        if c.func is not func and c.name != str(func):
+            if ci == 0:
+                # before the step's first op, nothing of the step exists to read: a
+                # call there is the framework's own (DistributedDataParallel
+                # rebuilding its buckets in its second forward), not the step's
+                self.before += 1
+                return func(*args, **kwargs)
             raise CaptureError("the step's op %d is %s where the captured step had %s: the model ran other ops "
                                "than when it was planned (data-dependent control flow, or other input shapes); "
-                               "plan it again" % (self.call, func, c.name))
-        self.call += 1
-        if c.op in self.rec_ops:  # its recipe: how to run it again
-            rng = None
-            if self.t.ops[c.op].random:  # the state it draws from, on its tensors' device
-                rng = rng_state(next((a.device for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)),
-                                     torch.device("cpu")))
-            meta = func._schema.name in _META_ONLY
-            ref = lambda a: (_Meta(a) if meta and a.is_contiguous() else
-                             _Ref(self.value_of(a), a) if self.value_of(a) is not None else a) \
-                if isinstance(a, torch.Tensor) else _Gen(a) if isinstance(a, torch.Generator) else a
-            written = {id(w) for w in _written_args(func, args, kwargs)}
-            writes = [i for i, a in enumerate(tree_flatten((args, kwargs))[0]) if id(a) in written]
-            rargs, rkwargs = tree_map(ref, (args, kwargs))
-            self.recipes.setdefault(c.op, []).append(_Recipe(func, rargs, rkwargs, c.new, rng, writes))
+                               "plan it again" % (ci, func, c.name))
+        self.call = ci + 1
+        if self.recorded[ci]:
+            self._record(c, func, args, kwargs)
         out = func(*args, **kwargs)
-        if c.new:
-            flat = tree_flatten(out)[0]
-            for i, v in c.new:
-                if i < 0:
-                    continue
-                if v not in self.tracked:  # its memory may be a tracked value's, freed: no longer that value
-                    self.vmap.pop(_skey(flat[i]), None)
-                    continue
+        news, stale = self.news[ci], self.stale[ci]
+        if news or stale:
+            flat = _leaves(out)
+            for i in stale:
+                self.vmap.pop(_skey(flat[i]), None)
+            for i, v in news:
                 self.vmap[_skey(flat[i])] = (v, _weak(flat[i]))
                 if v in self.consumers and v not in self.rec_vals:
                     self.src[v] = flat[i]
         return out
+
+    def _record(self, c, func, args, kwargs):
+        """The recipe of a call of an op the plan recomputes: how to run it again."""
+        rng = None
+        leaves = _leaves((args, kwargs))
+        if self.t.ops[c.op].random:  # the state it draws from, on its tensors' device
+            rng = rng_state(next((a.device for a in leaves if isinstance(a, torch.Tensor)), torch.device("cpu")))
+        meta = func._schema.name in _META_ONLY
+        ref = lambda a: (_Meta(a) if meta and a.is_contiguous() else  # noqa: E731
+                         _Ref(self.value_of(a), a) if self.value_of(a) is not None else a) \
+            if isinstance(a, torch.Tensor) else _Gen(a) if isinstance(a, torch.Generator) else a
+        written = {id(w) for w in _written_args(func, args, kwargs)}
+        writes = [i for i, a in enumerate(leaves) if id(a) in written]
+        rargs, rkwargs = _map(ref, (args, kwargs))
+        self.recipes.setdefault(c.op, []).append(_Recipe(func, rargs, rkwargs, c.new, rng, writes))
 
     def value_of(self, x):
         """The tracked value tensor x's memory holds, or None. Its address
@@ -212,7 +271,11 @@ class Applier(TorchDispatchMode):
         return _Handle(v, x)
 
     def forward_done(self):
-        """Counts every recomputed value's reads (called before the backward's first unpack)."""
+        """Counts every recomputed value's reads (called before the backward's
+        first unpack). The dispatch mode stays for the backward (each of its
+        calls let through): capture measured the backward's memory under a
+        mode, and without one some backwards hold other bytes (a Swin
+        Transformer's held 8% more than predicted)."""
         if self.uses:
             return
         for v in self.rec_vals:
@@ -263,7 +326,7 @@ class Applier(TorchDispatchMode):
                 raise CaptureError("internal: op %d (%s) must be recomputed but was not recorded" % (o, t.ops[o].name))
             need.add(o)
             for r in self.recipes[o]:
-                for a in tree_flatten((r.args, r.kwargs))[0]:
+                for a in _leaves((r.args, r.kwargs)):
                     if isinstance(a, _Ref) and not self._have(a.v) and a.v not in t.ops[o].outputs:
                         stack.append(t.values[a.v].producer)
         with torch.no_grad():
@@ -287,16 +350,12 @@ class Applier(TorchDispatchMode):
         for r in self.recipes[o]:
             raw = (r.args, r.kwargs)
             if t.ops[o].stateful:  # state (BatchNorm's statistics) changes once: a replay writes to copies
-                raw = tree_map(copy_state, raw)  # the model's tensors only: values are _Refs here
-            args, kwargs = tree_map(arg, raw)
+                raw = _map(copy_state, raw)  # the model's tensors only: values are _Refs here
+            args, kwargs = _map(arg, raw)
             if r.writes:  # writes go to copies of what the op does not make itself
-                flat, spec = tree_flatten((args, kwargs))
-                raw = tree_flatten((r.args, r.kwargs))[0]
-                for i in r.writes:
-                    if not (isinstance(raw[i], _Ref) and raw[i].v in made):
-                        flat[i] = _private(flat[i])
-                args, kwargs = spec.unflatten(flat) if hasattr(spec, "unflatten") else \
-                    torch.utils._pytree.tree_unflatten(flat, spec)
+                orig, writes = _leaves((r.args, r.kwargs)), set(r.writes)
+                args, kwargs = _map_i(lambda i, a: _private(a) if i in writes and not (
+                    isinstance(orig[i], _Ref) and orig[i].v in made) else a, (args, kwargs), [0])
             if r.rng is not None:  # the state it first drew from, the step's own left as it is
                 dev = r.rng[1]
                 with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else [], device_type=dev.type):
@@ -304,7 +363,7 @@ class Applier(TorchDispatchMode):
                     out = r.func(*args, **kwargs)
             else:
                 out = r.func(*args, **kwargs)
-            flat_out = tree_flatten(out)[0]
+            flat_out = _leaves(out)
             for i, v in r.new:
                 if i >= 0:
                     made[v] = flat_out[i]

@@ -187,12 +187,13 @@ class Op:
 
 class Call:
     """One aten call of the forward, as the plan's applier must see it again."""
-    __slots__ = ("name", "op", "new")
+    __slots__ = ("name", "op", "new", "func")
 
-    def __init__(self, name, op, new):
+    def __init__(self, name, op, new, func=None):
         self.name = name  # the overload's name, to check the replayed sequence
         self.op = op      # op id, or -1 for a view
         self.new = new    # [(flat output index, value id)] the call makes
+        self.func = func  # the overload itself (compared by identity first: a step pays no str())
 
 
 class Trace:
@@ -489,7 +490,7 @@ class _Recorder(TorchDispatchMode):
             self.measured.append((ci, target, made))
             target.stateful |= state
             target.random |= random
-        self.t.calls.append(Call(str(func), target.id if target is not None else -1, new))
+        self.t.calls.append(Call(str(func), target.id if target is not None else -1, new, func))
         if target is not None:
             self.last = target
             if not self.exact:  # which of its outputs its node keeps is known after it returns
