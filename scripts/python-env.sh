@@ -4,9 +4,22 @@
 # library sweep builds its models from configs) and pytest from PyPI,
 # cached outside the clone (REMAT_VENV, default ~/.cache/remat/venv-torch)
 # so that later runs reuse it. The C library and its tests never need it.
+#
+# REMAT_TORCH=oldest: the oldest PyTorch the package supports instead
+# (python/pyproject.toml; 2.1.2 with torchvision 0.16.2, without
+# transformers, whose releases need a newer one), in its own venv
+# (default ~/.cache/remat/venv-torch-oldest): scripts/test-torch-oldest.sh.
 set -euo pipefail
-venv="${REMAT_VENV:-$HOME/.cache/remat/venv-torch}"
-if ! "$venv/bin/python" -c "import torch, torchvision, transformers, pytest" 2>/dev/null; then
+if [ "${REMAT_TORCH:-}" = oldest ]; then
+    venv="${REMAT_VENV:-$HOME/.cache/remat/venv-torch-oldest}"
+    check="import torch, torchvision, pytest"
+    pkgs=("torch==2.1.2" "torchvision==0.16.2" pytest "numpy<2" safetensors)
+else
+    venv="${REMAT_VENV:-$HOME/.cache/remat/venv-torch}"
+    check="import torch, torchvision, transformers, pytest"
+    pkgs=("torch>=2.1,<3" torchvision transformers pytest numpy safetensors)
+fi
+if ! "$venv/bin/python" -c "$check" 2>/dev/null; then
     echo "creating $venv (PyTorch from PyPI: a large download, once)" >&2
     mkdir -p "$(dirname "$venv")"
     if ! python3 -m venv "$venv" 2>/dev/null; then
@@ -17,6 +30,6 @@ if ! "$venv/bin/python" -c "import torch, torchvision, transformers, pytest" 2>/
         python3 -m venv "$venv"
     fi
     "$venv/bin/pip" install -q --upgrade pip >&2
-    "$venv/bin/pip" install -q "torch>=2.1" torchvision transformers pytest numpy safetensors >&2
+    "$venv/bin/pip" install -q "${pkgs[@]}" >&2
 fi
 echo "$venv"

@@ -34,8 +34,9 @@ counts them so.
 import contextlib
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
+from . import compat
+from .compat import TorchDispatchMode
 from .capture import _META_ONLY, CaptureError, _ignored, _same, _skey, _weak, _written_args, rng_state, set_rng_state
 
 
@@ -210,7 +211,7 @@ class Applier(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         ci = self.call
-        if ci >= self.n_calls or torch._C._current_autograd_node() is not None or _skip(func):
+        if ci >= self.n_calls or compat.current_autograd_node() is not None or _skip(func):
             return func(*args, **kwargs)  # the backward, or past the captured forward
         c = self.t.calls[ci]
         if c.func is not func and c.name != str(func):
@@ -244,7 +245,7 @@ class Applier(TorchDispatchMode):
         leaves = _leaves((args, kwargs))
         if self.t.ops[c.op].random:  # the state it draws from, on its tensors' device
             rng = rng_state(next((a.device for a in leaves if isinstance(a, torch.Tensor)), torch.device("cpu")))
-        meta = func._schema.name in _META_ONLY
+        meta = compat.schema_name(func) in _META_ONLY
         ref = lambda a: (_Meta(a) if meta and a.is_contiguous() else  # noqa: E731
                          _Ref(self.value_of(a), a) if self.value_of(a) is not None else a) \
             if isinstance(a, torch.Tensor) else _Gen(a) if isinstance(a, torch.Generator) else a

@@ -42,11 +42,9 @@ import weakref
 import warnings
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.multiprocessing.reductions import StorageWeakRef
-from torch.utils._pytree import tree_flatten
 
 from . import compat, meters
+from .compat import StorageWeakRef, TorchDispatchMode, schema_name, tree_flatten
 
 aten = torch.ops.aten
 
@@ -68,7 +66,7 @@ def _ignored(func):
     """A call outside the step's sequence: one of _IGNORED, or the profiler's
     record_function markers (DistributedDataParallel's forward opens one;
     whether a step passes through them depends on the profiler's state)."""
-    return func._schema.name in _IGNORED or func.namespace == "profiler"
+    return schema_name(func) in _IGNORED or func.namespace == "profiler"
 
 # Ops that read only their input's shape, dtype and strides (dropout's mask
 # is empty_like(x).bernoulli_()): the value is not an input of the op, so a
@@ -77,10 +75,7 @@ _META_ONLY = {"aten::empty_like", "aten::zeros_like", "aten::ones_like", "aten::
               "aten::randn_like", "aten::randint_like", "aten::new_empty", "aten::new_zeros", "aten::new_ones",
               "aten::new_full", "aten::new_empty_strided"}
 
-try:  # PyTorch's flop formulas, keyed by op packet
-    from torch.utils.flop_counter import flop_registry as _FLOPS
-except Exception:  # pragma: no cover - very old PyTorch
-    _FLOPS = {}
+_FLOPS = compat.FLOPS  # PyTorch's flop formulas, keyed by op packet
 
 _PRODUCTS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::matmul", "aten::linear"}
 _CONVS = {"aten::convolution", "aten::_convolution", "aten::conv2d", "aten::cudnn_convolution",
@@ -118,7 +113,7 @@ def _weak(t):
 
 def _same(ref, t):
     """Whether t's storage is the one ref names (None names any: a leaf)."""
-    return ref is None or ref.cdata == t.untyped_storage()._cdata
+    return ref is None or ref.cdata == compat.storage_id(t)
 
 
 def _user_frame():
@@ -148,7 +143,7 @@ def _family(name):
 def _written_args(func, args, kwargs):
     """The tensors an op writes (its schema's mutable arguments)."""
     out = []
-    for i, a in enumerate(func._schema.arguments):
+    for i, a in enumerate(compat.schema_arguments(func)):
         if a.alias_info is None or not a.alias_info.is_write:
             continue
         v = args[i] if i < len(args) else kwargs.get(a.name)
@@ -260,7 +255,7 @@ class _Recorder(TorchDispatchMode):
         self.n_inputs = 0
         self.last = None          # the op of the latest call that made or wrote a value
         self.last_out = {}        # its values -> (weak reference to the tensor, output index)
-        self.exact = hasattr(torch.autograd.graph, "node_creation_hook")
+        self.exact = compat.node_creation_hook() is not None
         self.after = None         # exact: the op that ran and whose node is not made yet
 
     # -- values
@@ -370,13 +365,12 @@ class _Recorder(TorchDispatchMode):
         fn = t.grad_fn if t is not None else None
         if fn is None:
             return False  # no node: an op on tensors that need no gradient (dropout's mask)
-        names = set(n for n in dir(fn) if n.startswith("_saved_result"))
-        return ("_saved_result" in names and i == 0) or "_saved_result%d" % i in names
+        return compat.node_saves_output(fn, i)
 
     # -- the dispatch
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        name = func._schema.name
+        name = schema_name(func)
         if _ignored(func):
             return func(*args, **kwargs)
         flat_in = [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)]
@@ -387,7 +381,7 @@ class _Recorder(TorchDispatchMode):
                 in_vals.append(v)
         # a value made from no leaf (transformers' position_ids, an arange)
         # is the same in every step: reading it (.all(), .item()) is no data
-        const = torch.Tag.nondeterministic_seeded not in func.tags and all(self.t.values[v].const for v in in_vals)
+        const = not compat.is_random(func) and all(self.t.values[v].const for v in in_vals)
         if name in _DATA_DEPENDENT and any(self.t.values[v].kind == "activation" and not self.t.values[v].const
                                            for v in in_vals):
             raise CaptureError(
@@ -456,7 +450,7 @@ class _Recorder(TorchDispatchMode):
         state = any(self.t.values[self.live[k]].kind in ("parameter", "buffer") for k in written if k in self.live) \
             or any(not torch.equal(a, b) for a, b in zip(bufs_in, before))
         flops = 0.0
-        packet = getattr(func, "_overloadpacket", None)
+        packet = compat.overload_packet(func)
         if packet in _FLOPS:
             try:
                 flops = float(_FLOPS[packet](*args, **kwargs, out_val=out))
@@ -465,7 +459,7 @@ class _Recorder(TorchDispatchMode):
         if flops == 0.0:
             flops = float(sum(t.numel() for t in flat_out if isinstance(t, torch.Tensor)))
         made = sum(self.t.values[v].bytes for _, v in new)
-        random = torch.Tag.nondeterministic_seeded in func.tags
+        random = compat.is_random(func)
         if fold_into is not None and not new:
             target = fold_into
         elif new or state:
@@ -522,7 +516,7 @@ class _Recorder(TorchDispatchMode):
 
 def _node_hook(rec):
     if rec.exact:
-        return torch.autograd.graph.node_creation_hook(rec.node_made)
+        return compat.node_creation_hook()(rec.node_made)
     import contextlib
     return contextlib.nullcontext()
 
@@ -564,7 +558,7 @@ class _BackwardMeter(TorchDispatchMode):
             self.seen.add(o.id)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        node = torch._C._current_autograd_node()
+        node = compat.current_autograd_node()
         if node is not self.node:
             self._timed()
             self.node = node

@@ -80,10 +80,20 @@ def is_random(func):
 
 
 # -- storages
-try:
-    from torch.multiprocessing.reductions import StorageWeakRef  # noqa: E402
-except ImportError:  # pragma: no cover
-    StorageWeakRef = None
+from torch.multiprocessing.reductions import StorageWeakRef  # noqa: E402  (2.0+)
+
+
+def storage_id(t):
+    """The identity of tensor t's storage, as StorageWeakRef(...).cdata names it."""
+    return t.untyped_storage()._cdata
+
+
+def node_saves_output(fn, i):
+    """Whether autograd node fn keeps output i of its op for the backward:
+    its saved-variable attributes, _saved_result for an only output,
+    _saved_resultN for output N (PyTorch's generated nodes, 2.0+)."""
+    names = set(n for n in dir(fn) if n.startswith("_saved_result"))
+    return ("_saved_result" in names and i == 0) or "_saved_result%d" % i in names
 
 
 # -- distributed wrappers remat.torch does not plan
