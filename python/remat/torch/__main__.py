@@ -1,6 +1,7 @@
 """python -m remat.torch run SCRIPT [ARGS]: runs a script with the heap
-counter preloaded, so that remat.torch.measure can measure what it holds.
-python -m remat.torch plan SCRIPT.json ...: see remat plan --graph."""
+counter preloaded, so that remat.torch.measure can measure what it holds
+(planning does not need it). A graph file is planned by the command line:
+remat plan --graph FILE."""
 
 import sys
 
