@@ -16,7 +16,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+import loops
 import remat.torch as rt
+from loops import same
 
 
 class Case:
@@ -285,28 +287,7 @@ def between(trace, opt, frac=0.5):
 def run(model, case, plan, steps=3):
     """steps of the user's loop (same seed each run); losses, last
     gradients, weights and buffers."""
-    torch.manual_seed(1234)
-    opt = optimizer(model)
-    losses, grads = [], None
-    for _ in range(steps):
-        opt.zero_grad()
-        if plan is None:
-            loss = case.loss_fn(model(*case.inputs))
-            loss.backward()
-        else:
-            with plan.apply():
-                loss = case.loss_fn(model(*case.inputs))
-                loss.backward()
-        losses.append(loss.detach().clone())
-        grads = [None if p.grad is None else p.grad.clone() for p in model.parameters()]
-        opt.step()
-    return losses, grads, [p.detach().clone() for p in model.parameters()], \
-        [b.detach().clone() for b in model.buffers()]
-
-
-def same(a, b):
-    return len(a) == len(b) and all((x is None and y is None) or (x is not None and y is not None and torch.equal(x, y))
-                                    for x, y in zip(a, b))
+    return loops.run(model, lambda i: case.inputs, case.loss_fn, optimizer, plan, steps)
 
 
 def differences(ref, got):
