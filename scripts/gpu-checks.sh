@@ -8,7 +8,8 @@
 # the comparisons' JSON beside it.
 #   scripts/gpu-run.sh scripts/gpu-checks.sh [CHECK...]
 # CHECKs (default all, in this order): cuda dist grad calibrate compare
-# offload compare16 profile pytest workspace
+# offload compare16 profile pytest workspace truth applier (the last two:
+# remat.torch's memory truth and the applier's cost on the device)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 dir=${DIR:-${OUT:-/tmp/gpu-checks}}
@@ -34,7 +35,7 @@ check() {
 }
 
 remat=$(command -v remat)
-want=${*:-cuda dist grad calibrate compare offload compare16 profile pytest workspace}
+want=${*:-cuda dist grad calibrate compare offload compare16 profile pytest workspace truth applier}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 for c in $want; do
     case $c in
@@ -64,6 +65,11 @@ for c in $want; do
                    --budget "${RESNET50_BUDGET:-2603741696}" --profile --steps 5 ;;
     pytest)    (cd "$root" && check pytest_gpu 90 env PYTHONPATH="$root/python:$root/python/tests" \
                    python3 -m pytest -q -x python/tests/test_gpu.py) ;;
+    truth)     (cd "$root" && check torch_truth 150 env PYTHONPATH="$root/python:$root/python/tests" \
+                   python3 bench/torch/remat_truth.py --device cuda --models resnet50,unet,gpt2,llama \
+                   --json "$dir/truth.json") ;;
+    applier)   (cd "$root" && check torch_applier 150 env PYTHONPATH="$root/python:$root/python/tests" \
+                   python3 bench/torch/applier_cost.py --device cuda --models resnet50-b64,gpt2-small --rounds 5) ;;
     *) echo "gpu-checks: unknown check '$c'" >&2; exit 2 ;;
     esac
 done

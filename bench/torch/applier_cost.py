@@ -9,6 +9,11 @@ time over the step without a plan is the applier's cost ("extra /
 recomputed": 1.0 is recomputation alone).
 
     PYTHONPATH=python python bench/torch/applier_cost.py [--models resnet18,resnet50,gpt2,llama] [--rounds 5]
+    PYTHONPATH=python python bench/torch/applier_cost.py --device cuda --models resnet50-b64,gpt2-small
+
+On a CUDA device each step ends with torch.cuda.synchronize; the issue's
+GPU sizes are resnet50-b64 (224x224) and gpt2-small (12 layers, 768 wide,
+b8x1024).
 """
 import argparse
 import os
@@ -24,34 +29,49 @@ import remat.torch as rt  # noqa: E402
 import user_models as um  # noqa: E402
 
 
-def build(name):
+def build(name, device="cpu"):
+    m, inputs, lf = _build(name)
+    return m.to(device), tuple(x.to(device) for x in inputs), lf
+
+
+def _build(name):
     import torchvision
     g = torch.Generator().manual_seed(0)
+    if name == "resnet50-b64":
+        m = torchvision.models.resnet50()
+        x, y = torch.randn(64, 3, 224, 224, generator=g), torch.randint(0, 1000, (64,), generator=g)
+        return m, (x,), (lambda o: F.cross_entropy(o, y.to(o.device)))
+    if name == "gpt2-small":
+        m = um.GPT2(layers=12, embd=768, heads=12, context=1024, vocab=50257, dropout=0.0)
+        idx, tgt = torch.randint(0, 50257, (8, 1024), generator=g), torch.randint(0, 50257, (8, 1024), generator=g)
+        return m, (idx,), (lambda o: F.cross_entropy(o.reshape(-1, o.shape[-1]), tgt.to(o.device).reshape(-1)))
     if name in ("resnet18", "resnet50"):
         size = 64 if name == "resnet18" else 128
         m = getattr(torchvision.models, name)()
         x, y = torch.randn(8, 3, size, size, generator=g), torch.randint(0, 1000, (8,), generator=g)
-        return m, (x,), (lambda o: F.cross_entropy(o, y))
+        return m, (x,), (lambda o: F.cross_entropy(o, y.to(o.device)))
     if name == "gpt2":
         m = um.GPT2(layers=4, embd=256, heads=4, context=256, vocab=8192, dropout=0.0)
         idx, tgt = torch.randint(0, 8192, (4, 256), generator=g), torch.randint(0, 8192, (4, 256), generator=g)
-        return m, (idx,), um.gpt2_loss(tgt)
+        return m, (idx,), (lambda o: F.cross_entropy(o.reshape(-1, o.shape[-1]), tgt.to(o.device).reshape(-1)))
     if name == "llama":
         m = um.Llama(layers=4, dim=256, heads=4, vocab=8192, context=256)
         idx, tgt = torch.randint(0, 8192, (4, 256), generator=g), torch.randint(0, 8192, (4, 256), generator=g)
-        return m, (idx,), (lambda o: F.cross_entropy(o.reshape(-1, o.shape[-1]), tgt.reshape(-1)))
+        return m, (idx,), (lambda o: F.cross_entropy(o.reshape(-1, o.shape[-1]), tgt.to(o.device).reshape(-1)))
     raise SystemExit("unknown model %s" % name)
 
 
-def step(m, inputs, lf, plan):
+def step(m, inputs, lf, plan, sync=lambda: None):
     for p in m.parameters():
         p.grad = None
+    sync()
     t0 = time.perf_counter()
     if plan is None:
         lf(m(*inputs)).backward()
     else:
         with plan.apply():
             lf(m(*inputs)).backward()
+    sync()
     return time.perf_counter() - t0
 
 
@@ -60,14 +80,16 @@ def main():
     ap.add_argument("--models", default="resnet18,resnet50,gpt2,llama")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", default="cpu")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
+    sync = torch.cuda.synchronize if a.device.startswith("cuda") else (lambda: None)
     print("| model | store-all / no plan | midpoint / no plan | midpoint recomputes (ops, extra FLOPs) | "
           "recomputed ops' time / step | extra / recomputed |")
     print("|---|---:|---:|---:|---:|---:|")
     for name in a.models.split(","):
         torch.manual_seed(0)
-        m, inputs, lf = build(name)
+        m, inputs, lf = build(name, a.device)
         t = rt.capture(m, inputs, lf)
         top = rt.plan_trace(t, None, "sgd", "all")
         floor = rt.plan_trace(t, 1, "sgd").floor
@@ -75,10 +97,10 @@ def main():
         plans = {"none": None, "all": top, "mid": mid}
         times = {k: [] for k in plans}
         for k, p in plans.items():  # one warm step each
-            step(m, inputs, lf, p)
+            step(m, inputs, lf, p, sync)
         for _ in range(a.rounds):
             for k, p in plans.items():
-                times[k].append(step(m, inputs, lf, p))
+                times[k].append(step(m, inputs, lf, p, sync))
         med = {k: statistics.median(v) for k, v in times.items()}
         rec = sum(t.ops[i].seconds for grp in mid.recompute_groups for i in grp)
         print("| %s | %.3f | %.3f | %d, +%.2f%% | %.3f | %.2f |" % (
