@@ -158,6 +158,12 @@ class Decisions:
         # one recomputed while its first output lives is simply kept)
         rec = set(plan.recompute_ops)
         self.rec_ops = {o for o in plan.drop_ops if o in rec}
+        # recomputed with its first output kept: for the later outputs the
+        # backward reads (pooling's indices), which the plan frees in the
+        # forward; the replay's first output is a transient copy
+        saved = {v for op in t.ops for v in op.saves}
+        later = {v for o in rec - self.rec_ops for v in t.ops[o].outputs[1:] if v in saved}
+        self.rec_ops |= {t.values[v].producer for v in later}
         # an overwritten version cannot be kept: what reads it is recomputed from its maker
         grow = True
         while grow:
@@ -168,7 +174,8 @@ class Decisions:
                     if val.overwritten >= 0 and val.producer >= 0 and val.producer not in self.rec_ops:
                         self.rec_ops.add(val.producer)
                         grow = True
-        self.rec_vals = {v for o in self.rec_ops for v in t.ops[o].outputs}
+        kept = {t.ops[o].outputs[0] for o in rec - {o for o in plan.drop_ops if o in rec}}
+        self.rec_vals = {v for o in self.rec_ops for v in t.ops[o].outputs if v not in kept}
         self.consumers = {}  # value -> recomputed ops that read it
         for o in self.rec_ops:
             for v in set(t.ops[o].inputs):
