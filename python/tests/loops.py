@@ -26,6 +26,15 @@ def run(model, inputs_fn, loss_fn, opt_fn, plan, steps):
         [b.detach().clone() for b in model.buffers()]
 
 
+def bits(x):
+    """x's bytes: a comparison of them is bitwise (NaN equals the same NaN,
+    -0.0 differs from 0.0), where torch.equal says NaN differs from itself."""
+    return x.detach().contiguous().reshape(-1).view(torch.uint8)
+
+
 def same(a, b):
-    return len(a) == len(b) and all((x is None and y is None) or (x is not None and y is not None and torch.equal(x, y))
-                                    for x, y in zip(a, b))
+    """Two lists of tensors (or None) equal bit for bit."""
+    return len(a) == len(b) and all(
+        (x is None and y is None) or (x is not None and y is not None and x.dtype == y.dtype and
+                                      x.shape == y.shape and torch.equal(bits(x), bits(y)))
+        for x, y in zip(a, b))
