@@ -426,8 +426,7 @@ class Applied(contextlib.AbstractContextManager):
         if self.plan.grads_held:
             return
         t = self.plan.trace
-        trains = {n for n, _ in t.params}
-        held = [n for n, p in model.named_parameters() if p.grad is not None and n in trains]
+        held = [n for n, p in model.named_parameters() if p.grad is not None and n in t.params]
         if held:
             from .._lib import RematError
             raise RematError(

@@ -201,7 +201,7 @@ class Trace:
         self.transient_measured = False
         self.model = None              # a weak reference to the captured model
         self.input_sig = ()            # signature() of the captured inputs
-        self.params = []               # (name, weak reference) of each parameter that trains
+        self.params = frozenset()      # the names of the parameters that train
         self.transients = meters.NONE  # how transients were measured (meters.py)
         self.unmeasured = None         # what the measurement could not see, or None
         self.source = ""
@@ -739,7 +739,7 @@ def _capture(model, inputs, loss_fn, warmup=True, transients="auto"):
         _agree_across_ranks(t, model)
     _unused_params_to_buffers(t)
     trains = {v.name for v in t.values if v.kind == "parameter"}
-    t.params = [(n, weakref.ref(p)) for n, p in params if n in trains]
+    t.params = frozenset(n for n, _ in params if n in trains)
     t.capture_seconds = time.perf_counter() - start
     return t
 
