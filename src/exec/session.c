@@ -112,6 +112,14 @@ static void init_param(const remat__node *n, int32_t node, uint64_t seed, float 
 
 /* Allocates the parameter and gradient blocks and fills the parameters
  * from their initializers (on the host, then uploaded). */
+/* Whether leaf n's gradient lives in the gradient block for the whole step:
+ * every parameter's of remat's own graphs, and of a traced step whose
+ * framework holds them (grads_resident); a traced step's others are its
+ * memory plan's, made on demand as the framework that runs it does. */
+static int grad_in_block(const remat_session *s, const remat__node *n) {
+    return n->leaf == REMAT__LEAF_PARAM && (!s->g->traced || s->opts.grads_resident);
+}
+
 static remat_status alloc_params(remat_session *s) {
     const remat_graph *g = s->g;
     size_t *pb = calloc((size_t)g->n + 1, sizeof *pb), *gb = calloc((size_t)g->n + 1, sizeof *gb);
@@ -127,9 +135,7 @@ static remat_status alloc_params(remat_session *s) {
         s->params[np].node = v;
         s->pindex[v] = np;
         pb[np++] = remat__out_bytes(n);
-        /* a traced step's parameter gradients are its memory plan's (made
-         * on demand, as the framework that runs it does) */
-        if (n->leaf == REMAT__LEAF_PARAM && (!g->traced || s->opts.grads_resident)) gb[ng++] = remat__out_bytes(n);
+        if (grad_in_block(s, n)) gb[ng++] = remat__out_bytes(n);
         if (remat__out_bytes(n) > largest) largest = remat__out_bytes(n);
     }
     s->n_params = np;
@@ -144,7 +150,7 @@ static remat_status alloc_params(remat_session *s) {
         remat__pslot *p = &s->params[i];
         const remat__node *n = &g->nodes[p->node];
         p->data = pp[i];
-        if (n->leaf == REMAT__LEAF_PARAM && (!g->traced || s->opts.grads_resident)) p->grad = gp[j++];
+        if (grad_in_block(s, n)) p->grad = gp[j++];
         init_param(n, p->node, s->opts.seed, host);
         st = s->be->upload(s->dev, p->data, host, remat__out_bytes(n));
     }

@@ -157,12 +157,13 @@ class Decisions:
         # output nothing in the backward reads is dropped and never recomputed;
         # one recomputed while its first output lives is simply kept)
         rec = set(plan.recompute_ops)
-        self.rec_ops = {o for o in plan.drop_ops if o in rec}
+        dropped = {o for o in plan.drop_ops if o in rec}
+        self.rec_ops = set(dropped)
         # recomputed with its first output kept: for the later outputs the
         # backward reads (pooling's indices), which the plan frees in the
         # forward; the replay's first output is a transient copy
         saved = {v for op in t.ops for v in op.saves}
-        later = {v for o in rec - self.rec_ops for v in t.ops[o].outputs[1:] if v in saved}
+        later = {v for o in rec - dropped for v in t.ops[o].outputs[1:] if v in saved}
         self.rec_ops |= {t.values[v].producer for v in later}
         # an overwritten version cannot be kept: what reads it is recomputed from its maker
         grow = True
@@ -174,7 +175,7 @@ class Decisions:
                     if val.overwritten >= 0 and val.producer >= 0 and val.producer not in self.rec_ops:
                         self.rec_ops.add(val.producer)
                         grow = True
-        kept = {t.ops[o].outputs[0] for o in rec - {o for o in plan.drop_ops if o in rec}}
+        kept = {t.ops[o].outputs[0] for o in rec - dropped}
         self.rec_vals = {v for o in self.rec_ops for v in t.ops[o].outputs if v not in kept}
         self.consumers = {}  # value -> recomputed ops that read it
         for o in self.rec_ops:
@@ -253,9 +254,17 @@ class Applier(TorchDispatchMode):
         if self.t.ops[c.op].random:  # the state it draws from, on its tensors' device
             rng = rng_state(next((a.device for a in leaves if isinstance(a, torch.Tensor)), torch.device("cpu")))
         meta = compat.schema_name(func) in _META_ONLY
-        ref = lambda a: (_Meta(a) if meta and a.is_contiguous() else  # noqa: E731
-                         _Ref(self.value_of(a), a) if self.value_of(a) is not None else a) \
-            if isinstance(a, torch.Tensor) else _Gen(a) if isinstance(a, torch.Generator) else a
+
+        def ref(a):
+            if isinstance(a, torch.Generator):
+                return _Gen(a)
+            if not isinstance(a, torch.Tensor):
+                return a
+            if meta and a.is_contiguous():
+                return _Meta(a)
+            v = self.value_of(a)
+            return a if v is None else _Ref(v, a)
+
         written = {id(w) for w in _written_args(func, args, kwargs)}
         writes = [i for i, a in enumerate(leaves) if id(a) in written]
         rargs, rkwargs = _map(ref, (args, kwargs))

@@ -198,13 +198,17 @@ class Trace:
         self.values, self.ops, self.calls = [], [], []
         self.loss = -1
         self.capture_seconds = 0.0
-        self.transient_measured = False
         self.model = None              # a weak reference to the captured model
         self.input_sig = ()            # signature() of the captured inputs
         self.params = frozenset()      # the names of the parameters that train
         self.transients = meters.NONE  # how transients were measured (meters.py)
         self.unmeasured = None         # what the measurement could not see, or None
         self.source = ""
+
+    @property
+    def transient_measured(self):
+        """Whether each op's transient bytes were measured (by any meter)."""
+        return self.transients != meters.NONE
 
     # ------------------------------------------------------------ graph file
     def graph(self, cost="flops"):
@@ -708,7 +712,6 @@ def _capture(model, inputs, loss_fn, warmup=True, transients="auto"):
     meter = meters.meter_for(device, transients)
     rec = _Recorder(t, leaves, meter)
     t.transients, t.unmeasured = meter.how, meter.unmeasured
-    t.transient_measured = meter.how != meters.NONE
     start = time.perf_counter()
     try:
         with meter:

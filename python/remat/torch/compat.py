@@ -30,17 +30,7 @@ check_version()
 
 # -- dispatch and pytrees (private modules, stable since 2.0)
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
-from torch.utils._pytree import tree_flatten, tree_map  # noqa: E402
-
-try:
-    from torch.utils._pytree import tree_unflatten  # noqa: E402
-except ImportError:  # pragma: no cover
-    tree_unflatten = None
-
-
-def unflatten(flat, spec):
-    """A pytree from its leaves and spec (TreeSpec.unflatten where it exists)."""
-    return spec.unflatten(flat) if hasattr(spec, "unflatten") else tree_unflatten(flat, spec)
+from torch.utils._pytree import tree_flatten  # noqa: E402
 
 
 def current_autograd_node():
