@@ -2,6 +2,7 @@
 launcher), gradient accumulation, inputs whose shapes change, and the
 wrappers remat.torch does not plan (issue 31)."""
 import copy
+import contextlib
 import os
 import subprocess
 import sys
@@ -218,7 +219,11 @@ def test_the_planner_plans_each_shape_once():
         rt.Planner(m, 1000, optimizer=opt).plan_for((data[0][0],), loss_of(data[0][1]))
 
 
-def test_fsdp2_is_refused_naming_it():
+def test_fsdp2_one_rank_planned_and_grouped_units_refused():
+    """FSDP2 on one rank (world size 1, FSDP's path without collectives) is
+    planned and bitwise; fully_shard over several modules at once
+    (fully_shard([a, b]), one state for a group) is refused, naming it.
+    test_fsdp.py runs 2 ranks."""
     dist = pytest.importorskip("torch.distributed")
     try:
         from torch.distributed.fsdp import fully_shard
@@ -232,10 +237,40 @@ def test_fsdp2_is_refused_naming_it():
     with tempfile.TemporaryDirectory() as d:
         dist.init_process_group("gloo", init_method="file://" + os.path.join(d, "pg"), rank=0, world_size=1)
         try:
-            m = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
-            fully_shard(m[0])
-            fully_shard(m)
-            with pytest.raises(rt.CaptureError, match=r"fully_shard \(FSDP2\)"):
-                rt.plan(m, (torch.randn(4, 8),), lambda o: o.sum(), budget="1GiB")
+            torch.manual_seed(0)
+            base = torch.nn.Sequential(torch.nn.Linear(8, 64), torch.nn.GELU(), torch.nn.Linear(64, 64),
+                                       torch.nn.GELU(), torch.nn.Linear(64, 2))
+            x = torch.randn(16, 8)
+
+            def sharded():
+                m = copy.deepcopy(base)
+                fully_shard(m[0])
+                fully_shard(m[2])
+                fully_shard(m)
+                return m
+
+            def run(m, plan):
+                opt = torch.optim.SGD(m.parameters(), lr=0.1)
+                out = []
+                for _ in range(3):
+                    opt.zero_grad()
+                    with plan.apply(m) if plan is not None else contextlib.nullcontext():
+                        loss = m(x).square().mean()
+                        loss.backward()
+                    opt.step()
+                    out.append(loss.detach())
+                return out + [p.to_local().detach().clone() for p in m.parameters()]
+
+            m = sharded()
+            t = rt.capture(m, (x,), lambda o: o.square().mean())
+            assert sum(o.name.startswith("fsdp.all_gather") for o in t.ops) == 3
+            plan = rt.plan_trace(t, rt.plan_trace(t, 1).floor)
+            assert plan.feasible and plan.recompute_ops
+            a, b = run(sharded(), None), run(sharded(), plan)
+            assert all(torch.equal(u, v) for u, v in zip(a, b))
+            g = copy.deepcopy(base)
+            fully_shard([g[0], g[2]])
+            with pytest.raises(rt.CaptureError, match=r"fully_shard over several modules at once"):
+                rt.plan(g, (x,), lambda o: o.sum(), budget="1GiB")
         finally:
             dist.destroy_process_group()

@@ -26,7 +26,7 @@ import torch
 from .._lib import RematError, plan_graph
 from .apply import Applied, Decisions
 from .capture import CaptureError, Trace, device_of, capture
-from . import memtrack
+from . import compat, memtrack
 
 __all__ = ["plan", "plan_trace", "budget_for", "max_batch", "measure", "capture", "Plan", "Planner", "Trace",
            "CaptureError", "RematError", "parse_bytes"]
@@ -319,7 +319,7 @@ def _bytes_of(tensors):
     seen, n = set(), 0
     for t in tensors:
         if isinstance(t, torch.Tensor):
-            s = t.untyped_storage()
+            s = compat.local(t).untyped_storage()  # an FSDP2 parameter, gradient or state: this rank's shard
             if s.data_ptr() not in seen:
                 seen.add(s.data_ptr())
                 n += s.nbytes()

@@ -35,7 +35,7 @@ import contextlib
 
 import torch
 
-from . import compat
+from . import compat, fsdp
 from .compat import TorchDispatchMode
 from .capture import _META_ONLY, CaptureError, _ignored, _same, _skey, _weak, _written_args, rng_state, set_rng_state
 
@@ -158,6 +158,14 @@ class Decisions:
         # one recomputed while its first output lives is simply kept)
         rec = set(plan.recompute_ops)
         dropped = {o for o in plan.drop_ops if o in rec}
+        # FSDP2's all-gathers (fsdp.py): FSDP runs them; the plan says whether
+        # a unit's gathered parameters are kept for its backward or gathered
+        # again, and a recomputation of a unit's ops gathers them first
+        gathers = {u.op: i for i, u in enumerate(t.fsdp) if u.op >= 0}
+        self.reshard = [u.op in dropped for u in t.fsdp]
+        gathered = {v: i for o, i in gathers.items() for v in t.ops[o].outputs if t.values[v].producer == o}
+        rec -= set(gathers)
+        dropped -= set(gathers)
         self.rec_ops = set(dropped)
         # recomputed with its first output kept: for the later outputs the
         # backward reads (pooling's indices), which the plan frees in the
@@ -178,9 +186,13 @@ class Decisions:
         kept = {t.ops[o].outputs[0] for o in rec - dropped}
         self.rec_vals = {v for o in self.rec_ops for v in t.ops[o].outputs if v not in kept}
         self.consumers = {}  # value -> recomputed ops that read it
+        self.unshard = {}    # recomputed op -> the FSDP2 units whose gathered parameters it reads
         for o in self.rec_ops:
             for v in set(t.ops[o].inputs):
-                if t.values[v].kind == "activation":
+                if v in gathered:
+                    if gathered[v] not in self.unshard.get(o, ()):
+                        self.unshard.setdefault(o, []).append(gathered[v])
+                elif t.values[v].kind == "activation":
                     self.consumers[v] = self.consumers.get(v, 0) + 1
         # what the step must follow: the values recomputations make and read
         self.tracked = self.rec_vals | set(self.consumers)
@@ -205,6 +217,9 @@ class Applier(TorchDispatchMode):
         self.rec_ops, self.rec_vals, self.consumers, self.tracked, self.group = \
             d.rec_ops, d.rec_vals, d.consumers, d.tracked, d.group
         self.recorded, self.news, self.stale, self.n_calls = d.recorded, d.news, d.stale, len(self.t.calls)
+        self.unshard = d.unshard
+        self.units = []  # the model's FSDP2 units (fsdp.Bound), as the trace lists them
+        self.suspended = False  # inside FSDP's own hooks (fsdp.Hooks): its calls are not the step's
         self.call = 0
         self.before = 0    # calls let through before the step's first op
         self.vmap = {}     # storage address -> (value id, weak reference to the storage): activations of this step
@@ -219,8 +234,8 @@ class Applier(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         ci = self.call
-        if ci >= self.n_calls or compat.current_autograd_node() is not None or _skip(func):
-            return func(*args, **kwargs)  # the backward, or past the captured forward
+        if ci >= self.n_calls or self.suspended or compat.current_autograd_node() is not None or _skip(func):
+            return func(*args, **kwargs)  # the backward, past the captured forward, or FSDP's
         c = self.t.calls[ci]
         if c.func is not func and c.name != str(func):
             if ci == 0:
@@ -246,6 +261,17 @@ class Applier(TorchDispatchMode):
                 if v in self.consumers and v not in self.rec_vals:
                     self.src[v] = flat[i]
         return out
+
+    # FSDP2 (fsdp.Hooks): FSDP's calls in its hooks are let through
+    def fsdp_enter(self, unit, gathering):
+        self.suspended = True
+
+    def fsdp_gathered(self, unit, args, kwargs):
+        self.suspended = False
+        compat.fsdp_release_all_gather(unit.module)
+
+    def fsdp_exit(self, unit):
+        self.suspended = False
 
     def _record(self, c, func, args, kwargs):
         """The recipe of a call of an op the plan recomputes: how to run it again."""
@@ -354,6 +380,8 @@ class Applier(TorchDispatchMode):
         t = self.t
         made = {}
         self.replays += 1
+        for i in self.unshard.get(o, ()):  # a no-op where FSDP has them gathered
+            self.units[i].module.unshard()
 
         def arg(a):
             if isinstance(a, (_Meta, _Gen)):
@@ -405,15 +433,29 @@ class Applied(contextlib.AbstractContextManager):
         self.applier = None
         self._hooks = None
         self._pre = None
+        self._fsdp = None
 
     def __enter__(self):
         t = self.plan.trace
         model = self.model if self.model is not None else t.model() if t.model is not None else None
         if model is not None:
             self._pre = model.register_forward_pre_hook(self._check_call, with_kwargs=True)
+        bound = []
+        if t.fsdp:
+            if model is None:
+                raise CaptureError("the FSDP2 model this plan was made for is gone: plan.apply(model)")
+            try:
+                bound = fsdp.bind(t.fsdp, model)
+            except ValueError as e:
+                raise CaptureError(str(e)) from None
+            self._fsdp = contextlib.ExitStack()
+            self._fsdp.enter_context(fsdp.Settings(bound, self.decisions.reshard))
         if not self.decisions.rec_ops:
             return self
         a = self.applier = Applier(self.plan, self.decisions)
+        a.units = bound
+        if t.fsdp:
+            self._fsdp.enter_context(fsdp.Hooks(bound, a))
         self._hooks = torch.autograd.graph.saved_tensors_hooks(a.pack, a.unpack)
         self._hooks.__enter__()
         a.__enter__()
@@ -460,6 +502,9 @@ class Applied(contextlib.AbstractContextManager):
         if self._pre is not None:
             self._pre.remove()
             self._pre = None
+        if self._fsdp is not None:
+            self._fsdp.close()
+            self._fsdp = None
         a = self.applier
         if a is None:
             return False

@@ -36,6 +36,7 @@ The capture leaves the model as it found it: gradients, buffers (BatchNorm
 statistics) and the random number generator are restored afterwards.
 """
 
+import contextlib
 import time
 import traceback
 import weakref
@@ -43,7 +44,7 @@ import warnings
 
 import torch
 
-from . import compat, meters
+from . import compat, fsdp, meters
 from .compat import StorageWeakRef, TorchDispatchMode, schema_name, tree_flatten
 
 aten = torch.ops.aten
@@ -154,13 +155,19 @@ def _written_args(func, args, kwargs):
 
 
 class Value:
-    __slots__ = ("id", "kind", "bytes", "name", "producer", "overwritten", "readers", "const")
+    __slots__ = ("id", "kind", "bytes", "name", "producer", "overwritten", "readers", "const", "grad_bytes")
 
     def __init__(self, id, kind, nbytes, name=None, producer=-1):
         self.id, self.kind, self.bytes, self.name, self.producer = id, kind, nbytes, name, producer
         self.overwritten = -1  # the op that writes it in place, making a new version
         self.readers = 0  # ops that read it so far
         self.const = False  # made from shapes alone (arange, zeros): the same in every step, whatever the batch
+        self.grad_bytes = None  # its gradient's bytes where they are not its own (fsdp.py's reduce-scatter buffers)
+
+    @property
+    def gbytes(self):
+        """The bytes of its gradient."""
+        return self.bytes if self.grad_bytes is None else self.grad_bytes
 
 
 class Op:
@@ -203,6 +210,7 @@ class Trace:
         self.params = frozenset()      # the names of the parameters that train
         self.transients = meters.NONE  # how transients were measured (meters.py)
         self.unmeasured = None         # what the measurement could not see, or None
+        self.fsdp = []                 # the model's FSDP2 units (fsdp.py), whose all-gathers are ops
         self.source = ""
 
     @property
@@ -225,6 +233,8 @@ class Trace:
                 d["name"] = v.name
             if v.overwritten >= 0:
                 d["overwritten_by"] = v.overwritten
+            if v.grad_bytes is not None:
+                d["grad_bytes"] = int(v.grad_bytes)
             values.append(d)
         ops = []
         for o in self.ops:
@@ -261,6 +271,14 @@ class _Recorder(TorchDispatchMode):
         self.last_out = {}        # its values -> (weak reference to the tensor, output index)
         self.exact = compat.node_creation_hook() is not None
         self.after = None         # exact: the op that ran and whose node is not made yet
+        self.suspended = False    # inside FSDP's own hooks: its calls are not the step's ops
+        self.gathers = []         # (all-gather op, bytes it made): resolve() sets their transients
+        self.shards = {}          # FSDP2: parameter name -> its shard's value
+        self.rs_buffers = 1       # FSDP2: how many reduce-scatter inputs FSDP holds (fsdp.py)
+        self.grad_of = {}         # FSDP2: a gathered parameter's storage -> the value its gradient belongs to
+        self.after_gather = None  # FSDP2: the latest all-gather, until an op follows it
+        self.first_after = {}     # FSDP2: all-gather op id -> the first op after it
+        self._t0 = 0.0
 
     # -- values
     def _value_of(self, t):
@@ -293,6 +311,8 @@ class _Recorder(TorchDispatchMode):
 
     # -- saved tensors: attributed when the next call is recorded
     def saved(self, t):
+        if self.suspended:
+            return
         v = self._value_of(t)
         if v < 0:
             return
@@ -305,6 +325,8 @@ class _Recorder(TorchDispatchMode):
     def node_made(self, node):
         """An autograd node is complete (torch.autograd.graph.node_creation_hook):
         it belongs to the op that just ran; later saves are the next op's."""
+        if self.suspended:
+            return
         node.metadata["remat.op"] = self.after.id if self.after is not None else -1
         self.after = None
 
@@ -374,6 +396,8 @@ class _Recorder(TorchDispatchMode):
     # -- the dispatch
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if self.suspended:
+            return func(*args, **kwargs)
         name = schema_name(func)
         if _ignored(func):
             return func(*args, **kwargs)
@@ -383,6 +407,9 @@ class _Recorder(TorchDispatchMode):
             v = self._value_of(a)
             if v >= 0 and v not in in_vals:
                 in_vals.append(v)
+            g = self.grad_of.get(_skey(a)) if self.grad_of and name not in _META_ONLY else None
+            if g is not None and g not in in_vals:  # an FSDP2 parameter: its gradient's value (fsdp_gathered)
+                in_vals.append(g)
         # a value made from no leaf (transformers' position_ids, an arange)
         # is the same in every step: reading it (.all(), .item()) is no data
         const = not compat.is_random(func) and all(self.t.values[v].const for v in in_vals)
@@ -475,6 +502,9 @@ class _Recorder(TorchDispatchMode):
             op.outputs = [v for _, v in new]
             op.family = _family(name)
             self.t.ops.append(op)
+            if self.after_gather is not None:
+                self.first_after[self.after_gather.id] = op
+                self.after_gather = None
         else:
             target = None  # a view: no op
         if target is not None:
@@ -512,10 +542,86 @@ class _Recorder(TorchDispatchMode):
             self.pending = []
         return out
 
+    # -- FSDP2 (fsdp.Hooks)
+    def fsdp_enter(self, unit, gathering):
+        self.suspended = True
+        if gathering and unit.unit.params:
+            self.meter.begin(("g", unit.unit.name))
+            self._t0 = time.perf_counter()
+
+    def fsdp_gathered(self, unit, args, kwargs):
+        """A unit's parameters are gathered: the all-gather is an op that
+        reads their shards and makes the value every gathered parameter's
+        memory holds (FSDP keeps or frees them together), and, per
+        parameter, a 0-byte value whose gradient is the parameter's
+        unsharded gradient, which the ops that read the parameter read too:
+        each gradient is made by the first backward that writes it and held
+        until the unit's reduce-scatter (fsdp.py)."""
+        self.suspended = False
+        u = unit.unit
+        if not u.params:
+            return
+        compat.fsdp_release_all_gather(unit.module)  # as the applier does (fsdp.py)
+        seconds = time.perf_counter() - self._t0
+        self.meter.end()
+        op = Op(len(self.t.ops), "fsdp.all_gather(%s)" % u.label)
+        op.inputs = [self.shards[n] for n, _, _ in u.params if n in self.shards]
+        for v in op.inputs:
+            self.t.values[v].readers += 1
+        tensors = unit.tensors()
+        storages = {_skey(p): p for p in tensors if _skey(p)}
+        v = self._fsdp_value(op, sum(p.untyped_storage().nbytes() for p in storages.values()), 0)
+        for k, p in storages.items():
+            self.live[k], self.refs[k] = v, _weak(p)
+        keys = list(storages)
+        groups = [keys[i * len(keys) // 14:(i + 1) * len(keys) // 14] for i in range(14)] if len(keys) > 14 else \
+            [[k] for k in keys]  # at most 16 outputs: 14 gradients, and room for a reduce-scatter's (below)
+        op.outputs = [v]
+        for grp in groups:
+            if grp:
+                g = self._fsdp_value(op, 0, sum(storages[k].untyped_storage().nbytes() for k in grp))
+                op.outputs.append(g)
+                for k in grp:
+                    self.grad_of[k] = g
+        op.saves = [v]  # FSDP holds the gathered parameters until the reduce-scatter
+        op.flops = float(sum(p.numel() for p in tensors))
+        op.seconds = seconds
+        op.family = "copy"
+        op.has_node = True
+        self.t.ops.append(op)
+        # FSDP holds the reduce-scatter's input (the unit's gradients, padded,
+        # from every rank) until the next unit's reduce-scatter begins: it is
+        # the gradient of a 0-byte value that this one reads and that the
+        # first op after the previous unit's all-gather makes (its backward
+        # is that unit's last before its reduce-scatter)
+        if len(self.gathers) >= self.rs_buffers:
+            prev = self.gathers[-self.rs_buffers][0]
+            maker = self.first_after.get(prev.id, prev)
+            z = self._fsdp_value(maker, 0, unit.world * sum(self.t.values[s].bytes for s in op.inputs))
+            maker.outputs.append(z)
+            op.inputs.append(z)
+            self.t.values[z].readers += 1
+        self.gathers.append((op, self.t.values[v].bytes, ("g", u.name)))
+        self.after_gather = op
+        u.op = op.id
+        for node in fsdp.post_backward_nodes(args, kwargs):  # its backward: the reduce-scatter
+            node.metadata["remat.op"] = op.id
+
+    def _fsdp_value(self, op, nbytes, grad_bytes):
+        v = len(self.t.values)
+        self.t.values.append(Value(v, "activation", nbytes, None, op.id))
+        self.t.values[v].grad_bytes = grad_bytes
+        return v
+
+    def fsdp_exit(self, unit):
+        self.suspended = False
+
     def resolve(self, peaks):
         """Each op's forward transient: its calls' peaks less what they made."""
         for ci, op, made in self.measured:
             op.transient = max(op.transient, peaks.get(("f", ci), 0) - made)
+        for op, made, tag in self.gathers:
+            op.transient = max(op.transient, peaks.get(tag, 0) - made)
 
 
 def _node_hook(rec):
@@ -555,7 +661,7 @@ class _BackwardMeter(TorchDispatchMode):
             if op < 0:
                 continue
             o = self.t.ops[op]
-            gin = sum(vals[v].bytes for v in set(o.inputs) if vals[v].kind == "activation")
+            gin = sum(vals[v].gbytes for v in set(o.inputs) if vals[v].kind == "activation")
             made = sum(vals[v].bytes for v in set(o.inputs) if vals[v].kind == "parameter"
                        and self.last_reader.get(v) == o.id)
             o.transient_bwd = max(o.transient_bwd, peaks.get(("b", k), 0) - gin - made)
@@ -600,8 +706,9 @@ def device_of(model, inputs):
     wrapper = compat.unplannable_wrapper(model)
     if wrapper is not None:
         raise CaptureError("remat.torch cannot plan a step of a model wrapped in %s: it gathers, shards and frees "
-                           "parameters inside the step, which a capture on one rank does not see. remat.torch plans "
-                           "a model on one device, and DistributedDataParallel" % wrapper)
+                           "parameters inside the step where a capture does not see it. remat.torch plans a model "
+                           "on one device, DistributedDataParallel, and FSDP2 (fully_shard, one module per call)"
+                           % wrapper)
     devices = {a.device for a in list(model.parameters()) + list(model.buffers()) + list(inputs)
                if isinstance(a, torch.Tensor)}
     if len(devices) > 1 or any(d.type not in ("cpu", "cuda") for d in devices):
@@ -689,16 +796,23 @@ def _capture(model, inputs, loss_fn, warmup=True, transients="auto"):
     t.source = "torch %s: %s" % (torch.__version__, type(model).__name__)
     t.model = weakref.ref(model)
     t.input_sig = signature(inputs)
-    leaves = {}
+    try:
+        t.fsdp = fsdp.units(model)
+    except ValueError as e:
+        raise CaptureError(str(e)) from None
+    leaves, shards = {}, {}
     params = [(n, p) for n, p in model.named_parameters()]
     for kind, named in (("parameter", [(n, p) for n, p in params if p.requires_grad]),
                         ("buffer", [(n, p) for n, p in params if not p.requires_grad]),
                         ("buffer", list(model.named_buffers()))):
         for n, p in named:
-            k = _skey(p)
+            local = compat.local(p)  # an FSDP2 parameter: this rank's shard
+            k = _skey(local)
             if k and k not in leaves:
                 leaves[k] = len(t.values)
-                t.values.append(Value(len(t.values), kind, p.untyped_storage().nbytes(), n))
+                t.values.append(Value(len(t.values), kind, local.untyped_storage().nbytes(), n))
+            if local is not p and k:
+                shards[n] = leaves[k]
     point = _restore_point(model, device)
     ddp = isinstance(model, torch.nn.parallel.DistributedDataParallel)
     for _ in range((2 if ddp else 1) if warmup else 0):  # what a first step allocates once: not the step's memory
@@ -711,10 +825,21 @@ def _capture(model, inputs, loss_fn, warmup=True, transients="auto"):
         del loss
     meter = meters.meter_for(device, transients)
     rec = _Recorder(t, leaves, meter)
+    rec.shards = shards
+    if t.fsdp:
+        rec.rs_buffers = compat.fsdp_reduce_scatter_buffers(model)
     t.transients, t.unmeasured = meter.how, meter.unmeasured
     start = time.perf_counter()
+    # FSDP2: its hooks' calls are not ops of the step; every unit keeps its
+    # gathered parameters to its backward, so that no all-gather runs inside
+    # another op's backward (its memory would count as that op's)
+    units = contextlib.ExitStack()
+    if t.fsdp:
+        bound = fsdp.bind(t.fsdp, model)
+        units.enter_context(fsdp.Settings(bound, [False] * len(bound)))
+        units.enter_context(fsdp.Hooks(bound, rec))
     try:
-        with meter:
+        with units, meter:
             with torch.autograd.graph.saved_tensors_hooks(lambda x: (rec.saved(x), x)[1], lambda x: x):
                 with _node_hook(rec), rec:
                     loss = loss_fn(model(*inputs))
@@ -732,14 +857,16 @@ def _capture(model, inputs, loss_fn, warmup=True, transients="auto"):
         for o in t.ops:  # untagged (read by no op, or only by an ignored one): its forward's
             if not rec.exact and o.id not in bwd.seen and o.has_node:
                 o.transient_bwd = o.transient
-        no_grad = [n for n, p in params if p.requires_grad and p.grad is None and _skey(p) in leaves
-                   and t.values[leaves[_skey(p)]].readers > 0]
+        no_grad = [n for n, p in params if p.requires_grad and p.grad is None and _skey(compat.local(p)) in leaves
+                   and t.values[leaves[_skey(compat.local(p))]].readers > 0]
         for n in no_grad:
             warnings.warn("parameter %s gets no gradient from this loss" % n)
     finally:
         _restore(model, point)
     if ddp:
-        _agree_across_ranks(t, model)
+        _agree_across_ranks(t, next(model.parameters()).device, getattr(model, "process_group", None))
+    elif t.fsdp:
+        _agree_across_ranks(t, compat.local(next(model.parameters())).device, None)
     _unused_params_to_buffers(t)
     trains = {v.name for v in t.values if v.kind == "parameter"}
     t.params = frozenset(n for n, _ in params if n in trains)
@@ -762,24 +889,36 @@ def _check_loss(loss, rec, t):
     t.loss = lv
 
 
-def _agree_across_ranks(t, ddp):
-    """Every rank of a DistributedDataParallel model plans the same step: each
-    op's transients and times become their largest over the ranks. They can differ,
-    since the counter also sees what DDP's communication thread allocates
-    while an op runs on a rank."""
+def _agree_across_ranks(t, dev, group):
+    """Every rank of a data-parallel model (DistributedDataParallel, FSDP2)
+    plans the same step, so that every rank makes the same collective calls:
+    each op's transients and times, and each value's bytes (FSDP2's shards
+    can differ by their padding), become their largest over the ranks. They
+    can differ, since the counter also sees what the communication thread
+    allocates while an op runs on a rank. dev: where the collectives reduce
+    (NCCL's on the device)."""
     import torch.distributed as dist
     if not dist.is_available() or not dist.is_initialized():
         return
-    dev = next(ddp.parameters()).device  # NCCL reduces on the device
-    group = getattr(ddp, "process_group", None)
-    v = torch.tensor([b for o in t.ops for b in (o.transient, o.transient_bwd)], dtype=torch.int64, device=dev)
+    shape = torch.tensor([len(t.ops), len(t.values), -len(t.ops), -len(t.values)], dtype=torch.int64, device=dev)
+    dist.all_reduce(shape, op=dist.ReduceOp.MAX, group=group)
+    if int(shape[0]) != -int(shape[2]) or int(shape[1]) != -int(shape[3]):
+        raise CaptureError("the ranks captured different steps (%d to %d ops, %d to %d values): every rank must "
+                           "run the same ops, on batches of the same shapes" % (-int(shape[2]), int(shape[0]),
+                                                                                 -int(shape[3]), int(shape[1])))
+    v = torch.tensor([b for o in t.ops for b in (o.transient, o.transient_bwd)]
+                     + [b for x in t.values for b in (x.bytes, x.gbytes)], dtype=torch.int64, device=dev)
     secs = torch.tensor([b for o in t.ops for b in (o.seconds, o.seconds_bwd)], dtype=torch.float64, device=dev)
     dist.all_reduce(v, op=dist.ReduceOp.MAX, group=group)
     dist.all_reduce(secs, op=dist.ReduceOp.MAX, group=group)  # and their times, for plans costed in seconds
-    v, secs = v.cpu(), secs.cpu()
+    v, secs = v.cpu().tolist(), secs.cpu().tolist()
     for i, o in enumerate(t.ops):
         o.transient, o.transient_bwd = int(v[2 * i]), int(v[2 * i + 1])
         o.seconds, o.seconds_bwd = float(secs[2 * i]), float(secs[2 * i + 1])
+    for i, x in enumerate(t.values):
+        x.bytes = int(v[2 * len(t.ops) + 2 * i])
+        if x.grad_bytes is not None:
+            x.grad_bytes = int(v[2 * len(t.ops) + 2 * i + 1])
 
 
 def _unused_params_to_buffers(t):

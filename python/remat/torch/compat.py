@@ -86,24 +86,119 @@ def node_saves_output(fn, i):
     return ("_saved_result" in names and i == 0) or "_saved_result%d" % i in names
 
 
-# -- distributed wrappers remat.torch does not plan
+# -- distributed wrappers
+def fsdp_module_class():
+    """FSDP2's FSDPModule (torch.distributed.fsdp, 2.6+; before that
+    torch.distributed._composable.fsdp, 2.4+), or None: this PyTorch has no
+    fully_shard."""
+    try:
+        from torch.distributed.fsdp import FSDPModule
+        return FSDPModule
+    except ImportError:
+        pass
+    try:
+        from torch.distributed._composable.fsdp import FSDPModule
+        return FSDPModule
+    except ImportError:
+        return None
+
+
+def is_dtensor(t):
+    return type(t).__name__ == "DTensor" or type(getattr(t, "data", None)).__name__ == "DTensor"
+
+
+def local(t):
+    """The tensor that holds a rank's memory of t: a DTensor's local shard
+    (DTensor.to_local, public), else t."""
+    return t.to_local() if type(t).__name__ == "DTensor" else t
+
+
+def fsdp_modules_of_state(module):
+    """How many modules one FSDP2 state manages (fully_shard([a, b]) makes
+    one state for a group): FSDPState._modules."""
+    return len(getattr(module._get_fsdp_state(), "_modules", (module,)))
+
+
+def fsdp_settings(module):
+    """What remat.torch changes on an FSDP2 module for a step, to put back
+    afterwards: each parameter group's post-forward mesh (None: it does not
+    reshard after forward; set publicly by set_reshard_after_forward, which
+    has no getter) and the state's automatic-reshard flag and prefetch
+    lists (FSDPState._auto_reshard_after_forward,
+    _states_to_forward_prefetch, _states_to_backward_prefetch)."""
+    st = module._get_fsdp_state()
+    return ([g.post_forward_mesh_info for g in st._fsdp_param_groups],
+            getattr(st, "_auto_reshard_after_forward", None),
+            list(st._states_to_forward_prefetch), list(st._states_to_backward_prefetch))
+
+
+def fsdp_restore(module, saved):
+    st = module._get_fsdp_state()
+    meshes, auto, fwd, bwd = saved
+    for g, m in zip(st._fsdp_param_groups, meshes):
+        g.post_forward_mesh_info = m
+    if auto is not None:
+        st._auto_reshard_after_forward = auto
+    st._states_to_forward_prefetch, st._states_to_backward_prefetch = fwd, bwd
+
+
+def fsdp_reduce_scatter_buffers(model):
+    """How many reduce-scatter inputs FSDP2 holds after their reduce-scatter
+    (FSDPCommContext.reduce_scatter_max_input_buffers, set publicly by
+    set_reduce_scatter_max_input_buffers; before it one, as
+    reduce_scatter_state)."""
+    cls = fsdp_module_class()
+    for m in model.modules():
+        if cls is not None and isinstance(m, cls):
+            ctx = getattr(m._get_fsdp_state(), "_comm_ctx", None)
+            return max(1, int(getattr(ctx, "reduce_scatter_max_input_buffers", 1) or 1))
+    return 1
+
+
+def fsdp_release_all_gather(module):
+    """Frees the all-gather's output buffer that FSDP2 keeps after a
+    forward all-gather until the next one (to overlap its copy-out with
+    that all-gather): FSDPCommContext.release_all_gather_state_for_comm_reuse,
+    which first orders the all-gather streams after the copy-out, as FSDP
+    does before it reuses the buffer. Versions without it keep nothing."""
+    ctx = getattr(module._get_fsdp_state(), "_comm_ctx", None)
+    release = getattr(ctx, "release_all_gather_state_for_comm_reuse", None)
+    if release is not None:
+        release()
+
+
+def fsdp_no_prefetch(module):
+    """No all-gather issued ahead of the module's own (the plan places each):
+    no forward prefetch list, and a backward one naming only the module
+    itself, which FSDP takes instead of its implicit prefetch of the next
+    module and which finds it already gathered."""
+    st = module._get_fsdp_state()
+    st._states_to_forward_prefetch = []
+    st._states_to_backward_prefetch = [st]
+
+
 def unplannable_wrapper(model):
     """The name of a wrapper or tensor type in model that remat.torch cannot
-    plan a step of, or None. FSDP (FullyShardedDataParallel, and FSDP2's
-    fully_shard, whose modules become FSDPModule subclasses) gathers and
-    frees parameters per unit inside the step; tensor parallelism and FSDP2
-    hold parameters as DTensors; both hide from the capture the memory a
-    rank really holds. DistributedDataParallel is planned."""
+    plan a step of, or None. FSDP (FullyShardedDataParallel) gathers and
+    frees parameters inside the step where no hook of a module shows it;
+    tensor parallelism holds parameters as DTensors that no FSDP2 module
+    manages. DistributedDataParallel and FSDP2 (fully_shard) are planned
+    (fsdp.py); FSDP2 with several modules to one state
+    (fully_shard([a, b])) is refused."""
+    fsdp2 = fsdp_module_class()
+    managed = set()
     for name, mod in model.named_modules():
         where = " (module %r)" % name if name else ""
         for cls in type(mod).__mro__:
             if cls.__name__ == "FullyShardedDataParallel":
                 return "FullyShardedDataParallel (FSDP)" + where
-            if cls.__name__ == "FSDPModule":
-                return "torch.distributed.fsdp.fully_shard (FSDP2)" + where
+        if fsdp2 is not None and isinstance(mod, fsdp2):
+            if fsdp_modules_of_state(mod) > 1:
+                return "fully_shard over several modules at once (fully_shard([a, b]))" + where
+            managed.update(id(p) for p in mod.parameters())
     for name, p in list(model.named_parameters()) + list(model.named_buffers()):
-        if type(p).__name__ == "DTensor" or type(getattr(p, "data", None)).__name__ == "DTensor":
-            return "a DTensor parameter %r (tensor parallelism or FSDP2)" % name
+        if is_dtensor(p) and id(p) not in managed:
+            return "a DTensor parameter %r that no fully_shard module manages (tensor parallelism)" % name
     return None
 
 
