@@ -268,7 +268,7 @@ class Applier(TorchDispatchMode):
 
     def fsdp_gathered(self, unit, args, kwargs):
         self.suspended = False
-        compat.fsdp_release_all_gather(unit.module)
+        fsdp.gathered(unit, args, kwargs)
 
     def fsdp_exit(self, unit):
         self.suspended = False
@@ -451,6 +451,8 @@ class Applied(contextlib.AbstractContextManager):
             self._fsdp = contextlib.ExitStack()
             self._fsdp.enter_context(fsdp.Settings(bound, self.decisions.reshard))
         if not self.decisions.rec_ops:
+            if bound:
+                self._fsdp.enter_context(fsdp.Hooks(bound, fsdp.Releaser()))
             return self
         a = self.applier = Applier(self.plan, self.decisions)
         a.units = bound

@@ -274,10 +274,7 @@ class _Recorder(TorchDispatchMode):
         self.suspended = False    # inside FSDP's own hooks: its calls are not the step's ops
         self.gathers = []         # (all-gather op, bytes it made): resolve() sets their transients
         self.shards = {}          # FSDP2: parameter name -> its shard's value
-        self.rs_buffers = 1       # FSDP2: how many reduce-scatter inputs FSDP holds (fsdp.py)
         self.grad_of = {}         # FSDP2: a gathered parameter's storage -> the value its gradient belongs to
-        self.after_gather = None  # FSDP2: the latest all-gather, until an op follows it
-        self.first_after = {}     # FSDP2: all-gather op id -> the first op after it
         self._t0 = 0.0
 
     # -- values
@@ -502,9 +499,6 @@ class _Recorder(TorchDispatchMode):
             op.outputs = [v for _, v in new]
             op.family = _family(name)
             self.t.ops.append(op)
-            if self.after_gather is not None:
-                self.first_after[self.after_gather.id] = op
-                self.after_gather = None
         else:
             target = None  # a view: no op
         if target is not None:
@@ -561,7 +555,7 @@ class _Recorder(TorchDispatchMode):
         u = unit.unit
         if not u.params:
             return
-        compat.fsdp_release_all_gather(unit.module)  # as the applier does (fsdp.py)
+        fsdp.gathered(unit, args, kwargs)  # as under a plan
         seconds = time.perf_counter() - self._t0
         self.meter.end()
         op = Op(len(self.t.ops), "fsdp.all_gather(%s)" % u.label)
@@ -575,7 +569,7 @@ class _Recorder(TorchDispatchMode):
             self.live[k], self.refs[k] = v, _weak(p)
         keys = list(storages)
         groups = [keys[i * len(keys) // 14:(i + 1) * len(keys) // 14] for i in range(14)] if len(keys) > 14 else \
-            [[k] for k in keys]  # at most 16 outputs: 14 gradients, and room for a reduce-scatter's (below)
+            [[k] for k in keys]  # at most 16 outputs
         op.outputs = [v]
         for grp in groups:
             if grp:
@@ -589,20 +583,7 @@ class _Recorder(TorchDispatchMode):
         op.family = "copy"
         op.has_node = True
         self.t.ops.append(op)
-        # FSDP holds the reduce-scatter's input (the unit's gradients, padded,
-        # from every rank) until the next unit's reduce-scatter begins: it is
-        # the gradient of a 0-byte value that this one reads and that the
-        # first op after the previous unit's all-gather makes (its backward
-        # is that unit's last before its reduce-scatter)
-        if len(self.gathers) >= self.rs_buffers:
-            prev = self.gathers[-self.rs_buffers][0]
-            maker = self.first_after.get(prev.id, prev)
-            z = self._fsdp_value(maker, 0, unit.world * sum(self.t.values[s].bytes for s in op.inputs))
-            maker.outputs.append(z)
-            op.inputs.append(z)
-            self.t.values[z].readers += 1
         self.gathers.append((op, self.t.values[v].bytes, ("g", u.name)))
-        self.after_gather = op
         u.op = op.id
         for node in fsdp.post_backward_nodes(args, kwargs):  # its backward: the reduce-scatter
             node.metadata["remat.op"] = op.id
@@ -826,8 +807,6 @@ def _capture(model, inputs, loss_fn, warmup=True, transients="auto"):
     meter = meters.meter_for(device, transients)
     rec = _Recorder(t, leaves, meter)
     rec.shards = shards
-    if t.fsdp:
-        rec.rs_buffers = compat.fsdp_reduce_scatter_buffers(model)
     t.transients, t.unmeasured = meter.how, meter.unmeasured
     start = time.perf_counter()
     # FSDP2: its hooks' calls are not ops of the step; every unit keeps its

@@ -142,19 +142,6 @@ def fsdp_restore(module, saved):
     st._states_to_forward_prefetch, st._states_to_backward_prefetch = fwd, bwd
 
 
-def fsdp_reduce_scatter_buffers(model):
-    """How many reduce-scatter inputs FSDP2 holds after their reduce-scatter
-    (FSDPCommContext.reduce_scatter_max_input_buffers, set publicly by
-    set_reduce_scatter_max_input_buffers; before it one, as
-    reduce_scatter_state)."""
-    cls = fsdp_module_class()
-    for m in model.modules():
-        if cls is not None and isinstance(m, cls):
-            ctx = getattr(m._get_fsdp_state(), "_comm_ctx", None)
-            return max(1, int(getattr(ctx, "reduce_scatter_max_input_buffers", 1) or 1))
-    return 1
-
-
 def fsdp_release_all_gather(module):
     """Frees the all-gather's output buffer that FSDP2 keeps after a
     forward all-gather until the next one (to overlap its copy-out with
@@ -165,6 +152,28 @@ def fsdp_release_all_gather(module):
     release = getattr(ctx, "release_all_gather_state_for_comm_reuse", None)
     if release is not None:
         release()
+
+
+def fsdp_release_reduce_scatter(module):
+    """Frees the reduce-scatter inputs that FSDP2 keeps after a unit's
+    reduce-scatter until a later unit's begins (to overlap them on a GPU):
+    FSDPCommContext.reduce_scatter_states (2.15; reduce_scatter_state
+    before), each dropped after its allocation stream waits on its event,
+    as FSDP drops them itself."""
+    ctx = getattr(module._get_fsdp_state(), "_comm_ctx", None)
+    states = getattr(ctx, "reduce_scatter_states", None)
+    if states is None:
+        one = getattr(ctx, "reduce_scatter_state", None)
+        states = [one] if one is not None else []
+        if one is not None:
+            ctx.reduce_scatter_state = None
+    while states:
+        st = states.pop(0)
+        ev = getattr(st, "event", None)
+        if ev is not None:
+            stream = getattr(st, "allocation_stream", None) or torch.cuda.current_stream()
+            stream.wait_event(ev)
+        del st
 
 
 def fsdp_no_prefetch(module):

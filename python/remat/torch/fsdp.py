@@ -12,10 +12,11 @@ graph a rank plans (docs/pytorch.md, "FSDP2"):
 - each unit's all-gather is an op, ``fsdp.all_gather(unit)``, that reads
   the unit's shards and makes one value, the unit's gathered parameters,
   which the unit's ops read; its backward is the reduce-scatter, which
-  reads the gathered value's gradient (the unit's unsharded gradients, as
-  FSDP holds them until then) and makes the shards' gradients. It saves
-  its own output: FSDP holds the gathered parameters until its
-  reduce-scatter;
+  reads the gradients of 0-byte values it makes, one per parameter, which
+  the ops that read the parameter read too (each parameter's unsharded
+  gradient, made by the first backward that writes it and held until the
+  reduce-scatter), and makes the shards' gradients. It saves its own
+  output: FSDP holds the gathered parameters until its reduce-scatter;
 - whether the gathered value is kept from the forward to the backward or
   made again (recomputed: gathered again) is the plan's choice, as for any
   value, at its bytes and its measured time; the applier carries it out
@@ -25,9 +26,12 @@ graph a rank plans (docs/pytorch.md, "FSDP2"):
 - the all-gather's and the reduce-scatter's own buffers are their
   transients, measured like any op's.
 
-Under a plan, FSDP prefetches nothing: every all-gather happens where the
-plan puts it (on a GPU that costs the overlap of the next unit's all-gather
-with this one's compute). Every rank plans the same graph (each value's
+Under a plan (and in capture) FSDP prefetches nothing, and keeps neither an
+all-gather's buffer until the next all-gather nor a reduce-scatter's input
+until the next reduce-scatter (``gathered``): every all-gather happens where
+the plan puts it, and each collective's buffers are its transients (on a
+GPU that gives up overlapping one unit's collectives with the next one's
+compute). Every rank plans the same graph (each value's
 bytes, each op's transients and times their largest over the ranks), so
 every rank makes the same collective calls.
 """
@@ -176,6 +180,33 @@ class Settings:
             compat.fsdp_restore(m, s)
         self._saved = []
         return False
+
+
+def gathered(unit, args, kwargs):
+    """What remat does after FSDP's pre-forward of a unit, in capture and
+    under a plan alike: frees the all-gather buffer FSDP would keep until
+    the next unit's all-gather, and has the unit's reduce-scatter input
+    freed as soon as its reduce-scatter is done (after the backward of the
+    autograd node FSDP put on the unit's inputs) instead of at the next
+    unit's. Neither is then held across another unit's ops; both are the
+    unit's all-gather's and reduce-scatter's transients."""
+    compat.fsdp_release_all_gather(unit.module)
+    for node in post_backward_nodes(args, kwargs):
+        node.register_hook(lambda *_, m=unit.module: compat.fsdp_release_reduce_scatter(m))
+
+
+class Releaser:
+    """fsdp.Hooks' owner for a step under a plan that follows no call (a
+    store-all plan): only what `gathered` does."""
+
+    def fsdp_enter(self, unit, gathering):
+        pass
+
+    def fsdp_gathered(self, unit, args, kwargs):
+        gathered(unit, args, kwargs)
+
+    def fsdp_exit(self, unit):
+        pass
 
 
 def post_backward_nodes(args, kwargs):
