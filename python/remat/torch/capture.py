@@ -162,7 +162,7 @@ class Value:
         self.overwritten = -1  # the op that writes it in place, making a new version
         self.readers = 0  # ops that read it so far
         self.const = False  # made from shapes alone (arange, zeros): the same in every step, whatever the batch
-        self.grad_bytes = None  # its gradient's bytes where they are not its own (fsdp.py's reduce-scatter buffers)
+        self.grad_bytes = None  # its gradient's bytes where they are not its own (fsdp.py: an FSDP2 parameter's)
 
     @property
     def gbytes(self):
@@ -272,7 +272,7 @@ class _Recorder(TorchDispatchMode):
         self.exact = compat.node_creation_hook() is not None
         self.after = None         # exact: the op that ran and whose node is not made yet
         self.suspended = False    # inside FSDP's own hooks: its calls are not the step's ops
-        self.gathers = []         # (all-gather op, bytes it made): resolve() sets their transients
+        self.gathers = []         # FSDP2: (all-gather op, bytes it made, meter tag): resolve() sets their transients
         self.shards = {}          # FSDP2: parameter name -> its shard's value
         self.grad_of = {}         # FSDP2: a gathered parameter's storage -> the value its gradient belongs to
         self._t0 = 0.0
@@ -569,7 +569,7 @@ class _Recorder(TorchDispatchMode):
             self.live[k], self.refs[k] = v, _weak(p)
         keys = list(storages)
         groups = [keys[i * len(keys) // 14:(i + 1) * len(keys) // 14] for i in range(14)] if len(keys) > 14 else \
-            [[k] for k in keys]  # at most 16 outputs
+            [[k] for k in keys]  # an op makes at most 16 values: the gathered ones and 14 gradient groups
         op.outputs = [v]
         for grp in groups:
             if grp:

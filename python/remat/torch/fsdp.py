@@ -63,12 +63,10 @@ class Bound:
     """A unit in a model: its module, and its parameters as the module holds
     them at any moment (tensors()): the shards outside its forward and
     backward, the gathered parameters inside."""
-    __slots__ = ("unit", "module", "owners", "world")
+    __slots__ = ("unit", "module", "owners")
 
     def __init__(self, unit, module, owners):
         self.unit, self.module, self.owners = unit, module, owners
-        shards = [p for p in self.tensors() if compat.is_dtensor(p)]
-        self.world = shards[0].device_mesh.size() if shards else 1  # the ranks it is sharded over
 
     def tensors(self):
         return [getattr(owner, attr) for owner, attr in self.owners]
