@@ -205,6 +205,43 @@ class Decisions:
         writers = {t.values[v].overwritten for v in range(len(t.values)) if t.values[v].overwritten >= 0}
         self.stale = [[i for i, v in c.new if i >= 0 and v not in self.tracked] if c.op in writers else []
                       for c in t.calls]
+        self._regions(t)
+
+    def _regions(self, t):
+        """Where the applier's dispatch mode must be on: around the module
+        calls (the outermost of those that are innermost around a call it
+        follows: a recipe to record, a tracked value made or made stale;
+        capture's ModuleCalls numbers them) and after the last top-level
+        module call when the calls there (the loss) hold one. Elsewhere the
+        forward runs with no Python per call. regions: {module call:
+        (first call, end)}; tail: (the last top-level module call, its end)
+        or None; full: the mode on over the whole forward (a call it follows
+        outside every module call and before the last one ends)."""
+        follow = [ci for ci in range(len(t.calls)) if self.recorded[ci] or self.news[ci] or self.stale[ci]]
+        self.regions, self.tail, self.full = {}, None, False
+        if not follow:
+            return
+        tops = [i for i, m in enumerate(t.modules) if m[2] < 0]
+        if not tops or len(t.call_module) != len(t.calls):
+            self.full = True
+            return
+        chosen = set()
+        for ci in follow:
+            inv = t.call_module[ci]
+            if inv >= 0:
+                chosen.add(inv)
+            elif ci >= t.modules[tops[-1]][1]:
+                self.tail = (tops[-1], t.modules[tops[-1]][1])
+            else:
+                self.full = True
+                self.regions, self.tail = {}, None
+                return
+        for inv in chosen:
+            up, covered = t.modules[inv][2], False
+            while up >= 0 and not covered:
+                covered, up = up in chosen, t.modules[up][2]
+            if not covered:
+                self.regions[inv] = (t.modules[inv][0], t.modules[inv][1])
 
 
 class Applier(TorchDispatchMode):
@@ -222,6 +259,12 @@ class Applier(TorchDispatchMode):
         self.suspended = False  # inside FSDP's own hooks (fsdp.Hooks): its calls are not the step's
         self.call = 0
         self.before = 0    # calls let through before the step's first op
+        self.regions, self.tail, self.full = d.regions, d.tail, d.full
+        self.active = False  # the dispatch mode is on (a region, or the whole forward)
+        self.span = None   # the region the mode is on for: (module call, end, module type)
+        self.entered = 0   # regions entered so far (the tail counts as one)
+        self.saw = 0       # tensors saved for the backward so far
+        self.n_regions = len(self.regions) + (self.tail is not None)
         self.vmap = {}     # storage address -> (value id, weak reference to the storage): activations of this step
         self.src = {}      # kept values recomputations start from
         self.recipes = {}  # op id -> [recipe]
@@ -273,6 +316,38 @@ class Applier(TorchDispatchMode):
     def fsdp_exit(self, unit):
         self.suspended = False
 
+    # regions (Decisions.regions): the mode on around the module calls that hold what it follows
+    def on(self):
+        if not self.active:
+            self.active = True
+            self.__enter__()
+
+    def off(self):
+        if self.active:
+            self.active = False
+            self.__exit__(None, None, None)
+
+    def module_enter(self, i, module):
+        span = self.regions.get(i)
+        if span is not None and not self.active:
+            self.call, self.span = span[0], (i, span[1], type(module).__name__)
+            self.entered += 1
+            self.on()
+
+    def module_exit(self, i, module):
+        if self.span is not None and self.span[0] == i:
+            if self.call != self.span[1]:
+                start = self.regions[i][0]
+                raise CaptureError("a %s call ran %d ops where the captured step ran %d: the model runs other ops "
+                                   "than when it was planned; plan it again"
+                                   % (self.span[2], self.call - start, self.span[1] - start))
+            self.span = None
+            self.off()
+        if self.tail is not None and self.tail[0] == i:  # the loss after the model
+            self.call = self.tail[1]
+            self.entered += 1
+            self.on()
+
     def _record(self, c, func, args, kwargs):
         """The recipe of a call of an op the plan recomputes: how to run it again."""
         rng = None
@@ -307,6 +382,7 @@ class Applier(TorchDispatchMode):
         return e[0] if e is not None and _same(e[1], x) else None
 
     def pack(self, x):
+        self.saw += 1
         v = self.value_of(x)
         if v is None or v not in self.rec_vals:
             return x
@@ -330,6 +406,8 @@ class Applier(TorchDispatchMode):
     def unpack(self, h):
         if not isinstance(h, _Handle):
             return h
+        if self.active and not self.full:
+            self.off()  # the backward runs with no Python per call
         self.forward_done()
         base = self._value(h.v)
         out = _view(base, h)
@@ -434,6 +512,7 @@ class Applied(contextlib.AbstractContextManager):
         self._hooks = None
         self._pre = None
         self._fsdp = None
+        self._regions = None
 
     def __enter__(self):
         t = self.plan.trace
@@ -458,9 +537,15 @@ class Applied(contextlib.AbstractContextManager):
         a.units = bound
         if t.fsdp:
             self._fsdp.enter_context(fsdp.Hooks(bound, a))
+        self._regions = None
+        if not a.full:  # the mode on around the module calls that hold what the applier follows
+            from .capture import ModuleCalls
+            self._regions = ModuleCalls(a)
+            self._regions.__enter__()
         self._hooks = torch.autograd.graph.saved_tensors_hooks(a.pack, a.unpack)
         self._hooks.__enter__()
-        a.__enter__()
+        if a.full:
+            a.on()
         return self
 
     def _check_call(self, module, args, kwargs):
@@ -510,13 +595,22 @@ class Applied(contextlib.AbstractContextManager):
         a = self.applier
         if a is None:
             return False
-        a.__exit__(*exc)
+        a.off()
         self._hooks.__exit__(*exc)
+        if self._regions is not None:
+            self._regions.__exit__(*exc)
+            self._regions = None
         calls = self.plan.trace.calls
-        if exc[0] is None and a.call == 0 and a.before:
+        if exc[0] is None and not a.full and a.entered == 0 and a.saw:
+            raise CaptureError("the step ran ops and none of the model's calls that the plan follows: the model runs "
+                               "other ops than when it was planned (or another model ran); plan it again")
+        if exc[0] is None and not a.full and a.entered not in (0, a.n_regions):
+            raise CaptureError("the step ran %d of the %d parts of the forward that the plan follows: run the whole "
+                               "forward (model and loss) inside plan.apply()" % (a.entered, a.n_regions))
+        if exc[0] is None and a.full and a.call == 0 and a.before:
             raise CaptureError("the step ran %d ops and none was the captured step's first (%s): the model runs "
                                "other ops than when it was planned; plan it again" % (a.before, calls[0].name))
-        if exc[0] is None and a.call not in (0, len(calls)):
+        if exc[0] is None and a.full and a.call not in (0, len(calls)):
             raise CaptureError("the step ran %d of the %d captured ops: run the whole forward (model and loss) "
                                "inside plan.apply()" % (a.call, len(calls)))
         a.src.clear()

@@ -211,6 +211,8 @@ class Trace:
         self.transients = meters.NONE  # how transients were measured (meters.py)
         self.unmeasured = None         # what the measurement could not see, or None
         self.fsdp = []                 # the model's FSDP2 units (fsdp.py), whose all-gathers are ops
+        self.modules = []              # each module call of the forward, in order: [first call, end, parent]
+        self.call_module = []          # per call: the innermost module call it ran in (an index), or -1
         self.source = ""
 
     @property
@@ -275,6 +277,7 @@ class _Recorder(TorchDispatchMode):
         self.gathers = []         # FSDP2: (all-gather op, bytes it made, meter tag): resolve() sets their transients
         self.shards = {}          # FSDP2: parameter name -> its shard's value
         self.grad_of = {}         # FSDP2: a gathered parameter's storage -> the value its gradient belongs to
+        self.open = []            # the module calls running now, innermost last (indices into t.modules)
         self._t0 = 0.0
 
     # -- values
@@ -513,6 +516,7 @@ class _Recorder(TorchDispatchMode):
             target.stateful |= state
             target.random |= random
         self.t.calls.append(Call(str(func), target.id if target is not None else -1, new, func))
+        self.t.call_module.append(self.open[-1] if self.open else -1)
         if target is not None:
             self.last = target
             if not self.exact:  # which of its outputs its node keeps is known after it returns
@@ -535,6 +539,15 @@ class _Recorder(TorchDispatchMode):
                     target.saves.append(v)
             self.pending = []
         return out
+
+    # -- module calls (ModuleCalls): where the applier can enter and leave its mode
+    def module_enter(self, i, module):
+        self.open.append(i)
+        self.t.modules.append([len(self.t.calls), -1, self.open[-2] if len(self.open) > 1 else -1])
+
+    def module_exit(self, i, module):
+        self.open.pop()
+        self.t.modules[i][1] = len(self.t.calls)
 
     # -- FSDP2 (fsdp.Hooks)
     def fsdp_enter(self, unit, gathering):
@@ -610,6 +623,44 @@ def _node_hook(rec):
         return compat.node_creation_hook()(rec.node_made)
     import contextlib
     return contextlib.nullcontext()
+
+
+class ModuleCalls:
+    """Global module hooks (torch.nn.modules.module's, before each module's
+    own pre-hooks and forward hooks) numbering the module calls of a step in
+    the order they begin, and calling owner.module_enter(i, module) and
+    owner.module_exit(i, module). Capture records where each module call
+    begins and ends in the call sequence; the applier, at the same points
+    (by number: on any copy of the model), enters its dispatch mode only
+    around the module calls that hold what it must follow
+    (apply.Decisions.regions)."""
+
+    def __init__(self, owner):
+        self.owner = owner
+        self._handles = []
+        self.n, self.stack = 0, []
+
+    def __enter__(self):
+        from torch.nn.modules import module as nn_module
+        o = self.owner
+
+        def pre(mod, args):
+            i = self.n
+            self.n = i + 1
+            self.stack.append(i)
+            o.module_enter(i, mod)
+
+        def post(mod, args, out):
+            o.module_exit(self.stack.pop(), mod)
+
+        self._handles = [nn_module.register_module_forward_pre_hook(pre), nn_module.register_module_forward_hook(post)]
+        return self
+
+    def __exit__(self, *exc):
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+        return False
 
 
 class _BackwardMeter(TorchDispatchMode):
@@ -817,6 +868,7 @@ def _capture(model, inputs, loss_fn, warmup=True, transients="auto"):
         bound = fsdp.bind(t.fsdp, model)
         units.enter_context(fsdp.Settings(bound, [False] * len(bound)))
         units.enter_context(fsdp.Hooks(bound, rec))
+    units.enter_context(ModuleCalls(rec))
     try:
         with units, meter:
             with torch.autograd.graph.saved_tensors_hooks(lambda x: (rec.saved(x), x)[1], lambda x: x):
