@@ -202,7 +202,8 @@ class Decisions:
         self.news = [[(i, v) for i, v in c.new if i >= 0 and v in self.tracked] for c in t.calls]
         # an op that writes a value in place makes its new version in the old one's storage: where
         # that version is not followed, the storage no longer holds the old one
-        writers = {t.values[v].overwritten for v in range(len(t.values)) if t.values[v].overwritten >= 0}
+        # (only where the old version is followed: else nothing holds it)
+        writers = {t.values[v].overwritten for v in self.tracked if t.values[v].overwritten >= 0}
         self.stale = [[i for i, v in c.new if i >= 0 and v not in self.tracked] if c.op in writers else []
                       for c in t.calls]
         self._regions(t)
@@ -263,7 +264,6 @@ class Applier(TorchDispatchMode):
         self.active = False  # the dispatch mode is on (a region, or the whole forward)
         self.span = None   # the region the mode is on for: (module call, end, module type)
         self.entered = 0   # regions entered so far (the tail counts as one)
-        self.saw = 0       # tensors saved for the backward so far
         self.n_regions = len(self.regions) + (self.tail is not None)
         self.vmap = {}     # storage address -> (value id, weak reference to the storage): activations of this step
         self.src = {}      # kept values recomputations start from
@@ -382,7 +382,6 @@ class Applier(TorchDispatchMode):
         return e[0] if e is not None and _same(e[1], x) else None
 
     def pack(self, x):
-        self.saw += 1
         v = self.value_of(x)
         if v is None or v not in self.rec_vals:
             return x
@@ -542,6 +541,8 @@ class Applied(contextlib.AbstractContextManager):
             from .capture import ModuleCalls
             self._regions = ModuleCalls(a)
             self._regions.__enter__()
+        # every saved tensor passes pack (a recomputed value's become handles),
+        # by its storage: the calls that save them need no mode
         self._hooks = torch.autograd.graph.saved_tensors_hooks(a.pack, a.unpack)
         self._hooks.__enter__()
         if a.full:
@@ -597,14 +598,15 @@ class Applied(contextlib.AbstractContextManager):
             return False
         a.off()
         self._hooks.__exit__(*exc)
+        ran = 0  # module calls
         if self._regions is not None:
             self._regions.__exit__(*exc)
-            self._regions = None
+            ran, self._regions = self._regions.n, None
         calls = self.plan.trace.calls
-        if exc[0] is None and not a.full and a.entered == 0 and a.saw:
-            raise CaptureError("the step ran ops and none of the model's calls that the plan follows: the model runs "
-                               "other ops than when it was planned (or another model ran); plan it again")
-        if exc[0] is None and not a.full and a.entered not in (0, a.n_regions):
+        if exc[0] is None and not a.full and a.entered != a.n_regions and ran:
+            if a.entered == 0:
+                raise CaptureError("the step ran %d module calls and none of those the plan follows: the model runs "
+                                   "other ops than when it was planned (or another model ran); plan it again" % ran)
             raise CaptureError("the step ran %d of the %d parts of the forward that the plan follows: run the whole "
                                "forward (model and loss) inside plan.apply()" % (a.entered, a.n_regions))
         if exc[0] is None and a.full and a.call == 0 and a.before:
