@@ -3,8 +3,10 @@
  * What it is optimal over. The graph is cut into a chain of stages at its
  * articulation points (the nodes every input-to-loss path goes through)
  * and at the points of a branch that depends on no node before it (a
- * siamese network's second view: chain_points), the values that jump over
- * such a branch counted in each stage they span (add_carried), at full
+ * siamese network's second view), with the shared side inputs (a traced
+ * transformer's causal mask and rotary tables, read by every layer) set
+ * aside (chain_cut.c): the values that jump over such a point are counted
+ * in each stage they span (add_carried), at full
  * resolution: every such point is a stage boundary, up to
  * MAX_CHAIN stages (a longer chain, such as heavy's 100,000 adds, is
  * merged into MAX_CHAIN stages of about equal forward cost). Each stage is
@@ -65,6 +67,7 @@
  * comparison (test_ilp, scripts/gen_ilp_fixtures.py) states the gap to
  * the rematerialization ILP's true optimum on small graphs.
  */
+#include "chain_cut.h"
 #include "memplan.h"
 #include "offload.h"
 #include "rotor.h"
@@ -311,62 +314,11 @@ static void measure_stage(const remat__prog *p, chain *c, int i, const scratch *
     }
 }
 
-/* The chain's stage boundaries (the creation index of each, ascending, in
- * out; their count returned): remat__cut_points' articulation points, and
- * beside them the points of a branch that does not depend on an earlier
- * one, as the second view of a siamese network: an op node u is a point
- * when every edge between two other op nodes that jumps over u comes from
- * a node created before every op node u depends on (so not one of them).
- * Such an edge's value is carried across u (the first view's features,
- * read by the head after the second view's whole branch): add_carried
- * counts it in every stage it spans. reach[u] is left as u's last op
- * consumer (u itself when none; -1 for a leaf or a node the loss does not
- * need); minsrc is scratch of g->n entries. */
-static int chain_points(const remat_graph *g, const uint8_t *needed, int32_t *out, int32_t *reach, int32_t *minsrc) {
-    int n = g->n, k = 0, levels = 1;
-    for (int u = 0; u < n; u++) reach[u] = needed[u] && g->nodes[u].leaf == REMAT__LEAF_NONE ? u : -1;
-    for (int c = 0; c < n; c++) {
-        const remat__node *nd = &g->nodes[c];
-        minsrc[c] = c;
-        if (reach[c] < 0) continue;
-        for (int i = 0; i < nd->n_in; i++) {
-            int32_t x = nd->in[i];
-            if (g->nodes[x].leaf != REMAT__LEAF_NONE) continue;
-            if (reach[x] < c) reach[x] = c;
-            if (minsrc[x] < minsrc[c]) minsrc[c] = minsrc[x];
-        }
-    }
-    /* range maxima of reach: level l holds the largest of [v, v + 2^l);
-     * without the memory, the articulation points alone */
-    while ((1 << levels) < n) levels++;
-    int32_t *table = malloc((size_t)levels * (size_t)n * sizeof *table);
-    if (table) memcpy(table, reach, (size_t)n * sizeof *table);
-    for (int l = 1; table && l < levels; l++)
-        for (int v = 0; v + (1 << l) <= n; v++) {
-            int32_t a = table[(size_t)(l - 1) * n + v], b = table[(size_t)(l - 1) * n + v + (1 << (l - 1))];
-            table[(size_t)l * n + v] = a > b ? a : b;
-        }
-    int32_t far = -1; /* the farthest consumer of any op node before u */
-    for (int u = 0; u < n; u++) {
-        if (reach[u] < 0) continue;
-        int point = far <= u, lo = minsrc[u], len = u - lo, l = 0;
-        if (!point && len == 0) point = 1; /* u depends on no op node */
-        if (!point && table) { /* the farthest consumer of the nodes in [minsrc[u], u) */
-            while ((2 << l) <= len) l++;
-            int32_t a = table[(size_t)l * n + lo], b = table[(size_t)l * n + u - (1 << l)];
-            point = (a > b ? a : b) <= u;
-        }
-        if (point) out[k++] = u;
-        if (reach[u] > far) far = reach[u];
-    }
-    free(table);
-    return k;
-}
-
-/* Adds to every stage the bytes of the values carried across it (see
- * chain_points): a value made in an earlier stage and read after this one
- * began, other than the stage's own input, is held through its forward
- * passes, and its gradient through its backward. */
+/* Adds to every stage the bytes of the values carried across it
+ * (chain_cut.c: a branch's, a shared side input's): a value made in an
+ * earlier stage and read after this one began, other than the stage's own
+ * input, is held through its forward passes, and its gradient through its
+ * backward. */
 static void add_carried(const remat__prog *p, chain *c, const int32_t *reach, int32_t *stage_of) {
     const remat_graph *g = p->g;
     for (int i = 0; i < c->n_stages; i++)
@@ -408,7 +360,9 @@ static remat_status chain_init(const remat__prog *p, remat_node loss, chain *c) 
     remat__mark_needed(g, loss, needed, stack);
     for (int32_t u = 0; u < n; u++)
         if (needed[u] && g->nodes[u].leaf == REMAT__LEAF_INPUT) c->inputs[c->n_inputs++] = u;
-    int k = chain_points(g, needed, cut, reach, stack);
+    int k = 0;
+    rc = remat__chain_points(p, needed, cut, reach, stack, &k);
+    if (rc != REMAT_OK) goto out;
     /* Stages: (cut[j-1], cut[j]], the last one ending at the loss. */
     int m = 0, s = 0;
     c->off[0] = 0;
