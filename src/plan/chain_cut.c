@@ -114,8 +114,8 @@ static int points(const remat_graph *g, const uint8_t *needed, const uint8_t *si
     return k;
 }
 
-remat_status remat__chain_points(const remat__prog *p, const uint8_t *needed, int32_t *out, int32_t *reach,
-                                 int32_t *scratch, int *n_points) {
+remat_status remat__chain_points(const remat__prog *p, const uint8_t *needed, int aside, int32_t *out, int32_t *reach,
+                                 int32_t *scratch, int *n_points, int *n_side) {
     const remat_graph *g = p->g;
     uint8_t *side = calloc((size_t)g->n + 1, 1);
     double *anc = malloc(((size_t)g->n + 1) * sizeof *anc);
@@ -124,7 +124,9 @@ remat_status remat__chain_points(const remat__prog *p, const uint8_t *needed, in
         free(side), free(anc), free(far_of);
         return remat__err(REMAT_NOMEM, "out of memory planning");
     }
-    side_inputs(p, needed, side, anc);
+    *n_side = 0;
+    if (aside) side_inputs(p, needed, side, anc);
+    for (int32_t u = 0; u < g->n; u++) *n_side += side[u];
     *n_points = points(g, needed, side, out, reach, scratch, far_of);
     free(side), free(anc), free(far_of);
     return REMAT_OK;

@@ -101,6 +101,7 @@ typedef struct {
     uint8_t *opt_of;     /* per stage and option index: which of OPT_* it is */
     uint8_t *sel;        /* per node: bit o set when option o recomputes it before the stage's backward */
     int64_t output;
+    int n_side;          /* shared side inputs set aside when it was cut (chain_cut.c) */
 } chain;
 
 static void chain_free(chain *c) {
@@ -336,8 +337,9 @@ static void add_carried(const remat__prog *p, chain *c, const int32_t *reach, in
     }
 }
 
-/* Cuts the graph into stages and measures them. */
-static remat_status chain_init(const remat__prog *p, remat_node loss, chain *c) {
+/* Cuts the graph into stages (with aside, its shared side inputs set
+ * aside: chain_cut.c) and measures them. */
+static remat_status chain_init(const remat__prog *p, remat_node loss, int aside, chain *c) {
     const remat_graph *g = p->g;
     int n = g->n;
     memset(c, 0, sizeof *c);
@@ -361,7 +363,7 @@ static remat_status chain_init(const remat__prog *p, remat_node loss, chain *c) 
     for (int32_t u = 0; u < n; u++)
         if (needed[u] && g->nodes[u].leaf == REMAT__LEAF_INPUT) c->inputs[c->n_inputs++] = u;
     int k = 0;
-    rc = remat__chain_points(p, needed, cut, reach, stack, &k);
+    rc = remat__chain_points(p, needed, aside, cut, reach, stack, &k, &c->n_side);
     if (rc != REMAT_OK) goto out;
     /* Stages: (cut[j-1], cut[j]], the last one ending at the loss. */
     int m = 0, s = 0;
@@ -524,7 +526,7 @@ remat_status remat__chain_schedule(const remat__prog *p, remat_node loss, const 
                                    remat__schedule *out) {
     chain c;
     memset(out, 0, sizeof *out);
-    remat_status st = chain_init(p, loss, &c);
+    remat_status st = chain_init(p, loss, 1, &c);
     if (st != REMAT_OK) return st;
     st = emit(p, &c, plan, loss, out);
     chain_free(&c);
@@ -650,14 +652,23 @@ static remat_status keep_expensive_schedule(const remat__prog *p, remat_node los
 
 /* ------------------------------------------------------ the candidates */
 
+/* A chain's candidates: the DP over every budget (or NULL) and the
+ * budgets at which its distinct plans are taken. */
+typedef struct {
+    const chain *c;
+    const remat__chain_tab *tab;
+    int64_t *chain_at; /* chain candidate j: the DP's plan at this budget */
+    int n_chain;
+} chain_cands;
+
 /* What the candidate generators share. */
 typedef struct {
     const remat__prog *p;
     remat_node loss;
-    const chain *c;
-    const remat__chain_tab *tab; /* the DP over every budget, or NULL */
-    int64_t *chain_at;           /* chain candidate j: the DP's plan at this budget */
-    int n_chain;
+    chain_cands ch[2]; /* the chain with shared side inputs set aside, and
+                        * without (where there are some: each chain's plans
+                        * are candidates, so carrying them never loses) */
+    int n_ch;
     const remat__train_dag *dag;
     int64_t dfloor, dtop;        /* the step DAG's floor and total */
     int32_t *marks;              /* remat_checkpoint marks at level 0, creation order */
@@ -702,13 +713,20 @@ static remat_status gen_manual(const gen_ctx *x, int j, int n, remat__schedule *
     if (st == REMAT_OK) sc->origin = "levels";
     return st;
 }
-/* The chain DP's distinct plans over every budget. */
+/* The chain DP's distinct plans over every budget, of each chain in turn. */
+static int n_chain_plans(const gen_ctx *x) {
+    int n = 0;
+    for (int k = 0; k < x->n_ch; k++) n += x->ch[k].n_chain;
+    return n;
+}
 static remat_status gen_chain(const gen_ctx *x, int j, int n, remat__schedule *sc) {
-    int i = n >= x->n_chain || n < 2 ? j : (int)((int64_t)j * (x->n_chain - 1) / (n - 1)); /* spread when capped */
+    int total = n_chain_plans(x), k = 0;
+    int i = n >= total || n < 2 ? j : (int)((int64_t)j * (total - 1) / (n - 1)); /* spread when capped */
+    while (k + 1 < x->n_ch && i >= x->ch[k].n_chain) i -= x->ch[k++].n_chain;
     remat_chain_plan *plan = NULL;
-    remat_status st = remat__chain_tab_plan(x->tab, x->chain_at[i], &plan);
+    remat_status st = remat__chain_tab_plan(x->ch[k].tab, x->ch[k].chain_at[i], &plan);
     if (st != REMAT_OK) return st;
-    st = emit(x->p, x->c, plan, x->loss, sc);
+    st = emit(x->p, x->ch[k].c, plan, x->loss, sc);
     remat_chain_plan_destroy(plan);
     return st;
 }
@@ -735,7 +753,7 @@ static int gen_count(const gen_ctx *x, size_t gi) {
     int n = 1, cap = (int)fmax(4, CAND_WORK / (x->p->g->n + 1));
     if (strcmp(nm, "keep-expensive") == 0) n = N_SELECTIVE;
     if (strcmp(nm, "manual") == 0) n = x->n_marks < MAX_MANUAL ? x->n_marks : MAX_MANUAL;
-    if (strcmp(nm, "chain") == 0) n = x->n_chain;
+    if (strcmp(nm, "chain") == 0) n = n_chain_plans(x);
     if (strcmp(nm, "dtr") == 0) n = x->dag ? N_DTR : 0;
     return n < cap ? n : cap;
 }
@@ -753,8 +771,8 @@ static int same_plan(const remat_chain_plan *a, const remat_chain_plan *b) {
 
 /* The DP over every budget, and the budgets at which its plan changes
  * (each plan once): the chain candidates. */
-static remat_status chain_candidates(const remat__prog *p, const chain *c, gen_ctx *x) {
-    (void)p;
+static remat_status chain_candidates(const chain *c, chain_cands *x) {
+    x->c = c;
     int64_t top = c->output + 1;
     for (int i = 0; i < c->n_stages; i++) {
         int64_t big = c->ex[i].fwd_tmp;
@@ -850,11 +868,10 @@ static int recomputes_twice(const remat_graph *g, const remat__schedule *sc) {
 remat_status remat__optimal_options(const remat__prog *p, remat_node loss, int offered[4], int chosen[4]) {
     for (int o = 0; o < N_OPT; o++) offered[o] = chosen[o] = 0;
     chain c;
-    gen_ctx x = {.p = p, .loss = loss};
-    remat_status st = chain_init(p, loss, &c);
+    chain_cands x = {0};
+    remat_status st = chain_init(p, loss, 1, &c);
     if (st != REMAT_OK) return st;
-    x.c = &c;
-    st = chain_candidates(p, &c, &x);
+    st = chain_candidates(&c, &x);
     for (int i = 0; i < c.n_stages; i++)
         for (int k = 0; k < c.ex[i].n_options; k++) offered[c.opt_of[(size_t)i * REMAT__MAX_OPTIONS + (size_t)k]]++;
     for (int j = 0; j < x.n_chain && st == REMAT_OK; j++) {
@@ -879,7 +896,7 @@ remat_status remat__optimal_options(const remat__prog *p, remat_node loss, int o
 remat_status remat__optimal_chain(const remat__prog *p, remat_node loss, remat__stage_ex **st, int *n, int64_t *output,
                                   int32_t **first) {
     chain c;
-    remat_status rc = chain_init(p, loss, &c);
+    remat_status rc = chain_init(p, loss, 1, &c);
     if (rc != REMAT_OK) return rc;
     *st = malloc(((size_t)c.n_stages + 1) * sizeof **st);
     if (first) *first = malloc(((size_t)c.n_stages + 1) * sizeof **first);
@@ -914,12 +931,13 @@ static remat_status place_cand(const gen_ctx *x, cand *k, const remat__plan_req 
     return st;
 }
 
-/* What the generators share, made once per planning. */
-static remat_status gen_init(const remat__prog *p, remat_node loss, chain *c, gen_ctx *x) {
+/* What the generators share, made once per planning (the n_ch chains c). */
+static remat_status gen_init(const remat__prog *p, remat_node loss, const chain *c, int n_ch, gen_ctx *x) {
     const remat_graph *g = p->g;
-    *x = (gen_ctx){.p = p, .loss = loss, .c = c};
+    *x = (gen_ctx){.p = p, .loss = loss, .n_ch = n_ch};
     remat__train_dag *dag = NULL;
-    remat_status st = chain_candidates(p, c, x);
+    remat_status st = REMAT_OK;
+    for (int k = 0; k < n_ch && st == REMAT_OK; k++) st = chain_candidates(&c[k], &x->ch[k]);
     if (st == REMAT_OK) st = remat__train_dag_build(p, loss, &dag);
     if (st == REMAT_OK && dag) {
         x->dag = dag;
@@ -934,8 +952,8 @@ static remat_status gen_init(const remat__prog *p, remat_node loss, chain *c, ge
 }
 
 static void gen_free(gen_ctx *x) {
-    remat__chain_tab_free((remat__chain_tab *)x->tab);
-    free(x->chain_at), free(x->marks);
+    for (int k = 0; k < 2; k++) remat__chain_tab_free((remat__chain_tab *)x->ch[k].tab), free(x->ch[k].chain_at);
+    free(x->marks);
     remat__train_dag_free((remat__train_dag *)x->dag);
 }
 
@@ -1010,20 +1028,28 @@ static remat_status none_fits(const gen_ctx *x, cand *cands, int nc, const remat
  * The winner's memory plan is placed once and kept. */
 remat_status remat__optimal_plan(const remat__plan_req *r, remat__planned *out) {
     memset(out, 0, sizeof *out);
-    chain c;
+    chain c[2];
     gen_ctx x;
     cand *cands = NULL;
-    int nc = 0, win = -1;
-    remat_status st = chain_init(r->p, r->loss, &c);
+    int nc = 0, win = -1, n_ch = 1;
+    memset(c, 0, sizeof c);
+    remat_status st = chain_init(r->p, r->loss, 1, &c[0]);
     if (st != REMAT_OK) return st;
-    st = gen_init(r->p, r->loss, &c, &x);
+    if (c[0].n_side) { /* and the chain without setting them aside */
+        st = chain_init(r->p, r->loss, 0, &c[1]), n_ch = 2;
+        if (st != REMAT_OK) {
+            chain_free(&c[0]);
+            return st;
+        }
+    }
+    st = gen_init(r->p, r->loss, c, n_ch, &x);
     if (st == REMAT_OK) st = measure_all(&x, r->held_outside, &cands, &nc);
     if (st == REMAT_OK) st = choose(&x, cands, nc, r, &win);
     int offloaded = 0; /* offload, with a host budget, where it costs less */
     if (st == REMAT_OK) st = remat__offload_plan(r, win >= 0 ? cands[win].cost : INFINITY, out, &offloaded);
     if (st == REMAT_OK && !offloaded) st = win >= 0 ? place_cand(&x, &cands[win], r, out) : none_fits(&x, cands, nc, r);
     free(cands);
-    chain_free(&c);
+    chain_free(&c[0]), chain_free(&c[1]);
     gen_free(&x);
     return st;
 }
