@@ -6,7 +6,9 @@
  * siamese network's second view), with the shared side inputs (a traced
  * transformer's causal mask and rotary tables, read by every layer) set
  * aside (chain_cut.c): the values that jump over such a point are counted
- * in each stage they span (add_carried), at full
+ * in each stage they span (add_carried). Where there are side inputs, the
+ * chain cut without setting them aside is planned too, and the plans of
+ * both are candidates. Cut at full
  * resolution: every such point is a stage boundary, up to
  * MAX_CHAIN stages (a longer chain, such as heavy's 100,000 adds, is
  * merged into MAX_CHAIN stages of about equal forward cost). Each stage is
@@ -46,7 +48,7 @@
  *
  * The candidates (a table of generators, each making a fixed number of
  * schedules that do not depend on the budget): the chain plans above (at
- * most MAX_CHAIN_PLANS), the keep-expensive selective schedules, store-all,
+ * most MAX_CHAIN_PLANS per chain), the keep-expensive selective schedules, store-all,
  * sqrt, every manual granularity (the first k remat_checkpoint marks; up
  * to MAX_MANUAL marks, else MAX_MANUAL granularities spread over them),
  * and the DTR fallback on the whole step as one DAG (for graphs, or parts
