@@ -3,8 +3,12 @@
  * What it is optimal over. The graph is cut into a chain of stages at its
  * articulation points (the nodes every input-to-loss path goes through)
  * and at the points of a branch that depends on no node before it (a
- * siamese network's second view: chain_points), the values that jump over
- * such a branch counted in each stage they span (add_carried), at full
+ * siamese network's second view), with the shared side inputs (a traced
+ * transformer's causal mask and rotary tables, read by every layer) set
+ * aside (chain_cut.c): the values that jump over such a point are counted
+ * in each stage they span (add_carried). Where there are side inputs, the
+ * chain cut without setting them aside is planned too, and the plans of
+ * both are candidates. Cut at full
  * resolution: every such point is a stage boundary, up to
  * MAX_CHAIN stages (a longer chain, such as heavy's 100,000 adds, is
  * merged into MAX_CHAIN stages of about equal forward cost). Each stage is
@@ -44,7 +48,7 @@
  *
  * The candidates (a table of generators, each making a fixed number of
  * schedules that do not depend on the budget): the chain plans above (at
- * most MAX_CHAIN_PLANS), the keep-expensive selective schedules, store-all,
+ * most MAX_CHAIN_PLANS per chain), the keep-expensive selective schedules, store-all,
  * sqrt, every manual granularity (the first k remat_checkpoint marks; up
  * to MAX_MANUAL marks, else MAX_MANUAL granularities spread over them),
  * and the DTR fallback on the whole step as one DAG (for graphs, or parts
@@ -65,6 +69,7 @@
  * comparison (test_ilp, scripts/gen_ilp_fixtures.py) states the gap to
  * the rematerialization ILP's true optimum on small graphs.
  */
+#include "chain_cut.h"
 #include "memplan.h"
 #include "offload.h"
 #include "rotor.h"
@@ -98,6 +103,7 @@ typedef struct {
     uint8_t *opt_of;     /* per stage and option index: which of OPT_* it is */
     uint8_t *sel;        /* per node: bit o set when option o recomputes it before the stage's backward */
     int64_t output;
+    int n_side;          /* shared side inputs set aside when it was cut (chain_cut.c) */
 } chain;
 
 static void chain_free(chain *c) {
@@ -311,62 +317,11 @@ static void measure_stage(const remat__prog *p, chain *c, int i, const scratch *
     }
 }
 
-/* The chain's stage boundaries (the creation index of each, ascending, in
- * out; their count returned): remat__cut_points' articulation points, and
- * beside them the points of a branch that does not depend on an earlier
- * one, as the second view of a siamese network: an op node u is a point
- * when every edge between two other op nodes that jumps over u comes from
- * a node created before every op node u depends on (so not one of them).
- * Such an edge's value is carried across u (the first view's features,
- * read by the head after the second view's whole branch): add_carried
- * counts it in every stage it spans. reach[u] is left as u's last op
- * consumer (u itself when none; -1 for a leaf or a node the loss does not
- * need); minsrc is scratch of g->n entries. */
-static int chain_points(const remat_graph *g, const uint8_t *needed, int32_t *out, int32_t *reach, int32_t *minsrc) {
-    int n = g->n, k = 0, levels = 1;
-    for (int u = 0; u < n; u++) reach[u] = needed[u] && g->nodes[u].leaf == REMAT__LEAF_NONE ? u : -1;
-    for (int c = 0; c < n; c++) {
-        const remat__node *nd = &g->nodes[c];
-        minsrc[c] = c;
-        if (reach[c] < 0) continue;
-        for (int i = 0; i < nd->n_in; i++) {
-            int32_t x = nd->in[i];
-            if (g->nodes[x].leaf != REMAT__LEAF_NONE) continue;
-            if (reach[x] < c) reach[x] = c;
-            if (minsrc[x] < minsrc[c]) minsrc[c] = minsrc[x];
-        }
-    }
-    /* range maxima of reach: level l holds the largest of [v, v + 2^l);
-     * without the memory, the articulation points alone */
-    while ((1 << levels) < n) levels++;
-    int32_t *table = malloc((size_t)levels * (size_t)n * sizeof *table);
-    if (table) memcpy(table, reach, (size_t)n * sizeof *table);
-    for (int l = 1; table && l < levels; l++)
-        for (int v = 0; v + (1 << l) <= n; v++) {
-            int32_t a = table[(size_t)(l - 1) * n + v], b = table[(size_t)(l - 1) * n + v + (1 << (l - 1))];
-            table[(size_t)l * n + v] = a > b ? a : b;
-        }
-    int32_t far = -1; /* the farthest consumer of any op node before u */
-    for (int u = 0; u < n; u++) {
-        if (reach[u] < 0) continue;
-        int point = far <= u, lo = minsrc[u], len = u - lo, l = 0;
-        if (!point && len == 0) point = 1; /* u depends on no op node */
-        if (!point && table) { /* the farthest consumer of the nodes in [minsrc[u], u) */
-            while ((2 << l) <= len) l++;
-            int32_t a = table[(size_t)l * n + lo], b = table[(size_t)l * n + u - (1 << l)];
-            point = (a > b ? a : b) <= u;
-        }
-        if (point) out[k++] = u;
-        if (reach[u] > far) far = reach[u];
-    }
-    free(table);
-    return k;
-}
-
-/* Adds to every stage the bytes of the values carried across it (see
- * chain_points): a value made in an earlier stage and read after this one
- * began, other than the stage's own input, is held through its forward
- * passes, and its gradient through its backward. */
+/* Adds to every stage the bytes of the values carried across it
+ * (chain_cut.c: a branch's, a shared side input's): a value made in an
+ * earlier stage and read after this one began, other than the stage's own
+ * input, is held through its forward passes, and its gradient through its
+ * backward. */
 static void add_carried(const remat__prog *p, chain *c, const int32_t *reach, int32_t *stage_of) {
     const remat_graph *g = p->g;
     for (int i = 0; i < c->n_stages; i++)
@@ -384,8 +339,9 @@ static void add_carried(const remat__prog *p, chain *c, const int32_t *reach, in
     }
 }
 
-/* Cuts the graph into stages and measures them. */
-static remat_status chain_init(const remat__prog *p, remat_node loss, chain *c) {
+/* Cuts the graph into stages (with aside, its shared side inputs set
+ * aside: chain_cut.c) and measures them. */
+static remat_status chain_init(const remat__prog *p, remat_node loss, int aside, chain *c) {
     const remat_graph *g = p->g;
     int n = g->n;
     memset(c, 0, sizeof *c);
@@ -408,7 +364,9 @@ static remat_status chain_init(const remat__prog *p, remat_node loss, chain *c) 
     remat__mark_needed(g, loss, needed, stack);
     for (int32_t u = 0; u < n; u++)
         if (needed[u] && g->nodes[u].leaf == REMAT__LEAF_INPUT) c->inputs[c->n_inputs++] = u;
-    int k = chain_points(g, needed, cut, reach, stack);
+    int k = 0;
+    rc = remat__chain_points(p, needed, aside, cut, reach, stack, &k, &c->n_side);
+    if (rc != REMAT_OK) goto out;
     /* Stages: (cut[j-1], cut[j]], the last one ending at the loss. */
     int m = 0, s = 0;
     c->off[0] = 0;
@@ -570,7 +528,7 @@ remat_status remat__chain_schedule(const remat__prog *p, remat_node loss, const 
                                    remat__schedule *out) {
     chain c;
     memset(out, 0, sizeof *out);
-    remat_status st = chain_init(p, loss, &c);
+    remat_status st = chain_init(p, loss, 1, &c);
     if (st != REMAT_OK) return st;
     st = emit(p, &c, plan, loss, out);
     chain_free(&c);
@@ -696,14 +654,23 @@ static remat_status keep_expensive_schedule(const remat__prog *p, remat_node los
 
 /* ------------------------------------------------------ the candidates */
 
+/* A chain's candidates: the DP over every budget (or NULL) and the
+ * budgets at which its distinct plans are taken. */
+typedef struct {
+    const chain *c;
+    const remat__chain_tab *tab;
+    int64_t *chain_at; /* chain candidate j: the DP's plan at this budget */
+    int n_chain;
+} chain_cands;
+
 /* What the candidate generators share. */
 typedef struct {
     const remat__prog *p;
     remat_node loss;
-    const chain *c;
-    const remat__chain_tab *tab; /* the DP over every budget, or NULL */
-    int64_t *chain_at;           /* chain candidate j: the DP's plan at this budget */
-    int n_chain;
+    chain_cands ch[2]; /* the chain with shared side inputs set aside, and
+                        * without (where there are some: each chain's plans
+                        * are candidates, so carrying them never loses) */
+    int n_ch;
     const remat__train_dag *dag;
     int64_t dfloor, dtop;        /* the step DAG's floor and total */
     int32_t *marks;              /* remat_checkpoint marks at level 0, creation order */
@@ -748,13 +715,20 @@ static remat_status gen_manual(const gen_ctx *x, int j, int n, remat__schedule *
     if (st == REMAT_OK) sc->origin = "levels";
     return st;
 }
-/* The chain DP's distinct plans over every budget. */
+/* The chain DP's distinct plans over every budget, of each chain in turn. */
+static int n_chain_plans(const gen_ctx *x) {
+    int n = 0;
+    for (int k = 0; k < x->n_ch; k++) n += x->ch[k].n_chain;
+    return n;
+}
 static remat_status gen_chain(const gen_ctx *x, int j, int n, remat__schedule *sc) {
-    int i = n >= x->n_chain || n < 2 ? j : (int)((int64_t)j * (x->n_chain - 1) / (n - 1)); /* spread when capped */
+    int total = n_chain_plans(x), k = 0;
+    int i = n >= total || n < 2 ? j : (int)((int64_t)j * (total - 1) / (n - 1)); /* spread when capped */
+    while (k + 1 < x->n_ch && i >= x->ch[k].n_chain) i -= x->ch[k++].n_chain;
     remat_chain_plan *plan = NULL;
-    remat_status st = remat__chain_tab_plan(x->tab, x->chain_at[i], &plan);
+    remat_status st = remat__chain_tab_plan(x->ch[k].tab, x->ch[k].chain_at[i], &plan);
     if (st != REMAT_OK) return st;
-    st = emit(x->p, x->c, plan, x->loss, sc);
+    st = emit(x->p, x->ch[k].c, plan, x->loss, sc);
     remat_chain_plan_destroy(plan);
     return st;
 }
@@ -781,7 +755,7 @@ static int gen_count(const gen_ctx *x, size_t gi) {
     int n = 1, cap = (int)fmax(4, CAND_WORK / (x->p->g->n + 1));
     if (strcmp(nm, "keep-expensive") == 0) n = N_SELECTIVE;
     if (strcmp(nm, "manual") == 0) n = x->n_marks < MAX_MANUAL ? x->n_marks : MAX_MANUAL;
-    if (strcmp(nm, "chain") == 0) n = x->n_chain;
+    if (strcmp(nm, "chain") == 0) n = n_chain_plans(x);
     if (strcmp(nm, "dtr") == 0) n = x->dag ? N_DTR : 0;
     return n < cap ? n : cap;
 }
@@ -799,8 +773,8 @@ static int same_plan(const remat_chain_plan *a, const remat_chain_plan *b) {
 
 /* The DP over every budget, and the budgets at which its plan changes
  * (each plan once): the chain candidates. */
-static remat_status chain_candidates(const remat__prog *p, const chain *c, gen_ctx *x) {
-    (void)p;
+static remat_status chain_candidates(const chain *c, chain_cands *x) {
+    x->c = c;
     int64_t top = c->output + 1;
     for (int i = 0; i < c->n_stages; i++) {
         int64_t big = c->ex[i].fwd_tmp;
@@ -896,11 +870,10 @@ static int recomputes_twice(const remat_graph *g, const remat__schedule *sc) {
 remat_status remat__optimal_options(const remat__prog *p, remat_node loss, int offered[4], int chosen[4]) {
     for (int o = 0; o < N_OPT; o++) offered[o] = chosen[o] = 0;
     chain c;
-    gen_ctx x = {.p = p, .loss = loss};
-    remat_status st = chain_init(p, loss, &c);
+    chain_cands x = {0};
+    remat_status st = chain_init(p, loss, 1, &c);
     if (st != REMAT_OK) return st;
-    x.c = &c;
-    st = chain_candidates(p, &c, &x);
+    st = chain_candidates(&c, &x);
     for (int i = 0; i < c.n_stages; i++)
         for (int k = 0; k < c.ex[i].n_options; k++) offered[c.opt_of[(size_t)i * REMAT__MAX_OPTIONS + (size_t)k]]++;
     for (int j = 0; j < x.n_chain && st == REMAT_OK; j++) {
@@ -925,7 +898,7 @@ remat_status remat__optimal_options(const remat__prog *p, remat_node loss, int o
 remat_status remat__optimal_chain(const remat__prog *p, remat_node loss, remat__stage_ex **st, int *n, int64_t *output,
                                   int32_t **first) {
     chain c;
-    remat_status rc = chain_init(p, loss, &c);
+    remat_status rc = chain_init(p, loss, 1, &c);
     if (rc != REMAT_OK) return rc;
     *st = malloc(((size_t)c.n_stages + 1) * sizeof **st);
     if (first) *first = malloc(((size_t)c.n_stages + 1) * sizeof **first);
@@ -960,12 +933,13 @@ static remat_status place_cand(const gen_ctx *x, cand *k, const remat__plan_req 
     return st;
 }
 
-/* What the generators share, made once per planning. */
-static remat_status gen_init(const remat__prog *p, remat_node loss, chain *c, gen_ctx *x) {
+/* What the generators share, made once per planning (the n_ch chains c). */
+static remat_status gen_init(const remat__prog *p, remat_node loss, const chain *c, int n_ch, gen_ctx *x) {
     const remat_graph *g = p->g;
-    *x = (gen_ctx){.p = p, .loss = loss, .c = c};
+    *x = (gen_ctx){.p = p, .loss = loss, .n_ch = n_ch};
     remat__train_dag *dag = NULL;
-    remat_status st = chain_candidates(p, c, x);
+    remat_status st = REMAT_OK;
+    for (int k = 0; k < n_ch && st == REMAT_OK; k++) st = chain_candidates(&c[k], &x->ch[k]);
     if (st == REMAT_OK) st = remat__train_dag_build(p, loss, &dag);
     if (st == REMAT_OK && dag) {
         x->dag = dag;
@@ -980,8 +954,8 @@ static remat_status gen_init(const remat__prog *p, remat_node loss, chain *c, ge
 }
 
 static void gen_free(gen_ctx *x) {
-    remat__chain_tab_free((remat__chain_tab *)x->tab);
-    free(x->chain_at), free(x->marks);
+    for (int k = 0; k < 2; k++) remat__chain_tab_free((remat__chain_tab *)x->ch[k].tab), free(x->ch[k].chain_at);
+    free(x->marks);
     remat__train_dag_free((remat__train_dag *)x->dag);
 }
 
@@ -1056,20 +1030,28 @@ static remat_status none_fits(const gen_ctx *x, cand *cands, int nc, const remat
  * The winner's memory plan is placed once and kept. */
 remat_status remat__optimal_plan(const remat__plan_req *r, remat__planned *out) {
     memset(out, 0, sizeof *out);
-    chain c;
+    chain c[2];
     gen_ctx x;
     cand *cands = NULL;
-    int nc = 0, win = -1;
-    remat_status st = chain_init(r->p, r->loss, &c);
+    int nc = 0, win = -1, n_ch = 1;
+    memset(c, 0, sizeof c);
+    remat_status st = chain_init(r->p, r->loss, 1, &c[0]);
     if (st != REMAT_OK) return st;
-    st = gen_init(r->p, r->loss, &c, &x);
+    if (c[0].n_side) { /* and the chain without setting them aside */
+        st = chain_init(r->p, r->loss, 0, &c[1]), n_ch = 2;
+        if (st != REMAT_OK) {
+            chain_free(&c[0]);
+            return st;
+        }
+    }
+    st = gen_init(r->p, r->loss, c, n_ch, &x);
     if (st == REMAT_OK) st = measure_all(&x, r->held_outside, &cands, &nc);
     if (st == REMAT_OK) st = choose(&x, cands, nc, r, &win);
     int offloaded = 0; /* offload, with a host budget, where it costs less */
     if (st == REMAT_OK) st = remat__offload_plan(r, win >= 0 ? cands[win].cost : INFINITY, out, &offloaded);
     if (st == REMAT_OK && !offloaded) st = win >= 0 ? place_cand(&x, &cands[win], r, out) : none_fits(&x, cands, nc, r);
     free(cands);
-    chain_free(&c);
+    chain_free(&c[0]), chain_free(&c[1]);
     gen_free(&x);
     return st;
 }
