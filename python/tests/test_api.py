@@ -96,11 +96,7 @@ def test_a_changed_step_is_refused():
     p = next(q for q in (rt.plan_trace(t, floor + f * (top - floor) // 8, "sgd") for f in range(8)) if q.recompute_ops)
     d = Decisions(p)
     assert not d.full and d.regions
-    order = []  # the module calls in the order they begin, as capture numbers them
-    h = torch.nn.modules.module.register_module_forward_pre_hook(lambda mod, a: order.append(mod))
-    lf(m(*inputs))
-    h.remove()
-    mod = order[next(iter(d.regions))]
+    mod = dict(m.named_modules())[next(iter(d.regions))[0]]
     forward = mod.forward
     mod.forward = lambda *a: forward(*a) * 2  # one op more inside it
     with pytest.raises(rt.CaptureError, match="other ops than when it was planned"):
@@ -109,7 +105,7 @@ def test_a_changed_step_is_refused():
     del mod.forward
     # another model altogether: none of the calls the plan follows runs
     other = torch.nn.Linear(4, 10)
-    with pytest.raises(rt.CaptureError, match="none of those the plan follows"):
+    with pytest.raises(rt.CaptureError, match="has no module"):
         with p.apply():
             other(torch.randn(8, 4)).sum().backward()
 

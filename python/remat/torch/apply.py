@@ -153,6 +153,7 @@ class Decisions:
 
     def __init__(self, plan):
         t = plan.trace
+        self.params = t.params
         # dropped in the forward and recomputed for the backward (an op whose
         # output nothing in the backward reads is dropped and never recomputed;
         # one recomputed while its first output lives is simply kept)
@@ -207,42 +208,111 @@ class Decisions:
         self.stale = [[i for i, v in c.new if i >= 0 and v not in self.tracked] if c.op in writers else []
                       for c in t.calls]
         self._regions(t)
+        self._of = None  # the model the plan last ran on: (weak reference, of(model))
+
+    def of(self, model):
+        """model's modules by name and its parameters that the plan trains,
+        (name, parameter): looked up once for each model the plan runs on,
+        not in every step."""
+        if self._of is None or self._of[0]() is not model:
+            import weakref
+            params = [(n, p) for n, p in model.named_parameters() if n in self.params]
+            self._of = (weakref.ref(model), (dict(model.named_modules()), params))
+        return self._of[1]
 
     def _regions(self, t):
         """Where the applier's dispatch mode must be on: around the module
         calls (the outermost of those that are innermost around a call it
         follows: a recipe to record, a tracked value made or made stale;
-        capture's ModuleCalls numbers them) and after the last top-level
-        module call when the calls there (the loss) hold one. Elsewhere the
-        forward runs with no Python per call. regions: {module call:
-        (first call, end)}; tail: (the last top-level module call, its end)
-        or None; full: the mode on over the whole forward (a call it follows
-        outside every module call and before the last one ends)."""
+        capture's ModuleCalls names them; the saved-tensor hooks are on over
+        the whole step, since a value is saved where autograd saves it, not
+        always in its reader's call) and after the model's call when the calls
+        there (the loss) hold one. Elsewhere the forward runs with no
+        Python per call. regions: {(module name, its call): (first call,
+        end)}; tail: the first call after the model, or None; full: the
+        mode on over the whole forward (a call it follows outside the
+        model and before its end, or in a module that is not the model's)."""
         follow = [ci for ci in range(len(t.calls)) if self.recorded[ci] or self.news[ci] or self.stale[ci]]
         self.regions, self.tail, self.full = {}, None, False
         if not follow:
             return
-        tops = [i for i, m in enumerate(t.modules) if m[2] < 0]
-        if not tops or len(t.call_module) != len(t.calls):
+        if not t.modules or t.modules[0][3] != "" or len(t.call_module) != len(t.calls):
             self.full = True
             return
+        end = t.modules[0][1]  # the model's call
         chosen = set()
         for ci in follow:
             inv = t.call_module[ci]
-            if inv >= 0:
+            if ci >= end and (inv < 0 or t.modules[inv][3] is None):
+                self.tail = end  # the loss, after the model
+            elif inv >= 0 and t.modules[inv][3] is not None:
                 chosen.add(inv)
-            elif ci >= t.modules[tops[-1]][1]:
-                self.tail = (tops[-1], t.modules[tops[-1]][1])
             else:
-                self.full = True
-                self.regions, self.tail = {}, None
+                self.regions, self.tail, self.full = {}, None, True
                 return
         for inv in chosen:
             up, covered = t.modules[inv][2], False
             while up >= 0 and not covered:
                 covered, up = up in chosen, t.modules[up][2]
             if not covered:
-                self.regions[inv] = (t.modules[inv][0], t.modules[inv][1])
+                start, stop, _, name, k = t.modules[inv]
+                self.regions[(name, k)] = (start, stop)
+
+
+class Regions:
+    """Turns the applier's mode on and off around its regions (Decisions),
+    with hooks on those modules only, so that every other module call keeps
+    PyTorch's fast path: a global forward pre-hook waits for the step's
+    first module call (the model, or a copy of it built the same way), finds
+    the regions' modules in it by name, hooks them (a pre-hook after their
+    own, a forward hook before theirs) and removes itself."""
+
+    def __init__(self, applier):
+        self.a = applier
+        self.count = {}
+        self.first = None
+        self._handles = []
+        self.model_calls = 0  # module calls seen: the model's, and none else (0: nothing ran)
+
+    def __enter__(self):
+        from torch.nn.modules import module as nn_module
+        self.first = nn_module.register_module_forward_pre_hook(self._bind)
+        return self
+
+    def _bind(self, model, args):
+        self.first.remove()
+        self.first = None
+        self.model_calls = 1
+        names = {n for n, _ in self.a.regions} | ({""} if self.a.tail is not None else set())
+        mods = self.a.decisions.of(model)[0]
+        for name in sorted(names):
+            m = mods.get(name)
+            if m is None:
+                raise CaptureError("the model this plan runs on has no module %r, which the plan follows: plan this "
+                                   "model" % name)
+            self._handles += [m.register_forward_pre_hook(lambda mod, a, name=name: self._enter(name)),
+                              m.register_forward_hook(lambda mod, a, o, name=name: self._exit(name), prepend=True)]
+        if "" in names and "" not in {n for n, _ in self.a.regions}:
+            self.count[""] = 1  # the model's own call began before its hooks
+        elif "" in names:
+            self._enter("")
+
+    def _enter(self, name):
+        k = self.count.get(name, 0)
+        self.count[name] = k + 1
+        self.a.module_enter(name, k)
+
+    def _exit(self, name):
+        self.a.module_exit(name, self.count[name] - 1)
+
+    def __exit__(self, *exc):
+        if self.first is not None:
+            self.first.remove()
+            self.first = None
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+        return False
 
 
 class Applier(TorchDispatchMode):
@@ -261,8 +331,9 @@ class Applier(TorchDispatchMode):
         self.call = 0
         self.before = 0    # calls let through before the step's first op
         self.regions, self.tail, self.full = d.regions, d.tail, d.full
+        self.decisions = d
         self.active = False  # the dispatch mode is on (a region, or the whole forward)
-        self.span = None   # the region the mode is on for: (module call, end, module type)
+        self.span = None   # the region the mode is on for: (module name, its call, end)
         self.entered = 0   # regions entered so far (the tail counts as one)
         self.n_regions = len(self.regions) + (self.tail is not None)
         self.vmap = {}     # storage address -> (value id, weak reference to the storage): activations of this step
@@ -327,24 +398,24 @@ class Applier(TorchDispatchMode):
             self.active = False
             self.__exit__(None, None, None)
 
-    def module_enter(self, i, module):
-        span = self.regions.get(i)
+    def module_enter(self, name, k):
+        span = self.regions.get((name, k))
         if span is not None and not self.active:
-            self.call, self.span = span[0], (i, span[1], type(module).__name__)
+            self.call, self.span = span[0], (name, k, span[1])
             self.entered += 1
             self.on()
 
-    def module_exit(self, i, module):
-        if self.span is not None and self.span[0] == i:
-            if self.call != self.span[1]:
-                start = self.regions[i][0]
-                raise CaptureError("a %s call ran %d ops where the captured step ran %d: the model runs other ops "
+    def module_exit(self, name, k):
+        if self.span is not None and self.span[:2] == (name, k):
+            if self.call != self.span[2]:
+                start = self.regions[(name, k)][0]
+                raise CaptureError("module %r ran %d ops where the captured step ran %d: the model runs other ops "
                                    "than when it was planned; plan it again"
-                                   % (self.span[2], self.call - start, self.span[1] - start))
+                                   % (name or "(the model)", self.call - start, self.span[2] - start))
             self.span = None
             self.off()
-        if self.tail is not None and self.tail[0] == i:  # the loss after the model
-            self.call = self.tail[1]
+        if name == "" and self.tail is not None:  # the loss after the model
+            self.call = self.tail
             self.entered += 1
             self.on()
 
@@ -506,7 +577,6 @@ class Applied(contextlib.AbstractContextManager):
         self.decisions = decisions
         self.model = model  # the model whose call is checked (None: the captured one)
         self.applier = None
-        self._hooks = None
         self._pre = None
         self._fsdp = None
         self._regions = None
@@ -536,9 +606,9 @@ class Applied(contextlib.AbstractContextManager):
             self._fsdp.enter_context(fsdp.Hooks(bound, a))
         self._regions = None
         if not a.full:  # the mode on around the module calls that hold what the applier follows
-            from .capture import ModuleCalls
-            self._regions = ModuleCalls(a)
+            self._regions = Regions(a)
             self._regions.__enter__()
+
         # every saved tensor passes pack (a recomputed value's become handles),
         # by its storage: the calls that save them need no mode
         self._hooks = torch.autograd.graph.saved_tensors_hooks(a.pack, a.unpack)
@@ -562,8 +632,7 @@ class Applied(contextlib.AbstractContextManager):
         above its budget: refused before anything runs."""
         if self.plan.grads_held:
             return
-        t = self.plan.trace
-        held = [n for n, p in model.named_parameters() if p.grad is not None and n in t.params]
+        held = [n for n, p in self.decisions.of(model)[1] if p.grad is not None]
         if held:
             from .._lib import RematError
             raise RematError(
@@ -571,7 +640,7 @@ class Applied(contextlib.AbstractContextManager):
                 "it counts each gradient from the backward that makes it, as after optimizer.zero_grad() (set to "
                 "None). For gradient accumulation plan with rt.plan(..., accumulate=k) (k micro-steps per optimizer "
                 "step); for zero_grad(set_to_none=False), rt.plan(..., grads_held=True)"
-                % (len(held), len(t.params), ", ".join(held[:3]), ", ..." if len(held) > 3 else ""))
+                % (len(held), len(self.plan.trace.params), ", ".join(held[:3]), ", ..." if len(held) > 3 else ""))
 
     def _check_inputs(self, args, kwargs):
         from .capture import describe, signature
@@ -599,12 +668,12 @@ class Applied(contextlib.AbstractContextManager):
         ran = 0  # module calls
         if self._regions is not None:
             self._regions.__exit__(*exc)
-            ran, self._regions = self._regions.n, None
+            ran, self._regions = self._regions.model_calls, None
         calls = self.plan.trace.calls
         if exc[0] is None and not a.full and a.entered != a.n_regions and ran:
             if a.entered == 0:
-                raise CaptureError("the step ran %d module calls and none of those the plan follows: the model runs "
-                                   "other ops than when it was planned (or another model ran); plan it again" % ran)
+                raise CaptureError("the step ran the model and none of the module calls the plan follows: the model "
+                                   "runs other ops than when it was planned (or another model ran); plan it again")
             raise CaptureError("the step ran %d of the %d parts of the forward that the plan follows: run the whole "
                                "forward (model and loss) inside plan.apply()" % (a.entered, a.n_regions))
         if exc[0] is None and a.full and a.call == 0 and a.before:

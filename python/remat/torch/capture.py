@@ -211,7 +211,8 @@ class Trace:
         self.transients = meters.NONE  # how transients were measured (meters.py)
         self.unmeasured = None         # what the measurement could not see, or None
         self.fsdp = []                 # the model's FSDP2 units (fsdp.py), whose all-gathers are ops
-        self.modules = []              # each module call of the forward, in order: [first call, end, parent]
+        self.modules = []              # each module call of the forward, in order:
+        #                                [first call, end, parent, name in the first one's module or None, occurrence]
         self.call_module = []          # per call: the innermost module call it ran in (an index), or -1
         self.source = ""
 
@@ -278,6 +279,8 @@ class _Recorder(TorchDispatchMode):
         self.shards = {}          # FSDP2: parameter name -> its shard's value
         self.grad_of = {}         # FSDP2: a gathered parameter's storage -> the value its gradient belongs to
         self.open = []            # the module calls running now, innermost last (indices into t.modules)
+        self.names = None         # id(module) -> its name in the first module called (the model)
+        self.seen = {}            # module name -> its calls so far
         self._t0 = 0.0
 
     # -- values
@@ -542,8 +545,13 @@ class _Recorder(TorchDispatchMode):
 
     # -- module calls (ModuleCalls): where the applier can enter and leave its mode
     def module_enter(self, i, module):
+        if self.names is None:
+            self.names = {id(m): n for n, m in module.named_modules()}
+        name = self.names.get(id(module))
+        k = self.seen.get(name, 0)
+        self.seen[name] = k + 1
         self.open.append(i)
-        self.t.modules.append([len(self.t.calls), -1, self.open[-2] if len(self.open) > 1 else -1])
+        self.t.modules.append([len(self.t.calls), -1, self.open[-2] if len(self.open) > 1 else -1, name, k])
 
     def module_exit(self, i, module):
         self.open.pop()
@@ -630,10 +638,10 @@ class ModuleCalls:
     own pre-hooks and forward hooks) numbering the module calls of a step in
     the order they begin, and calling owner.module_enter(i, module) and
     owner.module_exit(i, module). Capture records where each module call
-    begins and ends in the call sequence; the applier, at the same points
-    (by number: on any copy of the model), enters its dispatch mode only
-    around the module calls that hold what it must follow
-    (apply.Decisions.regions)."""
+    begins and ends in the call sequence, and its name in the model (the
+    first module called); the applier enters its dispatch mode only around
+    the module calls that hold what it must follow (apply.Decisions.regions,
+    apply.Regions)."""
 
     def __init__(self, owner):
         self.owner = owner
