@@ -25,10 +25,12 @@ counter meter knows a segment's peak at ``end``, the profiler's after
 """
 
 import os
+import time
 
 import torch
 
 from . import compat, memtrack
+from .compat import TorchDispatchMode
 
 #: How each meter's measurement is named in a plan (Plan.transients).
 HEAP_COUNTER = "heap counter"
@@ -179,3 +181,60 @@ def meter_for(device, transients="auto"):
         raise ValueError("on a CUDA device transients are measured by its allocator's statistics "
                          "(transients='auto' or 'counter')")
     return ProfilerMeter()
+
+
+class BackwardMeter(TorchDispatchMode):
+    """Measures each op's backward transient bytes: over the calls of its
+    autograd node, the peak above what was live when the node started, less
+    the gradients of its inputs (which the plan counts as values)."""
+
+    def __init__(self, trace, meter):
+        super().__init__()
+        self.t, self.m = trace, meter
+        self.node = None
+        self.segs = []  # (segment, op id) in the order the nodes ran
+        self.t0 = 0.0   # when the running segment began
+        self.seen = set()
+        self.last_reader = {}
+        for o in trace.ops:
+            o.transient_bwd = 0
+            for v in o.inputs:
+                self.last_reader[v] = o.id
+
+    def resolve(self, peaks):
+        """Each op's backward transient: the peak of each run of its node
+        above what was live when it started, less the gradients of its
+        inputs (values the plan counts) and of the parameters whose gradient
+        it makes (the plan counts them from there to the step's end). A
+        parameter's gradient is made in the backward of its last reader,
+        the first in the backward; the engine adds later readers' into it."""
+        vals = self.t.values
+        for k, op in self.segs:
+            if op < 0:
+                continue
+            o = self.t.ops[op]
+            gin = sum(vals[v].gbytes for v in set(o.inputs) if vals[v].kind == "activation")
+            made = sum(vals[v].bytes for v in set(o.inputs) if vals[v].kind == "parameter"
+                       and self.last_reader.get(v) == o.id)
+            o.transient_bwd = max(o.transient_bwd, peaks.get(("b", k), 0) - gin - made)
+            self.seen.add(o.id)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        node = compat.current_autograd_node()
+        if node is not self.node:
+            self._timed()
+            self.node = node
+            self.segs.append((len(self.segs), node.metadata.get("remat.op", -1) if node is not None else -1))
+            self.m.begin(("b", len(self.segs) - 1))
+            self.t0 = time.perf_counter()
+        return func(*args, **(kwargs or {}))
+
+    def _timed(self):
+        """The running segment's seconds, to its op's backward."""
+        if self.segs and self.segs[-1][1] >= 0:
+            self.t.ops[self.segs[-1][1]].seconds_bwd += time.perf_counter() - self.t0
+
+    def __exit__(self, *a):
+        self._timed()
+        self.m.end()
+        return super().__exit__(*a)

@@ -1,0 +1,166 @@
+"""A captured training step (capture.py makes one): its values, its ops,
+the aten calls that made them, and the graph file it is planned as
+(docs/graph-format.md)."""
+
+import torch
+
+from . import meters
+from .compat import tree_flatten
+
+#: What the applier adds to an op's time when it replays it: the dispatch of
+#: a recipe in Python (measured 20-60 us a call on the CPU here; docs/pytorch.md).
+REPLAY_SECONDS = 40e-6
+
+
+class Value:
+    __slots__ = ("id", "kind", "bytes", "name", "producer", "overwritten", "readers", "const", "grad_bytes")
+
+    def __init__(self, id, kind, nbytes, name=None, producer=-1):
+        self.id, self.kind, self.bytes, self.name, self.producer = id, kind, nbytes, name, producer
+        self.overwritten = -1  # the op that writes it in place, making a new version
+        self.readers = 0  # ops that read it so far
+        self.const = False  # made from shapes alone (arange, zeros): the same in every step, whatever the batch
+        self.grad_bytes = None  # its gradient's bytes where they are not its own (fsdp.py: an FSDP2 parameter's)
+
+    @property
+    def gbytes(self):
+        """The bytes of its gradient."""
+        return self.bytes if self.grad_bytes is None else self.grad_bytes
+
+
+class Op:
+    __slots__ = ("id", "name", "calls", "inputs", "outputs", "saves", "flops", "transient", "transient_bwd",
+                 "stateful", "random", "family", "has_node", "seconds", "seconds_bwd")
+
+    def __init__(self, id, name):
+        self.id, self.name = id, name
+        self.calls = []
+        self.inputs, self.outputs, self.saves = [], [], []
+        self.flops = 0.0
+        self.transient = 0
+        self.transient_bwd = 0
+        self.stateful = self.random = False
+        self.has_node = False  # a call of it made an autograd node: its backward runs
+        self.seconds = self.seconds_bwd = 0.0  # its forward's and its backward's time at capture
+        self.family = "pointwise"
+
+
+class Call:
+    """One aten call of the forward, as the plan's applier must see it again."""
+    __slots__ = ("name", "op", "new", "func")
+
+    def __init__(self, name, op, new, func=None):
+        self.name = name  # the overload's name, to check the replayed sequence
+        self.op = op      # op id, or -1 for a view
+        self.new = new    # [(flat output index, value id)] the call makes
+        self.func = func  # the overload itself (compared by identity first: a step pays no str())
+
+
+class Trace:
+    """A captured training step: values, ops, the calls that made them, the loss."""
+
+    def __init__(self):
+        self.values, self.ops, self.calls = [], [], []
+        self.loss = -1
+        self.capture_seconds = 0.0
+        self.model = None              # a weak reference to the captured model
+        self.input_sig = ()            # signature() of the captured inputs
+        self.params = frozenset()      # the names of the parameters that train
+        self.transients = meters.NONE  # how transients were measured (meters.py)
+        self.unmeasured = None         # what the measurement could not see, or None
+        self.fsdp = []                 # the model's FSDP2 units (fsdp.py), whose all-gathers are ops
+        self.modules = []              # each module call of the forward, in order:
+        #                                [first call, end, parent, name in the first one's module or None, occurrence]
+        self.call_module = []          # per call: the innermost module call it ran in (an index), or -1
+        self.source = ""
+
+    @property
+    def transient_measured(self):
+        """Whether each op's transient bytes were measured (by any meter)."""
+        return self.transients != meters.NONE
+
+    # ------------------------------------------------------------ graph file
+    def graph(self, cost="flops"):
+        """The step as a remat graph file (docs/graph-format.md), a dict.
+        cost: "flops" (PyTorch's formulas) or "seconds" (each op's time at
+        capture, forward and backward; a recomputation costs its forward's
+        time and the applier's dispatch of it, REPLAY_SECONDS)."""
+        if cost not in ("flops", "seconds"):
+            raise ValueError("cost is flops or seconds, not %r" % (cost,))
+        values = []
+        for v in self.values:
+            d = {"id": v.id, "kind": v.kind, "bytes": int(v.bytes)}
+            if v.name:
+                d["name"] = v.name
+            if v.overwritten >= 0:
+                d["overwritten_by"] = v.overwritten
+            if v.grad_bytes is not None:
+                d["grad_bytes"] = int(v.grad_bytes)
+            values.append(d)
+        ops = []
+        for o in self.ops:
+            fw = float(o.flops) if cost == "flops" else max(o.seconds, 1e-9)
+            bw = 2.0 * fw if cost == "flops" else o.seconds_bwd
+            rc = fw if cost == "flops" else fw + REPLAY_SECONDS
+            # a value the op's backward reads that it neither reads nor makes
+            # (in-place hardtanh_ saves a clone of its input made by an op
+            # before it) is a read of the op all the same
+            extra = [v for v in dict.fromkeys(o.saves) if v not in o.inputs and v not in o.outputs]
+            ops.append({
+                "id": o.id, "name": o.name, "inputs": o.inputs + extra, "outputs": o.outputs,
+                "saves": sorted(set(o.saves)), "forward": fw, "backward": bw,
+                "recompute": rc, "transient": {"forward": int(o.transient), "backward": int(o.transient_bwd)},
+                "stateful": o.stateful, "random": o.random, "family": o.family,
+            })
+        return {"format": "remat-graph", "version": 1, "cost_unit": cost, "source": self.source,
+                "values": values, "ops": ops, "loss": self.loss}
+
+
+def signature(inputs):
+    """What a plan is made for in its inputs: each tensor's shape and dtype
+    (other arguments: their type), in the order the model takes them."""
+    return tuple((tuple(a.shape), a.dtype) if isinstance(a, torch.Tensor) else type(a).__name__
+                 for a in tree_flatten(inputs)[0])
+
+
+def describe(sig):
+    return ", ".join("%s %s" % (tuple(s[0]), str(s[1]).replace("torch.", "")) if isinstance(s, tuple) else s
+                     for s in sig) or "no tensors"
+
+
+class ModuleCalls:
+    """Global module hooks (torch.nn.modules.module's, before each module's
+    own pre-hooks and forward hooks) numbering the module calls of a step in
+    the order they begin, and calling owner.module_enter(i, module) and
+    owner.module_exit(i, module). Capture records where each module call
+    begins and ends in the call sequence, and its name in the model (the
+    first module called); the applier enters its dispatch mode only around
+    the module calls that hold what it must follow (apply.Decisions.regions,
+    apply.Regions)."""
+
+    def __init__(self, owner):
+        self.owner = owner
+        self._handles = []
+        self.n, self.stack = 0, []
+
+    def __enter__(self):
+        from torch.nn.modules import module as nn_module
+        o = self.owner
+
+        def pre(mod, args):
+            i = self.n
+            self.n = i + 1
+            self.stack.append(i)
+            o.module_enter(i, mod)
+
+        def post(mod, args, out):
+            o.module_exit(self.stack.pop(), mod)
+
+        self._handles = [nn_module.register_module_forward_pre_hook(pre), nn_module.register_module_forward_hook(post)]
+        return self
+
+    def __exit__(self, *exc):
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+        return False
