@@ -7,6 +7,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 static int check_failures = 0;
 static int check_count = 0;
@@ -46,6 +47,20 @@ static int check_count = 0;
 static inline int check_exit(const char *name) {
     printf("%s: %d checks, %d failed\n", name, check_count, check_failures);
     return check_failures ? 1 : 0;
+}
+
+/* A text file's contents, NUL-terminated (free it), or NULL. */
+static inline char *check_read_text(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
+    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) free(buf), buf = NULL;
+    if (buf) buf[n] = 0;
+    fclose(f);
+    return buf;
 }
 
 #endif

@@ -42,19 +42,6 @@ static double now(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-static char *read_text(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) free(buf), buf = NULL;
-    if (buf) buf[n] = 0;
-    fclose(f);
-    return buf;
-}
-
 /* A growing string. */
 typedef struct {
     char *s;
@@ -746,7 +733,7 @@ static void test_inplace(void) {
 
 int main(int argc, char **argv) {
     quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
-    char *mlp = read_text("graphs/mlp.json");
+    char *mlp = check_read_text("graphs/mlp.json");
     CHECK_MSG(mlp != NULL, "graphs/mlp.json (run from tests/)");
     if (mlp) {
         test_mlp_store_all(mlp);

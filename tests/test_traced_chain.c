@@ -29,19 +29,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static char *read_text(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) free(buf), buf = NULL;
-    if (buf) buf[n] = 0;
-    fclose(f);
-    return buf;
-}
-
 /* The number of stages of the chain optimal plans the graph over (the
  * first node of each printed), and in *heavy how many of them do at least
  * 1% of the step's forward work. */
@@ -123,7 +110,7 @@ typedef struct {
 static void model(const before *b) {
     char path[128];
     snprintf(path, sizeof path, "graphs/%s", b->file);
-    char *text = read_text(path);
+    char *text = check_read_text(path);
     CHECK_MSG(text != NULL, "%s (run from tests/)", path);
     if (!text) return;
     int heavy = 0, n = stages_of(text, &heavy);

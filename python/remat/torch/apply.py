@@ -272,7 +272,7 @@ class Regions:
         self.count = {}
         self.first = None
         self._handles = []
-        self.model_calls = 0  # module calls seen: the model's, and none else (0: nothing ran)
+        self.ran = False  # the model was called
 
     def __enter__(self):
         from torch.nn.modules import module as nn_module
@@ -282,7 +282,7 @@ class Regions:
     def _bind(self, model, args):
         self.first.remove()
         self.first = None
-        self.model_calls = 1
+        self.ran = True
         names = {n for n, _ in self.a.regions} | ({""} if self.a.tail is not None else set())
         mods = self.a.decisions.of(model)[0]
         for name in sorted(names):
@@ -665,10 +665,10 @@ class Applied(contextlib.AbstractContextManager):
             return False
         a.off()
         self._hooks.__exit__(*exc)
-        ran = 0  # module calls
+        ran = False  # the model was called
         if self._regions is not None:
             self._regions.__exit__(*exc)
-            ran, self._regions = self._regions.model_calls, None
+            ran, self._regions = self._regions.ran, None
         calls = self.plan.trace.calls
         if exc[0] is None and not a.full and a.entered != a.n_regions and ran:
             if a.entered == 0:
