@@ -531,6 +531,12 @@ typedef struct {
                               * transient while the framework adds it in.
                               * remat's own graphs always keep their
                               * gradients so: ignored for them */
+    size_t framework_comm_bytes; /* a traced step (a graph file, plan_only)
+                              * whose framework holds communication buffers
+                              * for the whole step (PyTorch
+                              * DistributedDataParallel's gradient
+                              * buckets): counted in the plan and its
+                              * budget, category communication. 0: none */
 } remat_session_opts;
 
 void remat_session_opts_default(remat_session_opts *o);

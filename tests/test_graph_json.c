@@ -242,6 +242,29 @@ static void test_mlp_grads_resident(const char *mlp) {
     cJSON_Delete(a), cJSON_Delete(b);
 }
 
+/* communication_bytes (DDP's gradient buckets): held the whole step, so
+ * every peak and the floor rise by exactly that many bytes, counted in
+ * communication; a malformed count is refused. */
+static void test_mlp_communication(const char *mlp) {
+    const double comm = 1000003.0;
+    cJSON *a = plan(mlp, "{\"strategy\": \"all\"}", NULL);
+    cJSON *b = plan(mlp, "{\"strategy\": \"all\", \"communication_bytes\": 1000003}", NULL);
+    CHECK(a && b && feasible(a) && feasible(b));
+    if (a && b) {
+        CHECK_MSG(peak(a, "communication") == 0 && peak(b, "communication") == comm, "%.0f", peak(b, "communication"));
+        CHECK_MSG(peak(b, "total") == peak(a, "total") + comm, "%.0f, %.0f", peak(b, "total"), peak(a, "total"));
+    }
+    cJSON_Delete(a), cJSON_Delete(b);
+    a = plan(mlp, "{\"budget\": 1, \"strategy\": \"optimal\"}", NULL);
+    b = plan(mlp, "{\"budget\": 1, \"strategy\": \"optimal\", \"communication_bytes\": 1000003}", NULL);
+    CHECK(a && b && !feasible(a) && !feasible(b));
+    if (a && b) CHECK_MSG(num(b, "floor") == num(a, "floor") + comm, "floors %.0f, %.0f", num(a, "floor"), num(b, "floor"));
+    cJSON_Delete(a), cJSON_Delete(b);
+    remat_status st = REMAT_OK;
+    CHECK(plan(mlp, "{\"communication_bytes\": -1}", &st) == NULL && st == REMAT_FORMAT);
+    CHECK(plan(mlp, "{\"communication_bytes\": 1.5}", &st) == NULL && st == REMAT_FORMAT);
+}
+
 static void test_mlp_floor(const char *mlp) {
     /* Bisection: lo infeasible, hi feasible. */
     size_t lo = 1, hi = (size_t)MLP_STORE_ALL;
@@ -738,6 +761,7 @@ int main(int argc, char **argv) {
     if (mlp) {
         test_mlp_store_all(mlp);
         test_mlp_grads_resident(mlp);
+        test_mlp_communication(mlp);
         test_mlp_floor(mlp);
         test_mlp_between(mlp);
     }

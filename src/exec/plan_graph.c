@@ -24,6 +24,7 @@ typedef struct {
     int timeline;
     int recompute_once;
     int grads_resident;
+    size_t comm_bytes;
 } request;
 
 static remat_status read_request(const char *text, request *r) {
@@ -48,6 +49,12 @@ static remat_status read_request(const char *text, request *r) {
         if (!cJSON_IsString(s)) st = remat__err(REMAT_FORMAT, "plan request: 'strategy' is not a string");
         else st = remat_strategy_parse(s->valuestring, &r->strategy);
     }
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(root, "communication_bytes");
+    if (st == REMAT_OK && c && (!cJSON_IsNumber(c) || !isfinite(c->valuedouble) || c->valuedouble < 0 ||
+                                c->valuedouble != floor(c->valuedouble) || c->valuedouble >= 9007199254740992.0))
+        st = remat__err(REMAT_FORMAT, "plan request: 'communication_bytes' must be a whole number of bytes >= 0");
+    else if (c)
+        r->comm_bytes = (size_t)c->valuedouble;
     r->timeline = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(root, "timeline"));
     r->recompute_once = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(root, "recompute_once"));
     r->grads_resident = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(root, "grads_resident"));
@@ -212,6 +219,7 @@ remat_status remat_plan_graph_json(const char *graph_text, const char *request_j
     so.optim = rq.has_optim ? &rq.optim : NULL;
     so.recompute_once = rq.recompute_once;
     so.grads_resident = rq.grads_resident;
+    so.framework_comm_bytes = rq.comm_bytes;
     size_t floor_bytes = 0;
     so.floor_out = &floor_bytes;
     remat_session *s = NULL;

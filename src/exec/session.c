@@ -182,6 +182,21 @@ static remat_status check_used(remat_session *s) {
     return st;
 }
 
+/* The communication buffers a traced step's framework holds for the whole
+ * step (DDP's gradient buckets): counted, in the communication block. */
+static remat_status framework_comm(remat_session *s) {
+    size_t b = s->opts.framework_comm_bytes;
+    if (!b) return REMAT_OK;
+    if (!s->g->traced || !s->opts.plan_only)
+        return remat__err(REMAT_INVALID, "framework_comm_bytes counts a traced step's framework's buffers: it plans a "
+                          "graph file (plan_only), not a step remat runs");
+    if (s->dp.active)
+        return remat__err(REMAT_INVALID, "framework_comm_bytes and remat's own data parallelism both hold the "
+                          "communication block: a traced step has the one or the other");
+    void *ptr;
+    return remat__block_alloc(s, REMAT__BLK_COMM, REMAT_MEM_COMM, 1, &b, &ptr, 0);
+}
+
 /* remat_session_create on this rank alone; *out is NULL on failure. */
 /* The executor's tables per node and per value. */
 static remat_status alloc_tables(remat_session *s) {
@@ -270,6 +285,7 @@ static remat_status create(remat_session **out, const remat_graph *g, remat_node
     if (st == REMAT_OK) st = alloc_params(s);
     if (st == REMAT_OK) st = remat__dp_init(s); /* its block counts in the plan's budget */
     if (st == REMAT_OK) st = remat__prefetch_init(s); /* so does this one */
+    if (st == REMAT_OK) st = framework_comm(s);       /* and this one */
     if (st == REMAT_OK && s->opts.optim) st = remat__optim_install(s, s->opts.optim);
     s->opts.optim = NULL; /* copied: the caller's may go away */
     if (st == REMAT_OK) st = remat__session_plan_train(s);

@@ -69,7 +69,7 @@ def _optimizer_request(optimizer):
                      "to count two tensors per parameter, 'sgd' for none)" % type(optimizer).__name__)
 
 
-_CATEGORIES = ("parameters", "gradients", "optimizer state", "activations", "transient", "workspace")
+_CATEGORIES = ("parameters", "gradients", "optimizer state", "activations", "transient", "workspace", "communication")
 
 
 class Plan:
@@ -142,7 +142,14 @@ class Plan:
             self.cost > self.extra_cost else ""))
         if self.grads_held:
             lines.append("  gradients held from the step's start (%s)" % (
-                "%d micro-steps per optimizer step" % self.accumulate if self.accumulate > 1 else "grads_held"))
+                "%d micro-steps per optimizer step" % self.accumulate if self.accumulate > 1 else
+                "in DDP's gradient buckets: gradient_as_bucket_view" if self.trace.grads_in_buckets else "grads_held"))
+        if self.trace.comm_bytes and not self.trace.grads_in_buckets:
+            lines.append("  DDP's gradient buckets: %d bytes, held the whole step (in communication)"
+                         % self.trace.comm_bytes)
+        if self.trace.comm_transient:
+            lines.append("  a bucket's all-reduce: %d bytes while the backward runs (in communication)"
+                         % self.trace.comm_transient)
         lines.append("  transients measured by %s%s" % (self.transients, "; not seen: " + self.unmeasured
                                                          if self.unmeasured else ""))
         return "\n".join(lines)
@@ -259,8 +266,12 @@ def plan_trace(trace, budget=None, optimizer=None, strategy="auto", margin=MARGI
     inner = _inner(b, margin) if b else 0  # 0 is "no budget"
     # recompute_once: the applier keeps what it recomputed until its last use,
     # so the plans it runs recompute each op at most once
+    # a DDP model's buckets are held the whole step; where its gradients are
+    # views into them (gradient_as_bucket_view) they are the gradients, held
+    # from the step's start
     req = {"budget": inner, "strategy": strategy, "optimizer": _optimizer_request(optimizer), "recompute_once": True,
-           "grads_resident": _grads_request(accumulate, grads_held)}
+           "grads_resident": _grads_request(accumulate, grads_held) or trace.grads_in_buckets,
+           "communication_bytes": (0 if trace.grads_in_buckets else int(trace.comm_bytes)) + int(trace.comm_transient)}
     result = plan_graph(trace.graph(cost), req)
     req["accumulate"] = accumulate
     result["budget"] = b
@@ -359,8 +370,9 @@ def measure(model, inputs, loss_fn, plan=None, optimizer=None, steps=3, accumula
                     p.grad.zero_()
         peak, seconds = 0, 0.0
         for _ in range(accumulate):
-            state = (_bytes_of(params) + _bytes_of(_optim_tensors(optimizer)) + _bytes_of(inputs)
-                     + _bytes_of(p.grad for p in params))
+            grads = _bytes_of(p.grad for p in params)
+            state = (_bytes_of(params) + _bytes_of(_optim_tensors(optimizer)) + _bytes_of(inputs) + grads
+                     + _held_by_wrapper(model, grads))
             sync()
             live0 = c.live()
             c.reset_peak()
@@ -383,6 +395,17 @@ def measure(model, inputs, loss_fn, plan=None, optimizer=None, steps=3, accumula
         out["predicted_bytes"] = plan.peak_bytes
         out["budget"] = plan.budget
     return out
+
+
+def _held_by_wrapper(model, grads):
+    """What a data-parallel wrapper holds beside the parameters, gradients
+    and optimizer state: a DistributedDataParallel model's gradient buckets
+    (where the gradients are views into them, the buckets less the
+    gradients already counted)."""
+    if not isinstance(model, torch.nn.parallel.DistributedDataParallel):
+        return 0
+    sizes, views = compat.ddp_buckets(model)
+    return max(0, sum(sizes) - grads) if views else sum(sizes)
 
 
 def _optim_tensors(optimizer):

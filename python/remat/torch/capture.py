@@ -44,7 +44,7 @@ import warnings
 
 import torch
 
-from . import compat, fsdp, meters
+from . import compat, fsdp, memtrack, meters
 from .meters import BackwardMeter
 from .trace import REPLAY_SECONDS, Call, ModuleCalls, Op, Trace, Value, describe, signature  # noqa: F401
 from .compat import StorageWeakRef, TorchDispatchMode, schema_name, tree_flatten
@@ -689,6 +689,7 @@ def _capture(model, inputs, loss_fn, warmup=True, transients="auto"):
     finally:
         _restore(model, point)
     if ddp:
+        _ddp_buckets(t, model)
         _agree_across_ranks(t, next(model.parameters()).device, getattr(model, "process_group", None))
     elif t.fsdp:
         _agree_across_ranks(t, compat.local(next(model.parameters())).device, None)
@@ -714,13 +715,48 @@ def _check_loss(loss, rec, t):
     t.loss = lv
 
 
+def _ddp_buckets(t, ddp):
+    """A DistributedDataParallel model's memory beside its step's: its
+    gradient buckets, held for the model's life (t.comm_bytes; with
+    gradient_as_bucket_view they hold the gradients: t.grads_in_buckets),
+    and, where it has several buckets, the buffers of a bucket's all-reduce,
+    which runs while the backward still holds activations (with one bucket
+    it runs after the backward's last op): t.comm_transient, the most an
+    all-reduce of the largest bucket takes beside it, measured by the
+    counter of the device (gloo on the CPU allocates its own buffers, up to
+    2 MiB per all-reduce on PyTorch 2.15), else the largest bucket's bytes,
+    an allowance the plan names in unmeasured."""
+    import torch.distributed as dist
+    sizes, t.grads_in_buckets = compat.ddp_buckets(ddp)
+    t.comm_bytes = sum(sizes)
+    if len(sizes) < 2 or not dist.is_initialized():
+        return
+    dev = next(ddp.parameters()).device
+    c = memtrack.counter(dev)
+    group = getattr(ddp, "process_group", None)
+    probe = torch.zeros(max(sizes) // 4 + 1, dtype=torch.float32, device=dev)
+    dist.barrier(group=group)
+    if c is None:
+        dist.all_reduce(probe, group=group)  # every rank makes the same calls
+        t.comm_transient = max(sizes)
+        seen = "an all-reduce's own buffers (allowed: the largest DDP bucket, %d bytes)" % max(sizes)
+        t.unmeasured = seen if not t.unmeasured else t.unmeasured + "; " + seen
+        return
+    live = c.live()
+    c.reset_peak()
+    dist.all_reduce(probe, group=group)
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+    t.comm_transient = max(0, c.peak() - live)
+
+
 def _agree_across_ranks(t, dev, group):
     """Every rank of a data-parallel model (DistributedDataParallel, FSDP2)
     plans the same step, so that every rank makes the same collective calls:
     each op's transients and times, and each value's bytes (FSDP2's shards
     can differ by their padding), become their largest over the ranks. They
     can differ, since the counter also sees what the communication thread
-    allocates while an op runs on a rank. dev: where the collectives reduce
+    allocates while an op runs on a rank; so does a DDP all-reduce's. dev: where the collectives reduce
     (NCCL's on the device)."""
     import torch.distributed as dist
     if not dist.is_available() or not dist.is_initialized():
@@ -732,7 +768,8 @@ def _agree_across_ranks(t, dev, group):
                            "run the same ops, on batches of the same shapes" % (-int(shape[2]), int(shape[0]),
                                                                                  -int(shape[3]), int(shape[1])))
     v = torch.tensor([b for o in t.ops for b in (o.transient, o.transient_bwd)]
-                     + [b for x in t.values for b in (x.bytes, x.gbytes)], dtype=torch.int64, device=dev)
+                     + [b for x in t.values for b in (x.bytes, x.gbytes)] + [t.comm_transient], dtype=torch.int64,
+                     device=dev)
     secs = torch.tensor([b for o in t.ops for b in (o.seconds, o.seconds_bwd)], dtype=torch.float64, device=dev)
     dist.all_reduce(v, op=dist.ReduceOp.MAX, group=group)
     dist.all_reduce(secs, op=dist.ReduceOp.MAX, group=group)  # and their times, for plans costed in seconds
@@ -740,6 +777,7 @@ def _agree_across_ranks(t, dev, group):
     for i, o in enumerate(t.ops):
         o.transient, o.transient_bwd = int(v[2 * i]), int(v[2 * i + 1])
         o.seconds, o.seconds_bwd = float(secs[2 * i]), float(secs[2 * i + 1])
+    t.comm_transient = int(v[-1])
     for i, x in enumerate(t.values):
         x.bytes = int(v[2 * len(t.ops) + 2 * i])
         if x.grad_bytes is not None:

@@ -186,6 +186,32 @@ def fsdp_no_prefetch(module):
     st._states_to_backward_prefetch = [st]
 
 
+# -- DistributedDataParallel's gradient buckets
+def ddp_buckets(ddp):
+    """(sizes, views) of a DistributedDataParallel model's gradient buckets:
+    the bytes of each flat tensor its reducer allocates at construction and
+    holds for its life, and whether the parameters' gradients are views
+    into them (gradient_as_bucket_view). The sizes are the reducer's
+    buckets as they are now (DDP lays them out again in its second step;
+    Reducer._get_zeros_like_grad_buckets, 1.10+, which allocates a copy of
+    each for the moment), else DDP's report of its first layout
+    (_get_ddp_logging_data's "bucket_sizes", 1.9+: the same bytes in all),
+    else one bucket of the gradients' bytes of the parameters DDP reduces
+    (the buckets hold each once)."""
+    views = bool(getattr(ddp, "gradient_as_bucket_view", False))
+    try:
+        return [b.buffer().numel() * b.buffer().element_size() for b in ddp.reducer._get_zeros_like_grad_buckets()], views
+    except Exception:  # pragma: no cover - an older or newer DDP: its report of the first layout
+        pass
+    try:
+        sizes = ddp._get_ddp_logging_data().get("bucket_sizes")
+        return [int(x) for x in str(sizes).split(",") if x.strip()], views
+    except Exception:  # pragma: no cover - an older or newer DDP: count what its buckets hold
+        ignored = getattr(ddp, "parameters_to_ignore", set())
+        return [sum(p.numel() * p.element_size() for n, p in ddp.module.named_parameters()
+                    if p.requires_grad and n not in ignored)], views
+
+
 def unplannable_wrapper(model):
     """The name of a wrapper or tensor type in model that remat.torch cannot
     plan a step of, or None. FSDP (FullyShardedDataParallel) gathers and

@@ -69,6 +69,9 @@ class Trace:
         self.transients = meters.NONE  # how transients were measured (meters.py)
         self.unmeasured = None         # what the measurement could not see, or None
         self.fsdp = []                 # the model's FSDP2 units (fsdp.py), whose all-gathers are ops
+        self.comm_bytes = 0            # what a DDP model's gradient buckets hold, the whole step
+        self.grads_in_buckets = False  # its gradients are views into them (gradient_as_bucket_view)
+        self.comm_transient = 0        # what a bucket's all-reduce takes while the backward runs (capture.py)
         self.modules = []              # each module call of the forward, in order:
         #                                [first call, end, parent, name in the first one's module or None, occurrence]
         self.call_module = []          # per call: the innermost module call it ran in (an index), or -1
