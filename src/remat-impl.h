@@ -152,6 +152,10 @@ typedef struct {
                           * place (its memory then holds the new version:
                           * nothing reads this value after that op ran
                           * unless it is made again); 0: none */
+    int32_t region;      /* 1 + the checkpoint region its op ran in (a call
+                          * of a module the framework's per-layer
+                          * checkpointing wraps: the manual strategy); 0:
+                          * none */
 } remat__traced;
 
 struct remat_graph {

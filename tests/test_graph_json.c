@@ -609,6 +609,64 @@ static char *chain(int n, int wide) {
     return t.s;
 }
 
+/* chain(n, 0) with checkpoint regions: ops 1 .. n - 2 in regions of `per`
+ * ops each (region (i - 1) / per), op 0 and the loss's outside them. */
+static char *chain_regions(int n, int per) {
+    text t = {0};
+    put(&t, "{\"format\": \"remat-graph\", \"version\": 1, \"values\": [\n"
+            "{\"id\": 0, \"kind\": \"input\", \"name\": \"x\", \"bytes\": 4096},\n"
+            "{\"id\": 1, \"kind\": \"parameter\", \"name\": \"w\", \"bytes\": 1024}");
+    for (int i = 0; i < n; i++)
+        put(&t, ",\n{\"id\": %d, \"kind\": \"activation\", \"bytes\": %d}", i + 2, i < n - 1 ? 4096 : 4);
+    put(&t, "],\n\"ops\": [\n");
+    for (int i = 0; i < n; i++) {
+        put(&t, "%s{\"id\": %d, \"inputs\": [%d%s], \"outputs\": [%d], \"saves\": [%d], \"forward\": 1000",
+            i ? ",\n" : "", i, i ? i + 1 : 0, i ? "" : ", 1", i + 2, i ? i + 1 : 0);
+        if (i > 0 && i < n - 1) put(&t, ", \"region\": %d", (i - 1) / per);
+        put(&t, "}");
+    }
+    put(&t, "],\n\"loss\": %d}\n", n + 1);
+    return t.s;
+}
+
+/* Checkpoint regions ('region', per-layer checkpointing): manual drops what
+ * each region makes but its output and recomputes it, the first op of each
+ * region of two; optimal, which has that schedule among its candidates,
+ * is never costlier at manual's peak; a region that is not a whole number
+ * is refused. */
+static void test_regions(void) {
+    char *c = chain_regions(12, 2); /* 5 regions: ops 1-2, 3-4, ..., 9-10 */
+    cJSON *m = plan(c, "{\"strategy\": \"manual\"}", NULL);
+    CHECK(m && feasible(m));
+    if (m) {
+        const cJSON *rec = cJSON_GetObjectItemCaseSensitive(m, "recompute");
+        int n = cJSON_GetArraySize(rec), ok = n == 5;
+        for (int k = 0; k < n && ok; k++) ok = cJSON_GetArrayItem(rec, k)->valuedouble == 1 + 2 * k;
+        CHECK_MSG(ok, "manual recomputes %d ops, not ops 1, 3, 5, 7, 9", n);
+        CHECK_MSG(num(m, "extra_flops") == 5000, "%.0f", num(m, "extra_flops"));
+        char rq[160];
+        snprintf(rq, sizeof rq, "{\"strategy\": \"optimal\", \"budget\": %.0f}", num(m, "peak_bytes"));
+        cJSON *o = plan(c, rq, NULL);
+        CHECK(o && feasible(o));
+        if (o) CHECK_MSG(num(o, "extra_flops") <= num(m, "extra_flops"), "optimal %.0f, per-layer %.0f",
+                         num(o, "extra_flops"), num(m, "extra_flops"));
+        cJSON_Delete(o);
+        cJSON *a = plan(c, "{\"strategy\": \"all\"}", NULL);
+        CHECK(a && num(m, "peak_bytes") < num(a, "peak_bytes"));
+        cJSON_Delete(a);
+    }
+    cJSON_Delete(m);
+    free(c);
+    remat_graph *g = NULL;
+    remat_node loss;
+    const char *bad = "{\"format\": \"remat-graph\", \"version\": 1, \"values\": ["
+                      "{\"id\": 0, \"kind\": \"parameter\", \"name\": \"w\", \"bytes\": 4},"
+                      "{\"id\": 1, \"kind\": \"activation\", \"bytes\": 4}], \"ops\": ["
+                      "{\"id\": 0, \"inputs\": [0], \"outputs\": [1], \"region\": 1.5}], \"loss\": 1}";
+    CHECK(remat_graph_read_json(bad, &g, &loss) == REMAT_FORMAT && g == NULL);
+    CHECK_MSG(strstr(remat_last_error(), "'region'") != NULL, "%s", remat_last_error());
+}
+
 static void test_long_chain(void) {
     int n = quick ? 20000 : 200000;
     char *c = chain(n, 1);
@@ -773,6 +831,7 @@ int main(int argc, char **argv) {
     test_later_outputs();
     refused_count(1, 2000001, "'ops' has 2000001 entries; at most 2000000 are read");
     refused_count(4000001, 1, "'values' has 4000001 entries; at most 4000000 are read");
+    test_regions();
     test_long_chain();
     return check_exit("test_graph_json");
 }

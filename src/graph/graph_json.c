@@ -60,6 +60,7 @@ typedef struct {
     int64_t ws[2];
     uint8_t flags;
     remat_family family;
+    int32_t region; /* 1 + its checkpoint region, 0: none */
     const char *name;
 } opr;
 
@@ -308,6 +309,11 @@ static remat_status read_op(reader *r, int i, const cJSON *it, int32_t *saves, i
         (st = flag_of(it, where, "random", &random)) != REMAT_OK)
         return st;
     o->flags = (uint8_t)((stateful ? REMAT__OP_STATEFUL : 0) | (random ? REMAT__OP_RANDOM : 0));
+    const cJSON *rg = cJSON_GetObjectItemCaseSensitive(it, "region");
+    int64_t region = -1;
+    if (rg && (st = whole(rg, where, "region", &region)) != REMAT_OK) return st;
+    if (region >= MAX_OPS) return remat__err(REMAT_FORMAT, "%s: 'region' %lld is not below %d", where, (long long)region, MAX_OPS);
+    o->region = (int32_t)(region + 1);
     o->family = REMAT_FAMILY_POINTWISE;
     const cJSON *fam = cJSON_GetObjectItemCaseSensitive(it, "family");
     if (fam) {
@@ -383,7 +389,8 @@ static remat_status op_nodes(reader *r, builder *b, int i, const int32_t *saves,
                          .grad = r->v[o->out[0]].grad,
                          .family = o->family,
                          .flags = o->flags,
-                         .id = i};
+                         .id = i,
+                         .region = o->region};
     for (int k = 0; k < o->n_in; k++) {
         n.in[k] = r->v[o->in[k]].node;
         for (int q = 0; q < n_saves; q++)
@@ -415,7 +422,7 @@ static remat_status op_nodes(reader *r, builder *b, int i, const int32_t *saves,
         remat__node x = {.op = REMAT__OP_TRACED, .n_in = 1, .in = {first->node}, .dtype = REMAT_U8};
         x.shape.ndim = 1;
         x.shape.d[0] = v->bytes;
-        remat__traced xr = {.family = REMAT_FAMILY_COPY, .id = i, .grad = v->grad};
+        remat__traced xr = {.family = REMAT_FAMILY_COPY, .id = i, .grad = v->grad, .region = o->region};
         st = add_node(b, &x, NULL, &xr, &v->node);
     }
     return st;

@@ -50,7 +50,8 @@
  * schedules that do not depend on the budget): the chain plans above (at
  * most MAX_CHAIN_PLANS per chain), the keep-expensive selective schedules, store-all,
  * sqrt, every manual granularity (the first k remat_checkpoint marks; up
- * to MAX_MANUAL marks, else MAX_MANUAL granularities spread over them),
+ * to MAX_MANUAL marks, else MAX_MANUAL granularities spread over them;
+ * a traced step's checkpoint regions: per-layer checkpointing of them),
  * and the DTR fallback on the whole step as one DAG (for graphs, or parts
  * of graphs, that are not chains). On graphs of many nodes a generator
  * makes at most CAND_WORK / nodes schedules, spread the same way. The
@@ -675,6 +676,7 @@ typedef struct {
     int64_t dfloor, dtop;        /* the step DAG's floor and total */
     int32_t *marks;              /* remat_checkpoint marks at level 0, creation order */
     int n_marks;
+    int regions;                 /* a traced step with checkpoint regions: manual is their one schedule */
 } gen_ctx;
 
 /* DTR work per candidate (values visited): about 0.1 s on one core. */
@@ -701,6 +703,7 @@ static remat_status gen_sqrt(const gen_ctx *x, int j, int n, remat__schedule *sc
  * --checkpoint-blocks granularities); at most MAX_MANUAL of them, spread
  * evenly over the marks. */
 static remat_status gen_manual(const gen_ctx *x, int j, int n, remat__schedule *sc) {
+    if (x->regions) return strategy_schedule(x->p, x->loss, REMAT_STRATEGY_MANUAL, sc); /* per-layer checkpointing */
     int k = x->n_marks <= n ? j + 1 : (int)((int64_t)(j + 1) * x->n_marks / n);
     const remat_graph *g = x->p->g;
     uint8_t *level = malloc((size_t)g->n + 1);
@@ -754,7 +757,7 @@ static int gen_count(const gen_ctx *x, size_t gi) {
     const char *nm = generators[gi].name;
     int n = 1, cap = (int)fmax(4, CAND_WORK / (x->p->g->n + 1));
     if (strcmp(nm, "keep-expensive") == 0) n = N_SELECTIVE;
-    if (strcmp(nm, "manual") == 0) n = x->n_marks < MAX_MANUAL ? x->n_marks : MAX_MANUAL;
+    if (strcmp(nm, "manual") == 0) n = x->regions ? 1 : x->n_marks < MAX_MANUAL ? x->n_marks : MAX_MANUAL;
     if (strcmp(nm, "chain") == 0) n = n_chain_plans(x);
     if (strcmp(nm, "dtr") == 0) n = x->dag ? N_DTR : 0;
     return n < cap ? n : cap;
@@ -949,6 +952,7 @@ static remat_status gen_init(const remat__prog *p, remat_node loss, const chain 
     if (st == REMAT_OK && !x->marks) st = remat__err(REMAT_NOMEM, "out of memory planning");
     for (int32_t u = 0; st == REMAT_OK && u < g->n; u++)
         if (g->nodes[u].checkpoint == 1) x->marks[x->n_marks++] = u;
+    x->regions = remat__has_regions(g);
     if (st != REMAT_OK) remat__train_dag_free(dag), x->dag = NULL;
     return st;
 }

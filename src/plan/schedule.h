@@ -216,6 +216,8 @@ remat_status remat__simulate(const remat__prog *p, const remat__schedule *s,
  * (free). */
 #define REMAT__LEVEL_NONE 255
 remat_status remat__strategy_levels(const remat_graph *g, remat_strategy st, uint8_t **level);
+/* Whether a traced step has checkpoint regions (graph files' 'region'). */
+int remat__has_regions(const remat_graph *g);
 
 /* A node's forward, backward and recomputation cost under the cost model
  * (cost.c): seconds when calibrated, else FLOPs (a backward twice its

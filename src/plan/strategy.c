@@ -6,7 +6,9 @@
  * - manual: keep the nodes marked with remat_checkpoint outside any
  *   remat_checkpoint_begin/end scope, the inputs, and everything after the
  *   last such mark; marks inside k scopes are nested boundaries of level k,
- *   kept only while the enclosing segment is being recomputed.
+ *   kept only while the enclosing segment is being recomputed. A traced
+ *   step (a graph file) with checkpoint regions: per-layer checkpointing
+ *   of them (region_levels).
  * - sqrt: Chen et al.'s scheme: among the graph's articulation points (the
  *   nodes every path from the inputs to the loss goes through), keep
  *   round(sqrt(k)) - 1 evenly spaced ones, dropping the rest, and keep the
@@ -88,10 +90,39 @@ remat_status remat_strategy_parse(const char *name, remat_strategy *out) {
     return remat__err(REMAT_NOT_FOUND, "unknown strategy '%s' (known: %s)", name ? name : "", known);
 }
 
+int remat__has_regions(const remat_graph *g) {
+    for (int u = 0; g->traced && u < g->n; u++)
+        if (g->traced[u].region) return 1;
+    return 0;
+}
+
+/* A traced step's checkpoint regions as levels: per-layer checkpointing
+ * (torch.utils.checkpoint around each call of a module): what a region
+ * makes is dropped after the forward and recomputed, the region whole,
+ * when its backward comes, but for its outputs (what an op outside it
+ * reads), which the next region's checkpoint saves; everything outside
+ * the regions is kept. */
+static remat_status region_levels(const remat_graph *g, uint8_t *level) {
+    for (int u = 0; u < g->n; u++)
+        level[u] = g->traced[u].region && g->nodes[u].leaf == REMAT__LEAF_NONE ? REMAT__LEVEL_NONE : 0;
+    for (int v = 0; v < g->n; v++)
+        for (int k = 0; k < g->nodes[v].n_in; k++) {
+            int32_t u = g->nodes[v].in[k];
+            if (g->traced[u].region && g->traced[u].region != g->traced[v].region) level[u] = 0;
+        }
+    return REMAT_OK;
+}
+
 remat_status remat__strategy_levels(const remat_graph *g, remat_strategy st, uint8_t **level_out) {
     *level_out = NULL;
     if (st == REMAT_STRATEGY_ALL || st == REMAT_STRATEGY_AUTO || st == REMAT_STRATEGY_OPTIMAL) return REMAT_OK;
     int n = g->n;
+    if (st == REMAT_STRATEGY_MANUAL && remat__has_regions(g)) {
+        uint8_t *level = malloc((size_t)n + 1);
+        if (!level) return remat__err(REMAT_NOMEM, "out of memory planning");
+        *level_out = level;
+        return region_levels(g, level);
+    }
     uint8_t *level = malloc((size_t)n + 1);
     int32_t *cand = malloc(((size_t)n + 1) * sizeof *cand);
     if (!level || !cand) {

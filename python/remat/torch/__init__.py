@@ -96,6 +96,7 @@ class Plan:
         # the recomputations as the schedule runs them, each at once
         self.recompute_groups = [[int(i) for i in grp] for grp in result.get("recompute_groups", [])]
         self._decisions = None  # apply.Decisions, made on the first apply()
+        self._per_layer = None  # compare()'s plan of per-layer checkpointing
         self.extra_flops = float(result.get("extra_flops", 0))
         self.flops = float(result.get("flops", 0))
         #: what the planner weighed: "flops", or "seconds" (each op timed at capture)
@@ -104,6 +105,34 @@ class Plan:
         if self.cost_unit == "seconds" and self.feasible:  # the FLOPs of the same schedule, from the trace
             self.flops = sum(3.0 * o.flops for o in trace.ops)
             self.extra_flops = sum(trace.ops[i].flops for grp in self.recompute_groups for i in grp)
+
+    def compare(self):
+        """This plan against per-layer checkpointing of the same step (each
+        call of the regions' class checkpointed, as torch.utils.checkpoint
+        or HuggingFace's gradient_checkpointing_enable() would run it),
+        which optimal had among its candidates: a dict with the class, how
+        many calls it wraps, each one's predicted peak (bytes), recomputed
+        FLOPs and ops, and the ratios of this plan's to per-layer's. None
+        when the plan was made without regions (regions=None, or a model
+        with no layers to find)."""
+        cls = self.request.get("regions")
+        if cls is None:
+            return None
+        if self._per_layer is None:
+            per_op = self.trace.regions(cls)
+            req = {k: v for k, v in self.request.items() if k not in ("accumulate", "regions")}
+            req.update(strategy="manual", budget=0)
+            self._per_layer = plan_graph(self.trace.graph(self.cost_unit, per_op), req)
+        pl = self._per_layer
+        name = cls.__name__ if isinstance(cls, type) else ", ".join(c.__name__ for c in cls)
+        mine = {"peak_bytes": self.peak_bytes, "extra_flops": self.extra_flops, "recomputed": len(self.recompute_ops)}
+        theirs = {"peak_bytes": int(pl.get("peak_bytes", 0)), "extra_flops": float(pl.get("extra_flops", 0)),
+                  "recomputed": len(pl.get("recompute", []))}
+        return {"regions": name, "calls": len({r for r in self.trace.regions(cls) if r >= 0}),
+                "plan": mine, "per_layer": theirs,
+                "peak_ratio": mine["peak_bytes"] / theirs["peak_bytes"] if theirs["peak_bytes"] else None,
+                "extra_flops_ratio": (mine["extra_flops"] / theirs["extra_flops"] if theirs["extra_flops"]
+                                      else None)}
 
     @property
     def recomputed(self):
@@ -251,8 +280,28 @@ def _grads_request(accumulate, grads_held):
     return accumulate > 1 or bool(grads_held)
 
 
+def _regions(trace, regions):
+    """(per op its checkpoint region or -1, the class) for plan_trace's
+    regions, or (None, None)."""
+    if regions is None or regions is False:
+        return None, None
+    cls = trace.region_class() if regions == "auto" else regions
+    if cls is None:
+        return None, None
+    if not (isinstance(cls, type) or (isinstance(cls, tuple) and cls and all(isinstance(c, type) for c in cls))):
+        raise ValueError("regions is \"auto\", None, or a module class (or a tuple of them) whose calls per-layer "
+                         "checkpointing wraps, not %r" % (regions,))
+    per_op = trace.regions(cls)
+    if all(r < 0 for r in per_op):
+        if regions == "auto":
+            return None, None
+        raise ValueError("no op of the step ran in a call of %s: it names no layer of this model" % (
+            cls.__name__ if isinstance(cls, type) else ", ".join(c.__name__ for c in cls)))
+    return per_op, cls
+
+
 def plan_trace(trace, budget=None, optimizer=None, strategy="auto", margin=MARGIN, accumulate=1, grads_held=False,
-               cost="flops"):
+               cost="flops", regions="auto"):
     """Plans a captured step (capture(...)) at a budget (bytes or "6GiB").
     accumulate=k: the loop runs k forward and backward passes per optimizer
     step (gradient accumulation), so every gradient is held from the first
@@ -261,8 +310,15 @@ def plan_trace(trace, budget=None, optimizer=None, strategy="auto", margin=MARGI
     micro-step: each holds the same. cost: what recomputation is weighed
     in, "flops" (PyTorch's formulas; the same plan on every run) or
     "seconds" (each op's time at capture, the applier's dispatch of a
-    replayed op included: memory-bound ops are not free)."""
+    replayed op included: memory-bound ops are not free). regions: the
+    module class (or tuple of classes) whose every call per-layer
+    checkpointing would wrap, "auto" (the model's layers: the class with
+    the most calls among the modules held in a ModuleList or Sequential),
+    or None: optimal counts that checkpointing among its candidates, so
+    its plan is never costlier than it at the same budget
+    (plan.compare()); strategy "manual" is that checkpointing."""
     b = parse_bytes(budget)
+    per_op, cls = _regions(trace, regions)
     inner = _inner(b, margin) if b else 0  # 0 is "no budget"
     # recompute_once: the applier keeps what it recomputed until its last use,
     # so the plans it runs recompute each op at most once
@@ -272,8 +328,9 @@ def plan_trace(trace, budget=None, optimizer=None, strategy="auto", margin=MARGI
     req = {"budget": inner, "strategy": strategy, "optimizer": _optimizer_request(optimizer), "recompute_once": True,
            "grads_resident": _grads_request(accumulate, grads_held) or trace.grads_in_buckets,
            "communication_bytes": (0 if trace.grads_in_buckets else int(trace.comm_bytes)) + int(trace.comm_transient)}
-    result = plan_graph(trace.graph(cost), req)
+    result = plan_graph(trace.graph(cost, per_op), req)
     req["accumulate"] = accumulate
+    req["regions"] = cls
     result["budget"] = b
     if not result.get("feasible") and result.get("floor"):
         result["floor"] = budget_for(int(result["floor"]), margin)
@@ -281,7 +338,7 @@ def plan_trace(trace, budget=None, optimizer=None, strategy="auto", margin=MARGI
 
 
 def plan(model, inputs, loss_fn, budget=None, optimizer=None, strategy="auto", accumulate=1, grads_held=False,
-         transients="auto", cost="flops"):
+         transients="auto", cost="flops", regions="auto"):
     """Captures model's training step on inputs with loss_fn(output) -> scalar
     and plans it within budget (bytes, or a string such as "6GiB"; None: no
     limit). optimizer: a torch.optim.SGD/Adam/AdamW (or "sgd", "adamw"), whose
@@ -291,11 +348,12 @@ def plan(model, inputs, loss_fn, budget=None, optimizer=None, strategy="auto", a
     from the step's start. transients: how capture measures each op's
     transient bytes ("auto": the heap counter where it is preloaded or a
     CUDA device's statistics, else PyTorch's profiler; see meters.py).
-    cost: "flops" or "seconds" (plan_trace). A
+    cost: "flops" or "seconds"; regions: the layers whose per-layer
+    checkpointing optimal is never worse than (plan_trace). A
     budget nothing fits gives a Plan with feasible False and .floor, the
     smallest budget that fits (see plan.result)."""
     return plan_trace(capture(model, inputs, loss_fn, transients=transients), budget, optimizer, strategy,
-                      accumulate=accumulate, grads_held=grads_held, cost=cost)
+                      accumulate=accumulate, grads_held=grads_held, cost=cost, regions=regions)
 
 
 def max_batch(make_inputs, model, loss_fn, budget, optimizer=None, start=1, limit=1 << 16, accumulate=1,

@@ -445,6 +445,7 @@ class _Recorder(TorchDispatchMode):
         self.seen[name] = k + 1
         self.open.append(i)
         self.t.modules.append([len(self.t.calls), -1, self.open[-2] if len(self.open) > 1 else -1, name, k])
+        self.t.module_types.append(type(module))
 
     def module_exit(self, i, module):
         self.open.pop()

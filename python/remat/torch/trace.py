@@ -75,6 +75,7 @@ class Trace:
         self.modules = []              # each module call of the forward, in order:
         #                                [first call, end, parent, name in the first one's module or None, occurrence]
         self.call_module = []          # per call: the innermost module call it ran in (an index), or -1
+        self.module_types = []         # per module call: the module's class
         self.source = ""
 
     @property
@@ -83,11 +84,54 @@ class Trace:
         return self.transients != meters.NONE
 
     # ------------------------------------------------------------ graph file
-    def graph(self, cost="flops"):
+    def regions(self, classes):
+        """Per op, the checkpoint region it ran in: the index of the
+        outermost call of a module of one of classes (a class or a tuple)
+        around its first call, as per-layer checkpointing wraps each call;
+        -1 outside them."""
+        out = []
+        for o in self.ops:
+            m = self.call_module[o.calls[0]] if o.calls else -1
+            region = -1
+            while m >= 0:
+                if issubclass(self.module_types[m], classes):
+                    region = m
+                m = self.modules[m][2]
+            out.append(region)
+        return out
+
+    def region_class(self):
+        """The class of the model's layers, as per-layer checkpointing picks
+        them (HuggingFace's gradient_checkpointing_enable checkpoints each
+        layer of the model's ModuleList): of the modules held in a
+        ModuleList or Sequential that have parameters and modules of their
+        own, the class with the most calls in the step, at least 2; None
+        when the model has none."""
+        model = self.model() if self.model is not None else None
+        if model is None:
+            return None
+        kinds = {}
+        for mod in model.modules():
+            if not isinstance(mod, (torch.nn.ModuleList, torch.nn.Sequential)):
+                continue
+            for child in mod.children():
+                if isinstance(child, (torch.nn.ModuleList, torch.nn.Sequential)):
+                    continue
+                if next(child.children(), None) is None or next(child.parameters(), None) is None:
+                    continue
+                kinds[type(child)] = 0
+        for k in self.module_types:
+            if k in kinds:
+                kinds[k] += 1
+        best = max(kinds.items(), key=lambda kv: kv[1], default=(None, 0))
+        return best[0] if best[1] >= 2 else None
+
+    def graph(self, cost="flops", regions=None):
         """The step as a remat graph file (docs/graph-format.md), a dict.
         cost: "flops" (PyTorch's formulas) or "seconds" (each op's time at
         capture, forward and backward; a recomputation costs its forward's
-        time and the applier's dispatch of it, REPLAY_SECONDS)."""
+        time and the applier's dispatch of it, REPLAY_SECONDS). regions:
+        per op its checkpoint region (Trace.regions) or -1, or None."""
         if cost not in ("flops", "seconds"):
             raise ValueError("cost is flops or seconds, not %r" % (cost,))
         values = []
@@ -115,6 +159,8 @@ class Trace:
                 "recompute": rc, "transient": {"forward": int(o.transient), "backward": int(o.transient_bwd)},
                 "stateful": o.stateful, "random": o.random, "family": o.family,
             })
+            if regions is not None and regions[o.id] >= 0:
+                ops[-1]["region"] = regions[o.id]
         return {"format": "remat-graph", "version": 1, "cost_unit": cost, "source": self.source,
                 "values": values, "ops": ops, "loss": self.loss}
 
