@@ -13,7 +13,12 @@ step without a plan:
   the backward read the recomputed value instead of the new tensor);
 - a random op given its own torch.Generator replays from that
   generator's state when it first drew (once it drew from the default
-  generator's, silently another mask)."""
+  generator's, silently another mask);
+- a recomputed op whose output nothing reads (a dropout's product before
+  a residual add: the backward needs its mask and input, not its output)
+  never runs again, and what only it would have read is freed after its
+  last read all the same (once a mask and its input were held to the
+  step's end: HuggingFace's GPT-2 measured 4.8% above its prediction)."""
 import copy
 
 import pytest
@@ -168,3 +173,42 @@ def test_random_op_with_its_own_generator():
     ref = grads(model, (x,), None)  # each on a deep copy of the model: its generator in the same state
     got = grads(model, (x,), plan)
     assert all(torch.equal(a, b) for a, b in zip(ref, got))
+
+
+class DropoutResidual(nn.Module):
+    """x + dropout(fc2(gelu(fc1(x)))), twice: HuggingFace's GPT-2 MLP."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.ModuleList([nn.Linear(64, 64) for _ in range(4)])
+        self.drop = nn.Dropout(0.1)
+
+    def forward(self, x):
+        for i in (0, 2):
+            x = x + self.drop(self.fc[i + 1](torch.nn.functional.gelu(self.fc[i](x))))
+        return x.square().mean()
+
+
+def test_recomputed_op_nothing_reads_frees_its_inputs():
+    torch.manual_seed(0)
+    model = DropoutResidual()
+    x = torch.randn(16, 64, generator=torch.Generator().manual_seed(3))
+    t = rt.capture(model, (x,), lambda o: o)
+    # the second block but its residual add: fc, gelu, fc, the mask, the dropout's product
+    adds = [o.id for o in t.ops if o.name == "aten::add"]
+    second = list(range(adds[0] + 1, adds[1]))
+    assert [t.ops[o].name for o in second][-2:] == ["aten::empty_like", "aten::mul"], [t.ops[o].name for o in second]
+    plan = force(rt.plan_trace(t, None), second)
+    m = copy.deepcopy(model)
+    torch.manual_seed(11)
+    with plan.apply(m) as ap:
+        loss = m(x)
+        loss.backward()
+    a = ap.applier
+    waiting = {v: n for v, n in a.uses.items() if n > 0}
+    assert not waiting, "values still awaiting reads after the backward (held to the step's end): %s" % {
+        v: (t.ops[t.values[v].producer].name, n) for v, n in waiting.items()}
+    assert a.replays < len(second), "the dropout's product is not run again"
+    torch.manual_seed(11)
+    ref = grads(model, (x,), None)
+    assert torch.equal(ref[0], loss.detach()) and all(torch.equal(g, p.grad) for g, p in zip(ref[1:], m.parameters()))

@@ -469,6 +469,23 @@ class Applier(TorchDispatchMode):
             self.uses[v] = self.packs.get(v, 0) + self.consumers.get(v, 0)
         for v in self.src:
             self.uses[v] = self.consumers.get(v, 0)
+        # a recomputed op whose outputs nothing will read (the backward saved
+        # none of them, and no recomputation that runs reads them: a dropout's
+        # product before a residual add) never runs again, so its reads of
+        # its inputs never come: else a recomputed mask and its input, or a
+        # kept value it starts from, would be held to the step's end
+        t, idle, more = self.t, set(), True
+        while more:
+            more = False
+            for o in self.rec_ops:
+                outs = [v for v in t.ops[o].outputs if v in self.uses]
+                if o in idle or not outs or any(self.uses[v] > 0 for v in outs):
+                    continue
+                idle.add(o)
+                more = True
+                for v in set(t.ops[o].inputs):
+                    if v in self.uses and v not in t.ops[o].outputs and v in self.consumers:
+                        self.uses[v] -= 1
 
     # ---------------------------------------------------------- backward
     def unpack(self, h):

@@ -46,7 +46,8 @@ import torch
 
 from . import compat, fsdp, memtrack, meters
 from .meters import BackwardMeter
-from .trace import REPLAY_SECONDS, Call, ModuleCalls, Op, Trace, Value, describe, signature  # noqa: F401
+from .trace import (REPLAY_SECONDS, Call, ModuleCalls, Op, Trace, Value, describe, layer_kinds_of,  # noqa: F401
+                    signature)
 from .compat import StorageWeakRef, TorchDispatchMode, schema_name, tree_flatten
 
 aten = torch.ops.aten
@@ -623,6 +624,7 @@ def _capture(model, inputs, loss_fn, warmup=True, transients="auto"):
     t.source = "torch %s: %s" % (torch.__version__, type(model).__name__)
     t.model = weakref.ref(model)
     t.input_sig = signature(inputs)
+    t.layer_kinds = layer_kinds_of(model)
     try:
         t.fsdp = fsdp.units(model)
     except ValueError as e:

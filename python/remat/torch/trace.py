@@ -76,6 +76,7 @@ class Trace:
         #                                [first call, end, parent, name in the first one's module or None, occurrence]
         self.call_module = []          # per call: the innermost module call it ran in (an index), or -1
         self.module_types = []         # per module call: the module's class
+        self.layer_kinds = frozenset()  # the classes that may be layers (layer_kinds_of)
         self.source = ""
 
     @property
@@ -107,19 +108,7 @@ class Trace:
         ModuleList or Sequential that have parameters and modules of their
         own, the class with the most calls in the step, at least 2; None
         when the model has none."""
-        model = self.model() if self.model is not None else None
-        if model is None:
-            return None
-        kinds = {}
-        for mod in model.modules():
-            if not isinstance(mod, (torch.nn.ModuleList, torch.nn.Sequential)):
-                continue
-            for child in mod.children():
-                if isinstance(child, (torch.nn.ModuleList, torch.nn.Sequential)):
-                    continue
-                if next(child.children(), None) is None or next(child.parameters(), None) is None:
-                    continue
-                kinds[type(child)] = 0
+        kinds = {k: 0 for k in self.layer_kinds}
         for k in self.module_types:
             if k in kinds:
                 kinds[k] += 1
@@ -163,6 +152,21 @@ class Trace:
                 ops[-1]["region"] = regions[o.id]
         return {"format": "remat-graph", "version": 1, "cost_unit": cost, "source": self.source,
                 "values": values, "ops": ops, "loss": self.loss}
+
+
+def layer_kinds_of(model):
+    """The classes of the modules held in a ModuleList or Sequential (a
+    model's layers) that have parameters and modules of their own."""
+    kinds = set()
+    for mod in model.modules():
+        if not isinstance(mod, (torch.nn.ModuleList, torch.nn.Sequential)):
+            continue
+        for child in mod.children():
+            if isinstance(child, (torch.nn.ModuleList, torch.nn.Sequential)):
+                continue
+            if next(child.children(), None) is not None and next(child.parameters(), None) is not None:
+                kinds.add(type(child))
+    return frozenset(kinds)
 
 
 def signature(inputs):
