@@ -90,3 +90,13 @@ def test_torchvision_blocks_found():
     assert t.region_class() is tv.models.resnet.BasicBlock
     c = rt.plan_trace(t, None, _opt(m), "manual")
     assert c.feasible and c.recompute_ops
+
+
+def test_the_outermost_of_classes_called_as_often():
+    """EfficientNet: every MBConv holds a SqueezeExcitation, each called 16
+    times: the layer is the MBConv."""
+    tv = pytest.importorskip("torchvision")
+    m = tv.models.efficientnet_b0(num_classes=10)
+    x, y = torch.randn(2, 3, 64, 64), torch.randint(0, 10, (2,))
+    t = rt.capture(m, (x,), lambda o: F.cross_entropy(o, y))
+    assert t.region_class() is tv.models.efficientnet.MBConv

@@ -112,8 +112,24 @@ class Trace:
         for k in self.module_types:
             if k in kinds:
                 kinds[k] += 1
-        best = max(kinds.items(), key=lambda kv: kv[1], default=(None, 0))
-        return best[0] if best[1] >= 2 else None
+        most = max(kinds.values(), default=0)
+        if most < 2:
+            return None
+        tied = {k for k, n in kinds.items() if n == most}
+        # of classes called as often (EfficientNet's MBConv and the
+        # SqueezeExcitation inside each), the outermost: a layer is what
+        # holds the others
+        inner = set()
+        for i, k in enumerate(self.module_types):
+            if k in tied:
+                m = self.modules[i][2]
+                while m >= 0:
+                    if self.module_types[m] in tied and self.module_types[m] is not k:
+                        inner.add(k)
+                        break
+                    m = self.modules[m][2]
+        outer = sorted(tied - inner, key=lambda k: k.__qualname__) or sorted(tied, key=lambda k: k.__qualname__)
+        return outer[0]
 
     def graph(self, cost="flops", regions=None):
         """The step as a remat graph file (docs/graph-format.md), a dict.
