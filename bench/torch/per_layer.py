@@ -8,10 +8,13 @@ every block, side by side in one process under the heap counter:
   remat         remat's plan of the unedited model with per-layer's
                 measured peak as its budget (rt.plan_trace, applied in
                 eager; optimal has per-layer checkpointing among its
-                candidates: regions="auto")
+                candidates: regions="auto"); where the margin refuses
+                that budget, at that peak plus the margin
+  remat nested  the same with nested=True (rotor's schedules, an op
+                recomputed more than once)
 
-and, per model, remat's floor (the smallest budget it plans) against
-per-layer's measured peak. Recomputed FLOPs are in remat's unit (PyTorch's
+and, per model, remat's floors (the smallest budget it plans, recomputing
+each op once and nested) against per-layer's measured peak. Recomputed FLOPs are in remat's unit (PyTorch's
 formulas, one per output element for other ops): per-layer's are those of
 remat's "manual" strategy on the same step, which is per-layer
 checkpointing (docs/graph-format.md, 'region'). Every row runs --rounds
@@ -35,7 +38,6 @@ import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 import remat.torch as rt
-from remat._lib import plan_graph
 
 
 class Checkpointed(nn.Module):
@@ -163,27 +165,35 @@ def run_model(name, a, log):
     if not plan.feasible:  # refused by the margin (a plan for B holds B less 1%): at equal peak, margin on top
         out["remat_budget"] = rt.budget_for(budget)
         plan = rt.plan_trace(trace, out["remat_budget"], opt)
-    # what nested recomputation (rotor's schedules, each op recomputed as often as they say) would reach;
-    # the applier runs plans that recompute each op once (docs/pytorch.md)
-    nested = plan_graph(trace.graph("flops", trace.regions(trace.region_class())) if trace.region_class() else
-                           trace.graph(), {"budget": 1, "strategy": "optimal", "recompute_once": False,
-                                           "optimizer": {"kind": "adamw"}})
-    out["nested_floor_peak"] = nested.get("floor")
+    # nested recomputation (rotor's schedules, an op recomputed as often as they say): its floor, and its
+    # plan at per-layer's peak
+    nfloor = rt.plan_trace(trace, 1, opt, nested=True).floor
+    out["nested_floor"] = nfloor
+    out["nested_floor_peak"] = rt.plan_trace(trace, nfloor, opt, nested=True).peak_bytes
+    nplan = rt.plan_trace(trace, budget, opt, nested=True)
     if plan.feasible:
         out.update(remat_predicted=plan.peak_bytes, remat_extra_flops=plan.extra_flops,
                    remat_candidate=plan.result.get("candidate"), remat_recomputed_ops=len(plan.recompute_ops))
         rows.append(Row("remat", copy.deepcopy(m0), plan))
+    if nplan.feasible:
+        out.update(nested_predicted=nplan.peak_bytes, nested_extra_flops=nplan.extra_flops,
+                   nested_candidate=nplan.result.get("candidate"))
+        rows.append(Row("remat nested", copy.deepcopy(m0), nplan))
     for rnd in range(a.rounds):
         for r in (rows if rnd % 2 == 0 else rows[::-1]):
             r.run(inputs, loss_fn, a.warmup, a.steps)
     out["per_layer_seconds"] = statistics.median(pl.times)
     out["per_layer_peak"] = max(pl.peaks)
-    if plan.feasible:
-        r = rows[1]
+    by = {r.label: r for r in rows}
+    if "remat" in by:
+        r = by["remat"]
         out.update(remat_seconds=statistics.median(r.times), remat_peak=max(r.peaks), budget=budget)
+    if "remat nested" in by:
+        r = by["remat nested"]
+        out.update(nested_seconds=statistics.median(r.times), nested_peak=max(r.peaks))
     out["floor_peak"] = rt.plan_trace(trace, floor, opt).peak_bytes
     log("%-18s per-layer (%s) peak %.2f MiB (remat predicted %.4f of it), %.4f s, +%.1f%% FLOPs | remat floor "
-        "%.2f MiB, its plan holds %.4f of per-layer's peak; nested %.3f | remat at %s: %s" % (
+        "%.2f MiB, its plan holds %.4f of per-layer's peak; nested's %.3f | remat at %s: %s" % (
             name, out["regions"], out["per_layer_peak"] / 2 ** 20, manual.peak_bytes / out["per_layer_peak"],
             out["per_layer_seconds"], 100 * manual.extra_flops / store.flops, floor / 2 ** 20,
             out["floor_peak"] / out["per_layer_peak"], (out["nested_floor_peak"] or 0) / out["per_layer_peak"],
@@ -192,6 +202,12 @@ def run_model(name, a, log):
                 out["remat_peak"] / 2 ** 20, out["remat_peak"] / out["per_layer_peak"], out["remat_seconds"],
                 out["remat_seconds"] / out["per_layer_seconds"], 100 * plan.extra_flops / store.flops,
                 plan.result.get("candidate")) if plan.feasible else "infeasible"))
+    if nplan.feasible:
+        log("%-18s   nested at per-layer's peak: predicted %.4f, measured %.4f of per-layer's, %.4f s (%.3fx "
+            "per-layer's), +%.1f%% FLOPs; nested floor %.2f MiB" % (
+                "", nplan.peak_bytes / out["per_layer_peak"], out["nested_peak"] / out["per_layer_peak"],
+                out["nested_seconds"], out["nested_seconds"] / out["per_layer_seconds"],
+                100 * nplan.extra_flops / store.flops, nfloor / 2 ** 20))
     return out
 
 

@@ -95,6 +95,10 @@ class Plan:
         self.drop_ops = [int(i) for i in result.get("drop", [])]
         # the recomputations as the schedule runs them, each at once
         self.recompute_groups = [[int(i) for i in grp] for grp in result.get("recompute_groups", [])]
+        #: schedules that recompute an op more than once were allowed (plan_trace's nested)
+        self.nested = not request.get("recompute_once", True)
+        #: a nested plan's instructions in order, (kind, op id): what the applier follows
+        self.schedule = [(r[0], int(r[1])) for r in result.pop("timeline", [])] if self.nested else []
         self._decisions = None  # apply.Decisions, made on the first apply()
         self._per_layer = None  # compare()'s plan of per-layer checkpointing
         self.extra_flops = float(result.get("extra_flops", 0))
@@ -121,7 +125,7 @@ class Plan:
         if self._per_layer is None:
             per_op = self.trace.regions(cls)
             req = {k: v for k, v in self.request.items() if k not in ("accumulate", "regions")}
-            req.update(strategy="manual", budget=0)
+            req.update(strategy="manual", budget=0, recompute_once=True, timeline=False)
             self._per_layer = plan_graph(self.trace.graph(self.cost_unit, per_op), req)
         pl = self._per_layer
         name = cls.__name__ if isinstance(cls, type) else ", ".join(c.__name__ for c in cls)
@@ -301,7 +305,7 @@ def _regions(trace, regions):
 
 
 def plan_trace(trace, budget=None, optimizer=None, strategy="auto", margin=MARGIN, accumulate=1, grads_held=False,
-               cost="flops", regions="auto"):
+               cost="flops", regions="auto", nested=False):
     """Plans a captured step (capture(...)) at a budget (bytes or "6GiB").
     accumulate=k: the loop runs k forward and backward passes per optimizer
     step (gradient accumulation), so every gradient is held from the first
@@ -316,21 +320,33 @@ def plan_trace(trace, budget=None, optimizer=None, strategy="auto", margin=MARGI
     the most calls among the modules held in a ModuleList or Sequential),
     or None: optimal counts that checkpointing among its candidates, so
     its plan is never costlier than it at the same budget
-    (plan.compare()); strategy "manual" is that checkpointing."""
+    (plan.compare()); strategy "manual" is that checkpointing. nested:
+    schedules that recompute an op more than once are allowed (rotor's
+    nested schedules, whose floors lie below per-layer checkpointing's;
+    the applier frees a recomputed value after its last read in one
+    backward segment and recomputes it again for the next: nested.py); it
+    needs PyTorch 2.15's node_creation_hook and a model without FSDP2."""
     b = parse_bytes(budget)
     per_op, cls = _regions(trace, regions)
+    if nested and (compat.node_creation_hook() is None or not any(o >= 0 for o in trace.pack_ops)):
+        raise ValueError("nested=True needs torch.autograd.graph.node_creation_hook (PyTorch 2.15 or newer; this is "
+                         "%s): capture tells by it which backward reads each saved tensor" % torch.__version__)
+    if nested and trace.fsdp:
+        raise ValueError("nested=True is not supported for an FSDP2 model yet: plan it with nested=False")
     inner = _inner(b, margin) if b else 0  # 0 is "no budget"
     # recompute_once: the applier keeps what it recomputed until its last use,
     # so the plans it runs recompute each op at most once
     # a DDP model's buckets are held the whole step; where its gradients are
     # views into them (gradient_as_bucket_view) they are the gradients, held
     # from the step's start
-    req = {"budget": inner, "strategy": strategy, "optimizer": _optimizer_request(optimizer), "recompute_once": True,
+    req = {"budget": inner, "strategy": strategy, "optimizer": _optimizer_request(optimizer),
+           "recompute_once": not nested, "timeline": bool(nested),
            "grads_resident": _grads_request(accumulate, grads_held) or trace.grads_in_buckets,
            "communication_bytes": (0 if trace.grads_in_buckets else int(trace.comm_bytes)) + int(trace.comm_transient)}
     result = plan_graph(trace.graph(cost, per_op), req)
     req["accumulate"] = accumulate
     req["regions"] = cls
+    req["timeline"] = False
     result["budget"] = b
     if not result.get("feasible") and result.get("floor"):
         result["floor"] = budget_for(int(result["floor"]), margin)
@@ -338,7 +354,7 @@ def plan_trace(trace, budget=None, optimizer=None, strategy="auto", margin=MARGI
 
 
 def plan(model, inputs, loss_fn, budget=None, optimizer=None, strategy="auto", accumulate=1, grads_held=False,
-         transients="auto", cost="flops", regions="auto"):
+         transients="auto", cost="flops", regions="auto", nested=False):
     """Captures model's training step on inputs with loss_fn(output) -> scalar
     and plans it within budget (bytes, or a string such as "6GiB"; None: no
     limit). optimizer: a torch.optim.SGD/Adam/AdamW (or "sgd", "adamw"), whose
@@ -353,7 +369,7 @@ def plan(model, inputs, loss_fn, budget=None, optimizer=None, strategy="auto", a
     budget nothing fits gives a Plan with feasible False and .floor, the
     smallest budget that fits (see plan.result)."""
     return plan_trace(capture(model, inputs, loss_fn, transients=transients), budget, optimizer, strategy,
-                      accumulate=accumulate, grads_held=grads_held, cost=cost, regions=regions)
+                      accumulate=accumulate, grads_held=grads_held, cost=cost, regions=regions, nested=nested)
 
 
 def max_batch(make_inputs, model, loss_fn, budget, optimizer=None, start=1, limit=1 << 16, accumulate=1,

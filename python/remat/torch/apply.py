@@ -35,7 +35,7 @@ import contextlib
 
 import torch
 
-from . import compat, fsdp
+from . import compat, fsdp, nested
 from .compat import TorchDispatchMode
 from .capture import _META_ONLY, CaptureError, _ignored, _same, _skey, _weak, _written_args, rng_state, set_rng_state
 
@@ -209,6 +209,8 @@ class Decisions:
                       for c in t.calls]
         self._regions(t)
         self._of = None  # the model the plan last ran on: (weak reference, of(model))
+        # a nested plan (an op recomputed more than once): its groups, in order (nested.py)
+        self.schedule = nested.Schedule(plan, self.rec_ops, self.tracked) if plan.nested else None
 
     def of(self, model):
         """model's modules by name and its parameters that the plan trains,
@@ -342,7 +344,11 @@ class Applier(TorchDispatchMode):
         self.packs = {}    # value -> saved tensors of it handed out as handles
         self.uses = {}     # value -> reads still to come (unpacks, recomputations)
         self.cache = {}    # recomputed values held for their reads
-        self.replays = 0   # ops run again (a check: at most once each)
+        self.replays = 0   # ops run again (a check: at most once each, but under a nested plan)
+        self.nested = nested.Run(self, d.schedule) if d.schedule is not None else None
+        self.window_of = {}  # nested: value -> the group whose window the held tensor is
+        self.handles = []    # nested: every handle handed out
+        self.n_packs = 0     # tensors autograd saved so far
 
     # ---------------------------------------------------------- forward
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -453,17 +459,28 @@ class Applier(TorchDispatchMode):
         return e[0] if e is not None and _same(e[1], x) else None
 
     def pack(self, x):
+        k = self.n_packs  # its place among the step's saved tensors (Trace.pack_ops)
+        self.n_packs = k + 1
         v = self.value_of(x)
         if v is None or v not in self.rec_vals:
             return x
         self.packs[v] = self.packs.get(v, 0) + 1
-        return _Handle(v, x)
+        h = _Handle(v, x)
+        if self.nested is not None:
+            ops = self.t.pack_ops
+            h.op = ops[k] if k < len(ops) else -1
+            self.handles.append(h)
+        return h
 
     def forward_done(self):
         """Counts every recomputed value's reads (called before the backward's
         first unpack, which also turns a region's mode off: the backward runs
         with no mode, but for a plan that follows the whole forward)."""
         if self.uses:
+            return
+        if self.nested is not None:
+            self.uses[-1] = 0  # done once
+            self.nested.forward_done(self.handles, self.src)
             return
         for v in self.rec_vals:
             self.uses[v] = self.packs.get(v, 0) + self.consumers.get(v, 0)
@@ -494,6 +511,8 @@ class Applier(TorchDispatchMode):
         if self.active and not self.full:
             self.off()  # the backward runs with no Python per call
         self.forward_done()
+        if self.nested is not None:
+            return _view(self.nested.value(h), h)
         base = self._value(h.v)
         out = _view(base, h)
         self._used(h.v)
@@ -541,6 +560,18 @@ class Applier(TorchDispatchMode):
 
     def _replay(self, o):
         t = self.t
+        made = self._run(o)
+        for v in t.ops[o].outputs:
+            if v in made and self.uses.get(v, 0) > 0:
+                self.cache[v] = made[v]
+        for v in set(t.ops[o].inputs):
+            if v in self.uses and v not in t.ops[o].outputs and v in self.consumers:
+                self._used(v)
+
+    def _run(self, o):
+        """Runs op o again from its recipes, its inputs from what is held;
+        returns {value: tensor} of what it made."""
+        t = self.t
         made = {}
         self.replays += 1
         for i in self.unshard.get(o, ()):  # a no-op where FSDP has them gathered
@@ -575,12 +606,7 @@ class Applier(TorchDispatchMode):
             for i, v in r.new:
                 if i >= 0:
                     made[v] = flat_out[i]
-        for v in t.ops[o].outputs:
-            if v in made and self.uses.get(v, 0) > 0:
-                self.cache[v] = made[v]
-        for v in set(t.ops[o].inputs):
-            if v in self.uses and v not in t.ops[o].outputs and v in self.consumers:
-                self._used(v)
+        return made
 
 
 class Applied(contextlib.AbstractContextManager):
@@ -630,6 +656,7 @@ class Applied(contextlib.AbstractContextManager):
         # by its storage: the calls that save them need no mode
         self._hooks = torch.autograd.graph.saved_tensors_hooks(a.pack, a.unpack)
         self._hooks.__enter__()
+
         if a.full:
             a.on()
         return self
@@ -701,4 +728,6 @@ class Applied(contextlib.AbstractContextManager):
                                "inside plan.apply()" % (a.call, len(calls)))
         a.src.clear()
         a.cache.clear()
+        if a.nested is not None:  # no cycle: the step's recipes go with the step
+            a.nested.a = None
         return False

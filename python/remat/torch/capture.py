@@ -161,6 +161,7 @@ class _Recorder(TorchDispatchMode):
         self.live = dict(leaves)  # storage address -> value id
         self.refs = {}            # storage address -> _weak(storage), but for leaves (the model holds them)
         self.pending = []         # values saved since the last call
+        self.pending_at = []      # their places in t.pack_ops (exact attribution)
         self.meter = meter        # measures each call's transient bytes (meters.py)
         self.measured = []        # (call index, op, bytes the call made): resolve() sets transients
         self.n_inputs = 0
@@ -208,16 +209,23 @@ class _Recorder(TorchDispatchMode):
 
     # -- saved tensors: attributed when the next call is recorded
     def saved(self, t):
+        # every saved tensor's op, in the order autograd saves them (t.pack_ops:
+        # which backward reads each, for the applier's nested schedules); -1
+        # where not known (FSDP's own, a leaf's, before PyTorch 2.15)
+        at = len(self.t.pack_ops)
+        self.t.pack_ops.append(-1)
         if self.suspended:
             return
         v = self._value_of(t)
         if v < 0:
             return
         if self.exact and self.after is not None:  # after an op ran, before its node: its outputs
+            self.t.pack_ops[at] = self.after.id
             if v not in self.after.saves:
                 self.after.saves.append(v)
             return
         self.pending.append(v)
+        self.pending_at.append(at)
 
     def node_made(self, node):
         """An autograd node is complete (torch.autograd.graph.node_creation_hook):
@@ -434,7 +442,10 @@ class _Recorder(TorchDispatchMode):
             for v in later:  # saved before this op ran: its inputs
                 if v not in target.saves:
                     target.saves.append(v)
-            self.pending = []
+            if self.exact:
+                for at in self.pending_at:
+                    self.t.pack_ops[at] = target.id
+            self.pending, self.pending_at = [], []
         return out
 
     # -- module calls (ModuleCalls): where the applier can enter and leave its mode

@@ -77,6 +77,8 @@ class Trace:
         self.call_module = []          # per call: the innermost module call it ran in (an index), or -1
         self.module_types = []         # per module call: the module's class
         self.layer_kinds = frozenset()  # the classes that may be layers (layer_kinds_of)
+        self.pack_ops = []             # per tensor autograd saved in the forward, in order: the op whose
+        #                                backward reads it, or -1 (capture.py's saved)
         self.source = ""
 
     @property
