@@ -866,6 +866,18 @@ static int recomputes_twice(const remat_graph *g, const remat__schedule *sc) {
     return twice;
 }
 
+/* Whether the schedule recomputes something before the backward starts
+ * (DTR evicts and remakes values within the forward): a traced step's
+ * framework runs its forward as written, so it cannot run such a
+ * schedule. */
+static int recomputes_in_forward(const remat__schedule *sc) {
+    for (int i = 0; i < sc->n; i++) {
+        if (sc->ins[i].kind == REMAT__I_BWD) return 0;
+        if (sc->ins[i].kind == REMAT__I_FWD && !sc->ins[i].first) return 1;
+    }
+    return 0;
+}
+
 /* Which storage options the chain's stages offer, and which of them the
  * chain DP's distinct plans choose for some stage, per kind (OPT_ALL,
  * OPT_EXPENSIVE, OPT_AUX, OPT_BOTH): test_optimal checks that each kind
@@ -984,7 +996,7 @@ static remat_status measure_all(const gen_ctx *x, size_t held_outside, cand **ou
             }
             if (st != REMAT_OK) break;
             size_t pk = 0;
-            if (!(p->recompute_once && recomputes_twice(p->g, &sc))) {
+            if (!(p->recompute_once && recomputes_twice(p->g, &sc)) && !(p->g->traced && recomputes_in_forward(&sc))) {
                 st = values_peak(p, &sc, &pk);
                 if (st == REMAT_OK) cands[(*nc)++] = (cand){(int)gi, j, count, remat__schedule_cost(p, &sc), pk + held_outside, 0};
                 if (st == REMAT_UNSUPPORTED) st = REMAT_OK; /* reads a value overwritten in place: not a candidate */

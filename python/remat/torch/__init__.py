@@ -202,14 +202,16 @@ class Planner:
             opt.step(); opt.zero_grad()
         print(planner)        # how many plans it made, and for what
 
-    A signature that no plan fits raises RematError naming its floor.
+    The other arguments are plan()'s. A signature that no plan fits raises
+    RematError naming its floor.
     Capturing a new signature runs the step twice more (a warm-up and the
     recorded step), with the model, gradients, buffers and RNG restored."""
 
     def __init__(self, model, budget, optimizer=None, loss_fn=None, strategy="auto", accumulate=1,
-                 grads_held=False, transients="auto"):
+                 grads_held=False, transients="auto", regions="auto", nested=False):
         self.model, self.budget, self.optimizer, self.loss_fn = model, parse_bytes(budget), optimizer, loss_fn
         self.strategy, self.accumulate, self.grads_held, self.transients = strategy, accumulate, grads_held, transients
+        self.regions, self.nested = regions, nested
         self.plans = {}  # input signature -> Plan
         self.seconds = 0.0  # capturing and planning, all signatures
 
@@ -226,7 +228,7 @@ class Planner:
                 raise ValueError("Planner needs a loss function (loss_fn(output) -> scalar) to plan a new shape")
             t0 = time.perf_counter()
             p = plan(self.model, tuple(inputs), lf, self.budget, self.optimizer, self.strategy, self.accumulate,
-                     self.grads_held, self.transients)
+                     self.grads_held, self.transients, regions=self.regions, nested=self.nested)
             self.seconds += time.perf_counter() - t0
             if not p.feasible:
                 from .capture import describe
