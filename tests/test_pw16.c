@@ -10,6 +10,9 @@
  *   output, and input gradients that already hold values. Every dtype mix
  *   the policy makes (all bf16; a float32 and a bf16 input, float32 out),
  *   and add(x, x) and mul(x, x), one gradient for both inputs.
+ * - maxpool2d and avgpool2d (3x3 stride 2 padding 1, and 2x2 stride 2),
+ *   and global_avgpool, on bf16 x (3 threads, planes through the
+ *   workspace their bf16_ws sized), against the same views.
  * - Every vector level this CPU has (AVX2, AVX-512, AVX-512 BF16) against
  *   the scalar reference, on a range that starts off a vector boundary
  *   and ends in a tail, the same mixes.
@@ -217,6 +220,62 @@ static void views(void) {
                "views' bits (%d cases of %d elements)\n", remat__pw16_best()->isa, runs, N);
 }
 
+/* One pool node's native kernels against the views' on x of shape
+ * (2, 3, 9, 7) (kind 0, 1: maxpool2d 3/2/1 and 2/2/0; 2, 3: avgpool2d the
+ * same; 4: global_avgpool); 1 when the bits agree. */
+static int pool_versus_views(int kind) {
+    static const char *const names[] = {"maxpool2d 3x3/2 pad 1", "maxpool2d 2x2/2", "avgpool2d 3x3/2 pad 1",
+                                        "avgpool2d 2x2/2", "global_avgpool"};
+    remat_graph *g;
+    CHECK_OK(remat_graph_create(&g));
+    int64_t xd[4] = {2, 3, 9, 7};
+    remat_node x = remat_input(g, "x", REMAT_F32, 4, xd), y;
+    int k3 = kind % 2 == 0;
+    if (kind < 2) y = remat_maxpool2d(g, x, k3 ? 3 : 2, 2, k3);
+    else if (kind < 4) y = remat_avgpool2d(g, x, k3 ? 3 : 2, 2, k3);
+    else y = remat_global_avgpool(g, x);
+    CHECK_OK(remat_graph_status(g));
+    const remat__node *n = &g->nodes[y];
+    uint8_t dt[2] = {REMAT_BF16, REMAT_BF16};
+    size_t fb = 0, bb = 0;
+    CHECK(remat__ops[n->op]->bf16_ws(g, n, dt, 3, &fb, &bb));
+    int64_t nx = remat__numel(&g->nodes[x].shape), ny = remat__numel(&n->shape);
+    uint16_t *xb = malloc((size_t)nx * 2), *yb = malloc((size_t)ny * 2), *yv = malloc((size_t)ny * 2);
+    uint16_t *dyb = malloc((size_t)ny * 2), *dxb = malloc((size_t)nx * 2), *dxv = malloc((size_t)nx * 2);
+    float *xf = malloc((size_t)nx * 4), *yf = malloc((size_t)ny * 4), *dyf = malloc((size_t)ny * 4);
+    float *dxf = calloc((size_t)nx, 4);
+    unsigned char *ws = malloc(fb > bb ? fb : bb ? bb : 1);
+    for (int64_t i = 0; i < nx; i++) xb[i] = pick16(kind >= 2), dxb[i] = dxv[i] = pick16(1);
+    for (int64_t i = 0; i < ny; i++) dyb[i] = pick16(1);
+    remat__convert_range(xf, xb, 0, nx, REMAT__CVT_UP);
+    remat__convert_range(dyf, dyb, 0, ny, REMAT__CVT_UP);
+    remat__tensor ti = {xb, &g->nodes[x].shape}, to = {yb, &n->shape};
+    remat__kctx k = {.graph = g, .node = n, .in = {&ti}, .out = &to, .dt = dt, .ws = ws, .train = 1,
+                     .dout = (float *)dyb, .din = {(float *)dxb}};
+    run(&k, 0, 3);
+    run(&k, 1, 3);
+    ti.data = xf, to.data = yf, k.dt = NULL, k.ws = NULL, k.dout = dyf, k.din[0] = dxf; /* the views' way */
+    run(&k, 0, 1);
+    run(&k, 1, 1);
+    remat__convert_range(yv, yf, 0, ny, REMAT__CVT_DOWN);
+    remat__convert_range(dxv, dxf, 0, nx, REMAT__CVT_ACC_BF16);
+    int ok = !memcmp(yb, yv, (size_t)ny * 2) && !memcmp(dxb, dxv, (size_t)nx * 2);
+    CHECK_MSG(ok, "%s: bf16 as stored differs from the float32 views (output %s)", names[kind],
+              memcmp(yb, yv, (size_t)ny * 2) ? "differs" : "same");
+    free(xb), free(yb), free(yv), free(dyb), free(dxb), free(dxv), free(xf), free(yf), free(dyf), free(dxf), free(ws);
+    remat_graph_destroy(g);
+    return ok;
+}
+
+static void pools(void) {
+    int ok = 1;
+    for (int rep = 0; rep < 4; rep++)
+        for (int kind = 0; kind < 5; kind++) ok &= pool_versus_views(kind);
+    if (ok)
+        printf("pools: maxpool2d, avgpool2d (3x3/2 pad 1, 2x2/2) and global_avgpool on bf16 as stored (3 threads) "
+               "give the float32 views' bits\n");
+}
+
 /* --------------------------------------------- levels against scalar */
 
 typedef struct {
@@ -336,6 +395,7 @@ int main(void) {
     CHECK(remat__pw16_level(REMAT__PW16_SCALAR) != NULL && remat__pw16_best() != NULL);
     printf("chosen at run time: %s\n", remat__pw16_best()->isa);
     views();
+    pools();
     levels();
     plan("cnn");
     plan("resnet18");
