@@ -2,7 +2,7 @@
  * (src/ops/pw16.h), bit for bit.
  *
  * - Against the views: relu, add, mul, dropout (training, and eval) and
- *   gelu (both forms), run through the op table with kctx.dt set (the
+ *   gelu (both forms), and reshape, run through the op table with kctx.dt set (the
  *   values as stored, on 3 threads, on the kernels remat__pw16_best
  *   chose), give the bits the float32 views of exec/precision.c give (the
  *   float32 kernel on widened copies, the output rounded, each bf16 input
@@ -16,9 +16,10 @@
  * - Every vector level this CPU has (AVX2, AVX-512, AVX-512 BF16) against
  *   the scalar reference, on a range that starts off a vector boundary
  *   and ends in a tail, the same mixes.
- * - The plan: on cnn, resnet18 and gpt2 in bf16, every relu, add, mul,
- *   dropout and gelu with a bf16 value is native, with no workspace in
- *   either pass (the float32 views' bytes it took before are printed).
+ * - The plan: on cnn, resnet18 and gpt2 in bf16, every elementwise and
+ *   plane-wise node with a bf16 value is native, the elementwise ones
+ *   with no workspace in either pass (the views' bytes they took before,
+ *   and the pools' planes now, are printed).
  * The data: random bit patterns (NaNs, infinities and denormals among
  *   them), values near 1 whose sums and products round to even, and the
  *   edges (signed zeros, the smallest and largest denormals and normals,
@@ -121,7 +122,7 @@ static float *widen(val v) {
 /* One op's node on inputs of dtypes b16[0..1] (alias: one input twice). */
 typedef struct {
     const char *name;
-    int kind; /* 0 relu, 1 add, 2 mul, 3 dropout, 4 gelu */
+    int kind; /* 0 relu, 1 add, 2 mul, 3 dropout, 4 gelu, 5 reshape */
     int arg;  /* gelu: tanh form; dropout: eval */
 } opcase;
 
@@ -134,7 +135,11 @@ static remat_node build(remat_graph *g, const opcase *c, int alias, remat_node *
     case 1: return remat_add(g, x[0], x[1]);
     case 2: return remat_mul(g, x[0], x[1]);
     case 3: return remat_dropout(g, x[0], 0.3f);
-    default: return remat_gelu(g, x[0], c->arg);
+    case 4: return remat_gelu(g, x[0], c->arg);
+    default: {
+        int64_t r[2] = {1, N};
+        return remat_reshape(g, x[0], 2, r);
+    }
     }
 }
 
@@ -207,7 +212,8 @@ static int versus_views(const opcase *c, const int b16[2], int alias) {
 
 static void views(void) {
     static const opcase cases[] = {{"relu", 0, 0},    {"add", 1, 0},  {"mul", 2, 0},           {"dropout", 3, 0},
-                                   {"dropout (eval)", 3, 1}, {"gelu", 4, 0}, {"gelu (tanh)", 4, 1}};
+                                   {"dropout (eval)", 3, 1}, {"gelu", 4, 0}, {"gelu (tanh)", 4, 1},
+                                   {"reshape", 5, 0}};
     int ok = 1, runs = 0;
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
         int two = cases[c].kind == 1 || cases[c].kind == 2;
@@ -216,7 +222,7 @@ static void views(void) {
         if (two) ok &= versus_views(&cases[c], mixes[0], 1), runs++;
     }
     if (ok)
-        printf("views: relu, add, mul, dropout and gelu on bf16 as stored (%s kernels, 3 threads) give the float32 "
+        printf("views: relu, add, mul, dropout, gelu and reshape on bf16 as stored (%s kernels, 3 threads) give the float32 "
                "views' bits (%d cases of %d elements)\n", remat__pw16_best()->isa, runs, N);
 }
 
@@ -363,18 +369,21 @@ static void plan(const char *name) {
     CHECK_OK(remat__prog_init(&p, g, 2, REMAT_DEVICE_CPU, NULL));
     CHECK_OK(remat__prog_set_precision(&p, REMAT_PRECISION_BF16));
     int nodes = 0, ok = 1;
-    size_t views = 0;
+    size_t views = 0, own = 0;
     for (int32_t u = 0; p.native && u < g->n; u++) {
         const remat__node *n = &g->nodes[u];
-        if (n->leaf != REMAT__LEAF_NONE || remat__ops[n->op]->bf16_ws != remat__pw16_ws) continue;
-        int b16 = p.dt[u] == REMAT_BF16;
+        if (n->leaf != REMAT__LEAF_NONE || !(remat__ops[n->op]->flags & (REMAT__OP_ELEMENTWISE | REMAT__OP_PLANEWISE)))
+            continue;
+        int b16 = p.dt[u] == REMAT_BF16, elementwise = (remat__ops[n->op]->flags & REMAT__OP_ELEMENTWISE) != 0;
         for (int i = 0; i < n->n_in; i++) b16 |= p.dt[n->in[i]] == REMAT_BF16;
         if (!b16) continue;
         nodes++;
-        int good = p.native[u] && !remat__ws_bytes(&p, u, 0) && !remat__ws_bytes(&p, u, 1);
-        CHECK_MSG(good, "%s: %s node %d has a bf16 value but runs on views or takes workspace", name,
-                  remat__ops[n->op]->name, (int)u);
+        size_t ws = remat__ws_bytes(&p, u, 0) + remat__ws_bytes(&p, u, 1);
+        int good = p.native[u] && (!elementwise || !ws);
+        CHECK_MSG(good, "%s: %s node %d has a bf16 value but runs on views%s", name, remat__ops[n->op]->name, (int)u,
+                  p.native[u] ? " (or takes workspace)" : "");
         ok &= good;
+        own += ws;
         p.native[u] = 0; /* what its views took */
         for (int b = 0; b < 2; b++) {
             remat__shim sh;
@@ -385,8 +394,8 @@ static void plan(const char *name) {
     }
     CHECK_MSG(nodes > 0, "%s: no elementwise node with a bf16 value", name);
     if (ok)
-        printf("plan: %s: %d elementwise nodes on bf16 as stored, no workspace (their views took %zu B in all)\n",
-               name, nodes, views);
+        printf("plan: %s: %d elementwise and plane-wise nodes on bf16 as stored, workspace %zu B in all (their views "
+               "took %zu B)\n", name, nodes, own, views);
     remat__prog_free(&p);
     remat_graph_destroy(g);
 }
