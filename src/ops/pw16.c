@@ -98,7 +98,9 @@ static const remat__pw16_kernels scalar_kernels = {
     .mul_bwd = mul_bwd_ref,
 };
 
-#if defined(__GNUC__) && defined(__x86_64__)
+/* GCC's target pragmas on x86-64; elsewhere (another architecture, or a
+ * compiler without them: clang) the scalar kernels alone. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
 #define PW16_X86 1
 #include <immintrin.h>
 
