@@ -15,7 +15,9 @@
  *   workspace their bf16_ws sized), against the same views.
  * - Every vector level this CPU has (AVX2, AVX-512, AVX-512 BF16) against
  *   the scalar reference, on a range that starts off a vector boundary
- *   and ends in a tail, the same mixes.
+ *   and ends in a tail, the same mixes; and its conversions (what the
+ *   CPU backend's views and the bf16 planes of BatchNorm and the poolings
+ *   convert with) against remat__convert_range, every kind.
  * - The plan: on cnn, resnet18 and gpt2 in bf16, every elementwise and
  *   plane-wise node with a bf16 value is native, the elementwise ones
  *   with no workspace in either pass (the views' bytes they took before,
@@ -322,6 +324,20 @@ static int level_case(const remat__pw16_kernels *K, const kcase *c, const int b1
     return ok;
 }
 
+/* Level K's convert against remat__convert_range, every kind, on elements
+ * [3, N - 5) (ACC_BF16 and ACC_F32 into values already there). */
+static int convert_case(const remat__pw16_kernels *K, remat__cvt kind) {
+    int dst16 = kind == REMAT__CVT_DOWN || kind == REMAT__CVT_ACC_BF16, src16 = kind == REMAT__CVT_UP;
+    int acc = kind == REMAT__CVT_ACC_BF16 || kind == REMAT__CVT_ACC_F32;
+    val src = make(src16, acc), d0 = make(dst16, acc), d1 = copy(d0);
+    remat__convert_range(d0.p, src.p, 3, N - 5, kind);
+    K->convert(d1.p, src.p, 3, N - 5, kind);
+    int ok = same(d0, d1);
+    CHECK_MSG(ok, "%s convert (kind %d) differs from remat__convert_range", K->isa, (int)kind);
+    free(src.p), free(d0.p), free(d1.p);
+    return ok;
+}
+
 static void levels(void) {
     static const kcase cases[] = {
         {"relu_fwd", offsetof(remat__pw16_kernels, relu_fwd), 0, 0},
@@ -348,7 +364,11 @@ static void levels(void) {
                     ok &= level_case(K, &cases[c], b16, 0);
                     if (cases[c].two && m == 0) ok &= level_case(K, &cases[c], b16, 1);
                 }
-        if (ok) printf("levels: %s gives the scalar reference's bits (relu, add, mul; forward, backward; every mix)\n", K->isa);
+        for (int rep = 0; rep < 8; rep++)
+            for (int kind = REMAT__CVT_UP; kind <= REMAT__CVT_ACC_BF16; kind++) ok &= convert_case(K, (remat__cvt)kind);
+        if (ok)
+            printf("levels: %s gives the scalar reference's bits (relu, add, mul; forward, backward; every mix; "
+                   "the five conversions)\n", K->isa);
     }
 }
 

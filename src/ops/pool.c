@@ -288,7 +288,7 @@ static const float *plane_in(const pool16 *b, int i, int64_t pl) {
     int64_t len = i ? b->G->OH * b->G->OW : b->G->H * b->G->W;
     if (!b->bf) return (const float *)b->in[i] + pl * len;
     float *f = b->buf + (i ? b->G->H * b->G->W : 0);
-    remat__convert_range(f, (const uint16_t *)b->in[i] + pl * len, 0, len, REMAT__CVT_UP);
+    remat__pw16_convert(f, (const uint16_t *)b->in[i] + pl * len, len, REMAT__CVT_UP);
     return f;
 }
 
@@ -306,9 +306,9 @@ static void plane_done(const pool16 *b, int64_t pl) {
     int64_t hw = b->G->H * b->G->W, ohw = b->G->OH * b->G->OW;
     if (!b->bf) return;
     if (b->backward)
-        remat__convert_range((uint16_t *)b->out + pl * hw, b->buf + hw + ohw, 0, hw, REMAT__CVT_ACC_BF16);
+        remat__pw16_convert((uint16_t *)b->out + pl * hw, b->buf + hw + ohw, hw, REMAT__CVT_ACC_BF16);
     else
-        remat__convert_range((uint16_t *)b->out + pl * ohw, b->buf + hw, 0, ohw, REMAT__CVT_DOWN);
+        remat__pw16_convert((uint16_t *)b->out + pl * ohw, b->buf + hw, ohw, REMAT__CVT_DOWN);
 }
 
 static int pool_bf16_ws(const remat_graph *g, const remat__node *n, const uint8_t *dt, int nth, size_t *fwd,

@@ -10,7 +10,10 @@
  * BF16 instruction rounds the same way except that it flushes a denormal
  * input to zero, so a vector with a denormal lane is narrowed the integer
  * way instead (a rare case; test_pw16 holds every level to the reference
- * on denormals, ties, infinities and NaNs).
+ * on denormals, ties, infinities and NaNs). Beside the ops, each level
+ * has remat__convert_range's conversions (UP, DOWN and ACC_BF16 on
+ * vectors), which the CPU backend's views and the bf16 planes of
+ * BatchNorm and the poolings use.
  */
 #include "pw16.h"
 
@@ -88,8 +91,13 @@ static void mul_bwd_ref(const remat__pw16 *t, int64_t lo, int64_t hi) {
     }
 }
 
+static void convert_ref(void *dst, const void *src, int64_t lo, int64_t hi, remat__cvt kind) {
+    remat__convert_range(dst, src, lo, hi, kind);
+}
+
 static const remat__pw16_kernels scalar_kernels = {
     .isa = "scalar",
+    .convert = convert_ref,
     .relu_fwd = relu_fwd_ref,
     .relu_bwd = relu_bwd_ref,
     .add_fwd = add_fwd_ref,
@@ -137,15 +145,20 @@ static inline void st8(void *p, int b16, int64_t i, __m256 v) {
     _mm_storeu_si128((__m128i *)((uint16_t *)p + i), _mm256_castsi256_si128(k));
 }
 
+/* REMAT__CVT_ACC_BF16 of 8 lanes: v rounded through bf16 (the rounded
+ * bits, widened back: the low half cleared), added, rounded. */
+static inline void accr8(void *p, int64_t i, __m256 v) {
+    __m256 r = _mm256_castsi256_ps(_mm256_and_si256(rnd8(v), _mm256_set1_epi32((int)0xffff0000u)));
+    st8(p, 1, i, _mm256_add_ps(ld8(p, 1, i), r));
+}
+
 static inline void acc8(void *p, int b16, int64_t i, __m256 g) {
     if (!b16) {
         float *d = (float *)p + i;
         _mm256_storeu_ps(d, _mm256_add_ps(_mm256_loadu_ps(d), g));
         return;
     }
-    __m256 c = _mm256_add_ps(_mm256_setzero_ps(), g); /* the view's zero plus g */
-    __m256 r = _mm256_castsi256_ps(_mm256_and_si256(rnd8(c), _mm256_set1_epi32((int)0xffff0000u)));
-    st8(p, 1, i, _mm256_add_ps(ld8(p, 1, i), r));
+    accr8(p, i, _mm256_add_ps(_mm256_setzero_ps(), g)); /* the view's zero plus g */
 }
 
 static inline __m256 relu8(__m256 x) {
@@ -163,6 +176,7 @@ static inline __m256 relu_g8(__m256 y, __m256 g) {
 #define PW_LD ld8
 #define PW_ST st8
 #define PW_ACC acc8
+#define PW_ACCR accr8
 #define PW_ADD _mm256_add_ps
 #define PW_MUL _mm256_mul_ps
 #define PW_RELU relu8
@@ -175,6 +189,7 @@ static inline __m256 relu_g8(__m256 y, __m256 g) {
 #undef PW_LD
 #undef PW_ST
 #undef PW_ACC
+#undef PW_ACCR
 #undef PW_ADD
 #undef PW_MUL
 #undef PW_RELU
@@ -215,20 +230,23 @@ static inline __m256i narrow16(__m512 v) { return _mm512_cvtepi32_epi16(_mm512_s
     }
 ST16(st16, narrow16)
 
-/* A bf16 gradient: 0 + g rounded through bf16 (the rounded bits, widened
- * back: the low half cleared), added, rounded by st. */
-#define ACC16(name, st)                                                                                      \
-    static inline void name(void *p, int b16, int64_t i, __m512 g) {                                         \
+/* REMAT__CVT_ACC_BF16 of 16 lanes (accr: v rounded through bf16, the
+ * rounded bits widened back, added, rounded by st), and a gradient's
+ * accumulation (acc: a bf16 one takes 0 + g that way). */
+#define ACC16(acc, accr, st)                                                                                 \
+    static inline void accr(void *p, int64_t i, __m512 v) {                                                  \
+        __m512i r = _mm512_and_si512(rnd16(v), _mm512_set1_epi32((int)0xffff0000u));                         \
+        st(p, 1, i, _mm512_add_ps(ld16(p, 1, i), _mm512_castsi512_ps(r)));                                   \
+    }                                                                                                        \
+    static inline void acc(void *p, int b16, int64_t i, __m512 g) {                                          \
         if (!b16) {                                                                                          \
             float *d = (float *)p + i;                                                                       \
             _mm512_storeu_ps(d, _mm512_add_ps(_mm512_loadu_ps(d), g));                                       \
             return;                                                                                          \
         }                                                                                                    \
-        __m512 c = _mm512_add_ps(_mm512_setzero_ps(), g);                                                    \
-        __m512i r = _mm512_and_si512(rnd16(c), _mm512_set1_epi32((int)0xffff0000u));                         \
-        st(p, 1, i, _mm512_add_ps(ld16(p, 1, i), _mm512_castsi512_ps(r)));                                   \
+        accr(p, i, _mm512_add_ps(_mm512_setzero_ps(), g));                                                   \
     }
-ACC16(acc16, st16)
+ACC16(acc16, accr16, st16)
 
 static inline __m512 relu16(__m512 x) {
     __m512 z = _mm512_setzero_ps();
@@ -250,11 +268,13 @@ static inline __m512 relu_g16(__m512 y, __m512 g) {
 
 #define PW_ST st16
 #define PW_ACC acc16
+#define PW_ACCR accr16
 #define PW_FN(name) avx512_##name
 #define PW_ISA "avx512"
 #include "pw16_simd.h"
 #undef PW_ST
 #undef PW_ACC
+#undef PW_ACCR
 #undef PW_FN
 #undef PW_ISA
 
@@ -276,12 +296,13 @@ static inline __m256i narrow16_bf(__m512 v) {
 }
 
 ST16(st16_bf, narrow16_bf)
-ACC16(acc16_bf, st16_bf)
+ACC16(acc16_bf, accr16_bf, st16_bf)
 #undef ST16
 #undef ACC16
 
 #define PW_ST st16_bf
 #define PW_ACC acc16_bf
+#define PW_ACCR accr16_bf
 #define PW_FN(name) avx512bf16_##name
 #define PW_ISA "avx512bf16"
 #include "pw16_simd.h"

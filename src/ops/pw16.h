@@ -84,10 +84,13 @@ int remat__pw16_ws(const remat_graph *g, const remat__node *n, const uint8_t *dt
 typedef void (*remat__pw16_fn)(const remat__pw16 *t, int64_t lo, int64_t hi);
 
 /* One instruction set's kernels. relu_bwd reads out and dout; add_bwd
- * dout; mul_bwd both inputs and dout. */
+ * dout; mul_bwd both inputs and dout. convert is remat__convert_range
+ * (core/bf16.h), the same bits: REMAT__CVT_UP, _DOWN and _ACC_BF16 on
+ * vectors, the others as there. */
 typedef struct {
     const char *isa; /* "scalar", "avx2", "avx512", "avx512bf16" */
     remat__pw16_fn relu_fwd, relu_bwd, add_fwd, add_bwd, mul_fwd, mul_bwd;
+    void (*convert)(void *dst, const void *src, int64_t lo, int64_t hi, remat__cvt kind);
 } remat__pw16_kernels;
 
 enum { REMAT__PW16_SCALAR, REMAT__PW16_AVX2, REMAT__PW16_AVX512, REMAT__PW16_AVX512BF16, REMAT__PW16_LEVELS };
@@ -100,5 +103,11 @@ const remat__pw16_kernels *remat__pw16_level(int level);
  * chosen once per process, at most the one REMAT_PW16 names (scalar,
  * avx2, avx512, avx512bf16: to compare or to rule a level out). */
 const remat__pw16_kernels *remat__pw16_best(void);
+
+/* remat__convert_range of elements [0, n) on the chosen kernels: what the
+ * CPU backend's views, BatchNorm's and the poolings' planes convert with. */
+static inline void remat__pw16_convert(void *dst, const void *src, int64_t n, remat__cvt kind) {
+    remat__pw16_best()->convert(dst, src, 0, n, kind);
+}
 
 #endif

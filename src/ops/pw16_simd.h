@@ -6,6 +6,8 @@
  *   PW_LD(p, b16, i)   PW_N elements at i as float32 (remat__pw16_ld)
  *   PW_ST(p, b16, i, v)  stored, rounded when bf16 (remat__pw16_st)
  *   PW_ACC(p, b16, i, g) added into a gradient (remat__pw16_acc)
+ *   PW_ACCR(p, i, v)   REMAT__CVT_ACC_BF16: bf16 p[i] = p[i] + v rounded
+ *                      through bf16, rounded (PW_ACC is 0 + g into it)
  *   PW_ADD, PW_MUL     float32 arithmetic, lane by lane
  *   PW_RELU(x)         x <= 0 ? +0 : x (NaN stays)
  *   PW_RELU_G(y, g)    y <= 0 ? -0 : g
@@ -75,6 +77,18 @@ static void PW_FN(mul_bwd)(const remat__pw16 *t, int64_t lo, int64_t hi) {
     mul_bwd_ref(t, i, hi);
 }
 
+static void PW_FN(convert)(void *dst, const void *src, int64_t lo, int64_t hi, remat__cvt kind) {
+    int64_t i = lo;
+    if (kind == REMAT__CVT_UP)
+        for (; i + PW_N <= hi; i += PW_N) PW_ST(dst, 0, i, PW_LD(src, 1, i));
+    else if (kind == REMAT__CVT_DOWN)
+        for (; i + PW_N <= hi; i += PW_N) PW_ST(dst, 1, i, PW_LD(src, 0, i));
+    else if (kind == REMAT__CVT_ACC_BF16)
+        for (; i + PW_N <= hi; i += PW_N) PW_ACCR(dst, i, PW_LD(src, 0, i));
+    _mm256_zeroupper();
+    remat__convert_range(dst, src, i, hi, kind);
+}
+
 static const remat__pw16_kernels PW_FN(kernels) = {
     .isa = PW_ISA,
     .relu_fwd = PW_FN(relu_fwd),
@@ -83,4 +97,5 @@ static const remat__pw16_kernels PW_FN(kernels) = {
     .add_bwd = PW_FN(add_bwd),
     .mul_fwd = PW_FN(mul_fwd),
     .mul_bwd = PW_FN(mul_bwd),
+    .convert = PW_FN(convert),
 };
