@@ -1,7 +1,9 @@
 /* pw16.h: elementwise kernels on values in their stored dtypes, the bf16
  * policy's native CPU kernels for relu, add, mul (vectorized, pw16.c) and
- * dropout and gelu (scalar, in their ops' files), as src/cuda/pw16.cuh
- * is the CUDA backend's.
+ * for dropout, gelu, reshape and global_avgpool (element by element, in
+ * their ops' files, through the loads, stores and accumulation below),
+ * as src/cuda/pw16.cuh is the CUDA backend's; and remat__convert_range
+ * on vectors (remat__pw16_convert).
  *
  * Each value (an input, the output, the output gradient, an input
  * gradient) is bf16 or float32 as the policy stores it (kctx.dt, by node
