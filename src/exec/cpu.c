@@ -10,9 +10,12 @@
  * the caller's back; remat_set_blas_threads is the caller's call.
  * Products that go through oneDNN (src/ops/dnnl.h) use the context's
  * oneDNN engine and primitives, one oneDNN thread per pool thread.
+ * Conversions between bf16 and float32 (the bf16 policy's views) run on
+ * the vector kernels src/ops/pw16.h chose for this CPU.
  */
 #include "backend.h"
 #include "../ops/dnnl.h"
+#include "../ops/pw16.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -261,7 +264,7 @@ typedef struct {
 
 static void convert_task(void *arg, int ith, int nth) {
     const convert_job *j = arg;
-    remat__convert_range(j->dst, j->src, j->n * ith / nth, j->n * (ith + 1) / nth, j->kind);
+    remat__pw16_best()->convert(j->dst, j->src, j->n * ith / nth, j->n * (ith + 1) / nth, j->kind);
 }
 
 /* Element by element, so the pool's split changes no bit. */

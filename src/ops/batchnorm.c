@@ -37,7 +37,7 @@
  * float32.
  */
 #include "../remat-impl.h"
-#include "../core/bf16.h"
+#include "pw16.h"
 
 #include <math.h>
 
@@ -85,8 +85,7 @@ static size_t bn_aux_bytes(const remat_graph *g, const remat__node *n) {
  * widened into buf. */
 static const float *plane(const void *v, int bf, int64_t off, int64_t HW, float *buf) {
     if (!bf) return (const float *)v + off;
-    const uint16_t *b = (const uint16_t *)v + off;
-    for (int64_t i = 0; i < HW; i++) buf[i] = remat__f32_of(b[i]);
+    remat__pw16_convert(buf, (const uint16_t *)v + off, HW, REMAT__CVT_UP);
     return buf;
 }
 
@@ -182,7 +181,7 @@ static void bn_forward(const remat__kctx *k, int ith, int nth) {
             const float *xc = plane(x, bf, off, HW, buf);
             float *yc = bf ? buf : (float *)y + off; /* bf16: over the widened plane, then rounded */
             for (int64_t i = 0; i < HW; i++) yc[i] = (xc[i] - mu) * sc + b;
-            if (bf) remat__convert_range((uint16_t *)y + off, buf, 0, HW, REMAT__CVT_DOWN);
+            if (bf) remat__pw16_convert((uint16_t *)y + off, buf, HW, REMAT__CVT_DOWN);
         }
     }
 }
@@ -223,12 +222,15 @@ static void bn_backward(const remat__kctx *k, int ith, int nth) {
                 }
                 continue;
             }
-            uint16_t *dxc = (uint16_t *)dx + off; /* the view: its zero plus the term, rounded, added, rounded */
+            /* the view: its zero plus the term (over dy's plane, element
+             * by element), rounded, added, rounded (REMAT__CVT_ACC_BF16) */
+            float *tc = buf + HW;
             for (int64_t i = 0; i < HW; i++) {
                 float xhat = (xc[i] - muf) * isf, t = 0.0f;
                 t += a * (dyc[i] - mdy - xhat * mdx);
-                dxc[i] = remat__bf16_of(remat__f32_of(dxc[i]) + remat__bf16_round(t));
+                tc[i] = t;
             }
+            remat__pw16_convert((uint16_t *)dx + off, tc, HW, REMAT__CVT_ACC_BF16);
         }
     }
 }

@@ -4,7 +4,7 @@
  * from Philox keyed by (seed, step, node, element), so the backward pass
  * and any recomputation regenerate it: nothing is saved.
  */
-#include "../remat-impl.h"
+#include "pw16.h"
 
 #include <math.h>
 
@@ -44,6 +44,11 @@ static void relu_forward(const remat__kctx *k, int ith, int nth) {
     float *y = k->out->data;
     int64_t lo, hi;
     remat__split(numel_of(k), ith, nth, &lo, &hi);
+    if (k->dt) {
+        remat__pw16 t = remat__pw16_of(k, 0);
+        remat__pw16_best()->relu_fwd(&t, lo, hi);
+        return;
+    }
     /* NaN stays NaN, as in PyTorch (a comparison with NaN is false, so a
      * NaN takes the `: x` side); every other x <= 0 gives +0 (PyTorch
      * keeps -0's sign). A select, so the loop vectorizes (compare, and). */
@@ -58,6 +63,11 @@ static void relu_backward(const remat__kctx *k, int ith, int nth) {
     float *dx = k->din[0];
     int64_t lo, hi;
     remat__split(numel_of(k), ith, nth, &lo, &hi);
+    if (k->dt) {
+        remat__pw16 t = remat__pw16_of(k, 1);
+        remat__pw16_best()->relu_bwd(&t, lo, hi);
+        return;
+    }
     /* A select rather than a branch (signs are data: branches mispredict),
      * so the loop vectorizes. Adding -0 leaves every float's bits as they
      * are (-0 + -0 = -0, +0 + -0 = +0), unlike adding +0. */
@@ -83,6 +93,7 @@ const remat__op remat__op_relu = {
     .backward = relu_backward,
     .saves = REMAT__SAVE_OUT,
     .flops = pointwise_flops,
+    .bf16_ws = remat__pw16_ws,
     .family = REMAT_FAMILY_POINTWISE,    .cuda = REMAT__CUDA(relu),
     .flags = REMAT__OP_ELEMENTWISE,
 };
@@ -94,6 +105,11 @@ static void add_forward(const remat__kctx *k, int ith, int nth) {
     float *y = k->out->data;
     int64_t lo, hi;
     remat__split(numel_of(k), ith, nth, &lo, &hi);
+    if (k->dt) {
+        remat__pw16 t = remat__pw16_of(k, 0);
+        remat__pw16_best()->add_fwd(&t, lo, hi);
+        return;
+    }
     for (int64_t i = lo; i < hi; i++) y[i] = a[i] + b[i];
 }
 
@@ -101,6 +117,11 @@ static void add_backward(const remat__kctx *k, int ith, int nth) {
     const float *dy = k->dout;
     int64_t lo, hi;
     remat__split(numel_of(k), ith, nth, &lo, &hi);
+    if (k->dt) {
+        remat__pw16 t = remat__pw16_of(k, 1);
+        remat__pw16_best()->add_bwd(&t, lo, hi);
+        return;
+    }
     for (int j = 0; j < 2; j++)
         if (k->din[j])
             for (int64_t i = lo; i < hi; i++) k->din[j][i] += dy[i];
@@ -116,6 +137,7 @@ const remat__op remat__op_add = {
     .backward = add_backward,
     .saves = 0,
     .flops = pointwise_flops,
+    .bf16_ws = remat__pw16_ws,
     .family = REMAT_FAMILY_POINTWISE,    .cuda = REMAT__CUDA(add),
     .flags = REMAT__OP_ELEMENTWISE,
 };
@@ -127,6 +149,11 @@ static void mul_forward(const remat__kctx *k, int ith, int nth) {
     float *y = k->out->data;
     int64_t lo, hi;
     remat__split(numel_of(k), ith, nth, &lo, &hi);
+    if (k->dt) {
+        remat__pw16 t = remat__pw16_of(k, 0);
+        remat__pw16_best()->mul_fwd(&t, lo, hi);
+        return;
+    }
     for (int64_t i = lo; i < hi; i++) y[i] = a[i] * b[i];
 }
 
@@ -135,6 +162,11 @@ static void mul_backward(const remat__kctx *k, int ith, int nth) {
     const float *a = k->in[0]->data, *b = k->in[1]->data, *dy = k->dout;
     int64_t lo, hi;
     remat__split(numel_of(k), ith, nth, &lo, &hi);
+    if (k->dt) {
+        remat__pw16 t = remat__pw16_of(k, 1);
+        remat__pw16_best()->mul_bwd(&t, lo, hi);
+        return;
+    }
     if (k->din[0])
         for (int64_t i = lo; i < hi; i++) k->din[0][i] += dy[i] * b[i];
     if (k->din[1])
@@ -151,6 +183,7 @@ const remat__op remat__op_mul = {
     .backward = mul_backward,
     .saves = REMAT__SAVE_IN(0) | REMAT__SAVE_IN(1),
     .flops = pointwise_flops,
+    .bf16_ws = remat__pw16_ws,
     .family = REMAT_FAMILY_POINTWISE,    .cuda = REMAT__CUDA(mul),
     .flags = REMAT__OP_ELEMENTWISE,
 };
@@ -205,11 +238,49 @@ static void dropout_apply(const remat__kctx *k, int64_t lo, int64_t hi, const fl
     }
 }
 
+/* Elements [lo, hi) of the forward or the backward on the values as
+ * stored (kctx.dt: pw16.h): dropout_apply's mask and arithmetic, element
+ * by element, on each value widened, the output rounded and the gradient
+ * added as the views do. */
+static void dropout16(const remat__kctx *k, int64_t lo, int64_t hi, int backward) {
+    const remat__pw16 t = remat__pw16_of(k, backward);
+    const void *in = backward ? t.dout : t.in[0];
+    const int in16 = backward ? t.out16 : t.in16[0];
+    if (backward && !t.din[0]) return;
+    if (!k->train || k->node->fattr[0] == 0.0f) {
+        for (int64_t i = lo; i < hi; i++) {
+            float v = remat__pw16_ld(in, in16, i);
+            if (backward) remat__pw16_acc(t.din[0], t.in16[0], i, v);
+            else remat__pw16_st(t.out, t.out16, i, v);
+        }
+        return;
+    }
+    const uint32_t thr = keep_threshold(k->node->fattr[0]);
+    const float scale = 1.0f / (1.0f - k->node->fattr[0]);
+    const uint32_t key[2] = {(uint32_t)k->seed, (uint32_t)(k->seed >> 32)};
+    const int64_t e0 = k->elem0, glo = lo + e0, ghi = hi + e0;
+    for (int64_t base = glo & ~(int64_t)15; base < ghi; base += 16) {
+        uint32_t r[16];
+        remat__philox_x4((uint64_t)base >> 2, (uint32_t)k->node_id, (uint32_t)k->step, DROPOUT_STREAM, key, r);
+        int64_t a = (base < glo ? glo : base) - e0, b = (base + 16 < ghi ? base + 16 : ghi) - e0;
+        for (int64_t i = a; i < b; i++) {
+            float v = remat__pw16_ld(in, in16, i) * scale;
+            int keep = (r[i + e0 - base] >> 8) >= thr;
+            if (backward) remat__pw16_acc(t.din[0], t.in16[0], i, keep ? v : -0.0f);
+            else remat__pw16_st(t.out, t.out16, i, keep ? v : 0.0f);
+        }
+    }
+}
+
 static void dropout_forward(const remat__kctx *k, int ith, int nth) {
     const float *x = k->in[0]->data;
     float *y = k->out->data;
     int64_t lo, hi;
     remat__split(numel_of(k), ith, nth, &lo, &hi);
+    if (k->dt) {
+        dropout16(k, lo, hi, 0);
+        return;
+    }
     if (!k->train || k->node->fattr[0] == 0.0f) {
         for (int64_t i = lo; i < hi; i++) y[i] = x[i];
         return;
@@ -222,6 +293,10 @@ static void dropout_backward(const remat__kctx *k, int ith, int nth) {
     float *dx = k->din[0];
     int64_t lo, hi;
     remat__split(numel_of(k), ith, nth, &lo, &hi);
+    if (k->dt) {
+        dropout16(k, lo, hi, 1);
+        return;
+    }
     if (!k->train || k->node->fattr[0] == 0.0f) {
         for (int64_t i = lo; i < hi; i++) dx[i] += dy[i];
         return;
@@ -240,5 +315,6 @@ const remat__op remat__op_dropout = {
     .saves = 0,
     .flags = REMAT__OP_RANDOM | REMAT__OP_ELEMENTWISE,
     .flops = pointwise_flops,
+    .bf16_ws = remat__pw16_ws,
     .family = REMAT_FAMILY_POINTWISE,    .cuda = REMAT__CUDA(dropout),
 };

@@ -12,8 +12,10 @@
  * and exp's overflow for large -u giving s = 0 exactly.
  * Backward reads the input. Elements are split evenly over the threads and
  * each is computed on its own, so any thread count gives the same bits.
+ * Under the bf16 policy a node with a bf16 value runs on its values as
+ * stored (gelu16, pw16.h), with the float32 views' bits and no views.
  */
-#include "../remat-impl.h"
+#include "pw16.h"
 
 #include <math.h>
 
@@ -33,19 +35,54 @@ static remat_status gelu_shape(const remat_graph *g, remat__node *n) {
     return REMAT_OK;
 }
 
+/* y and dy/dx of one element, in each form: one definition for the
+ * float32 kernels and the bf16 ones, so their arithmetic is the same. */
+static inline float gelu_tanh(float v) {
+    float u = SQRT_2_OVER_PI * (v + GELU_C * v * v * v);
+    return v / (1.0f + expf(-2.0f * u));
+}
+
+static inline float gelu_erf(float v) { return 0.5f * v * (1.0f + erff(v * INV_SQRT_2)); }
+
+static inline float dgelu_tanh(float v) {
+    float u = SQRT_2_OVER_PI * (v + GELU_C * v * v * v), sg = 1.0f / (1.0f + expf(-2.0f * u));
+    return sg + 2.0f * v * sg * (1.0f - sg) * SQRT_2_OVER_PI * (1.0f + 3.0f * GELU_C * v * v);
+}
+
+static inline float dgelu_erf(float v) {
+    return 0.5f * (1.0f + erff(v * INV_SQRT_2)) + v * expf(-0.5f * v * v) * INV_SQRT_2PI;
+}
+
+/* Under the bf16 policy with a bf16 value (kctx.dt: bf16_ws), elements
+ * [lo, hi) on the values as stored (pw16.h): the same per element
+ * arithmetic on x widened, y rounded, dx added as the views add. */
+static void gelu16(const remat__kctx *k, int64_t lo, int64_t hi, int backward) {
+    const remat__pw16 t = remat__pw16_of(k, backward);
+    const int tanh_form = k->node->iattr[0] != 0;
+    if (backward && !t.din[0]) return;
+    for (int64_t i = lo; i < hi; i++) {
+        float v = remat__pw16_ld(t.in[0], t.in16[0], i);
+        if (backward)
+            remat__pw16_acc(t.din[0], t.in16[0], i,
+                            remat__pw16_ld(t.dout, t.out16, i) * (tanh_form ? dgelu_tanh(v) : dgelu_erf(v)));
+        else
+            remat__pw16_st(t.out, t.out16, i, tanh_form ? gelu_tanh(v) : gelu_erf(v));
+    }
+}
+
 static void gelu_forward(const remat__kctx *k, int ith, int nth) {
     const float *x = k->in[0]->data;
     float *y = k->out->data;
     int64_t lo, hi;
     remat__split(remat__numel(&k->node->shape), ith, nth, &lo, &hi);
-    if (k->node->iattr[0]) {
-        for (int64_t i = lo; i < hi; i++) {
-            float v = x[i], u = SQRT_2_OVER_PI * (v + GELU_C * v * v * v);
-            y[i] = v / (1.0f + expf(-2.0f * u));
-        }
-    } else {
-        for (int64_t i = lo; i < hi; i++) y[i] = 0.5f * x[i] * (1.0f + erff(x[i] * INV_SQRT_2));
+    if (k->dt) {
+        gelu16(k, lo, hi, 0);
+        return;
     }
+    if (k->node->iattr[0])
+        for (int64_t i = lo; i < hi; i++) y[i] = gelu_tanh(x[i]);
+    else
+        for (int64_t i = lo; i < hi; i++) y[i] = gelu_erf(x[i]);
 }
 
 static void gelu_backward(const remat__kctx *k, int ith, int nth) {
@@ -53,19 +90,14 @@ static void gelu_backward(const remat__kctx *k, int ith, int nth) {
     float *dx = k->din[0];
     int64_t lo, hi;
     remat__split(remat__numel(&k->node->shape), ith, nth, &lo, &hi);
-    if (k->node->iattr[0]) {
-        for (int64_t i = lo; i < hi; i++) {
-            float v = x[i], u = SQRT_2_OVER_PI * (v + GELU_C * v * v * v), sg = 1.0f / (1.0f + expf(-2.0f * u));
-            float d = sg + 2.0f * v * sg * (1.0f - sg) * SQRT_2_OVER_PI * (1.0f + 3.0f * GELU_C * v * v);
-            dx[i] += dy[i] * d;
-        }
-    } else {
-        for (int64_t i = lo; i < hi; i++) {
-            float v = x[i];
-            float d = 0.5f * (1.0f + erff(v * INV_SQRT_2)) + v * expf(-0.5f * v * v) * INV_SQRT_2PI;
-            dx[i] += dy[i] * d;
-        }
+    if (k->dt) {
+        gelu16(k, lo, hi, 1);
+        return;
     }
+    if (k->node->iattr[0])
+        for (int64_t i = lo; i < hi; i++) dx[i] += dy[i] * dgelu_tanh(x[i]);
+    else
+        for (int64_t i = lo; i < hi; i++) dx[i] += dy[i] * dgelu_erf(x[i]);
 }
 
 static double gelu_flops(const remat_graph *g, const remat__node *n) {
@@ -83,6 +115,7 @@ const remat__op remat__op_gelu = {
     .backward = gelu_backward,
     .saves = REMAT__SAVE_IN(0),
     .flops = gelu_flops,
+    .bf16_ws = remat__pw16_ws,
     .family = REMAT_FAMILY_POINTWISE,    .cuda = REMAT__CUDA(gelu),
     .flags = REMAT__OP_ELEMENTWISE,
 };

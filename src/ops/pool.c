@@ -14,10 +14,17 @@
  *
  * Every op splits the N*C planes over the threads; a plane's input gradient
  * is written only by the thread that owns it, in a fixed order.
+ *
+ * Under the bf16 policy, with x stored in bf16, the kernels take x, y, dy
+ * and dx as stored: the windowed pools a plane at a time through float32
+ * planes per thread (pool16), global average pooling element by element
+ * (pw16.h's loads, stores and gradient accumulation); either way the
+ * float32 views' bits without the views.
  */
-#include "../remat-impl.h"
+#include "pw16.h"
 
 #include <math.h>
+#include <string.h>
 
 static remat_status check_input(const remat_graph *g, remat__node *n, const char *lb) {
     const remat__shape *x = remat__in_shape(g, n, 0);
@@ -247,50 +254,125 @@ static void sink_grad(void *ctx, int64_t ow, int64_t idx, float val) {
     c->dx[idx] += c->dy[ow];
 }
 
+/* ------------------------------------------------ bf16 planes (native) */
+
+/* A kernel's planes. Float32 values are used where they lie; under the
+ * bf16 policy with x stored in bf16 (so y, dy and dx are: kctx.dt) each
+ * plane goes through this thread's float32 planes in the workspace,
+ * [x: H*W][y or dy: OH*OW][dx: H*W] (pool_bf16_ws): x and dy widened, y
+ * rounded from its plane, dx's plane zeroed and then added as the views
+ * add (REMAT__CVT_ACC_BF16). The arithmetic on a plane is the float32
+ * kernel's, so the bits are the float32 views', without the views. */
+typedef struct {
+    const pgeom *G;
+    int bf, backward;
+    const void *in[2]; /* x; dy (backward) */
+    void *out;         /* y; dx (backward) */
+    float *buf;        /* this thread's planes (bf) */
+} pool16;
+
+static size_t pool16_floats(const pgeom *G, int backward) {
+    return (size_t)(G->H * G->W + G->OH * G->OW + (backward ? G->H * G->W : 0));
+}
+
+static pool16 pool16_of(const remat__kctx *k, const pgeom *G, int ith, int backward) {
+    pool16 b = {G, k->dt && k->dt[k->node->in[0]] == REMAT_BF16, backward, {k->in[0]->data, NULL}, NULL, NULL};
+    b.in[1] = backward ? (const void *)k->dout : NULL;
+    b.out = backward ? (void *)k->din[0] : k->out->data;
+    if (b.bf) b.buf = (float *)k->ws + (size_t)ith * pool16_floats(G, backward);
+    return b;
+}
+
+/* Plane pl of x (i = 0, H*W) or dy (i = 1, OH*OW) as float32. */
+static const float *plane_in(const pool16 *b, int i, int64_t pl) {
+    int64_t len = i ? b->G->OH * b->G->OW : b->G->H * b->G->W;
+    if (!b->bf) return (const float *)b->in[i] + pl * len;
+    float *f = b->buf + (i ? b->G->H * b->G->W : 0);
+    remat__pw16_convert(f, (const uint16_t *)b->in[i] + pl * len, len, REMAT__CVT_UP);
+    return f;
+}
+
+/* Plane pl of y (OH*OW) or dx (H*W, backward; zeroed when bf16) to write. */
+static float *plane_out(const pool16 *b, int64_t pl) {
+    int64_t hw = b->G->H * b->G->W, ohw = b->G->OH * b->G->OW;
+    if (!b->bf) return (float *)b->out + pl * (b->backward ? hw : ohw);
+    if (!b->backward) return b->buf + hw;
+    memset(b->buf + hw + ohw, 0, (size_t)hw * sizeof(float));
+    return b->buf + hw + ohw;
+}
+
+/* Plane pl written: into the bf16 value (rounded, or added). */
+static void plane_done(const pool16 *b, int64_t pl) {
+    int64_t hw = b->G->H * b->G->W, ohw = b->G->OH * b->G->OW;
+    if (!b->bf) return;
+    if (b->backward)
+        remat__pw16_convert((uint16_t *)b->out + pl * hw, b->buf + hw + ohw, hw, REMAT__CVT_ACC_BF16);
+    else
+        remat__pw16_convert((uint16_t *)b->out + pl * ohw, b->buf + hw, ohw, REMAT__CVT_DOWN);
+}
+
+static int pool_bf16_ws(const remat_graph *g, const remat__node *n, const uint8_t *dt, int nth, size_t *fwd,
+                        size_t *bwd) {
+    if (dt[n->in[0]] != REMAT_BF16) return 0;
+    const pgeom G = make_pgeom(remat__in_shape(g, n, 0), n);
+    *fwd = (size_t)nth * pool16_floats(&G, 0) * sizeof(float);
+    *bwd = (size_t)nth * pool16_floats(&G, 1) * sizeof(float);
+    return 1;
+}
+
+/* One plane: x (H, W) to y (OH, OW); [olo, ohi) x [wlo, whi) the inner
+ * windows (inner_range). */
+static void maxpool_plane(const pgeom *G, const float *xp, float *yp, const int64_t r[4]) {
+    for (int64_t oh = 0; oh < G->OH; oh++) {
+        if (is22(G)) {
+            max22_row(xp + 2 * oh * G->W, xp + (2 * oh + 1) * G->W, yp + oh * G->OW, G->OW);
+            continue;
+        }
+        sink_ctx c = {yp + oh * G->OW, NULL, NULL};
+        row_windows(G, xp, oh, oh >= r[0] && oh < r[1], r[2], r[3], sink_value, &c);
+    }
+}
+
+/* Its backward: dy (OH, OW) added into dx (H, W). */
+static void maxpool_plane_bwd(const pgeom *G, const float *xp, const float *dyp, float *dxp, const int64_t r[4]) {
+    for (int64_t oh = 0; oh < G->OH; oh++) {
+        if (is22(G)) {
+            int64_t o = 2 * oh * G->W;
+            max22_row_bwd(xp + o, xp + o + G->W, dyp + oh * G->OW, dxp + o, dxp + o + G->W, G->OW);
+            continue;
+        }
+        /* overlapping windows: gradients are added in output order */
+        sink_ctx c = {NULL, dxp, dyp + oh * G->OW};
+        row_windows(G, xp, oh, oh >= r[0] && oh < r[1], r[2], r[3], sink_grad, &c);
+    }
+}
+
 static void maxpool_forward(const remat__kctx *k, int ith, int nth) {
     const pgeom G = make_pgeom(k->in[0]->shape, k->node);
-    const float *x = k->in[0]->data;  // (N, C, H, W)
-    float *y = k->out->data;          // (N, C, OH, OW)
-    int64_t lo, hi, olo, ohi, wlo, whi;
+    int64_t lo, hi, r[4];
     remat__split(G.planes, ith, nth, &lo, &hi);
-    inner_range(&G, &olo, &ohi, &wlo, &whi);
+    inner_range(&G, &r[0], &r[1], &r[2], &r[3]);
+    pool16 b = pool16_of(k, &G, ith, 0);
     for (int64_t pl = lo; pl < hi; pl++) {
-        const float *xp = x + pl * G.H * G.W;  // (H, W)
-        float *yp = y + pl * G.OH * G.OW;      // (OH, OW)
-        for (int64_t oh = 0; oh < G.OH; oh++) {
-            if (is22(&G)) {
-                max22_row(xp + 2 * oh * G.W, xp + (2 * oh + 1) * G.W, yp + oh * G.OW, G.OW);
-                continue;
-            }
-            sink_ctx c = {yp + oh * G.OW, NULL, NULL};
-            row_windows(&G, xp, oh, oh >= olo && oh < ohi, wlo, whi, sink_value, &c);
-        }
+        const float *xp = plane_in(&b, 0, pl);  // (H, W)
+        float *yp = plane_out(&b, pl);          // (OH, OW)
+        maxpool_plane(&G, xp, yp, r);
+        plane_done(&b, pl);
     }
 }
 
 static void maxpool_backward(const remat__kctx *k, int ith, int nth) {
     const pgeom G = make_pgeom(k->in[0]->shape, k->node);
-    const float *x = k->in[0]->data;  // (N, C, H, W), saved
-    const float *dy = k->dout;        // (N, C, OH, OW)
-    float *dx = k->din[0];            // (N, C, H, W)
-    if (!dx) return;
-    int64_t lo, hi, olo, ohi, wlo, whi;
+    if (!k->din[0]) return;
+    int64_t lo, hi, r[4];
     remat__split(G.planes, ith, nth, &lo, &hi);
-    inner_range(&G, &olo, &ohi, &wlo, &whi);
+    inner_range(&G, &r[0], &r[1], &r[2], &r[3]);
+    pool16 b = pool16_of(k, &G, ith, 1);
     for (int64_t pl = lo; pl < hi; pl++) {
-        const float *xp = x + pl * G.H * G.W;      // (H, W)
-        const float *dyp = dy + pl * G.OH * G.OW;  // (OH, OW)
-        float *dxp = dx + pl * G.H * G.W;          // (H, W)
-        for (int64_t oh = 0; oh < G.OH; oh++) {
-            if (is22(&G)) {
-                int64_t r = 2 * oh * G.W;
-                max22_row_bwd(xp + r, xp + r + G.W, dyp + oh * G.OW, dxp + r, dxp + r + G.W, G.OW);
-                continue;
-            }
-            /* overlapping windows: gradients are added in output order */
-            sink_ctx c = {NULL, dxp, dyp + oh * G.OW};
-            row_windows(&G, xp, oh, oh >= olo && oh < ohi, wlo, whi, sink_grad, &c);
-        }
+        const float *xp = plane_in(&b, 0, pl);   // (H, W), saved
+        const float *dyp = plane_in(&b, 1, pl);  // (OH, OW)
+        maxpool_plane_bwd(&G, xp, dyp, plane_out(&b, pl), r);
+        plane_done(&b, pl);
     }
 }
 
@@ -305,6 +387,7 @@ const remat__op remat__op_maxpool2d = {
     .flags = REMAT__OP_PLANEWISE,
     .saves = REMAT__SAVE_IN(0),
     .flops = window_flops,
+    .bf16_ws = pool_bf16_ws,
     .family = REMAT_FAMILY_POOL,    .cuda = REMAT__CUDA(maxpool2d),
 };
 
@@ -323,45 +406,49 @@ static int64_t avg_window(const pgeom *G, int64_t oh, int64_t ow, int64_t *h0, i
     return div;
 }
 
+static void avgpool_plane(const pgeom *G, const float *xp, float *yp) {
+    for (int64_t oh = 0; oh < G->OH; oh++)
+        for (int64_t ow = 0; ow < G->OW; ow++) {
+            int64_t h0, h1, w0, w1;
+            int64_t div = avg_window(G, oh, ow, &h0, &h1, &w0, &w1);
+            float s = 0.0f;
+            for (int64_t ih = h0; ih < h1; ih++)
+                for (int64_t iw = w0; iw < w1; iw++) s += xp[ih * G->W + iw];
+            yp[oh * G->OW + ow] = s / (float)div;
+        }
+}
+
+static void avgpool_plane_bwd(const pgeom *G, const float *dyp, float *dxp) {
+    for (int64_t oh = 0; oh < G->OH; oh++)
+        for (int64_t ow = 0; ow < G->OW; ow++) {
+            int64_t h0, h1, w0, w1;
+            int64_t div = avg_window(G, oh, ow, &h0, &h1, &w0, &w1);
+            float gd = dyp[oh * G->OW + ow] / (float)div;
+            for (int64_t ih = h0; ih < h1; ih++)
+                for (int64_t iw = w0; iw < w1; iw++) dxp[ih * G->W + iw] += gd;
+        }
+}
+
 static void avgpool_forward(const remat__kctx *k, int ith, int nth) {
     const pgeom G = make_pgeom(k->in[0]->shape, k->node);
-    const float *x = k->in[0]->data;  // (N, C, H, W)
-    float *y = k->out->data;          // (N, C, OH, OW)
     int64_t lo, hi;
     remat__split(G.planes, ith, nth, &lo, &hi);
+    pool16 b = pool16_of(k, &G, ith, 0);
     for (int64_t pl = lo; pl < hi; pl++) {
-        const float *xp = x + pl * G.H * G.W;  // (H, W)
-        float *yp = y + pl * G.OH * G.OW;      // (OH, OW)
-        for (int64_t oh = 0; oh < G.OH; oh++)
-            for (int64_t ow = 0; ow < G.OW; ow++) {
-                int64_t h0, h1, w0, w1;
-                int64_t div = avg_window(&G, oh, ow, &h0, &h1, &w0, &w1);
-                float s = 0.0f;
-                for (int64_t ih = h0; ih < h1; ih++)
-                    for (int64_t iw = w0; iw < w1; iw++) s += xp[ih * G.W + iw];
-                yp[oh * G.OW + ow] = s / (float)div;
-            }
+        avgpool_plane(&G, plane_in(&b, 0, pl), plane_out(&b, pl)); // (H, W) to (OH, OW)
+        plane_done(&b, pl);
     }
 }
 
 static void avgpool_backward(const remat__kctx *k, int ith, int nth) {
     const pgeom G = make_pgeom(k->in[0]->shape, k->node);
-    const float *dy = k->dout;  // (N, C, OH, OW)
-    float *dx = k->din[0];      // (N, C, H, W)
-    if (!dx) return;
+    if (!k->din[0]) return;
     int64_t lo, hi;
     remat__split(G.planes, ith, nth, &lo, &hi);
+    pool16 b = pool16_of(k, &G, ith, 1);
     for (int64_t pl = lo; pl < hi; pl++) {
-        const float *dyp = dy + pl * G.OH * G.OW;  // (OH, OW)
-        float *dxp = dx + pl * G.H * G.W;        // (H, W)
-        for (int64_t oh = 0; oh < G.OH; oh++)
-            for (int64_t ow = 0; ow < G.OW; ow++) {
-                int64_t h0, h1, w0, w1;
-                int64_t div = avg_window(&G, oh, ow, &h0, &h1, &w0, &w1);
-                float gd = dyp[oh * G.OW + ow] / (float)div;
-                for (int64_t ih = h0; ih < h1; ih++)
-                    for (int64_t iw = w0; iw < w1; iw++) dxp[ih * G.W + iw] += gd;
-            }
+        avgpool_plane_bwd(&G, plane_in(&b, 1, pl), plane_out(&b, pl)); // (OH, OW) into (H, W)
+        plane_done(&b, pl);
     }
 }
 
@@ -376,6 +463,7 @@ const remat__op remat__op_avgpool2d = {
     .flags = REMAT__OP_PLANEWISE,
     .saves = 0,
     .flops = window_flops,
+    .bf16_ws = pool_bf16_ws,
     .family = REMAT_FAMILY_POOL,    .cuda = REMAT__CUDA(avgpool2d),
 };
 
@@ -399,6 +487,14 @@ static void global_forward(const remat__kctx *k, int ith, int nth) {
     const int64_t hw = xs->d[2] * xs->d[3];
     int64_t lo, hi;
     remat__split(xs->d[0] * xs->d[1], ith, nth, &lo, &hi);
+    if (k->dt) { /* bf16 (global_bf16_ws): each element widened, the mean rounded */
+        for (int64_t pl = lo; pl < hi; pl++) {
+            float s = 0.0f;
+            for (int64_t i = 0; i < hw; i++) s += remat__pw16_ld(x, 1, pl * hw + i);
+            remat__pw16_st(y, 1, pl, s / (float)hw);
+        }
+        return;
+    }
     for (int64_t pl = lo; pl < hi; pl++) {
         const float *xp = x + pl * hw;  // (H*W)
         float s = 0.0f;
@@ -415,11 +511,27 @@ static void global_backward(const remat__kctx *k, int ith, int nth) {
     const int64_t hw = xs->d[2] * xs->d[3];
     int64_t lo, hi;
     remat__split(xs->d[0] * xs->d[1], ith, nth, &lo, &hi);
+    if (k->dt) { /* bf16: dx added as the views add (pw16.h) */
+        for (int64_t pl = lo; pl < hi; pl++) {
+            float gd = remat__pw16_ld(dy, 1, pl) / (float)hw;
+            for (int64_t i = 0; i < hw; i++) remat__pw16_acc(dx, 1, pl * hw + i, gd);
+        }
+        return;
+    }
     for (int64_t pl = lo; pl < hi; pl++) {
         float gd = dy[pl] / (float)hw;
         float *dxp = dx + pl * hw;  // (H*W)
         for (int64_t i = 0; i < hw; i++) dxp[i] += gd;
     }
+}
+
+/* Under bf16 with x stored in bf16 (so y, dy and dx are): the kernels
+ * above read and write them in place, with no workspace. */
+static int global_bf16_ws(const remat_graph *g, const remat__node *n, const uint8_t *dt, int nth, size_t *fwd,
+                          size_t *bwd) {
+    (void)g, (void)nth;
+    *fwd = *bwd = 0;
+    return dt[n->in[0]] == REMAT_BF16;
 }
 
 static double global_flops(const remat_graph *g, const remat__node *n) {
@@ -437,5 +549,6 @@ const remat__op remat__op_global_avgpool = {
     .flags = REMAT__OP_PLANEWISE,
     .saves = 0,
     .flops = global_flops,
+    .bf16_ws = global_bf16_ws,
     .family = REMAT_FAMILY_POOL,    .cuda = REMAT__CUDA(global_avgpool),
 };

@@ -2,9 +2,10 @@
  *
  * Reshape copies rather than aliasing, so that every value owns its bytes
  * and the accounting stays a plain sum. Concat joins along dimension 1 of
- * 2-D or 4-D tensors.
+ * 2-D or 4-D tensors. Under the bf16 policy a reshape of a bf16 value
+ * reads and writes it as stored (pw16.h), with the float32 views' bits.
  */
-#include "../remat-impl.h"
+#include "pw16.h"
 
 #include <stdio.h>
 
@@ -35,13 +36,30 @@ static void reshape_forward(const remat__kctx *k, int ith, int nth) {
     remat__split(remat__numel(&k->node->shape), ith, nth, &lo, &hi);
     const float *x = k->in[0]->data;
     float *y = k->out->data;
+    if (k->dt) { /* bf16 (pw16.h): widened and rounded, as the views (a NaN made quiet) */
+        for (int64_t i = lo; i < hi; i++) remat__pw16_st(y, 1, i, remat__pw16_ld(x, 1, i));
+        return;
+    }
     if (hi > lo) memcpy(y + lo, x + lo, (size_t)(hi - lo) * sizeof *y);
 }
 
 static void reshape_backward(const remat__kctx *k, int ith, int nth) {
     int64_t lo, hi;
     remat__split(remat__numel(&k->node->shape), ith, nth, &lo, &hi);
+    if (k->dt) { /* bf16: added as the views add */
+        for (int64_t i = lo; i < hi; i++) remat__pw16_acc(k->din[0], 1, i, remat__pw16_ld(k->dout, 1, i));
+        return;
+    }
     for (int64_t i = lo; i < hi; i++) k->din[0][i] += k->dout[i];
+}
+
+/* Under bf16 with x stored in bf16 (so y, dy and dx are): the kernels
+ * above read and write them as stored, with no workspace. */
+static int reshape_bf16_ws(const remat_graph *g, const remat__node *n, const uint8_t *dt, int nth, size_t *fwd,
+                           size_t *bwd) {
+    (void)g, (void)nth;
+    *fwd = *bwd = 0;
+    return dt[n->in[0]] == REMAT_BF16;
 }
 
 const remat__op remat__op_reshape = {
@@ -54,6 +72,7 @@ const remat__op remat__op_reshape = {
     .backward = reshape_backward,
     .saves = 0,
     .flops = copy_flops,
+    .bf16_ws = reshape_bf16_ws,
     .family = REMAT_FAMILY_COPY,    .cuda = REMAT__CUDA(reshape),
     .flags = REMAT__OP_ELEMENTWISE, /* element i is element i, in flat order */
 };

@@ -1,0 +1,342 @@
+/* pw16.c: relu, add and mul on their values in their stored dtypes (the
+ * bf16 policy's native CPU kernels; pw16.h says what they promise): the
+ * plain scalar reference, and the same loops on AVX2, AVX-512 and
+ * AVX-512 with its bf16 conversion (VCVTNEPS2BF16), compiled for those
+ * sets with target pragmas whatever the build machine is, and chosen at
+ * run time from the CPU's own (__builtin_cpu_supports).
+ *
+ * Widening a bf16 is a shift. Narrowing is remat__bf16_of's integer
+ * rounding, lane by lane (ties to even; a NaN made quiet); the AVX-512
+ * BF16 instruction rounds the same way except that it flushes a denormal
+ * input to zero, so a vector with a denormal lane is narrowed the integer
+ * way instead (a rare case; test_pw16 holds every level to the reference
+ * on denormals, ties, infinities and NaNs). Beside the ops, each level
+ * has remat__convert_range's conversions (UP, DOWN and ACC_BF16 on
+ * vectors), which the CPU backend's views and the bf16 planes of
+ * BatchNorm and the poolings use.
+ */
+#include "pw16.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+remat__pw16 remat__pw16_of(const remat__kctx *k, int backward) {
+    const remat__node *n = k->node;
+    remat__pw16 t;
+    memset(&t, 0, sizeof t);
+    t.n_in = n->n_in < 2 ? n->n_in : 2;
+    for (int j = 0; j < t.n_in; j++) {
+        t.in[j] = k->in[j]->data;
+        t.in16[j] = k->dt[n->in[j]] == REMAT_BF16;
+        t.din[j] = backward ? (void *)k->din[j] : NULL;
+    }
+    t.out = k->out->data;
+    t.out16 = k->dt[k->node_id] == REMAT_BF16;
+    t.dout = backward ? (const void *)k->dout : NULL;
+    return t;
+}
+
+int remat__pw16_ws(const remat_graph *g, const remat__node *n, const uint8_t *dt, int nth, size_t *fwd,
+                   size_t *bwd) {
+    (void)nth;
+    int any = dt[n - g->nodes] == REMAT_BF16;
+    for (int i = 0; i < n->n_in; i++) any |= dt[n->in[i]] == REMAT_BF16;
+    *fwd = *bwd = 0;
+    return any;
+}
+
+/* ------------------------------------------------------------ reference */
+
+static void relu_fwd_ref(const remat__pw16 *t, int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; i++) {
+        float x = remat__pw16_ld(t->in[0], t->in16[0], i);
+        remat__pw16_st(t->out, t->out16, i, x <= 0.0f ? 0.0f : x);
+    }
+}
+
+static void relu_bwd_ref(const remat__pw16 *t, int64_t lo, int64_t hi) {
+    if (!t->din[0]) return;
+    for (int64_t i = lo; i < hi; i++) {
+        float y = remat__pw16_ld(t->out, t->out16, i), g = remat__pw16_ld(t->dout, t->out16, i);
+        remat__pw16_acc(t->din[0], t->in16[0], i, y <= 0.0f ? -0.0f : g);
+    }
+}
+
+static void add_fwd_ref(const remat__pw16 *t, int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; i++)
+        remat__pw16_st(t->out, t->out16, i,
+                       remat__pw16_ld(t->in[0], t->in16[0], i) + remat__pw16_ld(t->in[1], t->in16[1], i));
+}
+
+static void add_bwd_ref(const remat__pw16 *t, int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; i++) {
+        float g = remat__pw16_ld(t->dout, t->out16, i);
+        for (int j = 0; j < 2; j++)
+            if (t->din[j]) remat__pw16_acc(t->din[j], t->in16[j], i, g);
+    }
+}
+
+static void mul_fwd_ref(const remat__pw16 *t, int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; i++)
+        remat__pw16_st(t->out, t->out16, i,
+                       remat__pw16_ld(t->in[0], t->in16[0], i) * remat__pw16_ld(t->in[1], t->in16[1], i));
+}
+
+static void mul_bwd_ref(const remat__pw16 *t, int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; i++) {
+        float g = remat__pw16_ld(t->dout, t->out16, i);
+        if (t->din[0]) remat__pw16_acc(t->din[0], t->in16[0], i, g * remat__pw16_ld(t->in[1], t->in16[1], i));
+        if (t->din[1]) remat__pw16_acc(t->din[1], t->in16[1], i, g * remat__pw16_ld(t->in[0], t->in16[0], i));
+    }
+}
+
+static void convert_ref(void *dst, const void *src, int64_t lo, int64_t hi, remat__cvt kind) {
+    remat__convert_range(dst, src, lo, hi, kind);
+}
+
+static const remat__pw16_kernels scalar_kernels = {
+    .isa = "scalar",
+    .convert = convert_ref,
+    .relu_fwd = relu_fwd_ref,
+    .relu_bwd = relu_bwd_ref,
+    .add_fwd = add_fwd_ref,
+    .add_bwd = add_bwd_ref,
+    .mul_fwd = mul_fwd_ref,
+    .mul_bwd = mul_bwd_ref,
+};
+
+/* GCC's target pragmas on x86-64; elsewhere (another architecture, or a
+ * compiler without them: clang) the scalar kernels alone. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define PW16_X86 1
+#include <immintrin.h>
+
+/* ----------------------------------------------------------------- AVX2 */
+
+#pragma GCC push_options
+#pragma GCC target("avx2")
+
+static inline __m256 ld8(const void *p, int b16, int64_t i) {
+    if (!b16) return _mm256_loadu_ps((const float *)p + i);
+    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)p + i));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/* remat__bf16_of of each lane, in the lane's upper 16 bits. */
+static inline __m256i rnd8(__m256 v) {
+    __m256i u = _mm256_castps_si256(v);
+    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(u, 16), _mm256_set1_epi32(1));
+    __m256i r = _mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb);
+    __m256i abs = _mm256_and_si256(u, _mm256_set1_epi32(0x7fffffff));
+    __m256i nan = _mm256_cmpgt_epi32(abs, _mm256_set1_epi32(0x7f800000));
+    return _mm256_blendv_epi8(r, _mm256_or_si256(u, _mm256_set1_epi32(0x400000)), nan);
+}
+
+static inline void st8(void *p, int b16, int64_t i, __m256 v) {
+    if (!b16) {
+        _mm256_storeu_ps((float *)p + i, v);
+        return;
+    }
+    __m256i h = _mm256_srli_epi32(rnd8(v), 16);
+    /* packus works within 128-bit halves: lanes 0-3 land in qword 0,
+     * lanes 4-7 in qword 2 */
+    __m256i k = _mm256_permute4x64_epi64(_mm256_packus_epi32(h, h), 0x08);
+    _mm_storeu_si128((__m128i *)((uint16_t *)p + i), _mm256_castsi256_si128(k));
+}
+
+/* REMAT__CVT_ACC_BF16 of 8 lanes: v rounded through bf16 (the rounded
+ * bits, widened back: the low half cleared), added, rounded. */
+static inline void accr8(void *p, int64_t i, __m256 v) {
+    __m256 r = _mm256_castsi256_ps(_mm256_and_si256(rnd8(v), _mm256_set1_epi32((int)0xffff0000u)));
+    st8(p, 1, i, _mm256_add_ps(ld8(p, 1, i), r));
+}
+
+static inline void acc8(void *p, int b16, int64_t i, __m256 g) {
+    if (!b16) {
+        float *d = (float *)p + i;
+        _mm256_storeu_ps(d, _mm256_add_ps(_mm256_loadu_ps(d), g));
+        return;
+    }
+    accr8(p, i, _mm256_add_ps(_mm256_setzero_ps(), g)); /* the view's zero plus g */
+}
+
+static inline __m256 relu8(__m256 x) {
+    __m256 z = _mm256_setzero_ps();
+    return _mm256_blendv_ps(x, z, _mm256_cmp_ps(x, z, _CMP_LE_OQ));
+}
+
+static inline __m256 relu_g8(__m256 y, __m256 g) {
+    __m256 le = _mm256_cmp_ps(y, _mm256_setzero_ps(), _CMP_LE_OQ);
+    return _mm256_blendv_ps(g, _mm256_set1_ps(-0.0f), le);
+}
+
+#define PW_N 8
+#define PW_V __m256
+#define PW_LD ld8
+#define PW_ST st8
+#define PW_ACC acc8
+#define PW_ACCR accr8
+#define PW_ADD _mm256_add_ps
+#define PW_MUL _mm256_mul_ps
+#define PW_RELU relu8
+#define PW_RELU_G relu_g8
+#define PW_FN(name) avx2_##name
+#define PW_ISA "avx2"
+#include "pw16_simd.h"
+#undef PW_N
+#undef PW_V
+#undef PW_LD
+#undef PW_ST
+#undef PW_ACC
+#undef PW_ACCR
+#undef PW_ADD
+#undef PW_MUL
+#undef PW_RELU
+#undef PW_RELU_G
+#undef PW_FN
+#undef PW_ISA
+
+#pragma GCC pop_options
+
+/* -------------------------------------------------------------- AVX-512 */
+
+#pragma GCC push_options
+#pragma GCC target("avx512f")
+
+static inline __m512 ld16(const void *p, int b16, int64_t i) {
+    if (!b16) return _mm512_loadu_ps((const float *)p + i);
+    __m256i h = _mm256_loadu_si256((const __m256i *)((const uint16_t *)p + i));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+static inline __m512i rnd16(__m512 v) {
+    __m512i u = _mm512_castps_si512(v);
+    __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+    __m512i r = _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb);
+    __m512i abs = _mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff));
+    __mmask16 nan = _mm512_cmpgt_epi32_mask(abs, _mm512_set1_epi32(0x7f800000));
+    return _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(u, _mm512_set1_epi32(0x400000)));
+}
+
+static inline __m256i narrow16(__m512 v) { return _mm512_cvtepi32_epi16(_mm512_srli_epi32(rnd16(v), 16)); }
+
+#define ST16(name, narrow)                                                                                   \
+    static inline void name(void *p, int b16, int64_t i, __m512 v) {                                         \
+        if (b16)                                                                                             \
+            _mm256_storeu_si256((__m256i *)((uint16_t *)p + i), narrow(v));                                  \
+        else                                                                                                 \
+            _mm512_storeu_ps((float *)p + i, v);                                                             \
+    }
+ST16(st16, narrow16)
+
+/* REMAT__CVT_ACC_BF16 of 16 lanes (accr: v rounded through bf16, the
+ * rounded bits widened back, added, rounded by st), and a gradient's
+ * accumulation (acc: a bf16 one takes 0 + g that way). */
+#define ACC16(acc, accr, st)                                                                                 \
+    static inline void accr(void *p, int64_t i, __m512 v) {                                                  \
+        __m512i r = _mm512_and_si512(rnd16(v), _mm512_set1_epi32((int)0xffff0000u));                         \
+        st(p, 1, i, _mm512_add_ps(ld16(p, 1, i), _mm512_castsi512_ps(r)));                                   \
+    }                                                                                                        \
+    static inline void acc(void *p, int b16, int64_t i, __m512 g) {                                          \
+        if (!b16) {                                                                                          \
+            float *d = (float *)p + i;                                                                       \
+            _mm512_storeu_ps(d, _mm512_add_ps(_mm512_loadu_ps(d), g));                                       \
+            return;                                                                                          \
+        }                                                                                                    \
+        accr(p, i, _mm512_add_ps(_mm512_setzero_ps(), g));                                                   \
+    }
+ACC16(acc16, accr16, st16)
+
+static inline __m512 relu16(__m512 x) {
+    __m512 z = _mm512_setzero_ps();
+    return _mm512_mask_mov_ps(x, _mm512_cmp_ps_mask(x, z, _CMP_LE_OQ), z);
+}
+
+static inline __m512 relu_g16(__m512 y, __m512 g) {
+    __mmask16 le = _mm512_cmp_ps_mask(y, _mm512_setzero_ps(), _CMP_LE_OQ);
+    return _mm512_mask_mov_ps(g, le, _mm512_set1_ps(-0.0f));
+}
+
+#define PW_N 16
+#define PW_V __m512
+#define PW_LD ld16
+#define PW_ADD _mm512_add_ps
+#define PW_MUL _mm512_mul_ps
+#define PW_RELU relu16
+#define PW_RELU_G relu_g16
+
+#define PW_ST st16
+#define PW_ACC acc16
+#define PW_ACCR accr16
+#define PW_FN(name) avx512_##name
+#define PW_ISA "avx512"
+#include "pw16_simd.h"
+#undef PW_ST
+#undef PW_ACC
+#undef PW_ACCR
+#undef PW_FN
+#undef PW_ISA
+
+#pragma GCC pop_options
+
+/* ------------------------------------------------- AVX-512 with BF16 */
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bf16")
+
+/* The same with VCVTNEPS2BF16, which flushes a denormal to zero: a vector
+ * with a denormal lane (exponent 0, significand not) goes the integer way. */
+static inline __m256i narrow16_bf(__m512 v) {
+    __m512i u = _mm512_castps_si512(v);
+    __mmask16 expo = _mm512_test_epi32_mask(u, _mm512_set1_epi32(0x7f800000));
+    __mmask16 sig = _mm512_test_epi32_mask(u, _mm512_set1_epi32(0x007fffff));
+    if (sig & ~expo) return narrow16(v);
+    return (__m256i)_mm512_cvtneps_pbh(v);
+}
+
+ST16(st16_bf, narrow16_bf)
+ACC16(acc16_bf, accr16_bf, st16_bf)
+#undef ST16
+#undef ACC16
+
+#define PW_ST st16_bf
+#define PW_ACC acc16_bf
+#define PW_ACCR accr16_bf
+#define PW_FN(name) avx512bf16_##name
+#define PW_ISA "avx512bf16"
+#include "pw16_simd.h"
+
+#pragma GCC pop_options
+#endif
+
+/* -------------------------------------------------------------- choice */
+
+const remat__pw16_kernels *remat__pw16_level(int level) {
+    if (level == REMAT__PW16_SCALAR) return &scalar_kernels;
+#ifdef PW16_X86
+    __builtin_cpu_init();
+    if (level == REMAT__PW16_AVX2 && __builtin_cpu_supports("avx2")) return &avx2_kernels;
+    if (level == REMAT__PW16_AVX512 && __builtin_cpu_supports("avx512f")) return &avx512_kernels;
+    if (level == REMAT__PW16_AVX512BF16 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16"))
+        return &avx512bf16_kernels;
+#endif
+    return NULL;
+}
+
+static const remat__pw16_kernels *best;
+
+static void choose(void) {
+    static const char *const names[REMAT__PW16_LEVELS] = {"scalar", "avx2", "avx512", "avx512bf16"};
+    const char *cap = getenv("REMAT_PW16");
+    int top = REMAT__PW16_LEVELS - 1;
+    for (int l = 0; cap && l < REMAT__PW16_LEVELS; l++)
+        if (!strcmp(cap, names[l])) top = l;
+    for (int l = top; l >= 0 && !best; l--) best = remat__pw16_level(l);
+}
+
+const remat__pw16_kernels *remat__pw16_best(void) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, choose);
+    return best;
+}

@@ -1,0 +1,115 @@
+/* pw16.h: elementwise kernels on values in their stored dtypes, the bf16
+ * policy's native CPU kernels for relu, add, mul (vectorized, pw16.c) and
+ * for dropout, gelu, reshape and global_avgpool (element by element, in
+ * their ops' files, through the loads, stores and accumulation below),
+ * as src/cuda/pw16.cuh is the CUDA backend's; and remat__convert_range
+ * on vectors (remat__pw16_convert).
+ *
+ * Each value (an input, the output, the output gradient, an input
+ * gradient) is bf16 or float32 as the policy stores it (kctx.dt, by node
+ * id). The arithmetic is the float32 kernel's, element by element, on the
+ * same float32 numbers the views of exec/precision.c would hold, so the
+ * bits are the view path's:
+ * - a bf16 input is widened (exact), a float32 one read as it is;
+ * - a bf16 output is rounded from the float32 result (remat__bf16_of,
+ *   ties to even: core/bf16.h), a float32 one stored as it is;
+ * - the gradient of a bf16 input is the kernel's gradient computed into a
+ *   zero (the views' zeroed buffer: 0 + g, which turns -0 into +0 as
+ *   there), rounded through bf16, added to the gradient in float32 and
+ *   rounded again (REMAT__CVT_ACC_BF16); a float32 input's gradient is
+ *   accumulated in place, as the float32 kernel does when the views leave
+ *   that input alone.
+ * Two inputs may be one value (add(x, x)): every element of input 0's
+ * gradient is finished before input 1's, the order in which the views add
+ * their two buffers. No workspace.
+ *
+ * The vector kernels are chosen at run time, once, from what the CPU has
+ * (AVX-512 with its bf16 conversion, AVX-512, AVX2), never from the build
+ * machine; the plain scalar ones beside them are the reference the tests
+ * hold them to (test_pw16) and run where no vector level applies.
+ */
+#ifndef REMAT_PW16_H
+#define REMAT_PW16_H
+
+#include "../core/bf16.h"
+#include "../remat-impl.h"
+
+/* A node's tensors as stored, and their dtypes (at most 2 inputs). NULL
+ * where a pass does not read or write it (backward: an input or the
+ * output that is not saved, an input that needs no gradient). */
+typedef struct {
+    const void *in[2];
+    void *out;
+    const void *dout;
+    void *din[2];
+    int in16[2], out16; /* bf16? (an input's gradient has its input's dtype,
+                         * the output gradient the output's) */
+    int n_in;
+} remat__pw16;
+
+/* Element i of a value stored in bf16 (b16) or float32, as float32. */
+static inline float remat__pw16_ld(const void *p, int b16, int64_t i) {
+    return b16 ? remat__f32_of(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+
+/* Stores v as element i, rounded when the value is bf16. */
+static inline void remat__pw16_st(void *p, int b16, int64_t i, float v) {
+    if (b16)
+        ((uint16_t *)p)[i] = remat__bf16_of(v);
+    else
+        ((float *)p)[i] = v;
+}
+
+/* Adds the gradient g into element i of an input's gradient: a bf16 one
+ * as the views do (0 + g rounded through bf16, added, rounded), a float32
+ * one in place. */
+static inline void remat__pw16_acc(void *p, int b16, int64_t i, float g) {
+    if (b16) {
+        uint16_t *d = (uint16_t *)p;
+        float c = 0.0f + g;
+        d[i] = remat__bf16_of(remat__f32_of(d[i]) + remat__bf16_round(c));
+    } else {
+        ((float *)p)[i] += g;
+    }
+}
+
+/* Kernel k's tensors (kctx.dt set), for its forward or backward. */
+remat__pw16 remat__pw16_of(const remat__kctx *k, int backward);
+
+/* remat__op.bf16_ws of an elementwise op: 1 (no workspace) when node n
+ * has a value in bf16, an input or its output; 0 when every value is
+ * float32, and the float32 kernels run as under fp32. */
+int remat__pw16_ws(const remat_graph *g, const remat__node *n, const uint8_t *dt, int nth, size_t *fwd,
+                   size_t *bwd);
+
+/* Elements [lo, hi) of a pass. */
+typedef void (*remat__pw16_fn)(const remat__pw16 *t, int64_t lo, int64_t hi);
+
+/* One instruction set's kernels. relu_bwd reads out and dout; add_bwd
+ * dout; mul_bwd both inputs and dout. convert is remat__convert_range
+ * (core/bf16.h), the same bits: REMAT__CVT_UP, _DOWN and _ACC_BF16 on
+ * vectors, the others as there. */
+typedef struct {
+    const char *isa; /* "scalar", "avx2", "avx512", "avx512bf16" */
+    remat__pw16_fn relu_fwd, relu_bwd, add_fwd, add_bwd, mul_fwd, mul_bwd;
+    void (*convert)(void *dst, const void *src, int64_t lo, int64_t hi, remat__cvt kind);
+} remat__pw16_kernels;
+
+enum { REMAT__PW16_SCALAR, REMAT__PW16_AVX2, REMAT__PW16_AVX512, REMAT__PW16_AVX512BF16, REMAT__PW16_LEVELS };
+
+/* The kernels of a level, or NULL when this CPU (or this build: not x86
+ * or not GCC-compatible) cannot run them. The scalar level always exists. */
+const remat__pw16_kernels *remat__pw16_level(int level);
+
+/* The kernels the native bf16 ops run: the highest level this CPU has,
+ * chosen once per process, at most the one REMAT_PW16 names (scalar,
+ * avx2, avx512, avx512bf16: to compare or to rule a level out). */
+const remat__pw16_kernels *remat__pw16_best(void);
+
+/* remat__convert_range of elements [0, n) on the chosen kernels: what the
+ * CPU backend's views, BatchNorm's and the poolings' planes convert with. */
+static inline void remat__pw16_convert(void *dst, const void *src, int64_t n, remat__cvt kind) {
+    remat__pw16_best()->convert(dst, src, 0, n, kind);
+}
+
+#endif

@@ -1,0 +1,433 @@
+/* test_pw16.c: the bf16 policy's native elementwise CPU kernels
+ * (src/ops/pw16.h), bit for bit.
+ *
+ * - Against the views: relu, add, mul, dropout (training, and eval) and
+ *   gelu (both forms), and reshape, run through the op table with kctx.dt set (the
+ *   values as stored, on 3 threads, on the kernels remat__pw16_best
+ *   chose), give the bits the float32 views of exec/precision.c give (the
+ *   float32 kernel on widened copies, the output rounded, each bf16 input
+ *   gradient computed into zeros and added with REMAT__CVT_ACC_BF16): the
+ *   output, and input gradients that already hold values. Every dtype mix
+ *   the policy makes (all bf16; a float32 and a bf16 input, float32 out),
+ *   and add(x, x) and mul(x, x), one gradient for both inputs.
+ * - maxpool2d and avgpool2d (3x3 stride 2 padding 1, and 2x2 stride 2),
+ *   and global_avgpool, on bf16 x (3 threads, planes through the
+ *   workspace their bf16_ws sized), against the same views.
+ * - Every vector level this CPU has (AVX2, AVX-512, AVX-512 BF16) against
+ *   the scalar reference, on a range that starts off a vector boundary
+ *   and ends in a tail, the same mixes; and its conversions (what the
+ *   CPU backend's views and the bf16 planes of BatchNorm and the poolings
+ *   convert with) against remat__convert_range, every kind.
+ * - The plan: on cnn, resnet18 and gpt2 in bf16, every elementwise and
+ *   plane-wise node with a bf16 value is native, the elementwise ones
+ *   with no workspace in either pass (the views' bytes they took before,
+ *   and the pools' planes now, are printed).
+ * The data: random bit patterns (NaNs, infinities and denormals among
+ *   them), values near 1 whose sums and products round to even, and the
+ *   edges (signed zeros, the smallest and largest denormals and normals,
+ *   the largest finite, infinities, quiet and signalling NaNs). Where two
+ *   NaNs meet in one operation the result's payload is whichever operand
+ *   the compiler put first (x86 returns the first's), in the float32
+ *   kernel and the views' accumulation as in these: so wherever two NaNs
+ *   can meet (an output gradient and a gradient, gelu's derivative and
+ *   its output gradient, two inputs) the data hold one NaN, x86's own
+ *   (0xffc00000, what an invalid operation makes); relu's and dropout's
+ *   input, which meets nothing, holds any NaN (quiet and signalling).
+ */
+#include "../src/ops/pw16.h"
+#include "../src/plan/schedule.h"
+#include "check.h"
+
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { N = 1999 };
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static uint32_t next(void) {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (uint32_t)(rng >> 16);
+}
+
+static const uint16_t edges16[] = {0x0000, 0x8000, 0x0001, 0x8001, 0x007f, 0x807f, 0x0080, 0x8080, 0x7f7f, 0xff7f,
+                                   0x7f80, 0xff80, 0x7fc0, 0xffc1, 0x7f81, 0x3f80, 0x3b80, 0x3c00, 0x3f81, 0xbf80};
+static const uint32_t edges32[] = {0x00000000u, 0x80000000u, 0x00000001u, 0x007fffffu, 0x00008000u, 0x00018000u,
+                                   0x3f808000u, 0x3f818000u, 0x7f7fffffu, 0x7f7f8000u, 0xff7f7fffu, 0x7f800000u,
+                                   0xff800000u, 0x7fc00000u, 0x7f800001u, 0x3f800000u};
+
+static int is_nan32(uint32_t u) { return (u & 0x7fffffffu) > 0x7f800000u; }
+
+/* A float32 test value's bits; one_nan: every NaN 0xffc00000, the NaN
+ * x86 makes of an invalid operation (inf - inf, 0 * inf). */
+static uint32_t pick32(int one_nan) {
+    uint32_t r = next() % 8, u;
+    if (r == 0) u = edges32[next() % (sizeof edges32 / sizeof *edges32)];
+    else if (r < 4) u = next() << 16 | next(); /* any pattern */
+    else u = (next() & 1u) << 31 | (120u + next() % 16) << 23 | (next() & 0x7fffffu); /* near 1 */
+    return one_nan && is_nan32(u) ? 0xffc00000u : u;
+}
+
+/* A bf16 test value: the same, rounded (or an edge as it is). */
+static uint16_t pick16(int one_nan) {
+    if (next() % 8 == 0) {
+        uint16_t e = edges16[next() % (sizeof edges16 / sizeof *edges16)];
+        return one_nan && is_nan32((uint32_t)e << 16) ? 0xffc0 : e;
+    }
+    uint32_t u = pick32(one_nan);
+    return (uint16_t)(u >> 16); /* truncated: any upper half is a bf16 */
+}
+
+/* A value of n elements stored in bf16 or float32, filled. */
+typedef struct {
+    int b16;
+    void *p;
+} val;
+
+static val make(int b16, int one_nan) {
+    val v = {b16, malloc((size_t)N * (b16 ? 2 : 4))};
+    for (int i = 0; i < N; i++)
+        if (b16) ((uint16_t *)v.p)[i] = pick16(one_nan);
+        else ((uint32_t *)v.p)[i] = pick32(one_nan);
+    return v;
+}
+
+static val copy(val v) {
+    val c = {v.b16, malloc((size_t)N * (v.b16 ? 2 : 4))};
+    memcpy(c.p, v.p, (size_t)N * (v.b16 ? 2 : 4));
+    return c;
+}
+
+static int same(val a, val b) {
+    if (!memcmp(a.p, b.p, (size_t)N * (a.b16 ? 2 : 4))) return 1;
+    for (int i = 0; i < N; i++) {
+        uint32_t x = a.b16 ? ((uint16_t *)a.p)[i] : ((uint32_t *)a.p)[i];
+        uint32_t y = b.b16 ? ((uint16_t *)b.p)[i] : ((uint32_t *)b.p)[i];
+        if (x != y) {
+            fprintf(stderr, "  element %d: %#x against %#x\n", i, x, y);
+            break;
+        }
+    }
+    return 0;
+}
+
+/* v as float32 (a bf16 widened): a view. */
+static float *widen(val v) {
+    float *f = malloc((size_t)N * 4);
+    if (v.b16) remat__convert_range(f, v.p, 0, N, REMAT__CVT_UP);
+    else memcpy(f, v.p, (size_t)N * 4);
+    return f;
+}
+
+/* ------------------------------------------------ against the views */
+
+/* One op's node on inputs of dtypes b16[0..1] (alias: one input twice). */
+typedef struct {
+    const char *name;
+    int kind; /* 0 relu, 1 add, 2 mul, 3 dropout, 4 gelu, 5 reshape */
+    int arg;  /* gelu: tanh form; dropout: eval */
+} opcase;
+
+static remat_node build(remat_graph *g, const opcase *c, int alias, remat_node *x) {
+    int64_t d[1] = {N};
+    x[0] = remat_input(g, "x0", REMAT_F32, 1, d);
+    x[1] = alias ? x[0] : remat_input(g, "x1", REMAT_F32, 1, d);
+    switch (c->kind) {
+    case 0: return remat_relu(g, x[0]);
+    case 1: return remat_add(g, x[0], x[1]);
+    case 2: return remat_mul(g, x[0], x[1]);
+    case 3: return remat_dropout(g, x[0], 0.3f);
+    case 4: return remat_gelu(g, x[0], c->arg);
+    default: {
+        int64_t r[2] = {1, N};
+        return remat_reshape(g, x[0], 2, r);
+    }
+    }
+}
+
+static void run(const remat__kctx *k, int backward, int nth) {
+    const remat__op *op = remat__ops[k->node->op];
+    for (int ith = 0; ith < nth; ith++) (backward ? op->backward : op->forward)(k, ith, nth);
+}
+
+/* The native forward and backward against the views', on dtypes b16 of
+ * the inputs (the output's by the op's rule); 1 when the bits agree. */
+static int versus_views(const opcase *c, const int b16[2], int alias) {
+    remat_graph *g;
+    CHECK_OK(remat_graph_create(&g));
+    remat_node x[2], y = build(g, c, alias, x);
+    CHECK_OK(remat_graph_status(g));
+    const remat__node *n = &g->nodes[y];
+    int n_in = n->n_in, two = c->kind == 1 || c->kind == 2;
+    uint8_t dt[4];
+    dt[x[0]] = b16[0] ? REMAT_BF16 : REMAT_F32;
+    dt[x[1]] = b16[1] ? REMAT_BF16 : REMAT_F32;
+    int out16 = two ? (b16[0] && b16[1]) : b16[0];
+    dt[y] = out16 ? REMAT_BF16 : REMAT_F32;
+    size_t fb = 1, bb = 1;
+    CHECK(remat__ops[n->op]->bf16_ws(g, n, dt, 3, &fb, &bb) && fb == 0 && bb == 0);
+    val in[2], din[2], dout = make(out16, 1), yv = {out16, malloc((size_t)N * (out16 ? 2 : 4))};
+    for (int j = 0; j < n_in; j++) {
+        in[j] = alias && j ? in[0] : make(b16[j], two || c->kind == 4);
+        din[j] = alias && j ? din[0] : make(b16[j], 1);
+    }
+    val din0[2] = {copy(din[0]), n_in > 1 && !alias ? copy(din[1]) : copy(din[0])};
+    remat__tensor ti[2], to = {yv.p, &n->shape};
+    for (int j = 0; j < n_in; j++) ti[j] = (remat__tensor){in[j].p, &g->nodes[n->in[j]].shape};
+    remat__kctx k = {.graph = g, .node = n, .in = {&ti[0], &ti[1]}, .out = &to, .dt = dt, .train = !c->arg || c->kind != 3,
+                     .first = 1, .seed = 11, .step = 3, .node_id = y, .elem0 = 37, .dout = dout.p};
+    for (int j = 0; j < n_in; j++) k.din[j] = din[j].p;
+    run(&k, 0, 3);
+    run(&k, 1, 3);
+    /* the views' way, on one thread */
+    float *fin[2], *fy = malloc((size_t)N * 4), *fdout = widen(dout), *fdin[2];
+    for (int j = 0; j < n_in; j++) {
+        fin[j] = widen(in[j]);
+        ti[j].data = fin[j];
+        fdin[j] = b16[j] ? calloc(N, 4) : din0[alias ? 0 : j].p; /* a float32 gradient: in place */
+        k.din[j] = fdin[j];
+    }
+    to.data = fy, k.dt = NULL, k.dout = fdout;
+    run(&k, 0, 1);
+    val yref = {out16, malloc((size_t)N * (out16 ? 2 : 4))};
+    if (out16) remat__convert_range(yref.p, fy, 0, N, REMAT__CVT_DOWN);
+    else memcpy(yref.p, fy, (size_t)N * 4);
+    int ok = same(yv, yref);
+    float *fys = widen(yv); /* the saved output's view (relu reads it) */
+    to.data = fys;
+    run(&k, 1, 1);
+    for (int j = 0; j < n_in; j++)
+        if (b16[j]) remat__convert_range(din0[alias ? 0 : j].p, fdin[j], 0, N, REMAT__CVT_ACC_BF16);
+    ok &= same(din[0], din0[0]) && (n_in < 2 || alias || same(din[1], din0[1]));
+    CHECK_MSG(ok, "%s%s (inputs %s, %s): native bf16 differs from the float32 views (output %s)", c->name,
+              alias ? "(x, x)" : "", b16[0] ? "bf16" : "f32", b16[1] ? "bf16" : "f32",
+              same(yv, yref) ? "same" : "differs");
+    for (int j = 0; j < n_in; j++) {
+        free(fin[j]);
+        if (b16[j]) free(fdin[j]);
+        if (!(alias && j)) free(in[j].p), free(din[j].p);
+    }
+    free(din0[0].p), free(din0[1].p), free(dout.p), free(yv.p), free(yref.p), free(fy), free(fys), free(fdout);
+    remat_graph_destroy(g);
+    return ok;
+}
+
+static void views(void) {
+    static const opcase cases[] = {{"relu", 0, 0},    {"add", 1, 0},  {"mul", 2, 0},           {"dropout", 3, 0},
+                                   {"dropout (eval)", 3, 1}, {"gelu", 4, 0}, {"gelu (tanh)", 4, 1},
+                                   {"reshape", 5, 0}};
+    int ok = 1, runs = 0;
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        int two = cases[c].kind == 1 || cases[c].kind == 2;
+        static const int mixes[3][2] = {{1, 1}, {0, 1}, {1, 0}};
+        for (int m = 0; m < (two ? 3 : 1); m++, runs++) ok &= versus_views(&cases[c], mixes[m], 0);
+        if (two) ok &= versus_views(&cases[c], mixes[0], 1), runs++;
+    }
+    if (ok)
+        printf("views: relu, add, mul, dropout, gelu and reshape on bf16 as stored (%s kernels, 3 threads) give the float32 "
+               "views' bits (%d cases of %d elements)\n", remat__pw16_best()->isa, runs, N);
+}
+
+/* One pool node's native kernels against the views' on x of shape
+ * (2, 3, 9, 7) (kind 0, 1: maxpool2d 3/2/1 and 2/2/0; 2, 3: avgpool2d the
+ * same; 4: global_avgpool); 1 when the bits agree. */
+static int pool_versus_views(int kind) {
+    static const char *const names[] = {"maxpool2d 3x3/2 pad 1", "maxpool2d 2x2/2", "avgpool2d 3x3/2 pad 1",
+                                        "avgpool2d 2x2/2", "global_avgpool"};
+    remat_graph *g;
+    CHECK_OK(remat_graph_create(&g));
+    int64_t xd[4] = {2, 3, 9, 7};
+    remat_node x = remat_input(g, "x", REMAT_F32, 4, xd), y;
+    int k3 = kind % 2 == 0;
+    if (kind < 2) y = remat_maxpool2d(g, x, k3 ? 3 : 2, 2, k3);
+    else if (kind < 4) y = remat_avgpool2d(g, x, k3 ? 3 : 2, 2, k3);
+    else y = remat_global_avgpool(g, x);
+    CHECK_OK(remat_graph_status(g));
+    const remat__node *n = &g->nodes[y];
+    uint8_t dt[2] = {REMAT_BF16, REMAT_BF16};
+    size_t fb = 0, bb = 0;
+    CHECK(remat__ops[n->op]->bf16_ws(g, n, dt, 3, &fb, &bb));
+    int64_t nx = remat__numel(&g->nodes[x].shape), ny = remat__numel(&n->shape);
+    uint16_t *xb = malloc((size_t)nx * 2), *yb = malloc((size_t)ny * 2), *yv = malloc((size_t)ny * 2);
+    uint16_t *dyb = malloc((size_t)ny * 2), *dxb = malloc((size_t)nx * 2), *dxv = malloc((size_t)nx * 2);
+    float *xf = malloc((size_t)nx * 4), *yf = malloc((size_t)ny * 4), *dyf = malloc((size_t)ny * 4);
+    float *dxf = calloc((size_t)nx, 4);
+    unsigned char *ws = malloc(fb > bb ? fb : bb ? bb : 1);
+    for (int64_t i = 0; i < nx; i++) xb[i] = pick16(kind >= 2), dxb[i] = dxv[i] = pick16(1);
+    for (int64_t i = 0; i < ny; i++) dyb[i] = pick16(1);
+    remat__convert_range(xf, xb, 0, nx, REMAT__CVT_UP);
+    remat__convert_range(dyf, dyb, 0, ny, REMAT__CVT_UP);
+    remat__tensor ti = {xb, &g->nodes[x].shape}, to = {yb, &n->shape};
+    remat__kctx k = {.graph = g, .node = n, .in = {&ti}, .out = &to, .dt = dt, .ws = ws, .train = 1,
+                     .dout = (float *)dyb, .din = {(float *)dxb}};
+    run(&k, 0, 3);
+    run(&k, 1, 3);
+    ti.data = xf, to.data = yf, k.dt = NULL, k.ws = NULL, k.dout = dyf, k.din[0] = dxf; /* the views' way */
+    run(&k, 0, 1);
+    run(&k, 1, 1);
+    remat__convert_range(yv, yf, 0, ny, REMAT__CVT_DOWN);
+    remat__convert_range(dxv, dxf, 0, nx, REMAT__CVT_ACC_BF16);
+    int ok = !memcmp(yb, yv, (size_t)ny * 2) && !memcmp(dxb, dxv, (size_t)nx * 2);
+    CHECK_MSG(ok, "%s: bf16 as stored differs from the float32 views (output %s)", names[kind],
+              memcmp(yb, yv, (size_t)ny * 2) ? "differs" : "same");
+    free(xb), free(yb), free(yv), free(dyb), free(dxb), free(dxv), free(xf), free(yf), free(dyf), free(dxf), free(ws);
+    remat_graph_destroy(g);
+    return ok;
+}
+
+static void pools(void) {
+    int ok = 1;
+    for (int rep = 0; rep < 4; rep++)
+        for (int kind = 0; kind < 5; kind++) ok &= pool_versus_views(kind);
+    if (ok)
+        printf("pools: maxpool2d, avgpool2d (3x3/2 pad 1, 2x2/2) and global_avgpool on bf16 as stored (3 threads) "
+               "give the float32 views' bits\n");
+}
+
+/* --------------------------------------------- levels against scalar */
+
+typedef struct {
+    const char *name;
+    size_t at; /* offsetof the kernel in remat__pw16_kernels */
+    int backward, two;
+} kcase;
+
+static remat__pw16_fn fn_of(const remat__pw16_kernels *K, size_t at) {
+    remat__pw16_fn f;
+    memcpy(&f, (const char *)K + at, sizeof f);
+    return f;
+}
+
+/* Level K's kernel against the scalar one on elements [3, N - 5). */
+static int level_case(const remat__pw16_kernels *K, const kcase *c, const int b16[2], int alias) {
+    int out16 = c->two ? (b16[0] && b16[1]) : b16[0];
+    val in[2], din[2][2], out[2], dout = make(out16, 1);
+    for (int j = 0; j < 2; j++) in[j] = alias && j ? in[0] : make(b16[j], c->two);
+    out[0] = make(out16, c->two), out[1] = copy(out[0]);
+    for (int j = 0; j < 2; j++) din[0][j] = make(b16[j], 1), din[1][j] = copy(din[0][j]);
+    for (int r = 0; r < 2; r++) {
+        remat__pw16 t = {.in = {in[0].p, in[1].p}, .out = out[r].p, .dout = c->backward ? dout.p : NULL,
+                         .din = {c->backward ? din[r][0].p : NULL, c->backward ? (alias ? din[r][0].p : din[r][1].p) : NULL},
+                         .in16 = {b16[0], b16[1]}, .out16 = out16, .n_in = c->two ? 2 : 1};
+        if (c->backward && !c->two) t.din[1] = NULL;
+        if (c->name[0] == 'r' && c->backward) t.out = out[0].p; /* relu's backward reads y */
+        fn_of(r ? K : remat__pw16_level(REMAT__PW16_SCALAR), c->at)(&t, 3, N - 5);
+    }
+    int ok = same(out[0], out[1]) && same(din[0][0], din[1][0]) && same(din[0][1], din[1][1]);
+    CHECK_MSG(ok, "%s %s%s (inputs %s, %s) differs from the scalar reference", K->isa, c->name,
+              alias ? "(x, x)" : "", b16[0] ? "bf16" : "f32", b16[1] ? "bf16" : "f32");
+    for (int j = 0; j < 2; j++) {
+        if (!(alias && j)) free(in[j].p);
+        free(out[j].p), free(din[0][j].p), free(din[1][j].p);
+    }
+    free(dout.p);
+    return ok;
+}
+
+/* Level K's convert against remat__convert_range, every kind, on elements
+ * [3, N - 5) (ACC_BF16 and ACC_F32 into values already there). */
+static int convert_case(const remat__pw16_kernels *K, remat__cvt kind) {
+    int dst16 = kind == REMAT__CVT_DOWN || kind == REMAT__CVT_ACC_BF16, src16 = kind == REMAT__CVT_UP;
+    int acc = kind == REMAT__CVT_ACC_BF16 || kind == REMAT__CVT_ACC_F32;
+    val src = make(src16, acc), d0 = make(dst16, acc), d1 = copy(d0);
+    remat__convert_range(d0.p, src.p, 3, N - 5, kind);
+    K->convert(d1.p, src.p, 3, N - 5, kind);
+    int ok = same(d0, d1);
+    CHECK_MSG(ok, "%s convert (kind %d) differs from remat__convert_range", K->isa, (int)kind);
+    free(src.p), free(d0.p), free(d1.p);
+    return ok;
+}
+
+static void levels(void) {
+    static const kcase cases[] = {
+        {"relu_fwd", offsetof(remat__pw16_kernels, relu_fwd), 0, 0},
+        {"relu_bwd", offsetof(remat__pw16_kernels, relu_bwd), 1, 0},
+        {"add_fwd", offsetof(remat__pw16_kernels, add_fwd), 0, 1},
+        {"add_bwd", offsetof(remat__pw16_kernels, add_bwd), 1, 1},
+        {"mul_fwd", offsetof(remat__pw16_kernels, mul_fwd), 0, 1},
+        {"mul_bwd", offsetof(remat__pw16_kernels, mul_bwd), 1, 1},
+    };
+    static const int mixes[4][2] = {{1, 1}, {0, 1}, {1, 0}, {0, 0}};
+    static const char *const names[] = {"scalar", "avx2", "avx512", "avx512bf16"};
+    for (int l = 1; l < REMAT__PW16_LEVELS; l++) {
+        const remat__pw16_kernels *K = remat__pw16_level(l);
+        if (!K) {
+            printf("levels: %s: not on this CPU (skipped)\n", names[l]);
+            continue;
+        }
+        CHECK(!strcmp(K->isa, names[l]));
+        int ok = 1;
+        for (int rep = 0; rep < 8; rep++)
+            for (size_t c = 0; c < sizeof cases / sizeof *cases; c++)
+                for (int m = 0; m < (cases[c].two ? 4 : 2); m++) {
+                    int b16[2] = {mixes[m][0], cases[c].two ? mixes[m][1] : mixes[m][0]};
+                    ok &= level_case(K, &cases[c], b16, 0);
+                    if (cases[c].two && m == 0) ok &= level_case(K, &cases[c], b16, 1);
+                }
+        for (int rep = 0; rep < 8; rep++)
+            for (int kind = REMAT__CVT_UP; kind <= REMAT__CVT_ACC_BF16; kind++) ok &= convert_case(K, (remat__cvt)kind);
+        if (ok)
+            printf("levels: %s gives the scalar reference's bits (relu, add, mul; forward, backward; every mix; "
+                   "the five conversions)\n", K->isa);
+    }
+}
+
+/* ------------------------------------------------------------ the plan */
+
+static void plan(const char *name) {
+    remat_graph *g;
+    remat_model m;
+    remat_model_opts mo;
+    remat_model_opts_default(&mo);
+    CHECK_OK(remat_model_opts_for(&mo, name));
+    mo.batch = 4;
+    if (strstr(name, "resnet")) mo.height = 16, mo.width = 16, mo.classes = 10, mo.base_channels = 4;
+    if (!strcmp(name, "gpt2")) mo.layers = 2, mo.embd = 16, mo.heads = 2, mo.context = 8, mo.vocab = 32;
+    CHECK_OK(remat_graph_create(&g));
+    CHECK_OK(remat_model_build(g, &mo, &m));
+    remat__prog p;
+    CHECK_OK(remat__prog_init(&p, g, 2, REMAT_DEVICE_CPU, NULL));
+    CHECK_OK(remat__prog_set_precision(&p, REMAT_PRECISION_BF16));
+    int nodes = 0, ok = 1;
+    size_t views = 0, own = 0;
+    for (int32_t u = 0; p.native && u < g->n; u++) {
+        const remat__node *n = &g->nodes[u];
+        if (n->leaf != REMAT__LEAF_NONE || !(remat__ops[n->op]->flags & (REMAT__OP_ELEMENTWISE | REMAT__OP_PLANEWISE)))
+            continue;
+        int b16 = p.dt[u] == REMAT_BF16, elementwise = (remat__ops[n->op]->flags & REMAT__OP_ELEMENTWISE) != 0;
+        for (int i = 0; i < n->n_in; i++) b16 |= p.dt[n->in[i]] == REMAT_BF16;
+        if (!b16) continue;
+        nodes++;
+        size_t ws = remat__ws_bytes(&p, u, 0) + remat__ws_bytes(&p, u, 1);
+        int good = p.native[u] && (!elementwise || !ws);
+        CHECK_MSG(good, "%s: %s node %d has a bf16 value but runs on views%s", name, remat__ops[n->op]->name, (int)u,
+                  p.native[u] ? " (or takes workspace)" : "");
+        ok &= good;
+        own += ws;
+        p.native[u] = 0; /* what its views took */
+        for (int b = 0; b < 2; b++) {
+            remat__shim sh;
+            remat__shim_layout(&p, u, b, &sh);
+            views += sh.any ? sh.kernel : 0;
+        }
+        p.native[u] = 1;
+    }
+    CHECK_MSG(nodes > 0, "%s: no elementwise node with a bf16 value", name);
+    if (ok)
+        printf("plan: %s: %d elementwise and plane-wise nodes on bf16 as stored, workspace %zu B in all (their views "
+               "took %zu B)\n", name, nodes, own, views);
+    remat__prog_free(&p);
+    remat_graph_destroy(g);
+}
+
+int main(void) {
+    CHECK(remat__pw16_level(REMAT__PW16_SCALAR) != NULL && remat__pw16_best() != NULL);
+    printf("chosen at run time: %s\n", remat__pw16_best()->isa);
+    views();
+    pools();
+    levels();
+    plan("cnn");
+    plan("resnet18");
+    plan("gpt2");
+    return check_exit("test_pw16");
+}
