@@ -22,6 +22,8 @@ recipe, with what it makes kept for its window's reads (none: dropped at
 once, as the plan frees an output nothing reads).
 """
 
+import torch
+
 from .capture import CaptureError
 
 _STEP = 1e-6  # the place of an op within its group
@@ -84,6 +86,7 @@ class Run:
         self.a, self.s = applier, schedule
         self.ran = 0        # groups run so far
         self.left = {}      # (value, group) -> reads still to come in that window
+        self.missed = 0     # reads the windows missed, each served by a recomputation of its own
 
     # -- forward
     def forward_done(self, handles, src):
@@ -109,13 +112,44 @@ class Run:
         """The tensor handle h stands for, recomputing what the schedule
         says first; its window's read taken."""
         a, v = self.a, h.v
-        if v not in a.cache and h.window >= self.ran:
-            self._run_to(h.window)
-        if v not in a.cache:
-            raise CaptureError("internal: the nested plan's value %d (made by op %d) is not held for its read by "
-                               "the backward of op %d" % (v, a.t.values[v].producer, getattr(h, "op", -1)))
+        with torch.no_grad():
+            if v not in a.cache and h.window >= self.ran:
+                self._run_to(h.window)
+            if v not in a.cache:  # the schedule's windows missed this read: made again, for it alone
+                self.missed += 1
+                return self._again(v)
         out = a.cache[v]
         self._read(v, h.window)
+        return out
+
+    def _again(self, v):
+        """v made again from what is held, for one read (bits as always: the
+        same ops on the same inputs); what it takes is freed after."""
+        a, t = self.a, self.a.t
+        made_here, stack = [], [v]
+        while stack:
+            u = stack[-1]
+            if u in a.cache or u in a.src:
+                stack.pop()
+                continue
+            p = t.values[u].producer
+            if p < 0 or p not in a.recipes:
+                raise CaptureError("internal: the nested plan's value %d (made by op %d) is neither held nor "
+                                   "recomputable for its read" % (u, p))
+            missing = list(dict.fromkeys(x.v for rec in a.recipes[p] for x in _refs(rec)
+                                         if x.v not in t.ops[p].outputs and x.v not in a.cache
+                                         and x.v not in a.src and x.v not in stack))
+            if missing:
+                stack.extend(missing)
+                continue
+            stack.pop()
+            for w, x in a._run(p).items():
+                if w not in a.cache:
+                    a.cache[w] = x
+                    made_here.append(w)
+        out = a.cache[v]
+        for w in made_here:
+            a.cache.pop(w, None)
         return out
 
     def _run_to(self, g):
@@ -145,3 +179,9 @@ class Run:
             self.a.cache.pop(v, None)
             self.a.window_of.pop(v, None)
             self.a.src.pop(v, None)
+
+
+def _refs(recipe):
+    """The values a recipe reads, by reference."""
+    from .apply import _leaves, _Ref
+    return [a for a in _leaves((recipe.args, recipe.kwargs)) if isinstance(a, _Ref)]
