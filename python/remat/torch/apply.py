@@ -204,7 +204,8 @@ class Decisions:
         # an op that writes a value in place makes its new version in the old one's storage: where
         # that version is not followed, the storage no longer holds the old one
         # (only where the old version is followed: else nothing holds it)
-        writers = {t.values[v].overwritten for v in self.tracked if t.values[v].overwritten >= 0}
+        # (or, for a value autograd saved a copy of before the write, capture's `moved`, in the copy's)
+        writers = {w for v in self.tracked for w in (t.values[v].overwritten, t.values[v].moved) if w >= 0}
         self.stale = [[i for i, v in c.new if i >= 0 and v not in self.tracked] if c.op in writers else []
                       for c in t.calls]
         self._regions(t)
