@@ -323,6 +323,7 @@ class _Recorder(TorchDispatchMode):
         later = self.flush(set(in_vals))
         self.after = None
         written = {_skey(w) for w in _written_args(func, args, kwargs)}
+        needs_node = torch.is_grad_enabled() and any(a.requires_grad for a in flat_in)
         # buffers written in place, by their contents (some schemas, such as
         # native_batch_norm's for the running statistics, do not declare the
         # write, and kernels do not bump version counters)
@@ -357,8 +358,12 @@ class _Recorder(TorchDispatchMode):
                 prod = self.t.ops[val.producer] if val.producer >= 0 else None
                 early = all(self.t.values[u].producer < (prod.id if prod is not None else 0) for u in in_vals
                             if u != v)
+                # an in-place op with a backward (relu_ after a BatchNorm) over a value whose maker has
+                # one too is an op of its own, which overwrites it: the plan sees both ops as it sees
+                # them written out of place (their backwards run one after the other)
+                own = needs_node and prod is not None and prod.has_node
                 if (prod is not None and val.readers == 0 and prod.outputs and prod.outputs[0] == v
-                        and fold_into in (None, prod) and early):
+                        and fold_into in (None, prod) and early and not own):
                     fold_into = prod  # nothing read it since: the same memory, the same op
                     continue
                 if val.kind == "input":
@@ -372,7 +377,7 @@ class _Recorder(TorchDispatchMode):
                     if moved is not None:  # autograd saved a copy of it: the old version lives on there
                         self._merge_copy(op, moved)
                 if moved is None or moved[1] != v:
-                    val.overwritten = op.id
+                    val.overwritten, val.over_call = op.id, len(self.t.calls)
                 new.append((i, self._new_value(t, op.id)))  # a new version, read by this op
             else:
                 new.append((i, self._new_value(t, op.id)))
@@ -432,7 +437,6 @@ class _Recorder(TorchDispatchMode):
                         self.last_out[self.live[k]] = (weakref.ref(t), i)
         # the saves that follow are this op's outputs until its node is made;
         # an op on tensors that need no gradient makes no node
-        needs_node = torch.is_grad_enabled() and any(a.requires_grad for a in flat_in)
         if target is not None:
             target.has_node |= needs_node
         self.after = target if needs_node else None
@@ -461,7 +465,8 @@ class _Recorder(TorchDispatchMode):
             return None
         c = p.outputs[0]
         call = self.t.calls[p.calls[0]]
-        if p.calls[0] != len(self.t.calls) - 1 or c != len(vals) - 1 or vals[c].readers or vals[c].bytes != vals[v].bytes:
+        if (p.calls[0] != len(self.t.calls) - 1 or c != len(vals) - 1 or vals[c].readers
+                or vals[c].bytes != vals[v].bytes):
             return None  # not the call just before, or the clone is read, or not all of v
         if c in in_vals or (c not in later and c not in p.saves):
             return None  # a clone of the user's, which no backward reads
@@ -485,7 +490,9 @@ class _Recorder(TorchDispatchMode):
         op.id = p.id
         vals[v].moved = op.id
         op.calls = list(p.calls)
-        op.flops, op.seconds = p.flops, p.seconds
+        # its FLOPs are the write's, as the out-of-place op's (a clone computes nothing: what it
+        # costs, the copy, is the out-of-place op's output); its time is both calls'
+        op.flops, op.seconds = 0.0, p.seconds
         op.saves = [v if x == c else x for x in p.saves]
         op.has_node = p.has_node
         self.t.calls[p.calls[0]].new = [(0, v)]
