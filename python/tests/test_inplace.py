@@ -9,12 +9,15 @@ replays both on a copy, one that recomputes the value too replays its maker
 first.
 
 - torchvision models as shipped against the same models with every
-  module's `inplace` False: the same floor; a plan midway between the floor
+  module's `inplace` False: the same floor (but for ReLU's writes, which
+  capture folds into the op before them); a plan midway between the floor
   and store-all runs 2 steps bitwise equal to the steps without a plan, and
   (with the heap counter preloaded) holds no more than its budget;
 - the replays, each forced by hand on a small model: the write recomputed
   from the kept value, the value's maker and the write recomputed together,
-  the maker alone (the copy autograd saved given back by recomputation)."""
+  the maker alone (the copy autograd saved given back by recomputation);
+- a value overwritten in place (`out += identity`) kept past its write for
+  a recomputation: the applier copies it just before the write."""
 import copy
 
 import pytest
@@ -26,17 +29,10 @@ import remat.torch as rt
 from remat.torch import memtrack
 from remat.torch.apply import Decisions
 
-MODELS = ["efficientnet_b0", "mobilenet_v2", "resnet18"]
-
-
-def build(name):
-    """library_models' model (resnet18 at the others' size: batch 2 at 32x32)."""
-    if name != "resnet18":
-        return lm.build(name)
-    torch.manual_seed(0)
-    case = lm._images(lm._tv().resnet18(num_classes=10), 32)
-    case.model.train()
-    return case
+# model -> how far above the floor without inplace its floor may be: MobileNetV3's ReLU(inplace=True)
+# after a BatchNorm is folded into it (one op, whose backward holds ReLU's output through
+# BatchNorm's: 5.6 KB here; ResNet-18 at 96x96 1.5%, docs/pytorch.md)
+MODELS = {"efficientnet_b0": 0.0, "mobilenet_v2": 0.0, "mobilenet_v3_small": 0.001}
 
 
 def without_inplace(model):
@@ -55,15 +51,15 @@ def floor_of(case, transients="auto"):
 @pytest.mark.parametrize("name", MODELS)
 def test_floor_equals_the_floor_without_inplace(name):
     pytest.importorskip("torchvision")
-    shipped, plain = build(name), build(name)
+    shipped, plain = lm.build(name), lm.build(name)
     without_inplace(plain.model)
     assert any(getattr(m, "inplace", False) for m in shipped.model.modules())
     # the same graph but for costs: the same floor, with each op's transient bytes left out (a
     # measurement, which can differ by some KiB between two captures of the same step)
     trace, opt, floor = floor_of(shipped, "none")
-    # the clones made one op with their writes (SiLU, ReLU6); ReLU's writes ops of their own
-    assert sum(v.moved >= 0 or v.overwritten >= 0 for v in trace.values) > 0
-    assert floor is not None and floor == floor_of(plain, "none")[2]
+    assert sum(v.moved >= 0 for v in trace.values) > 0  # the clones made one op with their writes
+    other = floor_of(plain, "none")[2]
+    assert floor is not None and other <= floor <= other * (1 + MODELS[name])
     trace, opt, floor = floor_of(shipped)
     budget, _, top = lm.between(trace, opt)
     assert floor < rt.budget_for(top)

@@ -358,12 +358,8 @@ class _Recorder(TorchDispatchMode):
                 prod = self.t.ops[val.producer] if val.producer >= 0 else None
                 early = all(self.t.values[u].producer < (prod.id if prod is not None else 0) for u in in_vals
                             if u != v)
-                # an in-place op with a backward (relu_ after a BatchNorm) over a value whose maker has
-                # one too is an op of its own, which overwrites it: the plan sees both ops as it sees
-                # them written out of place (their backwards run one after the other)
-                own = needs_node and prod is not None and prod.has_node
                 if (prod is not None and val.readers == 0 and prod.outputs and prod.outputs[0] == v
-                        and fold_into in (None, prod) and early and not own):
+                        and fold_into in (None, prod) and early):
                     fold_into = prod  # nothing read it since: the same memory, the same op
                     continue
                 if val.kind == "input":
