@@ -725,13 +725,15 @@ static void test_long_chain(void) {
 
 /* ------------------------------------------------------------ in place */
 
-/* A value written in place (PyTorch's hardtanh_ after a clone that its
- * backward reads): mm makes a, clone copies it to c, hardtanh_ overwrites a
- * (its memory now holds b), two exps, a sum. Under a budget, dropping c
- * pays; c is then recomputed from x through mm and clone (ops 0 and 1),
- * never from a kept a, which no longer exists once hardtanh_ ran. Without
- * the mark the cheaper plan that keeps a (recomputing clone from it) wins:
- * the mark is what rules it out. */
+/* A value written in place (hardtanh_ after a clone that its backward
+ * reads, as PyTorch ran MobileNet's ReLU6 before capture made the clone and
+ * the write one op): mm makes a, clone copies it to c, hardtanh_ overwrites
+ * a (its memory now holds b), two exps, a sum. Where the schedule does not
+ * read a again, hardtanh_ takes no memory (a's is b's); where it does (the
+ * cheaper plan under a budget keeps a and recomputes clone, hardtanh_ and
+ * the first exp from it), the framework keeps a copy of a before the write,
+ * and the step holds what the out-of-place op's holds: the mark never makes
+ * a schedule one the framework cannot run. */
 static const char *inplace =
     "{\"format\": \"remat-graph\", \"version\": 1,\n"
     " \"values\": [\n"
@@ -765,29 +767,46 @@ static void ids(const cJSON *arr, char *buf, size_t n) {
     }
 }
 
+/* The peak of the first forward row of op `op` in p's timeline, -1 none. */
+static double forward_peak(const cJSON *p, int op) {
+    const cJSON *row;
+    cJSON_ArrayForEach(row, cJSON_GetObjectItemCaseSensitive(p, "timeline")) {
+        const cJSON *kind = cJSON_GetArrayItem(row, 0);
+        if (cJSON_IsString(kind) && strcmp(kind->valuestring, "forward") == 0 &&
+            (int)cJSON_GetArrayItem(row, 1)->valuedouble == op)
+            return cJSON_GetArrayItem(row, 3)->valuedouble;
+    }
+    return -1;
+}
+
 static void test_inplace(void) {
-    const char *rq = "{\"budget\": 4880}";
-    char got[64];
-    cJSON *p = plan(inplace, rq, NULL);
-    CHECK(p && feasible(p));
-    if (p) {
-        ids(cJSON_GetObjectItemCaseSensitive(p, "recompute"), got, sizeof got);
-        CHECK_MSG(strcmp(got, "0,1") == 0, "recomputes %s, not mm and clone", got);
-        const cJSON *grp = cJSON_GetObjectItemCaseSensitive(p, "recompute_groups");
-        CHECK(cJSON_GetArraySize(grp) == 1); /* at once, before hardtanh_'s backward */
-        ids(cJSON_GetArrayItem(grp, 0), got, sizeof got);
-        CHECK_MSG(strcmp(got, "0,1") == 0, "recompute group %s", got);
-        CHECK(num(p, "peak_bytes") <= 4880);
-    }
-    cJSON_Delete(p);
     char *unmarked = replaced(inplace, ", \"overwritten_by\": 2", "");
-    p = plan(unmarked, rq, NULL);
-    CHECK(p && feasible(p));
-    if (p) {
-        ids(cJSON_GetObjectItemCaseSensitive(p, "recompute"), got, sizeof got);
-        CHECK_MSG(got[0] && got[0] != '0', "unmarked, recomputes %s (not mm)", got);
+    char got[64], want[64];
+    /* store-all: a is not read after hardtanh_, whose write takes no memory */
+    cJSON *p = plan(inplace, "{\"timeline\": true}", NULL), *q = plan(unmarked, "{\"timeline\": true}", NULL);
+    CHECK(p && q && feasible(p) && feasible(q));
+    if (p && q) {
+        CHECK_MSG(forward_peak(p, 2) == 2064, "hardtanh_ holds %.0f, not 2064 (x, a given to b, c)",
+                  forward_peak(p, 2));
+        CHECK_MSG(forward_peak(q, 2) == 3088, "unmarked, hardtanh_ holds %.0f, not 3088", forward_peak(q, 2));
     }
-    cJSON_Delete(p);
+    cJSON_Delete(p), cJSON_Delete(q);
+    /* under a budget: a kept past hardtanh_ (a copy), as the out-of-place op would keep it */
+    const char *rq = "{\"budget\": 4880, \"timeline\": true}";
+    p = plan(inplace, rq, NULL), q = plan(unmarked, rq, NULL);
+    CHECK(p && q && feasible(p) && feasible(q));
+    if (p && q) {
+        ids(cJSON_GetObjectItemCaseSensitive(p, "recompute"), got, sizeof got);
+        CHECK_MSG(strcmp(got, "1,2,3") == 0, "recomputes %s, not clone, hardtanh_ and exp from a kept a", got);
+        const cJSON *grp = cJSON_GetObjectItemCaseSensitive(p, "recompute_groups");
+        CHECK(cJSON_GetArraySize(grp) == 1); /* at once, before the second exp's backward */
+        ids(cJSON_GetArrayItem(grp, 0), got, sizeof got);
+        ids(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(q, "recompute_groups"), 0), want, sizeof want);
+        CHECK_MSG(strcmp(got, want) == 0, "recompute group %s, unmarked %s", got, want);
+        CHECK_MSG(forward_peak(p, 2) == 3088, "hardtanh_ holds %.0f, not 3088 (a kept beside b)", forward_peak(p, 2));
+        CHECK(num(p, "peak_bytes") == num(q, "peak_bytes") && num(p, "peak_bytes") <= 4880);
+    }
+    cJSON_Delete(p), cJSON_Delete(q);
     free(unmarked);
 
     /* what the mark may say */

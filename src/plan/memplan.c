@@ -35,6 +35,9 @@ typedef struct {
                       overwrites in place, then per such node the next
                       (1 + node, 0 none); NULL when there are none */
     uint8_t *gone; /* per node: its value was overwritten in place */
+    uint32_t *keep; /* per instruction of a writer: bit k, the k-th value
+                       it overwrites is read again before it is freed or
+                       made again (the framework writes over a copy) */
     remat_status st;
 } walker;
 
@@ -93,12 +96,49 @@ static remat_status overwrites_init(walker *w, const remat_graph *g) {
     return REMAT_OK;
 }
 
-/* Node u writes in place the values it overwrites: their memory becomes
- * its output's (given back before it is taken: an in-place op allocates
- * nothing). */
+/* Per instruction that writes values in place, which of them the
+ * schedule reads again (a later forward that reads it, a copy to the host)
+ * before it frees them or makes them again: one walk from the end. */
+static remat_status keeps_init(walker *w, const remat_graph *g, const remat__schedule *s) {
+    if (!w->over) return REMAT_OK;
+    w->keep = calloc((size_t)s->n + 1, sizeof *w->keep);
+    uint8_t *need = calloc((size_t)g->n + 1, 1); /* per node: its value is read later */
+    if (!w->keep || !need) {
+        free(need);
+        return remat__err(REMAT_NOMEM, "out of memory planning a step's memory");
+    }
+    for (int32_t i = s->n - 1; i >= 0; i--) {
+        const remat__instr *in = &s->ins[i];
+        int32_t u = in->node;
+        if (in->kind == REMAT__I_FREE || in->kind == REMAT__I_OUT || in->kind == REMAT__I_IN) {
+            if (REMAT__VAL_KIND(in->value) == REMAT__V_OUT)
+                need[REMAT__VAL_NODE(in->value)] = in->kind == REMAT__I_OUT;
+        } else if (in->kind == REMAT__I_FWD) {
+            int k = 0;
+            for (int32_t x = w->over[u]; x && k < 32; x = w->over[g->n + x - 1], k++)
+                if (need[x - 1]) w->keep[i] |= 1u << k;
+            need[u] = 0;
+            for (int j = 0; j < g->nodes[u].n_in; j++) need[g->nodes[u].in[j]] = 1;
+        } else if (in->kind == REMAT__I_BWD) {
+            for (int j = 0; j < g->nodes[u].n_in; j++)
+                if (g->nodes[u].saves & REMAT__SAVE_IN(j)) need[g->nodes[u].in[j]] = 1;
+            if (g->nodes[u].saves & REMAT__SAVE_OUT) need[u] = 1;
+        }
+    }
+    free(need);
+    return REMAT_OK;
+}
+
+/* Node u (instruction ins) writes in place the values it overwrites: the
+ * memory of one that the schedule does not read again becomes its output's
+ * (given back before it is taken: an in-place op allocates nothing); one
+ * that it reads again stays, as the copy the framework keeps of it before
+ * the write (its output is then new memory, as an out-of-place op's). */
 static void overwrite(walker *w, const remat_graph *g, int32_t ins, int32_t u) {
-    for (int32_t x = w->over ? w->over[u] : 0; x; x = w->over[g->n + x - 1]) {
+    int k = 0;
+    for (int32_t x = w->over ? w->over[u] : 0; x; x = w->over[g->n + x - 1], k++) {
         int32_t v = REMAT__VAL(x - 1, REMAT__V_OUT);
+        if (k < 32 && (w->keep[ins] >> k & 1u) && resident(w, v)) continue;
         if (resident(w, v)) give(w, ins, w->live[v]);
         w->gone[x - 1] = 1;
     }
@@ -217,6 +257,7 @@ remat_status remat__memplan_build(const remat__prog *p, const remat__schedule *s
     }
     for (size_t v = 0; v < nv; v++) w.live[v] = w.hlive[v] = -1;
     w.st = overwrites_init(&w, g);
+    if (w.st == REMAT_OK) w.st = keeps_init(&w, g, s);
     for (int i = 0; i < s->n && w.st == REMAT_OK; i++) {
         const remat__instr *in = &s->ins[i];
         if (in->kind == REMAT__I_FWD) walk_fwd(&w, p, i, in);
@@ -234,7 +275,7 @@ remat_status remat__memplan_build(const remat__prog *p, const remat__schedule *s
         if (w.live[v] >= 0 || w.hlive[v] >= 0)
             w.st = remat__err(REMAT_INTERNAL, "schedule ends with value %zu of node %zu resident%s", v % 3, v / 3,
                               w.live[v] >= 0 ? "" : " on the host");
-    free(w.live), free(w.hlive), free(w.over), free(w.gone);
+    free(w.live), free(w.hlive), free(w.over), free(w.gone), free(w.keep);
     return w.st;
 }
 

@@ -174,16 +174,6 @@ class Decisions:
         saved = {v for op in t.ops for v in op.saves}
         later = {v for o in rec - dropped for v in t.ops[o].outputs[1:] if v in saved}
         self.rec_ops |= {t.values[v].producer for v in later}
-        # an overwritten version cannot be kept: what reads it is recomputed from its maker
-        grow = True
-        while grow:
-            grow = False
-            for o in list(self.rec_ops):
-                for v in t.ops[o].inputs:
-                    val = t.values[v]
-                    if val.overwritten >= 0 and val.producer >= 0 and val.producer not in self.rec_ops:
-                        self.rec_ops.add(val.producer)
-                        grow = True
         kept = {t.ops[o].outputs[0] for o in rec - dropped}
         self.rec_vals = {v for o in self.rec_ops for v in t.ops[o].outputs if v not in kept}
         self.consumers = {}  # value -> recomputed ops that read it
@@ -204,9 +194,16 @@ class Decisions:
         # an op that writes a value in place makes its new version in the old one's storage: where
         # that version is not followed, the storage no longer holds the old one
         # (only where the old version is followed: else nothing holds it)
-        writers = {t.values[v].overwritten for v in self.tracked if t.values[v].overwritten >= 0}
+        # (or, for a value autograd saved a copy of before the write, capture's `moved`, in the copy's)
+        writers = {w for v in self.tracked for w in (t.values[v].overwritten, t.values[v].moved) if w >= 0}
         self.stale = [[i for i, v in c.new if i >= 0 and v not in self.tracked] if c.op in writers else []
                       for c in t.calls]
+        # a value the plan keeps for a recomputation after an op overwrote it: a copy made just
+        # before the write (the plan counts it from there, as the out-of-place op's output)
+        self.copy_at = {}
+        for v in set(self.consumers) - self.rec_vals:
+            if t.values[v].overwritten >= 0:
+                self.copy_at.setdefault(t.values[v].over_call, []).append(v)
         self._regions(t)
         self._of = None  # the model the plan last ran on: (weak reference, of(model))
         # a nested plan (an op recomputed more than once): its groups, in order (nested.py)
@@ -234,7 +231,8 @@ class Decisions:
         end)}; tail: the first call after the model, or None; full: the
         mode on over the whole forward (a call it follows outside the
         model and before its end, or in a module that is not the model's)."""
-        follow = [ci for ci in range(len(t.calls)) if self.recorded[ci] or self.news[ci] or self.stale[ci]]
+        follow = [ci for ci in range(len(t.calls)) if self.recorded[ci] or self.news[ci] or self.stale[ci]
+                  or ci in self.copy_at]
         self.regions, self.tail, self.full = {}, None, False
         if not follow:
             return
@@ -327,6 +325,7 @@ class Applier(TorchDispatchMode):
         self.rec_ops, self.rec_vals, self.consumers, self.tracked, self.group = \
             d.rec_ops, d.rec_vals, d.consumers, d.tracked, d.group
         self.recorded, self.news, self.stale, self.n_calls = d.recorded, d.news, d.stale, len(self.t.calls)
+        self.copy_at = d.copy_at
         self.unshard = d.unshard
         self.units = []  # the model's FSDP2 units (fsdp.Bound), as the trace lists them
         self.suspended = False  # inside FSDP's own hooks (fsdp.Hooks): its calls are not the step's
@@ -370,6 +369,9 @@ class Applier(TorchDispatchMode):
         self.call = ci + 1
         if self.recorded[ci]:
             self._record(c, func, args, kwargs)
+        for v in self.copy_at.get(ci, ()):  # kept past this write: the plan holds a copy of it
+            if v in self.src:
+                self.src[v] = _private(self.src[v])
         out = func(*args, **kwargs)
         news, stale = self.news[ci], self.stale[ci]
         if news or stale:
@@ -558,6 +560,12 @@ class Applier(TorchDispatchMode):
             for o in sorted(need):
                 self._replay(o)
 
+    def _last_write(self, o, v):
+        """Whether op o, which overwrites value v in place, is v's last read
+        in the step: the plan gives v's memory to o's output then, so the
+        replay writes v itself, as the forward did."""
+        return self.t.values[v].overwritten == o and self.uses.get(v, 0) <= 1
+
     def _replay(self, o):
         t = self.t
         made = self._run(o)
@@ -594,7 +602,8 @@ class Applier(TorchDispatchMode):
             if r.writes:  # writes go to copies of what the op does not make itself
                 orig, writes = _leaves((r.args, r.kwargs)), set(r.writes)
                 args, kwargs = _map_i(lambda i, a: _private(a) if i in writes and not (
-                    isinstance(orig[i], _Ref) and orig[i].v in made) else a, (args, kwargs), [0])
+                    isinstance(orig[i], _Ref) and (orig[i].v in made or self._last_write(o, orig[i].v))) else a,
+                    (args, kwargs), [0])
             if r.rng is not None:  # the state it first drew from, the step's own left as it is
                 dev = r.rng[1]
                 with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else [], device_type=dev.type):

@@ -168,6 +168,7 @@ class _Recorder(TorchDispatchMode):
         self.last = None          # the op of the latest call that made or wrote a value
         self.last_out = {}        # its values -> (weak reference to the tensor, output index)
         self.exact = compat.node_creation_hook() is not None
+        self.last_clone = None    # the latest call, when it is a clone: (weak reference to its tensor, its value)
         self.after = None         # exact: the op that ran and whose node is not made yet
         self.suspended = False    # inside FSDP's own hooks: its calls are not the step's ops
         self.gathers = []         # FSDP2: (all-gather op, bytes it made, meter tag): resolve() sets their transients
@@ -331,6 +332,7 @@ class _Recorder(TorchDispatchMode):
         later = self.flush(set(in_vals))
         self.after = None
         written = {_skey(w) for w in _written_args(func, args, kwargs)}
+        needs_node = torch.is_grad_enabled() and any(a.requires_grad for a in flat_in)
         # buffers written in place, by their contents (some schemas, such as
         # native_batch_norm's for the running statistics, do not declare the
         # write, and kernels do not bump version counters)
@@ -347,7 +349,7 @@ class _Recorder(TorchDispatchMode):
             self.meter.end()
         flat_out = tree_flatten(out)[0]
         op = Op(len(self.t.ops), name)
-        new, fold_into, seen = [], None, set()
+        new, fold_into, seen, moved = [], None, set(), None
         for i, t in enumerate(flat_out):
             if not isinstance(t, torch.Tensor):
                 continue
@@ -375,7 +377,12 @@ class _Recorder(TorchDispatchMode):
                         "where no aten call makes it) at %s. A plan could neither keep its old contents nor recompute "
                         "from them; write to a copy instead (x = x + 1, not x += 1)"
                         % (func.__name__ if hasattr(func, "__name__") else name, val.name, _user_frame()))
-                val.overwritten = op.id
+                if moved is None and not new:
+                    moved = self._saved_copy(v, t, later, in_vals)
+                    if moved is not None:  # autograd saved a copy of it: the old version lives on there
+                        self._merge_copy(op, moved)
+                if moved is None or moved[1] != v:
+                    val.overwritten, val.over_call = op.id, len(self.t.calls)
                 new.append((i, self._new_value(t, op.id)))  # a new version, read by this op
             else:
                 new.append((i, self._new_value(t, op.id)))
@@ -396,6 +403,8 @@ class _Recorder(TorchDispatchMode):
             flops = float(sum(t.numel() for t in flat_out if isinstance(t, torch.Tensor)))
         made = sum(self.t.values[v].bytes for _, v in new)
         random = compat.is_random(func)
+        if moved is not None:
+            later = [moved[1] if v == moved[2] else v for v in later]
         if fold_into is not None and not new:
             target = fold_into
         elif new or state:
@@ -421,6 +430,7 @@ class _Recorder(TorchDispatchMode):
             target.stateful |= state
             target.random |= random
         self.t.calls.append(Call(str(func), target.id if target is not None else -1, new, func))
+        self.last_clone = (weakref.ref(flat_out[0]), new[0][1]) if name == "aten::clone" and len(new) == 1 else None
         self.t.call_module.append(self.open[-1] if self.open else -1)
         if target is not None:
             self.last = target
@@ -432,7 +442,6 @@ class _Recorder(TorchDispatchMode):
                         self.last_out[self.live[k]] = (weakref.ref(t), i)
         # the saves that follow are this op's outputs until its node is made;
         # an op on tensors that need no gradient makes no node
-        needs_node = torch.is_grad_enabled() and any(a.requires_grad for a in flat_in)
         if target is not None:
             target.has_node |= needs_node
         self.after = target if needs_node else None
@@ -447,6 +456,56 @@ class _Recorder(TorchDispatchMode):
                     self.t.pack_ops[at] = target.id
             self.pending, self.pending_at = [], []
         return out
+
+    # -- an in-place write after autograd saved a copy of what it overwrites
+    def _saved_copy(self, v, t, later, in_vals):
+        """When the call that writes value v in place (making tensor t, all
+        of v's storage) comes right after a clone of v that the write's
+        autograd node saves (autograd clones the input of silu_, hardtanh_,
+        hardswish_ ... whose backward reads it): (the clone's op, v, the
+        clone's value), else None. Then v is not overwritten: it lives on in
+        the clone, which the graph does not list (the write and the clone are
+        one op that reads v and makes its new version, as an out-of-place op
+        would), and a replay of that op clones v and writes the clone."""
+        ops, vals = self.t.ops, self.t.values
+        p = ops[-1] if ops else None
+        if p is None or p.name != "aten::clone" or p.inputs != [v] or len(p.outputs) != 1 or len(p.calls) != 1:
+            return None
+        c = p.outputs[0]
+        call = self.t.calls[p.calls[0]]
+        if (p.calls[0] != len(self.t.calls) - 1 or c != len(vals) - 1 or vals[c].readers
+                or vals[c].bytes != vals[v].bytes):
+            return None  # not the call just before, or the clone is read, or not all of v
+        if c in in_vals or (c not in later and c not in p.saves):
+            return None  # a clone of the user's, which no backward reads
+        ref = self.last_clone
+        cs = ref[0]() if ref is not None and ref[1] == c else None
+        if (cs is None or t.storage_offset() != 0 or cs.storage_offset() != 0 or t.stride() != cs.stride()
+                or t.size() != cs.size() or t.untyped_storage().nbytes() != vals[v].bytes
+                or call.new != [(0, c)]):
+            return None  # not the same layout: a replay could not write the clone as the step wrote v
+        return p, v, c
+
+    def _merge_copy(self, op, moved):
+        """Makes op (the write, before it makes anything) one op with the
+        clone before it (see _saved_copy)."""
+        p, v, c = moved
+        vals = self.t.values
+        self.live[_skey(self.last_clone[0]())] = v  # the clone's storage holds v, with the same weak reference
+        vals.pop()  # the clone's value: it is v
+        vals[v].readers -= 1
+        self.t.ops.pop()
+        op.id = p.id
+        vals[v].moved = op.id
+        op.calls = list(p.calls)
+        # its FLOPs are the write's, as the out-of-place op's (a clone computes nothing: what it
+        # costs, the copy, is the out-of-place op's output); its time is both calls'
+        op.flops, op.seconds = 0.0, p.seconds
+        op.saves = [v if x == c else x for x in p.saves]
+        op.has_node = p.has_node
+        self.t.calls[p.calls[0]].new = [(0, v)]
+        self.t.calls[p.calls[0]].op = p.id
+        self.measured = [(ci, op if o is p else o, made) for ci, o, made in self.measured]
 
     # -- module calls (ModuleCalls): where the applier can enter and leave its mode
     def module_enter(self, i, module):

@@ -13,11 +13,16 @@ REPLAY_SECONDS = 40e-6
 
 
 class Value:
-    __slots__ = ("id", "kind", "bytes", "name", "producer", "overwritten", "readers", "const", "grad_bytes")
+    __slots__ = ("id", "kind", "bytes", "name", "producer", "overwritten", "over_call", "moved", "readers", "const",
+                 "grad_bytes")
 
     def __init__(self, id, kind, nbytes, name=None, producer=-1):
         self.id, self.kind, self.bytes, self.name, self.producer = id, kind, nbytes, name, producer
         self.overwritten = -1  # the op that writes it in place, making a new version
+        self.over_call = -1    # the call of that op that writes it
+        # the op that writes its first storage in place after autograd saved a copy of it (a clone
+        # that op's backward reads): it lives on in that copy (capture.py, _saved_copy)
+        self.moved = -1
         self.readers = 0  # ops that read it so far
         self.const = False  # made from shapes alone (arange, zeros): the same in every step, whatever the batch
         self.grad_bytes = None  # its gradient's bytes where they are not its own (fsdp.py: an FSDP2 parameter's)
