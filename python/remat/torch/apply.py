@@ -563,8 +563,13 @@ class Applier(TorchDispatchMode):
     def _last_write(self, o, v):
         """Whether op o, which overwrites value v in place, is v's last read
         in the step: the plan gives v's memory to o's output then, so the
-        replay writes v itself, as the forward did."""
-        return self.t.values[v].overwritten == o and self.uses.get(v, 0) <= 1
+        replay writes v itself, as the forward did (under a nested plan: the
+        last read of the window the held v is in)."""
+        if self.t.values[v].overwritten != o:
+            return False
+        if self.nested is not None:
+            return self.nested.left.get((v, self.window_of.get(v, -1)), 0) <= 1
+        return self.uses.get(v, 0) <= 1
 
     def _replay(self, o):
         t = self.t
