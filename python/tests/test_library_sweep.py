@@ -15,7 +15,7 @@ import torch.nn as nn
 
 import library_models as lm
 import remat.torch as rt
-from remat.torch import memtrack
+from remat.torch import compat, memtrack
 
 
 @pytest.mark.parametrize("name", list(lm.MODELS))
@@ -113,3 +113,29 @@ def test_input_written_in_place_is_refused_naming_the_op():
     with pytest.raises(rt.CaptureError, match=r"writes in place a tensor it did not make: add_\.Tensor writes "
                                               r"input\.0 .* at .*test_library_sweep\.py:\d+ in forward"):
         rt.plan(_WritesItsInput(), (torch.randn(2, 8),), lambda o: o, budget="1GiB")
+
+
+@pytest.mark.skipif(compat.node_creation_hook() is None,
+                    reason="nested plans need PyTorch 2.15's node_creation_hook")
+@pytest.mark.parametrize("name", [n for n in lm.MODELS if n not in lm.REFUSED])
+def test_library_model_nested(name):
+    """The same models under a nested plan (an op may be recomputed more
+    than once) at their nested floor: 3 steps bitwise, within budget."""
+    pytest.importorskip("transformers" if name in lm.TRANSFORMERS else "torchvision")
+    case = lm.build(name)
+    with lm.settings(case):
+        opt = lm.optimizer(copy.deepcopy(case.model))
+        trace = rt.capture(case.model, case.inputs, case.loss_fn)
+        floor = rt.plan_trace(trace, 1, opt, nested=True).floor
+        assert floor <= rt.plan_trace(trace, 1, opt).floor
+        budget = int(floor * 1.003)
+        plan = rt.plan_trace(trace, budget, opt, nested=True)
+        assert plan.feasible and plan.peak_bytes <= budget
+        ref = lm.run(copy.deepcopy(case.model), case, None)
+        got = lm.run(copy.deepcopy(case.model), case, plan)
+        diff = lm.differences(ref, got)
+        assert not diff, "%s differ under the nested plan" % ", ".join(diff)
+        if memtrack.counter() is not None:
+            m = copy.deepcopy(case.model)
+            peak = rt.measure(m, case.inputs, case.loss_fn, plan=plan, optimizer=lm.optimizer(m))["peak_bytes"]
+            assert peak <= budget, "measured %d bytes, budget %d (predicted %d)" % (peak, budget, plan.peak_bytes)
