@@ -589,7 +589,9 @@ static void refused_count(int n_values, int n_ops, const char *what) {
  * With wide, op i also reads a parameter of its own, "w<i>" (4 B, value
  * n + 2 + i), and every op has a name: the reader used to compare each
  * named leaf or op with every node before it (n^2). */
-static char *chain(int n, int wide) {
+/* chain(n, wide), and with per > 0 ops 1 .. n - 2 in checkpoint regions of
+ * per ops each (region (i - 1) / per), op 0 and the loss's outside them. */
+static char *chain_of(int n, int wide, int per) {
     text t = {0};
     put(&t, "{\"format\": \"remat-graph\", \"version\": 1, \"values\": [\n"
             "{\"id\": 0, \"kind\": \"input\", \"name\": \"x\", \"bytes\": 4096},\n"
@@ -603,31 +605,15 @@ static char *chain(int n, int wide) {
         put(&t, "%s{\"id\": %d, %s\"inputs\": [%d%s", i ? ",\n" : "", i, wide ? "\"name\": \"aten.mul\", " : "",
             i ? i + 1 : 0, i ? "" : ", 1");
         if (wide) put(&t, ", %d", n + 2 + i);
-        put(&t, "], \"outputs\": [%d], \"saves\": [%d], \"forward\": 1000}", i + 2, i ? i + 1 : 0);
-    }
-    put(&t, "],\n\"loss\": %d}\n", n + 1);
-    return t.s;
-}
-
-/* chain(n, 0) with checkpoint regions: ops 1 .. n - 2 in regions of `per`
- * ops each (region (i - 1) / per), op 0 and the loss's outside them. */
-static char *chain_regions(int n, int per) {
-    text t = {0};
-    put(&t, "{\"format\": \"remat-graph\", \"version\": 1, \"values\": [\n"
-            "{\"id\": 0, \"kind\": \"input\", \"name\": \"x\", \"bytes\": 4096},\n"
-            "{\"id\": 1, \"kind\": \"parameter\", \"name\": \"w\", \"bytes\": 1024}");
-    for (int i = 0; i < n; i++)
-        put(&t, ",\n{\"id\": %d, \"kind\": \"activation\", \"bytes\": %d}", i + 2, i < n - 1 ? 4096 : 4);
-    put(&t, "],\n\"ops\": [\n");
-    for (int i = 0; i < n; i++) {
-        put(&t, "%s{\"id\": %d, \"inputs\": [%d%s], \"outputs\": [%d], \"saves\": [%d], \"forward\": 1000",
-            i ? ",\n" : "", i, i ? i + 1 : 0, i ? "" : ", 1", i + 2, i ? i + 1 : 0);
-        if (i > 0 && i < n - 1) put(&t, ", \"region\": %d", (i - 1) / per);
+        put(&t, "], \"outputs\": [%d], \"saves\": [%d], \"forward\": 1000", i + 2, i ? i + 1 : 0);
+        if (per > 0 && i > 0 && i < n - 1) put(&t, ", \"region\": %d", (i - 1) / per);
         put(&t, "}");
     }
     put(&t, "],\n\"loss\": %d}\n", n + 1);
     return t.s;
 }
+
+static char *chain(int n, int wide) { return chain_of(n, wide, 0); }
 
 /* Checkpoint regions ('region', per-layer checkpointing): manual drops what
  * each region makes but its output and recomputes it, the first op of each
@@ -635,7 +621,7 @@ static char *chain_regions(int n, int per) {
  * is never costlier at manual's peak; a region that is not a whole number
  * is refused. */
 static void test_regions(void) {
-    char *c = chain_regions(12, 2); /* 5 regions: ops 1-2, 3-4, ..., 9-10 */
+    char *c = chain_of(12, 0, 2); /* 5 regions: ops 1-2, 3-4, ..., 9-10 */
     cJSON *m = plan(c, "{\"strategy\": \"manual\"}", NULL);
     CHECK(m && feasible(m));
     if (m) {

@@ -28,6 +28,7 @@ import library_models as lm
 import remat.torch as rt
 from remat.torch import memtrack
 from remat.torch.apply import Decisions
+from test_apply_replay import force
 
 # model -> how far above the floor without inplace its floor may be: MobileNetV3's ReLU(inplace=True)
 # after a BatchNorm is folded into it (one op, whose backward holds ReLU's output through
@@ -83,15 +84,6 @@ class Block(nn.Module):
 
     def forward(self, x):
         return self.conv2(self.act(self.bn(self.conv1(x)))).square().sum()
-
-
-def force(plan, ops):
-    """plan, changed to drop ops' outputs and recompute them at once."""
-    plan.recompute_ops = sorted(ops)
-    plan.drop_ops = sorted(set(plan.drop_ops) | set(ops))
-    plan.recompute_groups = [sorted(ops)]
-    plan._decisions = None
-    return plan
 
 
 def steps(model, x, plan):

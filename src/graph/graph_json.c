@@ -243,6 +243,17 @@ static const struct {
                 {"loss", REMAT_FAMILY_LOSS}};
 
 /* Reads op i; saves (value ids) go to *saves, *n_saves. */
+/* An op's checkpoint region: *out = 1 + 'region', 0 without one. */
+static remat_status region_of(const cJSON *it, const char *where, int32_t *out) {
+    const cJSON *rg = cJSON_GetObjectItemCaseSensitive(it, "region");
+    int64_t region = -1;
+    remat_status st = rg ? whole(rg, where, "region", &region) : REMAT_OK;
+    if (st == REMAT_OK && region >= MAX_OPS)
+        st = remat__err(REMAT_FORMAT, "%s: 'region' %lld is not below %d", where, (long long)region, MAX_OPS);
+    *out = (int32_t)(region + 1);
+    return st;
+}
+
 static remat_status read_op(reader *r, int i, const cJSON *it, int32_t *saves, int *n_saves) {
     char where[64];
     snprintf(where, sizeof where, "op %d", i);
@@ -309,11 +320,7 @@ static remat_status read_op(reader *r, int i, const cJSON *it, int32_t *saves, i
         (st = flag_of(it, where, "random", &random)) != REMAT_OK)
         return st;
     o->flags = (uint8_t)((stateful ? REMAT__OP_STATEFUL : 0) | (random ? REMAT__OP_RANDOM : 0));
-    const cJSON *rg = cJSON_GetObjectItemCaseSensitive(it, "region");
-    int64_t region = -1;
-    if (rg && (st = whole(rg, where, "region", &region)) != REMAT_OK) return st;
-    if (region >= MAX_OPS) return remat__err(REMAT_FORMAT, "%s: 'region' %lld is not below %d", where, (long long)region, MAX_OPS);
-    o->region = (int32_t)(region + 1);
+    if ((st = region_of(it, where, &o->region)) != REMAT_OK) return st;
     o->family = REMAT_FAMILY_POINTWISE;
     const cJSON *fam = cJSON_GetObjectItemCaseSensitive(it, "family");
     if (fam) {
