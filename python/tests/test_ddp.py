@@ -202,7 +202,10 @@ def test_ddp_buckets_in_the_plan(tmp_path, cap, views):
                 assert row["bitwise"], "DDP steps under the plan differ from those without it"
             if row["measured"] is not None:
                 assert row["measured"] <= row["budget"], row
-                # with gradient_as_bucket_view, the plan at the lower budget is
-                # conservative: 0.958 of its prediction measured (docs/pytorch.md)
-                low = 0.95 if views else 0.97
+                # conservative where it is not exact: with gradient_as_bucket_view
+                # the plan at the lower budget (0.958 of its prediction measured),
+                # and with several buckets where gloo's all-reduce buffers, counted
+                # for the whole backward, missed the step's peak (0.962 once in
+                # about 5 runs): docs/pytorch.md
+                low = 0.95 if views or cap < 25 else 0.97
                 assert low * row["predicted"] <= row["measured"] <= 1.03 * row["predicted"], row
