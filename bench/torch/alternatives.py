@@ -96,8 +96,8 @@ class Checkpointed(nn.Module):
         super().__init__()
         self.block = block
 
-    def forward(self, *a):
-        return checkpoint(self.block, *a, use_reentrant=False)
+    def forward(self, *a, **kw):
+        return checkpoint(self.block, *a, use_reentrant=False, **kw)
 
 
 def wrap_blocks(model, blocks_of):

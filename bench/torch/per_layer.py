@@ -35,20 +35,9 @@ import sys
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.utils.checkpoint import checkpoint
 
 import remat.torch as rt
-
-
-class Checkpointed(nn.Module):
-    """A block run under torch.utils.checkpoint (non-reentrant)."""
-
-    def __init__(self, block):
-        super().__init__()
-        self.block = block
-
-    def forward(self, *a, **kw):
-        return checkpoint(self.block, *a, use_reentrant=False, **kw)
+from alternatives import Checkpointed  # noqa: E402 - beside this script: torch.utils.checkpoint per block
 
 
 class Logits(nn.Module):

@@ -342,6 +342,7 @@ class Applier(TorchDispatchMode):
         self.recipes = {}  # op id -> [recipe]
         self.packs = {}    # value -> saved tensors of it handed out as handles
         self.uses = {}     # value -> reads still to come (unpacks, recomputations)
+        self.counted = False  # forward_done ran
         self.cache = {}    # recomputed values held for their reads
         self.replays = 0   # ops run again (a check: at most once each, but under a nested plan)
         self.nested = nested.Run(self, d.schedule) if d.schedule is not None else None
@@ -478,10 +479,10 @@ class Applier(TorchDispatchMode):
         """Counts every recomputed value's reads (called before the backward's
         first unpack, which also turns a region's mode off: the backward runs
         with no mode, but for a plan that follows the whole forward)."""
-        if self.uses:
+        if self.counted:
             return
+        self.counted = True
         if self.nested is not None:
-            self.uses[-1] = 0  # done once
             self.nested.forward_done(self.handles, self.src)
             return
         for v in self.rec_vals:

@@ -86,7 +86,6 @@ class Run:
         self.a, self.s = applier, schedule
         self.ran = 0        # groups run so far
         self.left = {}      # (value, group) -> reads still to come in that window
-        self.missed = 0     # reads the windows missed, each served by a recomputation of its own
 
     # -- forward
     def forward_done(self, handles, src):
@@ -116,7 +115,6 @@ class Run:
             if v not in a.cache and h.window >= self.ran:
                 self._run_to(h.window)
             if v not in a.cache:  # the schedule's windows missed this read: made again, for it alone
-                self.missed += 1
                 return self._again(v)
         out = a.cache[v]
         self._read(v, h.window)
