@@ -27,8 +27,9 @@ from .._lib import RematError, plan_graph
 from .apply import Applied, Decisions
 from .capture import CaptureError, Trace, device_of, capture
 from . import compat, memtrack
+from .partition import Compiled, compile
 
-__all__ = ["plan", "plan_trace", "budget_for", "max_batch", "measure", "capture", "Plan", "Planner", "Trace",
+__all__ = ["plan", "plan_trace", "compile", "Compiled", "budget_for", "max_batch", "measure", "capture", "Plan", "Planner", "Trace",
            "CaptureError", "RematError", "parse_bytes"]
 
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1000, "kib": 1 << 10, "m": 1 << 20, "mb": 1000 ** 2, "mib": 1 << 20,

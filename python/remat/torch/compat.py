@@ -281,3 +281,84 @@ def quiet_stderr():
         os.dup2(saved, 2)
         os.close(saved)
         os.close(null)
+
+
+# -- torch.compile (partition.py): AOTAutograd's partitioner and Inductor
+def compile_support():
+    """None where rt.compile can plan this PyTorch's compiled steps, else why
+    not: it replaces the choice of saved values inside AOTAutograd's
+    min-cut partitioner (torch._functorch.partitioners.choose_saved_values_set,
+    given the joint graph and its forward/backward classification; 2.5+),
+    keeping the rest of Inductor's pipeline (decompositions, RNG
+    functionalization, the backward's reordering, code generation)."""
+    try:
+        from torch._functorch import partitioners
+    except Exception as e:  # pragma: no cover - a build without functorch
+        return "torch._functorch.partitioners cannot be imported (%s)" % e
+    if not hasattr(partitioners, "choose_saved_values_set") or not hasattr(partitioners, "classify_nodes"):
+        return ("rt.compile needs PyTorch 2.5 or newer (this is %s): its partitioner has no "
+                "choose_saved_values_set to hand the choice of saved values to remat" % torch.__version__)
+    return None
+
+
+@contextlib.contextmanager
+def saved_values_chooser(choose):
+    """Within the context, AOTAutograd's min-cut partitioner asks
+    choose(joint_graph, node_info) for the forward values to save (instead of
+    its own min cut), and the compiled-graph caches that would hand back a
+    partition made without it (AOTAutograd's cache) are off."""
+    from torch._functorch import partitioners, config as fconfig
+    orig = partitioners.choose_saved_values_set
+
+    def chooser(joint_graph, node_info, memory_budget=1.0):
+        return choose(joint_graph, node_info)
+
+    patches = {}
+    if hasattr(fconfig, "enable_autograd_cache"):
+        patches["enable_autograd_cache"] = False
+    partitioners.choose_saved_values_set = chooser
+    try:
+        with fconfig.patch(patches):
+            yield
+    finally:
+        partitioners.choose_saved_values_set = orig
+
+
+def joint_node_info(node_info):
+    """(required forward nodes, static-lifetime inputs, the primal inputs) of
+    the partitioner's NodeInfo."""
+    return (node_info.required_fw_nodes, node_info.static_lifetime_input_nodes,
+            [n for n in node_info.inputs if n.op == "placeholder" and "primals" in str(n.target)])
+
+
+def is_tangent(node):
+    return node.op == "placeholder" and "tangents" in str(node.target)
+
+
+def inductor(gm, example_inputs, options=None):
+    """Inductor's compile_fx: the backend torch.compile uses by default."""
+    from torch._inductor.compile_fx import compile_fx
+    return compile_fx(gm, example_inputs, config_patches=options or {})
+
+
+def inductor_mode_options(mode):
+    """The Inductor options torch.compile's mode= sets (torch._inductor.list_mode_options)."""
+    from torch._inductor import list_mode_options
+    return dict(list_mode_options(mode))
+
+
+def backend_failure():
+    """The exception Dynamo raises for a backend's failure (its cause: the backend's own)."""
+    from torch._dynamo.exc import BackendCompilerFailed
+    return BackendCompilerFailed
+
+
+def graph_break_reasons():
+    """Dynamo's counted graph breaks so far: {reason: count}."""
+    from torch._dynamo.utils import counters
+    return dict(counters.get("graph_break", {}))
+
+
+def is_overload(target):
+    """An aten (or prims) overload, as a traced graph's call_function node holds it."""
+    return isinstance(target, torch._ops.OpOverload)

@@ -1,0 +1,178 @@
+"""rt.compile (torch.compile with remat's plan as the partitioner) at byte
+budgets, against torch.compile's own activation_memory_budget.
+
+    python -m remat.torch run bench/torch/rt_compile.py [--rows gpt2,resnet50] [--budgets 4]
+        [--fractions 1.0,0.5,0.2,0.0] [--steps 3] [--threads 2] [--json FILE]
+
+Each row (GPT-2: 4 layers, 256 wide, context 256, GPT-2's vocabulary,
+batch 2; ResNet-50: batch 8 at 128x128; SGD with momentum) runs, in this
+one process, one after another:
+
+  torch.compile      activation_memory_budget at each --fractions value
+                     (1.0: its runtime-optimized min cut)
+  rt.compile         at --budgets budgets spread evenly from the planner's
+                     floor to its store-all prediction (the last is
+                     store-all's own), then at each torch.compile row's
+                     measured peak (the same peak, side by side); where
+                     the trial step at rt.compile measures the planner's
+                     floor plan over its budget, the floor it names
+
+and prints per configuration the measured peak (the heap counter, as
+rt.measure counts it: parameters, gradients, optimizer state and the batch
+plus what a step allocates), rt.compile's prediction and the ratio
+measured / predicted, the median step seconds of --steps steps after the
+first (which compiles the backward), and the compile seconds (Dynamo,
+AOTAutograd, the partition and Inductor's forward: for torch.compile the
+first call, one forward included; for rt.compile the backend's seconds,
+every plan's compile, and the planning seconds inside them). The same model and weights on every row;
+the budget in bytes is what rt.compile promises: measured <= budget.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import remat.torch as rt  # noqa: E402
+
+
+def gpt2():
+    from gpt2_model import GPT, GPTConfig
+    cfg = GPTConfig(layers=4, embd=256, heads=4, context=256)
+    g = torch.Generator().manual_seed(1)
+    idx = torch.randint(0, cfg.vocab, (2, cfg.context), generator=g)
+    y = torch.randint(0, cfg.vocab, (2, cfg.context), generator=g)
+    return (lambda: GPT(cfg)), (idx, y), (lambda out, *_: out[1]), 2
+
+
+def resnet50():
+    import torchvision
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(8, 3, 128, 128, generator=g)
+    y = torch.randint(0, 1000, (8,), generator=g)
+    return (lambda: torchvision.models.resnet50()), (x, y), F.cross_entropy, 1
+
+
+ROWS = {"gpt2": gpt2, "resnet50": resnet50}
+
+
+def run_steps(step, model, opt, args, steps):
+    r = rt.measure(_Step(step, model), args, lambda loss: loss, optimizer=opt, steps=steps + 1)
+    times = [s["seconds"] for s in r["steps"][1:]]
+    return r["peak_bytes"], statistics.median(times)
+
+
+class _Step:
+    """A compiled callable with the model's parameters, for rt.measure."""
+
+    def __init__(self, fn, model):
+        self.fn, self.model = fn, model
+
+    def __call__(self, *args):
+        return self.fn(*args)
+
+    def __getattr__(self, name):
+        return getattr(self.model, name)
+
+
+def row(name, args):
+    make, batch, loss, inputs = ROWS[name]()
+    torch.manual_seed(0)
+    state = make().state_dict()
+    out = []
+
+    def fresh():
+        m = make()
+        m.load_state_dict(state)
+        return m, torch.optim.SGD(m.parameters(), lr=1e-3, momentum=0.9)
+
+    def step_fn(m):
+        return lambda *a: loss(m(*a[:inputs]), *a[inputs:])
+
+    for frac in args.fractions:
+        m, opt = fresh()
+        torch._dynamo.reset()
+        with torch._functorch.config.patch(activation_memory_budget=frac):
+            fn = torch.compile(step_fn(m))
+            t0 = time.perf_counter()
+            with torch.enable_grad():
+                fn(*batch)  # compiles the forward (and partitions)
+            ct = time.perf_counter() - t0
+            m.zero_grad(set_to_none=True)
+            peak, sec = run_steps(fn, m, opt, batch, args.steps)
+        out.append({"row": name, "config": "torch.compile %.2f" % frac, "measured": peak, "seconds": sec,
+                    "compile_seconds": ct})
+        print(_line(out[-1]), flush=True)
+    m, opt = fresh()
+    try:
+        rt.compile(m, batch, budget=1 << 10, optimizer=opt, loss=loss, inputs=inputs)
+        raise SystemExit("a 1 KiB budget fitted")
+    except rt.RematError as e:
+        floor = e.floor  # the planner's: a trial step may name a higher one (below)
+    m, opt = fresh()
+    top = rt.compile(m, batch, budget=None, optimizer=opt, loss=loss, inputs=inputs).plan.peak_bytes
+    top = rt.budget_for(top)
+    n = max(args.budgets, 2)
+    budgets = [("spread", floor + (top - floor) * i // (n - 1)) for i in range(n)]
+    budgets += [("at " + r["config"], r["measured"]) for r in out if r["measured"] >= floor]
+    for kind, budget in budgets:
+        m, opt = fresh()
+        torch._dynamo.reset()
+        t0 = time.perf_counter()
+        try:
+            step = rt.compile(m, batch, budget=budget, optimizer=opt, loss=loss, inputs=inputs)
+        except rt.RematError as e:
+            if "trial step" not in str(e):
+                raise
+            print("%-9s rt.compile %-20s %s" % (name, kind, e), flush=True)
+            m, opt = fresh()
+            budget = e.floor
+            step = rt.compile(m, batch, budget=budget, optimizer=opt, loss=loss, inputs=inputs)
+        ct = step.compile_seconds
+        peak, sec = run_steps(step, m, opt, batch, args.steps)
+        p = step.plan
+        out.append({"row": name, "config": "rt.compile " + kind, "budget": budget, "replans": len(step.rejected), "predicted": p.peak_bytes,
+                    "measured": peak, "seconds": sec, "compile_seconds": ct, "plan_seconds": p.seconds,
+                    "recomputed": len(p.recompute_ops), "extra_flops": p.extra_flops / p.flops if p.flops else 0.0})
+        print(_line(out[-1]), flush=True)
+    return out
+
+
+def _line(r):
+    s = "%-9s %-32s measured %7.1f MiB" % (r["row"], r["config"], r["measured"] / 2 ** 20)
+    if "budget" in r:
+        s += "  budget %7.1f MiB  predicted %7.1f MiB  measured/predicted %.3f  measured/budget %.3f" % (
+            r["budget"] / 2 ** 20, r["predicted"] / 2 ** 20, r["measured"] / r["predicted"],
+            r["measured"] / r["budget"])
+        s += "  recomputes %d ops (+%.1f%% FLOPs), planned in %.2f s, %d re-plans" % (
+            r["recomputed"], 100 * r["extra_flops"], r["plan_seconds"], r["replans"])
+    s += "  step %.3f s  compile %.1f s" % (r["seconds"], r["compile_seconds"])
+    return s
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rows", default="gpt2,resnet50")
+    ap.add_argument("--budgets", type=int, default=4)
+    ap.add_argument("--fractions", default="1.0,0.5,0.2,0.0")
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    args.fractions = [float(f) for f in args.fractions.split(",") if f]
+    torch.set_num_threads(args.threads)
+    out = []
+    for name in args.rows.split(","):
+        out += row(name, args)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,525 @@
+"""torch.compile with a budget in bytes: remat's planner chooses what
+AOTAutograd's partitioner saves for the backward.
+
+    step = rt.compile(model, (x, y), budget="300MiB", optimizer=opt, loss=F.cross_entropy)
+    print(step.plan)                  # predicted peak per category, before the first step
+    for x, y in batches:
+        loss = step(x, y)             # loss_fn(model(x), y), compiled by Inductor
+        loss.backward()
+        opt.step(); opt.zero_grad()
+
+Under torch.compile, AOTAutograd traces the forward and backward into one
+joint graph and its min-cut partitioner splits it into a forward graph,
+which saves some values, and a backward graph, which recomputes the rest
+from them. Here remat makes that choice: the joint graph becomes a remat
+graph file (joint_graph: bytes from each node's fake tensor, FLOPs from
+PyTorch's formulas, each backward read attributed to the forward op whose
+autograd sequence number it carries), remat plans it under the budget
+(recomputing each op at most once, as a backward graph does), and the
+forward saves what the plan keeps. Everything else is Inductor's own
+pipeline: the backward is reordered to recompute just before use,
+random ops are functionalized (a recomputed dropout draws the same mask),
+and BatchNorm's running statistics are written once, in the forward.
+docs/pytorch.md ("torch.compile with a budget") says what the prediction
+counts and how close it comes.
+"""
+
+import operator
+import time
+import types
+
+import torch
+from torch.fx.node import map_arg
+
+from .._lib import RematError, plan_graph
+from . import compat, memtrack
+from .capture import _family, _restore, _restore_point, device_of
+
+#: ops that alias their input by effect though their schemas do not say so
+_ALIASES = {"aten::_unsafe_view", "aten::alias", "aten::_reshape_alias", "aten::lift_fresh"}
+
+#: what a recomputation of an op that draws random numbers would cost: such
+#: an op is never recomputed (the partitioner saves its output), so the
+#: planner is told it is priceless
+_NEVER = 1e30
+
+
+def _is_view(target):
+    if not compat.is_overload(target):
+        return False
+    return bool(getattr(target, "is_view", False)) or compat.schema_name(target) in _ALIASES
+
+
+def _nbytes(t):
+    return t.numel() * t.element_size() if isinstance(t, torch.Tensor) else 0
+
+
+def _flops(node, outs):
+    packet = compat.overload_packet(node.target)
+    if packet in compat.FLOPS:
+        try:
+            args = map_arg(node.args, lambda n: n.meta.get("val"))
+            kwargs = map_arg(node.kwargs, lambda n: n.meta.get("val"))
+            f = float(compat.FLOPS[packet](*args, **kwargs, out_val=node.meta.get("val")))
+            if f > 0:
+                return f
+        except Exception:
+            pass
+    return float(sum(t.numel() for t in outs if isinstance(t, torch.Tensor)))
+
+
+class JointGraph:
+    """AOTAutograd's joint forward+backward graph as a remat graph file.
+
+    Values: the primal inputs (parameters: those with a gradient; buffers:
+    static inputs without one; the rest inputs) and each forward op's
+    outputs; a view (and getitem of a view op) is its base's value. Ops: the
+    forward's call_function nodes that make tensors, but views and the
+    in-place epilogue (BatchNorm's copy_ into its running statistics). What
+    each op's backward reads (saves): every forward value a backward node
+    reads, given to the forward op of the same autograd sequence number
+    that reads or makes it (the last such), else to its maker (which holds
+    it longer: a conservative guess). The loss: an op that reads the
+    forward's differentiable outputs and saves them, as the loss outside
+    the graph holds them until the backward, whose gradients (the graph's
+    tangents) its backward makes."""
+
+    def __init__(self, joint_graph, node_info):
+        self.graph = joint_graph
+        fw, static, primals = compat.joint_node_info(node_info)
+        self.fw = set(fw)
+        outs = compat.tree_flatten([n.args for n in joint_graph.nodes if n.op == "output"])[0]
+        nbw = len(primals)
+        if len(outs) < nbw:
+            raise RematError("the joint graph has %d outputs for %d primal inputs: it is not AOTAutograd's joint "
+                             "graph as rt.compile knows it" % (len(outs), nbw))
+        fwd_out, bwd_out = outs[:len(outs) - nbw], outs[len(outs) - nbw:]
+        self.values, self.ops = [], []
+        self.value_of = {}   # fx node -> value id (a view: its base's)
+        self.outputs_of = {}  # multi-output fx node -> [value id or None] per element
+        self.producer = {}   # value id -> op id
+        self.op_node = []    # op id -> fx node
+        self.random = set()  # op ids that draw random numbers
+        for i, p in enumerate(primals):
+            val = p.meta.get("val")
+            if not isinstance(val, torch.Tensor) or _nbytes(val) == 0:
+                continue
+            grad = bwd_out[i] is not None
+            kind = "parameter" if grad else ("buffer" if p in static else "input")
+            self._value(p, kind, _nbytes(val), name=p.name)
+        by_seq = {}
+        for n in joint_graph.nodes:
+            if n in self.fw and n.op == "call_function":
+                self._forward_node(n, by_seq)
+        self._loss([o for o in fwd_out if isinstance(o, torch.fx.Node)])
+        self._saves(by_seq)
+
+    def _value(self, node, kind, nbytes, name=None):
+        v = {"id": len(self.values), "kind": kind, "bytes": int(nbytes)}
+        if name:
+            v["name"] = name
+        self.values.append(v)
+        if node is not None:
+            self.value_of[node] = v["id"]
+        return v["id"]
+
+    def _forward_node(self, n, by_seq):
+        t = n.target
+        if t is operator.getitem:
+            parent = self.outputs_of.get(n.args[0])
+            if parent is not None and isinstance(n.args[1], int) and n.args[1] < len(parent):
+                if parent[n.args[1]] is not None:
+                    self.value_of[n] = parent[n.args[1]]
+            elif n.args[0] in self.value_of:  # an element of a view op's list (split): the base's
+                self.value_of[n] = self.value_of[n.args[0]]
+            return
+        if _is_view(t):
+            base = next((a for a in n.all_input_nodes if a in self.value_of), None)
+            if base is not None:
+                self.value_of[n] = self.value_of[base]
+            return
+        if compat.is_overload(t) and t._schema.is_mutable:
+            return  # the epilogue that writes a buffer in place (running statistics): not an activation
+        val = n.meta.get("val")
+        elems = list(val) if isinstance(val, (tuple, list)) else [val]
+        if not any(isinstance(e, torch.Tensor) for e in elems):
+            return
+        op_id = len(self.ops)
+        outs = []
+        for e in elems:
+            outs.append(self._value(None, "activation", _nbytes(e)) if isinstance(e, torch.Tensor) else None)
+        if isinstance(val, (tuple, list)):
+            self.outputs_of[n] = outs
+        else:
+            self.value_of[n] = outs[0]
+        made = [v for v in outs if v is not None]
+        if len(made) > 16:
+            raise RematError("node %s (%s) makes %d tensors; a remat op makes at most 16" % (n.name, t, len(made)))
+        ins = list(dict.fromkeys(self.value_of[a] for a in n.all_input_nodes if a in self.value_of))
+        if len(ins) > 32:
+            raise RematError("node %s (%s) reads %d tensors; a remat op reads at most 32" % (n.name, t, len(ins)))
+        for v in made:
+            self.producer[v] = op_id
+        name = compat.schema_name(t) if compat.is_overload(t) else str(t)
+        random = compat.is_overload(t) and compat.is_random(t)
+        fl = _flops(n, elems)
+        op = {"id": op_id, "name": name, "inputs": ins, "outputs": made, "saves": [], "forward": fl,
+              "backward": 2.0 * fl, "recompute": _NEVER if random else fl, "family": _family(name),
+              "random": random}
+        if random:
+            self.random.add(op_id)
+        self.ops.append(op)
+        self.op_node.append(n)
+        by_seq.setdefault(n.meta.get("seq_nr"), []).append(op_id)
+
+    def _loss(self, fwd_out):
+        ins = list(dict.fromkeys(self.value_of[o] for o in fwd_out if o in self.value_of and
+                                 self.values[self.value_of[o]]["kind"] == "activation" and
+                                 isinstance(o.meta.get("val"), torch.Tensor) and
+                                 o.meta["val"].dtype.is_floating_point))
+        if not ins:
+            raise RematError("the compiled graph has no differentiable output made by an op: nothing to plan")
+        if len(ins) > 32:
+            raise RematError("the compiled graph has %d differentiable outputs; remat plans at most 32 (return "
+                             "the loss from the compiled function: rt.compile(..., loss=...))" % len(ins))
+        out = self._value(None, "activation", 4)
+        self.loss = out
+        self.producer[out] = len(self.ops)
+        self.ops.append({"id": len(self.ops), "name": "loss (the graph's outputs until the backward)",
+                         "inputs": ins, "outputs": [out], "saves": list(ins), "forward": 0.0, "family": "loss"})
+        self.op_node.append(None)
+
+    def _saves(self, by_seq):
+        """Each forward value a backward node reads, as a save of one op."""
+        touches = {}  # value id -> op ids that read or make it, ascending
+        for op in self.ops:
+            for v in op["inputs"] + op["outputs"]:
+                touches.setdefault(v, []).append(op["id"])
+        for b in self.graph.nodes:
+            if b in self.fw or b.op != "call_function":
+                continue
+            group = by_seq.get(b.meta.get("seq_nr"), [])
+            for a in b.all_input_nodes:
+                v = self.value_of.get(a)
+                if v is None:
+                    v = self._element(b)
+                if v is None or self.values[v]["kind"] in ("parameter", "buffer"):
+                    continue
+                cand = [o for o in group if o in touches.get(v, ())]
+                if cand:
+                    o = cand[-1]
+                elif v in self.producer:
+                    o = self.producer[v]
+                elif touches.get(v):
+                    o = touches[v][0]
+                else:
+                    continue  # an input only the backward reads: held by the caller
+                if v not in self.ops[o]["saves"]:
+                    self.ops[o]["saves"].append(v)
+        for op in self.ops:
+            if len(op["saves"]) > 48:
+                raise RematError("op %d (%s): its backward reads %d values; remat takes at most 48"
+                                 % (op["id"], op["name"], len(op["saves"])))
+
+    def _element(self, n):
+        """The value of getitem node n of an op of several outputs (an
+        output that only the backward takes: attention's logsumexp), or None."""
+        if n.op != "call_function" or n.target is not operator.getitem or n.args[0] not in self.outputs_of:
+            return None
+        outs, i = self.outputs_of[n.args[0]], n.args[1]
+        return outs[i] if isinstance(i, int) and i < len(outs) else None
+
+    def file(self):
+        return {"format": "remat-graph", "version": 1, "cost_unit": "flops", "source": "torch.compile joint graph",
+                "values": self.values, "ops": self.ops, "loss": self.loss}
+
+    def saved_nodes(self, recomputed):
+        """The forward nodes to save when the ops in recomputed are run again
+        in the backward: walking back from what the backward reads, through
+        recomputed nodes, to the first kept ones (and the inputs)."""
+        stack = []
+        for b in self.graph.nodes:
+            if b in self.fw or b.op == "placeholder":
+                continue
+            if self._element(b) is not None:  # the backward takes an output of a forward op itself
+                stack.append(b)
+            else:
+                stack.extend(a for a in b.all_input_nodes if a in self.fw)
+        seen, saved = set(), []
+        while stack:
+            n = stack.pop()
+            if n in seen:
+                continue
+            seen.add(n)
+            v = self.value_of.get(n)
+            if v is None:
+                v = self._element(n)
+            if v is None and n in self.outputs_of:  # an op of several outputs: its first made one's
+                v = next((u for u in self.outputs_of[n] if u is not None), None)
+            op = self.producer.get(v) if v is not None else None
+            if n.op != "placeholder" and op is not None and op in recomputed and op not in self.random:
+                stack.extend(a for a in n.all_input_nodes if a in self.fw)
+            else:
+                saved.append(n)
+        order = {n: i for i, n in enumerate(self.graph.nodes)}
+        return sorted(saved, key=order.__getitem__)
+
+
+class GraphPlan:
+    """remat's plan for one compiled graph: the prediction, and what the
+    forward saves and the backward recomputes."""
+
+    def __init__(self, joint, result, budget, seconds):
+        self.result = result
+        self.budget = budget
+        self.feasible = bool(result.get("feasible"))
+        self.floor = int(result["floor"]) if not self.feasible and result.get("floor") else None
+        self.predicted = {k: int(v) for k, v in result.get("predicted", {}).items()}
+        self.peak_bytes = int(result.get("peak_bytes", 0))
+        self.recompute_ops = [int(i) for i in result.get("recompute", [])]
+        self.recomputed = [joint.ops[i]["name"] for i in self.recompute_ops]
+        self.ops = len(joint.ops) - 1
+        self.flops, self.extra_flops = float(result.get("flops", 0)), float(result.get("extra_flops", 0))
+        self.seconds = seconds  # translating and planning, inside the compile
+        self.saved = []  # the names of the forward nodes saved for the backward
+        self.saved_bytes = 0
+        #: what the trial step at rt.compile held (bytes, counted as rt.measure counts), or None
+        self.measured = None
+
+    def __repr__(self):
+        if not self.feasible:
+            return "<remat compiled plan: nothing fits %d bytes; the smallest feasible budget is %d bytes>" % (
+                self.budget, self.floor or 0)
+        lines = ["remat compiled plan: %s (%s), predicted peak %d bytes (%.1f MiB) for a budget of %s" % (
+            self.result.get("strategy"), self.result.get("candidate") or self.result.get("planner"),
+            self.peak_bytes, self.peak_bytes / 2 ** 20, "%d bytes" % self.budget if self.budget else "none")]
+        for c in ("parameters", "gradients", "optimizer state", "activations", "transient", "workspace"):
+            if self.predicted.get(c):
+                lines.append("  %-16s %14d" % (c, self.predicted[c]))
+        extra = 100.0 * self.extra_flops / self.flops if self.flops else 0.0
+        lines.append("  the forward saves %d tensors (%d bytes); the backward recomputes %d of %d ops: +%.2f%% FLOPs"
+                     % (len(self.saved), self.saved_bytes, len(self.recompute_ops), self.ops, extra))
+        lines.append("  planned in %.3f s; %s" % (self.seconds, "not measured (no counter: python -m remat.torch run)"
+                     if self.measured is None else "a trial step held %d bytes (%.3f of the prediction)" % (
+                         self.measured, self.measured / self.peak_bytes)))
+        return "\n".join(lines)
+
+
+class Compiled:
+    """A model (with its loss, when compile() was given one) compiled by
+    Inductor, each of its graphs partitioned by remat's plan. Call it as
+    the model (or as loss(model(*inputs), *targets)); .plan is the latest
+    graph's plan, .plans every one made (a new input shape compiles and
+    plans again)."""
+
+    def __init__(self, model, budget, optimizer, loss, inputs, strategy, options, fullgraph, dynamic):
+        from . import _inner, _optimizer_request, parse_bytes, MARGIN
+        if compat.compile_support() is not None:
+            raise RematError(compat.compile_support())
+        self.model, self.loss, self.inputs = model, loss, inputs
+        self.budget = parse_bytes(budget)
+        self.optimizer = optimizer
+        self._request = {"budget": _inner(self.budget, MARGIN) if self.budget else 0, "strategy": strategy,
+                         "optimizer": _optimizer_request(optimizer), "recompute_once": True}
+        self._generation = 0  # read by the compiled step: a new value makes Dynamo compile (and plan) again
+        self.options = options or {}
+        self.plans = []
+        self.rejected = []  # plans whose trial step held more than the budget (warm_up)
+        #: seconds in the backend: AOTAutograd, the partition (the plan's
+        #: share in each plan's .seconds) and Inductor's forward, every compile
+        self.compile_seconds = 0.0
+        self.warm_up_seconds = 0.0  # rt.compile's warm-up: compiles and trial steps
+        self._graphs = 0
+        self._error = None
+        # a code object of its own: Dynamo keeps compiled graphs (and counts
+        # recompilations) per code object, and guards on a model's class and
+        # shapes rather than its identity, so another Compiled of the same
+        # model class would otherwise reuse this one's graphs and plans
+        Compiled._count += 1
+        code = Compiled._step.__code__.replace(co_name="remat_step_%d" % Compiled._count)
+        step = types.FunctionType(code, Compiled._step.__globals__, code.co_name)
+        self._fn = torch.compile(types.MethodType(step, self), backend=self._backend, fullgraph=fullgraph,
+                                 dynamic=dynamic)
+
+    def _step(self, *args):
+        if self._generation < 0:  # never: Dynamo guards on the value, so a new one compiles again
+            raise RuntimeError("unreachable")
+        if self.loss is None:
+            return self.model(*args)
+        return self.loss(self.model(*args[:self.inputs]), *args[self.inputs:])
+
+    def _backend(self, gm, example_inputs):
+        self._graphs += 1
+        t0 = time.perf_counter()
+        try:
+            with compat.saved_values_chooser(self._choose):
+                return compat.inductor(gm, example_inputs, self.options)
+        finally:
+            self.compile_seconds += time.perf_counter() - t0
+
+    def _choose(self, joint_graph, node_info):
+        from . import budget_for, MARGIN
+        t0 = time.perf_counter()
+        joint = JointGraph(joint_graph, node_info)
+        result = plan_graph(joint.file(), self._request)
+        if not result.get("feasible") and result.get("floor"):
+            result["floor"] = budget_for(int(result["floor"]), MARGIN)
+        p = GraphPlan(joint, result, self.budget, 0.0)
+        if not p.feasible:
+            self._error = RematError("no plan fits %d bytes for this compiled graph: %s" % (
+                self.budget, "the smallest feasible budget is %d bytes" % p.floor if p.floor else
+                result.get("error", "")))
+            self._error.floor = p.floor
+            raise self._error
+        saved = joint.saved_nodes(set(p.recompute_ops))
+        p.saved = [n.name for n in saved]
+        seen = set()
+        for n in saved:
+            v = joint.value_of.get(n)
+            if v is not None and v not in seen and joint.values[v]["kind"] == "activation":
+                seen.add(v)
+                p.saved_bytes += joint.values[v]["bytes"]
+        p.seconds = time.perf_counter() - t0
+        self.plans.append(p)
+        return saved
+
+    @property
+    def plan(self):
+        return self.plans[-1] if self.plans else None
+
+    def __call__(self, *args):
+        try:
+            return self._fn(*args)
+        except compat.backend_failure() as e:
+            if self._error is not None:
+                err, self._error = self._error, None
+                raise err from None
+            raise
+
+    _count = 0  # instances made, naming each one's step
+
+    #: how many times warm_up plans again for a smaller budget when the
+    #: trial step measures more than the budget
+    ATTEMPTS = 3
+
+    def warm_up(self, example):
+        """Compiles (and plans) for example's shapes now, with the model's
+        buffers, gradients and random state restored afterwards. Where a
+        counter can measure the step (the heap counter preloaded, or a CUDA
+        device), two trial steps run (the first compiles the backward) and
+        the second is measured, as rt.measure counts it; a step that holds
+        more than the budget is planned again for the budget less the
+        excess (Inductor's fusion and buffer reuse are not in the plan's
+        model), up to ATTEMPTS plans. Without a counter one forward runs,
+        and the plan is not checked (plan.measured is None)."""
+        device = device_of(self.model, [a for a in example if isinstance(a, torch.Tensor)])
+        c = memtrack.counter(device)
+        t0 = time.perf_counter()
+        for attempt in range(self.ATTEMPTS):
+            try:
+                measured = self._trial(example, device, c)
+            except RematError as e:
+                if not attempt or getattr(e, "floor", None) is None:
+                    raise
+                from . import budget_for, MARGIN
+                last = self.rejected[-1]
+                err = RematError("the compiled step held %d bytes in a trial step, over the budget of %d bytes "
+                                 "(remat's model of Inductor's step predicted %d), and no smaller plan fits: the "
+                                 "smallest feasible budget is %d bytes (what that trial held)" % (
+                                     last.measured, self.budget, last.peak_bytes, budget_for(last.measured, MARGIN)))
+                err.floor = budget_for(last.measured, MARGIN)
+                raise err from None
+            p = self.plan
+            p.measured = measured
+            if measured is None or not self.budget or measured <= self.budget:
+                break
+            if attempt + 1 == self.ATTEMPTS:
+                raise RematError("the compiled step holds %d bytes, over the budget of %d bytes, with each of %d "
+                                 "plans (the last predicted %d bytes): Inductor's step holds more than remat's "
+                                 "model of it; give a larger budget" % (measured, self.budget, self.ATTEMPTS,
+                                                                          p.peak_bytes))
+            self.rejected.append(self.plans.pop())
+            self._request["budget"] = max(1, self._request["budget"] - (measured - self.budget))
+            self._generation += 1
+        self.warm_up_seconds = time.perf_counter() - t0
+
+    def _trial(self, example, device, c):
+        """Compiles and plans for example (one forward; with counter c two
+        forward and backward steps, the second measured): the measured
+        bytes or None."""
+        point = _restore_point(self.model, device)
+        graphs, plans = self._graphs, len(self.plans)
+        before = sum(compat.graph_break_reasons().values())
+        sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+        measured = None
+        try:
+            with torch.enable_grad():
+                for i in range(2 if c is not None else 1):
+                    for p in self.model.parameters():
+                        p.grad = None
+                    sync()
+                    live = c.live() if c is not None else 0
+                    if c is not None:
+                        c.reset_peak()
+                    out = self(*example)
+                    if c is None:
+                        break
+                    out.backward() if out.dim() == 0 else out.sum().backward()
+                    del out
+                    sync()
+                    measured = c.peak() - live
+        finally:
+            _restore(self.model, point)
+        breaks = compat.graph_break_reasons()
+        if self._graphs - graphs > 1 or sum(breaks.values()) > before:
+            raise RematError("the step compiled into %d graphs (graph breaks: %s): remat plans a whole step as one "
+                             "graph; remove the break (fullgraph=True names it)" % (
+                                 self._graphs - graphs, "; ".join(sorted(breaks)) or "unknown"))
+        if len(self.plans) == plans:
+            raise RematError("the step was not compiled again for a new plan (a Dynamo cache hit)")
+        if measured is None:
+            return None
+        p = self.plans[-1]
+        # what the step holds beside what it allocates: the parameters and
+        # the optimizer's state as the plan counts them (the state may not
+        # exist before the first optimizer step), and the batch
+        return (measured + p.predicted.get("parameters", 0) + p.predicted.get("optimizer state", 0)
+                + sum(a.untyped_storage().nbytes() for a in example if isinstance(a, torch.Tensor)))
+
+    def __getattr__(self, name):  # the model's parameters(), buffers(), train(), state_dict()...
+        if name == "model":
+            raise AttributeError(name)
+        return getattr(self.model, name)
+
+    def __repr__(self):
+        lines = ["remat compiled step: %d plan%s for a budget of %s" % (
+            len(self.plans), "" if len(self.plans) == 1 else "s",
+            "%d bytes" % self.budget if self.budget else "none")]
+        for p in self.plans:
+            lines.append("  " + repr(p).replace("\n", "\n  "))
+        return "\n".join(lines)
+
+
+def compile(model, example, budget=None, optimizer=None, loss=None, inputs=1, strategy="auto", mode=None,
+            options=None, fullgraph=True, dynamic=False):
+    """torch.compile(model) with a budget in bytes: Inductor compiles the
+    step, and what its forward saves for the backward is remat's plan
+    within budget (bytes or "6GiB"; None: no limit, which saves what the
+    backward reads). example: the arguments of one call, with which the
+    step is compiled and planned now (one forward runs; the model's
+    buffers, gradients and random state are restored), so that .plan
+    holds the prediction before the first step. optimizer: whose state the
+    plan counts, as for plan(). loss: when given, the compiled call is
+    loss(model(*args[:inputs]), *args[inputs:]) and returns the loss,
+    which keeps the loss's memory in the plan; else it is model(*args),
+    and the plan counts its outputs as held until the backward. mode and
+    options: Inductor's, as torch.compile takes them; fullgraph: a graph
+    break is an error (remat plans a whole step as one graph); dynamic:
+    False compiles and plans each new input shape on its own. A budget
+    nothing fits raises RematError naming the floor (the error's .floor).
+    Needs PyTorch 2.5 or newer."""
+    opts = dict(compat.inductor_mode_options(mode)) if mode else {}
+    opts.update(options or {})
+    c = Compiled(model, budget, optimizer, loss, inputs, strategy, opts, fullgraph, dynamic)
+    c.warm_up(tuple(example) if isinstance(example, (tuple, list)) else (example,))
+    return c
