@@ -267,5 +267,10 @@ int cmd_calibrate(int argc, char **argv);
 /* The cost model to use: the file given, else the cached calibration if
  * there is one; NULL (FLOPs alone) otherwise. *used names the file. */
 const remat_cost_model *cli_cost_model(remat_cost_model *m, const char *path, const char **used);
+/* The cached calibration's path (cost_model.c): $REMAT_COST_MODEL, else
+ * $XDG_CACHE_HOME/remat/cost-model.json, else ~/.cache/remat/cost-model.json,
+ * in buf (or the environment's string); NULL with no home. mkdirs creates
+ * the folder. */
+const char *cli_cost_model_path(char *buf, size_t cap, int mkdirs);
 
 #endif
