@@ -14,7 +14,7 @@ int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * rate, momentum and decay flags); *has is 0 for none. A usage error's
  * exit status for an unknown name (session_args.c), else 0. */
 int cli_optim_named(const char *cmd, const char *name, remat_optim_opts *oo, int *has);
-/* remat plan --graph (plan_graph.c). */
+/* remat plan --graph (cmd_plan_graph.c). */
 int cli_plan_graph(const char *path, const char *strategy, size_t budget, const char *optim, int json);
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
@@ -244,7 +244,7 @@ void cli_json_print(struct cJSON *o);
 /* Seconds on a monotonic clock. */
 double cli_now(void);
 
-/* `remat plan --host-budget` (plan_offload.c): the chain with and
+/* `remat plan --host-budget` (cmd_plan_offload.c): the chain with and
  * without offload at mo's batch, then the step's plan with it. 0, or the
  * exit status (reported). */
 int cli_plan_offload(const remat_model_opts *mo, const remat_session_opts *so, const remat_offload_opts *oo,
@@ -267,5 +267,10 @@ int cmd_calibrate(int argc, char **argv);
 /* The cost model to use: the file given, else the cached calibration if
  * there is one; NULL (FLOPs alone) otherwise. *used names the file. */
 const remat_cost_model *cli_cost_model(remat_cost_model *m, const char *path, const char **used);
+/* The cached calibration's path (cost_model.c): $REMAT_COST_MODEL, else
+ * $XDG_CACHE_HOME/remat/cost-model.json, else ~/.cache/remat/cost-model.json,
+ * in buf (or the environment's string); NULL with no home. mkdirs creates
+ * the folder. */
+const char *cli_cost_model_path(char *buf, size_t cap, int mkdirs);
 
 #endif

@@ -9,45 +9,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-/* $REMAT_COST_MODEL, else $XDG_CACHE_HOME/remat/cost-model.json, else
- * ~/.cache/remat/cost-model.json. mkdir creates the folder. */
-static const char *default_path(char *buf, size_t cap, int mkdirs) {
-    const char *env = getenv("REMAT_COST_MODEL");
-    if (env && *env) return env;
-    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-    char dir[1024];
-    if (xdg && *xdg) snprintf(dir, sizeof dir, "%s/remat", xdg);
-    else if (home && *home) snprintf(dir, sizeof dir, "%s/.cache/remat", home);
-    else return NULL;
-    if (mkdirs) {
-        char parent[1024];
-        snprintf(parent, sizeof parent, "%s", dir);
-        char *slash = strrchr(parent, '/');
-        if (slash) *slash = 0, mkdir(parent, 0755);
-        mkdir(dir, 0755);
-    }
-    snprintf(buf, cap, "%s/cost-model.json", dir);
-    return buf;
-}
-
-const remat_cost_model *cli_cost_model(remat_cost_model *m, const char *path, const char **used) {
-    static char buf[1100]; /* *used may point here after the call */
-    const char *ignored;
-    if (!used) used = &ignored;
-    *used = NULL;
-    if (!path) {
-        path = default_path(buf, sizeof buf, 0);
-        struct stat st;
-        if (!path || stat(path, &st) != 0) return NULL; /* FLOPs alone */
-    }
-    if (remat_cost_model_load(m, path) != REMAT_OK) {
-        fprintf(stderr, "remat: %s; costing in FLOPs\n", remat_last_error());
-        return NULL;
-    }
-    *used = path;
-    return m;
-}
-
 /* The bench table's rows (remat bench, bench/torch/compare.py). */
 static const struct {
     const char *model;
@@ -178,7 +139,7 @@ int cmd_calibrate(int argc, char **argv) {
         if (u) return u;
     }
     char buf[1100];
-    if (!out) out = default_path(buf, sizeof buf, 1);
+    if (!out) out = cli_cost_model_path(buf, sizeof buf, 1);
     if (!out) return cli_fail("no HOME or XDG_CACHE_HOME: give --out FILE");
     fprintf(stderr, "calibrating the op families (a few seconds)...\n");
     remat_cost_model *m = calloc(2, sizeof *m), *old = m + 1;

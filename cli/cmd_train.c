@@ -15,7 +15,7 @@
  * the setup (options, model, data), when the session is made and after
  * the files are written, so that a rank failing there stops them all,
  * named. */
-#include "cli.h"
+#include "train.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -92,161 +92,6 @@ static void help(void) {
     cli_dist_help("train");
     printf("\n");
     cli_model_help();
-}
-
-typedef struct {
-    int quiet;       /* not rank 0: nothing to print */
-    int json, tty;
-    int64_t epochs_total;
-    /* streams */
-    int64_t log_every, tokens_per_row; /* tokens_per_row: a language model's context, or 0 */
-    double window_loss, window_seconds, epoch_loss;
-    int64_t window_n, epoch_n, epoch; /* epoch_n: steps of `epoch` this run made (a resume starts mid-epoch) */
-    int started;
-    /* training states: the last one saved (for the closing line) */
-    char last_state[4096];
-    int64_t last_state_step;
-} progress;
-
-static void print_json_step(const remat_event *ev, const progress *p) {
-    cJSON *o = cJSON_CreateObject();
-    char buf[64];
-    cJSON_AddStringToObject(o, "event", "step");
-    cJSON_AddNumberToObject(o, "epoch", (double)ev->epoch + 1);
-    cJSON_AddNumberToObject(o, "step", (double)ev->step);
-    snprintf(buf, sizeof buf, "%.9g", ev->loss);
-    cJSON_AddRawToObject(o, "loss", buf);
-    snprintf(buf, sizeof buf, "%.6f", ev->step_seconds);
-    cJSON_AddRawToObject(o, "step_seconds", buf);
-    snprintf(buf, sizeof buf, "%.1f", ev->images_per_s);
-    cJSON_AddRawToObject(o, "images_per_s", buf);
-    if (p->tokens_per_row) {
-        snprintf(buf, sizeof buf, "%.1f", ev->images_per_s * (double)p->tokens_per_row);
-        cJSON_AddRawToObject(o, "tokens_per_s", buf);
-    }
-    cJSON_AddNumberToObject(o, "peak_bytes", (double)ev->peak_bytes);
-    cli_json_print(o);
-}
-
-static void print_json_eval(const remat_event *ev) {
-    cJSON *o = cJSON_CreateObject();
-    char buf[64];
-    cJSON_AddStringToObject(o, "event", "eval");
-    cJSON_AddNumberToObject(o, "epoch", (double)ev->epoch + 1);
-    cJSON_AddNumberToObject(o, "step", (double)ev->step);
-    snprintf(buf, sizeof buf, "%.9g", ev->loss);
-    cJSON_AddRawToObject(o, "test_loss", buf);
-    snprintf(buf, sizeof buf, "%.6f", ev->accuracy);
-    cJSON_AddRawToObject(o, "test_accuracy", buf);
-    snprintf(buf, sizeof buf, "%.3f", ev->seconds);
-    cJSON_AddRawToObject(o, "epoch_seconds", buf);
-    cli_json_print(o);
-}
-
-/* Training states: saves (a JSON line, or remembered for the closing line),
- * the resume, and notes (a damaged state skipped). 1 if ev was one. */
-static int on_state_event(const remat_event *ev, progress *p) {
-    if (ev->kind == REMAT_EVENT_SAVE) {
-        snprintf(p->last_state, sizeof p->last_state, "%s", ev->path ? ev->path : "");
-        p->last_state_step = ev->step;
-        if (p->json) {
-            cJSON *o = cJSON_CreateObject();
-            cJSON_AddStringToObject(o, "event", "state");
-            cJSON_AddNumberToObject(o, "step", (double)ev->step);
-            cJSON_AddStringToObject(o, "path", ev->path ? ev->path : "");
-            cli_json_print(o);
-            fflush(stdout);
-        }
-        return 1;
-    }
-    if (ev->kind == REMAT_EVENT_RESUME) {
-        if (p->json) {
-            cJSON *o = cJSON_CreateObject();
-            cJSON_AddStringToObject(o, "event", "resume");
-            cJSON_AddNumberToObject(o, "step", (double)ev->step);
-            if (ev->path) cJSON_AddStringToObject(o, "path", ev->path);
-            else cJSON_AddNullToObject(o, "path");
-            cli_json_print(o);
-        } else if (ev->path) {
-            printf("resumed from %s: step %lld (epoch %lld, %lld batches into it)\n", ev->path, (long long)ev->step,
-                   (long long)ev->epoch + 1, (long long)ev->step_in_epoch);
-        } else {
-            printf("%s\n", ev->message ? ev->message : "no state to resume from: starting at step 0");
-        }
-        fflush(stdout);
-        return 1;
-    }
-    if (ev->kind == REMAT_EVENT_NOTE) {
-        fprintf(stderr, "remat: %s\n", ev->message ? ev->message : "");
-        fflush(stderr);
-        return 1;
-    }
-    return 0;
-}
-
-/* Data sets: a bar per epoch, then the evaluation. */
-static void on_event(const remat_event *ev, void *user) {
-    progress *p = user;
-    if (p->quiet || on_state_event(ev, p)) return;
-    if (p->json) {
-        if (ev->kind == REMAT_EVENT_STEP) print_json_step(ev, p);
-        else print_json_eval(ev);
-        fflush(stdout);
-        return;
-    }
-    char mem[32];
-    if (ev->kind == REMAT_EVENT_STEP) {
-        int64_t n = ev->steps_in_epoch, i = ev->step_in_epoch;
-        /* A bar redrawn in place on a terminal; elsewhere ten lines an epoch. */
-        if (!p->tty && i != n && (i * 10 / n) == ((i - 1) * 10 / n)) return;
-        int width = 24, fill = (int)(width * i / (n ? n : 1));
-        char bar[32];
-        for (int k = 0; k < width; k++) bar[k] = k < fill ? '#' : '.';
-        bar[width] = 0;
-        fprintf(stderr, "%sepoch %lld/%lld [%s] %lld/%lld loss %.4f %.0f img/s peak %s%s",
-                p->tty ? "\r" : "", (long long)ev->epoch + 1, (long long)p->epochs_total, bar,
-                (long long)i, (long long)n, ev->loss, ev->images_per_s,
-                cli_fmt_bytes(ev->peak_bytes, mem, sizeof mem), p->tty ? "\033[K" : "\n");
-        if (p->tty && i == n) fprintf(stderr, "\n");
-        fflush(stderr);
-    } else {
-        printf("epoch %lld: test loss %.4f, test accuracy %.2f%% (training %.1f s)\n",
-               (long long)ev->epoch + 1, ev->loss, 100.0 * ev->accuracy, ev->seconds);
-        fflush(stdout);
-    }
-}
-
-/* Streams: a line every log_every steps and one per epoch. */
-static void on_stream_event(const remat_event *ev, void *user) {
-    progress *p = user;
-    if (p->quiet || on_state_event(ev, p)) return;
-    if (p->json) {
-        print_json_step(ev, p);
-        fflush(stdout);
-        return;
-    }
-    if (!p->started || ev->epoch != p->epoch) p->epoch_loss = 0, p->epoch_n = 0, p->epoch = ev->epoch;
-    p->window_loss += ev->loss, p->window_seconds += ev->step_seconds, p->window_n++;
-    p->epoch_loss += ev->loss, p->epoch_n++;
-    int first = !p->started;
-    p->started = 1;
-    int last = ev->step_in_epoch == ev->steps_in_epoch;
-    if (ev->step_in_epoch % p->log_every == 0 || last || first) {
-        char mem[32], rate[64];
-        if (p->tokens_per_row)
-            snprintf(rate, sizeof rate, "%.0f tokens/s", ev->images_per_s * (double)p->tokens_per_row);
-        else
-            snprintf(rate, sizeof rate, "%.1f samples/s", ev->images_per_s);
-        printf("epoch %lld/%lld step %lld/%lld: loss %.4f (mean of %lld: %.4f), %.3f s/step, %s, peak %s\n",
-               (long long)ev->epoch + 1, (long long)p->epochs_total, (long long)ev->step_in_epoch,
-               (long long)ev->steps_in_epoch, ev->loss, (long long)p->window_n, p->window_loss / (double)p->window_n,
-               p->window_seconds / (double)p->window_n, rate, cli_fmt_bytes(ev->peak_bytes, mem, sizeof mem));
-        p->window_loss = p->window_seconds = 0, p->window_n = 0;
-    }
-    if (last)
-        printf("epoch %lld: mean training loss %.4f over %lld steps (%.1f s)\n", (long long)ev->epoch + 1,
-               p->epoch_loss / (double)p->epoch_n, (long long)p->epoch_n, ev->seconds);
-    fflush(stdout);
 }
 
 /* The options that define the math, by flag ("--batch", "8"): the
@@ -695,16 +540,16 @@ static const char *state_dir_of(const job *j, char *buf, size_t cap) {
 
 /* The training loop the data calls for: a token file, synthetic batches
  * (*synth_failed when they cannot be made) or a data set. */
-static remat_status train_on(job *j, remat_session *s, remat_train_opts *to, progress *p, int *synth_failed) {
+static remat_status train_on(job *j, remat_session *s, remat_train_opts *to, cli_progress *p, int *synth_failed) {
     const remat_model *m = &j->m;
     if (!j->stream) {
-        to->on_event = on_event;
+        to->on_event = cli_train_on_event;
         int64_t per_epoch = remat_dataset_size(j->train) / j->batch;
         p->epochs_total = j->steps ? (per_epoch ? (j->steps + per_epoch - 1) / per_epoch : 1) : j->epochs;
         return remat_train(s, m, j->train, j->test, to);
     }
     p->epochs_total = j->epochs;
-    to->on_event = on_stream_event;
+    to->on_event = cli_train_on_stream_event;
     if (j->tokens) return remat_train_tokens(s, m, j->tok, to);
     cli_synth syn;
     if (cli_synth_init(&syn, j->g, m, &j->mo, j->so.seed)) {
@@ -718,7 +563,7 @@ static remat_status train_on(job *j, remat_session *s, remat_train_opts *to, pro
  * library agreed on it, and stop_signal now holds the signal on every
  * rank); rank 0 says what was kept. --save is not written: its weights
  * would pass for the finished run's. The exit status: 128 + the signal. */
-static int stopped(const job *j, const cli_dist *d, const progress *p, const char *state_dir) {
+static int stopped(const job *j, const cli_dist *d, const cli_progress *p, const char *state_dir) {
     if (d->rank == 0) {
         if (p->tty && !p->json) fprintf(stderr, "\n");
         fprintf(stderr, "remat: %s: %s%s%s%s\n", signal_name(stop_signal), remat_last_error(),
@@ -744,7 +589,7 @@ static int run(job *j, cli_dist *d) {
     rc = 1;
     so->threads = so->threads ? so->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (!j->json && d->rank == 0) print_header(j, d, s);
-    progress p = {.quiet = d->rank != 0, .json = j->json, .tty = isatty(2), .log_every = j->log_every,
+    cli_progress p = {.quiet = d->rank != 0, .json = j->json, .tty = isatty(2), .log_every = j->log_every,
                   .tokens_per_row = j->lm ? j->xd[1] : 0};
     remat_train_opts to = {.epochs = j->epochs, .steps = j->steps, .batch = j->batch, .seed = so->seed, .user = &p,
                            .stop = &stop_signal};

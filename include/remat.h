@@ -28,7 +28,36 @@
 extern "C" {
 #endif
 
+/* ------------------------------------------------------------------ ABI
+ *
+ * Version: REMAT_VERSION is the release as a string; REMAT_VERSION_MAJOR,
+ * _MINOR and _PATCH are its parts, for #if. The shared library's soname
+ * follows the major number (libremat.so.0 while it is 0).
+ *
+ * What is stable within one major version: the names, parameters and
+ * return types of the functions marked REMAT_API below, the values of the
+ * enums (statuses, memory tags, dtypes, strategies, ...), the macros, and
+ * the layout of the structs this header defines. Opaque handles
+ * (remat_graph, remat_session, ...) have no layout to rely on. A minor
+ * version may add functions, enum values at the end and struct fields
+ * only where the struct says so (an _opts struct filled by its _default
+ * function); it removes nothing.
+ *
+ * REMAT_API marks the public functions: libremat is built with hidden
+ * visibility, so these and nothing else are exported by libremat.so
+ * (tests/exports.cmake checks it). Internal names (remat__*, src/) are
+ * not part of the ABI and are not reachable through the shared library.
+ */
 #define REMAT_VERSION "0.1.0"
+#define REMAT_VERSION_MAJOR 0
+#define REMAT_VERSION_MINOR 1
+#define REMAT_VERSION_PATCH 0
+
+#if defined(__GNUC__) || defined(__clang__)
+#define REMAT_API __attribute__((visibility("default")))
+#else
+#define REMAT_API
+#endif
 
 /* ---------------------------------------------------------------- status */
 
@@ -53,16 +82,16 @@ typedef enum {
 } remat_status;
 
 /* A static string describing the status code ("shape mismatch"). */
-const char *remat_status_str(remat_status s);
+REMAT_API const char *remat_status_str(remat_status s);
 
 /* The message left by the most recent failing call on this thread, such as
  * "conv2d 'features.0': input has 1 channels, weight expects 3". The string
  * is owned by the library and valid until the next failing call. */
-const char *remat_last_error(void);
+REMAT_API const char *remat_last_error(void);
 /* Sets this thread's last error to the formatted message and returns s:
  * for code built on libremat (a remat_batch_fn, a model builder) that
  * reports its failures the way the library does. */
-remat_status remat_error(remat_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+REMAT_API remat_status remat_error(remat_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* ---------------------------------------------------------------- memory */
 
@@ -88,7 +117,7 @@ typedef enum {
 } remat_mem;
 
 /* A static string naming a memory category ("activations", "total"). */
-const char *remat_mem_str(remat_mem m);
+REMAT_API const char *remat_mem_str(remat_mem m);
 
 /* Live and peak bytes per category; entry REMAT_MEM_TOTAL is the total of
  * the device's categories (those before it). The peak of the total is the
@@ -122,67 +151,67 @@ typedef enum {
 } remat_init;
 
 /* Creates an empty graph; the caller owns it (remat_graph_destroy). */
-remat_status remat_graph_create(remat_graph **out);
-void remat_graph_destroy(remat_graph *g);
+REMAT_API remat_status remat_graph_create(remat_graph **out);
+REMAT_API void remat_graph_destroy(remat_graph *g);
 
 /* The first error met while building, REMAT_OK if none; its message is
  * remat_graph_error(g) (owned by the graph). */
-remat_status remat_graph_status(const remat_graph *g);
-const char *remat_graph_error(const remat_graph *g);
+REMAT_API remat_status remat_graph_status(const remat_graph *g);
+REMAT_API const char *remat_graph_error(const remat_graph *g);
 /* Records a builder error of the caller's own (a model builder's checks)
  * as the graph's first error, unless it has one already, and as this
  * thread's last error; returns the graph's status. */
-remat_status remat_graph_fail(remat_graph *g, remat_status s, const char *fmt, ...)
+REMAT_API remat_status remat_graph_fail(remat_graph *g, remat_status s, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* The first node named `name` (parameters, buffers, inputs and named op
  * nodes), or REMAT_NONE. */
-remat_node remat_graph_find(const remat_graph *g, const char *name);
+REMAT_API remat_node remat_graph_find(const remat_graph *g, const char *name);
 /* Names an op node (copied), for remat info, plans and error messages; op
  * names need not be unique. Leaves are named when created. */
-remat_status remat_node_set_name(remat_graph *g, remat_node n, const char *name);
+REMAT_API remat_status remat_node_set_name(remat_graph *g, remat_node n, const char *name);
 
 /* The most inputs one node takes (remat_concat's n). */
 #define REMAT_MAX_INPUTS 32
 
 /* Leaves. Names are copied. Parameter names are PyTorch state_dict names
  * ("features.0.weight"); they must be unique within the graph. */
-remat_node remat_input(remat_graph *g, const char *name, remat_dtype dtype,
+REMAT_API remat_node remat_input(remat_graph *g, const char *name, remat_dtype dtype,
                        int ndim, const int64_t *dims);
-remat_node remat_param(remat_graph *g, const char *name, int ndim,
+REMAT_API remat_node remat_param(remat_graph *g, const char *name, int ndim,
                        const int64_t *dims, remat_init init, float a);
 /* Non-trainable state saved with the model (BatchNorm running stats). */
-remat_node remat_buffer(remat_graph *g, const char *name, int ndim,
+REMAT_API remat_node remat_buffer(remat_graph *g, const char *name, int ndim,
                         const int64_t *dims, remat_init init);
 
 /* Ops on explicit nodes. `b` may be REMAT_NONE where a bias is optional. */
-remat_node remat_linear_op(remat_graph *g, remat_node x, remat_node w,
+REMAT_API remat_node remat_linear_op(remat_graph *g, remat_node x, remat_node w,
                            remat_node b); /* x (N,in) w (out,in) b (out) */
-remat_node remat_conv2d_op(remat_graph *g, remat_node x, remat_node w,
+REMAT_API remat_node remat_conv2d_op(remat_graph *g, remat_node x, remat_node w,
                            remat_node b, int stride, int padding);
-remat_node remat_batchnorm2d_op(remat_graph *g, remat_node x,
+REMAT_API remat_node remat_batchnorm2d_op(remat_graph *g, remat_node x,
                                 remat_node weight, remat_node bias,
                                 remat_node running_mean,
                                 remat_node running_var, float eps,
                                 float momentum);
-remat_node remat_relu(remat_graph *g, remat_node x);
-remat_node remat_maxpool2d(remat_graph *g, remat_node x, int kernel,
+REMAT_API remat_node remat_relu(remat_graph *g, remat_node x);
+REMAT_API remat_node remat_maxpool2d(remat_graph *g, remat_node x, int kernel,
                            int stride, int padding);
 /* count_include_pad semantics, as PyTorch's default. */
-remat_node remat_avgpool2d(remat_graph *g, remat_node x, int kernel,
+REMAT_API remat_node remat_avgpool2d(remat_graph *g, remat_node x, int kernel,
                            int stride, int padding);
-remat_node remat_global_avgpool(remat_graph *g, remat_node x); /* ->(N,C,1,1) */
-remat_node remat_dropout(remat_graph *g, remat_node x, float p);
-remat_node remat_flatten(remat_graph *g, remat_node x); /* (N,...)->(N,rest) */
-remat_node remat_reshape(remat_graph *g, remat_node x, int ndim,
+REMAT_API remat_node remat_global_avgpool(remat_graph *g, remat_node x); /* ->(N,C,1,1) */
+REMAT_API remat_node remat_dropout(remat_graph *g, remat_node x, float p);
+REMAT_API remat_node remat_flatten(remat_graph *g, remat_node x); /* (N,...)->(N,rest) */
+REMAT_API remat_node remat_reshape(remat_graph *g, remat_node x, int ndim,
                          const int64_t *dims);
-remat_node remat_add(remat_graph *g, remat_node a, remat_node b);
-remat_node remat_mul(remat_graph *g, remat_node a, remat_node b); /* elementwise */
-remat_node remat_concat(remat_graph *g, int n, const remat_node *xs); /* dim 1 */
+REMAT_API remat_node remat_add(remat_graph *g, remat_node a, remat_node b);
+REMAT_API remat_node remat_mul(remat_graph *g, remat_node a, remat_node b); /* elementwise */
+REMAT_API remat_node remat_concat(remat_graph *g, int n, const remat_node *xs); /* dim 1 */
 /* Mean cross-entropy of logits (N,C) against int32 labels (N). */
-remat_node remat_cross_entropy(remat_graph *g, remat_node logits,
+REMAT_API remat_node remat_cross_entropy(remat_graph *g, remat_node logits,
                                remat_node labels);
 /* Mean squared error over all elements. */
-remat_node remat_mse(remat_graph *g, remat_node pred, remat_node target);
+REMAT_API remat_node remat_mse(remat_graph *g, remat_node pred, remat_node target);
 
 /* Marks x as a checkpoint boundary for the `manual` strategy and returns
  * it: its value is kept from the forward pass, and the nodes between two
@@ -196,64 +225,64 @@ remat_node remat_mse(remat_graph *g, remat_node pred, remat_node target);
  * the last inner segment), and recomputes each inner segment again when
  * its backward comes. remat_checkpoint_end(g, x) closes the scope and marks
  * its output x at the enclosing level. */
-remat_node remat_checkpoint(remat_graph *g, remat_node x);
-remat_status remat_checkpoint_begin(remat_graph *g);
-remat_node remat_checkpoint_end(remat_graph *g, remat_node x);
+REMAT_API remat_node remat_checkpoint(remat_graph *g, remat_node x);
+REMAT_API remat_status remat_checkpoint_begin(remat_graph *g);
+REMAT_API remat_node remat_checkpoint_end(remat_graph *g, remat_node x);
 
 /* Layers: create the parameters with PyTorch's default initializers, named
  * "<name>.weight", "<name>.bias" (and "<name>.running_mean", ...), then the
  * op. */
-remat_node remat_linear(remat_graph *g, const char *name, remat_node x,
+REMAT_API remat_node remat_linear(remat_graph *g, const char *name, remat_node x,
                         int64_t out_features, int bias);
-remat_node remat_conv2d(remat_graph *g, const char *name, remat_node x,
+REMAT_API remat_node remat_conv2d(remat_graph *g, const char *name, remat_node x,
                         int64_t out_channels, int kernel, int stride,
                         int padding, int bias);
-remat_node remat_batchnorm2d(remat_graph *g, const char *name, remat_node x);
+REMAT_API remat_node remat_batchnorm2d(remat_graph *g, const char *name, remat_node x);
 
 /* ------------------------------------------------- transformer ops
  * PyTorch semantics, float32. */
 
 /* LayerNorm over the last dimension: x (..., C), weight and bias (C). */
-remat_node remat_layernorm_op(remat_graph *g, remat_node x, remat_node w,
+REMAT_API remat_node remat_layernorm_op(remat_graph *g, remat_node x, remat_node w,
                               remat_node b, float eps);
 /* nn.LayerNorm(C) on x's last dimension: "<name>.weight" (ones) and
  * "<name>.bias" (zeros), eps 1e-5. */
-remat_node remat_layernorm(remat_graph *g, const char *name, remat_node x);
+REMAT_API remat_node remat_layernorm(remat_graph *g, const char *name, remat_node x);
 /* F.gelu: exact (erf), or approximate='tanh' when tanh_approx != 0. */
-remat_node remat_gelu(remat_graph *g, remat_node x, int tanh_approx);
+REMAT_API remat_node remat_gelu(remat_graph *g, remat_node x, int tanh_approx);
 /* F.embedding: ids int32 (any shape, up to 3 dimensions), w (num, dim) ->
  * (..., dim). An id outside [0, num) yields a row of NaN (so a NaN loss)
  * and no gradient: validate ids before binding them. */
-remat_node remat_embedding_op(remat_graph *g, remat_node ids, remat_node w);
+REMAT_API remat_node remat_embedding_op(remat_graph *g, remat_node ids, remat_node w);
 /* nn.Embedding(num, dim): "<name>.weight" (num, dim), N(0, 1). */
-remat_node remat_embedding(remat_graph *g, const char *name, remat_node ids,
+REMAT_API remat_node remat_embedding(remat_graph *g, const char *name, remat_node ids,
                            int64_t num, int64_t dim);
 /* Softmax over the last dimension. */
-remat_node remat_softmax(remat_graph *g, remat_node x);
+REMAT_API remat_node remat_softmax(remat_graph *g, remat_node x);
 /* Causal multi-head self-attention: qkv (B, T, 3C), q, k and v
  * concatenated on the last dimension (GPT-2's c_attn output), heads
  * dividing C -> (B, T, C); softmax(q k^T / sqrt(C / heads)) v per head
  * with position i attending to positions <= i. Keeps the (B, heads, T, T)
  * probabilities for backward. */
-remat_node remat_attention(remat_graph *g, remat_node qkv, int heads);
+REMAT_API remat_node remat_attention(remat_graph *g, remat_node qkv, int heads);
 /* torch.permute: output dimension i is input dimension perm[i]; ndim must
  * be the input's. A copy. */
-remat_node remat_permute(remat_graph *g, remat_node x, int ndim,
+REMAT_API remat_node remat_permute(remat_graph *g, remat_node x, int ndim,
                          const int *perm);
-remat_node remat_transpose(remat_graph *g, remat_node x, int d0, int d1);
+REMAT_API remat_node remat_transpose(remat_graph *g, remat_node x, int d0, int d1);
 /* x.narrow(dim, start, len): a copy. */
-remat_node remat_slice(remat_graph *g, remat_node x, int dim, int64_t start,
+REMAT_API remat_node remat_slice(remat_graph *g, remat_node x, int dim, int64_t start,
                        int64_t len);
 /* x + b, b's shape being x's trailing dimensions (b repeats over the
  * leading ones, as in PyTorch broadcasting). */
-remat_node remat_add_broadcast(remat_graph *g, remat_node x, remat_node b);
+REMAT_API remat_node remat_add_broadcast(remat_graph *g, remat_node x, remat_node b);
 /* --------------------------------------------- end of transformer ops */
 
 /* Introspection. remat_node_shape returns ndim and fills dims (may be NULL). */
-int remat_graph_node_count(const remat_graph *g);
-int remat_node_shape(const remat_graph *g, remat_node n, int64_t *dims);
-const char *remat_node_op(const remat_graph *g, remat_node n);
-const char *remat_node_name(const remat_graph *g, remat_node n); /* or "" */
+REMAT_API int remat_graph_node_count(const remat_graph *g);
+REMAT_API int remat_node_shape(const remat_graph *g, remat_node n, int64_t *dims);
+REMAT_API const char *remat_node_op(const remat_graph *g, remat_node n);
+REMAT_API const char *remat_node_name(const remat_graph *g, remat_node n); /* or "" */
 
 /* --------------------------------------------------------------- session */
 
@@ -269,7 +298,7 @@ typedef struct remat_session remat_session;
 typedef enum { REMAT_DEVICE_CPU = 0, REMAT_DEVICE_CUDA = 1 } remat_device;
 
 /* "cpu", "cuda". */
-const char *remat_device_str(remat_device d);
+REMAT_API const char *remat_device_str(remat_device d);
 
 /* The precision policy of a session. FP32: every value in float32 (the
  * default). BF16, as PyTorch's autocast: matrix products and convolutions
@@ -283,18 +312,18 @@ const char *remat_device_str(remat_device d);
  * (docs/precision.md lists it). */
 typedef enum { REMAT_PRECISION_FP32 = 0, REMAT_PRECISION_BF16 = 1, REMAT_PRECISION_COUNT } remat_precision;
 /* "fp32", "bf16". */
-const char *remat_precision_str(remat_precision p);
+REMAT_API const char *remat_precision_str(remat_precision p);
 /* Parses a precision name; REMAT_NOT_FOUND names the known ones. */
-remat_status remat_precision_parse(const char *name, remat_precision *out);
+REMAT_API remat_status remat_precision_parse(const char *name, remat_precision *out);
 /* Parses a device name; REMAT_NOT_FOUND names the known ones. */
-remat_status remat_device_parse(const char *name, remat_device *out);
+REMAT_API remat_status remat_device_parse(const char *name, remat_device *out);
 /* REMAT_OK when sessions can run on the device here; REMAT_UNSUPPORTED
  * with a message saying why not (built without CUDA, no GPU visible, a
  * driver older than the runtime). */
-remat_status remat_device_available(remat_device d);
+REMAT_API remat_status remat_device_available(remat_device d);
 /* The device's memory as its driver sees it (cudaMemGetInfo for CUDA;
  * for the CPU, the system's available and total memory). */
-remat_status remat_device_memory(remat_device d, size_t *free_bytes, size_t *total_bytes);
+REMAT_API remat_status remat_device_memory(remat_device d, size_t *free_bytes, size_t *total_bytes);
 /* Host memory of `bytes` for data that will be bound to a session on
  * device d (remat_session_bind), or NULL when out of memory. On CUDA it is
  * page-locked (pinned), so that a step's upload of a bound input reads it
@@ -303,10 +332,10 @@ remat_status remat_device_memory(remat_device d, size_t *free_bytes, size_t *tot
  * caller owns it, frees it with remat_host_free, and keeps it bound no
  * longer than it lives; its bytes are host memory, outside the device
  * budget and its categories. */
-void *remat_host_alloc(remat_device d, size_t bytes);
+REMAT_API void *remat_host_alloc(remat_device d, size_t bytes);
 /* Frees what remat_host_alloc(d, ...) returned (NULL: nothing). For the
  * CPU it is free() and never starts the GPU's runtime. */
-void remat_host_free(remat_device d, void *p);
+REMAT_API void remat_host_free(remat_device d, void *p);
 
 /* ------------------------------------------------------------ cost model */
 
@@ -327,7 +356,7 @@ typedef enum {
     REMAT_FAMILY_COUNT
 } remat_family;
 
-const char *remat_family_str(remat_family f);
+REMAT_API const char *remat_family_str(remat_family f);
 
 /* A measured shape class: an op with given input and output shapes and
  * attributes (remat_node_cost_class), and the seconds of its forward, of
@@ -370,7 +399,7 @@ typedef struct {
  * kernel threads (0 = one per core) by timing training steps of small
  * graphs made of that family's ops; takes a few seconds. The model has
  * no shape classes yet. */
-remat_status remat_calibrate(remat_cost_model *out, int threads);
+REMAT_API remat_status remat_calibrate(remat_cost_model *out, int threads);
 /* Measures the link offload copies over on device d: copies between the
  * device's memory and pinned host memory (remat_host_alloc) through the
  * backend's copy engine, both ways, 64 KiB to 64 MiB, each the median of
@@ -380,7 +409,7 @@ remat_status remat_calibrate(remat_cost_model *out, int threads);
  * its offload does); on a GPU, PCIe or NVLink. A session with a
  * calibrated model that has them costs copies with them unless its
  * options give a link. */
-remat_status remat_calibrate_link(remat_device d, double *bandwidth, double *latency);
+REMAT_API remat_status remat_calibrate_link(remat_device d, double *bandwidth, double *latency);
 /* Measures the shape classes of a graph's ops into a calibrated model
  * (with its thread count): `steps` timed store-all training steps (after
  * one warm-up) on synthetic inputs, each node's forward and backward timed by
@@ -389,10 +418,10 @@ remat_status remat_calibrate_link(remat_device d, double *bandwidth, double *lat
  * Classes already in the model are replaced, others kept; also measures
  * the update's seconds per parameter (SGD with momentum and AdamW).
  * REMAT_INVALID past REMAT_COST_MAX_OPS classes. */
-remat_status remat_calibrate_graph(remat_cost_model *m, const remat_graph *g, remat_node loss, int steps);
+REMAT_API remat_status remat_calibrate_graph(remat_cost_model *m, const remat_graph *g, remat_node loss, int steps);
 /* The shape class of node n: a hash of its op, input and output shapes,
  * dtypes and attributes (0 for parameters, buffers and inputs). */
-uint64_t remat_node_cost_class(const remat_graph *g, remat_node n);
+REMAT_API uint64_t remat_node_cost_class(const remat_graph *g, remat_node n);
 /* JSON: {"device": "cpu", "threads": t, "flops_per_s": {"linear": ...,
  * ...}, "update_s_per_param": {"sgd": s, "adamw": s}, "host_link":
  * {"bandwidth": bytes/s, "latency": s}, "ops": [{"op":
@@ -400,8 +429,8 @@ uint64_t remat_node_cost_class(const remat_graph *g, remat_node n);
  * ...]}. A file without "threads" (an older calibration) is refused;
  * "ops", "update_s_per_param" and "host_link" may be absent. Written
  * atomically. */
-remat_status remat_cost_model_save(const remat_cost_model *m, const char *path);
-remat_status remat_cost_model_load(remat_cost_model *m, const char *path);
+REMAT_API remat_status remat_cost_model_save(const remat_cost_model *m, const char *path);
+REMAT_API remat_status remat_cost_model_load(remat_cost_model *m, const char *path);
 
 /* Which activations a training step keeps (the others are recomputed). */
 typedef enum {
@@ -414,11 +443,11 @@ typedef enum {
 } remat_strategy;
 
 /* "auto", "all", "manual", "sqrt", "optimal". */
-const char *remat_strategy_str(remat_strategy s);
+REMAT_API const char *remat_strategy_str(remat_strategy s);
 /* A one-line description of a strategy (for help texts). */
-const char *remat_strategy_summary(remat_strategy s);
+REMAT_API const char *remat_strategy_summary(remat_strategy s);
 /* Parses a strategy name; REMAT_NOT_FOUND names the known ones. */
-remat_status remat_strategy_parse(const char *name, remat_strategy *out);
+REMAT_API remat_status remat_strategy_parse(const char *name, remat_strategy *out);
 
 /* ------------------------------------------------------------- optimizer */
 
@@ -436,7 +465,7 @@ typedef struct {
 } remat_optim_opts;
 
 /* PyTorch's defaults for the kind (lr 0.01 for SGD, 0.001 for AdamW). */
-void remat_optim_opts_default(remat_optim_opts *o, remat_optim_kind kind);
+REMAT_API void remat_optim_opts_default(remat_optim_opts *o, remat_optim_kind kind);
 
 /* The ranks of a data-parallel job (see "several processes" below). */
 typedef struct remat_comm remat_comm;
@@ -539,27 +568,27 @@ typedef struct {
                               * budget, category communication. 0: none */
 } remat_session_opts;
 
-void remat_session_opts_default(remat_session_opts *o);
+REMAT_API void remat_session_opts_default(remat_session_opts *o);
 
 /* OpenBLAS's thread count, a process-wide setting. remat's CPU kernels
  * split their work over the session's own threads and call BLAS from each,
  * so a program should set 1 once at start (remat's command line does);
  * more threads per BLAS call oversubscribe the cores (the results are the
  * same). Sessions never change it themselves. */
-void remat_set_blas_threads(int n);
-int remat_blas_threads(void);
+REMAT_API void remat_set_blas_threads(int n);
+REMAT_API int remat_blas_threads(void);
 
 /* Compiles the graph for training with `loss` (a scalar node) under the
  * chosen strategy and allocates and initializes the parameters. Fails if a
  * trainable parameter does not influence the loss (naming it), or with
  * REMAT_BUDGET, naming the bytes required, if the step's predicted peak is
  * above the budget. The graph must outlive the session. */
-remat_status remat_session_create(remat_session **out, const remat_graph *g,
+REMAT_API remat_status remat_session_create(remat_session **out, const remat_graph *g,
                                   remat_node loss,
                                   const remat_session_opts *o);
-void remat_session_destroy(remat_session *s);
+REMAT_API void remat_session_destroy(remat_session *s);
 /* The graph the session was created from (not owned by the session). */
-const remat_graph *remat_session_graph(const remat_session *s);
+REMAT_API const remat_graph *remat_session_graph(const remat_session *s);
 
 /* Points an input node at caller memory (float or int32 per its dtype,
  * its full shape; for a training step with several micro-batches on this
@@ -571,7 +600,7 @@ const remat_graph *remat_session_graph(const remat_session *s);
  * (remat_evaluate, remat_train, remat_train_stream, remat_train_tokens)
  * restore the caller's bindings before they return, on success and on
  * failure alike. */
-remat_status remat_session_bind(remat_session *s, remat_node input,
+REMAT_API remat_status remat_session_bind(remat_session *s, remat_node input,
                                 const void *data);
 /* Names data as input's binding for the next run (step or forward), so
  * that a session made with opts.prefetch copies it to the device while the
@@ -581,10 +610,10 @@ remat_status remat_session_bind(remat_session *s, remat_node input,
  * the caller keeps data's bytes unchanged from this call until that run
  * returns. Without opts.prefetch, or on the CPU: nothing happens (the next
  * run uploads as usual). The same bits either way. */
-remat_status remat_session_bind_next(remat_session *s, remat_node input, const void *data);
+REMAT_API remat_status remat_session_bind_next(remat_session *s, remat_node input, const void *data);
 /* The pointer input is bound to, or NULL (also for a node that is not an
  * input). */
-const void *remat_session_binding(const remat_session *s, remat_node input);
+REMAT_API const void *remat_session_binding(const remat_session *s, remat_node input);
 
 /* One forward and backward pass in training mode: fills every parameter's
  * gradient (overwriting the previous ones) and writes the loss. With
@@ -595,13 +624,13 @@ const void *remat_session_binding(const remat_session *s, remat_node input);
  * the gradient of the mean loss over the global batch, whose value is
  * *loss, the same bits on every rank. Collective when the session has
  * several ranks: every rank calls it. */
-remat_status remat_session_step(remat_session *s, float *loss);
+REMAT_API remat_status remat_session_step(remat_session *s, float *loss);
 
 /* Forward only. train=1 uses training-mode ops (BatchNorm batch statistics
  * and running-statistics update, dropout active); train=0 evaluation mode.
  * `fetch` (or REMAT_NONE) is a node whose value is copied to `out`
  * (its numel floats). loss may be NULL. */
-remat_status remat_session_forward(remat_session *s, int train, float *loss,
+REMAT_API remat_status remat_session_forward(remat_session *s, int train, float *loss,
                                    remat_node fetch, float *out);
 
 /* Parameters and buffers, in graph order. On the CPU, the pointers are
@@ -625,32 +654,32 @@ typedef enum { REMAT_PARAM_VALUE = 0, REMAT_PARAM_GRAD = 1 } remat_param_part;
 /* Copies parameter or buffer i's values (or, for a trainable parameter,
  * its gradient from the last step) into dst, numel floats owned by the
  * caller. Waits for the device's work in flight. */
-remat_status remat_session_read_param(remat_session *s, int i, remat_param_part part, float *dst);
+REMAT_API remat_status remat_session_read_param(remat_session *s, int i, remat_param_part part, float *dst);
 /* Sets parameter or buffer i from src (numel floats, copied). */
-remat_status remat_session_write_param(remat_session *s, int i, const float *src);
+REMAT_API remat_status remat_session_write_param(remat_session *s, int i, const float *src);
 
-int remat_session_param_count(const remat_session *s);
-remat_status remat_session_param(const remat_session *s, int i,
+REMAT_API int remat_session_param_count(const remat_session *s);
+REMAT_API remat_status remat_session_param(const remat_session *s, int i,
                                  remat_param_info *out);
 /* Index of the parameter or buffer with this name, or -1. */
-int remat_session_find_param(const remat_session *s, const char *name);
+REMAT_API int remat_session_find_param(const remat_session *s, const char *name);
 
 /* Accounting. Peaks restart at the beginning of each step and forward. */
-void remat_session_mem(const remat_session *s, remat_mem_stats *out);
+REMAT_API void remat_session_mem(const remat_session *s, remat_mem_stats *out);
 /* Bytes the session holds on its device now: the arena its schedules'
  * values are placed in, and its blocks of parameters, gradients and
  * optimizer state, as allocated (what a budget bounds). */
-size_t remat_session_held_bytes(const remat_session *s);
+REMAT_API size_t remat_session_held_bytes(const remat_session *s);
 /* The simulator's prediction for one training step from the current state:
  * peak bytes per category (the executor's measured peaks equal these). */
-remat_status remat_session_predict(const remat_session *s, remat_mem_stats *out);
+REMAT_API remat_status remat_session_predict(const remat_session *s, remat_mem_stats *out);
 /* Bytes that the training step keeps for backward in each node's output
  * (what `remat info` shows); 0 for nodes whose output is not kept. */
-size_t remat_session_saved_bytes(const remat_session *s, remat_node n);
+REMAT_API size_t remat_session_saved_bytes(const remat_session *s, remat_node n);
 /* The dtype the session stores node n's value (and its gradient) in under
  * its precision policy: REMAT_BF16 or the graph's own; -1 for a node out
  * of range. */
-int remat_session_value_dtype(const remat_session *s, remat_node n);
+REMAT_API int remat_session_value_dtype(const remat_session *s, remat_node n);
 /* A summary of the training step's schedule. */
 typedef struct {
     remat_strategy strategy;
@@ -700,7 +729,7 @@ typedef struct {
                                    (cuDNN) could not be asked; 0 otherwise */
 } remat_plan_summary;
 
-remat_status remat_session_plan(const remat_session *s, remat_plan_summary *out);
+REMAT_API remat_status remat_session_plan(const remat_session *s, remat_plan_summary *out);
 
 /* Offload to pinned host memory, planned: rotor's chain model (the chain
  * `optimal` plans over) where each stage may also keep what its backward
@@ -729,7 +758,7 @@ typedef struct {
 #define REMAT_CUDA_FLOPS 15e12    /* FLOP/s: resnet50's fp32 step on the H100 (docs/benchmarks.md) */
 #define REMAT_CPU_FLOPS 60e9      /* FLOP/s: the CPU kernels' order of magnitude (docs/benchmarks.md) */
 
-void remat_offload_opts_default(remat_offload_opts *o);
+REMAT_API void remat_offload_opts_default(remat_offload_opts *o);
 
 typedef struct {
     int stages;                /* of the chain */
@@ -754,7 +783,7 @@ typedef struct {
  * only when the budget is below the parameters, gradients and optimizer
  * state; otherwise a chain that fits neither way is fits = fits_without
  * = 0. The session may plan any strategy (plan_only is enough). */
-remat_status remat_session_offload(const remat_session *s, const remat_offload_opts *opts,
+REMAT_API remat_status remat_session_offload(const remat_session *s, const remat_offload_opts *opts,
                                    remat_offload_summary *out);
 
 /* The training step's instruction list, for printing. */
@@ -766,14 +795,14 @@ typedef struct {
     int activation;    /* forward: the output is kept for backward */
 } remat_instr_info;
 
-int64_t remat_session_schedule_length(const remat_session *s);
-remat_status remat_session_schedule_instr(const remat_session *s, int64_t i, remat_instr_info *out);
+REMAT_API int64_t remat_session_schedule_length(const remat_session *s);
+REMAT_API remat_status remat_session_schedule_instr(const remat_session *s, int64_t i, remat_instr_info *out);
 
 /* Per-op profile: while profiling is on, every instruction the executor
  * runs (in steps and forwards) adds its wall time to its op and kind.
  * Switching it on or off clears the counts. It costs two clock reads per
  * instruction. */
-void remat_session_set_profiling(remat_session *s, int on);
+REMAT_API void remat_session_set_profiling(remat_session *s, int on);
 typedef struct {
     const char *op;   /* static: the op's name */
     const char *kind; /* static: "forward", "recompute", "backward", "free" */
@@ -782,24 +811,24 @@ typedef struct {
 } remat_profile_row;
 /* Writes up to cap rows (op table order, then kind; only those that ran)
  * and returns how many there are in all. */
-int remat_session_profile(const remat_session *s, remat_profile_row *rows, int cap);
+REMAT_API int remat_session_profile(const remat_session *s, remat_profile_row *rows, int cap);
 
 /* Number of completed optimizer updates (the step index used by dropout). */
-int64_t remat_session_step_index(const remat_session *s);
+REMAT_API int64_t remat_session_step_index(const remat_session *s);
 
 /* Sets the optimizer and (re)allocates its state, zeroed. Fails with
  * REMAT_BUDGET if the state makes the step's peak exceed the budget. */
-remat_status remat_session_set_optimizer(remat_session *s,
+REMAT_API remat_status remat_session_set_optimizer(remat_session *s,
                                          const remat_optim_opts *o);
 /* Applies one update from the current gradients; advances the step index. */
-remat_status remat_session_update(remat_session *s);
+REMAT_API remat_status remat_session_update(remat_session *s);
 /* REMAT_OK when every parameter and buffer, and every trainable
  * parameter's gradient, is finite; otherwise REMAT_INVALID naming the
  * first tensor (in parameter order, values before gradient) that holds a
  * NaN or an infinity, with its index, the element and its value. One pass
  * over them on the session's device; the training loops call it after
  * every update. */
-remat_status remat_session_check_finite(remat_session *s);
+REMAT_API remat_status remat_session_check_finite(remat_session *s);
 
 /* ------------------------------------------------------------------ data */
 
@@ -810,26 +839,26 @@ typedef struct remat_dataset remat_dataset;
  * .gz) or "cifar10" (binary version) from dir; train=1 for the training
  * split. dir NULL means the default (Debian's dataset-fashion-mnist path for
  * fashion-mnist). */
-remat_status remat_dataset_load(remat_dataset **out, const char *name,
+REMAT_API remat_status remat_dataset_load(remat_dataset **out, const char *name,
                                 const char *dir, int train);
 /* IDX image and label files (magic 0x803 and 0x801), plain or gzip. */
-remat_status remat_dataset_load_idx(remat_dataset **out,
+REMAT_API remat_status remat_dataset_load_idx(remat_dataset **out,
                                     const char *images_path,
                                     const char *labels_path);
 /* CIFAR-10 binary batches: records of 1 label byte + 3072 pixel bytes. */
-remat_status remat_dataset_load_cifar10(remat_dataset **out,
+REMAT_API remat_status remat_dataset_load_cifar10(remat_dataset **out,
                                         const char *const *paths, int n);
-void remat_dataset_destroy(remat_dataset *d);
+REMAT_API void remat_dataset_destroy(remat_dataset *d);
 
-int64_t remat_dataset_size(const remat_dataset *d);
-void remat_dataset_shape(const remat_dataset *d, int64_t chw[3]);
-int remat_dataset_classes(const remat_dataset *d);
+REMAT_API int64_t remat_dataset_size(const remat_dataset *d);
+REMAT_API void remat_dataset_shape(const remat_dataset *d, int64_t chw[3]);
+REMAT_API int remat_dataset_classes(const remat_dataset *d);
 /* Keeps the first n samples, 1 <= n <= size. */
-remat_status remat_dataset_truncate(remat_dataset *d, int64_t n);
+REMAT_API remat_status remat_dataset_truncate(remat_dataset *d, int64_t n);
 /* Writes the samples index[0..n) (index NULL: samples 0..n-1) into x
  * (n,C,H,W) as normalized floats ((pixel/255 - mean) / std per channel) and
  * their labels into y (n); x or y may be NULL. */
-remat_status remat_dataset_get(const remat_dataset *d, const int64_t *index,
+REMAT_API remat_status remat_dataset_get(const remat_dataset *d, const int64_t *index,
                                int64_t n, float *x, int32_t *y);
 
 /* Seeded shuffling and batching. A loader yields full batches only
@@ -837,22 +866,22 @@ remat_status remat_dataset_get(const remat_dataset *d, const int64_t *index,
  * 2^32). It starts at epoch 0. The data set must outlive the loader and
  * must not be truncated while it exists. */
 typedef struct remat_loader remat_loader;
-remat_status remat_loader_create(remat_loader **out, const remat_dataset *d,
+REMAT_API remat_status remat_loader_create(remat_loader **out, const remat_dataset *d,
                                  int64_t batch, int shuffle, uint64_t seed);
-void remat_loader_destroy(remat_loader *l);
-int64_t remat_loader_batches(const remat_loader *l);
+REMAT_API void remat_loader_destroy(remat_loader *l);
+REMAT_API int64_t remat_loader_batches(const remat_loader *l);
 /* Starts epoch `epoch` (0-based): reshuffles. */
-void remat_loader_start(remat_loader *l, int64_t epoch);
+REMAT_API void remat_loader_start(remat_loader *l, int64_t epoch);
 /* Fills the next batch; returns 0 at the end of the epoch, 1 otherwise. */
-int remat_loader_next(remat_loader *l, float *x, int32_t *y);
+REMAT_API int remat_loader_next(remat_loader *l, float *x, int32_t *y);
 /* Fills rows [first, first + n) of the next batch (a rank's micro-batches
  * of the global batch) and moves past the whole batch; returns 0 at the
  * end of the epoch (or for rows outside the batch), 1 otherwise. */
-int remat_loader_next_rows(remat_loader *l, int64_t first, int64_t n, float *x, int32_t *y);
+REMAT_API int remat_loader_next_rows(remat_loader *l, int64_t first, int64_t n, float *x, int32_t *y);
 /* Starts epoch `epoch` at its batch `batch` (0-based): the next
  * remat_loader_next yields that batch, as if the epoch's first `batch`
  * batches had been taken (a resumed run's data position). */
-void remat_loader_seek(remat_loader *l, int64_t epoch, int64_t batch);
+REMAT_API void remat_loader_seek(remat_loader *l, int64_t epoch, int64_t batch);
 
 /* ------------------------------------------------------------- training */
 
@@ -943,13 +972,13 @@ typedef struct {
  * ranks: every rank calls it; each reads its own rows of every batch,
  * evaluates its share of the test batches, and only rank 0 writes
  * training states. */
-remat_status remat_train(remat_session *s, const remat_model *m,
+REMAT_API remat_status remat_train(remat_session *s, const remat_model *m,
                          const remat_dataset *train, const remat_dataset *test,
                          const remat_train_opts *opts);
 
 /* Evaluation: mean loss and accuracy over a whole data set (the last partial
  * batch included). */
-remat_status remat_evaluate(remat_session *s, const remat_model *m,
+REMAT_API remat_status remat_evaluate(remat_session *s, const remat_model *m,
                             const remat_dataset *d, double *loss,
                             double *accuracy);
 
@@ -977,17 +1006,17 @@ typedef struct {
 /* Defaults: cnn, batch 64, 1x28x28, 10 classes, dropout_scale 1, and
  * GPT-2 small's transformer sizes (12 layers, 768 wide, 12 heads, context
  * 1024, 50257 tokens). */
-void remat_model_opts_default(remat_model_opts *o);
+REMAT_API void remat_model_opts_default(remat_model_opts *o);
 /* Sets o->name and that model's own defaults for the input shape, the
  * classes and, for presets such as gpt2-small, the transformer sizes:
  * mlp and cnn keep 1x28x28 and 10 classes (Fashion-MNIST); resnet18,
  * resnet50 and siamese-resnet50 take 3x224x224 and 1000 classes;
  * densenet-bc 3x32x32 and 10 classes. REMAT_NOT_FOUND for an unknown name. */
-remat_status remat_model_opts_for(remat_model_opts *o, const char *name);
+REMAT_API remat_status remat_model_opts_for(remat_model_opts *o, const char *name);
 /* NULL-terminated list of model names. */
-const char *const *remat_model_names(void);
+REMAT_API const char *const *remat_model_names(void);
 /* A one-line description of a model, or NULL for an unknown name. */
-const char *remat_model_describe(const char *name);
+REMAT_API const char *remat_model_describe(const char *name);
 /* Builds the model and its loss into g. Classifiers: input (B,C,H,W)
  * float, labels (B) int32, cross-entropy. Language models: input (B,T)
  * int32 tokens, labels (B*T) int32 next tokens. siamese-resnet50: input
@@ -995,7 +1024,7 @@ const char *remat_model_describe(const char *name);
  * and "target"); one shared ResNet-50 f (parameters "backbone.*") and a
  * Linear "head" (classes -> classes); logits = head(f(view 1)), loss =
  * mse(logits, f(view 2)), with gradients through both branches. */
-remat_status remat_model_build(remat_graph *g, const remat_model_opts *o,
+REMAT_API remat_status remat_model_build(remat_graph *g, const remat_model_opts *o,
                                remat_model *m);
 
 /* --------------------------------------------------- planning any chain */
@@ -1044,15 +1073,15 @@ typedef struct remat_chain_plan remat_chain_plan;
  * budget from it up succeeds. Time O(slots * n^3), memory about
  * 5 * slots * n^2 bytes. The plan is owned by the caller
  * (remat_chain_plan_destroy). */
-remat_status remat_chain_solve(const remat_stage *stages, int n, int64_t output, int64_t budget, int slots,
+REMAT_API remat_status remat_chain_solve(const remat_stage *stages, int n, int64_t output, int64_t budget, int slots,
                                remat_chain_plan **out);
-void remat_chain_plan_destroy(remat_chain_plan *p);
-int remat_chain_plan_length(const remat_chain_plan *p);
-remat_chain_op remat_chain_plan_op(const remat_chain_plan *p, int i);
+REMAT_API void remat_chain_plan_destroy(remat_chain_plan *p);
+REMAT_API int remat_chain_plan_length(const remat_chain_plan *p);
+REMAT_API remat_chain_op remat_chain_plan_op(const remat_chain_plan *p, int i);
 /* Sum of operation costs, and peak memory, of the plan (simulated exactly
  * in the chain model, in the caller's units). */
-double remat_chain_plan_cost(const remat_chain_plan *p);
-int64_t remat_chain_plan_peak(const remat_chain_plan *p);
+REMAT_API double remat_chain_plan_cost(const remat_chain_plan *p);
+REMAT_API int64_t remat_chain_plan_peak(const remat_chain_plan *p);
 
 /* Simulates any operation sequence on a chain: its cost (Fn, CF, Fe cost
  * the stage's forward, B its backward, Loss nothing) and peak (x_0
@@ -1062,7 +1091,7 @@ int64_t remat_chain_plan_peak(const remat_chain_plan *p);
  * Fn its input (x_i, else x-bar_i); Loss x_L; B y_{i+1}, x-bar_{i+1} and
  * x_i. A partial sequence is fine. Stages have one option here: Fe and B
  * need option 0 (other ops ignore the field). */
-remat_status remat_chain_simulate(const remat_stage *stages, int n, int64_t output, const remat_chain_op *ops,
+REMAT_API remat_status remat_chain_simulate(const remat_stage *stages, int n, int64_t output, const remat_chain_op *ops,
                                   int nops, double *cost, int64_t *peak);
 
 /* Reads a chain from JSON text: {"stages": [{"forward": f, "backward": b,
@@ -1071,7 +1100,7 @@ remat_status remat_chain_simulate(const remat_stage *stages, int n, int64_t outp
  * name the stage and field that is missing, negative or not a number, or
  * a chain that is not valid (see remat_stage). *stages is owned by the
  * caller (free). */
-remat_status remat_chain_parse_json(const char *text, remat_stage **stages, int *n, int64_t *output);
+REMAT_API remat_status remat_chain_parse_json(const char *text, remat_stage **stages, int *n, int64_t *output);
 
 /* ------------------------------------------------------------ graph files */
 
@@ -1085,10 +1114,10 @@ remat_status remat_chain_parse_json(const char *text, remat_stage **stages, int 
  * is refused with REMAT_FORMAT naming the op or value and the field (JSON
  * syntax errors with line and column); counts are bounded before anything
  * is allocated for them. The caller owns *out (remat_graph_destroy). */
-remat_status remat_graph_read_json(const char *text, remat_graph **out, remat_node *loss);
+REMAT_API remat_status remat_graph_read_json(const char *text, remat_graph **out, remat_node *loss);
 /* The id in its graph file of the op (or, for a leaf, the value) that node
  * n was made from; -1 for a graph not read from a file. */
-int32_t remat_graph_traced_id(const remat_graph *g, remat_node n);
+REMAT_API int32_t remat_graph_traced_id(const remat_graph *g, remat_node n);
 
 /* Plans a graph file's training step: graph_text as above; request_json
  * (NULL or "" for the defaults) {"budget": bytes (0: none), "strategy":
@@ -1099,15 +1128,15 @@ int32_t remat_graph_traced_id(const remat_graph *g, remat_node n);
  * the ops the schedule recomputes; a budget that nothing fits is an
  * answer too ("feasible": false, "floor": the smallest budget that
  * fits). Other failures return their status with the message set. */
-remat_status remat_plan_graph_json(const char *graph_text, const char *request_json, char **out_json);
+REMAT_API remat_status remat_plan_graph_json(const char *graph_text, const char *request_json, char **out_json);
 /* Frees what the library returned for the caller to free (remat_plan_graph_json). */
-void remat_free(void *p);
+REMAT_API void remat_free(void *p);
 
 /* ----------------------------------------------------------- safetensors */
 
 /* Writes every parameter and buffer of the session (by name, F32, with
  * "format": "pt" metadata), replacing the file atomically. */
-remat_status remat_safetensors_save(remat_session *s, const char *path);
+REMAT_API remat_status remat_safetensors_save(remat_session *s, const char *path);
 
 /* A file a run will write (its weights, at the end), locked against other
  * processes for as long as the lock lives, so that two runs never write
@@ -1118,16 +1147,16 @@ remat_status remat_safetensors_save(remat_session *s, const char *path);
  * (NULL otherwise; owned by the lock). *out is owned by the caller
  * (remat_lock_destroy, which releases it; so does the process's end). */
 typedef struct remat_lock remat_lock;
-remat_status remat_lock_create(remat_lock **out, const char *path);
-const char *remat_lock_note(const remat_lock *l);
-void remat_lock_destroy(remat_lock *l);
+REMAT_API remat_status remat_lock_create(remat_lock **out, const char *path);
+REMAT_API const char *remat_lock_note(const remat_lock *l);
+REMAT_API void remat_lock_destroy(remat_lock *l);
 /* Loads tensors by name into the session's parameters and buffers. Every
  * tensor in the file must match a parameter's name, dtype F32 and shape
  * (PyTorch's "*.num_batches_tracked" entries are skipped); parameters
  * absent from the file keep their values unless strict, which makes them
  * an error. Everything is checked before anything is copied: a failed load
  * leaves the session unchanged. */
-remat_status remat_safetensors_load(remat_session *s, const char *path,
+REMAT_API remat_status remat_safetensors_load(remat_session *s, const char *path,
                                     int strict);
 
 /* ---------------------------------------- data streams and tensor files
@@ -1135,7 +1164,7 @@ remat_status remat_safetensors_load(remat_session *s, const char *path,
  * tensors read from (or gradients written to) safetensors files. */
 
 /* A node's dtype (REMAT_F32 or REMAT_I32); -1 for a node out of range. */
-int remat_node_dtype(const remat_graph *g, remat_node n);
+REMAT_API int remat_node_dtype(const remat_graph *g, remat_node n);
 
 /* A flat file of token ids: little-endian uint16, no header (numpy's
  * ids.astype("<u2").tofile(path)). */
@@ -1145,14 +1174,14 @@ typedef struct remat_tokens remat_tokens;
  * does not exist, REMAT_IO when it cannot be read, REMAT_FORMAT when it is
  * empty or has an odd number of bytes. The caller owns *out
  * (remat_tokens_destroy). */
-remat_status remat_tokens_open(remat_tokens **out, const char *path);
-void remat_tokens_destroy(remat_tokens *t);
-int64_t remat_tokens_count(const remat_tokens *t);
+REMAT_API remat_status remat_tokens_open(remat_tokens **out, const char *path);
+REMAT_API void remat_tokens_destroy(remat_tokens *t);
+REMAT_API int64_t remat_tokens_count(const remat_tokens *t);
 /* Token i, 0 <= i < count (0 out of range). */
-uint16_t remat_tokens_get(const remat_tokens *t, int64_t i);
+REMAT_API uint16_t remat_tokens_get(const remat_tokens *t, int64_t i);
 /* REMAT_INVALID, naming the file, the position and the id, if some id is
  * >= vocab. Reads the whole file. */
-remat_status remat_tokens_check(const remat_tokens *t, int64_t vocab);
+REMAT_API remat_status remat_tokens_check(const remat_tokens *t, int64_t vocab);
 /* One language-model batch: row b is the window of context + 1 tokens
  * starting at a position drawn uniformly from [0, count - context - 1]
  * with Philox keyed by seed (counter: b, step, a stream constant);
@@ -1160,7 +1189,7 @@ remat_status remat_tokens_check(const remat_tokens *t, int64_t vocab);
  * labels (batch * context) the context tokens after them. A pure function
  * of (file, batch, context, seed, step). REMAT_INVALID if the file has
  * fewer than context + 1 tokens. */
-remat_status remat_tokens_batch(const remat_tokens *t, int64_t batch,
+REMAT_API remat_status remat_tokens_batch(const remat_tokens *t, int64_t batch,
                                 int64_t context, uint64_t seed, int64_t step,
                                 int32_t *input, int32_t *labels);
 
@@ -1177,7 +1206,7 @@ typedef remat_status (*remat_batch_fn)(void *user, int64_t step,
  * counts as 1) of o->steps steps each (o->steps >= 1). Emits STEP events
  * as remat_train does; images_per_s counts rows of the batch per second
  * over the epoch, step_seconds is the step's own time. */
-remat_status remat_train_stream(remat_session *s, const remat_model *m,
+REMAT_API remat_status remat_train_stream(remat_session *s, const remat_model *m,
                                 remat_batch_fn next, void *user,
                                 const remat_train_opts *o);
 
@@ -1186,7 +1215,7 @@ remat_status remat_train_stream(remat_session *s, const remat_model *m,
  * Checks first that the model's input is (B, T) int32 and its labels
  * (B * T) int32, and every token id against the vocabulary (the logits'
  * last dimension), naming the position of the first out of range. */
-remat_status remat_train_tokens(remat_session *s, const remat_model *m,
+REMAT_API remat_status remat_train_tokens(remat_session *s, const remat_model *m,
                                 const remat_tokens *t,
                                 const remat_train_opts *o);
 
@@ -1195,13 +1224,13 @@ remat_status remat_train_tokens(remat_session *s, const remat_model *m,
  * except that I64 is accepted for I32 when every value fits (PyTorch's
  * labels are int64). Errors name the file and the tensor, and give both
  * shapes or dtypes (or the tensors the file has, when it is missing). */
-remat_status remat_safetensors_read(const char *path, const char *name,
+REMAT_API remat_status remat_safetensors_read(const char *path, const char *name,
                                     remat_dtype dtype, int ndim,
                                     const int64_t *dims, void *out);
 /* Writes "loss" (F32, shape [1]) and "grad.<name>" (F32, the parameter's
  * shape) for every trainable parameter: the gradients of the session's
  * last remat_session_step, named as in tests/fixtures. */
-remat_status remat_safetensors_save_grads(remat_session *s,
+REMAT_API remat_status remat_safetensors_save_grads(remat_session *s,
                                           const char *path, float loss);
 /* ------------------------------------ end of data streams and tensor files */
 
@@ -1244,34 +1273,34 @@ remat_status remat_safetensors_save_grads(remat_session *s,
 
 /* A communicator of one process (rank 0 of 1). The caller owns *out
  * (remat_comm_destroy). */
-remat_status remat_comm_create_single(remat_comm **out);
+REMAT_API remat_status remat_comm_create_single(remat_comm **out);
 /* The ranks this process was started with: when a launcher started it
  * (mpirun or mpiexec; its environment says so), an MPI communicator over
  * all of them (initializing MPI, which destroying it finalizes), else a
  * single process. REMAT_UNSUPPORTED when a launcher started it but this
  * libremat was built without MPI. */
-remat_status remat_comm_create_env(remat_comm **out);
+REMAT_API remat_status remat_comm_create_env(remat_comm **out);
 /* A communicator over *mpi_comm (pointer to an MPI_Comm; NULL:
  * MPI_COMM_WORLD), initializing MPI if nothing has. Collective. */
-remat_status remat_comm_create_mpi(remat_comm **out, const void *mpi_comm);
+REMAT_API remat_status remat_comm_create_mpi(remat_comm **out, const void *mpi_comm);
 /* 1 when this libremat was built with MPI. */
-int remat_comm_mpi_built(void);
+REMAT_API int remat_comm_mpi_built(void);
 /* The ranks with the same color form a new communicator, ordered as in c
  * (MPI_Comm_split). Collective; destroy it before c. */
-remat_status remat_comm_split(remat_comm *c, int color, remat_comm **out);
-void remat_comm_destroy(remat_comm *c);
-int remat_comm_rank(const remat_comm *c);
-int remat_comm_size(const remat_comm *c);
+REMAT_API remat_status remat_comm_split(remat_comm *c, int color, remat_comm **out);
+REMAT_API void remat_comm_destroy(remat_comm *c);
+REMAT_API int remat_comm_rank(const remat_comm *c);
+REMAT_API int remat_comm_size(const remat_comm *c);
 /* Distinct host names among the ranks, and this rank's (owned by c). */
-int remat_comm_hosts(const remat_comm *c);
-const char *remat_comm_host(const remat_comm *c);
+REMAT_API int remat_comm_hosts(const remat_comm *c);
+REMAT_API const char *remat_comm_host(const remat_comm *c);
 /* "single" or "mpi" (static). */
-const char *remat_comm_kind(const remat_comm *c);
+REMAT_API const char *remat_comm_kind(const remat_comm *c);
 /* Every rank calls it at the same point with its own status; returns
  * REMAT_OK when all were REMAT_OK, else, on every rank, the status of
  * the lowest failing rank with its message, as "rank 1 of 2 (host): ...".
  * One process: st itself. */
-remat_status remat_comm_agree(remat_comm *c, remat_status st);
+REMAT_API remat_status remat_comm_agree(remat_comm *c, remat_status st);
 /* Every rank calls it at the same point with the same keys in the same
  * order: kv is a NULL-terminated list of key, value strings (borrowed),
  * such as {"--seed", "1", "--lr", "0.01", NULL}. REMAT_OK when every rank
@@ -1280,24 +1309,24 @@ remat_status remat_comm_agree(remat_comm *c, remat_status st);
  * default saying that every rank needs the same options), as an agreed
  * failure (remat_comm_agreed_failure). One exchange of a hash per key;
  * the values only after a difference. One process: REMAT_OK. */
-remat_status remat_comm_same(remat_comm *c, const char *const *kv, const char *why);
+REMAT_API remat_status remat_comm_same(remat_comm *c, const char *const *kv, const char *why);
 /* 1 when the last agreement on c (remat_comm_agree, or one inside the
  * library's collective calls) failed: every rank has returned the same
  * failure from the same call, so they can all stop cleanly; 0 when it
  * succeeded or there was none, and then a failure is this rank's alone
  * (end the job: remat_comm_abort). */
-int remat_comm_agreed_failure(const remat_comm *c);
+REMAT_API int remat_comm_agreed_failure(const remat_comm *c);
 /* Collectives on bytes: all gets size * bytes (rank i's at i * bytes);
  * root's buffer to every rank. */
-remat_status remat_comm_allgather(remat_comm *c, const void *mine, size_t bytes, void *all);
-remat_status remat_comm_bcast(remat_comm *c, void *buf, size_t bytes, int root);
+REMAT_API remat_status remat_comm_allgather(remat_comm *c, const void *mine, size_t bytes, void *all);
+REMAT_API remat_status remat_comm_bcast(remat_comm *c, void *buf, size_t bytes, int root);
 /* x (n floats) becomes the sum over the ranks of their x, by recursive
  * doubling: the same bits on every rank, which depend on the inputs and
  * the rank count only. The size must be a power of two. */
-remat_status remat_comm_sum(remat_comm *c, float *x, int64_t n);
+REMAT_API remat_status remat_comm_sum(remat_comm *c, float *x, int64_t n);
 /* Ends every rank of the job with exit status code (MPI_Abort; one
  * process: _exit). Does not return. Print the reason first. */
-void remat_comm_abort(remat_comm *c, int code);
+REMAT_API void remat_comm_abort(remat_comm *c, int code);
 
 /* Where a session stands among the ranks. */
 typedef struct {
@@ -1330,7 +1359,7 @@ typedef struct {
     int host_staging;
     size_t host_staging_bytes;
 } remat_dist_info;
-remat_status remat_session_dist(const remat_session *s, remat_dist_info *out);
+REMAT_API remat_status remat_session_dist(const remat_session *s, remat_dist_info *out);
 /* ------------------------------------------------ end of several processes */
 
 /* -------------------------------------------------------- training state
@@ -1378,13 +1407,13 @@ typedef struct {
 
 /* Writes the session's state to path (atomically). at may be NULL (the
  * data step is then the session's step index). */
-remat_status remat_state_save(remat_session *s, const remat_state_opts *o, const remat_train_progress *at,
+REMAT_API remat_status remat_state_save(remat_session *s, const remat_state_opts *o, const remat_train_progress *at,
                               const char *path);
 /* Writes it to dir/state-<step>.safetensors (dir is created if missing),
  * then removes all but the newest `keep` states of dir up to that step
  * (keep 0: none removed; states of later steps are never touched). *path
  * (may be NULL) gets the file's name, owned by the caller (free). */
-remat_status remat_state_save_dir(remat_session *s, const remat_state_opts *o, const remat_train_progress *at,
+REMAT_API remat_status remat_state_save_dir(remat_session *s, const remat_state_opts *o, const remat_train_progress *at,
                                   const char *dir, int keep, char **path);
 /* Loads a state file, or the newest intact state of a directory, into the
  * session and fills *at (may be NULL). Everything is checked before
@@ -1399,30 +1428,30 @@ remat_status remat_state_save_dir(remat_session *s, const remat_state_opts *o, c
  * and cost model may differ: plans give identical bits.
  * REMAT_NOT_FOUND: no such file or directory, or a directory without any
  * state. */
-remat_status remat_state_load(remat_session *s, const remat_state_opts *o, const char *path,
+REMAT_API remat_status remat_state_load(remat_session *s, const remat_state_opts *o, const char *path,
                               remat_train_progress *at);
 /* The steps of the state files in dir, newest first (*steps owned by the
  * caller, free; NULL when *n is 0), by name only: nothing is read.
  * Temporary files are never listed. REMAT_NOT_FOUND if dir does not
  * exist. */
-remat_status remat_state_list(const char *dir, int64_t **steps, int *n);
+REMAT_API remat_status remat_state_list(const char *dir, int64_t **steps, int *n);
 /* The newest intact state of dir: *path (caller frees) and *step (either
  * may be NULL). Each newer state that fails the file checks (truncated,
  * checksum, malformed) is reported through note and skipped. Stale
  * temporaries of killed saves are removed (those whose process is gone).
  * REMAT_NOT_FOUND when dir holds no state, REMAT_FORMAT when none is
  * intact. */
-remat_status remat_state_find(const char *dir, remat_state_note_fn note, void *user, char **path, int64_t *step);
+REMAT_API remat_status remat_state_find(const char *dir, remat_state_note_fn note, void *user, char **path, int64_t *step);
 
 /* Writes bytes to path atomically and durably, as every file remat writes
  * (above); REMAT_IO names the path and the reason. */
-remat_status remat_file_write_atomic(const char *path, const void *data, size_t bytes);
+REMAT_API remat_status remat_file_write_atomic(const char *path, const void *data, size_t bytes);
 /* The shortest decimal form of v that reads back as the same float
  * ("0.001", not "0.00100000005"), written into buf (cap bytes; 16 hold
  * any float) and returned. States record their float hyper-parameters
  * this way; a caller that records floats among its run options should
  * too, so that equal floats compare as equal strings on resume. */
-const char *remat_float_str(float v, char *buf, size_t cap);
+REMAT_API const char *remat_float_str(float v, char *buf, size_t cap);
 /* ------------------------------------------------ end of training state */
 
 #ifdef __cplusplus

@@ -19,7 +19,7 @@
  */
 #include "check.h"
 
-#include "../src/plan/memplan.h"
+#include "../src/plan/planner.h"
 
 #include <math.h>
 #include <stdio.h>

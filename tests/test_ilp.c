@@ -53,7 +53,7 @@
  * input), unevenly, so its candidates are not the simulator's cheapest plans at
  * the tight budgets, where DTR or sqrt win. Hence the bounds are not 0.
  */
-#include "../src/plan/memplan.h"
+#include "../src/plan/planner.h"
 #include "check.h"
 
 #include <cjson/cJSON.h>

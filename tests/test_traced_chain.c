@@ -21,6 +21,7 @@
  */
 #include "check.h"
 #include "../src/exec/session.h"
+#include "../src/plan/chain.h"
 #include "../src/plan/offload.h"
 #include "remat.h"
 

@@ -63,7 +63,8 @@ static inline void remat__comm_failed_together(remat_comm *c) {
     if (c) c->failed = 1;
 }
 
-/* Makes a communicator around an implementation: fills host, hosts (an
+/* Makes a communicator around an implementation (comm_wrap.c): fills
+ * host, hosts (an
  * allgather of the host names: collective). On failure impl is destroyed. */
 remat_status remat__comm_wrap(const remat__comm_ops *ops, void *impl, int rank, int size, const char *host,
                               remat_comm **out);

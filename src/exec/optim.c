@@ -113,18 +113,6 @@ remat_status remat__optim_install(remat_session *s, const remat_optim_opts *o) {
     return REMAT_OK;
 }
 
-remat_status remat_session_set_optimizer(remat_session *s, const remat_optim_opts *o) {
-    if (!o) return remat__err(REMAT_INVALID, "remat_session_set_optimizer: options are NULL");
-    remat_status st = remat__optim_install(s, o);
-    if (st == REMAT_OK) st = remat__session_plan_train(s);
-    st = remat__dp_agree_plan(s, st); /* several ranks: every one's plan, and the same */
-    if (st != REMAT_OK) {
-        remat__optim_state_free(s);
-        s->has_optim = 0;
-    }
-    return st;
-}
-
 /* ------------------------------------------- state for training states */
 
 const remat_optim_opts *remat__optim_opts(const remat_session *s) { return s->has_optim ? &s->optim : NULL; }

@@ -358,19 +358,17 @@ const void *remat_session_binding(const remat_session *s, remat_node input) {
     return s->bound[input];
 }
 
-remat_status remat__session_runnable(const remat_session *s, const char *what) {
-    if (!s) return remat__err(REMAT_INVALID, "%s: the session is NULL", what);
-    if (s->opts.plan_only)
-        return remat__err(REMAT_INVALID, "%s: the session was created to plan only (plan_only): it holds no "
-                          "parameters or memory to run with", what);
-    return REMAT_OK;
+remat_status remat_session_set_optimizer(remat_session *s, const remat_optim_opts *o) {
+    if (!o) return remat__err(REMAT_INVALID, "remat_session_set_optimizer: options are NULL");
+    remat_status st = remat__optim_install(s, o);
+    if (st == REMAT_OK) st = remat__session_plan_train(s);
+    st = remat__dp_agree_plan(s, st); /* several ranks: every one's plan, and the same */
+    if (st != REMAT_OK) {
+        remat__optim_state_free(s);
+        s->has_optim = 0;
+    }
+    return st;
 }
-
-const remat_session_opts *remat__session_opts(const remat_session *s) { return &s->opts; }
-
-remat_node remat__session_loss(const remat_session *s) { return s->loss; }
-
-double *remat__session_node_profile(remat_session *s) { return s->prof_node; }
 
 remat_status remat_session_step(remat_session *s, float *loss) {
     remat_status st = remat__session_runnable(s, "remat_session_step");

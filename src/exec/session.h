@@ -6,7 +6,7 @@
 #ifndef REMAT_SESSION_H
 #define REMAT_SESSION_H
 
-#include "../plan/memplan.h"
+#include "../plan/planner.h"
 #include "backend.h"
 #include "dp.h"
 #include "session_api.h"

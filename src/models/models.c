@@ -23,17 +23,6 @@ void remat_model_opts_default(remat_model_opts *o) {
     o->layers = 12, o->embd = 768, o->heads = 12, o->context = 1024, o->vocab = 50257;
 }
 
-/* Marks the output of block `i` (0-based) when the options ask for it. */
-static remat_node block_end(remat_graph *g, remat_node x, int i, const remat_model_opts *o) {
-    return o->checkpoint_blocks < 0 || i < o->checkpoint_blocks ? remat_checkpoint(g, x) : x;
-}
-
-/* Marks the output of block `i` for remat__model_block_end's users in the
- * other model files. */
-remat_node remat__model_block_end(remat_graph *g, remat_node x, int i, const remat_model_opts *o) {
-    return block_end(g, x, i, o);
-}
-
 /* Dropout with the model's rate scaled; absent when the scale is 0. */
 static remat_node dropout(remat_graph *g, remat_node x, float p, const remat_model_opts *o) {
     return o->dropout_scale > 0.0f ? remat_dropout(g, x, p * o->dropout_scale) : x;
@@ -43,8 +32,8 @@ static remat_node dropout(remat_graph *g, remat_node x, float p, const remat_mod
  * Blocks for checkpointing: fc1+relu, fc2+relu. */
 static remat_node mlp(remat_graph *g, remat_node x, const remat_model_opts *o) {
     x = remat_flatten(g, x);
-    x = block_end(g, remat_relu(g, remat_linear(g, "fc1", x, 256, 1)), 0, o);
-    x = block_end(g, remat_relu(g, remat_linear(g, "fc2", x, 128, 1)), 1, o);
+    x = remat__model_block_end(g, remat_relu(g, remat_linear(g, "fc1", x, 256, 1)), 0, o);
+    x = remat__model_block_end(g, remat_relu(g, remat_linear(g, "fc2", x, 128, 1)), 1, o);
     return remat_linear(g, "fc3", x, o->classes, 1);
 }
 
@@ -57,10 +46,10 @@ static remat_node mlp(remat_graph *g, remat_node x, const remat_model_opts *o) {
 static remat_node cnn(remat_graph *g, remat_node x, const remat_model_opts *o) {
     x = remat_relu(g, remat_conv2d(g, "features.0", x, 32, 3, 1, 1, 1));
     x = remat_relu(g, remat_conv2d(g, "features.2", x, 64, 3, 1, 1, 1));
-    x = block_end(g, dropout(g, remat_maxpool2d(g, x, 2, 2, 0), 0.25f, o), 0, o);
+    x = remat__model_block_end(g, dropout(g, remat_maxpool2d(g, x, 2, 2, 0), 0.25f, o), 0, o);
     x = remat_relu(g, remat_conv2d(g, "features.6", x, 64, 3, 1, 1, 1));
     x = remat_relu(g, remat_conv2d(g, "features.8", x, 64, 3, 1, 1, 1));
-    x = block_end(g, dropout(g, remat_maxpool2d(g, x, 2, 2, 0), 0.25f, o), 1, o);
+    x = remat__model_block_end(g, dropout(g, remat_maxpool2d(g, x, 2, 2, 0), 0.25f, o), 1, o);
     x = remat_flatten(g, x);
     x = dropout(g, remat_relu(g, remat_linear(g, "classifier.0", x, 512, 1)), 0.5f, o);
     return remat_linear(g, "classifier.3", x, o->classes, 1);
@@ -79,28 +68,10 @@ static remat_status heavy(remat_graph *g, const remat_model_opts *o, remat_model
     remat_node x = m->input;
     for (int b = 0; b < 1000 && remat_graph_status(g) == REMAT_OK; b++) {
         for (int i = 0; i < 100; i++) x = mul ? remat_mul(g, x, a) : remat_add(g, x, a);
-        x = block_end(g, x, b, o);
+        x = remat__model_block_end(g, x, b, o);
     }
     m->logits = x;
     m->loss = remat_mse(g, x, m->labels);
-    if (remat_graph_status(g) != REMAT_OK)
-        return remat_error(remat_graph_status(g), "model '%s': %s", o->name, remat_graph_error(g));
-    return REMAT_OK;
-}
-
-/* Classifiers over images: input (B,C,H,W), labels (B), cross-entropy. */
-remat_status remat__model_classifier(remat_graph *g, const remat_model_opts *o, remat_model *m,
-                                     remat_node (*body)(remat_graph *, remat_node, const remat_model_opts *)) {
-    if (o->batch <= 0 || o->channels <= 0 || o->height <= 0 || o->width <= 0 || o->classes <= 1)
-        return remat_error(REMAT_INVALID, "model '%s': batch, input shape and classes must be positive "
-                          "(got batch %lld, %lldx%lldx%lld, %lld classes)", o->name, (long long)o->batch,
-                          (long long)o->channels, (long long)o->height, (long long)o->width,
-                          (long long)o->classes);
-    int64_t xd[4] = {o->batch, o->channels, o->height, o->width};
-    m->input = remat_input(g, "input", REMAT_F32, 4, xd);
-    m->labels = remat_input(g, "target", REMAT_I32, 1, &o->batch);
-    m->logits = body(g, m->input, o);
-    m->loss = remat_cross_entropy(g, m->logits, m->labels);
     if (remat_graph_status(g) != REMAT_OK)
         return remat_error(remat_graph_status(g), "model '%s': %s", o->name, remat_graph_error(g));
     return REMAT_OK;

@@ -1,5 +1,6 @@
-/* models.h: what the model files share. Each model is a line of the table
- * in models.c: its name, a description, a builder and its defaults. */
+/* models.h: what the model files share (parts.c). Each model is a line of
+ * the table in models.c: its name, a description, a builder and its
+ * defaults. */
 #ifndef REMAT_MODELS_H
 #define REMAT_MODELS_H
 

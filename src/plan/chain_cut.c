@@ -2,7 +2,7 @@
  * stages.
  *
  * A stage boundary is an op node u that the rest of the step reaches only
- * through u and through values carried across u (optimal.c's add_carried
+ * through u and through values carried across u (chain.c's add_carried
  * counts a carried value in every stage it spans). The points:
  *   - articulation points: no edge between two other op nodes jumps over
  *     them (remat__cut_points), nothing is carried;

@@ -30,18 +30,11 @@
  * for the plain heuristics, O(n) more per candidate for those that walk
  * e*; a work limit (dtr.h) bounds the whole search.
  */
-#include "dtr.h"
+#include "dtr-impl.h"
 
 #include <limits.h>
 #include <math.h>
 #include <stdlib.h>
-
-/* A growable operation list; a failed growth sets oom and drops the push. */
-typedef struct {
-    remat__dtr_op *v; /* owned */
-    int n, cap;
-    int oom;
-} opbuf;
 
 static void opbuf_push(opbuf *b, int32_t node, uint8_t kind) {
     if (b->n == b->cap) {
@@ -60,56 +53,9 @@ static void opbuf_push(opbuf *b, int32_t node, uint8_t kind) {
     b->v[b->n++] = (remat__dtr_op){.node = node, .kind = kind};
 }
 
-/* Learnt from failed runs: just before the first computation of t, make u
- * resident, and keep it so until the first computation of v. */
-typedef struct {
-    int32_t u, t, v;
-} dtr_hint;
-
 #define MAX_TRIES 16 /* runs per phase mode in one simulation, so hints too */
 
-/* The problem's fixed facts and one simulation's state. */
-typedef struct {
-    const remat__dtr_node *nd; /* borrowed */
-    int n;
-    uint8_t *in_c;         /* node is computed */
-    int64_t *cons_off;     /* consumers (computed ones) of u: cons[cons_off[u] .. cons_off[u+1]) */
-    int32_t *cons;
-    int32_t *last_direct;  /* last consumer of u (u itself if none) */
-    int32_t *last_reach;   /* last node reachable from u through consumers (u if none) */
-    int32_t *dies_off[REMAT__DTR_POLICY_COUNT]; /* per policy, nodes dead once v is first computed */
-    int32_t *dies[REMAT__DTR_POLICY_COUNT];
-    double base_cost;      /* every computed node once */
-    int64_t floor;
-    int32_t floor_node;
-    int64_t total_size;
-
-    uint8_t *state;        /* 0 never computed, 1 resident, 2 computed but not resident */
-    int32_t *pin;          /* reads still due in the current phase */
-    int64_t *last_access;  /* clock of the last compute or read */
-    uint32_t *mark;        /* == gen: visited by the current walk */
-    uint32_t gen;
-    int32_t *stack;        /* n + 1 */
-    int32_t *frame;        /* n + 1: a recursive phase's frames (a path: deps of deps) */
-    int32_t *frame_next;   /* n + 1: per frame, the next dep to look at */
-    int32_t *phase;        /* n + 1: the values computed for one first computation */
-    int32_t *res, *res_pos; /* resident values, and each one's place in res */
-    int n_res;
-    int64_t mem;
-    int64_t clock;
-    int32_t front;         /* the last node computed for the first time */
-    int32_t *protect;      /* not evicted while front < protect[u] (set by hints) */
-    dtr_hint *hints;       /* MAX_TRIES, sorted by t */
-    int n_hints;
-    int fail_hint;         /* a failed run: the hint whose phase failed, or -1 and */
-    int32_t fail_v;        /* the first computation it failed in; */
-    int64_t work;          /* values visited by all runs so far */
-    uint32_t *in_phase;    /* == phase_gen: member of the phase being looked at */
-    uint32_t phase_gen;
-    int fail_nph;          /* the failed phase is d->phase[0 .. fail_nph) */
-} dtr;
-
-static void dtr_free(dtr *d) {
+void remat__dtr_free(dtr *d) {
     free(d->in_c), free(d->cons_off), free(d->cons), free(d->last_direct), free(d->last_reach);
     for (int p = 0; p < REMAT__DTR_POLICY_COUNT; p++) free(d->dies_off[p]), free(d->dies[p]);
     free(d->state), free(d->pin), free(d->last_access), free(d->mark), free(d->stack), free(d->frame);
@@ -118,7 +64,7 @@ static void dtr_free(dtr *d) {
     memset(d, 0, sizeof *d);
 }
 
-static remat_status validate(const remat__dtr_node *nodes, int n, int64_t budget) {
+remat_status remat__dtr_validate(const remat__dtr_node *nodes, int n, int64_t budget) {
     if (n < 0 || (n > 0 && !nodes)) return remat__err(REMAT_INVALID, "dtr planner: bad node list (n = %d)", n);
     if (budget < 0) return remat__err(REMAT_INVALID, "dtr planner: negative budget %lld", (long long)budget);
     int64_t total = 0;
@@ -266,11 +212,11 @@ static void find_floor(dtr *d) {
 }
 
 /* Builds the fixed facts. The nodes have been validated. */
-static remat_status dtr_init(dtr *d, const remat__dtr_node *nodes, int n) {
+remat_status remat__dtr_init(dtr *d, const remat__dtr_node *nodes, int n) {
     memset(d, 0, sizeof *d);
     d->nd = nodes, d->n = n;
     if (!dtr_alloc(d)) {
-        dtr_free(d);
+        remat__dtr_free(d);
         return remat__err(REMAT_NOMEM, "dtr planner: out of memory for %d nodes", n);
     }
     find_computed(d);
@@ -402,13 +348,6 @@ static int cmp_i32(const void *a, const void *b) {
     int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
     return (x > y) - (x < y);
 }
-
-typedef struct {
-    int ok;
-    double cost;
-    int64_t peak; /* of the allocations that fit (up to the failure, if any) */
-    int64_t span; /* simulate: the greatest peak of its runs */
-} sim_out;
 
 /* Computes w, whose deps are resident and pinned: evicts until it fits
  * (returns 0 if it cannot), then unpins the deps and frees those that died.
@@ -637,8 +576,8 @@ static int learn(dtr *d) {
  * Stops early when the work reaches max_work (< 0: no limit; sets
  * *limited). Each run depends on b only through its comparisons, so the
  * whole chain runs identically at every budget in [so->span, b]. */
-static remat_status simulate(dtr *d, int h, int policy, int64_t b, int64_t max_work, int *limited, opbuf *ops,
-                             sim_out *so) {
+remat_status remat__dtr_simulate(dtr *d, int h, int policy, int64_t b, int64_t max_work, int *limited, opbuf *ops,
+                                 sim_out *so) {
     int64_t span = 0;
     for (int mode = PHASE_ORDERED; mode <= PHASE_RECURSIVE; mode++) {
         d->n_hints = 0;
@@ -656,168 +595,4 @@ static remat_status simulate(dtr *d, int h, int policy, int64_t b, int64_t max_w
         }
     }
     return REMAT_OK;
-}
-
-/* ---------------------------------------------------------------- search */
-
-typedef struct {
-    unsigned heuristics, policies;
-    int max_runs;     /* <= 0: no limit */
-    int64_t max_work; /* < 0: no limit */
-    opbuf cur, best;
-    int have;
-    double cost;
-    int64_t peak, sim_budget;
-    int h, p;
-    int n_sims, limited;
-} search;
-
-/* Sweeps every (heuristic, policy) pair downward from budget to above
- * known_bad (budgets <= known_bad are known to fail: at least floor - 1),
- * round robin (one simulation per pair per round, so that a work limit cuts
- * all pairs alike), keeping the cheapest schedule in s->best. With
- * first_fit, returns at the first success, setting *fit_peak to its peak. */
-static remat_status sweep(dtr *d, search *s, int64_t budget, int64_t known_bad, int first_fit, int64_t *fit_peak) {
-    struct {
-        int h, p, runs, done;
-        int64_t b;
-    } q[REMAT__DTR_H_COUNT * REMAT__DTR_POLICY_COUNT];
-    /* The pairs that most often win on random DAGs go first (they matter
-     * when a work limit stops the search). */
-    static const int order[REMAT__DTR_H_COUNT] = {
-        REMAT__DTR_H_NEXT, REMAT__DTR_H_DTR,    REMAT__DTR_H_NOSTALE, REMAT__DTR_H_ANC,
-        REMAT__DTR_H_SIZE, REMAT__DTR_H_BELADY, REMAT__DTR_H_LOCAL,   REMAT__DTR_H_LRU};
-    int nq = 0;
-    for (int p = 0; p < REMAT__DTR_POLICY_COUNT; p++)
-        for (int k = 0; k < REMAT__DTR_H_COUNT; k++) {
-            int h = order[k];
-            if ((s->policies & (1u << p)) && (s->heuristics & (1u << h)))
-                q[nq].h = h, q[nq].p = p, q[nq].runs = 0, q[nq].b = budget, q[nq].done = budget <= known_bad,
-                nq++;
-        }
-    for (int alive = 1; alive;) {
-        alive = 0;
-        for (int i = 0; i < nq; i++) {
-            if (q[i].done) continue;
-            if (s->max_work >= 0 && d->work >= s->max_work) {
-                s->limited = 1;
-                return REMAT_OK;
-            }
-            sim_out so;
-            remat_status st = simulate(d, q[i].h, q[i].p, q[i].b, s->max_work, &s->limited, &s->cur, &so);
-            s->n_sims++, q[i].runs++;
-            if (st != REMAT_OK) return st;
-            if (so.ok) {
-                if (first_fit) {
-                    *fit_peak = so.peak;
-                    return REMAT_OK;
-                }
-                if (!s->have || so.cost < s->cost || (so.cost == s->cost && so.peak < s->peak)) {
-                    opbuf t = s->best;
-                    s->best = s->cur, s->cur = t;
-                    s->have = 1, s->cost = so.cost, s->peak = so.peak, s->sim_budget = q[i].b;
-                    s->h = q[i].h, s->p = q[i].p;
-                }
-                if (so.cost <= d->base_cost) return REMAT_OK; /* nothing is cheaper */
-            }
-            q[i].b = so.span - 1;
-            if (q[i].b <= known_bad) {
-                q[i].done = 1;
-            } else if (s->max_runs > 0 && q[i].runs == s->max_runs) {
-                q[i].done = 1, s->limited = 1;
-            } else {
-                alive = 1;
-            }
-        }
-    }
-    return REMAT_OK;
-}
-
-remat_status remat__dtr_plan(const remat__dtr_node *nodes, int n, int64_t budget, const remat__dtr_opts *opts,
-                             remat__dtr_result *out) {
-    if (!out) return remat__err(REMAT_INVALID, "dtr planner: NULL result");
-    memset(out, 0, sizeof *out);
-    out->floor_node = -1;
-    remat_status st = validate(nodes, n, budget);
-    if (st != REMAT_OK) return st;
-    dtr d;
-    st = dtr_init(&d, nodes, n);
-    if (st != REMAT_OK) return st;
-    search s = {0};
-    const unsigned all_h = (1u << REMAT__DTR_H_COUNT) - 1, all_p = (1u << REMAT__DTR_POLICY_COUNT) - 1;
-    s.heuristics = opts && (opts->heuristics & all_h) ? opts->heuristics & all_h : all_h;
-    s.policies = opts && (opts->policies & all_p) ? opts->policies & all_p : all_p;
-    s.max_runs = opts ? opts->max_runs : 0;
-    s.max_work = !opts || opts->max_work == 0 ? REMAT__DTR_DEFAULT_WORK : opts->max_work;
-    out->floor = d.floor, out->floor_node = d.floor_node;
-
-    st = sweep(&d, &s, budget, d.floor - 1, 0, NULL);
-    if (st != REMAT_OK) goto done;
-    if (s.have) {
-        out->ops = s.best.v, out->n_ops = s.best.n;
-        s.best.v = NULL;
-        out->cost = s.cost, out->peak = s.peak, out->sim_budget = s.sim_budget;
-        out->heuristic = s.h, out->policy = s.p;
-        goto done;
-    }
-    /* Nothing fits: bisect for the smallest budget that does. Each pair
-     * fits at its own peak with no eviction (a run at the total size). The
-     * sweep from lo has seen every outcome at or below lo fail, so the
-     * sweep from mid stops there. */
-    int64_t hi = INT64_MAX;
-    for (int p = 0; p < REMAT__DTR_POLICY_COUNT; p++) {
-        if (!(s.policies & (1u << p))) continue;
-        for (int h = 0; h < REMAT__DTR_H_COUNT; h++) {
-            if (!(s.heuristics & (1u << h))) continue;
-            sim_out so;
-            st = simulate(&d, h, p, d.total_size, -1, &s.limited, &s.cur, &so);
-            s.n_sims++;
-            if (st != REMAT_OK) goto done;
-            if (so.ok && so.peak < hi) hi = so.peak;
-        }
-    }
-    int64_t lo = budget > d.floor - 1 ? budget : d.floor - 1; /* fails */
-    d.work = 0; /* the bisection has a work allowance of its own */
-    while (hi - lo > 1) {
-        int64_t mid = lo + (hi - lo) / 2, fit = -1;
-        st = sweep(&d, &s, mid, lo, 1, &fit);
-        if (st != REMAT_OK) goto done;
-        if (fit >= 0)
-            hi = fit;
-        else
-            lo = mid;
-    }
-    out->min_budget = hi;
-    if (budget < d.floor)
-        st = remat__err(REMAT_BUDGET,
-                        "dtr planner: budget %lld is below %lld, what node %d needs with its inputs resident, "
-                        "so no schedule fits; this planner needs %lld",
-                        (long long)budget, (long long)d.floor, (int)d.floor_node, (long long)hi);
-    else
-        st = remat__err(REMAT_BUDGET,
-                        "dtr planner: no schedule found within budget %lld; this planner needs %lld "
-                        "(no schedule fits below %lld, what node %d needs with its inputs resident)",
-                        (long long)budget, (long long)hi, (long long)d.floor, (int)d.floor_node);
-done:
-    out->n_sims = s.n_sims, out->limited = s.limited;
-    free(s.cur.v), free(s.best.v);
-    dtr_free(&d);
-    return st;
-}
-
-void remat__dtr_result_free(remat__dtr_result *out) {
-    if (!out) return;
-    free(out->ops);
-    memset(out, 0, sizeof *out);
-    out->floor_node = -1;
-}
-
-const char *remat__dtr_heuristic_name(int h) {
-    static const char *const names[REMAT__DTR_H_COUNT] = {"dtr", "anc",  "local", "nostale",
-                                                          "lru", "size", "next",  "belady"};
-    return h >= 0 && h < REMAT__DTR_H_COUNT ? names[h] : "unknown";
-}
-
-const char *remat__dtr_policy_name(int p) {
-    return p == REMAT__DTR_EAGER ? "eager" : p == REMAT__DTR_LAZY ? "lazy" : "unknown";
 }

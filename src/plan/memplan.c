@@ -13,12 +13,6 @@ void remat__memplan_free(remat__memplan *m) {
     memset(m, 0, sizeof *m);
 }
 
-void remat__planned_free(remat__planned *pl) {
-    remat__schedule_free(&pl->sc);
-    remat__memplan_free(&pl->mem);
-    pl->valid = 0;
-}
-
 remat_status remat__memplan_make(const remat__prog *p, const remat__schedule *s, remat__memplan *out) {
     remat_status st = remat__memplan_build(p, s, out);
     return st == REMAT_OK ? remat__memplan_place(out) : st;
@@ -509,4 +503,13 @@ static remat_status verify_arena(const remat__memplan *m, int host) {
 remat_status remat__memplan_verify(const remat__memplan *m) {
     remat_status st = verify_arena(m, 0);
     return st == REMAT_OK ? verify_arena(m, 1) : st;
+}
+
+remat_status remat__simulate(const remat__prog *p, const remat__schedule *s,
+                             const remat_mem_stats *start, remat_mem_stats *out) {
+    remat__memplan m;
+    remat_status st = remat__memplan_build(p, s, &m);
+    if (st == REMAT_OK) remat__memplan_peaks(&m, start, out);
+    remat__memplan_free(&m);
+    return st;
 }

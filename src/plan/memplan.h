@@ -18,7 +18,6 @@
 #ifndef REMAT_MEMPLAN_H
 #define REMAT_MEMPLAN_H
 
-#include "rotor.h"
 #include "schedule.h"
 
 /* Arena offsets and sizes are multiples of this (cuBLAS and cuDNN want
@@ -106,86 +105,10 @@ remat_status remat__memplan_make(const remat__prog *p, const remat__schedule *s,
  * events kept sorted by offset). REMAT_INTERNAL naming the two events. */
 remat_status remat__memplan_verify(const remat__memplan *m);
 
-/* A schedule with its placed memory plan: what a planner returns and the
- * executor runs. */
-typedef struct {
-    remat__schedule sc;
-    remat__memplan mem;
-    int valid;
-} remat__planned;
-
-void remat__planned_free(remat__planned *pl);
-
-/* The gradient buckets of data parallelism (exec/dp_plan.c): the planners put
- * bucket b's REDUCE after the last backward that writes a gradient of one
- * of its parameters (remat__schedule_add_reduces). */
-typedef struct {
-    const int32_t *bucket_of; /* per node: its bucket, -1 for no parameter */
-    int nb;
-    int at_end;               /* every REDUCE after the last instruction */
-} remat__buckets;
-
-/* The planners, one per strategy (strategy.c), indexed by remat_strategy:
- * a name, a one-line summary, and the function that plans the training
- * step: its schedule, with the REDUCEs of `buckets` when given, and that
- * schedule's placed memory plan (NULL for auto, which the session
- * resolves). Adding a strategy is one entry here and one enum value in
- * remat.h. */
-typedef struct {
-    const remat__prog *p;
-    remat_node loss;
-    size_t budget;                 /* 0: none */
-    const remat_mem_stats *start;  /* live bytes before the step */
-    size_t held_outside;           /* resident blocks as allocated */
-    size_t *floor;                 /* optimal, when nothing fits: the
-                                    * smallest feasible budget (or NULL) */
-    const remat__buckets *buckets; /* data parallelism's, or NULL */
-    size_t host_budget;            /* optimal: host bytes offload may
-                                    * hold (0: no offload) */
-    double host_bandwidth;         /* the host link in the cost model's
-                                    * units: bytes per unit of cost */
-    double host_latency;           /* and units of cost per copy */
-} remat__plan_req;
-typedef struct {
-    const char *name, *summary;
-    remat_status (*build)(const remat__plan_req *r, remat__planned *out);
-} remat__planner;
-extern const remat__planner remat__planners[REMAT_STRATEGY_COUNT];
-
-/* Finishes a planner's schedule: inserts the REDUCEs of r->buckets, then
- * builds and places its memory plan into out (which takes the schedule
- * over, also on failure). */
-remat_status remat__plan_finish(const remat__plan_req *r, remat__schedule *sc, remat__planned *out);
-
-/* Summarizes a planned step (strategy.c): the predicted peaks (the fold
- * over its memory plan from `start`), its arena and what it holds with
- * `held_outside`, and its cost. */
-remat_status remat__schedule_summary(const remat__prog *p, const remat__planned *pl, const remat_mem_stats *start,
-                                     size_t held_outside, remat_plan_summary *out);
-
-/* The optimal planner (optimal.c): among the candidate schedules, the one
- * of least cost whose placed arena and `held_outside` fit `budget`
- * (finished by remat__plan_finish); REMAT_BUDGET when none fits, setting
- * *r->floor. */
-remat_status remat__optimal_plan(const remat__plan_req *r, remat__planned *out);
-
-/* What a schedule costs under the cost model: its forwards (a
- * recomputation at its own cost), backwards and exposed copy time
- * (sc->stall). */
-double remat__schedule_cost(const remat__prog *p, const remat__schedule *sc);
-
-/* The schedule of a plan of the chain optimal plans over (remat__optimal_chain),
- * offloaded stages' copies included (optimal.c). */
-remat_status remat__chain_schedule(const remat__prog *p, remat_node loss, const remat_chain_plan *plan,
-                                   remat__schedule *out);
-
-/* Offload as the third choice (offload_plan.c): with r->host_budget, the
- * least-cost chain plan with keep, recompute or offload per stage
- * (remat__offload_solve) at the budget, when it offloads something, costs
- * less than `best` (the cost of the best plan without offload that fits,
- * or infinity) and its placed arenas fit the budget and the host budget:
- * then it is finished into *out and *won set. Tried at a few budgets
- * below r's, since the chain model's peak is an estimate. */
-remat_status remat__offload_plan(const remat__plan_req *r, double best, remat__planned *out, int *won);
+/* Predicts the peak bytes per category of running s, starting from the
+ * live bytes in `start` (parameters, gradients, optimizer state): the
+ * peaks of its memory plan (memplan.c). */
+remat_status remat__simulate(const remat__prog *p, const remat__schedule *s,
+                             const remat_mem_stats *start, remat_mem_stats *out);
 
 #endif

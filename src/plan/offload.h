@@ -111,13 +111,6 @@ remat_status remat__offload_solve(const remat__stage_ex *st, int n, int64_t outp
 
 /* ------------------------------------------------- for a model's step */
 
-/* The chain `optimal` plans over (optimal.c): its stages with their
- * options (malloc'd into *st), their count, the loss input's bytes, and
- * each stage's first node (malloc'd into *first when not NULL). The
- * caller frees both. */
-remat_status remat__optimal_chain(const remat__prog *p, remat_node loss, remat__stage_ex **st, int *n, int64_t *output,
-                                  int32_t **first);
-
 /* Device slots for the offload DP over n stages with host_slots host
  * slots: 500, fewer when its tables would pass 256 MiB, never below 50. */
 int remat__offload_slots(int n, int host_slots);

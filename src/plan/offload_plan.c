@@ -4,7 +4,7 @@
  * The chain `optimal` plans over is solved by the offload DP (offload.h)
  * at the budget less the resident blocks and at the host budget; its plan
  * becomes a schedule with OUT, FREE and IN instructions where the timeline
- * of offload_sim.c puts the copies (optimal.c, remat__chain_schedule),
+ * of offload_sim.c puts the copies (chain.c, remat__chain_schedule),
  * its exposed copy time (the simulated stall) is part of its cost, and its
  * memory plan is built and placed like any candidate's: the device arena
  * must fit the budget with the blocks, the host arena the host budget.
@@ -17,7 +17,8 @@
  *
  * Ownership: *out is the caller's when *won; nothing else outlives a call.
  */
-#include "memplan.h"
+#include "chain.h"
+#include "planner.h"
 #include "offload.h"
 
 #include <math.h>

@@ -5,6 +5,7 @@
  *
  * Ownership: *offloaded is the caller's; nothing else outlives a call.
  */
+#include "chain.h"
 #include "offload.h"
 
 #include "../remat-impl.h"

@@ -78,6 +78,18 @@ remat_status remat__chain_tab_plan(const remat__chain_tab *t, int64_t budget, re
  * output; errors name the stage and field. */
 remat_status remat__chain_check(const remat_stage *st, int n, int64_t output);
 
+/* rotor_sim.c's checks and simulator, for the solvers: the checks of a
+ * chain with options (remat__chain_check's, each option's saved and
+ * bwd_tmp included); the one-option stages of a public chain (malloc'd;
+ * NULL with the error set when out of memory); and the simulation of an
+ * operation list without the checks (cost and peak as
+ * remat__chain_simulate_ex; *complete, when not NULL, set when y_0 is
+ * resident at the end). */
+remat_status remat__chain_check_ex(const remat__stage_ex *st, int n, int64_t output);
+remat__stage_ex *remat__chain_to_ex(const remat_stage *st, int n);
+remat_status remat__chain_sim_run(const remat__stage_ex *st, int n, int64_t output, const remat_chain_op *ops, int nops,
+                                  double *cost_out, int64_t *peak_out, int *complete);
+
 /* A plan from its operations (copied), its cost and its peak: for other
  * planners over the chain (offload_chain.c). NULL, with the error set,
  * when out of memory. The caller owns it (remat_chain_plan_destroy). */

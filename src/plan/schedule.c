@@ -2,7 +2,7 @@
  * categories of its values, and its predicted peaks (from its memory
  * plan, memplan.c, the same events the executor takes).
  */
-#include "memplan.h"
+#include "schedule.h"
 
 #include <stdlib.h>
 
@@ -315,13 +315,4 @@ remat_status remat__schedule_categorize(const remat__prog *p, remat__schedule *s
     }
     free(open), free(seen);
     return REMAT_OK;
-}
-
-remat_status remat__simulate(const remat__prog *p, const remat__schedule *s,
-                             const remat_mem_stats *start, remat_mem_stats *out) {
-    remat__memplan m;
-    remat_status st = remat__memplan_build(p, s, &m);
-    if (st == REMAT_OK) remat__memplan_peaks(&m, start, out);
-    remat__memplan_free(&m);
-    return st;
 }

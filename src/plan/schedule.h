@@ -205,13 +205,7 @@ remat_status remat__schedule_add_reduces(const remat__prog *p, remat__schedule *
 remat_status remat__schedule_categorize(const remat__prog *p, remat__schedule *s);
 
 
-/* Predicts the peak bytes per category of running s, starting from the
- * live bytes in `start` (parameters, gradients, optimizer state): the
- * peaks of its memory plan (memplan.h). */
-remat_status remat__simulate(const remat__prog *p, const remat__schedule *s,
-                             const remat_mem_stats *start, remat_mem_stats *out);
-
-/* The checkpoint levels of a strategy (strategy.c), for
+/* The checkpoint levels of a strategy (levels.c), for
  * remat__schedule_build; *level is NULL for `all`, else owned by the caller
  * (free). */
 #define REMAT__LEVEL_NONE 255

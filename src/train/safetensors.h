@@ -39,6 +39,17 @@ typedef struct {
  * BOOL U8 I8 F8_E5M2 F8_E4M3 I16 U16 F16 BF16 I32 U32 F32 F64 I64 U64. */
 size_t remat__st_dtype_size(const char *dtype);
 
+/* What the reader and the writer (safetensors_write.c) share
+ * (safetensors.c): the largest integer a JSON number (a double in cJSON)
+ * holds exactly; REMAT_OK for a path given on a host that reads and
+ * writes safetensors' little-endian data as it is; numel(dims) * size into
+ * *bytes (0 on overflow of size_t); CRC-32 (zlib's) of n bytes, in pieces
+ * that fit zlib's uInt. */
+#define REMAT__ST_MAX_EXACT ((uint64_t)1 << 53)
+remat_status remat__st_usable_path(const char *path);
+int remat__st_tensor_bytes(int ndim, const int64_t *dims, size_t size, size_t *bytes);
+uint32_t remat__st_crc(uint32_t crc, const void *p, size_t n);
+
 /* Reads and validates the whole file (header and data) into memory; the
  * caller owns *out (remat__st_close). Errors name the file and, where one
  * is at fault, the tensor: REMAT_NOT_FOUND or REMAT_IO when it cannot be

@@ -1,14 +1,16 @@
-/* state.c: training states (remat.h, "training state"): save, find, load,
- * and the glue that lets the training loops save and resume.
+/* state.c: training states (remat.h, "training state"): save, find, load;
+ * their metadata is state_meta.c, the glue that lets the training loops
+ * save and resume loop_state.c.
  *
  * A state is a checksummed safetensors file (safetensors.c: its metadata
  * leads with the file's size and a CRC-32 of the whole file). Tensors:
  * every parameter and buffer by name, then per trainable parameter its
  * optimizer state ("optim.<name>.exp_avg" and ".exp_avg_sq" for AdamW,
  * ".momentum_buffer" for SGD with momentum), all F32. Metadata (strings):
- * build_meta below is the one list, used both to write a state and, built
- * again from the running session, to compare on load; `compared` says
- * which entries must match and how a difference is named.
+ * remat__meta_build (state_meta.c) is the one list, used both to write a
+ * state and, built again from the running session, to compare on load;
+ * its `compared` says which entries must match and how a difference is
+ * named.
  *
  * Resuming is bitwise because a session's training math is a function of
  * the weights, buffers, optimizer state and two counters (the step index,
@@ -37,11 +39,9 @@
  * the loops stop on request after a step (remat__loop_state_stop, the
  * flag agreed across ranks) with a state saved; and before anything else
  * the ranks compare the options that define the math and the run's course
- * (same_run).
+ * (remat__state_same_run).
  */
-#include "../dist/comm.h"
-#include "../exec/session_api.h"
-#include "safetensors.h"
+#include "state-impl.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -54,238 +54,6 @@
 #include <time.h>
 #include <unistd.h>
 #include <zlib.h>
-
-#define STATE_FORMAT "1"
-#define STATE_PREFIX "state-"
-#define STATE_SUFFIX ".safetensors"
-
-/* ------------------------------------------------------------ metadata */
-
-/* Key, value pairs (owned), NULL-terminated once finished. */
-typedef struct {
-    char **kv;
-    int n, cap; /* strings, not pairs */
-    int oom;
-} meta;
-
-static void meta_add(meta *m, const char *key, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void meta_add(meta *m, const char *key, const char *fmt, ...) {
-    if (m->oom) return;
-    if (m->n + 3 > m->cap) {
-        int cap = m->cap ? 2 * m->cap : 64;
-        char **kv = realloc(m->kv, (size_t)cap * sizeof *kv);
-        if (!kv) {
-            m->oom = 1;
-            return;
-        }
-        m->kv = kv, m->cap = cap;
-    }
-    va_list ap;
-    va_start(ap, fmt);
-    int len = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    char *k = malloc(strlen(key) + 1), *v = len >= 0 ? malloc((size_t)len + 1) : NULL;
-    if (!k || !v) {
-        free(k), free(v);
-        m->oom = 1;
-        return;
-    }
-    strcpy(k, key);
-    va_start(ap, fmt);
-    vsnprintf(v, (size_t)len + 1, fmt, ap);
-    va_end(ap);
-    m->kv[m->n++] = k;
-    m->kv[m->n++] = v;
-    m->kv[m->n] = NULL;
-}
-
-static void meta_free(meta *m) {
-    for (int i = 0; i < m->n; i++) free(m->kv[i]);
-    free(m->kv);
-    memset(m, 0, sizeof *m);
-}
-
-static const char *meta_get(const meta *m, const char *key) {
-    for (int i = 0; i + 1 < m->n; i += 2)
-        if (strcmp(m->kv[i], key) == 0) return m->kv[i + 1];
-    return NULL;
-}
-
-/* CRC-32 of the graph's math: per node its op, leaf kind, inputs, shape,
- * dtype and attributes, and the names of leaves (parameter names matter;
- * op names are cosmetic). Initializers (the state's weights replace
- * them) and remat_checkpoint marks (plans do not change bits) are left
- * out. */
-static uint32_t graph_crc(const remat_session *s) {
-    const remat_graph *g = remat_session_graph(s);
-    remat_node loss = remat__session_loss(s);
-    uint32_t crc = (uint32_t)crc32(0, NULL, 0);
-    for (int v = 0; v < g->n; v++) {
-        const remat__node *n = &g->nodes[v];
-        const char *op = remat__ops[n->op]->name;
-        crc = (uint32_t)crc32(crc, (const unsigned char *)op, (uInt)strlen(op) + 1);
-        if (n->leaf != REMAT__LEAF_NONE && n->name)
-            crc = (uint32_t)crc32(crc, (const unsigned char *)n->name, (uInt)strlen(n->name) + 1);
-        int64_t w[3 + REMAT__MAX_IN + 1 + REMAT_MAX_DIMS + 1 + 6 + 2];
-        int k = 0;
-        w[k++] = n->leaf;
-        w[k++] = n->n_in;
-        w[k++] = v == loss;
-        for (int i = 0; i < n->n_in && i < REMAT__MAX_IN; i++) w[k++] = n->in[i];
-        w[k++] = n->shape.ndim;
-        for (int i = 0; i < n->shape.ndim && i < REMAT_MAX_DIMS; i++) w[k++] = n->shape.d[i];
-        w[k++] = n->dtype;
-        for (int i = 0; i < 6; i++) w[k++] = n->iattr[i];
-        for (int i = 0; i < 2; i++) {
-            uint32_t bits;
-            memcpy(&bits, &n->fattr[i], 4);
-            w[k++] = bits;
-        }
-        unsigned char le[8 * (int)(sizeof w / sizeof w[0])];
-        for (int i = 0; i < k; i++)
-            for (int b = 0; b < 8; b++) le[8 * i + b] = (unsigned char)((uint64_t)w[i] >> (8 * b));
-        crc = (uint32_t)crc32(crc, le, (uInt)(8 * k));
-    }
-    return crc;
-}
-
-/* The micro-batch: the first input's first dimension. */
-static int64_t micro_batch_of(const remat_session *s) {
-    const remat_graph *g = remat_session_graph(s);
-    for (int v = 0; v < g->n; v++)
-        if (g->nodes[v].leaf == REMAT__LEAF_INPUT && g->nodes[v].shape.ndim > 0)
-            return g->nodes[v].shape.d[0];
-    return 0;
-}
-
-/* The (global) batch: o->batch, or the step's micro-batches of the graph's. */
-static int64_t batch_of(const remat_session *s, const remat_state_opts *o) {
-    if (o && o->batch > 0) return o->batch;
-    remat_dist_info di;
-    remat_session_dist(s, &di);
-    return di.micro_batches * micro_batch_of(s);
-}
-
-/* Everything a state's metadata holds, from the session, o and at (NULL:
- * the data step is the session's step). The checksum's two entries lead
- * the file's metadata (the writer adds them). */
-static void build_meta(const remat_session *s, const remat_state_opts *o, const remat_train_progress *at, meta *m) {
-    int64_t step, optim_t;
-    remat__optim_counters(s, &step, &optim_t);
-    remat_train_progress p = at ? *at : (remat_train_progress){step, 0, step};
-    const remat_optim_opts *op = remat__optim_opts(s);
-    const remat_session_opts *so = remat__session_opts(s);
-    int64_t batch = batch_of(s, o);
-    char fb[32];
-    meta_add(m, "format", "pt"); /* what PyTorch-side loaders expect */
-    meta_add(m, "remat.state", STATE_FORMAT);
-    meta_add(m, "remat.version", "%s", REMAT_VERSION);
-    meta_add(m, "step", "%lld", (long long)step);
-    meta_add(m, "optim.step", "%lld", (long long)optim_t);
-    meta_add(m, "rng", "philox4x32-10");
-    meta_add(m, "rng.seed", "%llu", (unsigned long long)so->seed);
-    meta_add(m, "rng.step", "%lld", (long long)step);
-    meta_add(m, "data.step", "%lld", (long long)p.data_step);
-    meta_add(m, "data.epoch", "%lld", (long long)p.epoch);
-    meta_add(m, "data.position", "%lld", (long long)p.position);
-    meta_add(m, "data.batches_per_epoch", "%lld", (long long)(o ? o->batches_per_epoch : 0));
-    meta_add(m, "data.seed", "%llu", (unsigned long long)(o ? o->data_seed : 0));
-    meta_add(m, "data", "%s", o && o->data ? o->data : "");
-    meta_add(m, "batch", "%lld", (long long)batch);
-    meta_add(m, "micro_batch", "%lld", (long long)micro_batch_of(s));
-    meta_add(m, "ranks", "%d", remat_comm_size(remat__session_comm(s)));
-    meta_add(m, "device", "%s", remat_device_str(so->device));
-    meta_add(m, "precision", "%s", remat_precision_str(so->precision));
-    if (so->device == REMAT_DEVICE_CPU)
-        meta_add(m, "threads", "%d", so->threads);
-    else
-        meta_add(m, "tf32", "%d", so->tf32 ? 1 : 0);
-    if (so->least_workspace) /* only when on: states saved before it existed resume */
-        meta_add(m, "least_workspace", "1");
-    meta_add(m, "graph", "%08x", (unsigned)graph_crc(s));
-    meta_add(m, "optim", "%s", !op ? "none" : op->kind == REMAT_OPTIM_SGD ? "sgd" : "adamw");
-    if (op) {
-        meta_add(m, "optim.lr", "%s", remat_float_str(op->lr, fb, sizeof fb));
-        meta_add(m, "optim.weight_decay", "%s", remat_float_str(op->weight_decay, fb, sizeof fb));
-        if (op->kind == REMAT_OPTIM_SGD) {
-            meta_add(m, "optim.momentum", "%s", remat_float_str(op->momentum, fb, sizeof fb));
-            meta_add(m, "optim.dampening", "%s", remat_float_str(op->dampening, fb, sizeof fb));
-            meta_add(m, "optim.nesterov", "%d", op->nesterov ? 1 : 0);
-        } else {
-            meta_add(m, "optim.beta1", "%s", remat_float_str(op->beta1, fb, sizeof fb));
-            meta_add(m, "optim.beta2", "%s", remat_float_str(op->beta2, fb, sizeof fb));
-            meta_add(m, "optim.eps", "%s", remat_float_str(op->eps, fb, sizeof fb));
-        }
-    }
-    for (int i = 0; o && o->run && o->run[i] && o->run[i + 1]; i += 2) {
-        char key[256];
-        snprintf(key, sizeof key, "run.%s", o->run[i]);
-        meta_add(m, key, "%s", o->run[i + 1]);
-    }
-}
-
-/* Entries that must match on resume, in the order they are checked, and
- * how a difference is named. The caller's run options come before them
- * (their keys name themselves, "--batch"); the graph comes after the
- * tensors (another model fails there first, naming a tensor). */
-static const struct {
-    const char *key, *what;
-} compared[] = {
-    {"batch", "the batch (rows per optimizer step)"},
-    {"micro_batch", "the micro-batch"},
-    {"device", "the device (CPU and CUDA kernels give different bits)"},
-    {"precision", "the precision (--precision: bf16 rounds what fp32 keeps)"},
-    {"threads", "the number of CPU threads (the kernels' bits depend on it)"},
-    {"tf32", "TF32"},
-    {"least_workspace", "the convolutions' algorithms (--least-workspace)"},
-    {"optim", "the optimizer"},
-    {"optim.lr", "the learning rate"},
-    {"optim.weight_decay", "the weight decay"},
-    {"optim.momentum", "the momentum"},
-    {"optim.dampening", "the dampening"},
-    {"optim.nesterov", "Nesterov momentum"},
-    {"optim.beta1", "AdamW's beta1"},
-    {"optim.beta2", "AdamW's beta2"},
-    {"optim.eps", "AdamW's eps"},
-    {"rng.seed", "the seed"},
-    {"data.seed", "the data order's seed"},
-    {"data", "the training data"},
-};
-
-#define RESUME_RULE                                                                                       \
-    "a resumed run must keep every option that defines the math; the strategy, budget and cost model " \
-    "may change"
-
-/* REMAT_INVALID naming `what`, with both values ("(none)" when absent). */
-static remat_status differs(const char *path, const char *what, const char *was, const char *now) {
-    return remat__err(REMAT_INVALID, "%s: cannot resume: %s differs: the state has %s%s%s, this run %s%s%s (%s)", path,
-                      what, was ? "'" : "", was ? was : "none", was ? "'" : "", now ? "'" : "", now ? now : "none",
-                      now ? "'" : "", RESUME_RULE);
-}
-
-static int same(const char *a, const char *b) { return (!a && !b) || (a && b && strcmp(a, b) == 0); }
-
-static remat_status compare_options(const remat__st *f, const meta *now) {
-    const char *path = remat__st_path(f);
-    /* the caller's options, both ways */
-    for (int i = 0; i + 1 < now->n; i += 2) {
-        if (strncmp(now->kv[i], "run.", 4) != 0) continue;
-        const char *was = remat__st_metadata(f, now->kv[i]);
-        if (!same(was, now->kv[i + 1])) return differs(path, now->kv[i] + 4, was, now->kv[i + 1]);
-    }
-    for (int i = 0;; i++) {
-        const char *key = remat__st_metadata_key(f, i);
-        if (!key) break;
-        if (strncmp(key, "run.", 4) == 0 && !meta_get(now, key))
-            return differs(path, key + 4, remat__st_metadata(f, key), NULL);
-    }
-    for (size_t i = 0; i < sizeof compared / sizeof compared[0]; i++) {
-        const char *was = remat__st_metadata(f, compared[i].key), *is = meta_get(now, compared[i].key);
-        if (!was && !strcmp(compared[i].key, "precision")) was = "fp32"; /* saved before the policy existed */
-        if (!same(was, is)) return differs(path, compared[i].what, was, is);
-    }
-    return REMAT_OK;
-}
 
 /* ------------------------------------------------------------- tensors */
 
@@ -416,13 +184,13 @@ remat_status remat_state_save(remat_session *s, const remat_state_opts *o, const
         l.ts[k].data = dst;
         off += l.ts[k].bytes;
     }
-    meta m = {0};
+    remat__state_meta m = {0};
     if (rc == REMAT_OK) {
-        build_meta(s, o, at, &m);
+        remat__meta_build(s, o, at, &m);
         if (m.oom) rc = remat__err(REMAT_NOMEM, "%s: out of memory", path);
     }
     if (rc == REMAT_OK) rc = remat__st_write_ex(path, l.n, l.ts, (const char *const *)m.kv, 1);
-    meta_free(&m);
+    remat__meta_free(&m);
     free(host);
     free_tensors(&l);
     return rc;
@@ -449,20 +217,14 @@ static int is_state_base(const char *base, const void *arg) {
     return state_step(base) >= 0 || strcmp(base, "probe") == 0;
 }
 
-/* A state file found in a directory: its step (from its name) and path. */
-typedef struct {
-    int64_t step;
-    char *path; /* owned */
-} state_entry;
-
-static void free_entries(state_entry *e, int n) {
+void remat__state_free_entries(remat__state_entry *e, int n) {
     for (int i = 0; e && i < n; i++) free(e[i].path);
     free(e);
 }
 
 /* Newest first; the same step under two names in a fixed order (by path). */
 static int by_entry_desc(const void *a, const void *b) {
-    const state_entry *x = a, *y = b;
+    const remat__state_entry *x = a, *y = b;
     if (x->step != y->step) return (x->step < y->step) - (x->step > y->step);
     return strcmp(x->path, y->path);
 }
@@ -470,7 +232,7 @@ static int by_entry_desc(const void *a, const void *b) {
 /* The state files of dir, newest first (caller frees: free_entries): one
  * pass over the directory and a sort, so that a directory of many states,
  * intact or not, is read in O(n log n), never one pass per state. */
-static remat_status list_entries(const char *dir, state_entry **out, int *n) {
+remat_status remat__state_list_entries(const char *dir, remat__state_entry **out, int *n) {
     *out = NULL, *n = 0;
     DIR *d = opendir(dir);
     if (!d)
@@ -484,7 +246,7 @@ static remat_status list_entries(const char *dir, state_entry **out, int *n) {
         if (st < 0) continue;
         if (*n == cap) {
             cap = cap ? 2 * cap : 16;
-            state_entry *v = realloc(*out, (size_t)cap * sizeof *v);
+            remat__state_entry *v = realloc(*out, (size_t)cap * sizeof *v);
             if (!v) {
                 rc = remat__err(REMAT_NOMEM, "%s: out of memory listing states", dir);
                 break;
@@ -498,11 +260,11 @@ static remat_status list_entries(const char *dir, state_entry **out, int *n) {
             break;
         }
         snprintf(path, len, "%s/%s", dir, e->d_name);
-        (*out)[(*n)++] = (state_entry){st, path};
+        (*out)[(*n)++] = (remat__state_entry){st, path};
     }
     closedir(d);
     if (rc != REMAT_OK) {
-        free_entries(*out, *n);
+        remat__state_free_entries(*out, *n);
         *out = NULL, *n = 0;
         return rc;
     }
@@ -513,17 +275,17 @@ static remat_status list_entries(const char *dir, state_entry **out, int *n) {
 remat_status remat_state_list(const char *dir, int64_t **steps, int *n) {
     if (!dir || !steps || !n) return remat__err(REMAT_INVALID, "remat_state_list: NULL argument");
     *steps = NULL, *n = 0;
-    state_entry *e;
+    remat__state_entry *e;
     int k;
-    remat_status rc = list_entries(dir, &e, &k);
+    remat_status rc = remat__state_list_entries(dir, &e, &k);
     if (rc != REMAT_OK) return rc;
     if (k && !(*steps = malloc((size_t)k * sizeof **steps))) {
-        free_entries(e, k);
+        remat__state_free_entries(e, k);
         return remat__err(REMAT_NOMEM, "%s: out of memory listing states", dir);
     }
     for (int i = 0; i < k; i++) (*steps)[i] = e[i].step;
     *n = k;
-    free_entries(e, k);
+    remat__state_free_entries(e, k);
     return REMAT_OK;
 }
 
@@ -565,13 +327,13 @@ typedef remat_status (*accept_fn)(const remat__st *f, void *ctx, int *stop);
 static remat_status find_open(const char *dir, remat_state_note_fn note, void *user, const remat__st_limits *lim,
                               accept_fn accept, void *actx, remat__st **f, char **path, int64_t *step) {
     *f = NULL, *path = NULL;
-    state_entry *e;
+    remat__state_entry *e;
     int n;
-    remat_status rc = list_entries(dir, &e, &n);
+    remat_status rc = remat__state_list_entries(dir, &e, &n);
     if (rc != REMAT_OK) return rc;
     remat__remove_stale_tmp(dir, is_state_base, NULL);
     if (!n) {
-        free_entries(e, n);
+        remat__state_free_entries(e, n);
         return remat__err(REMAT_NOT_FOUND, "%s holds no training state", dir);
     }
     char why[2048] = "", refused[2048] = "";
@@ -608,7 +370,7 @@ static remat_status find_open(const char *dir, remat_state_note_fn note, void *u
     else if (rc != REMAT_OK)
         rc = remat__err(REMAT_FORMAT, "%s: none of its %d training states is intact; the newest: %s", dir, tried,
                         why[0] ? why : "(removed while reading)");
-    free_entries(e, n);
+    remat__state_free_entries(e, n);
     return rc;
 }
 
@@ -641,15 +403,15 @@ remat_status remat_state_save_dir(remat_session *s, const remat_state_opts *o, c
     if (rc == REMAT_OK && keep > 0) {
         /* the newest `keep` states up to this one stay; later ones (a
          * damaged newer state skipped by a resume) are left alone */
-        state_entry *e;
+        remat__state_entry *e;
         int n, kept = 0;
-        if (list_entries(dir, &e, &n) == REMAT_OK) {
+        if (remat__state_list_entries(dir, &e, &n) == REMAT_OK) {
             for (int i = 0; i < n; i++) {
                 if (e[i].step > step) continue;
                 if (kept++ < keep) continue;
                 if (strcmp(e[i].path, p) != 0) unlink(e[i].path);
             }
-            free_entries(e, n);
+            remat__state_free_entries(e, n);
         }
     }
     if (rc == REMAT_OK && path) *path = p;
@@ -688,19 +450,19 @@ static int64_t first_nonfinite(const void *p, int64_t n) {
 static remat_status load_file(remat_session *s, const remat_state_opts *o, const remat__st *f,
                               remat_train_progress *at, int *copying) {
     const char *path = remat__st_path(f);
-    meta now = {0};
-    build_meta(s, o, NULL, &now);
+    remat__state_meta now = {0};
+    remat__meta_build(s, o, NULL, &now);
     remat_status rc = now.oom ? remat__err(REMAT_NOMEM, "%s: out of memory", path) : REMAT_OK;
-    if (rc == REMAT_OK) rc = compare_options(f, &now);
+    if (rc == REMAT_OK) rc = remat__meta_compare(f, &now);
     tensor_list l = {0};
     int *idx = NULL;
     if (rc == REMAT_OK) rc = list_tensors(s, &l);
     if (rc == REMAT_OK && !(idx = malloc((size_t)(l.n + 1) * sizeof *idx)))
         rc = remat__err(REMAT_NOMEM, "%s: out of memory", path);
     if (rc == REMAT_OK) rc = check_tensors(f, &l, idx);
-    if (rc == REMAT_OK && !same(remat__st_metadata(f, "graph"), meta_get(&now, "graph")))
-        rc = differs(path, "the model's graph (same parameters, but other ops, sizes or attributes such as a "
-                     "dropout rate)", remat__st_metadata(f, "graph"), meta_get(&now, "graph"));
+    if (rc == REMAT_OK && !remat__meta_same(remat__st_metadata(f, "graph"), remat__meta_get(&now, "graph")))
+        rc = remat__meta_differs(path, "the model's graph (same parameters, but other ops, sizes or attributes such as a "
+                     "dropout rate)", remat__st_metadata(f, "graph"), remat__meta_get(&now, "graph"));
     int64_t step = 0, optim_t = 0;
     remat_train_progress p = {0};
     static const char *const counts[] = {"step", "optim.step", "data.step", "data.epoch", "data.position"};
@@ -711,7 +473,7 @@ static remat_status load_file(remat_session *s, const remat_state_opts *o, const
                             remat__st_metadata(f, counts[i]) ? "'" : "",
                             remat__st_metadata(f, counts[i]) ? remat__st_metadata(f, counts[i]) : "missing",
                             remat__st_metadata(f, counts[i]) ? "'" : "");
-    if (rc == REMAT_OK && !same(remat__st_metadata(f, "rng.step"), remat__st_metadata(f, "step")))
+    if (rc == REMAT_OK && !remat__meta_same(remat__st_metadata(f, "rng.step"), remat__st_metadata(f, "step")))
         rc = remat__err(REMAT_FORMAT, "%s: metadata \"rng.step\" differs from \"step\"", path);
     /* a NaN or infinity would only be found steps later, as a divergence
      * blamed on the learning rate: name the tensor now */
@@ -743,7 +505,7 @@ static remat_status load_file(remat_session *s, const remat_state_opts *o, const
     }
     free(idx);
     free_tensors(&l);
-    meta_free(&now);
+    remat__meta_free(&now);
     return rc;
 }
 
@@ -761,11 +523,11 @@ static remat_status state_limits(remat_session *s, const remat_state_opts *o, re
         header += 2 * (strlen(l.names[k]) + 64 + 24 * (uint64_t)(l.ts[k].ndim + 2));
     }
     free_tensors(&l);
-    meta m = {0};
-    build_meta(s, o, NULL, &m);
+    remat__state_meta m = {0};
+    remat__meta_build(s, o, NULL, &m);
     for (int i = 0; i < m.n; i++) header += 2 * (strlen(m.kv[i]) + 8);
     int oom = m.oom;
-    meta_free(&m);
+    remat__meta_free(&m);
     if (oom) return remat__err(REMAT_NOMEM, "out of memory");
     *lim = (remat__st_limits){.data_bytes = data, .max_header = header,
                               .what = "a state of this model and optimizer"};
@@ -782,16 +544,16 @@ typedef struct {
  * options, then the tensors), as load_file would. */
 static remat_status explain_header(const remat__st *h, void *ctx) {
     load_ctx *c = ctx;
-    meta now = {0};
-    build_meta(c->s, c->o, NULL, &now);
-    remat_status rc = now.oom ? REMAT_OK : compare_options(h, &now);
+    remat__state_meta now = {0};
+    remat__meta_build(c->s, c->o, NULL, &now);
+    remat_status rc = now.oom ? REMAT_OK : remat__meta_compare(h, &now);
     tensor_list l = {0};
     int *idx = NULL;
     if (rc == REMAT_OK && list_tensors(c->s, &l) == REMAT_OK && (idx = malloc((size_t)(l.n + 1) * sizeof *idx)))
         rc = check_tensors(h, &l, idx);
     free(idx);
     free_tensors(&l);
-    meta_free(&now);
+    remat__meta_free(&now);
     return rc;
 }
 
@@ -804,8 +566,8 @@ static remat_status accept_load(const remat__st *f, void *ctx, int *stop) {
 }
 
 /* remat_state_load; *used (may be NULL) gets the file loaded (caller frees). */
-static remat_status load_impl(remat_session *s, const remat_state_opts *o, const char *path, remat_train_progress *at,
-                              char **used) {
+remat_status remat__state_load_impl(remat_session *s, const remat_state_opts *o, const char *path,
+                                    remat_train_progress *at, char **used) {
     if (used) *used = NULL;
     if (!s || !path) return remat__err(REMAT_INVALID, "remat_state_load: NULL session or path");
     struct stat st;
@@ -837,314 +599,6 @@ remat_status remat_state_load(remat_session *s, const remat_state_opts *o, const
                               remat_train_progress *at) {
     remat_status rs = remat__session_runnable(s, "remat_state_load");
     if (rs != REMAT_OK) return rs;
-    return load_impl(s, o, path, at, NULL);
+    return remat__state_load_impl(s, o, path, at, NULL);
 }
 
-/* ----------------------------------------------------- the loops' glue */
-
-static void emit(const remat__loop_state *ls, remat_event *ev) {
-    if (ls->o->on_event) ls->o->on_event(ev, ls->o->user);
-}
-
-static void note_event(const char *path, const char *why, void *user) {
-    const remat__loop_state *ls = user;
-    char msg[1200];
-    snprintf(msg, sizeof msg, "skipping %s: %s", path, why);
-    remat_event ev = {.kind = REMAT_EVENT_NOTE, .path = path, .message = msg};
-    emit(ls, &ev);
-}
-
-/* 1 if a and b are the same directory. */
-static int same_dir(const char *a, const char *b) {
-    struct stat x, y;
-    return stat(a, &x) == 0 && stat(b, &y) == 0 && x.st_dev == y.st_dev && x.st_ino == y.st_ino;
-}
-
-/* The folder of a file path (malloc'd). */
-static char *folder_of(const char *path) {
-    const char *slash = strrchr(path, '/');
-    size_t n = slash ? (slash == path ? 1 : (size_t)(slash - path)) : 1;
-    char *d = malloc(n + 1);
-    if (!d) return NULL;
-    memcpy(d, slash ? path : ".", n);
-    d[n] = 0;
-    return d;
-}
-
-/* ---------------------------------------------------------------- lock */
-
-#define LOCK_NAME "remat.lock"
-
-/* Takes the exclusive lock of a state directory for the run (*fd, held
- * until remat__loop_state_end or the process's end; core/lock.c). The
- * file says who holds it for the message another run gets, and stays
- * when the run ends. A file system that has no locks gets a note and no
- * protection; a held lock is refused at once. */
-static remat_status lock_dir(remat__loop_state *ls, const char *dir, int *fd) {
-    size_t len = strlen(dir) + sizeof LOCK_NAME + 2;
-    char *p = malloc(len);
-    *fd = -1;
-    if (!p) return remat__err(REMAT_NOMEM, "out of memory");
-    snprintf(p, len, "%s/" LOCK_NAME, dir);
-    remat__lock_holder h;
-    int r = remat__lock_take(p, fd, &h), e = errno;
-    free(p);
-    if (r == 1 && h.pid)
-        return remat__err(REMAT_INVALID, "the state directory %s is in use by another run (pid %ld on host %s): "
-                          "two runs cannot save their states in one directory; wait for that run to end, or "
-                          "give this one another directory", dir, h.pid, h.host);
-    if (r == 1)
-        return remat__err(REMAT_INVALID, "the state directory %s is in use by another run (it holds %s/" LOCK_NAME
-                          "): two runs cannot save their states in one directory; wait for that run to end, or "
-                          "give this one another directory", dir, dir);
-    if (r < 0 && (e == ENOLCK || e == EOPNOTSUPP || e == ENOSYS || e == EINVAL)) {
-        char msg[1200];
-        snprintf(msg, sizeof msg, "cannot lock the state directory %s (%s): this file system has no locks, so nothing "
-                 "keeps another run from saving its states there too", dir, strerror(e));
-        remat_event ev = {.kind = REMAT_EVENT_NOTE, .message = msg};
-        emit(ls, &ev);
-        return REMAT_OK;
-    }
-    if (r < 0) return remat__err(REMAT_IO, "cannot lock the state directory %s: %s/" LOCK_NAME ": %s", dir, dir,
-                                 strerror(e));
-    return REMAT_OK;
-}
-
-static int is_dir(const char *path) {
-    struct stat st;
-    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-/* remat__loop_state_begin on this rank. Rank 0, which writes the states,
- * takes the state directory's lock first (when it exists yet; else after
- * the resume, which then reads another directory or fails), so that two
- * runs never both pass the "no other run's states" check. */
-static remat_status begin(remat__loop_state *ls, remat_session *s, const remat_train_opts *o, int64_t batch,
-                          int64_t per_epoch, const char *data, int64_t *start) {
-    if (o->save_every < 0) return remat__err(REMAT_INVALID, "save_every must be >= 0, got %lld", (long long)o->save_every);
-    if (o->keep < 0) return remat__err(REMAT_INVALID, "keep must be >= 0 (0 keeps every state), got %d", o->keep);
-    ls->so = (remat_state_opts){.batch = batch, .data_seed = o->seed, .data = data, .batches_per_epoch = per_epoch,
-                                .run = o->run, .note = note_event, .user = ls};
-    int writer = o->state_dir && remat_comm_rank(remat__session_comm(s)) == 0;
-    remat_status rc = REMAT_OK;
-    if (writer && is_dir(o->state_dir)) rc = lock_dir(ls, o->state_dir, &ls->lock_fd);
-    if (rc != REMAT_OK) return rc;
-    char *resumed_dir = NULL;
-    if (o->resume) {
-        int resume_is_dir = is_dir(o->resume);
-        remat_train_progress at;
-        char *used = NULL;
-        rc = load_impl(s, &ls->so, o->resume, &at, &used);
-        int64_t *steps = NULL;
-        int n = -1;
-        if (rc == REMAT_NOT_FOUND && resume_is_dir && remat_state_list(o->resume, &steps, &n) == REMAT_OK && n == 0) {
-            char msg[1200];
-            snprintf(msg, sizeof msg, "%s holds no training state yet: training starts at step 0", o->resume);
-            remat_event ev = {.kind = REMAT_EVENT_RESUME, .message = msg};
-            emit(ls, &ev);
-            rc = REMAT_OK;
-            resumed_dir = malloc(strlen(o->resume) + 1);
-            if (resumed_dir) strcpy(resumed_dir, o->resume);
-        } else if (rc == REMAT_OK) {
-            *start = at.data_step;
-            resumed_dir = resume_is_dir ? malloc(strlen(o->resume) + 1) : folder_of(used);
-            if (resumed_dir && resume_is_dir) strcpy(resumed_dir, o->resume);
-            remat_event ev = {.kind = REMAT_EVENT_RESUME, .step = at.data_step, .epoch = at.epoch,
-                              .step_in_epoch = at.position, .path = used};
-            emit(ls, &ev);
-        }
-        free(steps);
-        free(used);
-    }
-    if (rc == REMAT_OK && o->state_dir) {
-        /* fail before the first step when states cannot be written (by
-         * rank 0, the one that writes them) */
-        if (writer && mkdir(o->state_dir, 0777) != 0 && errno != EEXIST)
-            rc = remat__err(REMAT_IO, "cannot create the state directory %s: %s", o->state_dir, strerror(errno));
-        if (rc == REMAT_OK && writer && ls->lock_fd < 0) rc = lock_dir(ls, o->state_dir, &ls->lock_fd);
-        /* a fresh run must not mix its states with another run's: the
-         * next resume would pick the newest of either */
-        state_entry *e = NULL;
-        int n = 0;
-        remat_status lr = rc == REMAT_OK ? list_entries(o->state_dir, &e, &n) : REMAT_OK;
-        if (lr == REMAT_OK && n > 0 && !(resumed_dir && same_dir(resumed_dir, o->state_dir))) {
-            rc = remat__err(REMAT_INVALID, "the state directory %s already holds %d training state%s (the newest: %s): "
-                            "resume from %s, or save the states of this run in an empty directory",
-                            o->state_dir, n, n == 1 ? "" : "s", e[0].path, n == 1 ? "it" : "them");
-        } else if (lr != REMAT_OK && lr != REMAT_NOT_FOUND) {
-            rc = lr;
-        }
-        free_entries(e, n);
-        if (rc == REMAT_OK && writer) {
-            size_t len = strlen(o->state_dir) + 64;
-            char *probe = malloc(len);
-            if (!probe) rc = remat__err(REMAT_NOMEM, "out of memory");
-            else {
-                /* a name of the temporaries' pattern: never read, and
-                 * removed as stale should this process die right here */
-                snprintf(probe, len, "%s/.probe.tmp.%ld.%08lx", o->state_dir, (long)getpid(),
-                         (unsigned long)((uintptr_t)probe & 0xffffffffu));
-                int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-                if (fd < 0 && errno != EEXIST)
-                    rc = remat__err(REMAT_IO, "cannot save states in %s: %s", o->state_dir, strerror(errno));
-                if (fd >= 0) close(fd), unlink(probe);
-                free(probe);
-            }
-        }
-    }
-    free(resumed_dir);
-    return rc;
-}
-
-/* Several ranks: the options that define the math and the run's course
- * are every rank's the same (remat_comm_same), before anything that a
- * difference could hang (a rank that saves when another does not, one
- * that runs more steps) or silently corrupt (another seed or learning
- * rate: gradients summed over different models). The caller's run
- * options (the command line's flags) first, under their own names. */
-static remat_status same_run(remat_session *s, const remat_train_opts *o, int64_t batch, int64_t per_epoch,
-                             const char *data) {
-    meta m = {0};
-    for (int i = 0; o->run && o->run[i] && o->run[i + 1]; i += 2) meta_add(&m, o->run[i], "%s", o->run[i + 1]);
-    meta_add(&m, "the seed (seed)", "%llu", (unsigned long long)o->seed);
-    meta_add(&m, "the steps (steps)", "%lld", (long long)o->steps);
-    meta_add(&m, "the epochs (epochs)", "%lld", (long long)o->epochs);
-    meta_add(&m, "the batch", "%lld", (long long)batch);
-    meta_add(&m, "the batches per epoch", "%lld", (long long)per_epoch);
-    meta_add(&m, "the training data", "%s", data ? data : "(the caller's)");
-    meta_add(&m, "the state directory (state_dir)", "%s", o->state_dir ? o->state_dir : "(none)");
-    meta_add(&m, "the save cadence (save_every)", "%lld", (long long)o->save_every);
-    meta_add(&m, "the states kept (keep)", "%d", o->keep);
-    meta_add(&m, "the resume (resume)", "%s", o->resume ? o->resume : "(none)");
-    meta_add(&m, "a stop flag (stop)", "%s", o->stop ? "given" : "none");
-    meta now = {0};
-    build_meta(s, NULL, NULL, &now);
-    static const char *const session_keys[] = {"rng.seed", "device", "precision", "threads", "tf32", "least_workspace", "optim",
-                                               "optim.lr", "optim.weight_decay", "optim.momentum", "optim.dampening",
-                                               "optim.nesterov", "optim.beta1", "optim.beta2", "optim.eps",
-                                               "optim.step", "step", "graph"};
-    for (size_t i = 0; i < sizeof session_keys / sizeof session_keys[0]; i++) {
-        const char *v = meta_get(&now, session_keys[i]);
-        for (size_t k = 0; k < sizeof compared / sizeof compared[0]; k++)
-            if (strcmp(compared[k].key, session_keys[i]) == 0) {
-                meta_add(&m, compared[k].what, "%s", v ? v : "(none)");
-                break;
-            }
-        if (!strcmp(session_keys[i], "optim.step") || !strcmp(session_keys[i], "step") ||
-            !strcmp(session_keys[i], "graph"))
-            meta_add(&m, !strcmp(session_keys[i], "graph") ? "the model's graph" : session_keys[i], "%s",
-                     v ? v : "(none)");
-    }
-    remat_status rc = REMAT_OK;
-    if (m.oom || now.oom) rc = remat__err(REMAT_NOMEM, "out of memory"); /* the others wait: the caller aborts */
-    if (rc == REMAT_OK) rc = remat_comm_same(remat__session_comm(s), (const char *const *)m.kv, NULL);
-    meta_free(&m);
-    meta_free(&now);
-    return rc;
-}
-
-remat_status remat__loop_state_begin(remat__loop_state *ls, remat_session *s, const remat_train_opts *o,
-                                     int64_t batch, int64_t per_epoch, const char *data, int64_t *start) {
-    remat_comm *comm = remat__session_comm(s);
-    int ranks = remat_comm_size(comm);
-    memset(ls, 0, sizeof *ls);
-    ls->o = o;
-    ls->last_saved = -1;
-    ls->lock_fd = -1;
-    ls->per_epoch = per_epoch;
-    *start = 0;
-    if (ranks > 1) {
-        remat_status rc = same_run(s, o, batch, per_epoch, data);
-        if (rc != REMAT_OK) return rc;
-    }
-    if (!o->state_dir && !o->resume) return REMAT_OK;
-    remat_status rc = begin(ls, s, o, batch, per_epoch, data, start);
-    ls->start = *start;
-    if (ranks == 1) return rc;
-    /* every rank read the same state: the same data step */
-    rc = remat_comm_agree(comm, rc);
-    int64_t *steps = rc == REMAT_OK ? malloc((size_t)ranks * sizeof *steps) : NULL;
-    if (rc == REMAT_OK && !steps) return remat__err(REMAT_NOMEM, "out of memory"); /* the others may wait: abort */
-    if (rc == REMAT_OK) rc = remat_comm_allgather(comm, start, sizeof *start, steps);
-    for (int r = 1; rc == REMAT_OK && r < ranks; r++)
-        if (steps[r] != steps[0])
-            rc = remat__err(REMAT_INVALID, "the ranks resumed from different states: rank 0 at step %lld, rank %d at "
-                            "step %lld (every rank must see the same state directory)", (long long)steps[0], r,
-                            (long long)steps[r]);
-    if (rc != REMAT_OK) remat__comm_failed_together(comm);
-    free(steps);
-    return rc;
-}
-
-remat_status remat__loop_state_step(remat__loop_state *ls, remat_session *s, int64_t done, int last) {
-    const remat_train_opts *o = ls->o;
-    remat_comm *comm = remat__session_comm(s);
-    if (!o || !o->state_dir || done == ls->last_saved) return REMAT_OK;
-    if (!last && !(o->save_every > 0 && done % o->save_every == 0)) return REMAT_OK;
-    remat_train_progress at = {.data_step = done, .epoch = ls->per_epoch > 0 ? done / ls->per_epoch : 0,
-                               .position = ls->per_epoch > 0 ? done % ls->per_epoch : done};
-    char *path = NULL;
-    /* rank 0 writes (every rank holds the same state); the others learn
-     * whether it could */
-    remat_status rc =
-        remat_comm_rank(comm) == 0 ? remat_state_save_dir(s, &ls->so, &at, o->state_dir, o->keep, &path) : REMAT_OK;
-    if (remat_comm_size(comm) > 1) rc = remat_comm_agree(comm, rc);
-    if (rc != REMAT_OK) {
-        free(path);
-        return rc;
-    }
-    ls->last_saved = done;
-    if (path) {
-        remat_event ev = {.kind = REMAT_EVENT_SAVE, .step = done, .epoch = at.epoch, .step_in_epoch = at.position,
-                          .path = path};
-        emit(ls, &ev);
-    }
-    free(path);
-    return REMAT_OK;
-}
-
-remat_status remat__loop_state_stop(remat__loop_state *ls, remat_session *s, int64_t done, int64_t total) {
-    const remat_train_opts *o = ls->o;
-    remat_comm *comm = remat__session_comm(s);
-    int ranks = remat_comm_size(comm);
-    if (!o || !o->stop || done >= total) return REMAT_OK;
-    int mine = *o->stop, asked = mine;
-    if (ranks > 1) {
-        int *all = malloc((size_t)ranks * sizeof *all);
-        if (!all) return remat__err(REMAT_NOMEM, "out of memory"); /* the others may wait: the caller aborts */
-        remat_status rc = remat_comm_allgather(comm, &mine, sizeof mine, all);
-        asked = 0;
-        for (int r = 0; rc == REMAT_OK && r < ranks && !asked; r++) asked = all[r];
-        free(all);
-        if (rc != REMAT_OK) return rc;
-        if (asked) *o->stop = asked;
-    }
-    if (!asked) return REMAT_OK;
-    /* every rank stops here: a state of this step, unless it has one */
-    remat_status rc = REMAT_OK;
-    int saved = done == ls->last_saved;
-    if (o->state_dir && !saved && done > ls->start) {
-        rc = remat__loop_state_step(ls, s, done, 1);
-        saved = rc == REMAT_OK;
-    }
-    if (rc == REMAT_OK) {
-        if (done == ls->start)
-            rc = remat__err(REMAT_STOPPED, "stopped on request before the first step of this run (step %lld of %lld): "
-                            "nothing was trained, nothing is lost", (long long)done + 1, (long long)total);
-        else if (o->state_dir && saved)
-            rc = remat__err(REMAT_STOPPED, "stopped on request after step %lld of %lld; the training state of step %lld "
-                            "is in %s", (long long)done, (long long)total, (long long)done, o->state_dir);
-        else
-            rc = remat__err(REMAT_STOPPED, "stopped on request after step %lld of %lld with no state directory: the "
-                            "%lld step%s trained in this run %s not saved", (long long)done, (long long)total,
-                            (long long)(done - ls->start), done - ls->start == 1 ? "" : "s",
-                            done - ls->start == 1 ? "is" : "are");
-    }
-    if (ranks > 1) remat__comm_failed_together(comm);
-    return rc;
-}
-
-void remat__loop_state_end(remat__loop_state *ls) {
-    if (ls && ls->lock_fd >= 0) close(ls->lock_fd);
-    if (ls) ls->lock_fd = -1;
-}

@@ -1,4 +1,4 @@
-/* plan_offload.c: `remat plan --host-budget SIZE`: the training step's
+/* cmd_plan_offload.c: `remat plan --host-budget SIZE`: the training step's
  * chain planned with offload to pinned host memory and without it (the
  * same chain model, so the two compare like for like), then the step's
  * plan as a session makes and runs it (the optimal planner with the host

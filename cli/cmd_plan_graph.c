@@ -1,4 +1,4 @@
-/* plan_graph.c: `remat plan --graph FILE`: plans a training step that
+/* cmd_plan_graph.c: `remat plan --graph FILE`: plans a training step that
  * another framework traced (a graph file, docs/graph-format.md) through
  * remat_plan_graph_json, the same entry point the Python package uses, and
  * prints the plan: its peak per category and what it recomputes, or, with

@@ -1,0 +1,154 @@
+#!/bin/sh
+# include-circles.sh: the circles between the files of src/ and cli/
+# (POSIX sh + awk + nm: the C suite needs no Python).
+#
+#   scripts/include-circles.sh [BUILD_DIR]     ($NM: the nm to use)
+#
+# Two graphs, each node named folder/basename (src/ dropped):
+#
+# - includes: a node is a module, a .c and the .h of the same basename in
+#   one folder (src/plan/memplan.c and src/plan/memplan.h are plan/memplan:
+#   a header is the promise its .c keeps), with its private -impl.h
+#   (plan/dtr-impl.h is plan/dtr's). An edge is an `#include "..."`,
+#   resolved as the compiler does: beside the including file, then under
+#   src/, then under include/.
+# - calls (when BUILD_DIR is given): a node is a .c file, and an edge a -> b
+#   says a's object uses a symbol b's object defines (`nm`, on the objects
+#   of the library and the CLI under BUILD_DIR/CMakeFiles). A header shared
+#   by several .c files hides these from the include graph: files that call
+#   each other through session.h are a circle here.
+#
+# Every strongly connected component of more than one node is a circle; the
+# script prints each on one line and fails when a graph has more circles
+# than allowed below.
+#
+# Known circles (2026-11-28, CUDA, MPI and oneDNN on), none in the folders
+# this check was written to keep clean (plan/, exec/, cli/, models/,
+# dist/; each had one or two, broken by moving code to where it belongs):
+#   includes: none
+#   calls:    the op table (ops/optable, graph/graph) and the ops, with the
+#             CUDA kernels they name (cuda/backend, cuda/k_*): 25 files
+#             across src/ops, src/graph and src/cuda
+#             ops/dnnl ops/dnnl_conv ops/dnnl_gemm
+# The issue's target is at most two, none across folders: the op table's
+# circle is across folders (src/ops and src/cuda: other work).
+ALLOWED_INCLUDES=0
+ALLOWED_CALLS=2
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${1:-}
+cd "$root" || exit 2
+
+# circles NAME ALLOWED: reads "from to" edge lines, prints the circles
+circles() {
+    awk -v graph="$1" -v allowed="$2" '
+    { nodes[$1] = 1; nodes[$2] = 1; if ($1 != $2) edge[$1, $2] = 1 }
+    END {
+        n = 0
+        for (v in nodes) name[++n] = v
+        for (i = 2; i <= n; i++) {  # sort the names
+            t = name[i]
+            for (j = i - 1; j >= 1 && name[j] > t; j--) name[j + 1] = name[j]
+            name[j + 1] = t
+        }
+        for (i = 1; i <= n; i++) id[name[i]] = i
+        for (key in edge) {
+            split(key, ab, SUBSEP)
+            reach[id[ab[1]], id[ab[2]]] = 1
+        }
+        # transitive closure (Warshall): i and j share a circle when each
+        # reaches the other
+        for (k = 1; k <= n; k++)
+            for (i = 1; i <= n; i++) {
+                if (!((i, k) in reach)) continue
+                for (j = 1; j <= n; j++)
+                    if ((k, j) in reach) reach[i, j] = 1
+            }
+        count = 0
+        for (i = 1; i <= n; i++) {
+            if (i in done || !((i, i) in reach)) continue
+            line = name[i]
+            size = 1
+            done[i] = 1
+            for (j = i + 1; j <= n; j++)
+                if (!(j in done) && (i, j) in reach && (j, i) in reach) {
+                    line = line " " name[j]
+                    size++
+                    done[j] = 1
+                }
+            count++
+            printf "%s circle %d (%d files): %s\n", graph, count, size, line
+        }
+        printf "%s: %d circle(s), %d allowed\n", graph, count, allowed
+        exit count > allowed ? 1 : 0
+    }'
+}
+
+files=$(find src cli -type f \( -name '*.c' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \) | LC_ALL=C sort)
+[ -n "$files" ] || { echo "include-circles: no sources under $root/src, $root/cli" >&2; exit 2; }
+
+# shellcheck disable=SC2086
+awk '
+function node(path,   n) {
+    n = path
+    sub(/^src\//, "", n)
+    sub(/\.(c|h|cu|cuh)$/, "", n)
+    sub(/-impl$/, "", n)
+    return n
+}
+function exists(p,   line, r) {
+    if (p in known) return known[p]
+    r = (getline line < p) >= 0
+    close(p)
+    known[p] = r
+    return r
+}
+function normal(p,   parts, n, i, k, out, stack) {  # a/b/../c -> a/c
+    n = split(p, parts, "/")
+    k = 0
+    for (i = 1; i <= n; i++) {
+        if (parts[i] == "." || parts[i] == "") continue
+        if (parts[i] == ".." && k > 0 && stack[k] != "..") { k--; continue }
+        stack[++k] = parts[i]
+    }
+    out = ""
+    for (i = 1; i <= k; i++) out = out (i > 1 ? "/" : "") stack[i]
+    return out
+}
+FNR == 1 {
+    dir = FILENAME
+    sub(/\/[^\/]*$/, "", dir)
+    from = node(FILENAME)
+}
+/^[ \t]*#[ \t]*include[ \t]*"/ {
+    inc = $0
+    sub(/^[^"]*"/, "", inc)
+    sub(/".*$/, "", inc)
+    if (exists(normal(dir "/" inc))) target = normal(dir "/" inc)
+    else if (exists("src/" inc)) target = "src/" inc
+    else if (exists("include/" inc)) target = "include/" inc
+    else next
+    print from, node(target)
+}' $files | circles includes $ALLOWED_INCLUDES
+rc=$?
+
+if [ -n "$build" ]; then
+    objdir=$build/CMakeFiles
+    objs=$(find "$objdir/remat_objects.dir" "$objdir/remat-cli.dir" -name '*.o' 2>/dev/null | LC_ALL=C sort)
+    if [ -z "$objs" ]; then
+        echo "include-circles: no objects under $objdir/remat_objects.dir, remat-cli.dir (build first)" >&2
+        exit 2
+    fi
+    for o in $objs; do
+        n=${o#"$objdir"/*.dir/}
+        n=${n#src/}
+        n=${n%.o}
+        n=${n%.*}
+        ${NM:-nm} "$o" | awk -v n="$n" '$1 == "U" { print "U", n, $2 } NF == 3 && $2 ~ /^[TDBRVW]$/ { print "D", n, $3 }'
+    done | awk '
+        $1 == "D" { def[$3] = $2 }
+        $1 == "U" { use[$2, $3] = 1 }
+        END { for (k in use) { split(k, a, SUBSEP); if (a[2] in def) print a[1], def[a[2]] } }' |
+        circles calls $ALLOWED_CALLS || rc=1
+fi
+exit $rc
