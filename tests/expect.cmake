@@ -13,7 +13,7 @@ if(NOT DEFINED CMD OR NOT DEFINED RC OR NOT DEFINED PATTERN)
   message(FATAL_ERROR "expect.cmake needs -DCMD=..., -DRC=... and -DPATTERN=...")
 endif()
 string(REPLACE "|" ";" argv "${CMD}")
-execute_process(COMMAND ${argv} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 60)
+execute_process(COMMAND ${argv} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 110)  # below the test's 120 s: a sanitized build on a loaded machine is slow
 set(all "${out}${err}")
 string(REPLACE ";" " " shown "${argv}")
 if(NOT rc MATCHES "^[0-9]+$" OR NOT rc EQUAL RC)

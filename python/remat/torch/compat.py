@@ -362,3 +362,12 @@ def graph_break_reasons():
 def is_overload(target):
     """An aten (or prims) overload, as a traced graph's call_function node holds it."""
     return isinstance(target, torch._ops.OpOverload)
+
+
+@contextlib.contextmanager
+def real_tensors():
+    """Real (not fake) tensors inside AOTAutograd's tracing (the fake mode
+    it runs the partitioner under set aside), to run an op once and measure it."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    with unset_fake_temporarily():
+        yield

@@ -44,6 +44,70 @@ _ALIASES = {"aten::_unsafe_view", "aten::alias", "aten::_reshape_alias", "aten::
 _NEVER = 1e30
 
 
+#: ops Inductor runs as calls into a kernel library (oneDNN, cuBLAS, cuDNN,
+#: PyTorch's attention), whose scratch memory is theirs: measured once per
+#: shape (library_transients); the code Inductor generates takes none
+_LIBRARY = {"aten::convolution", "aten::convolution_backward", "aten::mm", "aten::addmm", "aten::bmm",
+            "aten::baddbmm"}
+
+
+def _library(target):
+    if not compat.is_overload(target):
+        return False
+    name = compat.schema_name(target)
+    return name in _LIBRARY or name.startswith("aten::_scaled_dot_product") or name.startswith("aten::_flash_attention")
+
+
+def _real(val):
+    """A real tensor shaped as fake tensor val (random floats; zeros else)."""
+    t = torch.empty_strided(tuple(val.shape), tuple(val.stride()), dtype=val.dtype, device=val.device)
+    return t.normal_() if t.dtype.is_floating_point else t.zero_()
+
+
+def _call_key(n):
+    sig = map_arg((n.args, n.kwargs), lambda a: (tuple(a.meta["val"].shape), tuple(a.meta["val"].stride()),
+                                                  str(a.meta["val"].dtype)) if isinstance(a.meta.get("val"),
+                                                                                          torch.Tensor) else None)
+    return (str(n.target), repr(sig))
+
+
+def library_transients(graph, cache):
+    """{node: bytes} of each library call's transient memory in graph (what
+    it holds at its peak beyond its inputs and outputs), measured by running
+    it once on real tensors of its shapes with capture's meter (the heap
+    counter or a CUDA device's statistics where there is one, else
+    PyTorch's profiler). cache: {call key: bytes}, kept across graphs."""
+    nodes = [n for n in graph.nodes if n.op == "call_function" and _library(n.target)
+             and all(isinstance(a.meta.get("val"), torch.Tensor) or a.meta.get("val") is None
+                     for a in n.all_input_nodes)]
+    todo = {}
+    for n in nodes:
+        k = _call_key(n)
+        if k not in cache:
+            todo.setdefault(k, n)
+    if todo:
+        from . import meters
+        vals = [n.meta.get("val") for n in todo.values()]
+        device = next((v.device for v in vals if isinstance(v, torch.Tensor)), torch.device("cpu"))
+        with compat.real_tensors(), torch.no_grad():
+            meter = meters.meter_for(device)
+            made = {}
+            with meter:
+                for k, n in todo.items():
+                    args, kwargs = map_arg((n.args, n.kwargs), lambda a: _real(a.meta["val"]))
+                    meter.begin(k)
+                    out = n.target(*args, **kwargs)
+                    meter.end()
+                    outs = compat.tree_flatten(out)[0]
+                    made[k] = sum({t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
+                                   for t in outs if isinstance(t, torch.Tensor)}.values())
+                    del out, outs, args, kwargs
+            meter.finish()
+            for k, peak in meter.peaks().items():
+                cache[k] = max(0, peak - made.get(k, 0))
+    return {n: cache.get(_call_key(n), 0) for n in nodes}
+
+
 def _is_view(target):
     if not compat.is_overload(target):
         return False
@@ -84,7 +148,7 @@ class JointGraph:
     the graph holds them until the backward, whose gradients (the graph's
     tangents) its backward makes."""
 
-    def __init__(self, joint_graph, node_info):
+    def __init__(self, joint_graph, node_info, transients=None):
         self.graph = joint_graph
         fw, static, primals = compat.joint_node_info(node_info)
         self.fw = set(fw)
@@ -113,6 +177,26 @@ class JointGraph:
                 self._forward_node(n, by_seq)
         self._loss([o for o in fwd_out if isinstance(o, torch.fx.Node)])
         self._saves(by_seq)
+        if transients is not None:
+            self._transients(library_transients(joint_graph, transients), by_seq)
+
+    def _transients(self, measured, by_seq):
+        """Each library call's transient bytes, on its op: a forward call's
+        as the op's forward transient, a backward call's (convolution_backward)
+        as the backward transient of the last op of its sequence number."""
+        op_of = {n: i for i, n in enumerate(self.op_node) if n is not None}
+        for n, b in measured.items():
+            if not b:
+                continue
+            if n in self.fw:
+                if n in op_of:
+                    t = self.ops[op_of[n]].setdefault("transient", {"forward": 0, "backward": 0})
+                    t["forward"] = max(t["forward"], b)
+            else:
+                group = by_seq.get(n.meta.get("seq_nr"))
+                if group:
+                    t = self.ops[group[-1]].setdefault("transient", {"forward": 0, "backward": 0})
+                    t["backward"] = max(t["backward"], b)
 
     def _value(self, node, kind, nbytes, name=None):
         v = {"id": len(self.values), "kind": kind, "bytes": int(nbytes)}
@@ -325,6 +409,7 @@ class Compiled:
         self.options = options or {}
         self.plans = []
         self.rejected = []  # plans whose trial step held more than the budget (warm_up)
+        self._transients = {}  # library calls' measured transient bytes, by call (library_transients)
         #: seconds in the backend: AOTAutograd, the partition (the plan's
         #: share in each plan's .seconds) and Inductor's forward, every compile
         self.compile_seconds = 0.0
@@ -360,7 +445,7 @@ class Compiled:
     def _choose(self, joint_graph, node_info):
         from . import budget_for, MARGIN
         t0 = time.perf_counter()
-        joint = JointGraph(joint_graph, node_info)
+        joint = JointGraph(joint_graph, node_info, self._transients)
         result = plan_graph(joint.file(), self._request)
         if not result.get("feasible") and result.get("floor"):
             result["floor"] = budget_for(int(result["floor"]), MARGIN)
