@@ -11,7 +11,11 @@
  * keep every temporary in the scratchpad are taken: oneDNN's brgemm
  * kernels ("brg:", AVX-512 and up). Where oneDNN has only its gemm-based
  * matmul (which calls the same allocating driver) or its reference loops,
- * the float32 product stays on cblas_sgemm.
+ * the float32 product stays on cblas_sgemm: below AVX-512, and in oneDNN
+ * 2.6 for every operand that is not dense (a thread's rows of dW read a
+ * strided, transposed slice of dy). The bf16 products take the gemm-based
+ * matmul there (their other way is float32 views, other bits), and it
+ * allocates outside the plan: open, docs/architecture.md.
  */
 #include "dnnl.h"
 
