@@ -172,7 +172,9 @@ static int same_mm(const remat__mm *a, const remat__mm *b) {
 }
 
 /* The product's plan, made on first use; NULL when oneDNN has none here
- * (recorded as a failure when `must`: a kernel was planned for it). */
+ * (recorded as a failure when `must`: a kernel was planned for it). A
+ * product oneDNN has no kernel for is remembered too (prim NULL), so that
+ * a kernel asking on every call does not describe it to oneDNN again. */
 static mm_plan *get_mm(remat__dnnl *d, const remat__mm *key, int f32, int must) {
     pthread_mutex_lock(&d->mu);
     mm_plan *p = d->mms;
@@ -182,17 +184,12 @@ static mm_plan *get_mm(remat__dnnl *d, const remat__mm *key, int f32, int must) 
         p->s = *key;
         p->f32 = f32;
         int t = remat__dnnl_single_enter();
-        int ok = mm_make(d->eng, p, 1);
+        if (!mm_make(d->eng, p, 1) && p->prim) dnnl_primitive_destroy(p->prim), p->prim = NULL;
         remat__dnnl_single_leave(t);
-        if (ok) {
-            p->next = d->mms;
-            d->mms = p;
-        } else {
-            if (p->prim) dnnl_primitive_destroy(p->prim);
-            free(p);
-            p = NULL;
-        }
+        p->next = d->mms;
+        d->mms = p;
     }
+    if (p && !p->prim) p = NULL;
     if (!p && must) remat__dnnl_fail(d, "making a product's primitive");
     pthread_mutex_unlock(&d->mu);
     return p;
