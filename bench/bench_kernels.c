@@ -435,7 +435,7 @@ static int check_pointwise(kcase *c, remat__pool *pool) {
 
 /* What REMAT_PRODUCTS unset picks for a case on the pool's threads: for a
  * convolution, oneDNN's direct primitives or im2col; for a linear layer,
- * whether its forward product goes to oneDNN's sgemm. */
+ * whether its forward product goes to oneDNN (its matmul primitive). */
 static int rule_picks(const kcase *c) {
     const remat_graph *g = c->g;
     const remat__node *n = &g->nodes[c->node];

@@ -13,7 +13,10 @@
  * (the interpreter's objects, the autograd engine's nodes and queues) are
  * not counted. Each counted block is remembered in a table of addresses so
  * that its free subtracts the same bytes. No sampling and no profiler.
- * Python reads and resets the counters through ctypes.
+ * Python reads and resets the counters through ctypes. With
+ * REMAT_MEMTRACK_REPORT set in the environment, the process writes
+ * "memtrack: peak P live L dropped D" (bytes) to stderr as it exits: how
+ * remat's tests compare a CLI run's heap with the peak it reports.
  *
  *   cc -O2 -shared -fPIC -o memtrack.so memtrack.c
  */
@@ -29,8 +32,10 @@ extern void *__libc_calloc(size_t, size_t);
 extern void *__libc_realloc(void *, size_t);
 extern void __libc_free(void *);
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* The smallest malloc, calloc or realloc block counted: 64 KiB, or none
  * with REMAT_MEMTRACK_MALLOC=off in the environment (tensor memory alone,
@@ -165,4 +170,13 @@ int memtrack_dropped(void) { return __atomic_load_n(&dropped, __ATOMIC_RELAXED);
  * (on), or aligned blocks only (off); blocks already counted stay so until
  * freed. */
 void memtrack_count_malloc(int on) { malloc_min = on ? (size_t)64 << 10 : SIZE_MAX; }
+
+/* The exit report (REMAT_MEMTRACK_REPORT set): one line on stderr. */
+__attribute__((destructor)) static void report(void) {
+    if (!getenv("REMAT_MEMTRACK_REPORT")) return;
+    char line[128];
+    int n = snprintf(line, sizeof line, "memtrack: peak %lld live %lld dropped %d\n", (long long)memtrack_peak(),
+                     (long long)memtrack_live(), memtrack_dropped());
+    if (n > 0 && write(2, line, (size_t)n) < 0) return;
+}
 void memtrack_reset_peak(void) { __atomic_store_n(&peak, __atomic_load_n(&live, __ATOMIC_RELAXED), __ATOMIC_RELAXED); }

@@ -2,8 +2,14 @@
  *
  * Convolutions (forward, backward-data, backward-weights) run as oneDNN's
  * direct primitives in the layouts it prefers (reordered into and out of
- * planned workspace), and matrix products as oneDNN's sgemm, both with the
- * instruction set oneDNN picks at run time (DNNL_MAX_CPU_ISA caps it).
+ * planned workspace), and matrix products as oneDNN's matmul primitive,
+ * both with the instruction set oneDNN picks at run time (DNNL_MAX_CPU_ISA
+ * caps it). Every primitive's scratchpad is user-managed
+ * (dnnl_scratchpad_mode_user), its bytes queried when the op's workspace
+ * is sized and part of that workspace, so oneDNN allocates nothing while
+ * a kernel runs; what it keeps is its primitives (JIT code and
+ * descriptors, made on first use, held by the context: see
+ * docs/architecture.md, "What the plan does not hold").
  * Which product runs where is a rule on the op's shape and thread count
  * (remat__dnnl_conv_plan, remat__dnnl_gemm_use), never a timing, so a
  * node computes the same bits in every schedule.
@@ -76,12 +82,31 @@ void remat__dnnl_conv_backward(remat__dnnl *d, const remat__conv_dims *cd, const
                                const void *dy, void *dx, float *dw, float *db, void *ws, remat__pool *pool,
                                int ith, int nth);
 
-/* C (M, N) = alpha op(A) op(B) + beta C, row-major, on the calling thread
- * alone: oneDNN's sgemm when remat__dnnl_gemm_use says so, else
- * cblas_sgemm. `d` may be NULL (then cblas). */
+/* A row-major product C (M, N) = op(A) op(B), added into C when beta1
+ * (else overwriting it), op transposing A when ta, B when tb; A is
+ * (M, K) after op, B (K, N). */
+typedef struct {
+    int ta, tb;
+    int64_t M, N, K, lda, ldb, ldc;
+    int beta1;
+} remat__mm;
+
+/* The float32 rule on a product's shape: oneDNN where every side is at
+ * least 256 (REMAT_PRODUCTS unset). */
 int remat__dnnl_gemm_use(int64_t M, int64_t N, int64_t K);
-void remat__gemm(const remat__dnnl *d, int transa, int transb, int64_t M, int64_t N, int64_t K, float alpha,
-                 const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
+/* Whether a float32 product runs through oneDNN (the process's mode, the
+ * rule, and oneDNN having a kernel for it that takes all its memory from
+ * the scratchpad: its brgemm kernels), with that scratchpad's bytes in
+ * *scratch (0 when not). Asked afresh (planning) or of a context, which
+ * keeps the shape's primitive (made on first use): the same answer. */
+int remat__dnnl_f32_gemm_use(const remat__mm *mm, size_t *scratch);
+int remat__dnnl_f32_gemm_scratch(remat__dnnl *d, const remat__mm *mm, size_t *scratch);
+/* The float32 product on the calling thread alone (thread ith of the
+ * pool): through oneDNN with `scratch` (remat__dnnl_f32_gemm_scratch's
+ * bytes, planned) when it says so, else cblas_sgemm. `d` may be NULL
+ * (then cblas). */
+void remat__gemm(remat__dnnl *d, int ith, const remat__mm *mm, const float *A, const float *B, float *C,
+                 void *scratch);
 
 /* bf16 products (the bf16 policy's linear layers, run natively): C (M, N)
  * = op(A) op(B) in float32, overwritten, with A and B bf16, row-major

@@ -240,6 +240,7 @@ static int plan_make(dnnl_engine_t eng, remat__products mode, const remat__conv_
     p->m = chunk_images(cd, nth);
     int64_t q = cd->N / nth, mbs[3] = {p->m, q % p->m, (q + 1) % p->m};
     if (q == 0) mbs[1] = 0; /* threads beyond N have no images */
+    if (cd->N % nth == 0) mbs[2] = 0; /* no thread has q + 1: no primitives for its last chunk */
     for (int i = 0; i < 3; i++) {
         int seen = mbs[i] == 0;
         for (int j = 0; j < p->nch; j++) seen |= p->ch[j].mb == mbs[i];

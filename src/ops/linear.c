@@ -1,5 +1,7 @@
-/* linear.c: y = x W^T + b through remat__gemm (oneDNN's sgemm or
- * cblas_sgemm by a rule on the product's shape: src/ops/dnnl.h).
+/* linear.c: y = x W^T + b through remat__gemm (oneDNN's matmul or
+ * cblas_sgemm by a rule on the product's shape: src/ops/dnnl.h). Where
+ * oneDNN runs a product, its scratchpad is the op's workspace: one slice
+ * per thread, the largest scratchpad of the pass's products.
  *
  * Inputs: x (N, in), W (out, in), optional b (out). Backward needs x and W:
  *   dx += dy W        (N, in)
@@ -36,6 +38,55 @@ static remat_status linear_shape(const remat_graph *g, remat__node *n) {
 static void linear_forward_bf16(const remat__kctx *k, int ith, int nth);
 static void linear_backward_bf16(const remat__kctx *k, int ith, int nth);
 
+/* The products of a pass on rows lo..hi of thread ith (float32): the
+ * forward's y rows = x rows W^T (+ y, holding the bias), backward's dx
+ * rows += dy rows W and dW rows += dy^T x (rows of W). */
+static remat__mm fwd_mm(int64_t rows, int64_t IN, int64_t OUT, int bias) {
+    return (remat__mm){0, 1, rows, OUT, IN, IN, IN, OUT, bias};
+}
+static remat__mm dx_mm(int64_t rows, int64_t IN, int64_t OUT) { return (remat__mm){0, 0, rows, IN, OUT, OUT, IN, IN, 1}; }
+static remat__mm dw_mm(int64_t rows, int64_t NB, int64_t IN, int64_t OUT) {
+    return (remat__mm){1, 0, rows, IN, NB, OUT, IN, IN, 1};
+}
+
+/* oneDNN's scratchpad for one product, 0 when it does not run it: asked
+ * afresh (d NULL: planning) or of the kernel's context (the same). */
+static size_t mm_scratch(remat__dnnl *d, remat__mm mm) {
+    size_t sc = 0;
+    if (mm.M < 1) return 0;
+    if (d) remat__dnnl_f32_gemm_scratch(d, &mm, &sc);
+    else remat__dnnl_f32_gemm_use(&mm, &sc);
+    return sc;
+}
+
+/* A thread's workspace slice: the largest scratchpad of the pass's
+ * products over the row counts remat__split gives (q and q + 1). */
+static size_t lin_slice(remat__dnnl *d, int64_t NB, int64_t IN, int64_t OUT, int bias, int backward, int nth) {
+    size_t per = 0;
+    for (int extra = 0; extra < 2; extra++) {
+        int64_t rn = NB / nth + (extra && NB % nth), ro = OUT / nth + (extra && OUT % nth);
+        size_t s[2] = {backward ? mm_scratch(d, dx_mm(rn, IN, OUT)) : mm_scratch(d, fwd_mm(rn, IN, OUT, bias)),
+                       backward ? mm_scratch(d, dw_mm(ro, NB, IN, OUT)) : 0};
+        for (int i = 0; i < 2; i++)
+            if (s[i] > per) per = s[i];
+    }
+    return per;
+}
+
+static size_t lin_ws_bytes(const remat_graph *g, const remat__node *n, int backward, int nth) {
+    const remat__shape *x = remat__in_shape(g, n, 0), *w = remat__in_shape(g, n, 1);
+    return (size_t)nth * lin_slice(NULL, x->d[0], x->d[1], w->d[0], n->n_in == 3, backward, nth);
+}
+static size_t linear_fwd_ws(const remat_graph *g, const remat__node *n, int nth) { return lin_ws_bytes(g, n, 0, nth); }
+static size_t linear_bwd_ws(const remat_graph *g, const remat__node *n, int nth) { return lin_ws_bytes(g, n, 1, nth); }
+
+/* Thread ith's scratchpad: its slice of the workspace. */
+static void *kctx_scratch(const remat__kctx *k, int backward, int ith, int nth) {
+    int64_t NB = k->in[0]->shape->d[0], IN = k->in[0]->shape->d[1], OUT = k->in[1]->shape->d[0];
+    size_t per = lin_slice(k->dnnl, NB, IN, OUT, k->node->n_in == 3, backward, nth);
+    return per ? (unsigned char *)k->ws + (size_t)ith * per : NULL;
+}
+
 static void linear_forward(const remat__kctx *k, int ith, int nth) {
     if (k->dt) { /* bf16: planned so (linear_bf16_ws) */
         linear_forward_bf16(k, ith, nth);
@@ -45,15 +96,16 @@ static void linear_forward(const remat__kctx *k, int ith, int nth) {
     const float *w = k->in[1]->data;  // (out, in)
     float *y = k->out->data;          // (N, out)
     int64_t NB = k->in[0]->shape->d[0], IN = k->in[0]->shape->d[1], OUT = k->in[1]->shape->d[0];
+    int bias = k->node->n_in == 3;
     int64_t lo, hi;
     remat__split(NB, ith, nth, &lo, &hi);
     if (hi <= lo) return;
-    if (k->node->n_in == 3) {
+    if (bias) {
         const float *b = k->in[2]->data;
         for (int64_t r = lo; r < hi; r++) memcpy(y + r * OUT, b, (size_t)OUT * sizeof *y);
     }
-    remat__gemm(k->dnnl, 0, 1, hi - lo, OUT, IN, 1.0f, x + lo * IN, IN, w, IN, k->node->n_in == 3 ? 1.0f : 0.0f,
-                y + lo * OUT, OUT);
+    remat__mm mm = fwd_mm(hi - lo, IN, OUT, bias);
+    remat__gemm(k->dnnl, ith, &mm, x + lo * IN, w, y + lo * OUT, kctx_scratch(k, 0, ith, nth));
 }
 
 static void linear_backward(const remat__kctx *k, int ith, int nth) {
@@ -65,18 +117,18 @@ static void linear_backward(const remat__kctx *k, int ith, int nth) {
     const float *w = k->in[1]->data;  // (out, in)
     const float *dy = k->dout;        // (N, out)
     int64_t NB = k->in[0]->shape->d[0], IN = k->in[0]->shape->d[1], OUT = k->in[1]->shape->d[0];
+    void *sc = kctx_scratch(k, 1, ith, nth);
     int64_t lo, hi;
     if (k->din[0]) { /* dx (N, in) += dy (N, out) W (out, in), split over rows n */
         remat__split(NB, ith, nth, &lo, &hi);
-        if (hi > lo)
-            remat__gemm(k->dnnl, 0, 0, hi - lo, IN, OUT, 1.0f, dy + lo * OUT, OUT, w, IN, 1.0f, k->din[0] + lo * IN,
-                        IN);
+        remat__mm mm = dx_mm(hi - lo, IN, OUT);
+        if (hi > lo) remat__gemm(k->dnnl, ith, &mm, dy + lo * OUT, w, k->din[0] + lo * IN, sc);
     }
     /* dW (out, in) += dy^T (out, N) x (N, in) and db (out), split over rows o */
     remat__split(OUT, ith, nth, &lo, &hi);
     if (hi <= lo) return;
-    if (k->din[1])
-        remat__gemm(k->dnnl, 1, 0, hi - lo, IN, NB, 1.0f, dy + lo, OUT, x, IN, 1.0f, k->din[1] + lo * IN, IN);
+    remat__mm mm = dw_mm(hi - lo, NB, IN, OUT);
+    if (k->din[1]) remat__gemm(k->dnnl, ith, &mm, dy + lo, x, k->din[1] + lo * IN, sc);
     if (k->node->n_in == 3 && k->din[2]) {
         float *db = k->din[2];
         for (int64_t o = lo; o < hi; o++) {
@@ -255,6 +307,8 @@ const remat__op remat__op_linear = {
     .forward = linear_forward,
     .backward = linear_backward,
     .saves = REMAT__SAVE_IN(0) | REMAT__SAVE_IN(1),
+    .fwd_ws = linear_fwd_ws,
+    .bwd_ws = linear_bwd_ws,
     .bf16_ws = linear_bf16_ws,
     .flops = linear_flops,
     .family = REMAT_FAMILY_LINEAR,    .cuda = REMAT__CUDA(linear),
