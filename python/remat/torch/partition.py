@@ -524,7 +524,9 @@ class Compiled:
                                  "model of it; give a larger budget" % (measured, self.budget, self.ATTEMPTS,
                                                                           p.peak_bytes))
             self.rejected.append(self.plans.pop())
-            self._request["budget"] = max(1, self._request["budget"] - (measured - self.budget))
+            # a plan predicted to hold less than this one by the excess: with
+            # Inductor's excess over the prediction about the same, it fits
+            self._request["budget"] = max(1, min(self._request["budget"], p.peak_bytes) - (measured - self.budget))
             self._generation += 1
         self.warm_up_seconds = time.perf_counter() - t0
 
