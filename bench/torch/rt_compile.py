@@ -24,7 +24,10 @@ measured / predicted, the median step seconds of --steps steps after the
 first (which compiles the backward), and the compile seconds (Dynamo,
 AOTAutograd, the partition and Inductor's forward: for torch.compile the
 first call, one forward included; for rt.compile the backend's seconds,
-every plan's compile, and the planning seconds inside them). The same model and weights on every row;
+every plan's compile, and the planning seconds inside them). Inductor's and AOTAutograd's caches of
+compiled code are off (TORCHINDUCTOR_FX_GRAPH_CACHE=0 and
+TORCHINDUCTOR_AUTOGRAD_CACHE=0, set before torch is imported), so every
+compile is a cold one. The same model and weights on every row;
 the budget in bytes is what rt.compile promises: measured <= budget.
 """
 import argparse
@@ -34,8 +37,10 @@ import statistics
 import sys
 import time
 
-import torch
-import torch.nn.functional as F
+os.environ.setdefault("TORCHINDUCTOR_FX_GRAPH_CACHE", "0")
+os.environ.setdefault("TORCHINDUCTOR_AUTOGRAD_CACHE", "0")
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import remat.torch as rt  # noqa: E402

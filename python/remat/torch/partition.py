@@ -286,7 +286,7 @@ class JointGraph:
             for a in b.all_input_nodes:
                 v = self.value_of.get(a)
                 if v is None:
-                    v = self._element(b)
+                    v = self.element(b)
                 if v is None or self.values[v]["kind"] in ("parameter", "buffer"):
                     continue
                 cand = [o for o in group if o in touches.get(v, ())]
@@ -305,7 +305,7 @@ class JointGraph:
                 raise RematError("op %d (%s): its backward reads %d values; remat takes at most 48"
                                  % (op["id"], op["name"], len(op["saves"])))
 
-    def _element(self, n):
+    def element(self, n):
         """The value of getitem node n of an op of several outputs (an
         output that only the backward takes: attention's logsumexp), or None."""
         if n.op != "call_function" or n.target is not operator.getitem or n.args[0] not in self.outputs_of:
@@ -325,7 +325,7 @@ class JointGraph:
         for b in self.graph.nodes:
             if b in self.fw or b.op == "placeholder":
                 continue
-            if self._element(b) is not None:  # the backward takes an output of a forward op itself
+            if self.element(b) is not None:  # the backward takes an output of a forward op itself
                 stack.append(b)
             else:
                 stack.extend(a for a in b.all_input_nodes if a in self.fw)
@@ -337,7 +337,7 @@ class JointGraph:
             seen.add(n)
             v = self.value_of.get(n)
             if v is None:
-                v = self._element(n)
+                v = self.element(n)
             if v is None and n in self.outputs_of:  # an op of several outputs: its first made one's
                 v = next((u for u in self.outputs_of[n] if u is not None), None)
             op = self.producer.get(v) if v is not None else None
@@ -402,7 +402,6 @@ class Compiled:
             raise RematError(compat.compile_support())
         self.model, self.loss, self.inputs = model, loss, inputs
         self.budget = parse_bytes(budget)
-        self.optimizer = optimizer
         self._request = {"budget": _inner(self.budget, MARGIN) if self.budget else 0, "strategy": strategy,
                          "optimizer": _optimizer_request(optimizer), "recompute_once": True}
         self._generation = 0  # read by the compiled step: a new value makes Dynamo compile (and plan) again
@@ -420,8 +419,7 @@ class Compiled:
         # recompilations) per code object, and guards on a model's class and
         # shapes rather than its identity, so another Compiled of the same
         # model class would otherwise reuse this one's graphs and plans
-        Compiled._count += 1
-        code = Compiled._step.__code__.replace(co_name="remat_step_%d" % Compiled._count)
+        code = Compiled._step.__code__.replace(co_name="remat_step_%x" % id(self))
         step = types.FunctionType(code, Compiled._step.__globals__, code.co_name)
         self._fn = torch.compile(types.MethodType(step, self), backend=self._backend, fullgraph=fullgraph,
                                  dynamic=dynamic)
@@ -460,7 +458,7 @@ class Compiled:
         p.saved = [n.name for n in saved]
         seen = set()
         for n in saved:
-            v = joint.value_of.get(n)
+            v = joint.value_of.get(n, joint.element(n))
             if v is not None and v not in seen and joint.values[v]["kind"] == "activation":
                 seen.add(v)
                 p.saved_bytes += joint.values[v]["bytes"]
@@ -480,8 +478,6 @@ class Compiled:
                 err, self._error = self._error, None
                 raise err from None
             raise
-
-    _count = 0  # instances made, naming each one's step
 
     #: how many times warm_up plans again for a smaller budget when the
     #: trial step measures more than the budget
