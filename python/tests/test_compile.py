@@ -174,3 +174,36 @@ def test_a_graph_break_is_named():
         rt.compile(m, (x, y), budget="64MiB", loss=F.cross_entropy, fullgraph=False)
     with pytest.raises(Exception, match="graph_break"):
         rt.compile(Breaks(), (x, y), budget="64MiB", loss=F.cross_entropy)
+
+
+PLAIN = r"""
+import sys, torch, torch.nn.functional as F
+sys.path.insert(0, %(tests)r)
+import remat.torch as rt, test_compile as tc
+from remat.torch import memtrack
+assert memtrack.counter() is None, "this script must run without the heap counter"
+m, x, y = tc.net()
+step = rt.compile(m, (x, y), budget="64MiB", loss=F.cross_entropy, optimizer="sgd")
+print("MEASURED", step.plan.measured)
+print(repr(step))
+step(x, y).backward()
+print("GRADS", all(p.grad is not None for p in m.parameters()))
+"""
+
+
+def test_a_plain_script_plans_without_a_trial():
+    """In a plain `python train.py` (no counter) rt.compile plans and
+    compiles with one forward, and says its plan was not measured."""
+    import os
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [os.path.dirname(os.path.dirname(rt.__file__)) + "/..",
+                                                    env.get("PYTHONPATH", "")] if p)
+    tests = os.path.dirname(os.path.abspath(__file__))
+    r = subprocess.run([sys.executable, "-c", PLAIN % {"tests": tests}], env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "MEASURED None" in r.stdout
+    assert "not measured (no counter: python -m remat.torch run)" in r.stdout
+    assert "GRADS True" in r.stdout
