@@ -207,3 +207,25 @@ def test_a_plain_script_plans_without_a_trial():
     assert "MEASURED None" in r.stdout
     assert "not measured (no counter: python -m remat.torch run)" in r.stdout
     assert "GRADS True" in r.stdout
+
+
+class TwoOutputs(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(64, 128), nn.Linear(128, 10)
+
+    def forward(self, x):
+        h = torch.relu(self.a(x))
+        return self.b(h), h.mean()
+
+
+def test_a_model_without_its_loss():
+    """Without loss=, the compiled call is the model (here two outputs), the
+    plan counts its outputs until the backward, and a step trains."""
+    torch.manual_seed(0)
+    m, x = TwoOutputs(), torch.randn(16, 64)
+    step = rt.compile(m, (x,), budget="16MiB", optimizer="adamw")
+    assert step.plan.feasible and step.plan.predicted["optimizer state"] > 0
+    out, mean = step(x)
+    (out.sum() + mean).backward()
+    assert all(p.grad is not None for p in m.parameters())

@@ -547,8 +547,10 @@ class Compiled:
                     out = self(*example)
                     if c is None:
                         break
-                    out.backward() if out.dim() == 0 else out.sum().backward()
-                    del out
+                    # the outputs' gradients as a loss of each would make them (a tangent per output)
+                    outs = [t for t in compat.tree_flatten(out)[0] if isinstance(t, torch.Tensor) and t.requires_grad]
+                    torch.autograd.backward([t if t.dim() == 0 else t.sum() for t in outs])
+                    del out, outs
                     sync()
                     measured = c.peak() - live
         finally:
