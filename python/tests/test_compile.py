@@ -8,7 +8,7 @@ import torch.nn.functional as F
 import remat.torch as rt
 from remat.torch import compat, memtrack
 import user_models as um
-from conftest import need_counter
+from conftest import need_counter, run_plain
 
 pytestmark = pytest.mark.skipif(compat.compile_support() is not None, reason=str(compat.compile_support()))
 
@@ -194,15 +194,7 @@ print("GRADS", all(p.grad is not None for p in m.parameters()))
 def test_a_plain_script_plans_without_a_trial():
     """In a plain `python train.py` (no counter) rt.compile plans and
     compiles with one forward, and says its plan was not measured."""
-    import os
-    import subprocess
-    import sys
-    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in [os.path.dirname(os.path.dirname(rt.__file__)) + "/..",
-                                                    env.get("PYTHONPATH", "")] if p)
-    tests = os.path.dirname(os.path.abspath(__file__))
-    r = subprocess.run([sys.executable, "-c", PLAIN % {"tests": tests}], env=env, capture_output=True, text=True,
-                       timeout=600)
+    r = run_plain(PLAIN)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "MEASURED None" in r.stdout
     assert "not measured (no counter: python -m remat.torch run)" in r.stdout

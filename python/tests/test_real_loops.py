@@ -4,8 +4,6 @@ wrappers remat.torch does not plan (issue 31)."""
 import copy
 import contextlib
 import os
-import subprocess
-import sys
 import tempfile
 
 import pytest
@@ -15,7 +13,7 @@ import torch.nn.functional as F
 import remat
 import remat.torch as rt
 import user_models as um
-from conftest import need_counter
+from conftest import need_counter, run_plain
 
 
 def unet(batch=4, size=32):
@@ -60,12 +58,7 @@ print(repr(p))
 def test_a_plain_script_measures_transients():
     """python train.py, nothing preloaded: capture measures each op's
     transients with PyTorch's profiler, says so, and prints nothing of its own."""
-    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in [os.path.dirname(os.path.dirname(rt.__file__)) + "/..",
-                                                    env.get("PYTHONPATH", "")] if p)
-    tests = os.path.dirname(os.path.abspath(__file__))
-    r = subprocess.run([sys.executable, "-c", PLAIN % {"tests": tests}], env=env, capture_output=True, text=True,
-                       timeout=300)
+    r = run_plain(PLAIN, timeout=300)
     assert r.returncode == 0, r.stderr
     assert "HOW PyTorch profiler" in r.stdout
     assert int(r.stdout.split("BYTES ")[1].split()[0]) > 0
