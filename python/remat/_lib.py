@@ -5,17 +5,24 @@ JSON-in, JSON-out call, remat_plan_graph_json, so that no C struct layout is
 mirrored here. The shared library is looked for, in order:
 
 1. the path in the environment variable REMAT_LIB;
-2. a CMake build directory of the source tree this package sits in
-   (``build/`` beside ``python/``: an editable install from a checkout);
-3. the system's library path (``libremat.so.0`` after ``cmake --install``).
+2. the package's own copy, ``remat/lib/libremat.so``, which
+   ``pip install ./python`` builds from the checkout's C sources
+   (python/pyproject.toml; with ``pip install -e`` it lies in
+   site-packages, another folder of the package's ``__path__``);
+3. a CMake build directory of the source tree this package sits in
+   (``build/`` beside ``python/``: PYTHONPATH=python in a checkout);
+4. the system's library path (``libremat.so.0`` after ``cmake --install``).
 
-ctypes was chosen over a C extension so that ``pip install ./python`` needs
-no compiler and the package works with any build of the library.
+The heap counter, libremat-memtrack.so, is looked for the same way
+(REMAT_MEMTRACK first). ctypes was chosen over a C extension so that the
+package works with any build of the library and one wheel serves every
+Python 3.
 """
 
 import ctypes
 import json
 import os
+import sys
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _TREE = os.path.dirname(os.path.dirname(_HERE))  # the checkout: python/remat/.. /..
@@ -29,6 +36,11 @@ def _candidates(name):
     env = os.environ.get("REMAT_LIB" if name == "remat" else "REMAT_MEMTRACK")
     if env:
         yield env
+    # every folder of the package: an editable install (pip install -e)
+    # keeps the modules in the checkout and remat/lib/ in site-packages
+    pkg = sys.modules.get(__package__)
+    for d in getattr(pkg, "__path__", None) or [_HERE]:
+        yield os.path.join(d, "lib", "lib%s.so" % name)
     for build in ("build", "build-release"):
         yield os.path.join(_TREE, build, "lib%s.so" % name)
     yield "lib%s.so.0" % name if name == "remat" else "lib%s.so" % name
@@ -59,8 +71,9 @@ def lib():
         path = find_library("remat")
         if path is None:
             raise RematError(
-                "libremat.so was not found: build it (cmake -S . -B build && cmake --build build), "
-                "install it (cmake --install build), or set REMAT_LIB to its path")
+                "libremat.so was not found: install this package with pip from a checkout "
+                "(pip install ./python builds it), or build it (cmake -S . -B build && cmake --build build) "
+                "and install it (cmake --install build) or set REMAT_LIB to its path")
         l = ctypes.CDLL(path)
         l.remat_plan_graph_json.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]
         l.remat_plan_graph_json.restype = ctypes.c_int
