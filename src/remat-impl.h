@@ -255,7 +255,7 @@ typedef struct {
      * their stored dtypes (dt, by node id; kctx.dt is set), with their
      * workspace bytes in *fwd and *bwd, which replace fwd_ws's and
      * bwd_ws's; 0 (or NULL) and the executor runs the float32 kernels on
-     * views (exec/precision.c), as remat__op.bf16_ws on the CPU. dev is
+     * views (exec/views.c), as remat__op.bf16_ws on the CPU. dev is
      * NULL in a plan for a device that is not here: then, where
      * asks_device says the workspace depends on the device, the bytes are
      * an upper bound, as fwd_ws's are. */
@@ -286,7 +286,7 @@ _Static_assert(REMAT__SAVE_OUT == 1u << REMAT__SAVE_IN_LIMIT && REMAT__SAVE_AUX 
  * i of each input, output and output gradient alone; every one has the
  * node's element count, which the kernels read from the node's shape;
  * no aux, no workspace. The bf16 policy runs such a kernel slice by slice
- * (exec/precision.c). */
+ * (exec/views.c). */
 #define REMAT__OP_ELEMENTWISE (1u << 4)
 /* Each (n, c) plane of the 4-D input (N, C, ...) maps to the same plane of
  * the output (N, C, ...) alone, forward and backward; the kernels read
@@ -296,7 +296,7 @@ _Static_assert(REMAT__SAVE_OUT == 1u << REMAT__SAVE_IN_LIMIT && REMAT__SAVE_AUX 
 
 /* An op's rule under REMAT_PRECISION_BF16 (PyTorch's CPU autocast): the
  * dtype it stores its output in. Kernels compute in float32 either way;
- * exec/precision.c converts around them. */
+ * exec/views.c converts around them. */
 enum {
     REMAT__AC_NONE = 0, /* leaves and plan-only ops (a kernel op must have a rule) */
     REMAT__AC_LOW,      /* products: bf16-rounded inputs, bf16 output */
@@ -322,7 +322,7 @@ typedef struct {
     /* Under the bf16 policy on the CPU: 1 when the kernels take the node's
      * values in their stored dtypes (dt, by node id; kctx.dt is set), with
      * their workspace bytes; 0 (or NULL) and the executor runs them on
-     * float32 views (exec/precision.c). */
+     * float32 views (exec/views.c). */
     int (*bf16_ws)(const remat_graph *g, const remat__node *n, const uint8_t *dt, int nth, size_t *fwd,
                    size_t *bwd);
     double (*flops)(const remat_graph *g, const remat__node *n); /* forward */

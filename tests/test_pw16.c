@@ -4,7 +4,7 @@
  * - Against the views: relu, add, mul, dropout (training, and eval) and
  *   gelu (both forms), and reshape, run through the op table with kctx.dt set (the
  *   values as stored, on 3 threads, on the kernels remat__pw16_best
- *   chose), give the bits the float32 views of exec/precision.c give (the
+ *   chose), give the bits the float32 views of exec/views.c give (the
  *   float32 kernel on widened copies, the output rounded, each bf16 input
  *   gradient computed into zeros and added with REMAT__CVT_ACC_BF16): the
  *   output, and input gradients that already hold values. Every dtype mix

@@ -5,7 +5,7 @@
  * Each value (an input, the output, the output gradient, an input
  * gradient) is bf16 or float32 as the policy stores it (kctx.dt, by node
  * id). The arithmetic is the float32 kernel's, element by element, on the
- * same float32 numbers the views of exec/precision.c would hold, so the
+ * same float32 numbers the views of exec/views.c would hold, so the
  * bits are the view path's:
  * - a bf16 input is widened (exact), a float32 one read as it is;
  * - a bf16 output is rounded from the float32 result (remat__bf16_of,

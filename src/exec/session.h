@@ -89,7 +89,7 @@ struct remat_session {
  * copies the fetched node into fetch_out. */
 remat_status remat__exec(remat_session *s, const remat__planned *pl, float *loss, float *fetch_out);
 /* Runs k's kernel (backend run), through the bf16 policy's float32 views
- * where its node has them (precision.c). */
+ * where its node has them (views.c). */
 remat_status remat__run_precise(remat_session *s, remat__kctx *k, int backward);
 
 /* prefetch.c: the PREFETCH block and its slots (session creation and

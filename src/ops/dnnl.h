@@ -35,7 +35,7 @@
  * (else float32, rounded through bf16 on the way in); the float32 weights
  * and bias are rounded through bf16 per call, and each of dx, dw, db is
  * rounded through bf16 before it is added (the float32 views' semantics,
- * exec/precision.c). Without bf16 every tensor is float32. */
+ * exec/views.c). Without bf16 every tensor is float32. */
 typedef struct {
     int64_t N, C, H, W, O, KH, KW, OH, OW, s, p;
     int bias;

@@ -146,7 +146,7 @@ static void linear_backward(const remat__kctx *k, int ith, int nth) {
  * rounded through bf16 per call. Products multiply bf16 and accumulate in
  * float32 into a float32 buffer; y is rounded from it (the bias, rounded,
  * added first), and dx, dW, db are rounded through bf16 before they are
- * added (the float32 views' semantics, exec/precision.c). Workspace: W in
+ * added (the float32 views' semantics, exec/views.c). Workspace: W in
  * bf16, x in bf16 (backward, when x is float32), then per thread its
  * float32 product and oneDNN's scratchpad (forward: its rows of x in bf16
  * too, when x is float32). */

@@ -12,7 +12,7 @@
  * rounded through bf16 into the gradient (PyTorch's bf16 gradient of the
  * value or of the bf16 copy). These buffers are workspace, so the plan
  * counts them; the layout is one function, read by the executor
- * (exec/precision.c) and by the workspace sizes here. An elementwise op
+ * (exec/views.c) and by the workspace sizes here. An elementwise op
  * (REMAT__OP_ELEMENTWISE: relu, dropout, add, mul, gelu, reshape) runs slice by
  * slice, and a plane-wise one (REMAT__OP_PLANEWISE: the poolings) a block
  * of planes at a time, so its views are one block long whatever its

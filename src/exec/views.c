@@ -1,4 +1,4 @@
-/* precision.c: a kernel run through the float32 views of the bf16
+/* views.c: a kernel run through the float32 views of the bf16
  * policy (plan/precision.c makes the layout and the plan counts it).
  *
  * Before the kernel: each input it reads through bf16 is copied into its

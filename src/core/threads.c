@@ -1,4 +1,4 @@
-/* pool.c: the executor's thread pool.
+/* threads.c: the executor's thread pool.
  *
  * Kernels never create threads; they receive (thread index, thread count)
  * and split their own work. A run wakes the workers, does part 0 on the
