@@ -331,10 +331,6 @@ def joint_node_info(node_info):
             [n for n in node_info.inputs if n.op == "placeholder" and "primals" in str(n.target)])
 
 
-def is_tangent(node):
-    return node.op == "placeholder" and "tangents" in str(node.target)
-
-
 def inductor(gm, example_inputs, options=None):
     """Inductor's compile_fx: the backend torch.compile uses by default."""
     from torch._inductor.compile_fx import compile_fx

@@ -353,7 +353,7 @@ class GraphPlan:
     """remat's plan for one compiled graph: the prediction, and what the
     forward saves and the backward recomputes."""
 
-    def __init__(self, joint, result, budget, seconds):
+    def __init__(self, joint, result, budget):
         self.result = result
         self.budget = budget
         self.feasible = bool(result.get("feasible"))
@@ -364,7 +364,7 @@ class GraphPlan:
         self.recomputed = [joint.ops[i]["name"] for i in self.recompute_ops]
         self.ops = len(joint.ops) - 1
         self.flops, self.extra_flops = float(result.get("flops", 0)), float(result.get("extra_flops", 0))
-        self.seconds = seconds  # translating and planning, inside the compile
+        self.seconds = 0.0  # translating and planning, inside the compile (Compiled._choose)
         self.saved = []  # the names of the forward nodes saved for the backward
         self.saved_bytes = 0
         #: what the trial step at rt.compile held (bytes, counted as rt.measure counts), or None
@@ -447,7 +447,7 @@ class Compiled:
         result = plan_graph(joint.file(), self._request)
         if not result.get("feasible") and result.get("floor"):
             result["floor"] = budget_for(int(result["floor"]), MARGIN)
-        p = GraphPlan(joint, result, self.budget, 0.0)
+        p = GraphPlan(joint, result, self.budget)
         if not p.feasible:
             self._error = RematError("no plan fits %d bytes for this compiled graph: %s" % (
                 self.budget, "the smallest feasible budget is %d bytes" % p.floor if p.floor else
