@@ -736,6 +736,14 @@ def _capture(model, inputs, loss_fn, warmup=True, transients="auto"):
         units.enter_context(fsdp.Settings(bound, [False] * len(bound)))
         units.enter_context(fsdp.Hooks(bound, rec))
     units.enter_context(ModuleCalls(rec))
+    if ddp:
+        # DDP's all-reduces run on the communication thread while the
+        # backward's ops run: the counter, which sees the whole process,
+        # would take what they allocate or free for an op's transient (up
+        # or down, by timing). The recorded step reduces nothing; the plan
+        # counts a bucket's all-reduce beside the whole backward instead
+        # (_ddp_buckets)
+        units.enter_context(model.no_sync())
     try:
         with units, meter:
             with torch.autograd.graph.saved_tensors_hooks(lambda x: (rec.saved(x), x)[1], lambda x: x):
@@ -829,7 +837,8 @@ def _agree_across_ranks(t, dev, group):
     each op's transients and times, and each value's bytes (FSDP2's shards
     can differ by their padding), become their largest over the ranks. They
     can differ, since the counter also sees what the communication thread
-    allocates while an op runs on a rank; so does a DDP all-reduce's. dev: where the collectives reduce
+    allocates while an op runs on a rank (FSDP2's collectives; DDP's
+    recorded step reduces nothing). dev: where the collectives reduce
     (NCCL's on the device)."""
     import torch.distributed as dist
     if not dist.is_available() or not dist.is_initialized():
