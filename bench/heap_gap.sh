@@ -1,7 +1,7 @@
 #!/bin/sh
 # heap_gap.sh: what a `remat train` run holds beyond the step peak it
 # reports, measured from outside by the heap counter
-# (bench/torch/memtrack.c, preloaded: every aligned block, which is how
+# (src/memtrack/memtrack.c, preloaded: every aligned block, which is how
 # oneDNN takes all its memory, and every malloc of 64 KiB or more).
 #
 #   bench/heap_gap.sh [--max MIB] -- remat train options...

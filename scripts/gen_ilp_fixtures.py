@@ -408,7 +408,7 @@ class Ilp:
         for key, i in self.index.items():
             if key[0] in ("L", "A"):
                 x[i] = 0
-        for coef, lo, hi in self.rows:
+        for coef, lo, _hi in self.rows:
             free = [j for j in coef if self.names[j][0] in ("L", "A")]
             if len(free) == 1 and coef[free[0]] == 1 and lo > -np.inf:
                 j = free[0]

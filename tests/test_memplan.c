@@ -45,7 +45,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The heap counter (bench/torch/memtrack.c) when it is preloaded: the
+/* The heap counter (src/memtrack/memtrack.c) when it is preloaded: the
  * bytes of every aligned allocation the process holds, which is how the
  * CPU backend takes the arena and the resident blocks (and how oneDNN or a
  * kernel would take memory of its own); NULL functions when it is not. */

@@ -66,9 +66,9 @@ from torch.utils.checkpoint import checkpoint
 from torch.utils.flop_counter import flop_registry
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python", "tests"))
-import remat.torch as rt  # noqa: E402
 import user_models as um  # noqa: E402
 
+import remat.torch as rt  # noqa: E402
 
 # ---------------------------------------------------------------- models
 

@@ -25,8 +25,9 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python", "tests"))
-import remat.torch as rt  # noqa: E402
 import user_models as um  # noqa: E402
+
+import remat.torch as rt  # noqa: E402
 
 
 def build(name, device="cpu"):
@@ -96,7 +97,7 @@ def main():
         mid = rt.plan_trace(t, (floor + rt.budget_for(top.peak_bytes)) // 2, "sgd")
         plans = {"none": None, "all": top, "mid": mid}
         times = {k: [] for k in plans}
-        for k, p in plans.items():  # one warm step each
+        for p in plans.values():  # one warm step each
             step(m, inputs, lf, p, sync)
         for _ in range(a.rounds):
             for k, p in plans.items():

@@ -23,7 +23,7 @@ from --init-from, and the batch to the GPU). Columns:
                        (on cuda each step between two torch.cuda.synchronize())
   peak_bytes           cpu: parameters + gradients + optimizer state + the
                        peak of the heap bytes a step holds on top of what
-                       was live before it, counted by bench/torch/memtrack.c
+                       was live before it, counted by src/memtrack/memtrack.c
                        (preloaded; every block of 64 KiB or more through
                        glibc's allocator, which PyTorch's CPU tensors use):
                        remat's measured peak counts the same things (the
@@ -54,10 +54,10 @@ torch.backends.cudnn.benchmark stays at PyTorch's default (False).
 import argparse
 import ctypes
 import json
-import subprocess
 import os
 import resource
 import statistics
+import subprocess
 import sys
 import time
 

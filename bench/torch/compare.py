@@ -110,7 +110,7 @@ def run_json(cmd, may_fail=False, timeout=None):
         if may_fail:
             print(f"  ({' '.join(cmd[1:4])}...: over {timeout} s)", file=sys.stderr)
             return []
-        raise RunFailed(f"over {timeout} s: {' '.join(cmd)}")
+        raise RunFailed(f"over {timeout} s: {' '.join(cmd)}") from None
     rows = []
     for line in out.splitlines():
         if line.startswith("{"):

@@ -41,7 +41,7 @@ through AOTAutograd's compiled backward; the optimizer step stays eager.
 
 Peaks (as compare.py on the CPU): PyTorch's is bench_torch.py's peak_bytes,
 parameters + gradients + optimizer state + the peak of the heap bytes a
-step holds on top of what was live before it (bench/torch/memtrack.c,
+step holds on top of what was live before it (src/memtrack/memtrack.c,
 preloaded: every block of 64 KiB or more, i.e. every tensor; Inductor's CPU
 buffers come from the same allocator), over one more untimed step; the
 batch is left out. remat's is its measured_peak_bytes: its arena's peak
@@ -262,7 +262,7 @@ def run_json(cmd, timeout, env=None, partial=False):
     try:
         code, out, err = run_proc(cmd, timeout, env)
     except subprocess.TimeoutExpired:
-        raise RunFailed(f"over {timeout} s: {' '.join(cmd)}")
+        raise RunFailed(f"over {timeout} s: {' '.join(cmd)}") from None
     rows = json_rows(out)
     if (code != 0 and not (partial and rows)) or not rows:
         raise RunFailed(f"failed ({code}): {' '.join(cmd)}\n{err[-3000:]}")
@@ -412,7 +412,8 @@ def print_table(results, failed, args):
         for a, b in zip(comp, comp[1:]):
             if a["torch_peak"] == b["torch_peak"]:
                 notes.append(f"{r['row']}: budgets {a['torch_budget']} and {b['torch_budget']} reach the same peak, "
-                             f"{mib(a['torch_peak'], 0)} MiB (the partitioner saved {mib(a['partitioner_saved_bytes'], 0)}"
+                             f"{mib(a['torch_peak'], 0)} MiB "
+                             f"(the partitioner saved {mib(a['partitioner_saved_bytes'], 0)}"
                              f" and {mib(b['partitioner_saved_bytes'], 0)} MiB)")
         top = next((c for c in comp if c["memory_budget"] == 1.0), None)
         for c in comp:

@@ -40,6 +40,7 @@ import torch.nn.functional as F
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import st  # noqa: E402  (bench/torch/st.py: safetensors without the package)
+
 sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts"))
 from gen_fixtures import fill, hash_u32, name_seed  # noqa: E402,F401  (the fixtures' initial values)
 

@@ -20,9 +20,10 @@ import torch.nn.functional as F
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "python", "tests"))
 
+import library_models as lm  # noqa: E402
+
 import remat.torch as rt  # noqa: E402
 from remat.torch import memtrack  # noqa: E402
-import library_models as lm  # noqa: E402
 
 
 def case(name, inplace, batch, size):

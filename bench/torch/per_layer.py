@@ -27,7 +27,6 @@ row's time is the median of its timed steps' forward and backward
 import argparse
 import copy
 import json
-import os
 import platform
 import statistics
 import sys
@@ -35,9 +34,9 @@ import sys
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from alternatives import Checkpointed  # noqa: E402 - beside this script: torch.utils.checkpoint per block
 
 import remat.torch as rt
-from alternatives import Checkpointed  # noqa: E402 - beside this script: torch.utils.checkpoint per block
 
 
 class Logits(nn.Module):

@@ -16,8 +16,9 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python", "tests"))
-import remat.torch as rt  # noqa: E402
 import user_models as um  # noqa: E402
+
+import remat.torch as rt  # noqa: E402
 
 
 def model(name):

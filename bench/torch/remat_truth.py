@@ -9,7 +9,8 @@ PyTorch's profiler, nothing preloaded needed); the measurement is the heap
 counter's (every aligned block and every malloc of 64 KiB or more), so run
 it with the counter preloaded:
 
-    python -m remat.torch run bench/torch/remat_truth.py [--models resnet50,...] [--transients counter] [--device cuda] [--json FILE]
+    python -m remat.torch run bench/torch/remat_truth.py [--models resnet50,...] [--transients counter]
+        [--device cuda] [--json FILE]
 
 On a CUDA device the measured peak is torch.cuda.max_memory_allocated's.
 """
@@ -24,8 +25,9 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python", "tests"))
-import remat.torch as rt  # noqa: E402
 import user_models as um  # noqa: E402
+
+import remat.torch as rt  # noqa: E402
 
 
 def models(name, device="cpu"):
@@ -84,7 +86,8 @@ def row(name, steps, device, transients):
     tplan = time.perf_counter() - t0
     fits = rt.plan_trace(tr, floor, opt0).feasible
     below = rt.plan_trace(tr, floor - (1 << 20), opt0).feasible
-    out = {"model": name, "ops": len(tr.ops), "transients": tr.transients, "capture_s": cap, "plan_s": tplan, "store_all": top, "floor": floor,
+    out = {"model": name, "ops": len(tr.ops), "transients": tr.transients, "capture_s": cap, "plan_s": tplan,
+           "store_all": top, "floor": floor,
            "floor_fits": fits, "floor_minus_1MiB_refused": not below, "rows": []}
     for frac in (0.0, 0.5, 1.0):
         budget = int(floor + frac * max(0, rt.budget_for(top) - floor))

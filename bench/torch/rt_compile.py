@@ -141,7 +141,8 @@ def row(name, args):
         ct = step.compile_seconds
         peak, sec = run_steps(step, m, opt, batch, args.steps)
         p = step.plan
-        out.append({"row": name, "config": "rt.compile " + kind, "budget": budget, "replans": len(step.rejected), "predicted": p.peak_bytes,
+        out.append({"row": name, "config": "rt.compile " + kind, "budget": budget,
+                    "replans": len(step.rejected), "predicted": p.peak_bytes,
                     "measured": peak, "seconds": sec, "compile_seconds": ct, "plan_seconds": p.seconds,
                     "recomputed": len(p.recompute_ops), "extra_flops": p.extra_flops / p.flops if p.flops else 0.0})
         print(_line(out[-1]), flush=True)

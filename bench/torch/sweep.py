@@ -20,9 +20,10 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "python", "tests"))
 
+import library_models as lm  # noqa: E402
+
 import remat.torch as rt  # noqa: E402
 from remat.torch import memtrack  # noqa: E402
-import library_models as lm  # noqa: E402
 
 
 def one(name):
@@ -52,7 +53,8 @@ def _one(name, case):
         row["bitwise"] = "yes" if not diff else "no: " + ", ".join(diff)
         if memtrack.counter() is not None:
             m = copy.deepcopy(case.model)
-            row["measured"] = rt.measure(m, case.inputs, case.loss_fn, plan=plan, optimizer=lm.optimizer(m))["peak_bytes"]
+            row["measured"] = rt.measure(m, case.inputs, case.loss_fn, plan=plan,
+                                         optimizer=lm.optimizer(m))["peak_bytes"]
     except Exception as e:  # a failure under the plan is the table's to show
         row["error"] = "%s: %s" % (type(e).__name__, str(e).splitlines()[0][:160])
         traceback.print_exc()

@@ -29,9 +29,8 @@ import tempfile
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-import torch  # noqa: E402
-
 import bench_torch  # noqa: E402
+import torch  # noqa: E402
 
 SMALL_GPT = ["--layers", "2", "--embd", "32", "--heads", "2", "--context", "16", "--vocab", "64"]
 

@@ -23,16 +23,21 @@ import ctypes
 import json
 import os
 import sys
+from typing import Iterator, Optional
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _TREE = os.path.dirname(os.path.dirname(_HERE))  # the checkout: python/remat/.. /..
 
 
 class RematError(RuntimeError):
-    """A failure reported by libremat, with its message."""
+    """A failure reported by libremat, with its message. Where a budget is
+    what failed, floor is the smallest budget that fits (bytes), else
+    None."""
+
+    floor: Optional[int] = None
 
 
-def _candidates(name):
+def _candidates(name: str) -> Iterator[str]:
     env = os.environ.get("REMAT_LIB" if name == "remat" else "REMAT_MEMTRACK")
     if env:
         yield env
@@ -46,7 +51,7 @@ def _candidates(name):
     yield "lib%s.so.0" % name if name == "remat" else "lib%s.so" % name
 
 
-def find_library(name="remat"):
+def find_library(name: str = "remat") -> Optional[str]:
     """The path of libremat.so (or of libremat-memtrack.so), or None."""
     for c in _candidates(name):
         if os.path.isabs(c):
@@ -61,10 +66,10 @@ def find_library(name="remat"):
     return None
 
 
-_lib = None
+_lib: Optional[ctypes.CDLL] = None
 
 
-def lib():
+def lib() -> ctypes.CDLL:
     """libremat, loaded once per process."""
     global _lib
     if _lib is None:
@@ -74,26 +79,28 @@ def lib():
                 "libremat.so was not found: install this package with pip from a checkout "
                 "(pip install ./python builds it), or build it (cmake -S . -B build && cmake --build build) "
                 "and install it (cmake --install build) or set REMAT_LIB to its path")
-        l = ctypes.CDLL(path)
-        l.remat_plan_graph_json.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]
-        l.remat_plan_graph_json.restype = ctypes.c_int
-        l.remat_free.argtypes = [ctypes.c_void_p]
-        l.remat_free.restype = None
-        l.remat_last_error.argtypes = []
-        l.remat_last_error.restype = ctypes.c_char_p
-        _lib = l
+        so = ctypes.CDLL(path)
+        so.remat_plan_graph_json.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(ctypes.c_void_p)]
+        so.remat_plan_graph_json.restype = ctypes.c_int
+        so.remat_free.argtypes = [ctypes.c_void_p]
+        so.remat_free.restype = None
+        so.remat_last_error.argtypes = []
+        so.remat_last_error.restype = ctypes.c_char_p
+        _lib = so
     return _lib
 
 
-def plan_graph(graph, request):
+def plan_graph(graph: dict, request: dict) -> dict:
     """Plans a graph file's step (dicts in, dict out): remat_plan_graph_json."""
-    l = lib()
+    so = lib()
     out = ctypes.c_void_p()
     text = json.dumps(graph, separators=(",", ":")).encode()
-    rc = l.remat_plan_graph_json(text, json.dumps(request).encode(), ctypes.byref(out))
+    rc = so.remat_plan_graph_json(text, json.dumps(request).encode(), ctypes.byref(out))
     if rc != 0:
-        raise RematError(l.remat_last_error().decode(errors="replace"))
+        raise RematError(so.remat_last_error().decode(errors="replace"))
     try:
+        if not out.value:
+            raise RematError("libremat returned no plan")
         return json.loads(ctypes.string_at(out.value).decode())
     finally:
-        l.remat_free(out)
+        so.remat_free(out)

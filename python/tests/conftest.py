@@ -27,6 +27,7 @@ def run_plain(script, timeout=600):
     user's python train.py runs: nothing preloaded (no heap counter), the
     package on the path. Returns the finished subprocess.run."""
     import subprocess
+
     import remat.torch as rt
     env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
     env["PYTHONPATH"] = os.pathsep.join(p for p in [os.path.dirname(os.path.dirname(rt.__file__)) + "/..",

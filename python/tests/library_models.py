@@ -12,13 +12,13 @@ of the message that names the op and says why."""
 import contextlib
 import functools
 
+import loops
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-
-import loops
-import remat.torch as rt
 from loops import same
+
+import remat.torch as rt
 
 
 class Case:

@@ -5,11 +5,11 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+import user_models as um
 
 import remat
 import remat.torch as rt
 from remat.torch.apply import Decisions
-import user_models as um
 
 
 def small():
@@ -173,6 +173,7 @@ def test_backward_transients_without_node_creation_hook(monkeypatch):
     backward, and on a GPU the plan missed a 10.6 MB cuDNN backward-filter
     workspace (ResNet-18's layer3 convolutions take 2.9 MB forward)."""
     import importlib
+
     import torchvision
     cap = importlib.import_module("remat.torch.capture")
     torch.manual_seed(0)

@@ -4,11 +4,11 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+import user_models as um
+from conftest import need_counter, run_plain
 
 import remat.torch as rt
 from remat.torch import compat, memtrack
-import user_models as um
-from conftest import need_counter, run_plain
 
 pytestmark = pytest.mark.skipif(compat.compile_support() is not None, reason=str(compat.compile_support()))
 
@@ -170,7 +170,8 @@ class Breaks(Net):
 def test_a_graph_break_is_named():
     torch.manual_seed(0)
     m, (x, y) = Breaks(), net()[1:]
-    with pytest.raises(rt.RematError, match=r"compiled into [2-9] graphs \(graph breaks: Call to `torch._dynamo.graph_break"):
+    with pytest.raises(rt.RematError,
+                       match=r"compiled into [2-9] graphs \(graph breaks: Call to `torch._dynamo.graph_break"):
         rt.compile(m, (x, y), budget="64MiB", loss=F.cross_entropy, fullgraph=False)
     with pytest.raises(Exception, match="graph_break"):
         rt.compile(Breaks(), (x, y), budget="64MiB", loss=F.cross_entropy)

@@ -51,9 +51,10 @@ def _worker(rank, world, port, out):
     sys.path.insert(0, HERE)
     import copy
 
-    import remat.torch as rt
     import user_models as um
     from torch.nn.parallel import DistributedDataParallel as DDP
+
+    import remat.torch as rt
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
@@ -107,10 +108,11 @@ def _truth_worker(rank, world, port, out, cap, views):
     sys.path.insert(0, HERE)
     import copy
 
-    import remat.torch as rt
     import user_models as um
-    from remat.torch import compat, memtrack
     from torch.nn.parallel import DistributedDataParallel as DDP
+
+    import remat.torch as rt
+    from remat.torch import compat, memtrack
 
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world)
@@ -171,7 +173,8 @@ def _truth_worker(rank, world, port, out, cap, views):
                                          trace.comm_transient), flush=True)
             rows.append(row)
         with open(os.path.join(out, "rank%d.json" % rank), "w") as f:
-            json.dump({"held": held, "buckets": buckets, "all_reduce": trace.comm_transient, "rows": rows, "floor": floor,
+            json.dump({"held": held, "buckets": buckets, "all_reduce": trace.comm_transient, "rows": rows,
+                       "floor": floor,
                        "store_all": top.peak_bytes}, f)
     finally:
         dist.destroy_process_group()

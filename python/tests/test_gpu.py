@@ -15,9 +15,10 @@ import torch.nn.functional as F
 
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS, before its first use
 
-import remat.torch as rt  # noqa: E402
 import user_models as um  # noqa: E402
 from test_user_scripts import between, same  # noqa: E402
+
+import remat.torch as rt  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 

@@ -20,15 +20,15 @@ first.
   a recomputation: the applier copies it just before the write."""
 import copy
 
+import library_models as lm
 import pytest
 import torch
 import torch.nn as nn
+from test_apply_replay import force
 
-import library_models as lm
 import remat.torch as rt
 from remat.torch import memtrack
 from remat.torch.apply import Decisions
-from test_apply_replay import force
 
 # model -> how far above the floor without inplace its floor may be: MobileNetV3's ReLU(inplace=True)
 # after a BatchNorm is folded into it (one op, whose backward holds ReLU's output through

@@ -9,11 +9,11 @@ A model remat refuses is refused when planned, with the message REFUSED
 gives for it (the op and the reason)."""
 import copy
 
+import library_models as lm
 import pytest
 import torch
 import torch.nn as nn
 
-import library_models as lm
 import remat.torch as rt
 from remat.torch import compat, memtrack
 

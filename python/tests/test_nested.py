@@ -7,13 +7,13 @@ steps bitwise equal to no plan, and (heap counter preloaded) the measured
 peak equal to the prediction within 1% and never above the budget; a
 transformer with dropout and a CNN with BatchNorm (its statistics updated
 once per step however often it is replayed)."""
+import loops
 import pytest
 import torch
 import torch.nn.functional as F
-
-import loops
-import remat.torch as rt
 import user_models as um
+
+import remat.torch as rt
 from remat.torch import compat, memtrack
 
 pytestmark = pytest.mark.skipif(compat.node_creation_hook() is None,

@@ -1,19 +1,19 @@
 """The budget where people really train: a plain script (no preload, no
 launcher), gradient accumulation, inputs whose shapes change, and the
 wrappers remat.torch does not plan (issue 31)."""
-import copy
 import contextlib
+import copy
 import os
 import tempfile
 
 import pytest
 import torch
 import torch.nn.functional as F
+import user_models as um
+from conftest import need_counter, run_plain
 
 import remat
 import remat.torch as rt
-import user_models as um
-from conftest import need_counter, run_plain
 
 
 def unet(batch=4, size=32):

@@ -3,13 +3,13 @@ regions): the layers found from the module tree, strategy "manual" as
 torch.utils.checkpoint around each layer would run it, optimal never
 costlier than it at its peak (plan.compare()), and both run bitwise equal
 to no plan and within budget."""
+import loops
 import pytest
 import torch
 import torch.nn.functional as F
-
-import loops
-import remat.torch as rt
 import user_models as um
+
+import remat.torch as rt
 
 
 def _gpt2():
@@ -76,7 +76,8 @@ def test_per_layer_plans_run_bitwise_and_within_budget(strategy):
     if memtrack.counter() is not None:
         m, _, _ = _gpt2()
         t2 = rt.capture(m, (x,), lf)
-        plan = rt.plan_trace(t2, None, _opt(m), "manual") if strategy == "manual" else rt.plan_trace(t2, budget, _opt(m))
+        plan = (rt.plan_trace(t2, None, _opt(m), "manual") if strategy == "manual"
+                else rt.plan_trace(t2, budget, _opt(m)))
         r = rt.measure(m, (x,), lf, plan=plan, optimizer=_opt(m), steps=3)
         assert r["peak_bytes"] <= budget, r
         assert 0.97 * plan.peak_bytes <= r["peak_bytes"] <= 1.03 * plan.peak_bytes, (r, plan.peak_bytes)

@@ -9,11 +9,11 @@ import copy
 import pytest
 import torch
 import torch.nn.functional as F
-
-import remat.torch as rt
 import user_models as um
 from conftest import need_counter
 from loops import run, same
+
+import remat.torch as rt
 
 
 def between(trace, opt, frac):

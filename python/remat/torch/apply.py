@@ -36,8 +36,8 @@ import contextlib
 import torch
 
 from . import compat, fsdp, nested
-from .compat import TorchDispatchMode
 from .capture import _META_ONLY, CaptureError, _ignored, _same, _skey, _weak, _written_args, rng_state, set_rng_state
+from .compat import TorchDispatchMode
 
 
 class _Ref:
@@ -123,7 +123,7 @@ def _leaves(x, out=None):
     return out
 
 
-_IGNORED_CACHE = {}
+_IGNORED_CACHE: dict = {}
 
 
 def _skip(func):
@@ -607,7 +607,7 @@ class Applier(TorchDispatchMode):
             args, kwargs = _map(arg, raw)
             if r.writes:  # writes go to copies of what the op does not make itself
                 orig, writes = _leaves((r.args, r.kwargs)), set(r.writes)
-                args, kwargs = _map_i(lambda i, a: _private(a) if i in writes and not (
+                args, kwargs = _map_i(lambda i, a, orig=orig, writes=writes: _private(a) if i in writes and not (
                     isinstance(orig[i], _Ref) and (orig[i].v in made or self._last_write(o, orig[i].v))) else a,
                     (args, kwargs), [0])
             if r.rng is not None:  # the state it first drew from, the step's own left as it is

@@ -39,16 +39,16 @@ statistics) and the random number generator are restored afterwards.
 import contextlib
 import time
 import traceback
-import weakref
 import warnings
+import weakref
+from typing import Any, Callable
 
 import torch
 
 from . import compat, fsdp, memtrack, meters
-from .meters import BackwardMeter
-from .trace import (REPLAY_SECONDS, Call, ModuleCalls, Op, Trace, Value, describe, layer_kinds_of,  # noqa: F401
-                    signature)
 from .compat import StorageWeakRef, TorchDispatchMode, schema_name, tree_flatten
+from .meters import BackwardMeter
+from .trace import REPLAY_SECONDS, Call, ModuleCalls, Op, Trace, Value, describe, layer_kinds_of, signature  # noqa: F401
 
 aten = torch.ops.aten
 
@@ -649,7 +649,8 @@ def _restore(model, point):
     set_rng_state(rng)
 
 
-def capture(model, inputs, loss_fn, warmup=True, transients="auto"):
+def capture(model: torch.nn.Module, inputs: Any, loss_fn: Callable[[Any], torch.Tensor], warmup: bool = True,
+            transients: str = "auto") -> Trace:
     """See _capture. It runs on a thread of its own with a deep stack:
     freeing the autograd graph of a long chain of ops with Python hooks on
     its nodes recurses once per node (HeavyModel's 100,000 adds overflow
@@ -766,7 +767,7 @@ def _capture(model, inputs, loss_fn, warmup=True, transients="auto"):
         no_grad = [n for n, p in params if p.requires_grad and p.grad is None and _skey(compat.local(p)) in leaves
                    and t.values[leaves[_skey(compat.local(p))]].readers > 0]
         for n in no_grad:
-            warnings.warn("parameter %s gets no gradient from this loss" % n)
+            warnings.warn("parameter %s gets no gradient from this loss" % n, stacklevel=3)
     finally:
         _restore(model, point)
     if ddp:

@@ -29,8 +29,8 @@ def check_version():
 check_version()
 
 # -- dispatch and pytrees (private modules, stable since 2.0)
-from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
-from torch.utils._pytree import tree_flatten  # noqa: E402
+from torch.utils._python_dispatch import TorchDispatchMode as TorchDispatchMode  # noqa: E402
+from torch.utils._pytree import tree_flatten as tree_flatten  # noqa: E402
 
 
 def current_autograd_node():
@@ -70,7 +70,7 @@ def is_random(func):
 
 
 # -- storages
-from torch.multiprocessing.reductions import StorageWeakRef  # noqa: E402  (2.0+)
+from torch.multiprocessing.reductions import StorageWeakRef as StorageWeakRef  # noqa: E402  (2.0+)
 
 
 def storage_id(t):
@@ -200,7 +200,8 @@ def ddp_buckets(ddp):
     (the buckets hold each once)."""
     views = bool(getattr(ddp, "gradient_as_bucket_view", False))
     try:
-        return [b.buffer().numel() * b.buffer().element_size() for b in ddp.reducer._get_zeros_like_grad_buckets()], views
+        buckets = ddp.reducer._get_zeros_like_grad_buckets()
+        return [b.buffer().numel() * b.buffer().element_size() for b in buckets], views
     except Exception:  # pragma: no cover - an older or newer DDP: its report of the first layout
         pass
     try:
@@ -307,7 +308,8 @@ def saved_values_chooser(choose):
     choose(joint_graph, node_info) for the forward values to save (instead of
     its own min cut), and the compiled-graph caches that would hand back a
     partition made without it (AOTAutograd's cache) are off."""
-    from torch._functorch import partitioners, config as fconfig
+    from torch._functorch import config as fconfig
+    from torch._functorch import partitioners
     orig = partitioners.choose_saved_values_set
 
     def chooser(joint_graph, node_info, memory_budget=1.0):

@@ -1,6 +1,6 @@
 """The heap counter: the memory a CPU PyTorch process really holds.
 
-libremat-memtrack.so (bench/torch/memtrack.c, built beside libremat.so)
+libremat-memtrack.so (src/memtrack/memtrack.c, built beside libremat.so)
 wraps glibc's allocations and keeps their live and peak bytes, each block
 at the bytes asked for: every aligned block, from which PyTorch's CPU
 allocator takes every tensor's buffer (and oneDNN its scratchpads), and

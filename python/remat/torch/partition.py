@@ -24,9 +24,12 @@ docs/pytorch.md ("torch.compile with a budget") says what the prediction
 counts and how close it comes.
 """
 
+from __future__ import annotations
+
 import operator
 import time
 import types
+from typing import Any, Callable, Optional
 
 import torch
 from torch.fx.node import map_arg
@@ -34,6 +37,7 @@ from torch.fx.node import map_arg
 from .._lib import RematError, plan_graph
 from . import compat, memtrack
 from .capture import _family, _restore, _restore_point, device_of
+from .planning import Budget, Inputs, OptimizerLike
 
 #: ops that alias their input by effect though their schemas do not say so
 _ALIASES = {"aten::_unsafe_view", "aten::alias", "aten::_reshape_alias", "aten::lift_fresh"}
@@ -396,25 +400,26 @@ class Compiled:
     graph's plan, .plans every one made (a new input shape compiles and
     plans again)."""
 
-    def __init__(self, model, budget, optimizer, loss, inputs, strategy, options, fullgraph, dynamic):
-        from . import _inner, _optimizer_request, parse_bytes, MARGIN
+    def __init__(self, model: torch.nn.Module, budget: Budget, optimizer: OptimizerLike, loss: Optional[Callable],
+                 inputs: int, strategy: str, options: Optional[dict], fullgraph: bool, dynamic: bool) -> None:
+        from .planning import MARGIN, _inner, _optimizer_request, parse_bytes
         if compat.compile_support() is not None:
             raise RematError(compat.compile_support())
         self.model, self.loss, self.inputs = model, loss, inputs
         self.budget = parse_bytes(budget)
-        self._request = {"budget": _inner(self.budget, MARGIN) if self.budget else 0, "strategy": strategy,
+        self._request: dict = {"budget": _inner(self.budget, MARGIN) if self.budget else 0, "strategy": strategy,
                          "optimizer": _optimizer_request(optimizer), "recompute_once": True}
         self._generation = 0  # read by the compiled step: a new value makes Dynamo compile (and plan) again
         self.options = options or {}
-        self.plans = []
-        self.rejected = []  # plans whose trial step held more than the budget (warm_up)
-        self._transients = {}  # library calls' measured transient bytes, by call (library_transients)
+        self.plans: list = []
+        self.rejected: list = []  # plans whose trial step held more than the budget (warm_up)
+        self._transients: dict = {}  # library calls' measured transient bytes, by call (library_transients)
         #: seconds in the backend: AOTAutograd, the partition (the plan's
         #: share in each plan's .seconds) and Inductor's forward, every compile
         self.compile_seconds = 0.0
         self.warm_up_seconds = 0.0  # rt.compile's warm-up: compiles and trial steps
         self._graphs = 0
-        self._error = None
+        self._error: Optional[RematError] = None
         # a code object of its own: Dynamo keeps compiled graphs (and counts
         # recompilations) per code object, and guards on a model's class and
         # shapes rather than its identity, so another Compiled of the same
@@ -441,7 +446,7 @@ class Compiled:
             self.compile_seconds += time.perf_counter() - t0
 
     def _choose(self, joint_graph, node_info):
-        from . import budget_for, MARGIN
+        from .planning import MARGIN, budget_for
         t0 = time.perf_counter()
         joint = JointGraph(joint_graph, node_info, self._transients)
         result = plan_graph(joint.file(), self._request)
@@ -467,13 +472,13 @@ class Compiled:
         return saved
 
     @property
-    def plan(self):
+    def plan(self) -> Optional[GraphPlan]:
         return self.plans[-1] if self.plans else None
 
-    def __call__(self, *args):
+    def __call__(self, *args: Any) -> Any:
         try:
             return self._fn(*args)
-        except compat.backend_failure() as e:
+        except compat.backend_failure():
             if self._error is not None:
                 err, self._error = self._error, None
                 raise err from None
@@ -483,7 +488,7 @@ class Compiled:
     #: trial step measures more than the budget
     ATTEMPTS = 3
 
-    def warm_up(self, example):
+    def warm_up(self, example: tuple) -> None:
         """Compiles (and plans) for example's shapes now, with the model's
         buffers, gradients and random state restored afterwards. Where a
         counter can measure the step (the heap counter preloaded, or a CUDA
@@ -502,7 +507,7 @@ class Compiled:
             except RematError as e:
                 if not attempt or getattr(e, "floor", None) is None:
                     raise
-                from . import budget_for, MARGIN
+                from .planning import MARGIN, budget_for
                 last = self.rejected[-1]
                 err = RematError("the compiled step held %d bytes in a trial step, over the budget of %d bytes "
                                  "(remat's model of Inductor's step predicted %d), and no smaller plan fits: the "
@@ -510,7 +515,7 @@ class Compiled:
                                      last.measured, self.budget, last.peak_bytes, budget_for(last.measured, MARGIN)))
                 err.floor = budget_for(last.measured, MARGIN)
                 raise err from None
-            p = self.plan
+            p = self.plans[-1]  # _trial made it
             p.measured = measured
             if measured is None or not self.budget or measured <= self.budget:
                 break
@@ -537,7 +542,7 @@ class Compiled:
         measured = None
         try:
             with torch.enable_grad():
-                for i in range(2 if c is not None else 1):
+                for _ in range(2 if c is not None else 1):
                     for p in self.model.parameters():
                         p.grad = None
                     sync()
@@ -576,7 +581,7 @@ class Compiled:
             raise AttributeError(name)
         return getattr(self.model, name)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         lines = ["remat compiled step: %d plan%s for a budget of %s" % (
             len(self.plans), "" if len(self.plans) == 1 else "s",
             "%d bytes" % self.budget if self.budget else "none")]
@@ -585,8 +590,9 @@ class Compiled:
         return "\n".join(lines)
 
 
-def compile(model, example, budget=None, optimizer=None, loss=None, inputs=1, strategy="auto", mode=None,
-            options=None, fullgraph=True, dynamic=False):
+def compile(model: torch.nn.Module, example: Inputs, budget: Budget = None, optimizer: OptimizerLike = None,
+            loss: Optional[Callable] = None, inputs: int = 1, strategy: str = "auto", mode: Optional[str] = None,
+            options: Optional[dict] = None, fullgraph: bool = True, dynamic: bool = False) -> Compiled:
     """torch.compile(model) with a budget in bytes: Inductor compiles the
     step, and what its forward saves for the backward is remat's plan
     within budget (bytes or "6GiB"; None: no limit, which saves what the

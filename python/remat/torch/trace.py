@@ -2,6 +2,10 @@
 the aten calls that made them, and the graph file it is planned as
 (docs/graph-format.md)."""
 
+from __future__ import annotations
+
+from typing import Any, Optional, Union
+
 import torch
 
 from . import meters
@@ -64,35 +68,37 @@ class Call:
 class Trace:
     """A captured training step: values, ops, the calls that made them, the loss."""
 
-    def __init__(self):
-        self.values, self.ops, self.calls = [], [], []
+    def __init__(self) -> None:
+        self.values: list[Value] = []
+        self.ops: list[Op] = []
+        self.calls: list[Call] = []
         self.loss = -1
         self.capture_seconds = 0.0
-        self.model = None              # a weak reference to the captured model
-        self.input_sig = ()            # signature() of the captured inputs
-        self.params = frozenset()      # the names of the parameters that train
+        self.model: Any = None         # a weak reference to the captured model
+        self.input_sig: tuple = ()     # signature() of the captured inputs
+        self.params: frozenset = frozenset()  # the names of the parameters that train
         self.transients = meters.NONE  # how transients were measured (meters.py)
-        self.unmeasured = None         # what the measurement could not see, or None
-        self.fsdp = []                 # the model's FSDP2 units (fsdp.py), whose all-gathers are ops
+        self.unmeasured: Optional[str] = None  # what the measurement could not see, or None
+        self.fsdp: list = []           # the model's FSDP2 units (fsdp.py), whose all-gathers are ops
         self.comm_bytes = 0            # what a DDP model's gradient buckets hold, the whole step
         self.grads_in_buckets = False  # its gradients are views into them (gradient_as_bucket_view)
         self.comm_transient = 0        # what a bucket's all-reduce takes while the backward runs (capture.py)
-        self.modules = []              # each module call of the forward, in order:
+        self.modules: list = []        # each module call of the forward, in order:
         #                                [first call, end, parent, name in the first one's module or None, occurrence]
-        self.call_module = []          # per call: the innermost module call it ran in (an index), or -1
-        self.module_types = []         # per module call: the module's class
-        self.layer_kinds = frozenset()  # the classes that may be layers (layer_kinds_of)
-        self.pack_ops = []             # per tensor autograd saved in the forward, in order: the op whose
+        self.call_module: list[int] = []  # per call: the innermost module call it ran in (an index), or -1
+        self.module_types: list[type] = []  # per module call: the module's class
+        self.layer_kinds: frozenset = frozenset()  # the classes that may be layers (layer_kinds_of)
+        self.pack_ops: list[int] = []  # per tensor autograd saved in the forward, in order: the op whose
         #                                backward reads it, or -1 (capture.py's saved)
         self.source = ""
 
     @property
-    def transient_measured(self):
+    def transient_measured(self) -> bool:
         """Whether each op's transient bytes were measured (by any meter)."""
         return self.transients != meters.NONE
 
     # ------------------------------------------------------------ graph file
-    def regions(self, classes):
+    def regions(self, classes: Union[type, tuple]) -> list:
         """Per op, the checkpoint region it ran in: the index of the
         outermost call of a module of one of classes (a class or a tuple)
         around its first call, as per-layer checkpointing wraps each call;
@@ -108,7 +114,7 @@ class Trace:
             out.append(region)
         return out
 
-    def region_class(self):
+    def region_class(self) -> Optional[type]:
         """The class of the model's layers, as per-layer checkpointing picks
         them (HuggingFace's gradient_checkpointing_enable checkpoints each
         layer of the model's ModuleList): of the modules held in a
@@ -138,7 +144,7 @@ class Trace:
         outer = sorted(tied - inner, key=lambda k: k.__qualname__) or sorted(tied, key=lambda k: k.__qualname__)
         return outer[0]
 
-    def graph(self, cost="flops", regions=None):
+    def graph(self, cost: str = "flops", regions: Optional[list] = None) -> dict:
         """The step as a remat graph file (docs/graph-format.md), a dict.
         cost: "flops" (PyTorch's formulas) or "seconds" (each op's time at
         capture, forward and backward; a recomputation costs its forward's
