@@ -13,6 +13,10 @@ Models: cnn (remat's cnn: src/models/models.c), resnet18, resnet50,
 densenet-bc, siamese-resnet50 (bench/torch/cnn_models.py), gpt2, gpt2-small
 (bench/torch/gpt2_model.py). --checkpoint wraps every block the way remat's
 models mark them in torch.utils.checkpoint.checkpoint(use_reentrant=False).
+--compile runs the model through torch.compile (Inductor, its default
+mode; the cross-entropy of the CNNs stays eager, GPT-2's is in its
+forward): the warm-up steps compile it (--warmup must be at least 1), so
+the timed steps are compiled ones.
 
 A training step is zero_grad(set_to_none=False) (gradients stay allocated,
 as remat's do), forward, backward and SGD(lr 1e-3, momentum 0.9), as in
@@ -135,7 +139,7 @@ def memtrack():
     cache = os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "remat")
     os.makedirs(cache, exist_ok=True)
     so = os.path.join(cache, "memtrack.so")
-    src = os.path.join(here, "memtrack.c")
+    src = os.path.join(here, "..", "..", "src", "memtrack", "memtrack.c")
     if not os.path.exists(so) or os.path.getmtime(so) < os.path.getmtime(src):
         subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", so, src], check=True)
     env = dict(os.environ, LD_PRELOAD=so, REMAT_MEMTRACK_TRIED="1")
@@ -231,6 +235,7 @@ def parse(argv=None):
     ap.add_argument("--device", choices=sorted(DEVICES), default="cpu")
     ap.add_argument("--tf32", action="store_true", help="cuda: TF32 in matmuls and cuDNN (off by default)")
     ap.add_argument("--checkpoint", action="store_true")
+    ap.add_argument("--compile", action="store_true", help="torch.compile the model (Inductor; the warm-up compiles)")
     ap.add_argument("--autocast", action="store_true",
                     help="forward and loss under torch.autocast(dtype=torch.bfloat16), as remat --precision bf16")
     ap.add_argument("--threads", type=int, default=2)
@@ -252,6 +257,8 @@ def parse(argv=None):
         ap.error("--tf32 is for --device cuda")
     if args.steps < 1 or args.warmup < 0:
         ap.error("--steps must be at least 1 and --warmup at least 0")
+    if args.compile and args.warmup < 1:
+        ap.error("--compile needs --warmup 1 or more: the first step compiles")
     return args
 
 
@@ -272,11 +279,12 @@ def main(argv=None):
     x, y = dev.put(x), dev.put(y)
     model.train()
     opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+    net = torch.compile(model) if args.compile else model  # the same parameters
 
     def step():
         opt.zero_grad(set_to_none=False)
         with torch.autocast(args.device, dtype=torch.bfloat16, enabled=args.autocast):
-            loss = loss_fn(model, x, y)
+            loss = loss_fn(net, x, y)
         loss.backward()
         opt.step()
         return loss.item()
@@ -305,6 +313,7 @@ def main(argv=None):
         "model": args.model,
         "batch": args.batch,
         "checkpoint": args.checkpoint,
+        "compile": args.compile,
         "autocast": args.autocast,
         "threads": args.threads,
         "median_step_seconds": statistics.median(times),

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """remat against PyTorch, side by side in one run.
 
-    /usr/bin/python3 bench/torch/compare.py [--remat build/remat] [--threads 2]
+    /usr/bin/python3 bench/torch/compare.py [--remat build/remat] [--threads 2] [--compile] [--precision bf16]
         [--rows cnn,resnet50,densenet-bc,gpt2-small] [--rounds 2] [--json FILE]
     python3 bench/torch/compare.py --device cuda --remat build-cuda/remat [--tf32]
         [--rows resnet50,densenet-bc,gpt2-small,siamese-resnet50] [--rounds 2]
@@ -23,6 +23,13 @@ step time at PyTorch's checkpointed peak memory. Both frameworks get the
 same thread count, SGD with momentum, synthetic data of the same shape,
 and are started from the same weights: remat writes its initial weights
 (`remat bench --save-init`) and PyTorch loads them by state_dict name.
+
+--compile adds PyTorch compiled (bench_torch.py --compile: torch.compile,
+Inductor's default mode, without checkpointing, autocast with bf16) to
+every round, and the table's columns `compiled s`, `MiB` and `remat/compiled`
+(remat `all`'s step over the compiled one's): what a user who wants speed
+would pick instead. Each such run compiles anew (a minute or more for
+resnet50 on two cores).
 
 --precision bf16 compares remat's bf16 (`remat bench --precision bf16`)
 against PyTorch under torch.autocast(dtype=torch.bfloat16) (bench_torch.py
@@ -179,7 +186,7 @@ def measure(name, row, args, tmp):
     remat_cmd = remat_f32 + (["--precision", "bf16"] if bf16 else [])
     torch_cmd = [args.python, os.path.join(HERE, "bench_torch.py"), *common, *dev, *row["torch"],
                  "--init-from", weights, "--json"] + (["--autocast"] if bf16 else [])
-    t_all, t_ck, r_all, r_opt, r_f32 = [], [], [], [], []
+    t_all, t_ck, r_all, r_opt, r_f32, t_cc = [], [], [], [], [], []
     budget = None
     for r in range(args.rounds):
         print(f"[{name}] round {r + 1}/{args.rounds}", file=sys.stderr, flush=True)
@@ -188,6 +195,8 @@ def measure(name, row, args, tmp):
                   if ok(o)]
         t_all += run_json(torch_cmd, timeout=args.timeout)
         t_ck += run_json(torch_cmd + ["--checkpoint"], timeout=args.timeout)
+        if args.compile:
+            t_cc += run_json(torch_cmd + ["--compile"], timeout=args.timeout)
         if budget is None:
             budget = t_ck[0]["peak_bytes"]
         opt = run_json(remat_cmd + ["--budget", str(budget)], may_fail=True, timeout=args.timeout)
@@ -224,6 +233,10 @@ def measure(name, row, args, tmp):
     res["peak_ratio_all"] = ratio(res["remat_all_peak"], res["torch_all_peak"])
     res["time_ratio_ckpt"] = ratio(res["remat_opt_s"], res["torch_ckpt_s"])
     res["precision"] = args.precision
+    if args.compile:
+        res["torch_compiled_s"] = median_of(t_cc)
+        res["torch_compiled_peak"] = t_cc[0]["peak_bytes"]
+        res["time_ratio_compiled"] = ratio(res["remat_all_s"], res["torch_compiled_s"])
     if bf16:
         res["remat_fp32_s"] = median_of(r_f32)
         res["remat_fp32_peak"] = first(r_f32, *peak_keys)
@@ -238,10 +251,14 @@ def print_cpu(results, failed, args):
           ("; bf16: remat --precision bf16 against PyTorch's autocast, and remat bf16 / remat fp32" if bf16 else ""))
     print(f"{'model':12} {'batch':>5} | {'torch s':>8} {'remat s':>8} {'time':>6} | {'torch MiB':>9} {'remat MiB':>9} "
           f"{'peak':>6} | {'ckpt MiB':>8} {'torch ck s':>10} {'remat s':>8} {'time':>6}" +
-          (f" | {'fp32 s':>8} {'bf16/fp32':>9}" if bf16 else ""))
+          (f" | {'fp32 s':>8} {'bf16/fp32':>9}" if bf16 else "") +
+          (f" | {'compiled s':>10} {'MiB':>8} {'remat/compiled':>14}" if args.compile else ""))
     for r in results:
         ck = f"{r['remat_opt_s']:8.3f} {r['time_ratio_ckpt']:6.2f}" if r["remat_opt_s"] else f"{'(no fit)':>8} {'-':>6}"
         tail = f" | {fmt(r['remat_fp32_s'], '.3f', 8)} {fmt(r['bf16_over_fp32'], '.2f', 9)}" if bf16 else ""
+        if args.compile:
+            tail += (f" | {fmt(r['torch_compiled_s'], '.3f', 10)} {fmib(r['torch_compiled_peak'], 8)} "
+                     f"{fmt(r['time_ratio_compiled'], '.2f', 14)}")
         print(f"{r['row']:12} {r['batch']:5d} | {fmt(r['torch_all_s'], '.3f', 8)} {fmt(r['remat_all_s'], '.3f', 8)} "
               f"{fmt(r['time_ratio_all'], '.2f', 6)} | {fmib(r['torch_all_peak'], 9)} {fmib(r['remat_all_peak'], 9)} "
               f"{fmt(r['peak_ratio_all'], '.2f', 6)} | {fmib(r['torch_ckpt_peak'], 8)} "
@@ -294,6 +311,8 @@ def main(argv=None):
     ap.add_argument("--tf32", action="store_true", help="cuda: TF32 on both sides (default off on both)")
     ap.add_argument("--precision", choices=("fp32", "bf16"), default="fp32",
                     help="bf16: remat --precision bf16 against PyTorch's autocast")
+    ap.add_argument("--compile", action="store_true",
+                    help="also PyTorch compiled (torch.compile, Inductor) in every round, and its columns (cpu)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rows", help="comma-separated rows (default: all of the device's)")
     ap.add_argument("--rounds", type=int, default=2)
@@ -305,6 +324,8 @@ def main(argv=None):
     cuda = args.device == "cuda"
     if args.tf32 and not cuda:
         ap.error("--tf32 is for --device cuda")
+    if args.compile and cuda:
+        ap.error("--compile is for the CPU table (the GPU's has no column for it yet)")
     table = GPU_ROWS if cuda else ROWS
     if args.remat is None:
         args.remat = "build-cuda/remat" if cuda else "build/remat"

@@ -45,7 +45,8 @@ class FakeCuda:
     def install(self):
         saved = {}
         for name in ("is_available", "synchronize", "reset_peak_memory_stats", "max_memory_allocated",
-                     "max_memory_reserved", "mem_get_info", "get_device_name"):
+                     "max_memory_reserved", "mem_get_info", "get_device_name", "device_count",
+                     "get_device_capability"):
             saved[name] = getattr(torch.cuda, name, None)
             setattr(torch.cuda, name, getattr(self, name))
         return saved
@@ -73,6 +74,12 @@ class FakeCuda:
     def get_device_name(self):
         return "Fake GPU"
 
+    def device_count(self):  # cuDNN's version check asks for every device's capability
+        return 1
+
+    def get_device_capability(self, i=0):
+        return (9, 0)
+
 
 def run_fake_cuda(argv):
     fake = FakeCuda()
@@ -94,10 +101,19 @@ def check_cpu():
     p = subprocess.run([sys.executable, os.path.join(HERE, "bench_torch.py"), "--model", "cnn", "--batch", "8",
                         "--steps", "1", "--warmup", "1", "--json"], stdout=subprocess.PIPE, text=True, check=True)
     row = json.loads(p.stdout)
-    want = ["framework", "torch", "model", "batch", "checkpoint", "threads", "median_step_seconds", "step_seconds",
-            "peak_bytes", "state_bytes", "process_peak_rss_bytes"]
+    want = ["framework", "torch", "model", "batch", "checkpoint", "compile", "autocast", "threads",
+            "median_step_seconds", "step_seconds", "peak_bytes", "state_bytes", "process_peak_rss_bytes"]
     assert list(row) == want, list(row)
     assert row["peak_bytes"] > row["state_bytes"] > 0, row
+    # torch.compile: the warm-up step compiles, the timed one runs compiled; the same state
+    p = subprocess.run([sys.executable, os.path.join(HERE, "bench_torch.py"), "--model", "cnn", "--batch", "8",
+                        "--steps", "1", "--warmup", "1", "--json", "--compile"], stdout=subprocess.PIPE, text=True,
+                       check=True)
+    compiled = json.loads(p.stdout)
+    assert compiled["compile"] and compiled["state_bytes"] == row["state_bytes"], compiled
+    p = subprocess.run([sys.executable, os.path.join(HERE, "bench_torch.py"), "--compile", "--warmup", "0"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert p.returncode == 2 and "--compile needs --warmup 1" in p.stderr, p.stderr
     p = subprocess.run([sys.executable, os.path.join(HERE, "bench_torch.py"), "--tf32"], stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, text=True)
     assert p.returncode == 2 and "--tf32 is for --device cuda" in p.stderr, p.stderr
