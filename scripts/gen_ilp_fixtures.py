@@ -5,10 +5,12 @@ Run from the repository root, with a Python that has scipy (>= 1.9, for
 scipy.optimize.milp and its HiGHS solver) and numpy:
 
     build/tests/test_ilp --export /tmp/ilp-dags
-    /work/venv-torch/bin/python scripts/gen_ilp_fixtures.py /tmp/ilp-dags tests/fixtures/ilp
+    ~/.cache/remat/venv-torch/bin/python scripts/gen_ilp_fixtures.py /tmp/ilp-dags tests/fixtures/ilp
 
-The first command writes, per test graph, the training step's data-flow DAG
-as remat's schedule simulator sees it and remat's `optimal` plans at six
+(--only NAME for one graph). The first command writes, per test graph
+(the random ones and the traced PyTorch steps of tests/graphs/ilp, see
+scripts/gen_traced_graphs.py), the training step's data-flow DAG as
+remat's schedule simulator sees it and remat's `optimal` plans at six
 budgets (see test_ilp.c). This script solves Checkmate's ILP (Jain et al.,
 "Checkmate: Breaking the Memory Wall with Optimal Tensor
 Rematerialization", MLSys 2020) on each DAG at a set of memory limits and
@@ -17,8 +19,10 @@ what it exports now, so a change of the op table or cost model asks for a
 regeneration), remat's plans at its budgets, and per limit the optimum,
 HiGHS's dual bound, whether the solve was proven optimal, and the optimal
 plan itself (test_ilp replays it through remat's simulator). It takes
-about a minute (two cores); each solve has a time limit (--time-limit,
-seconds, 60 by default). The output is deterministic.
+about a minute (two cores) for the random graphs and several more for the
+traced ones (gpt2_1l's 75 operations and llama_1l's 102 take the most);
+each solve has a time limit (--time-limit, seconds, 60 by default). The
+output is deterministic for a given HiGHS.
 
 The formulation. The operations 0..T-1 are the store-all schedule's
 (inputs, forwards in creation order, backwards in reverse creation order);
@@ -53,8 +57,9 @@ freed right after its last use, which is how remat's own liveness
     a new instance (the old one went after its last use before it);
   - gradients: allocated (zeroed) by the first backward that writes them,
     freed after the backward that reads them last; the loss's gradient is
-    seeded by its own backward. They run in a fixed order, so their bytes
-    are constants per stage.
+    seeded by its own backward; a traced step's parameter gradients
+    ("to_end") are held from their first writer to the step's end. They
+    run in a fixed order, so their bytes are constants per stage.
 The differences from remat's simulator:
   - frees: plans built from checkpoint levels (build.c: store-all, sqrt,
     manual, keep-expensive) free a boundary only when the backward
@@ -139,8 +144,10 @@ class Dag:
                     last[v] = k
                 else:
                     self.readers.setdefault(v, []).append(k)
-        # gradients: live from their first writer to their last touch
-        self.grad_span = {v: (first[v], last[v]) for v in first}
+        # gradients: live from their first writer to their last touch; a
+        # traced step's parameter gradients ("to_end") to the step's end
+        held = {v["id"] for v in d["values"] if v.get("to_end")}
+        self.grad_span = {v: (first[v], self.T - 1 if v in held else last[v]) for v in first}
         self.fvals = sorted(self.producer)
         self.comp = [self.computable(t) for t in range(self.T)]
 

@@ -3,7 +3,11 @@
  *
  * Eleven random graphs of 8 to 20 op nodes (chains of linear, relu, gelu,
  * layernorm, softmax, dropout and attention blocks, most with residual skips,
- * ending in a cross-entropy loss), fixed seeds. Two modes:
+ * ending in a cross-entropy loss), fixed seeds, and five training steps
+ * traced from small PyTorch models by remat.torch (11 to 55 traced ops, 20
+ * to 102 operations: MLP and CNN with BatchNorm, two residual blocks,
+ * one-layer GPT-2 and Llama; graph files in tests/graphs/ilp, from
+ * scripts/gen_traced_graphs.py); ilp_graphs.c makes them. Two modes:
  *
  *   test_ilp --export DIR   writes DIR/<graph>.json per graph: the training
  *                           step's data-flow DAG as remat's simulator sees
@@ -12,15 +16,18 @@
  *                           the ILP optima that scripts/gen_ilp_fixtures.py
  *                           computed from those exports.
  *
- * The DAG. Its operations, in the order of the store-all schedule (inputs,
- * forwards in creation order, backwards in reverse creation order): F(u)
- * reads the outputs of u's inputs and writes u's output and aux; B(u)
- * reads the values u's backward saves and the gradient of u, and writes
- * (accumulates into) the gradients of u's inputs. Each comes with its cost
- * under remat's cost model (FLOPs, uncalibrated: a forward its op's FLOPs,
- * a backward twice that) and its kernel's workspace bytes. Values are
- * outputs, aux and gradients, with their bytes; parameters and their
- * gradients are resident and not values.
+ * The DAG. Its operations, in the order of the store-all schedule with
+ * the inputs first (inputs, forwards in creation order, backwards in
+ * reverse creation order): F(u) reads the outputs of u's inputs and writes
+ * u's output and aux; B(u) reads the values u's backward saves and the
+ * gradient of u, and writes (accumulates into) the gradients of u's
+ * inputs. Each comes with its cost under remat's cost model (FLOPs,
+ * uncalibrated: a forward its op's FLOPs, a backward twice that; a traced
+ * op's the file's, which say the same) and its kernel's workspace bytes.
+ * Values are outputs, aux and gradients, with their bytes; parameters are
+ * resident, and so are their gradients in remat's graphs, while a traced
+ * step's are values held from their first writer to the step's end
+ * ("to_end"), as the simulator holds them per tensor.
  *
  * What is compared. A budget bounds what remat holds, its placed arena
  * (here with no resident blocks: held_outside = 0); the ILP bounds the
@@ -28,8 +35,9 @@
  * each budget remat's plan is taken with its simulated values peak P and
  * its cost C, and compared with the ILP optimum C*(P) at memory limit P:
  * C >= C*(P) must hold, since the ILP optimises over a space that holds
- * remat's plan (checked: frontier-advancing in the store-all order, each
- * recomputation stage in creation order, inputs uploaded once; a
+ * remat's plan (checked: frontier-advancing in that order, each
+ * recomputation stage in creation order, inputs uploaded once, moved to
+ * the front where store-all uploads them late, hoist_inputs; a
  * recomputation nothing reads is left out, ilp_view) under a memory model that
  * charges it no more than P (checked: the fixture records the ILP
  * model's peak of the exported plan, which must equal this test's own
@@ -40,8 +48,8 @@
  * simulator: it runs, peaks at what the ILP says (within its limit) and
  * costs what the ILP says, so the optima are real plans.
  *
- * The gap (C - C*) / C* is printed and bounded (GAP_WORST, GAP_MEDIAN:
- * the figures of 2026-11-25, 15.09% and 0.04%, with a little room), and so
+ * The gap (C - C*) / C* is printed and bounded per kind of graph
+ * (GAP_WORST_*, GAP_MEDIAN_*, the figures measured, with a little room), and so
  * is the ILP plan's placed arena printed: where it fits the budget (marked
  * <), remat passed over a cheaper plan that fits by its own criterion. A
  * planner made worse on these graphs fails the bounds. Not even on the
@@ -55,6 +63,7 @@
  */
 #include "../src/plan/planner.h"
 #include "check.h"
+#include "ilp_graphs.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -63,132 +72,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
-/* ------------------------------------------------------------ the graphs */
-
-typedef struct {
-    const char *name;
-    uint32_t seed;
-    int n_ops;     /* op nodes, the final linear and the loss included */
-    int skips;     /* residual adds (and gating muls) of earlier values */
-    int attention; /* attention blocks: linear to 3C, reshape, attention, reshape */
-} spec;
-
-static const spec specs[] = {
-    {"chain08", 11, 8, 0, 0},   {"chain14", 12, 14, 0, 0},  {"res08", 21, 8, 1, 0},
-    {"res10", 22, 10, 1, 0},    {"res12", 23, 12, 1, 0},    {"res14", 24, 14, 1, 0},
-    {"res16", 25, 16, 1, 0},    {"res18", 26, 18, 1, 0},    {"res20", 27, 20, 1, 0},
-    {"attn12", 31, 12, 1, 1},   {"attn16", 32, 16, 1, 1},
-};
-#define N_SPECS ((int)(sizeof specs / sizeof specs[0]))
-
-/* Rows of every activation: one sequence of 16 tokens. */
-#define ROWS 16
-#define CLASSES 8
-#define N_BUDGETS 6
-#define MAX_VALS 64
-
-static uint32_t rnd(uint32_t *s) { /* xorshift32: the same graphs everywhere */
-    uint32_t x = *s;
-    x ^= x << 13, x ^= x >> 17, x ^= x << 5;
-    return *s = x;
-}
-
-typedef struct {
-    remat_graph *g;
-    uint32_t rng;
-    int made;   /* op nodes so far */
-    int n_lin;  /* parameter name counter */
-    remat_node vals[MAX_VALS];
-    int64_t width[MAX_VALS];
-    int n_vals;
-} builder;
-
-static int64_t width_of(const builder *b, remat_node x) {
-    int64_t d[REMAT_MAX_DIMS];
-    int nd = remat_node_shape(b->g, x, d);
-    return d[nd - 1];
-}
-
-/* Records x as a candidate skip source and returns it. */
-static remat_node op(builder *b, remat_node x) {
-    b->made++;
-    if (b->n_vals < MAX_VALS) b->vals[b->n_vals] = x, b->width[b->n_vals++] = width_of(b, x);
-    return x;
-}
-
-static remat_node linear(builder *b, remat_node x, int64_t out) {
-    char name[16];
-    snprintf(name, sizeof name, "l%d", b->n_lin++);
-    return op(b, remat_linear(b->g, name, x, out, (int)(rnd(&b->rng) & 1)));
-}
-
-/* An earlier value as wide as x, at least two nodes back, or REMAT_NONE. */
-static remat_node skip_source(builder *b, remat_node x) {
-    int64_t w = width_of(b, x);
-    int cand[MAX_VALS], n = 0;
-    for (int i = 0; i + 2 < b->n_vals; i++)
-        if (b->width[i] == w && b->vals[i] != x) cand[n++] = i;
-    return n ? b->vals[cand[rnd(&b->rng) % (uint32_t)n]] : REMAT_NONE;
-}
-
-/* linear to 3C, (1, ROWS, 3C), causal attention with 2 heads, back to
- * (ROWS, C): four op nodes, the attention's aux (its probabilities)
- * larger than its output. */
-static remat_node attention_block(builder *b, remat_node x) {
-    int64_t c = width_of(b, x);
-    remat_node h = linear(b, x, 3 * c);
-    h = op(b, remat_reshape(b->g, h, 3, (int64_t[]){1, ROWS, 3 * c}));
-    h = op(b, remat_attention(b->g, h, 2));
-    return op(b, remat_reshape(b->g, h, 2, (int64_t[]){ROWS, c}));
-}
-
-/* One random step of the chain; fewer than `left` op nodes. */
-static remat_node step(builder *b, const spec *sp, remat_node x, int left) {
-    static const int64_t widths[] = {16, 32, 64};
-    uint32_t r = rnd(&b->rng) % 16;
-    if (sp->attention && left > 4 && r < 3) return attention_block(b, x);
-    if (sp->skips && r < 7) {
-        remat_node s = skip_source(b, x);
-        if (s != REMAT_NONE) return op(b, r < 6 ? remat_add(b->g, x, s) : remat_mul(b->g, x, s));
-    }
-    switch (rnd(&b->rng) % 8) {
-    case 0:
-    case 1: return linear(b, x, widths[rnd(&b->rng) % 3]);
-    case 2:
-    case 3: return op(b, remat_relu(b->g, x));
-    case 4: return op(b, remat_gelu(b->g, x, 0));
-    case 5: {
-        char name[16];
-        snprintf(name, sizeof name, "ln%d", b->n_lin++);
-        return op(b, remat_layernorm(b->g, name, x));
-    }
-    case 6: return op(b, remat_softmax(b->g, x));
-    default: return op(b, remat_dropout(b->g, x, 0.1f));
-    }
-}
-
-/* The graph of a spec: inputs first (so that the store-all order starts
- * with them, as every planner's schedules do), a linear, random steps,
- * then a linear to the classes and the loss. */
-static remat_status build_graph(const spec *sp, remat_graph **gp, remat_node *loss) {
-    builder b = {.rng = sp->seed * 2654435761u + 1};
-    remat_status st = remat_graph_create(&b.g);
-    if (st != REMAT_OK) return st;
-    int64_t xd[2] = {ROWS, 16 << (rnd(&b.rng) % 2)}, n = ROWS;
-    remat_node x = remat_input(b.g, "input", REMAT_F32, 2, xd);
-    remat_node y = remat_input(b.g, "target", REMAT_I32, 1, &n);
-    x = linear(&b, x, 32);
-    while (b.made < sp->n_ops - 2) x = step(&b, sp, x, sp->n_ops - 2 - b.made);
-    x = linear(&b, x, CLASSES);
-    *loss = remat_cross_entropy(b.g, x, y);
-    *gp = b.g;
-    return remat_graph_status(b.g);
-}
-
 /* ------------------------------------------------- a graph under analysis */
 
 typedef struct {
-    const spec *sp;
+    const ilp_case *sp;
     remat_graph *g;
     remat_node loss;
     remat__prog p;
@@ -201,6 +88,10 @@ typedef struct {
 } bench;
 
 #define RW (REMAT__MAX_IN + 4)
+
+/* remat's plans per graph, from its smallest feasible budget to the
+ * store-all arena */
+#define N_BUDGETS 6
 
 static void bench_free(bench *b) {
     remat__schedule_free(&b->all);
@@ -230,33 +121,44 @@ static void fwd_rw(const bench *b, int32_t u, int32_t *rd, int *nr, int32_t *wr,
 }
 
 /* What B(u) reads and writes, as the simulator (memplan.c) takes them: it
- * reads what u's op saves and u's gradient, and writes the gradients of
- * its inputs that need one (parameters' are resident). The loss's
- * gradient is seeded by its own backward: a write. */
+ * reads what u saves (its op's mask, or a traced op's own) and u's
+ * gradient, and writes the gradients of its inputs that need one. The
+ * loss's gradient is seeded by its own backward: a write. Parameters'
+ * gradients are resident in a graph of remat's; a traced step's are
+ * values of the simulator's (per tensor), made by the first backward that
+ * writes them and held to the end of the step. */
 static void bwd_rw(const bench *b, int32_t u, int32_t *rd, int *nr, int32_t *wr, int *nw) {
     const remat__node *n = &b->g->nodes[u];
-    const remat__op *op = remat__ops[n->op];
     *nr = *nw = 0;
     for (int j = 0; j < n->n_in; j++)
-        if ((op->saves & REMAT__SAVE_IN(j)) && !remat__is_resident(&b->g->nodes[n->in[j]]))
+        if ((n->saves & REMAT__SAVE_IN(j)) && !remat__is_resident(&b->g->nodes[n->in[j]]))
             add_unique(rd, nr, REMAT__VAL(n->in[j], REMAT__V_OUT));
-    if (op->saves & REMAT__SAVE_OUT) add_unique(rd, nr, REMAT__VAL(u, REMAT__V_OUT));
-    if (op->saves & REMAT__SAVE_AUX) add_unique(rd, nr, REMAT__VAL(u, REMAT__V_AUX));
+    if (n->saves & REMAT__SAVE_OUT) add_unique(rd, nr, REMAT__VAL(u, REMAT__V_OUT));
+    if (n->saves & REMAT__SAVE_AUX) add_unique(rd, nr, REMAT__VAL(u, REMAT__V_AUX));
     if (u == b->loss) wr[(*nw)++] = REMAT__VAL(u, REMAT__V_GRAD);
     else add_unique(rd, nr, REMAT__VAL(u, REMAT__V_GRAD));
     for (int j = 0; j < n->n_in; j++)
-        if (remat__bwd_writes(&b->p, n, j) && b->g->nodes[n->in[j]].leaf != REMAT__LEAF_PARAM)
+        if (remat__bwd_writes(&b->p, n, j) && (b->g->traced || b->g->nodes[n->in[j]].leaf != REMAT__LEAF_PARAM))
             add_unique(wr, nw, REMAT__VAL(n->in[j], REMAT__V_GRAD));
 }
 
 /* Builds the graph, analyses it on one CPU thread (workspace bytes depend
  * on the thread count) with the uncalibrated cost model (FLOPs), and
- * numbers the operations of the store-all schedule. */
-static remat_status bench_init(bench *b, const spec *sp) {
+ * numbers the operations of the store-all schedule, its inputs moved to
+ * the front: the ILP's frontier order. remat's planners upload every
+ * input first; its store-all schedule uploads each just before its first
+ * reader, which in a traced step can be late (the targets, before the
+ * loss). */
+static remat_status bench_init(bench *b, const ilp_case *sp) {
     memset(b, 0, sizeof *b);
     b->sp = sp;
-    remat_status st = build_graph(sp, &b->g, &b->loss);
+    remat_status st = ilp_graph_build(sp, &b->g, &b->loss);
     if (st == REMAT_OK) st = remat__prog_init(&b->p, b->g, 1, REMAT_DEVICE_CPU, NULL);
+    /* the ILP charges a recomputation its forward's cost (a traced file's
+     * FLOP costs do too) */
+    for (int u = 0; st == REMAT_OK && u < b->g->n; u++)
+        if (remat__node_rec_seconds(&b->p, &b->g->nodes[u]) != remat__node_seconds(&b->p, &b->g->nodes[u]))
+            st = remat__err(REMAT_INVALID, "%s: node %d's recomputation costs other than its forward", sp->name, u);
     if (st == REMAT_OK) st = remat__schedule_build(&b->p, b->loss, REMAT_NONE, 1, 1, NULL, &b->all);
     if (st != REMAT_OK) return st;
     size_t n = (size_t)b->all.n + 1;
@@ -266,9 +168,10 @@ static remat_status bench_init(bench *b, const spec *sp) {
     b->n_rd = malloc(n * sizeof *b->n_rd), b->n_wr = malloc(n * sizeof *b->n_wr);
     if (!b->pos || !b->op || !b->rd || !b->wr || !b->n_rd || !b->n_wr) return REMAT_NOMEM;
     for (int i = 0; i < 2 * b->g->n; i++) b->pos[i] = -1;
-    for (int i = 0; i < b->all.n; i++) {
-        const remat__instr *in = &b->all.ins[i];
-        if (in->kind == REMAT__I_FREE) continue;
+    for (int i = 0; i < 2 * b->all.n; i++) { /* the inputs first, then the rest */
+        const remat__instr *in = &b->all.ins[i % b->all.n];
+        int input = in->kind == REMAT__I_FWD && b->g->nodes[in->node].leaf == REMAT__LEAF_INPUT;
+        if (in->kind == REMAT__I_FREE || input != (i < b->all.n)) continue;
         int k = b->n_ops++;
         b->pos[2 * in->node + (in->kind == REMAT__I_BWD)] = k;
         b->op[k] = *in;
@@ -326,8 +229,8 @@ static cJSON *dag_json(const bench *b) {
         cJSON_AddStringToObject(o, "kind", bwd ? "B" : "F");
         cJSON_AddNumberToObject(o, "node", in->node);
         cJSON_AddStringToObject(o, "op", remat__ops[n->op]->name);
-        double c = n->leaf == REMAT__LEAF_NONE ? remat__node_seconds(&b->p, n) : 0.0;
-        cJSON_AddNumberToObject(o, "cost", bwd ? 2 * c : c);
+        double c = n->leaf != REMAT__LEAF_NONE ? 0.0 : bwd ? remat__node_bwd_seconds(&b->p, n) : remat__node_seconds(&b->p, n);
+        cJSON_AddNumberToObject(o, "cost", c);
         cJSON_AddNumberToObject(o, "ws", n->leaf == REMAT__LEAF_NONE ? (double)remat__ws_bytes(&b->p, in->node, bwd) : 0);
         cJSON_AddItemToObject(o, "reads", int_array(rd, nr));
         cJSON_AddItemToObject(o, "writes", int_array(wr, nw));
@@ -342,6 +245,8 @@ static cJSON *dag_json(const bench *b) {
         cJSON_AddNumberToObject(o, "node", REMAT__VAL_NODE(v));
         cJSON_AddStringToObject(o, "kind", kinds[REMAT__VAL_KIND(v)]);
         cJSON_AddNumberToObject(o, "bytes", (double)remat__value_bytes(&b->p, v));
+        if (g->nodes[REMAT__VAL_NODE(v)].leaf == REMAT__LEAF_PARAM) /* a traced step's, per tensor */
+            cJSON_AddBoolToObject(o, "to_end", 1);
         cJSON_AddItemToArray(vals, o);
     }
     free(used);
@@ -361,16 +266,18 @@ typedef struct {
     int dead;         /* recomputations whose values nothing reads */
     char candidate[48];
     remat__schedule s;
+    remat__schedule h; /* s, its inputs' uploads first (hoist_inputs) */
 } plan;
 
-/* As optimal.c's schedule_cost: forwards once, backwards twice. */
+/* As remat__schedule_cost, a recomputation costing its forward (checked
+ * in bench_init): under FLOPs a backward costs twice its forward. */
 static double schedule_cost(const bench *b, const remat__schedule *s) {
     double t = 0;
     for (int i = 0; i < s->n; i++) {
         const remat__instr *in = &s->ins[i];
-        if (in->kind == REMAT__I_FREE) continue;
-        double c = remat__node_seconds(&b->p, &b->g->nodes[in->node]);
-        t += in->kind == REMAT__I_BWD ? 2 * c : c;
+        const remat__node *n = &b->g->nodes[in->node];
+        if (in->kind == REMAT__I_FWD) t += remat__node_seconds(&b->p, n);
+        else if (in->kind == REMAT__I_BWD) t += remat__node_bwd_seconds(&b->p, n);
     }
     return t;
 }
@@ -413,6 +320,25 @@ static remat_status eager_peak(const bench *b, remat__schedule *e, size_t *peak,
     if (st == REMAT_OK && arena) st = held_bytes(b, e, arena);
     remat__schedule_free(e);
     return st;
+}
+
+/* s with its inputs' uploads moved to the front, in the ILP's order, in
+ * *h (FWD and BWD only); 0 when s uploads an input other than once. An
+ * upload costs nothing, and a plan whose peak this move does not raise
+ * (plan_at checks, through the eager peak) has its hoisted twin, of equal
+ * cost, in the ILP's space. Nothing moves in a plan that uploads its
+ * inputs first, as remat's planners but store-all do. */
+static int hoist_inputs(const bench *b, const remat__schedule *s, remat__schedule *h) {
+    int n_in = 0, seen = 0;
+    while (n_in < b->n_ops && is_input(b, n_in)) h->ins[h->n++] = b->op[n_in++];
+    for (int i = 0; i < s->n; i++) {
+        const remat__instr *in = &s->ins[i];
+        if (in->kind == REMAT__I_FREE) continue;
+        int pos = b->pos[2 * in->node + (in->kind == REMAT__I_BWD)];
+        if (pos >= 0 && pos < n_in) seen++;
+        else h->ins[h->n++] = *in;
+    }
+    return seen == n_in;
 }
 
 /* s as the ILP sees it, in *e (FWD and BWD only); 0 when s is outside the
@@ -476,9 +402,10 @@ static remat_status plan_at(const bench *b, size_t budget, plan *r) {
     if (st == REMAT_OK && r->held != kept)
         st = remat__err(REMAT_INTERNAL, "optimal kept an arena of %zu bytes; its schedule's is %zu", kept, r->held);
     remat__schedule e;
+    if (st == REMAT_OK) st = step_schedule(b, r->s.n, &r->h);
     if (st == REMAT_OK) st = step_schedule(b, r->s.n, &e);
     if (st == REMAT_OK) {
-        r->in_space = ilp_view(b, &r->s, &e, &r->dead);
+        r->in_space = hoist_inputs(b, &r->s, &r->h) && ilp_view(b, &r->h, &e, &r->dead);
         if (r->in_space) st = eager_peak(b, &e, &r->eager, NULL);
         else remat__schedule_free(&e);
     }
@@ -526,7 +453,7 @@ static int write_json(const char *path, const cJSON *o) {
 /* DIR/<name>.json: the DAG, and remat's plans at N_BUDGETS budgets from
  * its smallest feasible one to the store-all arena (the memory limits the
  * script solves the ILP at are their values peaks). */
-static void export_graph(const spec *sp, const char *dir) {
+static void export_graph(const ilp_case *sp, const char *dir) {
     bench b;
     CHECK_OK(bench_init(&b, sp));
     if (check_failures) return;
@@ -551,10 +478,10 @@ static void export_graph(const spec *sp, const char *dir) {
             cJSON_AddBoolToObject(o, "in_space", r.in_space);
             cJSON_AddNumberToObject(o, "dead_recomputations", r.dead);
             cJSON_AddStringToObject(o, "candidate", r.candidate);
-            cJSON_AddItemToObject(o, "schedule", schedule_json(&r.s));
+            cJSON_AddItemToObject(o, "schedule", schedule_json(&r.h));
             cJSON_AddItemToArray(rows, o);
         }
-        remat__schedule_free(&r.s);
+        remat__schedule_free(&r.s), remat__schedule_free(&r.h);
     }
     char path[1024];
     snprintf(path, sizeof path, "%s/%s.json", dir, sp->name);
@@ -651,11 +578,25 @@ static void check_solutions(const bench *b, const cJSON *fix) {
     }
 }
 
-#define GAP_WORST 0.16
-#define GAP_MEDIAN 0.005
+/* Bounds on the gaps, per kind of graph: the figures of 2026-11-28 with a
+ * little room (random: worst 15.09%, median 0.04%; traced: worst 64.02%,
+ * mlp_bn at its floor, where the chain model counts none of a traced
+ * step's parameter gradients (see docs/planning.md), median 0.13%). */
+#define GAP_WORST_RANDOM 0.16
+#define GAP_MEDIAN_RANDOM 0.005
+#define GAP_WORST_TRACED 0.65
+#define GAP_MEDIAN_TRACED 0.005
 
-static int n_rows, n_exact, n_missed;
-static double worst_gap, gaps[1024];
+/* The gaps of one kind of graph (random, traced) and their bounds. */
+typedef struct {
+    const char *kind;
+    double bound_worst, bound_median;
+    int rows, exact, missed;
+    double worst, gaps[512];
+} tally;
+
+static tally tallies[2] = {{"random", GAP_WORST_RANDOM, GAP_MEDIAN_RANDOM, 0, 0, 0, 0, {0}},
+                           {"traced", GAP_WORST_TRACED, GAP_MEDIAN_TRACED, 0, 0, 0, 0, {0}}};
 
 static int by_value(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -696,16 +637,36 @@ static void check_row(const bench *b, const cJSON *fix, const cJSON *row, const 
         double c = 0;
         CHECK_OK(replay(b, cJSON_GetObjectItemCaseSensitive(opt, "plan"), &pk, &arena, &c));
         int missed = gap > 1e-9 && arena <= (size_t)budget;
-        printf("%-8s %7.0f %7zu %7zu %9.0f %9.0f%s %6.2f%% %7zu%s  %s\n", name, budget, r.held, r.peak, r.cost, best,
+        printf("%-11s %7.0f %7zu %7zu %9.0f %9.0f%s %6.2f%% %7zu%s  %s\n", name, budget, r.held, r.peak, r.cost, best,
                exact ? " " : "*", 100 * gap, arena, missed ? " <" : "  ", r.candidate);
-        if (n_rows < (int)(sizeof gaps / sizeof gaps[0])) gaps[n_rows] = gap;
-        n_rows++, n_exact += exact, n_missed += missed;
-        if (gap > worst_gap) worst_gap = gap;
+        tally *t = &tallies[b->sp->traced != 0];
+        if (t->rows < (int)(sizeof t->gaps / sizeof t->gaps[0])) t->gaps[t->rows] = gap;
+        t->rows++, t->exact += exact, t->missed += missed;
+        if (gap > t->worst) t->worst = gap;
     }
-    remat__schedule_free(&r.s);
+    remat__schedule_free(&r.s), remat__schedule_free(&r.h);
 }
 
-static void check_graph(const spec *sp, const char *dir) {
+/* A kind's plans, how many were equal to the optimum, the median and
+ * worst gaps, checked against their bounds. */
+static void summarize(tally *t) {
+    int n = t->rows < (int)(sizeof t->gaps / sizeof t->gaps[0]) ? t->rows : (int)(sizeof t->gaps / sizeof t->gaps[0]);
+    int equal = 0;
+    for (int i = 0; i < n; i++) equal += t->gaps[i] <= 1e-9;
+    qsort(t->gaps, (size_t)n, sizeof t->gaps[0], by_value);
+    double median = n ? t->gaps[n / 2] : 0;
+    printf("%s graphs: %d plans, %d compared at their own peak P (the others, *, with the optimum at the next "
+           "proven limit above P), %d at the optimum; %d where the ILP's plan fits remat's budget once placed (<); "
+           "median gap %.2f%% (bound %.2f%%), worst %.2f%% (bound %.2f%%)\n",
+           t->kind, t->rows, t->exact, equal, t->missed, 100 * median, 100 * t->bound_median, 100 * t->worst,
+           100 * t->bound_worst);
+    CHECK_MSG(n > 0 && t->worst <= t->bound_worst, "%s graphs: worst gap to the ILP optimum %.2f%%, above %.2f%%",
+              t->kind, 100 * t->worst, 100 * t->bound_worst);
+    CHECK_MSG(n > 0 && median <= t->bound_median, "%s graphs: median gap to the ILP optimum %.2f%%, above %.2f%%",
+              t->kind, 100 * median, 100 * t->bound_median);
+}
+
+static void check_graph(const ilp_case *sp, const char *dir) {
     char path[1024];
     snprintf(path, sizeof path, "%s/%s.json", dir, sp->name);
     cJSON *fix = read_json(path);
@@ -731,25 +692,14 @@ static void check_graph(const spec *sp, const char *dir) {
 int main(int argc, char **argv) {
     if (argc == 3 && strcmp(argv[1], "--export") == 0) {
         if (mkdir(argv[2], 0777) != 0 && errno != EEXIST) return fprintf(stderr, "cannot create %s\n", argv[2]), 1;
-        for (int i = 0; i < N_SPECS; i++) export_graph(&specs[i], argv[2]);
+        for (int i = 0; i < ilp_n_cases; i++) export_graph(&ilp_cases[i], argv[2]);
         return check_exit("test_ilp --export");
     }
     const char *dir = argc == 3 && strcmp(argv[1], "--fixtures") == 0 ? argv[2] : "fixtures/ilp";
     if (argc != 1 && argc != 3) return fprintf(stderr, "usage: test_ilp [--export DIR | --fixtures DIR]\n"), 2;
-    printf("%-8s %7s %7s %7s %9s %9s  %7s %7s    %s\n", "graph", "budget", "held", "peak P", "remat C",
+    printf("%-11s %7s %7s %7s %9s %9s  %7s %7s    %s\n", "graph", "budget", "held", "peak P", "remat C",
            "ILP C*(P)", "gap", "ILP arena", "remat's plan");
-    for (int i = 0; i < N_SPECS; i++) check_graph(&specs[i], dir);
-    printf("%d plans, %d compared at their own peak P (the others, *, with the optimum at the next proven limit "
-           "above P); worst gap %.2f%%; %d where the ILP's plan fits remat's budget once placed (<)\n",
-           n_rows, n_exact, 100 * worst_gap, n_missed);
-    int n = n_rows < (int)(sizeof gaps / sizeof gaps[0]) ? n_rows : (int)(sizeof gaps / sizeof gaps[0]);
-    qsort(gaps, (size_t)n, sizeof gaps[0], by_value);
-    double median = n ? gaps[n / 2] : 0;
-    printf("median gap %.2f%% (bound %.2f%%), worst %.2f%% (bound %.2f%%)\n", 100 * median, 100 * GAP_MEDIAN,
-           100 * worst_gap, 100 * GAP_WORST);
-    CHECK_MSG(n > 0 && worst_gap <= GAP_WORST, "worst gap to the ILP optimum %.2f%%, above %.2f%%", 100 * worst_gap,
-              100 * GAP_WORST);
-    CHECK_MSG(n > 0 && median <= GAP_MEDIAN, "median gap to the ILP optimum %.2f%%, above %.2f%%", 100 * median,
-              100 * GAP_MEDIAN);
+    for (int i = 0; i < ilp_n_cases; i++) check_graph(&ilp_cases[i], dir);
+    for (int k = 0; k < 2; k++) summarize(&tallies[k]);
     return check_exit("test_ilp");
 }
