@@ -73,6 +73,37 @@ static inline void remat__pw16_acc(void *p, int b16, int64_t i, float g) {
     }
 }
 
+/* Copies n elements of a value stored as s16 (from element so) into one
+ * stored as d16 (from element do_): the views' bits, each element widened
+ * and rounded (a bf16 copied to bf16 stays as it is, but a signalling NaN
+ * is made quiet, as rounding its float32 view makes it). */
+static inline void remat__pw16_copy(void *dst, int d16, int64_t do_, const void *src, int s16, int64_t so,
+                                    int64_t n) {
+    if (!d16 && !s16) {
+        memcpy((float *)dst + do_, (const float *)src + so, (size_t)n * sizeof(float));
+    } else if (d16 && s16) {
+        uint16_t *d = (uint16_t *)dst + do_;
+        const uint16_t *s = (const uint16_t *)src + so;
+        for (int64_t i = 0; i < n; i++) d[i] = (uint16_t)((s[i] & 0x7fffu) > 0x7f80u ? s[i] | 0x40u : s[i]);
+    } else {
+        for (int64_t i = 0; i < n; i++) remat__pw16_st(dst, d16, do_ + i, remat__pw16_ld(src, s16, so + i));
+    }
+}
+
+/* Adds n elements of a gradient stored as g16 (from element go) into an
+ * input's gradient stored as d16 (from element do_), each as
+ * remat__pw16_acc adds it. */
+static inline void remat__pw16_acc_n(void *dst, int d16, int64_t do_, const void *grad, int g16, int64_t go,
+                                     int64_t n) {
+    if (!d16 && !g16) {
+        float *d = (float *)dst + do_;
+        const float *g = (const float *)grad + go;
+        for (int64_t i = 0; i < n; i++) d[i] += g[i];
+    } else {
+        for (int64_t i = 0; i < n; i++) remat__pw16_acc(dst, d16, do_ + i, remat__pw16_ld(grad, g16, go + i));
+    }
+}
+
 /* Kernel k's tensors (kctx.dt set), for its forward or backward. */
 remat__pw16 remat__pw16_of(const remat__kctx *k, int backward);
 
