@@ -92,17 +92,9 @@ static inline void remat__pw16_copy(void *dst, int d16, int64_t do_, const void 
 
 /* Adds n elements of a gradient stored as g16 (from element go) into an
  * input's gradient stored as d16 (from element do_), each as
- * remat__pw16_acc adds it. */
-static inline void remat__pw16_acc_n(void *dst, int d16, int64_t do_, const void *grad, int g16, int64_t go,
-                                     int64_t n) {
-    if (!d16 && !g16) {
-        float *d = (float *)dst + do_;
-        const float *g = (const float *)grad + go;
-        for (int64_t i = 0; i < n; i++) d[i] += g[i];
-    } else {
-        for (int64_t i = 0; i < n; i++) remat__pw16_acc(dst, d16, do_ + i, remat__pw16_ld(grad, g16, go + i));
-    }
-}
+ * remat__pw16_acc adds it; a bf16 one through the chosen kernels'
+ * REMAT__CVT_ACC_BF16, a block at a time (pw16.c). */
+void remat__pw16_acc_n(void *dst, int d16, int64_t do_, const void *grad, int g16, int64_t go, int64_t n);
 
 /* Kernel k's tensors (kctx.dt set), for its forward or backward. */
 remat__pw16 remat__pw16_of(const remat__kctx *k, int backward);
