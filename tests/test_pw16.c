@@ -15,7 +15,8 @@
  *   workspace their bf16_ws sized), against the same views.
  * - concat (4-D and 2-D; all bf16, bf16 and float32 inputs mixed, an
  *   input twice), slice (each dimension), permute (one keeping the last
- *   dimension, one moving it) and add_broadcast (x, b or both bf16), on 1
+ *   dimension, one moving it), add_broadcast (x, b or both bf16) and
+ *   softmax (rows through its workspace), on 1
  *   and 3 threads, against the same views: the output, and every input's
  *   gradient, whole (the views add a slice's zeroed gradient over all of
  *   x, so even the elements outside it are rounded again).
@@ -366,9 +367,10 @@ static int node_versus_views(remat_graph *g, remat_node y, const uint8_t *dt, in
         k.din[i] = fdin[i] ? fdin[i] : dref[u]; /* a float32 gradient: in place */
     }
     run(&k, 0, 1);
-    run(&k, 1, 1);
     if (y16) remat__convert_range(yref, fy, 0, ny, REMAT__CVT_DOWN);
     else memcpy(yref, fy, ybytes);
+    if (y16) remat__convert_range(fy, yref, 0, ny, REMAT__CVT_UP); /* the saved output's view (softmax reads it) */
+    run(&k, 1, 1);
     for (int i = 0; i < n->n_in; i++)
         if (fdin[i])
             remat__convert_range(dref[n->in[i]], fdin[i], 0, remat__numel(&g->nodes[n->in[i]].shape),
@@ -397,7 +399,7 @@ static void set_dt(const remat_graph *g, remat_node y, unsigned mask, uint8_t *d
 static int copy_case(int kind, unsigned mask, int nth) {
     static const char *const names[] = {"concat 4-D", "concat 4-D (x, y, x)", "concat 2-D", "slice dim 0",
                                         "slice dim 1",  "slice dim 2",          "permute (0, 2, 1, 3)",
-                                        "permute (3, 1, 0, 2)", "add_broadcast"};
+                                        "permute (3, 1, 0, 2)", "add_broadcast", "softmax"};
     remat_graph *g;
     CHECK_OK(remat_graph_create(&g));
     int64_t a[4] = {2, 3, 4, 5}, b[4] = {2, 1, 4, 5}, c[4] = {2, 2, 4, 5}, m[2] = {3, 7}, q[2] = {3, 2};
@@ -419,17 +421,20 @@ static int copy_case(int kind, unsigned mask, int nth) {
         static const int perms[2][4] = {{0, 2, 1, 3}, {3, 1, 0, 2}};
         x[0] = remat_input(g, "x", REMAT_F32, 4, a);
         y = remat_permute(g, x[0], 4, perms[kind - 6]);
-    } else {
+    } else if (kind == 8) {
         x[0] = remat_input(g, "x", REMAT_F32, 3, s);
         x[1] = remat_input(g, "b", REMAT_F32, 2, bb);
         y = remat_add_broadcast(g, x[0], x[1]);
+    } else {
+        x[0] = remat_input(g, "x", REMAT_F32, 3, s);
+        y = remat_softmax(g, x[0]);
     }
     CHECK_OK(remat_graph_status(g));
     uint8_t dt[8];
     set_dt(g, y, mask, dt);
     char what[96];
     snprintf(what, sizeof what, "%s (inputs' bf16 mask %#x)", names[kind], mask);
-    int ok = node_versus_views(g, y, dt, nth, kind == 8, what);
+    int ok = node_versus_views(g, y, dt, nth, kind >= 8, what);
     remat_graph_destroy(g);
     return ok;
 }
@@ -444,11 +449,12 @@ static void copies(void) {
             ok &= copy_case(1, 3, nth) & copy_case(1, 1, nth) & copy_case(2, 3, nth) & copy_case(2, 1, nth);
             for (int kind = 3; kind <= 7; kind++, runs++) ok &= copy_case(kind, 1, nth);
             for (unsigned mask = 1; mask <= 3; mask++, runs++) ok &= copy_case(8, mask, nth);
-            runs += 4;
+            ok &= copy_case(9, 1, nth);
+            runs += 5;
         }
     if (ok)
-        printf("copies: concat (every dtype mix, an input twice), slice, permute and add_broadcast (every mix) on "
-               "values as stored (1 and 3 threads) give the float32 views' bits (%d cases)\n", runs);
+        printf("copies: concat (every dtype mix, an input twice), slice, permute, add_broadcast (every mix) and "
+               "softmax on values as stored (1 and 3 threads) give the float32 views' bits (%d cases)\n", runs);
 }
 
 /* --------------------------------------------- levels against scalar */
