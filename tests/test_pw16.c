@@ -15,8 +15,8 @@
  *   workspace their bf16_ws sized), against the same views.
  * - concat (4-D and 2-D; all bf16, bf16 and float32 inputs mixed, an
  *   input twice), slice (each dimension), permute (one keeping the last
- *   dimension, one moving it), add_broadcast (x, b or both bf16) and
- *   softmax (rows through its workspace), on 1
+ *   dimension, one moving it), add_broadcast and mse (either input or
+ *   both bf16) and softmax (rows through its workspace), on 1
  *   and 3 threads, against the same views: the output, and every input's
  *   gradient, whole (the views add a slice's zeroed gradient over all of
  *   x, so even the elements outside it are rounded again).
@@ -386,20 +386,21 @@ static int node_versus_views(remat_graph *g, remat_node y, const uint8_t *dt, in
 }
 
 /* dtypes for a graph's inputs (bits of mask: input i bf16) and node y by
- * its op's rule (first input's, or the widest). */
+ * its op's rule (first input's, the widest, or float32 for a loss). */
 static void set_dt(const remat_graph *g, remat_node y, unsigned mask, uint8_t *dt) {
     const remat__node *n = &g->nodes[y];
     int all = 1, k = 0;
     for (int32_t u = 0; u < y; u++) dt[u] = mask >> k++ & 1 ? REMAT_BF16 : REMAT_F32;
     for (int i = 0; i < n->n_in; i++) all &= dt[n->in[i]] == REMAT_BF16;
     int first = remat__ops[n->op]->autocast == REMAT__AC_FIRST;
+    if (remat__ops[n->op]->autocast == REMAT__AC_FP32) all = first = 0; /* a loss: float32 */
     dt[y] = (first ? dt[n->in[0]] == REMAT_BF16 : all) ? REMAT_BF16 : REMAT_F32;
 }
 
 static int copy_case(int kind, unsigned mask, int nth) {
     static const char *const names[] = {"concat 4-D", "concat 4-D (x, y, x)", "concat 2-D", "slice dim 0",
                                         "slice dim 1",  "slice dim 2",          "permute (0, 2, 1, 3)",
-                                        "permute (3, 1, 0, 2)", "add_broadcast", "softmax"};
+                                        "permute (3, 1, 0, 2)", "add_broadcast", "softmax", "mse"};
     remat_graph *g;
     CHECK_OK(remat_graph_create(&g));
     int64_t a[4] = {2, 3, 4, 5}, b[4] = {2, 1, 4, 5}, c[4] = {2, 2, 4, 5}, m[2] = {3, 7}, q[2] = {3, 2};
@@ -425,9 +426,13 @@ static int copy_case(int kind, unsigned mask, int nth) {
         x[0] = remat_input(g, "x", REMAT_F32, 3, s);
         x[1] = remat_input(g, "b", REMAT_F32, 2, bb);
         y = remat_add_broadcast(g, x[0], x[1]);
-    } else {
+    } else if (kind == 9) {
         x[0] = remat_input(g, "x", REMAT_F32, 3, s);
         y = remat_softmax(g, x[0]);
+    } else {
+        x[0] = remat_input(g, "a", REMAT_F32, 3, s);
+        x[1] = remat_input(g, "b", REMAT_F32, 3, s);
+        y = remat_mse(g, x[0], x[1]);
     }
     CHECK_OK(remat_graph_status(g));
     uint8_t dt[8];
@@ -450,11 +455,12 @@ static void copies(void) {
             for (int kind = 3; kind <= 7; kind++, runs++) ok &= copy_case(kind, 1, nth);
             for (unsigned mask = 1; mask <= 3; mask++, runs++) ok &= copy_case(8, mask, nth);
             ok &= copy_case(9, 1, nth);
+            for (unsigned mask = 1; mask <= 3; mask++, runs++) ok &= copy_case(10, mask, nth);
             runs += 5;
         }
     if (ok)
-        printf("copies: concat (every dtype mix, an input twice), slice, permute, add_broadcast (every mix) and "
-               "softmax on values as stored (1 and 3 threads) give the float32 views' bits (%d cases)\n", runs);
+        printf("copies: concat (every dtype mix, an input twice), slice, permute, add_broadcast, mse (every "
+               "mix) and softmax on values as stored (1 and 3 threads) give the float32 views' bits (%d cases)\n", runs);
 }
 
 /* --------------------------------------------- levels against scalar */
