@@ -1,7 +1,8 @@
 /* pw16.h: elementwise kernels on values in their stored dtypes, the bf16
  * policy's native CPU kernels for relu, add, mul (vectorized, pw16.c) and
- * for dropout, gelu, reshape and global_avgpool (element by element, in
- * their ops' files, through the loads, stores and accumulation below),
+ * for dropout, gelu, reshape, global_avgpool, concat, slice, permute,
+ * add_broadcast, softmax and mse (in their ops' files, through the loads,
+ * stores, copies and accumulation below),
  * as src/cuda/pw16.cuh is the CUDA backend's; and remat__convert_range
  * on vectors (remat__pw16_convert).
  *
