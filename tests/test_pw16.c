@@ -16,7 +16,8 @@
  * - concat (4-D and 2-D; all bf16, bf16 and float32 inputs mixed, an
  *   input twice), slice (each dimension), permute (one keeping the last
  *   dimension, one moving it), add_broadcast and mse (either input or
- *   both bf16) and softmax (rows through its workspace), on 1
+ *   both bf16), softmax (rows through its workspace) and embedding (a
+ *   bf16 table; ids repeated and out of range), on 1
  *   and 3 threads, against the same views: the output, and every input's
  *   gradient, whole (the views add a slice's zeroed gradient over all of
  *   x, so even the elements outside it are rounded again).
@@ -329,9 +330,19 @@ static int node_versus_views(remat_graph *g, remat_node y, const uint8_t *dt, in
         int32_t u = n->in[i];
         if (val[u]) continue;
         int64_t c = remat__numel(&g->nodes[u].shape);
+        if (g->nodes[u].dtype == REMAT_I32) { /* embedding's ids: rows 0..num-1, and -1 and num (out of range) */
+            int64_t num = g->nodes[n->in[1]].shape.d[0];
+            int32_t *ids = malloc((size_t)c * 4);
+            for (int64_t t = 0; t < c; t++) ids[t] = (int32_t)(next() % (uint32_t)(num + 2)) - 1;
+            val[u] = ids, fval[u] = dup_bytes(ids, (size_t)c * 4);
+            continue;
+        }
         bytes[u] = (size_t)c * (dt[u] == REMAT_BF16 ? 2 : 4);
         val[u] = fill(dt[u] == REMAT_BF16, c, one_nan);
         din[u] = fill(dt[u] == REMAT_BF16, c, 1);
+        for (int64_t e = 0; e < c; e += 4) /* -0 often: a gradient the views add 0 to becomes +0 */
+            if (dt[u] == REMAT_BF16) ((uint16_t *)din[u])[e] = 0x8000;
+            else ((uint32_t *)din[u])[e] = 0x80000000u;
         dref[u] = dup_bytes(din[u], bytes[u]);
         fval[u] = malloc((size_t)c * 4);
         if (dt[u] == REMAT_BF16) remat__convert_range(fval[u], val[u], 0, c, REMAT__CVT_UP);
@@ -390,17 +401,20 @@ static int node_versus_views(remat_graph *g, remat_node y, const uint8_t *dt, in
 static void set_dt(const remat_graph *g, remat_node y, unsigned mask, uint8_t *dt) {
     const remat__node *n = &g->nodes[y];
     int all = 1, k = 0;
-    for (int32_t u = 0; u < y; u++) dt[u] = mask >> k++ & 1 ? REMAT_BF16 : REMAT_F32;
-    for (int i = 0; i < n->n_in; i++) all &= dt[n->in[i]] == REMAT_BF16;
+    for (int32_t u = 0; u < y; u++) dt[u] = g->nodes[u].dtype != REMAT_F32 ? g->nodes[u].dtype
+                                          : mask >> k++ & 1 ? REMAT_BF16 : REMAT_F32;
+    for (int i = 0; i < n->n_in; i++) all &= dt[n->in[i]] == REMAT_BF16 || g->nodes[n->in[i]].dtype != REMAT_F32;
     int first = remat__ops[n->op]->autocast == REMAT__AC_FIRST;
+    int f = 0; /* the first float input */
+    while (f < n->n_in - 1 && g->nodes[n->in[f]].dtype != REMAT_F32) f++;
     if (remat__ops[n->op]->autocast == REMAT__AC_FP32) all = first = 0; /* a loss: float32 */
-    dt[y] = (first ? dt[n->in[0]] == REMAT_BF16 : all) ? REMAT_BF16 : REMAT_F32;
+    dt[y] = (first ? dt[n->in[f]] == REMAT_BF16 : all) ? REMAT_BF16 : REMAT_F32;
 }
 
 static int copy_case(int kind, unsigned mask, int nth) {
     static const char *const names[] = {"concat 4-D", "concat 4-D (x, y, x)", "concat 2-D", "slice dim 0",
                                         "slice dim 1",  "slice dim 2",          "permute (0, 2, 1, 3)",
-                                        "permute (3, 1, 0, 2)", "add_broadcast", "softmax", "mse"};
+                                        "permute (3, 1, 0, 2)", "add_broadcast", "softmax", "mse", "embedding"};
     remat_graph *g;
     CHECK_OK(remat_graph_create(&g));
     int64_t a[4] = {2, 3, 4, 5}, b[4] = {2, 1, 4, 5}, c[4] = {2, 2, 4, 5}, m[2] = {3, 7}, q[2] = {3, 2};
@@ -429,10 +443,15 @@ static int copy_case(int kind, unsigned mask, int nth) {
     } else if (kind == 9) {
         x[0] = remat_input(g, "x", REMAT_F32, 3, s);
         y = remat_softmax(g, x[0]);
-    } else {
+    } else if (kind == 10) {
         x[0] = remat_input(g, "a", REMAT_F32, 3, s);
         x[1] = remat_input(g, "b", REMAT_F32, 3, s);
         y = remat_mse(g, x[0], x[1]);
+    } else {
+        int64_t w[2] = {16, 5};
+        x[0] = remat_input(g, "ids", REMAT_I32, 2, m);
+        x[1] = remat_input(g, "w", REMAT_F32, 2, w);
+        y = remat_embedding_op(g, x[0], x[1]);
     }
     CHECK_OK(remat_graph_status(g));
     uint8_t dt[8];
@@ -456,11 +475,12 @@ static void copies(void) {
             for (unsigned mask = 1; mask <= 3; mask++, runs++) ok &= copy_case(8, mask, nth);
             ok &= copy_case(9, 1, nth);
             for (unsigned mask = 1; mask <= 3; mask++, runs++) ok &= copy_case(10, mask, nth);
-            runs += 5;
+            ok &= copy_case(11, 1, nth);
+            runs += 6;
         }
     if (ok)
         printf("copies: concat (every dtype mix, an input twice), slice, permute, add_broadcast, mse (every "
-               "mix) and softmax on values as stored (1 and 3 threads) give the float32 views' bits (%d cases)\n", runs);
+               "mix), softmax and embedding (a bf16 table) on values as stored (1 and 3 threads) give the float32 views' bits (%d cases)\n", runs);
 }
 
 /* --------------------------------------------- levels against scalar */
