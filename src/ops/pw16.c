@@ -13,7 +13,8 @@
  * on denormals, ties, infinities and NaNs). Beside the ops, each level
  * has remat__convert_range's conversions (UP, DOWN and ACC_BF16 on
  * vectors), which the CPU backend's views and the bf16 planes of
- * BatchNorm and the poolings use.
+ * BatchNorm and the poolings use, and so does remat__pw16_acc_n, the
+ * copies' (concat, slice, add_broadcast) accumulation of a gradient.
  */
 #include "pw16.h"
 
