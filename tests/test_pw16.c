@@ -13,6 +13,14 @@
  * - maxpool2d and avgpool2d (3x3 stride 2 padding 1, and 2x2 stride 2),
  *   and global_avgpool, on bf16 x (3 threads, planes through the
  *   workspace their bf16_ws sized), against the same views.
+ * - concat (4-D and 2-D; all bf16, bf16 and float32 inputs mixed, an
+ *   input twice), slice (each dimension), permute (one keeping the last
+ *   dimension, one moving it), add_broadcast and mse (either input or
+ *   both bf16), softmax (rows through its workspace) and embedding (a
+ *   bf16 table; ids repeated and out of range), on 1
+ *   and 3 threads, against the same views: the output, and every input's
+ *   gradient, whole (the views add a slice's zeroed gradient over all of
+ *   x, so even the elements outside it are rounded again).
  * - Every vector level this CPU has (AVX2, AVX-512, AVX-512 BF16) against
  *   the scalar reference, on a range that starts off a vector boundary
  *   and ends in a tail, the same mixes; and its conversions (what the
@@ -21,7 +29,8 @@
  * - The plan: on cnn, resnet18 and gpt2 in bf16, every elementwise and
  *   plane-wise node with a bf16 value is native, the elementwise ones
  *   with no workspace in either pass (the views' bytes they took before,
- *   and the pools' planes now, are printed).
+ *   and the pools' planes now, are printed); on densenet-bc every concat
+ *   with a bf16 input, with none.
  * The data: random bit patterns (NaNs, infinities and denormals among
  *   them), values near 1 whose sums and products round to even, and the
  *   edges (signed zeros, the smallest and largest denormals and normals,
@@ -284,6 +293,196 @@ static void pools(void) {
                "give the float32 views' bits\n");
 }
 
+/* ------------------------------ concat, slice, permute, add_broadcast */
+
+/* A value of n elements in bf16 or float32, filled with test values. */
+static void *fill(int b16, int64_t n, int one_nan) {
+    void *p = malloc((size_t)n * (b16 ? 2 : 4));
+    for (int64_t i = 0; i < n; i++)
+        if (b16) ((uint16_t *)p)[i] = pick16(one_nan);
+        else ((uint32_t *)p)[i] = pick32(one_nan);
+    return p;
+}
+
+static void *dup_bytes(const void *p, size_t bytes) {
+    void *c = malloc(bytes);
+    memcpy(c, p, bytes);
+    return c;
+}
+
+/* Node y of g on its values as stored (dt by node id, nth threads, the
+ * workspace its bf16_ws sized) against the views' way (each bf16 input
+ * widened, the float32 kernel on one thread, a bf16 output rounded, each
+ * bf16 input's gradient computed into zeros per input and added with
+ * REMAT__CVT_ACC_BF16 in input order); 1 when the output and every
+ * input's gradient (already holding values) agree bit for bit. one_nan:
+ * the inputs hold x86's one NaN (where the op adds two values). */
+static int node_versus_views(remat_graph *g, remat_node y, const uint8_t *dt, int nth, int one_nan, const char *what) {
+    const remat__node *n = &g->nodes[y];
+    const remat__op *op = remat__ops[n->op];
+    enum { MAXN = 16 };
+    CHECK_MSG(g->n <= MAXN, "%s: %d nodes, the test holds %d", what, (int)g->n, MAXN);
+    if (g->n > MAXN) return 0;
+    void *val[MAXN] = {0}, *din[MAXN] = {0}, *dref[MAXN] = {0};
+    float *fval[MAXN] = {0}, *fdin[REMAT__MAX_IN] = {0};
+    size_t bytes[MAXN] = {0};
+    for (int i = 0; i < n->n_in; i++) {
+        int32_t u = n->in[i];
+        if (val[u]) continue;
+        int64_t c = remat__numel(&g->nodes[u].shape);
+        if (g->nodes[u].dtype == REMAT_I32) { /* embedding's ids: rows 0..num-1, and -1 and num (out of range) */
+            int64_t num = g->nodes[n->in[1]].shape.d[0];
+            int32_t *ids = malloc((size_t)c * 4);
+            for (int64_t t = 0; t < c; t++) ids[t] = (int32_t)(next() % (uint32_t)(num + 2)) - 1;
+            val[u] = ids, fval[u] = dup_bytes(ids, (size_t)c * 4);
+            continue;
+        }
+        bytes[u] = (size_t)c * (dt[u] == REMAT_BF16 ? 2 : 4);
+        val[u] = fill(dt[u] == REMAT_BF16, c, one_nan);
+        din[u] = fill(dt[u] == REMAT_BF16, c, 1);
+        for (int64_t e = 0; e < c; e += 4) /* -0 often: a gradient the views add 0 to becomes +0 */
+            if (dt[u] == REMAT_BF16) ((uint16_t *)din[u])[e] = 0x8000;
+            else ((uint32_t *)din[u])[e] = 0x80000000u;
+        dref[u] = dup_bytes(din[u], bytes[u]);
+        fval[u] = malloc((size_t)c * 4);
+        if (dt[u] == REMAT_BF16) remat__convert_range(fval[u], val[u], 0, c, REMAT__CVT_UP);
+        else memcpy(fval[u], val[u], bytes[u]);
+    }
+    int64_t ny = remat__numel(&n->shape);
+    int y16 = dt[y] == REMAT_BF16;
+    size_t ybytes = (size_t)ny * (y16 ? 2 : 4), fb = 1, bb = 1;
+    void *yv = malloc(ybytes), *dy = fill(y16, ny, 1), *yref = malloc(ybytes);
+    int native = op->bf16_ws && op->bf16_ws(g, n, dt, nth, &fb, &bb);
+    CHECK_MSG(native, "%s: no kernels on bf16 as stored", what);
+    void *ws = malloc((fb > bb ? fb : bb) + 1);
+    remat__tensor ti[REMAT__MAX_IN], to = {yv, &n->shape};
+    remat__kctx k = {.graph = g, .node = n, .node_id = y, .out = &to, .dt = dt, .ws = ws, .train = 1, .first = 1,
+                     .dout = dy};
+    for (int i = 0; i < n->n_in; i++) {
+        ti[i] = (remat__tensor){val[n->in[i]], &g->nodes[n->in[i]].shape};
+        k.in[i] = &ti[i];
+        k.din[i] = din[n->in[i]];
+    }
+    if (native) run(&k, 0, nth), run(&k, 1, nth);
+    /* the views' way, on one thread */
+    float *fy = malloc((size_t)ny * 4), *fdy = malloc((size_t)ny * 4);
+    if (y16) remat__convert_range(fdy, dy, 0, ny, REMAT__CVT_UP);
+    else memcpy(fdy, dy, ybytes);
+    size_t fws = op->fwd_ws ? op->fwd_ws(g, n, 1) : 0, bws = op->bwd_ws ? op->bwd_ws(g, n, 1) : 0;
+    void *ws1 = malloc((fws > bws ? fws : bws) + 1);
+    k.dt = NULL, k.ws = ws1, k.dout = fdy, to.data = fy;
+    for (int i = 0; i < n->n_in; i++) {
+        int32_t u = n->in[i];
+        ti[i].data = fval[u];
+        fdin[i] = dt[u] == REMAT_BF16 ? calloc((size_t)remat__numel(&g->nodes[u].shape), 4) : NULL;
+        k.din[i] = fdin[i] ? fdin[i] : dref[u]; /* a float32 gradient: in place */
+    }
+    run(&k, 0, 1);
+    if (y16) remat__convert_range(yref, fy, 0, ny, REMAT__CVT_DOWN);
+    else memcpy(yref, fy, ybytes);
+    if (y16) remat__convert_range(fy, yref, 0, ny, REMAT__CVT_UP); /* the saved output's view (softmax reads it) */
+    run(&k, 1, 1);
+    for (int i = 0; i < n->n_in; i++)
+        if (fdin[i])
+            remat__convert_range(dref[n->in[i]], fdin[i], 0, remat__numel(&g->nodes[n->in[i]].shape),
+                                 REMAT__CVT_ACC_BF16);
+    int ok_y = !memcmp(yv, yref, ybytes), ok_d = 1;
+    for (int32_t u = 0; u < MAXN; u++) ok_d &= !din[u] || !memcmp(din[u], dref[u], bytes[u]);
+    CHECK_MSG(ok_y && ok_d, "%s (%d threads): bf16 as stored differs from the float32 views (output %s, gradients %s)",
+              what, nth, ok_y ? "same" : "differs", ok_d ? "same" : "differ");
+    for (int i = 0; i < n->n_in; i++) free(fdin[i]);
+    for (int u = 0; u < MAXN; u++) free(val[u]), free(din[u]), free(dref[u]), free(fval[u]);
+    free(yv), free(dy), free(yref), free(ws), free(fy), free(fdy), free(ws1);
+    return native && ok_y && ok_d;
+}
+
+/* dtypes for a graph's inputs (bits of mask: input i bf16) and node y by
+ * its op's rule (first input's, the widest, or float32 for a loss). */
+static void set_dt(const remat_graph *g, remat_node y, unsigned mask, uint8_t *dt) {
+    const remat__node *n = &g->nodes[y];
+    int all = 1, k = 0;
+    for (int32_t u = 0; u < y; u++) dt[u] = g->nodes[u].dtype != REMAT_F32 ? g->nodes[u].dtype
+                                          : mask >> k++ & 1 ? REMAT_BF16 : REMAT_F32;
+    for (int i = 0; i < n->n_in; i++) all &= dt[n->in[i]] == REMAT_BF16 || g->nodes[n->in[i]].dtype != REMAT_F32;
+    int first = remat__ops[n->op]->autocast == REMAT__AC_FIRST;
+    int f = 0; /* the first float input */
+    while (f < n->n_in - 1 && g->nodes[n->in[f]].dtype != REMAT_F32) f++;
+    if (remat__ops[n->op]->autocast == REMAT__AC_FP32) all = first = 0; /* a loss: float32 */
+    dt[y] = (first ? dt[n->in[f]] == REMAT_BF16 : all) ? REMAT_BF16 : REMAT_F32;
+}
+
+static int copy_case(int kind, unsigned mask, int nth) {
+    static const char *const names[] = {"concat 4-D", "concat 4-D (x, y, x)", "concat 2-D", "slice dim 0",
+                                        "slice dim 1",  "slice dim 2",          "permute (0, 2, 1, 3)",
+                                        "permute (3, 1, 0, 2)", "add_broadcast", "softmax", "mse", "embedding"};
+    remat_graph *g;
+    CHECK_OK(remat_graph_create(&g));
+    int64_t a[4] = {2, 3, 4, 5}, b[4] = {2, 1, 4, 5}, c[4] = {2, 2, 4, 5}, m[2] = {3, 7}, q[2] = {3, 2};
+    int64_t s[3] = {3, 7, 5}, bb[2] = {7, 5};
+    remat_node x[3], y;
+    if (kind <= 1) {
+        x[0] = remat_input(g, "a", REMAT_F32, 4, a);
+        x[1] = remat_input(g, "b", REMAT_F32, 4, b);
+        x[2] = kind ? x[0] : remat_input(g, "c", REMAT_F32, 4, c);
+        y = remat_concat(g, 3, x);
+    } else if (kind == 2) {
+        x[0] = remat_input(g, "a", REMAT_F32, 2, m);
+        x[1] = remat_input(g, "b", REMAT_F32, 2, q);
+        y = remat_concat(g, 2, x);
+    } else if (kind <= 5) {
+        x[0] = remat_input(g, "x", REMAT_F32, 3, s);
+        y = remat_slice(g, x[0], kind - 3, 1, kind == 3 ? 2 : 3);
+    } else if (kind <= 7) {
+        static const int perms[2][4] = {{0, 2, 1, 3}, {3, 1, 0, 2}};
+        x[0] = remat_input(g, "x", REMAT_F32, 4, a);
+        y = remat_permute(g, x[0], 4, perms[kind - 6]);
+    } else if (kind == 8) {
+        x[0] = remat_input(g, "x", REMAT_F32, 3, s);
+        x[1] = remat_input(g, "b", REMAT_F32, 2, bb);
+        y = remat_add_broadcast(g, x[0], x[1]);
+    } else if (kind == 9) {
+        x[0] = remat_input(g, "x", REMAT_F32, 3, s);
+        y = remat_softmax(g, x[0]);
+    } else if (kind == 10) {
+        x[0] = remat_input(g, "a", REMAT_F32, 3, s);
+        x[1] = remat_input(g, "b", REMAT_F32, 3, s);
+        y = remat_mse(g, x[0], x[1]);
+    } else {
+        int64_t w[2] = {16, 5};
+        x[0] = remat_input(g, "ids", REMAT_I32, 2, m);
+        x[1] = remat_input(g, "w", REMAT_F32, 2, w);
+        y = remat_embedding_op(g, x[0], x[1]);
+    }
+    CHECK_OK(remat_graph_status(g));
+    uint8_t dt[8];
+    set_dt(g, y, mask, dt);
+    char what[96];
+    snprintf(what, sizeof what, "%s (inputs' bf16 mask %#x)", names[kind], mask);
+    int ok = node_versus_views(g, y, dt, nth, kind >= 8, what);
+    remat_graph_destroy(g);
+    return ok;
+}
+
+static void copies(void) {
+    int ok = 1, runs = 0;
+    for (int rep = 0; rep < 3; rep++)
+        for (int nth = 1; nth <= 3; nth += 2) {
+            static const unsigned concat_mixes[] = {7, 5, 2, 6};
+            for (size_t m = 0; m < sizeof concat_mixes / sizeof *concat_mixes; m++, runs++)
+                ok &= copy_case(0, concat_mixes[m], nth);
+            ok &= copy_case(1, 3, nth) & copy_case(1, 1, nth) & copy_case(2, 3, nth) & copy_case(2, 1, nth);
+            for (int kind = 3; kind <= 7; kind++, runs++) ok &= copy_case(kind, 1, nth);
+            for (unsigned mask = 1; mask <= 3; mask++, runs++) ok &= copy_case(8, mask, nth);
+            ok &= copy_case(9, 1, nth);
+            for (unsigned mask = 1; mask <= 3; mask++, runs++) ok &= copy_case(10, mask, nth);
+            ok &= copy_case(11, 1, nth);
+            runs += 6;
+        }
+    if (ok)
+        printf("copies: concat (every dtype mix, an input twice), slice, permute, add_broadcast, mse (every "
+               "mix), softmax and embedding (a bf16 table) on values as stored (1 and 3 threads) give the float32 views' bits (%d cases)\n", runs);
+}
+
 /* --------------------------------------------- levels against scalar */
 
 typedef struct {
@@ -420,14 +619,58 @@ static void plan(const char *name) {
     remat_graph_destroy(g);
 }
 
+/* On densenet-bc (tiny) in bf16 every concat with a bf16 input is native
+ * with no workspace; its views' bytes, which it took before, printed. */
+static void plan_concat(void) {
+    remat_graph *g;
+    remat_model m;
+    remat_model_opts mo;
+    remat_model_opts_default(&mo);
+    CHECK_OK(remat_model_opts_for(&mo, "densenet-bc"));
+    mo.batch = 2, mo.depth = 16, mo.base_channels = 4;
+    CHECK_OK(remat_graph_create(&g));
+    CHECK_OK(remat_model_build(g, &mo, &m));
+    remat__prog p;
+    CHECK_OK(remat__prog_init(&p, g, 2, REMAT_DEVICE_CPU, NULL));
+    CHECK_OK(remat__prog_set_precision(&p, REMAT_PRECISION_BF16));
+    int nodes = 0, ok = 1;
+    size_t views = 0;
+    for (int32_t u = 0; p.native && u < g->n; u++) {
+        const remat__node *n = &g->nodes[u];
+        if (n->leaf != REMAT__LEAF_NONE || n->op != REMAT__OP_CONCAT) continue;
+        int b16 = 0;
+        for (int i = 0; i < n->n_in; i++) b16 |= p.dt[n->in[i]] == REMAT_BF16;
+        if (!b16) continue;
+        nodes++;
+        int good = p.native[u] && !remat__ws_bytes(&p, u, 0) && !remat__ws_bytes(&p, u, 1);
+        CHECK_MSG(good, "densenet-bc: concat node %d has a bf16 input but runs on views (or takes workspace)", (int)u);
+        ok &= good;
+        p.native[u] = 0;
+        for (int b = 0; b < 2; b++) {
+            remat__shim sh;
+            remat__shim_layout(&p, u, b, &sh);
+            views += sh.any ? sh.kernel : 0;
+        }
+        p.native[u] = 1;
+    }
+    CHECK_MSG(nodes > 0, "densenet-bc: no concat with a bf16 input");
+    if (ok)
+        printf("plan: densenet-bc (depth 16, k 4, batch 2): %d concats on bf16 as stored, no workspace (their views "
+               "took %zu B)\n", nodes, views);
+    remat__prog_free(&p);
+    remat_graph_destroy(g);
+}
+
 int main(void) {
     CHECK(remat__pw16_level(REMAT__PW16_SCALAR) != NULL && remat__pw16_best() != NULL);
     printf("chosen at run time: %s\n", remat__pw16_best()->isa);
     views();
     pools();
+    copies();
     levels();
     plan("cnn");
     plan("resnet18");
     plan("gpt2");
+    plan_concat();
     return check_exit("test_pw16");
 }

@@ -3,6 +3,11 @@
  *
  * softmax: y = exp(x - max) / sum exp(x - max) per row of the last
  * dimension; backward reads the output: dx += y (dy - sum_j dy_j y_j).
+ * Under the bf16 policy a bf16 x (so y, dy and dx) is read a row at a
+ * time into the thread's float32 rows of the workspace, where the float32
+ * kernel's loops run; y is rounded as written and dx added as the views
+ * add it (pw16.h): the views' bits, with C floats per thread forward and
+ * 2 C backward in place of whole views.
  *
  * attention: input qkv (B, T, 3C), q, k and v concatenated on the last
  * dimension in that order (GPT-2's c_attn output); iattr[0] = H heads of
@@ -21,7 +26,7 @@
  * one thread with the same calls in the same order, so results do not
  * depend on the thread count. Backward needs a T x T workspace per thread.
  */
-#include "../remat-impl.h"
+#include "pw16.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -55,11 +60,23 @@ static void softmax_row(float *r, int64_t len, int64_t C) {
 }
 
 static void softmax_forward(const remat__kctx *k, int ith, int nth) {
-    const float *x = k->in[0]->data;
-    float *y = k->out->data;
     const remat__shape *s = k->in[0]->shape;
     int64_t C = s->d[s->ndim - 1], R = remat__numel(s) / C, lo, hi;
     remat__split(R, ith, nth, &lo, &hi);
+    if (k->dt) { /* bf16 (softmax_bf16_ws): row by row through this thread's float32 row */
+        const remat__pw16_kernels *K = remat__pw16_best();
+        const uint16_t *x = k->in[0]->data;
+        uint16_t *y = k->out->data;
+        float *row = (float *)k->ws + (size_t)ith * (size_t)C; // (C)
+        for (int64_t r = lo; r < hi; r++) {
+            K->convert(row, x + r * C, 0, C, REMAT__CVT_UP);
+            softmax_row(row, C, C);
+            K->convert(y + r * C, row, 0, C, REMAT__CVT_DOWN);
+        }
+        return;
+    }
+    const float *x = k->in[0]->data;
+    float *y = k->out->data;
     if (hi > lo) memcpy(y + lo * C, x + lo * C, (size_t)((hi - lo) * C) * sizeof *y);
     for (int64_t r = lo; r < hi; r++) softmax_row(y + r * C, C, C);
 }
@@ -72,13 +89,47 @@ static void softmax_row_backward(const float *y, const float *dy, float *dx, int
     for (int64_t j = 0; j < len; j++) dx[j] += y[j] * (dy[j] - df);
 }
 
+/* bf16: y and dy widened into this thread's two rows; the gradient
+ * computed into zeros (the second row, once dy is read: the views'
+ * zeroed buffer), then rounded and added into dx. */
+static void softmax_backward_bf16(const remat__kctx *k, int64_t C, int64_t lo, int64_t hi, int ith) {
+    const remat__pw16_kernels *K = remat__pw16_best();
+    const uint16_t *y = k->out->data, *dy = (const uint16_t *)k->dout;
+    uint16_t *dx = (uint16_t *)k->din[0];
+    float *yr = (float *)k->ws + (size_t)(2 * ith) * (size_t)C, *gr = yr + C; // (C) each
+    for (int64_t r = lo; r < hi; r++) {
+        K->convert(yr, y + r * C, 0, C, REMAT__CVT_UP);
+        K->convert(gr, dy + r * C, 0, C, REMAT__CVT_UP);
+        double d = 0.0;
+        for (int64_t j = 0; j < C; j++) d += (double)gr[j] * yr[j];
+        float df = (float)d;
+        for (int64_t j = 0; j < C; j++) gr[j] = 0.0f + yr[j] * (gr[j] - df);
+        K->convert(dx + r * C, gr, 0, C, REMAT__CVT_ACC_BF16);
+    }
+}
+
 static void softmax_backward(const remat__kctx *k, int ith, int nth) {
-    const float *y = k->out->data, *dy = k->dout;
-    float *dx = k->din[0];
     const remat__shape *s = k->in[0]->shape;
     int64_t C = s->d[s->ndim - 1], R = remat__numel(s) / C, lo, hi;
     remat__split(R, ith, nth, &lo, &hi);
+    if (k->dt) {
+        softmax_backward_bf16(k, C, lo, hi, ith);
+        return;
+    }
+    const float *y = k->out->data, *dy = k->dout;
+    float *dx = k->din[0];
     for (int64_t r = lo; r < hi; r++) softmax_row_backward(y + r * C, dy + r * C, dx + r * C, C);
+}
+
+/* Under bf16 with x stored in bf16 (so y, dy and dx are): the kernels
+ * above, with a float32 row per thread forward and two backward. */
+static int softmax_bf16_ws(const remat_graph *g, const remat__node *n, const uint8_t *dt, int nth, size_t *fwd,
+                           size_t *bwd) {
+    (void)g;
+    size_t row = (size_t)n->shape.d[n->shape.ndim - 1] * sizeof(float);
+    *fwd = (size_t)nth * row;
+    *bwd = 2 * (size_t)nth * row;
+    return dt[n->in[0]] == REMAT_BF16;
 }
 
 static double softmax_flops(const remat_graph *g, const remat__node *n) {
@@ -96,6 +147,7 @@ const remat__op remat__op_softmax = {
     .backward = softmax_backward,
     .saves = REMAT__SAVE_OUT,
     .flops = softmax_flops,
+    .bf16_ws = softmax_bf16_ws,
     .family = REMAT_FAMILY_POINTWISE,    .cuda = REMAT__CUDA(softmax),
 };
 

@@ -8,7 +8,7 @@
  */
 #include "../remat-impl.h"
 
-#include "../core/bf16.h"
+#include "pw16.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -171,14 +171,19 @@ static remat_status mse_shape(const remat_graph *g, remat__node *n) {
     return REMAT_OK;
 }
 
+/* Under bf16 (kctx.dt set) a bf16 prediction or target is read as
+ * stored, each element widened, and its gradient computed into zero (the
+ * view's buffer: 0 + d, or 0 - d for the target), rounded, added and
+ * rounded again as the views do (pw16.h); float32 ones as under fp32. */
 static void mse_forward(const remat__kctx *k, int ith, int nth) {
     (void)nth;
     if (ith != 0) return;
-    const float *a = k->in[0]->data, *b = k->in[1]->data;
+    const void *a = k->in[0]->data, *b = k->in[1]->data;
+    int a16 = k->dt && k->dt[k->node->in[0]] == REMAT_BF16, b16 = k->dt && k->dt[k->node->in[1]] == REMAT_BF16;
     int64_t n = remat__numel(k->in[0]->shape);
     double s = 0.0;
     for (int64_t i = 0; i < n; i++) {
-        double d = (double)a[i] - (double)b[i];
+        double d = (double)remat__pw16_ld(a, a16, i) - (double)remat__pw16_ld(b, b16, i);
         s += d * d;
     }
     *(float *)k->out->data = (float)(s / (double)n);
@@ -188,15 +193,31 @@ static void mse_forward(const remat__kctx *k, int ith, int nth) {
  * when both inputs require grad (a siamese target that is another branch's
  * output); din[1] is NULL when the target is data. */
 static void mse_backward(const remat__kctx *k, int ith, int nth) {
-    const float *a = k->in[0]->data, *b = k->in[1]->data;
+    const void *a = k->in[0]->data, *b = k->in[1]->data;
+    int a16 = k->dt && k->dt[k->node->in[0]] == REMAT_BF16, b16 = k->dt && k->dt[k->node->in[1]] == REMAT_BF16;
     int64_t n = remat__numel(k->in[0]->shape), lo, hi;
     double g = 2.0 * (double)k->dout[0] / (double)n;
     remat__split(n, ith, nth, &lo, &hi);
     for (int64_t i = lo; i < hi; i++) {
-        float d = (float)(g * ((double)a[i] - (double)b[i]));
-        if (k->din[0]) k->din[0][i] += d;
-        if (k->din[1]) k->din[1][i] -= d;
+        float d = (float)(g * ((double)remat__pw16_ld(a, a16, i) - (double)remat__pw16_ld(b, b16, i)));
+        if (k->din[0]) remat__pw16_acc(k->din[0], a16, i, d);
+        if (!k->din[1]) continue;
+        if (b16) { /* 0 - d: a NaN keeps its sign, as through the view */
+            uint16_t *db = (uint16_t *)k->din[1];
+            db[i] = remat__bf16_of(remat__f32_of(db[i]) + remat__bf16_round(0.0f - d));
+        } else {
+            k->din[1][i] -= d;
+        }
     }
+}
+
+/* Under bf16 with a prediction or target in bf16 (its output, a loss, is
+ * float32): the kernels above, no workspace. */
+static int mse_bf16_ws(const remat_graph *g, const remat__node *n, const uint8_t *dt, int nth, size_t *fwd,
+                       size_t *bwd) {
+    (void)g, (void)nth;
+    *fwd = *bwd = 0;
+    return dt[n->in[0]] == REMAT_BF16 || dt[n->in[1]] == REMAT_BF16;
 }
 
 static double mse_flops(const remat_graph *g, const remat__node *n) {
@@ -211,6 +232,7 @@ const remat__op remat__op_mse = {
     .shape = mse_shape,
     .forward = mse_forward,
     .backward = mse_backward,
+    .bf16_ws = mse_bf16_ws,
     .saves = REMAT__SAVE_IN(0) | REMAT__SAVE_IN(1),
     .flags = REMAT__OP_LOSS,
     .flops = mse_flops,

@@ -13,7 +13,8 @@
  * on denormals, ties, infinities and NaNs). Beside the ops, each level
  * has remat__convert_range's conversions (UP, DOWN and ACC_BF16 on
  * vectors), which the CPU backend's views and the bf16 planes of
- * BatchNorm and the poolings use.
+ * BatchNorm and the poolings use, and so does remat__pw16_acc_n, the
+ * copies' (concat, slice, add_broadcast) accumulation of a gradient.
  */
 #include "pw16.h"
 
@@ -44,6 +45,29 @@ int remat__pw16_ws(const remat_graph *g, const remat__node *n, const uint8_t *dt
     for (int i = 0; i < n->n_in; i++) any |= dt[n->in[i]] == REMAT_BF16;
     *fwd = *bwd = 0;
     return any;
+}
+
+void remat__pw16_acc_n(void *dst, int d16, int64_t do_, const void *grad, int g16, int64_t go, int64_t n) {
+    if (!d16) {
+        float *d = (float *)dst + do_;
+        if (g16)
+            for (int64_t i = 0; i < n; i++) d[i] += remat__f32_of(((const uint16_t *)grad)[go + i]);
+        else
+            for (int64_t i = 0; i < n; i++) d[i] += ((const float *)grad)[go + i];
+        return;
+    }
+    /* the views' way on a block of float32 on the stack: g widened, 0 + g
+     * (their zeroed buffer: -0 becomes +0), then rounded and added */
+    enum { BLOCK = 1024 };
+    float c[BLOCK];
+    const remat__pw16_kernels *K = remat__pw16_best();
+    for (int64_t b = 0; b < n; b += BLOCK) {
+        int64_t m = n - b < BLOCK ? n - b : BLOCK;
+        if (g16) K->convert(c, (const uint16_t *)grad + go + b, 0, m, REMAT__CVT_UP);
+        else memcpy(c, (const float *)grad + go + b, (size_t)m * sizeof *c);
+        for (int64_t i = 0; i < m; i++) c[i] = 0.0f + c[i];
+        K->convert((uint16_t *)dst + do_ + b, c, 0, m, REMAT__CVT_ACC_BF16);
+    }
 }
 
 /* ------------------------------------------------------------ reference */

@@ -1,7 +1,8 @@
 /* pw16.h: elementwise kernels on values in their stored dtypes, the bf16
  * policy's native CPU kernels for relu, add, mul (vectorized, pw16.c) and
- * for dropout, gelu, reshape and global_avgpool (element by element, in
- * their ops' files, through the loads, stores and accumulation below),
+ * for dropout, gelu, reshape, global_avgpool, concat, slice, permute,
+ * add_broadcast, softmax and mse (in their ops' files, through the loads,
+ * stores, copies and accumulation below),
  * as src/cuda/pw16.cuh is the CUDA backend's; and remat__convert_range
  * on vectors (remat__pw16_convert).
  *
@@ -72,6 +73,29 @@ static inline void remat__pw16_acc(void *p, int b16, int64_t i, float g) {
         ((float *)p)[i] += g;
     }
 }
+
+/* Copies n elements of a value stored as s16 (from element so) into one
+ * stored as d16 (from element do_): the views' bits, each element widened
+ * and rounded (a bf16 copied to bf16 stays as it is, but a signalling NaN
+ * is made quiet, as rounding its float32 view makes it). */
+static inline void remat__pw16_copy(void *dst, int d16, int64_t do_, const void *src, int s16, int64_t so,
+                                    int64_t n) {
+    if (!d16 && !s16) {
+        memcpy((float *)dst + do_, (const float *)src + so, (size_t)n * sizeof(float));
+    } else if (d16 && s16) {
+        uint16_t *d = (uint16_t *)dst + do_;
+        const uint16_t *s = (const uint16_t *)src + so;
+        for (int64_t i = 0; i < n; i++) d[i] = (uint16_t)((s[i] & 0x7fffu) > 0x7f80u ? s[i] | 0x40u : s[i]);
+    } else {
+        for (int64_t i = 0; i < n; i++) remat__pw16_st(dst, d16, do_ + i, remat__pw16_ld(src, s16, so + i));
+    }
+}
+
+/* Adds n elements of a gradient stored as g16 (from element go) into an
+ * input's gradient stored as d16 (from element do_), each as
+ * remat__pw16_acc adds it; a bf16 one through the chosen kernels'
+ * REMAT__CVT_ACC_BF16, a block at a time (pw16.c). */
+void remat__pw16_acc_n(void *dst, int d16, int64_t do_, const void *grad, int g16, int64_t go, int64_t n);
 
 /* Kernel k's tensors (kctx.dt set), for its forward or backward. */
 remat__pw16 remat__pw16_of(const remat__kctx *k, int backward);

@@ -2,8 +2,10 @@
  *
  * Reshape copies rather than aliasing, so that every value owns its bytes
  * and the accounting stays a plain sum. Concat joins along dimension 1 of
- * 2-D or 4-D tensors. Under the bf16 policy a reshape of a bf16 value
- * reads and writes it as stored (pw16.h), with the float32 views' bits.
+ * 2-D or 4-D tensors. Under the bf16 policy both read and write their
+ * values as stored (pw16.h), with the float32 views' bits: a concat of
+ * bf16 and float32 inputs (a float32 output, by the policy's rule) widens
+ * the bf16 parts and adds into their gradients as the views add.
  */
 #include "pw16.h"
 
@@ -111,35 +113,42 @@ static int64_t inner(const remat__shape *s) {
     return r;
 }
 
+/* Whether a value of node k is stored in bf16 (kctx.dt set: the bf16
+ * policy's native kernels); 0 for every value under fp32. */
+static int b16_of(const remat__kctx *k, int32_t node) { return k->dt && k->dt[node] == REMAT_BF16; }
+
 static void concat_forward(const remat__kctx *k, int ith, int nth) {
     const remat__shape *os = &k->node->shape;
     int64_t N = os->d[0], in_sz = inner(os), lo, hi;
+    int out16 = b16_of(k, k->node_id);
     remat__split(N, ith, nth, &lo, &hi);
-    float *y = k->out->data;  // (N, sum C_i, ...)
+    void *y = k->out->data; // (N, sum C_i, ...), bf16 or float32 as stored
     for (int64_t b = lo; b < hi; b++) {
         int64_t off = 0;
         for (int i = 0; i < k->node->n_in; i++) {
             int64_t c = k->in[i]->shape->d[1];
-            const float *x = k->in[i]->data;  // (N, C_i, ...)
-            memcpy(y + (b * os->d[1] + off) * in_sz, x + b * c * in_sz, (size_t)(c * in_sz) * sizeof *y);
+            const void *x = k->in[i]->data; // (N, C_i, ...)
+            remat__pw16_copy(y, out16, (b * os->d[1] + off) * in_sz, x, b16_of(k, k->node->in[i]), b * c * in_sz,
+                             c * in_sz);
             off += c;
         }
     }
 }
 
+/* Input i's gradient is finished for a batch item before input i + 1's
+ * (concat(x, x): the order in which the views add their buffers). */
 static void concat_backward(const remat__kctx *k, int ith, int nth) {
     const remat__shape *os = &k->node->shape;
     int64_t N = os->d[0], in_sz = inner(os), lo, hi;
+    int out16 = b16_of(k, k->node_id);
     remat__split(N, ith, nth, &lo, &hi);
-    const float *dy = k->dout;  // (N, sum C_i, ...)
+    const void *dy = k->dout; // (N, sum C_i, ...)
     for (int64_t b = lo; b < hi; b++) {
         int64_t off = 0;
         for (int i = 0; i < k->node->n_in; i++) {
             int64_t c = k->in[i]->shape->d[1], m = c * in_sz;
-            float *dx = k->din[i];  // (N, C_i, ...)
-            const float *src = dy + (b * os->d[1] + off) * in_sz;
-            if (dx)
-                for (int64_t j = 0; j < m; j++) dx[b * m + j] += src[j];
+            void *dx = k->din[i]; // (N, C_i, ...)
+            if (dx) remat__pw16_acc_n(dx, b16_of(k, k->node->in[i]), b * m, dy, out16, (b * os->d[1] + off) * in_sz, m);
             off += c;
         }
     }
@@ -155,5 +164,6 @@ const remat__op remat__op_concat = {
     .backward = concat_backward,
     .saves = 0,
     .flops = copy_flops,
+    .bf16_ws = remat__pw16_ws, /* any bf16 input: copied and added as stored, no workspace */
     .family = REMAT_FAMILY_COPY,    .cuda = REMAT__CUDA(concat),
 };
