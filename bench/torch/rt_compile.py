@@ -2,7 +2,7 @@
 budgets, against torch.compile's own activation_memory_budget.
 
     python -m remat.torch run bench/torch/rt_compile.py [--rows gpt2,resnet50] [--budgets 4]
-        [--fractions 1.0,0.5,0.2,0.0] [--steps 3] [--threads 2] [--json FILE]
+        [--fractions 1.0,0.5,0.2,0.0] [--search 0] [--steps 3] [--threads 2] [--json FILE]
 
 Each row (GPT-2: 4 layers, 256 wide, context 256, GPT-2's vocabulary,
 batch 2; ResNet-50: batch 8 at 128x128; SGD with momentum) runs, in this
@@ -10,12 +10,26 @@ one process, one after another:
 
   torch.compile      activation_memory_budget at each --fractions value
                      (1.0: its runtime-optimized min cut)
+  torch.compile + checkpoint
+                     torch.utils.checkpoint (non-reentrant) around every
+                     block (GPT-2's Block, ResNet-50's Bottleneck), compiled
+                     at fraction 1.0: what a user writes by hand
   rt.compile         at --budgets budgets spread evenly from the planner's
                      floor to its store-all prediction (the last is
                      store-all's own), then at each torch.compile row's
                      measured peak (the same peak, side by side); where
                      the trial step at rt.compile measures the planner's
                      floor plan over its budget, the floor it names
+  remat eager        remat's eager plan (rt.plan, plan.apply()) at each
+                     torch.compile row's measured peak: the same budget
+                     without compiling
+  torch.compile search
+                     with --search N: for each rt.compile spread row, the
+                     fraction whose measured peak fits that row's measured
+                     peak, found by N steps of bisection over [0, 1] (a
+                     compile each; the peak is assumed to grow with the
+                     fraction): the knapsack a user would have to search
+                     for to get the same memory
 
 and prints per configuration the measured peak (the heap counter, as
 rt.measure counts it: parameters, gradients, optimizer state and the batch
@@ -85,6 +99,58 @@ class _Step:
         return getattr(self.model, name)
 
 
+BLOCKS = {"gpt2": lambda m: [(m.transformer.h, i) for i in range(len(m.transformer.h))],
+          "resnet50": lambda m: [(layer, i) for layer in (m.layer1, m.layer2, m.layer3, m.layer4)
+                                 for i in range(len(layer))]}
+
+
+def compiled_at(fresh, step_fn, batch, args, frac, wrap=None):
+    """torch.compile of the step at activation_memory_budget frac (the
+    model's blocks checkpointed first with wrap): (measured peak, step
+    seconds, compile seconds)."""
+    m, opt = fresh()
+    net = wrap(m) if wrap else m
+    torch._dynamo.reset()
+    with torch._functorch.config.patch(activation_memory_budget=frac):
+        fn = torch.compile(step_fn(net))
+        t0 = time.perf_counter()
+        with torch.enable_grad():
+            fn(*batch)  # compiles the forward (and partitions)
+        ct = time.perf_counter() - t0
+        m.zero_grad(set_to_none=True)
+        opt = torch.optim.SGD(net.parameters(), lr=1e-3, momentum=0.9)
+        peak, sec = run_steps(fn, net, opt, batch, args.steps)
+    return peak, sec, ct
+
+
+def search_fraction(fresh, step_fn, batch, args, target, known):
+    """A fraction whose compiled step measured at most target bytes, as a
+    user would search for one, and its row: of the fractions measured so
+    far (known, {frac: (peak, s, compile s)}; 0 and 1 are measured first)
+    the largest that fits, then --search bisection steps between it and
+    the next measured fraction above it, which does not fit. The peak need
+    not grow with the fraction (it did not on ResNet-50: 0.0 held more
+    than 1.0), so this is a search, not a guarantee of the largest. None
+    when no fraction measured fits."""
+    for f in (0.0, 1.0):
+        if f not in known:
+            known[f] = compiled_at(fresh, step_fn, batch, args, f)
+    fits = [f for f, r in known.items() if r[0] <= target]
+    if not fits:
+        return None, None
+    lo = max(fits)
+    above = [f for f in known if f > lo]
+    if not above:
+        return lo, known[lo]
+    hi = min(above)
+    for _ in range(args.search):
+        mid = round((lo + hi) / 2, 4)
+        if mid not in known:
+            known[mid] = compiled_at(fresh, step_fn, batch, args, mid)
+        lo, hi = (mid, hi) if known[mid][0] <= target else (lo, mid)
+    return lo, known[lo]
+
+
 def row(name, args):
     make, batch, loss, inputs = ROWS[name]()
     torch.manual_seed(0)
@@ -99,20 +165,19 @@ def row(name, args):
     def step_fn(m):
         return lambda *a: loss(m(*a[:inputs]), *a[inputs:])
 
+    known = {}
     for frac in args.fractions:
-        m, opt = fresh()
-        torch._dynamo.reset()
-        with torch._functorch.config.patch(activation_memory_budget=frac):
-            fn = torch.compile(step_fn(m))
-            t0 = time.perf_counter()
-            with torch.enable_grad():
-                fn(*batch)  # compiles the forward (and partitions)
-            ct = time.perf_counter() - t0
-            m.zero_grad(set_to_none=True)
-            peak, sec = run_steps(fn, m, opt, batch, args.steps)
+        peak, sec, ct = known[frac] = compiled_at(fresh, step_fn, batch, args, frac)
         out.append({"row": name, "config": "torch.compile %.2f" % frac, "measured": peak, "seconds": sec,
                     "compile_seconds": ct})
         print(_line(out[-1]), flush=True)
+    from alternatives import wrap_blocks
+    peak, sec, ct = compiled_at(fresh, step_fn, batch, args, 1.0,
+                                wrap=lambda m: wrap_blocks(m, BLOCKS[name](m)))
+    out.append({"row": name, "config": "torch.compile + checkpoint", "measured": peak, "seconds": sec,
+                "compile_seconds": ct})
+    print(_line(out[-1]), flush=True)
+    compiled_rows = [r for r in out if r["config"].startswith("torch.compile")]
     m, opt = fresh()
     try:
         rt.compile(m, batch, budget=1 << 10, optimizer=opt, loss=loss, inputs=inputs)
@@ -124,11 +189,10 @@ def row(name, args):
     top = rt.budget_for(top)
     n = max(args.budgets, 2)
     budgets = [("spread", floor + (top - floor) * i // (n - 1)) for i in range(n)]
-    budgets += [("at " + r["config"], r["measured"]) for r in out if r["measured"] >= floor]
+    budgets += [("at " + r["config"], r["measured"]) for r in compiled_rows if r["measured"] >= floor]
     for kind, budget in budgets:
         m, opt = fresh()
         torch._dynamo.reset()
-        t0 = time.perf_counter()
         try:
             step = rt.compile(m, batch, budget=budget, optimizer=opt, loss=loss, inputs=inputs)
         except rt.RematError as e:
@@ -145,6 +209,29 @@ def row(name, args):
                     "replans": len(step.rejected), "predicted": p.peak_bytes,
                     "measured": peak, "seconds": sec, "compile_seconds": ct, "plan_seconds": p.seconds,
                     "recomputed": len(p.recompute_ops), "extra_flops": p.extra_flops / p.flops if p.flops else 0.0})
+        print(_line(out[-1]), flush=True)
+        if kind == "spread" and args.search:
+            frac, found = search_fraction(fresh, step_fn, batch, args, peak, known)
+            if found is None:
+                print("%-9s torch.compile search: no fraction fits %.1f MiB" % (name, peak / 2 ** 20), flush=True)
+            else:
+                out.append({"row": name, "config": "torch.compile %.4f (search)" % frac, "target": peak,
+                            "measured": found[0], "seconds": found[1], "compile_seconds": found[2]})
+                print(_line(out[-1]), flush=True)
+    for r in compiled_rows:  # remat's eager plan at each compiled row's peak
+        m, opt = fresh()
+        p = rt.plan(m, batch[:inputs], lambda o: loss(o, *batch[inputs:]), budget=r["measured"], optimizer=opt)
+        if not p.feasible:
+            print("%-9s remat eager at %s: refused, floor %.1f MiB" % (name, r["config"], (p.floor or 0) / 2 ** 20),
+                  flush=True)
+            continue
+        res = rt.measure(m, batch[:inputs], lambda o: loss(o, *batch[inputs:]), plan=p, optimizer=opt,
+                         steps=args.steps + 1)
+        out.append({"row": name, "config": "remat eager at " + r["config"], "budget": r["measured"],
+                    "replans": 0, "predicted": p.peak_bytes, "measured": res["peak_bytes"],
+                    "seconds": statistics.median(s["seconds"] for s in res["steps"][1:]), "compile_seconds": 0.0,
+                    "plan_seconds": 0.0, "recomputed": len(p.recompute_ops),
+                    "extra_flops": p.extra_flops / p.flops if p.flops else 0.0})
         print(_line(out[-1]), flush=True)
     return out
 
@@ -166,6 +253,8 @@ def main():
     ap.add_argument("--rows", default="gpt2,resnet50")
     ap.add_argument("--budgets", type=int, default=4)
     ap.add_argument("--fractions", default="1.0,0.5,0.2,0.0")
+    ap.add_argument("--search", type=int, default=0,
+                    help="bisection steps of the fraction search per rt.compile spread row (0: no search)")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json")

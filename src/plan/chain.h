@@ -24,12 +24,13 @@ typedef struct {
     uint8_t *opt_of;     /* per stage and option index: which of OPT_* it is */
     uint8_t *sel;        /* per node: bit o set when option o recomputes it before the stage's backward */
     int64_t output;
-    int n_side;          /* shared side inputs set aside when it was cut (chain_cut.c) */
+    int n_side;          /* values set aside when it was cut: side inputs, skips (chain_cut.c) */
 } remat__chain;
 
-/* Cuts p's step into stages (with aside, its shared side inputs set
- * aside: chain_cut.c) and measures them into *c (remat__chain_free, also
- * on failure). */
+/* Cuts p's step into stages (with aside 1, its shared side inputs set
+ * aside; with aside 2, the skips into the boundaries as well:
+ * chain_cut.c) and measures them into *c (remat__chain_free, also on
+ * failure). */
 remat_status remat__chain_init(const remat__prog *p, remat_node loss, int aside, remat__chain *c);
 void remat__chain_free(remat__chain *c);
 

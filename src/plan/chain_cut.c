@@ -17,6 +17,18 @@
  *     causal mask made from a padding mask, position ids, rotary cos/sin
  *     tables), so without this no node would separate one layer from the
  *     next.
+ *   - with skips aside as well (aside 2; optimal.c cuts this chain for
+ *     traced steps), also these once the skip
+ *     connections are carried: a value whose last consumer is a boundary
+ *     of the cut above and more than one node after it (a residual
+ *     stream's value, read again by the add that ends the block: a
+ *     transformer's attention and MLP halves, a ResNet block). Without
+ *     it no node inside a block is a boundary, so a chain schedule
+ *     holds a block's whole backward at once, as per-layer
+ *     checkpointing does; carried, the block's parts are stages of
+ *     their own (a Llama MLP's norm, its gate and up projections, its
+ *     down projection), each value carried counted in every stage it
+ *     spans.
  * A side input is itself never a boundary by the independent-branch rule
  * (the mask's aranges would each cut a stage of their own in front of the
  * first layer): it joins the stage of the point after it, unless it is an
@@ -126,8 +138,20 @@ remat_status remat__chain_points(const remat__prog *p, const uint8_t *needed, in
     }
     *n_side = 0;
     if (aside) side_inputs(p, needed, side, anc);
-    for (int32_t u = 0; u < g->n; u++) *n_side += side[u];
     *n_points = points(g, needed, side, out, reach, scratch, far_of);
+    if (aside >= 2) { /* the skips into the boundaries just found: carried, and cut again */
+        uint8_t *is_point = calloc((size_t)g->n + 1, 1);
+        if (!is_point) {
+            free(side), free(anc), free(far_of);
+            return remat__err(REMAT_NOMEM, "out of memory planning");
+        }
+        for (int k = 0; k < *n_points; k++) is_point[out[k]] = 1;
+        for (int32_t u = 0; u < g->n; u++)
+            if (reach[u] > u + 1 && is_point[reach[u]]) side[u] = 1;
+        free(is_point);
+        *n_points = points(g, needed, side, out, reach, scratch, far_of);
+    }
+    for (int32_t u = 0; u < g->n; u++) *n_side += side[u];
     free(side), free(anc), free(far_of);
     return REMAT_OK;
 }
