@@ -49,7 +49,7 @@ typedef struct {
 typedef struct {
     remat_model_opts mo;   /* batch: one micro-batch */
     remat_session_opts so; /* every row's, but for strategy and budget */
-    remat_cost_model cm;
+    remat_cost_model *cm;  /* cli_cost_model_new's */
     int64_t batch;         /* the global batch of a step */
 } config;
 

@@ -89,7 +89,7 @@ void bench_child(void *argp, int cmd, int res) {
         remat_session_opts so = cf->so;
         so.strategy = me->strategy;
         so.budget = me->budget;
-        if (so.cost_model) so.cost_model = &cf->cm;
+        if (so.cost_model) so.cost_model = cf->cm;
         remat_optim_opts oo;
         bench_optim(&oo, &syn);
         int64_t q = so.micro_batches ? so.micro_batches : 1; /* one process: every micro-batch is its own */

@@ -37,7 +37,7 @@ static int rank_row(const bench_args *args, const cli_dist *d, const remat_graph
                     const cli_synth *syn, const row *r, rank_report *me) {
     remat_session_opts so = args->cf.so;
     so.strategy = r->strategy, so.budget = r->budget, so.comm = d->comm;
-    if (so.cost_model) so.cost_model = &args->cf.cm;
+    if (so.cost_model) so.cost_model = args->cf.cm;
     remat_optim_opts oo;
     bench_optim(&oo, syn);
     so.optim = &oo;

@@ -143,10 +143,11 @@ void cli_session_args_init(cli_session_args *a);
  * value is bad), 0 otherwise. */
 int cli_session_arg(cli_session_args *a, int c, const char *arg, int *bad);
 /* The session options of the arguments: strategy, device (which must be
- * usable here), cost model (loaded into cm; *cost_used names its file or
- * stays NULL). 0 on success; otherwise prints the error for `cmd` and
- * returns its exit status. */
-int cli_session_opts(const cli_session_args *a, const char *cmd, remat_session_opts *so, remat_cost_model *cm,
+ * usable here), cost model (loaded into *cm, made by cli_cost_model_new
+ * when *cm is NULL; NULL cm: none; *cost_used names its file or stays
+ * NULL). 0 on success; otherwise prints the error for `cmd` and returns
+ * its exit status. */
+int cli_session_opts(const cli_session_args *a, const char *cmd, remat_session_opts *so, remat_cost_model **cm,
                      const char **cost_used);
 /* The help lines of the session options (with strategy and budget when
  * plans). */
@@ -265,8 +266,13 @@ int cmd_bench(int argc, char **argv);
 int cmd_calibrate(int argc, char **argv);
 
 /* The cost model to use: the file given, else the cached calibration if
- * there is one; NULL (FLOPs alone) otherwise. *used names the file. */
+ * there is one, loaded into m; NULL (FLOPs alone) otherwise. *used names
+ * the file. */
 const remat_cost_model *cli_cost_model(remat_cost_model *m, const char *path, const char **used);
+/* An uncalibrated cost model (remat_cost_model_create) that the program
+ * holds until it exits (freed then), for the commands' options to point
+ * at; NULL (the library's error set) when none can be made. */
+remat_cost_model *cli_cost_model_new(void);
 /* The cached calibration's path (cost_model.c): $REMAT_COST_MODEL, else
  * $XDG_CACHE_HOME/remat/cost-model.json, else ~/.cache/remat/cost-model.json,
  * in buf (or the environment's string); NULL with no home. mkdirs creates

@@ -57,7 +57,8 @@ static int calibrate_link(remat_device d, remat_cost_model *m) {
     fprintf(stderr, "timing the host link of the %s (64 KiB to 64 MiB copies, each way)...\n", remat_device_str(d));
     if (remat_calibrate_link(d, &bw, &lat) != REMAT_OK) return cli_fail("%s", remat_last_error());
     printf("host link  %8.2f GB/s each way, %.2f us per copy", bw / 1e9, lat * 1e6);
-    if (m) m->host_bandwidth = bw, m->host_latency = lat, printf("\n");
+    if (m && remat_cost_model_set_host_link(m, bw, lat) != REMAT_OK) return cli_fail("\n%s", remat_last_error());
+    if (m) printf("\n");
     else printf(": plan with --pcie-bandwidth %.3g --pcie-latency %.3g\n", bw / 1e9, lat * 1e6);
     return 0;
 }
@@ -66,20 +67,25 @@ static int calibrate_link(remat_device d, remat_cost_model *m) {
  * same device (its shape classes and update; old is scratch). */
 static void keep_old(remat_cost_model *m, remat_cost_model *old, const char *out) {
     struct stat sb;
-    if (stat(out, &sb) != 0 || remat_cost_model_load(old, out) != REMAT_OK || old->threads != m->threads ||
-        old->device != m->device)
+    if (stat(out, &sb) != 0 || remat_cost_model_load(old, out) != REMAT_OK ||
+        remat_cost_model_threads(old) != remat_cost_model_threads(m) ||
+        remat_cost_model_device(old) != remat_cost_model_device(m))
         return;
-    for (int i = 0; i < old->n_ops; i++) m->ops[i] = old->ops[i];
-    m->n_ops = old->n_ops;
-    for (int k = 0; k < 2; k++) m->update_s_per_param[k] = old->update_s_per_param[k];
-    if (old->n_ops) printf("kept %d shape classes from %s\n", old->n_ops, out);
+    /* m has no classes yet, and old's passed the load's check */
+    int n = remat_cost_model_n_ops(old);
+    remat_op_time t;
+    for (int i = 0; i < n; i++)
+        if (remat_cost_model_op(old, i, &t) != REMAT_OK || remat_cost_model_set_op(m, &t) != REMAT_OK) return;
+    for (int k = REMAT_OPTIM_SGD; k <= REMAT_OPTIM_ADAMW; k++)
+        remat_cost_model_set_update_s(m, (remat_optim_kind)k, remat_cost_model_update_s(old, (remat_optim_kind)k));
+    if (n) printf("kept %d shape classes from %s\n", n, out);
 }
 
 /* Measures the classes of one model into m; prints one line. */
 static int calibrate_model(remat_cost_model *m, const remat_model_opts *mo, int steps) {
     remat_graph *g = NULL;
     remat_model md;
-    int before = m->n_ops;
+    int before = remat_cost_model_n_ops(m);
     double t0 = cli_now();
     fprintf(stderr, "  %s batch %lld...\n", mo->name, (long long)mo->batch);
     remat_status st = remat_graph_create(&g);
@@ -87,7 +93,8 @@ static int calibrate_model(remat_cost_model *m, const remat_model_opts *mo, int 
     if (st == REMAT_OK) st = remat_calibrate_graph(m, g, md.loss, steps);
     remat_graph_destroy(g);
     if (st != REMAT_OK) return cli_fail("%s: %s", mo->name, remat_last_error());
-    printf("%-18s batch %-4lld %4d new shape classes, %.1f s\n", mo->name, (long long)mo->batch, m->n_ops - before,
+    printf("%-18s batch %-4lld %4d new shape classes, %.1f s\n", mo->name, (long long)mo->batch,
+           remat_cost_model_n_ops(m) - before,
            cli_now() - t0);
     return 0;
 }
@@ -142,12 +149,14 @@ int cmd_calibrate(int argc, char **argv) {
     if (!out) out = cli_cost_model_path(buf, sizeof buf, 1);
     if (!out) return cli_fail("no HOME or XDG_CACHE_HOME: give --out FILE");
     fprintf(stderr, "calibrating the op families (a few seconds)...\n");
-    remat_cost_model *m = calloc(2, sizeof *m), *old = m + 1;
-    if (!m) return cli_fail("out of memory");
+    remat_cost_model *m = NULL, *old = NULL;
     int rc = 0;
-    if (remat_calibrate(m, (int)threads) != REMAT_OK) rc = cli_fail("%s", remat_last_error());
+    if (remat_cost_model_create(&m) != REMAT_OK || remat_cost_model_create(&old) != REMAT_OK)
+        rc = cli_fail("%s", remat_last_error());
+    if (!rc && remat_calibrate(m, (int)threads) != REMAT_OK) rc = cli_fail("%s", remat_last_error());
     for (int f = 0; !rc && f < REMAT_FAMILY_COUNT; f++)
-        printf("%-10s %8.2f GFLOP/s\n", remat_family_str((remat_family)f), m->flops_per_s[f] / 1e9);
+        printf("%-10s %8.2f GFLOP/s\n", remat_family_str((remat_family)f),
+               remat_cost_model_flops_per_s(m, (remat_family)f) / 1e9);
     if (!rc) keep_old(m, old, out);
     if (!rc) rc = calibrate_link(REMAT_DEVICE_CPU, m);
     if (!rc && (with_model || with_zoo))
@@ -164,11 +173,13 @@ int cmd_calibrate(int argc, char **argv) {
         if (zoo[i].context) z.context = zoo[i].context;
         rc = calibrate_model(m, &z, (int)steps);
     }
-    if (!rc && m->update_s_per_param[0] > 0)
+    if (!rc && remat_cost_model_update_s(m, REMAT_OPTIM_SGD) > 0)
         printf("update     %8.3f ns per parameter (SGD with momentum), %.3f ns (AdamW), zeroing included\n",
-               m->update_s_per_param[0] * 1e9, m->update_s_per_param[1] * 1e9);
+               remat_cost_model_update_s(m, REMAT_OPTIM_SGD) * 1e9,
+               remat_cost_model_update_s(m, REMAT_OPTIM_ADAMW) * 1e9);
     if (!rc && remat_cost_model_save(m, out) != REMAT_OK) rc = cli_fail("%s", remat_last_error());
-    if (!rc) printf("written to %s (%d shape classes)\n", out, m->n_ops);
-    free(m);
+    if (!rc) printf("written to %s (%d shape classes)\n", out, remat_cost_model_n_ops(m));
+    remat_cost_model_destroy(m);
+    remat_cost_model_destroy(old);
     return rc;
 }

@@ -105,7 +105,7 @@ int cmd_grad(int argc, char **argv) {
     if (u) return u;
     if (ma.dropout_scale < 0) mo.dropout_scale = 0.0f; /* deterministic gradients by default */
     remat_session_opts so;
-    remat_cost_model cm;
+    remat_cost_model *cm = NULL;
     if ((u = cli_session_opts(&sa, "grad", &so, &cm, NULL))) return u;
 
     int rc = 1;

@@ -502,7 +502,7 @@ int cmd_plan(int argc, char **argv) {
     if (a.graph_file) return cli_plan_graph(a.graph_file, a.sa.strategy, a.sa.budget, a.optim, a.json);
     if (a.chain_file) return plan_chain(a.chain_file, a.sa.budget, (int)a.slots, a.json); /* no model, no device */
     remat_session_opts so;
-    remat_cost_model cm;
+    remat_cost_model *cm = NULL;
     const char *cost_used = NULL;
     remat_optim_opts oo;
     int has_optim;

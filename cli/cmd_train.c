@@ -182,7 +182,7 @@ typedef struct {
     remat_optim_opts oo;
     remat_model_opts mo;
     remat_session_opts so;
-    remat_cost_model cm;
+    remat_cost_model *cm; /* cli_cost_model_new's */
     const char *cost_used;
     int64_t batch, micro; /* the global batch of a step and its micro-batch (the graph's batch) */
     int synthetic, tokens, stream, lm, classifier;

@@ -1,6 +1,7 @@
 /* cost_model.c: where the calibrated cost model is cached and how a
  * command finds it (cli_cost_model): `remat calibrate` writes it, every
- * command that plans reads it (session_args.c). */
+ * command that plans reads it (session_args.c), into a model the program
+ * holds until it exits (cli_cost_model_new). */
 #include "cli.h"
 
 #include <stdio.h>
@@ -44,5 +45,27 @@ const remat_cost_model *cli_cost_model(remat_cost_model *m, const char *path, co
         return NULL;
     }
     *used = path;
+    return m;
+}
+
+/* The models cli_cost_model_new made, freed when the program exits (a
+ * command returns through many paths; this way none leaks). */
+static remat_cost_model *held[4];
+static int n_held;
+
+static void free_held(void) {
+    for (int i = 0; i < n_held; i++) remat_cost_model_destroy(held[i]);
+    n_held = 0;
+}
+
+remat_cost_model *cli_cost_model_new(void) {
+    remat_cost_model *m = NULL;
+    if (n_held == (int)(sizeof held / sizeof held[0])) {
+        remat_error(REMAT_INTERNAL, "the program made more than %d cost models", n_held);
+        return NULL;
+    }
+    if (remat_cost_model_create(&m) != REMAT_OK) return NULL;
+    if (!n_held) atexit(free_held);
+    held[n_held++] = m;
     return m;
 }

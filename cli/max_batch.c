@@ -286,7 +286,7 @@ int cli_plan_max_batch(const remat_model_opts *mo, int64_t start, const remat_se
     s->mo = mo;
     s->so = so;
     s->max_overhead = max_overhead;
-    s->in_seconds = so->cost_model && so->cost_model->calibrated;
+    s->in_seconds = remat_cost_model_calibrated(so->cost_model);
     int rc = 1;
     int64_t per_sample = 1;
     if (per_sample_elements(mo, &per_sample)) goto done;

@@ -47,7 +47,7 @@ int cli_session_arg(cli_session_args *a, int c, const char *arg, int *bad) {
     }
 }
 
-int cli_session_opts(const cli_session_args *a, const char *cmd, remat_session_opts *so, remat_cost_model *cm,
+int cli_session_opts(const cli_session_args *a, const char *cmd, remat_session_opts *so, remat_cost_model **cmp,
                      const char **cost_used) {
     remat_session_opts_default(so);
     so->threads = (int)a->threads;
@@ -73,6 +73,9 @@ int cli_session_opts(const cli_session_args *a, const char *cmd, remat_session_o
         return cli_usage_error(cmd, "--least-workspace is for --device cuda");
     if (a->check_device && remat_device_available(so->device) != REMAT_OK)
         return cli_fail("--device %s: %s", a->device, remat_last_error());
+    remat_cost_model *cm = NULL;
+    if (cmp && !*cmp && !(*cmp = cli_cost_model_new())) return cli_fail("%s", remat_last_error());
+    if (cmp) cm = *cmp;
     if (a->cost_model && cm) {
         if (remat_cost_model_load(cm, a->cost_model) != REMAT_OK) return cli_fail("%s", remat_last_error());
         so->cost_model = cm;
@@ -84,10 +87,12 @@ int cli_session_opts(const cli_session_args *a, const char *cmd, remat_session_o
          * elsewhere, plans are costed in FLOPs (an explicit --cost-model
          * that does not fit is refused by the session instead). */
         int threads = so->threads > 0 ? so->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
-        if (so->cost_model && (cm->device != so->device || (so->device == REMAT_DEVICE_CPU && cm->threads != threads))) {
+        remat_device cd = remat_cost_model_device(cm);
+        int ct = remat_cost_model_threads(cm);
+        if (so->cost_model && (cd != so->device || (so->device == REMAT_DEVICE_CPU && ct != threads))) {
             fprintf(stderr, "remat: the cached cost model %s was measured on the %s with %d threads, not the %s "
                     "with %d; costing in FLOPs (remat calibrate --threads %d measures this one)\n", used,
-                    remat_device_str(cm->device), cm->threads, remat_device_str(so->device), threads, threads);
+                    remat_device_str(cd), ct, remat_device_str(so->device), threads, threads);
             so->cost_model = NULL;
             used = NULL;
         }

@@ -1,4 +1,4 @@
-# Installation: the header, the shared library (libremat.so.0) and the
+# Installation: the header, the shared library (libremat.so.1) and the
 # static one (libremat.a), the `remat` program, pkg-config files and a CMake
 # package, so that a C program links remat either way after
 # `cmake --install BUILD --prefix P`:
@@ -93,7 +93,8 @@ set(REMAT_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/remat)
 install(EXPORT rematTargets NAMESPACE remat:: DESTINATION ${REMAT_CMAKE_DIR})
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/rematConfig.cmake.in
   ${CMAKE_CURRENT_BINARY_DIR}/rematConfig.cmake INSTALL_DESTINATION ${REMAT_CMAKE_DIR})
+# remat.h's ABI promise: what builds against X.Y builds against any X.Z, Z >= Y
 write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/rematConfigVersion.cmake
-  COMPATIBILITY SameMinorVersion)
+  COMPATIBILITY SameMajorVersion)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/rematConfig.cmake ${CMAKE_CURRENT_BINARY_DIR}/rematConfigVersion.cmake
   DESTINATION ${REMAT_CMAKE_DIR})

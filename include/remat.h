@@ -32,25 +32,30 @@ extern "C" {
  *
  * Version: REMAT_VERSION is the release as a string; REMAT_VERSION_MAJOR,
  * _MINOR and _PATCH are its parts, for #if. The shared library's soname
- * follows the major number (libremat.so.0 while it is 0).
+ * follows the major number (libremat.so.1 while it is 1).
  *
  * What is stable within one major version: the names, parameters and
  * return types of the functions marked REMAT_API below, the values of the
  * enums (statuses, memory tags, dtypes, strategies, ...), the macros, and
  * the layout of the structs this header defines. Opaque handles
- * (remat_graph, remat_session, ...) have no layout to rely on. A minor
- * version may add functions, enum values at the end and struct fields
- * only where the struct says so (an _opts struct filled by its _default
- * function); it removes nothing.
+ * (remat_graph, remat_session, remat_cost_model, ...) have no layout to
+ * rely on. A minor version may add functions, enum values at the end and
+ * struct fields only where the struct says so (an _opts struct filled by
+ * its _default function); it removes nothing. Anything else (a function
+ * or a struct removed or changed) takes the next major version.
+ *
+ * 1.0: remat_cost_model became an opaque handle (remat_cost_model_create,
+ * _destroy and its getters and setters), so that its table of shape
+ * classes is not part of the ABI; it was a struct by value in 0.x.
  *
  * REMAT_API marks the public functions: libremat is built with hidden
  * visibility, so these and nothing else are exported by libremat.so
  * (tests/exports.cmake checks it). Internal names (remat__*, src/) are
  * not part of the ABI and are not reachable through the shared library.
  */
-#define REMAT_VERSION "0.1.0"
-#define REMAT_VERSION_MAJOR 0
-#define REMAT_VERSION_MINOR 1
+#define REMAT_VERSION "1.0.0"
+#define REMAT_VERSION_MAJOR 1
+#define REMAT_VERSION_MINOR 0
 #define REMAT_VERSION_PATCH 0
 
 #if defined(__GNUC__) || defined(__clang__)
@@ -370,35 +375,68 @@ typedef struct {
     double fwd_s, bwd_s, rec_s;
 } remat_op_time;
 
+/* The most shape classes one cost model holds. */
 #define REMAT_COST_MAX_OPS 2048
 
-/* The cost of a node under a calibration: its shape class's measured
- * forward, backward and recomputation seconds when the class was measured
- * (by remat_calibrate_graph), else its FLOPs (from the op table; a backward
- * counts twice its forward) over its family's throughput. Uncalibrated,
- * costs are FLOPs. A calibration holds for the device and thread count it
- * was measured with: remat_session_create refuses one measured with
- * others, naming both. A plain value (no pointers): copy it freely. */
-typedef struct {
-    int calibrated;
-    int threads;          /* CPU kernel threads of the measurement */
-    remat_device device;  /* where it was measured (REMAT_DEVICE_CPU) */
-    double flops_per_s[REMAT_FAMILY_COUNT];
-    /* seconds per trainable parameter element of a step's work outside
-     * the graph (zeroing the gradients, the optimizer update), by
-     * remat_optim_kind (SGD with momentum, AdamW); 0: not measured */
-    double update_s_per_param[2];
-    /* the link offload copies over (remat_calibrate_link): bytes/s each
-     * way and seconds per copy; 0 bandwidth: not measured */
-    double host_bandwidth, host_latency;
-    int n_ops;            /* measured shape classes, sorted by cls */
-    remat_op_time ops[REMAT_COST_MAX_OPS];
-} remat_cost_model;
+/* The optimizers (remat_optim_opts below); a cost model measures the
+ * update of each. */
+typedef enum { REMAT_OPTIM_SGD = 0, REMAT_OPTIM_ADAMW = 1 } remat_optim_kind;
+
+/* A cost model (opaque): the cost of a node under a calibration is its
+ * shape class's measured forward, backward and recomputation seconds when
+ * the class was measured (by remat_calibrate_graph), else its FLOPs (from
+ * the op table; a backward counts twice its forward) over its family's
+ * throughput. Uncalibrated, costs are FLOPs. A calibration holds for the
+ * device and thread count it was measured with: remat_session_create
+ * refuses one measured with others, naming both.
+ *
+ * Made by remat_cost_model_create, filled by remat_calibrate,
+ * remat_calibrate_graph or remat_cost_model_load, read and changed through
+ * the functions below, freed by remat_cost_model_destroy. A session
+ * copies the one its options name, so it may be destroyed after
+ * remat_session_create. */
+typedef struct remat_cost_model remat_cost_model;
+
+/* An uncalibrated model (costs in FLOPs, no throughput, no shape class,
+ * no link). *out is the caller's, to remat_cost_model_destroy. */
+REMAT_API remat_status remat_cost_model_create(remat_cost_model **out);
+/* Frees m (NULL: nothing). */
+REMAT_API void remat_cost_model_destroy(remat_cost_model *m);
+/* Makes dst a copy of src (both the caller's). */
+REMAT_API remat_status remat_cost_model_copy(remat_cost_model *dst, const remat_cost_model *src);
+/* Whether m holds a calibration (costs in seconds), and of what: the
+ * device and the CPU kernel threads it was measured with (0 and
+ * REMAT_DEVICE_CPU when uncalibrated). */
+REMAT_API int remat_cost_model_calibrated(const remat_cost_model *m);
+REMAT_API int remat_cost_model_threads(const remat_cost_model *m);
+REMAT_API remat_device remat_cost_model_device(const remat_cost_model *m);
+/* A family's measured throughput in FLOP/s (0: not measured). */
+REMAT_API double remat_cost_model_flops_per_s(const remat_cost_model *m, remat_family f);
+/* Seconds per trainable parameter element of a step's work outside the
+ * graph (zeroing the gradients, the optimizer update) with optimizer k
+ * (SGD with momentum, AdamW); 0: not measured. The setter: REMAT_INVALID
+ * for a value that is not a finite number from 0 to 1e9. */
+REMAT_API double remat_cost_model_update_s(const remat_cost_model *m, remat_optim_kind k);
+REMAT_API remat_status remat_cost_model_set_update_s(remat_cost_model *m, remat_optim_kind k, double seconds);
+/* The link offload copies over (remat_calibrate_link): bytes/s each way
+ * and seconds per copy; 0 bandwidth: not measured. The setter:
+ * REMAT_INVALID outside 0 to 1e15 bytes/s and 0 to 1e9 s. */
+REMAT_API void remat_cost_model_host_link(const remat_cost_model *m, double *bandwidth, double *latency);
+REMAT_API remat_status remat_cost_model_set_host_link(remat_cost_model *m, double bandwidth, double latency);
+/* The measured shape classes: their count, and class i (0 <= i < count;
+ * sorted by class) copied into *out. */
+REMAT_API int remat_cost_model_n_ops(const remat_cost_model *m);
+REMAT_API remat_status remat_cost_model_op(const remat_cost_model *m, int i, remat_op_time *out);
+/* Adds a shape class's times, or replaces the class's when m has it;
+ * REMAT_INVALID for a time that is not a finite number of seconds from 0
+ * to 1e9, an op outside the op table, or past REMAT_COST_MAX_OPS classes. */
+REMAT_API remat_status remat_cost_model_set_op(remat_cost_model *m, const remat_op_time *t);
 
 /* Measures each family's throughput on this machine's CPU with `threads`
  * kernel threads (0 = one per core) by timing training steps of small
- * graphs made of that family's ops; takes a few seconds. The model has
- * no shape classes yet. */
+ * graphs made of that family's ops; takes a few seconds. *out (made by
+ * remat_cost_model_create) is replaced: a calibration with no shape
+ * classes yet. */
 REMAT_API remat_status remat_calibrate(remat_cost_model *out, int threads);
 /* Measures the link offload copies over on device d: copies between the
  * device's memory and pinned host memory (remat_host_alloc) through the
@@ -451,7 +489,7 @@ REMAT_API remat_status remat_strategy_parse(const char *name, remat_strategy *ou
 
 /* ------------------------------------------------------------- optimizer */
 
-typedef enum { REMAT_OPTIM_SGD = 0, REMAT_OPTIM_ADAMW = 1 } remat_optim_kind;
+/* remat_optim_kind: with the cost model, above. */
 
 /* PyTorch's torch.optim.SGD and torch.optim.AdamW semantics. */
 typedef struct {

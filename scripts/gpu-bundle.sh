@@ -16,7 +16,7 @@ rm -rf .devrun && mkdir -p .devrun/stage/bin .devrun/stage/lib .devrun/stage/roo
 progs=("$build"/remat "$build"/tests/test_cuda "$build"/tests/test_weights "$build"/tests/test_models
        "$build"/tests/test_dist_device "$build"/tests/test_offload_exec "$build"/bench_kernels)
 cp "${progs[@]}" .devrun/stage/bin/
-cp -L "$build"/libremat.so.0 .devrun/stage/lib/ && ln -s libremat.so.0 .devrun/stage/lib/libremat.so
+cp -L "$build"/libremat.so.1 .devrun/stage/lib/ && ln -s libremat.so.1 .devrun/stage/lib/libremat.so
 objs=("${progs[@]}")
 if [ "${MPI:-0}" = 1 ]; then
     # Open MPI's programs, plugins, help texts and settings travel under

@@ -31,5 +31,5 @@ for name in libcublas.so.13 libcublasLt.so.13 libcudnn.so.9; do
 done
 export LD_LIBRARY_PATH="$libdirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PATH="/tmp/remat/bin:$PATH"
-export REMAT_LIB=/tmp/remat/lib/libremat.so.0
+export REMAT_LIB=/tmp/remat/lib/libremat.so.1
 exec "$@"

@@ -23,8 +23,10 @@
 # than allowed below.
 #
 # Known circles (2026-11-28, CUDA, MPI and oneDNN on), none in the folders
-# this check was written to keep clean (plan/, exec/, cli/, models/,
-# dist/; each had one or two, broken by moving code to where it belongs):
+# this check was written to keep clean (plan/, exec/, session/, cli/,
+# models/, dist/; each had one or two, broken by moving code to where it
+# belongs; exec/ was split by role into exec/, session/, cpu/, dist/'s
+# dp_*.c and api/ on 2026-11-28 with no new circle):
 #   includes: none
 #   calls:    the op table (ops/optable, graph/graph) and the ops, with the
 #             CUDA kernels they name (cuda/backend, cuda/k_*): 25 files

@@ -407,6 +407,26 @@ static inline size_t remat__out_bytes(const remat__node *n) {
 
 /* A node's forward FLOPs, from its op's entry (plan/cost.c). */
 double remat__node_flops(const remat_graph *g, const remat__node *n);
+/* A cost model (remat.h: opaque to callers). A plain value (no
+ * pointers): the library copies it by assignment (a session's prog holds
+ * its own). plan/cost.c reads and writes it, plan/cost_api.c is its
+ * public functions. */
+struct remat_cost_model {
+    int calibrated;
+    int threads;          /* CPU kernel threads of the measurement */
+    remat_device device;  /* where it was measured (REMAT_DEVICE_CPU) */
+    double flops_per_s[REMAT_FAMILY_COUNT];
+    /* seconds per trainable parameter element of a step's work outside
+     * the graph (zeroing the gradients, the optimizer update), by
+     * remat_optim_kind (SGD with momentum, AdamW); 0: not measured */
+    double update_s_per_param[2];
+    /* the link offload copies over (remat_calibrate_link): bytes/s each
+     * way and seconds per copy; 0 bandwidth: not measured */
+    double host_bandwidth, host_latency;
+    int n_ops;            /* measured shape classes, sorted by cls */
+    remat_op_time ops[REMAT_COST_MAX_OPS];
+};
+
 /* Adds or replaces a measured shape class in a cost model (kept sorted);
  * REMAT_INVALID when it is full. */
 remat_status remat__cost_model_put(remat_cost_model *m, const remat_op_time *t);

@@ -4,7 +4,7 @@
 # (remat) and static (remat-static, and remat --static), and a CMake
 # project with find_package(remat), shared and static; each program runs
 # and must train (the example's exit status). The shared programs must
-# load libremat.so.0 from the prefix, the static ones must not need it.
+# load libremat.so.1 from the prefix, the static ones must not need it.
 #
 # usage: install_test.sh BUILD_DIR WORK_DIR CC [EXTRA_CFLAGS]
 set -euo pipefail
@@ -20,7 +20,7 @@ export PKG_CONFIG_PATH=$pcdir
 got=$(pkg-config --variable=prefix remat)
 [ "$got" = "$prefix" ] || fail "remat.pc says prefix=$got, installed to $prefix"
 libdir=$(pkg-config --variable=libdir remat)
-for f in "$libdir/libremat.a" "$libdir/libremat.so.0" "$prefix/include/remat.h" "$prefix/bin/remat"; do
+for f in "$libdir/libremat.a" "$libdir/libremat.so.1" "$prefix/include/remat.h" "$prefix/bin/remat"; do
   [ -e "$f" ] || fail "$f was not installed"
 done
 
@@ -52,7 +52,7 @@ cp "$work/example.c" "$work/cmake_app/example.c"
 cat > "$work/cmake_app/CMakeLists.txt" <<'CM'
 cmake_minimum_required(VERSION 3.18)
 project(app LANGUAGES C)
-find_package(remat 0.1 REQUIRED)
+find_package(remat 1.0 REQUIRED)
 add_executable(app_shared example.c)
 target_link_libraries(app_shared PRIVATE remat::remat)
 add_executable(app_static example.c)

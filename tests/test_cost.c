@@ -326,7 +326,49 @@ static void host_link(void) {
     free(m);
 }
 
+/* The public handle (remat.h: opaque): made uncalibrated, read and
+ * changed through its functions, copied, each setter refusing what the
+ * session's check would. */
+static void handle(void) {
+    remat_cost_model *m = NULL, *c = NULL;
+    CHECK_OK(remat_cost_model_create(&m));
+    CHECK_OK(remat_cost_model_create(&c));
+    CHECK(remat_cost_model_calibrated(m) == 0 && remat_cost_model_threads(m) == 0 &&
+          remat_cost_model_device(m) == REMAT_DEVICE_CPU && remat_cost_model_n_ops(m) == 0);
+    CHECK(remat_cost_model_flops_per_s(m, REMAT_FAMILY_CONV) == 0 && remat_cost_model_update_s(m, REMAT_OPTIM_SGD) == 0);
+    CHECK_OK(remat_cost_model_set_update_s(m, REMAT_OPTIM_ADAMW, 2e-9));
+    CHECK(remat_cost_model_update_s(m, REMAT_OPTIM_ADAMW) == 2e-9 && remat_cost_model_update_s(m, REMAT_OPTIM_SGD) == 0);
+    CHECK(remat_cost_model_set_update_s(m, REMAT_OPTIM_SGD, NAN) == REMAT_INVALID &&
+          strstr(remat_last_error(), "per parameter"));
+    CHECK_OK(remat_cost_model_set_host_link(m, 12e9, 5e-6));
+    double bw = 0, lat = 0;
+    remat_cost_model_host_link(m, &bw, &lat);
+    CHECK(bw == 12e9 && lat == 5e-6);
+    CHECK(remat_cost_model_set_host_link(m, -1, 0) == REMAT_INVALID && strstr(remat_last_error(), "bytes/s"));
+    CHECK_OK(remat_cost_model_set_op(m, &(remat_op_time){9, 1, 3.0, 4.0, 0}));
+    CHECK_OK(remat_cost_model_set_op(m, &(remat_op_time){5, 1, 1.0, 2.0, 0.5}));
+    CHECK_OK(remat_cost_model_set_op(m, &(remat_op_time){9, 1, 6.0, 8.0, 0})); /* replaces class 9 */
+    CHECK(remat_cost_model_set_op(m, &(remat_op_time){7, 1, INFINITY, 0, 0}) == REMAT_INVALID);
+    CHECK(remat_cost_model_set_op(m, &(remat_op_time){7, -1, 0, 0, 0}) == REMAT_INVALID &&
+          strstr(remat_last_error(), "op table"));
+    remat_op_time t;
+    CHECK(remat_cost_model_n_ops(m) == 2);
+    CHECK_OK(remat_cost_model_op(m, 0, &t));
+    CHECK(t.cls == 5 && t.fwd_s == 1.0 && t.rec_s == 0.5);
+    CHECK_OK(remat_cost_model_op(m, 1, &t));
+    CHECK(t.cls == 9 && t.fwd_s == 6.0 && t.bwd_s == 8.0);
+    CHECK(remat_cost_model_op(m, 2, &t) == REMAT_INVALID);
+    CHECK_OK(remat_cost_model_copy(c, m));
+    CHECK(remat_cost_model_n_ops(c) == 2 && remat_cost_model_update_s(c, REMAT_OPTIM_ADAMW) == 2e-9);
+    remat_cost_model_destroy(m);
+    CHECK_OK(remat_cost_model_op(c, 1, &t)); /* the copy is its own */
+    CHECK(t.cls == 9);
+    remat_cost_model_destroy(c);
+    remat_cost_model_destroy(NULL);
+}
+
 int main(void) {
+    handle();
     classes();
     calibrated();
     overflowing();

@@ -37,7 +37,7 @@
  * memory the plan does not see (on these tiny models up to 650 KB held and
  * 72 KB more per step: open, docs/architecture.md).
  */
-#include "../src/exec/session.h"
+#include "../src/session/session.h"
 #include "check.h"
 #include "testmodels.h"
 

@@ -25,7 +25,7 @@
  */
 #include "check.h"
 
-#include "../src/exec/session.h"
+#include "../src/session/session.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -18,7 +18,7 @@
 #include "check.h"
 #include "testmodels.h"
 
-#include "../src/exec/session.h"
+#include "../src/session/session.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -20,7 +20,7 @@
  * - the same with recompute_once (what remat.torch asks for).
  */
 #include "check.h"
-#include "../src/exec/session.h"
+#include "../src/session/session.h"
 #include "../src/plan/chain.h"
 #include "../src/plan/offload.h"
 #include "remat.h"

@@ -8,4 +8,4 @@ plans any framework's step written as a graph file (docs/graph-format.md).
 from ._lib import RematError, find_library, plan_graph
 
 __all__ = ["RematError", "find_library", "plan_graph"]
-__version__ = "0.1.0"
+__version__ = "1.0.0"

@@ -11,7 +11,7 @@ mirrored here. The shared library is looked for, in order:
    site-packages, another folder of the package's ``__path__``);
 3. a CMake build directory of the source tree this package sits in
    (``build/`` beside ``python/``: PYTHONPATH=python in a checkout);
-4. the system's library path (``libremat.so.0`` after ``cmake --install``).
+4. the system's library path (``libremat.so.1`` after ``cmake --install``).
 
 The heap counter, libremat-memtrack.so, is looked for the same way
 (REMAT_MEMTRACK first). ctypes was chosen over a C extension so that the
@@ -48,7 +48,7 @@ def _candidates(name: str) -> Iterator[str]:
         yield os.path.join(d, "lib", "lib%s.so" % name)
     for build in ("build", "build-release"):
         yield os.path.join(_TREE, build, "lib%s.so" % name)
-    yield "lib%s.so.0" % name if name == "remat" else "lib%s.so" % name
+    yield "lib%s.so.1" % name if name == "remat" else "lib%s.so" % name
 
 
 def find_library(name: str = "remat") -> Optional[str]:

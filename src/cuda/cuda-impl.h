@@ -82,7 +82,7 @@ remat_status remat__cuda_add16(const remat__kctx *k, void *d, int d16, const uin
 void remat__cuda_conv_release(remat__cuda *cu);
 
 /* Optimizer updates (k_optim.cu), enqueued on cu->stream, the same rules
- * as the CPU's (src/exec/cpu.c): SGD with momentum buffer b (NULL: no
+ * as the CPU's (src/cpu/cpu.c): SGD with momentum buffer b (NULL: no
  * momentum), `first` the first update; AdamW at step t >= 1. */
 remat_status remat__cuda_sgd(remat__cuda *cu, const remat_optim_opts *o, int first, int64_t n, float *w,
                              const float *g, float *b);

@@ -1,6 +1,6 @@
 /* k_optim.cu: the optimizer updates on the GPU, SGD and AdamW.
  *
- * Elementwise, with the CPU's arithmetic (src/exec/cpu.c) in its order:
+ * Elementwise, with the CPU's arithmetic (src/cpu/cpu.c) in its order:
  * every product is rounded before it is added (__fmul_rn / __fadd_rn, so
  * that nvcc cannot fuse them into FMAs the CPU build never makes), and the
  * loop-invariant scalars (1 - dampening, 1 - lr wd, the bias corrections

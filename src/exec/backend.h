@@ -6,7 +6,7 @@
  * outputs, kernels (found per backend in the op table entry), the
  * optimizer update, and one synchronization point. The executor and the
  * session call nothing device-specific besides these. The CPU backend
- * (cpu.c) is the reference; the CUDA backend is src/cuda/backend.cu.
+ * (src/cpu/cpu.c) is the reference; the CUDA backend is src/cuda/backend.cu.
  *
  * Ordering: calls on one context are executed in the order they are made
  * (a CUDA backend enqueues them on one stream). A download's bytes are in
@@ -79,7 +79,7 @@ typedef struct {
     remat_status (*offload)(void *ctx, void *dst, const void *src, size_t bytes, int to_host);
     remat_status (*offload_wait)(void *ctx);
     /* Data parallelism's arithmetic on memory of this context
-     * (exec/dp_reduce.c, dp_step.c), element by element in float32 with
+     * (dist/dp_reduce.c, dp_step.c), element by element in float32 with
      * each operation rounded on its own, so every backend gives the CPU's
      * bits: copy: dst = src (bytes); add: x[i] = a[i] + x[i] (a node of
      * the tree over the micro-batches = its left child + its right

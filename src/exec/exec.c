@@ -13,7 +13,7 @@
  * point. A node's first forward in a run commits its side effects
  * (BatchNorm's running statistics); later ones are recomputations.
  */
-#include "session.h"
+#include "../session/session.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -114,25 +114,28 @@ static void input_tensor(remat_session *s, const remat__node *n, int i, remat__t
 }
 
 /* Where node n's tensor starts in the global batch's (dropout's key): a
- * step's micro-batch k of the global batch is its k-th slice. */
-static int64_t elem0(const remat_session *s, const remat__node *n) {
-    return s->dp.j >= 0 ? (s->dp.first + s->dp.j) * remat__numel(&n->shape) : 0;
+ * step's micro-batch k of the global batch is its k-th slice; mb is this
+ * rank's micro-batch running (-1: a run outside a data-parallel step). */
+static int64_t elem0(const remat_session *s, const remat__node *n, int64_t mb) {
+    return mb >= 0 ? (s->dp.first + mb) * remat__numel(&n->shape) : 0;
 }
 
-/* The forward kernel of instruction `in`, with its workspace. */
-static remat_status kernel_fwd(remat_session *s, const remat__schedule *sc, const remat__instr *in, void *ws) {
+/* The forward kernel of instruction `in`, with its workspace, in
+ * micro-batch mb. */
+static remat_status kernel_fwd(remat_session *s, const remat__schedule *sc, const remat__instr *in, void *ws,
+                               int64_t mb) {
     const remat_graph *g = s->g;
     const remat__node *n = &g->nodes[in->node];
     int32_t vo = REMAT__VAL(in->node, REMAT__V_OUT);
     remat__tensor ins[REMAT__MAX_IN], out = {s->vals[vo], &n->shape};
     remat__kctx k = {.graph = g, .node = n, .out = &out, .aux = s->vals[REMAT__VAL(in->node, REMAT__V_AUX)],
                      .ws = ws, .train = sc->train, .first = in->first, .seed = s->opts.seed, .step = s->step,
-                     .node_id = in->node, .elem0 = elem0(s, n), .dev = s->dev};
+                     .node_id = in->node, .elem0 = elem0(s, n, mb), .dev = s->dev};
     remat_status wt = wait_reads(s, n, in->node);
     if (wt != REMAT_OK) return wt;
     const remat__dp *d = &s->dp;
-    if (d->j >= 0 && in->first && sc->train && d->soff && d->soff[in->node] != SIZE_MAX)
-        k.stats = d->stats + (size_t)d->j * d->sdoubles + d->soff[in->node]; /* committed after the step */
+    if (mb >= 0 && in->first && sc->train && d->soff && d->soff[in->node] != SIZE_MAX)
+        k.stats = d->stats + (size_t)mb * d->sdoubles + d->soff[in->node]; /* committed after the step */
     for (int i = 0; i < n->n_in; i++) {
         input_tensor(s, n, i, &ins[i]);
         if (!ins[i].data) return unbound(s, REMAT__VAL(n->in[i], REMAT__V_OUT), "the input", in->node);
@@ -141,10 +144,11 @@ static remat_status kernel_fwd(remat_session *s, const remat__schedule *sc, cons
     return remat__run_precise(s, &k, 0);
 }
 
-/* The backward kernel of instruction i, with its workspace: it writes the
- * gradients of the inputs the plan names (din), into their bound values
- * or, for a parameter the plan holds no event for, its GRAD block. */
-static remat_status kernel_bwd(remat_session *s, const remat__schedule *sc, int32_t i, void *ws) {
+/* The backward kernel of instruction i, with its workspace, in
+ * micro-batch mb: it writes the gradients of the inputs the plan names
+ * (din), into their bound values or, for a parameter the plan holds no
+ * event for, its GRAD block. */
+static remat_status kernel_bwd(remat_session *s, const remat__schedule *sc, int32_t i, void *ws, int64_t mb) {
     const remat__instr *in = &sc->ins[i];
     const remat_graph *g = s->g;
     const remat__node *n = &g->nodes[in->node];
@@ -153,7 +157,7 @@ static remat_status kernel_bwd(remat_session *s, const remat__schedule *sc, int3
     remat__tensor out = {NULL, &n->shape};
     remat__kctx k = {.graph = g, .node = n, .out = &out, .dout = s->vals[REMAT__VAL(in->node, REMAT__V_GRAD)],
                      .ws = ws, .train = sc->train, .first = 0, .seed = s->opts.seed, .step = s->step,
-                     .node_id = in->node, .elem0 = elem0(s, n), .dev = s->dev};
+                     .node_id = in->node, .elem0 = elem0(s, n, mb), .dev = s->dev};
     remat_status wt = wait_reads(s, n, in->node);
     if (wt != REMAT_OK) return wt;
     if (!k.dout) return unbound(s, REMAT__VAL(in->node, REMAT__V_GRAD), "the gradient", in->node);
@@ -183,15 +187,15 @@ static remat_status kernel_bwd(remat_session *s, const remat__schedule *sc, int3
     return remat__run_precise(s, &k, 1);
 }
 
-/* A bound input's FWD: the step's micro-batch j is the j-th of the bound
- * buffer's. */
-static remat_status upload(remat_session *s, const remat__instr *in) {
+/* A bound input's FWD: the step's micro-batch mb is the mb-th of the
+ * bound buffer's. A prefetched copy is the first micro-batch's only. */
+static remat_status upload(remat_session *s, const remat__instr *in, int64_t mb) {
     int32_t vo = REMAT__VAL(in->node, REMAT__V_OUT);
     const unsigned char *src = s->bound[in->node];
     size_t ob = s->cur->ev[s->vev[vo]].bytes;
-    src += s->dp.j > 0 ? (size_t)s->dp.j * ob : 0;
+    src += mb > 0 ? (size_t)mb * ob : 0;
     int taken = 0;
-    remat_status st = remat__prefetch_take(s, in->node, s->vals[vo], src, ob, &taken);
+    remat_status st = mb > 0 ? REMAT_OK : remat__prefetch_take(s, in->node, s->vals[vo], src, ob, &taken);
     if (taken || st != REMAT_OK) return st;
     /* the binding stays valid and unchanged until the step's sync */
     if (s->be->upload_bound) return s->be->upload_bound(s->dev, s->vals[vo], src, ob);
@@ -223,10 +227,10 @@ static remat_status download(remat_session *s, const remat__schedule *sc, const 
     return st;
 }
 
-/* Runs instruction i: binds its ticks in the plan's order; its kernel runs
- * when its workspace is taken (a bound input, without one, is uploaded
- * after its output is taken). */
-static remat_status instruction(remat_session *s, const remat__schedule *sc, int32_t i, float *loss,
+/* Runs instruction i in micro-batch mb: binds its ticks in the plan's
+ * order; its kernel runs when its workspace is taken (a bound input,
+ * without one, is uploaded after its output is taken). */
+static remat_status instruction(remat_session *s, const remat__schedule *sc, int32_t i, int64_t mb, float *loss,
                                 float *fetch_out) {
     const remat__memplan *m = s->cur;
     const remat__instr *in = &sc->ins[i];
@@ -244,14 +248,14 @@ static remat_status instruction(remat_session *s, const remat__schedule *sc, int
             if (in->kind == REMAT__I_IN) st = copy_value(s, in->value, 0);
             give(s, ~e);
         } else if ((st = take(s, e, &buf)) == REMAT_OK && m->ev[e].value < 0) {
-            st = in->kind == REMAT__I_FWD ? kernel_fwd(s, sc, in, buf) : kernel_bwd(s, sc, i, buf);
+            st = in->kind == REMAT__I_FWD ? kernel_fwd(s, sc, in, buf, mb) : kernel_bwd(s, sc, i, buf, mb);
         }
     }
     if (st != REMAT_OK) return st;
     if (in->kind == REMAT__I_OUT) return copy_value(s, in->value, 1);
-    if (in->kind == REMAT__I_REDUCE) return remat__dp_reduce(s, in->value);
+    if (in->kind == REMAT__I_REDUCE) return remat__dp_reduce(s, in->value, mb);
     if (in->kind != REMAT__I_FWD) return REMAT_OK;
-    if (s->g->nodes[in->node].leaf == REMAT__LEAF_INPUT) st = upload(s, in);
+    if (s->g->nodes[in->node].leaf == REMAT__LEAF_INPUT) st = upload(s, in, mb);
     return st == REMAT_OK ? download(s, sc, in, loss, fetch_out) : st;
 }
 
@@ -284,13 +288,13 @@ static void release_all(remat_session *s) {
 }
 
 /* Walks the schedule once, and the plan's ticks with it. */
-static remat_status walk(remat_session *s, const remat__schedule *sc, float *loss, float *fetch_out) {
+static remat_status walk(remat_session *s, const remat__schedule *sc, int64_t mb, float *loss, float *fetch_out) {
     remat_status st = REMAT_OK;
     s->tick = 0;
     for (int32_t i = 0; i < sc->n && st == REMAT_OK; i++) {
         const remat__instr *in = &sc->ins[i];
         double t0 = s->profiling ? remat__now() : 0.0;
-        st = instruction(s, sc, i, loss, fetch_out);
+        st = instruction(s, sc, i, mb, loss, fetch_out);
         /* reductions in flight advance between instructions */
         if (st == REMAT_OK && s->dp.n_flying) st = remat__dp_progress(s);
         if (st == REMAT_OK && s->profiling && in->kind != REMAT__I_REDUCE) st = profile(s, in, t0);
@@ -351,14 +355,14 @@ void remat__exec_release(remat_session *s) {
     s->host_arena_bytes = 0;
 }
 
-remat_status remat__exec(remat_session *s, const remat__planned *pl, float *loss, float *fetch_out) {
+remat_status remat__exec(remat_session *s, const remat__planned *pl, int64_t mb, float *loss, float *fetch_out) {
     remat_status st = grow_arena(s, pl->mem.arena);
     if (st == REMAT_OK) st = grow_host_arena(s, pl->mem.host_arena);
     if (st != REMAT_OK) return st;
     fence(s, s->arena, s->arena_bytes, 0);
     fence(s, s->host_arena, s->host_arena_bytes, 0);
     s->cur = &pl->mem;
-    st = walk(s, &pl->sc, loss, fetch_out);
+    st = walk(s, &pl->sc, mb, loss, fetch_out);
     /* the next run's inputs start their copy, overlapped with this run */
     remat_status pf = remat__prefetch_issue(s, st == REMAT_OK);
     if (st == REMAT_OK) st = pf;

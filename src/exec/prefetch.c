@@ -22,7 +22,7 @@
  * keeps unchanged from bind_next until that next run returns: the same
  * bytes reach the arena either way, so the same bits come out.
  */
-#include "session.h"
+#include "../session/session.h"
 
 #include <stdlib.h>
 
@@ -64,7 +64,7 @@ remat_status remat__prefetch_take(remat_session *s, int32_t node, void *dst, con
                                   int *taken) {
     *taken = 0;
     int k = s->pf_slot ? s->pf_slot[node] : -1;
-    if (k < 0 || !src || s->pf_src[k] != src || bytes > s->pf_bytes[k] || s->dp.j > 0) return REMAT_OK;
+    if (k < 0 || !src || s->pf_src[k] != src || bytes > s->pf_bytes[k]) return REMAT_OK;
     *taken = 1;
     return s->be->prefetched(s->dev, k, dst, s->pf_dst[k], bytes);
 }

@@ -11,7 +11,7 @@
  * again when the gradient is bf16). Every step is elementwise, so the
  * bits depend on the values alone, never on a plan or a thread count.
  */
-#include "session.h"
+#include "../session/session.h"
 
 static remat_status cvt(remat_session *s, void *dst, const void *src, int64_t n, remat__cvt kind) {
     return s->be->convert(s->dev, dst, src, n, kind);

@@ -20,7 +20,7 @@ typedef struct {
 
 void remat__planned_free(remat__planned *pl);
 
-/* The gradient buckets of data parallelism (exec/dp_plan.c): the planners put
+/* The gradient buckets of data parallelism (dist/dp_plan.c): the planners put
  * bucket b's REDUCE after the last backward that writes a gradient of one
  * of its parameters (remat__schedule_add_reduces). */
 typedef struct {

@@ -14,7 +14,7 @@
  * numbers hold for this machine, its CPU and the thread count; `remat
  * calibrate` caches them in a file.
  */
-#include "../exec/session_api.h"
+#include "../session/session_api.h"
 
 #include <stdlib.h>
 #include <string.h>

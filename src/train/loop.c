@@ -29,7 +29,7 @@
  * data set's samples and labels as the loop sees them, or of a token
  * file's ids.
  */
-#include "../exec/session_api.h"
+#include "../session/session_api.h"
 #include "safetensors.h"
 
 #include <math.h>

@@ -6,7 +6,7 @@
 #define REMAT_TRAIN_STATE_IMPL_H
 
 #include "../dist/comm.h"
-#include "../exec/session_api.h"
+#include "../session/session_api.h"
 #include "safetensors.h"
 
 #define STATE_FORMAT "1"

@@ -13,7 +13,7 @@
  * Conversions between bf16 and float32 (the bf16 policy's views) run on
  * the vector kernels src/ops/pw16.h chose for this CPU.
  */
-#include "backend.h"
+#include "../exec/backend.h"
 #include "../ops/dnnl.h"
 #include "../ops/pw16.h"
 

@@ -1,14 +1,16 @@
-/* session.h: the session's internals, for the files of exec/ only: the
- * executor (exec.c), the session API (session.c), its resident blocks
- * (blocks.c), its optimizer (optim.c), data parallelism (dp_*.c) and the
- * graph-file planner (plan_graph.c). The layers above (train/) call the
- * functions of session_api.h and never read these fields. */
+/* session.h: the session's internals, for the files that run or plan a
+ * session only: the session itself (this folder: the session API in
+ * session.c, its resident blocks in blocks.c, its optimizer in optim.c,
+ * its offload planning in offload_api.c), the executor (src/exec), data
+ * parallelism (src/dist/dp_*.c) and the graph-file planner
+ * (src/api/plan_graph.c). The layers above (train/) call the functions of
+ * session_api.h and never read these fields. */
 #ifndef REMAT_SESSION_H
 #define REMAT_SESSION_H
 
 #include "../plan/planner.h"
-#include "backend.h"
-#include "dp.h"
+#include "../exec/backend.h"
+#include "../dist/dp.h"
 #include "session_api.h"
 
 typedef struct {
@@ -86,8 +88,11 @@ struct remat_session {
 
 /* Runs a planned schedule and waits for it (the step's one
  * synchronization point). Writes the loss (if the schedule has one) and
- * copies the fetched node into fetch_out. */
-remat_status remat__exec(remat_session *s, const remat__planned *pl, float *loss, float *fetch_out);
+ * copies the fetched node into fetch_out. mb: this rank's micro-batch of
+ * a data-parallel step (dp_step.c: its slice of the bound inputs, its
+ * dropout keys, its statistics, its leaf of the gradient tree), or -1 for
+ * a run outside one. */
+remat_status remat__exec(remat_session *s, const remat__planned *pl, int64_t mb, float *loss, float *fetch_out);
 /* Runs k's kernel (backend run), through the bf16 policy's float32 views
  * where its node has them (views.c). */
 remat_status remat__run_precise(remat_session *s, remat__kctx *k, int backward);

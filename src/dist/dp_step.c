@@ -4,7 +4,7 @@
  * taken, and the losses and the stateful ops' statistics exchanged and
  * committed in micro-batch order.
  */
-#include "session.h"
+#include "../session/session.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -109,12 +109,10 @@ remat_status remat__dp_step(remat_session *s, float *loss) {
     for (int64_t j = 0; j < d->q && st == REMAT_OK; j++) {
         /* each micro-batch's backward writes its own leaf from zeros */
         st = remat__session_zero_grads(s);
-        d->j = j;
         float l = NAN;
-        if (st == REMAT_OK) st = remat__exec(s, &s->train, &l, NULL);
+        if (st == REMAT_OK) st = remat__exec(s, &s->train, j, &l, NULL);
         d->losses[d->first + j] = d->losses[d->K + j] = l; /* (K) all, then (q) this rank's */
     }
-    d->j = -1;
     if (st == REMAT_OK) st = finish(s, loss);
     else if (loss) *loss = NAN;
     return st;

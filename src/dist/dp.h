@@ -1,7 +1,8 @@
 /* dp.h: data parallelism inside a session (remat.h, "several
  * processes"): micro-batches, gradient buckets, the fixed tree over the
  * micro-batch index, the reduction across ranks, and the stateful ops'
- * statistics. The communicator is src/dist. Three files, by floor:
+ * statistics. The communicator is comm.h, beside it in src/dist. Three
+ * files, by floor:
  *
  *   dp_plan.c    the layout and the plan: options, buckets, statistics,
  *                the communication block, the REDUCE instructions placed
@@ -43,7 +44,7 @@
 #ifndef REMAT_DP_H
 #define REMAT_DP_H
 
-#include "../dist/comm.h"
+#include "comm.h"
 #include "../plan/schedule.h"
 
 typedef struct {
@@ -83,7 +84,6 @@ typedef struct {
     remat__allreduce *ar;  /* (nb) */
     uint8_t *flying;       /* (nb) a reduction in flight */
     int n_flying;
-    int64_t j;             /* the local micro-batch running, -1 outside a step */
     double t_reduce, t_wait;
     /* The last step on one host: the reductions' time after the last
      * rank's backward pass ended (what the backward pass did not hide),
@@ -109,9 +109,10 @@ remat_status remat__dp_agree_plan(struct remat_session *s, remat_status st);
 
 /* ---------------------------------------------------------- dp_reduce.c */
 
-/* The REDUCE of bucket b, and progress of the reductions in flight
- * (between instructions). */
-remat_status remat__dp_reduce(struct remat_session *s, int b);
+/* The REDUCE of bucket b in this rank's micro-batch j (the executor's
+ * argument), and progress of the reductions in flight (between
+ * instructions). */
+remat_status remat__dp_reduce(struct remat_session *s, int b, int64_t j);
 remat_status remat__dp_progress(struct remat_session *s);
 
 /* ------------------------------------------------------------ dp_step.c */

@@ -4,7 +4,7 @@
  * last one, starts its sum across the ranks, and the progress of those
  * sums between instructions. exec.c's walk calls both.
  */
-#include "session.h"
+#include "../session/session.h"
 
 /* Folds leaf j of the tree over [0, q) (in x, floats [lo, lo + n) of the
  * gradient block) as far up as its completed siblings allow: a node = its
@@ -31,14 +31,14 @@ static remat_status fold(remat_session *s, int64_t j, float *x, size_t lo, int64
     return REMAT_OK;
 }
 
-remat_status remat__dp_reduce(remat_session *s, int b) {
+remat_status remat__dp_reduce(remat_session *s, int b, int64_t j) {
     remat__dp *d = &s->dp;
     double t0 = remat__now();
     size_t lo = d->blo[b] / sizeof(float);
     int64_t n = (int64_t)((d->bhi[b] - d->blo[b]) / sizeof(float));
     float *x = (float *)s->blk[REMAT__BLK_GRAD] + lo;
-    remat_status st = fold(s, d->j, x, lo, n);
-    if (st == REMAT_OK && d->j == d->q - 1 && d->ranks > 1) {
+    remat_status st = fold(s, j, x, lo, n);
+    if (st == REMAT_OK && j == d->q - 1 && d->ranks > 1) {
         /* the rank's subtree of this bucket is final: summed across the
          * ranks where it lies, or (staged) from a host copy, which the
          * step uploads back when every sum is done */

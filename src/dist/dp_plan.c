@@ -5,7 +5,7 @@
  * the same plan. At the end, what the session reports of its ranks and
  * its last step (remat_session_dist, remat__session_comm).
  */
-#include "session.h"
+#include "../session/session.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -134,7 +134,6 @@ remat_status remat__dp_init(remat_session *s) {
     remat__dp *d = &s->dp;
     const remat_session_opts *o = &s->opts;
     memset(d, 0, sizeof *d);
-    d->j = -1;
     d->comm = o->comm;
     d->rank = remat_comm_rank(o->comm);
     d->ranks = remat_comm_size(o->comm);

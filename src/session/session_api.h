@@ -1,10 +1,10 @@
 /* session_api.h: what the layers above the executor (train/) ask of a
  * session beyond include/remat.h.
  *
- * struct remat_session is exec/'s (session.h, included by exec/ files
- * only); the training loops, training states and calibration call these
- * functions instead of reading its fields, so the struct can change under
- * them. Most of what they need is public already (remat_session_graph,
+ * struct remat_session is session.h's (included by the files of
+ * src/session, src/exec, src/dist's dp_*.c and src/api only); the training
+ * loops, training states and calibration call these functions instead of
+ * reading its fields, so the struct can change under them. Most of what they need is public already (remat_session_graph,
  * remat_session_dist, remat_session_param, ...); this is the rest.
  */
 #ifndef REMAT_SESSION_API_H

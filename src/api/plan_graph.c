@@ -8,7 +8,7 @@
  * predicted peaks per category, its costs, and, per op of the file, whether
  * the schedule recomputes it. Format: docs/graph-format.md.
  */
-#include "session.h"
+#include "../session/session.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>

@@ -1,6 +1,6 @@
 /* session_view.c: the session as the layers above the executor see it
  * (session_api.h): whether it can run, its options, its loss, its
- * profile. Apart from session.c, which calls every other exec/ file, so
+ * profile. Apart from session.c, which calls every other file of the session, so
  * that the files which only check a session do not call back into it.
  */
 #include "session.h"

@@ -378,7 +378,7 @@ remat_status remat_session_step(remat_session *s, float *loss) {
     if (st != REMAT_OK) return st;
     remat__alloc_reset_peaks(&s->alloc);
     float l = NAN;
-    st = remat__exec(s, &s->train, &l, NULL);
+    st = remat__exec(s, &s->train, -1, &l, NULL);
     if (loss) *loss = l;
     return st;
 }
@@ -405,7 +405,7 @@ remat_status remat_session_forward(remat_session *s, int train, float *loss, rem
     }
     remat__alloc_reset_peaks(&s->alloc);
     float l = NAN;
-    remat_status st = remat__exec(s, pl, &l, out);
+    remat_status st = remat__exec(s, pl, -1, &l, out);
     if (loss) *loss = l;
     return st;
 }
