@@ -99,6 +99,46 @@ static int calibrate_model(remat_cost_model *m, const remat_model_opts *mo, int 
     return 0;
 }
 
+/* Calibrates the CPU's op families and link (then, with mo, that model's
+ * shape classes; with with_zoo, the zoo's), keeping what out held of
+ * other shape classes, and writes the model to out. */
+static int calibrate_cpu(const char *out, int threads, int steps, const remat_model_opts *mo, int with_zoo) {
+    fprintf(stderr, "calibrating the op families (a few seconds)...\n");
+    remat_cost_model *m = NULL, *old = NULL;
+    int rc = 0;
+    if (remat_cost_model_create(&m) != REMAT_OK || remat_cost_model_create(&old) != REMAT_OK)
+        rc = cli_fail("%s", remat_last_error());
+    if (!rc && remat_calibrate(m, threads) != REMAT_OK) rc = cli_fail("%s", remat_last_error());
+    for (int f = 0; !rc && f < REMAT_FAMILY_COUNT; f++)
+        printf("%-10s %8.2f GFLOP/s\n", remat_family_str((remat_family)f),
+               remat_cost_model_flops_per_s(m, (remat_family)f) / 1e9);
+    if (!rc) keep_old(m, old, out);
+    if (!rc) rc = calibrate_link(REMAT_DEVICE_CPU, m);
+    if (!rc && (mo || with_zoo))
+        fprintf(stderr, "timing the shape classes (%lld steps per model)...\n", (long long)steps);
+    if (!rc && mo) rc = calibrate_model(m, mo, steps);
+    for (size_t i = 0; !rc && with_zoo && i < sizeof zoo / sizeof zoo[0]; i++) {
+        remat_model_opts z;
+        remat_model_opts_default(&z);
+        if (remat_model_opts_for(&z, zoo[i].model) != REMAT_OK) {
+            rc = cli_fail("%s", remat_last_error());
+            break;
+        }
+        z.batch = zoo[i].batch;
+        if (zoo[i].context) z.context = zoo[i].context;
+        rc = calibrate_model(m, &z, steps);
+    }
+    if (!rc && remat_cost_model_update_s(m, REMAT_OPTIM_SGD) > 0)
+        printf("update     %8.3f ns per parameter (SGD with momentum), %.3f ns (AdamW), zeroing included\n",
+               remat_cost_model_update_s(m, REMAT_OPTIM_SGD) * 1e9,
+               remat_cost_model_update_s(m, REMAT_OPTIM_ADAMW) * 1e9);
+    if (!rc && remat_cost_model_save(m, out) != REMAT_OK) rc = cli_fail("%s", remat_last_error());
+    if (!rc) printf("written to %s (%d shape classes)\n", out, remat_cost_model_n_ops(m));
+    remat_cost_model_destroy(m);
+    remat_cost_model_destroy(old);
+    return rc;
+}
+
 int cmd_calibrate(int argc, char **argv) {
     const char *out = NULL;
     int64_t threads = 0, steps = 3;
@@ -148,38 +188,5 @@ int cmd_calibrate(int argc, char **argv) {
     char buf[1100];
     if (!out) out = cli_cost_model_path(buf, sizeof buf, 1);
     if (!out) return cli_fail("no HOME or XDG_CACHE_HOME: give --out FILE");
-    fprintf(stderr, "calibrating the op families (a few seconds)...\n");
-    remat_cost_model *m = NULL, *old = NULL;
-    int rc = 0;
-    if (remat_cost_model_create(&m) != REMAT_OK || remat_cost_model_create(&old) != REMAT_OK)
-        rc = cli_fail("%s", remat_last_error());
-    if (!rc && remat_calibrate(m, (int)threads) != REMAT_OK) rc = cli_fail("%s", remat_last_error());
-    for (int f = 0; !rc && f < REMAT_FAMILY_COUNT; f++)
-        printf("%-10s %8.2f GFLOP/s\n", remat_family_str((remat_family)f),
-               remat_cost_model_flops_per_s(m, (remat_family)f) / 1e9);
-    if (!rc) keep_old(m, old, out);
-    if (!rc) rc = calibrate_link(REMAT_DEVICE_CPU, m);
-    if (!rc && (with_model || with_zoo))
-        fprintf(stderr, "timing the shape classes (%lld steps per model)...\n", (long long)steps);
-    if (!rc && with_model) rc = calibrate_model(m, &mo, (int)steps);
-    for (size_t i = 0; !rc && with_zoo && i < sizeof zoo / sizeof zoo[0]; i++) {
-        remat_model_opts z;
-        remat_model_opts_default(&z);
-        if (remat_model_opts_for(&z, zoo[i].model) != REMAT_OK) {
-            rc = cli_fail("%s", remat_last_error());
-            break;
-        }
-        z.batch = zoo[i].batch;
-        if (zoo[i].context) z.context = zoo[i].context;
-        rc = calibrate_model(m, &z, (int)steps);
-    }
-    if (!rc && remat_cost_model_update_s(m, REMAT_OPTIM_SGD) > 0)
-        printf("update     %8.3f ns per parameter (SGD with momentum), %.3f ns (AdamW), zeroing included\n",
-               remat_cost_model_update_s(m, REMAT_OPTIM_SGD) * 1e9,
-               remat_cost_model_update_s(m, REMAT_OPTIM_ADAMW) * 1e9);
-    if (!rc && remat_cost_model_save(m, out) != REMAT_OK) rc = cli_fail("%s", remat_last_error());
-    if (!rc) printf("written to %s (%d shape classes)\n", out, remat_cost_model_n_ops(m));
-    remat_cost_model_destroy(m);
-    remat_cost_model_destroy(old);
-    return rc;
+    return calibrate_cpu(out, (int)threads, (int)steps, with_model ? &mo : NULL, with_zoo);
 }
