@@ -573,6 +573,21 @@ static void levels(void) {
 
 /* ------------------------------------------------------------ the plan */
 
+/* The bytes node u's views would take, forward and backward (as if it had
+ * no native kernels). */
+static size_t views_of(remat__prog *p, int32_t u) {
+    size_t views = 0;
+    uint8_t native = p->native[u];
+    p->native[u] = 0;
+    for (int b = 0; b < 2; b++) {
+        remat__shim sh;
+        remat__shim_layout(p, u, b, &sh);
+        views += sh.any ? sh.kernel : 0;
+    }
+    p->native[u] = native;
+    return views;
+}
+
 static void plan(const char *name) {
     remat_graph *g;
     remat_model m;
@@ -603,13 +618,7 @@ static void plan(const char *name) {
                   p.native[u] ? " (or takes workspace)" : "");
         ok &= good;
         own += ws;
-        p.native[u] = 0; /* what its views took */
-        for (int b = 0; b < 2; b++) {
-            remat__shim sh;
-            remat__shim_layout(&p, u, b, &sh);
-            views += sh.any ? sh.kernel : 0;
-        }
-        p.native[u] = 1;
+        views += views_of(&p, u);
     }
     CHECK_MSG(nodes > 0, "%s: no elementwise node with a bf16 value", name);
     if (ok)
@@ -645,13 +654,7 @@ static void plan_concat(void) {
         int good = p.native[u] && !remat__ws_bytes(&p, u, 0) && !remat__ws_bytes(&p, u, 1);
         CHECK_MSG(good, "densenet-bc: concat node %d has a bf16 input but runs on views (or takes workspace)", (int)u);
         ok &= good;
-        p.native[u] = 0;
-        for (int b = 0; b < 2; b++) {
-            remat__shim sh;
-            remat__shim_layout(&p, u, b, &sh);
-            views += sh.any ? sh.kernel : 0;
-        }
-        p.native[u] = 1;
+        views += views_of(&p, u);
     }
     CHECK_MSG(nodes > 0, "densenet-bc: no concat with a bf16 input");
     if (ok)
