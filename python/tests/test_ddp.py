@@ -104,6 +104,23 @@ def test_plan_identical_on_every_rank_under_ddp(tmp_path):
     assert res[0]["losses"] != res[1]["losses"]
 
 
+def _settled(c, every=0.01, most=2.0):
+    """The counter's live bytes once three readings `every` seconds apart
+    agree (at most `most` seconds). DDP's construction broadcasts the
+    parameters as one flattened tensor, and gloo's worker thread may let
+    that tensor go a moment after the broadcast returned: read at once, the
+    construction once held twice its buckets (a CI run of 2026-11-28)."""
+    import time
+    last, same, waited = c.live(), 0, 0.0
+    while same < 2 and waited < most:
+        time.sleep(every)
+        waited += every
+        now = c.live()
+        same = same + 1 if now == last else 0
+        last = now
+    return last
+
+
 def _truth_worker(rank, world, port, out, cap, views):
     sys.path.insert(0, HERE)
     import copy
@@ -135,7 +152,7 @@ def _truth_worker(rank, world, port, out, cap, views):
             pre = c.live() if c is not None else 0
             d = DDP(m, bucket_cap_mb=cap, gradient_as_bucket_view=views)
             dist.barrier()
-            return d, (c.live() - pre if c is not None else None)
+            return d, (_settled(c) - pre if c is not None else None)
 
         ddp, _ = wrap()
         held = None
