@@ -93,8 +93,8 @@ typedef struct {
     int nin;
     float *in[REMAT__MAX_IN], *out, *aux, *dout, *din[REMAT__MAX_IN];
     double best_fwd, best_bwd;
-    int product;                 /* a convolution or linear layer: timed both ways */
-    double t[3][2][64];          /* [blas, dnnl, bf16][fwd, bwd][round] */
+    int product;        /* a convolution or linear layer: timed both ways */
+    double t[3][2][64]; /* [blas, dnnl, bf16][fwd, bwd][round] */
     /* --bf16, products: x, y, dy, dx stored bf16 and the dtypes by node
      * id, for the bf16 kernels (kctx.dt) */
     uint16_t *xb, *yb, *dyb, *dxb;
@@ -116,8 +116,7 @@ static void set_mode(int m) {
 static kcase cases[64];
 static int ncases;
 
-static remat_node conv_node(remat_graph *g, int64_t n, int64_t c, int64_t h, int64_t o, int k, int s,
-                            int p, int bias) {
+static remat_node conv_node(remat_graph *g, int64_t n, int64_t c, int64_t h, int64_t o, int k, int s, int p, int bias) {
     int64_t xd[4] = {n, c, h, h};
     remat_node x = remat_input(g, "x", REMAT_F32, 4, xd);
     return remat_conv2d(g, "conv", x, o, k, s, p, bias);
@@ -213,9 +212,19 @@ static double run_case(kcase *c, remat__pool *pool, int fwd, int zero_din) {
     if (bf16) wb = wbf[fwd ? 0 : 1];
     void *ws = xalloc(wb + 64);
     remat__tensor ins[REMAT__MAX_IN], out = {bf16 ? (void *)c->yb : c->out, &n->shape};
-    remat__kctx k = {.node = n, .out = &out, .aux = c->aux, .dout = bf16 ? (const float *)c->dyb : c->dout,
-                     .train = 1, .first = 1, .seed = 1, .step = 0, .node_id = c->node, .pool = pool, .ws = ws,
-                     .dnnl = mode_ctx[bf16 ? 1 : cur_mode], .dt = bf16 ? c->dt : NULL};
+    remat__kctx k = {.node = n,
+                     .out = &out,
+                     .aux = c->aux,
+                     .dout = bf16 ? (const float *)c->dyb : c->dout,
+                     .train = 1,
+                     .first = 1,
+                     .seed = 1,
+                     .step = 0,
+                     .node_id = c->node,
+                     .pool = pool,
+                     .ws = ws,
+                     .dnnl = mode_ctx[bf16 ? 1 : cur_mode],
+                     .dt = bf16 ? c->dt : NULL};
     for (int i = 0; i < n->n_in; i++) {
         ins[i] = (remat__tensor){bf16 && i == 0 ? (void *)c->xb : c->in[i], &g->nodes[n->in[i]].shape};
         k.in[i] = &ins[i];
@@ -343,8 +352,8 @@ static double check_conv(kcase *c, remat__pool *pool) {
                             for (int64_t j = 0; j < OW; j++) {
                                 int64_t ih = i * s - p + u, iw = j * s - p + v;
                                 if (ih < 0 || ih >= H || iw < 0 || iw >= W) continue;
-                                double t = (double)dy[((n * O + o) * OH + i) * OW + j] *
-                                           x[((n * C + ci) * H + ih) * W + iw];
+                                double t =
+                                    (double)dy[((n * O + o) * OH + i) * OW + j] * x[((n * C + ci) * H + ih) * W + iw];
                                 acc += t;
                                 mag += fabs(t);
                             }
@@ -391,9 +400,7 @@ static void fill_tricky(float *x, int64_t n, uint32_t seed) {
     }
 }
 
-static int same_bits(const float *a, const float *b, int64_t n) {
-    return memcmp(a, b, (size_t)n * sizeof *a) == 0;
-}
+static int same_bits(const float *a, const float *b, int64_t n) { return memcmp(a, b, (size_t)n * sizeof *a) == 0; }
 
 /* Checks a maxpool or relu case bitwise against the reference. */
 static int check_pointwise(kcase *c, remat__pool *pool) {
@@ -442,8 +449,8 @@ static int rule_picks(const kcase *c) {
     const remat__shape *x = &g->nodes[n->in[0]].shape;
     if (n->op == REMAT__OP_LINEAR) return remat__dnnl_gemm_use(x->d[0], n->shape.d[1], x->d[1]);
     const remat__shape *w = &g->nodes[n->in[1]].shape;
-    remat__conv_dims cd = {x->d[0], x->d[1], x->d[2], x->d[3], w->d[0], w->d[2], w->d[3], n->shape.d[2],
-                           n->shape.d[3], n->iattr[0], n->iattr[1], n->n_in == 3, 0, 0};
+    remat__conv_dims cd = {x->d[0],       x->d[1],       x->d[2],     x->d[3],     w->d[0],      w->d[2], w->d[3],
+                           n->shape.d[2], n->shape.d[3], n->iattr[0], n->iattr[1], n->n_in == 3, 0,       0};
     size_t f, b;
     set_mode(2);
     return remat__dnnl_conv_use(&cd, remat__node_threads(g, n, nthreads_global), &f, &b);
@@ -455,7 +462,8 @@ static int rule_picks(const kcase *c) {
 static void bf16_table(int rounds, double peak) {
     printf("\nbf16 products, median of %d rounds: %%peak (float32 GEMM peak) of the float32 kernel the rule "
            "picks (fp32) and of oneDNN's bf16 kernel (bf16), ratio = fp32 time / bf16 time, and what the bf16 "
-           "policy runs (native: bf16 kernels, views: float32 views)\n", rounds);
+           "policy runs (native: bf16 kernels, views: float32 views)\n",
+           rounds);
     printf("%-34s %7s %7s %6s %7s %7s %6s %6s\n", "op", "fwd fp32", "bf16", "ratio", "bwd fp32", "bf16", "ratio",
            "policy");
     for (int i = 0; i < ncases; i++) {
@@ -534,8 +542,8 @@ int main(int argc, char **argv) {
         if (only && !strstr(convs[i].name, only)) continue;
         remat_graph *g;
         remat_graph_create(&g);
-        remat_node nd = conv_node(g, convs[i].n, convs[i].c, convs[i].h, convs[i].o, convs[i].k, convs[i].s,
-                                  convs[i].p, convs[i].bias);
+        remat_node nd = conv_node(g, convs[i].n, convs[i].c, convs[i].h, convs[i].o, convs[i].k, convs[i].s, convs[i].p,
+                                  convs[i].bias);
         add_case(convs[i].name, g, nd);
         if (with_bf16) add_bf16(&cases[ncases - 1]);
     }
@@ -543,12 +551,9 @@ int main(int argc, char **argv) {
         const char *name;
         int64_t n, in, out;
     } lins[] = {
-        {"cnn fc 3136->256 b128", 128, 3136, 256},
-        {"cnn fc 256->10 b128", 128, 256, 10},
-        {"vgg fc 512->512 b128", 128, 512, 512},
-        {"gpt2 qkv 768->2304 b4x256", 1024, 768, 2304},
-        {"gpt2 proj 768->768 b4x256", 1024, 768, 768},
-        {"gpt2 mlp 768->3072 b4x256", 1024, 768, 3072},
+        {"cnn fc 3136->256 b128", 128, 3136, 256},      {"cnn fc 256->10 b128", 128, 256, 10},
+        {"vgg fc 512->512 b128", 128, 512, 512},        {"gpt2 qkv 768->2304 b4x256", 1024, 768, 2304},
+        {"gpt2 proj 768->768 b4x256", 1024, 768, 768},  {"gpt2 mlp 768->3072 b4x256", 1024, 768, 3072},
         {"gpt2 mlp 3072->768 b4x256", 1024, 3072, 768},
     };
     for (size_t i = 0; i < sizeof lins / sizeof lins[0]; i++) {
@@ -673,12 +678,14 @@ int main(int argc, char **argv) {
     double peak = 2.0 * (double)gc.n * gc.n * gc.n * threads / best_pool / 1e9;
     double peak_ob = 2.0 * (double)big * big * big / best_ob / 1e9;
     printf("threads %d, best of %d rounds, %s time\n", threads, rounds, use_cpu_clock ? "CPU" : "wall");
-    printf("GEMM peak: %d x sgemm 1024^3 on the pool %.1f GFLOP/s; one sgemm 2048^3 on %d OpenBLAS threads %.1f GFLOP/s\n",
-           threads, peak, threads, peak_ob);
+    printf(
+        "GEMM peak: %d x sgemm 1024^3 on the pool %.1f GFLOP/s; one sgemm 2048^3 on %d OpenBLAS threads %.1f GFLOP/s\n",
+        threads, peak, threads, peak_ob);
     char dv[128];
     printf("OpenBLAS core %s; %s\n", openblas_get_corename(), remat__dnnl_describe(dv, sizeof dv));
     printf("\nproducts, median of %d rounds: %%peak of im2col+OpenBLAS (blas) and oneDNN (dnnl), ratio = blas "
-           "time / dnnl time, and what the rule picks\n", rounds);
+           "time / dnnl time, and what the rule picks\n",
+           rounds);
     printf("%-34s %7s %7s %6s %7s %7s %6s %5s\n", "op", "fwd blas", "dnnl", "ratio", "bwd blas", "dnnl", "ratio",
            "rule");
     for (int i = 0; i < ncases; i++) {
@@ -702,8 +709,8 @@ int main(int argc, char **argv) {
         kcase *c = &cases[i];
         if (c->product) continue;
         double gf = c->flops_fwd / c->best_fwd / 1e9, gb = c->flops_bwd / c->best_bwd / 1e9;
-        printf("%-34s %10.2f %9.1f %6.0f%% %10.2f %9.1f %6.0f%%\n", c->name, c->best_fwd * 1e3, gf,
-               100.0 * gf / peak, c->best_bwd * 1e3, gb, 100.0 * gb / peak);
+        printf("%-34s %10.2f %9.1f %6.0f%% %10.2f %9.1f %6.0f%%\n", c->name, c->best_fwd * 1e3, gf, 100.0 * gf / peak,
+               c->best_bwd * 1e3, gb, 100.0 * gb / peak);
     }
     printf("(backward FLOPs counted as twice the forward's: dx and dw; the first cnn conv has no dx in a "
            "model, here it does)\n");

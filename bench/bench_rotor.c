@@ -101,8 +101,8 @@ static int bench(int n, int slots) {
     }
     double cells = (double)(n + 1) * (n + 2) / 2 * (slots + 1);
     double inner = (double)n * n * n / 6 * (slots + 1);
-    printf("%6d %6d %10.3f s %9.1f MiB %8.2f ns/(cell*stage) %8.3f x  (budget %.0f%% of store-all, %d ops)\n", n,
-           slots, best, cells * 10 / 1048576.0, best * 1e9 / inner, remat_chain_plan_cost(p) / base,
+    printf("%6d %6d %10.3f s %9.1f MiB %8.2f ns/(cell*stage) %8.3f x  (budget %.0f%% of store-all, %d ops)\n", n, slots,
+           best, cells * 10 / 1048576.0, best * 1e9 / inner, remat_chain_plan_cost(p) / base,
            100.0 * (double)budget / (double)top, remat_chain_plan_length(p));
     remat_chain_plan_destroy(p);
     free(st);
@@ -110,8 +110,7 @@ static int bench(int n, int slots) {
 }
 
 int main(int argc, char **argv) {
-    printf("%6s %6s %12s %13s %24s %10s\n", "stages", "slots", "plan time", "table", "time/(L^3/6*S)",
-           "cost/nore");
+    printf("%6s %6s %12s %13s %24s %10s\n", "stages", "slots", "plan time", "table", "time/(L^3/6*S)", "cost/nore");
     int rc = 0;
     if (argc > 1) {
         for (int i = 1; i + 1 < argc; i += 2) rc |= bench(atoi(argv[i]), atoi(argv[i + 1]));

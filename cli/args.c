@@ -92,9 +92,18 @@ int cli_parse_size(const char *s, size_t *out) {
     static const struct {
         const char *unit;
         double mult;
-    } units[] = {{"", 1},          {"B", 1},           {"KiB", 1024.0},  {"MiB", 1048576.0},
-                 {"GiB", 1073741824.0}, {"TiB", 1099511627776.0}, {"KB", 1e3}, {"MB", 1e6},
-                 {"GB", 1e9},      {"TB", 1e12},       {"K", 1024.0},    {"M", 1048576.0},
+    } units[] = {{"", 1},
+                 {"B", 1},
+                 {"KiB", 1024.0},
+                 {"MiB", 1048576.0},
+                 {"GiB", 1073741824.0},
+                 {"TiB", 1099511627776.0},
+                 {"KB", 1e3},
+                 {"MB", 1e6},
+                 {"GB", 1e9},
+                 {"TB", 1e12},
+                 {"K", 1024.0},
+                 {"M", 1048576.0},
                  {"G", 1073741824.0}};
     for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
         if (strcasecmp(end, units[i].unit) == 0) {
@@ -111,10 +120,8 @@ const char *cli_fmt_bytes(size_t b, char *buf, size_t cap) {
     double v = (double)b;
     int i = 0;
     while (v >= 1024.0 && i < 4) v /= 1024.0, i++;
-    if (i == 0)
-        snprintf(buf, cap, "%zu B", b);
-    else
-        snprintf(buf, cap, "%.1f %s", v, u[i]);
+    if (i == 0) snprintf(buf, cap, "%zu B", b);
+    else snprintf(buf, cap, "%.1f %s", v, u[i]);
     return buf;
 }
 

@@ -17,7 +17,7 @@ typedef struct {
     size_t held, arena;              /* bytes held (arena + resident blocks), the arena */
     size_t device_used;              /* drop in the device's free bytes since before the session */
     int64_t recomputations;
-    double predicted_s;              /* calibrated: the cost model's step (forward,
+    double predicted_s; /* calibrated: the cost model's step (forward,
                                       * backward, recomputation, update); else 0 */
     char planner[16];
     char error[480];
@@ -36,12 +36,12 @@ typedef struct {
 typedef struct {
     remat_strategy strategy;
     size_t budget;
-    cli_proc proc;         /* the row's process: commands in, replies out */
+    cli_proc proc; /* the row's process: commands in, replies out */
     int alive;
-    reply last;            /* the final report, or the error */
-    double *times;         /* steps */
-    size_t rss;            /* ru_maxrss in bytes */
-    prof_line *prof;       /* --profile: the child's per-op times */
+    reply last;      /* the final report, or the error */
+    double *times;   /* steps */
+    size_t rss;      /* ru_maxrss in bytes */
+    prof_line *prof; /* --profile: the child's per-op times */
     int nprof;
 } row;
 

@@ -101,8 +101,7 @@ void bench_child(void *argp, int cmd, int res) {
                  remat_device_memory(so.device, &free0, &total) != REMAT_OK ||
                  (so.optim = &oo, remat_session_create(&s, g, m.loss, &so)) != REMAT_OK)
             bench_set_error(&r, remat_last_error());
-        else
-            bench_bind_synthetic(s, &m, &syn, 0, q, x, y);
+        else bench_bind_synthetic(s, &m, &syn, 0, q, x, y);
     }
     int setup_ok = r.ok;
     if (cli_write_all(res, &r, sizeof r) == 0 && setup_ok) {

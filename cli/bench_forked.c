@@ -94,7 +94,8 @@ static int ask(row *r, char c, reply *q) {
 static void read_profile(row *r) {
     char c = 'F';
     int n = 0;
-    if (cli_write_all(r->proc.cmd, &c, 1) != 0 || cli_read_all(r->proc.res, &n, sizeof n) != 0 || n < 0 || n > MAX_PROF) return;
+    if (cli_write_all(r->proc.cmd, &c, 1) != 0 || cli_read_all(r->proc.res, &n, sizeof n) != 0 || n < 0 || n > MAX_PROF)
+        return;
     r->prof = calloc((size_t)n + 1, sizeof *r->prof);
     if (!r->prof) return;
     for (int i = 0; i < n; i++)
@@ -125,8 +126,8 @@ static void print_profile(row *r, int64_t steps, double median) {
     for (int i = 0; i < r->nprof; i++) {
         double sps = r->prof[i].seconds / (double)steps;
         if (sps < 0.001 * tot) break; /* sorted: the rest are smaller */
-        printf("  %-18s %-10s %10.5f %6.1f%% %8.0f\n", r->prof[i].op, r->prof[i].kind, sps, tot > 0 ? 100.0 * sps / tot : 0.0,
-               (double)r->prof[i].count / (double)steps);
+        printf("  %-18s %-10s %10.5f %6.1f%% %8.0f\n", r->prof[i].op, r->prof[i].kind, sps,
+               tot > 0 ? 100.0 * sps / tot : 0.0, (double)r->prof[i].count / (double)steps);
     }
 }
 
@@ -260,8 +261,7 @@ static void print_row_text(const config *cf, const row *r, const row *b, double 
 
 /* The table's notes: predicted against measured step time, the profiles,
  * what the ratios are against. */
-static void print_notes(const bench_args *args, row *rows, const double *med, const char *base_name,
-                        size_t base_rss) {
+static void print_notes(const bench_args *args, row *rows, const double *med, const char *base_name, size_t base_rss) {
     int ns = args->ns;
     for (int k = 0, head = 0; k < ns; k++) {
         if (!rows[k].last.ok || rows[k].last.predicted_s <= 0) continue;

@@ -77,13 +77,21 @@ static int rank_row(const bench_args *args, const cli_dist *d, const remat_graph
         remat_session_plan(s, &p);
         struct rusage ru;
         getrusage(RUSAGE_SELF, &ru);
-        *me = (rank_report){.ok = 1, .median = bench_median(t, n), .reduce = bench_median(t + n, n),
-                            .wait = bench_median(t + 2 * n, n), .exposed = bench_median(t + 3 * n, n),
-                            .skew = bench_median(t + 4 * n, n), .predicted = p.predicted.peak[REMAT_MEM_TOTAL],
-                            .measured = meas.peak[REMAT_MEM_TOTAL], .act = meas.peak[REMAT_MEM_ACT],
-                            .held = remat_session_held_bytes(s), .comm = di.comm_bytes,
-                            .rss = (size_t)ru.ru_maxrss * 1024, .recomputations = p.recomputations,
-                            .buckets = di.buckets, .overlap = di.overlap};
+        *me = (rank_report){.ok = 1,
+                            .median = bench_median(t, n),
+                            .reduce = bench_median(t + n, n),
+                            .wait = bench_median(t + 2 * n, n),
+                            .exposed = bench_median(t + 3 * n, n),
+                            .skew = bench_median(t + 4 * n, n),
+                            .predicted = p.predicted.peak[REMAT_MEM_TOTAL],
+                            .measured = meas.peak[REMAT_MEM_TOTAL],
+                            .act = meas.peak[REMAT_MEM_ACT],
+                            .held = remat_session_held_bytes(s),
+                            .comm = di.comm_bytes,
+                            .rss = (size_t)ru.ru_maxrss * 1024,
+                            .recomputations = p.recomputations,
+                            .buckets = di.buckets,
+                            .overlap = di.overlap};
         snprintf(me->planner, sizeof me->planner, "%s", p.planner);
     }
     free(x), free(y), free(t);
@@ -239,8 +247,10 @@ int bench_ranks(bench_args *args, cli_dist *d) {
     }
     char line[200];
     if (!args->json && d->rank == 0)
-        fprintf(stderr, "benchmarking %s, batch %lld (micro-batches of %lld): %s; %d rows, %lld warm-up + %lld timed "
-                "steps each, one row after the other\n", cf->mo.name, (long long)cf->batch, (long long)cf->mo.batch,
+        fprintf(stderr,
+                "benchmarking %s, batch %lld (micro-batches of %lld): %s; %d rows, %lld warm-up + %lld timed "
+                "steps each, one row after the other\n",
+                cf->mo.name, (long long)cf->batch, (long long)cf->mo.batch,
                 cli_dist_line(d, cf->so.threads, line, sizeof line), ns, (long long)args->warmup,
                 (long long)args->steps);
     for (int k = 0; k < ns && !rc; k++) {
@@ -257,4 +267,3 @@ int bench_ranks(bench_args *args, cli_dist *d) {
     if (rc && d->rank == 0 && !args->json) cli_fail("some rows failed (see above)");
     return rc;
 }
-

@@ -35,21 +35,33 @@ int cli_data_shape(const char *data, int64_t *c, int64_t *h, int64_t *w);
  * hand every code from CLI_OPT_MODEL up to cli_model_arg, then call
  * cli_model_opts. */
 enum {
-    CLI_OPT_MODEL = 0x1000, CLI_OPT_BATCH, CLI_OPT_CLASSES, CLI_OPT_IMAGE, CLI_OPT_LAYERS, CLI_OPT_EMBD,
-    CLI_OPT_HEADS, CLI_OPT_CONTEXT, CLI_OPT_VOCAB, CLI_OPT_BASE_CHANNELS, CLI_OPT_DEPTH, CLI_OPT_DROPOUT_SCALE,
-    CLI_OPT_CHECKPOINT_BLOCKS, CLI_OPT_MODEL_END
+    CLI_OPT_MODEL = 0x1000,
+    CLI_OPT_BATCH,
+    CLI_OPT_CLASSES,
+    CLI_OPT_IMAGE,
+    CLI_OPT_LAYERS,
+    CLI_OPT_EMBD,
+    CLI_OPT_HEADS,
+    CLI_OPT_CONTEXT,
+    CLI_OPT_VOCAB,
+    CLI_OPT_BASE_CHANNELS,
+    CLI_OPT_DEPTH,
+    CLI_OPT_DROPOUT_SCALE,
+    CLI_OPT_CHECKPOINT_BLOCKS,
+    CLI_OPT_MODEL_END
 };
 
-#define CLI_MODEL_OPTIONS                                                                                   \
-    {"model", required_argument, 0, CLI_OPT_MODEL}, {"batch", required_argument, 0, CLI_OPT_BATCH},         \
-    {"classes", required_argument, 0, CLI_OPT_CLASSES}, {"image", required_argument, 0, CLI_OPT_IMAGE},     \
-    {"layers", required_argument, 0, CLI_OPT_LAYERS}, {"embd", required_argument, 0, CLI_OPT_EMBD},         \
-    {"heads", required_argument, 0, CLI_OPT_HEADS}, {"context", required_argument, 0, CLI_OPT_CONTEXT},     \
-    {"vocab", required_argument, 0, CLI_OPT_VOCAB},                                                         \
-    {"base-channels", required_argument, 0, CLI_OPT_BASE_CHANNELS},                                         \
-    {"depth", required_argument, 0, CLI_OPT_DEPTH},                                                         \
-    {"dropout-scale", required_argument, 0, CLI_OPT_DROPOUT_SCALE},                                         \
-    {"checkpoint-blocks", required_argument, 0, CLI_OPT_CHECKPOINT_BLOCKS}
+#define CLI_MODEL_OPTIONS                                                                                              \
+    {"model", required_argument, 0, CLI_OPT_MODEL}, {"batch", required_argument, 0, CLI_OPT_BATCH},                    \
+        {"classes", required_argument, 0, CLI_OPT_CLASSES}, {"image", required_argument, 0, CLI_OPT_IMAGE},            \
+        {"layers", required_argument, 0, CLI_OPT_LAYERS}, {"embd", required_argument, 0, CLI_OPT_EMBD},                \
+        {"heads", required_argument, 0, CLI_OPT_HEADS}, {"context", required_argument, 0, CLI_OPT_CONTEXT},            \
+        {"vocab", required_argument, 0, CLI_OPT_VOCAB},                                                                \
+        {"base-channels", required_argument, 0, CLI_OPT_BASE_CHANNELS},                                                \
+        {"depth", required_argument, 0, CLI_OPT_DEPTH},                                                                \
+        {"dropout-scale", required_argument, 0, CLI_OPT_DROPOUT_SCALE}, {                                              \
+        "checkpoint-blocks", required_argument, 0, CLI_OPT_CHECKPOINT_BLOCKS                                           \
+    }
 
 /* What the model options set; -1 (dropout_scale < 0) where not given. */
 typedef struct {
@@ -83,14 +95,13 @@ const char *cli_shape_str(const remat_graph *g, remat_node n, char *buf, size_t 
  * (token ids) uniform on [0, vocab), int32 labels uniform on [0, the
  * logits' last dimension) (classes, or the vocabulary). */
 typedef struct {
-    int64_t nx, ny;         /* elements of the input and labels (0: none) */
-    int x_int, y_int;       /* int32 nodes */
+    int64_t nx, ny;   /* elements of the input and labels (0: none) */
+    int x_int, y_int; /* int32 nodes */
     int64_t x_range, y_range;
     uint64_t seed;
 } cli_synth;
 
-int cli_synth_init(cli_synth *s, const remat_graph *g, const remat_model *m, const remat_model_opts *mo,
-                   uint64_t seed);
+int cli_synth_init(cli_synth *s, const remat_graph *g, const remat_model *m, const remat_model_opts *mo, uint64_t seed);
 /* A remat_batch_fn; user is a cli_synth. */
 remat_status cli_synth_next(void *user, int64_t step, void *input, void *labels);
 
@@ -100,24 +111,40 @@ remat_status cli_synth_next(void *user, int64_t step, void *input, void *labels)
  * grad, plan) in the getopt_long table, hand every code to
  * cli_session_arg, then call cli_session_opts. */
 enum {
-    CLI_OPT_THREADS = 0x1100, CLI_OPT_SEED, CLI_OPT_DEVICE, CLI_OPT_TF32, CLI_OPT_COST_MODEL, CLI_OPT_STRATEGY,
-    CLI_OPT_BUDGET, CLI_OPT_MICRO_BATCH, CLI_OPT_BUCKET, CLI_OPT_NO_OVERLAP, CLI_OPT_PRECISION, CLI_OPT_HOST_BUDGET,
-    CLI_OPT_PCIE_BANDWIDTH, CLI_OPT_PCIE_LATENCY, CLI_OPT_LEAST_WORKSPACE
+    CLI_OPT_THREADS = 0x1100,
+    CLI_OPT_SEED,
+    CLI_OPT_DEVICE,
+    CLI_OPT_TF32,
+    CLI_OPT_COST_MODEL,
+    CLI_OPT_STRATEGY,
+    CLI_OPT_BUDGET,
+    CLI_OPT_MICRO_BATCH,
+    CLI_OPT_BUCKET,
+    CLI_OPT_NO_OVERLAP,
+    CLI_OPT_PRECISION,
+    CLI_OPT_HOST_BUDGET,
+    CLI_OPT_PCIE_BANDWIDTH,
+    CLI_OPT_PCIE_LATENCY,
+    CLI_OPT_LEAST_WORKSPACE
 };
-#define CLI_SESSION_OPTIONS                                                                                \
-    {"threads", required_argument, 0, CLI_OPT_THREADS}, {"seed", required_argument, 0, CLI_OPT_SEED},       \
-    {"device", required_argument, 0, CLI_OPT_DEVICE}, {"tf32", no_argument, 0, CLI_OPT_TF32},               \
-    {"cost-model", required_argument, 0, CLI_OPT_COST_MODEL}, {"precision", required_argument, 0, CLI_OPT_PRECISION}, \
-    {"least-workspace", no_argument, 0, CLI_OPT_LEAST_WORKSPACE}
-#define CLI_PLAN_OPTIONS                                                                                   \
-    {"strategy", required_argument, 0, CLI_OPT_STRATEGY}, {"budget", required_argument, 0, CLI_OPT_BUDGET}, \
-    {"host-budget", required_argument, 0, CLI_OPT_HOST_BUDGET},                                             \
-    {"pcie-bandwidth", required_argument, 0, CLI_OPT_PCIE_BANDWIDTH},                                       \
-    {"pcie-latency", required_argument, 0, CLI_OPT_PCIE_LATENCY}
+#define CLI_SESSION_OPTIONS                                                                                            \
+    {"threads", required_argument, 0, CLI_OPT_THREADS}, {"seed", required_argument, 0, CLI_OPT_SEED},                  \
+        {"device", required_argument, 0, CLI_OPT_DEVICE}, {"tf32", no_argument, 0, CLI_OPT_TF32},                      \
+        {"cost-model", required_argument, 0, CLI_OPT_COST_MODEL},                                                      \
+        {"precision", required_argument, 0, CLI_OPT_PRECISION}, {                                                      \
+        "least-workspace", no_argument, 0, CLI_OPT_LEAST_WORKSPACE                                                     \
+    }
+#define CLI_PLAN_OPTIONS                                                                                               \
+    {"strategy", required_argument, 0, CLI_OPT_STRATEGY}, {"budget", required_argument, 0, CLI_OPT_BUDGET},            \
+        {"host-budget", required_argument, 0, CLI_OPT_HOST_BUDGET},                                                    \
+        {"pcie-bandwidth", required_argument, 0, CLI_OPT_PCIE_BANDWIDTH}, {                                            \
+        "pcie-latency", required_argument, 0, CLI_OPT_PCIE_LATENCY                                                     \
+    }
 /* Micro-batches and ranks: train and bench. */
-#define CLI_DIST_OPTIONS                                                                                   \
-    {"micro-batch", required_argument, 0, CLI_OPT_MICRO_BATCH}, {"bucket", required_argument, 0, CLI_OPT_BUCKET}, \
-    {"no-overlap", no_argument, 0, CLI_OPT_NO_OVERLAP}
+#define CLI_DIST_OPTIONS                                                                                               \
+    {"micro-batch", required_argument, 0, CLI_OPT_MICRO_BATCH}, {"bucket", required_argument, 0, CLI_OPT_BUCKET}, {    \
+        "no-overlap", no_argument, 0, CLI_OPT_NO_OVERLAP                                                               \
+    }
 
 typedef struct {
     int64_t threads, seed; /* default 0 (one per core), 42 */
@@ -125,16 +152,16 @@ typedef struct {
     const char *precision; /* default "fp32" */
     int tf32;
     int least_workspace;
-    const char *cost_model; /* NULL: the cached calibration, if any */
-    const char *strategy;   /* default "auto" */
-    size_t budget;          /* 0: none */
-    size_t host_budget;     /* --host-budget: pinned host bytes for offload, 0: none */
+    const char *cost_model;    /* NULL: the cached calibration, if any */
+    const char *strategy;      /* default "auto" */
+    size_t budget;             /* 0: none */
+    size_t host_budget;        /* --host-budget: pinned host bytes for offload, 0: none */
     double pcie_gbps, pcie_us; /* --pcie-bandwidth, --pcie-latency; < 0 unless given */
-    int check_device;       /* cli_session_opts checks the device is usable
+    int check_device;          /* cli_session_opts checks the device is usable
                              * (default 1; bench's parent must not touch a
                              * GPU before it forks) */
-    int64_t micro_batch;    /* 0: the batch over the ranks */
-    size_t bucket;          /* 0: the library's default */
+    int64_t micro_batch;       /* 0: the batch over the ranks */
+    size_t bucket;             /* 0: the library's default */
     int no_overlap;
 } cli_session_args;
 
@@ -179,8 +206,7 @@ int cli_dist_end(cli_dist *d, int rc);
 /* The micro-batch for a global batch over d's ranks: a->micro_batch, or
  * batch / ranks; a usage error for cmd (returns 2) when batch is not a
  * multiple of micro-batch x ranks. */
-int cli_dist_micro_batch(const cli_dist *d, const cli_session_args *a, int64_t batch, const char *cmd,
-                         int64_t *micro);
+int cli_dist_micro_batch(const cli_dist *d, const cli_session_args *a, int64_t batch, const char *cmd, int64_t *micro);
 /* "2 ranks on 1 host (vm), 1 thread per rank" */
 const char *cli_dist_line(const cli_dist *d, int threads, char *buf, size_t cap);
 /* "cpu, 2 threads" or "cuda (79.1 GiB free of 79.2 GiB)". */
@@ -248,8 +274,7 @@ double cli_now(void);
 /* `remat plan --host-budget` (cmd_plan_offload.c): the chain with and
  * without offload at mo's batch, then the step's plan with it. 0, or the
  * exit status (reported). */
-int cli_plan_offload(const remat_model_opts *mo, const remat_session_opts *so, const remat_offload_opts *oo,
-                     int json);
+int cli_plan_offload(const remat_model_opts *mo, const remat_session_opts *so, const remat_offload_opts *oo, int json);
 
 /* max_batch.c: the largest batch whose step fits so->budget with all, with
  * optimal, and with optimal costing at most max_overhead percent extra,

@@ -54,19 +54,29 @@ static int parse(bench_args *b, const cli_dist *d, int argc, char **argv) {
     cli_model_args_init(&ma);
     cli_session_args sa;
     cli_session_args_init(&sa);
-    static const struct option opts[] = {
-        CLI_MODEL_OPTIONS, CLI_SESSION_OPTIONS, CLI_DIST_OPTIONS,
-        {"data", required_argument, 0, 'd'},    {"strategies", required_argument, 0, 's'},
-        {"steps", required_argument, 0, 'n'},   {"warmup", required_argument, 0, 'w'},
-        {"json", no_argument, 0, 'j'},          {"help", no_argument, 0, 'h'},
-        {"budget", required_argument, 0, 'B'},  {"save-init", required_argument, 0, 'W'},
-        {"profile", no_argument, 0, 'P'},       {"prefetch", no_argument, 0, 'F'}, {0, 0, 0, 0}};
+    static const struct option opts[] = {CLI_MODEL_OPTIONS,
+                                         CLI_SESSION_OPTIONS,
+                                         CLI_DIST_OPTIONS,
+                                         {"data", required_argument, 0, 'd'},
+                                         {"strategies", required_argument, 0, 's'},
+                                         {"steps", required_argument, 0, 'n'},
+                                         {"warmup", required_argument, 0, 'w'},
+                                         {"json", no_argument, 0, 'j'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {"budget", required_argument, 0, 'B'},
+                                         {"save-init", required_argument, 0, 'W'},
+                                         {"profile", no_argument, 0, 'P'},
+                                         {"prefetch", no_argument, 0, 'F'},
+                                         {0, 0, 0, 0}};
     cli_opts co = {.cmd = "bench", .ma = &ma, .sa = &sa, .opts = opts, .shortopts = ":h"};
     for (int c; (c = cli_next_opt(&co, argc, argv)) > 0;) {
         int bad = 0;
         switch (c) {
         case 'd': b->data = optarg; break;
-        case 's': bad = strlen(optarg) >= sizeof b->list; if (!bad) strcpy(b->list, optarg); break;
+        case 's':
+            bad = strlen(optarg) >= sizeof b->list;
+            if (!bad) strcpy(b->list, optarg);
+            break;
         case 'n': bad = cli_parse_i64(optarg, &b->steps) || b->steps < 1 || b->steps > 1000000; break;
         case 'w': bad = cli_parse_i64(optarg, &b->warmup) || b->warmup < 0 || b->warmup > 1000000; break;
         case 'j': b->json = 1; break;

@@ -94,8 +94,7 @@ static int calibrate_model(remat_cost_model *m, const remat_model_opts *mo, int 
     remat_graph_destroy(g);
     if (st != REMAT_OK) return cli_fail("%s: %s", mo->name, remat_last_error());
     printf("%-18s batch %-4lld %4d new shape classes, %.1f s\n", mo->name, (long long)mo->batch,
-           remat_cost_model_n_ops(m) - before,
-           cli_now() - t0);
+           remat_cost_model_n_ops(m) - before, cli_now() - t0);
     return 0;
 }
 
@@ -160,8 +159,7 @@ int cmd_calibrate(int argc, char **argv) {
         switch (c) {
         case 'o': out = optarg; break;
         case 't':
-            if (cli_parse_i64(optarg, &threads) || threads < 0 || threads > 1024)
-                return cli_bad_value(&co, optarg, "");
+            if (cli_parse_i64(optarg, &threads) || threads < 0 || threads > 1024) return cli_bad_value(&co, optarg, "");
             break;
         case 's':
             if (cli_parse_i64(optarg, &steps) || steps < 1 || steps > 1000) return cli_bad_value(&co, optarg, "");
@@ -175,9 +173,11 @@ int cmd_calibrate(int argc, char **argv) {
     }
     if (co.rc) return co.rc;
     if (device != REMAT_DEVICE_CPU) {
-        if (with_model || with_zoo || out) return cli_usage_error("calibrate", "--device %s measures the host link "
-                                                                  "alone: no --model, --zoo or --out",
-                                                                  remat_device_str(device));
+        if (with_model || with_zoo || out)
+            return cli_usage_error("calibrate",
+                                   "--device %s measures the host link "
+                                   "alone: no --model, --zoo or --out",
+                                   remat_device_str(device));
         return calibrate_link(device, NULL);
     }
     remat_model_opts mo;

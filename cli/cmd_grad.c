@@ -80,7 +80,9 @@ int cmd_grad(int argc, char **argv) {
     cli_model_args_init(&ma);
     cli_session_args sa;
     cli_session_args_init(&sa);
-    static const struct option opts[] = {CLI_MODEL_OPTIONS, CLI_SESSION_OPTIONS, CLI_PLAN_OPTIONS,
+    static const struct option opts[] = {CLI_MODEL_OPTIONS,
+                                         CLI_SESSION_OPTIONS,
+                                         CLI_PLAN_OPTIONS,
                                          {"init-from", required_argument, 0, 'I'},
                                          {"batch-from", required_argument, 0, 'X'},
                                          {"out", required_argument, 0, 'o'},

@@ -63,8 +63,8 @@ static double arena_per_peak(const remat_plan_summary *p) {
 }
 
 /* Plans a session for the strategy and budget; fills the summary. */
-static remat_status plan_at(const remat_graph *g, remat_node loss, const remat_session_opts *base,
-                            remat_strategy st, size_t budget, const remat_optim_opts *oo, remat_plan_summary *p) {
+static remat_status plan_at(const remat_graph *g, remat_node loss, const remat_session_opts *base, remat_strategy st,
+                            size_t budget, const remat_optim_opts *oo, remat_plan_summary *p) {
     remat_session_opts so = *base;
     so.strategy = st;
     so.budget = budget;
@@ -96,9 +96,12 @@ static int write_svg(const char *path, const char *model, const point *opt, int 
     for (int i = 0; i < n; i++) ymax = opt[i].extra > ymax ? opt[i].extra : ymax;
     if (sq_ok && sq->extra > ymax) ymax = sq->extra;
     ymax *= 1.1;
-#define X(v) (L + ((v) - xmin) / (xmax - xmin) * (W - L - R))
+#define X(v) (L + ((v)-xmin) / (xmax - xmin) * (W - L - R))
 #define Y(v) (H - B - (v) / ymax * (H - T - B))
-    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\" font-size=\"12\">\n", W, H);
+    fprintf(f,
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" font-family=\"sans-serif\" "
+            "font-size=\"12\">\n",
+            W, H);
     fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
     fprintf(f, "<text x=\"%.0f\" y=\"22\" font-size=\"15\">%s: extra compute vs memory budget</text>\n", L, model);
     fprintf(f, "<line x1=\"%.0f\" y1=\"%.0f\" x2=\"%.0f\" y2=\"%.0f\" stroke=\"black\"/>\n", L, H - B, W - R, H - B);
@@ -110,19 +113,24 @@ static int write_svg(const char *path, const char *model, const point *opt, int 
         fprintf(f, "<line x1=\"%.0f\" y1=\"%.1f\" x2=\"%.0f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n", L, Y(yv), W - R, Y(yv));
     }
     fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"middle\">budget (MiB)</text>\n", (L + W - R) / 2, H - 18);
-    fprintf(f, "<text x=\"16\" y=\"%.0f\" transform=\"rotate(-90 16 %.0f)\" text-anchor=\"middle\">extra compute (%% of step FLOPs)</text>\n",
+    fprintf(f,
+            "<text x=\"16\" y=\"%.0f\" transform=\"rotate(-90 16 %.0f)\" text-anchor=\"middle\">extra compute (%% of "
+            "step FLOPs)</text>\n",
             (T + H - B) / 2, (T + H - B) / 2);
     fprintf(f, "<polyline fill=\"none\" stroke=\"#1f77b4\" stroke-width=\"2\" points=\"");
     for (int i = 0; i < n; i++) fprintf(f, "%.1f,%.1f ", X((double)opt[i].budget / 1048576.0), Y(opt[i].extra));
     fprintf(f, "\"/>\n");
     for (int i = 0; i < n; i++)
-        fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"#1f77b4\"/>\n", X((double)opt[i].budget / 1048576.0), Y(opt[i].extra));
+        fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"#1f77b4\"/>\n", X((double)opt[i].budget / 1048576.0),
+                Y(opt[i].extra));
     if (sq_ok)
         fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"8\" height=\"8\" fill=\"#d62728\"/>\n",
                 X((double)sq->peak / 1048576.0) - 4, Y(sq->extra) - 4);
     fprintf(f, "<circle cx=\"%.0f\" cy=\"%.0f\" r=\"4\" fill=\"#1f77b4\"/><text x=\"%.0f\" y=\"%.0f\">optimal</text>\n",
             W - 150, T + 10, W - 140, T + 14);
-    fprintf(f, "<rect x=\"%.0f\" y=\"%.0f\" width=\"8\" height=\"8\" fill=\"#d62728\"/><text x=\"%.0f\" y=\"%.0f\">sqrt (at its peak)</text>\n",
+    fprintf(f,
+            "<rect x=\"%.0f\" y=\"%.0f\" width=\"8\" height=\"8\" fill=\"#d62728\"/><text x=\"%.0f\" y=\"%.0f\">sqrt "
+            "(at its peak)</text>\n",
             W - 154, T + 24, W - 140, T + 32);
     fprintf(f, "</svg>\n");
 #undef X
@@ -179,13 +187,10 @@ static int plan_sweep(const remat_model_opts *mo, const remat_session_opts *so, 
         if (json) {
             printf("{\"budget_bytes\":%zu,\"optimal_held_bytes\":%zu,\"optimal_extra_percent\":%.4f", budget,
                    p.held_bytes, extra);
-            if (sq_fits)
-                printf(",\"sqrt_held_bytes\":%zu,\"sqrt_extra_percent\":%.4f", sq.held_bytes,
-                       sq_extra);
+            if (sq_fits) printf(",\"sqrt_held_bytes\":%zu,\"sqrt_extra_percent\":%.4f", sq.held_bytes, sq_extra);
             printf("}\n");
         } else if (sq_fits) {
-            printf("%14zu %14zu %10.2f %14zu %10.2f\n", budget, p.held_bytes, extra,
-                   sq.held_bytes, sq_extra);
+            printf("%14zu %14zu %10.2f %14zu %10.2f\n", budget, p.held_bytes, extra, sq.held_bytes, sq_extra);
         } else {
             printf("%14zu %14zu %10.2f %14s %10s\n", budget, p.held_bytes, extra, "-", "-");
         }
@@ -194,8 +199,7 @@ static int plan_sweep(const remat_model_opts *mo, const remat_session_opts *so, 
         printf("(extra %% = recomputed FLOPs / step FLOPs; sqrt needs %zu B; store-all needs %zu B)\n",
                sq_ok ? sq.held_bytes : (size_t)0, hi);
     if (plot && n > 1) {
-        point sp = {0, sq_ok ? sq.held_bytes : 0,
-                    sq_ok && sq.flops > 0 ? 100.0 * sq.extra_flops / sq.flops : 0.0};
+        point sp = {0, sq_ok ? sq.held_bytes : 0, sq_ok && sq.flops > 0 ? 100.0 * sq.extra_flops / sq.flops : 0.0};
         rc = write_svg(plot, mo->name, pts, n, &sp, sq_ok, hi);
         if (!rc && !json) printf("plot written to %s\n", plot);
     } else {
@@ -301,17 +305,23 @@ static int parse_args(int argc, char **argv, plan_args *a, int *rc) {
     cli_model_args_init(&a->ma);
     cli_session_args_init(&a->sa);
     a->sa.check_device = 0; /* a plan for a device that is not here is made without it */
-    static const struct option opts[] = {
-        CLI_MODEL_OPTIONS, CLI_SESSION_OPTIONS, CLI_PLAN_OPTIONS,
-        {"data", required_argument, 0, 'd'},     {"optim", required_argument, 0, 'o'},
-        {"verbose", no_argument, 0, 'v'},
-        {"json", no_argument, 0, 'j'},           {"help", no_argument, 0, 'h'},
-        {"sweep", no_argument, 0, 'S'},          {"plot", required_argument, 0, 'P'},
-        {"chain", required_argument, 0, 'C'},    {"slots", required_argument, 0, 'L'},
-        {"graph", required_argument, 0, 'G'},
-        {"max-batch", no_argument, 0, 'M'},      {"max-overhead", required_argument, 0, 'O'},
-        {"device-memory", required_argument, 0, 'D'},
-        {0, 0, 0, 0}};
+    static const struct option opts[] = {CLI_MODEL_OPTIONS,
+                                         CLI_SESSION_OPTIONS,
+                                         CLI_PLAN_OPTIONS,
+                                         {"data", required_argument, 0, 'd'},
+                                         {"optim", required_argument, 0, 'o'},
+                                         {"verbose", no_argument, 0, 'v'},
+                                         {"json", no_argument, 0, 'j'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {"sweep", no_argument, 0, 'S'},
+                                         {"plot", required_argument, 0, 'P'},
+                                         {"chain", required_argument, 0, 'C'},
+                                         {"slots", required_argument, 0, 'L'},
+                                         {"graph", required_argument, 0, 'G'},
+                                         {"max-batch", no_argument, 0, 'M'},
+                                         {"max-overhead", required_argument, 0, 'O'},
+                                         {"device-memory", required_argument, 0, 'D'},
+                                         {0, 0, 0, 0}};
     cli_opts co = {.cmd = "plan", .ma = &a->ma, .sa = &a->sa, .opts = opts, .shortopts = ":hv"};
     for (int c; (c = cli_next_opt(&co, argc, argv)) > 0;) {
         int bad = 0;
@@ -353,7 +363,9 @@ static int check_args(plan_args *a) {
     if (a->max_batch) {
         if (a->chain_file || a->sweep || a->verbose)
             return cli_usage_error("plan", "--max-batch plans a model's step at many batches: not with %s",
-                                   a->chain_file ? "--chain" : a->sweep ? "--sweep" : "--verbose");
+                                   a->chain_file ? "--chain"
+                                   : a->sweep    ? "--sweep"
+                                                 : "--verbose");
         if (!a->sa.budget) return cli_usage_error("plan", "--max-batch needs --budget");
         if (strcmp(a->sa.strategy, "auto") != 0)
             return cli_usage_error("plan", "--max-batch plans with all and optimal itself: drop --strategy");
@@ -361,16 +373,18 @@ static int check_args(plan_args *a) {
     if (a->sa.host_budget) {
         if (a->chain_file || a->graph_file || a->sweep || a->verbose)
             return cli_usage_error("plan", "--host-budget plans a model's step: not with %s",
-                                   a->chain_file ? "--chain" : a->graph_file ? "--graph" : a->sweep ? "--sweep"
-                                                                                                  : "--verbose");
+                                   a->chain_file   ? "--chain"
+                                   : a->graph_file ? "--graph"
+                                   : a->sweep      ? "--sweep"
+                                                   : "--verbose");
         if (!a->sa.budget) return cli_usage_error("plan", "--host-budget needs --budget or --device-memory");
         if (strcmp(a->sa.strategy, "auto") != 0)
             return cli_usage_error("plan", "--host-budget plans the chain itself: drop --strategy");
     }
     if (a->graph_file && (a->chain_file || a->sweep || a->max_batch || a->verbose))
         return cli_usage_error("plan", "--graph plans a traced step: not with %s",
-                               a->chain_file ? "--chain"
-                               : a->sweep    ? "--sweep"
+                               a->chain_file  ? "--chain"
+                               : a->sweep     ? "--sweep"
                                : a->max_batch ? "--max-batch"
                                               : "--verbose");
     if (a->chain_file && !a->graph_file && !a->sa.budget) return cli_usage_error("plan", "--chain needs --budget");
@@ -456,14 +470,14 @@ static void print_text(const plan_args *a, const remat_model_opts *mo, const rem
             remat_instr_info in;
             remat_session_schedule_instr(s, i, &in);
             const char *name = remat_node_name(g, in.node);
-            printf("%6lld  %-9s %-8s node %d %s%s%s%s\n", (long long)i, in.kind, *in.what ? in.what : "",
-                   (int)in.node, in.op, *name ? " '" : "", name, *name ? "'" : "");
+            printf("%6lld  %-9s %-8s node %d %s%s%s%s\n", (long long)i, in.kind, *in.what ? in.what : "", (int)in.node,
+                   in.op, *name ? " '" : "", name, *name ? "'" : "");
         }
         printf("\n");
     }
-    printf("model %s, batch %lld, device %s, strategy %s (schedule from %s%s%s%s): %lld boundaries kept\n",
-           mo->name, (long long)mo->batch, remat_device_str(so->device), remat_strategy_str(p->strategy),
-           p->planner, *p->candidate ? "; candidate " : "", p->candidate, "", (long long)p->kept_boundaries);
+    printf("model %s, batch %lld, device %s, strategy %s (schedule from %s%s%s%s): %lld boundaries kept\n", mo->name,
+           (long long)mo->batch, remat_device_str(so->device), remat_strategy_str(p->strategy), p->planner,
+           *p->candidate ? "; candidate " : "", p->candidate, "", (long long)p->kept_boundaries);
     printf("predicted peak of a training step:\n");
     for (int i = 0; i <= REMAT_MEM_TOTAL; i++)
         printf("  %-16s %12zu B  %s\n", remat_mem_str((remat_mem)i), p->predicted.peak[i],
@@ -481,8 +495,9 @@ static void print_text(const plan_args *a, const remat_model_opts *mo, const rem
     printf("recomputed: %lld nodes, %lld forward recomputations\n", (long long)p->recomputed_nodes,
            (long long)p->recomputations);
     printf("extra compute: %.4g GFLOP, %.1f%% over the %.4g GFLOP of a step without recomputation "
-           "(%.4g in all)\n", p->extra_flops / 1e9, p->flops > 0 ? 100.0 * p->extra_flops / p->flops : 0.0,
-           p->flops / 1e9, (p->flops + p->extra_flops) / 1e9);
+           "(%.4g in all)\n",
+           p->extra_flops / 1e9, p->flops > 0 ? 100.0 * p->extra_flops / p->flops : 0.0, p->flops / 1e9,
+           (p->flops + p->extra_flops) / 1e9);
     if (p->calibrated)
         printf("predicted step time: %.4g s, of which recomputation %.4g s (cost model %s)\n", p->seconds,
                p->extra_seconds, cost_used);

@@ -31,8 +31,7 @@ static char *read_graph_file(const char *path) {
     else if (sb.st_size > MAX_GRAPH_FILE)
         cli_fail("%s: %lld bytes; graph files of up to %lld bytes are read", path, (long long)sb.st_size,
                  (long long)MAX_GRAPH_FILE);
-    else if (!(buf = malloc((size_t)sb.st_size + 1)))
-        cli_fail("out of memory reading %s", path);
+    else if (!(buf = malloc((size_t)sb.st_size + 1))) cli_fail("out of memory reading %s", path);
     else if (cli_read_all(fd, buf, (size_t)sb.st_size) != 0) {
         cli_fail("cannot read %s", path);
         free(buf);
@@ -63,8 +62,8 @@ static void print_plan(const cJSON *p) {
     if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(p, "feasible"))) {
         if (cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(p, "floor")))
             printf("no plan fits the budget of %.0f bytes (%.1f MiB); the smallest feasible budget is %.0f bytes "
-                   "(%.1f MiB)\n", num(p, "budget"), num(p, "budget") / 1048576.0, num(p, "floor"),
-                   num(p, "floor") / 1048576.0);
+                   "(%.1f MiB)\n",
+                   num(p, "budget"), num(p, "budget") / 1048576.0, num(p, "floor"), num(p, "floor") / 1048576.0);
         else /* a fixed strategy: no search, no floor; the library says what it holds */
             printf("%s\n", str(p, "error"));
         return;

@@ -70,8 +70,7 @@ static void summary_text(const remat_offload_summary *r, size_t host_budget, con
     if (r->fits_without)
         printf("  without offload: fits, cost %.6g %s, device peak %s\n", r->cost_without, unit,
                cli_fmt_bytes(r->device_peak_without, b, sizeof b));
-    else
-        printf("  without offload: does not fit\n");
+    else printf("  without offload: does not fit\n");
     if (!r->fits) {
         printf("  with offload (host budget %s): does not fit\n", cli_fmt_bytes(host_budget, b, sizeof b));
         return;
@@ -119,12 +118,11 @@ static void plan_text(const remat_plan_summary *p, const char *unit) {
     printf("the step's plan (optimal, %s; what remat train runs): holds %s on the device (arena %s), %s of host "
            "memory, %lld values offloaded, %lld recomputations, cost %.6g %s (exposed copies %.6g)\n",
            p->candidate, cli_fmt_bytes(p->held_bytes, b, sizeof b), cli_fmt_bytes(p->arena_bytes, b2, sizeof b2),
-           cli_fmt_bytes(p->host_bytes, b3, sizeof b3), (long long)p->offloaded_values,
-           (long long)p->recomputations, p->seconds, unit, p->stall_seconds);
+           cli_fmt_bytes(p->host_bytes, b3, sizeof b3), (long long)p->offloaded_values, (long long)p->recomputations,
+           p->seconds, unit, p->stall_seconds);
 }
 
-int cli_plan_offload(const remat_model_opts *mo, const remat_session_opts *so, const remat_offload_opts *oo,
-                     int json) {
+int cli_plan_offload(const remat_model_opts *mo, const remat_session_opts *so, const remat_offload_opts *oo, int json) {
     remat_offload_summary r;
     remat_plan_summary p;
     int rc = report_at(mo, so, oo, &r);

@@ -164,8 +164,7 @@ static int check_writable(const char *path) {
         if (fd < 0)
             rc = cli_fail("cannot save the weights to %s: cannot create a file in its folder %s: %s", path, dir,
                           strerror(errno));
-        else
-            close(fd), unlink(probe);
+        else close(fd), unlink(probe);
     }
     free(dir), free(probe);
     return rc;
@@ -190,7 +189,7 @@ typedef struct {
     remat_model m;
     remat_dataset *train, *test;
     remat_tokens *tok;
-    remat_lock *save_lock; /* rank 0: --save's, from the start until it is written */
+    remat_lock *save_lock;                          /* rank 0: --save's, from the start until it is written */
     int64_t xd[REMAT_MAX_DIMS], ld[REMAT_MAX_DIMS]; /* the graph's input and logits */
     char shape[64];
 } job;
@@ -224,7 +223,8 @@ static void math_opts(const job *j, int threads, run_opts *ro) {
     run_add(ro, "--vocab", "%lld", (long long)mo->vocab);
     run_add(ro, "--base-channels", "%lld", (long long)mo->base_channels);
     run_add(ro, "--depth", "%lld", (long long)mo->depth);
-    run_add(ro, "--data", "%s", j->tokens ? "tokens" : j->data); /* a token file's identity is its contents (the library's) */
+    run_add(ro, "--data", "%s",
+            j->tokens ? "tokens" : j->data); /* a token file's identity is its contents (the library's) */
     run_add(ro, "--train-limit", "%lld", (long long)j->train_limit);
     run_add(ro, "--optim", "%s", j->optim);
     run_add(ro, "--lr", "%s", remat_float_str(j->oo.lr, fb, sizeof fb));
@@ -262,7 +262,8 @@ static int same_flags(job *j, const cli_dist *d) {
     if (j->keep >= 0) run_add(&ro, "--keep", "%lld", (long long)j->keep);
     else run_ref(&ro, "--keep", "(not given)");
     run_ref(&ro, "--save", j->save);
-    if (remat_comm_same(d->comm, ro.kv, "every rank must be given the same options that define the math and the "
+    if (remat_comm_same(d->comm, ro.kv,
+                        "every rank must be given the same options that define the math and the "
                         "course of the run") == REMAT_OK)
         return 0;
     if (d->rank == 0) fprintf(stderr, "remat: %s\n", remat_last_error());
@@ -278,19 +279,31 @@ static int parse_args(job *j, int argc, char **argv) {
     j->lr = -1, j->momentum = 0.9f, j->wd = -1;
     cli_model_args_init(&j->ma);
     cli_session_args_init(&j->sa);
-    static const struct option opts[] = {
-        CLI_MODEL_OPTIONS, CLI_SESSION_OPTIONS, CLI_PLAN_OPTIONS, CLI_DIST_OPTIONS,
-        {"data", required_argument, 0, 'd'},        {"data-dir", required_argument, 0, 'D'},
-        {"epochs", required_argument, 0, 'e'},      {"steps", required_argument, 0, 's'},
-        {"optim", required_argument, 0, 'o'},       {"lr", required_argument, 0, 'l'},
-        {"momentum", required_argument, 0, 'M'},    {"nesterov", no_argument, 0, 'N'},
-        {"weight-decay", required_argument, 0, 'w'}, {"log-every", required_argument, 0, 'E'},
-        {"train-limit", required_argument, 0, 'L'}, {"test-limit", required_argument, 0, 'T'},
-        {"save", required_argument, 0, 'W'},        {"init-from", required_argument, 0, 'I'},
-        {"state-dir", required_argument, 0, 'S'},   {"save-every", required_argument, 0, 'V'},
-        {"keep", required_argument, 0, 'K'},        {"resume", required_argument, 0, 'R'},
-        {"json", no_argument, 0, 'j'},              {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0}};
+    static const struct option opts[] = {CLI_MODEL_OPTIONS,
+                                         CLI_SESSION_OPTIONS,
+                                         CLI_PLAN_OPTIONS,
+                                         CLI_DIST_OPTIONS,
+                                         {"data", required_argument, 0, 'd'},
+                                         {"data-dir", required_argument, 0, 'D'},
+                                         {"epochs", required_argument, 0, 'e'},
+                                         {"steps", required_argument, 0, 's'},
+                                         {"optim", required_argument, 0, 'o'},
+                                         {"lr", required_argument, 0, 'l'},
+                                         {"momentum", required_argument, 0, 'M'},
+                                         {"nesterov", no_argument, 0, 'N'},
+                                         {"weight-decay", required_argument, 0, 'w'},
+                                         {"log-every", required_argument, 0, 'E'},
+                                         {"train-limit", required_argument, 0, 'L'},
+                                         {"test-limit", required_argument, 0, 'T'},
+                                         {"save", required_argument, 0, 'W'},
+                                         {"init-from", required_argument, 0, 'I'},
+                                         {"state-dir", required_argument, 0, 'S'},
+                                         {"save-every", required_argument, 0, 'V'},
+                                         {"keep", required_argument, 0, 'K'},
+                                         {"resume", required_argument, 0, 'R'},
+                                         {"json", no_argument, 0, 'j'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
     cli_opts co = {.cmd = "train", .ma = &j->ma, .sa = &j->sa, .opts = opts, .shortopts = ":h"};
     for (int c; (c = cli_next_opt(&co, argc, argv)) > 0;) {
         int bad = 0, fbad = 0; /* fbad: cli_parse_float's code for a float option */
@@ -379,18 +392,18 @@ static int check_data(job *j) {
                     remat_node_dtype(g, m->labels) == REMAT_I32;
     cli_shape_str(g, m->input, j->shape, sizeof j->shape);
     if (!j->data) {
-        if (j->classifier && nxd == 4 && j->xd[1] == 1 && j->xd[2] == 28 && j->xd[3] == 28)
-            j->data = "fashion-mnist";
+        if (j->classifier && nxd == 4 && j->xd[1] == 1 && j->xd[2] == 28 && j->xd[3] == 28) j->data = "fashion-mnist";
         else
             return cli_usage_error("train", "model '%s' needs --data: %s", j->mo.name,
-                                   j->lm ? "tokens:FILE, or synthetic"
-                                         : j->classifier ? "a data set (fashion-mnist, mnist, cifar10) or synthetic"
-                                                         : "synthetic");
+                                   j->lm           ? "tokens:FILE, or synthetic"
+                                   : j->classifier ? "a data set (fashion-mnist, mnist, cifar10) or synthetic"
+                                                   : "synthetic");
     }
     if (j->tokens && !j->lm)
-        return cli_usage_error("train", "tokens:FILE is for language models (input (batch, context) int32 token ids); "
-                               "model '%s' takes %s %s", j->mo.name,
-                               remat_node_dtype(g, m->input) == REMAT_I32 ? "int32" : "float", j->shape);
+        return cli_usage_error("train",
+                               "tokens:FILE is for language models (input (batch, context) int32 token ids); "
+                               "model '%s' takes %s %s",
+                               j->mo.name, remat_node_dtype(g, m->input) == REMAT_I32 ? "int32" : "float", j->shape);
     if (!j->stream && !j->classifier)
         return cli_usage_error("train", "model '%s' is not an image classifier: train it on %s", j->mo.name,
                                j->lm ? "tokens:FILE or synthetic data" : "synthetic data");
@@ -445,8 +458,8 @@ static void print_header(const job *j, const cli_dist *d, remat_session *s) {
     if (d->ranks > 1) {
         char rl[160];
         printf("%s\n", cli_dist_line(d, j->so.threads, rl, sizeof rl));
-        snprintf(split, sizeof split, " (%lld micro-batches of %lld, %lld per rank)", (long long)k,
-                 (long long)j->micro, (long long)(k / d->ranks));
+        snprintf(split, sizeof split, " (%lld micro-batches of %lld, %lld per rank)", (long long)k, (long long)j->micro,
+                 (long long)(k / d->ranks));
     } else if (k > 1) {
         snprintf(split, sizeof split, " (%lld micro-batches of %lld, gradients accumulated)", (long long)k,
                  (long long)j->micro);
@@ -470,8 +483,8 @@ static void print_header(const job *j, const cli_dist *d, remat_session *s) {
            cli_fmt_bytes(pred.peak[REMAT_MEM_ACT], b2, sizeof b2), cli_fmt_bytes(ps.held_bytes, b3, sizeof b3),
            d->ranks > 1 ? " per rank" : "");
     if (ps.offloaded_values)
-        printf("offload: %lld values copied to %s of host memory and back each step\n",
-               (long long)ps.offloaded_values, cli_fmt_bytes(ps.host_bytes, b1, sizeof b1));
+        printf("offload: %lld values copied to %s of host memory and back each step\n", (long long)ps.offloaded_values,
+               cli_fmt_bytes(ps.host_bytes, b1, sizeof b1));
     fflush(stdout);
 }
 
@@ -589,10 +602,13 @@ static int run(job *j, cli_dist *d) {
     rc = 1;
     so->threads = so->threads ? so->threads : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (!j->json && d->rank == 0) print_header(j, d, s);
-    cli_progress p = {.quiet = d->rank != 0, .json = j->json, .tty = isatty(2), .log_every = j->log_every,
-                  .tokens_per_row = j->lm ? j->xd[1] : 0};
-    remat_train_opts to = {.epochs = j->epochs, .steps = j->steps, .batch = j->batch, .seed = so->seed, .user = &p,
-                           .stop = &stop_signal};
+    cli_progress p = {.quiet = d->rank != 0,
+                      .json = j->json,
+                      .tty = isatty(2),
+                      .log_every = j->log_every,
+                      .tokens_per_row = j->lm ? j->xd[1] : 0};
+    remat_train_opts to = {
+        .epochs = j->epochs, .steps = j->steps, .batch = j->batch, .seed = so->seed, .user = &p, .stop = &stop_signal};
     char resume_dir[4096];
     const char *state_dir = state_dir_of(j, resume_dir, sizeof resume_dir);
     to.state_dir = state_dir;

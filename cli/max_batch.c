@@ -26,14 +26,14 @@
 #include <string.h>
 
 enum {
-    SCAN_ABOVE = 4,   /* batches planned above each answer */
-    MAX_PROBES = 256  /* plans in one search, all answers together */
+    SCAN_ABOVE = 4,  /* batches planned above each answer */
+    MAX_PROBES = 256 /* plans in one search, all answers together */
 };
 
 /* One planned (strategy, batch). */
 typedef struct {
     remat_strategy strategy;
-    int host;             /* planned with the host budget (offload) */
+    int host; /* planned with the host budget (offload) */
     int64_t batch;
     int fits;
     remat_plan_summary p; /* when it fits */
@@ -53,9 +53,9 @@ typedef struct {
 
 /* The answer for one criterion. */
 typedef struct {
-    int64_t batch;     /* 0: not even batch 1 qualifies */
-    const probe *at;   /* its plan; NULL when batch is 0 */
-    int at_bound;      /* the search's bound qualified: larger were not tried */
+    int64_t batch;   /* 0: not even batch 1 qualifies */
+    const probe *at; /* its plan; NULL when batch is 0 */
+    int at_bound;    /* the search's bound qualified: larger were not tried */
 } answer;
 
 /* Recomputation and exposed copies (offload) as a percentage of the step
@@ -146,8 +146,8 @@ static int plan_batch(search *s, remat_strategy st, int host, int64_t batch, con
     s->n++;
     char b[32];
     if (pr->fits)
-        fprintf(stderr, "remat: plan %-7s batch %8lld: fits, holds %s, extra %.1f%% (%.2f s)\n", name,
-                (long long)batch, cli_fmt_bytes(pr->p.held_bytes, b, sizeof b), overhead(s, &pr->p), cli_now() - t0);
+        fprintf(stderr, "remat: plan %-7s batch %8lld: fits, holds %s, extra %.1f%% (%.2f s)\n", name, (long long)batch,
+                cli_fmt_bytes(pr->p.held_bytes, b, sizeof b), overhead(s, &pr->p), cli_now() - t0);
     else
         fprintf(stderr, "remat: plan %-7s batch %8lld: does not fit (%.2f s)\n", name, (long long)batch,
                 cli_now() - t0);
@@ -233,8 +233,7 @@ static void answer_line(const char *label, const search *s, const answer *a, con
         return;
     }
     char h[48] = "";
-    if (a->at->p.offloaded_values)
-        snprintf(h, sizeof h, ", host %s", cli_fmt_bytes(a->at->p.host_bytes, b, sizeof b));
+    if (a->at->p.offloaded_values) snprintf(h, sizeof h, ", host %s", cli_fmt_bytes(a->at->p.host_bytes, b, sizeof b));
     printf("  %-26s batch %8lld  holds %12zu B (%s)%s, extra %.1f%%%s\n", label, (long long)a->batch,
            a->at->p.held_bytes, cli_fmt_bytes(a->at->p.held_bytes, b, sizeof b), h, overhead(s, &a->at->p),
            a->at_bound ? " (the search's bound)" : "");
@@ -276,7 +275,8 @@ static void print_text(const remat_model_opts *mo, const remat_session_opts *so,
                "model: `remat calibrate` measures one)\n");
     printf("search: doubling from batch %lld, then bisection; each answer qualifies and the %d batches above "
            "it do not (larger ones were not planned: optimal's fit and extra need not be monotone in the "
-           "batch); %d plans in %.1f s\n", (long long)start, SCAN_ABOVE, s->n, secs);
+           "batch); %d plans in %.1f s\n",
+           (long long)start, SCAN_ABOVE, s->n, secs);
 }
 
 int cli_plan_max_batch(const remat_model_opts *mo, int64_t start, const remat_session_opts *so, const char *optim,
@@ -294,8 +294,10 @@ int cli_plan_max_batch(const remat_model_opts *mo, int64_t start, const remat_se
     s->bound = ((int64_t)1 << 31) / per_sample;
     if (s->bound < 1) s->bound = 1;
     if (start > s->bound) {
-        rc = cli_usage_error("plan", "--batch %lld is above --max-batch's bound of %lld (a tensor of the step would "
-                             "pass 2^31 elements)", (long long)start, (long long)s->bound);
+        rc = cli_usage_error("plan",
+                             "--batch %lld is above --max-batch's bound of %lld (a tensor of the step would "
+                             "pass 2^31 elements)",
+                             (long long)start, (long long)s->bound);
         goto done;
     }
     double t0 = cli_now();

@@ -46,9 +46,7 @@ int cli_model_arg(cli_model_args *a, int c, const char *arg, int *bad) {
     int64_t *field = NULL;
     switch (c) {
     case CLI_OPT_MODEL: a->model = arg; return 1;
-    case CLI_OPT_IMAGE:
-        *bad = parse_image(arg, &a->channels, &a->height, &a->width) != 0;
-        return 1;
+    case CLI_OPT_IMAGE: *bad = parse_image(arg, &a->channels, &a->height, &a->width) != 0; return 1;
     case CLI_OPT_DROPOUT_SCALE:
         *bad = cli_parse_float(arg, &a->dropout_scale) || a->dropout_scale < 0 || a->dropout_scale > 1e6f;
         return 1;
@@ -143,19 +141,24 @@ int cli_model_check(const cli_model_args *a, const remat_graph *g, const remat_m
     cli_shape_str(g, m->input, shape, sizeof shape);
     const char *name = remat_model_describe(a->model) ? a->model : "?";
     if (nd >= 1 && a->batch > 0 && d[0] != a->batch && nd != 1)
-        return cli_usage_error(cmd, "model '%s' does not take --batch %lld: its input is %s", name,
-                               (long long)a->batch, shape);
+        return cli_usage_error(cmd, "model '%s' does not take --batch %lld: its input is %s", name, (long long)a->batch,
+                               shape);
     if (nd == 2 && remat_node_dtype(g, m->input) == REMAT_I32 && a->context > 0 && d[1] != a->context)
-        return cli_usage_error(cmd, "model '%s' ignores --context %lld: its input is %s%s", name,
-                               (long long)a->context, shape,
-                               strcmp(name, "gpt2-small") == 0 ? " (use --model gpt2 with size options)" : "");
+        return cli_usage_error(cmd, "model '%s' ignores --context %lld: its input is %s%s", name, (long long)a->context,
+                               shape, strcmp(name, "gpt2-small") == 0 ? " (use --model gpt2 with size options)" : "");
     if (a->height > 0 && (nd != 4 || d[2] != a->height || d[3] != a->width || (a->channels > 0 && d[1] != a->channels)))
         return cli_usage_error(cmd, "model '%s' does not take --image: its input is %s", name, shape);
     int tokens = remat_node_dtype(g, m->input) == REMAT_I32;
-    const char *transformer = a->layers > 0 ? "--layers" : a->embd > 0 ? "--embd" : a->heads > 0 ? "--heads"
-                              : a->context > 0 ? "--context" : a->vocab > 0 ? "--vocab" : NULL;
-    const char *images = a->classes > 0 ? "--classes" : a->base_channels > 0 ? "--base-channels"
-                         : a->depth > 0 ? "--depth" : NULL;
+    const char *transformer = a->layers > 0    ? "--layers"
+                              : a->embd > 0    ? "--embd"
+                              : a->heads > 0   ? "--heads"
+                              : a->context > 0 ? "--context"
+                              : a->vocab > 0   ? "--vocab"
+                                               : NULL;
+    const char *images = a->classes > 0         ? "--classes"
+                         : a->base_channels > 0 ? "--base-channels"
+                         : a->depth > 0         ? "--depth"
+                                                : NULL;
     if (!tokens && transformer)
         return cli_usage_error(cmd, "model '%s' is no transformer: %s is for gpt2", name, transformer);
     if (tokens && images)

@@ -41,8 +41,8 @@ static int check_full_names(const cli_opts *o, int argc, char **argv) {
         if (matches > 1)
             return cli_usage_error(o->cmd, "ambiguous option '--%.*s' (could be %s)", (int)len, name, could);
         if (matches == 1)
-            return cli_usage_error(o->cmd, "unknown option '--%.*s' (options are spelled in full: %s)", (int)len,
-                                   name, could);
+            return cli_usage_error(o->cmd, "unknown option '--%.*s' (options are spelled in full: %s)", (int)len, name,
+                                   could);
     }
     return 0;
 }

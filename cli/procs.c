@@ -80,17 +80,14 @@ size_t cli_proc_end(cli_proc *p, int *signal_no) {
     int status = 0;
     struct rusage ru;
     memset(&ru, 0, sizeof ru);
-    while (wait4(p->pid, &status, 0, &ru) < 0 && errno == EINTR) {
-    }
+    while (wait4(p->pid, &status, 0, &ru) < 0 && errno == EINTR) {}
     if (WIFSIGNALED(status)) *signal_no = WTERMSIG(status);
     if (p->res >= 0) close(p->res), p->res = -1;
     p->pid = 0;
     return (size_t)ru.ru_maxrss * 1024; /* Linux: KiB */
 }
 
-static void idle(void *arg, int cmd, int res) {
-    (void)arg, (void)cmd, (void)res;
-}
+static void idle(void *arg, int cmd, int res) { (void)arg, (void)cmd, (void)res; }
 
 size_t cli_idle_rss(void) {
     cli_proc p;

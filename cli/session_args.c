@@ -90,9 +90,10 @@ int cli_session_opts(const cli_session_args *a, const char *cmd, remat_session_o
         remat_device cd = remat_cost_model_device(cm);
         int ct = remat_cost_model_threads(cm);
         if (so->cost_model && (cd != so->device || (so->device == REMAT_DEVICE_CPU && ct != threads))) {
-            fprintf(stderr, "remat: the cached cost model %s was measured on the %s with %d threads, not the %s "
-                    "with %d; costing in FLOPs (remat calibrate --threads %d measures this one)\n", used,
-                    remat_device_str(cd), ct, remat_device_str(so->device), threads, threads);
+            fprintf(stderr,
+                    "remat: the cached cost model %s was measured on the %s with %d threads, not the %s "
+                    "with %d; costing in FLOPs (remat calibrate --threads %d measures this one)\n",
+                    used, remat_device_str(cd), ct, remat_device_str(so->device), threads, threads);
             so->cost_model = NULL;
             used = NULL;
         }
@@ -161,7 +162,8 @@ void cli_dist_help(const char *cmd) {
            "  --no-overlap        reduce the gradients after the backward pass, not during it\n"
            "                      (for measuring what the overlap hides)\n"
            "Under mpirun (mpirun -np 4 remat %s ...; several hosts: -H a,b) every rank\n"
-           "runs the command; rank 0 prints and writes files.\n", cmd);
+           "runs the command; rank 0 prints and writes files.\n",
+           cmd);
 }
 
 /* ---------------------------------------------------------------- ranks */
@@ -196,14 +198,13 @@ int cli_dist_end(cli_dist *d, int rc) {
     return rc;
 }
 
-int cli_dist_micro_batch(const cli_dist *d, const cli_session_args *a, int64_t batch, const char *cmd,
-                         int64_t *micro) {
+int cli_dist_micro_batch(const cli_dist *d, const cli_session_args *a, int64_t batch, const char *cmd, int64_t *micro) {
     int64_t m = a->micro_batch ? a->micro_batch : batch / d->ranks;
     if (m < 1 || batch % (m * d->ranks))
-        return a->micro_batch
-                   ? cli_usage_error(cmd, "--batch %lld is not a multiple of --micro-batch %lld x %d rank%s", (long long)batch,
-                                     (long long)m, d->ranks, d->ranks == 1 ? "" : "s")
-                   : cli_usage_error(cmd, "--batch %lld does not split evenly over %d ranks", (long long)batch, d->ranks);
+        return a->micro_batch ? cli_usage_error(cmd, "--batch %lld is not a multiple of --micro-batch %lld x %d rank%s",
+                                                (long long)batch, (long long)m, d->ranks, d->ranks == 1 ? "" : "s")
+                              : cli_usage_error(cmd, "--batch %lld does not split evenly over %d ranks",
+                                                (long long)batch, d->ranks);
     *micro = m;
     return 0;
 }

@@ -7,7 +7,7 @@
 
 /* What the display keeps between events. */
 typedef struct {
-    int quiet;       /* not rank 0: nothing to print */
+    int quiet; /* not rank 0: nothing to print */
     int json, tty;
     int64_t epochs_total;
     /* streams */

@@ -103,15 +103,14 @@ void cli_train_on_event(const remat_event *ev, void *user) {
         char bar[32];
         for (int k = 0; k < width; k++) bar[k] = k < fill ? '#' : '.';
         bar[width] = 0;
-        fprintf(stderr, "%sepoch %lld/%lld [%s] %lld/%lld loss %.4f %.0f img/s peak %s%s",
-                p->tty ? "\r" : "", (long long)ev->epoch + 1, (long long)p->epochs_total, bar,
-                (long long)i, (long long)n, ev->loss, ev->images_per_s,
-                cli_fmt_bytes(ev->peak_bytes, mem, sizeof mem), p->tty ? "\033[K" : "\n");
+        fprintf(stderr, "%sepoch %lld/%lld [%s] %lld/%lld loss %.4f %.0f img/s peak %s%s", p->tty ? "\r" : "",
+                (long long)ev->epoch + 1, (long long)p->epochs_total, bar, (long long)i, (long long)n, ev->loss,
+                ev->images_per_s, cli_fmt_bytes(ev->peak_bytes, mem, sizeof mem), p->tty ? "\033[K" : "\n");
         if (p->tty && i == n) fprintf(stderr, "\n");
         fflush(stderr);
     } else {
-        printf("epoch %lld: test loss %.4f, test accuracy %.2f%% (training %.1f s)\n",
-               (long long)ev->epoch + 1, ev->loss, 100.0 * ev->accuracy, ev->seconds);
+        printf("epoch %lld: test loss %.4f, test accuracy %.2f%% (training %.1f s)\n", (long long)ev->epoch + 1,
+               ev->loss, 100.0 * ev->accuracy, ev->seconds);
         fflush(stdout);
     }
 }
@@ -135,8 +134,7 @@ void cli_train_on_stream_event(const remat_event *ev, void *user) {
         char mem[32], rate[64];
         if (p->tokens_per_row)
             snprintf(rate, sizeof rate, "%.0f tokens/s", ev->images_per_s * (double)p->tokens_per_row);
-        else
-            snprintf(rate, sizeof rate, "%.1f samples/s", ev->images_per_s);
+        else snprintf(rate, sizeof rate, "%.1f samples/s", ev->images_per_s);
         printf("epoch %lld/%lld step %lld/%lld: loss %.4f (mean of %lld: %.4f), %.3f s/step, %s, peak %s\n",
                (long long)ev->epoch + 1, (long long)p->epochs_total, (long long)ev->step_in_epoch,
                (long long)ev->steps_in_epoch, ev->loss, (long long)p->window_n, p->window_loss / (double)p->window_n,

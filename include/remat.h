@@ -67,17 +67,17 @@ extern "C" {
 /* ---------------------------------------------------------------- status */
 
 /* X(name, code, description) */
-#define REMAT_STATUS_LIST(X)                                   \
-    X(OK, 0, "ok")                                             \
-    X(INVALID, -1, "invalid argument")                         \
-    X(SHAPE, -2, "shape mismatch")                             \
-    X(NOMEM, -3, "out of memory")                              \
-    X(IO, -4, "input/output error")                            \
-    X(FORMAT, -5, "malformed data")                            \
-    X(NOT_FOUND, -6, "not found")                              \
-    X(BUDGET, -7, "memory budget too small")                   \
-    X(UNSUPPORTED, -8, "unsupported")                          \
-    X(INTERNAL, -9, "internal error")                          \
+#define REMAT_STATUS_LIST(X)                                                                                           \
+    X(OK, 0, "ok")                                                                                                     \
+    X(INVALID, -1, "invalid argument")                                                                                 \
+    X(SHAPE, -2, "shape mismatch")                                                                                     \
+    X(NOMEM, -3, "out of memory")                                                                                      \
+    X(IO, -4, "input/output error")                                                                                    \
+    X(FORMAT, -5, "malformed data")                                                                                    \
+    X(NOT_FOUND, -6, "not found")                                                                                      \
+    X(BUDGET, -7, "memory budget too small")                                                                           \
+    X(UNSUPPORTED, -8, "unsupported")                                                                                  \
+    X(INTERNAL, -9, "internal error")                                                                                  \
     X(STOPPED, -10, "stopped on request")
 
 typedef enum {
@@ -101,21 +101,21 @@ REMAT_API remat_status remat_error(remat_status s, const char *fmt, ...) __attri
 /* ---------------------------------------------------------------- memory */
 
 /* X(name, description). Every tensor remat allocates carries one tag. */
-#define REMAT_MEM_LIST(X)                  \
-    X(PARAM, "parameters")                 \
-    X(GRAD, "gradients")                   \
-    X(OPTIM, "optimizer state")            \
-    X(ACT, "activations")                  \
-    X(TRANSIENT, "transient")              \
-    X(WORKSPACE, "workspace")              \
+#define REMAT_MEM_LIST(X)                                                                                              \
+    X(PARAM, "parameters")                                                                                             \
+    X(GRAD, "gradients")                                                                                               \
+    X(OPTIM, "optimizer state")                                                                                        \
+    X(ACT, "activations")                                                                                              \
+    X(TRANSIENT, "transient")                                                                                          \
+    X(WORKSPACE, "workspace")                                                                                          \
     X(COMM, "communication")
 
 typedef enum {
 #define REMAT__MEM_ENUM(name, desc) REMAT_MEM_##name,
     REMAT_MEM_LIST(REMAT__MEM_ENUM)
 #undef REMAT__MEM_ENUM
-    REMAT_MEM_TOTAL, /* index of the all-categories entry in remat_mem_stats */
-    REMAT_MEM_HOST,  /* offloaded values in the host's pinned memory: not
+        REMAT_MEM_TOTAL, /* index of the all-categories entry in remat_mem_stats */
+    REMAT_MEM_HOST,      /* offloaded values in the host's pinned memory: not
                       * device memory, so not in the total nor the budget
                       * (remat_session_opts.host_budget bounds it) */
     REMAT_MEM_COUNT
@@ -180,41 +180,31 @@ REMAT_API remat_status remat_node_set_name(remat_graph *g, remat_node n, const c
 
 /* Leaves. Names are copied. Parameter names are PyTorch state_dict names
  * ("features.0.weight"); they must be unique within the graph. */
-REMAT_API remat_node remat_input(remat_graph *g, const char *name, remat_dtype dtype,
-                       int ndim, const int64_t *dims);
-REMAT_API remat_node remat_param(remat_graph *g, const char *name, int ndim,
-                       const int64_t *dims, remat_init init, float a);
+REMAT_API remat_node remat_input(remat_graph *g, const char *name, remat_dtype dtype, int ndim, const int64_t *dims);
+REMAT_API remat_node remat_param(remat_graph *g, const char *name, int ndim, const int64_t *dims, remat_init init,
+                                 float a);
 /* Non-trainable state saved with the model (BatchNorm running stats). */
-REMAT_API remat_node remat_buffer(remat_graph *g, const char *name, int ndim,
-                        const int64_t *dims, remat_init init);
+REMAT_API remat_node remat_buffer(remat_graph *g, const char *name, int ndim, const int64_t *dims, remat_init init);
 
 /* Ops on explicit nodes. `b` may be REMAT_NONE where a bias is optional. */
 REMAT_API remat_node remat_linear_op(remat_graph *g, remat_node x, remat_node w,
-                           remat_node b); /* x (N,in) w (out,in) b (out) */
-REMAT_API remat_node remat_conv2d_op(remat_graph *g, remat_node x, remat_node w,
-                           remat_node b, int stride, int padding);
-REMAT_API remat_node remat_batchnorm2d_op(remat_graph *g, remat_node x,
-                                remat_node weight, remat_node bias,
-                                remat_node running_mean,
-                                remat_node running_var, float eps,
-                                float momentum);
+                                     remat_node b); /* x (N,in) w (out,in) b (out) */
+REMAT_API remat_node remat_conv2d_op(remat_graph *g, remat_node x, remat_node w, remat_node b, int stride, int padding);
+REMAT_API remat_node remat_batchnorm2d_op(remat_graph *g, remat_node x, remat_node weight, remat_node bias,
+                                          remat_node running_mean, remat_node running_var, float eps, float momentum);
 REMAT_API remat_node remat_relu(remat_graph *g, remat_node x);
-REMAT_API remat_node remat_maxpool2d(remat_graph *g, remat_node x, int kernel,
-                           int stride, int padding);
+REMAT_API remat_node remat_maxpool2d(remat_graph *g, remat_node x, int kernel, int stride, int padding);
 /* count_include_pad semantics, as PyTorch's default. */
-REMAT_API remat_node remat_avgpool2d(remat_graph *g, remat_node x, int kernel,
-                           int stride, int padding);
+REMAT_API remat_node remat_avgpool2d(remat_graph *g, remat_node x, int kernel, int stride, int padding);
 REMAT_API remat_node remat_global_avgpool(remat_graph *g, remat_node x); /* ->(N,C,1,1) */
 REMAT_API remat_node remat_dropout(remat_graph *g, remat_node x, float p);
 REMAT_API remat_node remat_flatten(remat_graph *g, remat_node x); /* (N,...)->(N,rest) */
-REMAT_API remat_node remat_reshape(remat_graph *g, remat_node x, int ndim,
-                         const int64_t *dims);
+REMAT_API remat_node remat_reshape(remat_graph *g, remat_node x, int ndim, const int64_t *dims);
 REMAT_API remat_node remat_add(remat_graph *g, remat_node a, remat_node b);
-REMAT_API remat_node remat_mul(remat_graph *g, remat_node a, remat_node b); /* elementwise */
+REMAT_API remat_node remat_mul(remat_graph *g, remat_node a, remat_node b);     /* elementwise */
 REMAT_API remat_node remat_concat(remat_graph *g, int n, const remat_node *xs); /* dim 1 */
 /* Mean cross-entropy of logits (N,C) against int32 labels (N). */
-REMAT_API remat_node remat_cross_entropy(remat_graph *g, remat_node logits,
-                               remat_node labels);
+REMAT_API remat_node remat_cross_entropy(remat_graph *g, remat_node logits, remat_node labels);
 /* Mean squared error over all elements. */
 REMAT_API remat_node remat_mse(remat_graph *g, remat_node pred, remat_node target);
 
@@ -237,19 +227,16 @@ REMAT_API remat_node remat_checkpoint_end(remat_graph *g, remat_node x);
 /* Layers: create the parameters with PyTorch's default initializers, named
  * "<name>.weight", "<name>.bias" (and "<name>.running_mean", ...), then the
  * op. */
-REMAT_API remat_node remat_linear(remat_graph *g, const char *name, remat_node x,
-                        int64_t out_features, int bias);
-REMAT_API remat_node remat_conv2d(remat_graph *g, const char *name, remat_node x,
-                        int64_t out_channels, int kernel, int stride,
-                        int padding, int bias);
+REMAT_API remat_node remat_linear(remat_graph *g, const char *name, remat_node x, int64_t out_features, int bias);
+REMAT_API remat_node remat_conv2d(remat_graph *g, const char *name, remat_node x, int64_t out_channels, int kernel,
+                                  int stride, int padding, int bias);
 REMAT_API remat_node remat_batchnorm2d(remat_graph *g, const char *name, remat_node x);
 
 /* ------------------------------------------------- transformer ops
  * PyTorch semantics, float32. */
 
 /* LayerNorm over the last dimension: x (..., C), weight and bias (C). */
-REMAT_API remat_node remat_layernorm_op(remat_graph *g, remat_node x, remat_node w,
-                              remat_node b, float eps);
+REMAT_API remat_node remat_layernorm_op(remat_graph *g, remat_node x, remat_node w, remat_node b, float eps);
 /* nn.LayerNorm(C) on x's last dimension: "<name>.weight" (ones) and
  * "<name>.bias" (zeros), eps 1e-5. */
 REMAT_API remat_node remat_layernorm(remat_graph *g, const char *name, remat_node x);
@@ -260,8 +247,7 @@ REMAT_API remat_node remat_gelu(remat_graph *g, remat_node x, int tanh_approx);
  * and no gradient: validate ids before binding them. */
 REMAT_API remat_node remat_embedding_op(remat_graph *g, remat_node ids, remat_node w);
 /* nn.Embedding(num, dim): "<name>.weight" (num, dim), N(0, 1). */
-REMAT_API remat_node remat_embedding(remat_graph *g, const char *name, remat_node ids,
-                           int64_t num, int64_t dim);
+REMAT_API remat_node remat_embedding(remat_graph *g, const char *name, remat_node ids, int64_t num, int64_t dim);
 /* Softmax over the last dimension. */
 REMAT_API remat_node remat_softmax(remat_graph *g, remat_node x);
 /* Causal multi-head self-attention: qkv (B, T, 3C), q, k and v
@@ -272,12 +258,10 @@ REMAT_API remat_node remat_softmax(remat_graph *g, remat_node x);
 REMAT_API remat_node remat_attention(remat_graph *g, remat_node qkv, int heads);
 /* torch.permute: output dimension i is input dimension perm[i]; ndim must
  * be the input's. A copy. */
-REMAT_API remat_node remat_permute(remat_graph *g, remat_node x, int ndim,
-                         const int *perm);
+REMAT_API remat_node remat_permute(remat_graph *g, remat_node x, int ndim, const int *perm);
 REMAT_API remat_node remat_transpose(remat_graph *g, remat_node x, int d0, int d1);
 /* x.narrow(dim, start, len): a copy. */
-REMAT_API remat_node remat_slice(remat_graph *g, remat_node x, int dim, int64_t start,
-                       int64_t len);
+REMAT_API remat_node remat_slice(remat_graph *g, remat_node x, int dim, int64_t start, int64_t len);
 /* x + b, b's shape being x's trailing dimensions (b repeats over the
  * leading ones, as in PyTorch broadcasting). */
 REMAT_API remat_node remat_add_broadcast(remat_graph *g, remat_node x, remat_node b);
@@ -345,20 +329,20 @@ REMAT_API void remat_host_free(remat_device d, void *p);
 /* ------------------------------------------------------------ cost model */
 
 /* Op families, each with its own measured throughput. X(name, "name") */
-#define REMAT_FAMILY_LIST(X)      \
-    X(LINEAR, "linear")           \
-    X(CONV, "conv")               \
-    X(NORM, "norm")               \
-    X(POINTWISE, "pointwise")     \
-    X(POOL, "pool")               \
-    X(COPY, "copy")               \
+#define REMAT_FAMILY_LIST(X)                                                                                           \
+    X(LINEAR, "linear")                                                                                                \
+    X(CONV, "conv")                                                                                                    \
+    X(NORM, "norm")                                                                                                    \
+    X(POINTWISE, "pointwise")                                                                                          \
+    X(POOL, "pool")                                                                                                    \
+    X(COPY, "copy")                                                                                                    \
     X(LOSS, "loss")
 
 typedef enum {
 #define REMAT__FAMILY_ENUM(name, str) REMAT_FAMILY_##name,
     REMAT_FAMILY_LIST(REMAT__FAMILY_ENUM)
 #undef REMAT__FAMILY_ENUM
-    REMAT_FAMILY_COUNT
+        REMAT_FAMILY_COUNT
 } remat_family;
 
 REMAT_API const char *remat_family_str(remat_family f);
@@ -371,7 +355,7 @@ REMAT_API const char *remat_family_str(remat_family f);
  * op's inputs were often just made. 0 in rec_s: not measured, fwd_s. */
 typedef struct {
     uint64_t cls;
-    int op;             /* the op's index in the op table (its name in files) */
+    int op; /* the op's index in the op table (its name in files) */
     double fwd_s, bwd_s, rec_s;
 } remat_op_time;
 
@@ -496,9 +480,9 @@ typedef struct {
     remat_optim_kind kind;
     float lr;
     float weight_decay;
-    float momentum;  /* SGD */
-    float dampening; /* SGD */
-    int nesterov;    /* SGD */
+    float momentum;          /* SGD */
+    float dampening;         /* SGD */
+    int nesterov;            /* SGD */
     float beta1, beta2, eps; /* AdamW */
 } remat_optim_opts;
 
@@ -509,18 +493,18 @@ REMAT_API void remat_optim_opts_default(remat_optim_opts *o, remat_optim_kind ki
 typedef struct remat_comm remat_comm;
 
 typedef struct {
-    int threads;             /* kernel threads; 0 = one per core */
-    uint64_t seed;           /* parameter initialization and dropout */
-    remat_strategy strategy; /* default REMAT_STRATEGY_AUTO */
-    size_t budget;           /* peak bytes a step may hold, 0 = no limit */
+    int threads;                        /* kernel threads; 0 = one per core */
+    uint64_t seed;                      /* parameter initialization and dropout */
+    remat_strategy strategy;            /* default REMAT_STRATEGY_AUTO */
+    size_t budget;                      /* peak bytes a step may hold, 0 = no limit */
     const remat_cost_model *cost_model; /* copied; NULL = FLOPs alone */
-    remat_device device;     /* default REMAT_DEVICE_CPU */
-    remat_precision precision; /* default REMAT_PRECISION_FP32 */
-    int tf32;                /* CUDA: let cuBLAS and cuDNN use TF32 tensor
+    remat_device device;                /* default REMAT_DEVICE_CPU */
+    remat_precision precision;          /* default REMAT_PRECISION_FP32 */
+    int tf32;                           /* CUDA: let cuBLAS and cuDNN use TF32 tensor
                               * cores for float32 products (faster, about
                               * 1e-3 relative error); off by default, as
                               * in PyTorch for convolutions and matmuls */
-    int least_workspace;     /* CUDA: each convolution takes the deterministic
+    int least_workspace;                /* CUDA: each convolution takes the deterministic
                               * cuDNN algorithm that needs the least
                               * workspace (most often none) instead of the
                               * fastest within its cap: a lower smallest
@@ -528,11 +512,11 @@ typedef struct {
                               * peak (small models), slower convolutions and
                               * other bits (every plan under one setting
                               * gives the same bits); off by default */
-    const remat_optim_opts *optim; /* copied; the optimizer, whose state is
+    const remat_optim_opts *optim;      /* copied; the optimizer, whose state is
                               * allocated with the parameters so that the
                               * first plan and its budget count it; NULL:
                               * none until remat_session_set_optimizer */
-    int plan_only;           /* plan without memory (and, for a device that
+    int plan_only;                      /* plan without memory (and, for a device that
                               * is not here, without the device: what its
                               * libraries would choose is estimated,
                               * remat_plan_summary.estimated_nodes): the
@@ -545,34 +529,34 @@ typedef struct {
                               * batch searches) in milliseconds */
     /* Micro-batches and ranks ("several processes" below). The graph's
      * batch is one micro-batch; a step is micro_batches of them. */
-    remat_comm *comm;        /* borrowed: the ranks this session trains
+    remat_comm *comm;            /* borrowed: the ranks this session trains
                               * with, each with its own session of the same
                               * graph and options; it must outlive the
                               * session. NULL: this process alone */
-    int64_t micro_batches;   /* micro-batches per optimizer step over all
+    int64_t micro_batches;       /* micro-batches per optimizer step over all
                               * ranks (global batch / micro-batch); 0: one
                               * per rank. A multiple of the rank count */
-    size_t bucket_bytes;     /* gradient bytes per reduction bucket (0:
+    size_t bucket_bytes;         /* gradient bytes per reduction bucket (0:
                               * 1 MiB) */
-    int reduce_after_backward; /* start every bucket's reduction after the
+    int reduce_after_backward;   /* start every bucket's reduction after the
                               * backward pass instead of as soon as its
                               * gradients are final (no overlap: for
                               * measuring what the overlap hides) */
-    int recompute_once;      /* optimal: only schedules that recompute each
+    int recompute_once;          /* optimal: only schedules that recompute each
                               * node at most once, as a framework that
                               * keeps what it recomputed until its last use
                               * runs them (the Python package's plans) */
-    size_t *floor_out;       /* borrowed, may be NULL: when the optimal
+    size_t *floor_out;           /* borrowed, may be NULL: when the optimal
                               * strategy finds no schedule within the
                               * budget (REMAT_BUDGET), the smallest budget
                               * that fits is written here */
-    int prefetch;            /* on a GPU: hold one more block, of the
+    int prefetch;                /* on a GPU: hold one more block, of the
                               * inputs' bytes (counted in the plan and its
                               * budget, category communication), into which
                               * remat_session_bind_next's data is copied on
                               * a second stream while a run computes. The
                               * CPU has nothing to overlap: ignored there */
-    size_t host_budget;      /* optimal, with a budget: pinned host bytes
+    size_t host_budget;          /* optimal, with a budget: pinned host bytes
                               * the step may offload kept values to (copied
                               * out after their stage's forward and back
                               * before its backward, on a copy engine:
@@ -581,14 +565,14 @@ typedef struct {
                               * no offload. On the CPU the "host" is a
                               * second block of the same memory, which
                               * tests the schedule without saving any */
-    double host_bandwidth;   /* the host link's bytes/s each way that the
+    double host_bandwidth;       /* the host link's bytes/s each way that the
                               * planner costs copies at; 0: the cost
                               * model's measured link, else
                               * REMAT_PCIE_BANDWIDTH */
-    double host_latency;     /* seconds per copy; < 0: the cost model's,
+    double host_latency;         /* seconds per copy; < 0: the cost model's,
                               * else REMAT_PCIE_LATENCY
                               * (remat_session_opts_default sets -1) */
-    int grads_resident;      /* a traced step (a graph file) whose framework
+    int grads_resident;          /* a traced step (a graph file) whose framework
                               * holds every parameter's gradient from the
                               * step's start (gradient accumulation over
                               * micro-steps, PyTorch's zero_grad(set_to_none=
@@ -621,9 +605,8 @@ REMAT_API int remat_blas_threads(void);
  * trainable parameter does not influence the loss (naming it), or with
  * REMAT_BUDGET, naming the bytes required, if the step's predicted peak is
  * above the budget. The graph must outlive the session. */
-REMAT_API remat_status remat_session_create(remat_session **out, const remat_graph *g,
-                                  remat_node loss,
-                                  const remat_session_opts *o);
+REMAT_API remat_status remat_session_create(remat_session **out, const remat_graph *g, remat_node loss,
+                                            const remat_session_opts *o);
 REMAT_API void remat_session_destroy(remat_session *s);
 /* The graph the session was created from (not owned by the session). */
 REMAT_API const remat_graph *remat_session_graph(const remat_session *s);
@@ -638,8 +621,7 @@ REMAT_API const remat_graph *remat_session_graph(const remat_session *s);
  * (remat_evaluate, remat_train, remat_train_stream, remat_train_tokens)
  * restore the caller's bindings before they return, on success and on
  * failure alike. */
-REMAT_API remat_status remat_session_bind(remat_session *s, remat_node input,
-                                const void *data);
+REMAT_API remat_status remat_session_bind(remat_session *s, remat_node input, const void *data);
 /* Names data as input's binding for the next run (step or forward), so
  * that a session made with opts.prefetch copies it to the device while the
  * current one computes: the next run that binds input to that same pointer
@@ -668,8 +650,7 @@ REMAT_API remat_status remat_session_step(remat_session *s, float *loss);
  * and running-statistics update, dropout active); train=0 evaluation mode.
  * `fetch` (or REMAT_NONE) is a node whose value is copied to `out`
  * (its numel floats). loss may be NULL. */
-REMAT_API remat_status remat_session_forward(remat_session *s, int train, float *loss,
-                                   remat_node fetch, float *out);
+REMAT_API remat_status remat_session_forward(remat_session *s, int train, float *loss, remat_node fetch, float *out);
 
 /* Parameters and buffers, in graph order. On the CPU, the pointers are
  * owned by the session and valid for its lifetime, and writing through
@@ -697,8 +678,7 @@ REMAT_API remat_status remat_session_read_param(remat_session *s, int i, remat_p
 REMAT_API remat_status remat_session_write_param(remat_session *s, int i, const float *src);
 
 REMAT_API int remat_session_param_count(const remat_session *s);
-REMAT_API remat_status remat_session_param(const remat_session *s, int i,
-                                 remat_param_info *out);
+REMAT_API remat_status remat_session_param(const remat_session *s, int i, remat_param_info *out);
 /* Index of the parameter or buffer with this name, or -1. */
 REMAT_API int remat_session_find_param(const remat_session *s, const char *name);
 
@@ -721,47 +701,47 @@ REMAT_API int remat_session_value_dtype(const remat_session *s, remat_node n);
 /* A summary of the training step's schedule. */
 typedef struct {
     remat_strategy strategy;
-    remat_mem_stats predicted;  /* peaks per category (simulated) */
-    size_t arena_bytes;         /* the step's values placed in one arena:
+    remat_mem_stats predicted; /* peaks per category (simulated) */
+    size_t arena_bytes;        /* the step's values placed in one arena:
                                  * at least their peak, more where the
                                  * placement leaves gaps */
-    size_t held_bytes;          /* arena + parameters, gradients and
+    size_t held_bytes;         /* arena + parameters, gradients and
                                  * optimizer state as allocated: what the
                                  * step holds, what the budget bounds */
-    const char *placement;      /* static: the arena placement that won
+    const char *placement;     /* static: the arena placement that won
                                  * ("by-size" or "in-order") */
-    int64_t instructions;       /* forward, backward and free instructions */
-    int64_t forwards;           /* forward computations, recomputations included */
-    int64_t recomputations;     /* forwards of a node after its first */
-    int64_t recomputed_nodes;   /* distinct nodes recomputed */
-    int64_t kept_boundaries;    /* nodes kept that recomputations start from */
-    double flops;               /* forward + backward FLOPs without recomputation */
-    double extra_flops;         /* FLOPs of the recomputations */
-    int calibrated;             /* seconds below are seconds (else FLOPs) */
-    double seconds;             /* predicted cost of the step's forward and
+    int64_t instructions;      /* forward, backward and free instructions */
+    int64_t forwards;          /* forward computations, recomputations included */
+    int64_t recomputations;    /* forwards of a node after its first */
+    int64_t recomputed_nodes;  /* distinct nodes recomputed */
+    int64_t kept_boundaries;   /* nodes kept that recomputations start from */
+    double flops;              /* forward + backward FLOPs without recomputation */
+    double extra_flops;        /* FLOPs of the recomputations */
+    int calibrated;            /* seconds below are seconds (else FLOPs) */
+    double seconds;            /* predicted cost of the step's forward and
                                  * backward, recomputation included (cost
                                  * model) */
-    double extra_seconds;       /* of which recomputation */
-    double update_seconds;      /* calibrated, with an optimizer whose update
+    double extra_seconds;      /* of which recomputation */
+    double update_seconds;     /* calibrated, with an optimizer whose update
                                  * was measured: the predicted update (else 0);
                                  * a training step is seconds + this */
-    const char *planner;        /* static: what made the schedule: "levels"
+    const char *planner;       /* static: what made the schedule: "levels"
                                    (all, manual, sqrt), "chain" (rotor's DP
                                    over stages), "dtr" (the DAG fallback) or
                                    "keep-expensive" (linear/conv outputs
                                    kept, cheap values recomputed) */
-    char candidate[48];         /* optimal: the candidate family and member
+    char candidate[48];        /* optimal: the candidate family and member
                                    that won ("chain 7/24", "sqrt 1/1"); ""
                                    for the other strategies */
-    size_t host_bytes;          /* pinned host memory the step holds for
+    size_t host_bytes;         /* pinned host memory the step holds for
                                  * offloaded values (their placed block):
                                  * what opts.host_budget bounds; 0 without
                                  * offload */
-    int64_t offloaded_values;   /* values copied to the host and back per step */
-    double stall_seconds;       /* predicted copy time not hidden behind
+    int64_t offloaded_values;  /* values copied to the host and back per step */
+    double stall_seconds;      /* predicted copy time not hidden behind
                                  * compute, in the units of `seconds` (0
                                  * without offload); included in `seconds` */
-    int64_t estimated_nodes;    /* nodes whose workspace bytes are estimates
+    int64_t estimated_nodes;   /* nodes whose workspace bytes are estimates
                                    (upper bounds): a plan-only session for a
                                    device that is not here, whose libraries
                                    (cuDNN) could not be asked; 0 otherwise */
@@ -777,18 +757,18 @@ REMAT_API remat_status remat_session_plan(const remat_session *s, remat_plan_sum
  * figures: not simulated by the memory plan, and not executed (no
  * session runs offload; its schedules never hold any). */
 typedef struct {
-    size_t budget;       /* device bytes a step may hold (0: the session's) */
-    size_t host_budget;  /* pinned host bytes offload may hold; 0: none */
-    double bandwidth;    /* host link, bytes/s each way; 0: the cost
+    size_t budget;      /* device bytes a step may hold (0: the session's) */
+    size_t host_budget; /* pinned host bytes offload may hold; 0: none */
+    double bandwidth;   /* host link, bytes/s each way; 0: the cost
                           * model's measured link, else REMAT_PCIE_BANDWIDTH */
-    double latency;      /* seconds per copy; < 0: the cost model's, else
+    double latency;     /* seconds per copy; < 0: the cost model's, else
                           * REMAT_PCIE_LATENCY */
-    double flops_per_s;  /* an uncalibrated cost model's FLOPs per second,
+    double flops_per_s; /* an uncalibrated cost model's FLOPs per second,
                           * to cost copies in FLOPs; 0: the device's
                           * default (REMAT_CUDA_FLOPS, REMAT_CPU_FLOPS) */
-    int slots;           /* device memory slots of the DP; 0: 500 or fewer
+    int slots;          /* device memory slots of the DP; 0: 500 or fewer
                           * (as the tables' size allows) */
-    int host_slots;      /* host memory slots of the DP; 0: 16 */
+    int host_slots;     /* host memory slots of the DP; 0: 16 */
 } remat_offload_opts;
 
 #define REMAT_PCIE_BANDWIDTH 25e9 /* bytes/s: PCIe 4.0 x16 pinned copies, nominal */
@@ -799,21 +779,21 @@ typedef struct {
 REMAT_API void remat_offload_opts_default(remat_offload_opts *o);
 
 typedef struct {
-    int stages;                /* of the chain */
-    int fits, fits_without;    /* a chain plan fits the budget with offload / without */
-    size_t chain_budget;       /* the budget less the parameters, gradients and
+    int stages;             /* of the chain */
+    int fits, fits_without; /* a chain plan fits the budget with offload / without */
+    size_t chain_budget;    /* the budget less the parameters, gradients and
                                 * optimizer state: what the chain model gets */
-    size_t device_peak;        /* with offload: the chain model's peak (copies in flight included) */
+    size_t device_peak;     /* with offload: the chain model's peak (copies in flight included) */
     size_t device_peak_without;
-    size_t host_peak;          /* pinned host bytes at the peak */
-    size_t host_copied;        /* bytes copied out (and back) per step */
-    int offloaded;             /* stages whose kept values go to the host */
-    double cost, cost_without; /* the chain's step under the cost model (seconds
+    size_t host_peak;                       /* pinned host bytes at the peak */
+    size_t host_copied;                     /* bytes copied out (and back) per step */
+    int offloaded;                          /* stages whose kept values go to the host */
+    double cost, cost_without;              /* the chain's step under the cost model (seconds
                                 * when calibrated, else FLOPs), exposed copies included */
-    double stall;              /* of cost: exposed copy time, same units */
-    double stall_seconds;      /* the same in seconds */
+    double stall;                           /* of cost: exposed copy time, same units */
+    double stall_seconds;                   /* the same in seconds */
     double bandwidth, latency, flops_per_s; /* what was used (flops_per_s 0: calibrated) */
-    char offloaded_nodes[512]; /* the first node of each offloaded stage, by
+    char offloaded_nodes[512];              /* the first node of each offloaded stage, by
                                 * name ("layer1.0.conv1, ..."), "..." when longer */
 } remat_offload_summary;
 
@@ -822,15 +802,15 @@ typedef struct {
  * state; otherwise a chain that fits neither way is fits = fits_without
  * = 0. The session may plan any strategy (plan_only is enough). */
 REMAT_API remat_status remat_session_offload(const remat_session *s, const remat_offload_opts *opts,
-                                   remat_offload_summary *out);
+                                             remat_offload_summary *out);
 
 /* The training step's instruction list, for printing. */
 typedef struct {
-    const char *kind;  /* "forward", "recompute", "backward", "free" */
+    const char *kind; /* "forward", "recompute", "backward", "free" */
     remat_node node;
-    const char *op;    /* the node's op */
-    const char *what;  /* free: "output", "aux" or "gradient"; else "" */
-    int activation;    /* forward: the output is kept for backward */
+    const char *op;   /* the node's op */
+    const char *what; /* free: "output", "aux" or "gradient"; else "" */
+    int activation;   /* forward: the output is kept for backward */
 } remat_instr_info;
 
 REMAT_API int64_t remat_session_schedule_length(const remat_session *s);
@@ -856,8 +836,7 @@ REMAT_API int64_t remat_session_step_index(const remat_session *s);
 
 /* Sets the optimizer and (re)allocates its state, zeroed. Fails with
  * REMAT_BUDGET if the state makes the step's peak exceed the budget. */
-REMAT_API remat_status remat_session_set_optimizer(remat_session *s,
-                                         const remat_optim_opts *o);
+REMAT_API remat_status remat_session_set_optimizer(remat_session *s, const remat_optim_opts *o);
 /* Applies one update from the current gradients; advances the step index. */
 REMAT_API remat_status remat_session_update(remat_session *s);
 /* REMAT_OK when every parameter and buffer, and every trainable
@@ -877,15 +856,11 @@ typedef struct remat_dataset remat_dataset;
  * .gz) or "cifar10" (binary version) from dir; train=1 for the training
  * split. dir NULL means the default (Debian's dataset-fashion-mnist path for
  * fashion-mnist). */
-REMAT_API remat_status remat_dataset_load(remat_dataset **out, const char *name,
-                                const char *dir, int train);
+REMAT_API remat_status remat_dataset_load(remat_dataset **out, const char *name, const char *dir, int train);
 /* IDX image and label files (magic 0x803 and 0x801), plain or gzip. */
-REMAT_API remat_status remat_dataset_load_idx(remat_dataset **out,
-                                    const char *images_path,
-                                    const char *labels_path);
+REMAT_API remat_status remat_dataset_load_idx(remat_dataset **out, const char *images_path, const char *labels_path);
 /* CIFAR-10 binary batches: records of 1 label byte + 3072 pixel bytes. */
-REMAT_API remat_status remat_dataset_load_cifar10(remat_dataset **out,
-                                        const char *const *paths, int n);
+REMAT_API remat_status remat_dataset_load_cifar10(remat_dataset **out, const char *const *paths, int n);
 REMAT_API void remat_dataset_destroy(remat_dataset *d);
 
 REMAT_API int64_t remat_dataset_size(const remat_dataset *d);
@@ -896,16 +871,15 @@ REMAT_API remat_status remat_dataset_truncate(remat_dataset *d, int64_t n);
 /* Writes the samples index[0..n) (index NULL: samples 0..n-1) into x
  * (n,C,H,W) as normalized floats ((pixel/255 - mean) / std per channel) and
  * their labels into y (n); x or y may be NULL. */
-REMAT_API remat_status remat_dataset_get(const remat_dataset *d, const int64_t *index,
-                               int64_t n, float *x, int32_t *y);
+REMAT_API remat_status remat_dataset_get(const remat_dataset *d, const int64_t *index, int64_t n, float *x, int32_t *y);
 
 /* Seeded shuffling and batching. A loader yields full batches only
  * (drop_last); each epoch has its own permutation from (seed, epoch mod
  * 2^32). It starts at epoch 0. The data set must outlive the loader and
  * must not be truncated while it exists. */
 typedef struct remat_loader remat_loader;
-REMAT_API remat_status remat_loader_create(remat_loader **out, const remat_dataset *d,
-                                 int64_t batch, int shuffle, uint64_t seed);
+REMAT_API remat_status remat_loader_create(remat_loader **out, const remat_dataset *d, int64_t batch, int shuffle,
+                                           uint64_t seed);
 REMAT_API void remat_loader_destroy(remat_loader *l);
 REMAT_API int64_t remat_loader_batches(const remat_loader *l);
 /* Starts epoch `epoch` (0-based): reshuffles. */
@@ -938,29 +912,29 @@ typedef enum {
 
 typedef struct {
     remat_event_kind kind;
-    int64_t epoch;        /* 0-based */
-    int64_t step;         /* global step, 1-based after the update */
-    int64_t step_in_epoch;/* 1-based */
+    int64_t epoch;         /* 0-based */
+    int64_t step;          /* global step, 1-based after the update */
+    int64_t step_in_epoch; /* 1-based */
     int64_t steps_in_epoch;
-    double loss;          /* step: training loss; eval: mean test loss */
-    double accuracy;      /* eval only, in [0,1] */
-    double images_per_s;  /* step: running rate over the epoch */
-    double seconds;       /* step: seconds since the epoch began; eval: seconds the epoch's training took */
-    size_t peak_bytes;    /* step: peak total bytes of the step */
-    double step_seconds;  /* step: this step's forward, backward and update */
-    const char *path;     /* save, resume, note: a file (owned by the
+    double loss;         /* step: training loss; eval: mean test loss */
+    double accuracy;     /* eval only, in [0,1] */
+    double images_per_s; /* step: running rate over the epoch */
+    double seconds;      /* step: seconds since the epoch began; eval: seconds the epoch's training took */
+    size_t peak_bytes;   /* step: peak total bytes of the step */
+    double step_seconds; /* step: this step's forward, backward and update */
+    const char *path;    /* save, resume, note: a file (owned by the
                            * library, valid during the callback), or NULL */
-    const char *message;  /* note: what happened (same lifetime), or NULL */
+    const char *message; /* note: what happened (same lifetime), or NULL */
 } remat_event;
 
 typedef void (*remat_event_fn)(const remat_event *ev, void *user);
 
 typedef struct {
-    int64_t epochs;   /* remat_train: used when steps == 0 */
-    int64_t steps;    /* remat_train: total optimizer steps, 0 = use epochs;
+    int64_t epochs; /* remat_train: used when steps == 0 */
+    int64_t steps;  /* remat_train: total optimizer steps, 0 = use epochs;
                          remat_train_stream: steps per epoch */
     int64_t batch;
-    uint64_t seed;    /* shuffling; token windows */
+    uint64_t seed; /* shuffling; token windows */
     remat_event_fn on_event;
     void *user;
     /* Training state (see "training state" below); all borrowed for the
@@ -1010,24 +984,22 @@ typedef struct {
  * ranks: every rank calls it; each reads its own rows of every batch,
  * evaluates its share of the test batches, and only rank 0 writes
  * training states. */
-REMAT_API remat_status remat_train(remat_session *s, const remat_model *m,
-                         const remat_dataset *train, const remat_dataset *test,
-                         const remat_train_opts *opts);
+REMAT_API remat_status remat_train(remat_session *s, const remat_model *m, const remat_dataset *train,
+                                   const remat_dataset *test, const remat_train_opts *opts);
 
 /* Evaluation: mean loss and accuracy over a whole data set (the last partial
  * batch included). */
-REMAT_API remat_status remat_evaluate(remat_session *s, const remat_model *m,
-                            const remat_dataset *d, double *loss,
-                            double *accuracy);
+REMAT_API remat_status remat_evaluate(remat_session *s, const remat_model *m, const remat_dataset *d, double *loss,
+                                      double *accuracy);
 
 /* ---------------------------------------------------------------- models */
 
 typedef struct {
-    const char *name;   /* a name of remat_model_names() */
+    const char *name; /* a name of remat_model_names() */
     int64_t batch;
     int64_t channels, height, width; /* input image shape */
     int64_t classes;
-    float dropout_scale;/* multiplies every dropout rate; 0 turns dropout off */
+    float dropout_scale;   /* multiplies every dropout rate; 0 turns dropout off */
     int checkpoint_blocks; /* mark the first N blocks' outputs with
                             * remat_checkpoint; -1 (default) = every block */
     /* Transformers (gpt2): blocks, model width, attention heads, context
@@ -1062,8 +1034,7 @@ REMAT_API const char *remat_model_describe(const char *name);
  * and "target"); one shared ResNet-50 f (parameters "backbone.*") and a
  * Linear "head" (classes -> classes); logits = head(f(view 1)), loss =
  * mse(logits, f(view 2)), with gradients through both branches. */
-REMAT_API remat_status remat_model_build(remat_graph *g, const remat_model_opts *o,
-                               remat_model *m);
+REMAT_API remat_status remat_model_build(remat_graph *g, const remat_model_opts *o, remat_model *m);
 
 /* --------------------------------------------------- planning any chain */
 
@@ -1093,7 +1064,7 @@ typedef enum {
 
 typedef struct {
     remat_chain_op_kind kind;
-    int stage; /* 0..n-1; n for the loss */
+    int stage;  /* 0..n-1; n for the loss */
     int option; /* the stage's storage option an Fe_i and its B_i use (see
                  * src/plan/rotor.h); 0 for every other op and whenever a
                  * stage has one option, as with remat_chain_solve */
@@ -1112,7 +1083,7 @@ typedef struct remat_chain_plan remat_chain_plan;
  * 5 * slots * n^2 bytes. The plan is owned by the caller
  * (remat_chain_plan_destroy). */
 REMAT_API remat_status remat_chain_solve(const remat_stage *stages, int n, int64_t output, int64_t budget, int slots,
-                               remat_chain_plan **out);
+                                         remat_chain_plan **out);
 REMAT_API void remat_chain_plan_destroy(remat_chain_plan *p);
 REMAT_API int remat_chain_plan_length(const remat_chain_plan *p);
 REMAT_API remat_chain_op remat_chain_plan_op(const remat_chain_plan *p, int i);
@@ -1130,7 +1101,7 @@ REMAT_API int64_t remat_chain_plan_peak(const remat_chain_plan *p);
  * x_i. A partial sequence is fine. Stages have one option here: Fe and B
  * need option 0 (other ops ignore the field). */
 REMAT_API remat_status remat_chain_simulate(const remat_stage *stages, int n, int64_t output, const remat_chain_op *ops,
-                                  int nops, double *cost, int64_t *peak);
+                                            int nops, double *cost, int64_t *peak);
 
 /* Reads a chain from JSON text: {"stages": [{"forward": f, "backward": b,
  * "input": a, "saved": s}, ...], "output": o}; sizes are integers, other
@@ -1194,8 +1165,7 @@ REMAT_API void remat_lock_destroy(remat_lock *l);
  * absent from the file keep their values unless strict, which makes them
  * an error. Everything is checked before anything is copied: a failed load
  * leaves the session unchanged. */
-REMAT_API remat_status remat_safetensors_load(remat_session *s, const char *path,
-                                    int strict);
+REMAT_API remat_status remat_safetensors_load(remat_session *s, const char *path, int strict);
 
 /* ---------------------------------------- data streams and tensor files
  * Language-model token files, training from a batch source, and single
@@ -1227,9 +1197,8 @@ REMAT_API remat_status remat_tokens_check(const remat_tokens *t, int64_t vocab);
  * labels (batch * context) the context tokens after them. A pure function
  * of (file, batch, context, seed, step). REMAT_INVALID if the file has
  * fewer than context + 1 tokens. */
-REMAT_API remat_status remat_tokens_batch(const remat_tokens *t, int64_t batch,
-                                int64_t context, uint64_t seed, int64_t step,
-                                int32_t *input, int32_t *labels);
+REMAT_API remat_status remat_tokens_batch(const remat_tokens *t, int64_t batch, int64_t context, uint64_t seed,
+                                          int64_t step, int32_t *input, int32_t *labels);
 
 /* A batch source: fills the model's input and labels buffers (each the
  * node's numel of float or int32 per its dtype; labels is NULL when the
@@ -1237,39 +1206,34 @@ REMAT_API remat_status remat_tokens_batch(const remat_tokens *t, int64_t batch,
  * K micro-batches per step, the buffers are one micro-batch (the graph's
  * batch) and `step` counts micro-batches: micro-batch k of step t is
  * asked for as t * K + k, on whichever rank computes it. */
-typedef remat_status (*remat_batch_fn)(void *user, int64_t step,
-                                       void *input, void *labels);
+typedef remat_status (*remat_batch_fn)(void *user, int64_t step, void *input, void *labels);
 
 /* Trains from a batch source, without evaluation: o->epochs epochs (0
  * counts as 1) of o->steps steps each (o->steps >= 1). Emits STEP events
  * as remat_train does; images_per_s counts rows of the batch per second
  * over the epoch, step_seconds is the step's own time. */
-REMAT_API remat_status remat_train_stream(remat_session *s, const remat_model *m,
-                                remat_batch_fn next, void *user,
-                                const remat_train_opts *o);
+REMAT_API remat_status remat_train_stream(remat_session *s, const remat_model *m, remat_batch_fn next, void *user,
+                                          const remat_train_opts *o);
 
 /* Language-model training on random windows of a token file
  * (remat_tokens_batch with seed o->seed), through remat_train_stream.
  * Checks first that the model's input is (B, T) int32 and its labels
  * (B * T) int32, and every token id against the vocabulary (the logits'
  * last dimension), naming the position of the first out of range. */
-REMAT_API remat_status remat_train_tokens(remat_session *s, const remat_model *m,
-                                const remat_tokens *t,
-                                const remat_train_opts *o);
+REMAT_API remat_status remat_train_tokens(remat_session *s, const remat_model *m, const remat_tokens *t,
+                                          const remat_train_opts *o);
 
 /* Reads tensor `name` of a safetensors file into out (numel(dims)
  * elements of dtype). The tensor must have exactly that shape and dtype,
  * except that I64 is accepted for I32 when every value fits (PyTorch's
  * labels are int64). Errors name the file and the tensor, and give both
  * shapes or dtypes (or the tensors the file has, when it is missing). */
-REMAT_API remat_status remat_safetensors_read(const char *path, const char *name,
-                                    remat_dtype dtype, int ndim,
-                                    const int64_t *dims, void *out);
+REMAT_API remat_status remat_safetensors_read(const char *path, const char *name, remat_dtype dtype, int ndim,
+                                              const int64_t *dims, void *out);
 /* Writes "loss" (F32, shape [1]) and "grad.<name>" (F32, the parameter's
  * shape) for every trainable parameter: the gradients of the session's
  * last remat_session_step, named as in tests/fixtures. */
-REMAT_API remat_status remat_safetensors_save_grads(remat_session *s,
-                                          const char *path, float loss);
+REMAT_API remat_status remat_safetensors_save_grads(remat_session *s, const char *path, float loss);
 /* ------------------------------------ end of data streams and tensor files */
 
 /* ----------------------------------------------------- several processes
@@ -1434,25 +1398,25 @@ typedef void (*remat_state_note_fn)(const char *path, const char *why, void *use
  * optimizer and its state, step counts, seed, device, threads, TF32) is
  * read from the session. */
 typedef struct {
-    int64_t batch;          /* rows per optimizer step (0: the graph input's first dimension) */
-    uint64_t data_seed;     /* the data order's seed (remat_train_opts.seed) */
-    const char *data;       /* an identity of the training data (NULL: none) */
+    int64_t batch;             /* rows per optimizer step (0: the graph input's first dimension) */
+    uint64_t data_seed;        /* the data order's seed (remat_train_opts.seed) */
+    const char *data;          /* an identity of the training data (NULL: none) */
     int64_t batches_per_epoch; /* remat_train_progress's epochs (0: none) */
-    const char *const *run; /* as remat_train_opts.run */
-    remat_state_note_fn note; /* damaged states skipped (may be NULL) */
+    const char *const *run;    /* as remat_train_opts.run */
+    remat_state_note_fn note;  /* damaged states skipped (may be NULL) */
     void *user;
 } remat_state_opts;
 
 /* Writes the session's state to path (atomically). at may be NULL (the
  * data step is then the session's step index). */
 REMAT_API remat_status remat_state_save(remat_session *s, const remat_state_opts *o, const remat_train_progress *at,
-                              const char *path);
+                                        const char *path);
 /* Writes it to dir/state-<step>.safetensors (dir is created if missing),
  * then removes all but the newest `keep` states of dir up to that step
  * (keep 0: none removed; states of later steps are never touched). *path
  * (may be NULL) gets the file's name, owned by the caller (free). */
 REMAT_API remat_status remat_state_save_dir(remat_session *s, const remat_state_opts *o, const remat_train_progress *at,
-                                  const char *dir, int keep, char **path);
+                                            const char *dir, int keep, char **path);
 /* Loads a state file, or the newest intact state of a directory, into the
  * session and fills *at (may be NULL). Everything is checked before
  * anything is copied, and a failed load leaves the session unchanged:
@@ -1467,7 +1431,7 @@ REMAT_API remat_status remat_state_save_dir(remat_session *s, const remat_state_
  * REMAT_NOT_FOUND: no such file or directory, or a directory without any
  * state. */
 REMAT_API remat_status remat_state_load(remat_session *s, const remat_state_opts *o, const char *path,
-                              remat_train_progress *at);
+                                        remat_train_progress *at);
 /* The steps of the state files in dir, newest first (*steps owned by the
  * caller, free; NULL when *n is 0), by name only: nothing is read.
  * Temporary files are never listed. REMAT_NOT_FOUND if dir does not
@@ -1479,7 +1443,8 @@ REMAT_API remat_status remat_state_list(const char *dir, int64_t **steps, int *n
  * temporaries of killed saves are removed (those whose process is gone).
  * REMAT_NOT_FOUND when dir holds no state, REMAT_FORMAT when none is
  * intact. */
-REMAT_API remat_status remat_state_find(const char *dir, remat_state_note_fn note, void *user, char **path, int64_t *step);
+REMAT_API remat_status remat_state_find(const char *dir, remat_state_note_fn note, void *user, char **path,
+                                        int64_t *step);
 
 /* Writes bytes to path atomically and durably, as every file remat writes
  * (above); REMAT_IO names the path and the reason. */

@@ -6,8 +6,9 @@ set -euo pipefail
 # python3 and python3-venv: fixture and token scripts, and the venv of the
 # Python package's tests (scripts/python-env.sh)
 # libdnnl-dev: oneDNN's convolutions and products (optional: REMAT_DNNL)
+# clang-format: the C tree's format check (scripts/format-check.sh)
 pkgs=(build-essential cmake pkg-config libopenblas-dev libcjson-dev zlib1g-dev dataset-fashion-mnist
-      openmpi-bin libopenmpi-dev libdnnl-dev python3 python3-venv)
+      openmpi-bin libopenmpi-dev libdnnl-dev python3 python3-venv clang-format)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

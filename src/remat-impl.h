@@ -21,8 +21,7 @@
 double remat__now(void);
 
 /* Records a formatted message as this thread's last error and returns s. */
-remat_status remat__err(remat_status s, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+remat_status remat__err(remat_status s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Line and column (both 1-based, columns in bytes) of pos in text: where
  * a JSON reader (chain files, graph files) reports a syntax error. */
@@ -83,8 +82,7 @@ void remat__pool_run(remat__pool *p, remat__task fn, void *ctx);
 void remat__pool_barrier(remat__pool *p);
 
 /* Splits [0, n) into nth nearly equal parts; part ith is [*lo, *hi). */
-static inline void remat__split(int64_t n, int ith, int nth, int64_t *lo,
-                                int64_t *hi) {
+static inline void remat__split(int64_t n, int ith, int nth, int64_t *lo, int64_t *hi) {
     int64_t q = n / nth, r = n % nth;
     *lo = ith * q + (ith < r ? ith : r);
     *hi = *lo + q + (ith < r ? 1 : 0);
@@ -116,43 +114,43 @@ typedef enum {
 } remat__leaf;
 
 typedef struct remat__node {
-    int op;                   /* index into remat__ops */
+    int op; /* index into remat__ops */
     remat__leaf leaf;
-    char *name;               /* owned; NULL for unnamed ops */
+    char *name; /* owned; NULL for unnamed ops */
     int n_in;
     remat_node in[REMAT__MAX_IN];
-    remat__shape shape;       /* output shape */
+    remat__shape shape; /* output shape */
     remat_dtype dtype;
-    int64_t iattr[6];         /* op attributes (see each op) */
+    int64_t iattr[6]; /* op attributes (see each op) */
     float fattr[2];
-    remat_init init;          /* leaves: initializer */
+    remat_init init; /* leaves: initializer */
     float init_a;
-    uint8_t checkpoint;       /* remat_checkpoint mark: 1 + scope depth, 0 = none */
-    uint32_t saves;           /* what its backward reads (REMAT__SAVE_* bits):
+    uint8_t checkpoint; /* remat_checkpoint mark: 1 + scope depth, 0 = none */
+    uint32_t saves;     /* what its backward reads (REMAT__SAVE_* bits):
                                * its op's mask, or a traced op's own */
 } remat__node;
 
 /* What the op table says of an op, for an op traced from another framework
  * (a graph file, graph/graph_json.c): per node, as recorded there. */
 typedef struct {
-    double cost[3];      /* forward, backward, recomputation (FLOPs, or
+    double cost[3]; /* forward, backward, recomputation (FLOPs, or
                           * seconds when the file's costs are seconds) */
-    size_t aux;          /* bytes of the outputs besides the first that the
+    size_t aux;     /* bytes of the outputs besides the first that the
                           * backward reads (masks, indices, statistics) */
-    size_t ws[2];        /* transient bytes of the forward and the backward */
-    int64_t grad;        /* bytes of the gradient of its value, when they are
+    size_t ws[2];   /* transient bytes of the forward and the backward */
+    int64_t grad;   /* bytes of the gradient of its value, when they are
                           * not its value's (-1): a framework may hold a
                           * gradient for a value that takes no memory (a
                           * parameter read by several ops: PyTorch sums its
                           * gradient in a buffer until the last read) */
     remat_family family;
-    uint8_t flags;       /* REMAT__OP_STATEFUL, REMAT__OP_RANDOM, as recorded */
-    int32_t id;          /* the op's (or a leaf's value's) id in the file */
-    int32_t over;        /* 1 + the node whose op writes this node's value in
+    uint8_t flags;  /* REMAT__OP_STATEFUL, REMAT__OP_RANDOM, as recorded */
+    int32_t id;     /* the op's (or a leaf's value's) id in the file */
+    int32_t over;   /* 1 + the node whose op writes this node's value in
                           * place (its memory then holds the new version:
                           * nothing reads this value after that op ran
                           * unless it is made again); 0: none */
-    int32_t region;      /* 1 + the checkpoint region its op ran in (a call
+    int32_t region; /* 1 + the checkpoint region its op ran in (a call
                           * of a module the framework's per-layer
                           * checkpointing wraps: the manual strategy); 0:
                           * none */
@@ -161,12 +159,12 @@ typedef struct {
 struct remat_graph {
     remat__node *nodes;
     int n, cap;
-    int ckpt_depth;           /* open remat_checkpoint_begin scopes */
-    remat_status status;      /* first builder error */
+    int ckpt_depth;      /* open remat_checkpoint_begin scopes */
+    remat_status status; /* first builder error */
     char error[512];
-    remat__traced *traced;    /* (cap) per node, for a graph read from a
+    remat__traced *traced; /* (cap) per node, for a graph read from a
                                * graph file; NULL for every other graph */
-    int traced_seconds;       /* the traced costs are seconds, not FLOPs */
+    int traced_seconds;    /* the traced costs are seconds, not FLOPs */
 };
 
 /* Adds a node (copying *proto), runs the op's shape rule and returns its id
@@ -194,26 +192,26 @@ typedef struct {
     float *aux;
     const float *dout;
     float *din[REMAT__MAX_IN];
-    void *ws;          /* workspace of the op's ws bytes for this pass */
-    int train;         /* training-mode semantics */
-    int first;         /* first execution of this node in the step: commit state */
-    uint64_t seed;     /* dropout: Philox key */
-    int64_t step;      /* dropout: step index */
-    int32_t node_id;   /* dropout: node index */
-    int64_t elem0;     /* dropout: the index of this tensor's element 0 in
+    void *ws;                 /* workspace of the op's ws bytes for this pass */
+    int train;                /* training-mode semantics */
+    int first;                /* first execution of this node in the step: commit state */
+    uint64_t seed;            /* dropout: Philox key */
+    int64_t step;             /* dropout: step index */
+    int32_t node_id;          /* dropout: node index */
+    int64_t elem0;            /* dropout: the index of this tensor's element 0 in
                         * the global batch's (micro-batch k of a step:
                         * k * numel), so masks follow the sample */
-    double *stats;     /* stateful ops, first training execution: when
+    double *stats;            /* stateful ops, first training execution: when
                         * set, the statistics (op->stats_bytes) are written
                         * here instead of committed; a data-parallel step
                         * commits every micro-batch's in order (op->commit) */
-    remat__pool *pool; /* for remat__pool_barrier between phases */
-    void *dev;         /* device kernels: the backend's context (src/cuda/
+    remat__pool *pool;        /* for remat__pool_barrier between phases */
+    void *dev;                /* device kernels: the backend's context (src/cuda/
                         * cuda-impl.h: stream, cuBLAS and cuDNN handles) */
     struct remat__dnnl *dnnl; /* CPU kernels: the backend's oneDNN context
                         * (src/ops/dnnl.h); NULL without oneDNN, and then
                         * every product is cblas */
-    const uint8_t *dt; /* the bf16 policy's dtypes by node id when this
+    const uint8_t *dt;        /* the bf16 policy's dtypes by node id when this
                         * node's kernels take its values in their stored
                         * dtypes (remat__op.bf16_ws said so); NULL: every
                         * tensor, dout and din is float32 */
@@ -259,8 +257,7 @@ typedef struct {
      * NULL in a plan for a device that is not here: then, where
      * asks_device says the workspace depends on the device, the bytes are
      * an upper bound, as fwd_ws's are. */
-    int (*bf16_ws)(void *dev, const remat_graph *g, const remat__node *n, const uint8_t *dt, size_t *fwd,
-                   size_t *bwd);
+    int (*bf16_ws)(void *dev, const remat_graph *g, const remat__node *n, const uint8_t *dt, size_t *fwd, size_t *bwd);
 } remat__dev_kernels;
 
 /* Bits of remat__op.saves: what backward reads besides dout. Inputs 0..29
@@ -278,9 +275,9 @@ _Static_assert(REMAT__SAVE_OUT == 1u << REMAT__SAVE_IN_LIMIT && REMAT__SAVE_AUX 
 #endif
 
 /* Bits of remat__op.flags. */
-#define REMAT__OP_STATEFUL (1u << 0) /* commits state when k->first */
-#define REMAT__OP_RANDOM (1u << 1)   /* draws from Philox */
-#define REMAT__OP_LOSS (1u << 2)     /* scalar loss output */
+#define REMAT__OP_STATEFUL (1u << 0)   /* commits state when k->first */
+#define REMAT__OP_RANDOM (1u << 1)     /* draws from Philox */
+#define REMAT__OP_LOSS (1u << 2)       /* scalar loss output */
 #define REMAT__OP_NODIFF_IN1 (1u << 3) /* input 1 gets no gradient (labels) */
 /* Element i of the output (and of each input gradient) depends on element
  * i of each input, output and output gradient alone; every one has the
@@ -323,8 +320,7 @@ typedef struct {
      * values in their stored dtypes (dt, by node id; kctx.dt is set), with
      * their workspace bytes; 0 (or NULL) and the executor runs them on
      * float32 views (exec/views.c). */
-    int (*bf16_ws)(const remat_graph *g, const remat__node *n, const uint8_t *dt, int nth, size_t *fwd,
-                   size_t *bwd);
+    int (*bf16_ws)(const remat_graph *g, const remat__node *n, const uint8_t *dt, int nth, size_t *fwd, size_t *bwd);
     double (*flops)(const remat_graph *g, const remat__node *n); /* forward */
     /* Stateful ops: the bytes of the statistics one training execution
      * exports (kctx.stats), and their commit into the state, the same
@@ -352,6 +348,7 @@ typedef struct {
  * (remat__cuda_<name>, in src/cuda/) all come from this list, so none can
  * miss an op. Leaves come first; they have no kernels. */
 #define REMAT__LEAF_LIST(X) X(INPUT, input) X(PARAM, param) X(BUFFER, buffer)
+// clang-format off
 #define REMAT__KERNEL_OP_LIST(X)                                                                       \
     X(LINEAR, linear) X(CONV2D, conv2d) X(BATCHNORM2D, batchnorm2d) X(RELU, relu)                      \
     X(MAXPOOL2D, maxpool2d) X(AVGPOOL2D, avgpool2d) X(GLOBAL_AVGPOOL, global_avgpool)                  \
@@ -359,6 +356,7 @@ typedef struct {
     X(CROSS_ENTROPY, cross_entropy) X(MSE, mse) X(MUL, mul) X(LAYERNORM, layernorm) X(GELU, gelu)      \
     X(EMBEDDING, embedding) X(SOFTMAX, softmax) X(ATTENTION, attention) X(PERMUTE, permute)            \
     X(SLICE, slice) X(ADD_BROADCAST, add_broadcast)
+// clang-format on
 /* Ops without kernels, which only the planner sees: an op traced from
  * another framework (ops/traced.c). */
 #define REMAT__PLAN_OP_LIST(X) X(TRACED, traced)
@@ -368,7 +366,7 @@ enum {
 #define REMAT__OP_ENUM(id, name) REMAT__OP_##id,
     REMAT__OP_LIST(REMAT__OP_ENUM)
 #undef REMAT__OP_ENUM
-    REMAT__N_OPS
+        REMAT__N_OPS
 };
 
 /* The op table, indexed by op id. */
@@ -383,16 +381,12 @@ REMAT__OP_LIST(REMAT__OP_DECL)
 REMAT__KERNEL_OP_LIST(REMAT__CUDA_DECL)
 #endif
 
-static inline const remat__shape *remat__in_shape(const remat_graph *g,
-                                                  const remat__node *n,
-                                                  int i) {
+static inline const remat__shape *remat__in_shape(const remat_graph *g, const remat__node *n, int i) {
     return &g->nodes[n->in[i]].shape;
 }
 
 /* Element size of a dtype in bytes. */
-static inline size_t remat__dtype_size(remat_dtype t) {
-    return t == REMAT_U8 ? 1 : t == REMAT_BF16 ? 2 : 4;
-}
+static inline size_t remat__dtype_size(remat_dtype t) { return t == REMAT_U8 ? 1 : t == REMAT_BF16 ? 2 : 4; }
 
 /* A node's op family (the cost model's throughputs): its op's, or a
  * traced op's own. */
@@ -413,8 +407,8 @@ double remat__node_flops(const remat_graph *g, const remat__node *n);
  * public functions. */
 struct remat_cost_model {
     int calibrated;
-    int threads;          /* CPU kernel threads of the measurement */
-    remat_device device;  /* where it was measured (REMAT_DEVICE_CPU) */
+    int threads;         /* CPU kernel threads of the measurement */
+    remat_device device; /* where it was measured (REMAT_DEVICE_CPU) */
     double flops_per_s[REMAT_FAMILY_COUNT];
     /* seconds per trainable parameter element of a step's work outside
      * the graph (zeroing the gradients, the optimizer update), by
@@ -423,7 +417,7 @@ struct remat_cost_model {
     /* the link offload copies over (remat_calibrate_link): bytes/s each
      * way and seconds per copy; 0 bandwidth: not measured */
     double host_bandwidth, host_latency;
-    int n_ops;            /* measured shape classes, sorted by cls */
+    int n_ops; /* measured shape classes, sorted by cls */
     remat_op_time ops[REMAT_COST_MAX_OPS];
 };
 

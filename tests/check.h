@@ -12,36 +12,36 @@
 static int check_failures = 0;
 static int check_count = 0;
 
-#define CHECK(cond)                                                             \
-    do {                                                                        \
-        check_count++;                                                          \
-        if (!(cond)) {                                                          \
-            check_failures++;                                                   \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-        }                                                                       \
+#define CHECK(cond)                                                                                                    \
+    do {                                                                                                               \
+        check_count++;                                                                                                 \
+        if (!(cond)) {                                                                                                 \
+            check_failures++;                                                                                          \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);                                   \
+        }                                                                                                              \
     } while (0)
 
-#define CHECK_MSG(cond, ...)                                                    \
-    do {                                                                        \
-        check_count++;                                                          \
-        if (!(cond)) {                                                          \
-            check_failures++;                                                   \
-            fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond); \
-            fprintf(stderr, __VA_ARGS__);                                       \
-            fprintf(stderr, "\n");                                              \
-        }                                                                       \
+#define CHECK_MSG(cond, ...)                                                                                           \
+    do {                                                                                                               \
+        check_count++;                                                                                                 \
+        if (!(cond)) {                                                                                                 \
+            check_failures++;                                                                                          \
+            fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__, #cond);                                   \
+            fprintf(stderr, __VA_ARGS__);                                                                              \
+            fprintf(stderr, "\n");                                                                                     \
+        }                                                                                                              \
     } while (0)
 
 /* A call that must succeed; prints remat_last_error() otherwise. */
-#define CHECK_OK(call)                                                          \
-    do {                                                                        \
-        check_count++;                                                          \
-        remat_status check_st_ = (call);                                        \
-        if (check_st_ != REMAT_OK) {                                            \
-            check_failures++;                                                   \
-            fprintf(stderr, "%s:%d: %s failed: %s: %s\n", __FILE__, __LINE__, #call, \
-                    remat_status_str(check_st_), remat_last_error());           \
-        }                                                                       \
+#define CHECK_OK(call)                                                                                                 \
+    do {                                                                                                               \
+        check_count++;                                                                                                 \
+        remat_status check_st_ = (call);                                                                               \
+        if (check_st_ != REMAT_OK) {                                                                                   \
+            check_failures++;                                                                                          \
+            fprintf(stderr, "%s:%d: %s failed: %s: %s\n", __FILE__, __LINE__, #call, remat_status_str(check_st_),      \
+                    remat_last_error());                                                                               \
+        }                                                                                                              \
     } while (0)
 
 static inline int check_exit(const char *name) {

@@ -14,11 +14,11 @@
  * (11 and 13 traced ops), two residual blocks (26), one-layer GPT-2 (44)
  * and Llama (55). */
 const ilp_case ilp_cases[] = {
-    {"chain08", 0, 11, 8, 0, 0},  {"chain14", 0, 12, 14, 0, 0}, {"res08", 0, 21, 8, 1, 0},
-    {"res10", 0, 22, 10, 1, 0},   {"res12", 0, 23, 12, 1, 0},   {"res14", 0, 24, 14, 1, 0},
-    {"res16", 0, 25, 16, 1, 0},   {"res18", 0, 26, 18, 1, 0},   {"res20", 0, 27, 20, 1, 0},
-    {"attn12", 0, 31, 12, 1, 1},  {"attn16", 0, 32, 16, 1, 1},  {"mlp_bn", 1, 0, 0, 0, 0},
-    {"cnn_bn", 1, 0, 0, 0, 0},    {"resnet_tiny", 1, 0, 0, 0, 0}, {"gpt2_1l", 1, 0, 0, 0, 0},
+    {"chain08", 0, 11, 8, 0, 0}, {"chain14", 0, 12, 14, 0, 0},   {"res08", 0, 21, 8, 1, 0},
+    {"res10", 0, 22, 10, 1, 0},  {"res12", 0, 23, 12, 1, 0},     {"res14", 0, 24, 14, 1, 0},
+    {"res16", 0, 25, 16, 1, 0},  {"res18", 0, 26, 18, 1, 0},     {"res20", 0, 27, 20, 1, 0},
+    {"attn12", 0, 31, 12, 1, 1}, {"attn16", 0, 32, 16, 1, 1},    {"mlp_bn", 1, 0, 0, 0, 0},
+    {"cnn_bn", 1, 0, 0, 0, 0},   {"resnet_tiny", 1, 0, 0, 0, 0}, {"gpt2_1l", 1, 0, 0, 0, 0},
     {"llama_1l", 1, 0, 0, 0, 0},
 };
 const int ilp_n_cases = (int)(sizeof ilp_cases / sizeof ilp_cases[0]);
@@ -39,8 +39,8 @@ static uint32_t rnd(uint32_t *s) { /* xorshift32: the same graphs everywhere */
 typedef struct {
     remat_graph *g;
     uint32_t rng;
-    int made;   /* op nodes so far */
-    int n_lin;  /* parameter name counter */
+    int made;  /* op nodes so far */
+    int n_lin; /* parameter name counter */
     remat_node vals[MAX_VALS];
     int64_t width[MAX_VALS];
     int n_vals;

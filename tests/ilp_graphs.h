@@ -10,7 +10,7 @@
 
 typedef struct {
     const char *name;
-    int traced;    /* read from tests/graphs/ilp/<name>.json; the rest is unused */
+    int traced; /* read from tests/graphs/ilp/<name>.json; the rest is unused */
     uint32_t seed;
     int n_ops;     /* op nodes, the final linear and the loss included */
     int skips;     /* residual adds (and gating muls) of earlier values */

@@ -14,7 +14,7 @@ typedef struct {
     remat_node out;   /* the op's node */
     remat_node extra; /* an int input to fill with labels, or REMAT_NONE */
     int64_t classes;
-    int kinks;        /* inputs must stay away from 0 and from each other */
+    int kinks; /* inputs must stay away from 0 and from each other */
 } gcase;
 
 static remat_node P(remat_graph *g, const char *name, int ndim, int64_t a, int64_t b, int64_t c, int64_t d) {
@@ -23,19 +23,22 @@ static remat_node P(remat_graph *g, const char *name, int ndim, int64_t a, int64
 }
 
 static void c_linear(gcase *c) {
-    c->out = remat_linear_op(c->g, P(c->g, "x", 2, 3, 4, 0, 0), P(c->g, "w", 2, 5, 4, 0, 0), P(c->g, "b", 1, 5, 0, 0, 0));
+    c->out =
+        remat_linear_op(c->g, P(c->g, "x", 2, 3, 4, 0, 0), P(c->g, "w", 2, 5, 4, 0, 0), P(c->g, "b", 1, 5, 0, 0, 0));
 }
 static void c_linear_nobias(gcase *c) {
     c->out = remat_linear_op(c->g, P(c->g, "x", 2, 4, 3, 0, 0), P(c->g, "w", 2, 2, 3, 0, 0), REMAT_NONE);
 }
 static void c_conv(gcase *c) {
-    c->out = remat_conv2d_op(c->g, P(c->g, "x", 4, 2, 3, 5, 5), P(c->g, "w", 4, 4, 3, 3, 3), P(c->g, "b", 1, 4, 0, 0, 0), 2, 1);
+    c->out = remat_conv2d_op(c->g, P(c->g, "x", 4, 2, 3, 5, 5), P(c->g, "w", 4, 4, 3, 3, 3),
+                             P(c->g, "b", 1, 4, 0, 0, 0), 2, 1);
 }
 static void c_conv_nopad(gcase *c) {
     c->out = remat_conv2d_op(c->g, P(c->g, "x", 4, 3, 2, 6, 5), P(c->g, "w", 4, 3, 2, 3, 2), REMAT_NONE, 1, 0);
 }
 static void c_conv_1x1(gcase *c) {
-    c->out = remat_conv2d_op(c->g, P(c->g, "x", 4, 2, 3, 4, 4), P(c->g, "w", 4, 5, 3, 1, 1), P(c->g, "b", 1, 5, 0, 0, 0), 1, 0);
+    c->out = remat_conv2d_op(c->g, P(c->g, "x", 4, 2, 3, 4, 4), P(c->g, "w", 4, 5, 3, 1, 1),
+                             P(c->g, "b", 1, 5, 0, 0, 0), 1, 0);
 }
 static void c_bn(gcase *c) {
     int64_t C = 3;
@@ -129,17 +132,39 @@ static const struct {
     const char *op;
     void (*build)(gcase *);
 } cases[] = {
-    {"linear", c_linear},       {"linear", c_linear_nobias},  {"conv2d", c_conv},
-    {"conv2d", c_conv_nopad},   {"conv2d", c_conv_1x1},       {"batchnorm2d", c_bn},
-    {"relu", c_relu},           {"maxpool2d", c_maxpool},     {"maxpool2d", c_maxpool_pad},
-    {"avgpool2d", c_avgpool},   {"global_avgpool", c_gap},    {"dropout", c_dropout},
-    {"reshape", c_reshape},     {"add", c_add},               {"concat", c_concat},
-    {"concat", c_concat2d},     {"concat", c_concat_many},    {"cross_entropy", c_ce},
-    {"mse", c_mse},             {"mse", c_mse_computed},      {"mul", c_mul},
-    {"layernorm", c_layernorm}, {"gelu", c_gelu},             {"gelu", c_gelu_tanh},
-    {"embedding", c_embedding}, {"softmax", c_softmax},       {"attention", c_attention},
-    {"attention", c_attention_1head}, {"permute", c_permute}, {"permute", c_transpose4},
-    {"slice", c_slice},         {"slice", c_slice_last},      {"add_broadcast", c_add_broadcast},
+    {"linear", c_linear},
+    {"linear", c_linear_nobias},
+    {"conv2d", c_conv},
+    {"conv2d", c_conv_nopad},
+    {"conv2d", c_conv_1x1},
+    {"batchnorm2d", c_bn},
+    {"relu", c_relu},
+    {"maxpool2d", c_maxpool},
+    {"maxpool2d", c_maxpool_pad},
+    {"avgpool2d", c_avgpool},
+    {"global_avgpool", c_gap},
+    {"dropout", c_dropout},
+    {"reshape", c_reshape},
+    {"add", c_add},
+    {"concat", c_concat},
+    {"concat", c_concat2d},
+    {"concat", c_concat_many},
+    {"cross_entropy", c_ce},
+    {"mse", c_mse},
+    {"mse", c_mse_computed},
+    {"mul", c_mul},
+    {"layernorm", c_layernorm},
+    {"gelu", c_gelu},
+    {"gelu", c_gelu_tanh},
+    {"embedding", c_embedding},
+    {"softmax", c_softmax},
+    {"attention", c_attention},
+    {"attention", c_attention_1head},
+    {"permute", c_permute},
+    {"permute", c_transpose4},
+    {"slice", c_slice},
+    {"slice", c_slice_last},
+    {"add_broadcast", c_add_broadcast},
 };
 #define N_CASES ((int)(sizeof cases / sizeof cases[0]))
 

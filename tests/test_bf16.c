@@ -102,7 +102,8 @@ static void rounding(void) {
         memcpy(&f, &x, sizeof f);
         if (!isfinite(f)) continue;
         uint16_t b = remat__bf16_of(f);
-        if (b != reference(f) && bad++ < 3) CHECK_MSG(0, "bf16 of 0x%08x: 0x%04x, reference 0x%04x", x, b, reference(f));
+        if (b != reference(f) && bad++ < 3)
+            CHECK_MSG(0, "bf16 of 0x%08x: 0x%04x, reference 0x%04x", x, b, reference(f));
         if ((b & 0x7f80) != 0x7f80) CHECK(bf16_value(b) == (double)remat__f32_of(b)); /* widening is exact */
     }
     CHECK_MSG(bad == 0, "%d of 2^20 random floats round differently from the reference", bad);
@@ -159,7 +160,7 @@ static void rules(void) {
             }
             if (rule == REMAT__AC_FP32) CHECK_MSG(d == REMAT_F32, "%s: a loss stored as %d", models[k], (int)d);
             if (n->op == REMAT__OP_ADD && k == 1) seen_f32_add += d == REMAT_F32; /* the residual stream */
-            if (n->op == REMAT__OP_RELU && k == 0) CHECK(d == REMAT_BF16); /* after a bf16 convolution */
+            if (n->op == REMAT__OP_RELU && k == 0) CHECK(d == REMAT_BF16);        /* after a bf16 convolution */
         }
         CHECK(seen_low > 0 && (k == 0 || seen_f32_add > 0));
         printf("rules: %s: %d products in bf16%s\n", models[k], seen_low, k ? ", the residual adds in float32" : "");
@@ -180,11 +181,13 @@ static void rules(void) {
         const char *mode = getenv("REMAT_PRODUCTS");
         int forced = mode && !strcmp(mode, "dnnl") && !getenv("DNNL_MAX_CPU_ISA") &&
                      strcmp(remat__dnnl_describe(isa, sizeof isa), "oneDNN off");
-        printf("rules: %s: %d of %d convolutions and linear layers on bf16 kernels (%s)\n", models[k], native,
-               kinds, isa);
+        printf("rules: %s: %d of %d convolutions and linear layers on bf16 kernels (%s)\n", models[k], native, kinds,
+               isa);
         if (forced)
-            CHECK_MSG(native == kinds, "%s: REMAT_PRODUCTS=dnnl, yet %d of %d convolutions and linear layers on bf16 "
-                      "kernels", models[k], native, kinds);
+            CHECK_MSG(native == kinds,
+                      "%s: REMAT_PRODUCTS=dnnl, yet %d of %d convolutions and linear layers on bf16 "
+                      "kernels",
+                      models[k], native, kinds);
         remat_session_destroy(s);
         remat_graph_destroy(g);
     }
@@ -193,8 +196,8 @@ static void rules(void) {
 /* Runs node n's forward or backward on one thread over units [u0, u0+c)
  * of its tensors (elements, or planes with planewise), as the bf16 views
  * run a block: a node and tensors of that block's shapes. */
-static void run_block(const remat_graph *g, const remat__node *n, int planewise, int64_t u0, int64_t c,
-                      int64_t units, float **in, float *out, const float *dout, float **din, int backward) {
+static void run_block(const remat_graph *g, const remat__node *n, int planewise, int64_t u0, int64_t c, int64_t units,
+                      float **in, float *out, const float *dout, float **din, int backward) {
     remat__node fake = *n;
     remat__shape sh[REMAT__MAX_IN];
     remat__tensor ti[REMAT__MAX_IN], to;
@@ -202,8 +205,16 @@ static void run_block(const remat_graph *g, const remat__node *n, int planewise,
     fake.shape = n->shape;
     if (planewise) fake.shape.d[0] = c, fake.shape.d[1] = 1;
     else fake.shape = (remat__shape){.ndim = 1, .d = {c}};
-    remat__kctx k = {.graph = g, .node = &fake, .train = 1, .first = 1, .seed = 7, .step = 1, .node_id = 1,
-                     .elem0 = u0 * per_out, .out = &to, .dout = backward ? dout + u0 * per_out : NULL};
+    remat__kctx k = {.graph = g,
+                     .node = &fake,
+                     .train = 1,
+                     .first = 1,
+                     .seed = 7,
+                     .step = 1,
+                     .node_id = 1,
+                     .elem0 = u0 * per_out,
+                     .out = &to,
+                     .dout = backward ? dout + u0 * per_out : NULL};
     for (int i = 0; i < n->n_in; i++) {
         const remat__shape *full = &g->nodes[n->in[i]].shape;
         int64_t per = remat__numel(full) / units;
@@ -266,8 +277,8 @@ static void block_claims(void) {
         }
         int same = !memcmp(out[0], out[1], (size_t)ny * 4);
         for (int i = 0; i < n->n_in; i++) same &= !memcmp(din[0][i], din[1][i], (size_t)nx * 4);
-        CHECK_MSG(same, "%s: run in blocks of %lld %s it differs from whole", remat__ops[n->op]->name,
-                  (long long)step, planewise ? "planes" : "elements");
+        CHECK_MSG(same, "%s: run in blocks of %lld %s it differs from whole", remat__ops[n->op]->name, (long long)step,
+                  planewise ? "planes" : "elements");
         for (int r = 0; r < 2; r++) free(out[r]), free(din[r][0]), free(din[r][1]);
         free(in[0]), free(in[1]), free(dout);
         remat_graph_destroy(g);
@@ -306,16 +317,23 @@ static void ce_rows(void) {
     }
     unsigned char *ws = malloc(fb > bb ? fb : bb);
     remat__tensor ti[2] = {{zb, &g->nodes[z].shape}, {lab, &g->nodes[y].shape}}, to = {&loss[0], &n->shape};
-    remat__kctx k = {.graph = g, .node = n, .in = {&ti[0], &ti[1]}, .out = &to, .ws = ws, .dt = dt, .train = 1,
-                     .dout = &dloss, .din = {(float *)gb, NULL}};
+    remat__kctx k = {.graph = g,
+                     .node = n,
+                     .in = {&ti[0], &ti[1]},
+                     .out = &to,
+                     .ws = ws,
+                     .dt = dt,
+                     .train = 1,
+                     .dout = &dloss,
+                     .din = {(float *)gb, NULL}};
     ce_run(&k, 0), ce_run(&k, 1);
     ti[0].data = zf, to.data = &loss[1], k.dt = NULL, k.din[0] = gf; /* the view's way */
     memset(gf, 0, sizeof gf);
     ce_run(&k, 0), ce_run(&k, 1);
     remat__convert_range(gv, gf, 0, N * C, REMAT__CVT_ACC_BF16);
     CHECK_MSG(!memcmp(&loss[0], &loss[1], 4) && !memcmp(gb, gv, sizeof gb),
-              "cross_entropy: bf16 logits row by row differ from the float32 view (loss %.9g against %.9g)",
-              loss[0], loss[1]);
+              "cross_entropy: bf16 logits row by row differ from the float32 view (loss %.9g against %.9g)", loss[0],
+              loss[1]);
     printf("cross_entropy: bf16 logits read row by row give the float32 view's bits (loss %.6f, %d gradients)\n",
            loss[0], N * C);
     free(ws);
@@ -350,10 +368,19 @@ static void ln_native(void) {
     for (int nth = 1; nth <= 3; nth += 2) {
         for (int c = 0; c < C; c++) dw[0][c] = dw[1][c] = 0.25f, db[0][c] = db[1][c] = -0.125f;
         double ws[2 * C];
-        remat__tensor ti[3] = {{xb, &g->nodes[x].shape}, {w, &g->nodes[n->in[1]].shape}, {b, &g->nodes[n->in[2]].shape}};
+        remat__tensor ti[3] = {
+            {xb, &g->nodes[x].shape}, {w, &g->nodes[n->in[1]].shape}, {b, &g->nodes[n->in[2]].shape}};
         remat__tensor to = {yb, &n->shape};
-        remat__kctx k = {.graph = g, .node = n, .in = {&ti[0], &ti[1], &ti[2]}, .out = &to, .aux = aux[0], .ws = ws,
-                         .dt = dt, .train = 1, .dout = (float *)dyb, .din = {(float *)dxb, dw[0], db[0]}};
+        remat__kctx k = {.graph = g,
+                         .node = n,
+                         .in = {&ti[0], &ti[1], &ti[2]},
+                         .out = &to,
+                         .aux = aux[0],
+                         .ws = ws,
+                         .dt = dt,
+                         .train = 1,
+                         .dout = (float *)dyb,
+                         .din = {(float *)dxb, dw[0], db[0]}};
         for (int ith = 0; ith < nth; ith++) remat__ops[n->op]->forward(&k, ith, nth);
         for (int ith = 0; ith < nth; ith++) remat__ops[n->op]->backward(&k, ith, nth);
         /* the views' way */
@@ -364,12 +391,12 @@ static void ln_native(void) {
         for (int ith = 0; ith < nth; ith++) remat__ops[n->op]->backward(&k, ith, nth);
         remat__convert_range(yv, yf, 0, R * C, REMAT__CVT_DOWN);
         remat__convert_range(dxv, dxf, 0, R * C, REMAT__CVT_ACC_BF16);
-        CHECK_MSG(!memcmp(yb, yv, sizeof yb) && !memcmp(aux[0], aux[1], sizeof aux[0]) && !memcmp(dxb, dxv, sizeof dxb)
-                  && !memcmp(dw[0], dw[1], sizeof dw[0]) && !memcmp(db[0], db[1], sizeof db[0]),
+        CHECK_MSG(!memcmp(yb, yv, sizeof yb) && !memcmp(aux[0], aux[1], sizeof aux[0]) &&
+                      !memcmp(dxb, dxv, sizeof dxb) && !memcmp(dw[0], dw[1], sizeof dw[0]) &&
+                      !memcmp(db[0], db[1], sizeof db[0]),
                   "layernorm on %d threads: bf16 in place differs from the float32 views", nth);
     }
-    printf("layernorm: bf16 x, y, dy and dx in place give the float32 views' bits (%d x %d, 1 and 3 threads)\n", R,
-           C);
+    printf("layernorm: bf16 x, y, dy and dx in place give the float32 views' bits (%d x %d, 1 and 3 threads)\n", R, C);
     remat_graph_destroy(g);
 }
 
@@ -404,14 +431,23 @@ static void bn_native(void) {
             for (int v = 0; v < 2; v++)
                 for (int c = 0; c < C; c++) {
                     p[v][0][c] = 0.5f + (float)c / 8.0f, p[v][1][c] = (float)c / 16.0f - 0.5f; /* gamma, beta */
-                    p[v][2][c] = (float)c / 10.0f, p[v][3][c] = 1.0f + (float)c / 7.0f;    /* running stats */
+                    p[v][2][c] = (float)c / 10.0f, p[v][3][c] = 1.0f + (float)c / 7.0f;        /* running stats */
                     dp[v][0][c] = 0.25f, dp[v][1][c] = -0.125f;
                 }
             remat__tensor ti[5], to = {yb, &n->shape};
-            for (int i = 0; i < 5; i++) ti[i] = (remat__tensor){i ? (void *)p[0][i - 1] : (void *)xb, &g->nodes[n->in[i]].shape};
-            remat__kctx k = {.graph = g, .node = n, .in = {&ti[0], &ti[1], &ti[2], &ti[3], &ti[4]}, .out = &to,
-                             .aux = aux[0], .ws = ws, .dt = dt, .train = mode < 2, .first = mode == 0,
-                             .dout = (float *)dyb, .din = {(float *)dxb, dp[0][0], dp[0][1]}};
+            for (int i = 0; i < 5; i++)
+                ti[i] = (remat__tensor){i ? (void *)p[0][i - 1] : (void *)xb, &g->nodes[n->in[i]].shape};
+            remat__kctx k = {.graph = g,
+                             .node = n,
+                             .in = {&ti[0], &ti[1], &ti[2], &ti[3], &ti[4]},
+                             .out = &to,
+                             .aux = aux[0],
+                             .ws = ws,
+                             .dt = dt,
+                             .train = mode < 2,
+                             .first = mode == 0,
+                             .dout = (float *)dyb,
+                             .din = {(float *)dxb, dp[0][0], dp[0][1]}};
             if (mode == 1) memcpy(aux[0], aux[1], sizeof aux[0]); /* a recomputation reads the first's statistics */
             for (int ith = 0; ith < nth; ith++) remat__ops[n->op]->forward(&k, ith, nth);
             for (int ith = 0; ith < nth; ith++) remat__ops[n->op]->backward(&k, ith, nth);
@@ -428,11 +464,15 @@ static void bn_native(void) {
                        !memcmp(dxb, dxv, sizeof dxb) && !memcmp(p[0], p[1], sizeof p[0]) &&
                        !memcmp(dp[0], dp[1], sizeof dp[0]);
             CHECK_MSG(same, "batchnorm2d (%s, %d threads): bf16 plane by plane differs from the float32 views",
-                      mode == 0 ? "training" : mode == 1 ? "recomputation" : "eval", nth);
+                      mode == 0   ? "training"
+                      : mode == 1 ? "recomputation"
+                                  : "eval",
+                      nth);
             ok &= same;
         }
-    if (ok) printf("batchnorm2d: bf16 x, y, dy and dx plane by plane give the float32 views' bits (training, "
-                   "recomputation, eval; 1 and 3 threads)\n");
+    if (ok)
+        printf("batchnorm2d: bf16 x, y, dy and dx plane by plane give the float32 views' bits (training, "
+               "recomputation, eval; 1 and 3 threads)\n");
     remat_graph_destroy(g);
 }
 
@@ -488,13 +528,17 @@ static void dropout_masks(void) {
         kept += out[i] != 0.0f;
         if (hv[i] != 0.0f && hv[n + i] != 0.0f) differ += (out[i] == 0.0f) != (out[n + i] == 0.0f);
     }
-    CHECK_MSG(differ == 0 && kept > n / 3 && kept < 2 * n / 3, "dropout: %lld of %lld elements kept in fp32, %lld "
-              "differ in bf16", (long long)kept, (long long)n, (long long)differ);
-    CHECK_MSG(off <= 0.02 * S && offg <= 0.03 * Sg, "dropout: bf16's values %.3g from fp32's (largest %.3g), "
-              "fc.weight's gradient %.3g (largest %.3g)", off, S, offg, Sg);
+    CHECK_MSG(differ == 0 && kept > n / 3 && kept < 2 * n / 3,
+              "dropout: %lld of %lld elements kept in fp32, %lld "
+              "differ in bf16",
+              (long long)kept, (long long)n, (long long)differ);
+    CHECK_MSG(off <= 0.02 * S && offg <= 0.03 * Sg,
+              "dropout: bf16's values %.3g from fp32's (largest %.3g), "
+              "fc.weight's gradient %.3g (largest %.3g)",
+              off, S, offg, Sg);
     printf("dropout: %lld of %lld elements kept in fp32, %lld kept or dropped otherwise in bf16 (in slices); values "
-           "within %.2g, fc's gradient within %.2g of their largest magnitude\n", (long long)kept, (long long)n,
-           (long long)differ, off / S, offg / Sg);
+           "within %.2g, fc's gradient within %.2g of their largest magnitude\n",
+           (long long)kept, (long long)n, (long long)differ, off / S, offg / Sg);
     free(xv), free(tv), free(out), free(gw), free(hv);
     remat_graph_destroy(g);
 }
@@ -506,7 +550,7 @@ typedef struct {
     int n;
     float **w, **gr; /* parameters and buffers after the steps; the first step's gradients */
     int64_t *numel;
-    size_t act;      /* the activations' measured peak */
+    size_t act; /* the activations' measured peak */
 } result;
 
 static void result_free(result *r) {
@@ -664,10 +708,10 @@ static void fixture_opts(const remat__st *w, const char *model, remat_model_opts
     const struct {
         const char *key;
         int64_t *at;
-    } keys[] = {{"batch", &o->batch},       {"channels", &o->channels}, {"height", &o->height},
-                {"width", &o->width},       {"classes", &o->classes},   {"base_channels", &o->base_channels},
-                {"depth", &o->depth},       {"layers", &o->layers},     {"embd", &o->embd},
-                {"heads", &o->heads},       {"context", &o->context},   {"vocab", &o->vocab}};
+    } keys[] = {{"batch", &o->batch}, {"channels", &o->channels}, {"height", &o->height},
+                {"width", &o->width}, {"classes", &o->classes},   {"base_channels", &o->base_channels},
+                {"depth", &o->depth}, {"layers", &o->layers},     {"embd", &o->embd},
+                {"heads", &o->heads}, {"context", &o->context},   {"vocab", &o->vocab}};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
         const char *v = remat__st_metadata(w, keys[i].key);
         if (v) *keys[i].at = strtoll(v, NULL, 10);
@@ -681,7 +725,6 @@ static const float *tensor(const remat__st *f, const char *key, size_t bytes) {
               remat__st_path(f), key, bytes);
     return i >= 0 && remat__st_get(f, i, &t) == REMAT_OK && t.bytes == bytes ? t.data : NULL;
 }
-
 
 /* remat in bf16 from the fixture's weights and batch, against PyTorch's
  * autocast (scripts/gen_fixtures_bf16.py): the loss, and every
@@ -733,8 +776,10 @@ static void against_autocast(const char *model, const char *dir) {
         remat__st_tensor fd;
         if (!r || k < 0 || remat__st_get(ac, k, &fd) != REMAT_OK) continue;
         double d = dist(p.grad, r, p.numel, &S), d32 = ((const double *)fd.data)[0];
-        CHECK_MSG(d <= BF16_TOL * S || d <= d32, "%s: gradient of %s is %.3g from autocast's (largest %.3g); "
-                  "float32 PyTorch is %.3g from it", model, p.name, d, S, d32);
+        CHECK_MSG(d <= BF16_TOL * S || d <= d32,
+                  "%s: gradient of %s is %.3g from autocast's (largest %.3g); "
+                  "float32 PyTorch is %.3g from it",
+                  model, p.name, d, S, d32);
         n++, nearer += d <= d32;
         if (S > 0) worst = fmax(worst, d / S), worst32 = fmax(worst32, d32 / S);
     }
@@ -773,8 +818,10 @@ static void cuda_plan_only(void) {
     remat_node h = remat_linear_op(g, x, remat_param(g, "w1", 2, w1, REMAT_INIT_UNIFORM, 0.1f),
                                    remat_param(g, "b1", 1, &b1, REMAT_INIT_ZEROS, 0.0f));
     h = remat_dropout(g, remat_relu(g, h), 0.1f);
-    remat_node h2 = remat_gelu(g, remat_linear_op(g, h, remat_param(g, "w2", 2, w2, REMAT_INIT_UNIFORM, 0.1f),
-                                                  remat_param(g, "b2", 1, &b1, REMAT_INIT_ZEROS, 0.0f)), 1);
+    remat_node h2 = remat_gelu(g,
+                               remat_linear_op(g, h, remat_param(g, "w2", 2, w2, REMAT_INIT_UNIFORM, 0.1f),
+                                               remat_param(g, "b2", 1, &b1, REMAT_INIT_ZEROS, 0.0f)),
+                               1);
     remat_node y = remat_linear_op(g, remat_add(g, h2, h), remat_param(g, "w3", 2, w3, REMAT_INIT_UNIFORM, 0.1f),
                                    remat_param(g, "b3", 1, &b3, REMAT_INIT_ZEROS, 0.0f));
     remat_node loss = remat_mse(g, y, remat_input(g, "t", REMAT_F32, 2, yd));
@@ -790,11 +837,13 @@ static void cuda_plan_only(void) {
     CHECK_OK(cuda_plan(g, loss, "views", &views));
     size_t nw = nat.predicted.peak[REMAT_MEM_WORKSPACE], vw = views.predicted.peak[REMAT_MEM_WORKSPACE];
     size_t nt = nat.predicted.peak[REMAT_MEM_TOTAL], vt = views.predicted.peak[REMAT_MEM_TOTAL];
-    CHECK_MSG(st != REMAT_OK || (nw < vw && nt < vt), "plan-only CUDA bf16: native kernels' workspace %zu B, total "
-              "%zu B; on views %zu B, %zu B (expected less)", nw, nt, vw, vt);
+    CHECK_MSG(st != REMAT_OK || (nw < vw && nt < vt),
+              "plan-only CUDA bf16: native kernels' workspace %zu B, total "
+              "%zu B; on views %zu B, %zu B (expected less)",
+              nw, nt, vw, vt);
     CHECK(nat.predicted.peak[REMAT_MEM_ACT] == views.predicted.peak[REMAT_MEM_ACT]); /* same values, same dtypes */
-    printf("cuda plan-only bf16: workspace %zu B with the native kernels, %zu B on views; total %zu B, %zu B\n", nw,
-           vw, nt, vt);
+    printf("cuda plan-only bf16: workspace %zu B with the native kernels, %zu B on views; total %zu B, %zu B\n", nw, vw,
+           nt, vt);
     remat_graph_destroy(g);
 }
 

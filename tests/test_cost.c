@@ -195,13 +195,15 @@ static void overflowing(void) {
     const char *path = "test_cost_overflow.json";
     remat_cost_model *m = calloc(2, sizeof *m), *ok = m + 1;
     /* in a file: each value named with the field that holds it */
-    write_model(path, "1e9", "1e-9", "{\"op\": \"conv2d\", \"class\": \"00000000000000ff\", \"forward\": 1e308, "
-                                    "\"backward\": 1}");
+    write_model(path, "1e9", "1e-9",
+                "{\"op\": \"conv2d\", \"class\": \"00000000000000ff\", \"forward\": 1e308, "
+                "\"backward\": 1}");
     CHECK(remat_cost_model_load(m, path) == REMAT_FORMAT && has("ops[0] (conv2d, class 00000000000000ff)") &&
           has("'forward' is 1e+308 s"));
-    write_model(path, "1e9", "1e-9", "{\"op\": \"relu\", \"class\": \"1\", \"forward\": 1, \"backward\": 1}, "
-                                    "{\"op\": \"conv2d\", \"class\": \"2\", \"forward\": 1, \"backward\": 1, "
-                                    "\"recompute\": 1.5e9}");
+    write_model(path, "1e9", "1e-9",
+                "{\"op\": \"relu\", \"class\": \"1\", \"forward\": 1, \"backward\": 1}, "
+                "{\"op\": \"conv2d\", \"class\": \"2\", \"forward\": 1, \"backward\": 1, "
+                "\"recompute\": 1.5e9}");
     CHECK(remat_cost_model_load(m, path) == REMAT_FORMAT && has("ops[1] (conv2d") && has("'recompute' is 1.5e+09 s"));
     write_model(path, "1e9", "1e-9", "{\"op\": \"relu\", \"class\": \"1\", \"forward\": 1e999, \"backward\": 1}");
     CHECK(remat_cost_model_load(m, path) == REMAT_FORMAT && has("ops[0] (relu") && has("'forward' is inf s"));
@@ -286,12 +288,12 @@ static void host_link(void) {
     CHECK_OK(remat_cost_model_load(back, path));
     CHECK(back->host_bandwidth == m->host_bandwidth && back->host_latency == m->host_latency);
     write_text(path, "{\"device\": \"cpu\", \"threads\": 1, \"flops_per_s\": {\"linear\": 1e9, \"conv\": 1e9, "
-               "\"norm\": 1e9, \"pointwise\": 1e9, \"pool\": 1e9, \"copy\": 1e9, \"loss\": 1e9}, "
-               "\"host_link\": {\"bandwidth\": -5, \"latency\": 0}}");
+                     "\"norm\": 1e9, \"pointwise\": 1e9, \"pool\": 1e9, \"copy\": 1e9, \"loss\": 1e9}, "
+                     "\"host_link\": {\"bandwidth\": -5, \"latency\": 0}}");
     CHECK(remat_cost_model_load(back, path) == REMAT_FORMAT && has("'host_link'"));
     write_text(path, "{\"device\": \"cpu\", \"threads\": 1, \"flops_per_s\": {\"linear\": 1e9, \"conv\": 1e9, "
-               "\"norm\": 1e9, \"pointwise\": 1e9, \"pool\": 1e9, \"copy\": 1e9, \"loss\": 1e9}, "
-               "\"host_link\": {\"bandwidth\": \"fast\"}}");
+                     "\"norm\": 1e9, \"pointwise\": 1e9, \"pool\": 1e9, \"copy\": 1e9, \"loss\": 1e9}, "
+                     "\"host_link\": {\"bandwidth\": \"fast\"}}");
     CHECK(remat_cost_model_load(back, path) == REMAT_FORMAT && has("'host_link' is not"));
     remove(path);
     /* a session's offload report: the model's link, else the options' */
@@ -335,9 +337,11 @@ static void handle(void) {
     CHECK_OK(remat_cost_model_create(&c));
     CHECK(remat_cost_model_calibrated(m) == 0 && remat_cost_model_threads(m) == 0 &&
           remat_cost_model_device(m) == REMAT_DEVICE_CPU && remat_cost_model_n_ops(m) == 0);
-    CHECK(remat_cost_model_flops_per_s(m, REMAT_FAMILY_CONV) == 0 && remat_cost_model_update_s(m, REMAT_OPTIM_SGD) == 0);
+    CHECK(remat_cost_model_flops_per_s(m, REMAT_FAMILY_CONV) == 0 &&
+          remat_cost_model_update_s(m, REMAT_OPTIM_SGD) == 0);
     CHECK_OK(remat_cost_model_set_update_s(m, REMAT_OPTIM_ADAMW, 2e-9));
-    CHECK(remat_cost_model_update_s(m, REMAT_OPTIM_ADAMW) == 2e-9 && remat_cost_model_update_s(m, REMAT_OPTIM_SGD) == 0);
+    CHECK(remat_cost_model_update_s(m, REMAT_OPTIM_ADAMW) == 2e-9 &&
+          remat_cost_model_update_s(m, REMAT_OPTIM_SGD) == 0);
     CHECK(remat_cost_model_set_update_s(m, REMAT_OPTIM_SGD, NAN) == REMAT_INVALID &&
           strstr(remat_last_error(), "per parameter"));
     CHECK_OK(remat_cost_model_set_host_link(m, 12e9, 5e-6));

@@ -76,8 +76,7 @@ static double rel_err(const float *a, const float *b, int64_t n) {
     return m > 0.0 ? d / m : d;
 }
 
-static remat_session *make(const remat_graph *g, remat_node loss, remat_device dev, remat_strategy st,
-                           size_t budget) {
+static remat_session *make(const remat_graph *g, remat_node loss, remat_device dev, remat_strategy st, size_t budget) {
     remat_session_opts o;
     remat_session_opts_default(&o);
     o.threads = 2;
@@ -184,14 +183,17 @@ static const struct {
     const char *op;
     void (*build)(gcase *);
 } big[] = {
-    {"conv2d", c_conv_big},        {"conv2d", c_conv_stem},         {"conv2d", c_conv_1x1_big},
-    {"conv2d", c_conv_1x1_bias},   {"conv2d", c_conv_1x1_s2},       {"conv2d", c_conv_1x1_s2_bias},
+    {"conv2d", c_conv_big},         {"conv2d", c_conv_stem},
+    {"conv2d", c_conv_1x1_big},     {"conv2d", c_conv_1x1_bias},
+    {"conv2d", c_conv_1x1_s2},      {"conv2d", c_conv_1x1_s2_bias},
     {"conv2d", c_conv_1x1_s3_bias}, {"conv2d", c_conv_1x1_chunks},
-    {"batchnorm2d", c_bn_big},     {"linear", c_linear_big},        {"attention", c_attention_big},
-    {"layernorm", c_layernorm_big}, {"softmax", c_softmax_big},     {"cross_entropy", c_ce_big},
-    {"embedding", c_embedding_big}, {"maxpool2d", c_maxpool_big},   {"global_avgpool", c_gap_big},
-    {"add_broadcast", c_addb_big}, {"permute", c_permute_big},      {"gelu", c_gelu_big},
-    {"dropout", c_dropout_big},    {"mse", c_mse_big},
+    {"batchnorm2d", c_bn_big},      {"linear", c_linear_big},
+    {"attention", c_attention_big}, {"layernorm", c_layernorm_big},
+    {"softmax", c_softmax_big},     {"cross_entropy", c_ce_big},
+    {"embedding", c_embedding_big}, {"maxpool2d", c_maxpool_big},
+    {"global_avgpool", c_gap_big},  {"add_broadcast", c_addb_big},
+    {"permute", c_permute_big},     {"gelu", c_gelu_big},
+    {"dropout", c_dropout_big},     {"mse", c_mse_big},
 };
 
 /* Reads parameter i (value or gradient) of a session into a new array. */
@@ -272,8 +274,10 @@ static void compare(const char *opname, void (*build)(gcase *), int idx) {
         double e = rel_err(yb, ya, on);
         if (!(e <= worst)) worst = e, where = train ? "output (training)" : "output (evaluation)";
         if (strcmp(opname, "dropout") == 0 && train)
-            CHECK_MSG(memcmp(ya, yb, (size_t)on * sizeof *ya) == 0, "dropout case %d: the GPU's output is not "
-                      "bitwise the CPU's (masks differ)", idx);
+            CHECK_MSG(memcmp(ya, yb, (size_t)on * sizeof *ya) == 0,
+                      "dropout case %d: the GPU's output is not "
+                      "bitwise the CPU's (masks differ)",
+                      idx);
     }
     /* A training step: loss, gradients, buffers. */
     float la = 0, lb = 0;
@@ -296,8 +300,8 @@ static void compare(const char *opname, void (*build)(gcase *), int idx) {
         }
         free(a), free(b);
     }
-    CHECK_MSG(worst <= TOL, "%s case %d: CUDA differs from the CPU by %.3g of the largest magnitude (%s)", opname,
-              idx, worst, where);
+    CHECK_MSG(worst <= TOL, "%s case %d: CUDA differs from the CPU by %.3g of the largest magnitude (%s)", opname, idx,
+              worst, where);
     if (worst > worst_seen) worst_seen = worst;
     printf("cuda vs cpu %-15s case %2d: worst %.2e (%s)\n", opname, idx, worst, *where ? where : "-");
     free(ya), free(yb), free(tbuf), free(lbuf);
@@ -379,12 +383,22 @@ static const struct {
     void (*build)(gcase *);
     int bitwise; /* elementwise: the native kernel gives the views' bits */
 } cases16[] = {
-    {"conv2d", b_conv, 0},         {"conv2d (s2 5x5)", b_conv_s2, 0}, {"conv2d (bf16 x)", b_conv2, 0},
-    {"conv2d (1x1)", b_conv1x1, 0},   {"conv2d (1x1 s2)", b_conv1x1_s2, 0},
-    {"linear", b_linear, 0},       {"linear (bf16 x)", b_linear2, 0}, {"relu", b_relu, 1},
-    {"add", b_add, 1},             {"add (x, x)", b_add_same, 1},     {"add (bf16, f32)", b_add_mixed, 1},
-    {"mul", b_mul, 1},             {"gelu", b_gelu, 1},               {"gelu (tanh)", b_gelu_tanh, 1},
-    {"dropout", b_dropout, 1},     {"reshape", b_reshape, 1},
+    {"conv2d", b_conv, 0},
+    {"conv2d (s2 5x5)", b_conv_s2, 0},
+    {"conv2d (bf16 x)", b_conv2, 0},
+    {"conv2d (1x1)", b_conv1x1, 0},
+    {"conv2d (1x1 s2)", b_conv1x1_s2, 0},
+    {"linear", b_linear, 0},
+    {"linear (bf16 x)", b_linear2, 0},
+    {"relu", b_relu, 1},
+    {"add", b_add, 1},
+    {"add (x, x)", b_add_same, 1},
+    {"add (bf16, f32)", b_add_mixed, 1},
+    {"mul", b_mul, 1},
+    {"gelu", b_gelu, 1},
+    {"gelu (tanh)", b_gelu_tanh, 1},
+    {"dropout", b_dropout, 1},
+    {"reshape", b_reshape, 1},
 };
 
 /* A bf16 session on dev; with REMAT_CUDA_BF16=elementwise-views when
@@ -461,11 +475,14 @@ static void native16(void) {
             if (cases16[ci].bitwise)
                 CHECK_MSG(n[0] == n[1] && memcmp(r[0], r[1], n[0] * sizeof *r[0]) == 0,
                           "bf16 %s: the native CUDA kernel's output, loss or gradients are not bitwise the "
-                          "float32 views'", cases16[ci].name);
+                          "float32 views'",
+                          cases16[ci].name);
             double e = rel_err(r[0], r[2], (int64_t)on), eg = rel_err(r[0] + on, r[2] + on, (int64_t)(n[0] - on));
             if (eg > e) e = eg;
-            CHECK_MSG(n[0] == n[2] && e <= TOL16, "bf16 %s: native CUDA differs from the CPU by %.3g of the "
-                      "largest magnitude", cases16[ci].name, e);
+            CHECK_MSG(n[0] == n[2] && e <= TOL16,
+                      "bf16 %s: native CUDA differs from the CPU by %.3g of the "
+                      "largest magnitude",
+                      cases16[ci].name, e);
             if (e > worst_all) worst_all = e;
             printf("cuda bf16 native vs cpu %-16s: worst %.2e%s\n", cases16[ci].name, e,
                    cases16[ci].bitwise ? ", bitwise the views'" : "");
@@ -554,8 +571,8 @@ static remat_session *train_session(const remat_graph *g, const remat_model *m, 
 /* Five SGD steps with momentum on a batch that changes every step, in
  * one of two buffers by turns: with prefetch_run, batch k + 1 is made
  * and named (remat_session_bind_next) before step k runs. */
-static void train(const remat_graph *g, const remat_model *m, remat_strategy st, size_t budget, int lm,
-                  int64_t vocab, outcome *o) {
+static void train(const remat_graph *g, const remat_model *m, remat_strategy st, size_t budget, int lm, int64_t vocab,
+                  outcome *o) {
     memset(o, 0, sizeof *o);
     remat_session *s = train_session(g, m, st, budget, o);
     if (!s) return;
@@ -787,8 +804,7 @@ static void micro_batches(const char *name) {
     double tol = 2e-3;
     if (strcmp(name, "resnet50") == 0)
         mo.batch = 4, mo.height = 64, mo.width = 64, mo.classes = 10, mo.base_channels = 8, tol = 5e-2;
-    else
-        mo.batch = 16;
+    else mo.batch = 16;
     remat_graph *g;
     remat_model m;
     CHECK_OK(remat_graph_create(&g));
@@ -804,8 +820,8 @@ static void micro_batches(const char *name) {
     double worst = 0.0;
     if (one.status == REMAT_OK && cpu.status == REMAT_OK) {
         double e = fabs((double)one.loss[0] - (double)cpu.loss[0]) / (1.0 + fabs((double)cpu.loss[0]));
-        CHECK_MSG(e <= tol, "%s micro-batches: the loss %.7g on the GPU, %.7g on the CPU", name,
-                  (double)one.loss[0], (double)cpu.loss[0]);
+        CHECK_MSG(e <= tol, "%s micro-batches: the loss %.7g on the GPU, %.7g on the CPU", name, (double)one.loss[0],
+                  (double)cpu.loss[0]);
         double eg = one.ngw == cpu.ngw ? rel_err(one.gw, cpu.gw, (int64_t)one.ngw) : 1.0;
         CHECK_MSG(eg <= tol, "%s micro-batches: gradients within %.2e of the CPU's (tolerance %.0e)", name, eg, tol);
         double ew = one.nw == cpu.nw ? rel_err(one.w, cpu.w, (int64_t)one.nw) : 1.0;
@@ -815,7 +831,8 @@ static void micro_batches(const char *name) {
         if (ew > worst) worst = ew;
     }
     printf("gpu %-9s %lld micro-batches: bitwise across plans and buckets over %d steps, one step within %.2e of "
-           "the CPU, predicted == measured\n", name, (long long)K, STEPS, worst);
+           "the CPU, predicted == measured\n",
+           name, (long long)K, STEPS, worst);
     free(gpu.w), free(gpu.gw), free(split.w), free(split.gw), free(late.w), free(late.gw), free(one.w), free(one.gw);
     free(cpu.w), free(cpu.gw);
     remat_graph_destroy(g);
@@ -952,10 +969,13 @@ static void least_workspace(void) {
     size_t fast_lo = floor_budget(g, &m);
     CHECK_MSG(fast.status == REMAT_OK && least.status == REMAT_OK && least.held <= fast.held,
               "cnn b64 store-all: %zu B with the least workspaces, %zu B with the fastest", least.held, fast.held);
-    CHECK_MSG(lo < least.held && lo <= fast_lo, "cnn b64 least workspaces: floor %zu B, store-all %zu B (fastest: "
-              "floor %zu B)", lo, least.held, fast_lo);
+    CHECK_MSG(lo < least.held && lo <= fast_lo,
+              "cnn b64 least workspaces: floor %zu B, store-all %zu B (fastest: "
+              "floor %zu B)",
+              lo, least.held, fast_lo);
     printf("gpu cnn b64 store-all holds %zu B with the fastest convolutions, %zu B with the least workspace; "
-           "smallest budgets %zu B and %zu B\n", fast.held, least.held, fast_lo, lo);
+           "smallest budgets %zu B and %zu B\n",
+           fast.held, least.held, fast_lo, lo);
     free(fast.w), free(fast.gw), free(least.w), free(least.gw);
     remat_graph_destroy(g);
 }

@@ -34,24 +34,20 @@ static char tmpdir[256];
 static int section_failures;
 static void section_begin(void) { section_failures = check_failures; }
 static void section_end(const char *what) {
-    printf("%s %s\n", check_failures == section_failures ? "ok  " : "FAIL",
-           what);
+    printf("%s %s\n", check_failures == section_failures ? "ok  " : "FAIL", what);
     fflush(stdout);
 }
 
-static int has(const char *s, const char *sub) {
-    return s && sub && strstr(s, sub) != NULL;
-}
+static int has(const char *s, const char *sub) { return s && sub && strstr(s, sub) != NULL; }
 
 /* A call that must fail with status st and a message containing a and b
  * (either may be NULL). */
-#define CHECK_ERR(call, st, a, b)                                           \
-    do {                                                                    \
-        remat_status got_ = (call);                                         \
-        const char *msg_ = remat_last_error();                              \
-        CHECK_MSG(got_ == (st) && (!(a) || has(msg_, a)) &&                 \
-                      (!(b) || has(msg_, b)),                               \
-                  "status %s, message: %s", remat_status_str(got_), msg_); \
+#define CHECK_ERR(call, st, a, b)                                                                                      \
+    do {                                                                                                               \
+        remat_status got_ = (call);                                                                                    \
+        const char *msg_ = remat_last_error();                                                                         \
+        CHECK_MSG(got_ == (st) && (!(a) || has(msg_, a)) && (!(b) || has(msg_, b)), "status %s, message: %s",          \
+                  remat_status_str(got_), msg_);                                                                       \
     } while (0)
 
 /* ---------------------------------------------------------------- files */
@@ -87,8 +83,7 @@ static void put_be32(unsigned char *p, uint32_t v) {
 
 /* An IDX images file image: header + pixels (n*rows*cols bytes of data,
  * or fewer with `cut`). The caller frees. */
-static unsigned char *idx_images(uint32_t magic, uint32_t n, uint32_t rows,
-                                 uint32_t cols, const unsigned char *pix,
+static unsigned char *idx_images(uint32_t magic, uint32_t n, uint32_t rows, uint32_t cols, const unsigned char *pix,
                                  size_t cut, size_t *len) {
     size_t body = (size_t)n * rows * cols - cut;
     unsigned char *b = malloc(16 + body);
@@ -99,8 +94,7 @@ static unsigned char *idx_images(uint32_t magic, uint32_t n, uint32_t rows,
     return b;
 }
 
-static unsigned char *idx_labels(uint32_t magic, uint32_t n,
-                                 const unsigned char *lab, size_t *len) {
+static unsigned char *idx_labels(uint32_t magic, uint32_t n, const unsigned char *lab, size_t *len) {
     unsigned char *b = malloc(8 + n);
     put_be32(b, magic), put_be32(b + 4, n);
     memcpy(b + 8, lab, n);
@@ -110,11 +104,9 @@ static unsigned char *idx_labels(uint32_t magic, uint32_t n,
 
 /* Writes a complete IDX pair (images n x rows x cols, labels) to dir/names
  * through writer (write_bytes or write_gz). */
-static void write_idx_pair(const char *images, const char *labels,
-                           uint32_t n, uint32_t rows, uint32_t cols,
+static void write_idx_pair(const char *images, const char *labels, uint32_t n, uint32_t rows, uint32_t cols,
                            const unsigned char *pix, const unsigned char *lab,
-                           void (*writer)(const char *, const void *,
-                                          size_t)) {
+                           void (*writer)(const char *, const void *, size_t)) {
     size_t len;
     unsigned char *b = idx_images(0x803, n, rows, cols, pix, 0, &len);
     writer(images, b, len);
@@ -124,9 +116,7 @@ static void write_idx_pair(const char *images, const char *labels,
     free(b);
 }
 
-static float norm(unsigned p, float mean, float std) {
-    return ((float)p / 255.0f - mean) / std;
-}
+static float norm(unsigned p, float mean, float std) { return ((float)p / 255.0f - mean) / std; }
 
 /* --------------------------------------------------------------- IDX sets */
 
@@ -153,13 +143,11 @@ static void check5(const remat_dataset *d, float mean, float std) {
     int exact = 1;
     for (int k = 0; k < 3; k++) {
         CHECK(y[k] == lab5[idx[k]]);
-        for (int j = 0; j < R * C; j++)
-            exact &= x[k * R * C + j] == norm(pix5[idx[k] * R * C + j], mean, std);
+        for (int j = 0; j < R * C; j++) exact &= x[k * R * C + j] == norm(pix5[idx[k] * R * C + j], mean, std);
     }
-    CHECK_MSG(exact, "normalized values differ from (p/255 - %g)/%g", (double)mean,
-              (double)std);
-    CHECK(x[R * C] == (0.0f - mean) / std);           /* sample 0, pixel 0 */
-    CHECK(x[R * C + 1] == (1.0f - mean) / std);       /* sample 0, pixel 255 */
+    CHECK_MSG(exact, "normalized values differ from (p/255 - %g)/%g", (double)mean, (double)std);
+    CHECK(x[R * C] == (0.0f - mean) / std);     /* sample 0, pixel 0 */
+    CHECK(x[R * C + 1] == (1.0f - mean) / std); /* sample 0, pixel 255 */
     /* NULL index: samples [0, n) */
     float x2[N5 * R * C];
     int32_t y2[N5];
@@ -188,16 +176,14 @@ static void test_idx(void) {
     /* Named sets: mnist with .gz names (train), fashion-mnist plain (test). */
     section_begin();
     CHECK(mkdir(tpath("mnist"), 0700) == 0);
-    write_idx_pair(tpath("mnist/train-images-idx3-ubyte.gz"),
-                   tpath("mnist/train-labels-idx1-ubyte.gz"), N5, R, C, pix5, lab5,
-                   write_gz);
+    write_idx_pair(tpath("mnist/train-images-idx3-ubyte.gz"), tpath("mnist/train-labels-idx1-ubyte.gz"), N5, R, C, pix5,
+                   lab5, write_gz);
     d = NULL;
     CHECK_OK(remat_dataset_load(&d, "mnist", tpath("mnist"), 1));
     if (d) check5(d, 0.1307f, 0.3081f);
     remat_dataset_destroy(d);
     CHECK(mkdir(tpath("fmnist"), 0700) == 0);
-    write_idx_pair(tpath("fmnist/t10k-images-idx3-ubyte"),
-                   tpath("fmnist/t10k-labels-idx1-ubyte"), N5, R, C, pix5, lab5,
+    write_idx_pair(tpath("fmnist/t10k-images-idx3-ubyte"), tpath("fmnist/t10k-labels-idx1-ubyte"), N5, R, C, pix5, lab5,
                    write_bytes);
     d = NULL;
     CHECK_OK(remat_dataset_load(&d, "fashion-mnist", tpath("fmnist"), 0));
@@ -205,8 +191,8 @@ static void test_idx(void) {
     remat_dataset_destroy(d);
     /* the training split is not there: names both candidates */
     d = NULL;
-    CHECK_ERR(remat_dataset_load(&d, "fashion-mnist", tpath("fmnist"), 1),
-              REMAT_NOT_FOUND, "train-images-idx3-ubyte", "train-images-idx3-ubyte.gz");
+    CHECK_ERR(remat_dataset_load(&d, "fashion-mnist", tpath("fmnist"), 1), REMAT_NOT_FOUND, "train-images-idx3-ubyte",
+              "train-images-idx3-ubyte.gz");
     CHECK(d == NULL);
     section_end("named sets: mnist (.gz) and fashion-mnist (plain), normalization");
 }
@@ -219,11 +205,11 @@ static void test_idx_errors(void) {
     section_begin();
     b = idx_images(0x803, N5, R, C, pix5, 12, &len); /* 18 of 30 pixel bytes */
     write_bytes(tpath("short-images"), b, len);
-    CHECK_ERR(remat_dataset_load_idx(&d, tpath("short-images"), tpath("lab")),
-              REMAT_FORMAT, "short-images: truncated", "expected 30 pixel bytes, got 18");
+    CHECK_ERR(remat_dataset_load_idx(&d, tpath("short-images"), tpath("lab")), REMAT_FORMAT, "short-images: truncated",
+              "expected 30 pixel bytes, got 18");
     write_gz(tpath("short-images.gz"), b, len);
-    CHECK_ERR(remat_dataset_load_idx(&d, tpath("short-images.gz"), tpath("lab")),
-              REMAT_FORMAT, "short-images.gz: truncated", "got 18");
+    CHECK_ERR(remat_dataset_load_idx(&d, tpath("short-images.gz"), tpath("lab")), REMAT_FORMAT,
+              "short-images.gz: truncated", "got 18");
     free(b);
     /* a gzip stream cut in the middle */
     FILE *f = fopen(tpath("img.gz"), "rb");
@@ -231,28 +217,26 @@ static void test_idx_errors(void) {
     size_t gzn = f ? fread(gzb, 1, sizeof gzb, f) : 0;
     if (f) fclose(f);
     write_bytes(tpath("cut.gz"), gzb, gzn / 2);
-    CHECK_ERR(remat_dataset_load_idx(&d, tpath("cut.gz"), tpath("lab")), REMAT_FORMAT,
-              "cut.gz: truncated", NULL);
+    CHECK_ERR(remat_dataset_load_idx(&d, tpath("cut.gz"), tpath("lab")), REMAT_FORMAT, "cut.gz: truncated", NULL);
     /* a header cut short */
     b = idx_images(0x803, N5, R, C, pix5, 0, &len);
     write_bytes(tpath("tiny"), b, 10);
-    CHECK_ERR(remat_dataset_load_idx(&d, tpath("tiny"), tpath("lab")), REMAT_FORMAT,
-              "tiny: truncated", "16-byte IDX header");
+    CHECK_ERR(remat_dataset_load_idx(&d, tpath("tiny"), tpath("lab")), REMAT_FORMAT, "tiny: truncated",
+              "16-byte IDX header");
     /* trailing bytes */
     unsigned char *b2 = malloc(len + 3);
     memcpy(b2, b, len);
     memset(b2 + len, 7, 3);
     write_bytes(tpath("long"), b2, len + 3);
-    CHECK_ERR(remat_dataset_load_idx(&d, tpath("long"), tpath("lab")), REMAT_FORMAT,
-              "long: unexpected data", "30 pixel bytes");
+    CHECK_ERR(remat_dataset_load_idx(&d, tpath("long"), tpath("lab")), REMAT_FORMAT, "long: unexpected data",
+              "30 pixel bytes");
     free(b2);
     free(b);
     /* corrupt compressed data: a gzip header followed by garbage */
     unsigned char bad[64] = {0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3};
     for (int i = 10; i < 64; i++) bad[i] = (unsigned char)(i * 91 + 7);
     write_bytes(tpath("corrupt.gz"), bad, sizeof bad);
-    CHECK_ERR(remat_dataset_load_idx(&d, tpath("corrupt.gz"), tpath("lab")),
-              REMAT_FORMAT, "corrupt.gz", NULL);
+    CHECK_ERR(remat_dataset_load_idx(&d, tpath("corrupt.gz"), tpath("lab")), REMAT_FORMAT, "corrupt.gz", NULL);
     CHECK(d == NULL);
     section_end("truncated images (plain, gzip, cut stream, header), trailing data, "
                 "corrupt gzip");
@@ -273,21 +257,18 @@ static void test_idx_errors(void) {
     b = idx_labels(0x801, N5 - 1, lab5, &len);
     write_bytes(tpath("lab4"), b, len);
     free(b);
-    CHECK_ERR(remat_dataset_load_idx(&d, tpath("img"), tpath("lab4")), REMAT_FORMAT,
-              "has 5 images", "has 4 labels");
+    CHECK_ERR(remat_dataset_load_idx(&d, tpath("img"), tpath("lab4")), REMAT_FORMAT, "has 5 images", "has 4 labels");
     unsigned char badlab[N5] = {1, 2, 10, 3, 4};
     b = idx_labels(0x801, N5, badlab, &len);
     write_bytes(tpath("lab10"), b, len);
     free(b);
-    CHECK_ERR(remat_dataset_load_idx(&d, tpath("img"), tpath("lab10")), REMAT_FORMAT,
-              "lab10: label 10 of sample 2", "10 classes");
+    CHECK_ERR(remat_dataset_load_idx(&d, tpath("img"), tpath("lab10")), REMAT_FORMAT, "lab10: label 10 of sample 2",
+              "10 classes");
     b = idx_images(0x803, 0, R, C, pix5, 0, &len);
     write_bytes(tpath("empty"), b, len);
     free(b);
-    CHECK_ERR(remat_dataset_load_idx(&d, tpath("empty"), tpath("lab")), REMAT_FORMAT,
-              "empty: empty", NULL);
-    CHECK_ERR(remat_dataset_load_idx(&d, tpath("nosuch"), tpath("lab")),
-              REMAT_NOT_FOUND, "nosuch", NULL);
+    CHECK_ERR(remat_dataset_load_idx(&d, tpath("empty"), tpath("lab")), REMAT_FORMAT, "empty: empty", NULL);
+    CHECK_ERR(remat_dataset_load_idx(&d, tpath("nosuch"), tpath("lab")), REMAT_NOT_FOUND, "nosuch", NULL);
     /* a header claiming 2^32-1 images of 65535x65535: truncated, no huge
      * allocation */
     unsigned char huge[20];
@@ -295,24 +276,20 @@ static void test_idx_errors(void) {
     put_be32(huge + 8, 65535), put_be32(huge + 12, 65535);
     memset(huge + 16, 1, 4);
     write_bytes(tpath("huge"), huge, sizeof huge);
-    CHECK_ERR(remat_dataset_load_idx(&d, tpath("huge"), tpath("lab")), REMAT_FORMAT,
-              "huge", NULL);
+    CHECK_ERR(remat_dataset_load_idx(&d, tpath("huge"), tpath("lab")), REMAT_FORMAT, "huge", NULL);
     section_end("mismatched counts, label out of range, empty, missing file, huge header");
 
     section_begin();
-    CHECK_ERR(remat_dataset_load(&d, "fashion-mnist", "/nonexistent/fmnist", 1),
-              REMAT_NOT_FOUND, "/nonexistent/fmnist", "apt-get install dataset-fashion-mnist");
-    CHECK_ERR(remat_dataset_load(&d, "mnist", "/nonexistent/mnist", 1), REMAT_NOT_FOUND,
-              "/nonexistent/mnist", "does not exist");
+    CHECK_ERR(remat_dataset_load(&d, "fashion-mnist", "/nonexistent/fmnist", 1), REMAT_NOT_FOUND, "/nonexistent/fmnist",
+              "apt-get install dataset-fashion-mnist");
+    CHECK_ERR(remat_dataset_load(&d, "mnist", "/nonexistent/mnist", 1), REMAT_NOT_FOUND, "/nonexistent/mnist",
+              "does not exist");
     CHECK(!has(remat_last_error(), "apt-get"));
-    CHECK_ERR(remat_dataset_load(&d, "mnist", NULL, 1), REMAT_INVALID, "mnist",
-              "directory");
-    CHECK_ERR(remat_dataset_load(&d, "cifar10", NULL, 1), REMAT_INVALID, "cifar10",
-              "directory");
-    CHECK_ERR(remat_dataset_load(&d, "imagenet", NULL, 1), REMAT_INVALID,
-              "unknown data set 'imagenet'", "fashion-mnist, mnist, cifar10");
-    CHECK_ERR(remat_dataset_load(&d, "fashion-mnist", tpath("img"), 1), REMAT_INVALID,
-              "not a directory", NULL);
+    CHECK_ERR(remat_dataset_load(&d, "mnist", NULL, 1), REMAT_INVALID, "mnist", "directory");
+    CHECK_ERR(remat_dataset_load(&d, "cifar10", NULL, 1), REMAT_INVALID, "cifar10", "directory");
+    CHECK_ERR(remat_dataset_load(&d, "imagenet", NULL, 1), REMAT_INVALID, "unknown data set 'imagenet'",
+              "fashion-mnist, mnist, cifar10");
+    CHECK_ERR(remat_dataset_load(&d, "fashion-mnist", tpath("img"), 1), REMAT_INVALID, "not a directory", NULL);
     CHECK(d == NULL);
     section_end("missing directory (with apt-get hint), no default dir, unknown name");
 
@@ -322,8 +299,7 @@ static void test_idx_errors(void) {
         float x[R * C];
         int32_t y;
         int64_t bad_i = 5;
-        CHECK_ERR(remat_dataset_get(d, &bad_i, 1, x, &y), REMAT_INVALID,
-                  "index 5 out of range", NULL);
+        CHECK_ERR(remat_dataset_get(d, &bad_i, 1, x, &y), REMAT_INVALID, "index 5 out of range", NULL);
         CHECK_ERR(remat_dataset_truncate(d, 6), REMAT_INVALID, "6", NULL);
         CHECK_ERR(remat_dataset_truncate(d, 0), REMAT_INVALID, NULL, NULL);
         CHECK_OK(remat_dataset_truncate(d, 3));
@@ -345,9 +321,7 @@ static void test_idx_errors(void) {
 
 #define REC 3073
 
-static unsigned char cifar_px(int64_t rec, int64_t k) {
-    return (unsigned char)((rec * 31 + k * 7) % 256);
-}
+static unsigned char cifar_px(int64_t rec, int64_t k) { return (unsigned char)((rec * 31 + k * 7) % 256); }
 
 /* Writes records [first, first+n) of the synthetic set to path. */
 static void write_cifar(const char *path, int64_t first, int64_t n) {
@@ -360,8 +334,7 @@ static void write_cifar(const char *path, int64_t first, int64_t n) {
     free(b);
 }
 
-static void check_cifar(const remat_dataset *d, int64_t n, const float *mean,
-                        const float *std) {
+static void check_cifar(const remat_dataset *d, int64_t n, const float *mean, const float *std) {
     int64_t chw[3];
     CHECK(remat_dataset_size(d) == n);
     remat_dataset_shape(d, chw);
@@ -373,8 +346,7 @@ static void check_cifar(const remat_dataset *d, int64_t n, const float *mean,
     int ok = 1;
     for (int64_t r = 0; r < n; r++) {
         ok &= y[r] == r % 10;
-        for (int64_t k = 0; k < 3072; k++)
-            ok &= x[r * 3072 + k] == norm(cifar_px(r, k), mean[k / 1024], std[k / 1024]);
+        for (int64_t k = 0; k < 3072; k++) ok &= x[r * 3072 + k] == norm(cifar_px(r, k), mean[k / 1024], std[k / 1024]);
     }
     CHECK_MSG(ok, "CIFAR labels or per-channel normalized values differ");
     free(x);
@@ -423,26 +395,22 @@ static void test_cifar(void) {
 
     section_begin();
     d = NULL;
-    CHECK_ERR(remat_dataset_load(&d, "cifar10", tpath("cifar-top"), 1), REMAT_NOT_FOUND,
-              "data_batch_1.bin", NULL);
+    CHECK_ERR(remat_dataset_load(&d, "cifar10", tpath("cifar-top"), 1), REMAT_NOT_FOUND, "data_batch_1.bin", NULL);
     unsigned char *b = malloc(2 * REC + 5);
     memset(b, 1, 2 * REC + 5);
     write_bytes(tpath("odd.bin"), b, 2 * REC + 5);
     const char *odd[1] = {tpath("odd.bin")};
-    CHECK_ERR(remat_dataset_load_cifar10(&d, odd, 1), REMAT_FORMAT, "odd.bin",
-              "multiple of the 3073-byte");
+    CHECK_ERR(remat_dataset_load_cifar10(&d, odd, 1), REMAT_FORMAT, "odd.bin", "multiple of the 3073-byte");
     write_bytes(tpath("zero.bin"), b, 0);
     const char *zero[1] = {tpath("zero.bin")};
     CHECK_ERR(remat_dataset_load_cifar10(&d, zero, 1), REMAT_FORMAT, "zero.bin", NULL);
     b[REC] = 11; /* record 1's label */
     write_bytes(tpath("lab11.bin"), b, 2 * REC);
     const char *l11[2] = {tpath("c1.bin"), tpath("lab11.bin")};
-    CHECK_ERR(remat_dataset_load_cifar10(&d, l11, 2), REMAT_FORMAT,
-              "lab11.bin: label 11 of record 1", NULL);
+    CHECK_ERR(remat_dataset_load_cifar10(&d, l11, 2), REMAT_FORMAT, "lab11.bin: label 11 of record 1", NULL);
     free(b);
     const char *missing[2] = {tpath("c1.bin"), tpath("nosuch.bin")};
-    CHECK_ERR(remat_dataset_load_cifar10(&d, missing, 2), REMAT_NOT_FOUND, "nosuch.bin",
-              NULL);
+    CHECK_ERR(remat_dataset_load_cifar10(&d, missing, 2), REMAT_NOT_FOUND, "nosuch.bin", NULL);
     CHECK_ERR(remat_dataset_load_cifar10(&d, missing, 0), REMAT_INVALID, NULL, NULL);
     CHECK(d == NULL);
     section_end("CIFAR errors: missing batch, size not a multiple of 3073, bad label");
@@ -642,8 +610,7 @@ static void test_tokens(void) {
     CHECK_OK(remat_tokens_check(t, 60000));
     char want_buf[64];
     const char *want = want_buf;
-    snprintf(want_buf, sizeof want_buf, "token %u at position %lld ", (unsigned)ids[first_big],
-             (long long)first_big);
+    snprintf(want_buf, sizeof want_buf, "token %u at position %lld ", (unsigned)ids[first_big], (long long)first_big);
     CHECK_ERR(remat_tokens_check(t, 1000), REMAT_INVALID, want, "t.tok");
     CHECK_ERR(remat_tokens_check(t, 0), REMAT_INVALID, "vocabulary size 0", NULL);
     remat_tokens_destroy(t);
@@ -678,8 +645,7 @@ static void test_tokens_batch(void) {
     for (int b = 0; b < B; b++) {
         int32_t start = x[b * T] - 1000;
         windows &= start >= 0 && start <= N - T - 1;
-        for (int i = 0; i < T; i++)
-            windows &= x[b * T + i] == 1000 + start + i && y[b * T + i] == 1000 + start + i + 1;
+        for (int i = 0; i < T; i++) windows &= x[b * T + i] == 1000 + start + i && y[b * T + i] == 1000 + start + i + 1;
     }
     CHECK_MSG(windows, "each row must be tokens [s, s+T) of the file and its labels [s+1, s+T+1)");
     CHECK_OK(remat_tokens_batch(t, B, T, 1, 0, x2, y2));
@@ -695,8 +661,7 @@ static void test_tokens_batch(void) {
         for (int b = 0; b < B; b++) hist[x[b * T] - 1000]++;
     }
     int uniform = 1;
-    for (int s = 0; s < N; s++)
-        uniform &= s <= N - T - 1 ? hist[s] > 120 && hist[s] < 300 : hist[s] == 0;
+    for (int s = 0; s < N; s++) uniform &= s <= N - T - 1 ? hist[s] > 120 && hist[s] < 300 : hist[s] == 0;
     CHECK_MSG(uniform, "window starts are not uniform on [0, %d]", N - T - 1);
     /* the longest window: one start */
     int32_t xl[N - 1], yl[N - 1];
@@ -836,8 +801,7 @@ static void test_lm_training(void) {
         for (int i = 0; i < 10; i++) mean += l.last10[i] / 10;
         CHECK_MSG(l.n == 100 && fabs(l.first - log(64.0)) < 0.5 && mean < l.first / 4,
                   "%lld steps, loss %.4f -> %.4f (mean of the last 10)", (long long)l.n, l.first, mean);
-        printf("  gpt2 (2 layers, 32 wide) on a 20-token pattern: loss %.4f -> %.4f in 100 steps\n", l.first,
-               mean);
+        printf("  gpt2 (2 layers, 32 wide) on a 20-token pattern: loss %.4f -> %.4f in 100 steps\n", l.first, mean);
         /* ids beyond the model's vocabulary: refused before training, by position */
         remat_graph *g2 = NULL;
         remat_session *s2 = NULL;
@@ -889,8 +853,7 @@ static void test_fashion_mnist(void) {
             for (int i = 0; i < B; i++) per_class[y[i]]++;
         }
         double n = 60000.0 * 784, mean = s / n, sd = sqrt(s2 / n - mean * mean);
-        CHECK_MSG(fabs(mean) < 0.01 && fabs(sd - 1) < 0.01, "normalized mean %g std %g",
-                  mean, sd);
+        CHECK_MSG(fabs(mean) < 0.01 && fabs(sd - 1) < 0.01, "normalized mean %g std %g", mean, sd);
         int balanced = 1;
         for (int c = 0; c < 10; c++) balanced &= per_class[c] == 6000;
         CHECK_MSG(balanced, "Fashion-MNIST's training classes have 6000 images each");
@@ -911,8 +874,7 @@ static int rm_entry(const char *path, const struct stat *sb, int flag, struct FT
 
 int main(void) {
     const char *base = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof tmpdir, "%s/remat-test-data-XXXXXX",
-             base && *base ? base : "/tmp");
+    snprintf(tmpdir, sizeof tmpdir, "%s/remat-test-data-XXXXXX", base && *base ? base : "/tmp");
     if (!mkdtemp(tmpdir)) {
         perror("mkdtemp");
         return 1;

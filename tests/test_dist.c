@@ -190,11 +190,12 @@ static uint64_t run_job_here(const env *e, remat_comm *c, const job *j) {
     remat_dist_info di;
     CHECK_OK(remat_session_plan(s, &ps));
     CHECK_OK(remat_session_dist(s, &di));
-    if (j->strategy != REMAT_STRATEGY_ALL)
-        CHECK_MSG(ps.recomputations > 0, "%s recomputes nothing", j->name);
-    if (so.budget) CHECK_MSG(ps.held_bytes <= so.budget, "%s: holds %zu > budget %zu", j->name, ps.held_bytes, so.budget);
+    if (j->strategy != REMAT_STRATEGY_ALL) CHECK_MSG(ps.recomputations > 0, "%s recomputes nothing", j->name);
+    if (so.budget)
+        CHECK_MSG(ps.held_bytes <= so.budget, "%s: holds %zu > budget %zu", j->name, ps.held_bytes, so.budget);
     CHECK(di.ranks == remat_comm_size(c) && di.micro_batches == BATCH / MICRO);
-    CHECK(di.local_micro_batches * di.ranks == di.micro_batches && di.first_micro_batch == di.rank * di.local_micro_batches);
+    CHECK(di.local_micro_batches * di.ranks == di.micro_batches &&
+          di.first_micro_batch == di.rank * di.local_micro_batches);
     /* staged with one micro-batch per rank and no statistics: nothing to
      * keep on the device (no tree to fold, the exchanges on the host) */
     int empty = j->staged && di.ranks > 1 && di.local_micro_batches == 1 && j->model == CNN;
@@ -246,10 +247,10 @@ static uint64_t run_job_here(const env *e, remat_comm *c, const job *j) {
     CHECK_OK(remat_session_step(s, &loss));
     remat_session_mem(s, &meas);
     for (int k = 0; k < REMAT_MEM_COUNT; k++)
-        CHECK_MSG(pred.peak[k] == meas.peak[k], "%s, rank %d of %d: %s predicted %zu, measured %zu", j->name,
-                  di.rank, di.ranks, remat_mem_str((remat_mem)k), pred.peak[k], meas.peak[k]);
-    CHECK_MSG(meas.live[REMAT_MEM_COMM] == di.comm_bytes, "%s: %zu bytes of communication live, block of %zu",
-              j->name, meas.live[REMAT_MEM_COMM], di.comm_bytes);
+        CHECK_MSG(pred.peak[k] == meas.peak[k], "%s, rank %d of %d: %s predicted %zu, measured %zu", j->name, di.rank,
+                  di.ranks, remat_mem_str((remat_mem)k), pred.peak[k], meas.peak[k]);
+    CHECK_MSG(meas.live[REMAT_MEM_COMM] == di.comm_bytes, "%s: %zu bytes of communication live, block of %zu", j->name,
+              meas.live[REMAT_MEM_COMM], di.comm_bytes);
     if (so.budget) CHECK(remat_session_held_bytes(s) <= so.budget);
     remat_session_bind(s, m.input, NULL);
     remat_session_bind(s, m.labels, NULL);
@@ -292,9 +293,8 @@ static void test_invariance(const env *e) {
             if (e->rank == 0) printf(" %d:%016llx", 1 << si, (unsigned long long)h);
             CHECK_MSG(h != 0, "%s on %d ranks did not run", jobs[j].name, 1 << si);
             if (!ref[jobs[j].model]) ref[jobs[j].model] = h;
-            CHECK_MSG(h == ref[jobs[j].model], "%s on %d ranks: hash %016llx, not %s's %016llx", jobs[j].name,
-                      1 << si, (unsigned long long)h, model_names[jobs[j].model],
-                      (unsigned long long)ref[jobs[j].model]);
+            CHECK_MSG(h == ref[jobs[j].model], "%s on %d ranks: hash %016llx, not %s's %016llx", jobs[j].name, 1 << si,
+                      (unsigned long long)h, model_names[jobs[j].model], (unsigned long long)ref[jobs[j].model]);
         }
         if (e->rank == 0) printf("\n");
     }
@@ -334,7 +334,8 @@ static void test_comm(const env *e) {
     char want[64];
     snprintf(want, sizeof want, "rank %d of %d (", e->size - 1, e->size);
     CHECK_MSG(st == REMAT_IO && (e->size == 1 || strstr(remat_last_error(), want)) &&
-              strstr(remat_last_error(), "disk on fire"), "agreement: %s", remat_last_error());
+                  strstr(remat_last_error(), "disk on fire"),
+              "agreement: %s", remat_last_error());
     CHECK(remat_comm_agreed_failure(e->world));
     CHECK(remat_comm_hosts(e->world) >= 1 && remat_comm_host(e->world)[0]);
 }

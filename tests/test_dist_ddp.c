@@ -26,7 +26,6 @@
 #define SIZE 4
 #define TOL 1e-5
 
-
 /* Every trainable parameter from fill(name_seed(name), bound of its
  * layer's weight: 1/sqrt(fan in)). */
 static void init_weights(remat_session *s) {
@@ -116,15 +115,17 @@ int main(void) {
             if (fabs(want[k]) > big) big = fabs(want[k]);
             if (fabs((double)got[k] - (double)want[k]) > err) err = fabs((double)got[k] - (double)want[k]);
         }
-        CHECK_MSG(err <= TOL * big, "rank %d of %d: %s differs from DDP's by %.3g, more than %g of its largest "
-                  "magnitude %.3g", rank, ranks, p.name, err, TOL, big);
+        CHECK_MSG(err <= TOL * big,
+                  "rank %d of %d: %s differs from DDP's by %.3g, more than %g of its largest "
+                  "magnitude %.3g",
+                  rank, ranks, p.name, err, TOL, big);
         if (big > 0 && err / big > worst) worst = err / big, snprintf(worst_name, sizeof worst_name, "%s", p.name);
         free(got), free(want);
     }
     if (rank == 0)
         printf("test_dist_ddp: %d rank%s, %d steps against DDP (gloo, 2 processes): the largest difference is "
-               "%.2g of a tensor's largest magnitude (%s), the bound %g\n", ranks, ranks == 1 ? "" : "s", STEPS,
-               worst, worst_name, TOL);
+               "%.2g of a tensor's largest magnitude (%s), the bound %g\n",
+               ranks, ranks == 1 ? "" : "s", STEPS, worst, worst_name, TOL);
     free(x), free(y);
     remat_session_destroy(s);
     remat_graph_destroy(g);

@@ -118,7 +118,7 @@ static uint64_t run_job(remat_comm *c, const job *j, int steps) {
     CHECK_OK(remat_session_dist(s, &di));
     CHECK(di.ranks == remat_comm_size(c) && di.micro_batches == BATCH / MICRO && di.buckets > 1);
     CHECK_MSG(di.host_staging == (device != REMAT_DEVICE_CPU || getenv("REMAT_DP_STAGING")) &&
-              (di.host_staging_bytes > 0) == (di.host_staging && di.ranks > 1),
+                  (di.host_staging_bytes > 0) == (di.host_staging && di.ranks > 1),
               "%s: host staging %d, %zu bytes", j->name, di.host_staging, di.host_staging_bytes);
     int64_t rows = di.local_micro_batches * MICRO, first = di.first_micro_batch * MICRO;
     float *x = malloc((size_t)rows * PIXELS * sizeof *x);
@@ -139,8 +139,8 @@ static uint64_t run_job(remat_comm *c, const job *j, int steps) {
         for (int k = 0; k < REMAT_MEM_COUNT && truth_failures < 4; k++)
             if (pred.peak[k] != meas.peak[k]) {
                 truth_failures++;
-                CHECK_MSG(0, "%s, rank %d of %d, step %d: %s predicted %zu, measured %zu", j->name, di.rank,
-                          di.ranks, t, remat_mem_str((remat_mem)k), pred.peak[k], meas.peak[k]);
+                CHECK_MSG(0, "%s, rank %d of %d, step %d: %s predicted %zu, measured %zu", j->name, di.rank, di.ranks,
+                          t, remat_mem_str((remat_mem)k), pred.peak[k], meas.peak[k]);
             }
         CHECK_MSG(meas.live[REMAT_MEM_COMM] == di.comm_bytes, "%s: %zu bytes of communication live, block of %zu",
                   j->name, meas.live[REMAT_MEM_COMM], di.comm_bytes);
@@ -174,7 +174,8 @@ int main(int argc, char **argv) {
     int steps = 20;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc) steps = atoi(argv[++i]);
-        else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc && remat_device_parse(argv[i + 1], &device) == REMAT_OK)
+        else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc &&
+                 remat_device_parse(argv[i + 1], &device) == REMAT_OK)
             i++;
         else return fprintf(stderr, "usage: test_dist_device [--device cpu|cuda] [--steps N]\n"), 2;
     }

@@ -56,8 +56,15 @@ static void run_node(const remat_graph *g, const remat__node *n, int nth, float 
         size_t wb = pass == 0 ? (op->fwd_ws ? op->fwd_ws(g, n, nth) : 0) : (op->bwd_ws ? op->bwd_ws(g, n, nth) : 0);
         unsigned char *ws = malloc(wb + GUARD);
         memset(ws + wb, 0xA5, GUARD);
-        remat__kctx k = {.graph = g, .node = n, .out = &o, .dout = pass ? dout : NULL, .train = 1, .first = 1,
-                         .pool = nth > 1 ? pool : NULL, .ws = ws, .dnnl = dn};
+        remat__kctx k = {.graph = g,
+                         .node = n,
+                         .out = &o,
+                         .dout = pass ? dout : NULL,
+                         .train = 1,
+                         .first = 1,
+                         .pool = nth > 1 ? pool : NULL,
+                         .ws = ws,
+                         .dnnl = dn};
         for (int i = 0; i < n->n_in; i++) {
             ins[i] = (remat__tensor){in[i], &g->nodes[n->in[i]].shape};
             k.in[i] = &ins[i];
@@ -184,8 +191,9 @@ static void check_node(const char *label, remat_graph *g, remat_node node) {
     for (int nth = 1; nth <= 3; nth++) {
         if (conv && have_dnnl) {
             const remat__shape *xs = &g->nodes[n->in[0]].shape, *wsh = &g->nodes[n->in[1]].shape;
-            remat__conv_dims cd = {xs->d[0], xs->d[1], xs->d[2], xs->d[3], wsh->d[0], wsh->d[2], wsh->d[3],
-                                   n->shape.d[2], n->shape.d[3], n->iattr[0], n->iattr[1], nin == 3, 0, 0};
+            remat__conv_dims cd = {
+                xs->d[0],      xs->d[1],      xs->d[2],    xs->d[3],    wsh->d[0], wsh->d[2], wsh->d[3],
+                n->shape.d[2], n->shape.d[3], n->iattr[0], n->iattr[1], nin == 3,  0,         0};
             size_t f, b;
             int used = remat__dnnl_conv_use(&cd, nth, &f, &b);
             CHECK_MSG(used || !require_dnnl, "%s on %d threads does not go through oneDNN", label, nth);
@@ -193,8 +201,7 @@ static void check_node(const char *label, remat_graph *g, remat_node node) {
         }
         for (int rep = 0; rep < 2; rep++) {
             float **d = rep ? din2 : din;
-            for (int i = 0; i < nin; i++)
-                memcpy(d[i], din0[i], (size_t)remat__numel(&g->nodes[n->in[i]].shape) * 4);
+            for (int i = 0; i < nin; i++) memcpy(d[i], din0[i], (size_t)remat__numel(&g->nodes[n->in[i]].shape) * 4);
             run_node(g, n, nth, in, rep ? y2 : y, dy, d);
         }
         double e = conv ? check_conv(g, n, in, y, dy, din0, din) : check_linear(g, n, in, y, dy, din0, din);
@@ -234,8 +241,15 @@ static void run_bf16_pass(const char *label, const remat_graph *g, const remat__
                           void *const *din, int pass, size_t bytes) {
     unsigned char *ws = malloc(bytes + GUARD);
     memset(ws + bytes, 0xA5, GUARD);
-    remat__kctx k = {.graph = g, .node = n, .out = to, .train = 1, .first = 1, .ws = ws,
-                     .pool = nth > 1 ? pool : NULL, .dnnl = dn, .dt = dt};
+    remat__kctx k = {.graph = g,
+                     .node = n,
+                     .out = to,
+                     .train = 1,
+                     .first = 1,
+                     .ws = ws,
+                     .pool = nth > 1 ? pool : NULL,
+                     .dnnl = dn,
+                     .dt = dt};
     for (int i = 0; i < n->n_in; i++) {
         k.in[i] = &ti[i];
         if (pass) k.din[i] = din[i];
@@ -317,7 +331,8 @@ static void bf16_conv_case(const char *label, int64_t N, int64_t C, int64_t H, i
             memcpy(dxb[rep], dx0b, (size_t)nx * 2), memcpy(dxf[rep], dx0, (size_t)nx * 4);
             memcpy(dw[rep], dw0, (size_t)nw * 4), memcpy(db[rep], db0, (size_t)O * 4);
             remat__tensor ti[3] = {{xbf16 ? (void *)xb : (void *)xf, &g->nodes[xn].shape},
-                                   {w, &g->nodes[wn].shape}, {b, bias ? &g->nodes[bn].shape : NULL}};
+                                   {w, &g->nodes[wn].shape},
+                                   {b, bias ? &g->nodes[bn].shape : NULL}};
             remat__tensor to = {y[rep], &n->shape};
             void *din[3] = {xbf16 ? (void *)dxb[rep] : (void *)dxf[rep], dw[rep], db[rep]};
             for (int pass = 0; pass < 2; pass++)
@@ -333,7 +348,8 @@ static void bf16_conv_case(const char *label, int64_t N, int64_t C, int64_t H, i
             e = fmax(e, rel(r, xbf16 ? remat__f32_of(dxb[0][i]) : dxf[0][i]));
         }
         for (int64_t i = 0; i < nw; i++) e = fmax(e, fabs(dw0[i] + rdw[i] - dw[0][i]) / (1.0 + fabs(dw0[i]) + mdw[i]));
-        for (int64_t o = 0; o < O && bias; o++) e = fmax(e, fabs(db0[o] + rdb[o] - db[0][o]) / (1.0 + fabs(db0[o]) + mdb[o]));
+        for (int64_t o = 0; o < O && bias; o++)
+            e = fmax(e, fabs(db0[o] + rdb[o] - db[0][o]) / (1.0 + fabs(db0[o]) + mdb[o]));
         int same = !memcmp(y[0], y[1], (size_t)ny * 2) && !memcmp(dw[0], dw[1], (size_t)nw * 4) &&
                    !memcmp(db[0], db[1], (size_t)O * 4) && !memcmp(dxb[0], dxb[1], (size_t)nx * 2) &&
                    !memcmp(dxf[0], dxf[1], (size_t)nx * 4);
@@ -385,8 +401,8 @@ static void bf16_linear_case(const char *label, int64_t N, int64_t IN, int64_t O
         float *dxf = malloc((size_t)nx * 4), *dw = malloc((size_t)nw * 4), *db = malloc((size_t)OUT * 4);
         memcpy(dxb, dx0b, (size_t)nx * 2), memcpy(dxf, dx0, (size_t)nx * 4), memcpy(dw, dw0, (size_t)nw * 4);
         memcpy(db, db0, (size_t)OUT * 4);
-        remat__tensor ti[3] = {{xbf16 ? (void *)xb : (void *)xf, &g->nodes[xn].shape}, {w, &g->nodes[wn].shape},
-                               {b, &g->nodes[bn].shape}};
+        remat__tensor ti[3] = {
+            {xbf16 ? (void *)xb : (void *)xf, &g->nodes[xn].shape}, {w, &g->nodes[wn].shape}, {b, &g->nodes[bn].shape}};
         remat__tensor to = {y, &n->shape};
         void *din[3] = {xbf16 ? (void *)dxb : (void *)dxf, dw, db};
         for (int pass = 0; pass < 2; pass++)
@@ -417,7 +433,8 @@ static void bf16_linear_case(const char *label, int64_t N, int64_t IN, int64_t O
                 }
                 e = fmax(e, fabs(dw0[o * IN + i] + acc - dw[o * IN + i]) / (1.0 + fabs(dw0[o * IN + i]) + mag));
             }
-            for (int64_t r = 0; r < N; r++) sb += remat__f32_of(dyb[r * OUT + o]), mb += fabs(remat__f32_of(dyb[r * OUT + o]));
+            for (int64_t r = 0; r < N; r++)
+                sb += remat__f32_of(dyb[r * OUT + o]), mb += fabs(remat__f32_of(dyb[r * OUT + o]));
             e = fmax(e, fabs(db0[o] + sb - db[o]) / (1.0 + fabs(db0[o]) + mb));
         }
         CHECK_MSG(e <= 1.0 / 128, "%s on %d threads: relative error %.3g against the definition", label, nth, e);

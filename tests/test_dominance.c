@@ -109,8 +109,8 @@ static void dominates(const row *r, const char *what, plan ref) {
     if (o.st != REMAT_OK) return;
     CHECK_MSG(o.extra <= ref.extra, "%s: at %s's %zu bytes optimal recomputes %.6g FLOP, %s %.6g", r->name, what,
               ref.held, o.extra, what, ref.extra);
-    printf("  %-10s holds %11zu B, recomputes %9.4g GFLOP; optimal there %9.4g GFLOP (%.1f%% of it)\n", what,
-           ref.held, ref.extra / 1e9, o.extra / 1e9, ref.extra > 0 ? 100.0 * o.extra / ref.extra : 100.0);
+    printf("  %-10s holds %11zu B, recomputes %9.4g GFLOP; optimal there %9.4g GFLOP (%.1f%% of it)\n", what, ref.held,
+           ref.extra / 1e9, o.extra / 1e9, ref.extra > 0 ? 100.0 * o.extra / ref.extra : 100.0);
 }
 
 static void check_floor(const row *r, size_t *floor_out) {
@@ -153,8 +153,8 @@ static void model(const row *r) {
         plan o = plan_of(r, -1, REMAT_STRATEGY_OPTIMAL, b);
         CHECK_MSG(o.st == REMAT_OK, "%s @%zu: %s", r->name, b, remat_last_error());
         if (o.st != REMAT_OK) continue;
-        if (prev >= 0) CHECK_MSG(o.extra <= prev, "%s @%zu: recomputation rose from %.6g to %.6g FLOP", r->name, b,
-                                 prev, o.extra);
+        if (prev >= 0)
+            CHECK_MSG(o.extra <= prev, "%s @%zu: recomputation rose from %.6g to %.6g FLOP", r->name, b, prev, o.extra);
         prev = o.extra;
         printf(" %.3g", o.extra / 1e9);
     }
@@ -163,8 +163,8 @@ static void model(const row *r) {
 }
 
 int main(int argc, char **argv) {
-    static const row rows[] = {{"cnn", 128, 0},          {"resnet18", 32, 0}, {"resnet50", 16, 0},
-                               {"densenet-bc", 64, 0},   {"gpt2", 4, 256},    {"siamese-resnet50", 8, 0}};
+    static const row rows[] = {{"cnn", 128, 0},        {"resnet18", 32, 0}, {"resnet50", 16, 0},
+                               {"densenet-bc", 64, 0}, {"gpt2", 4, 256},    {"siamese-resnet50", 8, 0}};
     static const row quick_rows[] = {{"cnn", 32, 0}, {"resnet18", 4, 0}, {"gpt2", 2, 64}};
     quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
     const row *rs = quick ? quick_rows : rows;

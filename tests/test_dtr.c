@@ -38,20 +38,20 @@ static void dag_add(dag *g, double cost, int64_t size, int nd, const int32_t *de
 /* D1 of PLANNING.md §9.3: a conv/ReLU chain with a skip, and its backward. */
 static void make_d1(dag *g) {
     memset(g, 0, sizeof *g);
-    dag_add(g, 1, 1, 0, NULL);                         /* 0 in */
-    dag_add(g, 3, 2, 1, (int32_t[]){0});               /* 1 c1 */
-    dag_add(g, 1, 2, 1, (int32_t[]){1});               /* 2 r1 */
-    dag_add(g, 3, 2, 1, (int32_t[]){2});               /* 3 c2 */
-    dag_add(g, 1, 2, 1, (int32_t[]){3});               /* 4 r2 */
-    dag_add(g, 3, 2, 2, (int32_t[]){4, 2});            /* 5 c3 */
-    dag_add(g, 1, 2, 1, (int32_t[]){5});               /* 6 r3 */
-    dag_add(g, 1, 1, 1, (int32_t[]){6});               /* 7 loss */
-    dag_add(g, 1, 2, 2, (int32_t[]){7, 6});            /* 8 g_r3 */
-    dag_add(g, 3, 2, 3, (int32_t[]){8, 4, 2});         /* 9 g_c3 */
-    dag_add(g, 1, 2, 2, (int32_t[]){9, 4});            /* 10 g_r2 */
-    dag_add(g, 3, 2, 2, (int32_t[]){10, 2});           /* 11 g_c2 */
-    dag_add(g, 1, 2, 3, (int32_t[]){11, 9, 2});        /* 12 g_r1 */
-    dag_add(g, 3, 1, 2, (int32_t[]){12, 0});           /* 13 g_c1 */
+    dag_add(g, 1, 1, 0, NULL);                  /* 0 in */
+    dag_add(g, 3, 2, 1, (int32_t[]){0});        /* 1 c1 */
+    dag_add(g, 1, 2, 1, (int32_t[]){1});        /* 2 r1 */
+    dag_add(g, 3, 2, 1, (int32_t[]){2});        /* 3 c2 */
+    dag_add(g, 1, 2, 1, (int32_t[]){3});        /* 4 r2 */
+    dag_add(g, 3, 2, 2, (int32_t[]){4, 2});     /* 5 c3 */
+    dag_add(g, 1, 2, 1, (int32_t[]){5});        /* 6 r3 */
+    dag_add(g, 1, 1, 1, (int32_t[]){6});        /* 7 loss */
+    dag_add(g, 1, 2, 2, (int32_t[]){7, 6});     /* 8 g_r3 */
+    dag_add(g, 3, 2, 3, (int32_t[]){8, 4, 2});  /* 9 g_c3 */
+    dag_add(g, 1, 2, 2, (int32_t[]){9, 4});     /* 10 g_r2 */
+    dag_add(g, 3, 2, 2, (int32_t[]){10, 2});    /* 11 g_c2 */
+    dag_add(g, 1, 2, 3, (int32_t[]){11, 9, 2}); /* 12 g_r1 */
+    dag_add(g, 3, 1, 2, (int32_t[]){12, 0});    /* 13 g_c1 */
 }
 
 /* ------------------------------------------------- independent simulator */
@@ -85,8 +85,7 @@ static int replay(const dag *g, int64_t budget, const remat__dtr_result *r, doub
                 return fprintf(stderr, "op %d: compute of %d without dep %d\n", k, v, g->nd[v].deps[j]), 0;
         if (!done[v])
             for (int u = 0; u < v; u++)
-                if (need[u] && !done[u])
-                    return fprintf(stderr, "op %d: first compute of %d before %d\n", k, v, u), 0;
+                if (need[u] && !done[u]) return fprintf(stderr, "op %d: first compute of %d before %d\n", k, v, u), 0;
         if (mem + g->nd[v].size > *peak) *peak = mem + g->nd[v].size;
         res[v] = 1, done[v] = 1, mem += g->nd[v].size;
         *cost += g->nd[v].cost;
@@ -95,8 +94,7 @@ static int replay(const dag *g, int64_t budget, const remat__dtr_result *r, doub
         if (need[v] && !done[v]) return fprintf(stderr, "node %d never computed\n", v), 0;
         if (res[v]) return fprintf(stderr, "node %d still resident at the end\n", v), 0;
     }
-    if (*peak > budget)
-        return fprintf(stderr, "peak %lld above budget %lld\n", (long long)*peak, (long long)budget), 0;
+    if (*peak > budget) return fprintf(stderr, "peak %lld above budget %lld\n", (long long)*peak, (long long)budget), 0;
     return 1;
 }
 
@@ -267,16 +265,14 @@ static double plan(const dag *g, int64_t budget, const remat__dtr_opts *o, remat
         int64_t p;
         int ok = replay(g, budget, &r, &c, &p);
         CHECK_MSG(ok, "invalid schedule at budget %lld", (long long)budget);
-        CHECK_MSG(c == r.cost && p == r.peak, "reported cost %g peak %lld, replay %g %lld", r.cost,
-                  (long long)r.peak, c, (long long)p);
+        CHECK_MSG(c == r.cost && p == r.peak, "reported cost %g peak %lld, replay %g %lld", r.cost, (long long)r.peak,
+                  c, (long long)p);
         cost = r.cost;
     } else {
         CHECK_MSG(st == REMAT_BUDGET, "status %s: %s", remat_status_str(st), remat_last_error());
     }
-    if (keep)
-        *keep = r;
-    else
-        remat__dtr_result_free(&r);
+    if (keep) *keep = r;
+    else remat__dtr_result_free(&r);
     return cost;
 }
 
@@ -298,16 +294,14 @@ static void test_d1(void) {
         if (c >= 0)
             printf("D1: %6lld %4g %8g  (%s/%s, %d)\n", (long long)budgets[i], c, oracle[i],
                    remat__dtr_heuristic_name(r.heuristic), remat__dtr_policy_name(r.policy), r.n_sims);
-        else
-            printf("D1: %6lld    -        -  (%s)\n", (long long)budgets[i], remat_last_error());
+        else printf("D1: %6lld    -        -  (%s)\n", (long long)budgets[i], remat_last_error());
         if (oracle[i] < 0) {
             CHECK(c < 0);
             CHECK(r.floor == 8 && r.floor_node >= 0);
             CHECK(r.min_budget >= 8);
             CHECK(strstr(remat_last_error(), "below 8") != NULL);
         } else {
-            CHECK_MSG(c >= oracle[i], "D1 at %lld: %g beats the optimum %g", (long long)budgets[i], c,
-                      oracle[i]);
+            CHECK_MSG(c >= oracle[i], "D1 at %lld: %g beats the optimum %g", (long long)budgets[i], c, oracle[i]);
             CHECK(!r.limited);
         }
         if (budgets[i] >= 10) CHECK_MSG(c == 26, "D1 at %lld: %g", (long long)budgets[i], c);
@@ -406,21 +400,22 @@ static void test_random_exact(uint64_t seed, int n_dags, int lo, int hi, double 
             }
         }
     }
-    printf("random DAGs of %d-%d nodes: %d DAGs, %d (DAG, budget) pairs with a schedule, %d without:\n", lo, hi,
-           n_dags, n_pairs, n_infeasible);
+    printf("random DAGs of %d-%d nodes: %d DAGs, %d (DAG, budget) pairs with a schedule, %d without:\n", lo, hi, n_dags,
+           n_pairs, n_infeasible);
     for (int v = 0; v < N_VAR; v++) {
-        const char *name = v == 0                     ? "planner (all, swept)"
+        const char *name = v == 0                    ? "planner (all, swept)"
                            : v <= REMAT__DTR_H_COUNT ? remat__dtr_heuristic_name(v - 1)
                                                      : "dtr, eager, 1 sim";
         int ok = n_pairs - n_fail[v];
-        printf("  %-22s fits %3d/%d, optimal %3d, mean cost/optimum %.4f, max %.3f\n", name, ok, n_pairs,
-               n_opt[v], ok ? sum_ratio[v] / ok : 0.0, max_ratio[v]);
+        printf("  %-22s fits %3d/%d, optimal %3d, mean cost/optimum %.4f, max %.3f\n", name, ok, n_pairs, n_opt[v],
+               ok ? sum_ratio[v] / ok : 0.0, max_ratio[v]);
     }
     int ok = n_pairs - n_fail[0];
     double mean = ok ? sum_ratio[0] / ok : 0.0;
     CHECK_MSG(ok > 0 && mean <= mean_bound && max_ratio[0] <= max_bound && n_fail[0] <= max_missed,
               "%d-%d nodes: the planner's mean cost/optimum %.4f (bound %.4f), max %.3f (bound %.3f), %d pairs "
-              "missed (at most %d)", lo, hi, mean, mean_bound, max_ratio[0], max_bound, n_fail[0], max_missed);
+              "missed (at most %d)",
+              lo, hi, mean, mean_bound, max_ratio[0], max_bound, n_fail[0], max_missed);
 }
 
 /* Validity, the time floor and monotonicity on larger random DAGs, with no
@@ -469,8 +464,7 @@ static void test_edges(void) {
     CHECK_OK(remat__dtr_plan(g.nd, g.n, 8, NULL, &a));
     CHECK_OK(remat__dtr_plan(g.nd, g.n, 8, NULL, &b));
     int same = a.n_ops == b.n_ops && a.ops && b.ops && a.cost == b.cost;
-    for (int k = 0; same && k < a.n_ops; k++)
-        same = a.ops[k].node == b.ops[k].node && a.ops[k].kind == b.ops[k].kind;
+    for (int k = 0; same && k < a.n_ops; k++) same = a.ops[k].node == b.ops[k].node && a.ops[k].kind == b.ops[k].kind;
     CHECK(same);
     remat__dtr_result_free(&a), remat__dtr_result_free(&b);
     /* A work limit stops the search after the first simulation. */
@@ -516,8 +510,8 @@ static void test_edges(void) {
 
 int main(void) {
     test_d1();
-    test_random_exact(20240607, 100, 4, 7, 1.001, 1.06, 0);   /* measured: 1.0002, 1.043, 0 */
-    test_random_exact(31337, 50, 8, 12, 1.012, 1.5, 1);       /* measured: 1.0093, 1.463, 1 */
+    test_random_exact(20240607, 100, 4, 7, 1.001, 1.06, 0); /* measured: 1.0002, 1.043, 0 */
+    test_random_exact(31337, 50, 8, 12, 1.012, 1.5, 1);     /* measured: 1.0093, 1.463, 1 */
     test_random_large();
     test_edges();
     return check_exit("test_dtr");

@@ -98,8 +98,7 @@ static void against_torch(void) {
     CHECK(remat__st_count(wf) == remat_session_param_count(s));
     CHECK(remat_session_find_param(s, "lm_head.weight") < 0);
     remat__st_tensor in, tg;
-    CHECK(get(bf, "input", &in) && strcmp(in.dtype, "I32") == 0 && in.ndim == 2 && in.dims[0] == 2 &&
-          in.dims[1] == 16);
+    CHECK(get(bf, "input", &in) && strcmp(in.dtype, "I32") == 0 && in.ndim == 2 && in.dims[0] == 2 && in.dims[1] == 16);
     CHECK(get(bf, "target", &tg) && strcmp(tg.dtype, "I32") == 0 && tg.ndim == 1 && tg.dims[0] == 32);
     if (!get(bf, "input", &in) || !get(bf, "target", &tg) || in.bytes != 32 * 4 || tg.bytes != 32 * 4) goto out;
     int32_t x[32], y[32];
@@ -127,8 +126,7 @@ static void against_torch(void) {
         ngrad++;
     }
     CHECK(ngrad == 28);
-    printf("gpt2 tiny vs torch: %d gradients, worst error %.3f of the bound 1e-5 * max|torch|\n", ngrad,
-           worst_frac);
+    printf("gpt2 tiny vs torch: %d gradients, worst error %.3f of the bound 1e-5 * max|torch|\n", ngrad, worst_frac);
 out:
     remat_session_destroy(s);
     remat_graph_destroy(g);
@@ -227,8 +225,8 @@ static void invariance(void) {
     result all, r;
     run_gpt2(REMAT_STRATEGY_ALL, 0, &all);
     CHECK(all.recomputations == 0);
-    CHECK_MSG(all.losses[0] == all.losses[0] && all.losses[1] < all.losses[0] + 1.0f,
-              "gpt2: losses %.9g, %.9g", (double)all.losses[0], (double)all.losses[1]);
+    CHECK_MSG(all.losses[0] == all.losses[0] && all.losses[1] < all.losses[0] + 1.0f, "gpt2: losses %.9g, %.9g",
+              (double)all.losses[0], (double)all.losses[1]);
     size_t sqrt_peak = 0;
     for (int st = REMAT_STRATEGY_MANUAL; st <= REMAT_STRATEGY_OPTIMAL; st++) {
         size_t budget = 0;
@@ -239,7 +237,8 @@ static void invariance(void) {
         CHECK_MSG(r.recomputations > 0, "gpt2 %s recomputes nothing", name);
         CHECK_MSG(r.peak_total < all.peak_total, "gpt2 %s: peak %zu not below all's %zu", name, r.peak_total,
                   all.peak_total);
-        if (budget) CHECK_MSG(r.peak_total <= budget, "gpt2 optimal: peak %zu above the budget %zu", r.peak_total, budget);
+        if (budget)
+            CHECK_MSG(r.peak_total <= budget, "gpt2 optimal: peak %zu above the budget %zu", r.peak_total, budget);
         if (st == REMAT_STRATEGY_SQRT) sqrt_peak = r.peak_total;
         printf("gpt2 tiny %-7s: losses %.9g %.9g bitwise equal to all; peak %zu B (all %zu B%s), %lld recomputations\n",
                name, (double)r.losses[0], (double)r.losses[1], r.peak_total, all.peak_total,
@@ -253,14 +252,14 @@ static void invariance(void) {
 
 typedef struct {
     remat_node out;
-    remat_node ids;   /* an int32 input (embedding), or REMAT_NONE */
-    int64_t num;      /* ids are (i * 7) % num */
+    remat_node ids; /* an int32 input (embedding), or REMAT_NONE */
+    int64_t num;    /* ids are (i * 7) % num */
 } opcase;
 
 typedef struct {
     float loss;
     int64_t nout;
-    float *out;       /* the op's output */
+    float *out; /* the op's output */
     int n;
     float **params, **grads;
     int64_t *numel;
@@ -337,7 +336,9 @@ static void run_op(void (*build)(remat_graph *, opcase *), int threads, opresult
 }
 
 enum { AB = 2, AT = 48, AC = 64, AH = 4 }; /* attention: B, T, C, heads */
-static void b_attention(remat_graph *g, opcase *c) { c->out = remat_attention(g, par(g, "qkv", 3, AB, AT, 3 * AC), AH); }
+static void b_attention(remat_graph *g, opcase *c) {
+    c->out = remat_attention(g, par(g, "qkv", 3, AB, AT, 3 * AC), AH);
+}
 enum { LR = 64, LC = 96 };
 static void b_layernorm(remat_graph *g, opcase *c) { /* parameters 0, 1, 2: x, w, b */
     remat_node x = par(g, "x", 2, LR, LC, 0), w = par(g, "w", 1, LC, 0, 0), b = par(g, "b", 1, LC, 0, 0);
@@ -414,8 +415,8 @@ static void attention_ref(const float *qkv, const double *dout, double *out, dou
 }
 
 /* Plain layernorm in double: out, and dx, dw, db from dout. */
-static void layernorm_ref(const float *x, const float *w, const float *b, const double *dout, double *out,
-                          double *dx, double *dw, double *db) {
+static void layernorm_ref(const float *x, const float *w, const float *b, const double *dout, double *out, double *dx,
+                          double *dw, double *db) {
     for (int64_t c = 0; c < LC; c++) dw[c] = db[c] = 0.0;
     for (int64_t r = 0; r < LR; r++) {
         const float *xr = x + r * LC;
@@ -486,8 +487,7 @@ static void kernels_check(void) {
             close_to("layernorm dbias", r1.grads[2], db, LC, 1e-5);
             free(dout), free(out), free(dx);
         }
-        printf("kernel %-13s: 1, 2 and 3 threads bitwise equal (%lld outputs)\n", kernels[k].name,
-               (long long)r1.nout);
+        printf("kernel %-13s: 1, 2 and 3 threads bitwise equal (%lld outputs)\n", kernels[k].name, (long long)r1.nout);
         free_opresult(&r1);
     }
 }
@@ -529,11 +529,16 @@ static void errors(void) {
         bad_fn fn;
         const char *op, *s1, *s2;
     } cases[] = {
-        {bad_ln, "layernorm", "(2, 3, 5)", "(4)"},        {bad_gelu, "gelu", "(7, 3)", "float32"},
-        {bad_emb, "embedding", "(2, 9)", "int32"},         {bad_emb_w, "embedding", "(10, 4, 2)", "(num, dim)"},
-        {bad_softmax, "softmax", "(6, 11)", "float32"},    {bad_attn_3c, "attention", "(2, 4, 17)", "3C"},
-        {bad_attn_heads, "attention", "(2, 4, 18)", "4 heads"}, {bad_permute, "permute", "(2, 3, 4)", "(0, 0, 1)"},
-        {bad_transpose, "permute", "(2, 7)", "permutation"}, {bad_slice, "slice", "(3, 5, 2)", "[3, 6)"},
+        {bad_ln, "layernorm", "(2, 3, 5)", "(4)"},
+        {bad_gelu, "gelu", "(7, 3)", "float32"},
+        {bad_emb, "embedding", "(2, 9)", "int32"},
+        {bad_emb_w, "embedding", "(10, 4, 2)", "(num, dim)"},
+        {bad_softmax, "softmax", "(6, 11)", "float32"},
+        {bad_attn_3c, "attention", "(2, 4, 17)", "3C"},
+        {bad_attn_heads, "attention", "(2, 4, 18)", "4 heads"},
+        {bad_permute, "permute", "(2, 3, 4)", "(0, 0, 1)"},
+        {bad_transpose, "permute", "(2, 7)", "permutation"},
+        {bad_slice, "slice", "(3, 5, 2)", "[3, 6)"},
         {bad_addb, "add_broadcast", "(2, 3, 4)", "(4, 3)"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -541,8 +546,8 @@ static void errors(void) {
         CHECK_OK(remat_graph_create(&g));
         remat_node n = cases[i].fn(g);
         const char *e = remat_graph_error(g);
-        CHECK_MSG(n == REMAT_NONE && remat_graph_status(g) != REMAT_OK && has(e, cases[i].op) &&
-                      has(e, cases[i].s1) && has(e, cases[i].s2),
+        CHECK_MSG(n == REMAT_NONE && remat_graph_status(g) != REMAT_OK && has(e, cases[i].op) && has(e, cases[i].s1) &&
+                      has(e, cases[i].s2),
                   "%s error case %zu: message '%s'", cases[i].op, i, e);
         remat_graph_destroy(g);
     }

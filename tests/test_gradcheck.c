@@ -15,7 +15,6 @@
 
 #include "opcases.h"
 
-
 static uint32_t rng_state = 12345;
 static float frand(void) { /* uniform in [-1, 1) */
     rng_state = rng_state * 1664525u + 1013904223u;
@@ -101,8 +100,10 @@ static void run_case(int ci, int threads) {
             pi.data[i] = w0;
             double fd = (lp - lm) / (2.0 * h), an = pi.grad[i];
             double tol = 5e-3 * fabs(an) + 1e-3 * gmax + 1e-6;
-            CHECK_MSG(fabs(fd - an) <= tol, "%s (case %d, %d threads) d/d%s[%lld]: analytic %.7g, "
-                      "finite difference %.7g", cases[ci].op, ci, threads, pi.name, (long long)i, an, fd);
+            CHECK_MSG(fabs(fd - an) <= tol,
+                      "%s (case %d, %d threads) d/d%s[%lld]: analytic %.7g, "
+                      "finite difference %.7g",
+                      cases[ci].op, ci, threads, pi.name, (long long)i, an, fd);
         }
         CHECK_MSG(gmax > 0.0, "%s: gradient of %s is all zero", cases[ci].op, pi.name);
     }

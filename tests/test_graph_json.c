@@ -155,8 +155,8 @@ static void test_mlp_store_all(const char *mlp) {
         if (!p) continue;
         const char *what = cases[c].request ? cases[c].request : "(none)";
         CHECK_MSG(feasible(p), "%s", what);
-        CHECK_MSG(strcmp(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(p, "format")), "remat-plan") == 0,
-                  "%s", what);
+        CHECK_MSG(strcmp(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(p, "format")), "remat-plan") == 0, "%s",
+                  what);
         CHECK(num(p, "version") == 1);
         CHECK(strcmp(cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(p, "strategy")), "all") == 0);
         CHECK_MSG(peak(p, "parameters") == MLP_PARAMS, "%s: %.0f", what, peak(p, "parameters"));
@@ -258,7 +258,8 @@ static void test_mlp_communication(const char *mlp) {
     a = plan(mlp, "{\"budget\": 1, \"strategy\": \"optimal\"}", NULL);
     b = plan(mlp, "{\"budget\": 1, \"strategy\": \"optimal\", \"communication_bytes\": 1000003}", NULL);
     CHECK(a && b && !feasible(a) && !feasible(b));
-    if (a && b) CHECK_MSG(num(b, "floor") == num(a, "floor") + comm, "floors %.0f, %.0f", num(a, "floor"), num(b, "floor"));
+    if (a && b)
+        CHECK_MSG(num(b, "floor") == num(a, "floor") + comm, "floors %.0f, %.0f", num(a, "floor"), num(b, "floor"));
     cJSON_Delete(a), cJSON_Delete(b);
     remat_status st = REMAT_OK;
     CHECK(plan(mlp, "{\"communication_bytes\": -1}", &st) == NULL && st == REMAT_FORMAT);
@@ -575,8 +576,7 @@ static void refused_count(int n_values, int n_ops, const char *what) {
     remat_node loss;
     remat_status st = remat_graph_read_json(t.s, &g, &loss);
     double dt = now() - t0;
-    CHECK_MSG(st == REMAT_FORMAT && has(remat_last_error(), what), "%s: %s", remat_status_str(st),
-              remat_last_error());
+    CHECK_MSG(st == REMAT_FORMAT && has(remat_last_error(), what), "%s: %s", remat_status_str(st), remat_last_error());
     CHECK(g == NULL);
     CHECK_MSG(dt < 20, "%.1f s to refuse it", dt); /* a loose bound: the text's parse, nothing more */
     printf("%d values, %d ops: refused in %.2f s: %s\n", n_values, n_ops, dt, remat_last_error());
@@ -634,8 +634,9 @@ static void test_regions(void) {
         snprintf(rq, sizeof rq, "{\"strategy\": \"optimal\", \"budget\": %.0f}", num(m, "peak_bytes"));
         cJSON *o = plan(c, rq, NULL);
         CHECK(o && feasible(o));
-        if (o) CHECK_MSG(num(o, "extra_flops") <= num(m, "extra_flops"), "optimal %.0f, per-layer %.0f",
-                         num(o, "extra_flops"), num(m, "extra_flops"));
+        if (o)
+            CHECK_MSG(num(o, "extra_flops") <= num(m, "extra_flops"), "optimal %.0f, per-layer %.0f",
+                      num(o, "extra_flops"), num(m, "extra_flops"));
         cJSON_Delete(o);
         cJSON *a = plan(c, "{\"strategy\": \"all\"}", NULL);
         CHECK(a && num(m, "peak_bytes") < num(a, "peak_bytes"));

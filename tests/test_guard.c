@@ -187,10 +187,10 @@ typedef struct {
     int64_t resumed_at;
     char notes_text[8192];
     /* during the run */
-    const char *lock_path;              /* step 1: is this lock held? */
-    int lock_held;                      /* 1 held, 0 not, -1 not checked */
+    const char *lock_path; /* step 1: is this lock held? */
+    int lock_held;         /* 1 held, 0 not, -1 not checked */
     long lock_pid;
-    volatile sig_atomic_t *stop;        /* raised at step stop_at */
+    volatile sig_atomic_t *stop; /* raised at step stop_at */
     int64_t stop_at;
 } trace;
 
@@ -250,8 +250,8 @@ static void lock_library(void) {
     CHECK_OK(open_run(&r, "mlp", 8));
     synth sy = synth_for(&r);
     trace t = {0};
-    remat_train_opts to = {.epochs = 1, .steps = 3, .state_dir = dir, .save_every = 1, .on_event = on_event,
-                           .user = &t};
+    remat_train_opts to = {
+        .epochs = 1, .steps = 3, .state_dir = dir, .save_every = 1, .on_event = on_event, .user = &t};
     double t1 = now_s();
     remat_status st = remat_train_stream(r.s, &r.m, synth_next, &sy, &to);
     double refused_s = now_s() - t1;
@@ -266,8 +266,8 @@ static void lock_library(void) {
     /* now this run takes it, holds it while it trains, and lets it go */
     t = (trace){.lock_path = lock, .lock_held = -1};
     CHECK_OK(remat_train_stream(r.s, &r.m, synth_next, &sy, &to));
-    CHECK_MSG(t.lock_held == 1 && t.lock_pid == (long)getpid(), "during the run: lock held %d by pid %ld",
-              t.lock_held, t.lock_pid);
+    CHECK_MSG(t.lock_held == 1 && t.lock_pid == (long)getpid(), "during the run: lock held %d by pid %ld", t.lock_held,
+              t.lock_pid);
     fd = open(lock, O_RDONLY | O_CLOEXEC);
     CHECK_MSG(fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0, "the lock was not released after the run");
     if (fd >= 0) close(fd);
@@ -580,8 +580,13 @@ static void stop_library(void) {
     volatile sig_atomic_t stop = 0;
     trace t = {.stop = &stop, .stop_at = 5};
     CHECK_OK(open_run(&r, "mlp", 8));
-    to = (remat_train_opts){.epochs = 1, .steps = 12, .state_dir = sdir, .save_every = 100, .on_event = on_event,
-                            .user = &t, .stop = &stop};
+    to = (remat_train_opts){.epochs = 1,
+                            .steps = 12,
+                            .state_dir = sdir,
+                            .save_every = 100,
+                            .on_event = on_event,
+                            .user = &t,
+                            .stop = &stop};
     remat_status st = remat_train_stream(r.s, &r.m, synth_next, &sy, &to);
     CHECK_MSG(st == REMAT_STOPPED && strstr(remat_last_error(), "stopped on request after step 5 of 12") &&
                   strstr(remat_last_error(), sdir),
@@ -589,8 +594,7 @@ static void stop_library(void) {
     printf("  %s\n", remat_last_error());
     int64_t step = -1;
     CHECK_OK(remat_state_find(sdir, NULL, NULL, NULL, &step));
-    CHECK_MSG(step == 5 && t.steps == 5 && t.saves == 1, "state of step %lld after %d steps", (long long)step,
-              t.steps);
+    CHECK_MSG(step == 5 && t.steps == 5 && t.saves == 1, "state of step %lld after %d steps", (long long)step, t.steps);
     close_run(&r);
     /* resumed to the end: the uninterrupted run's weights */
     stop = 0;
@@ -650,8 +654,7 @@ static pid_t spawn(const char *cli, const char *const *args, const char *log) {
 /* The exit status, or 1000 + the signal that ended it. */
 static int wait_rc(pid_t pid) {
     int status = 0;
-    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-    }
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
     return WIFEXITED(status) ? WEXITSTATUS(status) : WIFSIGNALED(status) ? 1000 + WTERMSIG(status) : -1;
 }
 
@@ -660,8 +663,9 @@ static void sleep_s(double s) {
     nanosleep(&ts, NULL);
 }
 
-#define TRAIN "train", "--model", "mlp", "--image", "1x8x8", "--data", "synthetic", "--batch", "4", "--threads", "1", \
-              "--log-every", "100000"
+#define TRAIN                                                                                                          \
+    "train", "--model", "mlp", "--image", "1x8x8", "--data", "synthetic", "--batch", "4", "--threads", "1",            \
+        "--log-every", "100000"
 
 static int lock_test(const char *cli) {
     char dir[256], sdir[400], log[2][400];
@@ -674,8 +678,8 @@ static int lock_test(const char *cli) {
         pid_t pid[2];
         for (int k = 0; k < 2; k++) {
             snprintf(log[k], sizeof log[k], "%s/log%d.txt", dir, k);
-            const char *args[] = {TRAIN, "--steps", "400", "--seed", seeds[k], "--state-dir", sdir, "--save-every",
-                                  "20", "--keep", "0", NULL};
+            const char *args[] = {TRAIN, "--steps",      "400", "--seed", seeds[k], "--state-dir",
+                                  sdir,  "--save-every", "20",  "--keep", "0",      NULL};
             pid[k] = spawn(cli, args, log[k]);
         }
         int rc[2] = {wait_rc(pid[0]), wait_rc(pid[1])};
@@ -703,8 +707,8 @@ static int lock_test(const char *cli) {
             remat__st_close(f);
         }
         free(steps);
-        CHECK_MSG(ns == 20 && theirs == ns, "round %d: %d states, %d of them the winner's (seed %s)", round, ns,
-                  theirs, seeds[win]);
+        CHECK_MSG(ns == 20 && theirs == ns, "round %d: %d states, %d of them the winner's (seed %s)", round, ns, theirs,
+                  seeds[win]);
         printf("  round %d: run %d (seed %s) won, the other refused %s; %d states, all of seed %s\n", round, win,
                seeds[win], by_lock ? "by the lock" : "(the winner had finished)", ns, seeds[win]);
     }
@@ -807,8 +811,8 @@ static int stop_test(const char *cli) {
     if (rc) return check_exit("test_guard --stop");
     mkdir(sdir, 0777);
 
-    const char *run_args[] = {TRAIN, "--steps", STOP_STEPS, "--seed", "5", "--resume", sdir, "--save-every", "1000",
-                              "--log-every", "10", NULL};
+    const char *run_args[] = {TRAIN, "--steps",      STOP_STEPS, "--seed",      "5",  "--resume",
+                              sdir,  "--save-every", "1000",     "--log-every", "10", NULL};
     int stops = 0;
     int64_t last = 0;
     char seen[1024] = "";
@@ -838,7 +842,8 @@ static int stop_test(const char *cli) {
                   "stop %d: exit %d, newest state %lld: %s", stops, rc, (long long)step, out ? out : "");
         CHECK_MSG(step > last || (before_first && step == last), "stop %d: the newest state went from %lld to %lld",
                   stops, (long long)last, (long long)step);
-        if (stops == 1 && out) printf("  %s", strstr(out, "remat: SIGTERM: s") ? strstr(out, "remat: SIGTERM: s") : out);
+        if (stops == 1 && out)
+            printf("  %s", strstr(out, "remat: SIGTERM: s") ? strstr(out, "remat: SIGTERM: s") : out);
         at += (size_t)snprintf(seen + at, sizeof seen - at, "%s%lld", at ? " " : "", (long long)step);
         if (at >= sizeof seen) at = sizeof seen - 1;
         last = step;
@@ -847,8 +852,10 @@ static int stop_test(const char *cli) {
     CHECK_MSG(stops == 10, "only %d stops before the run finished", stops);
     const char *fin_args[] = {TRAIN, "--steps", STOP_STEPS, "--seed", "5", "--resume", sdir, "--save", fin, NULL};
     rc = wait_rc(spawn(cli, fin_args, log));
-    CHECK_MSG(rc == 0 && same_file(ref, fin), "the resumed run (exit %d) did not end with the uninterrupted run's "
-                                              "weights", rc);
+    CHECK_MSG(rc == 0 && same_file(ref, fin),
+              "the resumed run (exit %d) did not end with the uninterrupted run's "
+              "weights",
+              rc);
     printf("  10 SIGTERMs, states after each: %s; resumed to the end: the same weights\n", seen);
 
     /* SIGINT, SIGHUP and SIGUSR1; no state directory; a second signal */
@@ -859,8 +866,8 @@ static int stop_test(const char *cli) {
     for (size_t k = 0; k < sizeof other / sizeof other[0]; k++) {
         char odir[500];
         snprintf(odir, sizeof odir, "%s/%s", dir, other[k].name);
-        const char *o_args[] = {TRAIN, "--steps", STOP_STEPS, "--seed", "5", "--state-dir", odir, "--log-every", "10",
-                                NULL};
+        const char *o_args[] = {TRAIN,         "--steps", STOP_STEPS,    "--seed", "5",
+                                "--state-dir", odir,      "--log-every", "10",     NULL};
         pid_t pid = spawn(cli, o_args, log);
         if (wait_for_step(pid, log, 50, &rc)) {
             kill(pid, other[k].sig);
@@ -890,8 +897,9 @@ static int stop_test(const char *cli) {
     free(out);
     /* twice: at once, by the signal (steps of tens of milliseconds, so that
      * the step in progress cannot end the run between the two) */
-    const char *long_args[] = {"train", "--model", "mlp", "--image", "1x160x160", "--data", "synthetic", "--batch", "16",
-                               "--threads", "1", "--steps", "100000", "--seed", "5", "--log-every", "1", NULL};
+    const char *long_args[] = {"train",     "--model", "mlp", "--image",     "1x160x160", "--data",
+                               "synthetic", "--batch", "16",  "--threads",   "1",         "--steps",
+                               "100000",    "--seed",  "5",   "--log-every", "1",         NULL};
     pid = spawn(cli, long_args, log);
     double ts = now_s();
     if (wait_for_step(pid, log, 2, &rc)) {
@@ -990,8 +998,8 @@ static int stop_mpi_test(const char *cli, char **launcher, int nl, int quick) {
     CHECK_MSG(rc == 0, "the uninterrupted run failed (%d); see %s", rc, log);
     if (rc) return check_exit("test_guard --stop-mpi");
     mkdir(sdir, 0777);
-    const char *run_args[] = {"remat", TRAIN, "--steps", steps, "--seed", "5", "--resume", sdir, "--log-every",
-                              "10", NULL};
+    const char *run_args[] = {"remat",    TRAIN, "--steps",     steps, "--seed", "5",
+                              "--resume", sdir,  "--log-every", "10",  NULL};
     int stops = 0, to_rank = 0;
     int64_t last = 0;
     char seen[1024] = "";
@@ -1023,21 +1031,23 @@ static int stop_mpi_test(const char *cli, char **launcher, int nl, int quick) {
                   (long long)step, out ? out : "");
         CHECK_MSG(step > last || (before_first && step == last), "stop %d: the newest state went from %lld to %lld",
                   stops, (long long)last, (long long)step);
-        at += (size_t)snprintf(seen + at, sizeof seen - at, "%s%lld%s", at ? " " : "", (long long)step,
-                               rank ? "r" : "");
+        at +=
+            (size_t)snprintf(seen + at, sizeof seen - at, "%s%lld%s", at ? " " : "", (long long)step, rank ? "r" : "");
         if (at >= sizeof seen) at = sizeof seen - 1;
         last = step;
         free(out);
     }
-    CHECK_MSG(stops == 10 && to_rank >= 5 && to_rank <= 6, "%d stops (%d to one rank) before the run finished",
-              stops, to_rank);
-    const char *fin_args[] = {"remat", TRAIN, "--steps", steps, "--seed", "5", "--resume", sdir, "--save", fin,
-                              NULL};
+    CHECK_MSG(stops == 10 && to_rank >= 5 && to_rank <= 6, "%d stops (%d to one rank) before the run finished", stops,
+              to_rank);
+    const char *fin_args[] = {"remat", TRAIN, "--steps", steps, "--seed", "5", "--resume", sdir, "--save", fin, NULL};
     rc = wait_rc(spawn_mpi(launcher, nl, cli, fin_args, log));
-    CHECK_MSG(rc == 0 && same_file(ref, fin), "the resumed run (exit %d) did not end with the uninterrupted run's "
-                                              "weights", rc);
+    CHECK_MSG(rc == 0 && same_file(ref, fin),
+              "the resumed run (exit %d) did not end with the uninterrupted run's "
+              "weights",
+              rc);
     printf("  2 ranks, 10 stops (SIGUSR1 to mpirun; r: SIGTERM to one rank), states after each: %s; resumed: the "
-           "same weights\n", seen);
+           "same weights\n",
+           seen);
     rm_rf(dir);
     printf("stop test on 2 ranks: %.1f s (uninterrupted run %.2f s)\n", now_s() - t0, t_ref);
     return check_exit("test_guard --stop-mpi");

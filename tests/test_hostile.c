@@ -48,12 +48,12 @@ static int error_has(const char *const *parts) {
         if (!has(remat_last_error(), *parts)) return 0;
     return 1;
 }
-#define CHECK_ERR(call, status, ...)                                                                  \
-    do {                                                                                              \
-        const char *const parts_[] = {__VA_ARGS__, NULL};                                             \
-        remat_status st_ = (call);                                                                    \
-        CHECK_MSG(st_ == (status) && error_has(parts_), "%s: %s (%s)", #call, remat_status_str(st_), \
-                  remat_last_error());                                                                \
+#define CHECK_ERR(call, status, ...)                                                                                   \
+    do {                                                                                                               \
+        const char *const parts_[] = {__VA_ARGS__, NULL};                                                              \
+        remat_status st_ = (call);                                                                                     \
+        CHECK_MSG(st_ == (status) && error_has(parts_), "%s: %s (%s)", #call, remat_status_str(st_),                   \
+                  remat_last_error());                                                                                 \
     } while (0)
 
 static double peak_rss_mb(void) {
@@ -95,8 +95,8 @@ static void check_estimate(const remat_model_opts *o) {
     }
     CHECK_MSG(en >= 0.99 * nodes && en <= 1.01 * nodes && et >= 0.99 * tensors && et <= 1.01 * tensors &&
                   ep >= 0.99 * params && ep <= 1.01 * params && ea >= 0.99 * act && ea <= 2 * act,
-              "%s: estimated %g nodes, %g tensors, %g parameters, %g activation bytes; built %g, %g, %g, %g",
-              o->name, en, et, ep, ea, nodes, tensors, params, act);
+              "%s: estimated %g nodes, %g tensors, %g parameters, %g activation bytes; built %g, %g, %g, %g", o->name,
+              en, et, ep, ea, nodes, tensors, params, act);
     remat_graph_destroy(g);
 }
 
@@ -109,8 +109,8 @@ static void check_refused(const remat_model_opts *o, const char *a, const char *
     double t0 = now();
     remat_status st = remat_model_build(g, o, &m);
     double dt = now() - t0;
-    CHECK_MSG(st == REMAT_INVALID && has(remat_last_error(), a) && has(remat_last_error(), b),
-              "%s: %s (%s)", o->name, remat_status_str(st), remat_last_error());
+    CHECK_MSG(st == REMAT_INVALID && has(remat_last_error(), a) && has(remat_last_error(), b), "%s: %s (%s)", o->name,
+              remat_status_str(st), remat_last_error());
     CHECK_MSG(dt < 2.0, "%s: refused after %.3f s", o->name, dt);
     CHECK(remat_graph_node_count(g) == 0);
     remat_graph_destroy(g);
@@ -204,8 +204,8 @@ static void test_chain_bounds(void) {
     /* the report: 9.4 GiB of table and 23 minutes of work, refused up front */
     double t0 = now(), rss0 = peak_rss_mb();
     CHECK_ERR(remat_chain_solve(st, n, out, 1000000, 0, &p), REMAT_NOMEM,
-              "a chain of 2000 stages with 500 memory slots is too large to plan",
-              "9.41 GiB of tables (limit 1 GiB)", "6.8e+11 operations", "use fewer stages");
+              "a chain of 2000 stages with 500 memory slots is too large to plan", "9.41 GiB of tables (limit 1 GiB)",
+              "6.8e+11 operations", "use fewer stages");
     double dt = now() - t0;
     CHECK_MSG(dt < 2.0, "2000 stages refused after %.3f s", dt);
     CHECK(p == NULL);
@@ -228,8 +228,7 @@ static void test_chain_bounds(void) {
     /* more stages than the planner takes: refused before they are read */
     js = chain_json(40000);
     t0 = now();
-    CHECK_ERR(remat_chain_parse_json(js, &st, &n, &out), REMAT_FORMAT, "'stages' has 40000 stages",
-              "at most 32766");
+    CHECK_ERR(remat_chain_parse_json(js, &st, &n, &out), REMAT_FORMAT, "'stages' has 40000 stages", "at most 32766");
     CHECK(st == NULL && now() - t0 < 2.0);
     free(js);
     /* and a chain of reasonable size still plans */
@@ -323,8 +322,8 @@ static void test_relu_nan(void) {
     CHECK_OK(remat_session_step(s, &l));
     CHECK(isnan(l));
     CHECK_OK(remat_session_read_param(s, 0, REMAT_PARAM_GRAD, dp));
-    CHECK_MSG(isnan(dp[0]) && dp[1] == 0 && dp[2] == 0 && dp[3] == 0 && dp[4] == 2.0f * 2.0f / 6.0f &&
-                  isinf(dp[5]) && dp[5] > 0,
+    CHECK_MSG(isnan(dp[0]) && dp[1] == 0 && dp[2] == 0 && dp[3] == 0 && dp[4] == 2.0f * 2.0f / 6.0f && isinf(dp[5]) &&
+                  dp[5] > 0,
               "relu backward: %g %g %g %g %g %g", dp[0], dp[1], dp[2], dp[3], dp[4], dp[5]);
     /* the NaN-producing step: the weights are finite, the gradient is not */
     CHECK_ERR(remat_session_check_finite(s), REMAT_INVALID,

@@ -229,9 +229,12 @@ static cJSON *dag_json(const bench *b) {
         cJSON_AddStringToObject(o, "kind", bwd ? "B" : "F");
         cJSON_AddNumberToObject(o, "node", in->node);
         cJSON_AddStringToObject(o, "op", remat__ops[n->op]->name);
-        double c = n->leaf != REMAT__LEAF_NONE ? 0.0 : bwd ? remat__node_bwd_seconds(&b->p, n) : remat__node_seconds(&b->p, n);
+        double c = n->leaf != REMAT__LEAF_NONE ? 0.0
+                   : bwd                       ? remat__node_bwd_seconds(&b->p, n)
+                                               : remat__node_seconds(&b->p, n);
         cJSON_AddNumberToObject(o, "cost", c);
-        cJSON_AddNumberToObject(o, "ws", n->leaf == REMAT__LEAF_NONE ? (double)remat__ws_bytes(&b->p, in->node, bwd) : 0);
+        cJSON_AddNumberToObject(o, "ws",
+                                n->leaf == REMAT__LEAF_NONE ? (double)remat__ws_bytes(&b->p, in->node, bwd) : 0);
         cJSON_AddItemToObject(o, "reads", int_array(rd, nr));
         cJSON_AddItemToObject(o, "writes", int_array(wr, nw));
         cJSON_AddItemToArray(ops, o);
@@ -257,13 +260,13 @@ static cJSON *dag_json(const bench *b) {
 
 typedef struct {
     remat_status status;
-    double cost;      /* under the cost model, recomputations included */
-    size_t peak;      /* simulated values peak (its memory plan, unplaced) */
-    size_t eager;     /* the plan as the ILP sees it (ilp_view) with every
+    double cost;  /* under the cost model, recomputations included */
+    size_t peak;  /* simulated values peak (its memory plan, unplaced) */
+    size_t eager; /* the plan as the ILP sees it (ilp_view) with every
                        * value freed right after its last use */
-    size_t held;      /* its placed arena: what the budget bounds */
-    int in_space;     /* frontier-advancing in the store-all order */
-    int dead;         /* recomputations whose values nothing reads */
+    size_t held;  /* its placed arena: what the budget bounds */
+    int in_space; /* frontier-advancing in the store-all order */
+    int dead;     /* recomputations whose values nothing reads */
     char candidate[48];
     remat__schedule s;
     remat__schedule h; /* s, its inputs' uploads first (hoist_inputs) */
@@ -533,9 +536,9 @@ static const cJSON *ilp_at(const cJSON *fix, double peak) {
  * one exported then (same cost and peak). */
 static const cJSON *exported_row(const cJSON *fix, double budget, const plan *r) {
     const cJSON *e;
-    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(fix, "remat"))
-        if (num(e, "budget") == budget && num(e, "cost") == r->cost && num(e, "values_peak") == (double)r->peak)
-            return e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(
+                              fix, "remat")) if (num(e, "budget") == budget && num(e, "cost") == r->cost &&
+                                                 num(e, "values_peak") == (double)r->peak) return e;
     return NULL;
 }
 
@@ -573,8 +576,8 @@ static void check_solutions(const bench *b, const cJSON *fix) {
         CHECK_MSG((double)peak == num(e, "peak") && (double)peak <= num(e, "limit"),
                   "%s: the ILP's plan at %.0f B peaks at %zu B in remat's simulator, %.0f B in the ILP", b->sp->name,
                   num(e, "limit"), peak, num(e, "peak"));
-        CHECK_MSG(fabs(cost - want) <= 1e-12 * want, "%s: the ILP's plan at %.0f B costs %.17g, not %.17g",
-                  b->sp->name, num(e, "limit"), cost, want);
+        CHECK_MSG(fabs(cost - want) <= 1e-12 * want, "%s: the ILP's plan at %.0f B costs %.17g, not %.17g", b->sp->name,
+                  num(e, "limit"), cost, want);
     }
 }
 
@@ -676,8 +679,9 @@ static void check_graph(const ilp_case *sp, const char *dir) {
     CHECK_OK(bench_init(&b, sp));
     cJSON *dag = dag_json(&b);
     int same = cJSON_Compare(dag, cJSON_GetObjectItemCaseSensitive(fix, "dag"), 1);
-    CHECK_MSG(same, "%s: the graph, sizes or costs differ from %s: regenerate it (build/tests/test_ilp --export "
-                    "DIR, then scripts/gen_ilp_fixtures.py DIR; see the script's header)",
+    CHECK_MSG(same,
+              "%s: the graph, sizes or costs differ from %s: regenerate it (build/tests/test_ilp --export "
+              "DIR, then scripts/gen_ilp_fixtures.py DIR; see the script's header)",
               sp->name, path);
     if (same) {
         check_solutions(&b, fix);
@@ -697,8 +701,8 @@ int main(int argc, char **argv) {
     }
     const char *dir = argc == 3 && strcmp(argv[1], "--fixtures") == 0 ? argv[2] : "fixtures/ilp";
     if (argc != 1 && argc != 3) return fprintf(stderr, "usage: test_ilp [--export DIR | --fixtures DIR]\n"), 2;
-    printf("%-11s %7s %7s %7s %9s %9s  %7s %7s    %s\n", "graph", "budget", "held", "peak P", "remat C",
-           "ILP C*(P)", "gap", "ILP arena", "remat's plan");
+    printf("%-11s %7s %7s %7s %9s %9s  %7s %7s    %s\n", "graph", "budget", "held", "peak P", "remat C", "ILP C*(P)",
+           "gap", "ILP arena", "remat's plan");
     for (int i = 0; i < ilp_n_cases; i++) check_graph(&ilp_cases[i], dir);
     for (int k = 0; k < 2; k++) summarize(&tallies[k]);
     return check_exit("test_ilp");

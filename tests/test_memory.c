@@ -17,12 +17,12 @@ static void hand_computed(void) {
     remat_graph *g;
     CHECK_OK(remat_graph_create(&g));
     int64_t xd[2] = {4, 6}, yd[1] = {4};
-    remat_node x = remat_input(g, "x", REMAT_F32, 2, xd);   /* (4, 6)  96 B */
-    remat_node y = remat_input(g, "y", REMAT_I32, 1, yd);   /* (4)     16 B */
-    remat_node h = remat_linear(g, "fc1", x, 5, 1);          /* (4, 5)  80 B, w 30 + b 5 floats */
-    remat_node r = remat_relu(g, h);                         /* (4, 5)  80 B */
-    remat_node z = remat_linear(g, "fc2", r, 3, 1);          /* (4, 3)  48 B, w 15 + b 3 floats */
-    remat_node loss = remat_cross_entropy(g, z, y);          /* ()       4 B */
+    remat_node x = remat_input(g, "x", REMAT_F32, 2, xd); /* (4, 6)  96 B */
+    remat_node y = remat_input(g, "y", REMAT_I32, 1, yd); /* (4)     16 B */
+    remat_node h = remat_linear(g, "fc1", x, 5, 1);       /* (4, 5)  80 B, w 30 + b 5 floats */
+    remat_node r = remat_relu(g, h);                      /* (4, 5)  80 B */
+    remat_node z = remat_linear(g, "fc2", r, 3, 1);       /* (4, 3)  48 B, w 15 + b 3 floats */
+    remat_node loss = remat_cross_entropy(g, z, y);       /* ()       4 B */
     CHECK_OK(remat_graph_status(g));
     remat_session *s;
     remat_session_opts o;
@@ -107,14 +107,14 @@ static void predicted_equals_measured(const char *name, int threads) {
         CHECK_OK(remat_session_update(s));
         remat_session_mem(s, &meas);
         for (int c = 0; c < REMAT_MEM_COUNT; c++)
-            CHECK_MSG(pred.peak[c] == meas.peak[c], "%s, %d threads, %s: predicted %zu, measured %zu", name,
-                      threads, remat_mem_str((remat_mem)c), pred.peak[c], meas.peak[c]);
+            CHECK_MSG(pred.peak[c] == meas.peak[c], "%s, %d threads, %s: predicted %zu, measured %zu", name, threads,
+                      remat_mem_str((remat_mem)c), pred.peak[c], meas.peak[c]);
         CHECK(meas.peak[REMAT_MEM_ACT] > 0);
         CHECK(meas.live[REMAT_MEM_ACT] == 0 && meas.live[REMAT_MEM_TRANSIENT] == 0 &&
               meas.live[REMAT_MEM_WORKSPACE] == 0);
     }
-    printf("%s (%d threads): peak %zu B, activations %zu B, workspace %zu B; predicted %zu B\n", name,
-           threads, meas.peak[REMAT_MEM_TOTAL], meas.peak[REMAT_MEM_ACT], meas.peak[REMAT_MEM_WORKSPACE],
+    printf("%s (%d threads): peak %zu B, activations %zu B, workspace %zu B; predicted %zu B\n", name, threads,
+           meas.peak[REMAT_MEM_TOTAL], meas.peak[REMAT_MEM_ACT], meas.peak[REMAT_MEM_WORKSPACE],
            pred.peak[REMAT_MEM_TOTAL]);
     free(x);
     remat_session_destroy(s);

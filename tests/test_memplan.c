@@ -139,8 +139,13 @@ static void hand(remat__memplan *m, const int (*ev)[3], int n) {
     m->tick = malloc(2 * (size_t)n * sizeof *m->tick);
     m->n = n, m->ticks = 2 * n;
     for (int e = 0; e < n; e++) {
-        m->ev[e] = (remat__mev){.bytes = (size_t)ev[e][0], .off = -1, .value = -1, .ins = e, .t0 = ev[e][1],
-                                .t1 = ev[e][2], .cat = REMAT_MEM_ACT};
+        m->ev[e] = (remat__mev){.bytes = (size_t)ev[e][0],
+                                .off = -1,
+                                .value = -1,
+                                .ins = e,
+                                .t0 = ev[e][1],
+                                .t1 = ev[e][2],
+                                .cat = REMAT_MEM_ACT};
         m->tick[ev[e][1]] = e;
         m->tick[ev[e][2]] = ~e;
     }
@@ -175,10 +180,9 @@ static void placement_by_hand(void) {
         remat__memplan m;
         hand(&m, (const int(*)[3])cases[c].ev, cases[c].n);
         check_placement(&m, cases[c].what);
-        CHECK_MSG(m.arena == cases[c].arena, "%s: arena %zu, by hand %zu (%s)", cases[c].what, m.arena,
-                  cases[c].arena, m.placer);
-        CHECK_MSG(!cases[c].placer || strcmp(m.placer, cases[c].placer) == 0, "%s: placed %s", cases[c].what,
+        CHECK_MSG(m.arena == cases[c].arena, "%s: arena %zu, by hand %zu (%s)", cases[c].what, m.arena, cases[c].arena,
                   m.placer);
+        CHECK_MSG(!cases[c].placer || strcmp(m.placer, cases[c].placer) == 0, "%s: placed %s", cases[c].what, m.placer);
         printf("  by hand: %-36s arena %5zu B (%s)\n", cases[c].what, m.arena, m.placer);
         remat__memplan_free(&m);
     }
@@ -267,7 +271,8 @@ static void one(const remat_graph *g, const remat_model *mdl, const char *name, 
         int64_t more = heap.peak() - live;
         CHECK_MSG(own >= (int64_t)p.held_bytes && own - (int64_t)p.held_bytes <= heap_own && more == 0,
                   "%s: the heap counter saw the session hold %lld bytes (the plan: %zu) and a second step take %lld "
-                  "more", what, (long long)own, p.held_bytes, (long long)more);
+                  "more",
+                  what, (long long)own, p.held_bytes, (long long)more);
         heap_extra_max = own - (int64_t)p.held_bytes > heap_extra_max ? own - (int64_t)p.held_bytes : heap_extra_max;
     }
     if (st == REMAT_STRATEGY_ALL && strcmp(name, "cnn") == 0) verifier_fails(m);
@@ -307,8 +312,8 @@ int main(int argc, char **argv) {
     CHECK_MSG(heap.live || !expect || !*expect, "REMAT_EXPECT_HEAP is set but the heap counter is not preloaded");
     printf("heap counter: %s\n", heap.live ? "preloaded: the held bytes are measured" : "not preloaded");
     placement_by_hand();
-    const char *models[] = {"mlp",  "cnn",   "resnet18",  "resnet50",  "siamese-resnet50", "densenet-bc",
-                            "gpt2", "bnnet", "resblocks", "branches"};
+    const char *models[] = {"mlp",         "cnn",  "resnet18", "resnet50",  "siamese-resnet50",
+                            "densenet-bc", "gpt2", "bnnet",    "resblocks", "branches"};
     for (size_t i = 0; i < sizeof models / sizeof *models; i++) {
         remat_graph *g;
         remat_model m;
@@ -334,6 +339,7 @@ int main(int argc, char **argv) {
     }
     if (heap.live)
         printf("heap counter: every second step took no byte beyond the plan's arena and blocks; a session held at "
-               "most %lld bytes beyond its plan (oneDNN's engine and primitives)\n", (long long)heap_extra_max);
+               "most %lld bytes beyond its plan (oneDNN's engine and primitives)\n",
+               (long long)heap_extra_max);
     return check_exit("test_memplan");
 }

@@ -147,7 +147,8 @@ static void against_torch(const char *name) {
     double ref = get(gr, "loss", &tl) ? ((const float *)tl.data)[0] : NAN;
     double lim = bound(gr, "loss", fabs(ref));
     CHECK_MSG(fabs(loss - ref) <= lim, "%s loss: remat %.9g, torch %.9g, bound %.3g", name, (double)loss, ref, lim);
-    if (fabs(loss - ref) > RTOL * fabs(ref)) worst_f32_ratio = fmax(worst_f32_ratio, fabs(loss - ref) * F32_FACTOR / lim);
+    if (fabs(loss - ref) > RTOL * fabs(ref))
+        worst_f32_ratio = fmax(worst_f32_ratio, fabs(loss - ref) * F32_FACTOR / lim);
     double worst_g = 0.0, worst_s = 0.0;
     int ngrad = 0, nstate = 0;
     const char *worst_name = "";
@@ -166,8 +167,8 @@ static void against_torch(const char *name) {
     }
     /* and nothing in the fixture that the session lacks (each entry and
      * the loss have an f32err twin) */
-    CHECK_MSG(remat__st_count(gr) == 2 * (1 + ngrad + nstate), "%s: fixture has %d entries, session %d + loss",
-              name, remat__st_count(gr) / 2, ngrad + nstate);
+    CHECK_MSG(remat__st_count(gr) == 2 * (1 + ngrad + nstate), "%s: fixture has %d entries, session %d + loss", name,
+              remat__st_count(gr) / 2, ngrad + nstate);
     printf("%-17s loss %.9g (torch %.9g, rel. error %.2g); %d gradients, worst max|d|/max|torch| %.2g (%s); "
            "%d running statistics, worst %.2g; beyond 1e-5 * S, worst |d| / float32 PyTorch's error %.2f\n",
            name, (double)loss, ref, fabs(loss - ref) / fabs(ref), ngrad, worst_g, worst_name, nstate, worst_s,
@@ -246,8 +247,8 @@ static void same(const char *name, const char *what, const outcome *a, const out
     CHECK_MSG(memcmp(a->loss, b->loss, sizeof a->loss) == 0, "%s %s: losses differ", name, what);
     CHECK_MSG(a->nw == b->nw && memcmp(a->w, b->w, a->nw * sizeof *a->w) == 0,
               "%s %s: weights or running statistics differ", name, what);
-    CHECK_MSG(a->ngw == b->ngw && memcmp(a->gw, b->gw, a->ngw * sizeof *a->gw) == 0, "%s %s: gradients differ",
-              name, what);
+    CHECK_MSG(a->ngw == b->ngw && memcmp(a->gw, b->gw, a->ngw * sizeof *a->gw) == 0, "%s %s: gradients differ", name,
+              what);
     CHECK_MSG(b->recomputations > 0, "%s %s recomputes nothing", name, what);
 }
 

@@ -148,8 +148,8 @@ static void test_never_worse(void) {
             CHECK_MSG(r == z, "chain %d M=%" PRId64 ": rotor %g, offload with no host %g", it, M, r, z);
             for (int64_t H = 4; H <= 64; H *= 4) {
                 double o = offload_cost(&c, M, H, NULL);
-                CHECK_MSG(r < 0 || (o >= 0 && o <= r), "chain %d M=%" PRId64 " H=%" PRId64 ": rotor %g, offload %g",
-                          it, M, H, r, o);
+                CHECK_MSG(r < 0 || (o >= 0 && o <= r), "chain %d M=%" PRId64 " H=%" PRId64 ": rotor %g, offload %g", it,
+                          M, H, r, o);
                 better += r >= 0 && o >= 0 && o < r;
                 better += r < 0 && o >= 0; /* fits only with offload */
             }
@@ -272,7 +272,8 @@ static void test_exhaustive(void) {
         free(all.cost), free(all.peak), free(all.host);
     }
     printf("  exhaustive: %d (chain, budget, host budget) triples equal; the plan offloads on %d, with a "
-           "checkpoint right after an offloaded Fe on %d\n", pairs, offloaded, leaf_after);
+           "checkpoint right after an offloaded Fe on %d\n",
+           pairs, offloaded, leaf_after);
     CHECK(offloaded > 0 && leaf_after > 0);
 }
 

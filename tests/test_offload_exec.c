@@ -121,8 +121,8 @@ static void run(const remat_graph *g, const remat_model *m, const char *name, re
         for (int c = 0; c < REMAT_MEM_COUNT; c++)
             CHECK_MSG(pred.peak[c] == meas.peak[c], "%s @%zu: %s predicted %zu measured %zu", name, budget,
                       remat_mem_str((remat_mem)c), pred.peak[c], meas.peak[c]);
-        CHECK_MSG(meas.peak[REMAT_MEM_HOST] <= o->plan.host_bytes, "%s @%zu: %zu host bytes in a block of %zu",
-                  name, budget, meas.peak[REMAT_MEM_HOST], o->plan.host_bytes);
+        CHECK_MSG(meas.peak[REMAT_MEM_HOST] <= o->plan.host_bytes, "%s @%zu: %zu host bytes in a block of %zu", name,
+                  budget, meas.peak[REMAT_MEM_HOST], o->plan.host_bytes);
         CHECK_MSG(meas.live[REMAT_MEM_HOST] == 0, "%s: host bytes left after a step", name);
         size_t held = remat_session_held_bytes(s);
         CHECK_MSG(held == o->plan.held_bytes, "%s @%zu: holds %zu, planned %zu", name, budget, held,
@@ -169,8 +169,8 @@ static void model(const char *name, int n_budgets) {
                   o.plan.host_bytes, top);
         CHECK((o.plan.offloaded_values > 0) == (o.plan.host_bytes > 0));
         chosen += o.plan.offloaded_values > 0;
-        printf("  %s @%zu: %s, %lld values offloaded (%zu host bytes), cost %.4g against %.4g without\n", name,
-               budget, o.plan.candidate, (long long)o.plan.offloaded_values, o.plan.host_bytes, o.plan.seconds,
+        printf("  %s @%zu: %s, %lld values offloaded (%zu host bytes), cost %.4g against %.4g without\n", name, budget,
+               o.plan.candidate, (long long)o.plan.offloaded_values, o.plan.host_bytes, o.plan.seconds,
                without.seconds);
         for (int i = 0; i < STEPS; i++)
             CHECK_MSG(o.loss[i] == all.loss[i], "%s @%zu step %d: loss %.9g, store-all %.9g", name, budget, i,
@@ -201,7 +201,8 @@ static void hand_plan(void) {
         {.kind = REMAT__I_FWD, .node = c}, {.kind = REMAT__I_OUT, .node = b, .value = REMAT__VAL(b, REMAT__V_OUT)},
         {.kind = REMAT__I_FWD, .node = l}, {.kind = REMAT__I_FREE, .node = b, .value = REMAT__VAL(b, REMAT__V_OUT)},
         {.kind = REMAT__I_BWD, .node = l}, {.kind = REMAT__I_IN, .node = b, .value = REMAT__VAL(b, REMAT__V_OUT)},
-        {.kind = REMAT__I_BWD, .node = c}, {.kind = REMAT__I_BWD, .node = b}, {.kind = REMAT__I_BWD, .node = a},
+        {.kind = REMAT__I_BWD, .node = c}, {.kind = REMAT__I_BWD, .node = b},
+        {.kind = REMAT__I_BWD, .node = a},
     };
     remat__schedule s = {.train = 1, .backward = 1, .loss = l, .fetch = REMAT_NONE};
     s.n = s.cap = (int)(sizeof seq / sizeof seq[0]);
@@ -238,7 +239,8 @@ static void hand_plan(void) {
     /* refused: a copy in of what is resident, a copy out of what is not */
     remat__schedule bad = {.train = 1, .backward = 1, .loss = l, .fetch = REMAT_NONE};
     const remat__instr in_only[] = {
-        {.kind = REMAT__I_FWD, .node = x}, {.kind = REMAT__I_FWD, .node = a},
+        {.kind = REMAT__I_FWD, .node = x},
+        {.kind = REMAT__I_FWD, .node = a},
         {.kind = REMAT__I_IN, .node = a, .value = REMAT__VAL(a, REMAT__V_OUT)},
     };
     bad.n = bad.cap = 3;
@@ -263,7 +265,8 @@ int main(int argc, char **argv) {
         if (strcmp(argv[i], "--quick") == 0) {
             quick = 1;
         } else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc) {
-            if (remat_device_parse(argv[++i], &device) != REMAT_OK) return fprintf(stderr, "%s\n", remat_last_error()), 2;
+            if (remat_device_parse(argv[++i], &device) != REMAT_OK)
+                return fprintf(stderr, "%s\n", remat_last_error()), 2;
         } else {
             fprintf(stderr, "usage: test_offload_exec [--quick] [--device cpu|cuda]\n");
             return 2;

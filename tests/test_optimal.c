@@ -110,9 +110,11 @@ static void run(const remat_graph *g, const remat_model *m, const char *name, re
     for (int i = 0; i < nd; i++) ny *= yd[i];
     float *x = malloc((size_t)nx * sizeof *x);
     void *y = malloc((size_t)ny * 4);
-    for (int64_t i = 0; i < nx; i++) x[i] = strncmp(name, "heavy", 5) == 0 ? 1.0f : (float)((i * 13) % 17) / 8.0f - 1.0f;
+    for (int64_t i = 0; i < nx; i++)
+        x[i] = strncmp(name, "heavy", 5) == 0 ? 1.0f : (float)((i * 13) % 17) / 8.0f - 1.0f;
     for (int64_t i = 0; i < ny; i++) {
-        if (remat_node_dtype(g, m->labels) == REMAT_F32) ((float *)y)[i] = ny == 1 ? 0.5f : (float)((i * 5) % 11) / 6.0f - 1.0f;
+        if (remat_node_dtype(g, m->labels) == REMAT_F32)
+            ((float *)y)[i] = ny == 1 ? 0.5f : (float)((i * 5) % 11) / 6.0f - 1.0f;
         else ((int32_t *)y)[i] = (int32_t)((i * 7) % 10);
     }
     remat_session_bind(s, m->input, x);
@@ -128,8 +130,8 @@ static void run(const remat_graph *g, const remat_model *m, const char *name, re
                       remat_mem_str((remat_mem)c), pred.peak[c], meas.peak[c]);
         /* what a budget bounds: the arena and the resident blocks */
         size_t held = remat_session_held_bytes(s);
-        CHECK_MSG(held == p.held_bytes && held >= meas.peak[REMAT_MEM_TOTAL], "%s @%zu: holds %zu, planned %zu",
-                  name, budget, held, p.held_bytes);
+        CHECK_MSG(held == p.held_bytes && held >= meas.peak[REMAT_MEM_TOTAL], "%s @%zu: holds %zu, planned %zu", name,
+                  budget, held, p.held_bytes);
         if (budget) CHECK_MSG(held <= budget, "%s: holds %zu, above the budget %zu", name, held, budget);
         o->peak = held;
     }
@@ -218,8 +220,9 @@ static int options_of(const char *name, int offered[4], int chosen[4]) {
     int o[4] = {0}, c[4] = {0};
     if (s) CHECK_OK(remat__optimal_options(&s->prog, s->loss, o, c));
     for (int k = 0; s && k < 4; k++) offered[k] += o[k], chosen[k] += c[k];
-    if (s) printf("  %-18s options offered %d/%d/%d/%d, chosen %d/%d/%d/%d (all/expensive/aux/both)\n", name, o[0],
-                  o[1], o[2], o[3], c[0], c[1], c[2], c[3]);
+    if (s)
+        printf("  %-18s options offered %d/%d/%d/%d, chosen %d/%d/%d/%d (all/expensive/aux/both)\n", name, o[0], o[1],
+               o[2], o[3], c[0], c[1], c[2], c[3]);
     remat_session_destroy(s);
     remat_graph_destroy(g);
     return o[0];
@@ -229,9 +232,8 @@ int main(int argc, char **argv) {
     /* every model of the zoo (the CNNs and gpt2 at tiny sizes), and the
      * test models; --quick (the sanitizer build, where everything runs
      * ten times slower) takes one of each kind at 3 budgets */
-    const char *models[] = {"mlp",         "cnn",  "resnet18",  "resnet50",  "siamese-resnet50",
-                            "densenet-bc", "gpt2", "bnnet",     "resblocks", "branches",
-                            "heavy-mul"};
+    const char *models[] = {"mlp",  "cnn",   "resnet18",  "resnet50", "siamese-resnet50", "densenet-bc",
+                            "gpt2", "bnnet", "resblocks", "branches", "heavy-mul"};
     const char *quick[] = {"cnn", "resnet18", "densenet-bc", "gpt2", "branches"};
     int q = argc > 1 && strcmp(argv[1], "--quick") == 0;
     if (q) n_budgets = 3;

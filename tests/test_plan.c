@@ -82,8 +82,7 @@ static void run(const char *name, remat_strategy strategy, int ckpt_blocks, resu
     CHECK_OK(remat_session_plan(s, &plan));
     r->recomputations = plan.recomputations;
     for (int step = 0; step < STEPS; step++) {
-        for (int64_t i = 0; i < nx; i++)
-            x[i] = heavy ? 1.0f : (float)((i * 31 + step * 7) % 23) / 11.0f - 1.0f;
+        for (int64_t i = 0; i < nx; i++) x[i] = heavy ? 1.0f : (float)((i * 31 + step * 7) % 23) / 11.0f - 1.0f;
         for (int i = 0; i < 8; i++) y[i] = (i * 3 + step) % 10;
         remat_mem_stats pred, meas;
         CHECK_OK(remat_session_predict(s, &pred));
@@ -91,8 +90,7 @@ static void run(const char *name, remat_strategy strategy, int ckpt_blocks, resu
         remat_session_mem(s, &meas);
         for (int c = 0; c < REMAT_MEM_COUNT; c++)
             CHECK_MSG(pred.peak[c] == meas.peak[c], "%s/%s step %d %s: predicted %zu, measured %zu", name,
-                      remat_strategy_str(strategy), step, remat_mem_str((remat_mem)c), pred.peak[c],
-                      meas.peak[c]);
+                      remat_strategy_str(strategy), step, remat_mem_str((remat_mem)c), pred.peak[c], meas.peak[c]);
         CHECK(meas.live[REMAT_MEM_ACT] == 0 && meas.live[REMAT_MEM_TRANSIENT] == 0);
         r->peak_act = meas.peak[REMAT_MEM_ACT];
         r->peak_total = meas.peak[REMAT_MEM_TOTAL];
@@ -126,8 +124,8 @@ static void free_result(result *r) {
 
 /* Bitwise equality of losses, weights, buffers and gradients. */
 static void same(const char *name, const char *what, const result *a, const result *b) {
-    CHECK_MSG(memcmp(a->losses, b->losses, sizeof a->losses) == 0, "%s %s: losses differ (%.9g vs %.9g)", name,
-              what, (double)a->losses[STEPS - 1], (double)b->losses[STEPS - 1]);
+    CHECK_MSG(memcmp(a->losses, b->losses, sizeof a->losses) == 0, "%s %s: losses differ (%.9g vs %.9g)", name, what,
+              (double)a->losses[STEPS - 1], (double)b->losses[STEPS - 1]);
     CHECK(a->n == b->n && a->n > 0);
     for (int i = 0; i < a->n && i < b->n; i++) {
         size_t bytes = (size_t)a->numel[i] * sizeof(float);
@@ -237,8 +235,8 @@ static void nested(void) {
         remat_session_destroy(s);
         remat_graph_destroy(g);
     }
-    printf("nested: activations all %zu B, flat %zu B, nested %zu B; recomputations %lld, %lld, %lld\n", act[0],
-           act[1], act[2], (long long)rec[0], (long long)rec[1], (long long)rec[2]);
+    printf("nested: activations all %zu B, flat %zu B, nested %zu B; recomputations %lld, %lld, %lld\n", act[0], act[1],
+           act[2], (long long)rec[0], (long long)rec[1], (long long)rec[2]);
     for (int k = 1; k < 3; k++) {
         CHECK(loss[k] == loss[0] && memcmp(grads[k], grads[0], 16 * sizeof(float)) == 0);
         CHECK(act[k] < act[k - 1]);
@@ -332,16 +330,16 @@ static void deviceless_model(const char *name, int with_1x1) {
     CHECK_MSG(p.estimated_nodes == convs, "%s: estimated %lld nodes, %d cuDNN convolutions", name,
               (long long)p.estimated_nodes, convs);
     CHECK(p.predicted.peak[REMAT_MEM_WORKSPACE] >= ((size_t)256 << 20)); /* at most the cap, which it counts */
-    printf("deviceless: %s: a cuda plan without a GPU, %lld convolutions' workspaces estimated, holds %zu B\n",
-           name, (long long)p.estimated_nodes, p.held_bytes);
+    printf("deviceless: %s: a cuda plan without a GPU, %lld convolutions' workspaces estimated, holds %zu B\n", name,
+           (long long)p.estimated_nodes, p.held_bytes);
     remat_session_destroy(s);
     remat_graph_destroy(g);
 }
 
 static void deviceless(void) {
     if (remat_device_available(REMAT_DEVICE_CUDA) == REMAT_OK || strstr(remat_last_error(), "without CUDA")) {
-        printf("deviceless: skipped (%s)\n", remat_device_available(REMAT_DEVICE_CUDA) == REMAT_OK
-                                                  ? "a GPU is here" : "built without CUDA");
+        printf("deviceless: skipped (%s)\n",
+               remat_device_available(REMAT_DEVICE_CUDA) == REMAT_OK ? "a GPU is here" : "built without CUDA");
         return;
     }
     deviceless_model("cnn", 0);

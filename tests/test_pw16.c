@@ -72,7 +72,7 @@ static int is_nan32(uint32_t u) { return (u & 0x7fffffffu) > 0x7f800000u; }
 static uint32_t pick32(int one_nan) {
     uint32_t r = next() % 8, u;
     if (r == 0) u = edges32[next() % (sizeof edges32 / sizeof *edges32)];
-    else if (r < 4) u = next() << 16 | next(); /* any pattern */
+    else if (r < 4) u = next() << 16 | next();                                        /* any pattern */
     else u = (next() & 1u) << 31 | (120u + next() % 16) << 23 | (next() & 0x7fffffu); /* near 1 */
     return one_nan && is_nan32(u) ? 0xffc00000u : u;
 }
@@ -183,8 +183,18 @@ static int versus_views(const opcase *c, const int b16[2], int alias) {
     val din0[2] = {copy(din[0]), n_in > 1 && !alias ? copy(din[1]) : copy(din[0])};
     remat__tensor ti[2], to = {yv.p, &n->shape};
     for (int j = 0; j < n_in; j++) ti[j] = (remat__tensor){in[j].p, &g->nodes[n->in[j]].shape};
-    remat__kctx k = {.graph = g, .node = n, .in = {&ti[0], &ti[1]}, .out = &to, .dt = dt, .train = !c->arg || c->kind != 3,
-                     .first = 1, .seed = 11, .step = 3, .node_id = y, .elem0 = 37, .dout = dout.p};
+    remat__kctx k = {.graph = g,
+                     .node = n,
+                     .in = {&ti[0], &ti[1]},
+                     .out = &to,
+                     .dt = dt,
+                     .train = !c->arg || c->kind != 3,
+                     .first = 1,
+                     .seed = 11,
+                     .step = 3,
+                     .node_id = y,
+                     .elem0 = 37,
+                     .dout = dout.p};
     for (int j = 0; j < n_in; j++) k.din[j] = din[j].p;
     run(&k, 0, 3);
     run(&k, 1, 3);
@@ -222,9 +232,8 @@ static int versus_views(const opcase *c, const int b16[2], int alias) {
 }
 
 static void views(void) {
-    static const opcase cases[] = {{"relu", 0, 0},    {"add", 1, 0},  {"mul", 2, 0},           {"dropout", 3, 0},
-                                   {"dropout (eval)", 3, 1}, {"gelu", 4, 0}, {"gelu (tanh)", 4, 1},
-                                   {"reshape", 5, 0}};
+    static const opcase cases[] = {{"relu", 0, 0},           {"add", 1, 0},  {"mul", 2, 0},         {"dropout", 3, 0},
+                                   {"dropout (eval)", 3, 1}, {"gelu", 4, 0}, {"gelu (tanh)", 4, 1}, {"reshape", 5, 0}};
     int ok = 1, runs = 0;
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
         int two = cases[c].kind == 1 || cases[c].kind == 2;
@@ -233,8 +242,10 @@ static void views(void) {
         if (two) ok &= versus_views(&cases[c], mixes[0], 1), runs++;
     }
     if (ok)
-        printf("views: relu, add, mul, dropout, gelu and reshape on bf16 as stored (%s kernels, 3 threads) give the float32 "
-               "views' bits (%d cases of %d elements)\n", remat__pw16_best()->isa, runs, N);
+        printf("views: relu, add, mul, dropout, gelu and reshape on bf16 as stored (%s kernels, 3 threads) give the "
+               "float32 "
+               "views' bits (%d cases of %d elements)\n",
+               remat__pw16_best()->isa, runs, N);
 }
 
 /* One pool node's native kernels against the views' on x of shape
@@ -267,8 +278,15 @@ static int pool_versus_views(int kind) {
     remat__convert_range(xf, xb, 0, nx, REMAT__CVT_UP);
     remat__convert_range(dyf, dyb, 0, ny, REMAT__CVT_UP);
     remat__tensor ti = {xb, &g->nodes[x].shape}, to = {yb, &n->shape};
-    remat__kctx k = {.graph = g, .node = n, .in = {&ti}, .out = &to, .dt = dt, .ws = ws, .train = 1,
-                     .dout = (float *)dyb, .din = {(float *)dxb}};
+    remat__kctx k = {.graph = g,
+                     .node = n,
+                     .in = {&ti},
+                     .out = &to,
+                     .dt = dt,
+                     .ws = ws,
+                     .train = 1,
+                     .dout = (float *)dyb,
+                     .din = {(float *)dxb}};
     run(&k, 0, 3);
     run(&k, 1, 3);
     ti.data = xf, to.data = yf, k.dt = NULL, k.ws = NULL, k.dout = dyf, k.din[0] = dxf; /* the views' way */
@@ -356,8 +374,8 @@ static int node_versus_views(remat_graph *g, remat_node y, const uint8_t *dt, in
     CHECK_MSG(native, "%s: no kernels on bf16 as stored", what);
     void *ws = malloc((fb > bb ? fb : bb) + 1);
     remat__tensor ti[REMAT__MAX_IN], to = {yv, &n->shape};
-    remat__kctx k = {.graph = g, .node = n, .node_id = y, .out = &to, .dt = dt, .ws = ws, .train = 1, .first = 1,
-                     .dout = dy};
+    remat__kctx k = {
+        .graph = g, .node = n, .node_id = y, .out = &to, .dt = dt, .ws = ws, .train = 1, .first = 1, .dout = dy};
     for (int i = 0; i < n->n_in; i++) {
         ti[i] = (remat__tensor){val[n->in[i]], &g->nodes[n->in[i]].shape};
         k.in[i] = &ti[i];
@@ -401,8 +419,8 @@ static int node_versus_views(remat_graph *g, remat_node y, const uint8_t *dt, in
 static void set_dt(const remat_graph *g, remat_node y, unsigned mask, uint8_t *dt) {
     const remat__node *n = &g->nodes[y];
     int all = 1, k = 0;
-    for (int32_t u = 0; u < y; u++) dt[u] = g->nodes[u].dtype != REMAT_F32 ? g->nodes[u].dtype
-                                          : mask >> k++ & 1 ? REMAT_BF16 : REMAT_F32;
+    for (int32_t u = 0; u < y; u++)
+        dt[u] = g->nodes[u].dtype != REMAT_F32 ? g->nodes[u].dtype : mask >> k++ & 1 ? REMAT_BF16 : REMAT_F32;
     for (int i = 0; i < n->n_in; i++) all &= dt[n->in[i]] == REMAT_BF16 || g->nodes[n->in[i]].dtype != REMAT_F32;
     int first = remat__ops[n->op]->autocast == REMAT__AC_FIRST;
     int f = 0; /* the first float input */
@@ -412,9 +430,9 @@ static void set_dt(const remat_graph *g, remat_node y, unsigned mask, uint8_t *d
 }
 
 static int copy_case(int kind, unsigned mask, int nth) {
-    static const char *const names[] = {"concat 4-D", "concat 4-D (x, y, x)", "concat 2-D", "slice dim 0",
-                                        "slice dim 1",  "slice dim 2",          "permute (0, 2, 1, 3)",
-                                        "permute (3, 1, 0, 2)", "add_broadcast", "softmax", "mse", "embedding"};
+    static const char *const names[] = {
+        "concat 4-D",           "concat 4-D (x, y, x)", "concat 2-D",    "slice dim 0", "slice dim 1", "slice dim 2",
+        "permute (0, 2, 1, 3)", "permute (3, 1, 0, 2)", "add_broadcast", "softmax",     "mse",         "embedding"};
     remat_graph *g;
     CHECK_OK(remat_graph_create(&g));
     int64_t a[4] = {2, 3, 4, 5}, b[4] = {2, 1, 4, 5}, c[4] = {2, 2, 4, 5}, m[2] = {3, 7}, q[2] = {3, 2};
@@ -480,7 +498,9 @@ static void copies(void) {
         }
     if (ok)
         printf("copies: concat (every dtype mix, an input twice), slice, permute, add_broadcast, mse (every "
-               "mix), softmax and embedding (a bf16 table) on values as stored (1 and 3 threads) give the float32 views' bits (%d cases)\n", runs);
+               "mix), softmax and embedding (a bf16 table) on values as stored (1 and 3 threads) give the float32 "
+               "views' bits (%d cases)\n",
+               runs);
 }
 
 /* --------------------------------------------- levels against scalar */
@@ -505,16 +525,21 @@ static int level_case(const remat__pw16_kernels *K, const kcase *c, const int b1
     out[0] = make(out16, c->two), out[1] = copy(out[0]);
     for (int j = 0; j < 2; j++) din[0][j] = make(b16[j], 1), din[1][j] = copy(din[0][j]);
     for (int r = 0; r < 2; r++) {
-        remat__pw16 t = {.in = {in[0].p, in[1].p}, .out = out[r].p, .dout = c->backward ? dout.p : NULL,
-                         .din = {c->backward ? din[r][0].p : NULL, c->backward ? (alias ? din[r][0].p : din[r][1].p) : NULL},
-                         .in16 = {b16[0], b16[1]}, .out16 = out16, .n_in = c->two ? 2 : 1};
+        remat__pw16 t = {
+            .in = {in[0].p, in[1].p},
+            .out = out[r].p,
+            .dout = c->backward ? dout.p : NULL,
+            .din = {c->backward ? din[r][0].p : NULL, c->backward ? (alias ? din[r][0].p : din[r][1].p) : NULL},
+            .in16 = {b16[0], b16[1]},
+            .out16 = out16,
+            .n_in = c->two ? 2 : 1};
         if (c->backward && !c->two) t.din[1] = NULL;
         if (c->name[0] == 'r' && c->backward) t.out = out[0].p; /* relu's backward reads y */
         fn_of(r ? K : remat__pw16_level(REMAT__PW16_SCALAR), c->at)(&t, 3, N - 5);
     }
     int ok = same(out[0], out[1]) && same(din[0][0], din[1][0]) && same(din[0][1], din[1][1]);
-    CHECK_MSG(ok, "%s %s%s (inputs %s, %s) differs from the scalar reference", K->isa, c->name,
-              alias ? "(x, x)" : "", b16[0] ? "bf16" : "f32", b16[1] ? "bf16" : "f32");
+    CHECK_MSG(ok, "%s %s%s (inputs %s, %s) differs from the scalar reference", K->isa, c->name, alias ? "(x, x)" : "",
+              b16[0] ? "bf16" : "f32", b16[1] ? "bf16" : "f32");
     for (int j = 0; j < 2; j++) {
         if (!(alias && j)) free(in[j].p);
         free(out[j].p), free(din[0][j].p), free(din[1][j].p);
@@ -567,7 +592,8 @@ static void levels(void) {
             for (int kind = REMAT__CVT_UP; kind <= REMAT__CVT_ACC_BF16; kind++) ok &= convert_case(K, (remat__cvt)kind);
         if (ok)
             printf("levels: %s gives the scalar reference's bits (relu, add, mul; forward, backward; every mix; "
-                   "the five conversions)\n", K->isa);
+                   "the five conversions)\n",
+                   K->isa);
     }
 }
 
@@ -623,7 +649,8 @@ static void plan(const char *name) {
     CHECK_MSG(nodes > 0, "%s: no elementwise node with a bf16 value", name);
     if (ok)
         printf("plan: %s: %d elementwise and plane-wise nodes on bf16 as stored, workspace %zu B in all (their views "
-               "took %zu B)\n", name, nodes, own, views);
+               "took %zu B)\n",
+               name, nodes, own, views);
     remat__prog_free(&p);
     remat_graph_destroy(g);
 }
@@ -659,7 +686,8 @@ static void plan_concat(void) {
     CHECK_MSG(nodes > 0, "densenet-bc: no concat with a bf16 input");
     if (ok)
         printf("plan: densenet-bc (depth 16, k 4, batch 2): %d concats on bf16 as stored, no workspace (their views "
-               "took %zu B)\n", nodes, views);
+               "took %zu B)\n",
+               nodes, views);
     remat__prog_free(&p);
     remat_graph_destroy(g);
 }

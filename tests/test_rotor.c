@@ -131,8 +131,8 @@ static void check_oracle(const char *name, const chain *c, const row *rows, int 
             /* with 1000 slots the unit is 1 and the floor is named */
             remat_chain_plan *p = NULL;
             remat_status st = remat_chain_solve(c->st, c->L, c->output, M, 1000, &p);
-            CHECK_MSG(st == REMAT_BUDGET && named_budget(remat_last_error()) == floor, "%s M=%" PRId64 ": %s",
-                      name, M, remat_last_error());
+            CHECK_MSG(st == REMAT_BUDGET && named_budget(remat_last_error()) == floor, "%s M=%" PRId64 ": %s", name, M,
+                      remat_last_error());
             /* and with slots = budget it is infeasible too */
             st = remat_chain_solve(c->st, c->L, c->output, M, M > 0 ? (int)M : 1, &p);
             CHECK_MSG(st == REMAT_BUDGET, "%s M=%" PRId64, name, M);
@@ -169,9 +169,9 @@ static void test_unit_chains(void) {
         int64_t M;
         double cost;
     } t[] = {
-        {16, 6, 88},   {16, 8, 65},   {16, 10, 59},  {16, 12, 56},  {36, 6, 268},  {36, 8, 176},
-        {36, 12, 140}, {36, 14, 136}, {36, 18, 131}, {64, 6, 601},  {64, 10, 300}, {64, 16, 249},
-        {64, 18, 245}, {64, 24, 238}, {64, 32, 229}, {100, 5, 5249}, {100, 6, 1131}, {100, 10, 511},
+        {16, 6, 88},    {16, 8, 65},    {16, 10, 59},   {16, 12, 56},   {36, 6, 268},   {36, 8, 176},
+        {36, 12, 140},  {36, 14, 136},  {36, 18, 131},  {64, 6, 601},   {64, 10, 300},  {64, 16, 249},
+        {64, 18, 245},  {64, 24, 238},  {64, 32, 229},  {100, 5, 5249}, {100, 6, 1131}, {100, 10, 511},
         {100, 12, 463}, {100, 20, 390}, {100, 22, 387}, {100, 30, 376}, {100, 50, 355}, {100, 103, 300},
     };
     for (size_t k = 0; k < sizeof t / sizeof t[0]; k++) {
@@ -206,12 +206,23 @@ static void test_unit_chains(void) {
 static void test_revolve(void) {
     static const int ns[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 15, 20, 30, 50, 100};
     static const int T[][6] = {
-        {0, 0, 0, 0, 0, 0},         {1, 1, 1, 1, 1, 1},         {3, 2, 2, 2, 2, 2},
-        {6, 4, 3, 3, 3, 3},         {10, 6, 5, 4, 4, 4},        {15, 8, 7, 6, 5, 5},
-        {21, 11, 9, 8, 7, 6},       {28, 14, 11, 10, 9, 8},     {36, 17, 13, 12, 11, 10},
-        {45, 20, 15, 14, 13, 12},   {55, 24, 18, 16, 15, 14},   {66, 28, 21, 18, 17, 16},
-        {105, 40, 30, 24, 23, 22},  {190, 65, 45, 39, 33, 32},  {435, 126, 85, 69, 62, 54},
-        {1225, 285, 180, 144, 122, 114}, {4950, 845, 490, 374, 316, 280},
+        {0, 0, 0, 0, 0, 0},
+        {1, 1, 1, 1, 1, 1},
+        {3, 2, 2, 2, 2, 2},
+        {6, 4, 3, 3, 3, 3},
+        {10, 6, 5, 4, 4, 4},
+        {15, 8, 7, 6, 5, 5},
+        {21, 11, 9, 8, 7, 6},
+        {28, 14, 11, 10, 9, 8},
+        {36, 17, 13, 12, 11, 10},
+        {45, 20, 15, 14, 13, 12},
+        {55, 24, 18, 16, 15, 14},
+        {66, 28, 21, 18, 17, 16},
+        {105, 40, 30, 24, 23, 22},
+        {190, 65, 45, 39, 33, 32},
+        {435, 126, 85, 69, 62, 54},
+        {1225, 285, 180, 144, 122, 114},
+        {4950, 845, 490, 374, 316, 280},
     };
     const int64_t K = 16;
     int bad = 0;
@@ -503,8 +514,8 @@ static remat_status solve_ex_checked(const chain_ex *e, int64_t budget, int slot
             fe_opt[ops[i].stage] = ops[i].option;
             options_used += ops[i].option > 0;
         } else if (ops[i].kind == REMAT_CHAIN_B) {
-            CHECK_MSG(ops[i].option == fe_opt[ops[i].stage], "B_%d option %d, its Fe's %d", ops[i].stage,
-                      ops[i].option, fe_opt[ops[i].stage]);
+            CHECK_MSG(ops[i].option == fe_opt[ops[i].stage], "B_%d option %d, its Fe's %d", ops[i].stage, ops[i].option,
+                      fe_opt[ops[i].stage]);
         } else {
             CHECK(ops[i].option == 0);
         }
@@ -692,7 +703,7 @@ static double exhaustive_persistent(const chain_ex *e, int64_t M) {
         }
         for (int k = 0; k <= L; k++) {
             if (!(s & X[k]) && !(s & XBA[k])) continue; /* no input */
-            if (k == L) { /* Loss: frees x_L when resident */
+            if (k == L) {                               /* Loss: frees x_L when resident */
                 if (!(s & Y[L])) relax(&h, d, (s | Y[L]) & ~X[L], 0.0, mem[s] + size[L + 1 + L]);
                 continue;
             }
@@ -700,8 +711,8 @@ static double exhaustive_persistent(const chain_ex *e, int64_t M) {
             uint32_t in = (s & X[k]) ? X[k] : (s & XBA[k]); /* what Fn frees: x_k, else xbar_k */
             if (!(s & X[k + 1])) {
                 int64_t pk = mem[s] + size[k + 1] + g->fwd_tmp;
-                relax(&h, d, (s | X[k + 1]) & ~in, g->forward, pk);  /* Fn_k */
-                relax(&h, d, s | X[k + 1], g->forward, pk);          /* CF_k */
+                relax(&h, d, (s | X[k + 1]) & ~in, g->forward, pk); /* Fn_k */
+                relax(&h, d, s | X[k + 1], g->forward, pk);         /* CF_k */
             }
             for (int o = 0; o < g->n_options; o++) {
                 if (!(s & XBA[k + 1]))
@@ -735,10 +746,11 @@ static void test_options_random(void) {
         for (int i = 0; i < L; i++)
             c.st[i] = (remat_stage){e.st[i].forward, e.st[i].opt[0].backward, e.st[i].input, e.st[i].opt[0].saved};
         int tmp = it % 2; /* chains with transient bytes have no public twin */
-        int64_t floor = exact_floor_ex(&e), fl0 = tmp ? exact_floor_ex(&f0) : exact_floor(&c), fl1 = exact_floor_ex(&f1);
+        int64_t floor = exact_floor_ex(&e), fl0 = tmp ? exact_floor_ex(&f0) : exact_floor(&c),
+                fl1 = exact_floor_ex(&f1);
         CHECK(exact_floor_ex(&f0) == fl0);
-        CHECK_MSG(floor <= fl0 && floor <= fl1, "instance %d: floor %" PRId64 ", fixed %" PRId64 " %" PRId64, it,
-                  floor, fl0, fl1);
+        CHECK_MSG(floor <= fl0 && floor <= fl1, "instance %d: floor %" PRId64 ", fixed %" PRId64 " %" PRId64, it, floor,
+                  fl0, fl1);
         below0 += floor < fl0;
         if (floor > 0) {
             double cst;
@@ -751,8 +763,9 @@ static void test_options_random(void) {
          * budget, and the same floor */
         remat__chain_tab *tab = NULL;
         CHECK_OK(remat__chain_tab_build(e.st, L, e.output, 1, top + 2, &tab));
-        if (tab) CHECK_MSG(remat__chain_tab_floor(tab) == floor, "instance %d: table floor %lld, solver %lld", it,
-                           (long long)remat__chain_tab_floor(tab), (long long)floor);
+        if (tab)
+            CHECK_MSG(remat__chain_tab_floor(tab) == floor, "instance %d: table floor %lld, solver %lld", it,
+                      (long long)remat__chain_tab_floor(tab), (long long)floor);
         double prev = 1e300;
         int do_brute = L <= 3;
         for (int64_t M = floor; M <= top + 2; M++) {
@@ -764,8 +777,8 @@ static void test_options_random(void) {
             if (tab) {
                 CHECK_OK(remat__chain_tab_plan(tab, M, &tp));
                 CHECK_MSG(tp && remat_chain_plan_cost(tp) == cost && remat_chain_plan_peak(tp) <= M,
-                          "instance %d M=%" PRId64 ": table plan %g, solver %g", it, M, tp ? remat_chain_plan_cost(tp) : -1.0,
-                          cost);
+                          "instance %d M=%" PRId64 ": table plan %g, solver %g", it, M,
+                          tp ? remat_chain_plan_cost(tp) : -1.0, cost);
                 remat_chain_plan_destroy(tp);
             }
             double c0x = exact_cost_ex(&f0, M), c0 = tmp ? c0x : exact_cost(&c, M), c1 = exact_cost_ex(&f1, M);
@@ -818,11 +831,12 @@ static void test_options_random(void) {
         remat__chain_tab_free(tab);
         instances++;
     }
-    printf("  options: %d chains, %d budgets; cheaper than option 0 alone (or feasible only with options) on %d; "
-           "floor below option 0's on %d chains; %d Fe with option > 0; the DP equals the exhaustive search over "
-           "persistent schedules on all %d pairs (asserted; half the chains with transient bytes); the search that frees "
-           "values at will equals it on %d of those without\n",
-           instances, budgets, better0, below0, options_used, brute, brute_equal);
+    printf(
+        "  options: %d chains, %d budgets; cheaper than option 0 alone (or feasible only with options) on %d; "
+        "floor below option 0's on %d chains; %d Fe with option > 0; the DP equals the exhaustive search over "
+        "persistent schedules on all %d pairs (asserted; half the chains with transient bytes); the search that frees "
+        "values at will equals it on %d of those without\n",
+        instances, budgets, better0, below0, options_used, brute, brute_equal);
     CHECK(better0 > 0 && below0 > 0 && options_used > 0);
 
     /* coarse slots: the named budget is feasible with the same slot count
@@ -865,8 +879,8 @@ static void test_options_by_hand(void) {
     for (int64_t M = 0; M <= 16; M++) {
         double c = exact_cost_ex(&e, M), c0 = exact_cost_ex(&f0, M);
         double want = M < 7 ? -1 : M < 12 ? 8 : 6, want0 = M < 12 ? -1 : 6;
-        CHECK_MSG(c == want && c0 == want0, "M=%" PRId64 ": %g (want %g), option 0 alone %g (want %g)", M, c, want,
-                  c0, want0);
+        CHECK_MSG(c == want && c0 == want0, "M=%" PRId64 ": %g (want %g), option 0 alone %g (want %g)", M, c, want, c0,
+                  want0);
         remat_chain_plan *p = NULL;
         if (M < 7 || remat__chain_solve_ex(e.st, 2, e.output, M, (int)M, &p) != REMAT_OK) continue;
         /* the option of B_1 (and Fe_1) */
@@ -887,8 +901,11 @@ static void test_options_by_hand(void) {
     CHECK_MSG(named_budget(remat_last_error()) == 7, "%s", remat_last_error());
 
     /* the simulator honours options: sizes, tmp, cost, and consistency */
-    remat_chain_op ops[] = {{REMAT_CHAIN_FE, 0, 0}, {REMAT_CHAIN_FE, 1, 1}, {REMAT_CHAIN_LOSS, 2, 0},
-                            {REMAT_CHAIN_B, 1, 1},  {REMAT_CHAIN_B, 0, 0}};
+    remat_chain_op ops[] = {{REMAT_CHAIN_FE, 0, 0},
+                            {REMAT_CHAIN_FE, 1, 1},
+                            {REMAT_CHAIN_LOSS, 2, 0},
+                            {REMAT_CHAIN_B, 1, 1},
+                            {REMAT_CHAIN_B, 0, 0}};
     double cost;
     int64_t peak;
     CHECK_OK(remat__chain_simulate_ex(e.st, 2, e.output, ops, 5, &cost, &peak));
@@ -1017,8 +1034,9 @@ static void test_json(void) {
                       "stage 0: 'backward' is negative");
     expect_json_error("{\"stages\": [{\"forward\": 1, \"backward\": 1, \"input\": 2.5, \"saved\": 3}], \"output\": 1}",
                       "stage 0: 'input' is not an integer");
-    expect_json_error("{\"stages\": [{\"forward\": 1, \"backward\": 1e999, \"input\": 2, \"saved\": 3}], \"output\": 1}",
-                      "stage 0: 'backward' is not finite");
+    expect_json_error(
+        "{\"stages\": [{\"forward\": 1, \"backward\": 1e999, \"input\": 2, \"saved\": 3}], \"output\": 1}",
+        "stage 0: 'backward' is not finite");
     expect_json_error("{\"stages\": [{\"forward\": 1, \"backward\": 1, \"input\": 2, \"saved\": 3}]}",
                       "'output' is missing");
     expect_json_error("{\"stages\": [{\"forward\": 1, \"backward\": 1, \"input\": 2, \"saved\": 3}], \"output\": null}",

@@ -41,12 +41,12 @@ static int has(const char *s, const char *sub) { return s && sub && strstr(s, su
 
 /* A call that must fail with status st and a message containing a and b
  * (either may be NULL). */
-#define CHECK_ERR(call, st, a, b)                                                                  \
-    do {                                                                                           \
-        remat_status got_ = (call);                                                                \
-        const char *msg_ = remat_last_error();                                                     \
-        CHECK_MSG(got_ == (st) && (!(a) || has(msg_, a)) && (!(b) || has(msg_, b)),                \
-                  "status %s, message: %s", remat_status_str(got_), msg_);                        \
+#define CHECK_ERR(call, st, a, b)                                                                                      \
+    do {                                                                                                               \
+        remat_status got_ = (call);                                                                                    \
+        const char *msg_ = remat_last_error();                                                                         \
+        CHECK_MSG(got_ == (st) && (!(a) || has(msg_, a)) && (!(b) || has(msg_, b)), "status %s, message: %s",          \
+                  remat_status_str(got_), msg_);                                                                       \
     } while (0)
 
 static const char *tpath(const char *name) {
@@ -94,9 +94,7 @@ static void write_st(const char *path, const char *json, uint64_t hlen, size_t d
 }
 
 static int same_tensor(const remat__st_tensor *a, const remat__st_tensor *b) {
-    if (strcmp(a->name, b->name) || strcmp(a->dtype, b->dtype) || a->ndim != b->ndim ||
-        a->bytes != b->bytes)
-        return 0;
+    if (strcmp(a->name, b->name) || strcmp(a->dtype, b->dtype) || a->ndim != b->ndim || a->bytes != b->bytes) return 0;
     for (int i = 0; i < a->ndim; i++)
         if (a->dims[i] != b->dims[i]) return 0;
     return a->bytes == 0 || memcmp(a->data, b->data, a->bytes) == 0;
@@ -109,16 +107,11 @@ static void test_st_roundtrip(void) {
     double scale = 3.141592653589793;
     int32_t ids[3] = {7, -8, 9};
     remat__st_tensor ts[5] = {
-        {.name = "layer.0.weight", .dtype = "F32", .ndim = 2, .dims = {2, 3}, .data = w,
-         .bytes = sizeof w},
-        {.name = "steps", .dtype = "I64", .ndim = 1, .dims = {4}, .data = steps,
-         .bytes = sizeof steps},
-        {.name = "scale \"q\"\\", .dtype = "F64", .ndim = 0, .data = &scale,
-         .bytes = sizeof scale},
-        {.name = "ids", .dtype = "I32", .ndim = 1, .dims = {3}, .data = ids,
-         .bytes = sizeof ids},
-        {.name = "empty", .dtype = "F32", .ndim = 2, .dims = {0, 5}, .data = NULL,
-         .bytes = 0},
+        {.name = "layer.0.weight", .dtype = "F32", .ndim = 2, .dims = {2, 3}, .data = w, .bytes = sizeof w},
+        {.name = "steps", .dtype = "I64", .ndim = 1, .dims = {4}, .data = steps, .bytes = sizeof steps},
+        {.name = "scale \"q\"\\", .dtype = "F64", .ndim = 0, .data = &scale, .bytes = sizeof scale},
+        {.name = "ids", .dtype = "I32", .ndim = 1, .dims = {3}, .data = ids, .bytes = sizeof ids},
+        {.name = "empty", .dtype = "F32", .ndim = 2, .dims = {0, 5}, .data = NULL, .bytes = 0},
     };
     const char *meta[] = {"format", "pt", "note", "a \"quoted\"\nvalue", NULL};
     const char *path = tpath("rt.safetensors");
@@ -134,15 +127,13 @@ static void test_st_roundtrip(void) {
             CHECK_OK(remat__st_get(f, i, &t));
             CHECK_MSG(same_tensor(&t, &ts[i]), "tensor %d (%s) differs", i, ts[i].name);
             size_t el = remat__st_dtype_size(t.dtype);
-            CHECK_MSG(t.bytes == 0 || (uintptr_t)t.data % el == 0, "%s is misaligned",
-                      t.name);
+            CHECK_MSG(t.bytes == 0 || (uintptr_t)t.data % el == 0, "%s is misaligned", t.name);
         }
         CHECK(remat__st_find(f, "ids") == 3);
         CHECK(remat__st_find(f, "scale \"q\"\\") == 2);
         CHECK(remat__st_find(f, "nope") == -1);
         CHECK(remat__st_metadata(f, "format") && !strcmp(remat__st_metadata(f, "format"), "pt"));
-        CHECK(remat__st_metadata(f, "note") &&
-              !strcmp(remat__st_metadata(f, "note"), "a \"quoted\"\nvalue"));
+        CHECK(remat__st_metadata(f, "note") && !strcmp(remat__st_metadata(f, "note"), "a \"quoted\"\nvalue"));
         CHECK(remat__st_metadata(f, "nope") == NULL);
         remat__st_tensor t;
         CHECK_ERR(remat__st_get(f, 5, &t), REMAT_INVALID, "rt.safetensors", NULL);
@@ -176,23 +167,19 @@ static void test_st_roundtrip(void) {
     section_begin();
     remat__st_tensor bad = ts[0];
     bad.dtype = "F7";
-    CHECK_ERR(remat__st_write(path, 1, &bad, NULL), REMAT_INVALID, "layer.0.weight",
-              "unknown dtype 'F7'");
+    CHECK_ERR(remat__st_write(path, 1, &bad, NULL), REMAT_INVALID, "layer.0.weight", "unknown dtype 'F7'");
     bad = ts[0];
     bad.bytes = 20;
-    CHECK_ERR(remat__st_write(path, 1, &bad, NULL), REMAT_INVALID, "layer.0.weight",
-              "(2, 3)");
+    CHECK_ERR(remat__st_write(path, 1, &bad, NULL), REMAT_INVALID, "layer.0.weight", "(2, 3)");
     remat__st_tensor two[2] = {ts[1], ts[1]};
-    CHECK_ERR(remat__st_write(path, 2, two, NULL), REMAT_INVALID, "'steps' given twice",
-              NULL);
+    CHECK_ERR(remat__st_write(path, 2, two, NULL), REMAT_INVALID, "'steps' given twice", NULL);
     bad = ts[0];
     bad.name = "__metadata__";
     CHECK_ERR(remat__st_write(path, 1, &bad, NULL), REMAT_INVALID, "invalid name", NULL);
     bad = ts[0];
     bad.ndim = 9;
     CHECK_ERR(remat__st_write(path, 1, &bad, NULL), REMAT_INVALID, "layer.0.weight", NULL);
-    CHECK_ERR(remat__st_write(tpath("nodir/x.safetensors"), 1, ts, NULL), REMAT_IO,
-              "nodir", NULL);
+    CHECK_ERR(remat__st_write(tpath("nodir/x.safetensors"), 1, ts, NULL), REMAT_IO, "nodir", NULL);
     /* a failed write leaves the previous file */
     f = NULL;
     CHECK_OK(remat__st_open(&f, path));
@@ -211,14 +198,12 @@ static void test_st_malformed(void) {
     remat__st_close(f);
     f = NULL;
     write_st(p, good, 1000, 8);
-    CHECK_ERR(remat__st_open(&f, p), REMAT_FORMAT, "bad.safetensors",
-              "header length 1000 exceeds");
+    CHECK_ERR(remat__st_open(&f, p), REMAT_FORMAT, "bad.safetensors", "header length 1000 exceeds");
     write_st(p, good, 0xffffffffffffffffull, 8);
     CHECK_ERR(remat__st_open(&f, p), REMAT_FORMAT, "header length", NULL);
     write_bytes(p, "\x10\0\0", 3);
     CHECK_ERR(remat__st_open(&f, p), REMAT_FORMAT, "too short", NULL);
-    CHECK_ERR(remat__st_open(&f, tpath("nosuch.safetensors")), REMAT_NOT_FOUND,
-              "nosuch.safetensors", NULL);
+    CHECK_ERR(remat__st_open(&f, tpath("nosuch.safetensors")), REMAT_NOT_FOUND, "nosuch.safetensors", NULL);
     section_end("safetensors: header length beyond the file, too short, missing file");
 
     section_begin();
@@ -238,8 +223,7 @@ static void test_st_malformed(void) {
 
     section_begin();
     write_st(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,16]}}", 0, 8);
-    CHECK_ERR(remat__st_open(&f, p), REMAT_FORMAT, "tensor 'a'",
-              "[0, 16] out of range: the data section has 8 bytes");
+    CHECK_ERR(remat__st_open(&f, p), REMAT_FORMAT, "tensor 'a'", "[0, 16] out of range: the data section has 8 bytes");
     write_st(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}", 0, 8);
     CHECK_ERR(remat__st_open(&f, p), REMAT_FORMAT, "tensor 'a'", "out of range");
     write_st(p, "{\"a\":{\"dtype\":\"F7\",\"shape\":[2],\"data_offsets\":[0,8]}}", 0, 8);
@@ -261,29 +245,37 @@ static void test_st_malformed(void) {
     CHECK_ERR(remat__st_open(&f, p), REMAT_FORMAT, "tensor 'a'", "data_offsets must be");
     write_st(p, "{\"a\":[1]}", 0, 0);
     CHECK_ERR(remat__st_open(&f, p), REMAT_FORMAT, "tensor 'a'", "not an object");
-    write_st(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,2],"
-                "\"data_offsets\":[0,8]}}", 0, 8);
+    write_st(p,
+             "{\"a\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,2],"
+             "\"data_offsets\":[0,8]}}",
+             0, 8);
     CHECK_ERR(remat__st_open(&f, p), REMAT_UNSUPPORTED, "tensor 'a'", "9 dimensions");
     section_end("safetensors: offsets out of range, unknown dtype, size mismatch, missing "
                 "fields, bad shape");
 
     section_begin();
-    write_st(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
-                "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}", 0, 12);
-    CHECK_ERR(remat__st_open(&f, p), REMAT_FORMAT, "'a' [0, 8] and 'b' [4, 12] overlap",
-              NULL);
-    write_st(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
-                "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]}}", 0, 12);
-    CHECK_ERR(remat__st_open(&f, p), REMAT_FORMAT, "no tensor covers bytes [4, 8)",
-              "'b'");
+    write_st(p,
+             "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+             "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
+             0, 12);
+    CHECK_ERR(remat__st_open(&f, p), REMAT_FORMAT, "'a' [0, 8] and 'b' [4, 12] overlap", NULL);
+    write_st(p,
+             "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+             "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]}}",
+             0, 12);
+    CHECK_ERR(remat__st_open(&f, p), REMAT_FORMAT, "no tensor covers bytes [4, 8)", "'b'");
     write_st(p, good, 0, 12);
     CHECK_ERR(remat__st_open(&f, p), REMAT_FORMAT, "no tensor covers bytes [8, 12)", NULL);
-    write_st(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
-                "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 0, 8);
+    write_st(p,
+             "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
+             "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+             0, 8);
     CHECK_ERR(remat__st_open(&f, p), REMAT_FORMAT, "tensor 'a' appears twice", NULL);
     /* out of order in the header, in order in the data: fine */
-    write_st(p, "{\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]},"
-                "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 0, 8);
+    write_st(p,
+             "{\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]},"
+             "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}",
+             0, 8);
     CHECK_OK(remat__st_open(&f, p));
     CHECK(remat__st_count(f) == 2 && remat__st_find(f, "a") == 1);
     remat__st_close(f);
@@ -295,8 +287,7 @@ static void test_st_malformed(void) {
 /* Reads the PyTorch-written fixtures (when run from tests/) and rewrites
  * each through remat__st_write, which must preserve every tensor. */
 static void test_st_fixtures(void) {
-    static const char *names[] = {"fixtures/mlp.safetensors", "fixtures/cnn.safetensors",
-                                  "fixtures/bnnet.safetensors"};
+    static const char *names[] = {"fixtures/mlp.safetensors", "fixtures/cnn.safetensors", "fixtures/bnnet.safetensors"};
     section_begin();
     int found = 0;
     for (int k = 0; k < 3; k++) {
@@ -328,7 +319,6 @@ static void test_st_fixtures(void) {
     CHECK_MSG(found, "no safetensors fixtures found: run from tests/ to read fixtures/");
     section_end("safetensors: PyTorch fixtures read and rewrite identically");
 }
-
 
 /* An absurd header length inside a large (sparse) file, then every prefix
  * of a valid file and every single-byte corruption of its header: the
@@ -519,8 +509,8 @@ static void test_st_session(void) {
         }
         trainable++;
         remat__st_tensor t;
-        all &= j >= 0 && remat__st_get(f, j, &t) == REMAT_OK && strcmp(t.dtype, "F32") == 0 &&
-               t.ndim == pi.ndim && t.bytes == (size_t)pi.numel * 4 && memcmp(t.data, pi.grad, t.bytes) == 0;
+        all &= j >= 0 && remat__st_get(f, j, &t) == REMAT_OK && strcmp(t.dtype, "F32") == 0 && t.ndim == pi.ndim &&
+               t.bytes == (size_t)pi.numel * 4 && memcmp(t.data, pi.grad, t.bytes) == 0;
     }
     CHECK_MSG(all, "every trainable parameter's gradient, and no buffer, must be in the file");
     remat__st_tensor t;

@@ -44,9 +44,9 @@
 
 #define KEEP 3
 #define SAVE_EVERY 100
-#define WARM_STEP 1000         /* memory is flat from here on */
-#define WINDOW_END 2000        /* the reference window: steps WARM_STEP..WINDOW_END */
-#define GROWTH_KIB (2 * 1024)  /* the bound on growth after the reference window */
+#define WARM_STEP 1000        /* memory is flat from here on */
+#define WINDOW_END 2000       /* the reference window: steps WARM_STEP..WINDOW_END */
+#define GROWTH_KIB (2 * 1024) /* the bound on growth after the reference window */
 
 static double now_s(void) {
     struct timespec ts;
@@ -110,9 +110,10 @@ static int soak(const char *cli, int quick) {
     snprintf(steps_s, sizeof steps_s, "%lld", steps);
     snprintf(keep_s, sizeof keep_s, "%d", KEEP);
     snprintf(every_s, sizeof every_s, "%d", SAVE_EVERY);
-    const char *argv[] = {cli, "train", "--model", "mlp", "--image", "1x8x8", "--data", "synthetic", "--batch", "4",
-                          "--threads", "1", "--steps", steps_s, "--log-every", "1000", "--state-dir", sdir,
-                          "--save-every", every_s, "--keep", keep_s, NULL};
+    const char *argv[] = {
+        cli,           "train", "--model",      "mlp",   "--image", "1x8x8", "--data",      "synthetic",
+        "--batch",     "4",     "--threads",    "1",     "--steps", steps_s, "--log-every", "1000",
+        "--state-dir", sdir,    "--save-every", every_s, "--keep",  keep_s,  NULL};
     double t0 = now_s();
     pid_t pid = fork();
     if (pid == 0) {
@@ -140,8 +141,8 @@ static int soak(const char *cli, int quick) {
         if (l.temporaries > most_temps) most_temps = l.temporaries;
         if (l.states > most_states) most_states = l.states;
         CHECK_MSG(l.states + l.temporaries <= KEEP + 1 && l.temporaries <= 1 && l.others == 0,
-                  "at step %lld the state directory holds %d states and %d temporaries (and %d other files)",
-                  l.newest, l.states, l.temporaries, l.others);
+                  "at step %lld the state directory holds %d states and %d temporaries (and %d other files)", l.newest,
+                  l.states, l.temporaries, l.others);
         if (kib > 0 && l.newest >= steps) exit_max = kib > exit_max ? kib : exit_max;
         if (kib > 0 && l.newest >= WARM_STEP && l.newest < steps) {
             if (first < 0) first = kib, first_step = l.newest;
@@ -179,7 +180,8 @@ static int soak(const char *cli, int quick) {
            first, first_step, WARM_STEP, window_max, WARM_STEP, WINDOW_END, after_max, after_max_step, last, growth,
            quick ? "none under the sanitizers, else " : "", GROWTH_KIB, exit_max);
     printf("  state directory: at most %d states and temporaries together (bound %d), %d states, %d temporar%s "
-           "at once\n", most_files, KEEP + 1, most_states, most_temps, most_temps == 1 ? "y" : "ies");
+           "at once\n",
+           most_files, KEEP + 1, most_states, most_temps, most_temps == 1 ? "y" : "ies");
     if (!quick)
         CHECK_MSG(growth < GROWTH_KIB, "resident memory grew by %ld KiB after steps %d-%d (bound %d KiB)", growth,
                   WARM_STEP, WINDOW_END, GROWTH_KIB);

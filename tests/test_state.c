@@ -146,8 +146,12 @@ typedef struct {
 } cfg;
 
 static cfg default_cfg(model_kind k) {
-    return (cfg){.kind = k, .batch = 4, .optim = k == BNNET ? REMAT_OPTIM_SGD : REMAT_OPTIM_ADAMW, .seed = 42,
-                 .threads = 2, .strategy = REMAT_STRATEGY_ALL};
+    return (cfg){.kind = k,
+                 .batch = 4,
+                 .optim = k == BNNET ? REMAT_OPTIM_SGD : REMAT_OPTIM_ADAMW,
+                 .seed = 42,
+                 .threads = 2,
+                 .strategy = REMAT_STRATEGY_ALL};
 }
 
 /* A small linear classifier: input (B, 3), fc (2), cross-entropy: a
@@ -265,8 +269,8 @@ static int same_doubles(const double *a, const double *b, int n) { return memcmp
 
 /* ------------------------------------------- bitwise resume: streams */
 
-static const char *const same_keys[] = {"step", "optim.step", "rng.seed", "rng.step", "data.step", "graph", "optim",
-                                        "batch", NULL};
+static const char *const same_keys[] = {"step",  "optim.step", "rng.seed", "rng.step", "data.step",
+                                        "graph", "optim",      "batch",    NULL};
 
 /* 20 steps straight against 10, a state, and 10 more in a new session
  * (of configuration `later`, whose strategy and budget may differ). */
@@ -291,8 +295,8 @@ static void resume_stream(cfg c, cfg later, const char *what) {
     run b;
     trace tb = {0};
     CHECK_OK(open_run(&b, c));
-    to = (remat_train_opts){.epochs = 1, .steps = 10, .on_event = on_event, .user = &tb, .state_dir = sdir,
-                            .save_every = 10};
+    to = (remat_train_opts){
+        .epochs = 1, .steps = 10, .on_event = on_event, .user = &tb, .state_dir = sdir, .save_every = 10};
     CHECK_OK(remat_train_stream(b.s, &b.m, synth_next, &sy, &to));
     CHECK(tb.saves == 1);
     close_run(&b);
@@ -309,8 +313,8 @@ static void resume_stream(cfg c, cfg later, const char *what) {
     }
     CHECK_OK(remat_session_plan(r.s, &ps));
     /* 2 epochs of 10: the batches are the step's, whatever the epochs */
-    to = (remat_train_opts){.epochs = 2, .steps = 10, .on_event = on_event, .user = &tc, .state_dir = sdir,
-                            .resume = sdir};
+    to = (remat_train_opts){
+        .epochs = 2, .steps = 10, .on_event = on_event, .user = &tc, .state_dir = sdir, .resume = sdir};
     CHECK_OK(remat_train_stream(r.s, &r.m, synth_next, &sy, &to));
     CHECK(tc.resumes == 1 && tc.resumed_at == 10);
     CHECK(remat_session_step_index(r.s) == 20);
@@ -392,8 +396,14 @@ static void resume_dataset(void) {
     run b;
     trace tb = {0};
     CHECK_OK(open_run(&b, c));
-    to = (remat_train_opts){.steps = 12, .batch = 4, .seed = 9, .on_event = on_event, .user = &tb,
-                            .state_dir = sdir, .save_every = 5, .keep = 2};
+    to = (remat_train_opts){.steps = 12,
+                            .batch = 4,
+                            .seed = 9,
+                            .on_event = on_event,
+                            .user = &tb,
+                            .state_dir = sdir,
+                            .save_every = 5,
+                            .keep = 2};
     CHECK_OK(remat_train(b.s, &b.m, d, d, &to));
     close_run(&b);
     CHECK(tb.saves == 3);
@@ -407,7 +417,8 @@ static void resume_dataset(void) {
     char st12[512];
     snprintf(st12, sizeof st12, "%s/state-000000000012.safetensors", sdir);
     CHECK_OK(remat__st_open_checked(&f, st12));
-    const char *ep = f ? remat__st_metadata(f, "data.epoch") : NULL, *pos = f ? remat__st_metadata(f, "data.position") : NULL;
+    const char *ep = f ? remat__st_metadata(f, "data.epoch") : NULL,
+               *pos = f ? remat__st_metadata(f, "data.position") : NULL;
     CHECK_MSG(ep && pos && !strcmp(ep, "2") && !strcmp(pos, "2"), "data position %s/%s, expected epoch 2, batch 2",
               ep ? ep : "-", pos ? pos : "-");
     remat__st_close(f);
@@ -418,8 +429,14 @@ static void resume_dataset(void) {
     cfg later = c;
     later.strategy = REMAT_STRATEGY_SQRT;
     CHECK_OK(open_run(&r, later));
-    to = (remat_train_opts){.steps = 20, .batch = 4, .seed = 9, .on_event = on_event, .user = &tc,
-                            .state_dir = sdir, .resume = sdir, .keep = 2};
+    to = (remat_train_opts){.steps = 20,
+                            .batch = 4,
+                            .seed = 9,
+                            .on_event = on_event,
+                            .user = &tc,
+                            .state_dir = sdir,
+                            .resume = sdir,
+                            .keep = 2};
     CHECK_OK(remat_train(r.s, &r.m, d, d, &to));
     close_run(&r);
     CHECK(tc.resumed_at == 12);
@@ -525,12 +542,16 @@ static void refusals(void) {
         const char *needle;
     } cases[] = {
         {"another model (mlp)", mlp, &so, REMAT_SHAPE, "has no tensor 'fc1.weight'"},
-        {"another optimizer (SGD)", sgd, &so, REMAT_INVALID, "the optimizer differs: the state has 'adamw', this run 'sgd'"},
-        {"another batch (8)", b8, &so, REMAT_INVALID, "the batch (rows per optimizer step) differs: the state has '4', this run '8'"},
+        {"another optimizer (SGD)", sgd, &so, REMAT_INVALID,
+         "the optimizer differs: the state has 'adamw', this run 'sgd'"},
+        {"another batch (8)", b8, &so, REMAT_INVALID,
+         "the batch (rows per optimizer step) differs: the state has '4', this run '8'"},
         {"another seed (7)", seed, &so, REMAT_INVALID, "the seed differs: the state has '42', this run '7'"},
         {"another thread count (1)", threads, &so, REMAT_INVALID, "the number of CPU threads"},
-        {"another precision (bf16)", bf16, &so, REMAT_INVALID, "the precision (--precision: bf16 rounds what fp32 keeps) differs: the state has 'fp32', this run 'bf16'"},
-        {"another data set", c, &data_b, REMAT_INVALID, "the training data differs: the state has 'data A', this run 'data B'"},
+        {"another precision (bf16)", bf16, &so, REMAT_INVALID,
+         "the precision (--precision: bf16 rounds what fp32 keeps) differs: the state has 'fp32', this run 'bf16'"},
+        {"another data set", c, &data_b, REMAT_INVALID,
+         "the training data differs: the state has 'data A', this run 'data B'"},
         {"another run option", c, &rb, REMAT_INVALID, "--opt differs: the state has 'x', this run 'y'"},
         {"a run option missing", c, &rnone, REMAT_INVALID, "--opt differs: the state has 'x', this run none"},
         {"a run option added", c, &rc2, REMAT_INVALID, "--other differs: the state has none, this run '1'"},
@@ -579,7 +600,10 @@ static void refusals(void) {
         CHECK_MSG(st == REMAT_FORMAT && strstr(remat_last_error(), bad[k].file) &&
                       strstr(remat_last_error(), bad[k].needle),
                   "damaged %s: %s", bad[k].file, remat_last_error());
-        printf("  %-36s %s\n", k == 0 ? "a truncated state" : k == 1 ? "a flipped byte" : "a weights file",
+        printf("  %-36s %s\n",
+               k == 0   ? "a truncated state"
+               : k == 1 ? "a flipped byte"
+                        : "a weights file",
                remat_last_error());
     }
 
@@ -599,8 +623,8 @@ static void refusals(void) {
               "find: step %lld, %d notes", (long long)fstep, notes_seen);
     free(found);
     trace t = {0};
-    to = (remat_train_opts){.epochs = 1, .steps = 4, .on_event = on_event, .user = &t, .resume = sdir,
-                            .run = run_a, .seed = 5};
+    to = (remat_train_opts){
+        .epochs = 1, .steps = 4, .on_event = on_event, .user = &t, .resume = sdir, .run = run_a, .seed = 5};
     /* remat_train_stream records no data identity: load with that */
     remat_state_opts so_stream = so;
     so_stream.data = NULL;
@@ -611,7 +635,8 @@ static void refusals(void) {
     CHECK_OK(open_run(&x, c));
     CHECK_OK(remat_train_stream(x.s, &x.m, synth_next, &sy, &to));
     CHECK_MSG(t.notes == 1 && strstr(t.last_note, s4) && t.resumes == 1 && t.resumed_at == 0 && t.n == 4,
-              "resume past a damaged state: %d notes, resumed at %lld, %d steps", t.notes, (long long)t.resumed_at, t.n);
+              "resume past a damaged state: %d notes, resumed at %lld, %d steps", t.notes, (long long)t.resumed_at,
+              t.n);
     /* a fresh run must not save into a directory that holds states */
     to = (remat_train_opts){.epochs = 1, .steps = 1, .state_dir = sdir};
     remat_status st = remat_train_stream(x.s, &x.m, synth_next, &sy, &to);
@@ -627,8 +652,8 @@ static void refusals(void) {
     /* an empty directory: training starts afresh, saying so */
     CHECK_OK(open_run(&x, c));
     t = (trace){0};
-    to = (remat_train_opts){.epochs = 1, .steps = 2, .on_event = on_event, .user = &t, .resume = sdir,
-                            .state_dir = sdir};
+    to = (remat_train_opts){
+        .epochs = 1, .steps = 2, .on_event = on_event, .user = &t, .resume = sdir, .state_dir = sdir};
     CHECK_OK(remat_train_stream(x.s, &x.m, synth_next, &sy, &to));
     CHECK(t.resumes == 1 && t.resumed_at == -1 && t.n == 2 && t.saves == 1);
     close_run(&x);
@@ -727,14 +752,20 @@ static void float_strings(void) {
     static const struct {
         float v;
         const char *s;
-    } want[] = {{0.001f, "0.001"}, {0.1f, "0.1"}, {3e-4f, "0.0003"}, {0.9f, "0.9"}, {0.999f, "0.999"},
-                {1e-8f, "1e-08"}, {1.0f / 3.0f, "0.33333334"}, {-1.17549435e-38f, "-1.1754944e-38"},
+    } want[] = {{0.001f, "0.001"},
+                {0.1f, "0.1"},
+                {3e-4f, "0.0003"},
+                {0.9f, "0.9"},
+                {0.999f, "0.999"},
+                {1e-8f, "1e-08"},
+                {1.0f / 3.0f, "0.33333334"},
+                {-1.17549435e-38f, "-1.1754944e-38"},
                 {-1.00642857e+37f, "-1.00642857e+37"}}; /* 9 digits: the longest spelling */
-    char buf[16]; /* the size remat.h promises is enough */
+    char buf[16];                                       /* the size remat.h promises is enough */
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         const char *s = remat_float_str(want[i].v, buf, sizeof buf);
-        CHECK_MSG(s == buf && !strcmp(s, want[i].s), "remat_float_str(%.9g) is '%s', want '%s'", (double)want[i].v,
-                  s, want[i].s);
+        CHECK_MSG(s == buf && !strcmp(s, want[i].s), "remat_float_str(%.9g) is '%s', want '%s'", (double)want[i].v, s,
+                  want[i].s);
     }
     uint32_t x = 12345;
     int tried = 0, exact = 0;
@@ -747,8 +778,8 @@ static void float_strings(void) {
         exact += strtof(remat_float_str(v, buf, sizeof buf), NULL) == v;
     }
     CHECK_MSG(exact == tried, "%d of %d floats read back exactly", exact, tried);
-    printf("%-58s %zu spellings, %d of %d floats read back exactly\n", "remat_float_str",
-           sizeof want / sizeof want[0], exact, tried);
+    printf("%-58s %zu spellings, %d of %d floats read back exactly\n", "remat_float_str", sizeof want / sizeof want[0],
+           exact, tried);
 }
 
 /* ------------------------------------------------------- atomic writes */
@@ -779,7 +810,8 @@ static void writer(void) {
     long pid = 0;
     CHECK(remat__tmp_parse(strrchr(stale, '/') + 1, base, sizeof base, &pid) && !strcmp(base, "w.bin") &&
           pid == (long)dead);
-    CHECK(!remat__tmp_parse("w.bin", base, sizeof base, &pid) && !remat__tmp_parse(".w.bin.tmp.12", base, sizeof base, &pid));
+    CHECK(!remat__tmp_parse("w.bin", base, sizeof base, &pid) &&
+          !remat__tmp_parse(".w.bin.tmp.12", base, sizeof base, &pid));
     CHECK_OK(remat_file_write_atomic(path, "again", 5));
     CHECK_MSG(access(stale, F_OK) != 0, "a dead writer's temporary was left");
     CHECK_MSG(access(live, F_OK) == 0 && access(other, F_OK) == 0, "a temporary that is not stale was removed");
@@ -846,8 +878,9 @@ static int kill_test(const char *cli) {
     snprintf(log, sizeof log, "%s/log.txt", dir);
     mkdir(sdir, 0777);
     double t0 = now_s();
-#define COMMON "train", "--model", "mlp", "--image", "1x8x8", "--data", "synthetic", "--batch", "4", "--steps", \
-               KILL_STEPS, "--threads", "1", "--seed", "3", "--log-every", "100000"
+#define COMMON                                                                                                         \
+    "train", "--model", "mlp", "--image", "1x8x8", "--data", "synthetic", "--batch", "4", "--steps", KILL_STEPS,       \
+        "--threads", "1", "--seed", "3", "--log-every", "100000"
     /* the uninterrupted run, saving states as the killed ones do: its time
      * scales the kill delays to this machine (and to the sanitizers) */
     const char *ref_args[] = {COMMON, "--state-dir", refdir, "--save-every", "1", "--save", ref, NULL};
@@ -926,8 +959,9 @@ static int kill_test(const char *cli) {
 
     /* the command line refuses a resume that changes the math, naming the
      * option, and a fresh run into a directory of states */
-    const char *bad_batch[] = {"train", "--model", "mlp", "--image", "1x8x8", "--data", "synthetic", "--batch", "8",
-                               "--steps", KILL_STEPS, "--threads", "1", "--seed", "3", "--resume", sdir, NULL};
+    const char *bad_batch[] = {"train",     "--model", "mlp", "--image",  "1x8x8",    "--data",
+                               "synthetic", "--batch", "8",   "--steps",  KILL_STEPS, "--threads",
+                               "1",         "--seed",  "3",   "--resume", sdir,       NULL};
     rc = wait_rc(spawn(cli, bad_batch, log), &sig);
     size_t nl;
     char *out = (char *)read_all(log, &nl);

@@ -24,7 +24,6 @@
 
 #define RTOL 1e-5
 
-
 static const remat__st_tensor *get(const remat__st *f, const char *key, remat__st_tensor *t) {
     int i = remat__st_find(f, key);
     if (i < 0 || remat__st_get(f, i, t) != REMAT_OK) return NULL;
@@ -57,10 +56,11 @@ static void compare(const remat__st *f, const char *key, const float *c, int64_t
         }
         int64_t allowed = outlier_frac > 0 ? (int64_t)fmax(4.0, outlier_frac * (double)n) : 0;
         CHECK_MSG(out <= allowed && (out == 0 || worst <= outlier_abs),
-                  "%s: %lld elements beyond %.3g (allowed %lld), max |remat - torch| = %.3g", key,
-                  (long long)out, RTOL * S, (long long)allowed, worst);
-        if (out) printf("  %s: %lld of %lld elements beyond 1e-5*S, largest %.3g\n", key, (long long)out,
-                        (long long)n, worst);
+                  "%s: %lld elements beyond %.3g (allowed %lld), max |remat - torch| = %.3g", key, (long long)out,
+                  RTOL * S, (long long)allowed, worst);
+        if (out)
+            printf("  %s: %lld of %lld elements beyond 1e-5*S, largest %.3g\n", key, (long long)out, (long long)n,
+                   worst);
         return;
     }
     remat__st_tensor ti, tv, ts;
@@ -86,8 +86,8 @@ static void compare(const remat__st *f, const char *key, const float *c, int64_t
     }
     int64_t allowed = outlier_frac > 0 ? (int64_t)fmax(4.0, outlier_frac * (double)ns) : 0;
     CHECK_MSG(out <= allowed && (out == 0 || worst <= outlier_abs),
-              "%s (sampled): %lld elements beyond %.3g, max |remat - torch| = %.3g", key, (long long)out,
-              RTOL * st[3], worst);
+              "%s (sampled): %lld elements beyond %.3g, max |remat - torch| = %.3g", key, (long long)out, RTOL * st[3],
+              worst);
     double sum = 0, sabs = 0, ssq = 0, mx = 0;
     for (int64_t i = 0; i < n; i++) {
         sum += c[i], sabs += fabs(c[i]), ssq += (double)c[i] * c[i];
@@ -104,7 +104,7 @@ static void compare_loss(const char *what, double c, double r) {
 }
 
 typedef struct {
-    const char *name;   /* fixture and model */
+    const char *name; /* fixture and model */
     int64_t C, H, W;
 } spec;
 
@@ -210,8 +210,8 @@ static void run(const spec *sp, const char *optim) {
         snprintf(key, sizeof key, "%s.step3.%s", optim, p.name);
         compare(f, key, p.data, p.numel);
     }
-    printf("%s %s: loss %.9g after 3 steps, %d checks so far, %d failed\n", sp->name, optim, (double)loss,
-           check_count, check_failures);
+    printf("%s %s: loss %.9g after 3 steps, %d checks so far, %d failed\n", sp->name, optim, (double)loss, check_count,
+           check_failures);
 done:
     free(x);
 out:

@@ -103,9 +103,9 @@ typedef struct {
     const char *file;
     int layers;
     size_t budget[3];
-    double floor[2];     /* before: without, with recompute_once */
-    double extra[2][3];  /* before: per budget */
-    int chain[2][3];     /* now a chain plan, cheaper than before */
+    double floor[2];    /* before: without, with recompute_once */
+    double extra[2][3]; /* before: per budget */
+    int chain[2][3];    /* now a chain plan, cheaper than before */
 } before;
 
 static void model(const before *b) {
@@ -144,10 +144,18 @@ int main(void) {
     /* before: the planner of commit 16c66b7 on these files (DTR's or
      * keep-expensive's plans where the chain now wins) */
     const before models[] = {
-        {"gpt2_tiny.json", 4, {12 << 20, 14 << 20, 17 << 20}, {10033920, 11082496},
-         {{2830464, 2830464, 2830464}, {2830464, 2830464, 2830464}}, {{0, 1, 1}, {0, 1, 1}}},
-        {"llama_tiny.json", 4, {7 << 20, 8704 << 10, 10 << 20}, {5812768, 6277664},
-         {{24558464, 24558464, 198336}, {36293824, 36293824, 198336}}, {{0, 1, 1}, {1, 1, 1}}},
+        {"gpt2_tiny.json",
+         4,
+         {12 << 20, 14 << 20, 17 << 20},
+         {10033920, 11082496},
+         {{2830464, 2830464, 2830464}, {2830464, 2830464, 2830464}},
+         {{0, 1, 1}, {0, 1, 1}}},
+        {"llama_tiny.json",
+         4,
+         {7 << 20, 8704 << 10, 10 << 20},
+         {5812768, 6277664},
+         {{24558464, 24558464, 198336}, {36293824, 36293824, 198336}},
+         {{0, 1, 1}, {1, 1, 1}}},
     };
     for (size_t i = 0; i < sizeof models / sizeof *models; i++) model(&models[i]);
     return check_exit("test_traced_chain");

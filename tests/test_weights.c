@@ -184,8 +184,8 @@ static void cli_grad(const char *cli, const char *dir, const char *model, int64_
         snprintf(key, sizeof key, "grad.%s", p.name);
         int j = remat__st_find(gf, key);
         remat__st_tensor t;
-        CHECK_MSG(j >= 0 && remat__st_get(gf, j, &t) == REMAT_OK && strcmp(t.dtype, "F32") == 0 &&
-                      t.ndim == p.ndim && t.bytes == (size_t)p.numel * 4,
+        CHECK_MSG(j >= 0 && remat__st_get(gf, j, &t) == REMAT_OK && strcmp(t.dtype, "F32") == 0 && t.ndim == p.ndim &&
+                      t.bytes == (size_t)p.numel * 4,
                   "%s: %s is missing or has the wrong dtype or shape", G, key);
         if (j < 0) continue;
         float *gv = malloc(t.bytes);
@@ -310,8 +310,8 @@ int main(int argc, char **argv) {
         remat__st_tensor *ts = calloc((size_t)n + 1, sizeof *ts);
         for (int i = 0; i < n; i++) remat__st_get(f, i, &ts[i]);
         int64_t nbt = 3;
-        ts[n] = (remat__st_tensor){.name = "features.1.num_batches_tracked", .dtype = "I64", .ndim = 0,
-                                   .data = &nbt, .bytes = 8};
+        ts[n] = (remat__st_tensor){
+            .name = "features.1.num_batches_tracked", .dtype = "I64", .ndim = 0, .data = &nbt, .bytes = 8};
         CHECK_OK(remat__st_write(path3, n + 1, ts, NULL));
         free(ts);
         remat_session *c2 = make(&gc, &mc, "bnnet", 3);

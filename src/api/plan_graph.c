@@ -42,19 +42,18 @@ static remat_status read_request(const char *text, request *r) {
     if (b && (!cJSON_IsNumber(b) || !isfinite(b->valuedouble) || b->valuedouble < 0 ||
               b->valuedouble != floor(b->valuedouble) || b->valuedouble >= 9007199254740992.0))
         st = remat__err(REMAT_FORMAT, "plan request: 'budget' must be a whole number of bytes >= 0");
-    else if (b)
-        r->budget = (size_t)b->valuedouble;
+    else if (b) r->budget = (size_t)b->valuedouble;
     const cJSON *s = cJSON_GetObjectItemCaseSensitive(root, "strategy");
     if (st == REMAT_OK && s) {
         if (!cJSON_IsString(s)) st = remat__err(REMAT_FORMAT, "plan request: 'strategy' is not a string");
         else st = remat_strategy_parse(s->valuestring, &r->strategy);
     }
     const cJSON *c = cJSON_GetObjectItemCaseSensitive(root, "communication_bytes");
-    if (st == REMAT_OK && c && (!cJSON_IsNumber(c) || !isfinite(c->valuedouble) || c->valuedouble < 0 ||
-                                c->valuedouble != floor(c->valuedouble) || c->valuedouble >= 9007199254740992.0))
+    if (st == REMAT_OK && c &&
+        (!cJSON_IsNumber(c) || !isfinite(c->valuedouble) || c->valuedouble < 0 ||
+         c->valuedouble != floor(c->valuedouble) || c->valuedouble >= 9007199254740992.0))
         st = remat__err(REMAT_FORMAT, "plan request: 'communication_bytes' must be a whole number of bytes >= 0");
-    else if (c)
-        r->comm_bytes = (size_t)c->valuedouble;
+    else if (c) r->comm_bytes = (size_t)c->valuedouble;
     r->timeline = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(root, "timeline"));
     r->recompute_once = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(root, "recompute_once"));
     r->grads_resident = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(root, "grads_resident"));
@@ -185,7 +184,8 @@ static remat_status plan_json(const remat_session *s, const request *rq, cJSON *
     for (int i = 0; i < sc->n; i++) {
         const remat__instr *in = &sc->ins[i];
         if (in->kind == REMAT__I_BWD) break;
-        if (in->kind == REMAT__I_FREE && REMAT__VAL_KIND(in->value) == REMAT__V_OUT) rec[REMAT__VAL_NODE(in->value)] = 1;
+        if (in->kind == REMAT__I_FREE && REMAT__VAL_KIND(in->value) == REMAT__V_OUT)
+            rec[REMAT__VAL_NODE(in->value)] = 1;
     }
     cJSON *drop = cJSON_AddArrayToObject(out, "drop");
     last = -1;

@@ -32,8 +32,7 @@ void *remat__alloc_get(remat__alloc *a, remat_mem cat, size_t bytes) {
     if (padded == 0) padded = 64;
     void *p = aligned_alloc(64, padded);
     if (!p) {
-        remat__err(REMAT_NOMEM, "out of memory allocating %zu bytes of %s",
-                   bytes, remat_mem_str(cat));
+        remat__err(REMAT_NOMEM, "out of memory allocating %zu bytes of %s", bytes, remat_mem_str(cat));
         return NULL;
     }
     count(a, cat, bytes);

@@ -35,9 +35,8 @@ static uint64_t tmp_random(void) {
     static _Atomic uint64_t counter;
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
-    uint64_t z = (uint64_t)ts.tv_sec * 1000000007ull ^ (uint64_t)ts.tv_nsec ^
-                 (uint64_t)getpid() << 40 ^ (uint64_t)(uintptr_t)&ts ^
-                 ++counter * 0x9e3779b97f4a7c15ull;
+    uint64_t z = (uint64_t)ts.tv_sec * 1000000007ull ^ (uint64_t)ts.tv_nsec ^ (uint64_t)getpid() << 40 ^
+                 (uint64_t)(uintptr_t)&ts ^ ++counter * 0x9e3779b97f4a7c15ull;
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     return z ^ (z >> 31);
@@ -148,14 +147,12 @@ remat_status remat__write_atomic(const char *path, remat__writer fn, void *ctx) 
     errno = 0;
     rc = fn(fp, ctx);
     int err = errno;
-    if (rc == REMAT_IO)
-        rc = remat__err(REMAT_IO, "cannot write %s: %s", path, err ? strerror(err) : "write error");
+    if (rc == REMAT_IO) rc = remat__err(REMAT_IO, "cannot write %s: %s", path, err ? strerror(err) : "write error");
     if (rc == REMAT_OK && (fflush(fp) != 0 || fsync(fileno(fp)) != 0))
         rc = remat__err(REMAT_IO, "cannot write %s: %s", path, strerror(errno));
     if (fclose(fp) != 0 && rc == REMAT_OK) rc = remat__err(REMAT_IO, "cannot write %s: %s", path, strerror(errno));
     if (rc == REMAT_OK && rename(tmp, path) != 0)
-        rc = remat__err(REMAT_IO, "cannot write %s: cannot rename the temporary file to it: %s", path,
-                        strerror(errno));
+        rc = remat__err(REMAT_IO, "cannot write %s: cannot rename the temporary file to it: %s", path, strerror(errno));
     if (rc != REMAT_OK) {
         unlink(tmp);
         goto done;

@@ -108,17 +108,22 @@ remat_status remat_lock_create(remat_lock **out, const char *target) {
     int r = remat__lock_take(p, &l->fd, &h);
     if (r == 1) {
         remat_status st =
-            h.pid ? remat__err(REMAT_INVALID, "%s is being written by another run (pid %ld on host %s): two runs "
+            h.pid ? remat__err(REMAT_INVALID,
+                               "%s is being written by another run (pid %ld on host %s): two runs "
                                "cannot write one file; wait for that run to end, or give this one another name",
                                target, h.pid, h.host)
-                  : remat__err(REMAT_INVALID, "%s is being written by another run (it holds %s): two runs cannot "
-                               "write one file; wait for that run to end, or give this one another name", target, p);
+                  : remat__err(REMAT_INVALID,
+                               "%s is being written by another run (it holds %s): two runs cannot "
+                               "write one file; wait for that run to end, or give this one another name",
+                               target, p);
         free(p), free(l);
         return st;
     }
     if (r < 0 && (errno == ENOLCK || errno == EOPNOTSUPP || errno == ENOSYS || errno == EINVAL)) {
-        snprintf(l->note, sizeof l->note, "cannot lock %s (%s): this file system has no locks, so nothing keeps "
-                 "another run from writing it too", target, strerror(errno));
+        snprintf(l->note, sizeof l->note,
+                 "cannot lock %s (%s): this file system has no locks, so nothing keeps "
+                 "another run from writing it too",
+                 target, strerror(errno));
         free(p);
         *out = l;
         return REMAT_OK;

@@ -51,7 +51,7 @@ static inline REMAT__HD void remat__philox(const uint32_t ctr[4], const uint32_t
  * interleaved round by round: each round's multiplies wait on the last
  * round's, and four independent chains keep the multiplier busy. */
 static inline REMAT__HD void remat__philox_x4(uint64_t q, uint32_t c1, uint32_t c2, uint32_t c3, const uint32_t key[2],
-                                    uint32_t out[16]) {
+                                              uint32_t out[16]) {
     uint32_t a[4], b[4], c[4], d[4];
     for (int i = 0; i < 4; i++) {
         uint64_t qi = q + (uint64_t)i;
@@ -72,8 +72,6 @@ static inline REMAT__HD void remat__philox_x4(uint64_t q, uint32_t c1, uint32_t 
 }
 
 /* A uniform float in [0,1) with 24 random bits, from one word. */
-static inline REMAT__HD float remat__u01(uint32_t r) {
-    return (float)(r >> 8) * (1.0f / 16777216.0f);
-}
+static inline REMAT__HD float remat__u01(uint32_t r) { return (float)(r >> 8) * (1.0f / 16777216.0f); }
 
 #endif

@@ -17,9 +17,8 @@ static _Thread_local char last_error[1024];
 
 const char *remat_status_str(remat_status s) {
     switch (s) {
-#define REMAT__STATUS_CASE(name, code, desc) \
-    case REMAT_##name:                      \
-        return desc;
+#define REMAT__STATUS_CASE(name, code, desc)                                                                           \
+    case REMAT_##name: return desc;
         REMAT_STATUS_LIST(REMAT__STATUS_CASE)
 #undef REMAT__STATUS_CASE
     }
@@ -31,7 +30,7 @@ const char *remat_mem_str(remat_mem m) {
 #define REMAT__MEM_NAME(name, desc) desc,
         REMAT_MEM_LIST(REMAT__MEM_NAME)
 #undef REMAT__MEM_NAME
-        "total",
+            "total",
         "host",
     };
     if ((int)m < 0 || m > REMAT_MEM_HOST) return "unknown";
@@ -68,9 +67,7 @@ remat_status remat_precision_parse(const char *name, remat_precision *out) {
     return remat__err(REMAT_NOT_FOUND, "unknown precision '%s' (known: fp32, bf16)", name);
 }
 
-const char *remat_last_error(void) {
-    return last_error[0] ? last_error : "no error";
-}
+const char *remat_last_error(void) { return last_error[0] ? last_error : "no error"; }
 
 /* src with every word (a run of characters other than spaces) longer than
  * `word` characters shortened to its first and last characters around

@@ -13,12 +13,12 @@
 #include <stdlib.h>
 
 struct remat__pool {
-    int n;                   /* threads, the caller included */
+    int n; /* threads, the caller included */
     pthread_t *threads;
     pthread_mutex_t mu;
     pthread_cond_t wake, done;
-    uint64_t generation;     /* bumped for each run */
-    int pending;             /* workers still running the current task */
+    uint64_t generation; /* bumped for each run */
+    int pending;         /* workers still running the current task */
     int quit;
     remat__task fn;
     void *ctx;
@@ -40,8 +40,7 @@ static void *worker(void *arg) {
     uint64_t seen = 0;
     for (;;) {
         pthread_mutex_lock(&p->mu);
-        while (p->generation == seen && !p->quit)
-            pthread_cond_wait(&p->wake, &p->mu);
+        while (p->generation == seen && !p->quit) pthread_cond_wait(&p->wake, &p->mu);
         if (p->quit) {
             pthread_mutex_unlock(&p->mu);
             return NULL;
@@ -62,8 +61,7 @@ static void *worker(void *arg) {
 remat_status remat__pool_create(remat__pool **out, int nthreads) {
     *out = NULL;
     if (nthreads < 1 || nthreads > 1024)
-        return remat__err(REMAT_INVALID, "thread count %d is out of range 1..1024",
-                          nthreads);
+        return remat__err(REMAT_INVALID, "thread count %d is out of range 1..1024", nthreads);
     remat__pool *p = calloc(1, sizeof *p);
     if (!p) return remat__err(REMAT_NOMEM, "out of memory creating a thread pool");
     p->n = nthreads;

@@ -138,8 +138,7 @@ static void sgd(const remat_optim_opts *o, int first, int64_t n, float *w, const
 /* torch.optim.AdamW (non-amsgrad, single-tensor path): w *= 1 - lr*wd;
  * m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
  * w -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps). */
-static void adamw(const remat_optim_opts *o, int64_t t, int64_t n, float *w, const float *grad, float *m,
-                  float *v) {
+static void adamw(const remat_optim_opts *o, int64_t t, int64_t n, float *w, const float *grad, float *m, float *v) {
     float bc1 = 1.0f - powf(o->beta1, (float)t);
     float bc2 = 1.0f - powf(o->beta2, (float)t);
     float step_size = o->lr / bc1;
@@ -176,15 +175,14 @@ static void update_task(void *ctx, int ith, int nth) {
         if (a < b) {
             if (j->o->kind == REMAT_OPTIM_SGD)
                 sgd(j->o, j->t == 1, b - a, j->w[i] + a, j->g[i] + a, j->m[i] ? j->m[i] + a : NULL);
-            else
-                adamw(j->o, j->t, b - a, j->w[i] + a, j->g[i] + a, j->m[i] + a, j->v[i] + a);
+            else adamw(j->o, j->t, b - a, j->w[i] + a, j->g[i] + a, j->m[i] + a, j->v[i] + a);
         }
         off += n;
     }
 }
 
-static remat_status cpu_update(void *ctx, const remat_optim_opts *o, int64_t t, int n, float *const *w,
-                               float *const *g, float *const *m, float *const *v, const int64_t *numel) {
+static remat_status cpu_update(void *ctx, const remat_optim_opts *o, int64_t t, int n, float *const *w, float *const *g,
+                               float *const *m, float *const *v, const int64_t *numel) {
     cpu *c = ctx;
     update_job j = {o, t, n, w, g, m, v, numel};
     remat__pool_run(c->pool, update_task, &j);

@@ -48,8 +48,8 @@ typedef struct {
 } pf_slot;
 
 typedef struct {
-    remat__cuda cu; /* first: kernels see &ctx->cu as k->dev */
-    cudaStream_t copy; /* the prefetches' and offload's stream, made at the first (NULL: none yet) */
+    remat__cuda cu;                     /* first: kernels see &ctx->cu as k->dev */
+    cudaStream_t copy;                  /* the prefetches' and offload's stream, made at the first (NULL: none yet) */
     cudaEvent_t off_issued, off_landed; /* offload: the compute stream at the latest copy's issue, and
                                          * the copy stream after it (NULL: none yet) */
     pf_slot *slots;
@@ -89,8 +89,7 @@ extern "C" remat_status remat__cu_blas_ok(cublasStatus_t st, const remat__kctx *
 extern "C" remat_status remat__cu_dnn_ok(cudnnStatus_t st, const remat__kctx *k, const char *call) {
     if (st == CUDNN_STATUS_SUCCESS) return REMAT_OK;
     char lb[128];
-    return remat__err(REMAT_INTERNAL, "%s: %s failed: %s", node_label(k, lb, sizeof lb), call,
-                      cudnnGetErrorString(st));
+    return remat__err(REMAT_INTERNAL, "%s: %s failed: %s", node_label(k, lb, sizeof lb), call, cudnnGetErrorString(st));
 }
 
 extern "C" remat_status remat__cuda_blas_ws(const remat__kctx *k, size_t bytes) {
@@ -152,7 +151,8 @@ static remat_status cuda_create(void **out, const remat_session_opts *o, const r
     cu->g = g;
     cudaDeviceProp prop;
     remat_status st = remat__cu_rt_ok(cudaSetDevice(cu->device), NULL, "cudaSetDevice");
-    if (st == REMAT_OK) st = remat__cu_rt_ok(cudaGetDeviceProperties(&prop, cu->device), NULL, "cudaGetDeviceProperties");
+    if (st == REMAT_OK)
+        st = remat__cu_rt_ok(cudaGetDeviceProperties(&prop, cu->device), NULL, "cudaGetDeviceProperties");
     if (st == REMAT_OK) {
         cu->sms = prop.multiProcessorCount;
         st = remat__cu_rt_ok(cudaStreamCreateWithFlags(&cu->stream, cudaStreamNonBlocking), NULL, "cudaStreamCreate");
@@ -162,12 +162,13 @@ static remat_status cuda_create(void **out, const remat_session_opts *o, const r
     if (st == REMAT_OK)
         st = remat__cu_blas_ok(cublasSetMathMode(cu->blas, cu->tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH),
                                NULL, "cublasSetMathMode");
-    if (st == REMAT_OK) st = remat__cu_blas_ok(cublasSetPointerMode(cu->blas, CUBLAS_POINTER_MODE_HOST), NULL,
-                                               "cublasSetPointerMode");
+    if (st == REMAT_OK)
+        st = remat__cu_blas_ok(cublasSetPointerMode(cu->blas, CUBLAS_POINTER_MODE_HOST), NULL, "cublasSetPointerMode");
     if (st == REMAT_OK) st = remat__cu_dnn_ok(cudnnCreate(&cu->dnn), NULL, "cudnnCreate");
     if (st == REMAT_OK) st = remat__cu_dnn_ok(cudnnSetStream(cu->dnn, cu->stream), NULL, "cudnnSetStream");
     if (st == REMAT_OK)
-        st = remat__cu_rt_ok(cudaMalloc((void **)&c->first_bad, sizeof *c->first_bad), NULL, "cudaMalloc (finite check)");
+        st = remat__cu_rt_ok(cudaMalloc((void **)&c->first_bad, sizeof *c->first_bad), NULL,
+                             "cudaMalloc (finite check)");
     if (st != REMAT_OK) {
         cuda_destroy(c);
         return st;
@@ -187,8 +188,8 @@ static remat_status cuda_alloc(void *p, size_t bytes, void **out) {
         cudaMemGetInfo(&fr, &tot);
         return remat__err(e == cudaErrorMemoryAllocation ? REMAT_NOMEM : REMAT_INTERNAL,
                           "cudaMalloc of %zu bytes (%.1f MiB) failed: %s; the device has %zu bytes (%.1f MiB) free "
-                          "of %zu", bytes, (double)bytes / 1048576.0, cudaGetErrorString(e), fr,
-                          (double)fr / 1048576.0, tot);
+                          "of %zu",
+                          bytes, (double)bytes / 1048576.0, cudaGetErrorString(e), fr, (double)fr / 1048576.0, tot);
     }
     return REMAT_OK;
 }
@@ -206,7 +207,8 @@ static remat_status cuda_sync(void *p) {
     ctx *c = (ctx *)p;
     remat_status st = remat__cu_rt_ok(cudaStreamSynchronize(c->cu.stream), NULL, "the step (cudaStreamSynchronize)");
     if (c->copy) {
-        remat_status sc = remat__cu_rt_ok(cudaStreamSynchronize(c->copy), NULL, "the prefetches (cudaStreamSynchronize)");
+        remat_status sc =
+            remat__cu_rt_ok(cudaStreamSynchronize(c->copy), NULL, "the prefetches (cudaStreamSynchronize)");
         if (st == REMAT_OK) st = sc;
     }
     if (st == REMAT_OK) st = remat__cu_rt_ok(cudaGetLastError(), NULL, "a kernel of the step");
@@ -436,12 +438,13 @@ static remat_status cuda_run(void *p, remat__kctx *k, int backward) {
     return fn(k);
 }
 
-static remat_status cuda_update(void *p, const remat_optim_opts *o, int64_t t, int n, float *const *w,
-                                float *const *g, float *const *m, float *const *v, const int64_t *numel) {
+static remat_status cuda_update(void *p, const remat_optim_opts *o, int64_t t, int n, float *const *w, float *const *g,
+                                float *const *m, float *const *v, const int64_t *numel) {
     ctx *c = (ctx *)p;
     for (int i = 0; i < n; i++) {
-        remat_status st = o->kind == REMAT_OPTIM_SGD ? remat__cuda_sgd(&c->cu, o, t == 1, numel[i], w[i], g[i], m[i])
-                                                     : remat__cuda_adamw(&c->cu, o, t, numel[i], w[i], g[i], m[i], v[i]);
+        remat_status st = o->kind == REMAT_OPTIM_SGD
+                              ? remat__cuda_sgd(&c->cu, o, t == 1, numel[i], w[i], g[i], m[i])
+                              : remat__cuda_adamw(&c->cu, o, t, numel[i], w[i], g[i], m[i], v[i]);
         if (st != REMAT_OK) return st;
     }
     return REMAT_OK;
@@ -488,7 +491,7 @@ static remat_status cuda_finite(void *p, const float *x, size_t n, int64_t *firs
                                       "cudaMemsetAsync (finite check)");
     if (st != REMAT_OK) return st;
     finite_kernel<<<remat__cu_blocks(&c->cu, (int64_t)n), REMAT__CU_THREADS, 0, c->cu.stream>>>(x, (int64_t)n,
-                                                                                             c->first_bad);
+                                                                                                c->first_bad);
     st = remat__cu_launched(NULL, "finite_kernel");
     if (st == REMAT_OK) st = cuda_download(c, &host, c->first_bad, sizeof host);
     if (st == REMAT_OK) st = cuda_sync(c);
@@ -520,11 +523,11 @@ static remat_status cuda_offload(void *p, void *dst, const void *src, size_t byt
     if (!bytes) return REMAT_OK;
     REMAT__CU_TRY(offload_ready(c));
     REMAT__CU_TRY(remat__cu_rt_ok(cudaEventRecord(c->off_issued, c->cu.stream), NULL, "cudaEventRecord (offload)"));
-    REMAT__CU_TRY(remat__cu_rt_ok(cudaStreamWaitEvent(c->copy, c->off_issued, 0), NULL,
-                                  "cudaStreamWaitEvent (offload)"));
-    REMAT__CU_TRY(remat__cu_rt_ok(cudaMemcpyAsync(dst, src, bytes, to_host ? cudaMemcpyDeviceToHost
-                                                                           : cudaMemcpyHostToDevice, c->copy),
-                                  NULL, to_host ? "cudaMemcpyAsync (offload out)" : "cudaMemcpyAsync (offload in)"));
+    REMAT__CU_TRY(
+        remat__cu_rt_ok(cudaStreamWaitEvent(c->copy, c->off_issued, 0), NULL, "cudaStreamWaitEvent (offload)"));
+    REMAT__CU_TRY(remat__cu_rt_ok(
+        cudaMemcpyAsync(dst, src, bytes, to_host ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice, c->copy), NULL,
+        to_host ? "cudaMemcpyAsync (offload out)" : "cudaMemcpyAsync (offload in)"));
     return remat__cu_rt_ok(cudaEventRecord(c->off_landed, c->copy), NULL, "cudaEventRecord (offload)");
 }
 
@@ -573,8 +576,8 @@ static remat_status cuda_div(void *p, float *x, float d, int64_t n) {
 }
 
 extern "C" const remat__backend remat__backend_cuda = {
-    REMAT_DEVICE_CUDA, cuda_create, cuda_destroy, cuda_alloc, cuda_release, cuda_upload, cuda_download,
-    cuda_zero,         cuda_one,    cuda_run,     cuda_update, cuda_sync,   cuda_pool,     cuda_finite,   cuda_convert,
-    cuda_upload_bound, cuda_prefetch, cuda_prefetched, cuda_offload, cuda_offload_wait, cuda_copy, cuda_add,
-    cuda_div,
+    REMAT_DEVICE_CUDA, cuda_create,       cuda_destroy, cuda_alloc,        cuda_release,  cuda_upload,
+    cuda_download,     cuda_zero,         cuda_one,     cuda_run,          cuda_update,   cuda_sync,
+    cuda_pool,         cuda_finite,       cuda_convert, cuda_upload_bound, cuda_prefetch, cuda_prefetched,
+    cuda_offload,      cuda_offload_wait, cuda_copy,    cuda_add,          cuda_div,
 };

@@ -84,17 +84,17 @@ void remat__cuda_conv_release(remat__cuda *cu);
 /* Optimizer updates (k_optim.cu), enqueued on cu->stream, the same rules
  * as the CPU's (src/cpu/cpu.c): SGD with momentum buffer b (NULL: no
  * momentum), `first` the first update; AdamW at step t >= 1. */
-remat_status remat__cuda_sgd(remat__cuda *cu, const remat_optim_opts *o, int first, int64_t n, float *w,
-                             const float *g, float *b);
+remat_status remat__cuda_sgd(remat__cuda *cu, const remat_optim_opts *o, int first, int64_t n, float *w, const float *g,
+                             float *b);
 remat_status remat__cuda_adamw(remat__cuda *cu, const remat_optim_opts *o, int64_t t, int64_t n, float *w,
                                const float *g, float *m, float *v);
 }
 
 /* Checks inside kernel functions: return the status on failure. */
-#define REMAT__CU_TRY(expr)                     \
-    do {                                        \
-        remat_status remat__st_ = (expr);       \
-        if (remat__st_ != REMAT_OK) return remat__st_; \
+#define REMAT__CU_TRY(expr)                                                                                            \
+    do {                                                                                                               \
+        remat_status remat__st_ = (expr);                                                                              \
+        if (remat__st_ != REMAT_OK) return remat__st_;                                                                 \
     } while (0)
 
 #endif

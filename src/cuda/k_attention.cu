@@ -100,10 +100,8 @@ static __global__ void __launch_bounds__(SM_WARPS * 32)
 #pragma unroll
         for (int t = 0; t < K; t++) {
             int j = lane + 32 * t;
-            if (j < len)
-                yr[j] = v[t] * inv;
-            else if (CAUSAL && j < zend)
-                yr[j] = 0.0f;
+            if (j < len) yr[j] = v[t] * inv;
+            else if (CAUSAL && j < zend) yr[j] = 0.0f;
         }
     }
 }
@@ -164,10 +162,8 @@ static __global__ void __launch_bounds__(SM_WARPS * 32)
         for (int t = 0; t < K; t++) {
             int j = lane + 32 * t;
             if (j < len) {
-                if (CAUSAL)
-                    dxr[j] = yv[t] * (dv[t] - df);
-                else
-                    dxr[j] += yv[t] * (dv[t] - df);
+                if (CAUSAL) dxr[j] = yv[t] * (dv[t] - df);
+                else dxr[j] += yv[t] * (dv[t] - df);
             } else if (CAUSAL && j < zend) {
                 dxr[j] = 0.0f;
             }
@@ -178,8 +174,8 @@ static __global__ void __launch_bounds__(SM_WARPS * 32)
 /* Softmax backward for long rows, one block per row (as sm_bwd_warp). */
 template <bool CAUSAL>
 static __global__ void __launch_bounds__(SM_BLOCK)
-    sm_bwd_block(const float *y, int64_t ygs, int yld, const float *dy, int64_t dgs, int dld, float *dx,
-                 int64_t xgs, int xld, sm_rows rs) {
+    sm_bwd_block(const float *y, int64_t ygs, int yld, const float *dy, int64_t dgs, int dld, float *dx, int64_t xgs,
+                 int xld, sm_rows rs) {
     __shared__ double shs[SM_BLOCK / 32];
     for (int64_t r = blockIdx.x; r < rs.nrows; r += gridDim.x) {
         int64_t g;
@@ -195,10 +191,8 @@ static __global__ void __launch_bounds__(SM_BLOCK)
         for (int j = threadIdx.x; j < zend; j += SM_BLOCK) {
             if (j < len) {
                 float v = yr[j] * (dyr[j] - df);
-                if (CAUSAL)
-                    dxr[j] = v;
-                else
-                    dxr[j] += v;
+                if (CAUSAL) dxr[j] = v;
+                else dxr[j] += v;
             } else {
                 dxr[j] = 0.0f;
             }
@@ -222,8 +216,8 @@ static unsigned sm_grid(const remat__cuda *cu, int64_t nrows, int64_t per_block,
 
 /* Launches softmax forward over rs (rows of up to `width` entries). */
 template <bool CAUSAL>
-static remat_status sm_forward_rows(const remat__kctx *k, const float *x, int64_t xgs, int xld, float *y,
-                                    int64_t ygs, int yld, sm_rows rs, int64_t width) {
+static remat_status sm_forward_rows(const remat__kctx *k, const float *x, int64_t xgs, int xld, float *y, int64_t ygs,
+                                    int yld, sm_rows rs, int64_t width) {
     remat__cuda *cu = remat__cu(k);
     if (rs.nrows == 0) return REMAT_OK;
     int K = sm_regs(width);
@@ -245,14 +239,13 @@ static remat_status sm_forward_rows(const remat__kctx *k, const float *x, int64_
 /* Launches softmax backward over rs (rows of up to `width` entries). */
 template <bool CAUSAL>
 static remat_status sm_backward_rows(const remat__kctx *k, const float *y, int64_t ygs, int yld, const float *dy,
-                                     int64_t dgs, int dld, float *dx, int64_t xgs, int xld, sm_rows rs,
-                                     int64_t width) {
+                                     int64_t dgs, int dld, float *dx, int64_t xgs, int xld, sm_rows rs, int64_t width) {
     remat__cuda *cu = remat__cu(k);
     if (rs.nrows == 0) return REMAT_OK;
     int K = sm_regs(width);
     unsigned gw = sm_grid(cu, rs.nrows, SM_WARPS, 16);
-#define SM_BWD_WARP(KK)                                                                                       \
-    sm_bwd_warp<KK, CAUSAL><<<gw, SM_WARPS * 32, 0, cu->stream>>>(y, ygs, yld, dy, dgs, dld, dx, xgs, xld, rs); \
+#define SM_BWD_WARP(KK)                                                                                                \
+    sm_bwd_warp<KK, CAUSAL><<<gw, SM_WARPS * 32, 0, cu->stream>>>(y, ygs, yld, dy, dgs, dld, dx, xgs, xld, rs);        \
     break;
     switch (K) {
     case 1: SM_BWD_WARP(1)
@@ -262,8 +255,8 @@ static remat_status sm_backward_rows(const remat__kctx *k, const float *y, int64
     case 16: SM_BWD_WARP(16)
     case 32: SM_BWD_WARP(32)
     default:
-        sm_bwd_block<CAUSAL><<<sm_grid(cu, rs.nrows, 1, 8), SM_BLOCK, 0, cu->stream>>>(y, ygs, yld, dy, dgs, dld, dx,
-                                                                                       xgs, xld, rs);
+        sm_bwd_block<CAUSAL>
+            <<<sm_grid(cu, rs.nrows, 1, 8), SM_BLOCK, 0, cu->stream>>>(y, ygs, yld, dy, dgs, dld, dx, xgs, xld, rs);
         return remat__cu_launched(k, "sm_bwd_block");
     }
 #undef SM_BWD_WARP
@@ -314,7 +307,7 @@ static int64_t square_stride(int64_t T) { return (T * T + 15) & ~(int64_t)15; }
 
 static size_t att_align256(size_t b) { return (b + 255) & ~(size_t)255; }
 
-#define ATT_MAX_BLOCKS 8   /* row blocks of the causal split */
+#define ATT_MAX_BLOCKS 8                /* row blocks of the causal split */
 #define ATT_DS_BYTES ((size_t)64 << 20) /* target size of backward's dS buffer */
 
 typedef struct {
@@ -426,8 +419,7 @@ static float *const *att_out(const att_ptrs *pt, int s, int64_t r, int64_t p0) {
 
 static remat_status att_gemm(const remat__kctx *k, cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n,
                              int64_t kk, float alpha, const float *const *A, int64_t lda, const float *const *Bm,
-                             int64_t ldb, float beta, float *const *Cm, int64_t ldc, int64_t batch,
-                             const char *what) {
+                             int64_t ldb, float beta, float *const *Cm, int64_t ldc, int64_t batch, const char *what) {
     remat__cuda *cu = remat__cu(k);
     return remat__cu_blas_ok(cublasSgemmBatched(cu->blas, ta, tb, (int)m, (int)n, (int)kk, &alpha, A, (int)lda, Bm,
                                                 (int)ldb, &beta, Cm, (int)ldc, (int)batch),
@@ -473,11 +465,11 @@ static remat_status att_forward(const remat__kctx *k) {
     int64_t T = a.T, C = a.C, D = a.D, C3 = 3 * C;
     size_t blas = att_blas_bytes(a);
     att_spec sp[AF_N] = {
-        {qkv + C, T * C3, D, 0, 0},       /* K (b, h), rows from 0 */
-        {qkv + 2 * C, T * C3, D, 0, 0},   /* V (b, h) */
-        {qkv, T * C3, D, 0, C3},          /* Q (b, h) from row i0 */
-        {P, a.H * a.TT, a.TT, 0, T},      /* P (b, h) from row i0 */
-        {out, T * C, D, 0, C},            /* O (b, h) from row i0 */
+        {qkv + C, T * C3, D, 0, 0},     /* K (b, h), rows from 0 */
+        {qkv + 2 * C, T * C3, D, 0, 0}, /* V (b, h) */
+        {qkv, T * C3, D, 0, C3},        /* Q (b, h) from row i0 */
+        {P, a.H * a.TT, a.TT, 0, T},    /* P (b, h) from row i0 */
+        {out, T * C, D, 0, C},          /* O (b, h) from row i0 */
     };
     att_ptrs pt;
     att_ptrs_init(&pt, a, sp, AF_N, (char *)k->ws + att_align256(blas));
@@ -522,15 +514,15 @@ static remat_status att_backward(const remat__kctx *k) {
     size_t blas = att_blas_bytes(a), ptrs = att_align256(att_ptrs_bytes(a, 5, 4));
     float *dS = (float *)((char *)k->ws + att_align256(blas) + ptrs); // G x (nr, i1), pair stride PS
     att_spec sp[AB_N] = {
-        {qkv + 2 * C, T * C3, D, 0, 0},   /* V (b, h) */
-        {qkv + C, T * C3, D, 0, 0},       /* K (b, h) */
-        {dS, 0, 0, a.PS, 0},              /* dS of pair p at (p % G) PS */
-        {dqkv + C, T * C3, D, 0, 0},      /* dK (b, h) */
-        {dqkv + 2 * C, T * C3, D, 0, 0},  /* dV (b, h) */
-        {dy, T * C, D, 0, C},             /* dO (b, h) from row i0 */
-        {dqkv, T * C3, D, 0, C3},         /* dQ (b, h) from row i0 */
-        {qkv, T * C3, D, 0, C3},          /* Q (b, h) from row i0 */
-        {P, a.H * a.TT, a.TT, 0, T},      /* P (b, h) from row i0 */
+        {qkv + 2 * C, T * C3, D, 0, 0},  /* V (b, h) */
+        {qkv + C, T * C3, D, 0, 0},      /* K (b, h) */
+        {dS, 0, 0, a.PS, 0},             /* dS of pair p at (p % G) PS */
+        {dqkv + C, T * C3, D, 0, 0},     /* dK (b, h) */
+        {dqkv + 2 * C, T * C3, D, 0, 0}, /* dV (b, h) */
+        {dy, T * C, D, 0, C},            /* dO (b, h) from row i0 */
+        {dqkv, T * C3, D, 0, C3},        /* dQ (b, h) from row i0 */
+        {qkv, T * C3, D, 0, C3},         /* Q (b, h) from row i0 */
+        {P, a.H * a.TT, a.TT, 0, T},     /* P (b, h) from row i0 */
     };
     att_ptrs pt;
     att_ptrs_init(&pt, a, sp, AB_N, (char *)k->ws + att_align256(blas));
@@ -547,8 +539,8 @@ static remat_status att_backward(const remat__kctx *k) {
                                    "cublasSgemmBatched (attention dP = dO V^T)"));
             /* dS = P * (dP - rowsum(P * dP)) on j <= i, 0 on (i, i1). */
             sm_rows rs = {np * nr, nr, (int)i0, (int)i1, (int)i1};
-            REMAT__CU_TRY(sm_backward_rows<true>(k, P + p0 * a.TT + i0 * T, a.TT, (int)T, dS, a.PS, (int)i1, dS,
-                                                 a.PS, (int)i1, rs, i1));
+            REMAT__CU_TRY(sm_backward_rows<true>(k, P + p0 * a.TT + i0 * T, a.TT, (int)T, dS, a.PS, (int)i1, dS, a.PS,
+                                                 (int)i1, rs, i1));
             /* dQ[i0:i1] (nr, D) += dS (nr, i1) K[0:i1] / sqrt(D), as
              * dQ^T (D, nr) += K^T (D, i1) dS^T (i1, nr). */
             REMAT__CU_TRY(att_gemm(k, CUBLAS_OP_N, CUBLAS_OP_N, D, nr, i1, a.scale, att_in(&pt, AB_K, r, p0), C3,
@@ -569,4 +561,5 @@ static remat_status att_backward(const remat__kctx *k) {
     return REMAT_OK;
 }
 
-extern "C" const remat__dev_kernels remat__cuda_attention = {att_forward, att_backward, att_fwd_ws, att_bwd_ws, NULL, NULL};
+extern "C" const remat__dev_kernels remat__cuda_attention = {att_forward, att_backward, att_fwd_ws,
+                                                             att_bwd_ws,  NULL,         NULL};

@@ -87,11 +87,11 @@
 enum { PASS_FWD, PASS_DATA, PASS_FILT };
 
 typedef struct {
-    int ready;   /* descriptors made and algorithms chosen */
-    int broken;  /* setup failed when a workspace was sized: the planned
+    int ready;  /* descriptors made and algorithms chosen */
+    int broken; /* setup failed when a workspace was sized: the planned
                   * bytes (0) cannot be trusted by a later kernel */
     int bias;
-    int half;    /* bf16 x, w, y (the bf16 policy's native kernels), float32
+    int half;                        /* bf16 x, w, y (the bf16 policy's native kernels), float32
                   * convolution; else float32 throughout */
     cudnnTensorDescriptor_t x, y, b; /* (N, C, H, W), (N, O, OH, OW), (1, O, 1, 1) */
     cudnnFilterDescriptor_t w;       /* (O, C, KH, KW) */
@@ -166,8 +166,7 @@ static cudnnMathType_t base_math(const remat__cuda *cu, const conv_entry *e) {
 static int winograd(int pass, int algo) {
     switch (pass) {
     case PASS_FWD:
-        return algo == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD ||
-               algo == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED;
+        return algo == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD || algo == CUDNN_CONVOLUTION_FWD_ALGO_WINOGRAD_NONFUSED;
     case PASS_DATA:
         return algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD ||
                algo == CUDNN_CONVOLUTION_BWD_DATA_ALGO_WINOGRAD_NONFUSED;
@@ -187,15 +186,13 @@ typedef struct {
 } algo_perf;
 
 #define MAX_ALGOS 8
-static_assert(CUDNN_CONVOLUTION_FWD_ALGO_COUNT <= MAX_ALGOS &&
-                  CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT <= MAX_ALGOS &&
+static_assert(CUDNN_CONVOLUTION_FWD_ALGO_COUNT <= MAX_ALGOS && CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT <= MAX_ALGOS &&
                   CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT <= MAX_ALGOS,
               "algo_perf arrays hold every algorithm of each pass");
 
 /* The _v7 heuristics' ranking for a pass, at the math type now set on
  * e->conv, into out[0 .. *got). */
-static cudnnStatus_t heuristics(remat__cuda *cu, const conv_entry *e, int pass, algo_perf *out,
-                                int *got) {
+static cudnnStatus_t heuristics(remat__cuda *cu, const conv_entry *e, int pass, algo_perf *out, int *got) {
     cudnnStatus_t st;
     *got = 0;
     if (pass == PASS_FWD) {
@@ -221,8 +218,8 @@ static cudnnStatus_t heuristics(remat__cuda *cu, const conv_entry *e, int pass, 
 }
 
 /* Workspace bytes of algo for a pass at math type m (set on e->conv). */
-static cudnnStatus_t ws_size(remat__cuda *cu, const conv_entry *e, int pass, int algo,
-                             cudnnMathType_t m, size_t *bytes) {
+static cudnnStatus_t ws_size(remat__cuda *cu, const conv_entry *e, int pass, int algo, cudnnMathType_t m,
+                             size_t *bytes) {
     cudnnStatus_t st = cudnnSetConvolutionMathType(e->conv, m);
     if (st != CUDNN_STATUS_SUCCESS) return st;
     if (pass == PASS_FWD)
@@ -253,40 +250,40 @@ static remat_status choose_least16(remat__cuda *cu, conv_entry *e, int pass, con
     size_t bytes, least = 0;
     for (int i = 0; i < got; i++) {
         const algo_perf *p = &perf[i];
-        if (p->status != CUDNN_STATUS_SUCCESS || p->determinism != CUDNN_DETERMINISTIC ||
-            winograd(pass, p->algo) || !math_ok(cu, e, p->math))
+        if (p->status != CUDNN_STATUS_SUCCESS || p->determinism != CUDNN_DETERMINISTIC || winograd(pass, p->algo) ||
+            !math_ok(cu, e, p->math))
             continue;
         if (ws_size(cu, e, pass, p->algo, p->math, &bytes) != CUDNN_STATUS_SUCCESS) continue;
         if (best < 0 || bytes < least) best = i, least = bytes;
     }
     if (best < 0) {
         (void)k;
-        return remat__err(REMAT_UNSUPPORTED, "conv2d: cuDNN offers no deterministic bf16 algorithm for the %s "
-                          "pass (the node runs on float32 views)", pass_name[pass]);
+        return remat__err(REMAT_UNSUPPORTED,
+                          "conv2d: cuDNN offers no deterministic bf16 algorithm for the %s "
+                          "pass (the node runs on float32 views)",
+                          pass_name[pass]);
     }
     e->algo[pass] = perf[best].algo, e->math[pass] = perf[best].math, e->bytes[pass] = least;
     return REMAT_OK;
 }
 
 static remat_status choose(remat__cuda *cu, conv_entry *e, int pass, const remat__kctx *k) {
-    static const int fallback[3] = {CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM,
-                                    CUDNN_CONVOLUTION_BWD_DATA_ALGO_1,
+    static const int fallback[3] = {CUDNN_CONVOLUTION_FWD_ALGO_IMPLICIT_GEMM, CUDNN_CONVOLUTION_BWD_DATA_ALGO_1,
                                     CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1};
     algo_perf perf[MAX_ALGOS];
     int got = 0;
     size_t bytes;
     char call[96];
-    REMAT__CU_TRY(remat__cu_dnn_ok(cudnnSetConvolutionMathType(e->conv, base_math(cu, e)), k,
-                                   "cudnnSetConvolutionMathType"));
+    REMAT__CU_TRY(
+        remat__cu_dnn_ok(cudnnSetConvolutionMathType(e->conv, base_math(cu, e)), k, "cudnnSetConvolutionMathType"));
     snprintf(call, sizeof call, "cudnnGetConvolution*Algorithm_v7 (%s)", pass_name[pass]);
     REMAT__CU_TRY(remat__cu_dnn_ok(heuristics(cu, e, pass, perf, &got), k, call));
     for (int i = 0; i < got; i++) {
         const algo_perf *p = &perf[i];
-        if (p->status != CUDNN_STATUS_SUCCESS || p->determinism != CUDNN_DETERMINISTIC ||
-            winograd(pass, p->algo) || !math_ok(cu, e, p->math) || p->memory > e->cap)
+        if (p->status != CUDNN_STATUS_SUCCESS || p->determinism != CUDNN_DETERMINISTIC || winograd(pass, p->algo) ||
+            !math_ok(cu, e, p->math) || p->memory > e->cap)
             continue;
-        if (ws_size(cu, e, pass, p->algo, p->math, &bytes) != CUDNN_STATUS_SUCCESS || bytes > e->cap)
-            continue;
+        if (ws_size(cu, e, pass, p->algo, p->math, &bytes) != CUDNN_STATUS_SUCCESS || bytes > e->cap) continue;
         e->algo[pass] = p->algo, e->math[pass] = p->math, e->bytes[pass] = bytes;
         return REMAT_OK;
     }
@@ -303,12 +300,12 @@ static remat_status choose(remat__cuda *cu, conv_entry *e, int pass, const remat
 
 /* Descriptors and algorithms for node n of g, into e (not ready yet; on
  * failure e keeps whatever descriptors were made, for release). */
-static remat_status entry_setup(remat__cuda *cu, const remat_graph *g, const remat__node *n,
-                                conv_entry *e, const remat__kctx *k) {
+static remat_status entry_setup(remat__cuda *cu, const remat_graph *g, const remat__node *n, conv_entry *e,
+                                const remat__kctx *k) {
     const remat__shape *xs = remat__in_shape(g, n, 0), *ws = remat__in_shape(g, n, 1);
     const remat__shape *ys = &n->shape;
-    const int64_t d64[] = {xs->d[0], xs->d[1], xs->d[2], xs->d[3], ws->d[0], ws->d[2], ws->d[3],
-                           ys->d[2], ys->d[3], n->iattr[0], n->iattr[1]};
+    const int64_t d64[] = {xs->d[0], xs->d[1], xs->d[2], xs->d[3],    ws->d[0],   ws->d[2],
+                           ws->d[3], ys->d[2], ys->d[3], n->iattr[0], n->iattr[1]};
     char lb[128];
     /* cuDNN's 4-D descriptors take int dimensions and strides. */
     for (size_t i = 0; i < sizeof d64 / sizeof d64[0]; i++)
@@ -316,8 +313,10 @@ static remat_status entry_setup(remat__cuda *cu, const remat_graph *g, const rem
             return remat__err(REMAT_UNSUPPORTED, "%s: a size of %lld does not fit cuDNN's int sizes",
                               remat__node_label(n, lb, sizeof lb), (long long)d64[i]);
     if (remat__numel(xs) > INT_MAX || remat__numel(ys) > INT_MAX || remat__numel(ws) > INT_MAX)
-        return remat__err(REMAT_UNSUPPORTED, "%s: a tensor of more than 2^31 elements does not fit "
-                          "cuDNN's int strides", remat__node_label(n, lb, sizeof lb));
+        return remat__err(REMAT_UNSUPPORTED,
+                          "%s: a tensor of more than 2^31 elements does not fit "
+                          "cuDNN's int strides",
+                          remat__node_label(n, lb, sizeof lb));
     const int N = (int)xs->d[0], C = (int)xs->d[1], H = (int)xs->d[2], W = (int)xs->d[3];
     const int O = (int)ws->d[0], KH = (int)ws->d[2], KW = (int)ws->d[3];
     const int OH = (int)ys->d[2], OW = (int)ys->d[3];
@@ -333,8 +332,7 @@ static remat_status entry_setup(remat__cuda *cu, const remat_graph *g, const rem
     DNN(cudnnSetTensor4dDescriptor(e->x, CUDNN_TENSOR_NCHW, t, N, C, H, W));
     DNN(cudnnSetTensor4dDescriptor(e->y, CUDNN_TENSOR_NCHW, t, N, O, OH, OW));
     DNN(cudnnSetFilter4dDescriptor(e->w, t, CUDNN_TENSOR_NCHW, O, C, KH, KW));
-    DNN(cudnnSetConvolution2dDescriptor(e->conv, p, p, s, s, 1, 1, CUDNN_CROSS_CORRELATION,
-                                        CUDNN_DATA_FLOAT));
+    DNN(cudnnSetConvolution2dDescriptor(e->conv, p, p, s, s, 1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     if (e->bias && !e->half) { /* bf16: the bias is conv16_bias_kernel's */
         if (!e->b) DNN(cudnnCreateTensorDescriptor(&e->b));
         DNN(cudnnSetTensor4dDescriptor(e->b, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, O, 1, 1));
@@ -344,9 +342,10 @@ static remat_status entry_setup(remat__cuda *cu, const remat_graph *g, const rem
     DNN(cudnnGetConvolution2dForwardOutputDim(e->conv, e->x, e->w, &on, &oc, &oh, &ow));
 #undef DNN
     if (on != N || oc != O || oh != OH || ow != OW)
-        return remat__err(REMAT_INTERNAL, "%s: cuDNN's output (%d, %d, %d, %d) is not the node's "
-                          "(%d, %d, %d, %d)", remat__node_label(n, lb, sizeof lb), on, oc, oh, ow,
-                          N, O, OH, OW);
+        return remat__err(REMAT_INTERNAL,
+                          "%s: cuDNN's output (%d, %d, %d, %d) is not the node's "
+                          "(%d, %d, %d, %d)",
+                          remat__node_label(n, lb, sizeof lb), on, oc, oh, ow, N, O, OH, OW);
     const size_t tensors =
         ((size_t)remat__numel(xs) + (size_t)remat__numel(ws) + (size_t)remat__numel(ys)) * sizeof(float);
     e->cap = cu->least_ws ? 0 : 2 * tensors > CONV_WS_FLOOR ? 2 * tensors : CONV_WS_FLOOR;
@@ -357,8 +356,8 @@ static remat_status entry_setup(remat__cuda *cu, const remat_graph *g, const rem
 
 /* The cache entry of node n of g, made (cache and entry) if missing. k is
  * NULL when called from a workspace function. */
-static remat_status entry_get(remat__cuda *cu, const remat_graph *g, const remat__node *n,
-                              const remat__kctx *k, int half, conv_entry **out) {
+static remat_status entry_get(remat__cuda *cu, const remat_graph *g, const remat__node *n, const remat__kctx *k,
+                              int half, conv_entry **out) {
     char lb[128];
     conv_cache *c = (conv_cache *)cu->conv;
     if (!c) {
@@ -377,8 +376,10 @@ static remat_status entry_get(remat__cuda *cu, const remat_graph *g, const remat
     }
     ptrdiff_t i = n - g->nodes;
     if (i < 0 || i >= c->n)
-        return remat__err(REMAT_INTERNAL, "%s: node %lld is outside the graph the cuDNN cache was "
-                          "made for (%d nodes)", remat__node_label(n, lb, sizeof lb), (long long)i, c->n);
+        return remat__err(REMAT_INTERNAL,
+                          "%s: node %lld is outside the graph the cuDNN cache was "
+                          "made for (%d nodes)",
+                          remat__node_label(n, lb, sizeof lb), (long long)i, c->n);
     conv_entry *e = half ? &c->e16[i] : &c->e[i];
     e->half = half;
     if (!e->ready) {
@@ -389,7 +390,8 @@ static remat_status entry_get(remat__cuda *cu, const remat_graph *g, const remat
         }
     }
     if (k && e->broken)
-        return remat__err(REMAT_INTERNAL, "%s: cuDNN setup failed when the session sized this "
+        return remat__err(REMAT_INTERNAL,
+                          "%s: cuDNN setup failed when the session sized this "
                           "node's workspace, which was planned as 0 bytes",
                           remat__node_label(n, lb, sizeof lb));
     *out = e;
@@ -427,16 +429,16 @@ static size_t db_bytes(const remat__node *n) {
  * widened, and the sum added rounded through bf16 (the bf16 policy's db). */
 template <int VEC, int B16>
 __global__ void __launch_bounds__(DB_THREADS)
-db_partial_kernel(const void *__restrict__ dyv, int N, int O, int P, int rows, int chunks,
-                  double *__restrict__ part, float *__restrict__ db) {
+    db_partial_kernel(const void *__restrict__ dyv, int N, int O, int P, int rows, int chunks,
+                      double *__restrict__ part, float *__restrict__ db) {
     const float *dy = (const float *)dyv;
     const uint16_t *dy16 = (const uint16_t *)dyv;
     // dy: (N, O, P), part: (O, chunks), db: (O)
     __shared__ double sh[DB_THREADS / 32];
     const int o = blockIdx.x / chunks, c = blockIdx.x - o * chunks;
     const int n0 = c * rows, n1 = min(n0 + rows, N);
-    const unsigned L = (unsigned)(P / VEC);             /* vectors per plane */
-    const unsigned E = (unsigned)(n1 - n0) * L;         /* < 2^32: rows*P < DB_CHUNK_ELEMS + P */
+    const unsigned L = (unsigned)(P / VEC);     /* vectors per plane */
+    const unsigned E = (unsigned)(n1 - n0) * L; /* < 2^32: rows*P < DB_CHUNK_ELEMS + P */
     double acc = 0.0;
     for (unsigned j = threadIdx.x; j < E; j += DB_THREADS) {
         const unsigned r = j / L, q = j - r * L;
@@ -452,17 +454,14 @@ db_partial_kernel(const void *__restrict__ dyv, int N, int O, int P, int rows, i
     }
     const double t = block_sum_in_order<DB_THREADS / 32>(acc, sh);
     if (threadIdx.x == 0) {
-        if (chunks == 1)
-            db[o] += B16 ? remat__bf16_round((float)t) : (float)t;
-        else
-            part[(int64_t)o * chunks + c] = t;
+        if (chunks == 1) db[o] += B16 ? remat__bf16_round((float)t) : (float)t;
+        else part[(int64_t)o * chunks + c] = t;
     }
 }
 
 /* Stage 2: db[o] += the chunks of channel o, added in index order
  * (rounded through bf16 when b16). */
-__global__ void db_combine_kernel(const double *__restrict__ part, int O, int chunks, int b16,
-                                  float *__restrict__ db) {
+__global__ void db_combine_kernel(const double *__restrict__ part, int O, int chunks, int b16, float *__restrict__ db) {
     // part: (O, chunks), db: (O)
     for (int o = blockIdx.x * blockDim.x + threadIdx.x; o < O; o += gridDim.x * blockDim.x) {
         const double *p = part + (int64_t)o * chunks;
@@ -477,7 +476,7 @@ __global__ void db_combine_kernel(const double *__restrict__ part, int O, int ch
 /* y (N, O, P) += b (O) broadcast over the images and pixels (the 1x1
  * path's bias): elementwise, each element written by one thread. */
 static __global__ void bias_add_kernel(float *__restrict__ y, const float *__restrict__ b, int64_t O, int64_t P,
-                                int64_t total) {
+                                       int64_t total) {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (int64_t)gridDim.x * blockDim.x)
         y[i] += b[(i / P) % O];
 }
@@ -510,15 +509,14 @@ static remat_status conv_forward(const remat__kctx *k) {
     float *y = (float *)k->out->data;               // (N, O, OH, OW)
     const float one = 1.0f, zero = 0.0f;
     const cudnnConvolutionFwdAlgo_t algo = (cudnnConvolutionFwdAlgo_t)e->algo[PASS_FWD];
-    REMAT__CU_TRY(remat__cu_dnn_ok(cudnnSetConvolutionMathType(e->conv, e->math[PASS_FWD]), k,
-                                   "cudnnSetConvolutionMathType"));
-    REMAT__CU_TRY(remat__cu_dnn_ok(cudnnConvolutionForward(cu->dnn, &one, e->x, x, e->w, w, e->conv, algo,
-                                                           k->ws, e->bytes[PASS_FWD], &zero, e->y, y),
+    REMAT__CU_TRY(
+        remat__cu_dnn_ok(cudnnSetConvolutionMathType(e->conv, e->math[PASS_FWD]), k, "cudnnSetConvolutionMathType"));
+    REMAT__CU_TRY(remat__cu_dnn_ok(cudnnConvolutionForward(cu->dnn, &one, e->x, x, e->w, w, e->conv, algo, k->ws,
+                                                           e->bytes[PASS_FWD], &zero, e->y, y),
                                    k, "cudnnConvolutionForward"));
     if (e->bias) { /* y += b broadcast over (N, OH, OW): elementwise, deterministic */
         const float *b = (const float *)k->in[2]->data; // (O)
-        REMAT__CU_TRY(remat__cu_dnn_ok(cudnnAddTensor(cu->dnn, &one, e->b, b, &one, e->y, y), k,
-                                       "cudnnAddTensor"));
+        REMAT__CU_TRY(remat__cu_dnn_ok(cudnnAddTensor(cu->dnn, &one, e->b, b, &one, e->y, y), k, "cudnnAddTensor"));
     }
     return REMAT_OK;
 }
@@ -543,7 +541,7 @@ static remat_status conv_db(const remat__kctx *k, const void *dy, int b16, doubl
     REMAT__CU_TRY(remat__cu_launched(k, "db_partial_kernel"));
     if (d.chunks > 1) {
         db_combine_kernel<<<remat__cu_blocks(cu, d.O), REMAT__CU_THREADS, 0, cu->stream>>>(part, d.O, d.chunks, b16,
-                                                                                          db);
+                                                                                           db);
         REMAT__CU_TRY(remat__cu_launched(k, "db_combine_kernel"));
     }
     return REMAT_OK;
@@ -567,18 +565,16 @@ static remat_status conv_backward_dnn(const remat__kctx *k) {
         const cudnnConvolutionBwdDataAlgo_t algo = (cudnnConvolutionBwdDataAlgo_t)e->algo[PASS_DATA];
         REMAT__CU_TRY(remat__cu_dnn_ok(cudnnSetConvolutionMathType(e->conv, e->math[PASS_DATA]), k,
                                        "cudnnSetConvolutionMathType"));
-        REMAT__CU_TRY(remat__cu_dnn_ok(cudnnConvolutionBackwardData(cu->dnn, &one, e->w, w, e->y, dy, e->conv,
-                                                                    algo, k->ws, e->bytes[PASS_DATA], &one,
-                                                                    e->x, dx),
+        REMAT__CU_TRY(remat__cu_dnn_ok(cudnnConvolutionBackwardData(cu->dnn, &one, e->w, w, e->y, dy, e->conv, algo,
+                                                                    k->ws, e->bytes[PASS_DATA], &one, e->x, dx),
                                        k, "cudnnConvolutionBackwardData"));
     }
     if (dw) {
         const cudnnConvolutionBwdFilterAlgo_t algo = (cudnnConvolutionBwdFilterAlgo_t)e->algo[PASS_FILT];
         REMAT__CU_TRY(remat__cu_dnn_ok(cudnnSetConvolutionMathType(e->conv, e->math[PASS_FILT]), k,
                                        "cudnnSetConvolutionMathType"));
-        REMAT__CU_TRY(remat__cu_dnn_ok(cudnnConvolutionBackwardFilter(cu->dnn, &one, e->x, x, e->y, dy,
-                                                                      e->conv, algo, k->ws,
-                                                                      e->bytes[PASS_FILT], &one, e->w, dw),
+        REMAT__CU_TRY(remat__cu_dnn_ok(cudnnConvolutionBackwardFilter(cu->dnn, &one, e->x, x, e->y, dy, e->conv, algo,
+                                                                      k->ws, e->bytes[PASS_FILT], &one, e->w, dw),
                                        k, "cudnnConvolutionBackwardFilter"));
     }
     return REMAT_OK;
@@ -652,7 +648,8 @@ typedef struct {
 } conv16_layout;
 
 static conv16_layout conv16_of(const remat_graph *g, const remat__node *n, size_t algo, int xf32, int backward) {
-    const size_t X = (size_t)remat__numel(remat__in_shape(g, n, 0)), Wn = (size_t)remat__numel(remat__in_shape(g, n, 1));
+    const size_t X = (size_t)remat__numel(remat__in_shape(g, n, 0)),
+                 Wn = (size_t)remat__numel(remat__in_shape(g, n, 1));
     conv16_layout L;
     size_t at = align256(algo);
     L.wb = at, at += align256(Wn * 2);
@@ -708,7 +705,6 @@ static __global__ void conv16_bias_kernel(uint16_t *__restrict__ y, const float 
         y[i] = remat__bf16_of(remat__f32_of(y[i]) + remat__bf16_round(b[(i / P) % O]));
 }
 
-
 /* y = bf16(conv(bf16 x, bf16(W))) through cuDNN (float32 accumulation,
  * one rounding), then, with a bias, y = bf16(y + bf16(b)): a second
  * rounding where the CPU's oneDNN rounds once (bias in its epilogue). */
@@ -744,8 +740,8 @@ static remat_status conv16_forward(const remat__kctx *k) {
         x = ws + L.xb;
     }
     const float one = 1.0f, zero = 0.0f;
-    REMAT__CU_TRY(remat__cu_dnn_ok(cudnnSetConvolutionMathType(e->conv, e->math[PASS_FWD]), k,
-                                   "cudnnSetConvolutionMathType"));
+    REMAT__CU_TRY(
+        remat__cu_dnn_ok(cudnnSetConvolutionMathType(e->conv, e->math[PASS_FWD]), k, "cudnnSetConvolutionMathType"));
     REMAT__CU_TRY(remat__cu_dnn_ok(cudnnConvolutionForward(cu->dnn, &one, e->x, x, e->w, wb, e->conv,
                                                            (cudnnConvolutionFwdAlgo_t)e->algo[PASS_FWD], ws,
                                                            e->bytes[PASS_FWD], &zero, e->y, y),
@@ -761,9 +757,9 @@ static remat_status conv16_backward(const remat__kctx *k) {
     remat__cuda *cu = remat__cu(k);
     const remat__node *n = k->node;
     const int xf32 = k->dt[n->in[0]] != REMAT_BF16;
-    const void *dy = k->dout;      // (N, O, OH, OW) bf16
-    void *dx = k->din[0];          // (N, C, H, W), x's dtype, or NULL
-    float *dw = k->din[1];         // (O, C, KH, KW) float32 or NULL
+    const void *dy = k->dout;                    // (N, O, OH, OW) bf16
+    void *dx = k->din[0];                        // (N, C, H, W), x's dtype, or NULL
+    float *dw = k->din[1];                       // (O, C, KH, KW) float32 or NULL
     float *db = n->n_in == 3 ? k->din[2] : NULL; // (O) or NULL
     unsigned char *ws = (unsigned char *)k->ws;
     const float one = 1.0f, zero = 0.0f;
@@ -782,11 +778,10 @@ static remat_status conv16_backward(const remat__kctx *k) {
         REMAT__CU_TRY(remat__cuda_convert(k, wb, k->in[1]->data, Wn, REMAT__CVT_DOWN));
         REMAT__CU_TRY(remat__cu_dnn_ok(cudnnSetConvolutionMathType(e->conv, e->math[PASS_DATA]), k,
                                        "cudnnSetConvolutionMathType"));
-        REMAT__CU_TRY(remat__cu_dnn_ok(
-            cudnnConvolutionBackwardData(cu->dnn, &one, e->w, wb, e->y, dy, e->conv,
-                                         (cudnnConvolutionBwdDataAlgo_t)e->algo[PASS_DATA], ws, e->bytes[PASS_DATA],
-                                         &zero, e->x, c),
-            k, "cudnnConvolutionBackwardData (bf16)"));
+        REMAT__CU_TRY(remat__cu_dnn_ok(cudnnConvolutionBackwardData(cu->dnn, &one, e->w, wb, e->y, dy, e->conv,
+                                                                    (cudnnConvolutionBwdDataAlgo_t)e->algo[PASS_DATA],
+                                                                    ws, e->bytes[PASS_DATA], &zero, e->x, c),
+                                       k, "cudnnConvolutionBackwardData (bf16)"));
         REMAT__CU_TRY(remat__cuda_add16(k, dx, !xf32, c, X));
     }
     if (dw) {
@@ -797,15 +792,15 @@ static remat_status conv16_backward(const remat__kctx *k) {
         }
         REMAT__CU_TRY(remat__cu_dnn_ok(cudnnSetConvolutionMathType(e->conv, e->math[PASS_FILT]), k,
                                        "cudnnSetConvolutionMathType"));
-        REMAT__CU_TRY(remat__cu_dnn_ok(
-            cudnnConvolutionBackwardFilter(cu->dnn, &one, e->x, x, e->y, dy, e->conv,
-                                           (cudnnConvolutionBwdFilterAlgo_t)e->algo[PASS_FILT], ws,
-                                           e->bytes[PASS_FILT], &zero, e->w, c),
-            k, "cudnnConvolutionBackwardFilter (bf16)"));
+        REMAT__CU_TRY(
+            remat__cu_dnn_ok(cudnnConvolutionBackwardFilter(cu->dnn, &one, e->x, x, e->y, dy, e->conv,
+                                                            (cudnnConvolutionBwdFilterAlgo_t)e->algo[PASS_FILT], ws,
+                                                            e->bytes[PASS_FILT], &zero, e->w, c),
+                             k, "cudnnConvolutionBackwardFilter (bf16)"));
         REMAT__CU_TRY(remat__cuda_add16(k, dw, 0, c, Wn));
     }
     return db ? conv_db(k, dy, 1, (double *)(ws + L.part), db) : REMAT_OK;
 }
 
-extern "C" const remat__dev_kernels remat__cuda_conv2d = {conv_forward, conv_backward, conv_fwd_ws,
-                                                          conv_bwd_ws, conv_asks_device, conv16_ws};
+extern "C" const remat__dev_kernels remat__cuda_conv2d = {conv_forward, conv_backward,    conv_fwd_ws,
+                                                          conv_bwd_ws,  conv_asks_device, conv16_ws};

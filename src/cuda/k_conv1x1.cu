@@ -90,8 +90,8 @@ extern "C" size_t remat__conv1x1_fwd_ws(const remat_graph *g, const remat__node 
 extern "C" size_t remat__conv1x1_bwd_ws(const remat_graph *g, const remat__node *n) {
     const c1geom G = c1_geom(g, n);
     size_t data = G.s > 1 ? c1_align((size_t)(G.G * G.C * G.P) * sizeof(float)) : 0;
-    size_t filt = c1_align((size_t)(G.G * G.C * G.P) * sizeof(float)) +
-                  c1_align((size_t)(G.G * G.O * G.P) * sizeof(float));
+    size_t filt =
+        c1_align((size_t)(G.G * G.C * G.P) * sizeof(float)) + c1_align((size_t)(G.G * G.O * G.P) * sizeof(float));
     return c1_align(G.blas) + (data > filt ? data : filt);
 }
 
@@ -104,8 +104,7 @@ extern "C" size_t remat__conv1x1_bwd_ws(const remat_graph *g, const remat__node 
  * (G, Ch, P), (G P, P) as (Ch, G P). Consecutive threads take consecutive
  * q, so writes are coalesced (and reads too when s == 1). */
 static __global__ void c1_gather(float *__restrict__ dst, const float *__restrict__ src, int64_t G, int64_t Ch,
-                                 int64_t OH, int64_t OW, int64_t H, int64_t W, int64_t s, int64_t dc,
-                                 int64_t di) {
+                                 int64_t OH, int64_t OW, int64_t H, int64_t W, int64_t s, int64_t dc, int64_t di) {
     const int64_t P = OH * OW, total = G * Ch * P;
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
         const int64_t q = e % P, ic = e / P, c = ic % Ch, i = ic / Ch;
@@ -131,8 +130,8 @@ static remat_status c1_gather_launch(const remat__kctx *k, float *dst, const flo
                                      const c1geom *g, int64_t s, int64_t H, int64_t W, int channel_major) {
     remat__cuda *cu = remat__cu(k);
     const int64_t dc = channel_major ? G * g->P : g->P, di = channel_major ? g->P : Ch * g->P;
-    c1_gather<<<remat__cu_blocks(cu, G * Ch * g->P), REMAT__CU_THREADS, 0, cu->stream>>>(dst, src, G, Ch, g->OH,
-                                                                                       g->OW, H, W, s, dc, di);
+    c1_gather<<<remat__cu_blocks(cu, G * Ch * g->P), REMAT__CU_THREADS, 0, cu->stream>>>(dst, src, G, Ch, g->OH, g->OW,
+                                                                                         H, W, s, dc, di);
     return remat__cu_launched(k, "c1_gather");
 }
 
@@ -149,8 +148,8 @@ static remat_status c1_fwd_gemm(const remat__kctx *k, const c1geom *g, const flo
     const float one = 1.0f, zero = 0.0f;
     return remat__cu_blas_ok(cublasSgemmStridedBatched(cu->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)g->P, (int)g->O,
                                                        (int)g->C, &one, X, (int)g->P, (long long)(g->C * g->P), w,
-                                                       (int)g->C, 0LL, &zero, y, (int)g->P,
-                                                       (long long)(g->O * g->P), (int)batch),
+                                                       (int)g->C, 0LL, &zero, y, (int)g->P, (long long)(g->O * g->P),
+                                                       (int)batch),
                              k, "cublasSgemmStridedBatched (1x1 conv forward)");
 }
 
@@ -186,8 +185,8 @@ static remat_status c1_data_gemm(const remat__kctx *k, const c1geom *g, const fl
     const float one = 1.0f;
     return remat__cu_blas_ok(cublasSgemmStridedBatched(cu->blas, CUBLAS_OP_N, CUBLAS_OP_T, (int)g->P, (int)g->C,
                                                        (int)g->O, &one, dy, (int)g->P, (long long)(g->O * g->P), w,
-                                                       (int)g->C, 0LL, &beta, dst, (int)g->P,
-                                                       (long long)dst_stride, (int)batch),
+                                                       (int)g->C, 0LL, &beta, dst, (int)g->P, (long long)dst_stride,
+                                                       (int)batch),
                              k, "cublasSgemmStridedBatched (1x1 conv dx)");
 }
 
@@ -218,16 +217,15 @@ static remat_status c1_backward_data(const remat__kctx *k, const c1geom *g, cons
 static remat_status c1_backward_filter(const remat__kctx *k, const c1geom *g, const float *x, const float *dy,
                                        float *dw) {
     remat__cuda *cu = remat__cu(k);
-    float *xc = (float *)((unsigned char *)k->ws + c1_align(g->blas));                 // (C, G P)
+    float *xc = (float *)((unsigned char *)k->ws + c1_align(g->blas));                                    // (C, G P)
     float *dyc = (float *)((unsigned char *)xc + c1_align((size_t)(g->G * g->C * g->P) * sizeof(float))); // (O, G P)
     const float one = 1.0f;
     for (int64_t n0 = 0; n0 < g->N; n0 += g->G) {
         const int64_t G = g->N - n0 < g->G ? g->N - n0 : g->G, cols = G * g->P;
         REMAT__CU_TRY(c1_gather_launch(k, xc, x + n0 * g->C * g->H * g->W, G, g->C, g, g->s, g->H, g->W, 1));
         REMAT__CU_TRY(c1_gather_launch(k, dyc, dy + n0 * g->O * g->P, G, g->O, g, 1, g->OH, g->OW, 1));
-        REMAT__CU_TRY(remat__cu_blas_ok(cublasSgemm(cu->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)g->C, (int)g->O,
-                                                    (int)cols, &one, xc, (int)cols, dyc, (int)cols, &one, dw,
-                                                    (int)g->C),
+        REMAT__CU_TRY(remat__cu_blas_ok(cublasSgemm(cu->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)g->C, (int)g->O, (int)cols,
+                                                    &one, xc, (int)cols, dyc, (int)cols, &one, dw, (int)g->C),
                                         k, "cublasSgemm (1x1 conv dW)"));
     }
     return REMAT_OK;
@@ -363,8 +361,8 @@ extern "C" remat_status remat__conv1x1_forward16(const remat__kctx *k) {
         REMAT__CU_TRY(remat__cu_blas_ok(
             cublasGemmStridedBatchedEx(cu->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)g.P, (int)g.O, (int)g.C, &one, X,
                                        CUDA_R_16BF, (int)g.P, (long long)(g.C * g.P), wb, CUDA_R_16BF, (int)g.C, 0LL,
-                                       &zero, y + n0 * g.O * g.P, CUDA_R_16BF, (int)g.P, (long long)(g.O * g.P),
-                                       (int)G, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                                       &zero, y + n0 * g.O * g.P, CUDA_R_16BF, (int)g.P, (long long)(g.O * g.P), (int)G,
+                                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
             k, "cublasGemmStridedBatchedEx (1x1 conv forward, bf16)"));
     }
     return REMAT_OK;
@@ -394,18 +392,17 @@ extern "C" remat_status remat__conv1x1_backward16(const remat__kctx *k) {
                 cublasGemmStridedBatchedEx(cu->blas, CUBLAS_OP_N, CUBLAS_OP_T, (int)g.P, (int)g.C, (int)g.O, &one,
                                            dy + n0 * g.O * g.P, CUDA_R_16BF, (int)g.P, (long long)(g.O * g.P), wb,
                                            CUDA_R_16BF, (int)g.C, 0LL, &zero, t, CUDA_R_16BF, (int)g.P,
-                                           (long long)(g.C * g.P), (int)G, CUBLAS_COMPUTE_32F,
-                                           CUBLAS_GEMM_DEFAULT),
+                                           (long long)(g.C * g.P), (int)G, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                 k, "cublasGemmStridedBatchedEx (1x1 conv dx, bf16)"));
-            void *dxn = xf32 ? (void *)((float *)dx + n0 * g.C * g.H * g.W)
-                             : (void *)((uint16_t *)dx + n0 * g.C * g.H * g.W);
+            void *dxn =
+                xf32 ? (void *)((float *)dx + n0 * g.C * g.H * g.W) : (void *)((uint16_t *)dx + n0 * g.C * g.H * g.W);
             c1_scatter_add16<<<remat__cu_blocks(cu, G * g.C * g.P), REMAT__CU_THREADS, 0, cu->stream>>>(
                 dxn, !xf32, t, G, g.C, g.OH, g.OW, g.H, g.W, g.s);
             REMAT__CU_TRY(remat__cu_launched(k, "c1_scatter_add16"));
         }
     }
     if (dw) {
-        uint16_t *xc = (uint16_t *)(ws + L.xc);  // (C, G P)
+        uint16_t *xc = (uint16_t *)(ws + L.xc);   // (C, G P)
         uint16_t *dyc = (uint16_t *)(ws + L.dyc); // (O, G P)
         float *acc = (float *)(ws + L.acc);       // (O, C): the float32 sum over every image
         for (int64_t n0 = 0; n0 < g.N; n0 += g.G) {
@@ -416,11 +413,11 @@ extern "C" remat_status remat__conv1x1_backward16(const remat__kctx *k) {
             REMAT__CU_TRY(c1_gather16_launch(k, dyc, dy + n0 * g.O * g.P, 0, G, g.O, &g, 1, g.OH, g.OW, 1));
             /* acc^T (C, O) (+)= X_c (C, G P) dy_c^T (G P, O), as c1_backward_filter, in float32 */
             const float beta = n0 == 0 ? 0.0f : 1.0f;
-            REMAT__CU_TRY(remat__cu_blas_ok(
-                cublasGemmEx(cu->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)g.C, (int)g.O, (int)cols, &one, xc,
-                             CUDA_R_16BF, (int)cols, dyc, CUDA_R_16BF, (int)cols, &beta, acc, CUDA_R_32F, (int)g.C,
-                             CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                k, "cublasGemmEx (1x1 conv dW, bf16)"));
+            REMAT__CU_TRY(
+                remat__cu_blas_ok(cublasGemmEx(cu->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)g.C, (int)g.O, (int)cols, &one,
+                                               xc, CUDA_R_16BF, (int)cols, dyc, CUDA_R_16BF, (int)cols, &beta, acc,
+                                               CUDA_R_32F, (int)g.C, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                                  k, "cublasGemmEx (1x1 conv dW, bf16)"));
         }
         /* dW += bf16(acc), as the CPU rounds its float32 sum */
         REMAT__CU_TRY(remat__cuda_convert(k, dw, acc, g.O * g.C, REMAT__CVT_ACC_F32));

@@ -145,7 +145,7 @@ static remat_status lin_db(const remat__kctx *k, const T *dy, double *part, int6
     lin_db_partial<T><<<grid, block, 0, cu->stream>>>(dy, part, N, (int)OUT, lin_db_rows(N));
     REMAT__CU_TRY(remat__cu_launched(k, "lin_db_partial"));
     lin_db_final<<<remat__cu_blocks(cu, OUT), REMAT__CU_THREADS, 0, cu->stream>>>(part, k->din[2], chunks, (int)OUT,
-                                                                                 sizeof(T) == sizeof(uint16_t));
+                                                                                  sizeof(T) == sizeof(uint16_t));
     return remat__cu_launched(k, "lin_db_final");
 }
 
@@ -154,8 +154,7 @@ static remat_status lin_dims(const remat__kctx *k, int64_t N, int64_t IN, int64_
     if (N > INT_MAX || IN > INT_MAX || OUT > INT_MAX) {
         char lb[128];
         return remat__err(REMAT_UNSUPPORTED, "%s: dimensions (%lld, %lld, %lld) exceed cuBLAS's int range",
-                          remat__node_label(k->node, lb, sizeof lb), (long long)N, (long long)IN,
-                          (long long)OUT);
+                          remat__node_label(k->node, lb, sizeof lb), (long long)N, (long long)IN, (long long)OUT);
     }
     return REMAT_OK;
 }
@@ -199,7 +198,6 @@ static __global__ void lin16_bias_rows(uint16_t *__restrict__ y, const float *__
         for (int c = threadIdx.x; c < out; c += blockDim.x) yr[c] = remat__bf16_of(b[c]);
     }
 }
-
 
 /* C (m, n) bf16 = op(A) op(B) (+ C when beta is 1), column-major, bf16 A
  * and B, float32 accumulation and epilogue, one rounding into C. */
@@ -253,9 +251,9 @@ static remat_status lin16_backward(const remat__kctx *k) {
     REMAT__CU_TRY(lin_dims(k, N, IN, OUT));
     const lin16_layout L = lin16_of(cu->g, n, xf32, 1);
     unsigned char *ws = (unsigned char *)k->ws;
-    uint16_t *wb = (uint16_t *)(ws + L.wb);           // (out, in)
-    const uint16_t *dy = (const uint16_t *)k->dout;   // (N, out)
-    uint16_t *c = (uint16_t *)(ws + L.c);             // (N, in) or (out, in)
+    uint16_t *wb = (uint16_t *)(ws + L.wb);         // (out, in)
+    const uint16_t *dy = (const uint16_t *)k->dout; // (N, out)
+    uint16_t *c = (uint16_t *)(ws + L.c);           // (N, in) or (out, in)
     int prod = N > 0 && IN > 0 && OUT > 0;
     if ((k->din[0] || k->din[1]) && prod) REMAT__CU_TRY(remat__cuda_blas_ws(k, lin_blas_bytes(cu->g, n)));
     if (k->din[0] && prod) { /* dx^T (in, N) = W^T (in, out) dy^T (out, N), then added rounded */
@@ -264,14 +262,14 @@ static remat_status lin16_backward(const remat__kctx *k) {
                                  0.0f, c, (int)IN, "cublasGemmEx (linear dx, bf16)"));
         REMAT__CU_TRY(remat__cuda_add16(k, k->din[0], !xf32, c, N * IN));
     }
-    if (k->din[1] && prod) { /* dW^T (in, out) = x^T (in, N) dy (N, out), then added rounded */
+    if (k->din[1] && prod) {            /* dW^T (in, out) = x^T (in, N) dy (N, out), then added rounded */
         const void *x = k->in[0]->data; // (N, in)
         if (xf32) {
             REMAT__CU_TRY(remat__cuda_convert(k, ws + L.xb, x, N * IN, REMAT__CVT_DOWN));
             x = ws + L.xb;
         }
-        REMAT__CU_TRY(lin16_gemm(k, CUBLAS_OP_N, CUBLAS_OP_T, (int)IN, (int)OUT, (int)N, x, (int)IN, dy, (int)OUT,
-                                 0.0f, c, (int)IN, "cublasGemmEx (linear dW, bf16)"));
+        REMAT__CU_TRY(lin16_gemm(k, CUBLAS_OP_N, CUBLAS_OP_T, (int)IN, (int)OUT, (int)N, x, (int)IN, dy, (int)OUT, 0.0f,
+                                 c, (int)IN, "cublasGemmEx (linear dW, bf16)"));
         REMAT__CU_TRY(remat__cuda_add16(k, k->din[1], 0, c, OUT * IN));
     }
     if (n->n_in == 3 && k->din[2] && OUT > 0) return lin_db(k, dy, (double *)(ws + L.part), N, OUT);
@@ -300,8 +298,8 @@ static remat_status lin_forward(const remat__kctx *k) {
     float one = 1.0f, beta = bias ? 1.0f : 0.0f;
     /* y^T (out, N) = W (out, in) x^T (in, N): W is stored as a column-major
      * (in, out) matrix, so it enters transposed; x is stored as (in, N). */
-    REMAT__CU_TRY(remat__cu_blas_ok(cublasSgemm(cu->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)OUT, (int)N, (int)IN,
-                                                &one, w, (int)IN, x, (int)IN, &beta, y, (int)OUT),
+    REMAT__CU_TRY(remat__cu_blas_ok(cublasSgemm(cu->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)OUT, (int)N, (int)IN, &one, w,
+                                                (int)IN, x, (int)IN, &beta, y, (int)OUT),
                                     k, "cublasSgemm (linear forward)"));
     return REMAT_OK;
 }
@@ -316,22 +314,19 @@ static remat_status lin_backward(const remat__kctx *k) {
     REMAT__CU_TRY(lin_dims(k, N, IN, OUT));
     size_t blas = lin_blas_bytes(cu->g, k->node);
     float one = 1.0f;
-    if ((k->din[0] || k->din[1]) && N > 0 && IN > 0 && OUT > 0)
-        REMAT__CU_TRY(remat__cuda_blas_ws(k, blas));
+    if ((k->din[0] || k->din[1]) && N > 0 && IN > 0 && OUT > 0) REMAT__CU_TRY(remat__cuda_blas_ws(k, blas));
     if (k->din[0] && N > 0 && IN > 0 && OUT > 0) /* dx^T (in, N) += W^T (in, out) dy^T (out, N) */
-        REMAT__CU_TRY(remat__cu_blas_ok(cublasSgemm(cu->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)IN, (int)N,
-                                                    (int)OUT, &one, w, (int)IN, dy, (int)OUT, &one,
-                                                    k->din[0], (int)IN),
+        REMAT__CU_TRY(remat__cu_blas_ok(cublasSgemm(cu->blas, CUBLAS_OP_N, CUBLAS_OP_N, (int)IN, (int)N, (int)OUT, &one,
+                                                    w, (int)IN, dy, (int)OUT, &one, k->din[0], (int)IN),
                                         k, "cublasSgemm (linear dx)"));
     if (k->din[1] && N > 0 && IN > 0 && OUT > 0) /* dW^T (in, out) += x^T (in, N) dy (N, out) */
-        REMAT__CU_TRY(remat__cu_blas_ok(cublasSgemm(cu->blas, CUBLAS_OP_N, CUBLAS_OP_T, (int)IN, (int)OUT,
-                                                    (int)N, &one, x, (int)IN, dy, (int)OUT, &one,
-                                                    k->din[1], (int)IN),
+        REMAT__CU_TRY(remat__cu_blas_ok(cublasSgemm(cu->blas, CUBLAS_OP_N, CUBLAS_OP_T, (int)IN, (int)OUT, (int)N, &one,
+                                                    x, (int)IN, dy, (int)OUT, &one, k->din[1], (int)IN),
                                         k, "cublasSgemm (linear dW)"));
     if (k->node->n_in == 3 && k->din[2] && OUT > 0)
         REMAT__CU_TRY(lin_db(k, dy, (double *)((char *)k->ws + lin_align256(blas)), N, OUT)); /* (chunks, out) */
     return REMAT_OK;
 }
 
-extern "C" const remat__dev_kernels remat__cuda_linear = {lin_forward, lin_backward, lin_fwd_ws, lin_bwd_ws, NULL,
-                                                            lin16_ws};
+extern "C" const remat__dev_kernels remat__cuda_linear = {lin_forward, lin_backward, lin_fwd_ws,
+                                                          lin_bwd_ws,  NULL,         lin16_ws};

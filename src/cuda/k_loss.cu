@@ -80,8 +80,7 @@ static __device__ void ce_row_stats(const float *__restrict__ z, int64_t C, bool
         float bm = -INFINITY;
 #pragma unroll
         for (int u = 0; u < CE_UNROLL; u++) {
-            v[u] = i0 + u * bs < sp.body ? zb[i0 + u * bs]
-                                         : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
+            v[u] = i0 + u * bs < sp.body ? zb[i0 + u * bs] : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
             bm = v[u].x > bm ? v[u].x : bm, bm = v[u].y > bm ? v[u].y : bm;
             bm = v[u].z > bm ? v[u].z : bm, bm = v[u].w > bm ? v[u].w : bm;
         }
@@ -318,10 +317,8 @@ static remat_status mse_forward(const remat__kctx *k) {
     float *out = (float *)k->out->data;             // ()
     double *part = (double *)k->ws;                 // (blocks)
     const int64_t n = remat__numel(k->in[0]->shape), nb = mse_blocks(n);
-    if (aligned16(a) && aligned16(b))
-        mse_part<true><<<(unsigned)nb, MSE_THREADS, 0, cu->stream>>>(n, a, b, part);
-    else
-        mse_part<false><<<(unsigned)nb, MSE_THREADS, 0, cu->stream>>>(n, a, b, part);
+    if (aligned16(a) && aligned16(b)) mse_part<true><<<(unsigned)nb, MSE_THREADS, 0, cu->stream>>>(n, a, b, part);
+    else mse_part<false><<<(unsigned)nb, MSE_THREADS, 0, cu->stream>>>(n, a, b, part);
     REMAT__CU_TRY(remat__cu_launched(k, "mse_part"));
     mse_total<<<1, 1024, 0, cu->stream>>>(nb, n, part, out);
     REMAT__CU_TRY(remat__cu_launched(k, "mse_total"));

@@ -31,9 +31,7 @@
 #include <math.h>
 
 /* V consecutive floats (V = 4: one 16-byte load; p is then 16-byte aligned). */
-template <int V> struct fv {
-    float v[V];
-};
+template <int V> struct fv { float v[V]; };
 template <int V> static __device__ __forceinline__ fv<V> ldv(const float *p) {
     fv<V> r;
     if constexpr (V == 4) {
@@ -113,19 +111,18 @@ static __device__ __forceinline__ int64_t bn_off(const bn_geom &g, const bn_regi
 /* The loop every BatchNorm kernel runs over its chunk: BN_UNROLL vectors
  * per thread per step, all loads issued before they are used. BODY(u, off)
  * handles the vector at float offset off; LOAD(u, off) issues its loads. */
-#define BN_CHUNK_LOOP(g, r, c, V, LOAD, BODY)                                      \
-    do {                                                                           \
-        const int total_ = (r).rows * (r).len;                                     \
-        for (int t0_ = threadIdx.x; t0_ < total_; t0_ += BN_THREADS * BN_UNROLL) { \
-            int64_t off_[BN_UNROLL];                                               \
-            _Pragma("unroll") for (int u = 0; u < BN_UNROLL; u++) {                \
-                int t_ = t0_ + u * BN_THREADS;                                     \
-                off_[u] = t_ < total_ ? bn_off<V>(g, r, c, t_) : -1;               \
-                if (off_[u] >= 0) LOAD(u, off_[u]);                                \
-            }                                                                      \
-            _Pragma("unroll") for (int u = 0; u < BN_UNROLL; u++) if (off_[u] >= 0) \
-                BODY(u, off_[u]);                                                  \
-        }                                                                          \
+#define BN_CHUNK_LOOP(g, r, c, V, LOAD, BODY)                                                                          \
+    do {                                                                                                               \
+        const int total_ = (r).rows * (r).len;                                                                         \
+        for (int t0_ = threadIdx.x; t0_ < total_; t0_ += BN_THREADS * BN_UNROLL) {                                     \
+            int64_t off_[BN_UNROLL];                                                                                   \
+            _Pragma("unroll") for (int u = 0; u < BN_UNROLL; u++) {                                                    \
+                int t_ = t0_ + u * BN_THREADS;                                                                         \
+                off_[u] = t_ < total_ ? bn_off<V>(g, r, c, t_) : -1;                                                   \
+                if (off_[u] >= 0) LOAD(u, off_[u]);                                                                    \
+            }                                                                                                          \
+            _Pragma("unroll") for (int u = 0; u < BN_UNROLL; u++) if (off_[u] >= 0) BODY(u, off_[u]);                  \
+        }                                                                                                              \
     } while (0)
 
 /* Forward partials of chunk j of channel c: sum (x - K) and sum (x - K)^2,
@@ -140,10 +137,10 @@ static __global__ void __launch_bounds__(BN_THREADS)
     double s1 = 0.0, s2 = 0.0;
     fv<V> xv[BN_UNROLL];
 #define LD(u, off) xv[u] = ldv<V>(x + (off))
-#define ACC(u, off)                                    \
-    for (int e = 0; e < V; e++) {                      \
-        double d = (double)xv[u].v[e] - K;             \
-        s1 += d, s2 += d * d;                          \
+#define ACC(u, off)                                                                                                    \
+    for (int e = 0; e < V; e++) {                                                                                      \
+        double d = (double)xv[u].v[e] - K;                                                                             \
+        s1 += d, s2 += d * d;                                                                                          \
     }
     BN_CHUNK_LOOP(g, r, c, V, LD, ACC);
 #undef LD
@@ -228,10 +225,10 @@ static __global__ void __launch_bounds__(BN_THREADS)
     const bn_region r = bn_chunk(g, j);
     fv<V> xv[BN_UNROLL];
 #define LD(u, off) xv[u] = ldv<V>(x + (off))
-#define OUT(u, off)                                                      \
-    {                                                                    \
-        for (int e = 0; e < V; e++) xv[u].v[e] = (xv[u].v[e] - mu) * sc + bb; \
-        stv<V>(y + (off), xv[u]);                                        \
+#define OUT(u, off)                                                                                                    \
+    {                                                                                                                  \
+        for (int e = 0; e < V; e++) xv[u].v[e] = (xv[u].v[e] - mu) * sc + bb;                                          \
+        stv<V>(y + (off), xv[u]);                                                                                      \
     }
     BN_CHUNK_LOOP(g, r, c, V, LD, OUT);
 #undef LD
@@ -242,8 +239,8 @@ static __global__ void __launch_bounds__(BN_THREADS)
  * in double (times invstd later: sum dy xhat). part: (C, nchunk, 2). */
 template <int V>
 static __global__ void __launch_bounds__(BN_THREADS)
-    bn_dsums_kernel(bn_geom g, const float *__restrict__ x, const float *__restrict__ dy,
-                    const float *__restrict__ aux, double *__restrict__ part) {
+    bn_dsums_kernel(bn_geom g, const float *__restrict__ x, const float *__restrict__ dy, const float *__restrict__ aux,
+                    double *__restrict__ part) {
     __shared__ double sh[64];
     const int b = blockIdx.x, c = b / g.nchunk, j = b - c * g.nchunk;
     const bn_region r = bn_chunk(g, j);
@@ -251,10 +248,10 @@ static __global__ void __launch_bounds__(BN_THREADS)
     double sy = 0.0, sx = 0.0;
     fv<V> xv[BN_UNROLL], gv[BN_UNROLL];
 #define LD(u, off) xv[u] = ldv<V>(x + (off)), gv[u] = ldv<V>(dy + (off))
-#define ACC(u, off)                                                 \
-    for (int e = 0; e < V; e++) {                                   \
-        double d = (double)gv[u].v[e];                              \
-        sy += d, sx += d * ((double)xv[u].v[e] - mu);               \
+#define ACC(u, off)                                                                                                    \
+    for (int e = 0; e < V; e++) {                                                                                      \
+        double d = (double)gv[u].v[e];                                                                                 \
+        sy += d, sx += d * ((double)xv[u].v[e] - mu);                                                                  \
     }
     BN_CHUNK_LOOP(g, r, c, V, LD, ACC);
 #undef LD
@@ -270,9 +267,9 @@ static __global__ void __launch_bounds__(BN_THREADS)
  * channel of this launch (g.nchunk, or 1 when dx is not wanted). */
 template <int V>
 static __global__ void __launch_bounds__(BN_THREADS)
-    bn_dx_kernel(bn_geom g, int chunks, int train, int sums, const float *__restrict__ x,
-                 const float *__restrict__ dy, const float *__restrict__ gamma, const float *__restrict__ aux,
-                 const double *__restrict__ part, float *dx, float *dgamma, float *dbeta) {
+    bn_dx_kernel(bn_geom g, int chunks, int train, int sums, const float *__restrict__ x, const float *__restrict__ dy,
+                 const float *__restrict__ gamma, const float *__restrict__ aux, const double *__restrict__ part,
+                 float *dx, float *dgamma, float *dbeta) {
     __shared__ float sh_a, sh_mdy, sh_mdx;
     const int b = blockIdx.x, c = b / chunks, j = b - c * chunks;
     if (threadIdx.x < 32) {
@@ -299,13 +296,13 @@ static __global__ void __launch_bounds__(BN_THREADS)
     const bn_region r = bn_chunk(g, j);
     fv<V> xv[BN_UNROLL], gv[BN_UNROLL], dv[BN_UNROLL];
 #define LD(u, off) xv[u] = ldv<V>(x + (off)), gv[u] = ldv<V>(dy + (off)), dv[u] = ldv<V>(dx + (off))
-#define OUT(u, off)                                                  \
-    {                                                                \
-        for (int e = 0; e < V; e++) {                                \
-            float xhat = (xv[u].v[e] - muf) * isf;                   \
-            dv[u].v[e] += a * (gv[u].v[e] - mdy - xhat * mdx);       \
-        }                                                            \
-        stv<V>(dx + (off), dv[u]);                                   \
+#define OUT(u, off)                                                                                                    \
+    {                                                                                                                  \
+        for (int e = 0; e < V; e++) {                                                                                  \
+            float xhat = (xv[u].v[e] - muf) * isf;                                                                     \
+            dv[u].v[e] += a * (gv[u].v[e] - mdy - xhat * mdx);                                                         \
+        }                                                                                                              \
+        stv<V>(dx + (off), dv[u]);                                                                                     \
     }
     BN_CHUNK_LOOP(g, r, c, V, LD, OUT);
 #undef LD
@@ -345,11 +342,11 @@ static remat_status bn_forward(const remat__kctx *k) {
         REMAT__CU_TRY(remat__cu_launched(k, "bn_stats_kernel"));
     }
     if (v4)
-        bn_out_kernel<4><<<blocks, BN_THREADS, 0, cu->stream>>>(g, mode, eps, mom, x, gamma, beta, rmean, rvar,
-                                                                 k->aux, part, stats, y);
+        bn_out_kernel<4><<<blocks, BN_THREADS, 0, cu->stream>>>(g, mode, eps, mom, x, gamma, beta, rmean, rvar, k->aux,
+                                                                part, stats, y);
     else
-        bn_out_kernel<1><<<blocks, BN_THREADS, 0, cu->stream>>>(g, mode, eps, mom, x, gamma, beta, rmean, rvar,
-                                                                 k->aux, part, stats, y);
+        bn_out_kernel<1><<<blocks, BN_THREADS, 0, cu->stream>>>(g, mode, eps, mom, x, gamma, beta, rmean, rvar, k->aux,
+                                                                part, stats, y);
     REMAT__CU_TRY(remat__cu_launched(k, "bn_out_kernel"));
     return REMAT_OK;
 }
@@ -377,11 +374,11 @@ static remat_status bn_backward(const remat__kctx *k) {
     const int chunks = dx ? g.nchunk : 1;
     const unsigned blocks = (unsigned)(g.C * chunks);
     if (v4)
-        bn_dx_kernel<4><<<blocks, BN_THREADS, 0, cu->stream>>>(g, chunks, k->train, sums, x, dy, gamma, aux, part,
-                                                                dx, dgamma, dbeta);
+        bn_dx_kernel<4><<<blocks, BN_THREADS, 0, cu->stream>>>(g, chunks, k->train, sums, x, dy, gamma, aux, part, dx,
+                                                               dgamma, dbeta);
     else
-        bn_dx_kernel<1><<<blocks, BN_THREADS, 0, cu->stream>>>(g, chunks, k->train, sums, x, dy, gamma, aux, part,
-                                                                dx, dgamma, dbeta);
+        bn_dx_kernel<1><<<blocks, BN_THREADS, 0, cu->stream>>>(g, chunks, k->train, sums, x, dy, gamma, aux, part, dx,
+                                                               dgamma, dbeta);
     REMAT__CU_TRY(remat__cu_launched(k, "bn_dx_kernel"));
     return REMAT_OK;
 }
@@ -472,8 +469,8 @@ static __global__ void __launch_bounds__(LN_THREADS)
  * from the cache in each pass (holding it too costs occupancy). */
 template <int NV> /* two blocks per SM where that costs no spills */
 static __global__ void __launch_bounds__(LN_THREADS, NV <= 6 ? 2 : 1)
-    ln_dx_reg(int64_t R, int C, const float *__restrict__ x, const float *__restrict__ w,
-              const float *__restrict__ dy, const float *__restrict__ aux, float *__restrict__ dx) {
+    ln_dx_reg(int64_t R, int C, const float *__restrict__ x, const float *__restrict__ w, const float *__restrict__ dy,
+              const float *__restrict__ aux, float *__restrict__ dx) {
     const int lane = threadIdx.x & 31, C4 = C >> 2;
     const int64_t r = (int64_t)blockIdx.x * (LN_THREADS / 32) + (threadIdx.x >> 5);
     if (r >= R) return;
@@ -518,8 +515,8 @@ static __global__ void __launch_bounds__(LN_THREADS, NV <= 6 ? 2 : 1)
 
 /* The same for any C, reading the row again from the cache. */
 static __global__ void __launch_bounds__(LN_THREADS)
-    ln_dx_any(int64_t R, int C, const float *__restrict__ x, const float *__restrict__ w,
-              const float *__restrict__ dy, const float *__restrict__ aux, float *__restrict__ dx) {
+    ln_dx_any(int64_t R, int C, const float *__restrict__ x, const float *__restrict__ w, const float *__restrict__ dy,
+              const float *__restrict__ aux, float *__restrict__ dx) {
     const int lane = threadIdx.x & 31;
     const int64_t r = (int64_t)blockIdx.x * (LN_THREADS / 32) + (threadIdx.x >> 5);
     if (r >= R) return;
@@ -611,15 +608,14 @@ static remat_status ln_forward(const remat__kctx *k) {
     const unsigned blocks = (unsigned)((R + LN_THREADS / 32 - 1) / (LN_THREADS / 32));
     const int Ci = (int)C;
     switch (ln_nv(C)) {
-#define LN_FWD_CASE(NV)                                                                            \
-    case NV:                                                                                       \
-        ln_fwd_reg<NV><<<blocks, LN_THREADS, 0, cu->stream>>>(R, Ci, eps, x, w, b, y, aux);        \
-        break;
+#define LN_FWD_CASE(NV)                                                                                                \
+    case NV: ln_fwd_reg<NV><<<blocks, LN_THREADS, 0, cu->stream>>>(R, Ci, eps, x, w, b, y, aux); break;
+        // clang-format off
         LN_FWD_CASE(1) LN_FWD_CASE(2) LN_FWD_CASE(3) LN_FWD_CASE(4)
         LN_FWD_CASE(5) LN_FWD_CASE(6) LN_FWD_CASE(7) LN_FWD_CASE(8)
+// clang-format on
 #undef LN_FWD_CASE
-    default:
-        ln_fwd_any<<<blocks, LN_THREADS, 0, cu->stream>>>(R, Ci, eps, x, w, b, y, aux);
+            default : ln_fwd_any<<<blocks, LN_THREADS, 0, cu->stream>>>(R, Ci, eps, x, w, b, y, aux);
     }
     REMAT__CU_TRY(remat__cu_launched(k, "ln_forward"));
     return REMAT_OK;
@@ -639,15 +635,14 @@ static remat_status ln_backward(const remat__kctx *k) {
     if (dx) {
         const unsigned blocks = (unsigned)((R + LN_THREADS / 32 - 1) / (LN_THREADS / 32));
         switch (ln_nv(C)) {
-#define LN_DX_CASE(NV)                                                                    \
-    case NV:                                                                              \
-        ln_dx_reg<NV><<<blocks, LN_THREADS, 0, cu->stream>>>(R, Ci, x, w, dy, aux, dx);   \
-        break;
+#define LN_DX_CASE(NV)                                                                                                 \
+    case NV: ln_dx_reg<NV><<<blocks, LN_THREADS, 0, cu->stream>>>(R, Ci, x, w, dy, aux, dx); break;
+            // clang-format off
             LN_DX_CASE(1) LN_DX_CASE(2) LN_DX_CASE(3) LN_DX_CASE(4)
             LN_DX_CASE(5) LN_DX_CASE(6) LN_DX_CASE(7) LN_DX_CASE(8)
+// clang-format on
 #undef LN_DX_CASE
-        default:
-            ln_dx_any<<<blocks, LN_THREADS, 0, cu->stream>>>(R, Ci, x, w, dy, aux, dx);
+                default : ln_dx_any<<<blocks, LN_THREADS, 0, cu->stream>>>(R, Ci, x, w, dy, aux, dx);
         }
         REMAT__CU_TRY(remat__cu_launched(k, "ln_dx"));
     }

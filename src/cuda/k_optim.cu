@@ -79,7 +79,7 @@ extern "C" remat_status remat__cuda_sgd(remat__cuda *cu, const remat_optim_opts 
 /* ----------------------------------------------------------------- AdamW */
 
 typedef struct {
-    float decay;     /* 1 - lr wd */
+    float decay; /* 1 - lr wd */
     float beta2;
     float one_m_b1;  /* 1 - beta1 */
     float one_m_b2;  /* 1 - beta2 */

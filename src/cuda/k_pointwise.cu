@@ -92,7 +92,9 @@ static remat_status pw_acc(const remat__kctx *k, float *dx, const float *dy, int
 static __device__ __forceinline__ float relu1(float x) { return x <= 0.0f ? 0.0f : x; }
 /* y > 0 exactly where x > 0; the gradient also passes where y is NaN, as
  * PyTorch's (y <= 0 ? 0 : g); adding -0 leaves d's bits as they are. */
-static __device__ __forceinline__ float relu_grad1(float d, float y, float g) { return __fadd_rn(d, y <= 0.0f ? -0.0f : g); }
+static __device__ __forceinline__ float relu_grad1(float d, float y, float g) {
+    return __fadd_rn(d, y <= 0.0f ? -0.0f : g);
+}
 
 static __global__ void relu_fwd_kernel(const float *__restrict__ x, float *__restrict__ y, int64_t n, int64_t n4) {
     PW_QUADS(q, n4) {
@@ -122,7 +124,7 @@ static remat_status relu_forward(const remat__kctx *k) {
     if (k->dt) return pw16_run(k, relu16(), 0, "pw16_fwd_kernel<relu>");
     remat__cuda *cu = remat__cu(k);
     const float *x = (const float *)k->in[0]->data; // (n)
-    float *y = (float *)k->out->data;              // (n)
+    float *y = (float *)k->out->data;               // (n)
     int64_t n = pw_numel(k), n4 = pw_quads(n, x, y, NULL, NULL);
     if (n == 0) return REMAT_OK;
     relu_fwd_kernel<<<pw_blocks(cu, n, n4), REMAT__CU_THREADS, 0, cu->stream>>>(x, y, n, n4);
@@ -187,7 +189,7 @@ static remat_status add_forward(const remat__kctx *k) {
     if (k->dt) return pw16_run(k, add16(), 0, "pw16_fwd_kernel<add>");
     remat__cuda *cu = remat__cu(k);
     const float *a = (const float *)k->in[0]->data, *b = (const float *)k->in[1]->data; // (n)
-    float *y = (float *)k->out->data;                                                     // (n)
+    float *y = (float *)k->out->data;                                                   // (n)
     int64_t n = pw_numel(k), n4 = pw_quads(n, a, b, y, NULL);
     if (n == 0) return REMAT_OK;
     add_fwd_kernel<<<pw_blocks(cu, n, n4), REMAT__CU_THREADS, 0, cu->stream>>>(a, b, y, n, n4);
@@ -198,8 +200,8 @@ static remat_status add_forward(const remat__kctx *k) {
 static remat_status add_backward(const remat__kctx *k) {
     if (k->dt) return pw16_run(k, add16(), 1, "pw16_bwd_kernel<add>");
     remat__cuda *cu = remat__cu(k);
-    const float *dy = k->dout;                 // (n)
-    float *da = k->din[0], *db = k->din[1];    // (n) each, or NULL
+    const float *dy = k->dout;              // (n)
+    float *da = k->din[0], *db = k->din[1]; // (n) each, or NULL
     int64_t n = pw_numel(k), n4 = pw_quads(n, dy, da, db, NULL);
     if ((!da && !db) || n == 0) return REMAT_OK;
     add_bwd_kernel<<<pw_blocks(cu, n, n4), REMAT__CU_THREADS, 0, cu->stream>>>(dy, da, db, n, n4);
@@ -229,8 +231,8 @@ static __device__ __forceinline__ float4 mul_grad4(float4 d, float4 g, float4 o)
 
 /* da += dy * b, then db += dy * a (either may be NULL; they may be one
  * buffer, and a and b one input). */
-static __global__ void mul_bwd_kernel(const float *a, const float *b, const float *__restrict__ dy, float *da, float *db,
-                                      int64_t n, int64_t n4) {
+static __global__ void mul_bwd_kernel(const float *a, const float *b, const float *__restrict__ dy, float *da,
+                                      float *db, int64_t n, int64_t n4) {
     PW_QUADS(q, n4) {
         float4 g = ld4(dy, q);
         if (da) st4(da, q, mul_grad4(ld4(da, q), g, ld4(b, q)));
@@ -255,7 +257,7 @@ static remat_status mul_forward(const remat__kctx *k) {
     if (k->dt) return pw16_run(k, mul16(), 0, "pw16_fwd_kernel<mul>");
     remat__cuda *cu = remat__cu(k);
     const float *a = (const float *)k->in[0]->data, *b = (const float *)k->in[1]->data; // (n)
-    float *y = (float *)k->out->data;                                                     // (n)
+    float *y = (float *)k->out->data;                                                   // (n)
     int64_t n = pw_numel(k), n4 = pw_quads(n, a, b, y, NULL);
     if (n == 0) return REMAT_OK;
     mul_fwd_kernel<<<pw_blocks(cu, n, n4), REMAT__CU_THREADS, 0, cu->stream>>>(a, b, y, n, n4);
@@ -268,7 +270,7 @@ static remat_status mul_backward(const remat__kctx *k) {
     if (k->dt) return pw16_run(k, mul16(), 1, "pw16_bwd_kernel<mul>");
     remat__cuda *cu = remat__cu(k);
     const float *a = (const float *)k->in[0]->data, *b = (const float *)k->in[1]->data, *dy = k->dout; // (n)
-    float *da = k->din[0], *db = k->din[1];                                                              // (n) or NULL
+    float *da = k->din[0], *db = k->din[1];                                                            // (n) or NULL
     int64_t n = pw_numel(k);
     if ((!da && !db) || n == 0) return REMAT_OK;
     int64_t n4 = pw_aligned(a) && pw_aligned(b) ? pw_quads(n, dy, da, db, NULL) : 0;
@@ -283,8 +285,8 @@ extern "C" const remat__dev_kernels remat__cuda_mul = {mul_forward, mul_backward
 
 /* The mask's constants for one node and step. */
 typedef struct {
-    uint32_t t;      /* keep iff (r >> 8) >= t, t = ceil(p 2^24) */
-    float scale;     /* 1 / (1 - p), rounded in float as on the CPU */
+    uint32_t t;  /* keep iff (r >> 8) >= t, t = ceil(p 2^24) */
+    float scale; /* 1 / (1 - p), rounded in float as on the CPU */
     uint32_t node, step, k0, k1;
 } drop_args;
 
@@ -325,10 +327,8 @@ static __global__ void drop_kernel(const float *__restrict__ in, float *out, int
         uint32_t w = j == 0 ? r[0] : j == 1 ? r[1] : j == 2 ? r[2] : r[3]; /* no local array */
         float s = __fmul_rn(in[i], a.scale);
         bool keep = (w >> 8) >= a.t;
-        if (BWD)
-            out[i] = __fadd_rn(out[i], keep ? s : -0.0f);
-        else
-            out[i] = keep ? s : 0.0f;
+        if (BWD) out[i] = __fadd_rn(out[i], keep ? s : -0.0f);
+        else out[i] = keep ? s : 0.0f;
     }
 }
 
@@ -383,15 +383,15 @@ static remat_status dropout_forward(const remat__kctx *k) {
     if (k->dt) return pw16_run(k, drop16_of(k), 0, "pw16_fwd_kernel<dropout>");
     remat__cuda *cu = remat__cu(k);
     const float *x = (const float *)k->in[0]->data; // (n)
-    float *y = (float *)k->out->data;              // (n)
+    float *y = (float *)k->out->data;               // (n)
     int64_t n = pw_numel(k);
     if (n == 0) return REMAT_OK;
     if (!k->train || k->node->fattr[0] == 0.0f)
         return remat__cu_rt_ok(cudaMemcpyAsync(y, x, (size_t)n * sizeof(float), cudaMemcpyDeviceToDevice, cu->stream),
                                k, "cudaMemcpyAsync");
     int64_t n4 = k->elem0 % 4 == 0 ? pw_quads(n, x, y, NULL, NULL) : 0;
-    drop_kernel<false><<<pw_blocks(cu, n, n4), REMAT__CU_THREADS, 0, cu->stream>>>(x, y, n, n4, drop_args_of(k),
-                                                                                   k->elem0);
+    drop_kernel<false>
+        <<<pw_blocks(cu, n, n4), REMAT__CU_THREADS, 0, cu->stream>>>(x, y, n, n4, drop_args_of(k), k->elem0);
     REMAT__CU_TRY(remat__cu_launched(k, "drop_kernel<fwd>"));
     return REMAT_OK;
 }
@@ -406,14 +406,14 @@ static remat_status dropout_backward(const remat__kctx *k) {
     if (!dx || n == 0) return REMAT_OK;
     if (!k->train || k->node->fattr[0] == 0.0f) return pw_acc(k, dx, dy, n);
     int64_t n4 = k->elem0 % 4 == 0 ? pw_quads(n, dy, dx, NULL, NULL) : 0;
-    drop_kernel<true><<<pw_blocks(cu, n, n4), REMAT__CU_THREADS, 0, cu->stream>>>(dy, dx, n, n4, drop_args_of(k),
-                                                                                  k->elem0);
+    drop_kernel<true>
+        <<<pw_blocks(cu, n, n4), REMAT__CU_THREADS, 0, cu->stream>>>(dy, dx, n, n4, drop_args_of(k), k->elem0);
     REMAT__CU_TRY(remat__cu_launched(k, "drop_kernel<bwd>"));
     return REMAT_OK;
 }
 
 extern "C" const remat__dev_kernels remat__cuda_dropout = {dropout_forward, dropout_backward, NULL, NULL, NULL,
-                                                             pw16_ws_dev};
+                                                           pw16_ws_dev};
 
 /* ------------------------------------------------------------------ gelu */
 
@@ -476,8 +476,7 @@ static __global__ void gelu_bwd_kernel(const float *__restrict__ x, const float 
     PW_TAIL(i, n, n4) dx[i] = gelu_grad1(dx[i], x[i], dy[i], TANH);
 }
 
-template <bool TANH>
-struct gelu16 {
+template <bool TANH> struct gelu16 {
     __device__ float fwd(float a, float, int64_t) const { return gelu1(a, TANH); }
     __device__ float grad(int, float d, float a, float, float, float g, int64_t) const {
         return gelu_grad1(d, a, g, TANH);
@@ -489,14 +488,12 @@ static remat_status gelu_forward(const remat__kctx *k) {
     if (k->dt) return pw16_run(k, gelu16<false>(), 0, "pw16_fwd_kernel<gelu>");
     remat__cuda *cu = remat__cu(k);
     const float *x = (const float *)k->in[0]->data; // (n)
-    float *y = (float *)k->out->data;              // (n)
+    float *y = (float *)k->out->data;               // (n)
     int64_t n = pw_numel(k), n4 = pw_quads(n, x, y, NULL, NULL);
     if (n == 0) return REMAT_OK;
     unsigned nb = pw_blocks(cu, n, n4);
-    if (k->node->iattr[0])
-        gelu_fwd_kernel<true><<<nb, REMAT__CU_THREADS, 0, cu->stream>>>(x, y, n, n4);
-    else
-        gelu_fwd_kernel<false><<<nb, REMAT__CU_THREADS, 0, cu->stream>>>(x, y, n, n4);
+    if (k->node->iattr[0]) gelu_fwd_kernel<true><<<nb, REMAT__CU_THREADS, 0, cu->stream>>>(x, y, n, n4);
+    else gelu_fwd_kernel<false><<<nb, REMAT__CU_THREADS, 0, cu->stream>>>(x, y, n, n4);
     REMAT__CU_TRY(remat__cu_launched(k, "gelu_fwd_kernel"));
     return REMAT_OK;
 }
@@ -511,10 +508,8 @@ static remat_status gelu_backward(const remat__kctx *k) {
     int64_t n = pw_numel(k), n4 = pw_quads(n, x, dy, dx, NULL);
     if (!dx || n == 0) return REMAT_OK;
     unsigned nb = pw_blocks(cu, n, n4);
-    if (k->node->iattr[0])
-        gelu_bwd_kernel<true><<<nb, REMAT__CU_THREADS, 0, cu->stream>>>(x, dy, dx, n, n4);
-    else
-        gelu_bwd_kernel<false><<<nb, REMAT__CU_THREADS, 0, cu->stream>>>(x, dy, dx, n, n4);
+    if (k->node->iattr[0]) gelu_bwd_kernel<true><<<nb, REMAT__CU_THREADS, 0, cu->stream>>>(x, dy, dx, n, n4);
+    else gelu_bwd_kernel<false><<<nb, REMAT__CU_THREADS, 0, cu->stream>>>(x, dy, dx, n, n4);
     REMAT__CU_TRY(remat__cu_launched(k, "gelu_bwd_kernel"));
     return REMAT_OK;
 }
@@ -581,7 +576,7 @@ static __global__ void addb_bwd_partial(const float *__restrict__ dy, float *dx,
     for (int64_t it = pw_tid(); it < items; it += pw_stride()) {
         int64_t p = it / units, u = it - p * units, j = u * V;
         int64_t r0 = p * C, r1 = r0 + C < R ? r0 + C : R;
-        const vec *g = (const vec *)dy + u;   /* row r at g[r * units] */
+        const vec *g = (const vec *)dy + u; /* row r at g[r * units] */
         vec *d = dx ? (vec *)dx + u : NULL;
         double s[V];
 #pragma unroll
@@ -598,7 +593,8 @@ static __global__ void addb_bwd_partial(const float *__restrict__ dy, float *dx,
             for (int b = 0; b < ADDB_BATCH; b++)
                 if (r + b < r1) {
                     if constexpr (V == 4) {
-                        s[0] += (double)gv[b].x, s[1] += (double)gv[b].y, s[2] += (double)gv[b].z, s[3] += (double)gv[b].w;
+                        s[0] += (double)gv[b].x, s[1] += (double)gv[b].y, s[2] += (double)gv[b].z,
+                            s[3] += (double)gv[b].w;
                         if (d) d[(r + b) * units] = add4(dv[b], gv[b]);
                     } else {
                         s[0] += (double)gv[b];
@@ -608,10 +604,8 @@ static __global__ void addb_bwd_partial(const float *__restrict__ dy, float *dx,
         }
 #pragma unroll
         for (int v = 0; v < V; v++) {
-            if (P == 1)
-                db[j + v] = __fadd_rn(db[j + v], (float)s[v]);
-            else
-                part[p * M + j + v] = s[v];
+            if (P == 1) db[j + v] = __fadd_rn(db[j + v], (float)s[v]);
+            else part[p * M + j + v] = s[v];
         }
     }
 }
@@ -640,24 +634,24 @@ static remat_status addb_forward(const remat__kctx *k) {
     remat__cuda *cu = remat__cu(k);
     const float *x = (const float *)k->in[0]->data; // (R, M)
     const float *b = (const float *)k->in[1]->data; // (M)
-    float *y = (float *)k->out->data;              // (R, M)
+    float *y = (float *)k->out->data;               // (R, M)
     int64_t M = remat__numel(k->in[1]->shape), n = pw_numel(k);
     if (n == 0 || M == 0) return REMAT_OK;
     int64_t n4 = M % 4 == 0 ? pw_quads(n, x, b, y, NULL) : 0;
     unsigned nb = pw_blocks(cu, n, n4);
     if (n < ((int64_t)1 << 31))
-        addb_fwd_kernel<uint32_t><<<nb, REMAT__CU_THREADS, 0, cu->stream>>>(x, b, y, (uint32_t)n, (uint32_t)n4,
-                                                                            (uint32_t)M);
+        addb_fwd_kernel<uint32_t>
+            <<<nb, REMAT__CU_THREADS, 0, cu->stream>>>(x, b, y, (uint32_t)n, (uint32_t)n4, (uint32_t)M);
     else
-        addb_fwd_kernel<uint64_t><<<nb, REMAT__CU_THREADS, 0, cu->stream>>>(x, b, y, (uint64_t)n, (uint64_t)n4,
-                                                                            (uint64_t)M);
+        addb_fwd_kernel<uint64_t>
+            <<<nb, REMAT__CU_THREADS, 0, cu->stream>>>(x, b, y, (uint64_t)n, (uint64_t)n4, (uint64_t)M);
     REMAT__CU_TRY(remat__cu_launched(k, "addb_fwd_kernel"));
     return REMAT_OK;
 }
 
 static remat_status addb_backward(const remat__kctx *k) {
     remat__cuda *cu = remat__cu(k);
-    const float *dy = k->dout;             // (R, M)
+    const float *dy = k->dout;              // (R, M)
     float *dx = k->din[0], *db = k->din[1]; // (R, M), (M), either NULL; one buffer when x is b
     int64_t M = remat__numel(k->in[1]->shape), n = pw_numel(k), R = M > 0 ? n / M : 0, P, C;
     if (n == 0 || (!dx && !db)) return REMAT_OK;
@@ -666,10 +660,8 @@ static remat_status addb_backward(const remat__kctx *k) {
     double *part = (double *)k->ws; // (P, M) when P > 1
     int v4 = M % 4 == 0 && pw_aligned(dy) && pw_aligned(dx);
     unsigned nb = remat__cu_blocks(cu, P * (v4 ? M / 4 : M));
-    if (v4)
-        addb_bwd_partial<4><<<nb, REMAT__CU_THREADS, 0, cu->stream>>>(dy, dx, part, db, R, M, P, C);
-    else
-        addb_bwd_partial<1><<<nb, REMAT__CU_THREADS, 0, cu->stream>>>(dy, dx, part, db, R, M, P, C);
+    if (v4) addb_bwd_partial<4><<<nb, REMAT__CU_THREADS, 0, cu->stream>>>(dy, dx, part, db, R, M, P, C);
+    else addb_bwd_partial<1><<<nb, REMAT__CU_THREADS, 0, cu->stream>>>(dy, dx, part, db, R, M, P, C);
     REMAT__CU_TRY(remat__cu_launched(k, "addb_bwd_partial"));
     if (P == 1) return REMAT_OK;
     addb_bwd_combine<<<(unsigned)((M + 31) / 32), dim3(32, 8), 0, cu->stream>>>(part, db, M, P);
@@ -677,4 +669,5 @@ static remat_status addb_backward(const remat__kctx *k) {
     return REMAT_OK;
 }
 
-extern "C" const remat__dev_kernels remat__cuda_add_broadcast = {addb_forward, addb_backward, NULL, addb_bwd_ws, NULL, NULL};
+extern "C" const remat__dev_kernels remat__cuda_add_broadcast = {addb_forward, addb_backward, NULL,
+                                                                 addb_bwd_ws,  NULL,          NULL};

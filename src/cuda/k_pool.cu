@@ -42,7 +42,9 @@ static divider make_divider(int64_t d) {
     return f;
 }
 
-static __device__ __forceinline__ uint32_t dquot(const divider &f, uint32_t n) { return (__umulhi(n, f.m) + n) >> f.sh; }
+static __device__ __forceinline__ uint32_t dquot(const divider &f, uint32_t n) {
+    return (__umulhi(n, f.m) + n) >> f.sh;
+}
 
 /* n / f.d for an index of type I: divider's for 32-bit indices (launched only
  * below 2^31), a division for 64-bit ones. */
@@ -101,8 +103,7 @@ static __device__ __forceinline__ int window_argmax(const pgeom &G, const float 
 
 /* PyTorch's divisor for window (oh, ow) with count_include_pad: its size
  * clipped to the padded input; [*h0, *h1) x [*w0, *w1) its in-bounds part. */
-static __device__ __forceinline__ int avg_window(const pgeom &G, int oh, int ow, int *h0, int *h1, int *w0,
-                                                 int *w1) {
+static __device__ __forceinline__ int avg_window(const pgeom &G, int oh, int ow, int *h0, int *h1, int *w0, int *w1) {
     const int a = oh * G.s - G.p, b = ow * G.s - G.p;
     const int c = min(a + G.k, G.H + G.p), d = min(b + G.k, G.W + G.p);
     *h0 = max(a, 0), *w0 = max(b, 0);
@@ -179,8 +180,8 @@ static __global__ void maxpool_bwd(pgeom G, I total, const float *__restrict__ x
                 for (int ow = ow0; ow <= ow1; ow++) {
                     const int self = (ih - (oh * G.s - G.p)) * G.k + iw - (ow * G.s - G.p);
                     float m;
-                    const int best = pos ? pos[o + oh * G.OW + ow]
-                                         : window_argmax(G, x + pl * (I)G.H * (I)G.W, oh, ow, &m);
+                    const int best =
+                        pos ? pos[o + oh * G.OW + ow] : window_argmax(G, x + pl * (I)G.H * (I)G.W, oh, ow, &m);
                     if (best != self) continue;
                     if (!hit) acc = dx[i], hit = true;
                     acc += dy[o + oh * G.OW + ow];
@@ -276,23 +277,22 @@ static __global__ void gap_bwd(I total, divider dhw, const float *__restrict__ d
 /* Launches KERNEL<I> over `total` elements with I = unsigned 32-bit when
  * every index stays below 2^31 (divider's range), else 64-bit; POOL_LAUNCH_CM launches KERNEL<I, CM> for the
  * windows' CM = ceil(k / s) when it is at most 3, else KERNEL<I, 0>. */
-#define POOL_LAUNCH_T(cu, total, KERNEL, CM, ...)                                                       \
-    do {                                                                                                \
-        const unsigned blocks_ = remat__cu_blocks(cu, (int64_t)(total));                                \
-        if ((uint64_t)(total) <= 0x7fffffffull - (uint64_t)blocks_ * REMAT__CU_THREADS)                 \
-            KERNEL<unsigned CM><<<blocks_, REMAT__CU_THREADS, 0, (cu)->stream>>>(__VA_ARGS__);          \
-        else                                                                                            \
-            KERNEL<unsigned long long CM><<<blocks_, REMAT__CU_THREADS, 0, (cu)->stream>>>(__VA_ARGS__); \
+#define POOL_LAUNCH_T(cu, total, KERNEL, CM, ...)                                                                      \
+    do {                                                                                                               \
+        const unsigned blocks_ = remat__cu_blocks(cu, (int64_t)(total));                                               \
+        if ((uint64_t)(total) <= 0x7fffffffull - (uint64_t)blocks_ * REMAT__CU_THREADS)                                \
+            KERNEL<unsigned CM><<<blocks_, REMAT__CU_THREADS, 0, (cu)->stream>>>(__VA_ARGS__);                         \
+        else KERNEL<unsigned long long CM><<<blocks_, REMAT__CU_THREADS, 0, (cu)->stream>>>(__VA_ARGS__);              \
     } while (0)
 #define POOL_LAUNCH(cu, total, KERNEL, ...) POOL_LAUNCH_T(cu, total, KERNEL, , __VA_ARGS__)
-#define POOL_LAUNCH_CM(cu, total, cm, KERNEL, ...)                     \
-    do {                                                               \
-        switch (cm) {                                                  \
-        case 1: POOL_LAUNCH_T(cu, total, KERNEL, COMMA 1, __VA_ARGS__); break; \
-        case 2: POOL_LAUNCH_T(cu, total, KERNEL, COMMA 2, __VA_ARGS__); break; \
-        case 3: POOL_LAUNCH_T(cu, total, KERNEL, COMMA 3, __VA_ARGS__); break; \
-        default: POOL_LAUNCH_T(cu, total, KERNEL, COMMA 0, __VA_ARGS__);       \
-        }                                                              \
+#define POOL_LAUNCH_CM(cu, total, cm, KERNEL, ...)                                                                     \
+    do {                                                                                                               \
+        switch (cm) {                                                                                                  \
+        case 1: POOL_LAUNCH_T(cu, total, KERNEL, COMMA 1, __VA_ARGS__); break;                                         \
+        case 2: POOL_LAUNCH_T(cu, total, KERNEL, COMMA 2, __VA_ARGS__); break;                                         \
+        case 3: POOL_LAUNCH_T(cu, total, KERNEL, COMMA 3, __VA_ARGS__); break;                                         \
+        default: POOL_LAUNCH_T(cu, total, KERNEL, COMMA 0, __VA_ARGS__);                                               \
+        }                                                                                                              \
     } while (0)
 #define COMMA ,
 
@@ -340,7 +340,8 @@ static remat_status maxpool_backward(const remat__kctx *k) {
     return REMAT_OK;
 }
 
-extern "C" const remat__dev_kernels remat__cuda_maxpool2d = {maxpool_forward, maxpool_backward, NULL, maxpool_bwd_ws, NULL, NULL};
+extern "C" const remat__dev_kernels remat__cuda_maxpool2d = {
+    maxpool_forward, maxpool_backward, NULL, maxpool_bwd_ws, NULL, NULL};
 
 static remat_status avgpool_forward(const remat__kctx *k) {
     remat__cuda *cu = remat__cu(k);

@@ -60,8 +60,7 @@ typedef struct {
 
 /* I: the index type, 32-bit when every part has fewer than 2^31 units (the
  * per-element division by w is then 32-bit); offsets are 64-bit. */
-template <typename I, bool ACC>
-static __global__ void sh_parts_kernel(const __grid_constant__ sh_parts t) {
+template <typename I, bool ACC> static __global__ void sh_parts_kernel(const __grid_constant__ sh_parts t) {
     int s = 0;
     while (s + 1 < t.n && (int64_t)blockIdx.x >= t.p[s + 1].first_block) s++;
     const sh_part *p = &t.p[s];
@@ -114,14 +113,10 @@ static remat_status sh_run_parts(const remat__kctx *k, sh_parts *t, int acc) {
     t->chunk = chunk;
     int small = maxu < ((int64_t)1 << 31) - chunk;
     unsigned nb = (unsigned)blocks;
-    if (small && acc)
-        sh_parts_kernel<uint32_t, true><<<nb, REMAT__CU_THREADS, 0, cu->stream>>>(*t);
-    else if (small)
-        sh_parts_kernel<uint32_t, false><<<nb, REMAT__CU_THREADS, 0, cu->stream>>>(*t);
-    else if (acc)
-        sh_parts_kernel<uint64_t, true><<<nb, REMAT__CU_THREADS, 0, cu->stream>>>(*t);
-    else
-        sh_parts_kernel<uint64_t, false><<<nb, REMAT__CU_THREADS, 0, cu->stream>>>(*t);
+    if (small && acc) sh_parts_kernel<uint32_t, true><<<nb, REMAT__CU_THREADS, 0, cu->stream>>>(*t);
+    else if (small) sh_parts_kernel<uint32_t, false><<<nb, REMAT__CU_THREADS, 0, cu->stream>>>(*t);
+    else if (acc) sh_parts_kernel<uint64_t, true><<<nb, REMAT__CU_THREADS, 0, cu->stream>>>(*t);
+    else sh_parts_kernel<uint64_t, false><<<nb, REMAT__CU_THREADS, 0, cu->stream>>>(*t);
     return remat__cu_launched(k, "sh_parts_kernel");
 }
 
@@ -162,7 +157,7 @@ static remat_status reshape_backward(const remat__kctx *k) {
 }
 
 extern "C" const remat__dev_kernels remat__cuda_reshape = {reshape_forward, reshape_backward, NULL, NULL, NULL,
-                                                             pw16_ws_dev};
+                                                           pw16_ws_dev};
 
 /* ---------------------------------------------------------------- concat */
 
@@ -271,10 +266,8 @@ static perm_geom perm_simplify(const remat__shape *s, const int *p) {
     /* groups: runs of q with q[i+1] == q[i] + 1 */
     int gs[REMAT_MAX_DIMS], gl[REMAT_MAX_DIMS], ng = 0;
     for (int i = 0; i < nq; i++) {
-        if (ng && q[i] == gs[ng - 1] + gl[ng - 1])
-            gl[ng - 1]++;
-        else
-            gs[ng] = q[i], gl[ng] = 1, ng++;
+        if (ng && q[i] == gs[ng - 1] + gl[ng - 1]) gl[ng - 1]++;
+        else gs[ng] = q[i], gl[ng] = 1, ng++;
     }
     perm_geom g;
     g.nd = ng;
@@ -331,9 +324,9 @@ static __global__ void perm_rows_kernel(const float *__restrict__ src, float *__
 typedef struct {
     int nb;
     int64_t bd[2], bs[2], bo[2];
-    int64_t na, nbd;   /* sizes of a and b */
-    int64_t sb, da;    /* src stride of b, dst stride of a */
-    int64_t ta, tb;    /* tiles along a and b */
+    int64_t na, nbd; /* sizes of a and b */
+    int64_t sb, da;  /* src stride of b, dst stride of a */
+    int64_t ta, tb;  /* tiles along a and b */
     int64_t ntiles;
 } perm_tiles;
 
@@ -398,14 +391,10 @@ static remat_status perm_run(const remat__kctx *k, const float *src, float *dst,
         r.total = n / L * r.lu;
         unsigned nb = remat__cu_blocks(cu, r.total);
         int small = r.total < ((int64_t)1 << 31);
-        if (small && acc)
-            perm_rows_kernel<uint32_t, true><<<nb, REMAT__CU_THREADS, 0, cu->stream>>>(src, dst, r);
-        else if (small)
-            perm_rows_kernel<uint32_t, false><<<nb, REMAT__CU_THREADS, 0, cu->stream>>>(src, dst, r);
-        else if (acc)
-            perm_rows_kernel<uint64_t, true><<<nb, REMAT__CU_THREADS, 0, cu->stream>>>(src, dst, r);
-        else
-            perm_rows_kernel<uint64_t, false><<<nb, REMAT__CU_THREADS, 0, cu->stream>>>(src, dst, r);
+        if (small && acc) perm_rows_kernel<uint32_t, true><<<nb, REMAT__CU_THREADS, 0, cu->stream>>>(src, dst, r);
+        else if (small) perm_rows_kernel<uint32_t, false><<<nb, REMAT__CU_THREADS, 0, cu->stream>>>(src, dst, r);
+        else if (acc) perm_rows_kernel<uint64_t, true><<<nb, REMAT__CU_THREADS, 0, cu->stream>>>(src, dst, r);
+        else perm_rows_kernel<uint64_t, false><<<nb, REMAT__CU_THREADS, 0, cu->stream>>>(src, dst, r);
         return remat__cu_launched(k, "perm_rows_kernel");
     }
     perm_tiles tg;
@@ -420,10 +409,8 @@ static remat_status perm_run(const remat__kctx *k, const float *src, float *dst,
     int64_t cap = (int64_t)cu->sms * 16;
     unsigned nb = (unsigned)(tg.ntiles < cap ? tg.ntiles : cap);
     dim3 block(PERM_TILE, PERM_ROWS);
-    if (acc)
-        perm_tile_kernel<true><<<nb, block, 0, cu->stream>>>(src, dst, tg);
-    else
-        perm_tile_kernel<false><<<nb, block, 0, cu->stream>>>(src, dst, tg);
+    if (acc) perm_tile_kernel<true><<<nb, block, 0, cu->stream>>>(src, dst, tg);
+    else perm_tile_kernel<false><<<nb, block, 0, cu->stream>>>(src, dst, tg);
     return remat__cu_launched(k, "perm_tile_kernel");
 }
 
@@ -458,10 +445,8 @@ static __global__ void emb_fwd_kernel(const int32_t *__restrict__ ids, const flo
         I t = i / du, c = i - t * du;
         int64_t id = ids[t];
         int ok = id >= 0 && id < num;
-        if (v4)
-            st4(y, (int64_t)i, ok ? ld4(w, id * du + c) : make_float4(NAN, NAN, NAN, NAN));
-        else
-            y[i] = ok ? w[id * du + c] : NAN;
+        if (v4) st4(y, (int64_t)i, ok ? ld4(w, id * du + c) : make_float4(NAN, NAN, NAN, NAN));
+        else y[i] = ok ? w[id * du + c] : NAN;
     }
 }
 
@@ -476,11 +461,11 @@ static remat_status emb_forward(const remat__kctx *k) {
     int64_t du = v4 ? D / 4 : D, total = N * du;
     unsigned nb = remat__cu_blocks(cu, total);
     if (total < ((int64_t)1 << 31))
-        emb_fwd_kernel<uint32_t><<<nb, REMAT__CU_THREADS, 0, cu->stream>>>(ids, w, y, (uint32_t)total, (uint32_t)du,
-                                                                           num, v4);
+        emb_fwd_kernel<uint32_t>
+            <<<nb, REMAT__CU_THREADS, 0, cu->stream>>>(ids, w, y, (uint32_t)total, (uint32_t)du, num, v4);
     else
-        emb_fwd_kernel<uint64_t><<<nb, REMAT__CU_THREADS, 0, cu->stream>>>(ids, w, y, (uint64_t)total, (uint64_t)du,
-                                                                           num, v4);
+        emb_fwd_kernel<uint64_t>
+            <<<nb, REMAT__CU_THREADS, 0, cu->stream>>>(ids, w, y, (uint64_t)total, (uint64_t)du, num, v4);
     REMAT__CU_TRY(remat__cu_launched(k, "emb_fwd_kernel"));
     return REMAT_OK;
 }
@@ -496,9 +481,8 @@ static int emb_key_bits(int64_t num) {
 /* CUB's temporary bytes for sorting N pairs (host only: no launch). */
 static size_t emb_sort_bytes(int64_t N, int64_t num, cudaStream_t stream, cudaError_t *err) {
     size_t bytes = 0;
-    *err = cub::DeviceRadixSort::SortPairs(NULL, bytes, (const uint32_t *)NULL, (uint32_t *)NULL,
-                                           (const int32_t *)NULL, (int32_t *)NULL, (int)N, 0, emb_key_bits(num),
-                                           stream);
+    *err = cub::DeviceRadixSort::SortPairs(NULL, bytes, (const uint32_t *)NULL, (uint32_t *)NULL, (const int32_t *)NULL,
+                                           (int32_t *)NULL, (int)N, 0, emb_key_bits(num), stream);
     return bytes;
 }
 
@@ -566,7 +550,7 @@ static __global__ void emb_runs_kernel(const uint32_t *__restrict__ key, const i
         int64_t s = it / chunks, c = it - s * chunks; /* the same for the whole warp */
         uint32_t id = key[s];
         if ((int64_t)id >= num || (s > 0 && key[s - 1] == id)) continue; /* invalid, or not a run's start */
-        int64_t e = s; /* keys are sorted: the run is [s, e) */
+        int64_t e = s;                                                   /* keys are sorted: the run is [s, e) */
         for (;;) {
             unsigned same = __ballot_sync(full, e + lane < N && key[e + lane] == id);
             if (same == full) {
@@ -634,7 +618,8 @@ static remat_status emb_backward(const remat__kctx *k) {
     float *dw = k->din[1];                                // (num, D)
     int64_t N = remat__numel(k->in[0]->shape), num = k->in[1]->shape->d[0], D = k->in[1]->shape->d[1];
     if (!dw || N == 0 || D == 0) return REMAT_OK;
-    if (N > INT32_MAX) return remat__err(REMAT_INTERNAL, "embedding backward: %lld positions exceed int32", (long long)N);
+    if (N > INT32_MAX)
+        return remat__err(REMAT_INTERNAL, "embedding backward: %lld positions exceed int32", (long long)N);
     cudaError_t err;
     size_t tmp = emb_sort_bytes(N, num, cu->stream, &err);
     REMAT__CU_TRY(remat__cu_rt_ok(err, k, "cub::DeviceRadixSort::SortPairs (size)"));
@@ -643,16 +628,14 @@ static remat_status emb_backward(const remat__kctx *k) {
     REMAT__CU_TRY(remat__cu_launched(k, "emb_keys_kernel"));
     size_t tb = w.tmp_bytes;
     REMAT__CU_TRY(remat__cu_rt_ok(cub::DeviceRadixSort::SortPairs(w.tmp, tb, w.kin, w.kout, w.pin, w.pout, (int)N, 0,
-                                                                   emb_key_bits(num), cu->stream),
+                                                                  emb_key_bits(num), cu->stream),
                                   k, "cub::DeviceRadixSort::SortPairs"));
     int v4 = D % 4 == 0 && sh_aligned(dy) && sh_aligned(dw);
     int64_t chunks = (D + 32 * (v4 ? 4 : 1) - 1) / (32 * (v4 ? 4 : 1)), items = N * chunks;
     int64_t wpb = REMAT__CU_THREADS / 32, blocks = (items + wpb - 1) / wpb, cap = (int64_t)cu->sms * 32;
     unsigned nb = (unsigned)(blocks < cap ? blocks : cap);
-    if (v4)
-        emb_runs_kernel<4><<<nb, REMAT__CU_THREADS, 0, cu->stream>>>(w.kout, w.pout, dy, dw, N, D, num, chunks);
-    else
-        emb_runs_kernel<1><<<nb, REMAT__CU_THREADS, 0, cu->stream>>>(w.kout, w.pout, dy, dw, N, D, num, chunks);
+    if (v4) emb_runs_kernel<4><<<nb, REMAT__CU_THREADS, 0, cu->stream>>>(w.kout, w.pout, dy, dw, N, D, num, chunks);
+    else emb_runs_kernel<1><<<nb, REMAT__CU_THREADS, 0, cu->stream>>>(w.kout, w.pout, dy, dw, N, D, num, chunks);
     REMAT__CU_TRY(remat__cu_launched(k, "emb_runs_kernel"));
     return REMAT_OK;
 }

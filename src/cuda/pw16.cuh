@@ -40,10 +40,8 @@ static __device__ __forceinline__ float pw16_ld(const void *p, int b16, int64_t 
     return b16 ? remat__f32_of(((const uint16_t *)p)[i]) : ((const float *)p)[i];
 }
 static __device__ __forceinline__ void pw16_st(void *p, int b16, int64_t i, float v) {
-    if (b16)
-        ((uint16_t *)p)[i] = remat__bf16_of(v);
-    else
-        ((float *)p)[i] = v;
+    if (b16) ((uint16_t *)p)[i] = remat__bf16_of(v);
+    else ((float *)p)[i] = v;
 }
 
 /* A node's tensors (device pointers) and their dtypes; at most 2 inputs. */
@@ -58,8 +56,7 @@ typedef struct {
     int64_t n;
 } pw16_args;
 
-template <class OP>
-static __global__ void pw16_fwd_kernel(pw16_args t, OP op) {
+template <class OP> static __global__ void pw16_fwd_kernel(pw16_args t, OP op) {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < t.n; i += (int64_t)gridDim.x * blockDim.x) {
         float a = pw16_ld(t.in[0], t.in16[0], i);
         float b = t.n_in > 1 ? pw16_ld(t.in[1], t.in16[1], i) : 0.0f;
@@ -67,8 +64,7 @@ static __global__ void pw16_fwd_kernel(pw16_args t, OP op) {
     }
 }
 
-template <class OP>
-static __global__ void pw16_bwd_kernel(pw16_args t, OP op) {
+template <class OP> static __global__ void pw16_bwd_kernel(pw16_args t, OP op) {
     for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < t.n; i += (int64_t)gridDim.x * blockDim.x) {
         float a = t.in[0] ? pw16_ld(t.in[0], t.in16[0], i) : 0.0f;
         float b = t.n_in > 1 && t.in[1] ? pw16_ld(t.in[1], t.in16[1], i) : 0.0f;
@@ -107,8 +103,7 @@ static inline int pw16_ws_dev(void *dev, const remat_graph *g, const remat__node
 
 /* Node k->node's forward or backward on its stored dtypes, enqueued on
  * the backend's stream. */
-template <class OP>
-static remat_status pw16_run(const remat__kctx *k, OP op, int backward, const char *name) {
+template <class OP> static remat_status pw16_run(const remat__kctx *k, OP op, int backward, const char *name) {
     remat__cuda *cu = remat__cu(k);
     const remat__node *n = k->node;
     pw16_args t;
@@ -125,10 +120,8 @@ static remat_status pw16_run(const remat__kctx *k, OP op, int backward, const ch
     t.dout = backward ? (const void *)k->dout : NULL;
     if (t.n == 0 || (backward && !t.din[0] && !t.din[1])) return REMAT_OK;
     unsigned nb = remat__cu_blocks(cu, t.n);
-    if (backward)
-        pw16_bwd_kernel<OP><<<nb, REMAT__CU_THREADS, 0, cu->stream>>>(t, op);
-    else
-        pw16_fwd_kernel<OP><<<nb, REMAT__CU_THREADS, 0, cu->stream>>>(t, op);
+    if (backward) pw16_bwd_kernel<OP><<<nb, REMAT__CU_THREADS, 0, cu->stream>>>(t, op);
+    else pw16_fwd_kernel<OP><<<nb, REMAT__CU_THREADS, 0, cu->stream>>>(t, op);
     return remat__cu_launched(k, name);
 }
 

@@ -40,7 +40,7 @@ remat_status remat_comm_create_mpi(remat_comm **out, const void *mpi_comm) {
 #else
     (void)mpi_comm;
     return remat__err(REMAT_UNSUPPORTED, "this libremat was built without MPI (cmake -DREMAT_MPI=ON with an MPI "
-                      "such as Debian's libopenmpi-dev installed)");
+                                         "such as Debian's libopenmpi-dev installed)");
 #endif
 }
 
@@ -53,9 +53,11 @@ remat_status remat_comm_create_env(remat_comm **out) {
     return remat__comm_mpi(out, NULL);
 #else
     if (n == 1) return remat__comm_single(out);
-    return remat__err(REMAT_UNSUPPORTED, "this process was started by a launcher (mpirun) as one of %d ranks, but "
+    return remat__err(REMAT_UNSUPPORTED,
+                      "this process was started by a launcher (mpirun) as one of %d ranks, but "
                       "this libremat was built without MPI, so each rank would train alone: build it with MPI "
-                      "(Debian: apt-get install libopenmpi-dev, then cmake -DREMAT_MPI=ON)", n);
+                      "(Debian: apt-get install libopenmpi-dev, then cmake -DREMAT_MPI=ON)",
+                      n);
 #endif
 }
 
@@ -161,8 +163,10 @@ static remat_status same_count(remat_comm *c, int n) {
     for (int r = 1; rc == REMAT_OK && r < c->size && other < 0; r++)
         if (cnts[r] != cnts[0]) other = r;
     if (rc == REMAT_OK && other >= 0) {
-        rc = remat__err(REMAT_INVALID, "the ranks were given different sets of options: rank 0 %d, rank %d %d "
-                        "(another build of remat?)", (int)cnts[0], other, (int)cnts[other]);
+        rc = remat__err(REMAT_INVALID,
+                        "the ranks were given different sets of options: rank 0 %d, rank %d %d "
+                        "(another build of remat?)",
+                        (int)cnts[0], other, (int)cnts[other]);
         c->failed = 1;
     }
     free(cnts);
@@ -226,8 +230,9 @@ static remat_status disagreement(remat_comm *c, const char *const *kv, int n, co
         size_t at = (size_t)snprintf(msg, sizeof msg, "the ranks disagree on %s:", kv[2 * bad]);
         name_groups(msg, sizeof msg, at, c->size, all, n, bad, vals, W);
         rc = remat__err(REMAT_INVALID, "%s (%s)", msg,
-                        why ? why : "every rank must be given the same options that define the math and the "
-                                    "course of the run");
+                        why ? why
+                            : "every rank must be given the same options that define the math and the "
+                              "course of the run");
         c->failed = 1;
     }
     free(vals);
@@ -278,8 +283,10 @@ remat_status remat__allreduce_start(remat__allreduce *a, remat_comm *c, float *x
     memset(a, 0, sizeof *a);
     a->c = c, a->x = x, a->tmp = tmp, a->n = n, a->tag = tag;
     if (!remat__pow2(c->size))
-        return remat__err(REMAT_INVALID, "a deterministic sum across ranks needs a power-of-two number of ranks "
-                          "(1, 2, 4, 8, ...), not %d", c->size);
+        return remat__err(REMAT_INVALID,
+                          "a deterministic sum across ranks needs a power-of-two number of ranks "
+                          "(1, 2, 4, 8, ...), not %d",
+                          c->size);
     while ((1 << a->rounds) < c->size) a->rounds++;
     if (a->rounds == 0 || n == 0) {
         a->done = 1;

@@ -50,11 +50,11 @@ typedef struct {
 
 struct remat_comm {
     const remat__comm_ops *ops;
-    void *impl;           /* the implementation's state (owned) */
+    void *impl; /* the implementation's state (owned) */
     int rank, size;
-    int hosts;            /* distinct host names among the ranks */
+    int hosts; /* distinct host names among the ranks */
     char host[REMAT__HOST_MAX];
-    int failed;           /* the last agreement failed (remat_comm_agreed_failure) */
+    int failed; /* the last agreement failed (remat_comm_agreed_failure) */
 };
 
 /* Marks a failure that every rank of c has found together (they compared

@@ -36,4 +36,3 @@ remat_status remat__comm_wrap(const remat__comm_ops *ops, void *impl, int rank, 
     *out = c;
     return REMAT_OK;
 }
-

@@ -48,41 +48,41 @@
 #include "../plan/schedule.h"
 
 typedef struct {
-    remat_comm *comm;      /* borrowed; NULL: this process alone */
+    remat_comm *comm; /* borrowed; NULL: this process alone */
     int rank, ranks;
-    int64_t K;             /* micro-batches per step, over all ranks */
-    int64_t q;             /* this rank's: K / ranks */
-    int64_t first;         /* the global index of this rank's first */
-    int active;            /* K > 1: steps run micro-batches and REDUCEs */
-    int at_end;            /* every REDUCE after the backward pass */
+    int64_t K;     /* micro-batches per step, over all ranks */
+    int64_t q;     /* this rank's: K / ranks */
+    int64_t first; /* the global index of this rank's first */
+    int active;    /* K > 1: steps run micro-batches and REDUCEs */
+    int at_end;    /* every REDUCE after the backward pass */
     size_t bucket_bytes;
-    int nb;                /* buckets */
-    size_t *blo, *bhi;     /* (nb) bucket b is bytes [blo, bhi) of the gradient block;
+    int nb;              /* buckets */
+    size_t *blo, *bhi;   /* (nb) bucket b is bytes [blo, bhi) of the gradient block;
                             * bucket 0 holds the last parameters */
-    int32_t *bucket_of;    /* (graph nodes) a parameter's bucket, -1 */
-    size_t gfloats;        /* floats of the gradient block */
-    int depth;             /* accumulators: ceil(log2 q) */
-    float *acc;            /* (depth, gfloats) in the communication block */
-    float *recv;           /* (gfloats) the exchanges' receive buffer (several ranks) */
-    size_t sdoubles;       /* statistics of one micro-batch, every stateful node (several ranks) */
-    size_t *soff;          /* (graph nodes) a stateful node's offset in them, SIZE_MAX none */
-    double *stats;         /* (q, sdoubles) this rank's, in the communication block */
-    double *stats_all;     /* (K, sdoubles) every rank's (host staging when staged) */
-    size_t comm_counted;   /* bytes of the communication block as counted */
-    int staged;            /* exchanges and statistics through host staging (a
+    int32_t *bucket_of;  /* (graph nodes) a parameter's bucket, -1 */
+    size_t gfloats;      /* floats of the gradient block */
+    int depth;           /* accumulators: ceil(log2 q) */
+    float *acc;          /* (depth, gfloats) in the communication block */
+    float *recv;         /* (gfloats) the exchanges' receive buffer (several ranks) */
+    size_t sdoubles;     /* statistics of one micro-batch, every stateful node (several ranks) */
+    size_t *soff;        /* (graph nodes) a stateful node's offset in them, SIZE_MAX none */
+    double *stats;       /* (q, sdoubles) this rank's, in the communication block */
+    double *stats_all;   /* (K, sdoubles) every rank's (host staging when staged) */
+    size_t comm_counted; /* bytes of the communication block as counted */
+    int staged;          /* exchanges and statistics through host staging (a
                             * device's memory, or REMAT_DP_STAGING=host) */
     /* Host staging, several ranks only (NULL otherwise and when planning
      * only): malloc'd, never device memory, counted in no category. */
-    float *hx;             /* (gfloats) this rank's subtree, then the sum over the ranks */
-    float *hrecv;          /* (gfloats) the exchanges' receive buffer */
-    double *hstats;        /* (q, sdoubles) this rank's statistics, downloaded */
-    float *hstate;         /* host copies of the stateful ops' resident inputs */
-    size_t *hoff;          /* (params) a slot's floats in hstate, SIZE_MAX none */
-    size_t host_bytes;     /* of the staging buffers (also when planning only) */
-    float *losses;         /* (K + q) host scratch: every micro-batch's loss,
+    float *hx;            /* (gfloats) this rank's subtree, then the sum over the ranks */
+    float *hrecv;         /* (gfloats) the exchanges' receive buffer */
+    double *hstats;       /* (q, sdoubles) this rank's statistics, downloaded */
+    float *hstate;        /* host copies of the stateful ops' resident inputs */
+    size_t *hoff;         /* (params) a slot's floats in hstate, SIZE_MAX none */
+    size_t host_bytes;    /* of the staging buffers (also when planning only) */
+    float *losses;        /* (K + q) host scratch: every micro-batch's loss,
                             * then this rank's (what it sends) */
-    remat__allreduce *ar;  /* (nb) */
-    uint8_t *flying;       /* (nb) a reduction in flight */
+    remat__allreduce *ar; /* (nb) */
+    uint8_t *flying;      /* (nb) a reduction in flight */
     int n_flying;
     double t_reduce, t_wait;
     /* The last step on one host: the reductions' time after the last
@@ -90,8 +90,8 @@ typedef struct {
      * and how long before that this rank's ended (its wait for the
      * slowest rank); -1 on several hosts (no common clock). */
     double t_exposed, t_skew;
-    double *ends;          /* (ranks) host scratch: every rank's backward end */
-    uint64_t hash;         /* of the training plan */
+    double *ends;  /* (ranks) host scratch: every rank's backward end */
+    uint64_t hash; /* of the training plan */
 } remat__dp;
 
 struct remat_session;

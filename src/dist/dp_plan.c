@@ -71,8 +71,10 @@ static remat_status lay_out_stats(remat_session *s) {
         d->soff[u] = SIZE_MAX;
         if (!(op->flags & REMAT__OP_STATEFUL) || !needed[u] || d->ranks == 1) continue;
         if (!op->stats_bytes || !op->commit) {
-            st = remat__err(REMAT_UNSUPPORTED, "op '%s' keeps state but cannot export it, so %d ranks cannot keep "
-                            "it the same", op->name, d->ranks);
+            st = remat__err(REMAT_UNSUPPORTED,
+                            "op '%s' keeps state but cannot export it, so %d ranks cannot keep "
+                            "it the same",
+                            op->name, d->ranks);
             break;
         }
         d->soff[u] = off;
@@ -89,8 +91,10 @@ static remat_status staging_forced(int *forced) {
     const char *v = getenv("REMAT_DP_STAGING");
     *forced = v && strcmp(v, "host") == 0;
     if (v && *v && !*forced)
-        return remat__err(REMAT_INVALID, "REMAT_DP_STAGING='%s': the one value is 'host' (the reduction across "
-                          "ranks through host buffers, as on a GPU, on any device); unset it otherwise", v);
+        return remat__err(REMAT_INVALID,
+                          "REMAT_DP_STAGING='%s': the one value is 'host' (the reduction across "
+                          "ranks through host buffers, as on a GPU, on any device); unset it otherwise",
+                          v);
     return REMAT_OK;
 }
 
@@ -138,15 +142,20 @@ remat_status remat__dp_init(remat_session *s) {
     d->rank = remat_comm_rank(o->comm);
     d->ranks = remat_comm_size(o->comm);
     if (o->micro_batches < 0)
-        return remat__err(REMAT_INVALID, "micro_batches %lld is negative (0: one per rank)", (long long)o->micro_batches);
+        return remat__err(REMAT_INVALID, "micro_batches %lld is negative (0: one per rank)",
+                          (long long)o->micro_batches);
     d->K = o->micro_batches ? o->micro_batches : d->ranks;
     if (!remat__pow2(d->ranks))
-        return remat__err(REMAT_INVALID, "data-parallel training needs a power-of-two number of ranks (1, 2, 4, "
+        return remat__err(REMAT_INVALID,
+                          "data-parallel training needs a power-of-two number of ranks (1, 2, 4, "
                           "8, ...), not %d: gradients are summed in one fixed binary tree over the micro-batches, "
-                          "and each rank must hold a whole subtree of it", d->ranks);
+                          "and each rank must hold a whole subtree of it",
+                          d->ranks);
     if (d->K % d->ranks)
-        return remat__err(REMAT_INVALID, "the %lld micro-batches of a step do not split evenly over %d ranks: the "
-                          "global batch must be a multiple of micro-batch x ranks", (long long)d->K, d->ranks);
+        return remat__err(REMAT_INVALID,
+                          "the %lld micro-batches of a step do not split evenly over %d ranks: the "
+                          "global batch must be a multiple of micro-batch x ranks",
+                          (long long)d->K, d->ranks);
     d->q = d->K / d->ranks;
     d->first = (int64_t)d->rank * d->q;
     d->active = d->K > 1;
@@ -154,8 +163,10 @@ remat_status remat__dp_init(remat_session *s) {
     d->bucket_bytes = o->bucket_bytes ? o->bucket_bytes : DEFAULT_BUCKET_BYTES;
     if (!d->active) return REMAT_OK;
     if (!s->be->copy || !s->be->add || !s->be->div)
-        return remat__err(REMAT_UNSUPPORTED, "micro-batches and several ranks do not run on the %s in this build (its "
-                          "backend has no gradient accumulation)", remat_device_str(o->device));
+        return remat__err(REMAT_UNSUPPORTED,
+                          "micro-batches and several ranks do not run on the %s in this build (its "
+                          "backend has no gradient accumulation)",
+                          remat_device_str(o->device));
     int forced = 0;
     remat_status st = staging_forced(&forced);
     if (st != REMAT_OK) return st;
@@ -184,14 +195,16 @@ remat_status remat__dp_init(remat_session *s) {
     d->ar = calloc((size_t)d->nb + 1, sizeof *d->ar);
     d->flying = calloc((size_t)d->nb + 1, 1);
     d->ends = calloc((size_t)d->ranks, sizeof *d->ends);
-    if (!d->losses || !d->ar || !d->flying || !d->ends) return remat__err(REMAT_NOMEM, "out of memory creating a session");
+    if (!d->losses || !d->ar || !d->flying || !d->ends)
+        return remat__err(REMAT_NOMEM, "out of memory creating a session");
     return REMAT_OK;
 }
 
 void remat__dp_free(remat_session *s) {
     remat__dp *d = &s->dp;
     remat__block_free(s, REMAT__BLK_COMM, REMAT_MEM_COMM, d->comm_counted);
-    free(d->blo), free(d->bhi), free(d->bucket_of), free(d->soff), free(d->losses), free(d->ar), free(d->flying), free(d->ends);
+    free(d->blo), free(d->bhi), free(d->bucket_of), free(d->soff), free(d->losses), free(d->ar), free(d->flying),
+        free(d->ends);
     free(d->hx), free(d->hrecv), free(d->hstats), free(d->hstate), free(d->hoff);
     memset(d, 0, sizeof *d);
 }
@@ -247,10 +260,11 @@ remat_status remat__dp_agree_plan(remat_session *s, remat_status st) {
     st = remat_comm_allgather(d->comm, &d->hash, sizeof d->hash, all);
     for (int r = 1; st == REMAT_OK && r < d->ranks; r++)
         if (all[r] != all[0])
-            st = remat__err(REMAT_INVALID, "the ranks would run different plans: rank 0's training step hashes to "
+            st = remat__err(REMAT_INVALID,
+                            "the ranks would run different plans: rank 0's training step hashes to "
                             "%016llx, rank %d's to %016llx (every rank needs the same model, batch, strategy, "
-                            "budget, cost model, threads and options)", (unsigned long long)all[0], r,
-                            (unsigned long long)all[r]);
+                            "budget, cost model, threads and options)",
+                            (unsigned long long)all[0], r, (unsigned long long)all[r]);
     if (st != REMAT_OK) remat__comm_failed_together(d->comm);
     free(all);
     return st;

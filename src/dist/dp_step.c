@@ -85,7 +85,8 @@ static remat_status finish(remat_session *s, float *loss) {
     }
     /* staged: the sums across the ranks, on the host, back into the
      * gradient block (the buckets cover it whole) */
-    if (d->ranks > 1 && d->staged) st = s->be->upload(s->dev, s->blk[REMAT__BLK_GRAD], d->hx, d->gfloats * sizeof(float));
+    if (d->ranks > 1 && d->staged)
+        st = s->be->upload(s->dev, s->blk[REMAT__BLK_GRAD], d->hx, d->gfloats * sizeof(float));
     /* the mean over the global batch: each micro-batch's loss is a mean over
      * its rows, so the tree's sum over K of them, divided by K */
     if (st == REMAT_OK) st = s->be->div(s->dev, s->blk[REMAT__BLK_GRAD], (float)d->K, (int64_t)d->gfloats);

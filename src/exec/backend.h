@@ -41,8 +41,8 @@ typedef struct {
     /* One optimizer update of n tensors: w[i], g[i], m[i], v[i] of numel[i]
      * elements (m and v NULL where the optimizer keeps none); t is the
      * update's 1-based count. */
-    remat_status (*update)(void *ctx, const remat_optim_opts *o, int64_t t, int n, float *const *w,
-                           float *const *g, float *const *m, float *const *v, const int64_t *numel);
+    remat_status (*update)(void *ctx, const remat_optim_opts *o, int64_t t, int n, float *const *w, float *const *g,
+                           float *const *m, float *const *v, const int64_t *numel);
     /* Waits until everything enqueued has run; reports a failure of any
      * of it. */
     remat_status (*sync)(void *ctx);

@@ -6,7 +6,6 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-
 remat_status remat_device_available(remat_device d) {
     if (d == REMAT_DEVICE_CPU) return REMAT_OK;
     if (d != REMAT_DEVICE_CUDA) return remat__err(REMAT_INVALID, "unknown device %d", (int)d);

@@ -98,8 +98,8 @@ static remat_status copy_value(remat_session *s, int32_t v, int to_host) {
 /* A value the plan promised resident is not bound: the plan is wrong. */
 static remat_status unbound(remat_session *s, int32_t v, const char *what, int node) {
     char lb[128];
-    return remat__err(REMAT_INTERNAL, "schedule error: %s of %s (node %d) is not resident",
-                      what, remat__node_label(&s->g->nodes[REMAT__VAL_NODE(v)], lb, sizeof lb), node);
+    return remat__err(REMAT_INTERNAL, "schedule error: %s of %s (node %d) is not resident", what,
+                      remat__node_label(&s->g->nodes[REMAT__VAL_NODE(v)], lb, sizeof lb), node);
 }
 
 /* The tensor seen by a kernel for input i of node n. */
@@ -107,10 +107,8 @@ static void input_tensor(remat_session *s, const remat__node *n, int i, remat__t
     int32_t in = n->in[i];
     const remat__node *src = &s->g->nodes[in];
     t->shape = &src->shape;
-    if (remat__is_resident(src))
-        t->data = s->params[s->pindex[in]].data;
-    else
-        t->data = s->vals[REMAT__VAL(in, REMAT__V_OUT)];
+    if (remat__is_resident(src)) t->data = s->params[s->pindex[in]].data;
+    else t->data = s->vals[REMAT__VAL(in, REMAT__V_OUT)];
 }
 
 /* Where node n's tensor starts in the global batch's (dropout's key): a
@@ -128,9 +126,18 @@ static remat_status kernel_fwd(remat_session *s, const remat__schedule *sc, cons
     const remat__node *n = &g->nodes[in->node];
     int32_t vo = REMAT__VAL(in->node, REMAT__V_OUT);
     remat__tensor ins[REMAT__MAX_IN], out = {s->vals[vo], &n->shape};
-    remat__kctx k = {.graph = g, .node = n, .out = &out, .aux = s->vals[REMAT__VAL(in->node, REMAT__V_AUX)],
-                     .ws = ws, .train = sc->train, .first = in->first, .seed = s->opts.seed, .step = s->step,
-                     .node_id = in->node, .elem0 = elem0(s, n, mb), .dev = s->dev};
+    remat__kctx k = {.graph = g,
+                     .node = n,
+                     .out = &out,
+                     .aux = s->vals[REMAT__VAL(in->node, REMAT__V_AUX)],
+                     .ws = ws,
+                     .train = sc->train,
+                     .first = in->first,
+                     .seed = s->opts.seed,
+                     .step = s->step,
+                     .node_id = in->node,
+                     .elem0 = elem0(s, n, mb),
+                     .dev = s->dev};
     remat_status wt = wait_reads(s, n, in->node);
     if (wt != REMAT_OK) return wt;
     const remat__dp *d = &s->dp;
@@ -155,9 +162,18 @@ static remat_status kernel_bwd(remat_session *s, const remat__schedule *sc, int3
     uint32_t din = s->cur->din[i];
     remat__tensor ins[REMAT__MAX_IN];
     remat__tensor out = {NULL, &n->shape};
-    remat__kctx k = {.graph = g, .node = n, .out = &out, .dout = s->vals[REMAT__VAL(in->node, REMAT__V_GRAD)],
-                     .ws = ws, .train = sc->train, .first = 0, .seed = s->opts.seed, .step = s->step,
-                     .node_id = in->node, .elem0 = elem0(s, n, mb), .dev = s->dev};
+    remat__kctx k = {.graph = g,
+                     .node = n,
+                     .out = &out,
+                     .dout = s->vals[REMAT__VAL(in->node, REMAT__V_GRAD)],
+                     .ws = ws,
+                     .train = sc->train,
+                     .first = 0,
+                     .seed = s->opts.seed,
+                     .step = s->step,
+                     .node_id = in->node,
+                     .elem0 = elem0(s, n, mb),
+                     .dev = s->dev};
     remat_status wt = wait_reads(s, n, in->node);
     if (wt != REMAT_OK) return wt;
     if (!k.dout) return unbound(s, REMAT__VAL(in->node, REMAT__V_GRAD), "the gradient", in->node);
@@ -206,7 +222,8 @@ static remat_status upload(remat_session *s, const remat__instr *in, int64_t mb)
 static remat_status fetch(remat_session *s, const remat__instr *in, float *fetch_out) {
     int32_t vo = REMAT__VAL(in->node, REMAT__V_OUT);
     size_t bytes = s->cur->ev[s->vev[vo]].bytes;
-    if (remat__val_dtype(&s->prog, in->node) != REMAT_BF16) return s->be->download(s->dev, fetch_out, s->vals[vo], bytes);
+    if (remat__val_dtype(&s->prog, in->node) != REMAT_BF16)
+        return s->be->download(s->dev, fetch_out, s->vals[vo], bytes);
     /* bf16 on the host: downloaded into the buffer's upper half, widened
      * from the bottom up (element i's float overwrites only bf16s already read) */
     int64_t n = (int64_t)(bytes / 2);
@@ -235,8 +252,7 @@ static remat_status instruction(remat_session *s, const remat__schedule *sc, int
     const remat__memplan *m = s->cur;
     const remat__instr *in = &sc->ins[i];
     if (in->kind == REMAT__I_FWD && s->g->nodes[in->node].leaf == REMAT__LEAF_INPUT && !s->bound[in->node])
-        return remat__err(REMAT_INVALID, "input '%s' has no data: call remat_session_bind",
-                          s->g->nodes[in->node].name);
+        return remat__err(REMAT_INVALID, "input '%s' has no data: call remat_session_bind", s->g->nodes[in->node].name);
     remat_status st = REMAT_OK;
     /* a value copied out is given back once its copy has landed */
     if (in->kind == REMAT__I_FREE && in_flight(s, in->value)) st = wait_copies(s);
@@ -263,10 +279,13 @@ static remat_status instruction(remat_session *s, const remat__schedule *sc, int
  * asynchronously: it waits, so the time is this instruction's. */
 static remat_status profile(remat_session *s, const remat__instr *in, double t0) {
     remat_status st = in->kind != REMAT__I_FREE ? s->be->sync(s->dev) : REMAT_OK;
-    int op = s->g->nodes[in->kind == REMAT__I_FWD || in->kind == REMAT__I_BWD ? in->node : REMAT__VAL_NODE(in->value)].op;
+    int op =
+        s->g->nodes[in->kind == REMAT__I_FWD || in->kind == REMAT__I_BWD ? in->node : REMAT__VAL_NODE(in->value)].op;
     /* forward, recompute, backward, free, copy out, copy in */
-    int slot = in->kind == REMAT__I_FWD ? !in->first : in->kind == REMAT__I_OUT ? 4 : in->kind == REMAT__I_IN ? 5
-               : in->kind + 1;
+    int slot = in->kind == REMAT__I_FWD   ? !in->first
+               : in->kind == REMAT__I_OUT ? 4
+               : in->kind == REMAT__I_IN  ? 5
+                                          : in->kind + 1;
     double dt = remat__now() - t0;
     s->prof_s[op][slot] += dt;
     s->prof_n[op][slot]++;

@@ -64,8 +64,10 @@ static remat_status measure(const remat__backend *be, void *ctx, void *dev, void
     if (st != REMAT_OK) return st;
     fit(x, y, n, bandwidth, latency);
     if (!(*bandwidth > 0) || !(*bandwidth <= 1e15))
-        return remat__err(REMAT_INTERNAL, "the host link's copies did not take longer with more bytes (%g bytes/s "
-                          "fitted): the timer or the machine is too noisy to measure it", *bandwidth);
+        return remat__err(REMAT_INTERNAL,
+                          "the host link's copies did not take longer with more bytes (%g bytes/s "
+                          "fitted): the timer or the machine is too noisy to measure it",
+                          *bandwidth);
     return REMAT_OK;
 }
 

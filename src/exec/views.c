@@ -35,7 +35,6 @@ static void *at(const void *p, remat_dtype d, int64_t off) {
     return p ? (unsigned char *)p + (size_t)off * remat__dtype_size(d) : NULL;
 }
 
-
 /* How a sliced kernel's tensors split into blocks (remat__shim.slice
  * units each): an elementwise op's units are elements, a plane-wise op's
  * the (n, c) planes of its input; per tensor, its elements per unit. */
@@ -65,8 +64,8 @@ static remat__shape block_shape(const remat__shape *full, int planes, int64_t c,
 
 /* Units [u0, u0 + c) of a sliced kernel's inputs into k (views filled
  * from the values), shapes in sh (per input, then the output). */
-static remat_status block_in(remat_session *s, const remat__kctx *k0, const remat__shim *L, const blocks *b,
-                             int64_t u0, int64_t c, remat__kctx *k, remat__tensor *t, remat__shape *sh) {
+static remat_status block_in(remat_session *s, const remat__kctx *k0, const remat__shim *L, const blocks *b, int64_t u0,
+                             int64_t c, remat__kctx *k, remat__tensor *t, remat__shape *sh) {
     const remat__node *n = k0->node;
     unsigned char *ws = k0->ws;
     remat_status st = REMAT_OK;
@@ -92,8 +91,8 @@ static remat_status block_in(remat_session *s, const remat__kctx *k0, const rema
 }
 
 /* The same for the output and its gradient, of len elements at off. */
-static remat_status block_out(remat_session *s, const remat__kctx *k0, const remat__shim *L, int backward,
-                              int64_t off, int64_t len, remat__kctx *k, remat__tensor *out) {
+static remat_status block_out(remat_session *s, const remat__kctx *k0, const remat__shim *L, int backward, int64_t off,
+                              int64_t len, remat__kctx *k, remat__tensor *out) {
     unsigned char *ws = k0->ws;
     remat_status st = REMAT_OK;
     *out = (remat__tensor){at(k0->out->data, dtype_of(s, k0->node_id), off), &k->node->shape};
@@ -136,8 +135,8 @@ static remat_status run_sliced(remat_session *s, const remat__kctx *k0, const re
         for (int i = 0; i < n->n_in && st == REMAT_OK; i++) {
             if (L->din[i] < 0 || !k0->din[i]) continue;
             int bf16 = dtype_of(s, n->in[i]) == REMAT_BF16; /* a parameter's gradient is float32 */
-            st = cvt(s, at(k0->din[i], bf16 ? REMAT_BF16 : REMAT_F32, u0 * b.per_in[i]), k.din[i],
-                     c * b.per_in[i], bf16 ? REMAT__CVT_ACC_BF16 : REMAT__CVT_ACC_F32);
+            st = cvt(s, at(k0->din[i], bf16 ? REMAT_BF16 : REMAT_F32, u0 * b.per_in[i]), k.din[i], c * b.per_in[i],
+                     bf16 ? REMAT__CVT_ACC_BF16 : REMAT__CVT_ACC_F32);
         }
     }
     return st;
@@ -183,7 +182,7 @@ static remat_status run_whole(remat_session *s, remat__kctx *k, const remat__shi
 
 remat_status remat__run_precise(remat_session *s, remat__kctx *k, int backward) {
     if (!s->prog.dt) return s->be->run(s->dev, k, backward); /* fp32: no views, nothing to lay out */
-    if (s->prog.native[k->node_id]) { /* kernels on the stored dtypes */
+    if (s->prog.native[k->node_id]) {                        /* kernels on the stored dtypes */
         k->dt = s->prog.dt;
         return s->be->run(s->dev, k, backward);
     }

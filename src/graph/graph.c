@@ -31,9 +31,7 @@ void remat_graph_destroy(remat_graph *g) {
 
 remat_status remat_graph_status(const remat_graph *g) { return g->status; }
 
-const char *remat_graph_error(const remat_graph *g) {
-    return g->status == REMAT_OK ? "no error" : g->error;
-}
+const char *remat_graph_error(const remat_graph *g) { return g->status == REMAT_OK ? "no error" : g->error; }
 
 static remat_node fail(remat_graph *g, remat_status s) {
     if (g->status == REMAT_OK) {
@@ -48,10 +46,8 @@ static remat_node fail(remat_graph *g, remat_status s) {
 
 const char *remat__node_label(const remat__node *n, char *buf, size_t cap) {
     const char *op = remat__ops[n->op]->name;
-    if (n->name)
-        snprintf(buf, cap, "%s '%s'", op, n->name);
-    else
-        snprintf(buf, cap, "%s", op);
+    if (n->name) snprintf(buf, cap, "%s '%s'", op, n->name);
+    else snprintf(buf, cap, "%s", op);
     return buf;
 }
 
@@ -72,19 +68,19 @@ remat_node remat__graph_add(remat_graph *g, const remat__node *proto) {
     if (g->status != REMAT_OK) return fail(g, g->status);
     const remat__op *op = remat__ops[proto->op];
     if (proto->n_in < op->min_in || proto->n_in > op->max_in)
-        return fail(g, remat__err(REMAT_INVALID, "%s takes %d to %d inputs, got %d", op->name,
-                                  op->min_in, op->max_in, proto->n_in));
+        return fail(g, remat__err(REMAT_INVALID, "%s takes %d to %d inputs, got %d", op->name, op->min_in, op->max_in,
+                                  proto->n_in));
     for (int i = 0; i < proto->n_in; i++) {
         if (proto->in[i] == REMAT_NONE)
             return fail(g, remat__err(REMAT_INVALID, "%s: input %d is REMAT_NONE", op->name, i));
         if (proto->in[i] < 0 || proto->in[i] >= g->n)
-            return fail(g, remat__err(REMAT_INVALID, "%s: input %d is node %d, which does not exist",
-                                      op->name, i, (int)proto->in[i]));
+            return fail(g, remat__err(REMAT_INVALID, "%s: input %d is node %d, which does not exist", op->name, i,
+                                      (int)proto->in[i]));
     }
     if (proto->name) {
         for (int i = 0; i < g->n; i++)
-            if (g->nodes[i].name && g->nodes[i].leaf != REMAT__LEAF_NONE &&
-                proto->leaf != REMAT__LEAF_NONE && strcmp(g->nodes[i].name, proto->name) == 0)
+            if (g->nodes[i].name && g->nodes[i].leaf != REMAT__LEAF_NONE && proto->leaf != REMAT__LEAF_NONE &&
+                strcmp(g->nodes[i].name, proto->name) == 0)
                 return fail(g, remat__err(REMAT_INVALID, "the name '%s' is used twice", proto->name));
     }
     if (g->n == g->cap) {
@@ -113,18 +109,15 @@ remat_node remat__graph_add(remat_graph *g, const remat__node *proto) {
 
 /* ---------------------------------------------------------------- leaves */
 
-static remat_node leaf(remat_graph *g, int op, remat__leaf kind, const char *name,
-                       remat_dtype dtype, int ndim, const int64_t *dims, remat_init init,
-                       float a) {
+static remat_node leaf(remat_graph *g, int op, remat__leaf kind, const char *name, remat_dtype dtype, int ndim,
+                       const int64_t *dims, remat_init init, float a) {
     if (!g) return REMAT_NONE;
     if (g->status != REMAT_OK) return fail(g, g->status);
-    if (!name || !*name)
-        return fail(g, remat__err(REMAT_INVALID, "%s needs a name", remat__ops[op]->name));
+    if (!name || !*name) return fail(g, remat__err(REMAT_INVALID, "%s needs a name", remat__ops[op]->name));
     if (ndim < 0 || ndim > REMAT_MAX_DIMS || (ndim > 0 && !dims))
-        return fail(g, remat__err(REMAT_INVALID, "%s '%s': %d dimensions (1..%d allowed)",
-                                  remat__ops[op]->name, name, ndim, REMAT_MAX_DIMS));
-    remat__node n = {.op = op, .leaf = kind, .name = (char *)name, .dtype = dtype,
-                     .init = init, .init_a = a};
+        return fail(g, remat__err(REMAT_INVALID, "%s '%s': %d dimensions (1..%d allowed)", remat__ops[op]->name, name,
+                                  ndim, REMAT_MAX_DIMS));
+    remat__node n = {.op = op, .leaf = kind, .name = (char *)name, .dtype = dtype, .init = init, .init_a = a};
     n.shape.ndim = ndim;
     for (int i = 0; i < ndim; i++) {
         if (dims[i] <= 0)
@@ -135,22 +128,18 @@ static remat_node leaf(remat_graph *g, int op, remat__leaf kind, const char *nam
     return remat__graph_add(g, &n);
 }
 
-remat_node remat_input(remat_graph *g, const char *name, remat_dtype dtype, int ndim,
-                       const int64_t *dims) {
+remat_node remat_input(remat_graph *g, const char *name, remat_dtype dtype, int ndim, const int64_t *dims) {
     if (dtype != REMAT_F32 && dtype != REMAT_I32)
-        return g ? fail(g, remat__err(REMAT_INVALID, "input '%s': unknown dtype %d",
-                                      name ? name : "", (int)dtype))
+        return g ? fail(g, remat__err(REMAT_INVALID, "input '%s': unknown dtype %d", name ? name : "", (int)dtype))
                  : REMAT_NONE;
     return leaf(g, REMAT__OP_INPUT, REMAT__LEAF_INPUT, name, dtype, ndim, dims, REMAT_INIT_ZEROS, 0);
 }
 
-remat_node remat_param(remat_graph *g, const char *name, int ndim, const int64_t *dims,
-                       remat_init init, float a) {
+remat_node remat_param(remat_graph *g, const char *name, int ndim, const int64_t *dims, remat_init init, float a) {
     return leaf(g, REMAT__OP_PARAM, REMAT__LEAF_PARAM, name, REMAT_F32, ndim, dims, init, a);
 }
 
-remat_node remat_buffer(remat_graph *g, const char *name, int ndim, const int64_t *dims,
-                        remat_init init) {
+remat_node remat_buffer(remat_graph *g, const char *name, int ndim, const int64_t *dims, remat_init init) {
     return leaf(g, REMAT__OP_BUFFER, REMAT__LEAF_BUFFER, name, REMAT_F32, ndim, dims, init, 0);
 }
 
@@ -169,19 +158,18 @@ remat_node remat_linear_op(remat_graph *g, remat_node x, remat_node w, remat_nod
     return op_node(g, REMAT__OP_LINEAR, b == REMAT_NONE ? 2 : 3, in);
 }
 
-remat_node remat_conv2d_op(remat_graph *g, remat_node x, remat_node w, remat_node b, int stride,
-                           int padding) {
+remat_node remat_conv2d_op(remat_graph *g, remat_node x, remat_node w, remat_node b, int stride, int padding) {
     if (!g) return REMAT_NONE;
-    remat__node n = {.op = REMAT__OP_CONV2D, .n_in = b == REMAT_NONE ? 2 : 3,
-                     .in = {x, w, b}, .iattr = {stride, padding}};
+    remat__node n = {
+        .op = REMAT__OP_CONV2D, .n_in = b == REMAT_NONE ? 2 : 3, .in = {x, w, b}, .iattr = {stride, padding}};
     return remat__graph_add(g, &n);
 }
 
 remat_node remat_batchnorm2d_op(remat_graph *g, remat_node x, remat_node weight, remat_node bias,
-                                remat_node running_mean, remat_node running_var, float eps,
-                                float momentum) {
+                                remat_node running_mean, remat_node running_var, float eps, float momentum) {
     if (!g) return REMAT_NONE;
-    remat__node n = {.op = REMAT__OP_BATCHNORM2D, .n_in = 5,
+    remat__node n = {.op = REMAT__OP_BATCHNORM2D,
+                     .n_in = 5,
                      .in = {x, weight, bias, running_mean, running_var},
                      .fattr = {eps, momentum}};
     return remat__graph_add(g, &n);
@@ -203,9 +191,7 @@ remat_node remat_avgpool2d(remat_graph *g, remat_node x, int kernel, int stride,
     return pool(g, REMAT__OP_AVGPOOL2D, x, kernel, stride, padding);
 }
 
-remat_node remat_global_avgpool(remat_graph *g, remat_node x) {
-    return op_node(g, REMAT__OP_GLOBAL_AVGPOOL, 1, &x);
-}
+remat_node remat_global_avgpool(remat_graph *g, remat_node x) { return op_node(g, REMAT__OP_GLOBAL_AVGPOOL, 1, &x); }
 
 remat_node remat_dropout(remat_graph *g, remat_node x, float p) {
     if (!g) return REMAT_NONE;
@@ -216,8 +202,7 @@ remat_node remat_dropout(remat_graph *g, remat_node x, float p) {
 remat_node remat_reshape(remat_graph *g, remat_node x, int ndim, const int64_t *dims) {
     if (!g) return REMAT_NONE;
     if (ndim < 1 || ndim > REMAT_MAX_DIMS || !dims)
-        return fail(g, remat__err(REMAT_INVALID, "reshape: %d dimensions (1..%d allowed)", ndim,
-                                  REMAT_MAX_DIMS));
+        return fail(g, remat__err(REMAT_INVALID, "reshape: %d dimensions (1..%d allowed)", ndim, REMAT_MAX_DIMS));
     /* The target shape travels in iattr: [0] = ndim, [1..4] = dims. */
     remat__node n = {.op = REMAT__OP_RESHAPE, .n_in = 1, .in = {x}, .iattr = {ndim}};
     for (int i = 0; i < ndim; i++) n.iattr[1 + i] = dims[i];
@@ -228,8 +213,7 @@ remat_node remat_flatten(remat_graph *g, remat_node x) {
     if (!g) return REMAT_NONE;
     if (g->status != REMAT_OK) return fail(g, g->status);
     if (x < 0 || x >= g->n)
-        return fail(g, remat__err(REMAT_INVALID, "flatten: input is node %d, which does not exist",
-                                  (int)x));
+        return fail(g, remat__err(REMAT_INVALID, "flatten: input is node %d, which does not exist", (int)x));
     const remat__shape *s = &g->nodes[x].shape;
     int64_t rest = 1;
     for (int i = 1; i < s->ndim; i++) rest *= s->d[i];
@@ -249,8 +233,7 @@ remat_node remat_mul(remat_graph *g, remat_node a, remat_node b) {
 
 remat_node remat_concat(remat_graph *g, int n, const remat_node *xs) {
     if (!g) return REMAT_NONE;
-    if (n < 1 || !xs)
-        return fail(g, remat__err(REMAT_INVALID, "concat: needs at least one input"));
+    if (n < 1 || !xs) return fail(g, remat__err(REMAT_INVALID, "concat: needs at least one input"));
     return op_node(g, REMAT__OP_CONCAT, n, xs);
 }
 
@@ -325,8 +308,7 @@ int remat_node_dtype(const remat_graph *g, remat_node n) {
 }
 
 static remat_node mark(remat_graph *g, remat_node x, int depth) {
-    if (x < 0 || x >= g->n)
-        return fail(g, remat__err(REMAT_INVALID, "checkpoint: node %d does not exist", (int)x));
+    if (x < 0 || x >= g->n) return fail(g, remat__err(REMAT_INVALID, "checkpoint: node %d does not exist", (int)x));
     if (depth > 200) return fail(g, remat__err(REMAT_INVALID, "checkpoint scopes nest deeper than 200"));
     uint8_t c = (uint8_t)(depth + 1);
     if (!g->nodes[x].checkpoint || c < g->nodes[x].checkpoint) g->nodes[x].checkpoint = c;

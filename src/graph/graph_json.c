@@ -118,8 +118,8 @@ static remat_status value_id(const reader *r, const cJSON *it, const char *where
     remat_status st = whole(it, where, key, &id);
     if (st != REMAT_OK) return st;
     if (id >= r->nv)
-        return remat__err(REMAT_FORMAT, "%s: '%s' names value %lld, but there are %d values", where, key,
-                          (long long)id, (int)r->nv);
+        return remat__err(REMAT_FORMAT, "%s: '%s' names value %lld, but there are %d values", where, key, (long long)id,
+                          (int)r->nv);
     *out = (int32_t)id;
     return REMAT_OK;
 }
@@ -148,8 +148,10 @@ static remat_status unique_names(const reader *r) {
     remat_status st = REMAT_OK;
     for (int k = 1; k < n && st == REMAT_OK; k++)
         if (strcmp(ix[k - 1].name, ix[k].name) == 0)
-            st = remat__err(REMAT_FORMAT, "value %d: 'name' '%.60s' is value %d's too (inputs, parameters and "
-                            "buffers have names of their own)", (int)ix[k].id, ix[k].name, (int)ix[k - 1].id);
+            st = remat__err(REMAT_FORMAT,
+                            "value %d: 'name' '%.60s' is value %d's too (inputs, parameters and "
+                            "buffers have names of their own)",
+                            (int)ix[k].id, ix[k].name, (int)ix[k - 1].id);
     free(ix);
     return st;
 }
@@ -172,8 +174,9 @@ static remat_status read_values(reader *r, const cJSON *arr) {
         int64_t id;
         remat_status st = whole(cJSON_GetObjectItemCaseSensitive(it, "id"), where, "id", &id);
         if (st != REMAT_OK) return st;
-        if (id != i) return remat__err(REMAT_FORMAT, "%s: 'id' is %lld; values are listed in id order from 0", where,
-                                       (long long)id);
+        if (id != i)
+            return remat__err(REMAT_FORMAT, "%s: 'id' is %lld; values are listed in id order from 0", where,
+                              (long long)id);
         val *v = &r->v[i];
         if ((st = whole(cJSON_GetObjectItemCaseSensitive(it, "bytes"), where, "bytes", &v->bytes)) != REMAT_OK)
             return st;
@@ -183,8 +186,11 @@ static remat_status read_values(reader *r, const cJSON *arr) {
         int64_t over = -1;
         const cJSON *ob = cJSON_GetObjectItemCaseSensitive(it, "overwritten_by");
         if (ob && (st = whole(ob, where, "overwritten_by", &over)) != REMAT_OK) return st;
-        if (over > MAX_OPS) return remat__err(REMAT_FORMAT, "%s: 'overwritten_by' names op %lld; there are at most %d "
-                                              "ops", where, (long long)over, MAX_OPS);
+        if (over > MAX_OPS)
+            return remat__err(REMAT_FORMAT,
+                              "%s: 'overwritten_by' names op %lld; there are at most %d "
+                              "ops",
+                              where, (long long)over, MAX_OPS);
         v->over = (int32_t)over;
         const cJSON *k = cJSON_GetObjectItemCaseSensitive(it, "kind");
         const char *ks = cJSON_IsString(k) ? k->valuestring : NULL;
@@ -194,8 +200,8 @@ static remat_status read_values(reader *r, const cJSON *arr) {
         else if (strcmp(ks, "buffer") == 0) v->kind = V_BUFFER;
         else if (strcmp(ks, "activation") == 0) v->kind = V_ACT;
         else
-            return remat__err(REMAT_FORMAT, "%s: 'kind' is '%.40s'; one of input, parameter, buffer, activation",
-                              where, ks);
+            return remat__err(REMAT_FORMAT, "%s: 'kind' is '%.40s'; one of input, parameter, buffer, activation", where,
+                              ks);
         const cJSON *nm = cJSON_GetObjectItemCaseSensitive(it, "name");
         if (nm && !cJSON_IsString(nm)) return remat__err(REMAT_FORMAT, "%s: 'name' is not a string", where);
         v->name = nm ? nm->valuestring : NULL;
@@ -208,8 +214,10 @@ static remat_status read_values(reader *r, const cJSON *arr) {
         total += (double)(v->kind == V_PARAM || v->kind == V_BUFFER ? (v->bytes + 3) / 4 * 4 : v->bytes);
         total += v->grad > 0 ? (double)v->grad : 0;
         if (total >= MAX_BYTES)
-            return remat__err(REMAT_FORMAT, "%s: 'bytes' (%lld) brings the total of all values' bytes to 2^53 or "
-                              "more", where, (long long)v->bytes);
+            return remat__err(REMAT_FORMAT,
+                              "%s: 'bytes' (%lld) brings the total of all values' bytes to 2^53 or "
+                              "more",
+                              where, (long long)v->bytes);
         v->producer = -1;
         v->node = -1;
         i++;
@@ -225,8 +233,8 @@ static remat_status id_list(const reader *r, const cJSON *obj, const char *where
     if (!cJSON_IsArray(arr)) return remat__err(REMAT_FORMAT, "%s: '%s' is not an array", where, key);
     int c = cJSON_GetArraySize(arr);
     if (c > cap)
-        return remat__err(REMAT_FORMAT, "%s: '%s' has %d entries; at most %d are taken (split the op)", where, key,
-                          c, cap);
+        return remat__err(REMAT_FORMAT, "%s: '%s' has %d entries; at most %d are taken (split the op)", where, key, c,
+                          cap);
     const cJSON *it;
     cJSON_ArrayForEach(it, arr) {
         remat_status st = value_id(r, it, where, key, &ids[(*n)++]);
@@ -238,8 +246,9 @@ static remat_status id_list(const reader *r, const cJSON *obj, const char *where
 static const struct {
     const char *name;
     remat_family f;
-} families[] = {{"linear", REMAT_FAMILY_LINEAR}, {"conv", REMAT_FAMILY_CONV}, {"norm", REMAT_FAMILY_NORM},
-                {"pointwise", REMAT_FAMILY_POINTWISE}, {"pool", REMAT_FAMILY_POOL}, {"copy", REMAT_FAMILY_COPY},
+} families[] = {{"linear", REMAT_FAMILY_LINEAR}, {"conv", REMAT_FAMILY_CONV},
+                {"norm", REMAT_FAMILY_NORM},     {"pointwise", REMAT_FAMILY_POINTWISE},
+                {"pool", REMAT_FAMILY_POOL},     {"copy", REMAT_FAMILY_COPY},
                 {"loss", REMAT_FAMILY_LOSS}};
 
 /* Reads op i; saves (value ids) go to *saves, *n_saves. */
@@ -267,7 +276,8 @@ static remat_status read_op(reader *r, int i, const cJSON *it, int32_t *saves, i
     int64_t id = 0;
     remat_status st = whole(cJSON_GetObjectItemCaseSensitive(it, "id"), where, "id", &id);
     if (st != REMAT_OK) return st;
-    if (id != i) return remat__err(REMAT_FORMAT, "%s: 'id' is %lld; ops are listed in id order from 0", where, (long long)id);
+    if (id != i)
+        return remat__err(REMAT_FORMAT, "%s: 'id' is %lld; ops are listed in id order from 0", where, (long long)id);
     if ((st = id_list(r, it, where, "inputs", o->in, REMAT__MAX_IN, &o->n_in)) != REMAT_OK ||
         (st = id_list(r, it, where, "outputs", o->out, MAX_OUTPUTS, &o->n_out)) != REMAT_OK ||
         (st = id_list(r, it, where, "saves", saves, REMAT__MAX_IN + MAX_OUTPUTS, n_saves)) != REMAT_OK)
@@ -276,15 +286,18 @@ static remat_status read_op(reader *r, int i, const cJSON *it, int32_t *saves, i
     for (int k = 0; k < o->n_in; k++) {
         const val *v = &r->v[o->in[k]];
         if (v->kind == V_ACT && v->producer < 0)
-            return remat__err(REMAT_FORMAT, "%s reads value %d before any op makes it (ops must be listed in the "
+            return remat__err(REMAT_FORMAT,
+                              "%s reads value %d before any op makes it (ops must be listed in the "
                               "order they run; a value made later, or never, means a cycle or a missing op)",
                               where, (int)o->in[k]);
     }
     for (int k = 0; k < o->n_out; k++) {
         val *v = &r->v[o->out[k]];
         if (v->kind != V_ACT)
-            return remat__err(REMAT_FORMAT, "%s: output %d is value %d, which is an input, parameter or buffer "
-                              "(an op that writes one in place lists it as an input)", where, k, (int)o->out[k]);
+            return remat__err(REMAT_FORMAT,
+                              "%s: output %d is value %d, which is an input, parameter or buffer "
+                              "(an op that writes one in place lists it as an input)",
+                              where, k, (int)o->out[k]);
         if (v->producer >= 0)
             return remat__err(REMAT_FORMAT, "%s: value %d is an output of op %d already", where, (int)o->out[k],
                               (int)v->producer);
@@ -297,8 +310,10 @@ static remat_status read_op(reader *r, int i, const cJSON *it, int32_t *saves, i
         for (int q = 0; q < o->n_in; q++) ok |= o->in[q] == saves[k];
         for (int q = 0; q < o->n_out; q++) ok |= o->out[q] == saves[k];
         if (!ok)
-            return remat__err(REMAT_FORMAT, "%s: 'saves' names value %d, which is neither its input nor its "
-                              "output", where, (int)saves[k]);
+            return remat__err(REMAT_FORMAT,
+                              "%s: 'saves' names value %d, which is neither its input nor its "
+                              "output",
+                              where, (int)saves[k]);
         for (int q = 0; q < kept; q++) again |= saves[q] == saves[k];
         if (!again) saves[kept++] = saves[k];
     }
@@ -328,8 +343,10 @@ static remat_status read_op(reader *r, int i, const cJSON *it, int32_t *saves, i
         for (size_t f = 0; f < sizeof families / sizeof families[0] && cJSON_IsString(fam); f++)
             if (strcmp(fam->valuestring, families[f].name) == 0) o->family = families[f].f, found = 1;
         if (!found)
-            return remat__err(REMAT_FORMAT, "%s: 'family' must be one of linear, conv, norm, pointwise, pool, copy, "
-                              "loss", where);
+            return remat__err(REMAT_FORMAT,
+                              "%s: 'family' must be one of linear, conv, norm, pointwise, pool, copy, "
+                              "loss",
+                              where);
     }
     return REMAT_OK;
 }
@@ -441,7 +458,7 @@ static remat_status op_nodes(reader *r, builder *b, int i, const int32_t *saves,
  * modified in place): a plan may only recompute it. */
 static remat_status overwrites(const reader *r, builder *b, int32_t (*saves)[REMAT__MAX_IN + MAX_OUTPUTS],
                                const int *n_saves) {
-    int32_t *last = malloc(((size_t)r->nv + 1) * sizeof *last); /* per value: the last op that reads it */
+    int32_t *last = malloc(((size_t)r->nv + 1) * sizeof *last);   /* per value: the last op that reads it */
     int32_t *saver = malloc(((size_t)r->nv + 1) * sizeof *saver); /* per value: an op whose backward reads it */
     if (!last || !saver) {
         free(last), free(saver);
@@ -460,19 +477,24 @@ static remat_status overwrites(const reader *r, builder *b, int32_t (*saves)[REM
         if (w < r->no)
             for (int k = 0; k < r->o[w].n_in; k++) reads |= r->o[w].in[k] == x;
         if (v->kind != V_ACT)
-            st = remat__err(REMAT_FORMAT, "value %d: only an activation is 'overwritten_by' an op (a parameter or "
-                            "buffer written in place is the op's state: 'stateful')", (int)x);
+            st = remat__err(REMAT_FORMAT,
+                            "value %d: only an activation is 'overwritten_by' an op (a parameter or "
+                            "buffer written in place is the op's state: 'stateful')",
+                            (int)x);
         else if (w >= r->no || !reads || w <= v->producer)
-            st = remat__err(REMAT_FORMAT, "value %d: 'overwritten_by' names op %d, which must be an op after its "
-                            "maker that reads it", (int)x, (int)w);
+            st = remat__err(REMAT_FORMAT,
+                            "value %d: 'overwritten_by' names op %d, which must be an op after its "
+                            "maker that reads it",
+                            (int)x, (int)w);
         else if (last[x] != w)
             st = remat__err(REMAT_FORMAT, "value %d: op %d reads it after op %d overwrote it in place", (int)x,
                             (int)last[x], (int)w);
         else if (saver[x] >= 0)
-            st = remat__err(REMAT_FORMAT, "value %d: the backward of op %d reads it, but op %d overwrites it in place "
-                            "in the forward", (int)x, (int)saver[x], (int)w);
-        else
-            b->t[v->node].over = 1 + r->v[r->o[w].out[0]].node;
+            st = remat__err(REMAT_FORMAT,
+                            "value %d: the backward of op %d reads it, but op %d overwrites it in place "
+                            "in the forward",
+                            (int)x, (int)saver[x], (int)w);
+        else b->t[v->node].over = 1 + r->v[r->o[w].out[0]].node;
     }
     free(last), free(saver);
     return st;
@@ -502,7 +524,9 @@ static remat_status read_all(reader *r, builder *b) {
     int64_t loss;
     if ((st = whole(cJSON_GetObjectItemCaseSensitive(r->root, "loss"), "the graph", "loss", &loss)) != REMAT_OK)
         return st;
-    if (loss >= r->nv) return remat__err(REMAT_FORMAT, "'loss' names value %lld, but there are %d values", (long long)loss, (int)r->nv);
+    if (loss >= r->nv)
+        return remat__err(REMAT_FORMAT, "'loss' names value %lld, but there are %d values", (long long)loss,
+                          (int)r->nv);
     r->loss = (int32_t)loss;
     const cJSON *arr = cJSON_GetObjectItemCaseSensitive(r->root, "ops");
     if (!cJSON_IsArray(arr)) return remat__err(REMAT_FORMAT, "'ops' is missing or not an array");
@@ -526,8 +550,10 @@ static remat_status read_all(reader *r, builder *b) {
     }
     const val *lv = &r->v[r->loss];
     if (st == REMAT_OK && (lv->producer < 0 || lv->out_index != 0 || lv->bytes != 4))
-        st = remat__err(REMAT_FORMAT, "'loss' (value %d) must be the first output of an op and a float32 scalar "
-                        "(4 bytes)", (int)r->loss);
+        st = remat__err(REMAT_FORMAT,
+                        "'loss' (value %d) must be the first output of an op and a float32 scalar "
+                        "(4 bytes)",
+                        (int)r->loss);
     for (i = 0; i < no && st == REMAT_OK; i++) st = op_nodes(r, b, i, saves[i], n_saves[i]);
     if (st == REMAT_OK) st = overwrites(r, b, saves, n_saves);
     free(saves), free(n_saves);

@@ -21,8 +21,7 @@ static remat_node named_op(remat_graph *g, remat__node n, const char *name) {
     return remat__graph_add(g, &n);
 }
 
-remat_node remat_linear(remat_graph *g, const char *name, remat_node x, int64_t out_features,
-                        int bias) {
+remat_node remat_linear(remat_graph *g, const char *name, remat_node x, int64_t out_features, int bias) {
     if (!g) return REMAT_NONE;
     if (x < 0 || x >= g->n) return remat_linear_op(g, x, REMAT_NONE, REMAT_NONE);
     const remat__shape *xs = &g->nodes[x].shape;
@@ -30,18 +29,16 @@ remat_node remat_linear(remat_graph *g, const char *name, remat_node x, int64_t 
     float bound = (float)(1.0 / sqrt((double)in));
     char buf[256];
     int64_t wd[2] = {out_features, in};
-    remat_node w = remat_param(g, pname(buf, sizeof buf, name, "weight"), 2, wd,
-                               REMAT_INIT_UNIFORM, bound);
+    remat_node w = remat_param(g, pname(buf, sizeof buf, name, "weight"), 2, wd, REMAT_INIT_UNIFORM, bound);
     remat_node b = REMAT_NONE;
-    if (bias) b = remat_param(g, pname(buf, sizeof buf, name, "bias"), 1, &out_features,
-                              REMAT_INIT_UNIFORM, bound);
+    if (bias) b = remat_param(g, pname(buf, sizeof buf, name, "bias"), 1, &out_features, REMAT_INIT_UNIFORM, bound);
     if (w == REMAT_NONE || (bias && b == REMAT_NONE)) return REMAT_NONE;
     remat__node n = {.op = REMAT__OP_LINEAR, .n_in = bias ? 3 : 2, .in = {x, w, b}};
     return named_op(g, n, name);
 }
 
-remat_node remat_conv2d(remat_graph *g, const char *name, remat_node x, int64_t out_channels,
-                        int kernel, int stride, int padding, int bias) {
+remat_node remat_conv2d(remat_graph *g, const char *name, remat_node x, int64_t out_channels, int kernel, int stride,
+                        int padding, int bias) {
     if (!g) return REMAT_NONE;
     if (x < 0 || x >= g->n) return remat_conv2d_op(g, x, REMAT_NONE, REMAT_NONE, stride, padding);
     const remat__shape *xs = &g->nodes[x].shape;
@@ -49,14 +46,11 @@ remat_node remat_conv2d(remat_graph *g, const char *name, remat_node x, int64_t 
     float bound = (float)(1.0 / sqrt((double)(cin * kernel * kernel > 0 ? cin * kernel * kernel : 1)));
     char buf[256];
     int64_t wd[4] = {out_channels, cin, kernel, kernel};
-    remat_node w = remat_param(g, pname(buf, sizeof buf, name, "weight"), 4, wd,
-                               REMAT_INIT_UNIFORM, bound);
+    remat_node w = remat_param(g, pname(buf, sizeof buf, name, "weight"), 4, wd, REMAT_INIT_UNIFORM, bound);
     remat_node b = REMAT_NONE;
-    if (bias) b = remat_param(g, pname(buf, sizeof buf, name, "bias"), 1, &out_channels,
-                              REMAT_INIT_UNIFORM, bound);
+    if (bias) b = remat_param(g, pname(buf, sizeof buf, name, "bias"), 1, &out_channels, REMAT_INIT_UNIFORM, bound);
     if (w == REMAT_NONE || (bias && b == REMAT_NONE)) return REMAT_NONE;
-    remat__node n = {.op = REMAT__OP_CONV2D, .n_in = bias ? 3 : 2, .in = {x, w, b},
-                     .iattr = {stride, padding}};
+    remat__node n = {.op = REMAT__OP_CONV2D, .n_in = bias ? 3 : 2, .in = {x, w, b}, .iattr = {stride, padding}};
     return named_op(g, n, name);
 }
 
@@ -69,13 +63,9 @@ remat_node remat_batchnorm2d(remat_graph *g, const char *name, remat_node x) {
     char buf[256];
     remat_node w = remat_param(g, pname(buf, sizeof buf, name, "weight"), 1, &c, REMAT_INIT_ONES, 0);
     remat_node b = remat_param(g, pname(buf, sizeof buf, name, "bias"), 1, &c, REMAT_INIT_ZEROS, 0);
-    remat_node rm = remat_buffer(g, pname(buf, sizeof buf, name, "running_mean"), 1, &c,
-                                 REMAT_INIT_ZEROS);
-    remat_node rv = remat_buffer(g, pname(buf, sizeof buf, name, "running_var"), 1, &c,
-                                 REMAT_INIT_ONES);
-    if (w == REMAT_NONE || b == REMAT_NONE || rm == REMAT_NONE || rv == REMAT_NONE)
-        return REMAT_NONE;
-    remat__node n = {.op = REMAT__OP_BATCHNORM2D, .n_in = 5, .in = {x, w, b, rm, rv},
-                     .fattr = {1e-5f, 0.1f}};
+    remat_node rm = remat_buffer(g, pname(buf, sizeof buf, name, "running_mean"), 1, &c, REMAT_INIT_ZEROS);
+    remat_node rv = remat_buffer(g, pname(buf, sizeof buf, name, "running_var"), 1, &c, REMAT_INIT_ONES);
+    if (w == REMAT_NONE || b == REMAT_NONE || rm == REMAT_NONE || rv == REMAT_NONE) return REMAT_NONE;
+    remat__node n = {.op = REMAT__OP_BATCHNORM2D, .n_in = 5, .in = {x, w, b, rm, rv}, .fattr = {1e-5f, 0.1f}};
     return named_op(g, n, name);
 }

@@ -51,8 +51,7 @@ static int64_t live, peak;
 static void count(int64_t n) {
     int64_t now = __atomic_add_fetch(&live, n, __ATOMIC_RELAXED);
     int64_t old = __atomic_load_n(&peak, __ATOMIC_RELAXED);
-    while (now > old && !__atomic_compare_exchange_n(&peak, &old, now, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
-    }
+    while (now > old && !__atomic_compare_exchange_n(&peak, &old, now, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {}
 }
 
 /* The counted blocks: open addressing on the address, linear probing,
@@ -68,8 +67,7 @@ static int lock, dropped;
 
 static size_t home(uintptr_t p) { return (size_t)((p >> 4) * 0x9E3779B97F4A7C15ull >> 42) & (SLOTS - 1); }
 static void acquire(void) {
-    while (__atomic_exchange_n(&lock, 1, __ATOMIC_ACQUIRE)) {
-    }
+    while (__atomic_exchange_n(&lock, 1, __ATOMIC_ACQUIRE)) {}
 }
 static void release(void) { __atomic_store_n(&lock, 0, __ATOMIC_RELEASE); }
 
@@ -89,7 +87,9 @@ static int insert(uintptr_t p, size_t n) {
 static void remember(void *q, size_t n) {
     if (!q) return;
     if (insert((uintptr_t)q, n)) count((int64_t)n);
-    else __atomic_store_n(&dropped, 1, __ATOMIC_RELAXED); /* a full table: this block is not counted (memtrack_dropped says so) */
+    else
+        __atomic_store_n(&dropped, 1,
+                         __ATOMIC_RELAXED); /* a full table: this block is not counted (memtrack_dropped says so) */
 }
 
 /* The bytes a block was counted at, forgotten; -1 when q is not counted. */

@@ -48,9 +48,7 @@ static remat_node bn_relu_conv(remat_graph *g, const char *prefix, const char *n
 }
 
 /* Layers per dense block, or -1 when the depth has no DenseNet-BC form. */
-static int layers_per_block(int64_t depth) {
-    return depth >= 10 && (depth - 4) % 6 == 0 ? (int)((depth - 4) / 6) : -1;
-}
+static int layers_per_block(int64_t depth) { return depth >= 10 && (depth - 4) % 6 == 0 ? (int)((depth - 4) / 6) : -1; }
 
 static remat_node densenet_bc(remat_graph *g, remat_node x, const remat_model_opts *o) {
     int64_t k = o->base_channels > 0 ? o->base_channels : 12, depth = o->depth > 0 ? o->depth : 100;
@@ -63,9 +61,9 @@ static remat_node densenet_bc(remat_graph *g, remat_node x, const remat_model_op
         for (int l = 1; l <= nl; l++) {
             char prefix[128];
             snprintf(prefix, sizeof prefix, "features.denseblock%d.denselayer%d", b, l);
-            remat_node in = nf == 1 ? feats[0] : remat_concat(g, nf, feats); /* (B, C0 + (l-1) k, H, W) */
+            remat_node in = nf == 1 ? feats[0] : remat_concat(g, nf, feats);        /* (B, C0 + (l-1) k, H, W) */
             remat_node h = bn_relu_conv(g, prefix, "norm1", "conv1", in, 4 * k, 1); /* (B, 4k, H, W) */
-            h = bn_relu_conv(g, prefix, "norm2", "conv2", h, k, 3);                  /* (B, k, H, W) */
+            h = bn_relu_conv(g, prefix, "norm2", "conv2", h, k, 3);                 /* (B, k, H, W) */
             feats[nf++] = remat__model_block_end(g, h, block++, o);
         }
         x = remat_concat(g, nf, feats); /* (B, C0 + nl k, H, W) */
@@ -92,14 +90,18 @@ remat_status remat__model_densenet_bc(remat_graph *g, const remat_model_opts *o,
     int64_t depth = o->depth > 0 ? o->depth : 100;
     int nl = layers_per_block(depth);
     if (o->depth < 0 || nl < 0)
-        return remat_error(REMAT_INVALID, "model '%s': depth %lld is not 6n + 4 with n >= 1 (100: 16 layers per "
-                          "dense block)", o->name, (long long)o->depth);
+        return remat_error(REMAT_INVALID,
+                           "model '%s': depth %lld is not 6n + 4 with n >= 1 (100: 16 layers per "
+                           "dense block)",
+                           o->name, (long long)o->depth);
     if (nl + 1 > REMAT_MAX_INPUTS)
-        return remat_error(REMAT_INVALID, "model '%s': depth %lld gives %d layers per dense block; a concat joins at "
-                          "most %d tensors, so at most %d layers (depth %d)", o->name, (long long)depth, nl,
-                          REMAT_MAX_INPUTS, REMAT_MAX_INPUTS - 1, 6 * (REMAT_MAX_INPUTS - 1) + 4);
+        return remat_error(REMAT_INVALID,
+                           "model '%s': depth %lld gives %d layers per dense block; a concat joins at "
+                           "most %d tensors, so at most %d layers (depth %d)",
+                           o->name, (long long)depth, nl, REMAT_MAX_INPUTS, REMAT_MAX_INPUTS - 1,
+                           6 * (REMAT_MAX_INPUTS - 1) + 4);
     if (o->base_channels < 0)
         return remat_error(REMAT_INVALID, "model '%s': growth rate (base_channels) %lld must be positive (0: 12)",
-                          o->name, (long long)o->base_channels);
+                           o->name, (long long)o->base_channels);
     return remat__model_classifier(g, o, m, densenet_bc);
 }

@@ -78,13 +78,14 @@ static remat_node block(remat_graph *g, remat_node x, int i, const remat_model_o
 }
 
 static remat_status gpt2(remat_graph *g, const remat_model_opts *o, remat_model *m) {
-    if (o->batch <= 0 || o->layers <= 0 || o->embd <= 0 || o->heads <= 0 || o->context <= 0 ||
-        o->vocab <= 1 || o->embd % o->heads != 0 || o->layers > INT32_MAX || o->heads > INT32_MAX || o->vocab > INT32_MAX)
-        return remat_error(REMAT_INVALID, "model '%s': batch, layers, embd, heads, context must be positive, "
-                          "vocab above 1 and heads must divide embd (got batch %lld, layers %lld, embd %lld, "
-                          "heads %lld, context %lld, vocab %lld)", o->name, (long long)o->batch,
-                          (long long)o->layers, (long long)o->embd, (long long)o->heads,
-                          (long long)o->context, (long long)o->vocab);
+    if (o->batch <= 0 || o->layers <= 0 || o->embd <= 0 || o->heads <= 0 || o->context <= 0 || o->vocab <= 1 ||
+        o->embd % o->heads != 0 || o->layers > INT32_MAX || o->heads > INT32_MAX || o->vocab > INT32_MAX)
+        return remat_error(REMAT_INVALID,
+                           "model '%s': batch, layers, embd, heads, context must be positive, "
+                           "vocab above 1 and heads must divide embd (got batch %lld, layers %lld, embd %lld, "
+                           "heads %lld, context %lld, vocab %lld)",
+                           o->name, (long long)o->batch, (long long)o->layers, (long long)o->embd, (long long)o->heads,
+                           (long long)o->context, (long long)o->vocab);
     int64_t B = o->batch, T = o->context, C = o->embd;
     int64_t xd[2] = {B, T}, BT = B * T, ed[2] = {o->vocab, C}, pd[2] = {T, C}, fd[2] = {BT, C};
     m->input = remat_input(g, "input", REMAT_I32, 2, xd);
@@ -93,7 +94,7 @@ static remat_status gpt2(remat_graph *g, const remat_model_opts *o, remat_model 
     remat_node wpe = remat_param(g, "transformer.wpe.weight", 2, pd, REMAT_INIT_NORMAL, GPT2_STD);
     remat_node x = named(g, remat_embedding_op(g, m->input, wte), "transformer.wte"); // (B, T, C)
     x = named(g, remat_add_broadcast(g, x, wpe), "transformer.wpe");                  // (B, T, C)
-    x = remat_reshape(g, drop(g, x, o), 2, fd);                                        // (B*T, C)
+    x = remat_reshape(g, drop(g, x, o), 2, fd);                                       // (B*T, C)
     for (int i = 0; i < o->layers && remat_graph_status(g) == REMAT_OK; i++) x = block(g, x, i, o);
     x = remat_layernorm(g, "transformer.ln_f", x);
     m->logits = named(g, remat_linear_op(g, x, wte, REMAT_NONE), "lm_head"); // (B*T, vocab), tied to wte: no bias
@@ -103,9 +104,7 @@ static remat_status gpt2(remat_graph *g, const remat_model_opts *o, remat_model 
     return REMAT_OK;
 }
 
-remat_status remat__model_gpt2(remat_graph *g, const remat_model_opts *o, remat_model *m) {
-    return gpt2(g, o, m);
-}
+remat_status remat__model_gpt2(remat_graph *g, const remat_model_opts *o, remat_model *m) { return gpt2(g, o, m); }
 
 void remat__model_gpt2_small_sizes(remat_model_opts *o) {
     o->layers = 12, o->embd = 768, o->heads = 12, o->context = 1024, o->vocab = 50257;

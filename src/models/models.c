@@ -83,9 +83,7 @@ static remat_status build_mlp(remat_graph *g, const remat_model_opts *o, remat_m
 static remat_status build_cnn(remat_graph *g, const remat_model_opts *o, remat_model *m) {
     return remat__model_classifier(g, o, m, cnn);
 }
-static remat_status build_heavy(remat_graph *g, const remat_model_opts *o, remat_model *m) {
-    return heavy(g, o, m, 0);
-}
+static remat_status build_heavy(remat_graph *g, const remat_model_opts *o, remat_model *m) { return heavy(g, o, m, 0); }
 static remat_status build_heavy_mul(remat_graph *g, const remat_model_opts *o, remat_model *m) {
     return heavy(g, o, m, 1);
 }
@@ -325,8 +323,8 @@ static void est_gpt2_sizes(const remat_model_opts *o, size_est *e) {
     e->params = V * C + T * C + 2 * C + L * (12 * C * C + 13 * C);
     e->act = 4 * (2 * BT + BT * (5 * C + V) + L * (24 * BT * C + B * heads * T * T));
     snprintf(e->opts, sizeof e->opts, "batch %lld, %lld layers, embd %lld, %lld heads, context %lld, vocab %lld",
-             (long long)o->batch, (long long)o->layers, (long long)o->embd, (long long)o->heads,
-             (long long)o->context, (long long)o->vocab);
+             (long long)o->batch, (long long)o->layers, (long long)o->embd, (long long)o->heads, (long long)o->context,
+             (long long)o->vocab);
 }
 
 static void est_gpt2_small(const remat_model_opts *o, size_est *e) {
@@ -392,8 +390,8 @@ static remat_status check_size(const char *name, const size_est *e) {
         list_add(list, sizeof list, &over, item);
     }
     if (!over) return REMAT_OK;
-    return remat_error(REMAT_INVALID, "model '%s' (%s) is too large: it would have about %s; use smaller sizes",
-                       name, e->opts, list);
+    return remat_error(REMAT_INVALID, "model '%s' (%s) is too large: it would have about %s; use smaller sizes", name,
+                       e->opts, list);
 }
 
 /* The model table: one line per model, with its size estimator. */
@@ -406,18 +404,31 @@ static const struct {
     {{"heavy", "1000 blocks of 100 scalar adds (x = x + a), MSE", build_heavy, NULL}, est_heavy},
     {{"heavy-mul", "1000 blocks of 100 scalar multiplies (x = x * a), MSE", build_heavy_mul, NULL}, est_heavy},
     {{"resnet18", "torchvision ResNet-18 (BasicBlock [2,2,2,2], widths b..8b, b = base_channels 64)",
-      remat__model_resnet18, image_224}, est_resnet18},
+      remat__model_resnet18, image_224},
+     est_resnet18},
     {{"resnet50", "torchvision ResNet-50 (Bottleneck [3,4,6,3], expansion 4, widths b..8b, b = base_channels 64)",
-      remat__model_resnet50, image_224}, est_resnet50},
-    {{"siamese-resnet50", "one shared ResNet-50 on two views; MSE of head(f(input)) (Linear classes->classes) "
+      remat__model_resnet50, image_224},
+     est_resnet50},
+    {{"siamese-resnet50",
+      "one shared ResNet-50 on two views; MSE of head(f(input)) (Linear classes->classes) "
       "against f(target), target = view 2 as a float (B,C,H,W) input; gradients through both branches",
-      remat__model_siamese_resnet50, image_224}, est_siamese},
-    {{"densenet-bc", "DenseNet-BC for CIFAR: depth 100, growth k = base_channels 12, compression 0.5, "
-      "each layer's input one n-ary concat", remat__model_densenet_bc, image_32}, est_densenet},
-    {{"gpt2", "GPT-2 (nanoGPT layout, tied head): layers, embd, heads, context, vocab from the options; "
-      "input (B, context) int32 tokens, target (B*context) next tokens", remat__model_gpt2, NULL}, est_gpt2_sizes},
-    {{"gpt2-small", "GPT-2 small, 124M: 12 layers, 768 wide, 12 heads, context 1024, 50257 tokens "
-      "(size options ignored)", remat__model_gpt2_small, remat__model_gpt2_small_sizes}, est_gpt2_small},
+      remat__model_siamese_resnet50, image_224},
+     est_siamese},
+    {{"densenet-bc",
+      "DenseNet-BC for CIFAR: depth 100, growth k = base_channels 12, compression 0.5, "
+      "each layer's input one n-ary concat",
+      remat__model_densenet_bc, image_32},
+     est_densenet},
+    {{"gpt2",
+      "GPT-2 (nanoGPT layout, tied head): layers, embd, heads, context, vocab from the options; "
+      "input (B, context) int32 tokens, target (B*context) next tokens",
+      remat__model_gpt2, NULL},
+     est_gpt2_sizes},
+    {{"gpt2-small",
+      "GPT-2 small, 124M: 12 layers, 768 wide, 12 heads, context 1024, 50257 tokens "
+      "(size options ignored)",
+      remat__model_gpt2_small, remat__model_gpt2_small_sizes},
+     est_gpt2_small},
 };
 #define N_MODELS (int)(sizeof models / sizeof models[0])
 

@@ -13,10 +13,11 @@ remat_node remat__model_block_end(remat_graph *g, remat_node x, int i, const rem
 remat_status remat__model_classifier(remat_graph *g, const remat_model_opts *o, remat_model *m,
                                      remat_node (*body)(remat_graph *, remat_node, const remat_model_opts *)) {
     if (o->batch <= 0 || o->channels <= 0 || o->height <= 0 || o->width <= 0 || o->classes <= 1)
-        return remat_error(REMAT_INVALID, "model '%s': batch, input shape and classes must be positive "
-                          "(got batch %lld, %lldx%lldx%lld, %lld classes)", o->name, (long long)o->batch,
-                          (long long)o->channels, (long long)o->height, (long long)o->width,
-                          (long long)o->classes);
+        return remat_error(REMAT_INVALID,
+                           "model '%s': batch, input shape and classes must be positive "
+                           "(got batch %lld, %lldx%lldx%lld, %lld classes)",
+                           o->name, (long long)o->batch, (long long)o->channels, (long long)o->height,
+                           (long long)o->width, (long long)o->classes);
     int64_t xd[4] = {o->batch, o->channels, o->height, o->width};
     m->input = remat_input(g, "input", REMAT_F32, 4, xd);
     m->labels = remat_input(g, "target", REMAT_I32, 1, &o->batch);

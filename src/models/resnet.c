@@ -172,7 +172,7 @@ static remat_node resnet50_body(remat_graph *g, remat_node x, const remat_model_
 static remat_status check_base(const remat_model_opts *o) {
     if (o->base_channels < 0)
         return remat_error(REMAT_INVALID, "model '%s': base_channels %lld must be positive (0: 64)", o->name,
-                          (long long)o->base_channels);
+                           (long long)o->base_channels);
     return REMAT_OK;
 }
 

@@ -148,7 +148,8 @@ const remat__op remat__op_softmax = {
     .saves = REMAT__SAVE_OUT,
     .flops = softmax_flops,
     .bf16_ws = softmax_bf16_ws,
-    .family = REMAT_FAMILY_POINTWISE,    .cuda = REMAT__CUDA(softmax),
+    .family = REMAT_FAMILY_POINTWISE,
+    .cuda = REMAT__CUDA(softmax),
 };
 
 remat_node remat_softmax(remat_graph *g, remat_node x) {
@@ -271,7 +272,8 @@ const remat__op remat__op_attention = {
     .aux_bytes = attn_aux_bytes,
     .bwd_ws = attn_bwd_ws,
     .flops = attn_flops,
-    .family = REMAT_FAMILY_LINEAR,    .cuda = REMAT__CUDA(attention),
+    .family = REMAT_FAMILY_LINEAR,
+    .cuda = REMAT__CUDA(attention),
 };
 
 remat_node remat_attention(remat_graph *g, remat_node qkv, int heads) {

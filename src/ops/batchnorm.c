@@ -41,8 +41,7 @@
 
 #include <math.h>
 
-static const char *const per_channel_name[5] = {"input", "weight", "bias", "running_mean",
-                                                "running_var"};
+static const char *const per_channel_name[5] = {"input", "weight", "bias", "running_mean", "running_var"};
 
 static remat_status bn_shape(const remat_graph *g, remat__node *n) {
     const remat__shape *x = remat__in_shape(g, n, 0);
@@ -56,8 +55,7 @@ static remat_status bn_shape(const remat_graph *g, remat__node *n) {
         if (p->ndim != 1 || p->d[0] != C || g->nodes[n->in[i]].dtype != REMAT_F32)
             return remat__err(REMAT_SHAPE, "%s: %s %s does not match input %s (expected float32 (%lld))",
                               remat__node_label(n, lb, sizeof lb), per_channel_name[i],
-                              remat__shape_str(p, ps, sizeof ps), remat__shape_str(x, xs, sizeof xs),
-                              (long long)C);
+                              remat__shape_str(p, ps, sizeof ps), remat__shape_str(x, xs, sizeof xs), (long long)C);
     }
     /* The running statistics are updated in place: they must be session state. */
     for (int i = 3; i < 5; i++)
@@ -66,11 +64,11 @@ static remat_status bn_shape(const remat_graph *g, remat__node *n) {
                               remat__node_label(n, lb, sizeof lb), per_channel_name[i]);
     float eps = n->fattr[0], mom = n->fattr[1];
     if (!(eps >= 0.0f) || isinf(eps))
-        return remat__err(REMAT_INVALID, "%s: eps %g must be finite and >= 0",
-                          remat__node_label(n, lb, sizeof lb), (double)eps);
+        return remat__err(REMAT_INVALID, "%s: eps %g must be finite and >= 0", remat__node_label(n, lb, sizeof lb),
+                          (double)eps);
     if (!isfinite(mom))
-        return remat__err(REMAT_INVALID, "%s: momentum %g must be finite",
-                          remat__node_label(n, lb, sizeof lb), (double)mom);
+        return remat__err(REMAT_INVALID, "%s: momentum %g must be finite", remat__node_label(n, lb, sizeof lb),
+                          (double)mom);
     n->shape = *x;
     n->dtype = REMAT_F32;
     return REMAT_OK;
@@ -92,8 +90,8 @@ static const float *plane(const void *v, int bf, int64_t off, int64_t HW, float 
 /* Channel sums are in double, in remat__sum_partials' interleaved
  * partials (remat-impl.h) carried from plane to plane. */
 /* Training statistics of channel c: mean and biased variance, two passes. */
-static void channel_stats(const void *x, int bf, float *buf, int64_t N, int64_t C, int64_t HW, int64_t c,
-                          double *mean, double *var) {
+static void channel_stats(const void *x, int bf, float *buf, int64_t N, int64_t C, int64_t HW, int64_t c, double *mean,
+                          double *var) {
     double M = (double)(N * HW), acc[REMAT__PARTIALS] = {0};
     for (int64_t n = 0; n < N; n++) remat__sum_partials(plane(x, bf, (n * C + c) * HW, HW, buf), HW, acc);
     double mu = remat__partials_total(acc) / M, q[REMAT__PARTIALS] = {0};
@@ -172,8 +170,7 @@ static void bn_forward(const remat__kctx *k, int ith, int nth) {
             ainvstd[c] = (float)(1.0 / sqrt(var + eps));
             if (k->stats) /* (2, C): committed after the step, in micro-batch order */
                 k->stats[c] = mu, k->stats[C + c] = var;
-            else
-                commit_channel(rmean, rvar, c, mu, var, mom, M);
+            else commit_channel(rmean, rvar, c, mu, var, mom, M);
         } /* else: a recomputation; aux already holds this step's statistics */
         float mu = amean[c], sc = ainvstd[c] * gamma[c], b = beta[c];
         for (int64_t n = 0; n < N; n++) {
@@ -282,5 +279,6 @@ const remat__op remat__op_batchnorm2d = {
     .flops = bn_flops,
     .stats_bytes = bn_stats_bytes,
     .commit = bn_commit,
-    .family = REMAT_FAMILY_NORM,    .cuda = REMAT__CUDA(batchnorm2d),
+    .family = REMAT_FAMILY_NORM,
+    .cuda = REMAT__CUDA(batchnorm2d),
 };

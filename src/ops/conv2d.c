@@ -34,12 +34,12 @@
 
 /* Everything the kernels derive from the shapes. */
 typedef struct {
-    int64_t N, C, H, W;   /* input */
-    int64_t O, KH, KW;    /* weight (O, C, KH, KW) */
-    int64_t OH, OW;       /* output spatial size */
-    int64_t s, p;         /* stride, padding */
-    int64_t K, P;         /* gemm sizes: K = C*KH*KW, P = OH*OW */
-    int direct;           /* 1x1, stride 1, no padding: col_n is x_n */
+    int64_t N, C, H, W; /* input */
+    int64_t O, KH, KW;  /* weight (O, C, KH, KW) */
+    int64_t OH, OW;     /* output spatial size */
+    int64_t s, p;       /* stride, padding */
+    int64_t K, P;       /* gemm sizes: K = C*KH*KW, P = OH*OW */
+    int direct;         /* 1x1, stride 1, no padding: col_n is x_n */
     int bias;
 } geom;
 
@@ -61,9 +61,7 @@ static geom graph_geom(const remat_graph *g, const remat__node *n) {
     return make_geom(remat__in_shape(g, n, 0), remat__in_shape(g, n, 1), n);
 }
 
-static geom kctx_geom(const remat__kctx *k) {
-    return make_geom(k->in[0]->shape, k->in[1]->shape, k->node);
-}
+static geom kctx_geom(const remat__kctx *k) { return make_geom(k->in[0]->shape, k->in[1]->shape, k->node); }
 
 /* Threads that receive at least one image under remat__split: the first
  * min(nth, N). Only they need workspace slices. */
@@ -92,19 +90,17 @@ static remat_status conv_shape(const remat_graph *g, remat__node *n) {
     char lb[128], xs[64], ws[64];
     for (int i = 0; i < n->n_in; i++)
         if (g->nodes[n->in[i]].dtype != REMAT_F32)
-            return remat__err(REMAT_SHAPE, "%s: input %d must be float32",
-                              remat__node_label(n, lb, sizeof lb), i);
+            return remat__err(REMAT_SHAPE, "%s: input %d must be float32", remat__node_label(n, lb, sizeof lb), i);
     if (x->ndim != 4)
-        return remat__err(REMAT_SHAPE, "%s: input %s must be 4-D (N, C, H, W)",
-                          remat__node_label(n, lb, sizeof lb), remat__shape_str(x, xs, sizeof xs));
+        return remat__err(REMAT_SHAPE, "%s: input %s must be 4-D (N, C, H, W)", remat__node_label(n, lb, sizeof lb),
+                          remat__shape_str(x, xs, sizeof xs));
     if (w->ndim != 4)
         return remat__err(REMAT_SHAPE, "%s: weight %s must be 4-D (Cout, Cin, KH, KW)",
                           remat__node_label(n, lb, sizeof lb), remat__shape_str(w, ws, sizeof ws));
     if (x->d[1] != w->d[1])
         return remat__err(REMAT_SHAPE, "%s: input %s has %lld channels, weight %s expects %lld",
-                          remat__node_label(n, lb, sizeof lb), remat__shape_str(x, xs, sizeof xs),
-                          (long long)x->d[1], remat__shape_str(w, ws, sizeof ws),
-                          (long long)w->d[1]);
+                          remat__node_label(n, lb, sizeof lb), remat__shape_str(x, xs, sizeof xs), (long long)x->d[1],
+                          remat__shape_str(w, ws, sizeof ws), (long long)w->d[1]);
     if (n->n_in == 3) {
         const remat__shape *b = remat__in_shape(g, n, 2);
         char bs[64];
@@ -115,17 +111,17 @@ static remat_status conv_shape(const remat_graph *g, remat__node *n) {
     }
     int64_t s = n->iattr[0], p = n->iattr[1];
     if (s < 1)
-        return remat__err(REMAT_SHAPE, "%s: stride %lld must be at least 1",
-                          remat__node_label(n, lb, sizeof lb), (long long)s);
+        return remat__err(REMAT_SHAPE, "%s: stride %lld must be at least 1", remat__node_label(n, lb, sizeof lb),
+                          (long long)s);
     if (p < 0)
-        return remat__err(REMAT_SHAPE, "%s: padding %lld must not be negative",
-                          remat__node_label(n, lb, sizeof lb), (long long)p);
+        return remat__err(REMAT_SHAPE, "%s: padding %lld must not be negative", remat__node_label(n, lb, sizeof lb),
+                          (long long)p);
     if (x->d[2] + 2 * p < w->d[2] || x->d[3] + 2 * p < w->d[3])
-        return remat__err(REMAT_SHAPE, "%s: kernel %lldx%lld of weight %s is larger than input %s "
+        return remat__err(REMAT_SHAPE,
+                          "%s: kernel %lldx%lld of weight %s is larger than input %s "
                           "with padding %lld (empty output)",
-                          remat__node_label(n, lb, sizeof lb), (long long)w->d[2],
-                          (long long)w->d[3], remat__shape_str(w, ws, sizeof ws),
-                          remat__shape_str(x, xs, sizeof xs), (long long)p);
+                          remat__node_label(n, lb, sizeof lb), (long long)w->d[2], (long long)w->d[3],
+                          remat__shape_str(w, ws, sizeof ws), remat__shape_str(x, xs, sizeof xs), (long long)p);
     n->shape = (remat__shape){4, {x->d[0], w->d[0], 0, 0}};
     n->dtype = REMAT_F32;
     geom G = make_geom(x, w, n);
@@ -133,9 +129,11 @@ static remat_status conv_shape(const remat_graph *g, remat__node *n) {
     n->shape.d[3] = G.OW;
     /* cblas takes int sizes and leading dimensions. */
     if (G.K > INT_MAX || G.P > INT_MAX || G.O > INT_MAX || G.H * G.W > INT_MAX)
-        return remat__err(REMAT_UNSUPPORTED, "%s: input %s with weight %s is too large for "
-                          "32-bit BLAS sizes", remat__node_label(n, lb, sizeof lb),
-                          remat__shape_str(x, xs, sizeof xs), remat__shape_str(w, ws, sizeof ws));
+        return remat__err(REMAT_UNSUPPORTED,
+                          "%s: input %s with weight %s is too large for "
+                          "32-bit BLAS sizes",
+                          remat__node_label(n, lb, sizeof lb), remat__shape_str(x, xs, sizeof xs),
+                          remat__shape_str(w, ws, sizeof ws));
     return REMAT_OK;
 }
 
@@ -271,10 +269,10 @@ static size_t conv_bwd_ws(const remat_graph *g, const remat__node *n, int nth) {
 
 static void conv_forward(const remat__kctx *k, int ith, int nth) {
     const geom G = kctx_geom(k);
-    const float *x = k->in[0]->data;                     // (N, C, H, W)
-    const float *w = k->in[1]->data;                     // (O, C, KH, KW) = (O, K)
-    const float *b = G.bias ? k->in[2]->data : NULL;     // (O)
-    float *y = k->out->data;                             // (N, O, OH, OW)
+    const float *x = k->in[0]->data;                 // (N, C, H, W)
+    const float *w = k->in[1]->data;                 // (O, C, KH, KW) = (O, K)
+    const float *b = G.bias ? k->in[2]->data : NULL; // (O)
+    float *y = k->out->data;                         // (N, O, OH, OW)
     remat__conv_dims cd = kctx_dims(k, &G);
     if (cd.bf16 || remat__dnnl_conv_uses(k->dnnl, &cd, nth)) { /* bf16: planned so (conv_bf16_ws) */
         remat__dnnl_conv_forward(k->dnnl, &cd, x, w, b, y, k->ws, k->pool, ith, nth);
@@ -284,17 +282,17 @@ static void conv_forward(const remat__kctx *k, int ith, int nth) {
     int64_t lo, hi;
     remat__split(G.N, ith, nth, &lo, &hi);
     if (hi <= lo) return;
-    float *col = G.direct ? NULL : (float *)k->ws + (size_t)ith * col_floats(&G);  // (K, R*OW)
-    float *pad = col ? col + G.K * R * G.OW : NULL;                                  // (C, Hp, Wp)
+    float *col = G.direct ? NULL : (float *)k->ws + (size_t)ith * col_floats(&G); // (K, R*OW)
+    float *pad = col ? col + G.K * R * G.OW : NULL;                               // (C, Hp, Wp)
     for (int64_t n = lo; n < hi; n++) {
-        const float *xn = x + n * G.C * G.H * G.W;      // (C, H, W) = (K, P) when direct
-        float *yn = y + n * G.O * G.P;                   // (O, P)
+        const float *xn = x + n * G.C * G.H * G.W; // (C, H, W) = (K, P) when direct
+        float *yn = y + n * G.O * G.P;             // (O, P)
         if (b)
             for (int64_t o = 0; o < G.O; o++)
                 for (int64_t q = 0; q < G.P; q++) yn[o * G.P + q] = b[o];
         if (G.direct) {
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)G.O, (int)G.P, (int)G.K, 1.0f,
-                        w, (int)G.K, xn, (int)G.P, b ? 1.0f : 0.0f, yn, (int)G.P);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)G.O, (int)G.P, (int)G.K, 1.0f, w, (int)G.K, xn,
+                        (int)G.P, b ? 1.0f : 0.0f, yn, (int)G.P);
             continue;
         }
         const float *xp = pad_image(&G, xn, pad, n == lo);
@@ -302,8 +300,8 @@ static void conv_forward(const remat__kctx *k, int ith, int nth) {
             int64_t oh1 = oh0 + R < G.OH ? oh0 + R : G.OH, Pc = (oh1 - oh0) * G.OW;
             im2col(&G, xp, col, oh0, oh1);
             /* y_n[:, band] (O, Pc) = W (O, K) col (K, Pc) */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)G.O, (int)Pc, (int)G.K, 1.0f,
-                        w, (int)G.K, col, (int)Pc, b ? 1.0f : 0.0f, yn + oh0 * G.OW, (int)G.P);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)G.O, (int)Pc, (int)G.K, 1.0f, w, (int)G.K, col,
+                        (int)Pc, b ? 1.0f : 0.0f, yn + oh0 * G.OW, (int)G.P);
         }
     }
 }
@@ -312,11 +310,11 @@ static void conv_forward(const remat__kctx *k, int ith, int nth) {
  * x_n^T when mw, dx_n += W^T dy_n when dxn. */
 static void bwd_direct(const geom *G, const float *w, const float *xn, const float *dyn, float *dxn, float *mw) {
     if (mw) /* dW (O, K) += dy_n (O, P) x_n^T (P, K) */
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)G->O, (int)G->K, (int)G->P, 1.0f, dyn, (int)G->P,
-                    xn, (int)G->P, 1.0f, mw, (int)G->K);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)G->O, (int)G->K, (int)G->P, 1.0f, dyn, (int)G->P, xn,
+                    (int)G->P, 1.0f, mw, (int)G->K);
     if (dxn) /* dx_n (K, P) += W^T (K, O) dy_n (O, P) */
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)G->K, (int)G->P, (int)G->O, 1.0f, w, (int)G->K,
-                    dyn, (int)G->P, 1.0f, dxn, (int)G->P);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)G->K, (int)G->P, (int)G->O, 1.0f, w, (int)G->K, dyn,
+                    (int)G->P, 1.0f, dxn, (int)G->P);
 }
 
 /* Backward of one image, a band of R output rows at a time through col:
@@ -326,15 +324,15 @@ static void bwd_bands(const geom *G, int64_t R, const float *w, const float *xp,
                       float *mw, float *col) {
     for (int64_t oh0 = 0; oh0 < G->OH; oh0 += R) {
         int64_t oh1 = oh0 + R < G->OH ? oh0 + R : G->OH, Pc = (oh1 - oh0) * G->OW;
-        const float *dyb = dyn + oh0 * G->OW;            // (O, Pc), row stride P
-        if (mw) { /* dW (O, K) += dy_n[:, band] (O, Pc) col^T (Pc, K) */
+        const float *dyb = dyn + oh0 * G->OW; // (O, Pc), row stride P
+        if (mw) {                             /* dW (O, K) += dy_n[:, band] (O, Pc) col^T (Pc, K) */
             im2col(G, xp, col, oh0, oh1);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)G->O, (int)G->K, (int)Pc, 1.0f, dyb,
-                        (int)G->P, col, (int)Pc, 1.0f, mw, (int)G->K);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)G->O, (int)G->K, (int)Pc, 1.0f, dyb, (int)G->P,
+                        col, (int)Pc, 1.0f, mw, (int)G->K);
         }
         if (dxn) { /* col (K, Pc) = W^T (K, O) dy_n[:, band] (O, Pc), folded into dx_n */
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)G->K, (int)Pc, (int)G->O, 1.0f, w,
-                        (int)G->K, dyb, (int)G->P, 0.0f, col, (int)Pc);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)G->K, (int)Pc, (int)G->O, 1.0f, w, (int)G->K, dyb,
+                        (int)G->P, 0.0f, col, (int)Pc);
             col2im_add(G, col, dxn, oh0, oh1);
         }
     }
@@ -354,12 +352,12 @@ static void reduce_partials(const float *part, int64_t S, size_t n, float *out, 
 
 static void conv_backward(const remat__kctx *k, int ith, int nth) {
     const geom G = kctx_geom(k);
-    const float *x = k->in[0]->data;                     // (N, C, H, W)
-    const float *w = k->in[1]->data;                     // (O, K)
-    const float *dy = k->dout;                           // (N, O, OH, OW)
-    float *dx = k->din[0];                               // (N, C, H, W) or NULL
-    float *dw = k->din[1];                               // (O, K) or NULL
-    float *db = G.bias ? k->din[2] : NULL;               // (O) or NULL
+    const float *x = k->in[0]->data;       // (N, C, H, W)
+    const float *w = k->in[1]->data;       // (O, K)
+    const float *dy = k->dout;             // (N, O, OH, OW)
+    float *dx = k->din[0];                 // (N, C, H, W) or NULL
+    float *dw = k->din[1];                 // (O, K) or NULL
+    float *db = G.bias ? k->din[2] : NULL; // (O) or NULL
     remat__conv_dims cd = kctx_dims(k, &G);
     if (cd.bf16 || remat__dnnl_conv_uses(k->dnnl, &cd, nth)) { /* bf16: planned so (conv_bf16_ws) */
         remat__dnnl_conv_backward(k->dnnl, &cd, x, w, dy, dx, dw, db, k->ws, k->pool, ith, nth);
@@ -368,9 +366,9 @@ static void conv_backward(const remat__kctx *k, int ith, int nth) {
     const int64_t S = slices(&G, nth), R = band_rows(&G);
     const size_t colsz = col_floats(&G);
     const size_t wsz = (size_t)(G.O * G.K), bsz = G.bias ? (size_t)G.O : 0;
-    float *cols = k->ws;                                 // (S, colsz) unless direct
-    float *pw = cols + (size_t)S * colsz;                // (S, O, K) dW partials
-    float *pb = pw + (size_t)S * wsz;                    // (S, O) db partials, with bias
+    float *cols = k->ws;                  // (S, colsz) unless direct
+    float *pw = cols + (size_t)S * colsz; // (S, O, K) dW partials
+    float *pb = pw + (size_t)S * wsz;     // (S, O) db partials, with bias
     int64_t lo, hi;
     remat__split(G.N, ith, nth, &lo, &hi);
     if (hi > lo) {
@@ -381,8 +379,8 @@ static void conv_backward(const remat__kctx *k, int ith, int nth) {
         if (dw) memset(mw, 0, wsz * sizeof *mw);
         if (db) memset(mb, 0, bsz * sizeof *mb);
         for (int64_t n = lo; n < hi; n++) {
-            const float *xn = x + n * G.C * G.H * G.W;       // (C, H, W) = (K, P) when direct
-            const float *dyn = dy + n * G.O * G.P;           // (O, P)
+            const float *xn = x + n * G.C * G.H * G.W;         // (C, H, W) = (K, P) when direct
+            const float *dyn = dy + n * G.O * G.P;             // (O, P)
             float *dxn = dx ? dx + n * G.C * G.H * G.W : NULL; // (C, H, W) = (K, P) when direct
             if (db)
                 for (int64_t o = 0; o < G.O; o++) mb[o] += row_sum(dyn + o * G.P, G.P);
@@ -426,5 +424,6 @@ const remat__op remat__op_conv2d = {
     .bwd_ws = conv_bwd_ws,
     .bf16_ws = conv_bf16_ws,
     .flops = conv_flops,
-    .family = REMAT_FAMILY_CONV,    .cuda = REMAT__CUDA(conv2d),
+    .family = REMAT_FAMILY_CONV,
+    .cuda = REMAT__CUDA(conv2d),
 };

@@ -42,9 +42,9 @@ struct remat__dnnl {
     pthread_mutex_t mu;
     struct conv_plan *plans;
     struct mm_plan *mms;
-    dnnl_stream_t *streams;   /* per pool thread, made on first use */
+    dnnl_stream_t *streams; /* per pool thread, made on first use */
     int nstreams;
-    remat_status status;      /* first failure in a kernel */
+    remat_status status; /* first failure in a kernel */
 };
 
 /* A primitive descriptor's scratchpad bytes. */

@@ -116,7 +116,8 @@ dnnl_primitive_attr_t remat__dnnl_user_scratch_attr(int sum) {
 }
 
 /* The primitive descriptor of op desc `od`; NULL on failure. */
-dnnl_primitive_desc_t remat__dnnl_make_pd(dnnl_engine_t eng, const_dnnl_op_desc_t od, const_dnnl_primitive_desc_t hint) {
+dnnl_primitive_desc_t remat__dnnl_make_pd(dnnl_engine_t eng, const_dnnl_op_desc_t od,
+                                          const_dnnl_primitive_desc_t hint) {
     dnnl_primitive_attr_t a = remat__dnnl_user_scratch_attr(0);
     dnnl_primitive_desc_t pd = NULL;
     if (!a || dnnl_primitive_desc_create(&pd, od, a, eng, hint) != dnnl_success) pd = NULL;
@@ -167,9 +168,13 @@ const char *remat__dnnl_describe(char *buf, size_t cap) {
     static const struct {
         dnnl_cpu_isa_t isa;
         const char *name;
-    } isas[] = {{dnnl_cpu_isa_sse41, "sse41"}, {dnnl_cpu_isa_avx, "avx"}, {dnnl_cpu_isa_avx2, "avx2"},
-                {dnnl_cpu_isa_avx512_core, "avx512_core"}, {dnnl_cpu_isa_avx512_core_vnni, "avx512_core_vnni"},
-                {dnnl_cpu_isa_avx512_core_bf16, "avx512_core_bf16"}, {dnnl_cpu_isa_avx512_core_amx, "avx512_core_amx"}};
+    } isas[] = {{dnnl_cpu_isa_sse41, "sse41"},
+                {dnnl_cpu_isa_avx, "avx"},
+                {dnnl_cpu_isa_avx2, "avx2"},
+                {dnnl_cpu_isa_avx512_core, "avx512_core"},
+                {dnnl_cpu_isa_avx512_core_vnni, "avx512_core_vnni"},
+                {dnnl_cpu_isa_avx512_core_bf16, "avx512_core_bf16"},
+                {dnnl_cpu_isa_avx512_core_amx, "avx512_core_amx"}};
     const dnnl_version_t *v = dnnl_version();
     dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
     const char *name = "other";

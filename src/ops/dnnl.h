@@ -76,11 +76,11 @@ int remat__dnnl_conv_uses(remat__dnnl *d, const remat__conv_dims *cd, int nth);
 /* The kernels, called by every pool thread (ith of nth) with ws of the
  * sizes above. forward writes y; backward ACCUMULATES into dx, dw, db
  * where they are not NULL. Both may call remat__pool_barrier(pool). */
-void remat__dnnl_conv_forward(remat__dnnl *d, const remat__conv_dims *cd, const void *x, const float *w,
-                              const float *b, void *y, void *ws, remat__pool *pool, int ith, int nth);
+void remat__dnnl_conv_forward(remat__dnnl *d, const remat__conv_dims *cd, const void *x, const float *w, const float *b,
+                              void *y, void *ws, remat__pool *pool, int ith, int nth);
 void remat__dnnl_conv_backward(remat__dnnl *d, const remat__conv_dims *cd, const void *x, const float *w,
-                               const void *dy, void *dx, float *dw, float *db, void *ws, remat__pool *pool,
-                               int ith, int nth);
+                               const void *dy, void *dx, float *dw, float *db, void *ws, remat__pool *pool, int ith,
+                               int nth);
 
 /* A row-major product C (M, N) = op(A) op(B), added into C when beta1
  * (else overwriting it), op transposing A when ta, B when tb; A is
@@ -105,8 +105,7 @@ int remat__dnnl_f32_gemm_scratch(remat__dnnl *d, const remat__mm *mm, size_t *sc
  * pool): through oneDNN with `scratch` (remat__dnnl_f32_gemm_scratch's
  * bytes, planned) when it says so, else cblas_sgemm. `d` may be NULL
  * (then cblas). */
-void remat__gemm(remat__dnnl *d, int ith, const remat__mm *mm, const float *A, const float *B, float *C,
-                 void *scratch);
+void remat__gemm(remat__dnnl *d, int ith, const remat__mm *mm, const float *A, const float *B, float *C, void *scratch);
 
 /* bf16 products (the bf16 policy's linear layers, run natively): C (M, N)
  * = op(A) op(B) in float32, overwritten, with A and B bf16, row-major
@@ -118,15 +117,14 @@ void remat__gemm(remat__dnnl *d, int ith, const remat__mm *mm, const float *A, c
  * oneDNN has a kernel for this one here (not its reference loops), with
  * its scratchpad's bytes in *scratch. Returns 0 on a failure
  * (recorded). */
-int remat__dnnl_bf16_gemm_use(int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
-                              int64_t ldc, size_t *scratch);
+int remat__dnnl_bf16_gemm_use(int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc,
+                              size_t *scratch);
 /* The same answer from a context, which keeps the shape's primitive (made
  * on first use): what a kernel asks on every call. */
 int remat__dnnl_bf16_gemm_scratch(remat__dnnl *d, int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t lda,
                                   int64_t ldb, int64_t ldc, size_t *scratch);
-int remat__dnnl_bf16_gemm(remat__dnnl *d, int ith, int ta, int tb, int64_t M, int64_t N, int64_t K,
-                          const uint16_t *A, int64_t lda, const uint16_t *B, int64_t ldb, float *C, int64_t ldc,
-                          void *scratch);
+int remat__dnnl_bf16_gemm(remat__dnnl *d, int ith, int ta, int tb, int64_t M, int64_t N, int64_t K, const uint16_t *A,
+                          int64_t lda, const uint16_t *B, int64_t ldb, float *C, int64_t ldc, void *scratch);
 
 /* "oneDNN 2.6.3 (OMP), ISA avx512_core_bf16" or "oneDNN off", in buf. */
 const char *remat__dnnl_describe(char *buf, size_t cap);

@@ -36,13 +36,13 @@ int remat__dnnl_conv_use(const remat__conv_dims *cd, int nth, size_t *fwd_ws, si
     *fwd_ws = *bwd_ws = 0;
     return 0;
 }
-void remat__dnnl_conv_forward(remat__dnnl *d, const remat__conv_dims *cd, const void *x, const float *w,
-                              const float *b, void *y, void *ws, remat__pool *pool, int ith, int nth) {
+void remat__dnnl_conv_forward(remat__dnnl *d, const remat__conv_dims *cd, const void *x, const float *w, const float *b,
+                              void *y, void *ws, remat__pool *pool, int ith, int nth) {
     (void)d, (void)cd, (void)x, (void)w, (void)b, (void)y, (void)ws, (void)pool, (void)ith, (void)nth;
 }
 void remat__dnnl_conv_backward(remat__dnnl *d, const remat__conv_dims *cd, const void *x, const float *w,
-                               const void *dy, void *dx, float *dw, float *db, void *ws, remat__pool *pool,
-                               int ith, int nth) {
+                               const void *dy, void *dx, float *dw, float *db, void *ws, remat__pool *pool, int ith,
+                               int nth) {
     (void)d, (void)cd, (void)x, (void)w, (void)dy, (void)dx, (void)dw, (void)db, (void)ws, (void)pool;
     (void)ith, (void)nth;
 }
@@ -56,36 +56,34 @@ void remat__dnnl_conv_backward(remat__dnnl *d, const remat__conv_dims *cd, const
  * (backward-data writes a buffer that is then added into dx). */
 typedef struct {
     int64_t mb;
-    dnnl_primitive_desc_t pf, pd, pw;         /* forward, backward-data, backward-weights */
+    dnnl_primitive_desc_t pf, pd, pw; /* forward, backward-data, backward-weights */
     dnnl_primitive_t f, bd, bw;
-    dnnl_memory_desc_t ux, uy;                /* user x (mb, C, H, W), y (mb, O, OH, OW): NCHW */
+    dnnl_memory_desc_t ux, uy;                    /* user x (mb, C, H, W), y (mb, O, OH, OW): NCHW */
     dnnl_memory_desc_t xf, yf, dyd, dxd, xw, dyw; /* the primitives' layouts */
     dnnl_primitive_t rxf, ryf, rdyd, rdxd, rxw, rdyw;
-    size_t bxf, byf, bdyd, bdxd, bxw, bdyw;   /* buffer bytes (0: identity) */
+    size_t bxf, byf, bdyd, bdxd, bxw, bdyw; /* buffer bytes (0: identity) */
 } chunk;
 
 typedef struct conv_plan {
     remat__conv_dims cd;
     int nth;
     int use;
-    int64_t m;           /* images per full chunk */
+    int64_t m; /* images per full chunk */
     int nch;
-    chunk ch[3];         /* distinct chunk sizes, ch[0].mb == m */
+    chunk ch[3];                            /* distinct chunk sizes, ch[0].mb == m */
     dnnl_memory_desc_t uw, ub, wf, wd, dww; /* user weights (OIHW), bias (x); layouts */
     dnnl_memory_desc_t uwb;                 /* bf16: dW rounded, (O, C, KH, KW) bf16 */
-    dnnl_primitive_t rwf, rwd, rdw;           /* weights in (NULL: identity), dw out (with sum
+    dnnl_primitive_t rwf, rwd, rdw;         /* weights in (NULL: identity), dw out (with sum
                                                * in float32; into uwb in bf16) */
     size_t bwf, bwd, bdw, bdb;
-    size_t bbr;          /* bf16: the bias rounded through bf16 (forward) */
-    size_t scratch;      /* the largest scratchpad of every primitive above */
+    size_t bbr;              /* bf16: the bias rounded through bf16 (forward) */
+    size_t scratch;          /* the largest scratchpad of every primitive above */
     size_t fwd_per, bwd_per; /* per-thread bytes, scratch included */
     size_t fwd_ws, bwd_ws;
     struct conv_plan *next;
 } conv_plan;
 
-static int same_md(const dnnl_memory_desc_t *a, const dnnl_memory_desc_t *b) {
-    return dnnl_memory_desc_equal(a, b);
-}
+static int same_md(const dnnl_memory_desc_t *a, const dnnl_memory_desc_t *b) { return dnnl_memory_desc_equal(a, b); }
 
 /* A reorder from `from` to `to` (adding into `to` when sum), or NULL with
  * *ok set when they are the same layout and no sum is asked. With
@@ -174,12 +172,12 @@ static int chunk_make(dnnl_engine_t eng, conv_plan *p, chunk *c, int lead) {
                                            lead ? &aw : &p->wf, bias, &ay, st, pad, pad) != dnnl_success ||
         !(c->pf = remat__dnnl_make_pd(eng, &df, NULL)))
         return 0;
-    if (dnnl_convolution_backward_data_desc_init(&dd, dnnl_convolution_direct, &ax, lead ? &aw : &p->wd, &ay, st,
-                                                 pad, pad) != dnnl_success ||
+    if (dnnl_convolution_backward_data_desc_init(&dd, dnnl_convolution_direct, &ax, lead ? &aw : &p->wd, &ay, st, pad,
+                                                 pad) != dnnl_success ||
         !(c->pd = remat__dnnl_make_pd(eng, &dd, c->pf)))
         return 0;
-    if (dnnl_convolution_backward_weights_desc_init(&dw, dnnl_convolution_direct, &ax, lead ? &adw : &p->dww,
-                                                    bias, &ay, st, pad, pad) != dnnl_success ||
+    if (dnnl_convolution_backward_weights_desc_init(&dw, dnnl_convolution_direct, &ax, lead ? &adw : &p->dww, bias, &ay,
+                                                    st, pad, pad) != dnnl_success ||
         !(c->pw = remat__dnnl_make_pd(eng, &dw, c->pf)))
         return 0;
     if (lead) {
@@ -217,13 +215,14 @@ static int chunk_reorders(dnnl_engine_t eng, conv_plan *p, chunk *c, int prims) 
     c->bdxd = remat__dnnl_up(dnnl_memory_desc_get_size(&c->dxd));
     c->bxw = same_md(&c->ux, &c->xw) ? 0 : remat__dnnl_up(dnnl_memory_desc_get_size(&c->xw));
     /* backward-weights reads dy in backward-data's layout when they agree */
-    c->bdyw = same_md(&c->uy, &c->dyw) || same_md(&c->dyd, &c->dyw) ? 0 : remat__dnnl_up(dnnl_memory_desc_get_size(&c->dyw));
+    c->bdyw =
+        same_md(&c->uy, &c->dyw) || same_md(&c->dyd, &c->dyw) ? 0 : remat__dnnl_up(dnnl_memory_desc_get_size(&c->dyw));
     size_t sc[] = {remat__dnnl_pd_scratch(c->pf), remat__dnnl_pd_scratch(c->pd), remat__dnnl_pd_scratch(c->pw)};
     for (int i = 0; i < 3; i++)
         if (sc[i] > *s) *s = sc[i];
-    if (prims && (dnnl_primitive_create(&c->f, c->pf) != dnnl_success ||
-                  dnnl_primitive_create(&c->bd, c->pd) != dnnl_success ||
-                  dnnl_primitive_create(&c->bw, c->pw) != dnnl_success))
+    if (prims &&
+        (dnnl_primitive_create(&c->f, c->pf) != dnnl_success || dnnl_primitive_create(&c->bd, c->pd) != dnnl_success ||
+         dnnl_primitive_create(&c->bw, c->pw) != dnnl_success))
         return 0;
     return 1;
 }
@@ -239,7 +238,7 @@ static int plan_make(dnnl_engine_t eng, remat__products mode, const remat__conv_
     if (mode == REMAT__PRODUCTS_BLAS) return 1;
     p->m = chunk_images(cd, nth);
     int64_t q = cd->N / nth, mbs[3] = {p->m, q % p->m, (q + 1) % p->m};
-    if (q == 0) mbs[1] = 0; /* threads beyond N have no images */
+    if (q == 0) mbs[1] = 0;           /* threads beyond N have no images */
     if (cd->N % nth == 0) mbs[2] = 0; /* no thread has q + 1: no primitives for its last chunk */
     for (int i = 0; i < 3; i++) {
         int seen = mbs[i] == 0;
@@ -369,9 +368,8 @@ int remat__dnnl_conv_use(const remat__conv_dims *cd, int nth, size_t *fwd_ws, si
 }
 
 /* A reorder from (fmd, from) to (tmd, to), with scratchpad sc. */
-static int reorder(remat__dnnl *d, dnnl_stream_t s, dnnl_primitive_t r, const dnnl_memory_desc_t *fmd,
-                   const void *from, const dnnl_memory_desc_t *tmd, void *to, const dnnl_memory_desc_t *smd,
-                   void *sc) {
+static int reorder(remat__dnnl *d, dnnl_stream_t s, dnnl_primitive_t r, const dnnl_memory_desc_t *fmd, const void *from,
+                   const dnnl_memory_desc_t *tmd, void *to, const dnnl_memory_desc_t *smd, void *sc) {
     int ids[] = {DNNL_ARG_FROM, DNNL_ARG_TO, DNNL_ARG_SCRATCHPAD};
     const dnnl_memory_desc_t *mds[] = {fmd, tmd, smd};
     void *ptrs[] = {(void *)from, to, sc};
@@ -388,8 +386,8 @@ static const chunk *chunk_for(const conv_plan *p, int64_t mb) {
 static size_t xsize(const remat__conv_dims *cd) { return cd->xbf16 ? 2 : sizeof(float); }
 static size_t ysize(const remat__conv_dims *cd) { return cd->bf16 ? 2 : sizeof(float); }
 
-void remat__dnnl_conv_forward(remat__dnnl *d, const remat__conv_dims *cd, const void *x, const float *w,
-                              const float *b, void *y, void *ws, remat__pool *pool, int ith, int nth) {
+void remat__dnnl_conv_forward(remat__dnnl *d, const remat__conv_dims *cd, const void *x, const float *w, const float *b,
+                              void *y, void *ws, remat__pool *pool, int ith, int nth) {
     dnnl_stream_t s;
     conv_plan *p = get_plan(d, cd, nth, ith, &s);
     if (!p) { /* failed (recorded): keep the barrier count */
@@ -398,7 +396,7 @@ void remat__dnnl_conv_forward(remat__dnnl *d, const remat__conv_dims *cd, const 
     }
     int t = remat__dnnl_single_enter();
     char *base = ws;
-    char *wf = p->bwf ? base : (char *)w;                /* (O, C, KH, KW) in the forward's layout */
+    char *wf = p->bwf ? base : (char *)w;                       /* (O, C, KH, KW) in the forward's layout */
     float *br = p->bbr ? (float *)(base + p->bwf) : (float *)b; /* bf16: the bias rounded */
     char *mine = base + p->bwf + p->bbr + (size_t)ith * p->fwd_per;
     dnnl_memory_desc_t smd = remat__dnnl_scratch_md(p->scratch);
@@ -454,8 +452,8 @@ static bwd_bufs bwd_bufs_of(const conv_plan *p, const float *w, void *ws, int it
 
 /* dx (the chunk's images, NCHW) += backward-data of dyd (in its layout),
  * through the buffer dxd. 0 on failure (recorded). */
-static int bwd_data(remat__dnnl *d, dnnl_stream_t s, const conv_plan *p, const chunk *c, const bwd_bufs *b,
-                    char *dyd, char *dxd, void *dx) {
+static int bwd_data(remat__dnnl *d, dnnl_stream_t s, const conv_plan *p, const chunk *c, const bwd_bufs *b, char *dyd,
+                    char *dxd, void *dx) {
     int ids[] = {DNNL_ARG_DIFF_DST, DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_SRC, DNNL_ARG_SCRATCHPAD};
     const dnnl_memory_desc_t *mds[] = {&c->dyd, &p->wd, &c->dxd, &b->smd};
     void *ptrs[] = {dyd, b->wd, dxd, b->sc};
@@ -486,9 +484,8 @@ static int bwd_weights(remat__dnnl *d, dnnl_stream_t s, const conv_plan *p, cons
 /* Backward of the chunk c of images from n0: dx when wanted, the thread's
  * dW and db partials when wgrad (`first`: its first chunk). 0 on failure
  * (recorded). */
-static int bwd_chunk(remat__dnnl *d, dnnl_stream_t s, const remat__conv_dims *cd, const conv_plan *p,
-                     const chunk *c, const bwd_bufs *b, const char *x, const char *dy, char *dx, int wgrad,
-                     int64_t n0, int first) {
+static int bwd_chunk(remat__dnnl *d, dnnl_stream_t s, const remat__conv_dims *cd, const conv_plan *p, const chunk *c,
+                     const bwd_bufs *b, const char *x, const char *dy, char *dx, int wgrad, int64_t n0, int first) {
     const size_t xi = (size_t)(cd->C * cd->H * cd->W) * xsize(cd), yi = (size_t)(cd->O * cd->OH * cd->OW) * ysize(cd);
     const char *xn = x + (size_t)n0 * xi, *dyn = dy + (size_t)n0 * yi;
     char *dyd = c->rdyd ? b->buf : (char *)dyn, *dxd = b->buf + c->bdyd;
@@ -534,8 +531,8 @@ static void add_wgrad(remat__dnnl *d, dnnl_stream_t s, const conv_plan *p, const
 }
 
 void remat__dnnl_conv_backward(remat__dnnl *d, const remat__conv_dims *cd, const void *x, const float *w,
-                               const void *dy, void *dx, float *dw, float *db, void *ws, remat__pool *pool,
-                               int ith, int nth) {
+                               const void *dy, void *dx, float *dw, float *db, void *ws, remat__pool *pool, int ith,
+                               int nth) {
     dnnl_stream_t s;
     conv_plan *p = get_plan(d, cd, nth, ith, &s);
     int wgrad = dw || db;

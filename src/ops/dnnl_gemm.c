@@ -24,8 +24,8 @@
 
 static void cblas_gemm(int transa, int transb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda,
                        const float *B, int64_t ldb, float beta, float *C, int64_t ldc) {
-    cblas_sgemm(CblasRowMajor, transa ? CblasTrans : CblasNoTrans, transb ? CblasTrans : CblasNoTrans, (int)M,
-                (int)N, (int)K, 1.0f, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+    cblas_sgemm(CblasRowMajor, transa ? CblasTrans : CblasNoTrans, transb ? CblasTrans : CblasNoTrans, (int)M, (int)N,
+                (int)K, 1.0f, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
 }
 
 #ifndef REMAT_HAVE_DNNL
@@ -44,8 +44,8 @@ int remat__dnnl_f32_gemm_scratch(remat__dnnl *d, const remat__mm *mm, size_t *sc
     *scratch = 0;
     return 0;
 }
-int remat__dnnl_bf16_gemm_use(int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
-                              int64_t ldc, size_t *scratch) {
+int remat__dnnl_bf16_gemm_use(int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc,
+                              size_t *scratch) {
     (void)ta, (void)tb, (void)M, (void)N, (void)K, (void)lda, (void)ldb, (void)ldc;
     *scratch = 0;
     return 0;
@@ -56,9 +56,8 @@ int remat__dnnl_bf16_gemm_scratch(remat__dnnl *d, int ta, int tb, int64_t M, int
     *scratch = 0;
     return 0;
 }
-int remat__dnnl_bf16_gemm(remat__dnnl *d, int ith, int ta, int tb, int64_t M, int64_t N, int64_t K,
-                          const uint16_t *A, int64_t lda, const uint16_t *B, int64_t ldb, float *C, int64_t ldc,
-                          void *scratch) {
+int remat__dnnl_bf16_gemm(remat__dnnl *d, int ith, int ta, int tb, int64_t M, int64_t N, int64_t K, const uint16_t *A,
+                          int64_t lda, const uint16_t *B, int64_t ldb, float *C, int64_t ldc, void *scratch) {
     (void)d, (void)ith, (void)ta, (void)tb, (void)M, (void)N, (void)K, (void)A, (void)lda, (void)B, (void)ldb;
     (void)C, (void)ldc, (void)scratch;
     return 0;
@@ -148,8 +147,8 @@ static int mm_use(const remat__mm *mm, int f32, size_t *scratch) {
     return ok;
 }
 
-int remat__dnnl_bf16_gemm_use(int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
-                              int64_t ldc, size_t *scratch) {
+int remat__dnnl_bf16_gemm_use(int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc,
+                              size_t *scratch) {
     *scratch = 0;
     remat__mm mm = {ta, tb, M, N, K, lda, ldb, ldc, 0};
     return bf16_products(remat__products_mode()) && mm_use(&mm, 0, scratch);
@@ -225,9 +224,8 @@ static int mm_run(remat__dnnl *d, int ith, const mm_plan *p, const void *A, cons
     return ok;
 }
 
-int remat__dnnl_bf16_gemm(remat__dnnl *d, int ith, int ta, int tb, int64_t M, int64_t N, int64_t K,
-                          const uint16_t *A, int64_t lda, const uint16_t *B, int64_t ldb, float *C, int64_t ldc,
-                          void *scratch) {
+int remat__dnnl_bf16_gemm(remat__dnnl *d, int ith, int ta, int tb, int64_t M, int64_t N, int64_t K, const uint16_t *A,
+                          int64_t lda, const uint16_t *B, int64_t ldb, float *C, int64_t ldc, void *scratch) {
     if (M < 1 || N < 1) return 1;
     remat__mm key = {ta, tb, M, N, K, lda, ldb, ldc, 0};
     mm_plan *p = get_mm(d, &key, 0, 1);

@@ -94,7 +94,8 @@ const remat__op remat__op_relu = {
     .saves = REMAT__SAVE_OUT,
     .flops = pointwise_flops,
     .bf16_ws = remat__pw16_ws,
-    .family = REMAT_FAMILY_POINTWISE,    .cuda = REMAT__CUDA(relu),
+    .family = REMAT_FAMILY_POINTWISE,
+    .cuda = REMAT__CUDA(relu),
     .flags = REMAT__OP_ELEMENTWISE,
 };
 
@@ -138,7 +139,8 @@ const remat__op remat__op_add = {
     .saves = 0,
     .flops = pointwise_flops,
     .bf16_ws = remat__pw16_ws,
-    .family = REMAT_FAMILY_POINTWISE,    .cuda = REMAT__CUDA(add),
+    .family = REMAT_FAMILY_POINTWISE,
+    .cuda = REMAT__CUDA(add),
     .flags = REMAT__OP_ELEMENTWISE,
 };
 
@@ -184,7 +186,8 @@ const remat__op remat__op_mul = {
     .saves = REMAT__SAVE_IN(0) | REMAT__SAVE_IN(1),
     .flops = pointwise_flops,
     .bf16_ws = remat__pw16_ws,
-    .family = REMAT_FAMILY_POINTWISE,    .cuda = REMAT__CUDA(mul),
+    .family = REMAT_FAMILY_POINTWISE,
+    .cuda = REMAT__CUDA(mul),
     .flags = REMAT__OP_ELEMENTWISE,
 };
 
@@ -196,8 +199,8 @@ static remat_status dropout_shape(const remat_graph *g, remat__node *n) {
     char lb[128];
     float p = n->fattr[0];
     if (!(p >= 0.0f && p < 1.0f))
-        return remat__err(REMAT_INVALID, "%s: probability %g is outside [0, 1)",
-                          remat__node_label(n, lb, sizeof lb), (double)p);
+        return remat__err(REMAT_INVALID, "%s: probability %g is outside [0, 1)", remat__node_label(n, lb, sizeof lb),
+                          (double)p);
     return same_shape(g, n);
 }
 
@@ -316,5 +319,6 @@ const remat__op remat__op_dropout = {
     .flags = REMAT__OP_RANDOM | REMAT__OP_ELEMENTWISE,
     .flops = pointwise_flops,
     .bf16_ws = remat__pw16_ws,
-    .family = REMAT_FAMILY_POINTWISE,    .cuda = REMAT__CUDA(dropout),
+    .family = REMAT_FAMILY_POINTWISE,
+    .cuda = REMAT__CUDA(dropout),
 };

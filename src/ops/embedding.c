@@ -27,8 +27,8 @@ static remat_status emb_shape(const remat_graph *g, remat__node *n) {
                           remat__node_label(n, lb, sizeof lb), remat__shape_str(ids, is, sizeof is),
                           REMAT_MAX_DIMS - 1);
     if (w->ndim != 2 || g->nodes[n->in[1]].dtype != REMAT_F32)
-        return remat__err(REMAT_SHAPE, "%s: weight %s must be float32 (num, dim)",
-                          remat__node_label(n, lb, sizeof lb), remat__shape_str(w, ws, sizeof ws));
+        return remat__err(REMAT_SHAPE, "%s: weight %s must be float32 (num, dim)", remat__node_label(n, lb, sizeof lb),
+                          remat__shape_str(w, ws, sizeof ws));
     if (w->d[0] > INT32_MAX)
         return remat__err(REMAT_SHAPE, "%s: weight %s has more rows than int32 ids can name",
                           remat__node_label(n, lb, sizeof lb), remat__shape_str(w, ws, sizeof ws));
@@ -39,17 +39,16 @@ static remat_status emb_shape(const remat_graph *g, remat__node *n) {
 }
 
 static void emb_forward(const remat__kctx *k, int ith, int nth) {
-    const int32_t *ids = k->in[0]->data; // (N)
-    const void *w = k->in[1]->data;      // (num, dim)
-    void *y = k->out->data;              // (N, dim)
+    const int32_t *ids = k->in[0]->data;                    // (N)
+    const void *w = k->in[1]->data;                         // (num, dim)
+    void *y = k->out->data;                                 // (N, dim)
     int w16 = k->dt && k->dt[k->node->in[1]] == REMAT_BF16; /* y's dtype too */
     int64_t N = remat__numel(k->in[0]->shape), num = k->in[1]->shape->d[0], D = k->in[1]->shape->d[1];
     int64_t lo, hi;
     remat__split(N, ith, nth, &lo, &hi);
     for (int64_t t = lo; t < hi; t++) {
         int64_t id = ids[t];
-        if (id >= 0 && id < num)
-            remat__pw16_copy(y, w16, t * D, w, w16, id * D, D);
+        if (id >= 0 && id < num) remat__pw16_copy(y, w16, t * D, w, w16, id * D, D);
         else
             for (int64_t j = 0; j < D; j++) remat__pw16_st(y, w16, t * D + j, NAN); /* see the top of the file */
     }
@@ -76,7 +75,7 @@ static void emb_backward_bf16(const remat__kctx *k, int ith, int nth, int64_t lo
     int64_t N = remat__numel(k->in[0]->shape), num = k->in[1]->shape->d[0], D = k->in[1]->shape->d[1];
     size_t per = lines((size_t)(N + num + 1) * sizeof(int32_t) + (size_t)D * sizeof(float));
     int32_t *order = (int32_t *)((unsigned char *)k->ws + (size_t)ith * per), *start = order + N; // (N), (num + 1)
-    float *acc = (float *)(start + num + 1);                                                   // (D)
+    float *acc = (float *)(start + num + 1);                                                      // (D)
     (void)nth;
     memset(start, 0, (size_t)(num + 1) * sizeof *start);
     for (int64_t t = 0; t < N; t++)
@@ -141,7 +140,8 @@ const remat__op remat__op_embedding = {
     .saves = REMAT__SAVE_IN(0),
     .bf16_ws = emb_bf16_ws,
     .flops = emb_flops,
-    .family = REMAT_FAMILY_COPY,    .cuda = REMAT__CUDA(embedding),
+    .family = REMAT_FAMILY_COPY,
+    .cuda = REMAT__CUDA(embedding),
 };
 
 remat_node remat_embedding_op(remat_graph *g, remat_node ids, remat_node w) {

@@ -65,8 +65,7 @@ static void gelu16(const remat__kctx *k, int64_t lo, int64_t hi, int backward) {
         if (backward)
             remat__pw16_acc(t.din[0], t.in16[0], i,
                             remat__pw16_ld(t.dout, t.out16, i) * (tanh_form ? dgelu_tanh(v) : dgelu_erf(v)));
-        else
-            remat__pw16_st(t.out, t.out16, i, tanh_form ? gelu_tanh(v) : gelu_erf(v));
+        else remat__pw16_st(t.out, t.out16, i, tanh_form ? gelu_tanh(v) : gelu_erf(v));
     }
 }
 
@@ -116,7 +115,8 @@ const remat__op remat__op_gelu = {
     .saves = REMAT__SAVE_IN(0),
     .flops = gelu_flops,
     .bf16_ws = remat__pw16_ws,
-    .family = REMAT_FAMILY_POINTWISE,    .cuda = REMAT__CUDA(gelu),
+    .family = REMAT_FAMILY_POINTWISE,
+    .cuda = REMAT__CUDA(gelu),
     .flags = REMAT__OP_ELEMENTWISE,
 };
 

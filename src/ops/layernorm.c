@@ -46,8 +46,8 @@ static remat_status ln_shape(const remat_graph *g, remat__node *n) {
     }
     float eps = n->fattr[0];
     if (!(eps >= 0.0f) || isinf(eps))
-        return remat__err(REMAT_INVALID, "%s: eps %g must be finite and >= 0",
-                          remat__node_label(n, lb, sizeof lb), (double)eps);
+        return remat__err(REMAT_INVALID, "%s: eps %g must be finite and >= 0", remat__node_label(n, lb, sizeof lb),
+                          (double)eps);
     n->shape = *x;
     n->dtype = REMAT_F32;
     return REMAT_OK;
@@ -141,8 +141,7 @@ static inline __attribute__((always_inline)) void ln_dx_rows(const remat__kctx *
 }
 
 /* Columns [lo, hi) of the parameter sums over every row, in order. */
-static inline __attribute__((always_inline)) void ln_param_cols(const remat__kctx *k, int64_t lo, int64_t hi,
-                                                                int bf) {
+static inline __attribute__((always_inline)) void ln_param_cols(const remat__kctx *k, int64_t lo, int64_t hi, int bf) {
     const void *x = k->in[0]->data, *dy = k->dout; // (R, C)
     float *dw = k->din[1], *db = k->din[2];
     int64_t C = ln_cols(k->in[0]->shape), R = remat__numel(k->in[0]->shape) / C;
@@ -208,7 +207,8 @@ const remat__op remat__op_layernorm = {
     .bwd_ws = ln_bwd_ws,
     .bf16_ws = ln_bf16_ws,
     .flops = ln_flops,
-    .family = REMAT_FAMILY_NORM,    .cuda = REMAT__CUDA(layernorm),
+    .family = REMAT_FAMILY_NORM,
+    .cuda = REMAT__CUDA(layernorm),
 };
 
 /* ------------------------------------------------------------- builders */
@@ -231,7 +231,6 @@ remat_node remat_layernorm(remat_graph *g, const char *name, remat_node x) {
     snprintf(buf, sizeof buf, "%s.bias", name ? name : "");
     remat_node b = remat_param(g, buf, 1, &C, REMAT_INIT_ZEROS, 0);
     if (w == REMAT_NONE || b == REMAT_NONE) return REMAT_NONE;
-    remat__node n = {.op = REMAT__OP_LAYERNORM, .n_in = 3, .in = {x, w, b}, .fattr = {1e-5f},
-                     .name = (char *)name};
+    remat__node n = {.op = REMAT__OP_LAYERNORM, .n_in = 3, .in = {x, w, b}, .fattr = {1e-5f}, .name = (char *)name};
     return remat__graph_add(g, &n);
 }

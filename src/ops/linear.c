@@ -19,15 +19,15 @@ static remat_status linear_shape(const remat_graph *g, remat__node *n) {
     const remat__shape *x = remat__in_shape(g, n, 0), *w = remat__in_shape(g, n, 1);
     char lb[128], xs[64], ws[64];
     if (x->ndim != 2 || w->ndim != 2 || x->d[1] != w->d[1])
-        return remat__err(REMAT_SHAPE, "%s: input %s does not match weight %s "
-                          "(expected input (N, %lld))", remat__node_label(n, lb, sizeof lb),
-                          remat__shape_str(x, xs, sizeof xs), remat__shape_str(w, ws, sizeof ws),
-                          (long long)(w->ndim == 2 ? w->d[1] : -1));
+        return remat__err(REMAT_SHAPE,
+                          "%s: input %s does not match weight %s "
+                          "(expected input (N, %lld))",
+                          remat__node_label(n, lb, sizeof lb), remat__shape_str(x, xs, sizeof xs),
+                          remat__shape_str(w, ws, sizeof ws), (long long)(w->ndim == 2 ? w->d[1] : -1));
     if (n->n_in == 3) {
         const remat__shape *b = remat__in_shape(g, n, 2);
         if (b->ndim != 1 || b->d[0] != w->d[0])
-            return remat__err(REMAT_SHAPE, "%s: bias %s does not match weight %s",
-                              remat__node_label(n, lb, sizeof lb),
+            return remat__err(REMAT_SHAPE, "%s: bias %s does not match weight %s", remat__node_label(n, lb, sizeof lb),
                               remat__shape_str(b, xs, sizeof xs), remat__shape_str(w, ws, sizeof ws));
     }
     n->shape = (remat__shape){2, {x->d[0], w->d[0]}};
@@ -44,7 +44,9 @@ static void linear_backward_bf16(const remat__kctx *k, int ith, int nth);
 static remat__mm fwd_mm(int64_t rows, int64_t IN, int64_t OUT, int bias) {
     return (remat__mm){0, 1, rows, OUT, IN, IN, IN, OUT, bias};
 }
-static remat__mm dx_mm(int64_t rows, int64_t IN, int64_t OUT) { return (remat__mm){0, 0, rows, IN, OUT, OUT, IN, IN, 1}; }
+static remat__mm dx_mm(int64_t rows, int64_t IN, int64_t OUT) {
+    return (remat__mm){0, 0, rows, IN, OUT, OUT, IN, IN, 1};
+}
 static remat__mm dw_mm(int64_t rows, int64_t NB, int64_t IN, int64_t OUT) {
     return (remat__mm){1, 0, rows, IN, NB, OUT, IN, IN, 1};
 }
@@ -92,9 +94,9 @@ static void linear_forward(const remat__kctx *k, int ith, int nth) {
         linear_forward_bf16(k, ith, nth);
         return;
     }
-    const float *x = k->in[0]->data;  // (N, in)
-    const float *w = k->in[1]->data;  // (out, in)
-    float *y = k->out->data;          // (N, out)
+    const float *x = k->in[0]->data; // (N, in)
+    const float *w = k->in[1]->data; // (out, in)
+    float *y = k->out->data;         // (N, out)
     int64_t NB = k->in[0]->shape->d[0], IN = k->in[0]->shape->d[1], OUT = k->in[1]->shape->d[0];
     int bias = k->node->n_in == 3;
     int64_t lo, hi;
@@ -113,9 +115,9 @@ static void linear_backward(const remat__kctx *k, int ith, int nth) {
         linear_backward_bf16(k, ith, nth);
         return;
     }
-    const float *x = k->in[0]->data;  // (N, in)
-    const float *w = k->in[1]->data;  // (out, in)
-    const float *dy = k->dout;        // (N, out)
+    const float *x = k->in[0]->data; // (N, in)
+    const float *w = k->in[1]->data; // (out, in)
+    const float *dy = k->dout;       // (N, out)
     int64_t NB = k->in[0]->shape->d[0], IN = k->in[0]->shape->d[1], OUT = k->in[1]->shape->d[0];
     void *sc = kctx_scratch(k, 1, ith, nth);
     int64_t lo, hi;
@@ -277,8 +279,7 @@ static void linear_backward_bf16(const remat__kctx *k, int ith, int nth) {
     int64_t lo, hi;
     remat__split(L.NB, ith, nth, &lo, &hi);
     if (k->din[0] && hi > lo && /* dx (N, in) += dy (N, out) W (out, in) */
-        remat__dnnl_bf16_gemm(k->dnnl, ith, 0, 0, hi - lo, L.IN, L.OUT, dy + lo * L.OUT, L.OUT, wb, L.IN, c, L.IN,
-                              sc))
+        remat__dnnl_bf16_gemm(k->dnnl, ith, 0, 0, hi - lo, L.IN, L.OUT, dy + lo * L.OUT, L.OUT, wb, L.IN, c, L.IN, sc))
         add_rounded((unsigned char *)k->din[0] + (size_t)(lo * L.IN) * (xf32 ? 4 : 2), !xf32, c, (hi - lo) * L.IN);
     remat__split(L.OUT, ith, nth, &lo, &hi);
     if (hi <= lo) return;
@@ -311,6 +312,6 @@ const remat__op remat__op_linear = {
     .bwd_ws = linear_bwd_ws,
     .bf16_ws = linear_bf16_ws,
     .flops = linear_flops,
-    .family = REMAT_FAMILY_LINEAR,    .cuda = REMAT__CUDA(linear),
+    .family = REMAT_FAMILY_LINEAR,
+    .cuda = REMAT__CUDA(linear),
 };
-

@@ -19,9 +19,11 @@ static remat_status ce_shape(const remat_graph *g, remat__node *n) {
     const remat__shape *z = remat__in_shape(g, n, 0), *y = remat__in_shape(g, n, 1);
     char lb[128], zs[64], ys[64];
     if (z->ndim != 2 || y->ndim != 1 || y->d[0] != z->d[0])
-        return remat__err(REMAT_SHAPE, "%s: logits %s and labels %s do not match "
-                          "(expected (N, C) and (N))", remat__node_label(n, lb, sizeof lb),
-                          remat__shape_str(z, zs, sizeof zs), remat__shape_str(y, ys, sizeof ys));
+        return remat__err(REMAT_SHAPE,
+                          "%s: logits %s and labels %s do not match "
+                          "(expected (N, C) and (N))",
+                          remat__node_label(n, lb, sizeof lb), remat__shape_str(z, zs, sizeof zs),
+                          remat__shape_str(y, ys, sizeof ys));
     if (g->nodes[n->in[1]].dtype != REMAT_I32 || g->nodes[n->in[0]].dtype != REMAT_F32)
         return remat__err(REMAT_SHAPE, "%s: logits must be float32 and labels int32",
                           remat__node_label(n, lb, sizeof lb));
@@ -85,10 +87,10 @@ static const float *logits_row(const remat__kctx *k, int64_t n, int64_t C, float
 }
 
 static void ce_forward(const remat__kctx *k, int ith, int nth) {
-    const int32_t *y = k->in[1]->data;   // (N)
+    const int32_t *y = k->in[1]->data; // (N)
     int64_t N = k->in[0]->shape->d[0], C = k->in[0]->shape->d[1], lo, hi;
-    double *row = k->ws;                                   // (N)
-    float *e = (float *)(row + N) + (size_t)ith * (size_t)C; // (C)
+    double *row = k->ws;                                              // (N)
+    float *e = (float *)(row + N) + (size_t)ith * (size_t)C;          // (C)
     float *zb = (float *)(row + N) + (size_t)(nth + ith) * (size_t)C; /* bf16: the row widened */
     remat__split(N, ith, nth, &lo, &hi);
     for (int64_t n = lo; n < hi; n++) { /* a bad label makes the loss NaN: the loss says so */
@@ -114,7 +116,7 @@ static void ce_backward(const remat__kctx *k, int ith, int nth) {
     float *dz = k->din[0];             // (N, C)
     if (!dz) return;
     int64_t N = k->in[0]->shape->d[0], C = k->in[0]->shape->d[1], lo, hi;
-    float *e = (float *)k->ws + (size_t)ith * (size_t)C; // (C)
+    float *e = (float *)k->ws + (size_t)ith * (size_t)C;          // (C)
     float *zb = (float *)k->ws + (size_t)(nth + ith) * (size_t)C; /* bf16: the row, then its gradient */
     double g = (double)k->dout[0] / (double)N;
     remat__split(N, ith, nth, &lo, &hi);
@@ -124,7 +126,7 @@ static void ce_backward(const remat__kctx *k, int ith, int nth) {
         for (int64_t c = 0; c < C; c++) e[c] = expf(zn[c] - m);
         const double sum = row_sum(e, C);
         const float scale = (float)(g / sum); /* softmax times g = e * scale */
-        float *dn = k->dt ? zb : dz + n * C; /* bf16: the view's zeros, then rounded into dz */
+        float *dn = k->dt ? zb : dz + n * C;  /* bf16: the view's zeros, then rounded into dz */
         if (k->dt) memset(dn, 0, (size_t)C * sizeof *dn);
         int64_t t = y[n] >= 0 && y[n] < C ? y[n] : C;
         for (int64_t c = 0; c < t; c++) dn[c] += scale * e[c];
@@ -152,7 +154,8 @@ const remat__op remat__op_cross_entropy = {
     .saves = REMAT__SAVE_IN(0) | REMAT__SAVE_IN(1),
     .flags = REMAT__OP_LOSS | REMAT__OP_NODIFF_IN1,
     .flops = ce_flops,
-    .family = REMAT_FAMILY_LOSS,    .cuda = REMAT__CUDA(cross_entropy),
+    .family = REMAT_FAMILY_LOSS,
+    .cuda = REMAT__CUDA(cross_entropy),
 };
 
 /* ------------------------------------------------------------------- mse */
@@ -236,5 +239,6 @@ const remat__op remat__op_mse = {
     .saves = REMAT__SAVE_IN(0) | REMAT__SAVE_IN(1),
     .flags = REMAT__OP_LOSS,
     .flops = mse_flops,
-    .family = REMAT_FAMILY_LOSS,    .cuda = REMAT__CUDA(mse),
+    .family = REMAT_FAMILY_LOSS,
+    .cuda = REMAT__CUDA(mse),
 };

@@ -29,11 +29,9 @@
 static remat_status check_input(const remat_graph *g, remat__node *n, const char *lb) {
     const remat__shape *x = remat__in_shape(g, n, 0);
     char xs[64];
-    if (g->nodes[n->in[0]].dtype != REMAT_F32)
-        return remat__err(REMAT_SHAPE, "%s: input must be float32", lb);
+    if (g->nodes[n->in[0]].dtype != REMAT_F32) return remat__err(REMAT_SHAPE, "%s: input must be float32", lb);
     if (x->ndim != 4)
-        return remat__err(REMAT_SHAPE, "%s: input %s must be 4-D (N, C, H, W)", lb,
-                          remat__shape_str(x, xs, sizeof xs));
+        return remat__err(REMAT_SHAPE, "%s: input %s must be 4-D (N, C, H, W)", lb, remat__shape_str(x, xs, sizeof xs));
     return REMAT_OK;
 }
 
@@ -60,19 +58,17 @@ static remat_status window_shape(const remat_graph *g, remat__node *n) {
     if (st != REMAT_OK) return st;
     const remat__shape *x = remat__in_shape(g, n, 0);
     int64_t k = n->iattr[0], s = n->iattr[1], p = n->iattr[2];
-    if (k < 1)
-        return remat__err(REMAT_SHAPE, "%s: kernel size %lld must be at least 1", lb, (long long)k);
-    if (s < 1)
-        return remat__err(REMAT_SHAPE, "%s: stride %lld must be at least 1", lb, (long long)s);
-    if (p < 0)
-        return remat__err(REMAT_SHAPE, "%s: padding %lld must not be negative", lb, (long long)p);
+    if (k < 1) return remat__err(REMAT_SHAPE, "%s: kernel size %lld must be at least 1", lb, (long long)k);
+    if (s < 1) return remat__err(REMAT_SHAPE, "%s: stride %lld must be at least 1", lb, (long long)s);
+    if (p < 0) return remat__err(REMAT_SHAPE, "%s: padding %lld must not be negative", lb, (long long)p);
     if (2 * p > k) /* PyTorch's rule: no window lies wholly in the padding */
-        return remat__err(REMAT_SHAPE, "%s: padding %lld must be at most half the kernel size %lld",
-                          lb, (long long)p, (long long)k);
+        return remat__err(REMAT_SHAPE, "%s: padding %lld must be at most half the kernel size %lld", lb, (long long)p,
+                          (long long)k);
     if (x->d[2] + 2 * p < k || x->d[3] + 2 * p < k)
-        return remat__err(REMAT_SHAPE, "%s: kernel %lldx%lld is larger than input %s with "
-                          "padding %lld (empty output)", lb, (long long)k, (long long)k,
-                          remat__shape_str(x, xs, sizeof xs), (long long)p);
+        return remat__err(REMAT_SHAPE,
+                          "%s: kernel %lldx%lld is larger than input %s with "
+                          "padding %lld (empty output)",
+                          lb, (long long)k, (long long)k, remat__shape_str(x, xs, sizeof xs), (long long)p);
     pgeom G = make_pgeom(x, n);
     n->shape = (remat__shape){4, {x->d[0], x->d[1], G.OH, G.OW}};
     n->dtype = REMAT_F32;
@@ -144,8 +140,7 @@ static inline void scan_elem(const float *r, int64_t S, int64_t n, float pos, fl
 
 /* The maximum m[i] and its window position j[i] (kh*k + kw) of the inner
  * windows ow = w0 + i, i in [0, n), n <= ROW_CHUNK, of output row oh. */
-static void row_argmax(const pgeom *G, const float *xp, int64_t oh, int64_t w0, int64_t n, float *m,
-                       float *j) {
+static void row_argmax(const pgeom *G, const float *xp, int64_t oh, int64_t w0, int64_t n, float *m, float *j) {
     const int64_t k = G->k, s = G->s, W = G->W;
     const float *x0 = xp + (oh * s - G->p) * W + w0 * s - G->p; /* window w0's first element */
     for (int64_t i = 0; i < n; i++) m[i] = -INFINITY, j[i] = 0.0f;
@@ -185,8 +180,7 @@ static volatile float neg_zero = -0.0f; /* read at run time: see max22_row_bwd *
  * bits as they are (+0 would turn -0 into +0). -0 is read through a
  * volatile because the compiler would fold "+= -0" into a conditional
  * store, and the loop would no longer vectorize. */
-static void max22_row_bwd(const float *r0, const float *r1, const float *dy, float *d0, float *d1,
-                          int64_t OW) {
+static void max22_row_bwd(const float *r0, const float *r1, const float *dy, float *d0, float *d1, int64_t OW) {
     const float nz = neg_zero;
     for (int64_t ow = 0; ow < OW; ow++) {
         float a = r0[2 * ow], b = r0[2 * ow + 1], c = r1[2 * ow], d = r1[2 * ow + 1], g = dy[ow];
@@ -213,8 +207,8 @@ static int is22(const pgeom *G) { return G->k == 2 && G->s == 2 && G->p == 0; }
  * increasing ow: the plane index of its maximum and the maximum. */
 typedef void (*row_sink)(void *ctx, int64_t ow, int64_t idx, float val);
 
-static void row_windows(const pgeom *G, const float *xp, int64_t oh, int inner_row, int64_t wlo,
-                        int64_t whi, row_sink out, void *ctx) {
+static void row_windows(const pgeom *G, const float *xp, int64_t oh, int inner_row, int64_t wlo, int64_t whi,
+                        row_sink out, void *ctx) {
     float m[ROW_CHUNK], j[ROW_CHUNK];
     int64_t ow = 0;
     if (inner_row)
@@ -238,9 +232,9 @@ static void row_windows(const pgeom *G, const float *xp, int64_t oh, int inner_r
 }
 
 typedef struct {
-    float *y;           /* output row */
-    float *dx;          /* input plane */
-    const float *dy;    /* output row */
+    float *y;        /* output row */
+    float *dx;       /* input plane */
+    const float *dy; /* output row */
 } sink_ctx;
 
 static void sink_value(void *ctx, int64_t ow, int64_t idx, float val) {
@@ -305,10 +299,8 @@ static float *plane_out(const pool16 *b, int64_t pl) {
 static void plane_done(const pool16 *b, int64_t pl) {
     int64_t hw = b->G->H * b->G->W, ohw = b->G->OH * b->G->OW;
     if (!b->bf) return;
-    if (b->backward)
-        remat__pw16_convert((uint16_t *)b->out + pl * hw, b->buf + hw + ohw, hw, REMAT__CVT_ACC_BF16);
-    else
-        remat__pw16_convert((uint16_t *)b->out + pl * ohw, b->buf + hw, ohw, REMAT__CVT_DOWN);
+    if (b->backward) remat__pw16_convert((uint16_t *)b->out + pl * hw, b->buf + hw + ohw, hw, REMAT__CVT_ACC_BF16);
+    else remat__pw16_convert((uint16_t *)b->out + pl * ohw, b->buf + hw, ohw, REMAT__CVT_DOWN);
 }
 
 static int pool_bf16_ws(const remat_graph *g, const remat__node *n, const uint8_t *dt, int nth, size_t *fwd,
@@ -354,8 +346,8 @@ static void maxpool_forward(const remat__kctx *k, int ith, int nth) {
     inner_range(&G, &r[0], &r[1], &r[2], &r[3]);
     pool16 b = pool16_of(k, &G, ith, 0);
     for (int64_t pl = lo; pl < hi; pl++) {
-        const float *xp = plane_in(&b, 0, pl);  // (H, W)
-        float *yp = plane_out(&b, pl);          // (OH, OW)
+        const float *xp = plane_in(&b, 0, pl); // (H, W)
+        float *yp = plane_out(&b, pl);         // (OH, OW)
         maxpool_plane(&G, xp, yp, r);
         plane_done(&b, pl);
     }
@@ -369,8 +361,8 @@ static void maxpool_backward(const remat__kctx *k, int ith, int nth) {
     inner_range(&G, &r[0], &r[1], &r[2], &r[3]);
     pool16 b = pool16_of(k, &G, ith, 1);
     for (int64_t pl = lo; pl < hi; pl++) {
-        const float *xp = plane_in(&b, 0, pl);   // (H, W), saved
-        const float *dyp = plane_in(&b, 1, pl);  // (OH, OW)
+        const float *xp = plane_in(&b, 0, pl);  // (H, W), saved
+        const float *dyp = plane_in(&b, 1, pl); // (OH, OW)
         maxpool_plane_bwd(&G, xp, dyp, plane_out(&b, pl), r);
         plane_done(&b, pl);
     }
@@ -388,13 +380,13 @@ const remat__op remat__op_maxpool2d = {
     .saves = REMAT__SAVE_IN(0),
     .flops = window_flops,
     .bf16_ws = pool_bf16_ws,
-    .family = REMAT_FAMILY_POOL,    .cuda = REMAT__CUDA(maxpool2d),
+    .family = REMAT_FAMILY_POOL,
+    .cuda = REMAT__CUDA(maxpool2d),
 };
 
 /* The in-bounds part [h0, h1) x [w0, w1) of the window at (oh, ow) and
  * PyTorch's divisor: the window's size clipped to the padded input. */
-static int64_t avg_window(const pgeom *G, int64_t oh, int64_t ow, int64_t *h0, int64_t *h1,
-                          int64_t *w0, int64_t *w1) {
+static int64_t avg_window(const pgeom *G, int64_t oh, int64_t ow, int64_t *h0, int64_t *h1, int64_t *w0, int64_t *w1) {
     int64_t a = oh * G->s - G->p, b = ow * G->s - G->p;
     int64_t c = a + G->k < G->H + G->p ? a + G->k : G->H + G->p;
     int64_t d = b + G->k < G->W + G->p ? b + G->k : G->W + G->p;
@@ -464,7 +456,8 @@ const remat__op remat__op_avgpool2d = {
     .saves = 0,
     .flops = window_flops,
     .bf16_ws = pool_bf16_ws,
-    .family = REMAT_FAMILY_POOL,    .cuda = REMAT__CUDA(avgpool2d),
+    .family = REMAT_FAMILY_POOL,
+    .cuda = REMAT__CUDA(avgpool2d),
 };
 
 /* -------------------------------------------------------- global average */
@@ -482,8 +475,8 @@ static remat_status global_shape(const remat_graph *g, remat__node *n) {
 
 static void global_forward(const remat__kctx *k, int ith, int nth) {
     const remat__shape *xs = k->in[0]->shape;
-    const float *x = k->in[0]->data;  // (N, C, H, W)
-    float *y = k->out->data;          // (N, C, 1, 1)
+    const float *x = k->in[0]->data; // (N, C, H, W)
+    float *y = k->out->data;         // (N, C, 1, 1)
     const int64_t hw = xs->d[2] * xs->d[3];
     int64_t lo, hi;
     remat__split(xs->d[0] * xs->d[1], ith, nth, &lo, &hi);
@@ -496,7 +489,7 @@ static void global_forward(const remat__kctx *k, int ith, int nth) {
         return;
     }
     for (int64_t pl = lo; pl < hi; pl++) {
-        const float *xp = x + pl * hw;  // (H*W)
+        const float *xp = x + pl * hw; // (H*W)
         float s = 0.0f;
         for (int64_t i = 0; i < hw; i++) s += xp[i];
         y[pl] = s / (float)hw;
@@ -505,8 +498,8 @@ static void global_forward(const remat__kctx *k, int ith, int nth) {
 
 static void global_backward(const remat__kctx *k, int ith, int nth) {
     const remat__shape *xs = k->in[0]->shape;
-    const float *dy = k->dout;  // (N, C, 1, 1)
-    float *dx = k->din[0];      // (N, C, H, W)
+    const float *dy = k->dout; // (N, C, 1, 1)
+    float *dx = k->din[0];     // (N, C, H, W)
     if (!dx) return;
     const int64_t hw = xs->d[2] * xs->d[3];
     int64_t lo, hi;
@@ -520,7 +513,7 @@ static void global_backward(const remat__kctx *k, int ith, int nth) {
     }
     for (int64_t pl = lo; pl < hi; pl++) {
         float gd = dy[pl] / (float)hw;
-        float *dxp = dx + pl * hw;  // (H*W)
+        float *dxp = dx + pl * hw; // (H*W)
         for (int64_t i = 0; i < hw; i++) dxp[i] += gd;
     }
 }
@@ -550,5 +543,6 @@ const remat__op remat__op_global_avgpool = {
     .saves = 0,
     .flops = global_flops,
     .bf16_ws = global_bf16_ws,
-    .family = REMAT_FAMILY_POOL,    .cuda = REMAT__CUDA(global_avgpool),
+    .family = REMAT_FAMILY_POOL,
+    .cuda = REMAT__CUDA(global_avgpool),
 };

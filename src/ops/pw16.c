@@ -38,8 +38,7 @@ remat__pw16 remat__pw16_of(const remat__kctx *k, int backward) {
     return t;
 }
 
-int remat__pw16_ws(const remat_graph *g, const remat__node *n, const uint8_t *dt, int nth, size_t *fwd,
-                   size_t *bwd) {
+int remat__pw16_ws(const remat_graph *g, const remat__node *n, const uint8_t *dt, int nth, size_t *fwd, size_t *bwd) {
     (void)nth;
     int any = dt[n - g->nodes] == REMAT_BF16;
     for (int i = 0; i < n->n_in; i++) any |= dt[n->in[i]] == REMAT_BF16;
@@ -245,30 +244,28 @@ static inline __m512i rnd16(__m512 v) {
 
 static inline __m256i narrow16(__m512 v) { return _mm512_cvtepi32_epi16(_mm512_srli_epi32(rnd16(v), 16)); }
 
-#define ST16(name, narrow)                                                                                   \
-    static inline void name(void *p, int b16, int64_t i, __m512 v) {                                         \
-        if (b16)                                                                                             \
-            _mm256_storeu_si256((__m256i *)((uint16_t *)p + i), narrow(v));                                  \
-        else                                                                                                 \
-            _mm512_storeu_ps((float *)p + i, v);                                                             \
+#define ST16(name, narrow)                                                                                             \
+    static inline void name(void *p, int b16, int64_t i, __m512 v) {                                                   \
+        if (b16) _mm256_storeu_si256((__m256i *)((uint16_t *)p + i), narrow(v));                                       \
+        else _mm512_storeu_ps((float *)p + i, v);                                                                      \
     }
 ST16(st16, narrow16)
 
 /* REMAT__CVT_ACC_BF16 of 16 lanes (accr: v rounded through bf16, the
  * rounded bits widened back, added, rounded by st), and a gradient's
  * accumulation (acc: a bf16 one takes 0 + g that way). */
-#define ACC16(acc, accr, st)                                                                                 \
-    static inline void accr(void *p, int64_t i, __m512 v) {                                                  \
-        __m512i r = _mm512_and_si512(rnd16(v), _mm512_set1_epi32((int)0xffff0000u));                         \
-        st(p, 1, i, _mm512_add_ps(ld16(p, 1, i), _mm512_castsi512_ps(r)));                                   \
-    }                                                                                                        \
-    static inline void acc(void *p, int b16, int64_t i, __m512 g) {                                          \
-        if (!b16) {                                                                                          \
-            float *d = (float *)p + i;                                                                       \
-            _mm512_storeu_ps(d, _mm512_add_ps(_mm512_loadu_ps(d), g));                                       \
-            return;                                                                                          \
-        }                                                                                                    \
-        accr(p, i, _mm512_add_ps(_mm512_setzero_ps(), g));                                                   \
+#define ACC16(acc, accr, st)                                                                                           \
+    static inline void accr(void *p, int64_t i, __m512 v) {                                                            \
+        __m512i r = _mm512_and_si512(rnd16(v), _mm512_set1_epi32((int)0xffff0000u));                                   \
+        st(p, 1, i, _mm512_add_ps(ld16(p, 1, i), _mm512_castsi512_ps(r)));                                             \
+    }                                                                                                                  \
+    static inline void acc(void *p, int b16, int64_t i, __m512 g) {                                                    \
+        if (!b16) {                                                                                                    \
+            float *d = (float *)p + i;                                                                                 \
+            _mm512_storeu_ps(d, _mm512_add_ps(_mm512_loadu_ps(d), g));                                                 \
+            return;                                                                                                    \
+        }                                                                                                              \
+        accr(p, i, _mm512_add_ps(_mm512_setzero_ps(), g));                                                             \
     }
 ACC16(acc16, accr16, st16)
 

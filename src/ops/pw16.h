@@ -55,10 +55,8 @@ static inline float remat__pw16_ld(const void *p, int b16, int64_t i) {
 
 /* Stores v as element i, rounded when the value is bf16. */
 static inline void remat__pw16_st(void *p, int b16, int64_t i, float v) {
-    if (b16)
-        ((uint16_t *)p)[i] = remat__bf16_of(v);
-    else
-        ((float *)p)[i] = v;
+    if (b16) ((uint16_t *)p)[i] = remat__bf16_of(v);
+    else ((float *)p)[i] = v;
 }
 
 /* Adds the gradient g into element i of an input's gradient: a bf16 one
@@ -78,8 +76,7 @@ static inline void remat__pw16_acc(void *p, int b16, int64_t i, float g) {
  * stored as d16 (from element do_): the views' bits, each element widened
  * and rounded (a bf16 copied to bf16 stays as it is, but a signalling NaN
  * is made quiet, as rounding its float32 view makes it). */
-static inline void remat__pw16_copy(void *dst, int d16, int64_t do_, const void *src, int s16, int64_t so,
-                                    int64_t n) {
+static inline void remat__pw16_copy(void *dst, int d16, int64_t do_, const void *src, int s16, int64_t so, int64_t n) {
     if (!d16 && !s16) {
         memcpy((float *)dst + do_, (const float *)src + so, (size_t)n * sizeof(float));
     } else if (d16 && s16) {
@@ -103,8 +100,7 @@ remat__pw16 remat__pw16_of(const remat__kctx *k, int backward);
 /* remat__op.bf16_ws of an elementwise op: 1 (no workspace) when node n
  * has a value in bf16, an input or its output; 0 when every value is
  * float32, and the float32 kernels run as under fp32. */
-int remat__pw16_ws(const remat_graph *g, const remat__node *n, const uint8_t *dt, int nth, size_t *fwd,
-                   size_t *bwd);
+int remat__pw16_ws(const remat_graph *g, const remat__node *n, const uint8_t *dt, int nth, size_t *fwd, size_t *bwd);
 
 /* Elements [lo, hi) of a pass. */
 typedef void (*remat__pw16_fn)(const remat__pw16 *t, int64_t lo, int64_t hi);

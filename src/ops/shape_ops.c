@@ -26,8 +26,7 @@ static remat_status reshape_shape(const remat_graph *g, remat__node *n) {
     if (remat__numel(&t) != remat__numel(x))
         return remat__err(REMAT_SHAPE, "%s: cannot reshape %s (%lld elements) to %s (%lld elements)",
                           remat__node_label(n, lb, sizeof lb), remat__shape_str(x, xs, sizeof xs),
-                          (long long)remat__numel(x), remat__shape_str(&t, ts, sizeof ts),
-                          (long long)remat__numel(&t));
+                          (long long)remat__numel(x), remat__shape_str(&t, ts, sizeof ts), (long long)remat__numel(&t));
     n->shape = t;
     n->dtype = g->nodes[n->in[0]].dtype;
     return REMAT_OK;
@@ -75,7 +74,8 @@ const remat__op remat__op_reshape = {
     .saves = 0,
     .flops = copy_flops,
     .bf16_ws = reshape_bf16_ws,
-    .family = REMAT_FAMILY_COPY,    .cuda = REMAT__CUDA(reshape),
+    .family = REMAT_FAMILY_COPY,
+    .cuda = REMAT__CUDA(reshape),
     .flags = REMAT__OP_ELEMENTWISE, /* element i is element i, in flat order */
 };
 
@@ -85,8 +85,8 @@ static remat_status concat_shape(const remat_graph *g, remat__node *n) {
     const remat__shape *a = remat__in_shape(g, n, 0);
     char lb[128], as[64], bs[64];
     if (a->ndim != 2 && a->ndim != 4)
-        return remat__err(REMAT_SHAPE, "%s: inputs must be 2-D or 4-D, got %s",
-                          remat__node_label(n, lb, sizeof lb), remat__shape_str(a, as, sizeof as));
+        return remat__err(REMAT_SHAPE, "%s: inputs must be 2-D or 4-D, got %s", remat__node_label(n, lb, sizeof lb),
+                          remat__shape_str(a, as, sizeof as));
     remat__shape out = *a;
     for (int i = 1; i < n->n_in; i++) {
         const remat__shape *b = remat__in_shape(g, n, i);
@@ -165,5 +165,6 @@ const remat__op remat__op_concat = {
     .saves = 0,
     .flops = copy_flops,
     .bf16_ws = remat__pw16_ws, /* any bf16 input: copied and added as stored, no workspace */
-    .family = REMAT_FAMILY_COPY,    .cuda = REMAT__CUDA(concat),
+    .family = REMAT_FAMILY_COPY,
+    .cuda = REMAT__CUDA(concat),
 };

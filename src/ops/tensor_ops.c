@@ -147,7 +147,8 @@ const remat__op remat__op_permute = {
     .saves = 0,
     .flops = copy_flops,
     .bf16_ws = copy_bf16_ws,
-    .family = REMAT_FAMILY_COPY,    .cuda = REMAT__CUDA(permute),
+    .family = REMAT_FAMILY_COPY,
+    .cuda = REMAT__CUDA(permute),
 };
 
 remat_node remat_permute(remat_graph *g, remat_node x, int ndim, const int *perm) {
@@ -258,7 +259,8 @@ const remat__op remat__op_slice = {
     .saves = 0,
     .flops = copy_flops,
     .bf16_ws = copy_bf16_ws,
-    .family = REMAT_FAMILY_COPY,    .cuda = REMAT__CUDA(slice),
+    .family = REMAT_FAMILY_COPY,
+    .cuda = REMAT__CUDA(slice),
 };
 
 remat_node remat_slice(remat_graph *g, remat_node x, int dim, int64_t start, int64_t len) {
@@ -350,7 +352,8 @@ const remat__op remat__op_add_broadcast = {
     .bwd_ws = addb_bwd_ws,
     .bf16_ws = addb_bf16_ws,
     .flops = copy_flops,
-    .family = REMAT_FAMILY_POINTWISE,    .cuda = REMAT__CUDA(add_broadcast),
+    .family = REMAT_FAMILY_POINTWISE,
+    .cuda = REMAT__CUDA(add_broadcast),
 };
 
 remat_node remat_add_broadcast(remat_graph *g, remat_node x, remat_node b) {

@@ -36,16 +36,16 @@ typedef struct {
     const uint8_t *level;
     remat__schedule *out;
     int backward;
-    uint8_t *needed;     /* per node: the loss or fetch depends on it */
-    uint8_t *res;        /* per value: resident */
-    int32_t *pend_bwd;   /* per value: backward instructions still to read it */
-    int32_t *pend_fwd;   /* per node: forward consumers still to run in this pass */
-    uint8_t *source;     /* per node: a boundary recomputations may start from */
-    uint8_t *held;       /* per node: the pass that computed it keeps it */
-    uint8_t *depth;      /* per node: depth of the pass that computed it */
-    uint8_t *in_r;       /* scratch: in the current recomputation */
-    int32_t *stack;      /* scratch */
-    int32_t frontier;    /* nodes > frontier have finished their backward */
+    uint8_t *needed;   /* per node: the loss or fetch depends on it */
+    uint8_t *res;      /* per value: resident */
+    int32_t *pend_bwd; /* per value: backward instructions still to read it */
+    int32_t *pend_fwd; /* per node: forward consumers still to run in this pass */
+    uint8_t *source;   /* per node: a boundary recomputations may start from */
+    uint8_t *held;     /* per node: the pass that computed it keeps it */
+    uint8_t *depth;    /* per node: depth of the pass that computed it */
+    uint8_t *in_r;     /* scratch: in the current recomputation */
+    int32_t *stack;    /* scratch */
+    int32_t frontier;  /* nodes > frontier have finished their backward */
     remat_status st;
 } builder;
 
@@ -249,8 +249,8 @@ static void mark_sources(builder *b) {
     }
 }
 
-remat_status remat__schedule_build(const remat__prog *p, remat_node loss, remat_node fetch, int train,
-                                   int backward, const uint8_t *level_in, remat__schedule *out) {
+remat_status remat__schedule_build(const remat__prog *p, remat_node loss, remat_node fetch, int train, int backward,
+                                   const uint8_t *level_in, remat__schedule *out) {
     const remat_graph *g = p->g;
     int n = g->n;
     size_t nv = (size_t)n * 3;

@@ -19,7 +19,6 @@
  * over it is O(slots n^3) (optimal.c). */
 #define MAX_CHAIN 200
 
-
 void remat__chain_free(remat__chain *c) {
     free(c->nodes), free(c->off), free(c->inputs), free(c->fwd), free(c->ex), free(c->opt_of), free(c->sel);
     memset(c, 0, sizeof *c);
@@ -41,10 +40,10 @@ static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
 /* Per stage scratch, sized g->n, zero between uses. */
 typedef struct {
-    uint8_t *read;   /* bit 1: output read by a backward of the stage; 2: aux read */
-    uint8_t *drop;   /* the option recomputes it */
-    uint8_t *keep;   /* what the option's forward keeps: bits as `read` */
-    int32_t *last;   /* last forward consumer inside the stage (creation index), or -1 */
+    uint8_t *read; /* bit 1: output read by a backward of the stage; 2: aux read */
+    uint8_t *drop; /* the option recomputes it */
+    uint8_t *keep; /* what the option's forward keeps: bits as `read` */
+    int32_t *last; /* last forward consumer inside the stage (creation index), or -1 */
     int32_t *stack;
 } scratch;
 
@@ -118,7 +117,6 @@ static int64_t backward_peak(const remat__prog *p, const remat__chain *c, int a,
     }
     return peak;
 }
-
 
 /* Marks in sc->drop what option o of the stage of nodes a..b recomputes
  * before its backward: the values its backward reads that o drops (cheap
@@ -267,8 +265,8 @@ remat_status remat__chain_init(const remat__prog *p, remat_node loss, int aside,
     c->inputs = malloc((size_t)n * sizeof *c->inputs);
     c->fwd = calloc((size_t)n + 1, sizeof *c->fwd);
     remat_status rc = REMAT_OK;
-    if (!needed || !stack || !cut || !reach || !sc.read || !sc.drop || !sc.keep || !sc.last || !sc.stack || !c->nodes || !c->off ||
-        !c->inputs || !c->fwd) {
+    if (!needed || !stack || !cut || !reach || !sc.read || !sc.drop || !sc.keep || !sc.last || !sc.stack || !c->nodes ||
+        !c->off || !c->inputs || !c->fwd) {
         rc = remat__err(REMAT_NOMEM, "out of memory planning");
         goto out;
     }
@@ -318,7 +316,8 @@ remat_status remat__chain_init(const remat__prog *p, remat_node loss, int aside,
     for (int i = 0; i < c->n_stages; i++) measure_stage(p, c, i, &sc);
     add_carried(p, c, reach, stack);
 out:
-    free(needed), free(stack), free(cut), free(reach), free(sc.read), free(sc.drop), free(sc.keep), free(sc.last), free(sc.stack);
+    free(needed), free(stack), free(cut), free(reach), free(sc.read), free(sc.drop), free(sc.keep), free(sc.last),
+        free(sc.stack);
     if (rc != REMAT_OK) remat__chain_free(c);
     return rc;
 }
@@ -336,7 +335,8 @@ static int offload_values(const remat__prog *p, const remat__chain *c, int st, u
         const remat__node *n = &g->nodes[u];
         if (!p->needs_grad[u]) continue;
         for (int q = 0; q < n->n_in; q++)
-            if ((n->saves & REMAT__SAVE_IN(q)) && mark[n->in[q]] == 1) v[k++] = REMAT__VAL(n->in[q], REMAT__V_OUT), mark[n->in[q]] |= 2;
+            if ((n->saves & REMAT__SAVE_IN(q)) && mark[n->in[q]] == 1)
+                v[k++] = REMAT__VAL(n->in[q], REMAT__V_OUT), mark[n->in[q]] |= 2;
         if ((n->saves & REMAT__SAVE_OUT) && !(mark[u] & 2)) v[k++] = REMAT__VAL(u, REMAT__V_OUT), mark[u] |= 2;
         if ((n->saves & REMAT__SAVE_AUX) && !(mark[u] & 4)) v[k++] = REMAT__VAL(u, REMAT__V_AUX), mark[u] |= 4;
     }
@@ -358,10 +358,14 @@ static remat_status offload_points(const remat_chain_plan *plan, int nops, int32
         remat_chain_op op = remat_chain_plan_op(plan, t);
         if (op.kind != REMAT_CHAIN_FE || op.option != REMAT__OFFLOAD_OPTION) continue;
         int tb = t + 1;
-        while (tb < nops && !(remat_chain_plan_op(plan, tb).kind == REMAT_CHAIN_B && remat_chain_plan_op(plan, tb).stage == op.stage)) tb++;
+        while (tb < nops && !(remat_chain_plan_op(plan, tb).kind == REMAT_CHAIN_B &&
+                              remat_chain_plan_op(plan, tb).stage == op.stage))
+            tb++;
         if (tb >= nops || tb - 2 <= t)
-            return remat__err(REMAT_INTERNAL, "chain plan: offloaded Fe_%d at operation %d has no B_%d two "
-                              "operations later", op.stage, t, op.stage);
+            return remat__err(REMAT_INTERNAL,
+                              "chain plan: offloaded Fe_%d at operation %d has no B_%d two "
+                              "operations later",
+                              op.stage, t, op.stage);
         free_at[t + 2] = op.stage, in_at[tb - 1] = op.stage;
     }
     return REMAT_OK;
@@ -369,15 +373,15 @@ static remat_status offload_points(const remat_chain_plan *plan, int nops, int32
 
 /* Appends instructions of `kind` for the values of stage st that an
  * offloaded Fe copies (offload_values). */
-static void emit_copies(const remat__prog *p, const remat__chain *c, int st, remat__ikind kind, uint8_t *mark, int32_t *v,
-                        remat__schedule *out) {
+static void emit_copies(const remat__prog *p, const remat__chain *c, int st, remat__ikind kind, uint8_t *mark,
+                        int32_t *v, remat__schedule *out) {
     int k = offload_values(p, c, st, mark, v);
     for (int i = 0; i < k; i++)
         out->ins[out->n++] = (remat__instr){.kind = (uint8_t)kind, .node = REMAT__VAL_NODE(v[i]), .value = v[i]};
 }
 
-remat_status remat__chain_emit(const remat__prog *p, const remat__chain *c, const remat_chain_plan *plan, remat_node loss,
-                               remat__schedule *out) {
+remat_status remat__chain_emit(const remat__prog *p, const remat__chain *c, const remat_chain_plan *plan,
+                               remat_node loss, remat__schedule *out) {
     memset(out, 0, sizeof *out);
     out->train = 1;
     out->backward = 1;
@@ -390,7 +394,8 @@ remat_status remat__chain_emit(const remat__prog *p, const remat__chain *c, cons
         remat_chain_op op = remat_chain_plan_op(plan, i);
         size_t len = op.stage < c->n_stages ? (size_t)(c->off[op.stage + 1] - c->off[op.stage]) : 0;
         cap += 2 * len; /* a B's recomputations and backwards */
-        if (op.kind == REMAT_CHAIN_FE && op.option == REMAT__OFFLOAD_OPTION) cap += 6 * len; /* out, free, in: out and aux */
+        if (op.kind == REMAT_CHAIN_FE && op.option == REMAT__OFFLOAD_OPTION)
+            cap += 6 * len; /* out, free, in: out and aux */
     }
     int32_t *at = malloc(2 * ((size_t)nops + 1) * sizeof *at), *v = malloc(3 * ((size_t)p->g->n + 1) * sizeof *v);
     uint8_t *mark = calloc((size_t)p->g->n + 1, 1);
@@ -402,7 +407,8 @@ remat_status remat__chain_emit(const remat__prog *p, const remat__chain *c, cons
     out->cap = (int)cap;
     int32_t *free_at = at, *in_at = at + nops + 1;
     remat_status st = offload_points(plan, nops, free_at, in_at);
-    for (int j = 0; j < c->n_inputs; j++) out->ins[out->n++] = (remat__instr){.kind = REMAT__I_FWD, .node = c->inputs[j]};
+    for (int j = 0; j < c->n_inputs; j++)
+        out->ins[out->n++] = (remat__instr){.kind = REMAT__I_FWD, .node = c->inputs[j]};
     for (int i = 0; i <= nops && st == REMAT_OK; i++) {
         if (free_at[i] >= 0) emit_copies(p, c, free_at[i], REMAT__I_FREE, mark, v, out);
         if (in_at[i] >= 0) emit_copies(p, c, in_at[i], REMAT__I_IN, mark, v, out);
@@ -414,9 +420,11 @@ remat_status remat__chain_emit(const remat__prog *p, const remat__chain *c, cons
         if (op.kind == REMAT_CHAIN_B) {
             uint8_t bit = (uint8_t)(1u << o);
             for (int j = a; j < b; j++) /* the option's recomputations first */
-                if (c->sel[c->nodes[j]] & bit) out->ins[out->n++] = (remat__instr){.kind = REMAT__I_FWD, .node = c->nodes[j]};
+                if (c->sel[c->nodes[j]] & bit)
+                    out->ins[out->n++] = (remat__instr){.kind = REMAT__I_FWD, .node = c->nodes[j]};
             for (int j = b - 1; j >= a; j--)
-                if (p->needs_grad[c->nodes[j]]) out->ins[out->n++] = (remat__instr){.kind = REMAT__I_BWD, .node = c->nodes[j]};
+                if (p->needs_grad[c->nodes[j]])
+                    out->ins[out->n++] = (remat__instr){.kind = REMAT__I_BWD, .node = c->nodes[j]};
         } else {
             for (int j = a; j < b; j++) out->ins[out->n++] = (remat__instr){.kind = REMAT__I_FWD, .node = c->nodes[j]};
             if (op.kind == REMAT_CHAIN_FE && op.option == REMAT__OFFLOAD_OPTION)
@@ -450,8 +458,8 @@ double remat__schedule_cost(const remat__prog *p, const remat__schedule *sc) {
         if (in->kind != REMAT__I_FWD && in->kind != REMAT__I_BWD) continue;
         const remat__node *nd = &p->g->nodes[in->node];
         t += in->kind == REMAT__I_BWD ? remat__node_bwd_seconds(p, nd)
-             : in->first             ? remat__node_seconds(p, nd)
-                                     : remat__node_rec_seconds(p, nd);
+             : in->first              ? remat__node_seconds(p, nd)
+                                      : remat__node_rec_seconds(p, nd);
     }
     return t;
 }

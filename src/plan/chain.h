@@ -24,7 +24,7 @@ typedef struct {
     uint8_t *opt_of;     /* per stage and option index: which of OPT_* it is */
     uint8_t *sel;        /* per node: bit o set when option o recomputes it before the stage's backward */
     int64_t output;
-    int n_side;          /* values set aside when it was cut: side inputs, skips (chain_cut.c) */
+    int n_side; /* values set aside when it was cut: side inputs, skips (chain_cut.c) */
 } remat__chain;
 
 /* Cuts p's step into stages (with aside 1, its shared side inputs set
@@ -51,8 +51,8 @@ remat_status remat__optimal_chain(const remat__prog *p, remat_node loss, remat__
  * REMAT__OFFLOAD_OPTION, read as option 0) copies what its B reads out
  * and back (chain.c's offload_points). The caller owns *out
  * (remat__schedule_free); nothing is left in it on failure. */
-remat_status remat__chain_emit(const remat__prog *p, const remat__chain *c, const remat_chain_plan *plan, remat_node loss,
-                               remat__schedule *out);
+remat_status remat__chain_emit(const remat__prog *p, const remat__chain *c, const remat_chain_plan *plan,
+                               remat_node loss, remat__schedule *out);
 
 /* The schedule of a plan of the chain (remat__optimal_chain), offloaded
  * stages' copies included. */

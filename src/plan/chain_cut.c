@@ -112,7 +112,7 @@ static int points(const remat_graph *g, const uint8_t *needed, const uint8_t *si
         } else {
             int lo = minsrc[u], len = u - lo, l = 0;
             point = far_main <= u || len == 0; /* len 0: u depends on no op node but side inputs */
-            if (!point && table) { /* the farthest consumer of the nodes in [minsrc[u], u) */
+            if (!point && table) {             /* the farthest consumer of the nodes in [minsrc[u], u) */
                 while ((2 << l) <= len) l++;
                 int32_t a = table[(size_t)l * n + lo], b = table[(size_t)l * n + u - (1 << l)];
                 point = (a > b ? a : b) <= u;

@@ -79,8 +79,10 @@ remat_status remat_chain_parse_json(const char *text, remat_stage **stages, int 
         goto done;
     }
     if (count > REMAT__CHAIN_MAX_STAGES) { /* refused before the stages are allocated */
-        rc = remat__err(REMAT_FORMAT, "'stages' has %d stages; the planner takes at most %d (merge consecutive "
-                        "layers into one stage)", count, REMAT__CHAIN_MAX_STAGES);
+        rc = remat__err(REMAT_FORMAT,
+                        "'stages' has %d stages; the planner takes at most %d (merge consecutive "
+                        "layers into one stage)",
+                        count, REMAT__CHAIN_MAX_STAGES);
         goto done;
     }
     st = calloc((size_t)count, sizeof *st);

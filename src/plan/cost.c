@@ -78,8 +78,7 @@ void remat__prog_set_cost(remat__prog *p, const remat_cost_model *m) {
         const remat__node *n = &g->nodes[u];
         double f = remat__node_flops(g, n), fw = f, bw = 2 * f, rc = 0; /* rc 0: as the forward */
         if (n->leaf != REMAT__LEAF_NONE) fw = bw = 0;
-        else if (g->traced) { /* a traced step's costs are the file's own */
-            const remat__traced *t = &g->traced[u];
+        else if (g->traced) { /* a traced step's costs are the file's own */ const remat__traced *t = &g->traced[u];
             fw = t->cost[0], bw = t->cost[1], rc = t->cost[2];
         } else if (p->cost.calibrated) {
             const remat_op_time *t = p->cost.n_ops ? find_class(&p->cost, remat_node_cost_class(g, u)) : NULL;
@@ -109,7 +108,8 @@ static remat_status check_op(const remat_op_time *e, int i, const char *where, r
     const double s[3] = {e->fwd_s, e->bwd_s, e->rec_s};
     for (int k = 0; k < 3; k++)
         if (!seconds_ok(s[k]))
-            return remat__err(code, "%s: ops[%d] (%s, class %016llx): '%s' is %g s; an op's seconds are a "
+            return remat__err(code,
+                              "%s: ops[%d] (%s, class %016llx): '%s' is %g s; an op's seconds are a "
                               "finite number from 0 to %g, or a step's cost overflows (run remat calibrate again)",
                               where, i, (unsigned)e->op < REMAT__N_OPS ? remat__ops[e->op]->name : "?",
                               (unsigned long long)e->cls, what[k], s[k], REMAT__COST_MAX_S);
@@ -121,18 +121,21 @@ remat_status remat__cost_model_check(const remat_cost_model *m, const char *wher
     for (int f = 0; f < REMAT_FAMILY_COUNT; f++) {
         double v = m->flops_per_s[f];
         if (!isfinite(v) || !(v >= REMAT__COST_MIN_FLOPS_PER_S))
-            return remat__err(code, "%s: 'flops_per_s.%s' is %g: a throughput is a finite number of FLOP/s "
-                              "from %g up (run remat calibrate again)", where, remat_family_str((remat_family)f), v,
-                              REMAT__COST_MIN_FLOPS_PER_S);
+            return remat__err(code,
+                              "%s: 'flops_per_s.%s' is %g: a throughput is a finite number of FLOP/s "
+                              "from %g up (run remat calibrate again)",
+                              where, remat_family_str((remat_family)f), v, REMAT__COST_MIN_FLOPS_PER_S);
     }
     for (int k = 0; k < 2; k++)
         if (!seconds_ok(m->update_s_per_param[k]))
-            return remat__err(code, "%s: 'update_s_per_param.%s' is %g: seconds per parameter are a finite "
-                              "number from 0 to %g (run remat calibrate again)", where, k ? "adamw" : "sgd",
-                              m->update_s_per_param[k], REMAT__COST_MAX_S);
+            return remat__err(code,
+                              "%s: 'update_s_per_param.%s' is %g: seconds per parameter are a finite "
+                              "number from 0 to %g (run remat calibrate again)",
+                              where, k ? "adamw" : "sgd", m->update_s_per_param[k], REMAT__COST_MAX_S);
     if (!(isfinite(m->host_bandwidth) && m->host_bandwidth >= 0 && m->host_bandwidth <= 1e15) ||
         !seconds_ok(m->host_latency))
-        return remat__err(code, "%s: 'host_link' is %g bytes/s and %g s per copy: a bandwidth from 0 (not "
+        return remat__err(code,
+                          "%s: 'host_link' is %g bytes/s and %g s per copy: a bandwidth from 0 (not "
                           "measured) to 1e15 bytes/s and a latency from 0 to %g s (run remat calibrate again)",
                           where, m->host_bandwidth, m->host_latency, REMAT__COST_MAX_S);
     if (m->n_ops < 0 || m->n_ops > REMAT_COST_MAX_OPS)
@@ -156,8 +159,10 @@ remat_status remat__cost_model_put(remat_cost_model *m, const remat_op_time *t) 
         return REMAT_OK;
     }
     if (m->n_ops >= REMAT_COST_MAX_OPS)
-        return remat__err(REMAT_INVALID, "the cost model holds its most shape classes (%d): calibrate fewer models "
-                          "into one file", REMAT_COST_MAX_OPS);
+        return remat__err(REMAT_INVALID,
+                          "the cost model holds its most shape classes (%d): calibrate fewer models "
+                          "into one file",
+                          REMAT_COST_MAX_OPS);
     m->ops[m->n_ops++] = *t;
     qsort(m->ops, (size_t)m->n_ops, sizeof *m->ops, by_class);
     return REMAT_OK;
@@ -248,10 +253,11 @@ remat_status remat_cost_model_load(remat_cost_model *m, const char *path) {
     tmp->calibrated = 1;
     remat_status st = REMAT_OK;
     if (!cJSON_IsNumber(th) || th->valuedouble < 1 || th->valuedouble > 1024 || th->valuedouble != (int)th->valuedouble)
-        st = remat__err(REMAT_FORMAT, "%s: 'threads' (the thread count it was measured with) is missing or not a "
-                        "count: run remat calibrate again", path);
-    else
-        tmp->threads = (int)th->valuedouble;
+        st = remat__err(REMAT_FORMAT,
+                        "%s: 'threads' (the thread count it was measured with) is missing or not a "
+                        "count: run remat calibrate again",
+                        path);
+    else tmp->threads = (int)th->valuedouble;
     if (st == REMAT_OK && dv && (!cJSON_IsString(dv) || remat_device_parse(dv->valuestring, &tmp->device) != REMAT_OK))
         st = remat__err(REMAT_FORMAT, "%s: 'device' is not a device name", path);
     for (int f = 0; f < REMAT_FAMILY_COUNT && st == REMAT_OK; f++) {
@@ -259,8 +265,7 @@ remat_status remat_cost_model_load(remat_cost_model *m, const char *path) {
         if (!cJSON_IsNumber(v))
             st = remat__err(REMAT_FORMAT, "%s: 'flops_per_s.%s' is missing or not a number", path,
                             remat_family_str((remat_family)f));
-        else
-            tmp->flops_per_s[f] = v->valuedouble;
+        else tmp->flops_per_s[f] = v->valuedouble;
     }
     const cJSON *u = cJSON_GetObjectItemCaseSensitive(o, "update_s_per_param");
     for (int k = 0; k < 2 && st == REMAT_OK && u; k++) {
@@ -268,8 +273,7 @@ remat_status remat_cost_model_load(remat_cost_model *m, const char *path) {
         if (!cJSON_IsNumber(v))
             st = remat__err(REMAT_FORMAT, "%s: 'update_s_per_param.%s' is not a number of seconds", path,
                             k ? "adamw" : "sgd");
-        else
-            tmp->update_s_per_param[k] = v->valuedouble;
+        else tmp->update_s_per_param[k] = v->valuedouble;
     }
     if (st == REMAT_OK) st = load_link(cJSON_GetObjectItemCaseSensitive(o, "host_link"), tmp, path);
     const cJSON *ops = cJSON_GetObjectItemCaseSensitive(o, "ops"), *e;
@@ -277,15 +281,19 @@ remat_status remat_cost_model_load(remat_cost_model *m, const char *path) {
     int i = 0;
     cJSON_ArrayForEach(e, ops) {
         if (st != REMAT_OK) break;
-        const cJSON *op = cJSON_GetObjectItemCaseSensitive(e, "op"), *cls = cJSON_GetObjectItemCaseSensitive(e, "class");
-        const cJSON *fw = cJSON_GetObjectItemCaseSensitive(e, "forward"), *bw = cJSON_GetObjectItemCaseSensitive(e, "backward");
+        const cJSON *op = cJSON_GetObjectItemCaseSensitive(e, "op"),
+                    *cls = cJSON_GetObjectItemCaseSensitive(e, "class");
+        const cJSON *fw = cJSON_GetObjectItemCaseSensitive(e, "forward"),
+                    *bw = cJSON_GetObjectItemCaseSensitive(e, "backward");
         const cJSON *rc = cJSON_GetObjectItemCaseSensitive(e, "recompute"); /* optional: absent = forward */
         char *end = NULL;
         unsigned long long c = cJSON_IsString(cls) ? strtoull(cls->valuestring, &end, 16) : 0;
         int idx = cJSON_IsString(op) ? remat__op_find(op->valuestring) : -1;
         if (idx < 0 || !c || !end || *end || !cJSON_IsNumber(fw) || !cJSON_IsNumber(bw) || (rc && !cJSON_IsNumber(rc)))
-            st = remat__err(REMAT_FORMAT, "%s: ops[%d] is not {\"op\": a known op, \"class\": 16 hex digits, "
-                            "\"forward\": s, \"backward\": s[, \"recompute\": s]}", path, i);
+            st = remat__err(REMAT_FORMAT,
+                            "%s: ops[%d] is not {\"op\": a known op, \"class\": 16 hex digits, "
+                            "\"forward\": s, \"backward\": s[, \"recompute\": s]}",
+                            path, i);
         else {
             remat_op_time t = {(uint64_t)c, idx, fw->valuedouble, bw->valuedouble, rc ? rc->valuedouble : 0.0};
             st = check_op(&t, i, path, REMAT_FORMAT); /* named by its place in the file, before sorting */

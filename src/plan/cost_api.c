@@ -54,8 +54,10 @@ remat_status remat_cost_model_set_update_s(remat_cost_model *m, remat_optim_kind
     if (!m) return remat__err(REMAT_INVALID, "remat_cost_model_set_update_s: NULL model");
     if ((unsigned)k >= 2) return remat__err(REMAT_INVALID, "remat_cost_model_set_update_s: unknown optimizer %d", k);
     if (!seconds_ok(seconds))
-        return remat__err(REMAT_INVALID, "remat_cost_model_set_update_s: %g s per parameter, not a finite number "
-                          "from 0 to %g", seconds, MAX_SECONDS);
+        return remat__err(REMAT_INVALID,
+                          "remat_cost_model_set_update_s: %g s per parameter, not a finite number "
+                          "from 0 to %g",
+                          seconds, MAX_SECONDS);
     m->update_s_per_param[k] = seconds;
     return REMAT_OK;
 }
@@ -68,7 +70,8 @@ void remat_cost_model_host_link(const remat_cost_model *m, double *bandwidth, do
 remat_status remat_cost_model_set_host_link(remat_cost_model *m, double bandwidth, double latency) {
     if (!m) return remat__err(REMAT_INVALID, "remat_cost_model_set_host_link: NULL model");
     if (!(isfinite(bandwidth) && bandwidth >= 0 && bandwidth <= MAX_BANDWIDTH) || !seconds_ok(latency))
-        return remat__err(REMAT_INVALID, "remat_cost_model_set_host_link: %g bytes/s and %g s per copy: a "
+        return remat__err(REMAT_INVALID,
+                          "remat_cost_model_set_host_link: %g bytes/s and %g s per copy: a "
                           "bandwidth from 0 (not measured) to %g bytes/s and a latency from 0 to %g s",
                           bandwidth, latency, MAX_BANDWIDTH, MAX_SECONDS);
     m->host_bandwidth = bandwidth;
@@ -91,8 +94,9 @@ remat_status remat_cost_model_set_op(remat_cost_model *m, const remat_op_time *t
     if (t->op < 0 || t->op >= REMAT__N_OPS)
         return remat__err(REMAT_INVALID, "remat_cost_model_set_op: op %d is not in the op table", t->op);
     if (!seconds_ok(t->fwd_s) || !seconds_ok(t->bwd_s) || !seconds_ok(t->rec_s))
-        return remat__err(REMAT_INVALID, "remat_cost_model_set_op: %s's seconds (%g, %g, %g) are not finite "
-                          "numbers from 0 to %g", remat__ops[t->op]->name, t->fwd_s, t->bwd_s, t->rec_s,
-                          MAX_SECONDS);
+        return remat__err(REMAT_INVALID,
+                          "remat_cost_model_set_op: %s's seconds (%g, %g, %g) are not finite "
+                          "numbers from 0 to %g",
+                          remat__ops[t->op]->name, t->fwd_s, t->bwd_s, t->rec_s, MAX_SECONDS);
     return remat__cost_model_put(m, t);
 }

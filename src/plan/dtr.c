@@ -71,19 +71,17 @@ remat_status remat__dtr_validate(const remat__dtr_node *nodes, int n, int64_t bu
     for (int i = 0; i < n; i++) {
         const remat__dtr_node *v = &nodes[i];
         if (!isfinite(v->cost) || v->cost < 0)
-            return remat__err(REMAT_INVALID, "dtr planner: node %d has cost %g (must be finite and >= 0)", i,
-                              v->cost);
+            return remat__err(REMAT_INVALID, "dtr planner: node %d has cost %g (must be finite and >= 0)", i, v->cost);
         if (v->size < 0 || v->size > INT64_MAX / 4 - total)
-            return remat__err(REMAT_INVALID, "dtr planner: node %d has size %lld (negative, or sizes overflow)",
-                              i, (long long)v->size);
+            return remat__err(REMAT_INVALID, "dtr planner: node %d has size %lld (negative, or sizes overflow)", i,
+                              (long long)v->size);
         total += v->size;
         if (v->n_deps < 0 || (v->n_deps > 0 && !v->deps))
             return remat__err(REMAT_INVALID, "dtr planner: node %d has a bad dependency list (%d deps)", i,
                               (int)v->n_deps);
         for (int j = 0; j < v->n_deps; j++)
             if (v->deps[j] < 0 || v->deps[j] >= i)
-                return remat__err(REMAT_INVALID,
-                                  "dtr planner: node %d depends on %d (deps must be earlier nodes)", i,
+                return remat__err(REMAT_INVALID, "dtr planner: node %d depends on %d (deps must be earlier nodes)", i,
                                   (int)v->deps[j]);
     }
     return REMAT_OK;
@@ -134,8 +132,8 @@ static int dtr_alloc(dtr *d) {
     d->hints = malloc(MAX_TRIES * sizeof *d->hints);
     d->in_phase = calloc(un, sizeof *d->in_phase);
     int ok = d->in_c && d->cons_off && d->cons && d->last_direct && d->last_reach && d->state && d->pin &&
-             d->last_access && d->mark && d->stack && d->frame && d->frame_next && d->phase && d->res &&
-             d->res_pos && d->protect && d->hints && d->in_phase;
+             d->last_access && d->mark && d->stack && d->frame && d->frame_next && d->phase && d->res && d->res_pos &&
+             d->protect && d->hints && d->in_phase;
     for (int p = 0; p < REMAT__DTR_POLICY_COUNT; p++) ok = ok && d->dies_off[p] && d->dies[p];
     return ok;
 }
@@ -311,30 +309,16 @@ static int32_t choose_victim(dtr *d, int h) {
         int64_t s = d->clock + 1 - d->last_access[t]; /* >= 1 */
         double m = (double)d->nd[t].size, c = d->nd[t].cost, key;
         switch (h) {
-        case REMAT__DTR_H_DTR:
-            key = (c + evicted_ancestors(d, t) + evicted_descendants(d, t)) / (m * (double)s);
-            break;
-        case REMAT__DTR_H_ANC:
-            key = (c + evicted_ancestors(d, t)) / (m * (double)s);
-            break;
-        case REMAT__DTR_H_LOCAL:
-            key = c / (m * (double)s);
-            break;
-        case REMAT__DTR_H_NOSTALE:
-            key = (c + evicted_ancestors(d, t) + evicted_descendants(d, t)) / m;
-            break;
-        case REMAT__DTR_H_LRU:
-            key = 1.0 / (double)s;
-            break;
-        case REMAT__DTR_H_SIZE:
-            key = 1.0 / m;
-            break;
+        case REMAT__DTR_H_DTR: key = (c + evicted_ancestors(d, t) + evicted_descendants(d, t)) / (m * (double)s); break;
+        case REMAT__DTR_H_ANC: key = (c + evicted_ancestors(d, t)) / (m * (double)s); break;
+        case REMAT__DTR_H_LOCAL: key = c / (m * (double)s); break;
+        case REMAT__DTR_H_NOSTALE: key = (c + evicted_ancestors(d, t) + evicted_descendants(d, t)) / m; break;
+        case REMAT__DTR_H_LRU: key = 1.0 / (double)s; break;
+        case REMAT__DTR_H_SIZE: key = 1.0 / m; break;
         default: { /* the offline ones: distance to the next read */
             double dist = (double)(next_use(d, t) - d->front);
-            if (h == REMAT__DTR_H_BELADY)
-                key = 1.0 / dist;
-            else
-                key = (c + evicted_ancestors(d, t) + evicted_descendants(d, t)) / (m * dist);
+            if (h == REMAT__DTR_H_BELADY) key = 1.0 / dist;
+            else key = (c + evicted_ancestors(d, t) + evicted_descendants(d, t)) / (m * dist);
             break;
         }
         }
@@ -390,8 +374,7 @@ static int compute_value(dtr *d, int h, int policy, int64_t b, opbuf *ops, sim_o
  * d->fail_nph). */
 enum { PHASE_ORDERED = 0, PHASE_RECURSIVE = 1 };
 
-static int phase(dtr *d, int mode, int h, int policy, int64_t b, opbuf *ops, sim_out *so, int32_t target,
-                 int first) {
+static int phase(dtr *d, int mode, int h, int policy, int64_t b, opbuf *ops, sim_out *so, int32_t target, int first) {
     const remat__dtr_node *nd = d->nd;
     if (d->state[target] == 1) return 1;
     int n_ph = 0, top = 0;
@@ -488,8 +471,7 @@ static remat_status run_once(dtr *d, int mode, int h, int policy, int64_t b, opb
         }
     }
     while (d->n_res > 0) free_value(d, ops, d->res[d->n_res - 1]); /* none is left, but be sure */
-    if (ops->oom)
-        return remat__err(REMAT_NOMEM, "dtr planner: out of memory for a schedule of %d operations", ops->n);
+    if (ops->oom) return remat__err(REMAT_NOMEM, "dtr planner: out of memory for a schedule of %d operations", ops->n);
     so->ok = 1;
     return REMAT_OK;
 }

@@ -25,14 +25,14 @@
 
 /* One node of the DAG. deps are borrowed: they must outlive the call. */
 typedef struct {
-    double cost;          /* compute cost, finite and >= 0 */
-    int64_t size;         /* output size, >= 0 */
-    const int32_t *deps;  /* n_deps indices, each < this node's index */
+    double cost;         /* compute cost, finite and >= 0 */
+    int64_t size;        /* output size, >= 0 */
+    const int32_t *deps; /* n_deps indices, each < this node's index */
     int32_t n_deps;
-    uint8_t required;     /* must be computed. Nodes that are neither required
+    uint8_t required; /* must be computed. Nodes that are neither required
                              nor an ancestor of a required node are left out;
                              every other node is computed at least once. */
-    uint8_t no_evict;     /* once computed, resident until dead: never
+    uint8_t no_evict; /* once computed, resident until dead: never
                              evicted, so never recomputed (a backward
                              that accumulates gradients runs once) */
 } remat__dtr_node;
@@ -53,14 +53,14 @@ typedef struct {
  * first computations away the next one that reads the value is: known
  * offline, it stands in for staleness in the last two. */
 typedef enum {
-    REMAT__DTR_H_DTR = 0,  /* (c + cost(e*)) / (m s): h_DTR */
-    REMAT__DTR_H_ANC,      /* (c + cost(evicted ancestors)) / (m s) */
-    REMAT__DTR_H_LOCAL,    /* c / (m s): h_DTR^local */
-    REMAT__DTR_H_NOSTALE,  /* (c + cost(e*)) / m */
-    REMAT__DTR_H_LRU,      /* 1 / s: least recently used first */
-    REMAT__DTR_H_SIZE,     /* 1 / m: largest first */
-    REMAT__DTR_H_NEXT,     /* (c + cost(e*)) / (m d) */
-    REMAT__DTR_H_BELADY,   /* 1 / d: read again last first */
+    REMAT__DTR_H_DTR = 0, /* (c + cost(e*)) / (m s): h_DTR */
+    REMAT__DTR_H_ANC,     /* (c + cost(evicted ancestors)) / (m s) */
+    REMAT__DTR_H_LOCAL,   /* c / (m s): h_DTR^local */
+    REMAT__DTR_H_NOSTALE, /* (c + cost(e*)) / m */
+    REMAT__DTR_H_LRU,     /* 1 / s: least recently used first */
+    REMAT__DTR_H_SIZE,    /* 1 / m: largest first */
+    REMAT__DTR_H_NEXT,    /* (c + cost(e*)) / (m d) */
+    REMAT__DTR_H_BELADY,  /* 1 / d: read again last first */
     REMAT__DTR_H_COUNT
 } remat__dtr_heuristic;
 
@@ -84,8 +84,8 @@ typedef struct {
      * the pairs take turns. When no limit stops this, every outcome at every
      * budget <= the budget has been seen, so the cost returned never rises
      * with the budget. */
-    int max_runs;        /* simulations per pair; <= 0: no limit */
-    int64_t max_work;    /* values visited in all, checked between runs;
+    int max_runs;     /* simulations per pair; <= 0: no limit */
+    int64_t max_work; /* values visited in all, checked between runs;
                             0: REMAT__DTR_DEFAULT_WORK; < 0: no limit */
 } remat__dtr_opts;
 
@@ -118,8 +118,8 @@ typedef struct {
  * smallest budget that works for this planner and the floor for any
  * schedule; out->ops is then NULL. REMAT_INVALID for a malformed DAG,
  * REMAT_NOMEM. The result depends only on the arguments. */
-remat_status remat__dtr_plan(const remat__dtr_node *nodes, int n, int64_t budget,
-                             const remat__dtr_opts *opts, remat__dtr_result *out);
+remat_status remat__dtr_plan(const remat__dtr_node *nodes, int n, int64_t budget, const remat__dtr_opts *opts,
+                             remat__dtr_result *out);
 
 /* Frees out->ops and zeroes *out; accepts a zeroed result. */
 void remat__dtr_result_free(remat__dtr_result *out);

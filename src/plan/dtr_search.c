@@ -32,16 +32,15 @@ static remat_status sweep(dtr *d, search *s, int64_t budget, int64_t known_bad, 
     } q[REMAT__DTR_H_COUNT * REMAT__DTR_POLICY_COUNT];
     /* The pairs that most often win on random DAGs go first (they matter
      * when a work limit stops the search). */
-    static const int order[REMAT__DTR_H_COUNT] = {
-        REMAT__DTR_H_NEXT, REMAT__DTR_H_DTR,    REMAT__DTR_H_NOSTALE, REMAT__DTR_H_ANC,
-        REMAT__DTR_H_SIZE, REMAT__DTR_H_BELADY, REMAT__DTR_H_LOCAL,   REMAT__DTR_H_LRU};
+    static const int order[REMAT__DTR_H_COUNT] = {REMAT__DTR_H_NEXT,  REMAT__DTR_H_DTR,  REMAT__DTR_H_NOSTALE,
+                                                  REMAT__DTR_H_ANC,   REMAT__DTR_H_SIZE, REMAT__DTR_H_BELADY,
+                                                  REMAT__DTR_H_LOCAL, REMAT__DTR_H_LRU};
     int nq = 0;
     for (int p = 0; p < REMAT__DTR_POLICY_COUNT; p++)
         for (int k = 0; k < REMAT__DTR_H_COUNT; k++) {
             int h = order[k];
             if ((s->policies & (1u << p)) && (s->heuristics & (1u << h)))
-                q[nq].h = h, q[nq].p = p, q[nq].runs = 0, q[nq].b = budget, q[nq].done = budget <= known_bad,
-                nq++;
+                q[nq].h = h, q[nq].p = p, q[nq].runs = 0, q[nq].b = budget, q[nq].done = budget <= known_bad, nq++;
         }
     for (int alive = 1; alive;) {
         alive = 0;
@@ -125,15 +124,13 @@ remat_status remat__dtr_plan(const remat__dtr_node *nodes, int n, int64_t budget
         }
     }
     int64_t lo = budget > d.floor - 1 ? budget : d.floor - 1; /* fails */
-    d.work = 0; /* the bisection has a work allowance of its own */
+    d.work = 0;                                               /* the bisection has a work allowance of its own */
     while (hi - lo > 1) {
         int64_t mid = lo + (hi - lo) / 2, fit = -1;
         st = sweep(&d, &s, mid, lo, 1, &fit);
         if (st != REMAT_OK) goto done;
-        if (fit >= 0)
-            hi = fit;
-        else
-            lo = mid;
+        if (fit >= 0) hi = fit;
+        else lo = mid;
     }
     out->min_budget = hi;
     if (budget < d.floor)

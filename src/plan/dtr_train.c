@@ -34,13 +34,13 @@
 struct remat__train_dag {
     remat__dtr_node *nd;
     int32_t *deps;
-    int32_t *node;   /* DAG index -> graph node */
-    uint8_t *bwd;    /* DAG index is a B node */
+    int32_t *node; /* DAG index -> graph node */
+    uint8_t *bwd;  /* DAG index is a B node */
     int n;
     int32_t *inputs; /* input leaves the loss needs */
     int n_inputs;
-    int64_t total;   /* sum of sizes: the store-all DTR peak bound */
-    int64_t floor;   /* no DTR schedule fits below */
+    int64_t total; /* sum of sizes: the store-all DTR peak bound */
+    int64_t floor; /* no DTR schedule fits below */
     remat_node loss;
 };
 
@@ -153,8 +153,7 @@ static int gather_consumers(const remat_graph *g, scratch *s, size_t ndeps) {
 
 /* F(u): the forward of u, evicted at its recomputation's cost; depends on
  * the F of its op inputs. Writes the dependencies at dp, returns how many. */
-static int f_node(const remat__prog *p, const scratch *s, int32_t u, remat_node loss, remat__dtr_node *x,
-                  int32_t *dp) {
+static int f_node(const remat__prog *p, const scratch *s, int32_t u, remat_node loss, remat__dtr_node *x, int32_t *dp) {
     const remat__node *nd = &p->g->nodes[u];
     int m = 0;
     x->cost = remat__node_rec_seconds(p, nd); /* what evicting it costs */
@@ -238,8 +237,8 @@ remat_status remat__train_dag_schedule(const remat__prog *p, const remat__train_
      * candidate victim, too much on long graphs (heavy's 200,000 DAG
      * nodes); there the O(1) ones run, and not at all beyond MAX_NODES. */
     if (d->n > MAX_NODES) return remat__err(REMAT_BUDGET, "the DTR fallback skips graphs of over %d steps", MAX_NODES);
-    unsigned cheap = 1u << REMAT__DTR_H_LOCAL | 1u << REMAT__DTR_H_LRU | 1u << REMAT__DTR_H_SIZE |
-                     1u << REMAT__DTR_H_BELADY;
+    unsigned cheap =
+        1u << REMAT__DTR_H_LOCAL | 1u << REMAT__DTR_H_LRU | 1u << REMAT__DTR_H_SIZE | 1u << REMAT__DTR_H_BELADY;
     remat__dtr_opts opts = {.max_work = max_work, .heuristics = d->n > SMALL_NODES ? cheap : 0, .max_runs = 8};
     remat__dtr_result r;
     remat_status st = remat__dtr_plan(d->nd, d->n, budget, &opts, &r);
@@ -255,12 +254,12 @@ remat_status remat__train_dag_schedule(const remat__prog *p, const remat__train_
         remat__dtr_result_free(&r);
         return remat__err(REMAT_NOMEM, "out of memory planning");
     }
-    for (int j = 0; j < d->n_inputs; j++) out->ins[out->n++] = (remat__instr){.kind = REMAT__I_FWD, .node = d->inputs[j]};
+    for (int j = 0; j < d->n_inputs; j++)
+        out->ins[out->n++] = (remat__instr){.kind = REMAT__I_FWD, .node = d->inputs[j]};
     for (int i = 0; i < r.n_ops; i++) {
         if (r.ops[i].kind != REMAT__DTR_COMPUTE) continue;
         int32_t x = r.ops[i].node;
-        out->ins[out->n++] =
-            (remat__instr){.kind = d->bwd[x] ? REMAT__I_BWD : REMAT__I_FWD, .node = d->node[x]};
+        out->ins[out->n++] = (remat__instr){.kind = d->bwd[x] ? REMAT__I_BWD : REMAT__I_FWD, .node = d->node[x]};
     }
     remat__dtr_result_free(&r);
     st = remat__schedule_add_frees(p, out);

@@ -23,12 +23,12 @@ remat_status remat__memplan_make(const remat__prog *p, const remat__schedule *s,
 typedef struct {
     remat__memplan *m;
     int32_t cap;
-    int32_t *live; /* per value: event of its resident instance, -1 none */
+    int32_t *live;  /* per value: event of its resident instance, -1 none */
     int32_t *hlive; /* per value: event of its copy on the host, -1 none */
-    int32_t *over; /* traced: per node, the first node whose value it
+    int32_t *over;  /* traced: per node, the first node whose value it
                       overwrites in place, then per such node the next
                       (1 + node, 0 none); NULL when there are none */
-    uint8_t *gone; /* per node: its value was overwritten in place */
+    uint8_t *gone;  /* per node: its value was overwritten in place */
     uint32_t *keep; /* per instruction of a writer: bit k, the k-th value
                        it overwrites is read again before it is freed or
                        made again (the framework writes over a copy) */
@@ -51,8 +51,15 @@ static int32_t take(walker *w, int32_t ins, int32_t value, remat_mem cat, size_t
         w->cap = cap;
     }
     int32_t e = m->n++;
-    m->ev[e] = (remat__mev){.bytes = bytes, .off = -1, .value = value, .ins = ins, .ins1 = -1, .t0 = m->ticks,
-                            .t1 = -1, .cat = (uint8_t)cat, .fill = (uint8_t)fill};
+    m->ev[e] = (remat__mev){.bytes = bytes,
+                            .off = -1,
+                            .value = value,
+                            .ins = ins,
+                            .ins1 = -1,
+                            .t0 = m->ticks,
+                            .t1 = -1,
+                            .cat = (uint8_t)cat,
+                            .fill = (uint8_t)fill};
     m->tick[m->ticks++] = e;
     if (value >= 0) (cat == REMAT_MEM_HOST ? w->hlive : w->live)[value] = e;
     return e;
@@ -105,8 +112,7 @@ static remat_status keeps_init(walker *w, const remat_graph *g, const remat__sch
         const remat__instr *in = &s->ins[i];
         int32_t u = in->node;
         if (in->kind == REMAT__I_FREE || in->kind == REMAT__I_OUT || in->kind == REMAT__I_IN) {
-            if (REMAT__VAL_KIND(in->value) == REMAT__V_OUT)
-                need[REMAT__VAL_NODE(in->value)] = in->kind == REMAT__I_OUT;
+            if (REMAT__VAL_KIND(in->value) == REMAT__V_OUT) need[REMAT__VAL_NODE(in->value)] = in->kind == REMAT__I_OUT;
         } else if (in->kind == REMAT__I_FWD) {
             int k = 0;
             for (int32_t x = w->over[u]; x && k < 32; x = w->over[g->n + x - 1], k++)
@@ -144,7 +150,8 @@ static void overwrite(walker *w, const remat_graph *g, int32_t ins, int32_t u) {
  * schedule is wrong. */
 static remat_status missing(const walker *w, const remat_graph *g, int32_t u, int32_t reader, const char *what) {
     if (w->gone && w->gone[u])
-        return remat__err(REMAT_UNSUPPORTED, "the schedule reads the value of op %d ('%s') after op %d overwrote it "
+        return remat__err(REMAT_UNSUPPORTED,
+                          "the schedule reads the value of op %d ('%s') after op %d overwrote it "
                           "in place; PyTorch holds one version of it: a plan must recompute it from its maker",
                           (int)g->traced[u].id, g->nodes[u].name ? g->nodes[u].name : "",
                           (int)g->traced[g->traced[u].over - 1].id);
@@ -215,10 +222,15 @@ static void walk_bwd(walker *w, const remat__prog *p, const remat__schedule *s, 
 static void walk_copy(walker *w, const remat__prog *p, int32_t i, const remat__instr *in) {
     int32_t v = in->value;
     const char *bad = NULL;
-    if (in->kind == REMAT__I_OUT) bad = !resident(w, v) ? "copies out a value that is not resident"
-                                       : w->hlive[v] >= 0 ? "copies out a value already on the host" : NULL;
-    else bad = resident(w, v) ? "copies in a value that is resident" : w->hlive[v] < 0 ? "copies in a value "
-               "that is not on the host" : NULL;
+    if (in->kind == REMAT__I_OUT)
+        bad = !resident(w, v)    ? "copies out a value that is not resident"
+              : w->hlive[v] >= 0 ? "copies out a value already on the host"
+                                 : NULL;
+    else
+        bad = resident(w, v)    ? "copies in a value that is resident"
+              : w->hlive[v] < 0 ? "copies in a value "
+                                  "that is not on the host"
+                                : NULL;
     if (bad) {
         w->st = remat__err(REMAT_INTERNAL, "schedule instruction %d %s (value %d of node %d)", (int)i, bad,
                            (int)REMAT__VAL_KIND(v), (int)REMAT__VAL_NODE(v));
@@ -284,7 +296,8 @@ void remat__memplan_peaks(const remat__memplan *m, const remat_mem_stats *start,
             if (st.live[x->cat] > st.peak[x->cat]) st.peak[x->cat] = st.live[x->cat];
             if (x->cat == REMAT_MEM_HOST) continue; /* apart from the device's total */
             st.live[REMAT_MEM_TOTAL] += x->bytes;
-            if (st.live[REMAT_MEM_TOTAL] > st.peak[REMAT_MEM_TOTAL]) st.peak[REMAT_MEM_TOTAL] = st.live[REMAT_MEM_TOTAL];
+            if (st.live[REMAT_MEM_TOTAL] > st.peak[REMAT_MEM_TOTAL])
+                st.peak[REMAT_MEM_TOTAL] = st.live[REMAT_MEM_TOTAL];
         } else {
             const remat__mev *x = &m->ev[~e];
             st.live[x->cat] -= x->bytes;
@@ -469,9 +482,10 @@ static remat_status verify_arena(const remat__memplan *m, int host) {
             const remat__mev *x = &m->ev[e];
             if (!x->bytes) continue;
             if (x->off < 0 || (size_t)x->off % REMAT__ARENA_ALIGN || (size_t)x->off + x->bytes > arena) {
-                st = remat__err(REMAT_INTERNAL, "event %d (%zu bytes at offset %lld) is not inside the %zu-byte %s "
-                                "arena at an aligned offset", e, x->bytes, (long long)x->off, arena,
-                                host ? "host" : "device");
+                st = remat__err(REMAT_INTERNAL,
+                                "event %d (%zu bytes at offset %lld) is not inside the %zu-byte %s "
+                                "arena at an aligned offset",
+                                e, x->bytes, (long long)x->off, arena, host ? "host" : "device");
                 break;
             }
             int i = 0;
@@ -505,8 +519,8 @@ remat_status remat__memplan_verify(const remat__memplan *m) {
     return st == REMAT_OK ? verify_arena(m, 1) : st;
 }
 
-remat_status remat__simulate(const remat__prog *p, const remat__schedule *s,
-                             const remat_mem_stats *start, remat_mem_stats *out) {
+remat_status remat__simulate(const remat__prog *p, const remat__schedule *s, const remat_mem_stats *start,
+                             remat_mem_stats *out) {
     remat__memplan m;
     remat_status st = remat__memplan_build(p, s, &m);
     if (st == REMAT_OK) remat__memplan_peaks(&m, start, out);

@@ -51,15 +51,15 @@ typedef struct {
 typedef struct {
     remat__mev *ev; /* (n) in the order the executor takes them */
     int32_t n;
-    int32_t ticks;  /* 2 n */
-    int32_t *tick;  /* (ticks) event of each tick, ~event for a give-back */
-    uint32_t *din;  /* (n_ins) per instruction: the inputs whose gradients
+    int32_t ticks;      /* 2 n */
+    int32_t *tick;      /* (ticks) event of each tick, ~event for a give-back */
+    uint32_t *din;      /* (n_ins) per instruction: the inputs whose gradients
                        a backward writes (bit j: input j), each into its
                        gradient value's event, or, for a parameter outside a
                        traced step, into the parameter's gradient block */
-    int32_t n_ins;  /* the schedule's length */
-    size_t arena;   /* bytes of the placed arena; 0 before placement */
-    size_t host_arena; /* bytes of the placed host arena: the events of
+    int32_t n_ins;      /* the schedule's length */
+    size_t arena;       /* bytes of the placed arena; 0 before placement */
+    size_t host_arena;  /* bytes of the placed host arena: the events of
                           category REMAT_MEM_HOST (offloaded values), placed
                           apart from the device's */
     const char *placer; /* static: the placement that won ("by-size",
@@ -108,7 +108,7 @@ remat_status remat__memplan_verify(const remat__memplan *m);
 /* Predicts the peak bytes per category of running s, starting from the
  * live bytes in `start` (parameters, gradients, optimizer state): the
  * peaks of its memory plan (memplan.c). */
-remat_status remat__simulate(const remat__prog *p, const remat__schedule *s,
-                             const remat_mem_stats *start, remat_mem_stats *out);
+remat_status remat__simulate(const remat__prog *p, const remat__schedule *s, const remat_mem_stats *start,
+                             remat_mem_stats *out);
 
 #endif

@@ -29,12 +29,12 @@ static remat_status check_copies(int n_ops, const remat__copy *c, int nc) {
             return remat__err(REMAT_INVALID, "copy %d: after %d, before %d (need -1 <= after < before <= %d)", q,
                               c[q].after, c[q].before, n_ops);
         if (q > 0 && c[q].after < c[q - 1].after)
-            return remat__err(REMAT_INVALID, "copy %d follows operation %d, before copy %d's %d: the engine "
-                              "serves copies in the order of the operations they follow", q, c[q].after, q - 1,
-                              c[q - 1].after);
+            return remat__err(REMAT_INVALID,
+                              "copy %d follows operation %d, before copy %d's %d: the engine "
+                              "serves copies in the order of the operations they follow",
+                              q, c[q].after, q - 1, c[q - 1].after);
         if (!isfinite(c[q].seconds) || c[q].seconds < 0 || c[q].bytes < 0)
-            return remat__err(REMAT_INVALID, "copy %d: %g seconds, %lld bytes", q, c[q].seconds,
-                              (long long)c[q].bytes);
+            return remat__err(REMAT_INVALID, "copy %d: %g seconds, %lld bytes", q, c[q].seconds, (long long)c[q].bytes);
     }
     return REMAT_OK;
 }
@@ -66,8 +66,7 @@ static void held_bytes(const remat__copy *c, int nc, const remat__span *cp, cons
 }
 
 remat_status remat__copy_timeline(const double *dur, int n_ops, const remat__copy *copies, int n_copies,
-                                  remat__span *ops, remat__span *cps, int64_t *held, double *makespan,
-                                  double *stall) {
+                                  remat__span *ops, remat__span *cps, int64_t *held, double *makespan, double *stall) {
     if (n_ops < 0 || n_copies < 0 || (n_ops && !dur) || (n_copies && !copies))
         return remat__err(REMAT_INVALID, "copy timeline: %d operations, %d copies", n_ops, n_copies);
     for (int k = 0; k < n_ops; k++)

@@ -62,8 +62,7 @@ typedef struct {
  * copy's while after < k < before (from `before` on they are the
  * consumer's). REMAT_INVALID names a copy out of order or out of range. */
 remat_status remat__copy_timeline(const double *dur, int n_ops, const remat__copy *copies, int n_copies,
-                                  remat__span *ops, remat__span *cps, int64_t *held, double *makespan,
-                                  double *stall);
+                                  remat__span *ops, remat__span *cps, int64_t *held, double *makespan, double *stall);
 
 /* ------------------------------------------------------ chain with offload */
 

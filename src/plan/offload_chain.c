@@ -47,7 +47,7 @@
 
 #define MAXO REMAT__MAX_OPTIONS
 #define NONE INT16_MIN
-#define OFF_CHOICE (-100) /* the offloaded Fe; in Opt -1 - o is the plain Fe of option o, j > 0 a leaf at j; */
+#define OFF_CHOICE (-100)     /* the offloaded Fe; in Opt -1 - o is the plain Fe of option o, j > 0 a leaf at j; */
 #define LEAF(j) (-1000 - (j)) /* in P and Q o >= 0 is the plain Fe of option o, LEAF(j) a leaf at j */
 #define DEFAULT_SLOTS 500
 #define DEFAULT_HOST_SLOTS 16
@@ -58,13 +58,13 @@ typedef struct {
     int L;
     int64_t Ms, Hs;
     size_t W, HW;
-    int64_t *a;                       /* L + 2: x_k in slots (a[L+1] = 0) */
-    int *nopt;                        /* L + 1 */
-    int64_t *sv, *needb, *fe;         /* (L+1) * MAXO: xbar, B's least m, Fe's xbar + fe_tmp */
-    int64_t *ftmp, *hd, *hh;          /* L + 1: fwd_tmp; offloaded device / host slots (-1: not offloadable) */
-    double *f, *b, *c;                /* f: L+1, b: (L+1) * MAXO, c: copy seconds of H_i */
-    double *opt, *pt, *qt;            /* Opt, P and Q */
-    int16_t *wo, *wp, *wq;            /* their choices */
+    int64_t *a;               /* L + 2: x_k in slots (a[L+1] = 0) */
+    int *nopt;                /* L + 1 */
+    int64_t *sv, *needb, *fe; /* (L+1) * MAXO: xbar, B's least m, Fe's xbar + fe_tmp */
+    int64_t *ftmp, *hd, *hh;  /* L + 1: fwd_tmp; offloaded device / host slots (-1: not offloadable) */
+    double *f, *b, *c;        /* f: L+1, b: (L+1) * MAXO, c: copy seconds of H_i */
+    double *opt, *pt, *qt;    /* Opt, P and Q */
+    int16_t *wo, *wp, *wq;    /* their choices */
 } otab;
 
 static int64_t cdiv(int64_t v, int64_t u) { return v / u + (v % u != 0); }
@@ -300,8 +300,7 @@ static remat_status otab_alloc_sizes(otab *t) {
     t->ftmp = calloc((size_t)L + 1, sizeof *t->ftmp), t->hd = calloc((size_t)L + 1, sizeof *t->hd);
     t->hh = calloc((size_t)L + 1, sizeof *t->hh), t->f = calloc((size_t)L + 1, sizeof *t->f);
     t->b = calloc(no, sizeof *t->b), t->c = calloc((size_t)L + 1, sizeof *t->c);
-    if (!t->a || !t->nopt || !t->sv || !t->needb || !t->fe || !t->ftmp || !t->hd || !t->hh || !t->f || !t->b ||
-        !t->c)
+    if (!t->a || !t->nopt || !t->sv || !t->needb || !t->fe || !t->ftmp || !t->hd || !t->hh || !t->f || !t->b || !t->c)
         return remat__err(REMAT_NOMEM, "out of memory planning a chain of %d stages with offload", L);
     return REMAT_OK;
 }
@@ -314,10 +313,11 @@ static remat_status otab_alloc_tables(otab *t) {
     double n = (double)L + 1, cells = n * (n + 1) / 2 * (double)t->W * (double)t->HW;
     double bytes = 3 * cells * (sizeof(double) + sizeof(int16_t)), work = cells * (3 * n + 3 * MAXO);
     if (bytes > MAX_BYTES || work > MAX_WORK)
-        return remat__err(REMAT_UNSUPPORTED, "a chain of %d stages with offload is too large to plan: %lld device "
+        return remat__err(REMAT_UNSUPPORTED,
+                          "a chain of %d stages with offload is too large to plan: %lld device "
                           "x %lld host slots need %.0f MiB of tables (limit %.0f) and %.2g steps (limit %.2g); use "
-                          "fewer slots", L, (long long)t->Ms, (long long)t->Hs, bytes / 1048576, MAX_BYTES / 1048576,
-                          work, MAX_WORK);
+                          "fewer slots",
+                          L, (long long)t->Ms, (long long)t->Hs, bytes / 1048576, MAX_BYTES / 1048576, work, MAX_WORK);
     size_t nc = (size_t)cells;
     t->opt = malloc(nc * sizeof *t->opt), t->pt = malloc(nc * sizeof *t->pt), t->qt = malloc(nc * sizeof *t->qt);
     t->wo = malloc(nc * sizeof *t->wo), t->wp = malloc(nc * sizeof *t->wp), t->wq = malloc(nc * sizeof *t->wq);
@@ -364,9 +364,10 @@ static remat_status plan_out(const remat__stage_ex *st, int n, int64_t output, r
         return remat__err(REMAT_INTERNAL, "the offload DP costs its schedule %.17g, the simulator %.17g", dp_cost,
                           r.cost);
     if (r.peak > budget || r.host_peak > host_budget)
-        return remat__err(REMAT_INTERNAL, "the offload schedule holds %lld device bytes (budget %lld) and %lld host "
-                          "bytes (budget %lld)", (long long)r.peak, (long long)budget, (long long)r.host_peak,
-                          (long long)host_budget);
+        return remat__err(REMAT_INTERNAL,
+                          "the offload schedule holds %lld device bytes (budget %lld) and %lld host "
+                          "bytes (budget %lld)",
+                          (long long)r.peak, (long long)budget, (long long)r.host_peak, (long long)host_budget);
     *plan = remat__chain_plan_make(ops->v, ops->n, r.cost, r.peak);
     if (!*plan) return REMAT_NOMEM;
     if (res) *res = r;
@@ -400,11 +401,11 @@ remat_status remat__offload_solve(const remat__stage_ex *st, int n, int64_t outp
     int64_t p;
     remat_status rc = remat__chain_simulate_ex(st, n, output, NULL, 0, &c, &p); /* validates the chain */
     if (rc != REMAT_OK) return rc;
-    if (budget < 0 || host_budget < 0 || slots < 0 || host_slots < 0 || !(link.bandwidth > 0) ||
-        !(link.latency >= 0))
-        return remat__err(REMAT_INVALID, "offload plan: budget %lld, host budget %lld, slots %d and %d, link %g B/s "
-                          "and %g s", (long long)budget, (long long)host_budget, slots, host_slots, link.bandwidth,
-                          link.latency);
+    if (budget < 0 || host_budget < 0 || slots < 0 || host_slots < 0 || !(link.bandwidth > 0) || !(link.latency >= 0))
+        return remat__err(REMAT_INVALID,
+                          "offload plan: budget %lld, host budget %lld, slots %d and %d, link %g B/s "
+                          "and %g s",
+                          (long long)budget, (long long)host_budget, slots, host_slots, link.bandwidth, link.latency);
     otab t = {0};
     rc = otab_build(&t, st, n, output, link, budget, host_budget, slots, host_slots);
     if (rc == REMAT_BUDGET) rc = too_small(st, n, output, budget, host_budget, slots);

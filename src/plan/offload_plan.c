@@ -64,8 +64,10 @@ remat_status remat__offload_plan(const remat__plan_req *r, double best, remat__p
     if (!r->host_budget || !r->budget || r->budget <= r->held_outside || r->p->g->traced || r->p->recompute_once)
         return REMAT_OK;
     if (!(r->host_bandwidth > 0) || !(r->host_latency >= 0))
-        return remat__err(REMAT_INVALID, "offload: a host link of %g bytes and %g per copy (in the cost model's "
-                          "units) cannot be planned with", r->host_bandwidth, r->host_latency);
+        return remat__err(REMAT_INVALID,
+                          "offload: a host link of %g bytes and %g per copy (in the cost model's "
+                          "units) cannot be planned with",
+                          r->host_bandwidth, r->host_latency);
     /* nothing costs less than store-all's step (no recomputation, no
      * copies): when the best plan costs that, offload cannot win */
     remat__schedule all;
@@ -84,8 +86,7 @@ remat_status remat__offload_plan(const remat__plan_req *r, double best, remat__p
     for (int k = 0; k < TRIES && rc == REMAT_OK && !*won; k++) {
         remat__planned pl;
         int dearer = 0;
-        rc = try_budget(r, st, n, output, device - device / 16 * k, host - host / 16 * k, slots, best, k, &pl,
-                        &dearer);
+        rc = try_budget(r, st, n, output, device - device / 16 * k, host - host / 16 * k, slots, best, k, &pl, &dearer);
         if (rc == REMAT_BUDGET) { /* nothing fits the chain model here, nor below */
             rc = REMAT_OK;
             break;

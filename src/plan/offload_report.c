@@ -27,8 +27,8 @@ static remat_status solve(const remat__stage_ex *st, int n, int64_t output, rema
                           size_t host, int slots, int host_slots, remat__offload_result *r, int *fits,
                           remat_chain_plan **keep) {
     remat_chain_plan *p = NULL;
-    remat_status rc = remat__offload_solve(st, n, output, link, (int64_t)budget, (int64_t)host, slots, host_slots,
-                                           &p, r);
+    remat_status rc =
+        remat__offload_solve(st, n, output, link, (int64_t)budget, (int64_t)host, slots, host_slots, &p, r);
     *fits = rc == REMAT_OK;
     if (keep) *keep = p;
     else remat_chain_plan_destroy(p);
@@ -63,8 +63,7 @@ remat_status remat__offload_report(const remat__prog *p, remat_node loss, size_t
     remat_chain_plan *plan = NULL;
     out->stages = n;
     rc = solve(st, n, output, link, chain_budget, 0, ds, hs, &without, &out->fits_without, NULL);
-    if (rc == REMAT_OK)
-        rc = solve(st, n, output, link, chain_budget, host_budget, ds, hs, &with, &out->fits, &plan);
+    if (rc == REMAT_OK) rc = solve(st, n, output, link, chain_budget, host_budget, ds, hs, &with, &out->fits, &plan);
     if (rc == REMAT_OK && out->fits && offloaded) rc = offloaded_stages(plan, first, offloaded, n_off);
     out->device_peak = out->fits ? (size_t)with.peak : 0;
     out->device_peak_without = out->fits_without ? (size_t)without.peak : 0;

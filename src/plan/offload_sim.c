@@ -27,9 +27,9 @@ typedef struct {
     uint8_t *X, *XB, *Y, *OFF; /* resident x_k, xbar_k, y_k; xbar_k's host part is on the host */
     int64_t *xbs;              /* size of the resident xbar_k */
     int64_t mem, host;
-    double *dur;       /* nops: each operation's duration */
-    int64_t *own;      /* nops: each operation's peak without copies in flight */
-    remat__copy *cp;   /* 2 per offloaded Fe */
+    double *dur;     /* nops: each operation's duration */
+    int64_t *own;    /* nops: each operation's peak without copies in flight */
+    remat__copy *cp; /* 2 per offloaded Fe */
     int ncp;
     remat__offload_result r;
 } osim;
@@ -49,8 +49,10 @@ static int find_b(const osim *s, int t, int i) {
 static remat_status offload_fe(osim *s, int t, int i) {
     int tb = find_b(s, t, i);
     if (i > s->n - 2)
-        return remat__err(REMAT_INVALID, "op %d (Fe, stage %d): the last stage's xbar cannot be offloaded (its "
-                          "backward follows the loss at once)", t, i);
+        return remat__err(REMAT_INVALID,
+                          "op %d (Fe, stage %d): the last stage's xbar cannot be offloaded (its "
+                          "backward follows the loss at once)",
+                          t, i);
     if (tb < 0 || tb - 2 <= t)
         return remat__err(REMAT_INVALID, "op %d (Fe, stage %d, offloaded): B_%d %s", t, i, i,
                           tb < 0 ? "never runs" : "follows too soon to copy back");
@@ -88,8 +90,11 @@ static remat_status step(osim *s, int t) {
     if (op.kind == REMAT_CHAIN_FE && off) return offload_fe(s, t, i);
     if (op.kind == REMAT_CHAIN_FN) {
         if (s->X[i]) s->X[i] = 0, s->mem -= size_x(s, i);
-        else if (s->OFF[i]) return remat__err(REMAT_INVALID, "op %d (Fn, stage %d) frees xbar_%d, which is "
-                                              "offloaded for B_%d", t, i, i, i - 1);
+        else if (s->OFF[i])
+            return remat__err(REMAT_INVALID,
+                              "op %d (Fn, stage %d) frees xbar_%d, which is "
+                              "offloaded for B_%d",
+                              t, i, i, i - 1);
         else s->XB[i] = 0, s->mem -= s->xbs[i];
     } else if (op.kind == REMAT_CHAIN_LOSS) {
         if (s->X[s->n]) s->X[s->n] = 0, s->mem -= s->output;

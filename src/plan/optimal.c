@@ -156,8 +156,7 @@ static int by_cost_per_byte(const void *a, const void *b) {
 
 /* Keeps the expensive products but drops the fraction j / n of their
  * bytes, cheapest per byte first. */
-static remat_status keep_expensive_schedule(const remat__prog *p, remat_node loss, int j, int n,
-                                            remat__schedule *sc) {
+static remat_status keep_expensive_schedule(const remat__prog *p, remat_node loss, int j, int n, remat__schedule *sc) {
     const remat_graph *g = p->g;
     uint8_t *level = malloc((size_t)g->n + 1);
     exp_node *e = malloc(((size_t)g->n + 1) * sizeof *e);
@@ -201,7 +200,7 @@ typedef struct {
     const remat__chain_tab *tab;
     int64_t *chain_at; /* chain candidate j: the DP's plan at this budget */
     int n_chain;
-    int once;          /* its schedules are candidates only where they recompute each op once */
+    int once; /* its schedules are candidates only where they recompute each op once */
 } chain_cands;
 
 /* The chains cut from one step (chain_cut.c): side inputs aside, none
@@ -219,10 +218,10 @@ typedef struct {
                                * are candidates, so carrying never loses */
     int n_ch;
     const remat__train_dag *dag;
-    int64_t dfloor, dtop;        /* the step DAG's floor and total */
-    int32_t *marks;              /* remat_checkpoint marks at level 0, creation order */
+    int64_t dfloor, dtop; /* the step DAG's floor and total */
+    int32_t *marks;       /* remat_checkpoint marks at level 0, creation order */
     int n_marks;
-    int regions;                 /* a traced step with checkpoint regions: manual is their one schedule */
+    int regions; /* a traced step with checkpoint regions: manual is their one schedule */
 } gen_ctx;
 
 /* DTR work per candidate (values visited): about 0.1 s on one core. */
@@ -299,8 +298,12 @@ typedef struct {
 } generator;
 
 static const generator generators[] = {
-    {"keep-expensive", gen_keep_expensive}, {"all", gen_all},   {"sqrt", gen_sqrt},
-    {"manual", gen_manual},                 {"chain", gen_chain}, {"dtr", gen_dtr},
+    {"keep-expensive", gen_keep_expensive},
+    {"all", gen_all},
+    {"sqrt", gen_sqrt},
+    {"manual", gen_manual},
+    {"chain", gen_chain},
+    {"dtr", gen_dtr},
 };
 
 /* How many schedules generator gi makes. */
@@ -447,7 +450,8 @@ remat_status remat__optimal_options(const remat__prog *p, remat_node loss, int o
         st = remat__chain_tab_plan(x.tab, x.chain_at[j], &plan);
         for (int i = 0; st == REMAT_OK && i < remat_chain_plan_length(plan); i++) {
             remat_chain_op op = remat_chain_plan_op(plan, i);
-            if (op.kind == REMAT_CHAIN_FE) chosen[c.opt_of[(size_t)op.stage * REMAT__MAX_OPTIONS + (size_t)op.option]]++;
+            if (op.kind == REMAT_CHAIN_FE)
+                chosen[c.opt_of[(size_t)op.stage * REMAT__MAX_OPTIONS + (size_t)op.option]]++;
         }
         remat_chain_plan_destroy(plan);
     }
@@ -497,8 +501,7 @@ static remat_status gen_init(const remat__prog *p, remat_node loss, const remat_
 }
 
 static void gen_free(gen_ctx *x) {
-    for (int k = 0; k < N_CHAINS; k++)
-        remat__chain_tab_free((remat__chain_tab *)x->ch[k].tab), free(x->ch[k].chain_at);
+    for (int k = 0; k < N_CHAINS; k++) remat__chain_tab_free((remat__chain_tab *)x->ch[k].tab), free(x->ch[k].chain_at);
     free(x->marks);
     remat__train_dag_free((remat__train_dag *)x->dag);
 }
@@ -528,7 +531,8 @@ static remat_status measure_all(const gen_ctx *x, size_t held_outside, cand **ou
             int once = p->recompute_once || (chain && x->ch[chain_of(x, j, count, &i)].once);
             if (!(once && recomputes_twice(p->g, &sc)) && !(p->g->traced && recomputes_in_forward(&sc))) {
                 st = values_peak(p, &sc, &pk);
-                if (st == REMAT_OK) cands[(*nc)++] = (cand){(int)gi, j, count, remat__schedule_cost(p, &sc), pk + held_outside, 0};
+                if (st == REMAT_OK)
+                    cands[(*nc)++] = (cand){(int)gi, j, count, remat__schedule_cost(p, &sc), pk + held_outside, 0};
                 if (st == REMAT_UNSUPPORTED) st = REMAT_OK; /* reads a value overwritten in place: not a candidate */
             }
             remat__schedule_free(&sc);

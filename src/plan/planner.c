@@ -18,7 +18,8 @@ void remat__planned_free(remat__planned *pl) {
 
 remat_status remat__plan_finish(const remat__plan_req *r, remat__schedule *sc, remat__planned *out) {
     remat_status st = REMAT_OK;
-    if (r->buckets) st = remat__schedule_add_reduces(r->p, sc, r->buckets->bucket_of, r->buckets->nb, r->buckets->at_end);
+    if (r->buckets)
+        st = remat__schedule_add_reduces(r->p, sc, r->buckets->bucket_of, r->buckets->nb, r->buckets->at_end);
     out->sc = *sc;
     memset(sc, 0, sizeof *sc);
     if (st == REMAT_OK) st = remat__memplan_make(r->p, &out->sc, &out->mem);
@@ -36,9 +37,7 @@ remat_status remat__schedule_summary(const remat__prog *p, const remat__planned 
     out->held_bytes = pl->mem.arena + held_outside;
     out->placement = pl->mem.placer;
     uint8_t *again = calloc((size_t)g->n, 1);
-    if (!again) {
-        return remat__err(REMAT_NOMEM, "out of memory summarizing a plan");
-    }
+    if (!again) { return remat__err(REMAT_NOMEM, "out of memory summarizing a plan"); }
     out->instructions = s->n;
     for (int i = 0; i < s->n; i++) {
         const remat__instr *in = &s->ins[i];
@@ -64,8 +63,10 @@ remat_status remat__schedule_summary(const remat__prog *p, const remat__planned 
     /* Each cost is bounded (cost.c, the graph reader), so this sum stays
      * finite; a cost that got past them is refused, not printed as inf. */
     if (!isfinite(out->seconds))
-        return remat__err(REMAT_INVALID, "the step's predicted cost overflows (%g %s over %d instructions): a node "
-                          "costs more than a step can sum", out->seconds, p->cost.calibrated ? "s" : "FLOPs", s->n);
+        return remat__err(REMAT_INVALID,
+                          "the step's predicted cost overflows (%g %s over %d instructions): a node "
+                          "costs more than a step can sum",
+                          out->seconds, p->cost.calibrated ? "s" : "FLOPs", s->n);
     out->calibrated = p->cost.calibrated;
     out->planner = s->origin ? s->origin : "levels";
     snprintf(out->candidate, sizeof out->candidate, "%s", s->candidate);

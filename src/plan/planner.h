@@ -26,7 +26,7 @@ void remat__planned_free(remat__planned *pl);
 typedef struct {
     const int32_t *bucket_of; /* per node: its bucket, -1 for no parameter */
     int nb;
-    int at_end;               /* every REDUCE after the last instruction */
+    int at_end; /* every REDUCE after the last instruction */
 } remat__buckets;
 
 /* The planners, one per strategy (strategy.c), indexed by remat_strategy:

@@ -136,7 +136,8 @@ remat_status remat__prog_set_precision(remat__prog *p, remat_precision precision
     if (precision != REMAT_PRECISION_BF16)
         return remat__err(REMAT_INVALID, "unknown precision %d (known: fp32, bf16)", (int)precision);
     if (g->traced)
-        return remat__err(REMAT_UNSUPPORTED, "a traced graph's values have its framework's dtypes: plan it in the "
+        return remat__err(REMAT_UNSUPPORTED,
+                          "a traced graph's values have its framework's dtypes: plan it in the "
                           "precision it was traced in (precision %s is for remat's own graphs)",
                           remat_precision_str(precision));
     p->dt = malloc((size_t)g->n + 1);

@@ -75,8 +75,8 @@
 struct remat_chain_plan {
     remat_chain_op *ops; /* owned, n_ops entries */
     int n_ops;
-    double cost;   /* simulated */
-    int64_t peak;  /* simulated, in the caller's units */
+    double cost;  /* simulated */
+    int64_t peak; /* simulated, in the caller's units */
 };
 
 /* ------------------------------------------------------ the memory floor */
@@ -88,11 +88,11 @@ struct remat_chain_plan {
  * the interval (i, i) with it. */
 typedef struct {
     int L;
-    int64_t *a;        /* L + 2 entries */
-    int *nopt;         /* L + 1 entries: options per stage, 1 for the loss */
+    int64_t *a;                               /* L + 2 entries */
+    int *nopt;                                /* L + 1 entries: options per stage, 1 for the loss */
     int64_t *sv, *tmp, *fetmp, *need, *needb; /* (L+1) * MAXO entries each */
-    int64_t *ftmp;     /* L + 1 entries: fwd_tmp of each stage, 0 for the loss */
-    int64_t *F;        /* (L+1)^2: F[i*(L+1)+l], least m making Opt[m][i][l] finite */
+    int64_t *ftmp;                            /* L + 1 entries: fwd_tmp of each stage, 0 for the loss */
+    int64_t *F;                               /* (L+1)^2: F[i*(L+1)+l], least m making Opt[m][i][l] finite */
 } sizes;
 
 static void sizes_free(sizes *z) {
@@ -286,9 +286,9 @@ static remat_status check_plan_cost(int L, int64_t W, double passes, const char 
                       "a chain of %d stages%s is too large to plan: %s would need %s of tables (limit %s) and "
                       "about %.2g operations, %s (limit %.2g, %s); use fewer stages (merge consecutive layers "
                       "into one)%s",
-                      L, sl, what, bytes_str(bytes, b, sizeof b),
-                      bytes_str(MAX_PLAN_BYTES, lb, sizeof lb), work, time_str(work * SECONDS_PER_OP, t, sizeof t),
-                      MAX_PLAN_WORK, time_str(MAX_PLAN_WORK * SECONDS_PER_OP, lt, sizeof lt),
+                      L, sl, what, bytes_str(bytes, b, sizeof b), bytes_str(MAX_PLAN_BYTES, lb, sizeof lb), work,
+                      time_str(work * SECONDS_PER_OP, t, sizeof t), MAX_PLAN_WORK,
+                      time_str(MAX_PLAN_WORK * SECONDS_PER_OP, lt, sizeof lt),
                       W > 0 ? " or fewer slots (coarser sizes)" : "");
 }
 
@@ -317,12 +317,12 @@ static size_t tri(int L, int i, int l) {
 
 typedef struct {
     int L;
-    int64_t Ms;   /* the largest m in the table */
-    size_t W;     /* Ms + 1 */
-    double *opt;  /* tri(i,l)*W + m: Opt[m][i][l], +inf when infeasible */
-    int16_t *what;/* same layout: -o chain with option o, j > 0 leaf j, WHAT_NONE none */
-    double *f;    /* L + 1 entries: forward costs, the loss's 0 */
-    double *b;    /* (L+1) * MAXO: backward cost of stage i's option o, the loss's 0 */
+    int64_t Ms;    /* the largest m in the table */
+    size_t W;      /* Ms + 1 */
+    double *opt;   /* tri(i,l)*W + m: Opt[m][i][l], +inf when infeasible */
+    int16_t *what; /* same layout: -o chain with option o, j > 0 leaf j, WHAT_NONE none */
+    double *f;     /* L + 1 entries: forward costs, the loss's 0 */
+    double *b;     /* (L+1) * MAXO: backward cost of stage i's option o, the loss's 0 */
 } table;
 
 /* Computes row (i, l) of the table from rows of shorter intervals. wt is
@@ -508,8 +508,7 @@ static int table_alloc(table *t, const remat__stage_ex *stages) {
 static void table_free(table *t) { free(t->opt), free(t->what), free(t->f), free(t->b); }
 
 /* What remat__chain_solve_ex assumes of its arguments. */
-static remat_status check_solve_args(const remat__stage_ex *stages, int n, int64_t output, int64_t budget,
-                                     int slots) {
+static remat_status check_solve_args(const remat__stage_ex *stages, int n, int64_t output, int64_t budget, int slots) {
     remat_status rc = remat__chain_check_ex(stages, n, output);
     if (rc != REMAT_OK) return rc;
     if (n > MAX_STAGES) return remat__err(REMAT_UNSUPPORTED, "chain of %d stages: at most %d", n, MAX_STAGES);
@@ -547,8 +546,10 @@ static remat_status finer_slots_or_floor(const remat__stage_ex *stages, int n, i
     if (rc != REMAT_OK) {
         char why[1024];
         snprintf(why, sizeof why, "%s", remat_last_error());
-        return remat__err(REMAT_BUDGET, "budget %lld is too small: with slots of %lld the chain needs at least "
-                          "%lld; %s", (long long)budget, (long long)*unit, (long long)(*need * *unit), why);
+        return remat__err(REMAT_BUDGET,
+                          "budget %lld is too small: with slots of %lld the chain needs at least "
+                          "%lld; %s",
+                          (long long)budget, (long long)*unit, (long long)(*need * *unit), why);
     }
     int64_t best, exact, need_slots;
     rc = least_budget(stages, n, output, S, &best, &exact, &need_slots);
@@ -587,9 +588,8 @@ static remat_status check_schedule(const remat__stage_ex *stages, int n, int64_t
 /* The plan in Mslots slots of `unit` (z filled for that unit, need its
  * floor in slots): the DP table, the schedule rebuilt from it, checked by
  * the simulator. *out gets the plan. */
-static remat_status solve_in_slots(const remat__stage_ex *stages, int n, int64_t output, int64_t budget,
-                                   const sizes *z, int64_t unit, int64_t Mslots, int64_t need,
-                                   remat_chain_plan **out) {
+static remat_status solve_in_slots(const remat__stage_ex *stages, int n, int64_t output, int64_t budget, const sizes *z,
+                                   int64_t unit, int64_t Mslots, int64_t need, remat_chain_plan **out) {
     int L = n;
     /* Memory beyond what storing everything needs changes nothing: cap the
      * table there (this matters when slots is as large as the budget). */
@@ -670,8 +670,8 @@ remat_status remat__chain_tab_build(const remat__stage_ex *stages, int n, int64_
     remat_status rc = remat__chain_check_ex(stages, n, output);
     if (rc != REMAT_OK) return rc;
     if (n > MAX_STAGES) return remat__err(REMAT_UNSUPPORTED, "chain of %d stages: at most %d", n, MAX_STAGES);
-    if (unit < 1 || top < 0) return remat__err(REMAT_INVALID, "chain table: unit %lld, top %lld", (long long)unit,
-                                                 (long long)top);
+    if (unit < 1 || top < 0)
+        return remat__err(REMAT_INVALID, "chain table: unit %lld, top %lld", (long long)unit, (long long)top);
     int64_t Mslots = top / unit;
     rc = check_plan_cost(n, min64(Mslots, store_all_slots(stages, n, output, unit)) + 1, 1, "planning");
     if (rc != REMAT_OK) return rc;

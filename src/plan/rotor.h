@@ -34,10 +34,10 @@ typedef struct {
 #define REMAT__CHAIN_MAX_STAGES 32766
 
 typedef struct {
-    double forward; /* u_f */
-    int64_t input;  /* omega_x[i] */
+    double forward;  /* u_f */
+    int64_t input;   /* omega_x[i] */
     int64_t fwd_tmp; /* extra bytes live during Fn_i and CF_i beyond x_i and x_{i+1} (PLANNING.md 3.1) */
-    int n_options;  /* 1..REMAT__MAX_OPTIONS; option 0 is the plain "keep everything" one */
+    int n_options;   /* 1..REMAT__MAX_OPTIONS; option 0 is the plain "keep everything" one */
     remat__stage_option opt[REMAT__MAX_OPTIONS];
 } remat__stage_ex;
 

@@ -42,8 +42,7 @@ remat_status remat__chain_check(const remat_stage *st, int n, int64_t output) {
         if (!isfinite(s->forward) || s->forward < 0)
             return remat__err(REMAT_INVALID, "stage %d: 'forward' is not a finite number >= 0 (%g)", i, s->forward);
         if (!isfinite(s->backward) || s->backward < 0)
-            return remat__err(REMAT_INVALID, "stage %d: 'backward' is not a finite number >= 0 (%g)", i,
-                              s->backward);
+            return remat__err(REMAT_INVALID, "stage %d: 'backward' is not a finite number >= 0 (%g)", i, s->backward);
         if (s->input < 0)
             return remat__err(REMAT_INVALID, "stage %d: 'input' is negative (%lld)", i, (long long)s->input);
         if (s->saved < 0)
@@ -98,8 +97,7 @@ remat_status remat__chain_check_ex(const remat__stage_ex *st, int n, int64_t out
             if (s->n_options > 1) snprintf(where, sizeof where, "stage %d, option %d", i, o);
             else snprintf(where, sizeof where, "stage %d", i);
             if (!isfinite(p->backward) || p->backward < 0)
-                return remat__err(REMAT_INVALID, "%s: 'backward' is not a finite number >= 0 (%g)", where,
-                                  p->backward);
+                return remat__err(REMAT_INVALID, "%s: 'backward' is not a finite number >= 0 (%g)", where, p->backward);
             if (p->saved < 0)
                 return remat__err(REMAT_INVALID, "%s: 'saved' is negative (%lld)", where, (long long)p->saved);
             if (p->bwd_tmp < 0)
@@ -130,7 +128,8 @@ remat_status remat__chain_check_ex(const remat__stage_ex *st, int n, int64_t out
     }
     double worst = (double)(n + 1) * fsum + bsum;
     if (!isfinite(worst) || worst > DBL_MAX / 4)
-        return remat__err(REMAT_INVALID, "the chain's costs are too large: a schedule of it may cost up to (n + 1) x "
+        return remat__err(REMAT_INVALID,
+                          "the chain's costs are too large: a schedule of it may cost up to (n + 1) x "
                           "the forwards + the backwards = %g, beyond what a double sums safely; scale them down",
                           worst);
     return REMAT_OK;
@@ -156,9 +155,7 @@ remat__stage_ex *remat__chain_to_ex(const remat_stage *st, int n) {
 /* ------------------------------------------------------------- simulator */
 
 /* Size of x_k (and y_k), 0 <= k <= n. */
-static int64_t size_x(const remat__stage_ex *st, int n, int64_t output, int k) {
-    return k < n ? st[k].input : output;
-}
+static int64_t size_x(const remat__stage_ex *st, int n, int64_t output, int k) { return k < n ? st[k].input : output; }
 
 /* The simulator's state: which values are resident (one flag per value
  * and k = 0..n), and the running totals. */
@@ -193,8 +190,8 @@ static remat_status sim_check(const sim *s, int t, remat_chain_op op) {
     /* every op reads x_i or xbar_i */
     if (!s->X[i] && !(i > 0 && s->XB[i])) {
         if (i > 0)
-            return remat__err(REMAT_INVALID, "op %d (%s, stage %d): needs x_%d or xbar_%d, neither is resident", t,
-                              nm, i, i, i);
+            return remat__err(REMAT_INVALID, "op %d (%s, stage %d): needs x_%d or xbar_%d, neither is resident", t, nm,
+                              i, i, i);
         return remat__err(REMAT_INVALID, "op %d (%s, stage %d): needs x_0, which is not resident", t, nm, i);
     }
     if (op.kind == REMAT_CHAIN_B && (!s->Y[i + 1] || !s->XB[i + 1]))
@@ -228,9 +225,7 @@ static remat_status sim_make(sim *s, int t, remat_chain_op op) {
         s->cost += st[i].forward;
         tmp = st[i].opt[o].fe_tmp;
         break;
-    case REMAT_CHAIN_LOSS:
-        made = &s->Y[n], made_size = s->output, made_name = "y", made_k = n;
-        break;
+    case REMAT_CHAIN_LOSS: made = &s->Y[n], made_size = s->output, made_name = "y", made_k = n; break;
     default: /* B */
         made = &s->Y[i], made_size = st[i].input, made_name = "y", made_k = i;
         s->cost += st[i].opt[o].backward;
@@ -263,8 +258,7 @@ static void sim_free(sim *s, remat_chain_op op) {
         s->XB[i + 1] = 0, s->mem -= s->xbs[i + 1];
         if (s->X[i]) s->X[i] = 0, s->mem -= s->st[i].input;
         break;
-    default:
-        break;
+    default: break;
     }
 }
 
@@ -285,14 +279,20 @@ static void sim_free(sim *s, remat_chain_op op) {
 remat_status remat__chain_sim_run(const remat__stage_ex *st, int n, int64_t output, const remat_chain_op *ops, int nops,
                                   double *cost_out, int64_t *peak_out, int *complete) {
     if (nops < 0 || (nops > 0 && !ops)) return remat__err(REMAT_INVALID, "bad operation list (%d operations)", nops);
-    uint8_t *res = calloc(4 * ((size_t)n + 1), 1);      /* x[k], xbar[k], y[k], option of xbar[k] */
+    uint8_t *res = calloc(4 * ((size_t)n + 1), 1);     /* x[k], xbar[k], y[k], option of xbar[k] */
     int64_t *xbs = calloc((size_t)n + 1, sizeof *xbs); /* size of the resident xbar[k] */
     if (!res || !xbs) {
         free(res), free(xbs);
         return remat__err(REMAT_NOMEM, "out of memory simulating a chain of %d stages", n);
     }
-    sim s = {.st = st, .n = n, .output = output, .X = res, .XB = res + n + 1, .Y = res + 2 * ((size_t)n + 1),
-             .XO = res + 3 * ((size_t)n + 1), .xbs = xbs};
+    sim s = {.st = st,
+             .n = n,
+             .output = output,
+             .X = res,
+             .XB = res + n + 1,
+             .Y = res + 2 * ((size_t)n + 1),
+             .XO = res + 3 * ((size_t)n + 1),
+             .xbs = xbs};
     s.X[0] = 1;
     s.mem = s.peak = size_x(st, n, output, 0);
     remat_status rc = REMAT_OK;
@@ -317,8 +317,8 @@ remat_status remat__chain_simulate_ex(const remat__stage_ex *st, int n, int64_t 
     return remat__chain_sim_run(st, n, output, ops, nops, cost, peak, NULL);
 }
 
-remat_status remat_chain_simulate(const remat_stage *stages, int n, int64_t output, const remat_chain_op *ops,
-                                  int nops, double *cost, int64_t *peak) {
+remat_status remat_chain_simulate(const remat_stage *stages, int n, int64_t output, const remat_chain_op *ops, int nops,
+                                  double *cost, int64_t *peak) {
     remat_status rc = remat__chain_check(stages, n, output);
     if (rc != REMAT_OK) return rc;
     remat__stage_ex *ex = remat__chain_to_ex(stages, n);

@@ -99,8 +99,7 @@ size_t remat__value_bytes(const remat__prog *p, int32_t v) {
     case REMAT__V_GRAD:
         if (g->traced && g->traced[REMAT__VAL_NODE(v)].grad >= 0) return (size_t)g->traced[REMAT__VAL_NODE(v)].grad;
         return remat__node_bytes(p, REMAT__VAL_NODE(v));
-    case REMAT__V_OUT:
-        return remat__node_bytes(p, REMAT__VAL_NODE(v));
+    case REMAT__V_OUT: return remat__node_bytes(p, REMAT__VAL_NODE(v));
     case REMAT__V_AUX: {
         const remat__op *op = remat__ops[n->op];
         return op->aux_bytes ? op->aux_bytes(g, n) : 0;
@@ -123,10 +122,10 @@ void remat__schedule_free(remat__schedule *s) {
  * instruction of its open instance's last use, and per instruction the
  * values freed after it, chained from head through next. */
 typedef struct {
-    int32_t *last;  /* per value: last use of the open instance, -1 none */
-    int32_t *head;  /* per instruction: its first freed entry, -1 none */
-    int32_t *fv;    /* per entry: the freed value */
-    int32_t *next;  /* per entry: the next entry of the same instruction */
+    int32_t *last; /* per value: last use of the open instance, -1 none */
+    int32_t *head; /* per instruction: its first freed entry, -1 none */
+    int32_t *fv;   /* per entry: the freed value */
+    int32_t *next; /* per entry: the next entry of the same instruction */
     int nf, capf;
 } frees;
 
@@ -232,8 +231,8 @@ remat_status remat__schedule_add_frees(const remat__prog *p, remat__schedule *s)
 remat_status remat__schedule_add_reduces(const remat__prog *p, remat__schedule *s, const int32_t *bucket_of, int nb,
                                          int at_end) {
     const remat_graph *g = p->g;
-    int32_t *after = malloc(((size_t)nb + 1) * sizeof *after);   /* per bucket: its instruction */
-    int32_t *first = malloc(((size_t)nb + 1) * sizeof *first);   /* per bucket: its first parameter */
+    int32_t *after = malloc(((size_t)nb + 1) * sizeof *after); /* per bucket: its instruction */
+    int32_t *first = malloc(((size_t)nb + 1) * sizeof *first); /* per bucket: its first parameter */
     remat__instr *ins = malloc(((size_t)s->n + (size_t)nb + 1) * sizeof *ins);
     if (!after || !first || !ins) {
         free(after), free(first), free(ins);

@@ -29,7 +29,7 @@
 typedef enum { REMAT__I_FWD = 0, REMAT__I_BWD, REMAT__I_FREE, REMAT__I_REDUCE, REMAT__I_OUT, REMAT__I_IN } remat__ikind;
 typedef enum { REMAT__V_OUT = 0, REMAT__V_AUX, REMAT__V_GRAD } remat__vkind;
 
-#define REMAT__VAL(node, kind) ((int32_t)(node) * 3 + (int32_t)(kind))
+#define REMAT__VAL(node, kind) ((int32_t)(node)*3 + (int32_t)(kind))
 #define REMAT__VAL_NODE(v) ((v) / 3)
 #define REMAT__VAL_KIND(v) ((remat__vkind)((v) % 3))
 
@@ -48,14 +48,14 @@ typedef struct {
 typedef struct {
     remat__instr *ins;
     int n, cap;
-    int train;         /* training-mode semantics */
-    int backward;      /* has a backward pass */
-    remat_node loss;   /* scalar recorded when computed, or REMAT_NONE */
-    remat_node fetch;  /* node copied out when computed, or REMAT_NONE */
+    int train;          /* training-mode semantics */
+    int backward;       /* has a backward pass */
+    remat_node loss;    /* scalar recorded when computed, or REMAT_NONE */
+    remat_node fetch;   /* node copied out when computed, or REMAT_NONE */
     const char *origin; /* static: the planner that made it ("levels",
                            "chain", "dtr"), for summaries */
-    char candidate[48];  /* optimal: the candidate that won ("chain 7/24") */
-    double stall;        /* offload: the copy time the chain model's
+    char candidate[48]; /* optimal: the candidate that won ("chain 7/24") */
+    double stall;       /* offload: the copy time the chain model's
                             timeline predicts is not hidden behind compute,
                             in cost units (0 without OUT and IN) */
 } remat__schedule;
@@ -63,29 +63,29 @@ typedef struct {
 /* Static facts about a graph compiled for one loss on one device. */
 typedef struct {
     const remat_graph *g;
-    int nth;              /* CPU thread count, for workspace sizes */
-    remat_device device;  /* whose kernels run, so whose workspaces count */
-    void *dev;            /* the device backend's context, which its
+    int nth;             /* CPU thread count, for workspace sizes */
+    remat_device device; /* whose kernels run, so whose workspaces count */
+    void *dev;           /* the device backend's context, which its
                            * workspace functions read (NULL: the CPU, or a
                            * plan for a device that is not here) */
     remat_cost_model cost;
-    uint8_t *needs_grad;  /* per node: depends on a trainable parameter */
-    size_t *ws;           /* (2 n) workspace bytes of node u's forward
+    uint8_t *needs_grad; /* per node: depends on a trainable parameter */
+    size_t *ws;          /* (2 n) workspace bytes of node u's forward
                            * (2u) and backward (2u + 1) kernels */
-    double *node_cost;    /* (3 n) the cost of node u's forward (3u), its
+    double *node_cost;   /* (3 n) the cost of node u's forward (3u), its
                            * backward (3u + 1) and a recomputation of its
                            * forward (3u + 2): remat__prog_set_cost */
-    int recompute_once;   /* optimal considers only schedules that recompute
+    int recompute_once;  /* optimal considers only schedules that recompute
                            * a node at most once (remat_session_opts) */
-    int grads_resident;   /* a traced step's parameter gradients are held
+    int grads_resident;  /* a traced step's parameter gradients are held
                            * from the step's start (remat_session_opts) */
-    int estimated;        /* nodes whose workspace bytes are estimates (a
+    int estimated;       /* nodes whose workspace bytes are estimates (a
                            * plan for a device that is not here) */
     remat_precision precision;
-    uint8_t *dt;          /* (n) per node: the remat_dtype its value (and
+    uint8_t *dt;     /* (n) per node: the remat_dtype its value (and
                            * its value's gradient) is stored in; NULL under
                            * fp32 (the graph's dtypes) */
-    uint8_t *native;      /* (n) under bf16: 1 where node u's kernels take
+    uint8_t *native; /* (n) under bf16: 1 where node u's kernels take
                            * its values in their stored dtypes (remat__op.
                            * bf16_ws), with no float32 views; NULL under fp32 */
 } remat__prog;
@@ -178,8 +178,8 @@ int remat__bwd_writes(const remat__prog *p, const remat__node *n, int i);
  * keeps everything (the store-all schedule). `fetch` (or REMAT_NONE) is a
  * node to compute besides the loss; backward = 0 builds a forward-only
  * schedule. */
-remat_status remat__schedule_build(const remat__prog *p, remat_node loss, remat_node fetch, int train,
-                                   int backward, const uint8_t *level, remat__schedule *out);
+remat_status remat__schedule_build(const remat__prog *p, remat_node loss, remat_node fetch, int train, int backward,
+                                   const uint8_t *level, remat__schedule *out);
 void remat__schedule_free(remat__schedule *s);
 
 /* Inserts a FREE after the last use of every value instance of a schedule
@@ -203,7 +203,6 @@ remat_status remat__schedule_add_reduces(const remat__prog *p, remat__schedule *
  * reads before it is freed is an activation, else transient) and its
  * `first` flag. */
 remat_status remat__schedule_categorize(const remat__prog *p, remat__schedule *s);
-
 
 /* The checkpoint levels of a strategy (levels.c), for
  * remat__schedule_build; *level is NULL for `all`, else owned by the caller

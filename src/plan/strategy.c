@@ -41,11 +41,12 @@ static remat_status plan_optimal(const remat__plan_req *r, remat__planned *out) 
 const remat__planner remat__planners[REMAT_STRATEGY_COUNT] = {
     [REMAT_STRATEGY_AUTO] = {"auto", "optimal when a budget is given, all without", NULL},
     [REMAT_STRATEGY_ALL] = {"all", "keep everything backward needs (no recomputation)", plan_all},
-    [REMAT_STRATEGY_MANUAL] = {"manual", "keep the remat_checkpoint boundaries, recompute between them",
-                               plan_manual},
+    [REMAT_STRATEGY_MANUAL] = {"manual", "keep the remat_checkpoint boundaries, recompute between them", plan_manual},
     [REMAT_STRATEGY_SQRT] = {"sqrt", "Chen et al.: about sqrt(n) boundaries at articulation points", plan_sqrt},
-    [REMAT_STRATEGY_OPTIMAL] = {"optimal", "the least recomputation within the budget (rotor's DP over stages, "
-                                "DTR and selective candidates)", plan_optimal},
+    [REMAT_STRATEGY_OPTIMAL] = {"optimal",
+                                "the least recomputation within the budget (rotor's DP over stages, "
+                                "DTR and selective candidates)",
+                                plan_optimal},
 };
 
 const char *remat_strategy_str(remat_strategy s) {

@@ -104,7 +104,9 @@ remat_status remat_session_check_finite(remat_session *s) {
             return remat__err(REMAT_INVALID, "%s%s '%s' (index %d of %d) is not finite: element %lld of %lld is %s",
                               part ? "the gradient of " : "", nd->leaf == REMAT__LEAF_PARAM ? "parameter" : "buffer",
                               nd->name, i, s->n_params, (long long)(b + bad - x), (long long)numel,
-                              isnan(v) ? "NaN" : v > 0 ? "+inf" : "-inf");
+                              isnan(v) ? "NaN"
+                              : v > 0  ? "+inf"
+                                       : "-inf");
         }
         return remat__err(REMAT_INTERNAL, "a non-finite value at element %lld of the %s block lies in no tensor",
                           (long long)bad, part ? "gradient" : "parameter");

@@ -75,15 +75,16 @@ remat_status remat__session_host_link(const remat_session *s, double *bandwidth,
     return REMAT_OK;
 }
 
-remat_status remat_session_offload(const remat_session *s, const remat_offload_opts *opts,
-                                   remat_offload_summary *out) {
+remat_status remat_session_offload(const remat_session *s, const remat_offload_opts *opts, remat_offload_summary *out) {
     if (!s || !opts || !out) return remat__err(REMAT_INVALID, "remat_session_offload: NULL argument");
     memset(out, 0, sizeof *out);
     size_t budget = opts->budget ? opts->budget : s->opts.budget, blocks = remat__session_blocks_bytes(s);
     if (!budget) return remat__err(REMAT_INVALID, "offload planning needs a device budget");
     if (budget < blocks)
-        return remat__err(REMAT_BUDGET, "the budget of %zu bytes is below the %zu bytes of parameters, gradients "
-                          "and optimizer state", budget, blocks);
+        return remat__err(REMAT_BUDGET,
+                          "the budget of %zu bytes is below the %zu bytes of parameters, gradients "
+                          "and optimizer state",
+                          budget, blocks);
     int calibrated = s->prog.cost.calibrated;
     double fps = remat__session_flops_per_s(s, opts->flops_per_s);
     double per_s = calibrated ? 1.0 : fps; /* cost units per second */
@@ -96,8 +97,8 @@ remat_status remat_session_offload(const remat_session *s, const remat_offload_o
     out->chain_budget = budget - blocks;
     int32_t *off = NULL;
     int n_off = 0;
-    remat_status rc = remat__offload_report(&s->prog, s->loss, out->chain_budget, opts->host_budget, link,
-                                            opts->slots, opts->host_slots, out, &off, &n_off);
+    remat_status rc = remat__offload_report(&s->prog, s->loss, out->chain_budget, opts->host_budget, link, opts->slots,
+                                            opts->host_slots, out, &off, &n_off);
     if (rc == REMAT_OK) name_nodes(s->g, off, n_off, out->offloaded_nodes, sizeof out->offloaded_nodes);
     out->stall_seconds = out->stall / per_s;
     free(off);

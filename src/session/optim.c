@@ -84,8 +84,13 @@ static remat_status check_opts(const remat_optim_opts *o) {
     const struct {
         const char *name;
         float v;
-    } hp[] = {{"lr", o->lr},       {"weight_decay", o->weight_decay}, {"momentum", o->momentum},
-              {"dampening", o->dampening}, {"beta1", o->beta1}, {"beta2", o->beta2}, {"eps", o->eps}};
+    } hp[] = {{"lr", o->lr},
+              {"weight_decay", o->weight_decay},
+              {"momentum", o->momentum},
+              {"dampening", o->dampening},
+              {"beta1", o->beta1},
+              {"beta2", o->beta2},
+              {"eps", o->eps}};
     for (size_t i = 0; i < sizeof hp / sizeof hp[0]; i++)
         if (!isfinite(hp[i].v))
             return remat__err(REMAT_INVALID, "optimizer option %s is %g: every hyper-parameter must be a finite number",
@@ -153,8 +158,7 @@ void remat__optim_set_counters(remat_session *s, int64_t step, int64_t optim_t) 
 remat_status remat_session_update(remat_session *s) {
     remat_status rs = remat__session_runnable(s, "remat_session_update");
     if (rs != REMAT_OK) return rs;
-    if (!s->has_optim)
-        return remat__err(REMAT_INVALID, "no optimizer: call remat_session_set_optimizer first");
+    if (!s->has_optim) return remat__err(REMAT_INVALID, "no optimizer: call remat_session_set_optimizer first");
     int n = 0;
     float **w = malloc(4 * ((size_t)s->n_params + 1) * sizeof *w);
     int64_t *numel = malloc(((size_t)s->n_params + 1) * sizeof *numel);

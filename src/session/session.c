@@ -31,10 +31,18 @@ remat_status remat__session_plan_train(remat_session *s) {
     remat__planned pl = {0};
     remat_mem_stats start = s->alloc.st;
     const remat__buckets buckets = {s->dp.bucket_of, s->dp.nb, s->dp.at_end};
-    remat__plan_req req = {&s->prog, s->loss, s->opts.budget, &start, remat__session_blocks_bytes(s),
-                           s->opts.floor_out, s->dp.active ? &buckets : NULL, s->opts.host_budget, 0, 0};
-    remat_status st = s->opts.host_budget ? remat__session_host_link(s, &req.host_bandwidth, &req.host_latency)
-                                          : REMAT_OK;
+    remat__plan_req req = {&s->prog,
+                           s->loss,
+                           s->opts.budget,
+                           &start,
+                           remat__session_blocks_bytes(s),
+                           s->opts.floor_out,
+                           s->dp.active ? &buckets : NULL,
+                           s->opts.host_budget,
+                           0,
+                           0};
+    remat_status st =
+        s->opts.host_budget ? remat__session_host_link(s, &req.host_bandwidth, &req.host_latency) : REMAT_OK;
     if (st == REMAT_OK) st = remat__planners[s->opts.strategy].build(&req, &pl);
     if (st != REMAT_OK) {
         remat__planned_free(&pl);
@@ -65,7 +73,8 @@ static remat_status remat__session_check_budget(const remat_session *s) {
                       pred.peak[REMAT_MEM_TOTAL] - pred.live[REMAT_MEM_TOTAL], pred.peak[REMAT_MEM_ACT],
                       pred.peak[REMAT_MEM_TRANSIENT], pred.peak[REMAT_MEM_WORKSPACE], remat__session_blocks_bytes(s),
                       s->blk_bytes[REMAT__BLK_COMM] ? " (of which communication: the accumulated gradients of the "
-                      "micro-batches and the reductions' buffers)" : "",
+                                                      "micro-batches and the reductions' buffers)"
+                                                    : "",
                       s->blk_bytes[REMAT__BLK_PREFETCH] ? " (and the next batch's inputs, opts.prefetch)" : "");
 }
 
@@ -75,9 +84,7 @@ static remat_status remat__session_check_budget(const remat_session *s) {
 static void init_param(const remat__node *n, int32_t node, uint64_t seed, float *w) {
     int64_t numel = remat__numel(&n->shape);
     switch (n->init) {
-    case REMAT_INIT_ZEROS:
-        memset(w, 0, (size_t)numel * sizeof *w);
-        break;
+    case REMAT_INIT_ZEROS: memset(w, 0, (size_t)numel * sizeof *w); break;
     case REMAT_INIT_ONES:
         for (int64_t i = 0; i < numel; i++) w[i] = 1.0f;
         break;
@@ -85,10 +92,10 @@ static void init_param(const remat__node *n, int32_t node, uint64_t seed, float 
         uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
         for (int64_t i = 0; i < numel; i += 4) {
             uint32_t ctr[4] = {(uint32_t)(i >> 2), (uint32_t)node, 0x696e6974u /* "init" */,
-                               (uint32_t)((uint64_t)i >> 34)}, r[4];
+                               (uint32_t)((uint64_t)i >> 34)},
+                     r[4];
             remat__philox(ctr, key, r);
-            for (int j = 0; j < 4 && i + j < numel; j++)
-                w[i + j] = (2.0f * remat__u01(r[j]) - 1.0f) * n->init_a;
+            for (int j = 0; j < 4 && i + j < numel; j++) w[i + j] = (2.0f * remat__u01(r[j]) - 1.0f) * n->init_a;
         }
         break;
     }
@@ -96,7 +103,8 @@ static void init_param(const remat__node *n, int32_t node, uint64_t seed, float 
         uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
         for (int64_t i = 0; i < numel; i += 4) {
             uint32_t ctr[4] = {(uint32_t)(i >> 2), (uint32_t)node, 0x6e6f726du /* "norm" */,
-                               (uint32_t)((uint64_t)i >> 34)}, r[4];
+                               (uint32_t)((uint64_t)i >> 34)},
+                     r[4];
             remat__philox(ctr, key, r);
             for (int j = 0; j < 4 && i + j < numel; j += 2) {
                 double u1 = ((double)(r[j] >> 8) + 1.0) / 16777216.0; /* (0, 1]: log is finite */
@@ -175,8 +183,10 @@ static remat_status check_used(remat_session *s) {
         }
     for (int v = 0; used && v < g->n && st == REMAT_OK; v++)
         if (g->nodes[v].leaf == REMAT__LEAF_PARAM && !used[v])
-            st = remat__err(REMAT_INVALID, "parameter '%s' does not influence the loss: "
-                            "it would never receive a gradient", g->nodes[v].name);
+            st = remat__err(REMAT_INVALID,
+                            "parameter '%s' does not influence the loss: "
+                            "it would never receive a gradient",
+                            g->nodes[v].name);
     free(used);
     remat__schedule_free(&sc);
     return st;
@@ -189,10 +199,10 @@ static remat_status framework_comm(remat_session *s) {
     if (!b) return REMAT_OK;
     if (!s->g->traced || !s->opts.plan_only)
         return remat__err(REMAT_INVALID, "framework_comm_bytes counts a traced step's framework's buffers: it plans a "
-                          "graph file (plan_only), not a step remat runs");
+                                         "graph file (plan_only), not a step remat runs");
     if (s->dp.active)
         return remat__err(REMAT_INVALID, "framework_comm_bytes and remat's own data parallelism both hold the "
-                          "communication block: a traced step has the one or the other");
+                                         "communication block: a traced step has the one or the other");
     void *ptr;
     return remat__block_alloc(s, REMAT__BLK_COMM, REMAT_MEM_COMM, 1, &b, &ptr, 0);
 }
@@ -223,7 +233,7 @@ static remat_status resolve_strategy(remat_session *s) {
     if (o->strategy == REMAT_STRATEGY_AUTO) o->strategy = o->budget ? REMAT_STRATEGY_OPTIMAL : REMAT_STRATEGY_ALL;
     if (o->host_budget && (o->strategy != REMAT_STRATEGY_OPTIMAL || !o->budget))
         return remat__err(REMAT_INVALID, "a host budget (offload) is planned by the optimal strategy within a "
-                          "budget: give a budget, and strategy optimal or auto");
+                                         "budget: give a budget, and strategy optimal or auto");
     if (o->host_budget && !s->be->offload)
         return remat__err(REMAT_UNSUPPORTED, "the %s backend cannot offload to host memory",
                           remat_device_str(o->device));
@@ -231,13 +241,11 @@ static remat_status resolve_strategy(remat_session *s) {
 }
 
 static remat_status create(remat_session **out, const remat_graph *g, remat_node loss, const remat_session_opts *o) {
-    if (g->status != REMAT_OK)
-        return remat__err(g->status, "the graph has an error: %s", g->error);
-    if (loss < 0 || loss >= g->n)
-        return remat__err(REMAT_INVALID, "loss node %d does not exist", (int)loss);
+    if (g->status != REMAT_OK) return remat__err(g->status, "the graph has an error: %s", g->error);
+    if (loss < 0 || loss >= g->n) return remat__err(REMAT_INVALID, "loss node %d does not exist", (int)loss);
     if (g->nodes[loss].shape.ndim != 0 || g->nodes[loss].dtype != REMAT_F32)
-        return remat__err(REMAT_SHAPE, "the loss must be a float32 scalar; node %d (%s) is not",
-                          (int)loss, remat__ops[g->nodes[loss].op]->name);
+        return remat__err(REMAT_SHAPE, "the loss must be a float32 scalar; node %d (%s) is not", (int)loss,
+                          remat__ops[g->nodes[loss].op]->name);
     remat_session_opts opts;
     remat_session_opts_default(&opts);
     if (o) opts = *o;
@@ -263,7 +271,8 @@ static remat_status create(remat_session **out, const remat_graph *g, remat_node
         st = remat__prog_init(&s->prog, g, s->opts.threads, s->opts.device, s->dev);
     }
     if (st == REMAT_OK && s->opts.precision != REMAT_PRECISION_FP32 && !be->convert)
-        st = remat__err(REMAT_UNSUPPORTED, "precision %s does not run on the %s in this build (its backend has no "
+        st = remat__err(REMAT_UNSUPPORTED,
+                        "precision %s does not run on the %s in this build (its backend has no "
                         "bf16 conversions yet): use --precision fp32 there, or the CPU",
                         remat_precision_str(s->opts.precision), remat_device_str(s->opts.device));
     if (st == REMAT_OK) st = remat__prog_set_precision(&s->prog, s->opts.precision);
@@ -271,10 +280,12 @@ static remat_status create(remat_session **out, const remat_graph *g, remat_node
     if (st == REMAT_OK && cm) st = remat__cost_model_check(cm, "the session's cost model", REMAT_INVALID);
     if (st == REMAT_OK && cm && cm->calibrated &&
         (cm->device != s->opts.device || (cm->device == REMAT_DEVICE_CPU && cm->threads != s->opts.threads)))
-        st = remat__err(REMAT_INVALID, "the cost model was measured on the %s with %d threads, but this session runs "
+        st = remat__err(REMAT_INVALID,
+                        "the cost model was measured on the %s with %d threads, but this session runs "
                         "on the %s with %d: measure it again (remat calibrate --threads %d) or plan in FLOPs "
-                        "without one", remat_device_str(cm->device), cm->threads, remat_device_str(s->opts.device),
-                        s->opts.threads, s->opts.threads);
+                        "without one",
+                        remat_device_str(cm->device), cm->threads, remat_device_str(s->opts.device), s->opts.threads,
+                        s->opts.threads);
     if (st == REMAT_OK && cm) remat__prog_set_cost(&s->prog, cm);
     s->prog.recompute_once = s->opts.recompute_once;
     s->prog.grads_resident = s->opts.grads_resident;
@@ -283,7 +294,7 @@ static remat_status create(remat_session **out, const remat_graph *g, remat_node
     if (st == REMAT_OK) st = resolve_strategy(s);
     if (st == REMAT_OK) st = check_used(s);
     if (st == REMAT_OK) st = alloc_params(s);
-    if (st == REMAT_OK) st = remat__dp_init(s); /* its block counts in the plan's budget */
+    if (st == REMAT_OK) st = remat__dp_init(s);       /* its block counts in the plan's budget */
     if (st == REMAT_OK) st = remat__prefetch_init(s); /* so does this one */
     if (st == REMAT_OK) st = framework_comm(s);       /* and this one */
     if (st == REMAT_OK && s->opts.optim) st = remat__optim_install(s, s->opts.optim);
@@ -342,7 +353,8 @@ void remat_session_destroy(remat_session *s) {
     remat__planned_free(&s->fwd[0]);
     remat__planned_free(&s->fwd[1]);
     remat__prog_free(&s->prog);
-    free(s->pindex), free(s->bound), free(s->vals), free(s->vev), free(s->hvals), free(s->hev), free(s->copy_stamp), free(s->params), free(s->prof_node);
+    free(s->pindex), free(s->bound), free(s->vals), free(s->vev), free(s->hvals), free(s->hev), free(s->copy_stamp),
+        free(s->params), free(s->prof_node);
     free(s);
 }
 
@@ -383,8 +395,7 @@ remat_status remat_session_step(remat_session *s, float *loss) {
     return st;
 }
 
-remat_status remat_session_forward(remat_session *s, int train, float *loss, remat_node fetch,
-                                   float *out) {
+remat_status remat_session_forward(remat_session *s, int train, float *loss, remat_node fetch, float *out) {
     remat_status rs = remat__session_runnable(s, "remat_session_forward");
     if (rs != REMAT_OK) return rs;
     train = train ? 1 : 0;
@@ -437,8 +448,7 @@ remat_status remat_session_read_param(remat_session *s, int i, remat_param_part 
         return remat__err(REMAT_INVALID, "parameter index %d is out of range 0..%d", i, s->n_params - 1);
     const remat__pslot *p = &s->params[i];
     const float *src = part == REMAT_PARAM_GRAD ? p->grad : p->data;
-    if (!src)
-        return remat__err(REMAT_INVALID, "'%s' is a buffer: it has no gradient", s->g->nodes[p->node].name);
+    if (!src) return remat__err(REMAT_INVALID, "'%s' is a buffer: it has no gradient", s->g->nodes[p->node].name);
     remat_status st = s->be->download(s->dev, dst, src, remat__out_bytes(&s->g->nodes[p->node]));
     remat_status sy = s->be->sync(s->dev);
     return st != REMAT_OK ? st : sy;
@@ -492,13 +502,14 @@ void remat_session_set_profiling(remat_session *s, int on) {
 }
 
 int remat_session_profile(const remat_session *s, remat_profile_row *rows, int cap) {
-    static const char *const kinds[REMAT__PROF_KINDS] = {"forward", "recompute", "backward", "free", "copy out",
-                                                         "copy in"};
+    static const char *const kinds[REMAT__PROF_KINDS] = {"forward", "recompute", "backward",
+                                                         "free",    "copy out",  "copy in"};
     int n = 0;
     for (int op = 0; op < REMAT__N_OPS; op++)
         for (int k = 0; k < REMAT__PROF_KINDS; k++) {
             if (!s->prof_n[op][k]) continue;
-            if (n < cap) rows[n] = (remat_profile_row){remat__ops[op]->name, kinds[k], s->prof_s[op][k], s->prof_n[op][k]};
+            if (n < cap)
+                rows[n] = (remat_profile_row){remat__ops[op]->name, kinds[k], s->prof_s[op][k], s->prof_n[op][k]};
             n++;
         }
     return n;
@@ -519,8 +530,8 @@ remat_status remat_session_plan(const remat_session *s, remat_plan_summary *out)
     out->estimated_nodes = s->prog.estimated;
     const remat_cost_model *cm = &s->prog.cost;
     if (st == REMAT_OK && cm->calibrated && s->has_optim)
-        out->update_seconds = cm->update_s_per_param[s->optim.kind == REMAT_OPTIM_ADAMW] *
-                              (double)remat__session_trainable_numel(s);
+        out->update_seconds =
+            cm->update_s_per_param[s->optim.kind == REMAT_OPTIM_ADAMW] * (double)remat__session_trainable_numel(s);
     /* Boundaries: nodes whose output a recomputation starts from (an input
      * of a recomputed node that is itself never recomputed), whatever
      * planner made the schedule. */
@@ -549,8 +560,7 @@ remat_status remat_session_plan(const remat_session *s, remat_plan_summary *out)
 int64_t remat_session_schedule_length(const remat_session *s) { return s->train.sc.n; }
 
 remat_status remat_session_schedule_instr(const remat_session *s, int64_t i, remat_instr_info *out) {
-    if (i < 0 || i >= s->train.sc.n)
-        return remat__err(REMAT_INVALID, "instruction %lld is out of range", (long long)i);
+    if (i < 0 || i >= s->train.sc.n) return remat__err(REMAT_INVALID, "instruction %lld is out of range", (long long)i);
     const remat__instr *in = &s->train.sc.ins[i];
     memset(out, 0, sizeof *out);
     out->node = in->node;

@@ -24,7 +24,6 @@ typedef struct {
  * at REMAT__ARENA_ALIGN offsets. */
 enum { REMAT__BLK_PARAM = 0, REMAT__BLK_GRAD, REMAT__BLK_OPTIM, REMAT__BLK_COMM, REMAT__BLK_PREFETCH, REMAT__N_BLK };
 
-
 /* The profile's instruction kinds: forward, recompute, backward, free,
  * copy out, copy in. */
 #define REMAT__PROF_KINDS 6
@@ -34,41 +33,41 @@ struct remat_session {
     remat_node loss;
     remat_session_opts opts;
     const remat__backend *be;
-    void *dev;                   /* the backend's context */
-    remat__alloc alloc;          /* accounting per category */
+    void *dev;          /* the backend's context */
+    remat__alloc alloc; /* accounting per category */
     remat__prog prog;
-    remat__planned train;        /* forward + backward */
-    remat__planned fwd[2];       /* forward only, cached: [train mode] */
-    remat_node fwd_fetch[2];     /* the fetch node each cached one was built for */
-    int32_t *pindex;             /* per node: index into params, or -1 */
+    remat__planned train;    /* forward + backward */
+    remat__planned fwd[2];   /* forward only, cached: [train mode] */
+    remat_node fwd_fetch[2]; /* the fetch node each cached one was built for */
+    int32_t *pindex;         /* per node: index into params, or -1 */
     remat__pslot *params;
     int n_params;
-    void *blk[REMAT__N_BLK];     /* resident blocks (backend memory) */
+    void *blk[REMAT__N_BLK]; /* resident blocks (backend memory) */
     size_t blk_bytes[REMAT__N_BLK];
-    const void **bound;          /* per node: caller data for inputs (borrowed) */
-    void **vals;                 /* per value: resident data or NULL */
-    int32_t *vev;                /* per value: event of its resident instance */
+    const void **bound; /* per node: caller data for inputs (borrowed) */
+    void **vals;        /* per value: resident data or NULL */
+    int32_t *vev;       /* per value: event of its resident instance */
     /* The executor's memory: one arena for the values of every schedule,
      * kept across steps, as large as the largest plan run so far. */
-    void *arena;                 /* backend memory, or NULL */
+    void *arena; /* backend memory, or NULL */
     size_t arena_bytes;
     /* Offloaded values (REMAT__I_OUT, REMAT__I_IN) lie in a host arena of
      * pinned memory (remat_host_alloc), kept the same way. */
     void *host_arena;
     size_t host_arena_bytes;
-    void **hvals;                /* per value: its host copy, or NULL */
-    int32_t *hev;                /* per value: the event of its host copy */
-    uint32_t *copy_stamp;        /* per value: copy_waits + 1 when a copy
+    void **hvals;              /* per value: its host copy, or NULL */
+    int32_t *hev;              /* per value: the event of its host copy */
+    uint32_t *copy_stamp;      /* per value: copy_waits + 1 when a copy
                                   * of it was issued: in flight while it
                                   * exceeds copy_waits */
-    uint32_t copy_waits;         /* offload_waits so far */
-    const remat__memplan *cur;   /* the running schedule's plan */
-    int32_t tick;                /* next tick of the running plan */
-    int64_t step;                /* completed optimizer updates */
-    remat__dp dp;                /* micro-batches and ranks (dp.h) */
+    uint32_t copy_waits;       /* offload_waits so far */
+    const remat__memplan *cur; /* the running schedule's plan */
+    int32_t tick;              /* next tick of the running plan */
+    int64_t step;              /* completed optimizer updates */
+    remat__dp dp;              /* micro-batches and ranks (dp.h) */
     int has_optim;
     remat_optim_opts optim;
-    int64_t optim_t;             /* AdamW's step count */
+    int64_t optim_t; /* AdamW's step count */
     /* Per-op profile (remat_session_set_profiling): seconds and counts per
      * op and instruction kind (forward, recompute, backward, free). */
     int profiling;
@@ -78,11 +77,11 @@ struct remat_session {
     double *prof_node;
     /* The next run's inputs (prefetch.c), with opts.prefetch on a device
      * that copies on a second stream; all NULL otherwise. */
-    int32_t *pf_slot;            /* per node: an input's slot, or -1 */
-    void **pf_dst;               /* (pf_n) the slot's bytes in the PREFETCH block */
-    size_t *pf_bytes;            /* (pf_n) */
-    const void **pf_next;        /* (pf_n) remat_session_bind_next's data */
-    const void **pf_src;         /* (pf_n) the data whose copy the slot holds for this run */
+    int32_t *pf_slot;     /* per node: an input's slot, or -1 */
+    void **pf_dst;        /* (pf_n) the slot's bytes in the PREFETCH block */
+    size_t *pf_bytes;     /* (pf_n) */
+    const void **pf_next; /* (pf_n) remat_session_bind_next's data */
+    const void **pf_src;  /* (pf_n) the data whose copy the slot holds for this run */
     int pf_n;
 };
 
@@ -103,8 +102,7 @@ remat_status remat__run_precise(remat_session *s, remat__kctx *k, int backward);
  * next run's started (ok: the run succeeded; 0 only drops them). */
 remat_status remat__prefetch_init(remat_session *s);
 void remat__prefetch_free(remat_session *s);
-remat_status remat__prefetch_take(remat_session *s, int32_t node, void *dst, const void *src, size_t bytes,
-                                  int *taken);
+remat_status remat__prefetch_take(remat_session *s, int32_t node, void *dst, const void *src, size_t bytes, int *taken);
 remat_status remat__prefetch_issue(remat_session *s, int ok);
 
 /* Frees every value still resident and gives the arena back to the

@@ -8,8 +8,10 @@
 remat_status remat__session_runnable(const remat_session *s, const char *what) {
     if (!s) return remat__err(REMAT_INVALID, "%s: the session is NULL", what);
     if (s->opts.plan_only)
-        return remat__err(REMAT_INVALID, "%s: the session was created to plan only (plan_only): it holds no "
-                          "parameters or memory to run with", what);
+        return remat__err(REMAT_INVALID,
+                          "%s: the session was created to plan only (plan_only): it holds no "
+                          "parameters or memory to run with",
+                          what);
     return REMAT_OK;
 }
 

@@ -125,7 +125,6 @@ remat_status remat_calibrate(remat_cost_model *out, int threads) {
     return REMAT_OK;
 }
 
-
 /* The median of v[0..n), sorting v. */
 static double median(double *v, int n) {
     qsort(v, (size_t)n, sizeof *v, cmp_double);
@@ -282,8 +281,7 @@ static remat_status sum_classes(const remat_graph *g, const double *all, const d
 
 /* Each class's means into m: the mean over its nodes of their median
  * step; a class never recomputed gets its op's ratio, or its forward. */
-static remat_status put_classes(remat_cost_model *m, const remat_cost_model *acc, const int *cnt,
-                                const double *ratio) {
+static remat_status put_classes(remat_cost_model *m, const remat_cost_model *acc, const int *cnt, const double *ratio) {
     remat_status st = REMAT_OK;
     for (int k = 0; k < acc->n_ops && st == REMAT_OK; k++) {
         remat_op_time t = acc->ops[k];

@@ -26,13 +26,12 @@ struct remat_loader {
     int64_t batch, batches; /* batch size, full batches per epoch */
     int64_t pos;            /* next position in order */
     int shuffle;
-    uint32_t key[2];        /* Philox key from the seed */
-    int64_t *order;         /* owned; n sample indices of the epoch */
+    uint32_t key[2]; /* Philox key from the seed */
+    int64_t *order;  /* owned; n sample indices of the epoch */
 };
 
 /* A uniform integer in [0, bound) for position i of epoch `epoch`. */
-static uint32_t draw(const uint32_t key[2], uint32_t i, uint32_t epoch,
-                     uint32_t bound) {
+static uint32_t draw(const uint32_t key[2], uint32_t i, uint32_t epoch, uint32_t bound) {
     uint32_t threshold = (uint32_t)(0u - bound) % bound; /* 2^32 mod bound */
     for (uint32_t t = 0;; t++) {
         uint32_t ctr[4] = {i, epoch, LOADER_TAG, t}, out[4];
@@ -42,18 +41,12 @@ static uint32_t draw(const uint32_t key[2], uint32_t i, uint32_t epoch,
     }
 }
 
-remat_status remat_loader_create(remat_loader **out, const remat_dataset *d,
-                                 int64_t batch, int shuffle, uint64_t seed) {
-    if (!out)
-        return remat__err(REMAT_INVALID, "remat_loader_create: out is NULL");
+remat_status remat_loader_create(remat_loader **out, const remat_dataset *d, int64_t batch, int shuffle,
+                                 uint64_t seed) {
+    if (!out) return remat__err(REMAT_INVALID, "remat_loader_create: out is NULL");
     *out = NULL;
-    if (!d)
-        return remat__err(REMAT_INVALID,
-                          "remat_loader_create: no data set");
-    if (batch < 1)
-        return remat__err(REMAT_INVALID,
-                          "loader batch size must be at least 1, got %lld",
-                          (long long)batch);
+    if (!d) return remat__err(REMAT_INVALID, "remat_loader_create: no data set");
+    if (batch < 1) return remat__err(REMAT_INVALID, "loader batch size must be at least 1, got %lld", (long long)batch);
     int64_t n = remat_dataset_size(d);
     if ((uint64_t)n > UINT32_MAX)
         return remat__err(REMAT_UNSUPPORTED,
@@ -64,9 +57,7 @@ remat_status remat_loader_create(remat_loader **out, const remat_dataset *d,
     if (l) l->order = malloc((size_t)(n ? n : 1) * sizeof *l->order);
     if (!l || !l->order) {
         free(l);
-        return remat__err(REMAT_NOMEM,
-                          "out of memory for a loader over %lld samples",
-                          (long long)n);
+        return remat__err(REMAT_NOMEM, "out of memory for a loader over %lld samples", (long long)n);
     }
     l->d = d;
     l->n = n;
@@ -86,9 +77,7 @@ void remat_loader_destroy(remat_loader *l) {
     free(l);
 }
 
-int64_t remat_loader_batches(const remat_loader *l) {
-    return l ? l->batches : 0;
-}
+int64_t remat_loader_batches(const remat_loader *l) { return l ? l->batches : 0; }
 
 void remat_loader_start(remat_loader *l, int64_t epoch) {
     if (!l) return;

@@ -38,7 +38,6 @@
 #include <time.h>
 #include <zlib.h>
 
-
 typedef struct {
     int64_t batch, sample, classes; /* batch: the graph's (a micro-batch); sample: floats per image */
     int64_t rows;                   /* rows staged: micro-batches x batch */
@@ -48,8 +47,8 @@ typedef struct {
 } staging;
 
 /* Staging for `micro` micro-batches of the graph's batch. */
-static remat_status staging_init(staging *st, const remat_session *s, const remat_model *m,
-                                 const remat_dataset *d, int64_t micro) {
+static remat_status staging_init(staging *st, const remat_session *s, const remat_model *m, const remat_dataset *d,
+                                 int64_t micro) {
     memset(st, 0, sizeof *st);
     int64_t dims[REMAT_MAX_DIMS], ld[REMAT_MAX_DIMS], chw[3];
     const remat_graph *g = remat_session_graph(s);
@@ -63,12 +62,14 @@ static remat_status staging_init(staging *st, const remat_session *s, const rema
     st->classes = ld[1];
     remat_dataset_shape(d, chw);
     if (chw[0] * chw[1] * chw[2] != st->sample)
-        return remat__err(REMAT_SHAPE, "data set images are %lldx%lldx%lld (%lld values) but the model "
-                          "takes %lld values per sample", (long long)chw[0], (long long)chw[1],
-                          (long long)chw[2], (long long)(chw[0] * chw[1] * chw[2]), (long long)st->sample);
+        return remat__err(REMAT_SHAPE,
+                          "data set images are %lldx%lldx%lld (%lld values) but the model "
+                          "takes %lld values per sample",
+                          (long long)chw[0], (long long)chw[1], (long long)chw[2],
+                          (long long)(chw[0] * chw[1] * chw[2]), (long long)st->sample);
     if (remat_dataset_classes(d) > st->classes)
-        return remat__err(REMAT_SHAPE, "data set has %d classes but the model predicts %lld",
-                          remat_dataset_classes(d), (long long)st->classes);
+        return remat__err(REMAT_SHAPE, "data set has %d classes but the model predicts %lld", remat_dataset_classes(d),
+                          (long long)st->classes);
     st->rows = micro * st->batch;
     /* page-locked on a GPU: the step uploads the batch straight from it */
     st->dev = remat__session_opts(s)->device;
@@ -104,8 +105,8 @@ typedef struct {
     int64_t correct;
 } eval_part;
 
-remat_status remat_evaluate(remat_session *s, const remat_model *m, const remat_dataset *d,
-                            double *loss, double *accuracy) {
+remat_status remat_evaluate(remat_session *s, const remat_model *m, const remat_dataset *d, double *loss,
+                            double *accuracy) {
     staging st;
     remat_status rc = staging_init(&st, s, m, d, 1);
     /* Several ranks: batch i is rank i % R's; each rank's results go in
@@ -201,7 +202,10 @@ static remat_status check_loss(remat_session *s, float loss, int64_t step) {
     char why[1024] = "";
     if (remat_session_check_finite(s) != REMAT_OK) snprintf(why, sizeof why, "; %s", remat_last_error());
     return remat__err(REMAT_INVALID, "training diverged: the loss is %s at step %lld%s (try a smaller learning rate)",
-                      isnan(loss) ? "NaN" : loss > 0 ? "+inf" : "-inf", (long long)step, why);
+                      isnan(loss) ? "NaN"
+                      : loss > 0  ? "+inf"
+                                  : "-inf",
+                      (long long)step, why);
 }
 
 /* Where a step falls in its epoch: the epoch, the steps of it done before
@@ -228,10 +232,16 @@ static remat_status train_step(remat_session *s, const remat_train_opts *o, rema
     int64_t done = ++*step, in_epoch = at->in_epoch + 1;
     remat_mem_stats mem;
     remat_session_mem(s, &mem);
-    remat_event ev = {.kind = REMAT_EVENT_STEP, .epoch = at->epoch, .step = done, .step_in_epoch = in_epoch,
-                      .steps_in_epoch = at->steps_in_epoch, .loss = loss,
+    remat_event ev = {.kind = REMAT_EVENT_STEP,
+                      .epoch = at->epoch,
+                      .step = done,
+                      .step_in_epoch = in_epoch,
+                      .steps_in_epoch = at->steps_in_epoch,
+                      .loss = loss,
                       .images_per_s = el > 0 ? (double)((in_epoch - at->first) * at->batch) / el : 0.0,
-                      .seconds = el, .peak_bytes = mem.peak[REMAT_MEM_TOTAL], .step_seconds = now - ts};
+                      .seconds = el,
+                      .peak_bytes = mem.peak[REMAT_MEM_TOTAL],
+                      .step_seconds = now - ts};
     emit(o, &ev);
     rc = remat__loop_state_step(ls, s, done, done == total);
     if (rc == REMAT_OK) rc = remat__loop_state_stop(ls, s, done, total);
@@ -258,13 +268,12 @@ static remat_status dataset_identity(const remat_dataset *d, const staging *st, 
     free(idx);
     if (rc == REMAT_OK)
         snprintf(buf, cap, "data set: %lld samples of %lldx%lldx%lld, %d classes, CRC-32 %08lx", (long long)n,
-                 (long long)chw[0], (long long)chw[1], (long long)chw[2], remat_dataset_classes(d),
-                 (unsigned long)crc);
+                 (long long)chw[0], (long long)chw[1], (long long)chw[2], remat_dataset_classes(d), (unsigned long)crc);
     return rc;
 }
 
-remat_status remat_train(remat_session *s, const remat_model *m, const remat_dataset *train,
-                         const remat_dataset *test, const remat_train_opts *o) {
+remat_status remat_train(remat_session *s, const remat_model *m, const remat_dataset *train, const remat_dataset *test,
+                         const remat_train_opts *o) {
     if (!o || (o->epochs <= 0 && o->steps <= 0))
         return remat__err(REMAT_INVALID, "training needs a positive number of epochs or steps");
     remat_dist_info di;
@@ -278,9 +287,10 @@ remat_status remat_train(remat_session *s, const remat_model *m, const remat_dat
         if (di.micro_batches == 1)
             return remat__err(REMAT_INVALID, "batch %lld differs from the graph's batch %lld", (long long)o->batch,
                               (long long)st.batch);
-        return remat__err(REMAT_INVALID, "batch %lld differs from the step's %lld micro-batches of the graph's %lld "
-                          "rows (%lld)", (long long)o->batch, (long long)di.micro_batches, (long long)st.batch,
-                          (long long)batch);
+        return remat__err(REMAT_INVALID,
+                          "batch %lld differs from the step's %lld micro-batches of the graph's %lld "
+                          "rows (%lld)",
+                          (long long)o->batch, (long long)di.micro_batches, (long long)st.batch, (long long)batch);
     }
     saved_binds sb = save_binds(s, m);
     remat_loader *ld = NULL;
@@ -346,14 +356,15 @@ static remat_status train_stream(remat_session *s, const remat_model *m, remat_b
                           (long long)o->steps);
     const remat_graph *g = remat_session_graph(s);
     int64_t xd[REMAT_MAX_DIMS];
-    if (remat_node_shape(g, m->input, xd) < 1)
-        return remat__err(REMAT_INVALID, "the model has no input node");
+    if (remat_node_shape(g, m->input, xd) < 1) return remat__err(REMAT_INVALID, "the model has no input node");
     remat_dist_info di;
     remat_session_dist(s, &di);
     int64_t K = di.micro_batches, q = di.local_micro_batches, batch = K * xd[0];
     if (o->batch && o->batch != batch)
-        return remat__err(REMAT_INVALID, "batch %lld differs from the step's %lld micro-batch%s of the graph's batch "
-                          "%lld", (long long)o->batch, (long long)K, K == 1 ? "" : "es", (long long)xd[0]);
+        return remat__err(REMAT_INVALID,
+                          "batch %lld differs from the step's %lld micro-batch%s of the graph's batch "
+                          "%lld",
+                          (long long)o->batch, (long long)K, K == 1 ? "" : "es", (long long)xd[0]);
     int64_t nx = node_numel(g, m->input), ny = node_numel(g, m->labels);
     /* this rank's q micro-batches, one after the other; float and int32
      * are both 4 bytes: one allocation size serves either */
@@ -417,17 +428,20 @@ remat_status remat_train_tokens(remat_session *s, const remat_model *m, const re
     int nl = m->logits == REMAT_NONE ? -1 : remat_node_shape(g, m->logits, ld);
     if (nx != 2 || remat_node_dtype(g, m->input) != REMAT_I32)
         return remat__err(REMAT_INVALID, "training on tokens needs a language model whose input is (batch, "
-                          "context) int32 token ids; this model's input is not");
+                                         "context) int32 token ids; this model's input is not");
     if (ny != 1 || remat_node_dtype(g, m->labels) != REMAT_I32 || yd[0] != xd[0] * xd[1])
-        return remat__err(REMAT_INVALID, "training on tokens needs labels of (batch * context) = %lld int32 "
-                          "next tokens; this model's labels are not", (long long)(xd[0] * xd[1]));
-    if (nl < 1)
-        return remat__err(REMAT_INVALID, "training on tokens needs the model's logits (its vocabulary size)");
+        return remat__err(REMAT_INVALID,
+                          "training on tokens needs labels of (batch * context) = %lld int32 "
+                          "next tokens; this model's labels are not",
+                          (long long)(xd[0] * xd[1]));
+    if (nl < 1) return remat__err(REMAT_INVALID, "training on tokens needs the model's logits (its vocabulary size)");
     remat_status rc = remat_tokens_check(t, ld[nl - 1]);
     if (rc != REMAT_OK) return rc;
     if (remat_tokens_count(t) < xd[1] + 1)
-        return remat__err(REMAT_INVALID, "the token file has %lld tokens, fewer than one window of context + 1 "
-                          "= %lld tokens", (long long)remat_tokens_count(t), (long long)(xd[1] + 1));
+        return remat__err(REMAT_INVALID,
+                          "the token file has %lld tokens, fewer than one window of context + 1 "
+                          "= %lld tokens",
+                          (long long)remat_tokens_count(t), (long long)(xd[1] + 1));
     token_source ts = {.t = t, .batch = xd[0], .context = xd[1], .seed = o->seed};
     char data_id[160] = "";
     if (o->state_dir || o->resume) {

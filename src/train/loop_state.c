@@ -64,23 +64,29 @@ static remat_status lock_dir(remat__loop_state *ls, const char *dir, int *fd) {
     int r = remat__lock_take(p, fd, &h), e = errno;
     free(p);
     if (r == 1 && h.pid)
-        return remat__err(REMAT_INVALID, "the state directory %s is in use by another run (pid %ld on host %s): "
+        return remat__err(REMAT_INVALID,
+                          "the state directory %s is in use by another run (pid %ld on host %s): "
                           "two runs cannot save their states in one directory; wait for that run to end, or "
-                          "give this one another directory", dir, h.pid, h.host);
+                          "give this one another directory",
+                          dir, h.pid, h.host);
     if (r == 1)
-        return remat__err(REMAT_INVALID, "the state directory %s is in use by another run (it holds %s/" LOCK_NAME
+        return remat__err(REMAT_INVALID,
+                          "the state directory %s is in use by another run (it holds %s/" LOCK_NAME
                           "): two runs cannot save their states in one directory; wait for that run to end, or "
-                          "give this one another directory", dir, dir);
+                          "give this one another directory",
+                          dir, dir);
     if (r < 0 && (e == ENOLCK || e == EOPNOTSUPP || e == ENOSYS || e == EINVAL)) {
         char msg[1200];
-        snprintf(msg, sizeof msg, "cannot lock the state directory %s (%s): this file system has no locks, so nothing "
-                 "keeps another run from saving its states there too", dir, strerror(e));
+        snprintf(msg, sizeof msg,
+                 "cannot lock the state directory %s (%s): this file system has no locks, so nothing "
+                 "keeps another run from saving its states there too",
+                 dir, strerror(e));
         remat_event ev = {.kind = REMAT_EVENT_NOTE, .message = msg};
         emit(ls, &ev);
         return REMAT_OK;
     }
-    if (r < 0) return remat__err(REMAT_IO, "cannot lock the state directory %s: %s/" LOCK_NAME ": %s", dir, dir,
-                                 strerror(e));
+    if (r < 0)
+        return remat__err(REMAT_IO, "cannot lock the state directory %s: %s/" LOCK_NAME ": %s", dir, dir, strerror(e));
     return REMAT_OK;
 }
 
@@ -95,10 +101,16 @@ static int is_dir(const char *path) {
  * runs never both pass the "no other run's states" check. */
 static remat_status begin(remat__loop_state *ls, remat_session *s, const remat_train_opts *o, int64_t batch,
                           int64_t per_epoch, const char *data, int64_t *start) {
-    if (o->save_every < 0) return remat__err(REMAT_INVALID, "save_every must be >= 0, got %lld", (long long)o->save_every);
+    if (o->save_every < 0)
+        return remat__err(REMAT_INVALID, "save_every must be >= 0, got %lld", (long long)o->save_every);
     if (o->keep < 0) return remat__err(REMAT_INVALID, "keep must be >= 0 (0 keeps every state), got %d", o->keep);
-    ls->so = (remat_state_opts){.batch = batch, .data_seed = o->seed, .data = data, .batches_per_epoch = per_epoch,
-                                .run = o->run, .note = note_event, .user = ls};
+    ls->so = (remat_state_opts){.batch = batch,
+                                .data_seed = o->seed,
+                                .data = data,
+                                .batches_per_epoch = per_epoch,
+                                .run = o->run,
+                                .note = note_event,
+                                .user = ls};
     int writer = o->state_dir && remat_comm_rank(remat__session_comm(s)) == 0;
     remat_status rc = REMAT_OK;
     if (writer && is_dir(o->state_dir)) rc = lock_dir(ls, o->state_dir, &ls->lock_fd);
@@ -123,8 +135,11 @@ static remat_status begin(remat__loop_state *ls, remat_session *s, const remat_t
             *start = at.data_step;
             resumed_dir = resume_is_dir ? malloc(strlen(o->resume) + 1) : folder_of(used);
             if (resumed_dir && resume_is_dir) strcpy(resumed_dir, o->resume);
-            remat_event ev = {.kind = REMAT_EVENT_RESUME, .step = at.data_step, .epoch = at.epoch,
-                              .step_in_epoch = at.position, .path = used};
+            remat_event ev = {.kind = REMAT_EVENT_RESUME,
+                              .step = at.data_step,
+                              .epoch = at.epoch,
+                              .step_in_epoch = at.position,
+                              .path = used};
             emit(ls, &ev);
         }
         free(steps);
@@ -142,7 +157,8 @@ static remat_status begin(remat__loop_state *ls, remat_session *s, const remat_t
         int n = 0;
         remat_status lr = rc == REMAT_OK ? remat__state_list_entries(o->state_dir, &e, &n) : REMAT_OK;
         if (lr == REMAT_OK && n > 0 && !(resumed_dir && same_dir(resumed_dir, o->state_dir))) {
-            rc = remat__err(REMAT_INVALID, "the state directory %s already holds %d training state%s (the newest: %s): "
+            rc = remat__err(REMAT_INVALID,
+                            "the state directory %s already holds %d training state%s (the newest: %s): "
                             "resume from %s, or save the states of this run in an empty directory",
                             o->state_dir, n, n == 1 ? "" : "s", e[0].path, n == 1 ? "it" : "them");
         } else if (lr != REMAT_OK && lr != REMAT_NOT_FOUND) {
@@ -170,8 +186,8 @@ static remat_status begin(remat__loop_state *ls, remat_session *s, const remat_t
     return rc;
 }
 
-remat_status remat__loop_state_begin(remat__loop_state *ls, remat_session *s, const remat_train_opts *o,
-                                     int64_t batch, int64_t per_epoch, const char *data, int64_t *start) {
+remat_status remat__loop_state_begin(remat__loop_state *ls, remat_session *s, const remat_train_opts *o, int64_t batch,
+                                     int64_t per_epoch, const char *data, int64_t *start) {
     remat_comm *comm = remat__session_comm(s);
     int ranks = remat_comm_size(comm);
     memset(ls, 0, sizeof *ls);
@@ -195,9 +211,10 @@ remat_status remat__loop_state_begin(remat__loop_state *ls, remat_session *s, co
     if (rc == REMAT_OK) rc = remat_comm_allgather(comm, start, sizeof *start, steps);
     for (int r = 1; rc == REMAT_OK && r < ranks; r++)
         if (steps[r] != steps[0])
-            rc = remat__err(REMAT_INVALID, "the ranks resumed from different states: rank 0 at step %lld, rank %d at "
-                            "step %lld (every rank must see the same state directory)", (long long)steps[0], r,
-                            (long long)steps[r]);
+            rc = remat__err(REMAT_INVALID,
+                            "the ranks resumed from different states: rank 0 at step %lld, rank %d at "
+                            "step %lld (every rank must see the same state directory)",
+                            (long long)steps[0], r, (long long)steps[r]);
     if (rc != REMAT_OK) remat__comm_failed_together(comm);
     free(steps);
     return rc;
@@ -208,7 +225,8 @@ remat_status remat__loop_state_step(remat__loop_state *ls, remat_session *s, int
     remat_comm *comm = remat__session_comm(s);
     if (!o || !o->state_dir || done == ls->last_saved) return REMAT_OK;
     if (!last && !(o->save_every > 0 && done % o->save_every == 0)) return REMAT_OK;
-    remat_train_progress at = {.data_step = done, .epoch = ls->per_epoch > 0 ? done / ls->per_epoch : 0,
+    remat_train_progress at = {.data_step = done,
+                               .epoch = ls->per_epoch > 0 ? done / ls->per_epoch : 0,
                                .position = ls->per_epoch > 0 ? done % ls->per_epoch : done};
     char *path = NULL;
     /* rank 0 writes (every rank holds the same state); the others learn
@@ -222,8 +240,8 @@ remat_status remat__loop_state_step(remat__loop_state *ls, remat_session *s, int
     }
     ls->last_saved = done;
     if (path) {
-        remat_event ev = {.kind = REMAT_EVENT_SAVE, .step = done, .epoch = at.epoch, .step_in_epoch = at.position,
-                          .path = path};
+        remat_event ev = {
+            .kind = REMAT_EVENT_SAVE, .step = done, .epoch = at.epoch, .step_in_epoch = at.position, .path = path};
         emit(ls, &ev);
     }
     free(path);
@@ -256,16 +274,21 @@ remat_status remat__loop_state_stop(remat__loop_state *ls, remat_session *s, int
     }
     if (rc == REMAT_OK) {
         if (done == ls->start)
-            rc = remat__err(REMAT_STOPPED, "stopped on request before the first step of this run (step %lld of %lld): "
-                            "nothing was trained, nothing is lost", (long long)done + 1, (long long)total);
+            rc = remat__err(REMAT_STOPPED,
+                            "stopped on request before the first step of this run (step %lld of %lld): "
+                            "nothing was trained, nothing is lost",
+                            (long long)done + 1, (long long)total);
         else if (o->state_dir && saved)
-            rc = remat__err(REMAT_STOPPED, "stopped on request after step %lld of %lld; the training state of step %lld "
-                            "is in %s", (long long)done, (long long)total, (long long)done, o->state_dir);
+            rc = remat__err(REMAT_STOPPED,
+                            "stopped on request after step %lld of %lld; the training state of step %lld "
+                            "is in %s",
+                            (long long)done, (long long)total, (long long)done, o->state_dir);
         else
-            rc = remat__err(REMAT_STOPPED, "stopped on request after step %lld of %lld with no state directory: the "
-                            "%lld step%s trained in this run %s not saved", (long long)done, (long long)total,
-                            (long long)(done - ls->start), done - ls->start == 1 ? "" : "s",
-                            done - ls->start == 1 ? "is" : "are");
+            rc = remat__err(REMAT_STOPPED,
+                            "stopped on request after step %lld of %lld with no state directory: the "
+                            "%lld step%s trained in this run %s not saved",
+                            (long long)done, (long long)total, (long long)(done - ls->start),
+                            done - ls->start == 1 ? "" : "s", done - ls->start == 1 ? "is" : "are");
     }
     if (ranks > 1) remat__comm_failed_together(comm);
     return rc;

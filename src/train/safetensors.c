@@ -43,9 +43,8 @@ static const struct {
     const char *name;
     size_t size;
 } dtypes[] = {
-    {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E5M2", 1}, {"F8_E4M3", 1},
-    {"I16", 2},  {"U16", 2}, {"F16", 2}, {"BF16", 2},    {"I32", 4},
-    {"U32", 4},  {"F32", 4}, {"F64", 8}, {"I64", 8},     {"U64", 8},
+    {"BOOL", 1}, {"U8", 1},  {"I8", 1},  {"F8_E5M2", 1}, {"F8_E4M3", 1}, {"I16", 2}, {"U16", 2}, {"F16", 2},
+    {"BF16", 2}, {"I32", 4}, {"U32", 4}, {"F32", 4},     {"F64", 8},     {"I64", 8}, {"U64", 8},
 };
 #define N_DTYPES ((int)(sizeof dtypes / sizeof dtypes[0]))
 
@@ -78,8 +77,7 @@ remat_status remat__st_usable_path(const char *path) {
 }
 
 /* numel(dims) * size into *bytes; 0 on overflow of size_t. */
-int remat__st_tensor_bytes(int ndim, const int64_t *dims, size_t size,
-                           size_t *bytes) {
+int remat__st_tensor_bytes(int ndim, const int64_t *dims, size_t size, size_t *bytes) {
     size_t b = size;
     for (int i = 0; i < ndim; i++) {
         if (dims[i] < 0) return 0;
@@ -101,17 +99,17 @@ typedef struct {
 } entry;
 
 struct remat__st {
-    char *path;           /* owned copy, for messages */
-    cJSON *json;          /* owned; names and metadata point into it */
-    const cJSON *meta;    /* borrowed from json; NULL if absent */
-    unsigned char *buf;   /* owned; the data section, or the whole file */
-    unsigned char *raw;   /* whole files: the file's first byte, in buf */
-    uint64_t raw_bytes;   /* whole files: the file's size */
-    unsigned char *data;  /* the data section, in buf (8-byte aligned) */
+    char *path;          /* owned copy, for messages */
+    cJSON *json;         /* owned; names and metadata point into it */
+    const cJSON *meta;   /* borrowed from json; NULL if absent */
+    unsigned char *buf;  /* owned; the data section, or the whole file */
+    unsigned char *raw;  /* whole files: the file's first byte, in buf */
+    uint64_t raw_bytes;  /* whole files: the file's size */
+    unsigned char *data; /* the data section, in buf (8-byte aligned) */
     uint64_t data_bytes;
     int n;
-    entry *t;             /* owned; n entries in header order */
-    int *by_name;         /* owned; indices of t sorted by name */
+    entry *t;     /* owned; n entries in header order */
+    int *by_name; /* owned; indices of t sorted by name */
 };
 
 void remat__st_close(remat__st *f) {
@@ -140,30 +138,22 @@ static int json_uint(const cJSON *v, uint64_t *out) {
 }
 
 /* Checks one header entry and fills *e. */
-static remat_status parse_entry(const remat__st *f, const cJSON *item,
-                                entry *e) {
+static remat_status parse_entry(const remat__st *f, const cJSON *item, entry *e) {
     const char *p = f->path, *nm = item->string;
     e->name = nm;
-    if (!cJSON_IsObject(item))
-        return remat__err(REMAT_FORMAT,
-                          "%s: tensor '%s': header entry is not an object",
-                          p, nm);
+    if (!cJSON_IsObject(item)) return remat__err(REMAT_FORMAT, "%s: tensor '%s': header entry is not an object", p, nm);
     const cJSON *dt = cJSON_GetObjectItemCaseSensitive(item, "dtype");
     const cJSON *sh = cJSON_GetObjectItemCaseSensitive(item, "shape");
     const cJSON *off = cJSON_GetObjectItemCaseSensitive(item, "data_offsets");
     if (!dt || !sh || !off)
-        return remat__err(REMAT_FORMAT, "%s: tensor '%s': missing \"%s\"", p,
-                          nm, !dt ? "dtype" : !sh ? "shape" : "data_offsets");
-    if (!cJSON_IsString(dt))
-        return remat__err(REMAT_FORMAT,
-                          "%s: tensor '%s': dtype is not a string", p, nm);
+        return remat__err(REMAT_FORMAT, "%s: tensor '%s': missing \"%s\"", p, nm,
+                          !dt   ? "dtype"
+                          : !sh ? "shape"
+                                : "data_offsets");
+    if (!cJSON_IsString(dt)) return remat__err(REMAT_FORMAT, "%s: tensor '%s': dtype is not a string", p, nm);
     e->dtype = dtype_index(dt->valuestring);
-    if (e->dtype < 0)
-        return remat__err(REMAT_FORMAT, "%s: tensor '%s': unknown dtype '%s'",
-                          p, nm, dt->valuestring);
-    if (!cJSON_IsArray(sh))
-        return remat__err(REMAT_FORMAT,
-                          "%s: tensor '%s': shape is not an array", p, nm);
+    if (e->dtype < 0) return remat__err(REMAT_FORMAT, "%s: tensor '%s': unknown dtype '%s'", p, nm, dt->valuestring);
+    if (!cJSON_IsArray(sh)) return remat__err(REMAT_FORMAT, "%s: tensor '%s': shape is not an array", p, nm);
     int nd = cJSON_GetArraySize(sh);
     if (nd > REMAT__ST_MAX_DIMS)
         return remat__err(REMAT_UNSUPPORTED,
@@ -181,8 +171,7 @@ static remat_status parse_entry(const remat__st *f, const cJSON *item,
                               p, nm, e->ndim);
         e->dims[e->ndim++] = (int64_t)d;
     }
-    if (!cJSON_IsArray(off) || cJSON_GetArraySize(off) != 2 ||
-        !json_uint(off->child, &e->begin) ||
+    if (!cJSON_IsArray(off) || cJSON_GetArraySize(off) != 2 || !json_uint(off->child, &e->begin) ||
         !json_uint(off->child->next, &e->end))
         return remat__err(REMAT_FORMAT,
                           "%s: tensor '%s': data_offsets must be two "
@@ -192,24 +181,19 @@ static remat_status parse_entry(const remat__st *f, const cJSON *item,
         return remat__err(REMAT_FORMAT,
                           "%s: tensor '%s': data_offsets [%llu, %llu] out of "
                           "range: the data section has %llu bytes",
-                          p, nm, (unsigned long long)e->begin,
-                          (unsigned long long)e->end,
+                          p, nm, (unsigned long long)e->begin, (unsigned long long)e->end,
                           (unsigned long long)f->data_bytes);
     size_t need;
     char sb[160];
     remat__dims_str(e->ndim, e->dims, sb, sizeof sb);
     if (!remat__st_tensor_bytes(e->ndim, e->dims, dtypes[e->dtype].size, &need))
-        return remat__err(REMAT_FORMAT,
-                          "%s: tensor '%s': shape %s is too large", p, nm,
-                          sb);
+        return remat__err(REMAT_FORMAT, "%s: tensor '%s': shape %s is too large", p, nm, sb);
     if (need != e->end - e->begin)
         return remat__err(REMAT_FORMAT,
                           "%s: tensor '%s': dtype %s and shape %s need %zu "
                           "bytes but data_offsets [%llu, %llu] hold %llu",
-                          p, nm, dtypes[e->dtype].name, sb, need,
-                          (unsigned long long)e->begin,
-                          (unsigned long long)e->end,
-                          (unsigned long long)(e->end - e->begin));
+                          p, nm, dtypes[e->dtype].name, sb, need, (unsigned long long)e->begin,
+                          (unsigned long long)e->end, (unsigned long long)(e->end - e->begin));
     return REMAT_OK;
 }
 
@@ -217,8 +201,7 @@ static remat_status parse_entry(const remat__st *f, const cJSON *item,
 static _Thread_local const entry *sort_entries;
 
 static int by_name_cmp(const void *a, const void *b) {
-    return strcmp(sort_entries[*(const int *)a].name,
-                  sort_entries[*(const int *)b].name);
+    return strcmp(sort_entries[*(const int *)a].name, sort_entries[*(const int *)b].name);
 }
 
 static int by_offset_cmp(const void *a, const void *b) {
@@ -245,9 +228,7 @@ static remat_status parse_json(remat__st *f, const char *hdr, size_t len) {
                               "%s: unexpected text after the JSON header "
                               "(at byte %lld of %zu)",
                               p, (long long)(c - hdr), len);
-    if (!cJSON_IsObject(f->json))
-        return remat__err(REMAT_FORMAT, "%s: the header is not a JSON object",
-                          p);
+    if (!cJSON_IsObject(f->json)) return remat__err(REMAT_FORMAT, "%s: the header is not a JSON object", p);
     return REMAT_OK;
 }
 
@@ -262,12 +243,8 @@ static remat_status read_metadata(remat__st *f, int *count) {
             (*count)++;
             continue;
         }
-        if (f->meta)
-            return remat__err(REMAT_FORMAT,
-                              "%s: __metadata__ appears twice", p);
-        if (!cJSON_IsObject(item))
-            return remat__err(REMAT_FORMAT,
-                              "%s: __metadata__ is not an object", p);
+        if (f->meta) return remat__err(REMAT_FORMAT, "%s: __metadata__ appears twice", p);
+        if (!cJSON_IsObject(item)) return remat__err(REMAT_FORMAT, "%s: __metadata__ is not an object", p);
         const cJSON *kv;
         cJSON_ArrayForEach(kv, item) {
             if (!cJSON_IsString(kv))
@@ -303,10 +280,8 @@ static remat_status parse_entries(remat__st *f, int *order) {
 /* No name twice (f->by_name sorted). */
 static remat_status check_names(const remat__st *f) {
     for (int i = 1; i < f->n; i++)
-        if (strcmp(f->t[f->by_name[i - 1]].name, f->t[f->by_name[i]].name) ==
-            0)
-            return remat__err(REMAT_FORMAT, "%s: tensor '%s' appears twice",
-                              f->path, f->t[f->by_name[i]].name);
+        if (strcmp(f->t[f->by_name[i - 1]].name, f->t[f->by_name[i]].name) == 0)
+            return remat__err(REMAT_FORMAT, "%s: tensor '%s' appears twice", f->path, f->t[f->by_name[i]].name);
     return REMAT_OK;
 }
 
@@ -322,17 +297,14 @@ static remat_status check_tiling(const remat__st *f, const int *order) {
             return remat__err(REMAT_FORMAT,
                               "%s: tensors '%s' [%llu, %llu] and '%s' [%llu, "
                               "%llu] overlap",
-                              p, f->t[last].name,
-                              (unsigned long long)f->t[last].begin,
-                              (unsigned long long)f->t[last].end, e->name,
-                              (unsigned long long)e->begin,
+                              p, f->t[last].name, (unsigned long long)f->t[last].begin,
+                              (unsigned long long)f->t[last].end, e->name, (unsigned long long)e->begin,
                               (unsigned long long)e->end);
         if (e->begin > cursor)
             return remat__err(REMAT_FORMAT,
                               "%s: no tensor covers bytes [%llu, %llu) of the "
                               "data section (before tensor '%s')",
-                              p, (unsigned long long)cursor,
-                              (unsigned long long)e->begin, e->name);
+                              p, (unsigned long long)cursor, (unsigned long long)e->begin, e->name);
         cursor = e->end;
         last = order[i];
     }
@@ -340,8 +312,7 @@ static remat_status check_tiling(const remat__st *f, const int *order) {
         return remat__err(REMAT_FORMAT,
                           "%s: no tensor covers bytes [%llu, %llu) at the end "
                           "of the data section",
-                          p, (unsigned long long)cursor,
-                          (unsigned long long)f->data_bytes);
+                          p, (unsigned long long)cursor, (unsigned long long)f->data_bytes);
     return REMAT_OK;
 }
 
@@ -356,8 +327,7 @@ static remat_status parse_header(remat__st *f, const char *hdr, size_t len) {
     int *order = malloc((size_t)(count ? count : 1) * sizeof *order);
     if (!f->t || !f->by_name || !order) {
         free(order);
-        return remat__err(REMAT_NOMEM, "%s: out of memory for %d tensors",
-                          f->path, count);
+        return remat__err(REMAT_NOMEM, "%s: out of memory for %d tensors", f->path, count);
     }
     rc = parse_entries(f, order);
     if (rc == REMAT_OK) rc = check_names(f);
@@ -367,15 +337,13 @@ static remat_status parse_header(remat__st *f, const char *hdr, size_t len) {
 }
 
 /* Reads exactly n bytes, or reports the file as truncated. */
-static remat_status read_exact(FILE *fp, const char *path, void *buf,
-                               size_t n, const char *what) {
+static remat_status read_exact(FILE *fp, const char *path, void *buf, size_t n, const char *what) {
     size_t got = fread(buf, 1, n, fp);
     if (got == n) return REMAT_OK;
-    if (ferror(fp))
-        return remat__err(REMAT_IO, "%s: read error: %s", path,
-                          strerror(errno));
-    return remat__err(REMAT_FORMAT, "%s: truncated: expected %zu bytes of %s, "
-                                    "got %zu",
+    if (ferror(fp)) return remat__err(REMAT_IO, "%s: read error: %s", path, strerror(errno));
+    return remat__err(REMAT_FORMAT,
+                      "%s: truncated: expected %zu bytes of %s, "
+                      "got %zu",
                       path, n, what, got);
 }
 
@@ -383,11 +351,8 @@ static remat_status read_exact(FILE *fp, const char *path, void *buf,
 static remat_status read_prefix(remat__st *f, FILE *fp, uint64_t *size, uint64_t *hlen, unsigned char le[8]) {
     const char *p = f->path;
     struct stat st;
-    if (fstat(fileno(fp), &st) != 0)
-        return remat__err(REMAT_IO, "%s: cannot stat: %s", p,
-                          strerror(errno));
-    if (!S_ISREG(st.st_mode))
-        return remat__err(REMAT_IO, "%s: not a regular file", p);
+    if (fstat(fileno(fp), &st) != 0) return remat__err(REMAT_IO, "%s: cannot stat: %s", p, strerror(errno));
+    if (!S_ISREG(st.st_mode)) return remat__err(REMAT_IO, "%s: not a regular file", p);
     *size = (uint64_t)st.st_size;
     if (*size < 8)
         return remat__err(REMAT_FORMAT,
@@ -403,16 +368,13 @@ static remat_status read_prefix(remat__st *f, FILE *fp, uint64_t *size, uint64_t
                           "%s: header length %llu exceeds the %llu bytes "
                           "that follow it (not a safetensors file, or "
                           "truncated?)",
-                          p, (unsigned long long)*hlen,
-                          (unsigned long long)(*size - 8));
+                          p, (unsigned long long)*hlen, (unsigned long long)(*size - 8));
     if (*hlen < 2 || *hlen > MAX_HEADER)
         return remat__err(REMAT_FORMAT,
                           "%s: header length %llu is implausible (2 to %llu "
                           "bytes expected)",
-                          p, (unsigned long long)*hlen,
-                          (unsigned long long)MAX_HEADER);
-    if (*size > SIZE_MAX - 16)
-        return remat__err(REMAT_NOMEM, "%s: too large to load", p);
+                          p, (unsigned long long)*hlen, (unsigned long long)MAX_HEADER);
+    if (*size > SIZE_MAX - 16) return remat__err(REMAT_NOMEM, "%s: too large to load", p);
     f->data_bytes = *size - 8 - *hlen;
     return REMAT_OK;
 }
@@ -427,8 +389,7 @@ static remat_status load_parsed(remat__st *f, FILE *fp) {
     remat_status rc = read_prefix(f, fp, &size, &hlen, le);
     if (rc != REMAT_OK) return rc;
     char *hdr = malloc((size_t)hlen + 1);
-    if (!hdr)
-        return remat__err(REMAT_NOMEM, "%s: out of memory for the header", p);
+    if (!hdr) return remat__err(REMAT_NOMEM, "%s: out of memory for the header", p);
     rc = read_exact(fp, p, hdr, (size_t)hlen, "header");
     hdr[hlen] = 0;
     if (rc == REMAT_OK) rc = parse_header(f, hdr, (size_t)hlen);
@@ -436,9 +397,8 @@ static remat_status load_parsed(remat__st *f, FILE *fp) {
     if (rc != REMAT_OK) return rc;
     f->buf = malloc(f->data_bytes ? (size_t)f->data_bytes : 1);
     if (!f->buf)
-        return remat__err(REMAT_NOMEM,
-                          "%s: out of memory for %llu bytes of tensor data",
-                          p, (unsigned long long)f->data_bytes);
+        return remat__err(REMAT_NOMEM, "%s: out of memory for %llu bytes of tensor data", p,
+                          (unsigned long long)f->data_bytes);
     f->data = f->buf;
     return read_exact(fp, p, f->data, (size_t)f->data_bytes, "tensor data");
 }
@@ -463,8 +423,7 @@ static int hex8(const char *s, unsigned *v) {
     *v = 0;
     for (int i = 0; ok && i < 8; i++) {
         char c = s[i];
-        int d = c >= '0' && c <= '9' ? c - '0'
-                : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
         ok = d >= 0;
         *v = *v << 4 | (unsigned)(d < 0 ? 0 : d);
     }
@@ -506,8 +465,10 @@ static remat_status load_whole(remat__st *f, FILE *fp, const remat__st_limits *l
                             want > size ? "truncated" : "too long", (unsigned long long)size, want);
         sized = ok && want == size;
         if (!a)
-            rc = remat__err(REMAT_FORMAT, "%s: no checksum in the header (\"%s\"): not a file remat wrote with one, "
-                            "or its header is damaged", p, REMAT__ST_SIZE_KEY);
+            rc = remat__err(REMAT_FORMAT,
+                            "%s: no checksum in the header (\"%s\"): not a file remat wrote with one, "
+                            "or its header is damaged",
+                            p, REMAT__ST_SIZE_KEY);
     }
     if (rc == REMAT_OK && lim && lim->data_bytes && f->data_bytes != lim->data_bytes && lim->explain && sized) {
         /* the caller names the difference from the header alone (another
@@ -528,9 +489,7 @@ static remat_status load_whole(remat__st *f, FILE *fp, const remat__st_limits *l
     f->buf = malloc((size_t)size + pad);
     if (!f->buf) {
         free(hdr);
-        return remat__err(REMAT_NOMEM,
-                          "%s: out of memory for its %llu bytes", p,
-                          (unsigned long long)size);
+        return remat__err(REMAT_NOMEM, "%s: out of memory for its %llu bytes", p, (unsigned long long)size);
     }
     f->raw = f->buf + pad;
     f->raw_bytes = size;
@@ -559,23 +518,21 @@ static remat_status open_file(remat__st **out, const char *path, int whole, cons
     strcpy(f->path, path);
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) {
-        remat_status rc =
-            errno == ENOENT
-                ? remat__err(REMAT_NOT_FOUND, "%s: no such file", path)
-                : remat__err(REMAT_IO, "%s: cannot open: %s", path,
-                             strerror(errno));
+        remat_status rc = errno == ENOENT ? remat__err(REMAT_NOT_FOUND, "%s: no such file", path)
+                                          : remat__err(REMAT_IO, "%s: cannot open: %s", path, strerror(errno));
         remat__st_close(f);
         return rc;
     }
     struct stat st;
     remat_status rc = REMAT_OK;
-    if (fstat(fd, &st) != 0)
-        rc = remat__err(REMAT_IO, "%s: cannot stat: %s", path, strerror(errno));
+    if (fstat(fd, &st) != 0) rc = remat__err(REMAT_IO, "%s: cannot stat: %s", path, strerror(errno));
     else if (!S_ISREG(st.st_mode))
         rc = remat__err(REMAT_IO, "%s: not a regular file (%s)", path,
-                        S_ISFIFO(st.st_mode) ? "a FIFO" : S_ISDIR(st.st_mode) ? "a directory"
-                        : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device" : S_ISSOCK(st.st_mode) ? "a socket"
-                        : "not a file");
+                        S_ISFIFO(st.st_mode)                         ? "a FIFO"
+                        : S_ISDIR(st.st_mode)                        ? "a directory"
+                        : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device"
+                        : S_ISSOCK(st.st_mode)                       ? "a socket"
+                                                                     : "not a file");
     /* a regular file: reads block (the ordinary way) */
     int fl = rc == REMAT_OK ? fcntl(fd, F_GETFL) : -1;
     if (rc == REMAT_OK && (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0))
@@ -595,9 +552,7 @@ static remat_status open_file(remat__st **out, const char *path, int whole, cons
 
 /* Parses the header of a file read by load_whole; closes it on failure. */
 static remat_status parse_raw(remat__st **f) {
-    remat_status rc = parse_header(*f, (const char *)(*f)->raw + 8,
-                                   (size_t)((*f)->raw_bytes - 8 -
-                                            (*f)->data_bytes));
+    remat_status rc = parse_header(*f, (const char *)(*f)->raw + 8, (size_t)((*f)->raw_bytes - 8 - (*f)->data_bytes));
     if (rc != REMAT_OK) {
         remat__st_close(*f);
         *f = NULL;
@@ -638,8 +593,7 @@ static long long find_field(const char *h, size_t n, const char *key) {
 
 /* Reads the checksum's two fields from the header text h (hn bytes): the
  * CRC-32's position (*crc_at) and value, and the file size written. */
-static remat_status read_checksum(const char *path, const char *h, size_t hn,
-                                  long long *crc_at, unsigned *want_crc,
+static remat_status read_checksum(const char *path, const char *h, size_t hn, long long *crc_at, unsigned *want_crc,
                                   unsigned long long *want_size) {
     *crc_at = find_field(h, hn, REMAT__ST_CRC_KEY);
     long long size_at = find_field(h, hn, REMAT__ST_SIZE_KEY);
@@ -647,15 +601,14 @@ static remat_status read_checksum(const char *path, const char *h, size_t hn,
         return remat__err(REMAT_FORMAT,
                           "%s: no checksum in the header (\"%s\"): not a file "
                           "remat wrote with one, or its header is damaged",
-                          path, *crc_at == -1 ? REMAT__ST_CRC_KEY
-                                              : REMAT__ST_SIZE_KEY);
+                          path, *crc_at == -1 ? REMAT__ST_CRC_KEY : REMAT__ST_SIZE_KEY);
     if (*crc_at < 0 || size_at < 0)
-        return remat__err(REMAT_FORMAT, "%s: the checksum appears twice in "
-                                        "the header: the header is damaged",
+        return remat__err(REMAT_FORMAT,
+                          "%s: the checksum appears twice in "
+                          "the header: the header is damaged",
                           path);
     /* fixed widths: 8 hex digits, 20 decimal digits, then a quote */
-    int ok = (size_t)*crc_at + 9 <= hn && (size_t)size_at + 21 <= hn &&
-             h[*crc_at + 8] == '"' && h[size_at + 20] == '"';
+    int ok = (size_t)*crc_at + 9 <= hn && (size_t)size_at + 21 <= hn && h[*crc_at + 8] == '"' && h[size_at + 20] == '"';
     ok = ok && hex8(h + *crc_at, want_crc);
     ok = ok && dec20(h + size_at, want_size);
     if (!ok)
@@ -669,16 +622,14 @@ static remat_status read_checksum(const char *path, const char *h, size_t hn,
 /* The file f (read whole) has the size and CRC-32 its header says; the
  * CRC is of the file with the checksum's 8 digits (at crc_at in the
  * header) read as '0'. */
-static remat_status check_sum(const remat__st *f, const char *path,
-                              long long crc_at, unsigned want_crc,
+static remat_status check_sum(const remat__st *f, const char *path, long long crc_at, unsigned want_crc,
                               unsigned long long want_size) {
     if (want_size != f->raw_bytes)
         return remat__err(REMAT_FORMAT,
                           "%s: %s: the file has %llu bytes but was written "
                           "with %llu",
-                          path,
-                          want_size > f->raw_bytes ? "truncated" : "too long",
-                          (unsigned long long)f->raw_bytes, want_size);
+                          path, want_size > f->raw_bytes ? "truncated" : "too long", (unsigned long long)f->raw_bytes,
+                          want_size);
     size_t at = 8 + (size_t)crc_at;
     uint32_t crc = remat__st_crc(0, f->raw, at);
     crc = remat__st_crc(crc, "00000000", 8);
@@ -696,9 +647,7 @@ remat_status remat__st_open_checked(remat__st **out, const char *path) {
 }
 
 remat_status remat__st_open_limited(remat__st **out, const char *path, const remat__st_limits *lim) {
-    if (!out)
-        return remat__err(REMAT_INVALID,
-                          "remat__st_open_checked: out is NULL");
+    if (!out) return remat__err(REMAT_INVALID, "remat__st_open_checked: out is NULL");
     remat__st_limits checked = lim ? *lim : (remat__st_limits){0};
     checked.checksummed = 1;
     remat_status rc = open_file(out, path, 1, &checked);
@@ -729,12 +678,9 @@ remat_status remat__st_open_limited(remat__st **out, const char *path, const rem
 }
 
 remat_status remat__st_get(const remat__st *f, int i, remat__st_tensor *t) {
-    if (!f || !t)
-        return remat__err(REMAT_INVALID, "remat__st_get: NULL argument");
+    if (!f || !t) return remat__err(REMAT_INVALID, "remat__st_get: NULL argument");
     if (i < 0 || i >= f->n)
-        return remat__err(REMAT_INVALID,
-                          "%s: tensor index %d out of range (%d tensors)",
-                          f->path, i, f->n);
+        return remat__err(REMAT_INVALID, "%s: tensor index %d out of range (%d tensors)", f->path, i, f->n);
     const entry *e = &f->t[i];
     memset(t, 0, sizeof *t);
     t->name = e->name;
@@ -753,10 +699,8 @@ int remat__st_find(const remat__st *f, const char *name) {
         int mid = lo + (hi - lo) / 2;
         int c = strcmp(f->t[f->by_name[mid]].name, name);
         if (c == 0) return f->by_name[mid];
-        if (c < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
+        if (c < 0) lo = mid + 1;
+        else hi = mid;
     }
     return -1;
 }

@@ -32,7 +32,7 @@ typedef struct {
     int ndim;          /* 0 for a scalar */
     int64_t dims[REMAT__ST_MAX_DIMS];
     const void *data;
-    size_t bytes;      /* numel * element size */
+    size_t bytes; /* numel * element size */
 } remat__st_tensor;
 
 /* Bytes per element of a safetensors dtype name, 0 if unknown. Known:
@@ -79,14 +79,11 @@ const char *remat__st_metadata_key(const remat__st *f, int i);
  * The file is written through remat__write_atomic, so a failure leaves any
  * previous file intact. REMAT_INVALID names the bad tensor (unknown dtype,
  * bytes != numel * element size, duplicate name, ...). */
-remat_status remat__st_write(const char *path, int n,
-                             const remat__st_tensor *ts,
-                             const char *const *metadata);
+remat_status remat__st_write(const char *path, int n, const remat__st_tensor *ts, const char *const *metadata);
 /* The same, and with checksum != 0 the metadata starts with the file's
  * size and CRC-32 (safetensors.c's top comment has the exact rule). */
-remat_status remat__st_write_ex(const char *path, int n,
-                                const remat__st_tensor *ts,
-                                const char *const *metadata, int checksum);
+remat_status remat__st_write_ex(const char *path, int n, const remat__st_tensor *ts, const char *const *metadata,
+                                int checksum);
 #define REMAT__ST_CRC_KEY "remat.crc32"
 #define REMAT__ST_SIZE_KEY "remat.file_bytes"
 /* remat__st_open for a checksummed file: REMAT_FORMAT, naming the file,
@@ -129,8 +126,8 @@ typedef struct {
  * checks that o->state_dir can take this run's states (created if
  * missing; holding no other run's states). batch: rows per step; data:
  * the training data's identity (borrowed for the loop), or NULL. */
-remat_status remat__loop_state_begin(remat__loop_state *ls, remat_session *s, const remat_train_opts *o,
-                                     int64_t batch, int64_t per_epoch, const char *data, int64_t *start);
+remat_status remat__loop_state_begin(remat__loop_state *ls, remat_session *s, const remat_train_opts *o, int64_t batch,
+                                     int64_t per_epoch, const char *data, int64_t *start);
 /* After the loop's step `done` (its data step): saves a state when one is
  * due (every o->save_every steps, and the last step), emitting SAVE. */
 remat_status remat__loop_state_step(remat__loop_state *ls, remat_session *s, int64_t done, int last);

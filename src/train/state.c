@@ -102,10 +102,8 @@ static remat_status list_tensors(remat_session *s, tensor_list *l) {
                     free_tensors(l);
                     return remat__err(REMAT_NOMEM, "out of memory listing a state's tensors");
                 }
-                if (w < 0)
-                    snprintf(nm, len, "%s", p.name);
-                else
-                    snprintf(nm, len, "optim.%s.%s", p.name, sfx);
+                if (w < 0) snprintf(nm, len, "%s", p.name);
+                else snprintf(nm, len, "optim.%s.%s", p.name, sfx);
                 remat__st_tensor *t = &l->ts[l->n];
                 l->names[l->n] = nm;
                 t->name = nm;
@@ -129,22 +127,25 @@ static remat_status check_tensors(const remat__st *f, const tensor_list *l, int 
         const remat__st_tensor *want = &l->ts[k];
         int i = remat__st_find(f, want->name);
         if (i < 0)
-            return remat__err(REMAT_SHAPE, "%s: cannot resume: the state has no tensor '%s' %s, which this %s needs "
-                              "(a state of another model or optimizer?)", path, want->name,
-                              remat__dims_str(want->ndim, want->dims, a, sizeof a),
+            return remat__err(REMAT_SHAPE,
+                              "%s: cannot resume: the state has no tensor '%s' %s, which this %s needs "
+                              "(a state of another model or optimizer?)",
+                              path, want->name, remat__dims_str(want->ndim, want->dims, a, sizeof a),
                               l->which[k] < 0 ? "model" : "optimizer");
         remat__st_tensor t;
         remat_status rc = remat__st_get(f, i, &t);
         if (rc != REMAT_OK) return rc;
         if (strcmp(t.dtype, "F32") != 0)
-            return remat__err(REMAT_FORMAT, "%s: tensor '%s' has dtype %s, a state's tensors are F32", path,
-                              t.name, t.dtype);
+            return remat__err(REMAT_FORMAT, "%s: tensor '%s' has dtype %s, a state's tensors are F32", path, t.name,
+                              t.dtype);
         int ok = t.ndim == want->ndim;
         for (int d = 0; ok && d < t.ndim; d++) ok = t.dims[d] == want->dims[d];
         if (!ok)
-            return remat__err(REMAT_SHAPE, "%s: cannot resume: tensor '%s' has shape %s in the state but %s in this "
-                              "model (a state of another model?)", path, t.name,
-                              remat__dims_str(t.ndim, t.dims, a, sizeof a), remat__dims_str(want->ndim, want->dims, b, sizeof b));
+            return remat__err(REMAT_SHAPE,
+                              "%s: cannot resume: tensor '%s' has shape %s in the state but %s in this "
+                              "model (a state of another model?)",
+                              path, t.name, remat__dims_str(t.ndim, t.dims, a, sizeof a),
+                              remat__dims_str(want->ndim, want->dims, b, sizeof b));
         idx[k] = i;
     }
     if (remat__st_count(f) != l->n) /* each listed name found once: the file has others */
@@ -154,9 +155,10 @@ static remat_status check_tensors(const remat__st *f, const tensor_list *l, int 
             int found = 0;
             for (int k = 0; k < l->n && !found; k++) found = strcmp(l->ts[k].name, t.name) == 0;
             if (!found)
-                return remat__err(REMAT_SHAPE, "%s: cannot resume: the state has tensor '%s' %s, which this %s does "
-                                  "not have (a state of another model or optimizer?)", path, t.name,
-                                  remat__dims_str(t.ndim, t.dims, a, sizeof a),
+                return remat__err(REMAT_SHAPE,
+                                  "%s: cannot resume: the state has tensor '%s' %s, which this %s does "
+                                  "not have (a state of another model or optimizer?)",
+                                  path, t.name, remat__dims_str(t.ndim, t.dims, a, sizeof a),
                                   strncmp(t.name, "optim.", 6) == 0 ? "optimizer" : "model");
         }
     return REMAT_OK;
@@ -365,8 +367,7 @@ static remat_status find_open(const char *dir, remat_state_note_fn note, void *u
             note(e[i].path, w, user);
         }
     }
-    if (rc != REMAT_OK && refused_rc != REMAT_OK)
-        rc = remat__err(refused_rc, "%s", refused);
+    if (rc != REMAT_OK && refused_rc != REMAT_OK) rc = remat__err(refused_rc, "%s", refused);
     else if (rc != REMAT_OK)
         rc = remat__err(REMAT_FORMAT, "%s: none of its %d training states is intact; the newest: %s", dir, tried,
                         why[0] ? why : "(removed while reading)");
@@ -447,8 +448,8 @@ static int64_t first_nonfinite(const void *p, int64_t n) {
 /* Loads an open, intact state file into the session: every check first,
  * the session untouched unless all pass. *copying (may be NULL) is set once
  * the copy has begun: a failure after that has changed the session. */
-static remat_status load_file(remat_session *s, const remat_state_opts *o, const remat__st *f,
-                              remat_train_progress *at, int *copying) {
+static remat_status load_file(remat_session *s, const remat_state_opts *o, const remat__st *f, remat_train_progress *at,
+                              int *copying) {
     const char *path = remat__st_path(f);
     remat__state_meta now = {0};
     remat__meta_build(s, o, NULL, &now);
@@ -461,8 +462,10 @@ static remat_status load_file(remat_session *s, const remat_state_opts *o, const
         rc = remat__err(REMAT_NOMEM, "%s: out of memory", path);
     if (rc == REMAT_OK) rc = check_tensors(f, &l, idx);
     if (rc == REMAT_OK && !remat__meta_same(remat__st_metadata(f, "graph"), remat__meta_get(&now, "graph")))
-        rc = remat__meta_differs(path, "the model's graph (same parameters, but other ops, sizes or attributes such as a "
-                     "dropout rate)", remat__st_metadata(f, "graph"), remat__meta_get(&now, "graph"));
+        rc = remat__meta_differs(path,
+                                 "the model's graph (same parameters, but other ops, sizes or attributes such as a "
+                                 "dropout rate)",
+                                 remat__st_metadata(f, "graph"), remat__meta_get(&now, "graph"));
     int64_t step = 0, optim_t = 0;
     remat_train_progress p = {0};
     static const char *const counts[] = {"step", "optim.step", "data.step", "data.epoch", "data.position"};
@@ -484,8 +487,14 @@ static remat_status load_file(remat_session *s, const remat_state_opts *o, const
         if (bad >= 0) {
             float v;
             memcpy(&v, (const unsigned char *)t.data + 4 * bad, 4);
-            rc = remat__err(REMAT_FORMAT, "%s: tensor '%s' holds %s at element %lld: a state to resume from must be "
-                            "finite", path, t.name, isnan(v) ? "NaN" : v > 0 ? "+inf" : "-inf", (long long)bad);
+            rc = remat__err(REMAT_FORMAT,
+                            "%s: tensor '%s' holds %s at element %lld: a state to resume from must be "
+                            "finite",
+                            path, t.name,
+                            isnan(v) ? "NaN"
+                            : v > 0  ? "+inf"
+                                     : "-inf",
+                            (long long)bad);
         }
     }
     /* Everything checked: copy. */
@@ -529,8 +538,7 @@ static remat_status state_limits(remat_session *s, const remat_state_opts *o, re
     int oom = m.oom;
     remat__meta_free(&m);
     if (oom) return remat__err(REMAT_NOMEM, "out of memory");
-    *lim = (remat__st_limits){.data_bytes = data, .max_header = header,
-                              .what = "a state of this model and optimizer"};
+    *lim = (remat__st_limits){.data_bytes = data, .max_header = header, .what = "a state of this model and optimizer"};
     return REMAT_OK;
 }
 
@@ -595,10 +603,8 @@ remat_status remat__state_load_impl(remat_session *s, const remat_state_opts *o,
     return rc;
 }
 
-remat_status remat_state_load(remat_session *s, const remat_state_opts *o, const char *path,
-                              remat_train_progress *at) {
+remat_status remat_state_load(remat_session *s, const remat_state_opts *o, const char *path, remat_train_progress *at) {
     remat_status rs = remat__session_runnable(s, "remat_state_load");
     if (rs != REMAT_OK) return rs;
     return remat__state_load_impl(s, o, path, at, NULL);
 }
-

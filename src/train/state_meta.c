@@ -103,8 +103,7 @@ static uint32_t graph_crc(const remat_session *s) {
 static int64_t micro_batch_of(const remat_session *s) {
     const remat_graph *g = remat_session_graph(s);
     for (int v = 0; v < g->n; v++)
-        if (g->nodes[v].leaf == REMAT__LEAF_INPUT && g->nodes[v].shape.ndim > 0)
-            return g->nodes[v].shape.d[0];
+        if (g->nodes[v].leaf == REMAT__LEAF_INPUT && g->nodes[v].shape.ndim > 0) return g->nodes[v].shape.d[0];
     return 0;
 }
 
@@ -147,10 +146,8 @@ void remat__meta_build(const remat_session *s, const remat_state_opts *o, const 
     remat__meta_add(m, "ranks", "%d", remat_comm_size(remat__session_comm(s)));
     remat__meta_add(m, "device", "%s", remat_device_str(so->device));
     remat__meta_add(m, "precision", "%s", remat_precision_str(so->precision));
-    if (so->device == REMAT_DEVICE_CPU)
-        remat__meta_add(m, "threads", "%d", so->threads);
-    else
-        remat__meta_add(m, "tf32", "%d", so->tf32 ? 1 : 0);
+    if (so->device == REMAT_DEVICE_CPU) remat__meta_add(m, "threads", "%d", so->threads);
+    else remat__meta_add(m, "tf32", "%d", so->tf32 ? 1 : 0);
     if (so->least_workspace) /* only when on: states saved before it existed resume */
         remat__meta_add(m, "least_workspace", "1");
     remat__meta_add(m, "graph", "%08x", (unsigned)graph_crc(s));
@@ -203,8 +200,8 @@ static const struct {
     {"data", "the training data"},
 };
 
-#define RESUME_RULE                                                                                       \
-    "a resumed run must keep every option that defines the math; the strategy, budget and cost model " \
+#define RESUME_RULE                                                                                                    \
+    "a resumed run must keep every option that defines the math; the strategy, budget and cost model "                 \
     "may change"
 
 /* REMAT_INVALID naming `what`, with both values ("(none)" when absent). */
@@ -222,7 +219,8 @@ remat_status remat__meta_compare(const remat__st *f, const remat__state_meta *no
     for (int i = 0; i + 1 < now->n; i += 2) {
         if (strncmp(now->kv[i], "run.", 4) != 0) continue;
         const char *was = remat__st_metadata(f, now->kv[i]);
-        if (!remat__meta_same(was, now->kv[i + 1])) return remat__meta_differs(path, now->kv[i] + 4, was, now->kv[i + 1]);
+        if (!remat__meta_same(was, now->kv[i + 1]))
+            return remat__meta_differs(path, now->kv[i] + 4, was, now->kv[i + 1]);
     }
     for (int i = 0;; i++) {
         const char *key = remat__st_metadata_key(f, i);
@@ -261,10 +259,24 @@ remat_status remat__state_same_run(remat_session *s, const remat_train_opts *o, 
     remat__meta_add(&m, "a stop flag (stop)", "%s", o->stop ? "given" : "none");
     remat__state_meta now = {0};
     remat__meta_build(s, NULL, NULL, &now);
-    static const char *const session_keys[] = {"rng.seed", "device", "precision", "threads", "tf32", "least_workspace", "optim",
-                                               "optim.lr", "optim.weight_decay", "optim.momentum", "optim.dampening",
-                                               "optim.nesterov", "optim.beta1", "optim.beta2", "optim.eps",
-                                               "optim.step", "step", "graph"};
+    static const char *const session_keys[] = {"rng.seed",
+                                               "device",
+                                               "precision",
+                                               "threads",
+                                               "tf32",
+                                               "least_workspace",
+                                               "optim",
+                                               "optim.lr",
+                                               "optim.weight_decay",
+                                               "optim.momentum",
+                                               "optim.dampening",
+                                               "optim.nesterov",
+                                               "optim.beta1",
+                                               "optim.beta2",
+                                               "optim.eps",
+                                               "optim.step",
+                                               "step",
+                                               "graph"};
     for (size_t i = 0; i < sizeof session_keys / sizeof session_keys[0]; i++) {
         const char *v = remat__meta_get(&now, session_keys[i]);
         for (size_t k = 0; k < sizeof compared / sizeof compared[0]; k++)
@@ -275,7 +287,7 @@ remat_status remat__state_same_run(remat_session *s, const remat_train_opts *o, 
         if (!strcmp(session_keys[i], "optim.step") || !strcmp(session_keys[i], "step") ||
             !strcmp(session_keys[i], "graph"))
             remat__meta_add(&m, !strcmp(session_keys[i], "graph") ? "the model's graph" : session_keys[i], "%s",
-                     v ? v : "(none)");
+                            v ? v : "(none)");
     }
     remat_status rc = REMAT_OK;
     if (m.oom || now.oom) rc = remat__err(REMAT_NOMEM, "out of memory"); /* the others wait: the caller aborts */

@@ -30,7 +30,7 @@ struct remat_tokens {
     char *path;                 /* owned copy, for messages */
     const unsigned char *bytes; /* the mapping, 2 * n bytes */
     size_t map_bytes;
-    int64_t n;                  /* tokens */
+    int64_t n; /* tokens */
 };
 
 void remat_tokens_destroy(remat_tokens *t) {
@@ -50,10 +50,8 @@ remat_status remat_tokens_open(remat_tokens **out, const char *path) {
                                : remat__err(REMAT_IO, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
     remat_status rc = REMAT_OK;
-    if (fstat(fd, &st) != 0)
-        rc = remat__err(REMAT_IO, "%s: cannot stat: %s", path, strerror(errno));
-    else if (!S_ISREG(st.st_mode))
-        rc = remat__err(REMAT_IO, "%s: not a regular file", path);
+    if (fstat(fd, &st) != 0) rc = remat__err(REMAT_IO, "%s: cannot stat: %s", path, strerror(errno));
+    else if (!S_ISREG(st.st_mode)) rc = remat__err(REMAT_IO, "%s: not a regular file", path);
     else if (st.st_size == 0)
         rc = remat__err(REMAT_FORMAT, "%s: empty token file (expected little-endian uint16 token ids)", path);
     else if (st.st_size % 2 != 0)
@@ -61,8 +59,7 @@ remat_status remat_tokens_open(remat_tokens **out, const char *path) {
                         "%s: %lld bytes, an odd count: a token file holds 2-byte (uint16) ids, so it "
                         "cannot end with half a token",
                         path, (long long)st.st_size);
-    else if ((uint64_t)st.st_size > SIZE_MAX)
-        rc = remat__err(REMAT_UNSUPPORTED, "%s: too large to map", path);
+    else if ((uint64_t)st.st_size > SIZE_MAX) rc = remat__err(REMAT_UNSUPPORTED, "%s: too large to map", path);
     remat_tokens *t = NULL;
     if (rc == REMAT_OK) {
         t = calloc(1, sizeof *t);
@@ -76,8 +73,7 @@ remat_status remat_tokens_open(remat_tokens **out, const char *path) {
         void *p = mmap(NULL, t->map_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
         if (p == MAP_FAILED)
             rc = remat__err(REMAT_IO, "%s: cannot map %zu bytes: %s", path, t->map_bytes, strerror(errno));
-        else
-            t->bytes = p;
+        else t->bytes = p;
     }
     close(fd);
     if (rc != REMAT_OK) {
@@ -94,13 +90,12 @@ static inline uint16_t token_at(const remat_tokens *t, int64_t i) {
     return (uint16_t)(t->bytes[2 * i] | (unsigned)t->bytes[2 * i + 1] << 8);
 }
 
-uint16_t remat_tokens_get(const remat_tokens *t, int64_t i) {
-    return t && i >= 0 && i < t->n ? token_at(t, i) : 0;
-}
+uint16_t remat_tokens_get(const remat_tokens *t, int64_t i) { return t && i >= 0 && i < t->n ? token_at(t, i) : 0; }
 
 remat_status remat_tokens_check(const remat_tokens *t, int64_t vocab) {
     if (!t) return remat__err(REMAT_INVALID, "remat_tokens_check: no token file");
-    if (vocab < 1) return remat__err(REMAT_INVALID, "%s: vocabulary size %lld must be positive", t->path, (long long)vocab);
+    if (vocab < 1)
+        return remat__err(REMAT_INVALID, "%s: vocabulary size %lld must be positive", t->path, (long long)vocab);
     if (vocab > 65535) return REMAT_OK; /* every uint16 id fits */
     for (int64_t i = 0; i < t->n; i++) {
         uint16_t id = token_at(t, i);
@@ -128,14 +123,12 @@ static uint64_t draw_start(const uint32_t key[2], uint32_t row, uint64_t step, u
 
 remat_status remat_tokens_batch(const remat_tokens *t, int64_t batch, int64_t context, uint64_t seed, int64_t step,
                                 int32_t *input, int32_t *labels) {
-    if (!t || !input || !labels)
-        return remat__err(REMAT_INVALID, "remat_tokens_batch: NULL token file or buffer");
+    if (!t || !input || !labels) return remat__err(REMAT_INVALID, "remat_tokens_batch: NULL token file or buffer");
     if (batch < 1 || context < 1 || (uint64_t)batch > UINT32_MAX || step < 0)
         return remat__err(REMAT_INVALID, "%s: batch %lld, context %lld and step %lld must be positive", t->path,
                           (long long)batch, (long long)context, (long long)step);
     if (t->n < context + 1)
-        return remat__err(REMAT_INVALID,
-                          "%s: %lld tokens, fewer than one window of context + 1 = %lld tokens", t->path,
+        return remat__err(REMAT_INVALID, "%s: %lld tokens, fewer than one window of context + 1 = %lld tokens", t->path,
                           (long long)t->n, (long long)(context + 1));
     uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
     uint64_t starts = (uint64_t)(t->n - context);

@@ -46,9 +46,7 @@ static float *host_copy(remat_session *s, remat__st_tensor *ts, remat_param_part
 }
 
 remat_status remat_safetensors_save(remat_session *s, const char *path) {
-    if (!s || !path)
-        return remat__err(REMAT_INVALID,
-                          "remat_safetensors_save: NULL session or path");
+    if (!s || !path) return remat__err(REMAT_INVALID, "remat_safetensors_save: NULL session or path");
     int n = remat_session_param_count(s);
     remat__st_tensor *ts = calloc((size_t)(n > 0 ? n : 1), sizeof *ts);
     if (!ts) return remat__err(REMAT_NOMEM, "%s: out of memory", path);
@@ -60,8 +58,7 @@ remat_status remat_safetensors_save(remat_session *s, const char *path) {
         ts[i].name = info.name;
         ts[i].dtype = "F32";
         ts[i].ndim = info.ndim;
-        for (int d = 0; d < info.ndim && d < REMAT_MAX_DIMS; d++)
-            ts[i].dims[d] = info.dims[d];
+        for (int d = 0; d < info.ndim && d < REMAT_MAX_DIMS; d++) ts[i].dims[d] = info.dims[d];
         ts[i].bytes = (size_t)info.numel * sizeof(float);
     }
     float *host = rc == REMAT_OK ? host_copy(s, ts, REMAT_PARAM_VALUE, path) : NULL;
@@ -75,13 +72,10 @@ remat_status remat_safetensors_save(remat_session *s, const char *path) {
 }
 
 /* "parameter" or "buffer", for messages. */
-static const char *kind(const remat_param_info *p) {
-    return p->trainable ? "parameter" : "buffer";
-}
+static const char *kind(const remat_param_info *p) { return p->trainable ? "parameter" : "buffer"; }
 
 /* Checks tensor i of f against the session; *param gets its parameter. */
-static remat_status check_tensor(const remat_session *s, const remat__st *f,
-                                 int i, int *param) {
+static remat_status check_tensor(const remat_session *s, const remat__st *f, int i, int *param) {
     const char *path = remat__st_path(f);
     remat__st_tensor t;
     remat_status rc = remat__st_get(f, i, &t);
@@ -103,27 +97,22 @@ static remat_status check_tensor(const remat_session *s, const remat__st *f,
     rc = remat_session_param(s, k, &p);
     if (rc != REMAT_OK) return rc;
     if (strcmp(t.dtype, "F32") != 0)
-        return remat__err(REMAT_FORMAT,
-                          "%s: tensor '%s' has dtype %s, the %s needs F32",
-                          path, t.name, t.dtype, kind(&p));
+        return remat__err(REMAT_FORMAT, "%s: tensor '%s' has dtype %s, the %s needs F32", path, t.name, t.dtype,
+                          kind(&p));
     int same = t.ndim == p.ndim;
     for (int d = 0; same && d < t.ndim; d++) same = t.dims[d] == p.dims[d];
     if (!same) {
         char a[160], b[160];
-        return remat__err(REMAT_SHAPE,
-                          "%s: tensor '%s' has shape %s but the %s has %s",
-                          path, t.name, remat__dims_str(t.ndim, t.dims, a, sizeof a),
-                          kind(&p), remat__dims_str(p.ndim, p.dims, b, sizeof b));
+        return remat__err(REMAT_SHAPE, "%s: tensor '%s' has shape %s but the %s has %s", path, t.name,
+                          remat__dims_str(t.ndim, t.dims, a, sizeof a), kind(&p),
+                          remat__dims_str(p.ndim, p.dims, b, sizeof b));
     }
     *param = k;
     return REMAT_OK;
 }
 
-remat_status remat_safetensors_load(remat_session *s, const char *path,
-                                    int strict) {
-    if (!s || !path)
-        return remat__err(REMAT_INVALID,
-                          "remat_safetensors_load: NULL session or path");
+remat_status remat_safetensors_load(remat_session *s, const char *path, int strict) {
+    if (!s || !path) return remat__err(REMAT_INVALID, "remat_safetensors_load: NULL session or path");
     remat__st *f;
     remat_status rc = remat__st_open(&f, path);
     if (rc != REMAT_OK) return rc;
@@ -134,8 +123,7 @@ remat_status remat_safetensors_load(remat_session *s, const char *path,
         return remat__err(REMAT_NOMEM, "%s: out of memory", path);
     }
     /* Pass 1: check everything; the session is not touched. */
-    for (int i = 0; i < n && rc == REMAT_OK; i++)
-        rc = check_tensor(s, f, i, &target[i]);
+    for (int i = 0; i < n && rc == REMAT_OK; i++) rc = check_tensor(s, f, i, &target[i]);
     for (int k = 0; k < np && rc == REMAT_OK && strict; k++) {
         remat_param_info p;
         rc = remat_session_param(s, k, &p);
@@ -144,8 +132,7 @@ remat_status remat_safetensors_load(remat_session *s, const char *path,
             rc = remat__err(REMAT_NOT_FOUND,
                             "%s: %s '%s' %s is missing from the file (strict "
                             "load)",
-                            path, kind(&p), p.name,
-                            remat__dims_str(p.ndim, p.dims, a, sizeof a));
+                            path, kind(&p), p.name, remat__dims_str(p.ndim, p.dims, a, sizeof a));
         }
     }
     /* Pass 2: copy. */
@@ -196,8 +183,8 @@ remat_status remat_safetensors_read(const char *path, const char *name, remat_dt
     char a[160], b[400];
     if (i < 0) {
         list_names(f, b, sizeof b);
-        rc = remat__err(REMAT_NOT_FOUND, "%s: no tensor '%s' (the file has %d: %s)", path, name,
-                        remat__st_count(f), remat__st_count(f) ? b : "none");
+        rc = remat__err(REMAT_NOT_FOUND, "%s: no tensor '%s' (the file has %d: %s)", path, name, remat__st_count(f),
+                        remat__st_count(f) ? b : "none");
     }
     if (rc == REMAT_OK) rc = remat__st_get(f, i, &t);
     int same = rc == REMAT_OK && t.ndim == ndim;
@@ -221,8 +208,7 @@ remat_status remat_safetensors_read(const char *path, const char *name, remat_dt
             if (v < INT32_MIN || v > INT32_MAX)
                 rc = remat__err(REMAT_INVALID, "%s: tensor '%s': element %lld is %lld, outside int32", path, name,
                                 (long long)k, (long long)v);
-            else
-                ((int32_t *)out)[k] = (int32_t)v;
+            else ((int32_t *)out)[k] = (int32_t)v;
         }
     }
     remat__st_close(f);
@@ -238,8 +224,8 @@ remat_status remat_safetensors_save_grads(remat_session *s, const char *path, fl
     if (!ts || !names) rc = remat__err(REMAT_NOMEM, "%s: out of memory", path);
     int k = 0;
     if (rc == REMAT_OK)
-        ts[k++] = (remat__st_tensor){.name = "loss", .dtype = "F32", .ndim = 1, .dims = {1}, .data = &loss,
-                                     .bytes = sizeof loss};
+        ts[k++] = (remat__st_tensor){
+            .name = "loss", .dtype = "F32", .ndim = 1, .dims = {1}, .data = &loss, .bytes = sizeof loss};
     for (int i = 0; i < n && rc == REMAT_OK; i++) {
         remat_param_info p;
         rc = remat_session_param(s, i, &p);
@@ -257,8 +243,7 @@ remat_status remat_safetensors_save_grads(remat_session *s, const char *path, fl
         ts[k].bytes = (size_t)p.numel * sizeof(float);
         if (!(ts[k].data = malloc(ts[k].bytes ? ts[k].bytes : 1)))
             rc = remat__err(REMAT_NOMEM, "%s: out of memory", path);
-        else
-            rc = remat_session_read_param(s, i, REMAT_PARAM_GRAD, (float *)ts[k].data);
+        else rc = remat_session_read_param(s, i, REMAT_PARAM_GRAD, (float *)ts[k].data);
         k++;
     }
     static const char *const meta[] = {"format", "pt", NULL};
