@@ -18,7 +18,7 @@ typedef struct {
     size_t device_used;              /* drop in the device's free bytes since before the session */
     int64_t recomputations;
     double predicted_s; /* calibrated: the cost model's step (forward,
-                                      * backward, recomputation, update); else 0 */
+                         * backward, recomputation, update); else 0 */
     char planner[16];
     char error[480];
 } reply;

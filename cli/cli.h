@@ -158,8 +158,8 @@ typedef struct {
     size_t host_budget;        /* --host-budget: pinned host bytes for offload, 0: none */
     double pcie_gbps, pcie_us; /* --pcie-bandwidth, --pcie-latency; < 0 unless given */
     int check_device;          /* cli_session_opts checks the device is usable
-                             * (default 1; bench's parent must not touch a
-                             * GPU before it forks) */
+                                * (default 1; bench's parent must not touch a
+                                * GPU before it forks) */
     int64_t micro_batch;       /* 0: the batch over the ranks */
     size_t bucket;             /* 0: the library's default */
     int no_overlap;

@@ -116,8 +116,8 @@ typedef enum {
 #undef REMAT__MEM_ENUM
         REMAT_MEM_TOTAL, /* index of the all-categories entry in remat_mem_stats */
     REMAT_MEM_HOST,      /* offloaded values in the host's pinned memory: not
-                      * device memory, so not in the total nor the budget
-                      * (remat_session_opts.host_budget bounds it) */
+                          * device memory, so not in the total nor the budget
+                          * (remat_session_opts.host_budget bounds it) */
     REMAT_MEM_COUNT
 } remat_mem;
 
@@ -501,93 +501,93 @@ typedef struct {
     remat_device device;                /* default REMAT_DEVICE_CPU */
     remat_precision precision;          /* default REMAT_PRECISION_FP32 */
     int tf32;                           /* CUDA: let cuBLAS and cuDNN use TF32 tensor
-                              * cores for float32 products (faster, about
-                              * 1e-3 relative error); off by default, as
-                              * in PyTorch for convolutions and matmuls */
+                                         * cores for float32 products (faster, about
+                                         * 1e-3 relative error); off by default, as
+                                         * in PyTorch for convolutions and matmuls */
     int least_workspace;                /* CUDA: each convolution takes the deterministic
-                              * cuDNN algorithm that needs the least
-                              * workspace (most often none) instead of the
-                              * fastest within its cap: a lower smallest
-                              * feasible budget where workspaces set the
-                              * peak (small models), slower convolutions and
-                              * other bits (every plan under one setting
-                              * gives the same bits); off by default */
+                                         * cuDNN algorithm that needs the least
+                                         * workspace (most often none) instead of the
+                                         * fastest within its cap: a lower smallest
+                                         * feasible budget where workspaces set the
+                                         * peak (small models), slower convolutions and
+                                         * other bits (every plan under one setting
+                                         * gives the same bits); off by default */
     const remat_optim_opts *optim;      /* copied; the optimizer, whose state is
-                              * allocated with the parameters so that the
-                              * first plan and its budget count it; NULL:
-                              * none until remat_session_set_optimizer */
+                                         * allocated with the parameters so that the
+                                         * first plan and its budget count it; NULL:
+                                         * none until remat_session_set_optimizer */
     int plan_only;                      /* plan without memory (and, for a device that
-                              * is not here, without the device: what its
-                              * libraries would choose is estimated,
-                              * remat_plan_summary.estimated_nodes): the
-                              * parameter, gradient and optimizer-state blocks are counted (in
-                              * the plan and its budget) but neither
-                              * allocated nor initialized, and no arena is
-                              * made; steps, forward passes, parameter reads
-                              * and writes and updates are refused. For
-                              * asking what a step would hold (remat plan,
-                              * batch searches) in milliseconds */
+                                         * is not here, without the device: what its
+                                         * libraries would choose is estimated,
+                                         * remat_plan_summary.estimated_nodes): the
+                                         * parameter, gradient and optimizer-state blocks are counted (in
+                                         * the plan and its budget) but neither
+                                         * allocated nor initialized, and no arena is
+                                         * made; steps, forward passes, parameter reads
+                                         * and writes and updates are refused. For
+                                         * asking what a step would hold (remat plan,
+                                         * batch searches) in milliseconds */
     /* Micro-batches and ranks ("several processes" below). The graph's
      * batch is one micro-batch; a step is micro_batches of them. */
     remat_comm *comm;            /* borrowed: the ranks this session trains
-                              * with, each with its own session of the same
-                              * graph and options; it must outlive the
-                              * session. NULL: this process alone */
+                                  * with, each with its own session of the same
+                                  * graph and options; it must outlive the
+                                  * session. NULL: this process alone */
     int64_t micro_batches;       /* micro-batches per optimizer step over all
-                              * ranks (global batch / micro-batch); 0: one
-                              * per rank. A multiple of the rank count */
+                                  * ranks (global batch / micro-batch); 0: one
+                                  * per rank. A multiple of the rank count */
     size_t bucket_bytes;         /* gradient bytes per reduction bucket (0:
-                              * 1 MiB) */
+                                  * 1 MiB) */
     int reduce_after_backward;   /* start every bucket's reduction after the
-                              * backward pass instead of as soon as its
-                              * gradients are final (no overlap: for
-                              * measuring what the overlap hides) */
+                                  * backward pass instead of as soon as its
+                                  * gradients are final (no overlap: for
+                                  * measuring what the overlap hides) */
     int recompute_once;          /* optimal: only schedules that recompute each
-                              * node at most once, as a framework that
-                              * keeps what it recomputed until its last use
-                              * runs them (the Python package's plans) */
+                                  * node at most once, as a framework that
+                                  * keeps what it recomputed until its last use
+                                  * runs them (the Python package's plans) */
     size_t *floor_out;           /* borrowed, may be NULL: when the optimal
-                              * strategy finds no schedule within the
-                              * budget (REMAT_BUDGET), the smallest budget
-                              * that fits is written here */
+                                  * strategy finds no schedule within the
+                                  * budget (REMAT_BUDGET), the smallest budget
+                                  * that fits is written here */
     int prefetch;                /* on a GPU: hold one more block, of the
-                              * inputs' bytes (counted in the plan and its
-                              * budget, category communication), into which
-                              * remat_session_bind_next's data is copied on
-                              * a second stream while a run computes. The
-                              * CPU has nothing to overlap: ignored there */
+                                  * inputs' bytes (counted in the plan and its
+                                  * budget, category communication), into which
+                                  * remat_session_bind_next's data is copied on
+                                  * a second stream while a run computes. The
+                                  * CPU has nothing to overlap: ignored there */
     size_t host_budget;          /* optimal, with a budget: pinned host bytes
-                              * the step may offload kept values to (copied
-                              * out after their stage's forward and back
-                              * before its backward, on a copy engine:
-                              * the planner's third choice beside keeping
-                              * and recomputing, docs/planning.md); 0:
-                              * no offload. On the CPU the "host" is a
-                              * second block of the same memory, which
-                              * tests the schedule without saving any */
+                                  * the step may offload kept values to (copied
+                                  * out after their stage's forward and back
+                                  * before its backward, on a copy engine:
+                                  * the planner's third choice beside keeping
+                                  * and recomputing, docs/planning.md); 0:
+                                  * no offload. On the CPU the "host" is a
+                                  * second block of the same memory, which
+                                  * tests the schedule without saving any */
     double host_bandwidth;       /* the host link's bytes/s each way that the
-                              * planner costs copies at; 0: the cost
-                              * model's measured link, else
-                              * REMAT_PCIE_BANDWIDTH */
+                                  * planner costs copies at; 0: the cost
+                                  * model's measured link, else
+                                  * REMAT_PCIE_BANDWIDTH */
     double host_latency;         /* seconds per copy; < 0: the cost model's,
-                              * else REMAT_PCIE_LATENCY
-                              * (remat_session_opts_default sets -1) */
+                                  * else REMAT_PCIE_LATENCY
+                                  * (remat_session_opts_default sets -1) */
     int grads_resident;          /* a traced step (a graph file) whose framework
-                              * holds every parameter's gradient from the
-                              * step's start (gradient accumulation over
-                              * micro-steps, PyTorch's zero_grad(set_to_none=
-                              * False)): the gradients are counted from the
-                              * start, in the gradient block, and a backward
-                              * that makes one holds its new gradient as a
-                              * transient while the framework adds it in.
-                              * remat's own graphs always keep their
-                              * gradients so: ignored for them */
+                                  * holds every parameter's gradient from the
+                                  * step's start (gradient accumulation over
+                                  * micro-steps, PyTorch's zero_grad(set_to_none=
+                                  * False)): the gradients are counted from the
+                                  * start, in the gradient block, and a backward
+                                  * that makes one holds its new gradient as a
+                                  * transient while the framework adds it in.
+                                  * remat's own graphs always keep their
+                                  * gradients so: ignored for them */
     size_t framework_comm_bytes; /* a traced step (a graph file, plan_only)
-                              * whose framework holds communication buffers
-                              * for the whole step (PyTorch
-                              * DistributedDataParallel's gradient
-                              * buckets): counted in the plan and its
-                              * budget, category communication. 0: none */
+                                  * whose framework holds communication buffers
+                                  * for the whole step (PyTorch
+                                  * DistributedDataParallel's gradient
+                                  * buckets): counted in the plan and its
+                                  * budget, category communication. 0: none */
 } remat_session_opts;
 
 REMAT_API void remat_session_opts_default(remat_session_opts *o);
@@ -703,13 +703,13 @@ typedef struct {
     remat_strategy strategy;
     remat_mem_stats predicted; /* peaks per category (simulated) */
     size_t arena_bytes;        /* the step's values placed in one arena:
-                                 * at least their peak, more where the
-                                 * placement leaves gaps */
+                                * at least their peak, more where the
+                                * placement leaves gaps */
     size_t held_bytes;         /* arena + parameters, gradients and
-                                 * optimizer state as allocated: what the
-                                 * step holds, what the budget bounds */
+                                * optimizer state as allocated: what the
+                                * step holds, what the budget bounds */
     const char *placement;     /* static: the arena placement that won
-                                 * ("by-size" or "in-order") */
+                                * ("by-size" or "in-order") */
     int64_t instructions;      /* forward, backward and free instructions */
     int64_t forwards;          /* forward computations, recomputations included */
     int64_t recomputations;    /* forwards of a node after its first */
@@ -719,12 +719,12 @@ typedef struct {
     double extra_flops;        /* FLOPs of the recomputations */
     int calibrated;            /* seconds below are seconds (else FLOPs) */
     double seconds;            /* predicted cost of the step's forward and
-                                 * backward, recomputation included (cost
-                                 * model) */
+                                * backward, recomputation included (cost
+                                * model) */
     double extra_seconds;      /* of which recomputation */
     double update_seconds;     /* calibrated, with an optimizer whose update
-                                 * was measured: the predicted update (else 0);
-                                 * a training step is seconds + this */
+                                * was measured: the predicted update (else 0);
+                                * a training step is seconds + this */
     const char *planner;       /* static: what made the schedule: "levels"
                                    (all, manual, sqrt), "chain" (rotor's DP
                                    over stages), "dtr" (the DAG fallback) or
@@ -734,13 +734,13 @@ typedef struct {
                                    that won ("chain 7/24", "sqrt 1/1"); ""
                                    for the other strategies */
     size_t host_bytes;         /* pinned host memory the step holds for
-                                 * offloaded values (their placed block):
-                                 * what opts.host_budget bounds; 0 without
-                                 * offload */
+                                * offloaded values (their placed block):
+                                * what opts.host_budget bounds; 0 without
+                                * offload */
     int64_t offloaded_values;  /* values copied to the host and back per step */
     double stall_seconds;      /* predicted copy time not hidden behind
-                                 * compute, in the units of `seconds` (0
-                                 * without offload); included in `seconds` */
+                                * compute, in the units of `seconds` (0
+                                * without offload); included in `seconds` */
     int64_t estimated_nodes;   /* nodes whose workspace bytes are estimates
                                    (upper bounds): a plan-only session for a
                                    device that is not here, whose libraries
@@ -760,14 +760,14 @@ typedef struct {
     size_t budget;      /* device bytes a step may hold (0: the session's) */
     size_t host_budget; /* pinned host bytes offload may hold; 0: none */
     double bandwidth;   /* host link, bytes/s each way; 0: the cost
-                          * model's measured link, else REMAT_PCIE_BANDWIDTH */
+                         * model's measured link, else REMAT_PCIE_BANDWIDTH */
     double latency;     /* seconds per copy; < 0: the cost model's, else
-                          * REMAT_PCIE_LATENCY */
+                         * REMAT_PCIE_LATENCY */
     double flops_per_s; /* an uncalibrated cost model's FLOPs per second,
-                          * to cost copies in FLOPs; 0: the device's
-                          * default (REMAT_CUDA_FLOPS, REMAT_CPU_FLOPS) */
+                         * to cost copies in FLOPs; 0: the device's
+                         * default (REMAT_CUDA_FLOPS, REMAT_CPU_FLOPS) */
     int slots;          /* device memory slots of the DP; 0: 500 or fewer
-                          * (as the tables' size allows) */
+                         * (as the tables' size allows) */
     int host_slots;     /* host memory slots of the DP; 0: 16 */
 } remat_offload_opts;
 
@@ -782,19 +782,19 @@ typedef struct {
     int stages;             /* of the chain */
     int fits, fits_without; /* a chain plan fits the budget with offload / without */
     size_t chain_budget;    /* the budget less the parameters, gradients and
-                                * optimizer state: what the chain model gets */
+                             * optimizer state: what the chain model gets */
     size_t device_peak;     /* with offload: the chain model's peak (copies in flight included) */
     size_t device_peak_without;
     size_t host_peak;                       /* pinned host bytes at the peak */
     size_t host_copied;                     /* bytes copied out (and back) per step */
     int offloaded;                          /* stages whose kept values go to the host */
     double cost, cost_without;              /* the chain's step under the cost model (seconds
-                                * when calibrated, else FLOPs), exposed copies included */
+                                             * when calibrated, else FLOPs), exposed copies included */
     double stall;                           /* of cost: exposed copy time, same units */
     double stall_seconds;                   /* the same in seconds */
     double bandwidth, latency, flops_per_s; /* what was used (flops_per_s 0: calibrated) */
     char offloaded_nodes[512];              /* the first node of each offloaded stage, by
-                                * name ("layer1.0.conv1, ..."), "..." when longer */
+                                             * name ("layer1.0.conv1, ..."), "..." when longer */
 } remat_offload_summary;
 
 /* The chain plan with offload, and without, at opts' budgets. REMAT_BUDGET
@@ -923,7 +923,7 @@ typedef struct {
     size_t peak_bytes;   /* step: peak total bytes of the step */
     double step_seconds; /* step: this step's forward, backward and update */
     const char *path;    /* save, resume, note: a file (owned by the
-                           * library, valid during the callback), or NULL */
+                          * library, valid during the callback), or NULL */
     const char *message; /* note: what happened (same lifetime), or NULL */
 } remat_event;
 

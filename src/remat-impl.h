@@ -127,33 +127,33 @@ typedef struct remat__node {
     float init_a;
     uint8_t checkpoint; /* remat_checkpoint mark: 1 + scope depth, 0 = none */
     uint32_t saves;     /* what its backward reads (REMAT__SAVE_* bits):
-                               * its op's mask, or a traced op's own */
+                         * its op's mask, or a traced op's own */
 } remat__node;
 
 /* What the op table says of an op, for an op traced from another framework
  * (a graph file, graph/graph_json.c): per node, as recorded there. */
 typedef struct {
     double cost[3]; /* forward, backward, recomputation (FLOPs, or
-                          * seconds when the file's costs are seconds) */
+                     * seconds when the file's costs are seconds) */
     size_t aux;     /* bytes of the outputs besides the first that the
-                          * backward reads (masks, indices, statistics) */
+                     * backward reads (masks, indices, statistics) */
     size_t ws[2];   /* transient bytes of the forward and the backward */
     int64_t grad;   /* bytes of the gradient of its value, when they are
-                          * not its value's (-1): a framework may hold a
-                          * gradient for a value that takes no memory (a
-                          * parameter read by several ops: PyTorch sums its
-                          * gradient in a buffer until the last read) */
+                     * not its value's (-1): a framework may hold a
+                     * gradient for a value that takes no memory (a
+                     * parameter read by several ops: PyTorch sums its
+                     * gradient in a buffer until the last read) */
     remat_family family;
     uint8_t flags;  /* REMAT__OP_STATEFUL, REMAT__OP_RANDOM, as recorded */
     int32_t id;     /* the op's (or a leaf's value's) id in the file */
     int32_t over;   /* 1 + the node whose op writes this node's value in
-                          * place (its memory then holds the new version:
-                          * nothing reads this value after that op ran
-                          * unless it is made again); 0: none */
+                     * place (its memory then holds the new version:
+                     * nothing reads this value after that op ran
+                     * unless it is made again); 0: none */
     int32_t region; /* 1 + the checkpoint region its op ran in (a call
-                          * of a module the framework's per-layer
-                          * checkpointing wraps: the manual strategy); 0:
-                          * none */
+                     * of a module the framework's per-layer
+                     * checkpointing wraps: the manual strategy); 0:
+                     * none */
 } remat__traced;
 
 struct remat_graph {
@@ -163,7 +163,7 @@ struct remat_graph {
     remat_status status; /* first builder error */
     char error[512];
     remat__traced *traced; /* (cap) per node, for a graph read from a
-                               * graph file; NULL for every other graph */
+                            * graph file; NULL for every other graph */
     int traced_seconds;    /* the traced costs are seconds, not FLOPs */
 };
 
@@ -199,22 +199,22 @@ typedef struct {
     int64_t step;             /* dropout: step index */
     int32_t node_id;          /* dropout: node index */
     int64_t elem0;            /* dropout: the index of this tensor's element 0 in
-                        * the global batch's (micro-batch k of a step:
-                        * k * numel), so masks follow the sample */
+                               * the global batch's (micro-batch k of a step:
+                               * k * numel), so masks follow the sample */
     double *stats;            /* stateful ops, first training execution: when
-                        * set, the statistics (op->stats_bytes) are written
-                        * here instead of committed; a data-parallel step
-                        * commits every micro-batch's in order (op->commit) */
+                               * set, the statistics (op->stats_bytes) are written
+                               * here instead of committed; a data-parallel step
+                               * commits every micro-batch's in order (op->commit) */
     remat__pool *pool;        /* for remat__pool_barrier between phases */
     void *dev;                /* device kernels: the backend's context (src/cuda/
-                        * cuda-impl.h: stream, cuBLAS and cuDNN handles) */
+                               * cuda-impl.h: stream, cuBLAS and cuDNN handles) */
     struct remat__dnnl *dnnl; /* CPU kernels: the backend's oneDNN context
-                        * (src/ops/dnnl.h); NULL without oneDNN, and then
-                        * every product is cblas */
+                               * (src/ops/dnnl.h); NULL without oneDNN, and then
+                               * every product is cblas */
     const uint8_t *dt;        /* the bf16 policy's dtypes by node id when this
-                        * node's kernels take its values in their stored
-                        * dtypes (remat__op.bf16_ws said so); NULL: every
-                        * tensor, dout and din is float32 */
+                               * node's kernels take its values in their stored
+                               * dtypes (remat__op.bf16_ws said so); NULL: every
+                               * tensor, dout and din is float32 */
 } remat__kctx;
 
 /* Kernel rules: every one of the nth threads must call remat__pool_barrier

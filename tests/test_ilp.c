@@ -263,7 +263,7 @@ typedef struct {
     double cost;  /* under the cost model, recomputations included */
     size_t peak;  /* simulated values peak (its memory plan, unplaced) */
     size_t eager; /* the plan as the ILP sees it (ilp_view) with every
-                       * value freed right after its last use */
+                   * value freed right after its last use */
     size_t held;  /* its placed arena: what the budget bounds */
     int in_space; /* frontier-advancing in the store-all order */
     int dead;     /* recomputations whose values nothing reads */

@@ -89,10 +89,10 @@ enum { PASS_FWD, PASS_DATA, PASS_FILT };
 typedef struct {
     int ready;  /* descriptors made and algorithms chosen */
     int broken; /* setup failed when a workspace was sized: the planned
-                  * bytes (0) cannot be trusted by a later kernel */
+                 * bytes (0) cannot be trusted by a later kernel */
     int bias;
     int half;                        /* bf16 x, w, y (the bf16 policy's native kernels), float32
-                  * convolution; else float32 throughout */
+                                      * convolution; else float32 throughout */
     cudnnTensorDescriptor_t x, y, b; /* (N, C, H, W), (N, O, OH, OW), (1, O, 1, 1) */
     cudnnFilterDescriptor_t w;       /* (O, C, KH, KW) */
     cudnnConvolutionDescriptor_t conv;

@@ -58,7 +58,7 @@ typedef struct {
     size_t bucket_bytes;
     int nb;              /* buckets */
     size_t *blo, *bhi;   /* (nb) bucket b is bytes [blo, bhi) of the gradient block;
-                            * bucket 0 holds the last parameters */
+                          * bucket 0 holds the last parameters */
     int32_t *bucket_of;  /* (graph nodes) a parameter's bucket, -1 */
     size_t gfloats;      /* floats of the gradient block */
     int depth;           /* accumulators: ceil(log2 q) */
@@ -70,7 +70,7 @@ typedef struct {
     double *stats_all;   /* (K, sdoubles) every rank's (host staging when staged) */
     size_t comm_counted; /* bytes of the communication block as counted */
     int staged;          /* exchanges and statistics through host staging (a
-                            * device's memory, or REMAT_DP_STAGING=host) */
+                          * device's memory, or REMAT_DP_STAGING=host) */
     /* Host staging, several ranks only (NULL otherwise and when planning
      * only): malloc'd, never device memory, counted in no category. */
     float *hx;            /* (gfloats) this rank's subtree, then the sum over the ranks */
@@ -80,7 +80,7 @@ typedef struct {
     size_t *hoff;         /* (params) a slot's floats in hstate, SIZE_MAX none */
     size_t host_bytes;    /* of the staging buffers (also when planning only) */
     float *losses;        /* (K + q) host scratch: every micro-batch's loss,
-                            * then this rank's (what it sends) */
+                           * then this rank's (what it sends) */
     remat__allreduce *ar; /* (nb) */
     uint8_t *flying;      /* (nb) a reduction in flight */
     int n_flying;

@@ -74,7 +74,7 @@ typedef struct conv_plan {
     dnnl_memory_desc_t uw, ub, wf, wd, dww; /* user weights (OIHW), bias (x); layouts */
     dnnl_memory_desc_t uwb;                 /* bf16: dW rounded, (O, C, KH, KW) bf16 */
     dnnl_primitive_t rwf, rwd, rdw;         /* weights in (NULL: identity), dw out (with sum
-                                               * in float32; into uwb in bf16) */
+                                             * in float32; into uwb in bf16) */
     size_t bwf, bwd, bdw, bdb;
     size_t bbr;              /* bf16: the bias rounded through bf16 (forward) */
     size_t scratch;          /* the largest scratchpad of every primitive above */

@@ -20,8 +20,8 @@
  * The DTR schedule's COMPUTE operations become FWD and BWD instructions;
  * frees follow from the last use of each value instance (add_frees), which
  * is never later than DTR's own frees. The DAG leaves out aux values,
- * transients and workspace, and frees a backward's gradients together, so optimal.c simulates each schedule exactly and keeps it
- * only where its real peak fits.
+ * transients and workspace, and frees a backward's gradients together, so optimal.c simulates each schedule exactly and
+ * keeps it only where its real peak fits.
  */
 #include "dtr.h"
 #include "schedule.h"

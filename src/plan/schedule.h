@@ -66,28 +66,28 @@ typedef struct {
     int nth;             /* CPU thread count, for workspace sizes */
     remat_device device; /* whose kernels run, so whose workspaces count */
     void *dev;           /* the device backend's context, which its
-                           * workspace functions read (NULL: the CPU, or a
-                           * plan for a device that is not here) */
+                          * workspace functions read (NULL: the CPU, or a
+                          * plan for a device that is not here) */
     remat_cost_model cost;
     uint8_t *needs_grad; /* per node: depends on a trainable parameter */
     size_t *ws;          /* (2 n) workspace bytes of node u's forward
-                           * (2u) and backward (2u + 1) kernels */
+                          * (2u) and backward (2u + 1) kernels */
     double *node_cost;   /* (3 n) the cost of node u's forward (3u), its
-                           * backward (3u + 1) and a recomputation of its
-                           * forward (3u + 2): remat__prog_set_cost */
+                          * backward (3u + 1) and a recomputation of its
+                          * forward (3u + 2): remat__prog_set_cost */
     int recompute_once;  /* optimal considers only schedules that recompute
-                           * a node at most once (remat_session_opts) */
+                          * a node at most once (remat_session_opts) */
     int grads_resident;  /* a traced step's parameter gradients are held
-                           * from the step's start (remat_session_opts) */
+                          * from the step's start (remat_session_opts) */
     int estimated;       /* nodes whose workspace bytes are estimates (a
-                           * plan for a device that is not here) */
+                          * plan for a device that is not here) */
     remat_precision precision;
     uint8_t *dt;     /* (n) per node: the remat_dtype its value (and
-                           * its value's gradient) is stored in; NULL under
-                           * fp32 (the graph's dtypes) */
+                      * its value's gradient) is stored in; NULL under
+                      * fp32 (the graph's dtypes) */
     uint8_t *native; /* (n) under bf16: 1 where node u's kernels take
-                           * its values in their stored dtypes (remat__op.
-                           * bf16_ws), with no float32 views; NULL under fp32 */
+                      * its values in their stored dtypes (remat__op.
+                      * bf16_ws), with no float32 views; NULL under fp32 */
 } remat__prog;
 
 /* Analyses g and asks the device's kernels for each node's workspace

@@ -58,8 +58,8 @@ struct remat_session {
     void **hvals;              /* per value: its host copy, or NULL */
     int32_t *hev;              /* per value: the event of its host copy */
     uint32_t *copy_stamp;      /* per value: copy_waits + 1 when a copy
-                                  * of it was issued: in flight while it
-                                  * exceeds copy_waits */
+                                * of it was issued: in flight while it
+                                * exceeds copy_waits */
     uint32_t copy_waits;       /* offload_waits so far */
     const remat__memplan *cur; /* the running schedule's plan */
     int32_t tick;              /* next tick of the running plan */

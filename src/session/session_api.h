@@ -4,8 +4,8 @@
  * struct remat_session is session.h's (included by the files of
  * src/session, src/exec, src/dist's dp_*.c and src/api only); the training
  * loops, training states and calibration call these functions instead of
- * reading its fields, so the struct can change under them. Most of what they need is public already (remat_session_graph,
- * remat_session_dist, remat_session_param, ...); this is the rest.
+ * reading its fields, so the struct can change under them. Most of what they need is public already
+ * (remat_session_graph, remat_session_dist, remat_session_param, ...); this is the rest.
  */
 #ifndef REMAT_SESSION_API_H
 #define REMAT_SESSION_API_H
