@@ -184,9 +184,13 @@ typedef struct {
  * and ACCUMULATES into din[i] where din[i] != NULL (NULL: that input needs
  * no gradient). In backward every in[i] and out is present with a valid
  * shape, but its data is NULL unless the op saves it. */
+struct remat__op;
 typedef struct {
     const remat_graph *graph;
     const remat__node *node;
+    const struct remat__op *op; /* the node's op (remat__ops[node->op]): a
+                                 * backend finds its kernels, and a kernel
+                                 * its name for messages, here */
     const remat__tensor *in[REMAT__MAX_IN];
     remat__tensor *out;
     float *aux;
@@ -302,7 +306,7 @@ enum {
     REMAT__AC_PROMOTE   /* the widest of its float inputs' dtypes */
 };
 
-typedef struct {
+typedef struct remat__op {
     const char *name;
     int min_in, max_in;
     /* Checks inputs and attributes, sets n->shape and n->dtype. On error
@@ -334,6 +338,17 @@ typedef struct {
      * lacks them in a CUDA build. */
     const remat__dev_kernels *cuda;
 } remat__op;
+
+/* "op 'name'" (or "op") of the node a kernel runs, into buf: what a kernel
+ * names in its messages (remat__node_label's words from the context alone,
+ * so that the kernels need neither the graph's code nor the op table's). */
+static inline const char *remat__kctx_label(const remat__kctx *k, char *buf, size_t cap) {
+    if (!k) return "the CUDA backend";
+    const char *op = k->op ? k->op->name : "op";
+    if (k->node && k->node->name) snprintf(buf, cap, "%s '%s'", op, k->node->name);
+    else snprintf(buf, cap, "%s", op);
+    return buf;
+}
 
 #ifdef REMAT_HAVE_CUDA
 #define REMAT__CUDA(name) (&remat__cuda_##name)
@@ -474,7 +489,8 @@ int remat__lock_take(const char *path, int *fd, remat__lock_holder *holder);
  * workspace sizes are computed for this count. */
 int remat__node_threads(const remat_graph *g, const remat__node *n, int pool);
 
-/* Shape-rule helper: formats "op 'name'" into buf for error messages. */
+/* Shape-rule helper: formats "op 'name'" into buf for error messages
+ * (ops/optable.c; a kernel has remat__kctx_label). */
 const char *remat__node_label(const remat__node *n, char *buf, size_t cap);
 /* Formats a shape as "(8, 3, 32, 32)". */
 const char *remat__shape_str(const remat__shape *s, char *buf, size_t cap);

@@ -63,40 +63,6 @@ typedef struct {
                                     * like the cuBLAS and cuDNN handles') */
 } ctx;
 
-static const char *node_label(const remat__kctx *k, char *buf, size_t cap) {
-    if (!k) return "the CUDA backend";
-    return remat__node_label(k->node, buf, cap);
-}
-
-extern "C" remat_status remat__cu_rt_ok(cudaError_t st, const remat__kctx *k, const char *call) {
-    if (st == cudaSuccess) return REMAT_OK;
-    char lb[128];
-    return remat__err(REMAT_INTERNAL, "%s: %s failed: %s (%s)", node_label(k, lb, sizeof lb), call,
-                      cudaGetErrorString(st), cudaGetErrorName(st));
-}
-
-extern "C" remat_status remat__cu_launched(const remat__kctx *k, const char *kernel) {
-    return remat__cu_rt_ok(cudaGetLastError(), k, kernel);
-}
-
-extern "C" remat_status remat__cu_blas_ok(cublasStatus_t st, const remat__kctx *k, const char *call) {
-    if (st == CUBLAS_STATUS_SUCCESS) return REMAT_OK;
-    char lb[128];
-    return remat__err(REMAT_INTERNAL, "%s: %s failed: %s (%s)", node_label(k, lb, sizeof lb), call,
-                      cublasGetStatusString(st), cublasGetStatusName(st));
-}
-
-extern "C" remat_status remat__cu_dnn_ok(cudnnStatus_t st, const remat__kctx *k, const char *call) {
-    if (st == CUDNN_STATUS_SUCCESS) return REMAT_OK;
-    char lb[128];
-    return remat__err(REMAT_INTERNAL, "%s: %s failed: %s", node_label(k, lb, sizeof lb), call, cudnnGetErrorString(st));
-}
-
-extern "C" remat_status remat__cuda_blas_ws(const remat__kctx *k, size_t bytes) {
-    remat__cuda *cu = remat__cu(k);
-    return remat__cu_blas_ok(cublasSetWorkspace(cu->blas, bytes ? k->ws : NULL, bytes), k, "cublasSetWorkspace");
-}
-
 /* ------------------------------------------------------------ availability */
 
 extern "C" remat_status remat__cuda_available(void) {
@@ -385,54 +351,17 @@ static remat_status cuda_one(void *p, float *dst) {
 
 /* ---------------------------------------------------------------- kernels */
 
-/* The bf16 policy's conversions (core/bf16.h, the CPU's arithmetic, bit for
- * bit): one element per thread, grid-stride. */
-static __global__ void convert_kernel(void *dst, const void *src, int64_t n, int kind) {
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
-        remat__convert_range(dst, src, i, i + 1, (remat__cvt)kind);
-}
-
 static remat_status cuda_convert(void *p, void *dst, const void *src, int64_t n, int kind) {
-    ctx *c = (ctx *)p;
-    if (n <= 0) return REMAT_OK;
-    convert_kernel<<<remat__cu_blocks(&c->cu, n), REMAT__CU_THREADS, 0, c->cu.stream>>>(dst, src, n, kind);
-    return remat__cu_rt_ok(cudaGetLastError(), NULL, "convert_kernel");
-}
-
-extern "C" remat_status remat__cuda_convert(const remat__kctx *k, void *dst, const void *src, int64_t n,
-                                            remat__cvt kind) {
-    remat__cuda *cu = remat__cu(k);
-    if (n <= 0) return REMAT_OK;
-    convert_kernel<<<remat__cu_blocks(cu, n), REMAT__CU_THREADS, 0, cu->stream>>>(dst, src, n, (int)kind);
-    return remat__cu_launched(k, "convert_kernel");
-}
-
-static __global__ void add16_kernel(void *d, int d16, const uint16_t *__restrict__ t, int64_t n) {
-    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-        float v = remat__f32_of(t[i]);
-        if (d16) {
-            uint16_t *b = (uint16_t *)d;
-            b[i] = remat__bf16_of(remat__f32_of(b[i]) + v);
-        } else {
-            ((float *)d)[i] += v;
-        }
-    }
-}
-
-extern "C" remat_status remat__cuda_add16(const remat__kctx *k, void *d, int d16, const uint16_t *t, int64_t n) {
-    remat__cuda *cu = remat__cu(k);
-    if (n <= 0) return REMAT_OK;
-    add16_kernel<<<remat__cu_blocks(cu, n), REMAT__CU_THREADS, 0, cu->stream>>>(d, d16, t, n);
-    return remat__cu_launched(k, "add16_kernel");
+    return remat__cuda_convert_on(&((ctx *)p)->cu, NULL, dst, src, n, (remat__cvt)kind);
 }
 
 static remat_status cuda_run(void *p, remat__kctx *k, int backward) {
     (void)p;
-    const remat__dev_kernels *dk = remat__ops[k->node->op]->cuda;
+    const remat__dev_kernels *dk = k->op ? k->op->cuda : NULL;
     remat__dkernel fn = dk ? (backward ? dk->backward : dk->forward) : NULL;
     if (!fn) {
         char lb[128];
-        return remat__err(REMAT_UNSUPPORTED, "%s: no CUDA %s kernel", remat__node_label(k->node, lb, sizeof lb),
+        return remat__err(REMAT_UNSUPPORTED, "%s: no CUDA %s kernel", remat__kctx_label(k, lb, sizeof lb),
                           backward ? "backward" : "forward");
     }
     return fn(k);

@@ -59,7 +59,7 @@ static inline unsigned remat__cu_blocks(const remat__cuda *cu, int64_t n) {
 }
 
 extern "C" {
-/* After a launch: REMAT_OK, or REMAT_INTERNAL naming the node's op and
+/* kernel_common.cu. After a launch: REMAT_OK, or REMAT_INTERNAL naming the node's op and
  * label and the kernel (cudaGetLastError; it does not synchronize). */
 remat_status remat__cu_launched(const remat__kctx *k, const char *kernel);
 /* A cuBLAS / cuDNN / CUDA runtime status: REMAT_OK, or REMAT_INTERNAL
@@ -74,6 +74,10 @@ remat_status remat__cuda_blas_ws(const remat__kctx *k, size_t bytes);
  * arithmetic bit for bit), enqueued on the stream: what the native bf16
  * kernels round their weights and add their gradients with. */
 remat_status remat__cuda_convert(const remat__kctx *k, void *dst, const void *src, int64_t n, remat__cvt kind);
+/* The same on cu's stream for the backend's own conversions (k NULL: an
+ * error names the backend, not a node). */
+remat_status remat__cuda_convert_on(remat__cuda *cu, const remat__kctx *k, void *dst, const void *src, int64_t n,
+                                    remat__cvt kind);
 /* d (n) += t (n), t bf16 (a product's output, rounded already): d float32
  * (d += t), or (d16) bf16 (d = bf16(d + t) in float32): what the native
  * bf16 products add their gradients with, as the views' accumulation. */

@@ -273,7 +273,7 @@ static remat_status sm_dims(const remat__kctx *k, int64_t *R, int64_t *C) {
     if (*C > INT_MAX) {
         char lb[128];
         return remat__err(REMAT_UNSUPPORTED, "%s: rows of %lld entries exceed the kernel's int range",
-                          remat__node_label(k->node, lb, sizeof lb), (long long)*C);
+                          remat__kctx_label(k, lb, sizeof lb), (long long)*C);
     }
     return REMAT_OK;
 }
@@ -446,7 +446,7 @@ static remat_status att_check(const remat__kctx *k, const att_dims &a) {
     if (a.BH > INT_MAX || 3 * a.C > INT_MAX || a.T > INT_MAX / (a.T > 0 ? a.T : 1)) {
         char lb[128];
         return remat__err(REMAT_UNSUPPORTED, "%s: %lld (batch, head) pairs or T = %lld exceed cuBLAS's int range",
-                          remat__node_label(k->node, lb, sizeof lb), (long long)a.BH, (long long)a.T);
+                          remat__kctx_label(k, lb, sizeof lb), (long long)a.BH, (long long)a.T);
     }
     return REMAT_OK;
 }

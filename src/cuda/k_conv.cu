@@ -298,6 +298,15 @@ static remat_status choose(remat__cuda *cu, conv_entry *e, int pass, const remat
     return remat__cu_dnn_ok(st, k, call);
 }
 
+/* A convolution node's words for messages, as remat__node_label's (the
+ * cache serves conv2d nodes only; a workspace query has no kernel context
+ * to name it). */
+static const char *conv_label(const remat__node *n, char *buf, size_t cap) {
+    if (n->name) snprintf(buf, cap, "conv2d '%s'", n->name);
+    else snprintf(buf, cap, "conv2d");
+    return buf;
+}
+
 /* Descriptors and algorithms for node n of g, into e (not ready yet; on
  * failure e keeps whatever descriptors were made, for release). */
 static remat_status entry_setup(remat__cuda *cu, const remat_graph *g, const remat__node *n, conv_entry *e,
@@ -311,12 +320,12 @@ static remat_status entry_setup(remat__cuda *cu, const remat_graph *g, const rem
     for (size_t i = 0; i < sizeof d64 / sizeof d64[0]; i++)
         if (d64[i] > INT_MAX)
             return remat__err(REMAT_UNSUPPORTED, "%s: a size of %lld does not fit cuDNN's int sizes",
-                              remat__node_label(n, lb, sizeof lb), (long long)d64[i]);
+                              conv_label(n, lb, sizeof lb), (long long)d64[i]);
     if (remat__numel(xs) > INT_MAX || remat__numel(ys) > INT_MAX || remat__numel(ws) > INT_MAX)
         return remat__err(REMAT_UNSUPPORTED,
                           "%s: a tensor of more than 2^31 elements does not fit "
                           "cuDNN's int strides",
-                          remat__node_label(n, lb, sizeof lb));
+                          conv_label(n, lb, sizeof lb));
     const int N = (int)xs->d[0], C = (int)xs->d[1], H = (int)xs->d[2], W = (int)xs->d[3];
     const int O = (int)ws->d[0], KH = (int)ws->d[2], KW = (int)ws->d[3];
     const int OH = (int)ys->d[2], OW = (int)ys->d[3];
@@ -345,7 +354,7 @@ static remat_status entry_setup(remat__cuda *cu, const remat_graph *g, const rem
         return remat__err(REMAT_INTERNAL,
                           "%s: cuDNN's output (%d, %d, %d, %d) is not the node's "
                           "(%d, %d, %d, %d)",
-                          remat__node_label(n, lb, sizeof lb), on, oc, oh, ow, N, O, OH, OW);
+                          conv_label(n, lb, sizeof lb), on, oc, oh, ow, N, O, OH, OW);
     const size_t tensors =
         ((size_t)remat__numel(xs) + (size_t)remat__numel(ws) + (size_t)remat__numel(ys)) * sizeof(float);
     e->cap = cu->least_ws ? 0 : 2 * tensors > CONV_WS_FLOOR ? 2 * tensors : CONV_WS_FLOOR;
@@ -379,7 +388,7 @@ static remat_status entry_get(remat__cuda *cu, const remat_graph *g, const remat
         return remat__err(REMAT_INTERNAL,
                           "%s: node %lld is outside the graph the cuDNN cache was "
                           "made for (%d nodes)",
-                          remat__node_label(n, lb, sizeof lb), (long long)i, c->n);
+                          conv_label(n, lb, sizeof lb), (long long)i, c->n);
     conv_entry *e = half ? &c->e16[i] : &c->e[i];
     e->half = half;
     if (!e->ready) {
@@ -393,7 +402,7 @@ static remat_status entry_get(remat__cuda *cu, const remat_graph *g, const remat
         return remat__err(REMAT_INTERNAL,
                           "%s: cuDNN setup failed when the session sized this "
                           "node's workspace, which was planned as 0 bytes",
-                          remat__node_label(n, lb, sizeof lb));
+                          conv_label(n, lb, sizeof lb));
     *out = e;
     return REMAT_OK;
 }

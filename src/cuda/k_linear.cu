@@ -154,7 +154,7 @@ static remat_status lin_dims(const remat__kctx *k, int64_t N, int64_t IN, int64_
     if (N > INT_MAX || IN > INT_MAX || OUT > INT_MAX) {
         char lb[128];
         return remat__err(REMAT_UNSUPPORTED, "%s: dimensions (%lld, %lld, %lld) exceed cuBLAS's int range",
-                          remat__node_label(k->node, lb, sizeof lb), (long long)N, (long long)IN, (long long)OUT);
+                          remat__kctx_label(k, lb, sizeof lb), (long long)N, (long long)IN, (long long)OUT);
     }
     return REMAT_OK;
 }

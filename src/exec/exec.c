@@ -128,6 +128,7 @@ static remat_status kernel_fwd(remat_session *s, const remat__schedule *sc, cons
     remat__tensor ins[REMAT__MAX_IN], out = {s->vals[vo], &n->shape};
     remat__kctx k = {.graph = g,
                      .node = n,
+                     .op = remat__ops[n->op],
                      .out = &out,
                      .aux = s->vals[REMAT__VAL(in->node, REMAT__V_AUX)],
                      .ws = ws,
@@ -164,6 +165,7 @@ static remat_status kernel_bwd(remat_session *s, const remat__schedule *sc, int3
     remat__tensor out = {NULL, &n->shape};
     remat__kctx k = {.graph = g,
                      .node = n,
+                     .op = remat__ops[n->op],
                      .out = &out,
                      .dout = s->vals[REMAT__VAL(in->node, REMAT__V_GRAD)],
                      .ws = ws,

@@ -44,25 +44,6 @@ static remat_node fail(remat_graph *g, remat_status s) {
     return REMAT_NONE;
 }
 
-const char *remat__node_label(const remat__node *n, char *buf, size_t cap) {
-    const char *op = remat__ops[n->op]->name;
-    if (n->name) snprintf(buf, cap, "%s '%s'", op, n->name);
-    else snprintf(buf, cap, "%s", op);
-    return buf;
-}
-
-const char *remat__dims_str(int ndim, const int64_t *dims, char *buf, size_t cap) {
-    size_t used = (size_t)snprintf(buf, cap, "(");
-    for (int i = 0; i < ndim && used < cap; i++)
-        used += (size_t)snprintf(buf + used, cap - used, "%s%lld", i ? ", " : "", (long long)dims[i]);
-    if (used < cap) snprintf(buf + used, cap - used, ")");
-    return buf;
-}
-
-const char *remat__shape_str(const remat__shape *s, char *buf, size_t cap) {
-    return remat__dims_str(s->ndim, s->d, buf, cap);
-}
-
 remat_node remat__graph_add(remat_graph *g, const remat__node *proto) {
     if (!g) return REMAT_NONE;
     if (g->status != REMAT_OK) return fail(g, g->status);
@@ -245,6 +226,72 @@ remat_node remat_cross_entropy(remat_graph *g, remat_node logits, remat_node lab
 remat_node remat_mse(remat_graph *g, remat_node pred, remat_node target) {
     remat_node in[2] = {pred, target};
     return op_node(g, REMAT__OP_MSE, 2, in);
+}
+
+remat_node remat_gelu(remat_graph *g, remat_node x, int tanh_approx) {
+    if (!g) return REMAT_NONE;
+    remat__node n = {.op = REMAT__OP_GELU, .n_in = 1, .in = {x}, .iattr = {tanh_approx ? 1 : 0}};
+    return remat__graph_add(g, &n);
+}
+
+remat_node remat_layernorm_op(remat_graph *g, remat_node x, remat_node w, remat_node b, float eps) {
+    if (!g) return REMAT_NONE;
+    remat__node n = {.op = REMAT__OP_LAYERNORM, .n_in = 3, .in = {x, w, b}, .fattr = {eps}};
+    return remat__graph_add(g, &n);
+}
+
+remat_node remat_softmax(remat_graph *g, remat_node x) {
+    if (!g) return REMAT_NONE;
+    remat__node n = {.op = REMAT__OP_SOFTMAX, .n_in = 1, .in = {x}};
+    return remat__graph_add(g, &n);
+}
+
+remat_node remat_attention(remat_graph *g, remat_node qkv, int heads) {
+    if (!g) return REMAT_NONE;
+    remat__node n = {.op = REMAT__OP_ATTENTION, .n_in = 1, .in = {qkv}, .iattr = {heads}};
+    return remat__graph_add(g, &n);
+}
+
+remat_node remat_permute(remat_graph *g, remat_node x, int ndim, const int *perm) {
+    if (!g) return REMAT_NONE;
+    remat__node n = {.op = REMAT__OP_PERMUTE, .n_in = 1, .in = {x}};
+    /* A permutation of the wrong length becomes all -1: the shape rule
+     * names the op and the input's shape. */
+    for (int i = 0; i < REMAT_MAX_DIMS; i++) n.iattr[i] = i < ndim && perm ? perm[i] : -1;
+    if (x >= 0 && x < g->n && ndim != g->nodes[x].shape.ndim)
+        for (int i = 0; i < REMAT_MAX_DIMS; i++) n.iattr[i] = -1;
+    return remat__graph_add(g, &n);
+}
+
+remat_node remat_transpose(remat_graph *g, remat_node x, int d0, int d1) {
+    if (!g) return REMAT_NONE;
+    int perm[REMAT_MAX_DIMS] = {0, 1, 2, 3};
+    int nd = x >= 0 && x < g->n ? g->nodes[x].shape.ndim : 0;
+    if (d0 < 0 || d0 >= nd || d1 < 0 || d1 >= nd) {
+        perm[0] = -1; /* rejected by the shape rule, which names the shapes */
+    } else {
+        perm[d0] = d1;
+        perm[d1] = d0;
+    }
+    return remat_permute(g, x, nd, perm);
+}
+
+remat_node remat_slice(remat_graph *g, remat_node x, int dim, int64_t start, int64_t len) {
+    if (!g) return REMAT_NONE;
+    remat__node n = {.op = REMAT__OP_SLICE, .n_in = 1, .in = {x}, .iattr = {dim, start, len}};
+    return remat__graph_add(g, &n);
+}
+
+remat_node remat_add_broadcast(remat_graph *g, remat_node x, remat_node b) {
+    if (!g) return REMAT_NONE;
+    remat__node n = {.op = REMAT__OP_ADD_BROADCAST, .n_in = 2, .in = {x, b}};
+    return remat__graph_add(g, &n);
+}
+
+remat_node remat_embedding_op(remat_graph *g, remat_node ids, remat_node w) {
+    if (!g) return REMAT_NONE;
+    remat__node n = {.op = REMAT__OP_EMBEDDING, .n_in = 2, .in = {ids, w}};
+    return remat__graph_add(g, &n);
 }
 
 /* --------------------------------------------------------- introspection */

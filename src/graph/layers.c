@@ -69,3 +69,31 @@ remat_node remat_batchnorm2d(remat_graph *g, const char *name, remat_node x) {
     remat__node n = {.op = REMAT__OP_BATCHNORM2D, .n_in = 5, .in = {x, w, b, rm, rv}, .fattr = {1e-5f, 0.1f}};
     return named_op(g, n, name);
 }
+
+/* nn.LayerNorm(C): weight ones, bias zeros, eps 1e-5, C the last dim of x. */
+remat_node remat_layernorm(remat_graph *g, const char *name, remat_node x) {
+    if (!g) return REMAT_NONE;
+    if (x < 0 || x >= g->n) return remat_layernorm_op(g, x, REMAT_NONE, REMAT_NONE, 1e-5f);
+    const remat__shape *xs = &g->nodes[x].shape;
+    int64_t C = xs->ndim >= 1 ? xs->d[xs->ndim - 1] : 1;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s.weight", name ? name : "");
+    remat_node w = remat_param(g, buf, 1, &C, REMAT_INIT_ONES, 0);
+    snprintf(buf, sizeof buf, "%s.bias", name ? name : "");
+    remat_node b = remat_param(g, buf, 1, &C, REMAT_INIT_ZEROS, 0);
+    if (w == REMAT_NONE || b == REMAT_NONE) return REMAT_NONE;
+    remat__node n = {.op = REMAT__OP_LAYERNORM, .n_in = 3, .in = {x, w, b}, .fattr = {1e-5f}, .name = (char *)name};
+    return remat__graph_add(g, &n);
+}
+
+/* nn.Embedding(num, dim): weight N(0, 1), named "<name>.weight". */
+remat_node remat_embedding(remat_graph *g, const char *name, remat_node ids, int64_t num, int64_t dim) {
+    if (!g) return REMAT_NONE;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s.weight", name ? name : "");
+    int64_t wd[2] = {num, dim};
+    remat_node w = remat_param(g, buf, 2, wd, REMAT_INIT_NORMAL, 1.0f);
+    if (w == REMAT_NONE) return REMAT_NONE;
+    remat__node n = {.op = REMAT__OP_EMBEDDING, .n_in = 2, .in = {ids, w}, .name = (char *)name};
+    return remat__graph_add(g, &n);
+}

@@ -152,12 +152,6 @@ const remat__op remat__op_softmax = {
     .cuda = REMAT__CUDA(softmax),
 };
 
-remat_node remat_softmax(remat_graph *g, remat_node x) {
-    if (!g) return REMAT_NONE;
-    remat__node n = {.op = REMAT__OP_SOFTMAX, .n_in = 1, .in = {x}};
-    return remat__graph_add(g, &n);
-}
-
 /* -------------------------------------------------------------- attention */
 
 static remat_status attn_shape(const remat_graph *g, remat__node *n) {
@@ -275,9 +269,3 @@ const remat__op remat__op_attention = {
     .family = REMAT_FAMILY_LINEAR,
     .cuda = REMAT__CUDA(attention),
 };
-
-remat_node remat_attention(remat_graph *g, remat_node qkv, int heads) {
-    if (!g) return REMAT_NONE;
-    remat__node n = {.op = REMAT__OP_ATTENTION, .n_in = 1, .in = {qkv}, .iattr = {heads}};
-    return remat__graph_add(g, &n);
-}

@@ -143,21 +143,3 @@ const remat__op remat__op_embedding = {
     .family = REMAT_FAMILY_COPY,
     .cuda = REMAT__CUDA(embedding),
 };
-
-remat_node remat_embedding_op(remat_graph *g, remat_node ids, remat_node w) {
-    if (!g) return REMAT_NONE;
-    remat__node n = {.op = REMAT__OP_EMBEDDING, .n_in = 2, .in = {ids, w}};
-    return remat__graph_add(g, &n);
-}
-
-/* nn.Embedding(num, dim): weight N(0, 1), named "<name>.weight". */
-remat_node remat_embedding(remat_graph *g, const char *name, remat_node ids, int64_t num, int64_t dim) {
-    if (!g) return REMAT_NONE;
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s.weight", name ? name : "");
-    int64_t wd[2] = {num, dim};
-    remat_node w = remat_param(g, buf, 2, wd, REMAT_INIT_NORMAL, 1.0f);
-    if (w == REMAT_NONE) return REMAT_NONE;
-    remat__node n = {.op = REMAT__OP_EMBEDDING, .n_in = 2, .in = {ids, w}, .name = (char *)name};
-    return remat__graph_add(g, &n);
-}

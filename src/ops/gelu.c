@@ -119,9 +119,3 @@ const remat__op remat__op_gelu = {
     .cuda = REMAT__CUDA(gelu),
     .flags = REMAT__OP_ELEMENTWISE,
 };
-
-remat_node remat_gelu(remat_graph *g, remat_node x, int tanh_approx) {
-    if (!g) return REMAT_NONE;
-    remat__node n = {.op = REMAT__OP_GELU, .n_in = 1, .in = {x}, .iattr = {tanh_approx ? 1 : 0}};
-    return remat__graph_add(g, &n);
-}

@@ -210,27 +210,3 @@ const remat__op remat__op_layernorm = {
     .family = REMAT_FAMILY_NORM,
     .cuda = REMAT__CUDA(layernorm),
 };
-
-/* ------------------------------------------------------------- builders */
-
-remat_node remat_layernorm_op(remat_graph *g, remat_node x, remat_node w, remat_node b, float eps) {
-    if (!g) return REMAT_NONE;
-    remat__node n = {.op = REMAT__OP_LAYERNORM, .n_in = 3, .in = {x, w, b}, .fattr = {eps}};
-    return remat__graph_add(g, &n);
-}
-
-/* nn.LayerNorm(C): weight ones, bias zeros, eps 1e-5, C the last dim of x. */
-remat_node remat_layernorm(remat_graph *g, const char *name, remat_node x) {
-    if (!g) return REMAT_NONE;
-    if (x < 0 || x >= g->n) return remat_layernorm_op(g, x, REMAT_NONE, REMAT_NONE, 1e-5f);
-    const remat__shape *xs = &g->nodes[x].shape;
-    int64_t C = xs->ndim >= 1 ? xs->d[xs->ndim - 1] : 1;
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s.weight", name ? name : "");
-    remat_node w = remat_param(g, buf, 1, &C, REMAT_INIT_ONES, 0);
-    snprintf(buf, sizeof buf, "%s.bias", name ? name : "");
-    remat_node b = remat_param(g, buf, 1, &C, REMAT_INIT_ZEROS, 0);
-    if (w == REMAT_NONE || b == REMAT_NONE) return REMAT_NONE;
-    remat__node n = {.op = REMAT__OP_LAYERNORM, .n_in = 3, .in = {x, w, b}, .fattr = {1e-5f}, .name = (char *)name};
-    return remat__graph_add(g, &n);
-}

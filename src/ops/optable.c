@@ -27,3 +27,10 @@ int remat__node_threads(const remat_graph *g, const remat__node *n, int pool) {
         work = remat__numel(&g->nodes[n->in[0]].shape);
     return work < 4096 ? 1 : pool;
 }
+
+const char *remat__node_label(const remat__node *n, char *buf, size_t cap) {
+    const char *op = remat__ops[n->op]->name;
+    if (n->name) snprintf(buf, cap, "%s '%s'", op, n->name);
+    else snprintf(buf, cap, "%s", op);
+    return buf;
+}

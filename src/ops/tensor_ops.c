@@ -151,30 +151,6 @@ const remat__op remat__op_permute = {
     .cuda = REMAT__CUDA(permute),
 };
 
-remat_node remat_permute(remat_graph *g, remat_node x, int ndim, const int *perm) {
-    if (!g) return REMAT_NONE;
-    remat__node n = {.op = REMAT__OP_PERMUTE, .n_in = 1, .in = {x}};
-    /* A permutation of the wrong length becomes all -1: the shape rule
-     * names the op and the input's shape. */
-    for (int i = 0; i < REMAT_MAX_DIMS; i++) n.iattr[i] = i < ndim && perm ? perm[i] : -1;
-    if (x >= 0 && x < g->n && ndim != g->nodes[x].shape.ndim)
-        for (int i = 0; i < REMAT_MAX_DIMS; i++) n.iattr[i] = -1;
-    return remat__graph_add(g, &n);
-}
-
-remat_node remat_transpose(remat_graph *g, remat_node x, int d0, int d1) {
-    if (!g) return REMAT_NONE;
-    int perm[REMAT_MAX_DIMS] = {0, 1, 2, 3};
-    int nd = x >= 0 && x < g->n ? g->nodes[x].shape.ndim : 0;
-    if (d0 < 0 || d0 >= nd || d1 < 0 || d1 >= nd) {
-        perm[0] = -1; /* rejected by the shape rule, which names the shapes */
-    } else {
-        perm[d0] = d1;
-        perm[d1] = d0;
-    }
-    return remat_permute(g, x, nd, perm);
-}
-
 /* ----------------------------------------------------------------- slice */
 
 static remat_status slice_shape(const remat_graph *g, remat__node *n) {
@@ -263,12 +239,6 @@ const remat__op remat__op_slice = {
     .cuda = REMAT__CUDA(slice),
 };
 
-remat_node remat_slice(remat_graph *g, remat_node x, int dim, int64_t start, int64_t len) {
-    if (!g) return REMAT_NONE;
-    remat__node n = {.op = REMAT__OP_SLICE, .n_in = 1, .in = {x}, .iattr = {dim, start, len}};
-    return remat__graph_add(g, &n);
-}
-
 /* --------------------------------------------------------- add_broadcast */
 
 static remat_status addb_shape(const remat_graph *g, remat__node *n) {
@@ -355,9 +325,3 @@ const remat__op remat__op_add_broadcast = {
     .family = REMAT_FAMILY_POINTWISE,
     .cuda = REMAT__CUDA(add_broadcast),
 };
-
-remat_node remat_add_broadcast(remat_graph *g, remat_node x, remat_node b) {
-    if (!g) return REMAT_NONE;
-    remat__node n = {.op = REMAT__OP_ADD_BROADCAST, .n_in = 2, .in = {x, b}};
-    return remat__graph_add(g, &n);
-}
