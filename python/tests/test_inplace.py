@@ -144,3 +144,34 @@ def test_overwritten_value_kept_past_its_write(pick):
     assert (a.over_call in d.copy_at) == (pick != "maker+write")  # a kept past add_: copied before it
     ref, got = steps(model, x, None), steps(model, x, plan)
     assert not lm.differences(ref, got)
+
+
+def test_folded_relu_backward_measured_as_one():
+    """ResNet's ReLU(inplace=True) after a BatchNorm is folded into it: one
+    op with two autograd nodes, ReLU's then BatchNorm's. ReLU's frees its
+    saved output and the gradient it consumed before BatchNorm's runs, which
+    the plan (freeing them after the whole op) cannot see; capture measures
+    the op's backward transient from the first node's start, so the
+    per-layer plan, whose peak is the stem's BatchNorm backward, is
+    predicted exactly. (Measured node by node, the prediction was 0.7%
+    above what the step held here, 1.2% at batch 8 and 128x128:
+    docs/pytorch.md.)"""
+    pytest.importorskip("torchvision")
+    from conftest import need_counter
+    need_counter()
+    import torch.nn.functional as F
+    import torchvision
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18(num_classes=10)
+    g = torch.Generator().manual_seed(1)
+    x, y = torch.randn(4, 3, 96, 96, generator=g), torch.randint(0, 10, (4,), generator=g)
+    loss_fn = lambda o: F.cross_entropy(o, y)  # noqa: E731
+    trace = rt.capture(copy.deepcopy(model), (x,), loss_fn)
+    opt = lm.optimizer(copy.deepcopy(model))
+    plan = rt.plan_trace(trace, None, opt, "manual")
+    m = copy.deepcopy(model)
+    r = rt.measure(m, (x,), loss_fn, plan=plan, optimizer=lm.optimizer(m), steps=3)
+    ratio = r["peak_bytes"] / plan.peak_bytes
+    print("per-layer plan of resnet18 b4 at 96x96: predicted %d, measured %d (%.4f)" % (
+        plan.peak_bytes, r["peak_bytes"], ratio))
+    assert 0.997 <= ratio <= 1.003

@@ -185,8 +185,10 @@ def meter_for(device, transients="auto"):
 
 class BackwardMeter(TorchDispatchMode):
     """Measures each op's backward transient bytes: over the calls of its
-    autograd node, the peak above what was live when the node started, less
-    the gradients of its inputs (which the plan counts as values)."""
+    autograd node (or of its nodes that run one after the other, where an
+    in-place op was folded into the op), the peak above what was live when
+    the first started, less the gradients of its inputs (which the plan
+    counts as values)."""
 
     def __init__(self, trace, meter):
         super().__init__()
@@ -222,11 +224,19 @@ class BackwardMeter(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         node = compat.current_autograd_node()
         if node is not self.node:
-            self._timed()
+            op = node.metadata.get("remat.op", -1) if node is not None else -1
             self.node = node
-            self.segs.append((len(self.segs), node.metadata.get("remat.op", -1) if node is not None else -1))
-            self.m.begin(("b", len(self.segs) - 1))
-            self.t0 = time.perf_counter()
+            if op < 0 or not self.segs or self.segs[-1][1] != op:
+                self._timed()
+                self.segs.append((len(self.segs), op))
+                self.m.begin(("b", len(self.segs) - 1))
+                self.t0 = time.perf_counter()
+            # else the same op's next autograd node (an in-place op folded
+            # into its maker: relu_'s node, then BatchNorm's): one segment
+            # from the first node's start, so that what the first node
+            # freed (the in-place op's saved result, the gradient it
+            # consumed) lowers what the second is charged, as the plan
+            # frees them only after the op's whole backward
         return func(*args, **(kwargs or {}))
 
     def _timed(self):
