@@ -6,7 +6,9 @@
 #   scripts/cli-outputs.sh OLD_REMAT NEW_REMAT     (e.g. ../old/build/remat build/remat)
 #
 # Prints each command's differing lines, and a last line with how many of
-# the commands differ; exits 1 if any does.
+# the commands differ; exits 1 if any does. Then trains three small runs
+# with each build and compares the weights they save, byte for byte
+# (safetensors: the bits of every trained parameter).
 set -uo pipefail
 old=$(realpath "$1") new=$(realpath "$2")
 work=$(mktemp -d)
@@ -23,6 +25,12 @@ cmds=(
     "plan --model gpt2 --batch 4 --budget 100MiB"
     "info"
 )
+# runs whose saved weights must be the same bits
+weights=(
+    "train --model cnn --train-limit 512 --test-limit 100 --batch 32 --budget 46MiB"
+    "train --model cnn --train-limit 512 --test-limit 100 --batch 32 --budget 38MiB --precision bf16"
+    "train --model gpt2 --layers 2 --embd 64 --heads 4 --context 32 --vocab 256 --data synthetic --steps 4 --batch 4 --budget 4MiB"
+)
 mask() { sed -E 's/[0-9]+ img\/s/N img\/s/g; s/[0-9]+(\.[0-9]+)? s\b/T s/g'; }
 run() { # run BIN DIR
     mkdir -p "$2" && cd "$2" || exit 2
@@ -37,6 +45,10 @@ run() { # run BIN DIR
         fi
         echo "exit status $?" >>"$i.txt"
     done
+    for i in "${!weights[@]}"; do
+        # shellcheck disable=SC2086
+        "$1" ${weights[$i]} --save "w$i.safetensors" >"w$i.txt" 2>&1 || echo "exit status $?" >>"w$i.txt"
+    done
 }
 (run "$old" "$work/old")
 (run "$new" "$work/new")
@@ -48,5 +60,13 @@ for i in "${!cmds[@]}"; do
         echo "$d" | head -n 20
     fi
 done
-echo "cli-outputs: $differ of ${#cmds[@]} commands differ (times masked)"
-[ "$differ" -eq 0 ]
+bits=0
+for i in "${!weights[@]}"; do
+    if ! cmp -s "$work/old/w$i.safetensors" "$work/new/w$i.safetensors"; then
+        bits=$((bits + 1))
+        echo "== remat ${weights[$i]}: the saved weights differ (or one is missing)"
+        tail -n 3 "$work/old/w$i.txt" "$work/new/w$i.txt"
+    fi
+done
+echo "cli-outputs: $differ of ${#cmds[@]} commands differ (times masked); $bits of ${#weights[@]} trained weights differ in a bit"
+[ "$differ" -eq 0 ] && [ "$bits" -eq 0 ]
