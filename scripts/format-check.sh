@@ -1,8 +1,8 @@
 #!/bin/sh
 # format-check.sh: every C and CUDA file the repository tracks is formatted
-# as .clang-format says, and none under src/ or cli/ is over 800 lines (a
-# longer file holds more than one concern: split it by them) (POSIX sh;
-# the C suite needs no Python).
+# as .clang-format says, none under src/ or cli/ is over 800 lines (a
+# longer file holds more than one concern: split it by them), and no two
+# there share a name (POSIX sh; the C suite needs no Python).
 #
 #   scripts/format-check.sh            (ctest: format; $CLANG_FORMAT: the binary)
 #
@@ -29,6 +29,12 @@ for f in $files; do
         echo "$f has $lines lines (at most 800 under src/ and cli/)"
     fi
 done
+# no two files with one name under src/ and cli/ (a name says what a file holds)
+dups=$(for f in $files; do case $f in src/* | cli/*) basename "$f" ;; esac; done | sort | uniq -d)
+for d in $dups; do
+    long=$((long + 1))
+    echo "two files are named $d under src/ and cli/"
+done
 if ! command -v "$cf" >/dev/null 2>&1; then
     echo "skipped: $cf is not installed (scripts/install-deps.sh installs it)"
     [ "$long" -eq 0 ] || exit 1
@@ -51,5 +57,5 @@ for f in $files; do
     fi
 done
 rm -f /tmp/format-check.$$
-echo "format: $bad of $n files differ from .clang-format (clang-format $major); $long over 800 lines"
+echo "format: $bad of $n files differ from .clang-format (clang-format $major); $long over 800 lines or named twice"
 [ "$bad" -eq 0 ] && [ "$long" -eq 0 ]
