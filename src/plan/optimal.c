@@ -337,7 +337,7 @@ static remat_status chain_candidates(const remat__chain *c, chain_cands *x) {
         int64_t big = c->ex[i].fwd_tmp;
         for (int o = 0; o < c->ex[i].n_options; o++)
             big = max64(big, c->ex[i].opt[o].saved + max64(c->ex[i].opt[o].bwd_tmp, c->ex[i].opt[o].fe_tmp));
-        top += 2 * (c->ex[i].input + big);
+        top += 2 * (c->ex[i].input + big) + c->ex[i].grads;
     }
     double n3 = (double)c->n_stages * c->n_stages * c->n_stages / 6.0 + 1;
     int64_t slots = (int64_t)fmin(SLOTS, fmax(MIN_SLOTS, DP_WORK / n3));
