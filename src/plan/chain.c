@@ -235,6 +235,19 @@ static void measure_stage(const remat__prog *p, remat__chain *c, int i, const sc
             if ((sc->read[u] & 2) || (op->flags & REMAT__OP_STATEFUL))
                 opt->saved += op->aux_bytes ? (int64_t)op->aux_bytes(g, nd) : 0;
         }
+        /* what the recomputations read and the option does not recompute
+         * (an expensive product no backward reads, the stage's first node)
+         * stays from the forward to them: kept as well */
+        for (int j = a; j < b; j++) {
+            const remat__node *nd = &g->nodes[c->nodes[j]];
+            for (int q = 0; sc->drop[c->nodes[j]] && q < nd->n_in; q++) {
+                int32_t x = nd->in[q];
+                if (x < lo || x >= hi || sc->drop[x] || (sc->keep[x] & 1) || g->nodes[x].leaf != REMAT__LEAF_NONE)
+                    continue;
+                sc->keep[x] |= 1;
+                opt->saved += remat__vbytes(p, &g->nodes[x]);
+            }
+        }
         int64_t fe = forward_peak(p, c, a, b, sc->keep, sc);
         for (int j = a; j < b; j++) sc->keep[c->nodes[j]] = 0;
         opt->fe_tmp = max64(0, fe - opt->saved);
