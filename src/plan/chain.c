@@ -295,6 +295,10 @@ static void add_carried(const remat__prog *p, remat__chain *c, const int32_t *re
 }
 
 remat_status remat__chain_init(const remat__prog *p, remat_node loss, int aside, remat__chain *c) {
+    return remat__chain_init_model(p, loss, aside, 1, c);
+}
+
+remat_status remat__chain_init_model(const remat__prog *p, remat_node loss, int aside, int grads, remat__chain *c) {
     const remat_graph *g = p->g;
     int n = g->n;
     memset(c, 0, sizeof *c);
@@ -340,7 +344,7 @@ remat_status remat__chain_init(const remat__prog *p, remat_node loss, int aside,
     /* a traced step's parameter gradients, per tensor from the first
      * backward that writes one (its last reader's: the backwards run in
      * reverse creation order) to the step's end, unless resident */
-    for (int j = 0; j < m && g->traced && !p->grads_resident; j++) {
+    for (int j = 0; j < m && grads && g->traced && !p->grads_resident; j++) {
         const remat__node *nd = &g->nodes[c->nodes[j]];
         for (int q = 0; q < nd->n_in && p->needs_grad[c->nodes[j]]; q++)
             if (g->nodes[nd->in[q]].leaf == REMAT__LEAF_PARAM && remat__bwd_writes(p, nd, q))
