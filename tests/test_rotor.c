@@ -653,12 +653,14 @@ static void random_chain_ex(chain_ex *e, int L, int64_t size_lo, int64_t size_hi
         }
         /* transient bytes of the forwards on half the chains, and on half
          * their stages bytes the backward keeps to the end (a traced
-         * step's parameter gradients), counted in its bwd_tmp too */
+         * step's parameter gradients), counted in its bwd_tmp too on half
+         * of those (as chain.c counts them) */
         if (with_tmp) {
             s->fwd_tmp = rnd_in(0, size_hi);
             for (int o = 0; o < s->n_options; o++) s->opt[o].fe_tmp = rnd_in(0, size_hi);
             s->grads = rnd() % 2 ? rnd_in(1, size_hi) : 0;
-            for (int o = 0; o < s->n_options; o++) s->opt[o].bwd_tmp += s->grads;
+            int counted = rnd() % 2;
+            for (int o = 0; o < s->n_options && counted; o++) s->opt[o].bwd_tmp += s->grads;
         }
     }
 }

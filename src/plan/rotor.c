@@ -158,7 +158,9 @@ static int64_t sizes_fill(sizes *z, const remat__stage_ex *st, int64_t output, i
             z->sv[q] = i < L ? ceil_div(st[i].opt[o].saved, unit) : 0;
             z->tmp[q] = i < L ? ceil_div(st[i].opt[o].bwd_tmp, unit) : 0;
             z->fetmp[q] = i < L ? ceil_div(st[i].opt[o].fe_tmp, unit) : 0;
-            z->needb[q] = a[i] + ay[i + 1] + z->sv[q] + z->tmp[q];
+            /* and after B_i, y_i with G_i (bwd_tmp, counting the stage's
+             * grads, covers it unless a caller's is smaller) */
+            z->needb[q] = max64(a[i] + ay[i + 1] + z->sv[q] + z->tmp[q], ay[i]);
             z->need[q] = max64(ay[i + 1] + z->sv[q] + z->fetmp[q], z->needb[q]);
         }
     }
