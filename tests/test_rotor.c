@@ -651,10 +651,16 @@ static void random_chain_ex(chain_ex *e, int L, int64_t size_lo, int64_t size_hi
             s->opt[1] = (remat__stage_option){rnd_in(out, c.st[i].saved), c.st[i].backward + (double)rnd_in(0, 6),
                                               rnd_in(0, size_hi), 0};
         }
-        /* transient bytes of the forwards on half the chains */
+        /* transient bytes of the forwards on half the chains, and on half
+         * their stages bytes the backward keeps to the end (a traced
+         * step's parameter gradients), counted in its bwd_tmp too on half
+         * of those (as chain.c counts them) */
         if (with_tmp) {
             s->fwd_tmp = rnd_in(0, size_hi);
             for (int o = 0; o < s->n_options; o++) s->opt[o].fe_tmp = rnd_in(0, size_hi);
+            s->grads = rnd() % 2 ? rnd_in(1, size_hi) : 0;
+            int counted = rnd() % 2;
+            for (int o = 0; o < s->n_options && counted; o++) s->opt[o].bwd_tmp += s->grads;
         }
     }
 }
@@ -663,7 +669,9 @@ static void random_chain_ex(chain_ex *e, int L, int64_t size_lo, int64_t size_hi
  * chain model's operations and nothing else: a value is freed only by the
  * operation that consumes it, so every schedule it reaches is persistent):
  * the least cost to make y_0 within M, or -1. The DP must equal it.
- * Bits: x_k = k, y_k = L+1+k, then xbar_k^o. */
+ * Bits: x_k = k, y_k = L+1+k, then xbar_k^o. What the B's keep to the end
+ * (grads) is held from B_k on: with y_j the lowest gradient resident (a
+ * persistent schedule holds one), the grads of stages j..L-1. */
 static double exhaustive_persistent(const chain_ex *e, int64_t M) {
     int L = e->L, nb = 2 * (L + 1);
     int64_t size[32];
@@ -681,13 +689,19 @@ static double exhaustive_persistent(const chain_ex *e, int64_t M) {
         }
     XBA[L + 1] = 0;
     uint32_t nstates = 1u << nb;
-    int64_t *mem = malloc(nstates * sizeof *mem);
+    int64_t *mem = malloc(nstates * sizeof *mem), kept[17] = {0};
+    for (int k = L - 1; k >= 0; k--) kept[k] = kept[k + 1] + e->st[k].grads;
     search h = {.dist = malloc(nstates * sizeof(double)), .M = M};
     for (uint32_t s = 0; s < nstates; s++) {
         h.dist[s] = 1e300;
         int64_t m = 0;
         for (int q = 0; q < nb; q++)
             if (s >> q & 1) m += size[q];
+        for (int k = 0; k <= L; k++)
+            if (s & Y[k]) {
+                m += kept[k];
+                break;
+            }
         mem[s] = m;
     }
     double result = -1;
@@ -717,9 +731,11 @@ static double exhaustive_persistent(const chain_ex *e, int64_t M) {
             for (int o = 0; o < g->n_options; o++) {
                 if (!(s & XBA[k + 1]))
                     relax(&h, d, s | XB[k + 1][o], g->forward, mem[s] + g->opt[o].saved + g->opt[o].fe_tmp);
-                if ((s & Y[k + 1]) && (s & XB[k + 1][o]) && !(s & Y[k]))
-                    relax(&h, d, (s | Y[k]) & ~(Y[k + 1] | XB[k + 1][o] | X[k]), g->opt[o].backward,
-                          mem[s] + size[L + 1 + k] + g->opt[o].bwd_tmp);
+                if ((s & Y[k + 1]) && (s & XB[k + 1][o]) && !(s & Y[k])) {
+                    uint32_t ns = (s | Y[k]) & ~(Y[k + 1] | XB[k + 1][o] | X[k]);
+                    int64_t pk = mem[s] + size[L + 1 + k] + g->opt[o].bwd_tmp;
+                    relax(&h, d, ns, g->opt[o].backward, pk > mem[ns] ? pk : mem[ns]);
+                }
             }
         }
     }

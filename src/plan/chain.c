@@ -3,7 +3,10 @@
  * articulation points (chain_cut.c), the values that jump over a cut are
  * carried in each stage they span (add_carried), and each stage is
  * measured from the op table (measure_stage): its costs, the bytes of its
- * input, the transient bytes of its forward, and its storage options. A
+ * input, the transient bytes of its forward, its storage options, and the
+ * parameter gradients its backward makes in a traced step (held per
+ * tensor from that backward to the step's end, as memplan.c holds them:
+ * the chain DP holds them beside every later operation, rotor.c). A
  * chain plan (rotor's DP, offload's) is turned back into a schedule of the
  * step here (remat__chain_schedule), offloaded stages' copies included.
  */
@@ -45,6 +48,8 @@ typedef struct {
     uint8_t *keep; /* what the option's forward keeps: bits as `read` */
     int32_t *last; /* last forward consumer inside the stage (creation index), or -1 */
     int32_t *stack;
+    int32_t *pgrad; /* per parameter: the node whose backward makes its gradient (the last reader that writes
+                     * it), or -1; a traced step's own per-tensor gradients only (param_grads) */
 } scratch;
 
 /* The transient peak of the stage's forward (nodes a..b) when the values
@@ -75,12 +80,35 @@ static int64_t forward_peak(const remat__prog *p, const remat__chain *c, int a, 
     return peak;
 }
 
+/* The bytes of the parameter gradients node u's backward takes (memplan.c's
+ * walk_bwd), each parameter once: with `made`, those it makes, held to the
+ * step's end (sc->pgrad names u); else, where a traced step's gradients are
+ * resident, the buffers it adds into them, held through its workspace. */
+static int64_t param_grads(const remat__prog *p, int32_t u, const scratch *sc, int made) {
+    const remat_graph *g = p->g;
+    const remat__node *nd = &g->nodes[u];
+    int64_t bytes = 0;
+    for (int q = 0; q < nd->n_in; q++) {
+        int32_t x = nd->in[q];
+        if (g->nodes[x].leaf != REMAT__LEAF_PARAM || !remat__bwd_writes(p, nd, q)) continue;
+        if (made ? sc->pgrad[x] != u : !(g->traced && p->grads_resident)) continue;
+        int first = 1;
+        for (int r = 0; r < q && first; r++)
+            if (nd->in[r] == x && remat__bwd_writes(p, nd, r)) first = 0;
+        if (first) bytes += (int64_t)remat__value_bytes(p, REMAT__VAL(x, REMAT__V_GRAD));
+    }
+    return bytes;
+}
+
 /* The transient peak of the stage's backward under an option: the values
  * it recomputes first (`drop`, with their workspace), then, backward over
  * the nodes, the gradients of the stage's inside values in flight (made by
  * the first backward that writes them, gone after their node's own
- * backward) and the running node's workspace. */
-static int64_t backward_peak(const remat__prog *p, const remat__chain *c, int a, int b, const uint8_t *drop) {
+ * backward), the parameter gradients the stage makes (held from their node
+ * on: *made gets their sum, the stage's `grads`), the buffers a backward
+ * adds into resident ones, and the running node's workspace. */
+static int64_t backward_peak(const remat__prog *p, const remat__chain *c, int a, int b, const uint8_t *drop,
+                             const scratch *sc, int64_t *made) {
     const remat_graph *g = p->g;
     int64_t rec = 0, peak = 0;
     for (int j = a; drop && j < b; j++) {
@@ -89,7 +117,7 @@ static int64_t backward_peak(const remat__prog *p, const remat__chain *c, int a,
         rec += remat__vbytes(p, &g->nodes[u]);
         peak = max64(peak, rec + (int64_t)remat__ws_bytes(p, u, 0));
     }
-    int64_t grads = 0;
+    int64_t grads = 0, kept = 0;
     int32_t lo = c->nodes[a], hi = c->nodes[b - 1];
     for (int j = b - 1; j >= a; j--) {
         int32_t u = c->nodes[j];
@@ -111,10 +139,12 @@ static int64_t backward_peak(const remat__prog *p, const remat__chain *c, int a,
                 if (first) grads += remat__vbytes(p, &g->nodes[x]);
             }
         }
-        peak = max64(peak, rec + grads + (int64_t)remat__ws_bytes(p, u, 1));
+        kept += param_grads(p, u, sc, 1);
+        peak = max64(peak, rec + grads + kept + param_grads(p, u, sc, 0) + (int64_t)remat__ws_bytes(p, u, 1));
         if (u != hi && u > lo) grads -= remat__vbytes(p, nd); /* its own gradient is done */
         if (grads < 0) grads = 0;
     }
+    *made = kept;
     return peak;
 }
 
@@ -205,10 +235,23 @@ static void measure_stage(const remat__prog *p, remat__chain *c, int i, const sc
             if ((sc->read[u] & 2) || (op->flags & REMAT__OP_STATEFUL))
                 opt->saved += op->aux_bytes ? (int64_t)op->aux_bytes(g, nd) : 0;
         }
+        /* what the recomputations read and the option does not recompute
+         * (an expensive product no backward reads, the stage's first node)
+         * stays from the forward to them: kept as well */
+        for (int j = a; j < b; j++) {
+            const remat__node *nd = &g->nodes[c->nodes[j]];
+            for (int q = 0; sc->drop[c->nodes[j]] && q < nd->n_in; q++) {
+                int32_t x = nd->in[q];
+                if (x < lo || x >= hi || sc->drop[x] || (sc->keep[x] & 1) || g->nodes[x].leaf != REMAT__LEAF_NONE)
+                    continue;
+                sc->keep[x] |= 1;
+                opt->saved += remat__vbytes(p, &g->nodes[x]);
+            }
+        }
         int64_t fe = forward_peak(p, c, a, b, sc->keep, sc);
         for (int j = a; j < b; j++) sc->keep[c->nodes[j]] = 0;
         opt->fe_tmp = max64(0, fe - opt->saved);
-        opt->bwd_tmp = backward_peak(p, c, a, b, o == OPT_ALL ? NULL : sc->drop);
+        opt->bwd_tmp = backward_peak(p, c, a, b, o == OPT_ALL ? NULL : sc->drop, sc, &ex->grads);
         /* an option that keeps no less than option 0 is no option */
         if (o != OPT_ALL && opt->saved >= ex->opt[0].saved) {
             for (int j = a; j < b; j++) sc->drop[c->nodes[j]] = 0;
@@ -252,25 +295,33 @@ static void add_carried(const remat__prog *p, remat__chain *c, const int32_t *re
 }
 
 remat_status remat__chain_init(const remat__prog *p, remat_node loss, int aside, remat__chain *c) {
+    return remat__chain_init_model(p, loss, aside, 1, c);
+}
+
+remat_status remat__chain_init_model(const remat__prog *p, remat_node loss, int aside, int grads, remat__chain *c) {
     const remat_graph *g = p->g;
     int n = g->n;
     memset(c, 0, sizeof *c);
     uint8_t *needed = calloc((size_t)n, 1);
     int32_t *stack = malloc((size_t)n * sizeof *stack);
     int32_t *cut = malloc((size_t)n * sizeof *cut), *reach = malloc((size_t)n * sizeof *reach);
-    scratch sc = {calloc((size_t)n, 1), calloc((size_t)n, 1), calloc((size_t)n, 1), malloc((size_t)n * sizeof(int32_t)),
+    scratch sc = {calloc((size_t)n, 1),
+                  calloc((size_t)n, 1),
+                  calloc((size_t)n, 1),
+                  malloc((size_t)n * sizeof(int32_t)),
+                  malloc((size_t)n * sizeof(int32_t)),
                   malloc((size_t)n * sizeof(int32_t))};
     c->nodes = malloc((size_t)n * sizeof *c->nodes);
     c->off = malloc(((size_t)n + 2) * sizeof *c->off);
     c->inputs = malloc((size_t)n * sizeof *c->inputs);
     c->fwd = calloc((size_t)n + 1, sizeof *c->fwd);
     remat_status rc = REMAT_OK;
-    if (!needed || !stack || !cut || !reach || !sc.read || !sc.drop || !sc.keep || !sc.last || !sc.stack || !c->nodes ||
-        !c->off || !c->inputs || !c->fwd) {
+    if (!needed || !stack || !cut || !reach || !sc.read || !sc.drop || !sc.keep || !sc.last || !sc.stack || !sc.pgrad ||
+        !c->nodes || !c->off || !c->inputs || !c->fwd) {
         rc = remat__err(REMAT_NOMEM, "out of memory planning");
         goto out;
     }
-    for (int u = 0; u < n; u++) sc.last[u] = -1;
+    for (int u = 0; u < n; u++) sc.last[u] = sc.pgrad[u] = -1;
     remat__mark_needed(g, loss, needed, stack);
     for (int32_t u = 0; u < n; u++)
         if (needed[u] && g->nodes[u].leaf == REMAT__LEAF_INPUT) c->inputs[c->n_inputs++] = u;
@@ -290,6 +341,15 @@ remat_status remat__chain_init(const remat__prog *p, remat_node loss, int aside,
         }
     }
     if (c->off[c->n_stages] != m) c->off[++c->n_stages] = m;
+    /* a traced step's parameter gradients, per tensor from the first
+     * backward that writes one (its last reader's: the backwards run in
+     * reverse creation order) to the step's end, unless resident */
+    for (int j = 0; j < m && grads && g->traced && !p->grads_resident; j++) {
+        const remat__node *nd = &g->nodes[c->nodes[j]];
+        for (int q = 0; q < nd->n_in && p->needs_grad[c->nodes[j]]; q++)
+            if (g->nodes[nd->in[q]].leaf == REMAT__LEAF_PARAM && remat__bwd_writes(p, nd, q))
+                sc.pgrad[nd->in[q]] = c->nodes[j];
+    }
     for (int i = 0; i < c->n_stages; i++)
         for (int j = c->off[i]; j < c->off[i + 1]; j++) c->fwd[i] += remat__node_seconds(p, &g->nodes[c->nodes[j]]);
     c->output = remat__vbytes(p, &g->nodes[loss]);
@@ -317,7 +377,7 @@ remat_status remat__chain_init(const remat__prog *p, remat_node loss, int aside,
     add_carried(p, c, reach, stack);
 out:
     free(needed), free(stack), free(cut), free(reach), free(sc.read), free(sc.drop), free(sc.keep), free(sc.last),
-        free(sc.stack);
+        free(sc.stack), free(sc.pgrad);
     if (rc != REMAT_OK) remat__chain_free(c);
     return rc;
 }

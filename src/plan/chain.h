@@ -32,6 +32,10 @@ typedef struct {
  * chain_cut.c) and measures them into *c (remat__chain_free, also on
  * failure). */
 remat_status remat__chain_init(const remat__prog *p, remat_node loss, int aside, remat__chain *c);
+/* The same, counting a traced step's parameter gradients (chain.c's
+ * header) only with grads set: remat__chain_init sets it; optimal.c plans
+ * the chain without them too, so that counting them never loses a plan. */
+remat_status remat__chain_init_model(const remat__prog *p, remat_node loss, int aside, int grads, remat__chain *c);
 void remat__chain_free(remat__chain *c);
 
 /* An expensive product (linear, conv; attention is one): what the

@@ -12,7 +12,12 @@
  * large as x_k). Memory is the sum of the resident values, x_0 and
  * gradients included; an operation's peak is taken after its outputs
  * appear and before its inputs are freed (B_i's peak also holds its
- * option's bwd_tmp).
+ * option's bwd_tmp). What a stage's B makes to keep to the step's end
+ * (`grads`: a traced step's parameter gradients) is held beside every
+ * operation after it: G_k, the sum over the stages k..L-1, goes with
+ * y_k, so that wherever the DP counts y_{l+1} beside an interval's
+ * operations (the y_{l+1} of Opt[m][i][l]) it counts a[l+1] + G_{l+1}
+ * (ay below).
  *
  * Each stage has 1..REMAT__MAX_OPTIONS storage options (rotor.h): what
  * its Fe keeps (saved), what its B then costs (backward) and holds while
@@ -89,6 +94,7 @@ struct remat_chain_plan {
 typedef struct {
     int L;
     int64_t *a;                               /* L + 2 entries */
+    int64_t *ay;                              /* L + 2 entries: y_k with what the B's from k on keep (G_k) */
     int *nopt;                                /* L + 1 entries: options per stage, 1 for the loss */
     int64_t *sv, *tmp, *fetmp, *need, *needb; /* (L+1) * MAXO entries each */
     int64_t *ftmp;                            /* L + 1 entries: fwd_tmp of each stage, 0 for the loss */
@@ -96,8 +102,8 @@ typedef struct {
 } sizes;
 
 static void sizes_free(sizes *z) {
-    free(z->a), free(z->nopt), free(z->sv), free(z->tmp), free(z->fetmp), free(z->ftmp), free(z->need), free(z->needb),
-        free(z->F);
+    free(z->a), free(z->ay), free(z->nopt), free(z->sv), free(z->tmp), free(z->fetmp), free(z->ftmp), free(z->need),
+        free(z->needb), free(z->F);
     memset(z, 0, sizeof *z);
 }
 
@@ -106,6 +112,7 @@ static remat_status sizes_init(sizes *z, int L) {
     z->L = L;
     size_t sq = ((size_t)L + 1) * ((size_t)L + 1), no = ((size_t)L + 1) * MAXO;
     z->a = calloc((size_t)L + 2, sizeof *z->a);
+    z->ay = calloc((size_t)L + 2, sizeof *z->ay);
     z->nopt = calloc((size_t)L + 1, sizeof *z->nopt);
     z->sv = calloc(no, sizeof *z->sv);
     z->tmp = calloc(no, sizeof *z->tmp);
@@ -114,7 +121,7 @@ static remat_status sizes_init(sizes *z, int L) {
     z->need = calloc(no, sizeof *z->need);
     z->needb = calloc(no, sizeof *z->needb);
     z->F = malloc(sq * sizeof *z->F);
-    if (!z->a || !z->nopt || !z->sv || !z->tmp || !z->fetmp || !z->ftmp || !z->need || !z->needb || !z->F) {
+    if (!z->a || !z->ay || !z->nopt || !z->sv || !z->tmp || !z->fetmp || !z->ftmp || !z->need || !z->needb || !z->F) {
         sizes_free(z);
         return remat__err(REMAT_NOMEM, "out of memory planning a chain of %d stages", L);
     }
@@ -134,10 +141,15 @@ static int64_t sizes_fill(sizes *z, const remat__stage_ex *st, int64_t output, i
     size_t W = (size_t)L + 1;
     for (int k = 0; k <= L; k++) z->a[k] = ceil_div(k < L ? st[k].input : output, unit);
     z->a[L + 1] = 0;
-    const int64_t *a = z->a;
-    /* Least m of (i, i) with option o: during Fe_i (y_{i+1}, xbar_{i+1}
-     * and fe_tmp) and during B_i (y_i, y_{i+1}, xbar_{i+1}, bwd_tmp); x_i
-     * is outside m. For i = L (the loss) this is a[L], for y_L. */
+    /* G_k in slots, rounded up as a sum (at least the bytes' sum) */
+    int64_t g = 0;
+    z->ay[L + 1] = 0, z->ay[L] = z->a[L];
+    for (int k = L - 1; k >= 0; k--) z->ay[k] = z->a[k] + (g += ceil_div(st[k].grads, unit));
+    const int64_t *a = z->a, *ay = z->ay;
+    /* Least m of (i, i) with option o: during Fe_i (y_{i+1} with G_{i+1},
+     * xbar_{i+1} and fe_tmp) and during B_i (y_i, y_{i+1} with G_{i+1},
+     * xbar_{i+1}, bwd_tmp, which counts the stage's own grads); x_i is
+     * outside m. For i = L (the loss) this is a[L], for y_L. */
     for (int i = 0; i <= L; i++) {
         z->nopt[i] = i < L ? st[i].n_options : 1;
         z->ftmp[i] = i < L ? ceil_div(st[i].fwd_tmp, unit) : 0;
@@ -146,13 +158,15 @@ static int64_t sizes_fill(sizes *z, const remat__stage_ex *st, int64_t output, i
             z->sv[q] = i < L ? ceil_div(st[i].opt[o].saved, unit) : 0;
             z->tmp[q] = i < L ? ceil_div(st[i].opt[o].bwd_tmp, unit) : 0;
             z->fetmp[q] = i < L ? ceil_div(st[i].opt[o].fe_tmp, unit) : 0;
-            z->needb[q] = a[i] + a[i + 1] + z->sv[q] + z->tmp[q];
-            z->need[q] = max64(a[i + 1] + z->sv[q] + z->fetmp[q], z->needb[q]);
+            /* and after B_i, y_i with G_i (bwd_tmp, counting the stage's
+             * grads, covers it unless a caller's is smaller) */
+            z->needb[q] = max64(a[i] + ay[i + 1] + z->sv[q] + z->tmp[q], ay[i]);
+            z->need[q] = max64(ay[i + 1] + z->sv[q] + z->fetmp[q], z->needb[q]);
         }
     }
     const int64_t *sv = z->sv, *needb = z->needb, *fetmp = z->fetmp, *ftmp = z->ftmp, *need = z->need;
     /* The forwards of a leaf's prefix (CF_i, Fn_{i+1..j-1}) run beside
-     * y_{l+1}: their peak is a[l+1] + max(a[i+1] + ftmp[i], max_{i<k<j}
+     * y_{l+1}: their peak is ay[l+1] + max(a[i+1] + ftmp[i], max_{i<k<j}
      * a[k] + a[k+1] + ftmp[k]), counted per leaf j below. (Rotor bounds
      * every interval by the largest over k < l instead; without transient
      * bytes the sub-intervals imply it, with them it would be too strict
@@ -174,7 +188,7 @@ static int64_t sizes_fill(sizes *z, const remat__stage_ex *st, int64_t output, i
                 /* B_i's peak (needb), not the base's Fe beside y_{i+1}: here
                  * Fe_i runs beside y_{l+1} */
                 int64_t v = max64(needb[q], sv[q] + F[(size_t)(i + 1) * W + (size_t)l]);
-                best = min64(best, max64(v, a[l + 1] + sv[q] + fetmp[q]));
+                best = min64(best, max64(v, ay[l + 1] + sv[q] + fetmp[q]));
             }
             /* leaf j: CF_i and Fn_{i+1..j-1} beside y_{l+1} (pre: their
              * peak), x_j kept beside (j, l); then (i, j-1) */
@@ -182,7 +196,7 @@ static int64_t sizes_fill(sizes *z, const remat__stage_ex *st, int64_t output, i
             for (int j = i + 1; j <= l; j++) {
                 if (j - 1 > i) pre = max64(pre, a[j - 1] + a[j] + ftmp[j - 1]);
                 int64_t v = max64(a[j] + F[(size_t)j * W + (size_t)l], F[(size_t)i * W + (size_t)(j - 1)]);
-                best = min64(best, max64(v, a[l + 1] + pre));
+                best = min64(best, max64(v, ay[l + 1] + pre));
             }
             F[(size_t)i * W + (size_t)l] = best;
         }
@@ -214,7 +228,7 @@ static remat_status least_budget(const remat__stage_ex *st, int n, int64_t outpu
     }
     int64_t umax = max64(1, output);
     for (int i = 0; i < n; i++) {
-        umax = max64(umax, max64(st[i].input, st[i].fwd_tmp));
+        umax = max64(umax, max64(max64(st[i].input, st[i].fwd_tmp), st[i].grads));
         for (int o = 0; o < st[i].n_options; o++)
             umax = max64(umax, max64(max64(st[i].opt[o].saved, st[i].opt[o].bwd_tmp), st[i].opt[o].fe_tmp));
     }
@@ -303,7 +317,7 @@ static int64_t store_all_slots(const remat__stage_ex *st, int n, int64_t output,
         for (int o = 0; k < n && o < st[k].n_options; o++)
             big = max64(big, ceil_div(st[k].opt[o].saved, unit) +
                                  max64(ceil_div(st[k].opt[o].bwd_tmp, unit), ceil_div(st[k].opt[o].fe_tmp, unit)));
-        cap += 2 * (ceil_div(k < n ? st[k].input : output, unit) + big);
+        cap += 2 * (ceil_div(k < n ? st[k].input : output, unit) + big) + (k < n ? ceil_div(st[k].grads, unit) : 0);
     }
     return cap;
 }
@@ -332,7 +346,7 @@ static void table_row(table *t, const sizes *z, int i, int l, double *wt) {
     int L = t->L;
     size_t W = t->W, SQ = (size_t)L + 1;
     int64_t Ms = t->Ms;
-    const int64_t *a = z->a, *F = z->F;
+    const int64_t *a = z->a, *ay = z->ay, *F = z->F;
     double *r = t->opt + tri(L, i, l) * W;
     int16_t *w = t->what + tri(L, i, l) * W;
     for (size_t m = 0; m < W; m++) r[m] = INFINITY, wt[m] = WHAT_NONE;
@@ -345,7 +359,7 @@ static void table_row(table *t, const sizes *z, int i, int l, double *wt) {
             if (j - 1 > i) pre = max64(pre, a[j - 1] + a[j] + z->ftmp[j - 1]);
             int64_t aj = a[j];
             int64_t start =
-                max64(a[l + 1] + pre, max64(aj + F[(size_t)j * SQ + (size_t)l], F[(size_t)i * SQ + (size_t)(j - 1)]));
+                max64(ay[l + 1] + pre, max64(aj + F[(size_t)j * SQ + (size_t)l], F[(size_t)i * SQ + (size_t)(j - 1)]));
             if (start > Ms) continue;
             const double *A = t->opt + tri(L, j, l) * W - aj; /* A[m] = Opt[m - aj][j][l] */
             const double *B = t->opt + tri(L, i, j - 1) * W;
@@ -364,7 +378,7 @@ static void table_row(table *t, const sizes *z, int i, int l, double *wt) {
             size_t q = (size_t)i * MAXO + (size_t)o;
             int64_t svo = z->sv[q];
             int64_t start = max64(z->needb[q], svo + F[(size_t)(i + 1) * SQ + (size_t)l]);
-            start = max64(start, a[l + 1] + svo + z->fetmp[q]); /* during Fe_i, beside y_{l+1} */
+            start = max64(start, ay[l + 1] + svo + z->fetmp[q]); /* during Fe_i, beside y_{l+1} */
             if (start > Ms) continue;
             double c = t->f[i] + t->b[q], od = -o;
             const double *D = t->opt + tri(L, i + 1, l) * W - svo; /* D[m] = Opt[m - sv_o][i+1][l] */

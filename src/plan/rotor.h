@@ -37,6 +37,10 @@ typedef struct {
     double forward;  /* u_f */
     int64_t input;   /* omega_x[i] */
     int64_t fwd_tmp; /* extra bytes live during Fn_i and CF_i beyond x_i and x_{i+1} (PLANNING.md 3.1) */
+    int64_t grads;   /* bytes B_i makes that stay to the step's end, beside every later operation (a traced
+                      * step's parameter gradients: memplan.c); its bwd_tmp counts them as B_i makes them.
+                      * rotor's DP and simulator hold them; the offload DP (offload_chain.c: optimal offloads no
+                      * traced step) and its simulator do not yet */
     int n_options;   /* 1..REMAT__MAX_OPTIONS; option 0 is the plain "keep everything" one */
     remat__stage_option opt[REMAT__MAX_OPTIONS];
 } remat__stage_ex;

@@ -84,6 +84,9 @@ remat_status remat__chain_check_ex(const remat__stage_ex *st, int n, int64_t out
         if (s->fwd_tmp < 0 || s->fwd_tmp > limit / 4)
             return remat__err(REMAT_INVALID, "stage %d: 'fwd_tmp' is negative or too large (%lld)", i,
                               (long long)s->fwd_tmp);
+        if (s->grads < 0 || s->grads > limit / 4)
+            return remat__err(REMAT_INVALID, "stage %d: 'grads' is negative or too large (%lld)", i,
+                              (long long)s->grads);
         if (s->n_options < 1 || s->n_options > MAXO)
             return remat__err(REMAT_INVALID, "stage %d: %d storage options (1 to %d)", i, s->n_options, MAXO);
         if (s->input > limit - total)
@@ -115,7 +118,10 @@ remat_status remat__chain_check_ex(const remat__stage_ex *st, int n, int64_t out
                                   (long long)limit);
             big = p->saved + p->bwd_tmp > big ? p->saved + p->bwd_tmp : big;
         }
-        total += big;
+        if (s->grads > limit - total - big)
+            return remat__err(REMAT_INVALID, "stage %d: sizes too large (their sum must stay below %lld)", i,
+                              (long long)limit);
+        total += big + s->grads;
     }
     /* Infinite cost is the DP's mark of an infeasible state, so no
      * schedule's cost may overflow: a persistent schedule runs each
@@ -257,6 +263,8 @@ static void sim_free(sim *s, remat_chain_op op) {
         s->Y[i + 1] = 0, s->mem -= size_x(s->st, n, s->output, i + 1);
         s->XB[i + 1] = 0, s->mem -= s->xbs[i + 1];
         if (s->X[i]) s->X[i] = 0, s->mem -= s->st[i].input;
+        s->mem += s->st[i].grads; /* kept to the step's end */
+        if (s->mem > s->peak) s->peak = s->mem;
         break;
     default: break;
     }
@@ -274,7 +282,9 @@ static void sim_free(sim *s, remat_chain_op op) {
  *         stays for B_{L-1}).
  *   B_i:  needs y_{i+1}, xbar_{i+1} made with the same option, and x_i or
  *         xbar_i; makes y_i, holding the option's bwd_tmp at its peak;
- *         frees y_{i+1}, xbar_{i+1}, and x_i if resident (xbar_i stays).
+ *         frees y_{i+1}, xbar_{i+1}, and x_i if resident (xbar_i stays);
+ *         then holds the stage's grads to the end (its bwd_tmp counts them
+ *         while B_i runs).
  * *complete is set when y_0 is resident at the end. */
 remat_status remat__chain_sim_run(const remat__stage_ex *st, int n, int64_t output, const remat_chain_op *ops, int nops,
                                   double *cost_out, int64_t *peak_out, int *complete) {
