@@ -281,10 +281,10 @@ def equal_peak(fresh, batch, loss, inputs, args, name, target_row, at, floor, to
     steps) whose measured peak is at most target_row's measured peak: a
     budget above that peak may find a plan that Inductor holds within it,
     since remat's model of the compiled step is not Inductor's. top:
-    (store-all's budget, what its trial step held). Where store-all holds
-    no more than the peak, its row. Else the search runs over [the peak
-    (or rt.compile's floor, where the peak is below it), what store-all
-    held] (a budget from there up compiles store-all): the peak fits
+    (store-all's budget, what its trial step held). Store-all (at the
+    larger of the two) is compiled first: where it holds no more than the
+    peak, its row. Else the search runs over [the peak (or rt.compile's
+    floor, where the peak is below it), that budget]: the peak fits
     (rt.compile holds its budget: the row at, rt.compile at the peak), the
     floor is compiled to see; each budget tried is compiled (with its
     trial step and re-plans) and measured, and one whose row holds more
@@ -293,18 +293,20 @@ def equal_peak(fresh, batch, loss, inputs, args, name, target_row, at, floor, to
     nothing tried holds the peak."""
     target = target_row["measured"]
     kind = "(equal-peak search)"
-    if top[1] <= target:
-        r = rt_compiled_at(fresh, batch, loss, inputs, max(top), args, name, kind, floor_on_failure=False)
-        best = r if r is not None and r["measured"] <= target else None
-        lo = hi = target
-    elif at is not None:
+    hi = max(top)  # a budget that compiles store-all
+    r = rt_compiled_at(fresh, batch, loss, inputs, hi, args, name, kind, floor_on_failure=False)
+    tried = [(hi, r["measured"] if r else None)]
+    print("%-9s   budget %.1f MiB (store-all): %s" % (name, hi / 2 ** 20, "measured %.1f MiB" % (
+        r["measured"] / 2 ** 20) if r else "no plan held it"), flush=True)
+    if r is not None and r["measured"] <= target:  # store-all holds no more than the peak
+        return dict(r, config="rt.compile at equal peak to " + target_row["config"], target=target, tried=tried)
+    if at is not None:
         best = at if at["measured"] <= target else None
-        lo, hi = target, top[1]
+        lo = target
     else:
         r = rt_compiled_at(fresh, batch, loss, inputs, floor, args, name, kind)
         best = r if r["measured"] <= target else None
-        lo, hi = (r["budget"], top[1]) if best else (target, target)
-    tried = []
+        lo, hi = (r["budget"], hi) if best else (target, target)
     for _ in range(args.equal_peak):
         if hi - lo < 1 << 18:  # a quarter MiB: plans do not differ by less
             break
