@@ -37,7 +37,8 @@ one process, one after another:
                      compiled (planned) again and timed alternately, R
                      rounds of one forward and backward each after a
                      warm-up round: step seconds side by side under the
-                     same load, and each over the fraction's
+                     same load, and the median per round of each over the
+                     fraction's
   torch.compile search
                      with --search N: for each rt.compile spread row, the
                      fraction whose measured peak fits that row's measured
@@ -332,8 +333,9 @@ def alternate(fresh, step_fn, batch, loss, inputs, args, name, frac_row, rt_row)
     search's) and remat's eager plan at frac_row's peak, each compiled (or
     planned) anew and kept, then --rounds rounds of one forward and
     backward of each in turn (a warm-up round first), so that the machine's
-    load moves all three alike: the median per configuration, and each
-    over the fraction's."""
+    load moves all three alike: the median and least seconds per
+    configuration, and the median over rounds of each one's step over the
+    fraction's step of the same round."""
     frac = float(frac_row["config"].split()[-1])
     torch._dynamo.reset()
     steps = {}
@@ -363,13 +365,16 @@ def alternate(fresh, step_fn, batch, loss, inputs, args, name, frac_row, rt_row)
                 one()
             if rnd:
                 times[k].append(time.perf_counter() - t0)
-    base = statistics.median(times["torch.compile %.2f" % frac])
+    base = times["torch.compile %.2f" % frac]
     rows = []
     for k, t in times.items():
+        # per round, over the fraction's step of the same round: a burst of
+        # load from other jobs moves one round, and the median leaves it out
+        ratio = statistics.median(a / b for a, b in zip(t, base))
         rows.append({"row": name, "config": "alternating at %s's peak: %s" % (frac_row["config"], k),
-                     "seconds": statistics.median(t), "over_fraction": statistics.median(t) / base, "times": t})
-        print("%-9s %-60s step %.3f s (median of %d)  %.3fx the fraction's" % (
-            name, rows[-1]["config"], rows[-1]["seconds"], len(t), rows[-1]["over_fraction"]), flush=True)
+                     "seconds": statistics.median(t), "min_seconds": min(t), "over_fraction": ratio, "times": t})
+        print("%-9s %-60s step %.3f s (median of %d, least %.3f s)  %.3fx the fraction's (median per round)" % (
+            name, rows[-1]["config"], rows[-1]["seconds"], len(t), min(t), ratio), flush=True)
     return rows
 
 
