@@ -2,7 +2,8 @@
 budgets, against torch.compile's own activation_memory_budget.
 
     python -m remat.torch run bench/torch/rt_compile.py [--rows gpt2,resnet50] [--budgets 4]
-        [--fractions 1.0,0.5,0.2,0.0] [--search 0] [--steps 3] [--threads 2] [--json FILE]
+        [--fractions 1.0,0.5,0.2,0.0] [--search 0] [--equal-peak 0] [--rounds 5] [--steps 3]
+        [--threads 2] [--json FILE]
 
 Each row (GPT-2: 4 layers, 256 wide, context 256, GPT-2's vocabulary,
 batch 2; ResNet-50: batch 8 at 128x128; SGD with momentum) runs, in this
@@ -23,6 +24,21 @@ one process, one after another:
   remat eager        remat's eager plan (rt.plan, plan.apply()) at each
                      torch.compile row's measured peak: the same budget
                      without compiling
+  rt.compile at equal peak
+                     with --equal-peak N: for each torch.compile fraction
+                     row, rt.compile at the largest byte budget whose
+                     MEASURED peak is at most that row's measured peak,
+                     found by N steps of bisection over budgets from that
+                     peak to what store-all's trial step held (each budget
+                     compiled, its trial step run, measured), so that the
+                     two are compared at equal real memory; then, with
+                     --rounds R, the fraction, rt.compile at that budget
+                     and remat's eager plan at the fraction's peak are
+                     compiled (planned) again and timed alternately, R
+                     rounds of one forward and backward each after a
+                     warm-up round: step seconds side by side under the
+                     same load, and the median per round of each over the
+                     fraction's
   torch.compile search
                      with --search N: for each rt.compile spread row, the
                      fraction whose measured peak fits that row's measured
@@ -185,31 +201,18 @@ def row(name, args):
     except rt.RematError as e:
         floor = e.floor  # the planner's: a trial step may name a higher one (below)
     m, opt = fresh()
-    top = rt.compile(m, batch, budget=None, optimizer=opt, loss=loss, inputs=inputs).plan.peak_bytes
-    top = rt.budget_for(top)
+    full = rt.compile(m, batch, budget=None, optimizer=opt, loss=loss, inputs=inputs).plan
+    top = rt.budget_for(full.peak_bytes)
+    # store-all's trial step: every budget from it up compiles store-all, which holds this
+    top_measured = full.measured or top
     n = max(args.budgets, 2)
     budgets = [("spread", floor + (top - floor) * i // (n - 1)) for i in range(n)]
     budgets += [("at " + r["config"], r["measured"]) for r in compiled_rows if r["measured"] >= floor]
     for kind, budget in budgets:
-        m, opt = fresh()
-        torch._dynamo.reset()
-        try:
-            step = rt.compile(m, batch, budget=budget, optimizer=opt, loss=loss, inputs=inputs)
-        except rt.RematError as e:
-            if "trial step" not in str(e):
-                raise
-            print("%-9s rt.compile %-20s %s" % (name, kind, e), flush=True)
-            m, opt = fresh()
-            budget = e.floor
-            step = rt.compile(m, batch, budget=budget, optimizer=opt, loss=loss, inputs=inputs)
-        ct = step.compile_seconds
-        peak, sec = run_steps(step, m, opt, batch, args.steps)
-        p = step.plan
-        out.append({"row": name, "config": "rt.compile " + kind, "budget": budget,
-                    "replans": len(step.rejected), "predicted": p.peak_bytes,
-                    "measured": peak, "seconds": sec, "compile_seconds": ct, "plan_seconds": p.seconds,
-                    "recomputed": len(p.recompute_ops), "extra_flops": p.extra_flops / p.flops if p.flops else 0.0})
+        r = rt_compiled_at(fresh, batch, loss, inputs, budget, args, name, kind)
+        out.append(r)
         print(_line(out[-1]), flush=True)
+        peak = r["measured"]
         if kind == "spread" and args.search:
             frac, found = search_fraction(fresh, step_fn, batch, args, peak, known)
             if found is None:
@@ -218,6 +221,18 @@ def row(name, args):
                 out.append({"row": name, "config": "torch.compile %.4f (search)" % frac, "target": peak,
                             "measured": found[0], "seconds": found[1], "compile_seconds": found[2]})
                 print(_line(out[-1]), flush=True)
+    if args.equal_peak:
+        for r in [r for r in compiled_rows if r["config"] != "torch.compile + checkpoint"]:
+            at = next((x for x in out if x["config"] == "rt.compile at " + r["config"]), None)
+            found = equal_peak(fresh, batch, loss, inputs, args, name, r, at, floor, (top, top_measured))
+            if found is None:
+                print("%-9s rt.compile at equal measured peak to %s: no budget tried held it" % (name, r["config"]),
+                      flush=True)
+                continue
+            out.append(found)
+            print(_line(out[-1]), flush=True)
+            if args.rounds:
+                out += alternate(fresh, step_fn, batch, loss, inputs, args, name, r, found)
     for r in compiled_rows:  # remat's eager plan at each compiled row's peak
         m, opt = fresh()
         p = rt.plan(m, batch[:inputs], lambda o: loss(o, *batch[inputs:]), budget=r["measured"], optimizer=opt)
@@ -234,6 +249,133 @@ def row(name, args):
                     "extra_flops": p.extra_flops / p.flops if p.flops else 0.0})
         print(_line(out[-1]), flush=True)
     return out
+
+
+def rt_compiled_at(fresh, batch, loss, inputs, budget, args, name, kind, floor_on_failure=True):
+    """rt.compile of a fresh model at budget, measured: its row. Where the
+    trial step measures the floor plan over the budget, the floor it names
+    is compiled instead (floor_on_failure), else None."""
+    m, opt = fresh()
+    torch._dynamo.reset()
+    try:
+        step = rt.compile(m, batch, budget=budget, optimizer=opt, loss=loss, inputs=inputs)
+    except rt.RematError as e:
+        if "trial step" not in str(e) and (floor_on_failure or "each of" not in str(e)):
+            raise
+        print("%-9s rt.compile %-20s %s" % (name, kind, e), flush=True)
+        if not floor_on_failure or getattr(e, "floor", None) is None:
+            return None
+        m, opt = fresh()
+        budget = e.floor
+        step = rt.compile(m, batch, budget=budget, optimizer=opt, loss=loss, inputs=inputs)
+    ct = step.compile_seconds
+    peak, sec = run_steps(step, m, opt, batch, args.steps)
+    p = step.plan
+    return {"row": name, "config": "rt.compile " + kind, "budget": budget,
+            "replans": len(step.rejected), "predicted": p.peak_bytes,
+            "measured": peak, "seconds": sec, "compile_seconds": ct, "plan_seconds": p.seconds,
+            "recomputed": len(p.recompute_ops), "extra_flops": p.extra_flops / p.flops if p.flops else 0.0}
+
+
+def equal_peak(fresh, batch, loss, inputs, args, name, target_row, at, floor, top):
+    """rt.compile at the largest byte budget (of --equal-peak bisection
+    steps) whose measured peak is at most target_row's measured peak: a
+    budget above that peak may find a plan that Inductor holds within it,
+    since remat's model of the compiled step is not Inductor's. top:
+    (store-all's budget, what its trial step held). Store-all (at the
+    larger of the two) is compiled first: where it holds no more than the
+    peak, its row. Else the search runs over [the peak (or rt.compile's
+    floor, where the peak is below it), that budget]: the peak fits
+    (rt.compile holds its budget: the row at, rt.compile at the peak), the
+    floor is compiled to see; each budget tried is compiled (with its
+    trial step and re-plans) and measured, and one whose row holds more
+    than the peak is an upper bound. Measured peaks need not grow with the
+    budget, so this is a search, not a guarantee of the largest. None when
+    nothing tried holds the peak."""
+    target = target_row["measured"]
+    kind = "(equal-peak search)"
+    hi = max(top)  # a budget that compiles store-all
+    r = rt_compiled_at(fresh, batch, loss, inputs, hi, args, name, kind, floor_on_failure=False)
+    tried = [(hi, r["measured"] if r else None)]
+    print("%-9s   budget %.1f MiB (store-all): %s" % (name, hi / 2 ** 20, "measured %.1f MiB" % (
+        r["measured"] / 2 ** 20) if r else "no plan held it"), flush=True)
+    if r is not None and r["measured"] <= target:  # store-all holds no more than the peak
+        return dict(r, config="rt.compile at equal peak to " + target_row["config"], target=target, tried=tried)
+    if at is not None:
+        best = at if at["measured"] <= target else None
+        lo = target
+    else:
+        r = rt_compiled_at(fresh, batch, loss, inputs, floor, args, name, kind)
+        best = r if r["measured"] <= target else None
+        lo, hi = (r["budget"], hi) if best else (target, target)
+    for _ in range(args.equal_peak):
+        if hi - lo < 1 << 18:  # a quarter MiB: plans do not differ by less
+            break
+        mid = (lo + hi) // 2
+        r = rt_compiled_at(fresh, batch, loss, inputs, mid, args, name, kind, floor_on_failure=False)
+        tried.append((mid, r["measured"] if r else None))
+        if r is not None and r["measured"] <= target:
+            lo = mid
+            if best is None or r["budget"] >= best["budget"]:
+                best = r
+        else:
+            hi = mid
+        print("%-9s   budget %.1f MiB: %s" % (name, mid / 2 ** 20, "measured %.1f MiB" % (r["measured"] / 2 ** 20)
+                                             if r else "no plan held it"), flush=True)
+    if best is None:
+        return None
+    return dict(best, config="rt.compile at equal peak to " + target_row["config"], target=target, tried=tried)
+
+
+def alternate(fresh, step_fn, batch, loss, inputs, args, name, frac_row, rt_row):
+    """Step seconds at one measured peak, alternating: torch.compile at
+    frac_row's fraction, rt.compile at rt_row's budget (the equal-peak
+    search's) and remat's eager plan at frac_row's peak, each compiled (or
+    planned) anew and kept, then --rounds rounds of one forward and
+    backward of each in turn (a warm-up round first), so that the machine's
+    load moves all three alike: the median and least seconds per
+    configuration, and the median over rounds of each one's step over the
+    fraction's step of the same round."""
+    frac = float(frac_row["config"].split()[-1])
+    torch._dynamo.reset()
+    steps = {}
+    m, _ = fresh()
+    with torch._functorch.config.patch(activation_memory_budget=frac):
+        fn = torch.compile(step_fn(m))
+        with torch.enable_grad():
+            fn(*batch)
+    steps["torch.compile %.2f" % frac] = (m, lambda m=m, fn=fn: fn(*batch).backward())
+    m, opt = fresh()
+    step = rt.compile(m, batch, budget=rt_row["budget"], optimizer=opt, loss=loss, inputs=inputs)
+    steps["rt.compile at equal peak"] = (m, lambda step=step: step(*batch).backward())
+    m, opt = fresh()
+    p = rt.plan(m, batch[:inputs], lambda o: loss(o, *batch[inputs:]), budget=frac_row["measured"], optimizer=opt)
+    if p.feasible:
+        def eager(m=m, p=p):
+            with p.apply(m):
+                loss(m(*batch[:inputs]), *batch[inputs:]).backward()
+        steps["remat eager"] = (m, eager)
+    times = {k: [] for k in steps}
+    for rnd in range(args.rounds + 1):
+        for k, (m, one) in steps.items():
+            for q in m.parameters():
+                q.grad = None
+            t0 = time.perf_counter()
+            with torch.enable_grad():
+                one()
+            if rnd:
+                times[k].append(time.perf_counter() - t0)
+    base = times["torch.compile %.2f" % frac]
+    rows = []
+    for k, t in times.items():
+        # per round, over the fraction's step of the same round: a burst of
+        # load from other jobs moves one round, and the median leaves it out
+        ratio = statistics.median(a / b for a, b in zip(t, base))
+        rows.append({"row": name, "config": "alternating at %s's peak: %s" % (frac_row["config"], k),
+                     "seconds": statistics.median(t), "min_seconds": min(t), "over_fraction": ratio, "times": t})
+        print("%-9s %-60s step %.3f s (median of %d, least %.3f s)  %.3fx the fraction's (median per round)" % (
+            name, rows[-1]["config"], rows[-1]["seconds"], len(t), min(t), ratio), flush=True)
+    return rows
 
 
 def _line(r):
@@ -255,6 +397,12 @@ def main():
     ap.add_argument("--fractions", default="1.0,0.5,0.2,0.0")
     ap.add_argument("--search", type=int, default=0,
                     help="bisection steps of the fraction search per rt.compile spread row (0: no search)")
+    ap.add_argument("--equal-peak", type=int, default=0,
+                    help="bisection steps of the search for rt.compile's largest budget whose measured peak is at "
+                         "most each torch.compile fraction's (0: no search)")
+    ap.add_argument("--rounds", type=int, default=5,
+                    help="with --equal-peak: rounds of alternating steps timing the fraction, rt.compile at equal "
+                         "peak and remat's eager plan side by side (0: none)")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json")
