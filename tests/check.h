@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static int check_failures = 0;
 static int check_count = 0;
@@ -42,6 +43,19 @@ static int check_count = 0;
             fprintf(stderr, "%s:%d: %s failed: %s: %s\n", __FILE__, __LINE__, #call, remat_status_str(check_st_),      \
                     remat_last_error());                                                                               \
         }                                                                                                              \
+    } while (0)
+
+/* Whether s contains sub (a NULL s or sub: no). */
+static inline int check_has(const char *s, const char *sub) { return s && sub && strstr(s, sub) != NULL; }
+
+/* A call that must fail with status st and a message containing a and b
+ * (either may be NULL). */
+#define CHECK_FAILS(call, st, a, b)                                                                                    \
+    do {                                                                                                               \
+        remat_status got_ = (call);                                                                                    \
+        const char *msg_ = remat_last_error();                                                                         \
+        CHECK_MSG(got_ == (st) && (!(a) || check_has(msg_, a)) && (!(b) || check_has(msg_, b)),                        \
+                  "status %s, message: %s", remat_status_str(got_), msg_);                                             \
     } while (0)
 
 static inline int check_exit(const char *name) {

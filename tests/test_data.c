@@ -38,18 +38,6 @@ static void section_end(const char *what) {
     fflush(stdout);
 }
 
-static int has(const char *s, const char *sub) { return s && sub && strstr(s, sub) != NULL; }
-
-/* A call that must fail with status st and a message containing a and b
- * (either may be NULL). */
-#define CHECK_ERR(call, st, a, b)                                                                                      \
-    do {                                                                                                               \
-        remat_status got_ = (call);                                                                                    \
-        const char *msg_ = remat_last_error();                                                                         \
-        CHECK_MSG(got_ == (st) && (!(a) || has(msg_, a)) && (!(b) || has(msg_, b)), "status %s, message: %s",          \
-                  remat_status_str(got_), msg_);                                                                       \
-    } while (0)
-
 /* ---------------------------------------------------------------- files */
 
 static const char *tpath(const char *name) {
@@ -191,8 +179,8 @@ static void test_idx(void) {
     remat_dataset_destroy(d);
     /* the training split is not there: names both candidates */
     d = NULL;
-    CHECK_ERR(remat_dataset_load(&d, "fashion-mnist", tpath("fmnist"), 1), REMAT_NOT_FOUND, "train-images-idx3-ubyte",
-              "train-images-idx3-ubyte.gz");
+    CHECK_FAILS(remat_dataset_load(&d, "fashion-mnist", tpath("fmnist"), 1), REMAT_NOT_FOUND, "train-images-idx3-ubyte",
+                "train-images-idx3-ubyte.gz");
     CHECK(d == NULL);
     section_end("named sets: mnist (.gz) and fashion-mnist (plain), normalization");
 }
@@ -205,11 +193,11 @@ static void test_idx_errors(void) {
     section_begin();
     b = idx_images(0x803, N5, R, C, pix5, 12, &len); /* 18 of 30 pixel bytes */
     write_bytes(tpath("short-images"), b, len);
-    CHECK_ERR(remat_dataset_load_idx(&d, tpath("short-images"), tpath("lab")), REMAT_FORMAT, "short-images: truncated",
-              "expected 30 pixel bytes, got 18");
+    CHECK_FAILS(remat_dataset_load_idx(&d, tpath("short-images"), tpath("lab")), REMAT_FORMAT,
+                "short-images: truncated", "expected 30 pixel bytes, got 18");
     write_gz(tpath("short-images.gz"), b, len);
-    CHECK_ERR(remat_dataset_load_idx(&d, tpath("short-images.gz"), tpath("lab")), REMAT_FORMAT,
-              "short-images.gz: truncated", "got 18");
+    CHECK_FAILS(remat_dataset_load_idx(&d, tpath("short-images.gz"), tpath("lab")), REMAT_FORMAT,
+                "short-images.gz: truncated", "got 18");
     free(b);
     /* a gzip stream cut in the middle */
     FILE *f = fopen(tpath("img.gz"), "rb");
@@ -217,58 +205,58 @@ static void test_idx_errors(void) {
     size_t gzn = f ? fread(gzb, 1, sizeof gzb, f) : 0;
     if (f) fclose(f);
     write_bytes(tpath("cut.gz"), gzb, gzn / 2);
-    CHECK_ERR(remat_dataset_load_idx(&d, tpath("cut.gz"), tpath("lab")), REMAT_FORMAT, "cut.gz: truncated", NULL);
+    CHECK_FAILS(remat_dataset_load_idx(&d, tpath("cut.gz"), tpath("lab")), REMAT_FORMAT, "cut.gz: truncated", NULL);
     /* a header cut short */
     b = idx_images(0x803, N5, R, C, pix5, 0, &len);
     write_bytes(tpath("tiny"), b, 10);
-    CHECK_ERR(remat_dataset_load_idx(&d, tpath("tiny"), tpath("lab")), REMAT_FORMAT, "tiny: truncated",
-              "16-byte IDX header");
+    CHECK_FAILS(remat_dataset_load_idx(&d, tpath("tiny"), tpath("lab")), REMAT_FORMAT, "tiny: truncated",
+                "16-byte IDX header");
     /* trailing bytes */
     unsigned char *b2 = malloc(len + 3);
     memcpy(b2, b, len);
     memset(b2 + len, 7, 3);
     write_bytes(tpath("long"), b2, len + 3);
-    CHECK_ERR(remat_dataset_load_idx(&d, tpath("long"), tpath("lab")), REMAT_FORMAT, "long: unexpected data",
-              "30 pixel bytes");
+    CHECK_FAILS(remat_dataset_load_idx(&d, tpath("long"), tpath("lab")), REMAT_FORMAT, "long: unexpected data",
+                "30 pixel bytes");
     free(b2);
     free(b);
     /* corrupt compressed data: a gzip header followed by garbage */
     unsigned char bad[64] = {0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3};
     for (int i = 10; i < 64; i++) bad[i] = (unsigned char)(i * 91 + 7);
     write_bytes(tpath("corrupt.gz"), bad, sizeof bad);
-    CHECK_ERR(remat_dataset_load_idx(&d, tpath("corrupt.gz"), tpath("lab")), REMAT_FORMAT, "corrupt.gz", NULL);
+    CHECK_FAILS(remat_dataset_load_idx(&d, tpath("corrupt.gz"), tpath("lab")), REMAT_FORMAT, "corrupt.gz", NULL);
     CHECK(d == NULL);
     section_end("truncated images (plain, gzip, cut stream, header), trailing data, "
                 "corrupt gzip");
 
     section_begin();
-    CHECK_ERR(remat_dataset_load_idx(&d, tpath("lab"), tpath("lab")), REMAT_FORMAT,
-              "lab: bad magic number 0x00000801, expected 0x00000803", "it is an IDX labels file");
-    CHECK_ERR(remat_dataset_load_idx(&d, tpath("img"), tpath("img")), REMAT_FORMAT,
-              "img: bad magic number 0x00000803, expected 0x00000801", NULL);
+    CHECK_FAILS(remat_dataset_load_idx(&d, tpath("lab"), tpath("lab")), REMAT_FORMAT,
+                "lab: bad magic number 0x00000801, expected 0x00000803", "it is an IDX labels file");
+    CHECK_FAILS(remat_dataset_load_idx(&d, tpath("img"), tpath("img")), REMAT_FORMAT,
+                "img: bad magic number 0x00000803, expected 0x00000801", NULL);
     b = idx_images(0x12345678, N5, R, C, pix5, 0, &len);
     write_bytes(tpath("magic"), b, len);
     free(b);
-    CHECK_ERR(remat_dataset_load_idx(&d, tpath("magic"), tpath("lab")), REMAT_FORMAT,
-              "magic: bad magic number 0x12345678", NULL);
+    CHECK_FAILS(remat_dataset_load_idx(&d, tpath("magic"), tpath("lab")), REMAT_FORMAT,
+                "magic: bad magic number 0x12345678", NULL);
     section_end("wrong magic numbers");
 
     section_begin();
     b = idx_labels(0x801, N5 - 1, lab5, &len);
     write_bytes(tpath("lab4"), b, len);
     free(b);
-    CHECK_ERR(remat_dataset_load_idx(&d, tpath("img"), tpath("lab4")), REMAT_FORMAT, "has 5 images", "has 4 labels");
+    CHECK_FAILS(remat_dataset_load_idx(&d, tpath("img"), tpath("lab4")), REMAT_FORMAT, "has 5 images", "has 4 labels");
     unsigned char badlab[N5] = {1, 2, 10, 3, 4};
     b = idx_labels(0x801, N5, badlab, &len);
     write_bytes(tpath("lab10"), b, len);
     free(b);
-    CHECK_ERR(remat_dataset_load_idx(&d, tpath("img"), tpath("lab10")), REMAT_FORMAT, "lab10: label 10 of sample 2",
-              "10 classes");
+    CHECK_FAILS(remat_dataset_load_idx(&d, tpath("img"), tpath("lab10")), REMAT_FORMAT, "lab10: label 10 of sample 2",
+                "10 classes");
     b = idx_images(0x803, 0, R, C, pix5, 0, &len);
     write_bytes(tpath("empty"), b, len);
     free(b);
-    CHECK_ERR(remat_dataset_load_idx(&d, tpath("empty"), tpath("lab")), REMAT_FORMAT, "empty: empty", NULL);
-    CHECK_ERR(remat_dataset_load_idx(&d, tpath("nosuch"), tpath("lab")), REMAT_NOT_FOUND, "nosuch", NULL);
+    CHECK_FAILS(remat_dataset_load_idx(&d, tpath("empty"), tpath("lab")), REMAT_FORMAT, "empty: empty", NULL);
+    CHECK_FAILS(remat_dataset_load_idx(&d, tpath("nosuch"), tpath("lab")), REMAT_NOT_FOUND, "nosuch", NULL);
     /* a header claiming 2^32-1 images of 65535x65535: truncated, no huge
      * allocation */
     unsigned char huge[20];
@@ -276,20 +264,20 @@ static void test_idx_errors(void) {
     put_be32(huge + 8, 65535), put_be32(huge + 12, 65535);
     memset(huge + 16, 1, 4);
     write_bytes(tpath("huge"), huge, sizeof huge);
-    CHECK_ERR(remat_dataset_load_idx(&d, tpath("huge"), tpath("lab")), REMAT_FORMAT, "huge", NULL);
+    CHECK_FAILS(remat_dataset_load_idx(&d, tpath("huge"), tpath("lab")), REMAT_FORMAT, "huge", NULL);
     section_end("mismatched counts, label out of range, empty, missing file, huge header");
 
     section_begin();
-    CHECK_ERR(remat_dataset_load(&d, "fashion-mnist", "/nonexistent/fmnist", 1), REMAT_NOT_FOUND, "/nonexistent/fmnist",
-              "apt-get install dataset-fashion-mnist");
-    CHECK_ERR(remat_dataset_load(&d, "mnist", "/nonexistent/mnist", 1), REMAT_NOT_FOUND, "/nonexistent/mnist",
-              "does not exist");
-    CHECK(!has(remat_last_error(), "apt-get"));
-    CHECK_ERR(remat_dataset_load(&d, "mnist", NULL, 1), REMAT_INVALID, "mnist", "directory");
-    CHECK_ERR(remat_dataset_load(&d, "cifar10", NULL, 1), REMAT_INVALID, "cifar10", "directory");
-    CHECK_ERR(remat_dataset_load(&d, "imagenet", NULL, 1), REMAT_INVALID, "unknown data set 'imagenet'",
-              "fashion-mnist, mnist, cifar10");
-    CHECK_ERR(remat_dataset_load(&d, "fashion-mnist", tpath("img"), 1), REMAT_INVALID, "not a directory", NULL);
+    CHECK_FAILS(remat_dataset_load(&d, "fashion-mnist", "/nonexistent/fmnist", 1), REMAT_NOT_FOUND,
+                "/nonexistent/fmnist", "apt-get install dataset-fashion-mnist");
+    CHECK_FAILS(remat_dataset_load(&d, "mnist", "/nonexistent/mnist", 1), REMAT_NOT_FOUND, "/nonexistent/mnist",
+                "does not exist");
+    CHECK(!check_has(remat_last_error(), "apt-get"));
+    CHECK_FAILS(remat_dataset_load(&d, "mnist", NULL, 1), REMAT_INVALID, "mnist", "directory");
+    CHECK_FAILS(remat_dataset_load(&d, "cifar10", NULL, 1), REMAT_INVALID, "cifar10", "directory");
+    CHECK_FAILS(remat_dataset_load(&d, "imagenet", NULL, 1), REMAT_INVALID, "unknown data set 'imagenet'",
+                "fashion-mnist, mnist, cifar10");
+    CHECK_FAILS(remat_dataset_load(&d, "fashion-mnist", tpath("img"), 1), REMAT_INVALID, "not a directory", NULL);
     CHECK(d == NULL);
     section_end("missing directory (with apt-get hint), no default dir, unknown name");
 
@@ -299,17 +287,17 @@ static void test_idx_errors(void) {
         float x[R * C];
         int32_t y;
         int64_t bad_i = 5;
-        CHECK_ERR(remat_dataset_get(d, &bad_i, 1, x, &y), REMAT_INVALID, "index 5 out of range", NULL);
-        CHECK_ERR(remat_dataset_truncate(d, 6), REMAT_INVALID, "6", NULL);
-        CHECK_ERR(remat_dataset_truncate(d, 0), REMAT_INVALID, NULL, NULL);
+        CHECK_FAILS(remat_dataset_get(d, &bad_i, 1, x, &y), REMAT_INVALID, "index 5 out of range", NULL);
+        CHECK_FAILS(remat_dataset_truncate(d, 6), REMAT_INVALID, "6", NULL);
+        CHECK_FAILS(remat_dataset_truncate(d, 0), REMAT_INVALID, NULL, NULL);
         CHECK_OK(remat_dataset_truncate(d, 3));
         CHECK(remat_dataset_size(d) == 3);
         int64_t i2 = 2;
         CHECK_OK(remat_dataset_get(d, &i2, 1, x, &y));
         CHECK(y == lab5[2] && x[0] == norm(pix5[2 * R * C], 0.5f, 0.5f));
-        CHECK_ERR(remat_dataset_get(d, &i2 + 0, -1, x, &y), REMAT_INVALID, NULL, NULL);
+        CHECK_FAILS(remat_dataset_get(d, &i2 + 0, -1, x, &y), REMAT_INVALID, NULL, NULL);
         i2 = 3;
-        CHECK_ERR(remat_dataset_get(d, &i2, 1, x, &y), REMAT_INVALID, "out of range", NULL);
+        CHECK_FAILS(remat_dataset_get(d, &i2, 1, x, &y), REMAT_INVALID, "out of range", NULL);
     }
     remat_dataset_destroy(d);
     remat_dataset_destroy(NULL);
@@ -395,23 +383,23 @@ static void test_cifar(void) {
 
     section_begin();
     d = NULL;
-    CHECK_ERR(remat_dataset_load(&d, "cifar10", tpath("cifar-top"), 1), REMAT_NOT_FOUND, "data_batch_1.bin", NULL);
+    CHECK_FAILS(remat_dataset_load(&d, "cifar10", tpath("cifar-top"), 1), REMAT_NOT_FOUND, "data_batch_1.bin", NULL);
     unsigned char *b = malloc(2 * REC + 5);
     memset(b, 1, 2 * REC + 5);
     write_bytes(tpath("odd.bin"), b, 2 * REC + 5);
     const char *odd[1] = {tpath("odd.bin")};
-    CHECK_ERR(remat_dataset_load_cifar10(&d, odd, 1), REMAT_FORMAT, "odd.bin", "multiple of the 3073-byte");
+    CHECK_FAILS(remat_dataset_load_cifar10(&d, odd, 1), REMAT_FORMAT, "odd.bin", "multiple of the 3073-byte");
     write_bytes(tpath("zero.bin"), b, 0);
     const char *zero[1] = {tpath("zero.bin")};
-    CHECK_ERR(remat_dataset_load_cifar10(&d, zero, 1), REMAT_FORMAT, "zero.bin", NULL);
+    CHECK_FAILS(remat_dataset_load_cifar10(&d, zero, 1), REMAT_FORMAT, "zero.bin", NULL);
     b[REC] = 11; /* record 1's label */
     write_bytes(tpath("lab11.bin"), b, 2 * REC);
     const char *l11[2] = {tpath("c1.bin"), tpath("lab11.bin")};
-    CHECK_ERR(remat_dataset_load_cifar10(&d, l11, 2), REMAT_FORMAT, "lab11.bin: label 11 of record 1", NULL);
+    CHECK_FAILS(remat_dataset_load_cifar10(&d, l11, 2), REMAT_FORMAT, "lab11.bin: label 11 of record 1", NULL);
     free(b);
     const char *missing[2] = {tpath("c1.bin"), tpath("nosuch.bin")};
-    CHECK_ERR(remat_dataset_load_cifar10(&d, missing, 2), REMAT_NOT_FOUND, "nosuch.bin", NULL);
-    CHECK_ERR(remat_dataset_load_cifar10(&d, missing, 0), REMAT_INVALID, NULL, NULL);
+    CHECK_FAILS(remat_dataset_load_cifar10(&d, missing, 2), REMAT_NOT_FOUND, "nosuch.bin", NULL);
+    CHECK_FAILS(remat_dataset_load_cifar10(&d, missing, 0), REMAT_INVALID, NULL, NULL);
     CHECK(d == NULL);
     section_end("CIFAR errors: missing batch, size not a multiple of 3073, bad label");
 }
@@ -530,8 +518,8 @@ static void test_loader(void) {
     CHECK(remat_loader_next(a, x, y) == 0);
     remat_loader_destroy(a);
     a = NULL;
-    CHECK_ERR(remat_loader_create(&a, d, 0, 1, 1), REMAT_INVALID, "batch", NULL);
-    CHECK_ERR(remat_loader_create(&a, NULL, 8, 1, 1), REMAT_INVALID, NULL, NULL);
+    CHECK_FAILS(remat_loader_create(&a, d, 0, 1, 1), REMAT_INVALID, "batch", NULL);
+    CHECK_FAILS(remat_loader_create(&a, NULL, 8, 1, 1), REMAT_INVALID, NULL, NULL);
     CHECK(a == NULL);
     remat_loader_destroy(NULL);
     remat_dataset_destroy(d);
@@ -611,8 +599,8 @@ static void test_tokens(void) {
     char want_buf[64];
     const char *want = want_buf;
     snprintf(want_buf, sizeof want_buf, "token %u at position %lld ", (unsigned)ids[first_big], (long long)first_big);
-    CHECK_ERR(remat_tokens_check(t, 1000), REMAT_INVALID, want, "t.tok");
-    CHECK_ERR(remat_tokens_check(t, 0), REMAT_INVALID, "vocabulary size 0", NULL);
+    CHECK_FAILS(remat_tokens_check(t, 1000), REMAT_INVALID, want, "t.tok");
+    CHECK_FAILS(remat_tokens_check(t, 0), REMAT_INVALID, "vocabulary size 0", NULL);
     remat_tokens_destroy(t);
     remat_tokens_destroy(NULL);
     section_end("tokens: uint16 little-endian ids read back; an id beyond the vocabulary is named by "
@@ -620,12 +608,12 @@ static void test_tokens(void) {
 
     section_begin();
     t = NULL;
-    CHECK_ERR(remat_tokens_open(&t, tpath("none.tok")), REMAT_NOT_FOUND, "none.tok", "no such");
+    CHECK_FAILS(remat_tokens_open(&t, tpath("none.tok")), REMAT_NOT_FOUND, "none.tok", "no such");
     write_bytes(tpath("empty.tok"), "", 0);
-    CHECK_ERR(remat_tokens_open(&t, tpath("empty.tok")), REMAT_FORMAT, "empty.tok", "empty");
+    CHECK_FAILS(remat_tokens_open(&t, tpath("empty.tok")), REMAT_FORMAT, "empty.tok", "empty");
     write_bytes(tpath("odd.tok"), "abc", 3);
-    CHECK_ERR(remat_tokens_open(&t, tpath("odd.tok")), REMAT_FORMAT, "odd.tok", "3 bytes, an odd count");
-    CHECK_ERR(remat_tokens_open(&t, tmpdir), REMAT_IO, "not a regular file", NULL);
+    CHECK_FAILS(remat_tokens_open(&t, tpath("odd.tok")), REMAT_FORMAT, "odd.tok", "3 bytes, an odd count");
+    CHECK_FAILS(remat_tokens_open(&t, tmpdir), REMAT_IO, "not a regular file", NULL);
     CHECK(t == NULL);
     section_end("tokens: missing, empty, odd-sized files and folders are refused, named");
 }
@@ -667,8 +655,8 @@ static void test_tokens_batch(void) {
     int32_t xl[N - 1], yl[N - 1];
     CHECK_OK(remat_tokens_batch(t, 1, N - 1, 3, 5, xl, yl));
     CHECK(xl[0] == 1000 && yl[N - 2] == 1000 + N - 1);
-    CHECK_ERR(remat_tokens_batch(t, 1, N, 3, 5, xl, yl), REMAT_INVALID, "w.tok", "fewer than one window");
-    CHECK_ERR(remat_tokens_batch(t, 0, T, 3, 5, x, y), REMAT_INVALID, "batch 0", NULL);
+    CHECK_FAILS(remat_tokens_batch(t, 1, N, 3, 5, xl, yl), REMAT_INVALID, "w.tok", "fewer than one window");
+    CHECK_FAILS(remat_tokens_batch(t, 0, T, 3, 5, x, y), REMAT_INVALID, "batch 0", NULL);
     remat_tokens_destroy(t);
     section_end("tokens: batches are windows with labels shifted by one, fixed by (seed, step), with "
                 "uniform starts");
@@ -734,19 +722,19 @@ static void test_stream(void) {
     CHECK(remat_session_step_index(s) == 6);
     stream_log bad = {.fail_at = 1, .timed = 1};
     to.user = &bad;
-    CHECK_ERR(remat_train_stream(s, &m, source, &bad, &to), REMAT_IO, "batch 1 is unreadable", NULL);
+    CHECK_FAILS(remat_train_stream(s, &m, source, &bad, &to), REMAT_IO, "batch 1 is unreadable", NULL);
     CHECK(bad.events == 1);
     to.steps = 0;
-    CHECK_ERR(remat_train_stream(s, &m, source, &l, &to), REMAT_INVALID, "steps per epoch", NULL);
+    CHECK_FAILS(remat_train_stream(s, &m, source, &l, &to), REMAT_INVALID, "steps per epoch", NULL);
     to.steps = 3, to.batch = 5;
-    CHECK_ERR(remat_train_stream(s, &m, source, &l, &to), REMAT_INVALID, "batch 5", NULL);
+    CHECK_FAILS(remat_train_stream(s, &m, source, &l, &to), REMAT_INVALID, "batch 5", NULL);
     /* a classifier is no language model */
     uint16_t ids[64] = {0};
     write_tokens(tpath("z.tok"), ids, 64);
     remat_tokens *t = NULL;
     CHECK_OK(remat_tokens_open(&t, tpath("z.tok")));
     to.batch = 4;
-    CHECK_ERR(remat_train_tokens(s, &m, t, &to), REMAT_INVALID, "language model", NULL);
+    CHECK_FAILS(remat_train_tokens(s, &m, t, &to), REMAT_INVALID, "language model", NULL);
     remat_tokens_destroy(t);
     remat_session_destroy(s);
     remat_graph_destroy(g);
@@ -810,7 +798,7 @@ static void test_lm_training(void) {
         CHECK_OK(remat_graph_create(&g2));
         CHECK_OK(remat_model_build(g2, &mo, &m2));
         CHECK_OK(remat_session_create(&s2, g2, m2.loss, &so));
-        if (s2) CHECK_ERR(remat_train_tokens(s2, &m2, t, &to), REMAT_INVALID, "token 43 at position 16 ", "40");
+        if (s2) CHECK_FAILS(remat_train_tokens(s2, &m2, t, &to), REMAT_INVALID, "token 43 at position 16 ", "40");
         remat_session_destroy(s2);
         remat_graph_destroy(g2);
     }

@@ -37,18 +37,6 @@ static void section_end(const char *what) {
     fflush(stdout);
 }
 
-static int has(const char *s, const char *sub) { return s && sub && strstr(s, sub) != NULL; }
-
-/* A call that must fail with status st and a message containing a and b
- * (either may be NULL). */
-#define CHECK_ERR(call, st, a, b)                                                                                      \
-    do {                                                                                                               \
-        remat_status got_ = (call);                                                                                    \
-        const char *msg_ = remat_last_error();                                                                         \
-        CHECK_MSG(got_ == (st) && (!(a) || has(msg_, a)) && (!(b) || has(msg_, b)), "status %s, message: %s",          \
-                  remat_status_str(got_), msg_);                                                                       \
-    } while (0)
-
 static const char *tpath(const char *name) {
     static char buf[4][512];
     static int k;
@@ -136,7 +124,7 @@ static void test_st_roundtrip(void) {
         CHECK(remat__st_metadata(f, "note") && !strcmp(remat__st_metadata(f, "note"), "a \"quoted\"\nvalue"));
         CHECK(remat__st_metadata(f, "nope") == NULL);
         remat__st_tensor t;
-        CHECK_ERR(remat__st_get(f, 5, &t), REMAT_INVALID, "rt.safetensors", NULL);
+        CHECK_FAILS(remat__st_get(f, 5, &t), REMAT_INVALID, "rt.safetensors", NULL);
     }
     remat__st_close(f);
     /* the header is padded so that the data section is 8-byte aligned */
@@ -167,19 +155,19 @@ static void test_st_roundtrip(void) {
     section_begin();
     remat__st_tensor bad = ts[0];
     bad.dtype = "F7";
-    CHECK_ERR(remat__st_write(path, 1, &bad, NULL), REMAT_INVALID, "layer.0.weight", "unknown dtype 'F7'");
+    CHECK_FAILS(remat__st_write(path, 1, &bad, NULL), REMAT_INVALID, "layer.0.weight", "unknown dtype 'F7'");
     bad = ts[0];
     bad.bytes = 20;
-    CHECK_ERR(remat__st_write(path, 1, &bad, NULL), REMAT_INVALID, "layer.0.weight", "(2, 3)");
+    CHECK_FAILS(remat__st_write(path, 1, &bad, NULL), REMAT_INVALID, "layer.0.weight", "(2, 3)");
     remat__st_tensor two[2] = {ts[1], ts[1]};
-    CHECK_ERR(remat__st_write(path, 2, two, NULL), REMAT_INVALID, "'steps' given twice", NULL);
+    CHECK_FAILS(remat__st_write(path, 2, two, NULL), REMAT_INVALID, "'steps' given twice", NULL);
     bad = ts[0];
     bad.name = "__metadata__";
-    CHECK_ERR(remat__st_write(path, 1, &bad, NULL), REMAT_INVALID, "invalid name", NULL);
+    CHECK_FAILS(remat__st_write(path, 1, &bad, NULL), REMAT_INVALID, "invalid name", NULL);
     bad = ts[0];
     bad.ndim = 9;
-    CHECK_ERR(remat__st_write(path, 1, &bad, NULL), REMAT_INVALID, "layer.0.weight", NULL);
-    CHECK_ERR(remat__st_write(tpath("nodir/x.safetensors"), 1, ts, NULL), REMAT_IO, "nodir", NULL);
+    CHECK_FAILS(remat__st_write(path, 1, &bad, NULL), REMAT_INVALID, "layer.0.weight", NULL);
+    CHECK_FAILS(remat__st_write(tpath("nodir/x.safetensors"), 1, ts, NULL), REMAT_IO, "nodir", NULL);
     /* a failed write leaves the previous file */
     f = NULL;
     CHECK_OK(remat__st_open(&f, path));
@@ -198,58 +186,59 @@ static void test_st_malformed(void) {
     remat__st_close(f);
     f = NULL;
     write_st(p, good, 1000, 8);
-    CHECK_ERR(remat__st_open(&f, p), REMAT_FORMAT, "bad.safetensors", "header length 1000 exceeds");
+    CHECK_FAILS(remat__st_open(&f, p), REMAT_FORMAT, "bad.safetensors", "header length 1000 exceeds");
     write_st(p, good, 0xffffffffffffffffull, 8);
-    CHECK_ERR(remat__st_open(&f, p), REMAT_FORMAT, "header length", NULL);
+    CHECK_FAILS(remat__st_open(&f, p), REMAT_FORMAT, "header length", NULL);
     write_bytes(p, "\x10\0\0", 3);
-    CHECK_ERR(remat__st_open(&f, p), REMAT_FORMAT, "too short", NULL);
-    CHECK_ERR(remat__st_open(&f, tpath("nosuch.safetensors")), REMAT_NOT_FOUND, "nosuch.safetensors", NULL);
+    CHECK_FAILS(remat__st_open(&f, p), REMAT_FORMAT, "too short", NULL);
+    CHECK_FAILS(remat__st_open(&f, tpath("nosuch.safetensors")), REMAT_NOT_FOUND, "nosuch.safetensors", NULL);
     section_end("safetensors: header length beyond the file, too short, missing file");
 
     section_begin();
     write_st(p, "{\"a\":{\"dtype\":\"F32\",", 0, 8);
-    CHECK_ERR(remat__st_open(&f, p), REMAT_FORMAT, "bad.safetensors", "not valid JSON");
+    CHECK_FAILS(remat__st_open(&f, p), REMAT_FORMAT, "bad.safetensors", "not valid JSON");
     write_st(p, "[1, 2]", 0, 0);
-    CHECK_ERR(remat__st_open(&f, p), REMAT_FORMAT, "not a JSON object", NULL);
+    CHECK_FAILS(remat__st_open(&f, p), REMAT_FORMAT, "not a JSON object", NULL);
     write_st(p, "{} x", 0, 0);
-    CHECK_ERR(remat__st_open(&f, p), REMAT_FORMAT, "unexpected text", NULL);
+    CHECK_FAILS(remat__st_open(&f, p), REMAT_FORMAT, "unexpected text", NULL);
     write_st(p, "{}      ", 0, 0);
     CHECK_OK(remat__st_open(&f, p)); /* space padding is fine */
     remat__st_close(f);
     f = NULL;
     write_st(p, "{\"__metadata__\":{\"k\":3}}", 0, 0);
-    CHECK_ERR(remat__st_open(&f, p), REMAT_FORMAT, "__metadata__ entry 'k'", NULL);
+    CHECK_FAILS(remat__st_open(&f, p), REMAT_FORMAT, "__metadata__ entry 'k'", NULL);
     section_end("safetensors: bad JSON, not an object, trailing text, bad metadata");
 
     section_begin();
     write_st(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,16]}}", 0, 8);
-    CHECK_ERR(remat__st_open(&f, p), REMAT_FORMAT, "tensor 'a'", "[0, 16] out of range: the data section has 8 bytes");
+    CHECK_FAILS(remat__st_open(&f, p), REMAT_FORMAT, "tensor 'a'",
+                "[0, 16] out of range: the data section has 8 bytes");
     write_st(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}", 0, 8);
-    CHECK_ERR(remat__st_open(&f, p), REMAT_FORMAT, "tensor 'a'", "out of range");
+    CHECK_FAILS(remat__st_open(&f, p), REMAT_FORMAT, "tensor 'a'", "out of range");
     write_st(p, "{\"a\":{\"dtype\":\"F7\",\"shape\":[2],\"data_offsets\":[0,8]}}", 0, 8);
-    CHECK_ERR(remat__st_open(&f, p), REMAT_FORMAT, "tensor 'a'", "unknown dtype 'F7'");
+    CHECK_FAILS(remat__st_open(&f, p), REMAT_FORMAT, "tensor 'a'", "unknown dtype 'F7'");
     write_st(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", 0, 8);
-    CHECK_ERR(remat__st_open(&f, p), REMAT_FORMAT, "tensor 'a'",
-              "dtype F32 and shape (3) need 12 bytes but data_offsets [0, 8] hold 8");
+    CHECK_FAILS(remat__st_open(&f, p), REMAT_FORMAT, "tensor 'a'",
+                "dtype F32 and shape (3) need 12 bytes but data_offsets [0, 8] hold 8");
     write_st(p, "{\"a\":{\"dtype\":\"F64\",\"shape\":[2],\"data_offsets\":[0,8]}}", 0, 8);
-    CHECK_ERR(remat__st_open(&f, p), REMAT_FORMAT, "tensor 'a'", "need 16 bytes");
+    CHECK_FAILS(remat__st_open(&f, p), REMAT_FORMAT, "tensor 'a'", "need 16 bytes");
     write_st(p, "{\"a\":{\"dtype\":\"F32\",\"data_offsets\":[0,8]}}", 0, 8);
-    CHECK_ERR(remat__st_open(&f, p), REMAT_FORMAT, "tensor 'a'", "missing \"shape\"");
+    CHECK_FAILS(remat__st_open(&f, p), REMAT_FORMAT, "tensor 'a'", "missing \"shape\"");
     write_st(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2]}}", 0, 8);
-    CHECK_ERR(remat__st_open(&f, p), REMAT_FORMAT, "tensor 'a'", "missing \"data_offsets\"");
+    CHECK_FAILS(remat__st_open(&f, p), REMAT_FORMAT, "tensor 'a'", "missing \"data_offsets\"");
     write_st(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}", 0, 8);
-    CHECK_ERR(remat__st_open(&f, p), REMAT_FORMAT, "tensor 'a'", "shape entry 0");
+    CHECK_FAILS(remat__st_open(&f, p), REMAT_FORMAT, "tensor 'a'", "shape entry 0");
     write_st(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2.5],\"data_offsets\":[0,8]}}", 0, 8);
-    CHECK_ERR(remat__st_open(&f, p), REMAT_FORMAT, "tensor 'a'", "shape entry 0");
+    CHECK_FAILS(remat__st_open(&f, p), REMAT_FORMAT, "tensor 'a'", "shape entry 0");
     write_st(p, "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0]}}", 0, 8);
-    CHECK_ERR(remat__st_open(&f, p), REMAT_FORMAT, "tensor 'a'", "data_offsets must be");
+    CHECK_FAILS(remat__st_open(&f, p), REMAT_FORMAT, "tensor 'a'", "data_offsets must be");
     write_st(p, "{\"a\":[1]}", 0, 0);
-    CHECK_ERR(remat__st_open(&f, p), REMAT_FORMAT, "tensor 'a'", "not an object");
+    CHECK_FAILS(remat__st_open(&f, p), REMAT_FORMAT, "tensor 'a'", "not an object");
     write_st(p,
              "{\"a\":{\"dtype\":\"F32\",\"shape\":[1,1,1,1,1,1,1,1,2],"
              "\"data_offsets\":[0,8]}}",
              0, 8);
-    CHECK_ERR(remat__st_open(&f, p), REMAT_UNSUPPORTED, "tensor 'a'", "9 dimensions");
+    CHECK_FAILS(remat__st_open(&f, p), REMAT_UNSUPPORTED, "tensor 'a'", "9 dimensions");
     section_end("safetensors: offsets out of range, unknown dtype, size mismatch, missing "
                 "fields, bad shape");
 
@@ -258,19 +247,19 @@ static void test_st_malformed(void) {
              "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
              "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
              0, 12);
-    CHECK_ERR(remat__st_open(&f, p), REMAT_FORMAT, "'a' [0, 8] and 'b' [4, 12] overlap", NULL);
+    CHECK_FAILS(remat__st_open(&f, p), REMAT_FORMAT, "'a' [0, 8] and 'b' [4, 12] overlap", NULL);
     write_st(p,
              "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
              "\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[8,12]}}",
              0, 12);
-    CHECK_ERR(remat__st_open(&f, p), REMAT_FORMAT, "no tensor covers bytes [4, 8)", "'b'");
+    CHECK_FAILS(remat__st_open(&f, p), REMAT_FORMAT, "no tensor covers bytes [4, 8)", "'b'");
     write_st(p, good, 0, 12);
-    CHECK_ERR(remat__st_open(&f, p), REMAT_FORMAT, "no tensor covers bytes [8, 12)", NULL);
+    CHECK_FAILS(remat__st_open(&f, p), REMAT_FORMAT, "no tensor covers bytes [8, 12)", NULL);
     write_st(p,
              "{\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
              "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
              0, 8);
-    CHECK_ERR(remat__st_open(&f, p), REMAT_FORMAT, "tensor 'a' appears twice", NULL);
+    CHECK_FAILS(remat__st_open(&f, p), REMAT_FORMAT, "tensor 'a' appears twice", NULL);
     /* out of order in the header, in order in the data: fine */
     write_st(p,
              "{\"b\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]},"
@@ -336,7 +325,7 @@ static void test_st_robust(void) {
         CHECK(write(fd, le, 8) == 8);
         CHECK(ftruncate(fd, 200000000) == 0);
         close(fd);
-        CHECK_ERR(remat__st_open(&f, p), REMAT_FORMAT, "huge.safetensors", "header length 150000000 is implausible");
+        CHECK_FAILS(remat__st_open(&f, p), REMAT_FORMAT, "huge.safetensors", "header length 150000000 is implausible");
         remove(p);
     }
 
@@ -360,7 +349,7 @@ static void test_st_robust(void) {
         write_bytes(bad, b, len);
         remat_status st = remat__st_open(&f, bad);
         statuses &= st == REMAT_FORMAT && f == NULL;
-        named &= has(remat_last_error(), "cut.safetensors");
+        named &= check_has(remat_last_error(), "cut.safetensors");
     }
     CHECK_MSG(statuses && named, "every truncation must be a format error naming the file");
     int crashes_none = 1;
@@ -382,7 +371,7 @@ static void test_st_robust(void) {
                 remat__st_close(f);
                 f = NULL;
             } else {
-                crashes_none &= has(remat_last_error(), "cut.safetensors");
+                crashes_none &= check_has(remat_last_error(), "cut.safetensors");
             }
             b[at] ^= flips[k];
         }
@@ -461,24 +450,24 @@ static void test_st_session(void) {
     float *before = snapshot(b, &nb0);
     const char *p = tpath("w.safetensors");
     write_edited(a, p, NULL, NULL, "F64", 0);
-    CHECK_ERR(remat_safetensors_load(b, p, 0), REMAT_FORMAT, "w.safetensors: tensor 'fc.bias' has dtype F64",
-              "needs F32");
+    CHECK_FAILS(remat_safetensors_load(b, p, 0), REMAT_FORMAT, "w.safetensors: tensor 'fc.bias' has dtype F64",
+                "needs F32");
     write_edited(a, p, NULL, NULL, NULL, 7);
-    CHECK_ERR(remat_safetensors_load(b, p, 0), REMAT_SHAPE, "tensor 'fc.weight' has shape (7, 16)",
-              "parameter has (10, 16)");
+    CHECK_FAILS(remat_safetensors_load(b, p, 0), REMAT_SHAPE, "tensor 'fc.weight' has shape (7, 16)",
+                "parameter has (10, 16)");
     write_edited(a, p, NULL, "fc.biass", NULL, 0);
-    CHECK_ERR(remat_safetensors_load(b, p, 0), REMAT_NOT_FOUND, "tensor 'fc.biass' is not a parameter", NULL);
+    CHECK_FAILS(remat_safetensors_load(b, p, 0), REMAT_NOT_FOUND, "tensor 'fc.biass' is not a parameter", NULL);
     write_edited(a, p, "features.5.running_var", NULL, NULL, 0);
-    CHECK_ERR(remat_safetensors_load(b, p, 1), REMAT_NOT_FOUND, "buffer 'features.5.running_var' (16)",
-              "missing from the file");
+    CHECK_FAILS(remat_safetensors_load(b, p, 1), REMAT_NOT_FOUND, "buffer 'features.5.running_var' (16)",
+                "missing from the file");
     float *after = snapshot(b, &nb1);
     CHECK_MSG(nb0 == nb1 && memcmp(before, after, nb0 * sizeof *before) == 0,
               "a failed load must leave the session unchanged");
     free(after);
     CHECK_OK(remat_safetensors_load(b, p, 0)); /* not strict: the missing buffer keeps its value */
     write_bytes(p, "\x02\0\0\0\0\0\0\0{}", 10);
-    CHECK_ERR(remat_safetensors_load(b, p, 1), REMAT_NOT_FOUND, "parameter 'features.0.weight' (8, 3, 3, 3)",
-              "missing");
+    CHECK_FAILS(remat_safetensors_load(b, p, 1), REMAT_NOT_FOUND, "parameter 'features.0.weight' (8, 3, 3, 3)",
+                "missing");
     free(before);
     section_end("weights: wrong dtype, wrong shape, unknown name, missing (strict) are named; the "
                 "session stays unchanged");
@@ -542,14 +531,14 @@ static void test_st_session(void) {
     CHECK(yr[0] == 3 && yr[1] == 9);
     CHECK_OK(remat_safetensors_read(xp, "t32", REMAT_I32, 1, yd, yr));
     CHECK(yr[0] == 3 && yr[1] == 7);
-    CHECK_ERR(remat_safetensors_read(xp, "input", REMAT_F32, 4, wrong, xr), REMAT_SHAPE,
-              "x.safetensors: tensor 'input' has shape (2, 3, 16, 16)", "needs (4, 3, 16, 16)");
-    CHECK_ERR(remat_safetensors_read(xp, "t32", REMAT_F32, 1, yd, xr), REMAT_FORMAT, "tensor 't32' has dtype I32",
-              "needs F32");
-    CHECK_ERR(remat_safetensors_read(xp, "big", REMAT_I32, 1, yd, yr), REMAT_INVALID, "tensor 'big'",
-              "element 1 is 1099511627776");
-    CHECK_ERR(remat_safetensors_read(xp, "labels", REMAT_I32, 1, yd, yr), REMAT_NOT_FOUND, "no tensor 'labels'",
-              "the file has 4: input, target, big, t32");
+    CHECK_FAILS(remat_safetensors_read(xp, "input", REMAT_F32, 4, wrong, xr), REMAT_SHAPE,
+                "x.safetensors: tensor 'input' has shape (2, 3, 16, 16)", "needs (4, 3, 16, 16)");
+    CHECK_FAILS(remat_safetensors_read(xp, "t32", REMAT_F32, 1, yd, xr), REMAT_FORMAT, "tensor 't32' has dtype I32",
+                "needs F32");
+    CHECK_FAILS(remat_safetensors_read(xp, "big", REMAT_I32, 1, yd, yr), REMAT_INVALID, "tensor 'big'",
+                "element 1 is 1099511627776");
+    CHECK_FAILS(remat_safetensors_read(xp, "labels", REMAT_I32, 1, yd, yr), REMAT_NOT_FOUND, "no tensor 'labels'",
+                "the file has 4: input, target, big, t32");
     section_end("single tensors: shape and dtype checked, I64 labels narrowed, a missing one lists the file's");
     remat_session_destroy(a);
     remat_session_destroy(b);
