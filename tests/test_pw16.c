@@ -313,12 +313,20 @@ static void pools(void) {
 
 /* ------------------------------ concat, slice, permute, add_broadcast */
 
-/* A value of n elements in bf16 or float32, filled with test values. */
-static void *fill(int b16, int64_t n, int one_nan) {
+/* A moderate float32 (2^-4 <= |v| < 4, either sign): attention's
+ * products and softmaxes of these stay finite, so its bits are compared
+ * on numbers, not on NaNs. */
+static uint32_t mild32(void) { return (next() & 1u) << 31 | (123u + next() % 6) << 23 | (next() & 0x7fffffu); }
+
+/* A value of n elements in bf16 or float32, filled with test values
+ * (data: 0 any, 1 x86's one NaN, 2 moderate numbers only). */
+static void *fill(int b16, int64_t n, int data) {
     void *p = malloc((size_t)n * (b16 ? 2 : 4));
     for (int64_t i = 0; i < n; i++)
-        if (b16) ((uint16_t *)p)[i] = pick16(one_nan);
-        else ((uint32_t *)p)[i] = pick32(one_nan);
+        if (data == 2 && b16) ((uint16_t *)p)[i] = (uint16_t)(mild32() >> 16);
+        else if (data == 2) ((uint32_t *)p)[i] = mild32();
+        else if (b16) ((uint16_t *)p)[i] = pick16(data);
+        else ((uint32_t *)p)[i] = pick32(data);
     return p;
 }
 
@@ -332,12 +340,16 @@ static void *dup_bytes(const void *p, size_t bytes) {
  * workspace its bf16_ws sized) against the views' way (each bf16 input
  * widened, the float32 kernel on one thread, a bf16 output rounded, each
  * bf16 input's gradient computed into zeros per input and added with
- * REMAT__CVT_ACC_BF16 in input order); 1 when the output and every
- * input's gradient (already holding values) agree bit for bit. one_nan:
- * the inputs hold x86's one NaN (where the op adds two values). */
-static int node_versus_views(remat_graph *g, remat_node y, const uint8_t *dt, int nth, int one_nan, const char *what) {
+ * REMAT__CVT_ACC_BF16 in input order; for a product, REMAT__AC_LOW, a
+ * float32 input rounded through bf16 too and its gradient computed into
+ * zeros and added with REMAT__CVT_ACC_F32); 1 when the output, the aux
+ * and every input's gradient (already holding values) agree bit for bit.
+ * data: what the inputs and gradients hold (fill's: 1, x86's one NaN,
+ * where the op adds two values; 2, moderate numbers). */
+static int node_versus_views(remat_graph *g, remat_node y, const uint8_t *dt, int nth, int data, const char *what) {
     const remat__node *n = &g->nodes[y];
     const remat__op *op = remat__ops[n->op];
+    int product = op->autocast == REMAT__AC_LOW, gdata = data == 2 ? 2 : 1;
     enum { MAXN = 16 };
     CHECK_MSG(g->n <= MAXN, "%s: %d nodes, the test holds %d", what, (int)g->n, MAXN);
     if (g->n > MAXN) return 0;
@@ -356,26 +368,37 @@ static int node_versus_views(remat_graph *g, remat_node y, const uint8_t *dt, in
             continue;
         }
         bytes[u] = (size_t)c * (dt[u] == REMAT_BF16 ? 2 : 4);
-        val[u] = fill(dt[u] == REMAT_BF16, c, one_nan);
-        din[u] = fill(dt[u] == REMAT_BF16, c, 1);
+        val[u] = fill(dt[u] == REMAT_BF16, c, data);
+        din[u] = fill(dt[u] == REMAT_BF16, c, gdata);
         for (int64_t e = 0; e < c; e += 4) /* -0 often: a gradient the views add 0 to becomes +0 */
             if (dt[u] == REMAT_BF16) ((uint16_t *)din[u])[e] = 0x8000;
             else ((uint32_t *)din[u])[e] = 0x80000000u;
         dref[u] = dup_bytes(din[u], bytes[u]);
         fval[u] = malloc((size_t)c * 4);
         if (dt[u] == REMAT_BF16) remat__convert_range(fval[u], val[u], 0, c, REMAT__CVT_UP);
+        else if (product) remat__convert_range(fval[u], val[u], 0, c, REMAT__CVT_ROUND);
         else memcpy(fval[u], val[u], bytes[u]);
     }
     int64_t ny = remat__numel(&n->shape);
     int y16 = dt[y] == REMAT_BF16;
     size_t ybytes = (size_t)ny * (y16 ? 2 : 4), fb = 1, bb = 1;
-    void *yv = malloc(ybytes), *dy = fill(y16, ny, 1), *yref = malloc(ybytes);
+    void *yv = malloc(ybytes), *dy = fill(y16, ny, gdata), *yref = malloc(ybytes);
+    size_t abytes = op->aux_bytes ? op->aux_bytes(g, n) : 0;
+    void *aux = calloc(abytes + 1, 1), *aref = calloc(abytes + 1, 1);
     int native = op->bf16_ws && op->bf16_ws(g, n, dt, nth, &fb, &bb);
     CHECK_MSG(native, "%s: no kernels on bf16 as stored", what);
     void *ws = malloc((fb > bb ? fb : bb) + 1);
     remat__tensor ti[REMAT__MAX_IN], to = {yv, &n->shape};
-    remat__kctx k = {
-        .graph = g, .node = n, .node_id = y, .out = &to, .dt = dt, .ws = ws, .train = 1, .first = 1, .dout = dy};
+    remat__kctx k = {.graph = g,
+                     .node = n,
+                     .node_id = y,
+                     .out = &to,
+                     .aux = aux,
+                     .dt = dt,
+                     .ws = ws,
+                     .train = 1,
+                     .first = 1,
+                     .dout = dy};
     for (int i = 0; i < n->n_in; i++) {
         ti[i] = (remat__tensor){val[n->in[i]], &g->nodes[n->in[i]].shape};
         k.in[i] = &ti[i];
@@ -388,11 +411,12 @@ static int node_versus_views(remat_graph *g, remat_node y, const uint8_t *dt, in
     else memcpy(fdy, dy, ybytes);
     size_t fws = op->fwd_ws ? op->fwd_ws(g, n, 1) : 0, bws = op->bwd_ws ? op->bwd_ws(g, n, 1) : 0;
     void *ws1 = malloc((fws > bws ? fws : bws) + 1);
-    k.dt = NULL, k.ws = ws1, k.dout = fdy, to.data = fy;
+    k.dt = NULL, k.ws = ws1, k.dout = fdy, to.data = fy, k.aux = aref;
     for (int i = 0; i < n->n_in; i++) {
         int32_t u = n->in[i];
         ti[i].data = fval[u];
-        fdin[i] = dt[u] == REMAT_BF16 ? calloc((size_t)remat__numel(&g->nodes[u].shape), 4) : NULL;
+        int zeroed = dt[u] == REMAT_BF16 || (product && dt[u] == REMAT_F32);
+        fdin[i] = zeroed ? calloc((size_t)remat__numel(&g->nodes[u].shape), 4) : NULL;
         k.din[i] = fdin[i] ? fdin[i] : dref[u]; /* a float32 gradient: in place */
     }
     run(&k, 0, 1);
@@ -403,19 +427,21 @@ static int node_versus_views(remat_graph *g, remat_node y, const uint8_t *dt, in
     for (int i = 0; i < n->n_in; i++)
         if (fdin[i])
             remat__convert_range(dref[n->in[i]], fdin[i], 0, remat__numel(&g->nodes[n->in[i]].shape),
-                                 REMAT__CVT_ACC_BF16);
-    int ok_y = !memcmp(yv, yref, ybytes), ok_d = 1;
+                                 dt[n->in[i]] == REMAT_BF16 ? REMAT__CVT_ACC_BF16 : REMAT__CVT_ACC_F32);
+    int ok_y = !memcmp(yv, yref, ybytes) && !memcmp(aux, aref, abytes), ok_d = 1;
     for (int32_t u = 0; u < MAXN; u++) ok_d &= !din[u] || !memcmp(din[u], dref[u], bytes[u]);
-    CHECK_MSG(ok_y && ok_d, "%s (%d threads): bf16 as stored differs from the float32 views (output %s, gradients %s)",
-              what, nth, ok_y ? "same" : "differs", ok_d ? "same" : "differ");
+    CHECK_MSG(ok_y && ok_d,
+              "%s (%d threads): bf16 as stored differs from the float32 views (output and aux %s, gradients %s)", what,
+              nth, ok_y ? "same" : "differ", ok_d ? "same" : "differ");
     for (int i = 0; i < n->n_in; i++) free(fdin[i]);
     for (int u = 0; u < MAXN; u++) free(val[u]), free(din[u]), free(dref[u]), free(fval[u]);
-    free(yv), free(dy), free(yref), free(ws), free(fy), free(fdy), free(ws1);
+    free(yv), free(dy), free(yref), free(ws), free(fy), free(fdy), free(ws1), free(aux), free(aref);
     return native && ok_y && ok_d;
 }
 
 /* dtypes for a graph's inputs (bits of mask: input i bf16) and node y by
- * its op's rule (first input's, the widest, or float32 for a loss). */
+ * its op's rule (first input's, the widest, float32 for a loss, bf16 for
+ * a product). */
 static void set_dt(const remat_graph *g, remat_node y, unsigned mask, uint8_t *dt) {
     const remat__node *n = &g->nodes[y];
     int all = 1, k = 0;
@@ -425,7 +451,8 @@ static void set_dt(const remat_graph *g, remat_node y, unsigned mask, uint8_t *d
     int first = remat__ops[n->op]->autocast == REMAT__AC_FIRST;
     int f = 0; /* the first float input */
     while (f < n->n_in - 1 && g->nodes[n->in[f]].dtype != REMAT_F32) f++;
-    if (remat__ops[n->op]->autocast == REMAT__AC_FP32) all = first = 0; /* a loss: float32 */
+    if (remat__ops[n->op]->autocast == REMAT__AC_FP32) all = first = 0;   /* a loss: float32 */
+    if (remat__ops[n->op]->autocast == REMAT__AC_LOW) all = 1, first = 0; /* a product: bf16 */
     dt[y] = (first ? dt[n->in[f]] == REMAT_BF16 : all) ? REMAT_BF16 : REMAT_F32;
 }
 
@@ -500,6 +527,41 @@ static void copies(void) {
         printf("copies: concat (every dtype mix, an input twice), slice, permute, add_broadcast, mse (every "
                "mix), softmax and embedding (a bf16 table) on values as stored (1 and 3 threads) give the float32 "
                "views' bits (%d cases)\n",
+               runs);
+}
+
+/* ---------------------------------------------------------- attention */
+
+/* attention on qkv (B, T, 3C) of shape s (H heads), stored in bf16 (mask
+ * 1) or float32 (0, rounded through bf16 as a product's view rounds it),
+ * on nth threads, against the views: y, P and dqkv. */
+static int attention_case(int s, unsigned mask, int nth, int data) {
+    static const int64_t shapes[][4] = {{2, 5, 6, 2}, {2, 33, 48, 3}, {1, 70, 128, 2}}; /* B, T, C, H */
+    remat_graph *g;
+    CHECK_OK(remat_graph_create(&g));
+    int64_t d[3] = {shapes[s][0], shapes[s][1], 3 * shapes[s][2]};
+    remat_node x = remat_input(g, "qkv", REMAT_F32, 3, d), y = remat_attention(g, x, (int)shapes[s][3]);
+    CHECK_OK(remat_graph_status(g));
+    uint8_t dt[2];
+    set_dt(g, y, mask, dt);
+    char what[128];
+    snprintf(what, sizeof what, "attention B %lld T %lld C %lld H %lld (qkv %s, %s)", (long long)shapes[s][0],
+             (long long)shapes[s][1], (long long)shapes[s][2], (long long)shapes[s][3], mask ? "bf16" : "float32",
+             data == 2 ? "moderate numbers" : "any bits");
+    int ok = node_versus_views(g, y, dt, nth, data, what);
+    remat_graph_destroy(g);
+    return ok;
+}
+
+static void attention(void) {
+    int ok = 1, runs = 0;
+    for (int nth = 1; nth <= 3; nth += 2)
+        for (int s = 0; s < 3; s++)
+            for (unsigned mask = 0; mask <= 1; mask++, runs++) ok &= attention_case(s, mask, nth, 2);
+    for (unsigned mask = 0; mask <= 1; mask++, runs++) ok &= attention_case(1, mask, 3, 1);
+    if (ok)
+        printf("attention: qkv (bf16, or float32 rounded) and dy as stored, y and dqkv written as stored (1 and 3 "
+               "threads, heads of width 3, 16 and 64) give the float32 views' bits: y, P and dqkv (%d cases)\n",
                runs);
 }
 
@@ -692,16 +754,57 @@ static void plan_concat(void) {
     remat_graph_destroy(g);
 }
 
+/* On gpt2 (tiny, and gpt2-small's shapes at batch 1) in bf16 every
+ * attention node is native, its workspace (both passes) under the views'
+ * it took before, both printed. */
+static void plan_attention(int small) {
+    remat_graph *g;
+    remat_model m;
+    remat_model_opts mo;
+    remat_model_opts_default(&mo);
+    CHECK_OK(remat_model_opts_for(&mo, small ? "gpt2-small" : "gpt2"));
+    mo.batch = small ? 1 : 4;
+    if (!small) mo.layers = 2, mo.embd = 16, mo.heads = 2, mo.context = 8, mo.vocab = 32;
+    CHECK_OK(remat_graph_create(&g));
+    CHECK_OK(remat_model_build(g, &mo, &m));
+    remat__prog p;
+    CHECK_OK(remat__prog_init(&p, g, 2, REMAT_DEVICE_CPU, NULL));
+    CHECK_OK(remat__prog_set_precision(&p, REMAT_PRECISION_BF16));
+    int nodes = 0, ok = 1;
+    size_t views = 0, own = 0;
+    for (int32_t u = 0; p.native && u < g->n; u++) {
+        const remat__node *n = &g->nodes[u];
+        if (n->leaf != REMAT__LEAF_NONE || n->op != REMAT__OP_ATTENTION) continue;
+        nodes++;
+        size_t ws = remat__ws_bytes(&p, u, 0) + remat__ws_bytes(&p, u, 1), v = views_of(&p, u);
+        int good = p.native[u] && ws < v;
+        CHECK_MSG(good, "%s: attention node %d runs on views (or takes %zu B of workspace, its views %zu)",
+                  small ? "gpt2-small" : "gpt2", (int)u, ws, v);
+        ok &= good;
+        own += ws, views += v;
+    }
+    CHECK_MSG(nodes > 0, "gpt2: no attention node");
+    if (ok)
+        printf("plan: %s (batch %d, context %lld): %d attention nodes on bf16 as stored, workspace %zu B in all "
+               "(their views took %zu B)\n",
+               small ? "gpt2-small" : "gpt2 (tiny)", (int)mo.batch, (long long)mo.context, nodes, own, views);
+    remat__prog_free(&p);
+    remat_graph_destroy(g);
+}
+
 int main(void) {
     CHECK(remat__pw16_level(REMAT__PW16_SCALAR) != NULL && remat__pw16_best() != NULL);
     printf("chosen at run time: %s\n", remat__pw16_best()->isa);
     views();
     pools();
     copies();
+    attention();
     levels();
     plan("cnn");
     plan("resnet18");
     plan("gpt2");
     plan_concat();
+    plan_attention(0);
+    plan_attention(1);
     return check_exit("test_pw16");
 }

@@ -25,6 +25,17 @@
  * linear layers). Work is split by (b, h) pairs; each pair is computed by
  * one thread with the same calls in the same order, so results do not
  * depend on the thread count. Backward needs a T x T workspace per thread.
+ * Under the bf16 policy (attn_bf16_ws: y, and so dy, is bf16) the kernels
+ * read qkv and dy and write y and dqkv as stored, a (b, h) pair at a
+ * time: the head's q, k, v (and dO) widened into the thread's float32
+ * (T, D) matrices in the workspace (a float32 qkv rounded through bf16,
+ * as a product's view rounds it), the same cblas_sgemm calls on them, O
+ * rounded into y, and dq, dk, dv computed into zeroed matrices and added
+ * into dqkv as the views add their zeroed gradient (REMAT__CVT_ACC_BF16,
+ * or _ACC_F32 into a float32 one): every element of qkv belongs to one
+ * pair, so these are the views' bits (test_pw16), with 3 (T, D) floats
+ * per thread forward and 7 more backward in place of whole views of qkv,
+ * y and dqkv. P stays float32 in aux either way.
  */
 #include "pw16.h"
 
@@ -189,6 +200,57 @@ static size_t attn_bwd_ws(const remat_graph *g, const remat__node *n, int nth) {
     return (size_t)nth * (size_t)square_stride(n->shape.d[1]) * sizeof(float);
 }
 
+/* Floats of one head's (T, D) matrix in the bf16 kernels' workspace,
+ * whole 64-byte lines. */
+static int64_t head_stride(int64_t T, int64_t D) { return (T * D + 15) & ~(int64_t)15; }
+
+/* The (T, D) block of rows of width ld from element off of a value stored
+ * in bf16 (b16: widened) or float32 (rounded through bf16: a product's
+ * view) into dst (T, D). */
+static void head_in(float *dst, const void *src, int b16, int64_t off, int64_t T, int64_t D, int64_t ld) {
+    const remat__pw16_kernels *K = remat__pw16_best();
+    for (int64_t t = 0; t < T; t++)
+        if (b16) K->convert(dst + t * D, (const uint16_t *)src + off + t * ld, 0, D, REMAT__CVT_UP);
+        else K->convert(dst + t * D, (const float *)src + off + t * ld, 0, D, REMAT__CVT_ROUND);
+}
+
+/* src (T, D) into the (T, D) block of rows of width ld from element off of
+ * a value stored in bf16 or float32, as `kind` converts (REMAT__CVT_DOWN:
+ * rounded into a bf16 output; _ACC_BF16, _ACC_F32: added into a
+ * gradient). */
+static void head_out(void *dst, int64_t off, const float *src, int64_t T, int64_t D, int64_t ld, remat__cvt kind) {
+    const remat__pw16_kernels *K = remat__pw16_best();
+    int b16 = kind != REMAT__CVT_ACC_F32;
+    for (int64_t t = 0; t < T; t++) {
+        void *d = b16 ? (void *)((uint16_t *)dst + off + t * ld) : (void *)((float *)dst + off + t * ld);
+        K->convert(d, src + t * D, 0, D, kind);
+    }
+}
+
+/* bf16 (k->dt): pair by pair through this thread's q, k, v matrices; O is
+ * written over q's (read by the first product only) and rounded into y. */
+static void attn_forward_bf16(const remat__kctx *k, int64_t lo, int64_t hi, int ith) {
+    const void *qkv = k->in[0]->data; // (B, T, 3C), bf16 or float32
+    uint16_t *y = k->out->data;       // (B, T, C) bf16
+    float *P = k->aux;                // (B, H, T, T)
+    int64_t T = k->node->shape.d[1], C = k->node->shape.d[2];
+    int64_t H = k->node->iattr[0], D = C / H, TT = square_stride(T), HS = head_stride(T, D);
+    float scale = (float)(1.0 / sqrt((double)D));
+    int iT = (int)T, iD = (int)D, b16 = k->dt[k->node->in[0]] == REMAT_BF16;
+    float *q = (float *)k->ws + ith * 3 * HS, *kk = q + HS, *v = kk + HS; // (T, D) each
+    for (int64_t p = lo; p < hi; p++) {
+        int64_t b = p / H, h = p % H, off = b * T * 3 * C + h * D;
+        float *pp = P + p * TT;
+        head_in(q, qkv, b16, off, T, D, 3 * C);
+        head_in(kk, qkv, b16, off + C, T, D, 3 * C);
+        head_in(v, qkv, b16, off + 2 * C, T, D, 3 * C);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, iT, iT, iD, scale, q, iD, kk, iD, 0.0f, pp, iT);
+        for (int64_t i = 0; i < T; i++) softmax_row(pp + i * T, i + 1, T);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, iT, iD, iT, 1.0f, pp, iT, v, iD, 0.0f, q, iD);
+        head_out(y, b * T * C + h * D, q, T, D, C, REMAT__CVT_DOWN);
+    }
+}
+
 static void attn_forward(const remat__kctx *k, int ith, int nth) {
     const float *qkv = k->in[0]->data; // (B, T, 3C)
     float *y = k->out->data;           // (B, T, C)
@@ -199,6 +261,10 @@ static void attn_forward(const remat__kctx *k, int ith, int nth) {
     int iT = (int)T, iD = (int)D, ld = (int)(3 * C);
     int64_t lo, hi;
     remat__split(B * H, ith, nth, &lo, &hi);
+    if (k->dt) {
+        attn_forward_bf16(k, lo, hi, ith);
+        return;
+    }
     for (int64_t p = lo; p < hi; p++) {
         int64_t b = p / H, h = p % H;
         const float *q = qkv + b * T * 3 * C + h * D, *kk = q + C, *v = q + 2 * C;
@@ -207,6 +273,54 @@ static void attn_forward(const remat__kctx *k, int ith, int nth) {
         for (int64_t i = 0; i < T; i++) softmax_row(pp + i * T, i + 1, T);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, iT, iD, iT, 1.0f, pp, iT, v, ld, 0.0f,
                     y + b * T * C + h * D, (int)C);
+    }
+}
+
+/* dS = P * (dP - rowsum(P * dP)) in place of dP (T, T), causal. */
+static void attn_ds(const float *pp, float *dS, int64_t T) {
+    for (int64_t i = 0; i < T; i++) {
+        const float *pr = pp + i * T;
+        float *sr = dS + i * T;
+        double d = 0.0;
+        for (int64_t j = 0; j <= i; j++) d += (double)pr[j] * sr[j];
+        float df = (float)d;
+        for (int64_t j = 0; j <= i; j++) sr[j] = pr[j] * (sr[j] - df);
+        for (int64_t j = i + 1; j < T; j++) sr[j] = 0.0f;
+    }
+}
+
+/* bf16 (k->dt): pair by pair, the products of attn_backward on this
+ * thread's matrices (after the nth dS squares): q, k, v and dO widened,
+ * dq, dk, dv computed into zeros (the views' zeroed gradient) and added
+ * into dqkv. */
+static void attn_backward_bf16(const remat__kctx *k, float *dS, int64_t lo, int64_t hi, int ith, int nth) {
+    const void *qkv = k->in[0]->data;               // (B, T, 3C), bf16 or float32
+    const uint16_t *dy = (const uint16_t *)k->dout; // (B, T, C) bf16
+    const float *P = k->aux;                        // (B, H, T, T)
+    void *dqkv = k->din[0];                         // (B, T, 3C), qkv's dtype
+    int64_t T = k->node->shape.d[1], C = k->node->shape.d[2];
+    int64_t H = k->node->iattr[0], D = C / H, TT = square_stride(T), HS = head_stride(T, D);
+    float scale = (float)(1.0 / sqrt((double)D));
+    int iT = (int)T, iD = (int)D, b16 = k->dt[k->node->in[0]] == REMAT_BF16;
+    remat__cvt acc = b16 ? REMAT__CVT_ACC_BF16 : REMAT__CVT_ACC_F32;
+    float *q = (float *)k->ws + nth * TT + ith * 7 * HS, *kk = q + HS, *v = kk + HS; // (T, D) each
+    float *dO = v + HS, *dq = dO + HS, *dk = dq + HS, *dv = dk + HS;                 // (T, D) each
+    for (int64_t p = lo; p < hi; p++) {
+        int64_t b = p / H, h = p % H, off = b * T * 3 * C + h * D;
+        const float *pp = P + p * TT;
+        head_in(q, qkv, b16, off, T, D, 3 * C);
+        head_in(kk, qkv, b16, off + C, T, D, 3 * C);
+        head_in(v, qkv, b16, off + 2 * C, T, D, 3 * C);
+        head_in(dO, dy, 1, b * T * C + h * D, T, D, C);
+        memset(dq, 0, (size_t)(3 * HS) * sizeof *dq); /* dq, dk, dv */
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, iT, iD, iT, 1.0f, pp, iT, dO, iD, 1.0f, dv, iD);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, iT, iT, iD, 1.0f, dO, iD, v, iD, 0.0f, dS, iT);
+        attn_ds(pp, dS, T);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, iT, iD, iT, scale, dS, iT, kk, iD, 1.0f, dq, iD);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, iT, iD, iT, scale, dS, iT, q, iD, 1.0f, dk, iD);
+        head_out(dqkv, off, dq, T, D, 3 * C, acc);
+        head_out(dqkv, off + C, dk, T, D, 3 * C, acc);
+        head_out(dqkv, off + 2 * C, dv, T, D, 3 * C, acc);
     }
 }
 
@@ -223,6 +337,10 @@ static void attn_backward(const remat__kctx *k, int ith, int nth) {
     int iT = (int)T, iD = (int)D, ld = (int)(3 * C), ldo = (int)C;
     int64_t lo, hi;
     remat__split(B * H, ith, nth, &lo, &hi);
+    if (k->dt) {
+        attn_backward_bf16(k, dS, lo, hi, ith, nth);
+        return;
+    }
     for (int64_t p = lo; p < hi; p++) {
         int64_t b = p / H, h = p % H;
         const float *q = qkv + b * T * 3 * C + h * D, *kk = q + C, *v = q + 2 * C;
@@ -232,19 +350,22 @@ static void attn_backward(const remat__kctx *k, int ith, int nth) {
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, iT, iD, iT, 1.0f, pp, iT, dO, ldo, 1.0f, dv, ld);
         /* dP (T, T) = dO (T, D) V^T (D, T) */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, iT, iT, iD, 1.0f, dO, ldo, v, ld, 0.0f, dS, iT);
-        for (int64_t i = 0; i < T; i++) { /* dS = P * (dP - rowsum(P * dP)), causal */
-            const float *pr = pp + i * T;
-            float *sr = dS + i * T;
-            double d = 0.0;
-            for (int64_t j = 0; j <= i; j++) d += (double)pr[j] * sr[j];
-            float df = (float)d;
-            for (int64_t j = 0; j <= i; j++) sr[j] = pr[j] * (sr[j] - df);
-            for (int64_t j = i + 1; j < T; j++) sr[j] = 0.0f;
-        }
+        attn_ds(pp, dS, T);
         /* dQ (T, D) += dS (T, T) K (T, D) / sqrt(D); dK (T, D) += dS^T Q / sqrt(D) */
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, iT, iD, iT, scale, dS, iT, kk, ld, 1.0f, dq, ld);
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, iT, iD, iT, scale, dS, iT, q, ld, 1.0f, dk, ld);
     }
+}
+
+/* Under bf16 (y, and so dy, stored in bf16: always, a product's rule):
+ * the kernels above, with q, k, v per thread forward and, after the dS
+ * squares, q, k, v, dO, dq, dk, dv per thread backward. */
+static int attn_bf16_ws(const remat_graph *g, const remat__node *n, const uint8_t *dt, int nth, size_t *fwd,
+                        size_t *bwd) {
+    size_t head = (size_t)head_stride(n->shape.d[1], n->shape.d[2] / n->iattr[0]) * sizeof(float);
+    *fwd = (size_t)nth * 3 * head;
+    *bwd = attn_bwd_ws(g, n, nth) + (size_t)nth * 7 * head;
+    return dt[n - g->nodes] == REMAT_BF16;
 }
 
 /* Two T x T x D products per head, and the softmax. */
@@ -265,6 +386,7 @@ const remat__op remat__op_attention = {
     .saves = REMAT__SAVE_IN(0) | REMAT__SAVE_AUX,
     .aux_bytes = attn_aux_bytes,
     .bwd_ws = attn_bwd_ws,
+    .bf16_ws = attn_bf16_ws,
     .flops = attn_flops,
     .family = REMAT_FAMILY_LINEAR,
     .cuda = REMAT__CUDA(attention),
