@@ -53,7 +53,10 @@ def test_nested_plans_run_bitwise_and_as_predicted(kind):
     floor = rt.plan_trace(t, 1, _opt(m), nested=True).floor
     assert floor <= once
     if kind == "gpt2":
-        assert floor < 0.95 * once, "nested schedules reach below the recompute-once floor (%d, %d)" % (floor, once)
+        # 5% below before optimal's chains counted what a selective stage's
+        # recomputations read (the recompute-once floor fell, 6,410,603 B
+        # against nested's 6,091,249: 4.98% below)
+        assert floor < 0.97 * once, "nested schedules reach below the recompute-once floor (%d, %d)" % (floor, once)
     budget = int(floor * 1.002)
     plan = rt.plan_trace(t, budget, _opt(m), nested=True)
     assert plan.feasible and plan.nested
