@@ -676,20 +676,27 @@ static size_t views_of(remat__prog *p, int32_t u) {
     return views;
 }
 
-static void plan(const char *name) {
+/* The model mo's graph and its program under the bf16 policy on 2
+ * threads, as a session would plan it (free both). */
+static remat_graph *bf16_prog(const remat_model_opts *mo, remat__prog *p) {
     remat_graph *g;
     remat_model m;
+    CHECK_OK(remat_graph_create(&g));
+    CHECK_OK(remat_model_build(g, mo, &m));
+    CHECK_OK(remat__prog_init(p, g, 2, REMAT_DEVICE_CPU, NULL));
+    CHECK_OK(remat__prog_set_precision(p, REMAT_PRECISION_BF16));
+    return g;
+}
+
+static void plan(const char *name) {
     remat_model_opts mo;
     remat_model_opts_default(&mo);
     CHECK_OK(remat_model_opts_for(&mo, name));
     mo.batch = 4;
     if (strstr(name, "resnet")) mo.height = 16, mo.width = 16, mo.classes = 10, mo.base_channels = 4;
     if (!strcmp(name, "gpt2")) mo.layers = 2, mo.embd = 16, mo.heads = 2, mo.context = 8, mo.vocab = 32;
-    CHECK_OK(remat_graph_create(&g));
-    CHECK_OK(remat_model_build(g, &mo, &m));
     remat__prog p;
-    CHECK_OK(remat__prog_init(&p, g, 2, REMAT_DEVICE_CPU, NULL));
-    CHECK_OK(remat__prog_set_precision(&p, REMAT_PRECISION_BF16));
+    remat_graph *g = bf16_prog(&mo, &p);
     int nodes = 0, ok = 1;
     size_t views = 0, own = 0;
     for (int32_t u = 0; p.native && u < g->n; u++) {
@@ -720,17 +727,12 @@ static void plan(const char *name) {
 /* On densenet-bc (tiny) in bf16 every concat with a bf16 input is native
  * with no workspace; its views' bytes, which it took before, printed. */
 static void plan_concat(void) {
-    remat_graph *g;
-    remat_model m;
     remat_model_opts mo;
     remat_model_opts_default(&mo);
     CHECK_OK(remat_model_opts_for(&mo, "densenet-bc"));
     mo.batch = 2, mo.depth = 16, mo.base_channels = 4;
-    CHECK_OK(remat_graph_create(&g));
-    CHECK_OK(remat_model_build(g, &mo, &m));
     remat__prog p;
-    CHECK_OK(remat__prog_init(&p, g, 2, REMAT_DEVICE_CPU, NULL));
-    CHECK_OK(remat__prog_set_precision(&p, REMAT_PRECISION_BF16));
+    remat_graph *g = bf16_prog(&mo, &p);
     int nodes = 0, ok = 1;
     size_t views = 0;
     for (int32_t u = 0; p.native && u < g->n; u++) {
@@ -758,18 +760,13 @@ static void plan_concat(void) {
  * attention node is native, its workspace (both passes) under the views'
  * it took before, both printed. */
 static void plan_attention(int small) {
-    remat_graph *g;
-    remat_model m;
     remat_model_opts mo;
     remat_model_opts_default(&mo);
     CHECK_OK(remat_model_opts_for(&mo, small ? "gpt2-small" : "gpt2"));
     mo.batch = small ? 1 : 4;
     if (!small) mo.layers = 2, mo.embd = 16, mo.heads = 2, mo.context = 8, mo.vocab = 32;
-    CHECK_OK(remat_graph_create(&g));
-    CHECK_OK(remat_model_build(g, &mo, &m));
     remat__prog p;
-    CHECK_OK(remat__prog_init(&p, g, 2, REMAT_DEVICE_CPU, NULL));
-    CHECK_OK(remat__prog_set_precision(&p, REMAT_PRECISION_BF16));
+    remat_graph *g = bf16_prog(&mo, &p);
     int nodes = 0, ok = 1;
     size_t views = 0, own = 0;
     for (int32_t u = 0; p.native && u < g->n; u++) {
