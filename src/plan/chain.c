@@ -185,6 +185,41 @@ static int option_drops(const remat__prog *p, const remat__chain *c, int a, int 
 }
 
 /* Measures stage i (nodes [off[i], off[i+1])) and its storage options. */
+/* Option opt's saved bytes and backward seconds beyond the stage's output
+ * and its backwards (already in opt): what it keeps of the values the
+ * backwards read (sc->keep, set here; the caller clears it), and its
+ * recomputations' seconds. */
+static void option_keeps(const remat__prog *p, const remat__chain *c, int a, int b, const scratch *sc,
+                         remat__stage_option *opt) {
+    const remat_graph *g = p->g;
+    int32_t lo = c->nodes[a], hi = c->nodes[b - 1];
+    for (int j = a; j < b; j++) {
+        int32_t u = c->nodes[j];
+        const remat__node *nd = &g->nodes[u];
+        const remat__op *op = remat__ops[nd->op];
+        if (sc->drop[u]) {
+            opt->backward += remat__node_rec_seconds(p, nd);
+            continue;
+        }
+        sc->keep[u] = sc->read[u];
+        if ((sc->read[u] & 1) && u != hi) opt->saved += remat__vbytes(p, nd);
+        if ((sc->read[u] & 2) || (op->flags & REMAT__OP_STATEFUL))
+            opt->saved += op->aux_bytes ? (int64_t)op->aux_bytes(g, nd) : 0;
+    }
+    /* what the recomputations read and the option does not recompute
+     * (an expensive product no backward reads, the stage's first node)
+     * stays from the forward to them: kept as well */
+    for (int j = a; j < b; j++) {
+        const remat__node *nd = &g->nodes[c->nodes[j]];
+        for (int q = 0; sc->drop[c->nodes[j]] && q < nd->n_in; q++) {
+            int32_t x = nd->in[q];
+            if (x < lo || x >= hi || sc->drop[x] || (sc->keep[x] & 1) || g->nodes[x].leaf != REMAT__LEAF_NONE) continue;
+            sc->keep[x] |= 1;
+            opt->saved += remat__vbytes(p, &g->nodes[x]);
+        }
+    }
+}
+
 static void measure_stage(const remat__prog *p, remat__chain *c, int i, const scratch *sc) {
     const remat_graph *g = p->g;
     remat__stage_ex *ex = &c->ex[i];
@@ -222,32 +257,7 @@ static void measure_stage(const remat__prog *p, remat__chain *c, int i, const sc
         memset(opt, 0, sizeof *opt);
         opt->saved = out_bytes;
         opt->backward = bwd;
-        for (int j = a; j < b; j++) {
-            int32_t u = c->nodes[j];
-            const remat__node *nd = &g->nodes[u];
-            const remat__op *op = remat__ops[nd->op];
-            if (sc->drop[u]) {
-                opt->backward += remat__node_rec_seconds(p, nd);
-                continue;
-            }
-            sc->keep[u] = sc->read[u];
-            if ((sc->read[u] & 1) && u != hi) opt->saved += remat__vbytes(p, nd);
-            if ((sc->read[u] & 2) || (op->flags & REMAT__OP_STATEFUL))
-                opt->saved += op->aux_bytes ? (int64_t)op->aux_bytes(g, nd) : 0;
-        }
-        /* what the recomputations read and the option does not recompute
-         * (an expensive product no backward reads, the stage's first node)
-         * stays from the forward to them: kept as well */
-        for (int j = a; j < b; j++) {
-            const remat__node *nd = &g->nodes[c->nodes[j]];
-            for (int q = 0; sc->drop[c->nodes[j]] && q < nd->n_in; q++) {
-                int32_t x = nd->in[q];
-                if (x < lo || x >= hi || sc->drop[x] || (sc->keep[x] & 1) || g->nodes[x].leaf != REMAT__LEAF_NONE)
-                    continue;
-                sc->keep[x] |= 1;
-                opt->saved += remat__vbytes(p, &g->nodes[x]);
-            }
-        }
+        option_keeps(p, c, a, b, sc, opt);
         int64_t fe = forward_peak(p, c, a, b, sc->keep, sc);
         for (int j = a; j < b; j++) sc->keep[c->nodes[j]] = 0;
         opt->fe_tmp = max64(0, fe - opt->saved);
