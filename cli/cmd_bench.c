@@ -45,6 +45,26 @@ static void help(void) {
 
 /* Options, rows and the model's check, on this rank: 0 or the exit status
  * after printing why. */
+/* The rows: one per strategy of --strategies, then optimal at each
+ * --budget (nb of them). */
+static int rows_of(bench_args *b, const size_t *extra_budget, int nb) {
+    row *rows = b->rows;
+    memset(rows, 0, sizeof b->rows);
+    for (char *tok = strtok(b->list, ","); tok; tok = strtok(NULL, ",")) {
+        if (b->ns == MAX_ROWS) return cli_usage_error("bench", "at most %d rows", MAX_ROWS);
+        if (remat_strategy_parse(tok, &rows[b->ns].strategy) != REMAT_OK)
+            return cli_usage_error("bench", "%s", remat_last_error());
+        b->ns++;
+    }
+    for (int i = 0; i < nb; i++) {
+        if (b->ns == MAX_ROWS) return cli_usage_error("bench", "at most %d rows (strategies and budgets)", MAX_ROWS);
+        rows[b->ns].strategy = REMAT_STRATEGY_OPTIMAL;
+        rows[b->ns++].budget = extra_budget[i];
+    }
+    if (b->ns == 0) return cli_usage_error("bench", "no strategy given");
+    return 0;
+}
+
 static int parse(bench_args *b, const cli_dist *d, int argc, char **argv) {
     size_t extra_budget[MAX_ROWS];
     int nb = 0;
@@ -95,20 +115,8 @@ static int parse(bench_args *b, const cli_dist *d, int argc, char **argv) {
     if (co.rc) return co.rc;
     if (b->data && strncmp(b->data, "tokens:", 7) == 0)
         return cli_usage_error("bench", "bench runs on synthetic batches; give a data set's name for its shape only");
-    row *rows = b->rows;
-    memset(rows, 0, sizeof b->rows);
-    for (char *tok = strtok(b->list, ","); tok; tok = strtok(NULL, ",")) {
-        if (b->ns == MAX_ROWS) return cli_usage_error("bench", "at most %d rows", MAX_ROWS);
-        if (remat_strategy_parse(tok, &rows[b->ns].strategy) != REMAT_OK)
-            return cli_usage_error("bench", "%s", remat_last_error());
-        b->ns++;
-    }
-    for (int i = 0; i < nb; i++) {
-        if (b->ns == MAX_ROWS) return cli_usage_error("bench", "at most %d rows (strategies and budgets)", MAX_ROWS);
-        rows[b->ns].strategy = REMAT_STRATEGY_OPTIMAL;
-        rows[b->ns++].budget = extra_budget[i];
-    }
-    if (b->ns == 0) return cli_usage_error("bench", "no strategy given");
+    int r = rows_of(b, extra_budget, nb);
+    if (r) return r;
     config *cf = &b->cf;
     /* The parent does not touch the device: a CUDA context does not survive
      * fork, so every row's process makes its own (and checks the device). */
