@@ -263,6 +263,27 @@ static remat_status region_of(const cJSON *it, const char *where, int32_t *out) 
     return st;
 }
 
+/* op o's 'saves' (n_saves values): each one of its inputs or outputs, and
+ * each listed once (a value listed twice is read once, and its bytes
+ * counted once). */
+static remat_status dedup_saves(const opr *o, const char *where, int32_t *saves, int *n_saves) {
+    int kept = 0; /* a value listed twice is read once (and its bytes counted once) */
+    for (int k = 0; k < *n_saves; k++) {
+        int ok = 0, again = 0;
+        for (int q = 0; q < o->n_in; q++) ok |= o->in[q] == saves[k];
+        for (int q = 0; q < o->n_out; q++) ok |= o->out[q] == saves[k];
+        if (!ok)
+            return remat__err(REMAT_FORMAT,
+                              "%s: 'saves' names value %d, which is neither its input nor its "
+                              "output",
+                              where, (int)saves[k]);
+        for (int q = 0; q < kept; q++) again |= saves[q] == saves[k];
+        if (!again) saves[kept++] = saves[k];
+    }
+    *n_saves = kept;
+    return REMAT_OK;
+}
+
 static remat_status read_op(reader *r, int i, const cJSON *it, int32_t *saves, int *n_saves) {
     char where[64];
     snprintf(where, sizeof where, "op %d", i);
@@ -304,20 +325,7 @@ static remat_status read_op(reader *r, int i, const cJSON *it, int32_t *saves, i
         v->producer = i;
         v->out_index = k;
     }
-    int kept = 0; /* a value listed twice is read once (and its bytes counted once) */
-    for (int k = 0; k < *n_saves; k++) {
-        int ok = 0, again = 0;
-        for (int q = 0; q < o->n_in; q++) ok |= o->in[q] == saves[k];
-        for (int q = 0; q < o->n_out; q++) ok |= o->out[q] == saves[k];
-        if (!ok)
-            return remat__err(REMAT_FORMAT,
-                              "%s: 'saves' names value %d, which is neither its input nor its "
-                              "output",
-                              where, (int)saves[k]);
-        for (int q = 0; q < kept; q++) again |= saves[q] == saves[k];
-        if (!again) saves[kept++] = saves[k];
-    }
-    *n_saves = kept;
+    if ((st = dedup_saves(o, where, saves, n_saves)) != REMAT_OK) return st;
     if ((st = cost_of(it, where, "forward", 0, &o->cost[0])) != REMAT_OK ||
         (st = cost_of(it, where, "backward", 2 * o->cost[0], &o->cost[1])) != REMAT_OK ||
         (st = cost_of(it, where, "recompute", o->cost[0], &o->cost[2])) != REMAT_OK)
