@@ -99,6 +99,23 @@ static int is_dir(const char *path) {
  * takes the state directory's lock first (when it exists yet; else after
  * the resume, which then reads another directory or fails), so that two
  * runs never both pass the "no other run's states" check. */
+/* Whether a state can be written in dir: a file of the temporaries'
+ * pattern made and removed (never read, and removed as stale should this
+ * process die right here). */
+static remat_status probe_writable(const char *dir) {
+    size_t len = strlen(dir) + 64;
+    char *probe = malloc(len);
+    if (!probe) return remat__err(REMAT_NOMEM, "out of memory");
+    snprintf(probe, len, "%s/.probe.tmp.%ld.%08lx", dir, (long)getpid(),
+             (unsigned long)((uintptr_t)probe & 0xffffffffu));
+    remat_status rc = REMAT_OK;
+    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd < 0 && errno != EEXIST) rc = remat__err(REMAT_IO, "cannot save states in %s: %s", dir, strerror(errno));
+    if (fd >= 0) close(fd), unlink(probe);
+    free(probe);
+    return rc;
+}
+
 static remat_status begin(remat__loop_state *ls, remat_session *s, const remat_train_opts *o, int64_t batch,
                           int64_t per_epoch, const char *data, int64_t *start) {
     if (o->save_every < 0)
@@ -165,22 +182,7 @@ static remat_status begin(remat__loop_state *ls, remat_session *s, const remat_t
             rc = lr;
         }
         remat__state_free_entries(e, n);
-        if (rc == REMAT_OK && writer) {
-            size_t len = strlen(o->state_dir) + 64;
-            char *probe = malloc(len);
-            if (!probe) rc = remat__err(REMAT_NOMEM, "out of memory");
-            else {
-                /* a name of the temporaries' pattern: never read, and
-                 * removed as stale should this process die right here */
-                snprintf(probe, len, "%s/.probe.tmp.%ld.%08lx", o->state_dir, (long)getpid(),
-                         (unsigned long)((uintptr_t)probe & 0xffffffffu));
-                int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-                if (fd < 0 && errno != EEXIST)
-                    rc = remat__err(REMAT_IO, "cannot save states in %s: %s", o->state_dir, strerror(errno));
-                if (fd >= 0) close(fd), unlink(probe);
-                free(probe);
-            }
-        }
+        if (rc == REMAT_OK && writer) rc = probe_writable(o->state_dir);
     }
     free(resumed_dir);
     return rc;
