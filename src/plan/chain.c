@@ -308,6 +308,21 @@ remat_status remat__chain_init(const remat__prog *p, remat_node loss, int aside,
     return remat__chain_init_model(p, loss, aside, 1, c);
 }
 
+/* Longer chains are merged into MAX_CHAIN stages of about equal forward
+ * cost: the DP is cubic in the number of stages. A merged stage's
+ * backward needs what each of its parts needs. */
+static void merge_stages(remat__chain *c) {
+    if (c->n_stages <= MAX_CHAIN) return;
+    double total = 0, acc = 0;
+    for (int i = 0; i < c->n_stages; i++) total += c->fwd[i] + 1e-30;
+    int out_n = 0;
+    for (int i = 0; i < c->n_stages; i++) {
+        acc += c->fwd[i] + 1e-30;
+        if (acc >= total * (out_n + 1) / MAX_CHAIN || i == c->n_stages - 1) c->off[++out_n] = c->off[i + 1];
+    }
+    c->n_stages = out_n;
+}
+
 remat_status remat__chain_init_model(const remat__prog *p, remat_node loss, int aside, int grads, remat__chain *c) {
     const remat_graph *g = p->g;
     int n = g->n;
@@ -363,19 +378,7 @@ remat_status remat__chain_init_model(const remat__prog *p, remat_node loss, int 
     for (int i = 0; i < c->n_stages; i++)
         for (int j = c->off[i]; j < c->off[i + 1]; j++) c->fwd[i] += remat__node_seconds(p, &g->nodes[c->nodes[j]]);
     c->output = remat__vbytes(p, &g->nodes[loss]);
-    /* Longer chains are merged into MAX_CHAIN stages of about equal forward
-     * cost: the DP is cubic in the number of stages. A merged stage's
-     * backward needs what each of its parts needs. */
-    if (c->n_stages > MAX_CHAIN) {
-        double total = 0, acc = 0;
-        for (int i = 0; i < c->n_stages; i++) total += c->fwd[i] + 1e-30;
-        int out_n = 0;
-        for (int i = 0; i < c->n_stages; i++) {
-            acc += c->fwd[i] + 1e-30;
-            if (acc >= total * (out_n + 1) / MAX_CHAIN || i == c->n_stages - 1) c->off[++out_n] = c->off[i + 1];
-        }
-        c->n_stages = out_n;
-    }
+    merge_stages(c);
     c->ex = calloc((size_t)c->n_stages + 1, sizeof *c->ex);
     c->opt_of = calloc(((size_t)c->n_stages + 1) * REMAT__MAX_OPTIONS, 1);
     c->sel = calloc((size_t)n, 1);
