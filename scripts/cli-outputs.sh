@@ -30,6 +30,7 @@ weights=(
     "train --model cnn --train-limit 512 --test-limit 100 --batch 32 --budget 46MiB"
     "train --model cnn --train-limit 512 --test-limit 100 --batch 32 --budget 38MiB --precision bf16"
     "train --model gpt2 --layers 2 --embd 64 --heads 4 --context 32 --vocab 256 --data synthetic --steps 4 --batch 4 --budget 4MiB"
+    "train --model densenet-bc --data synthetic --steps 3 --batch 8 --precision bf16 --budget 40MiB"
 )
 mask() { sed -E 's/[0-9]+ img\/s/N img\/s/g; s/[0-9]+(\.[0-9]+)? s\b/T s/g'; }
 run() { # run BIN DIR

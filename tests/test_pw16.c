@@ -624,6 +624,36 @@ static int convert_case(const remat__pw16_kernels *K, remat__cvt kind) {
     return ok;
 }
 
+/* Level K's BatchNorm kernels against the scalar ones over n elements
+ * from element 3 (a tail when n % 8): the sums into partials that already
+ * hold values, y, and dx added into values already there.
+ * Every NaN is x86's default one: which of two NaNs a sum keeps depends
+ * on the order of its operands, which the compiler may swap (as for the
+ * two-input kernels above). */
+static int stat_case(const remat__pw16_kernels *K, int b16, int64_t n) {
+    const remat__pw16_kernels *S = remat__pw16_level(REMAT__PW16_SCALAR);
+    val x = make(b16, 1), dy = make(b16, 1);
+    size_t es = b16 ? 2 : 4;
+    const void *xp = (const char *)x.p + 3 * es, *dyp = (const char *)dy.p + 3 * es;
+    double a[4][8], b[4][8];
+    for (int k = 0; k < 4; k++)
+        for (int j = 0; j < 8; j++) a[k][j] = b[k][j] = 0.25 * (j + 1) * (k + 1);
+    S->stat_sum(xp, b16, n, a[0]), K->stat_sum(xp, b16, n, b[0]);
+    S->stat_sq(xp, b16, n, 0.1875, a[1]), K->stat_sq(xp, b16, n, 0.1875, b[1]);
+    S->stat_dsum(xp, dyp, b16, n, 0.1875, 1.3, a[2], a[3]), K->stat_dsum(xp, dyp, b16, n, 0.1875, 1.3, b[2], b[3]);
+    val y[2] = {make(b16, 1), make(b16, 1)}, dx[2] = {make(b16, 1), make(b16, 1)};
+    memcpy(y[1].p, y[0].p, (size_t)N * es), memcpy(dx[1].p, dx[0].p, (size_t)N * es);
+    const float cf[5] = {0.1875f, 1.3f, 0.7f, -0.02f, 0.05f};
+    S->bn_apply(xp, (char *)y[0].p + 3 * es, b16, n, 0.1875f, 1.3f, -0.4f);
+    K->bn_apply(xp, (char *)y[1].p + 3 * es, b16, n, 0.1875f, 1.3f, -0.4f);
+    S->bn_dx(xp, dyp, (char *)dx[0].p + 3 * es, b16, n, cf), K->bn_dx(xp, dyp, (char *)dx[1].p + 3 * es, b16, n, cf);
+    int ok = !memcmp(a, b, sizeof a) && same(y[0], y[1]) && same(dx[0], dx[1]);
+    CHECK_MSG(ok, "%s BatchNorm kernels (%s, %lld elements) differ from the scalar reference", K->isa,
+              b16 ? "bf16" : "f32", (long long)n);
+    free(x.p), free(dy.p), free(y[0].p), free(y[1].p), free(dx[0].p), free(dx[1].p);
+    return ok;
+}
+
 static void levels(void) {
     static const kcase cases[] = {
         {"relu_fwd", offsetof(remat__pw16_kernels, relu_fwd), 0, 0},
@@ -652,9 +682,12 @@ static void levels(void) {
                 }
         for (int rep = 0; rep < 8; rep++)
             for (int kind = REMAT__CVT_UP; kind <= REMAT__CVT_ACC_BF16; kind++) ok &= convert_case(K, (remat__cvt)kind);
+        static const int64_t lens[] = {0, 5, 8, 49, 784, N - 8};
+        for (int b16 = 0; b16 < 2; b16++)
+            for (size_t i = 0; i < sizeof lens / sizeof *lens; i++) ok &= stat_case(K, b16, lens[i]);
         if (ok)
             printf("levels: %s gives the scalar reference's bits (relu, add, mul; forward, backward; every mix; "
-                   "the five conversions)\n",
+                   "the five conversions; BatchNorm's sums, y and dx)\n",
                    K->isa);
     }
 }

@@ -28,13 +28,14 @@
  * channel is reduced by one thread in one fixed order: results do not
  * depend on the thread count or on timing.
  *
- * Under the bf16 policy, with x stored in bf16 (so y, dy and dx are), the
- * kernels take them as stored (bf16_ws): each (n, c) plane of x and dy is
- * widened into the thread's float32 plane of the workspace and read there
- * by the same loops, y is rounded where it is written and dx added as the
- * float32 view's accumulation would add it: the views' bits, with a plane
- * per thread in place of whole views. The parameters and buffers stay
- * float32.
+ * Each (n, c) plane goes through pw16's kernels (src/ops/pw16.h: the
+ * sums in double, y and dx in float32, vectorized at run time where the
+ * machine has AVX2 or AVX-512, with the scalar loops' arithmetic lane by
+ * lane, so their bits). Under the bf16 policy, with x stored in bf16 (so
+ * y, dy and dx are), they read and write the planes as stored (bf16_ws,
+ * no workspace): y rounded where it is written and dx added as the
+ * float32 view's accumulation would add it, the views' bits. The
+ * parameters and buffers stay float32.
  */
 #include "../remat-impl.h"
 #include "pw16.h"
@@ -79,55 +80,35 @@ static size_t bn_aux_bytes(const remat_graph *g, const remat__node *n) {
     return 2 * (size_t)n->shape.d[1] * sizeof(float);
 }
 
-/* The HW elements at `off` of a value stored in float32, or (bf) in bf16
- * widened into buf. */
-static const float *plane(const void *v, int bf, int64_t off, int64_t HW, float *buf) {
-    if (!bf) return (const float *)v + off;
-    remat__pw16_convert(buf, (const uint16_t *)v + off, HW, REMAT__CVT_UP);
-    return buf;
+/* The (n, c) plane at element offset off of a value as stored. */
+static const void *at(const void *v, int bf, int64_t off) {
+    return bf ? (const void *)((const uint16_t *)v + off) : (const void *)((const float *)v + off);
 }
 
 /* Channel sums are in double, in remat__sum_partials' interleaved
- * partials (remat-impl.h) carried from plane to plane. */
+ * partials (remat-impl.h) carried from plane to plane, read as stored
+ * by pw16's kernels (vectorized where the machine has AVX2 or AVX-512:
+ * the same additions lane by lane, so the same bits). */
 /* Training statistics of channel c: mean and biased variance, two passes. */
-static void channel_stats(const void *x, int bf, float *buf, int64_t N, int64_t C, int64_t HW, int64_t c, double *mean,
+static void channel_stats(const void *x, int bf, int64_t N, int64_t C, int64_t HW, int64_t c, double *mean,
                           double *var) {
+    const remat__pw16_kernels *K = remat__pw16_best();
     double M = (double)(N * HW), acc[REMAT__PARTIALS] = {0};
-    for (int64_t n = 0; n < N; n++) remat__sum_partials(plane(x, bf, (n * C + c) * HW, HW, buf), HW, acc);
+    for (int64_t n = 0; n < N; n++) K->stat_sum(at(x, bf, (n * C + c) * HW), bf, HW, acc);
     double mu = remat__partials_total(acc) / M, q[REMAT__PARTIALS] = {0};
-    for (int64_t n = 0; n < N; n++) {
-        const float *xc = plane(x, bf, (n * C + c) * HW, HW, buf);
-        int64_t i = 0;
-        for (; i + REMAT__PARTIALS <= HW; i += REMAT__PARTIALS)
-            for (int j = 0; j < REMAT__PARTIALS; j++) {
-                double d = (double)xc[i + j] - mu;
-                q[j] += d * d;
-            }
-        for (int j = 0; i + j < HW; j++) {
-            double d = (double)xc[i + j] - mu;
-            q[j] += d * d;
-        }
-    }
+    for (int64_t n = 0; n < N; n++) K->stat_sq(at(x, bf, (n * C + c) * HW), bf, HW, mu, q);
     *mean = mu;
     *var = remat__partials_total(q) / M;
 }
 
 /* sum dy and sum dy * xhat over channel c, xhat = (x - mu) * is. */
-static void channel_dsums(const void *x, const void *dy, int bf, float *buf, int64_t N, int64_t C, int64_t HW,
-                          int64_t c, double mu, double is, double *sdy, double *sdx) {
+static void channel_dsums(const void *x, const void *dy, int bf, int64_t N, int64_t C, int64_t HW, int64_t c, double mu,
+                          double is, double *sdy, double *sdx) {
+    const remat__pw16_kernels *K = remat__pw16_best();
     double ay[REMAT__PARTIALS] = {0}, ax[REMAT__PARTIALS] = {0};
     for (int64_t n = 0; n < N; n++) {
-        const float *xc = plane(x, bf, (n * C + c) * HW, HW, buf), *dyc = plane(dy, bf, (n * C + c) * HW, HW, buf + HW);
-        int64_t i = 0;
-        for (; i + REMAT__PARTIALS <= HW; i += REMAT__PARTIALS)
-            for (int j = 0; j < REMAT__PARTIALS; j++) {
-                ay[j] += (double)dyc[i + j];
-                ax[j] += (double)dyc[i + j] * (((double)xc[i + j] - mu) * is);
-            }
-        for (int j = 0; i + j < HW; j++) {
-            ay[j] += (double)dyc[i + j];
-            ax[j] += (double)dyc[i + j] * (((double)xc[i + j] - mu) * is);
-        }
+        int64_t off = (n * C + c) * HW;
+        K->stat_dsum(at(x, bf, off), at(dy, bf, off), bf, HW, mu, is, ay, ax);
     }
     *sdy = remat__partials_total(ay);
     *sdx = remat__partials_total(ax);
@@ -156,7 +137,7 @@ static void bn_forward(const remat__kctx *k, int ith, int nth) {
     float *amean = k->aux, *ainvstd = k->aux + C; // (C), (C)
     double eps = k->node->fattr[0], mom = k->node->fattr[1];
     int bf = bn_bf16(k);
-    float *buf = bf ? (float *)k->ws + (size_t)ith * (size_t)HW : NULL; /* bf16: this thread's plane */
+    const remat__pw16_kernels *K = remat__pw16_best();
     int64_t lo, hi;
     remat__split(C, ith, nth, &lo, &hi);
     for (int64_t c = lo; c < hi; c++) {
@@ -165,7 +146,7 @@ static void bn_forward(const remat__kctx *k, int ith, int nth) {
             ainvstd[c] = (float)(1.0 / sqrt((double)rvar[c] + eps));
         } else if (k->first) {
             double mu, var;
-            channel_stats(x, bf, buf, N, C, HW, c, &mu, &var);
+            channel_stats(x, bf, N, C, HW, c, &mu, &var);
             amean[c] = (float)mu;
             ainvstd[c] = (float)(1.0 / sqrt(var + eps));
             if (k->stats) /* (2, C): committed after the step, in micro-batch order */
@@ -175,10 +156,7 @@ static void bn_forward(const remat__kctx *k, int ith, int nth) {
         float mu = amean[c], sc = ainvstd[c] * gamma[c], b = beta[c];
         for (int64_t n = 0; n < N; n++) {
             int64_t off = (n * C + c) * HW;
-            const float *xc = plane(x, bf, off, HW, buf);
-            float *yc = bf ? buf : (float *)y + off; /* bf16: over the widened plane, then rounded */
-            for (int64_t i = 0; i < HW; i++) yc[i] = (xc[i] - mu) * sc + b;
-            if (bf) remat__pw16_convert((uint16_t *)y + off, buf, HW, REMAT__CVT_DOWN);
+            K->bn_apply(at(x, bf, off), (void *)at(y, bf, off), bf, HW, mu, sc, b);
         }
     }
 }
@@ -194,56 +172,36 @@ static void bn_backward(const remat__kctx *k, int ith, int nth) {
     const float *amean = k->aux, *ainvstd = k->aux + C; // (C), (C)
     if (!dx && !dgamma && !dbeta) return;
     int bf = bn_bf16(k);
-    float *buf = bf ? (float *)k->ws + 2 * (size_t)ith * (size_t)HW : NULL; /* bf16: x's and dy's planes */
+    const remat__pw16_kernels *K = remat__pw16_best();
     int64_t lo, hi;
     remat__split(C, ith, nth, &lo, &hi);
     for (int64_t c = lo; c < hi; c++) {
         double mu = amean[c], is = ainvstd[c], sdy, sdx;
-        channel_dsums(x, dy, bf, buf, N, C, HW, c, mu, is, &sdy, &sdx);
+        channel_dsums(x, dy, bf, N, C, HW, c, mu, is, &sdy, &sdx);
         if (dgamma) dgamma[c] += (float)sdx;
         if (dbeta) dbeta[c] += (float)sdy;
         if (!dx) continue;
         /* dx = gamma * is * (dy - mean(dy) - xhat * mean(dy * xhat)), in
-         * float per element (the sums above are double) */
-        const float a = (float)((double)gamma[c] * is), muf = amean[c], isf = ainvstd[c];
-        const float mdy = k->train ? (float)(sdy / (double)M) : 0.0f;
-        const float mdx = k->train ? (float)(sdx / (double)M) : 0.0f;
+         * float per element (the sums above are double); bf16: added as
+         * the float32 view's accumulation adds (remat__pw16_acc) */
+        const float cf[5] = {amean[c], ainvstd[c], (float)((double)gamma[c] * is),
+                             k->train ? (float)(sdy / (double)M) : 0.0f, k->train ? (float)(sdx / (double)M) : 0.0f};
         for (int64_t n = 0; n < N; n++) {
             int64_t off = (n * C + c) * HW;
-            const float *xc = plane(x, bf, off, HW, buf), *dyc = plane(dy, bf, off, HW, buf + HW);
-            if (!bf) {
-                float *dxc = (float *)dx + off;
-                for (int64_t i = 0; i < HW; i++) {
-                    float xhat = (xc[i] - muf) * isf;
-                    dxc[i] += a * (dyc[i] - mdy - xhat * mdx);
-                }
-                continue;
-            }
-            /* the view: its zero plus the term (over dy's plane, element
-             * by element), rounded, added, rounded (REMAT__CVT_ACC_BF16) */
-            float *tc = buf + HW;
-            for (int64_t i = 0; i < HW; i++) {
-                float xhat = (xc[i] - muf) * isf, t = 0.0f;
-                t += a * (dyc[i] - mdy - xhat * mdx);
-                tc[i] = t;
-            }
-            remat__pw16_convert((uint16_t *)dx + off, tc, HW, REMAT__CVT_ACC_BF16);
+            K->bn_dx(at(x, bf, off), at(dy, bf, off), (void *)at(dx, bf, off), bf, HW, cf);
         }
     }
 }
 
 /* Under bf16 with x stored in bf16: the kernels above take x, y, dy and dx
- * as they are stored, with a float32 plane per thread (forward) and two
- * (backward). */
+ * as they are stored, with no workspace. */
 static int bn_bf16_ws(const remat_graph *g, const remat__node *n, const uint8_t *dt, int nth, size_t *fwd,
                       size_t *bwd) {
     for (int i = 1; i < 5; i++)
         if (dt[n->in[i]] != REMAT_F32) return 0;
     if (dt[n->in[0]] != REMAT_BF16) return 0;
-    const remat__shape *x = remat__in_shape(g, n, 0);
-    size_t hw = (size_t)(x->d[2] * x->d[3]) * sizeof(float);
-    *fwd = (size_t)nth * hw;
-    *bwd = 2 * (size_t)nth * hw;
+    (void)g, (void)nth;
+    *fwd = *bwd = 0;
     return 1;
 }
 

@@ -118,6 +118,55 @@ static void convert_ref(void *dst, const void *src, int64_t lo, int64_t hi, rema
     remat__convert_range(dst, src, lo, hi, kind);
 }
 
+/* BatchNorm's sums from element lo on (the vector kernels' tails). */
+static void stat_sum_ref(const void *x, int b16, int64_t lo, int64_t n, double *acc) {
+    for (int64_t i = lo; i < n; i++) acc[i % REMAT__PARTIALS] += (double)remat__pw16_ld(x, b16, i);
+}
+
+static void stat_sq_ref(const void *x, int b16, int64_t lo, int64_t n, double mu, double *acc) {
+    for (int64_t i = lo; i < n; i++) {
+        double d = (double)remat__pw16_ld(x, b16, i) - mu;
+        acc[i % REMAT__PARTIALS] += d * d;
+    }
+}
+
+static void stat_dsum_ref(const void *x, const void *dy, int b16, int64_t lo, int64_t n, double mu, double is,
+                          double *ay, double *ax) {
+    for (int64_t i = lo; i < n; i++) {
+        double g = (double)remat__pw16_ld(dy, b16, i);
+        ay[i % REMAT__PARTIALS] += g;
+        ax[i % REMAT__PARTIALS] += g * (((double)remat__pw16_ld(x, b16, i) - mu) * is);
+    }
+}
+
+/* c: mu, is, a, mdy, mdx */
+static void bn_apply_ref(const void *x, void *y, int b16, int64_t lo, int64_t n, float mu, float sc, float b) {
+    for (int64_t i = lo; i < n; i++) remat__pw16_st(y, b16, i, (remat__pw16_ld(x, b16, i) - mu) * sc + b);
+}
+
+static void bn_dx_ref(const void *x, const void *dy, void *dx, int b16, int64_t lo, int64_t n, const float c[5]) {
+    for (int64_t i = lo; i < n; i++) {
+        float xhat = (remat__pw16_ld(x, b16, i) - c[0]) * c[1];
+        remat__pw16_acc(dx, b16, i, c[2] * (remat__pw16_ld(dy, b16, i) - c[3] - xhat * c[4]));
+    }
+}
+
+static void bn_apply_scalar(const void *x, void *y, int b16, int64_t n, float mu, float sc, float b) {
+    bn_apply_ref(x, y, b16, 0, n, mu, sc, b);
+}
+static void bn_dx_scalar(const void *x, const void *dy, void *dx, int b16, int64_t n, const float c[5]) {
+    bn_dx_ref(x, dy, dx, b16, 0, n, c);
+}
+
+static void stat_sum_scalar(const void *x, int b16, int64_t n, double *acc) { stat_sum_ref(x, b16, 0, n, acc); }
+static void stat_sq_scalar(const void *x, int b16, int64_t n, double mu, double *acc) {
+    stat_sq_ref(x, b16, 0, n, mu, acc);
+}
+static void stat_dsum_scalar(const void *x, const void *dy, int b16, int64_t n, double mu, double is, double *ay,
+                             double *ax) {
+    stat_dsum_ref(x, dy, b16, 0, n, mu, is, ay, ax);
+}
+
 static const remat__pw16_kernels scalar_kernels = {
     .isa = "scalar",
     .convert = convert_ref,
@@ -127,6 +176,11 @@ static const remat__pw16_kernels scalar_kernels = {
     .add_bwd = add_bwd_ref,
     .mul_fwd = mul_fwd_ref,
     .mul_bwd = mul_bwd_ref,
+    .stat_sum = stat_sum_scalar,
+    .stat_sq = stat_sq_scalar,
+    .stat_dsum = stat_dsum_scalar,
+    .bn_apply = bn_apply_scalar,
+    .bn_dx = bn_dx_scalar,
 };
 
 /* GCC's target pragmas on x86-64; elsewhere (another architecture, or a
@@ -194,6 +248,35 @@ static inline __m256 relu_g8(__m256 y, __m256 g) {
     return _mm256_blendv_ps(g, _mm256_set1_ps(-0.0f), le);
 }
 
+/* Eight doubles (BatchNorm's partials), as two vectors of four. */
+typedef struct {
+    __m256d a, b;
+} d8_avx2;
+static inline d8_avx2 d8_ld(const void *p, int b16, int64_t i) {
+    __m256 v = ld8(p, b16, i);
+    return (d8_avx2){_mm256_cvtps_pd(_mm256_castps256_ps128(v)), _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1))};
+}
+static inline d8_avx2 d8_load(const double *a) { return (d8_avx2){_mm256_loadu_pd(a), _mm256_loadu_pd(a + 4)}; }
+static inline void d8_store(double *a, d8_avx2 v) { _mm256_storeu_pd(a, v.a), _mm256_storeu_pd(a + 4, v.b); }
+static inline d8_avx2 d8_set1(double x) { return (d8_avx2){_mm256_set1_pd(x), _mm256_set1_pd(x)}; }
+static inline d8_avx2 d8_add(d8_avx2 x, d8_avx2 y) {
+    return (d8_avx2){_mm256_add_pd(x.a, y.a), _mm256_add_pd(x.b, y.b)};
+}
+static inline d8_avx2 d8_sub(d8_avx2 x, d8_avx2 y) {
+    return (d8_avx2){_mm256_sub_pd(x.a, y.a), _mm256_sub_pd(x.b, y.b)};
+}
+static inline d8_avx2 d8_mul(d8_avx2 x, d8_avx2 y) {
+    return (d8_avx2){_mm256_mul_pd(x.a, y.a), _mm256_mul_pd(x.b, y.b)};
+}
+
+#define PW_D8 d8_avx2
+#define PW_D8_LD d8_ld
+#define PW_D8_LOAD d8_load
+#define PW_D8_STORE d8_store
+#define PW_D8_SET1 d8_set1
+#define PW_D8_ADD d8_add
+#define PW_D8_SUB d8_sub
+#define PW_D8_MUL d8_mul
 #define PW_N 8
 #define PW_V __m256
 #define PW_LD ld8
@@ -202,6 +285,8 @@ static inline __m256 relu_g8(__m256 y, __m256 g) {
 #define PW_ACCR accr8
 #define PW_ADD _mm256_add_ps
 #define PW_MUL _mm256_mul_ps
+#define PW_SUB _mm256_sub_ps
+#define PW_SET1 _mm256_set1_ps
 #define PW_RELU relu8
 #define PW_RELU_G relu_g8
 #define PW_FN(name) avx2_##name
@@ -215,10 +300,20 @@ static inline __m256 relu_g8(__m256 y, __m256 g) {
 #undef PW_ACCR
 #undef PW_ADD
 #undef PW_MUL
+#undef PW_SUB
+#undef PW_SET1
 #undef PW_RELU
 #undef PW_RELU_G
 #undef PW_FN
 #undef PW_ISA
+#undef PW_D8
+#undef PW_D8_LD
+#undef PW_D8_LOAD
+#undef PW_D8_STORE
+#undef PW_D8_SET1
+#undef PW_D8_ADD
+#undef PW_D8_SUB
+#undef PW_D8_MUL
 
 #pragma GCC pop_options
 
@@ -279,11 +374,28 @@ static inline __m512 relu_g16(__m512 y, __m512 g) {
     return _mm512_mask_mov_ps(g, le, _mm512_set1_ps(-0.0f));
 }
 
+/* Eight doubles (BatchNorm's partials) from eight values as stored. */
+static inline __m512d d8_ld512(const void *p, int b16, int64_t i) {
+    if (!b16) return _mm512_cvtps_pd(_mm256_loadu_ps((const float *)p + i));
+    __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)p + i));
+    return _mm512_cvtps_pd(_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)));
+}
+
+#define PW_D8 __m512d
+#define PW_D8_LD d8_ld512
+#define PW_D8_LOAD _mm512_loadu_pd
+#define PW_D8_STORE _mm512_storeu_pd
+#define PW_D8_SET1 _mm512_set1_pd
+#define PW_D8_ADD _mm512_add_pd
+#define PW_D8_SUB _mm512_sub_pd
+#define PW_D8_MUL _mm512_mul_pd
 #define PW_N 16
 #define PW_V __m512
 #define PW_LD ld16
 #define PW_ADD _mm512_add_ps
 #define PW_MUL _mm512_mul_ps
+#define PW_SUB _mm512_sub_ps
+#define PW_SET1 _mm512_set1_ps
 #define PW_RELU relu16
 #define PW_RELU_G relu_g16
 

@@ -113,6 +113,19 @@ typedef struct {
     const char *isa; /* "scalar", "avx2", "avx512", "avx512bf16" */
     remat__pw16_fn relu_fwd, relu_bwd, add_fwd, add_bwd, mul_fwd, mul_bwd;
     void (*convert)(void *dst, const void *src, int64_t lo, int64_t hi, remat__cvt kind);
+    /* BatchNorm's channel sums (batchnorm.c), in double over n values as
+     * stored (b16: bf16, else float32), element i into partial
+     * i % REMAT__PARTIALS (remat__sum_partials' order): stat_sum adds x,
+     * stat_sq (x - mu)^2, stat_dsum dy into ay and dy ((x - mu) is) into
+     * ax. */
+    void (*stat_sum)(const void *x, int b16, int64_t n, double *acc);
+    void (*stat_sq)(const void *x, int b16, int64_t n, double mu, double *acc);
+    void (*stat_dsum)(const void *x, const void *dy, int b16, int64_t n, double mu, double is, double *ay, double *ax);
+    /* BatchNorm's planes, in float32 element by element: bn_apply stores
+     * y = (x - mu) sc + b; bn_dx adds a (dy - mdy - (x - mu) is mdx) into
+     * dx as remat__pw16_acc adds. */
+    void (*bn_apply)(const void *x, void *y, int b16, int64_t n, float mu, float sc, float b);
+    void (*bn_dx)(const void *x, const void *dy, void *dx, int b16, int64_t n, const float c[5]);
 } remat__pw16_kernels;
 
 enum { REMAT__PW16_SCALAR, REMAT__PW16_AVX2, REMAT__PW16_AVX512, REMAT__PW16_AVX512BF16, REMAT__PW16_LEVELS };

@@ -8,10 +8,15 @@
  *   PW_ACC(p, b16, i, g) added into a gradient (remat__pw16_acc)
  *   PW_ACCR(p, i, v)   REMAT__CVT_ACC_BF16: bf16 p[i] = p[i] + v rounded
  *                      through bf16, rounded (PW_ACC is 0 + g into it)
- *   PW_ADD, PW_MUL     float32 arithmetic, lane by lane
+ *   PW_ADD, PW_MUL, PW_SUB  float32 arithmetic, lane by lane
+ *   PW_SET1(x)         x in every lane
  *   PW_RELU(x)         x <= 0 ? +0 : x (NaN stays)
  *   PW_RELU_G(y, g)    y <= 0 ? -0 : g
  *   PW_FN(name)        the level's name for a kernel
+ *   PW_D8              eight doubles (BatchNorm's partials), with
+ *                      PW_D8_LD (eight values as stored, widened),
+ *                      PW_D8_LOAD and _STORE (eight partials), _SET1,
+ *                      _ADD, _SUB and _MUL, lane by lane
  * Each loop runs whole vectors, and the scalar reference the rest: every
  * element's arithmetic is the reference's (no contraction: C11 mode
  * turns it off), so the bits are. The reference is SSE code, called as a
@@ -89,6 +94,60 @@ static void PW_FN(convert)(void *dst, const void *src, int64_t lo, int64_t hi, r
     remat__convert_range(dst, src, i, hi, kind);
 }
 
+static void PW_FN(stat_sum)(const void *x, int b16, int64_t n, double *acc) {
+    int64_t i = 0;
+    PW_D8 a = PW_D8_LOAD(acc);
+    for (; i + REMAT__PARTIALS <= n; i += REMAT__PARTIALS) a = PW_D8_ADD(a, PW_D8_LD(x, b16, i));
+    PW_D8_STORE(acc, a);
+    _mm256_zeroupper(); /* before SSE code: see the top */
+    stat_sum_ref(x, b16, i, n, acc);
+}
+
+static void PW_FN(stat_sq)(const void *x, int b16, int64_t n, double mu, double *acc) {
+    int64_t i = 0;
+    PW_D8 a = PW_D8_LOAD(acc), m = PW_D8_SET1(mu);
+    for (; i + REMAT__PARTIALS <= n; i += REMAT__PARTIALS) {
+        PW_D8 d = PW_D8_SUB(PW_D8_LD(x, b16, i), m);
+        a = PW_D8_ADD(a, PW_D8_MUL(d, d));
+    }
+    PW_D8_STORE(acc, a);
+    _mm256_zeroupper(); /* before SSE code: see the top */
+    stat_sq_ref(x, b16, i, n, mu, acc);
+}
+
+static void PW_FN(stat_dsum)(const void *x, const void *dy, int b16, int64_t n, double mu, double is, double *ay,
+                             double *ax) {
+    int64_t i = 0;
+    PW_D8 a = PW_D8_LOAD(ay), b = PW_D8_LOAD(ax), m = PW_D8_SET1(mu), s = PW_D8_SET1(is);
+    for (; i + REMAT__PARTIALS <= n; i += REMAT__PARTIALS) {
+        PW_D8 g = PW_D8_LD(dy, b16, i);
+        a = PW_D8_ADD(a, g);
+        b = PW_D8_ADD(b, PW_D8_MUL(g, PW_D8_MUL(PW_D8_SUB(PW_D8_LD(x, b16, i), m), s)));
+    }
+    PW_D8_STORE(ay, a), PW_D8_STORE(ax, b);
+    _mm256_zeroupper(); /* before SSE code: see the top */
+    stat_dsum_ref(x, dy, b16, i, n, mu, is, ay, ax);
+}
+
+static void PW_FN(bn_apply)(const void *x, void *y, int b16, int64_t n, float mu, float sc, float b) {
+    int64_t i = 0;
+    PW_V m = PW_SET1(mu), s = PW_SET1(sc), c = PW_SET1(b);
+    for (; i + PW_N <= n; i += PW_N) PW_ST(y, b16, i, PW_ADD(PW_MUL(PW_SUB(PW_LD(x, b16, i), m), s), c));
+    _mm256_zeroupper(); /* before SSE code: see the top */
+    bn_apply_ref(x, y, b16, i, n, mu, sc, b);
+}
+
+static void PW_FN(bn_dx)(const void *x, const void *dy, void *dx, int b16, int64_t n, const float c[5]) {
+    int64_t i = 0;
+    PW_V mu = PW_SET1(c[0]), is = PW_SET1(c[1]), a = PW_SET1(c[2]), mdy = PW_SET1(c[3]), mdx = PW_SET1(c[4]);
+    for (; i + PW_N <= n; i += PW_N) {
+        PW_V xhat = PW_MUL(PW_SUB(PW_LD(x, b16, i), mu), is);
+        PW_ACC(dx, b16, i, PW_MUL(a, PW_SUB(PW_SUB(PW_LD(dy, b16, i), mdy), PW_MUL(xhat, mdx))));
+    }
+    _mm256_zeroupper(); /* before SSE code: see the top */
+    bn_dx_ref(x, dy, dx, b16, i, n, c);
+}
+
 static const remat__pw16_kernels PW_FN(kernels) = {
     .isa = PW_ISA,
     .relu_fwd = PW_FN(relu_fwd),
@@ -98,4 +157,9 @@ static const remat__pw16_kernels PW_FN(kernels) = {
     .mul_fwd = PW_FN(mul_fwd),
     .mul_bwd = PW_FN(mul_bwd),
     .convert = PW_FN(convert),
+    .stat_sum = PW_FN(stat_sum),
+    .stat_sq = PW_FN(stat_sq),
+    .stat_dsum = PW_FN(stat_dsum),
+    .bn_apply = PW_FN(bn_apply),
+    .bn_dx = PW_FN(bn_dx),
 };
