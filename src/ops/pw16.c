@@ -139,11 +139,11 @@ static void stat_dsum_ref(const void *x, const void *dy, int b16, int64_t lo, in
     }
 }
 
-/* c: mu, is, a, mdy, mdx */
 static void bn_apply_ref(const void *x, void *y, int b16, int64_t lo, int64_t n, float mu, float sc, float b) {
     for (int64_t i = lo; i < n; i++) remat__pw16_st(y, b16, i, (remat__pw16_ld(x, b16, i) - mu) * sc + b);
 }
 
+/* c: mu, is, a, mdy, mdx (remat__pw16_kernels.bn_dx) */
 static void bn_dx_ref(const void *x, const void *dy, void *dx, int b16, int64_t lo, int64_t n, const float c[5]) {
     for (int64_t i = lo; i < n; i++) {
         float xhat = (remat__pw16_ld(x, b16, i) - c[0]) * c[1];
