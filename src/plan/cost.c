@@ -224,7 +224,8 @@ static remat_status load_link(const cJSON *hl, remat_cost_model *m, const char *
     return REMAT_OK;
 }
 
-remat_status remat_cost_model_load(remat_cost_model *m, const char *path) {
+/* The file parsed as JSON into *out (cJSON_Delete it). */
+static remat_status read_json(const char *path, cJSON **out) {
     FILE *fp = fopen(path, "rb");
     if (!fp) return remat__err(REMAT_NOT_FOUND, "%s: cannot open the cost model (run remat calibrate)", path);
     /* the whole file: at most a few hundred bytes per shape class */
@@ -242,6 +243,43 @@ remat_status remat_cost_model_load(remat_cost_model *m, const char *path) {
     free(buf);
     if (more) return remat__err(REMAT_FORMAT, "%s: larger than a cost model can be", path);
     if (!o) return remat__err(REMAT_FORMAT, "%s: not JSON", path);
+    *out = o;
+    return REMAT_OK;
+}
+
+/* The file's "ops", when there are any: each op time checked and put. */
+static remat_status load_ops(const cJSON *ops, remat_cost_model *m, const char *path) {
+    const cJSON *e;
+    if (ops && !cJSON_IsArray(ops)) return remat__err(REMAT_FORMAT, "%s: 'ops' is not an array", path);
+    remat_status st = REMAT_OK;
+    int i = 0;
+    cJSON_ArrayForEach(e, ops) {
+        const cJSON *op = cJSON_GetObjectItemCaseSensitive(e, "op"),
+                    *cls = cJSON_GetObjectItemCaseSensitive(e, "class");
+        const cJSON *fw = cJSON_GetObjectItemCaseSensitive(e, "forward"),
+                    *bw = cJSON_GetObjectItemCaseSensitive(e, "backward");
+        const cJSON *rc = cJSON_GetObjectItemCaseSensitive(e, "recompute"); /* optional: absent = forward */
+        char *end = NULL;
+        unsigned long long c = cJSON_IsString(cls) ? strtoull(cls->valuestring, &end, 16) : 0;
+        int idx = cJSON_IsString(op) ? remat__op_find(op->valuestring) : -1;
+        if (idx < 0 || !c || !end || *end || !cJSON_IsNumber(fw) || !cJSON_IsNumber(bw) || (rc && !cJSON_IsNumber(rc)))
+            return remat__err(REMAT_FORMAT,
+                              "%s: ops[%d] is not {\"op\": a known op, \"class\": 16 hex digits, "
+                              "\"forward\": s, \"backward\": s[, \"recompute\": s]}",
+                              path, i);
+        remat_op_time t = {(uint64_t)c, idx, fw->valuedouble, bw->valuedouble, rc ? rc->valuedouble : 0.0};
+        st = check_op(&t, i, path, REMAT_FORMAT); /* named by its place in the file, before sorting */
+        if (st == REMAT_OK) st = remat__cost_model_put(m, &t);
+        if (st != REMAT_OK) return st;
+        i++;
+    }
+    return st;
+}
+
+remat_status remat_cost_model_load(remat_cost_model *m, const char *path) {
+    cJSON *o = NULL;
+    remat_status rs = read_json(path, &o);
+    if (rs != REMAT_OK) return rs;
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "flops_per_s");
     const cJSON *th = cJSON_GetObjectItemCaseSensitive(o, "threads");
     const cJSON *dv = cJSON_GetObjectItemCaseSensitive(o, "device");
@@ -276,31 +314,7 @@ remat_status remat_cost_model_load(remat_cost_model *m, const char *path) {
         else tmp->update_s_per_param[k] = v->valuedouble;
     }
     if (st == REMAT_OK) st = load_link(cJSON_GetObjectItemCaseSensitive(o, "host_link"), tmp, path);
-    const cJSON *ops = cJSON_GetObjectItemCaseSensitive(o, "ops"), *e;
-    if (st == REMAT_OK && ops && !cJSON_IsArray(ops)) st = remat__err(REMAT_FORMAT, "%s: 'ops' is not an array", path);
-    int i = 0;
-    cJSON_ArrayForEach(e, ops) {
-        if (st != REMAT_OK) break;
-        const cJSON *op = cJSON_GetObjectItemCaseSensitive(e, "op"),
-                    *cls = cJSON_GetObjectItemCaseSensitive(e, "class");
-        const cJSON *fw = cJSON_GetObjectItemCaseSensitive(e, "forward"),
-                    *bw = cJSON_GetObjectItemCaseSensitive(e, "backward");
-        const cJSON *rc = cJSON_GetObjectItemCaseSensitive(e, "recompute"); /* optional: absent = forward */
-        char *end = NULL;
-        unsigned long long c = cJSON_IsString(cls) ? strtoull(cls->valuestring, &end, 16) : 0;
-        int idx = cJSON_IsString(op) ? remat__op_find(op->valuestring) : -1;
-        if (idx < 0 || !c || !end || *end || !cJSON_IsNumber(fw) || !cJSON_IsNumber(bw) || (rc && !cJSON_IsNumber(rc)))
-            st = remat__err(REMAT_FORMAT,
-                            "%s: ops[%d] is not {\"op\": a known op, \"class\": 16 hex digits, "
-                            "\"forward\": s, \"backward\": s[, \"recompute\": s]}",
-                            path, i);
-        else {
-            remat_op_time t = {(uint64_t)c, idx, fw->valuedouble, bw->valuedouble, rc ? rc->valuedouble : 0.0};
-            st = check_op(&t, i, path, REMAT_FORMAT); /* named by its place in the file, before sorting */
-            if (st == REMAT_OK) st = remat__cost_model_put(tmp, &t);
-        }
-        i++;
-    }
+    if (st == REMAT_OK) st = load_ops(cJSON_GetObjectItemCaseSensitive(o, "ops"), tmp, path);
     cJSON_Delete(o);
     if (st == REMAT_OK) st = remat__cost_model_check(tmp, path, REMAT_FORMAT); /* the values' ranges, named */
     if (st == REMAT_OK) memcpy(m, tmp, sizeof *m);
