@@ -10,12 +10,21 @@ recomputed": 1.0 is recomputation alone).
 
     PYTHONPATH=python python bench/torch/applier_cost.py [--models resnet18,resnet50,gpt2,llama] [--rounds 5]
     PYTHONPATH=python python bench/torch/applier_cost.py --device cuda --models resnet50-b64,gpt2-small
+    PYTHONPATH=python python bench/torch/applier_cost.py --breakdown --models resnet18,llama
+
+--breakdown prints, per model and plan, where the time goes instead:
+the forward's and the backward's medians apart, the midpoint plan's
+replays as they ran in the step (against their time at capture), and
+the garbage collections Python ran during each plan's steps (count and
+time per generation: the applier's Python objects per step are what
+starts them, and a full collection walks every object the process holds).
 
 On a CUDA device each step ends with torch.cuda.synchronize; the issue's
 GPU sizes are resnet50-b64 (224x224) and gpt2-small (12 layers, 768 wide,
 b8x1024).
 """
 import argparse
+import gc
 import os
 import statistics
 import sys
@@ -76,18 +85,95 @@ def step(m, inputs, lf, plan, sync=lambda: None):
     return time.perf_counter() - t0
 
 
+def breakdown(name, m, inputs, lf, t, plans, rounds, sync):
+    """The forward, the backward, the replays and the collections, per plan."""
+    from remat.torch import apply as A
+    acc = {"replay": 0.0}
+    replay = A.Applier._replay
+
+    def timed(self, o):  # the replays as they run in the step
+        t0 = time.perf_counter()
+        try:
+            return replay(self, o)
+        finally:
+            acc["replay"] += time.perf_counter() - t0
+    A.Applier._replay = timed
+    gcs, start = {}, [0.0]
+
+    def collected(phase, info):
+        if phase == "start":
+            start[0] = time.perf_counter()
+        else:
+            n, s = gcs.get(info["generation"], (0, 0.0))
+            gcs[info["generation"]] = (n + 1, s + time.perf_counter() - start[0])
+
+    def one(plan):
+        for p in m.parameters():
+            p.grad = None
+        acc["replay"] = 0.0
+        sync()
+        t0 = time.perf_counter()
+        with (plan.apply() if plan is not None else _nothing()):
+            loss = lf(m(*inputs))
+            sync()
+            t1 = time.perf_counter()
+            loss.backward()
+        sync()
+        return t1 - t0, time.perf_counter() - t1, acc["replay"]
+
+    res = {k: [] for k in plans}
+    col = {k: {} for k in plans}
+    for p in plans.values():
+        one(p)
+    gc.callbacks.append(collected)
+    try:
+        for _ in range(rounds):
+            for k, p in plans.items():
+                gcs.clear()
+                res[k].append(one(p))
+                for g, (n, s) in gcs.items():
+                    c = col[k].get(g, (0, 0.0))
+                    col[k][g] = (c[0] + n, c[1] + s)
+    finally:
+        gc.callbacks.remove(collected)
+        A.Applier._replay = replay
+    rec = sum(t.ops[i].seconds for grp in plans["mid"].recompute_groups for i in grp)
+    for k in plans:
+        fwd, bwd, rep = (statistics.median(x[i] for x in res[k]) * 1e3 for i in range(3))
+        gcs_txt = ", ".join("gen %d: %d in %.1f ms" % (g, n, s * 1e3) for g, (n, s) in sorted(col[k].items()))
+        print("| %s | %s | %.2f | %.2f | %s | %s |" % (
+            name, k, fwd, bwd, "%.2f (capture: %.2f)" % (rep, rec * 1e3) if k == "mid" else "",
+            gcs_txt or "none"))
+    sys.stdout.flush()
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--models", default="resnet18,resnet50,gpt2,llama")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--breakdown", action="store_true", help="where each plan's time goes (forward, backward, "
+                    "replays, garbage collections) instead of the ratios")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     sync = torch.cuda.synchronize if a.device.startswith("cuda") else (lambda: None)
-    print("| model | store-all / no plan | midpoint / no plan | midpoint recomputes (ops, extra FLOPs) | "
-          "recomputed ops' time / step | extra / recomputed |")
-    print("|---|---:|---:|---:|---:|---:|")
+    if a.breakdown:
+        print("| model | plan | forward ms | backward ms | replays in the step ms | garbage collections "
+              "over %d steps |" % a.rounds)
+        print("|---|---|---:|---:|---:|---|")
+    else:
+        print("| model | store-all / no plan | midpoint / no plan | midpoint recomputes (ops, extra FLOPs) | "
+              "recomputed ops' time / step | extra / recomputed |")
+        print("|---|---:|---:|---:|---:|---:|")
     for name in a.models.split(","):
         torch.manual_seed(0)
         m, inputs, lf = build(name, a.device)
@@ -96,6 +182,9 @@ def main():
         floor = rt.plan_trace(t, 1, "sgd").floor
         mid = rt.plan_trace(t, (floor + rt.budget_for(top.peak_bytes)) // 2, "sgd")
         plans = {"none": None, "all": top, "mid": mid}
+        if a.breakdown:
+            breakdown(name, m, inputs, lf, t, plans, a.rounds, sync)
+            continue
         times = {k: [] for k in plans}
         for p in plans.values():  # one warm step each
             step(m, inputs, lf, p, sync)
