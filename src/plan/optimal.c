@@ -58,8 +58,8 @@
  * stage's output after its forward and recomputes it for the backward
  * that reads it, which the persistent chain DP cannot express), and each
  * of these less the recomputations that free nothing at its peak (pruned:
- * PRUNE_PASSES). On graphs of many nodes a generator
- * makes at most CAND_WORK / nodes schedules, spread the same way. The
+ * PRUNE_PASSES). On graphs of many nodes a generator makes at most
+ * CAND_WORK / nodes schedules, spread the same way. The
  * fastest under the cost model that holds at most the budget wins. Hence,
  * by construction: a larger budget never gets a costlier plan; no hand
  * plan among the candidates (sqrt; manual at every granularity on models
@@ -71,9 +71,10 @@
  * What "optimal" means, precisely: the least cost under the cost model
  * among these candidates, whose chain part is the exact optimum of the
  * persistent chain model (its stages, options and transient bytes) at the
- * DP's slot rounding, then pruned under the simulator's exact count. Not over every schedule of the graph: the ILP
- * comparison (test_ilp, scripts/gen_ilp_fixtures.py) states the gap to
- * the rematerialization ILP's true optimum on small graphs.
+ * DP's slot rounding, then pruned under the simulator's exact count.
+ * Not over every schedule of the graph: the ILP comparison (test_ilp,
+ * scripts/gen_ilp_fixtures.py) states the gap to the rematerialization
+ * ILP's true optimum on small graphs.
  */
 #include "chain.h"
 #include "offload.h"
@@ -437,7 +438,7 @@ typedef struct {
  * gets a costlier plan. Each try builds the schedule's memory plan (about
  * its length in work): a planning's tries stop after PRUNE_WORK
  * instructions in all, in the candidates' order. On test_ilp's traced
- * graphs this put 22 of 30 plans at the ILP's optimum (13 before). */
+ * graphs this put 23 of 30 plans at the ILP's optimum (13 before). */
 #define PRUNE_PASSES 3
 #define PRUNE_WORK 4e7
 
@@ -506,9 +507,6 @@ remat_status remat__optimal_options(const remat__prog *p, remat_node loss, int o
     return st;
 }
 
-/* Places candidate k (made again from its generator) and returns what it
- * holds in k->held; with keep, the winner: it is finished
- * (remat__plan_finish) and kept with its memory plan in *keep. */
 /* sc without its instruction drop, its frees found again. */
 static remat_status without(const remat__prog *p, const remat__schedule *sc, int drop, remat__schedule *out) {
     *out = *sc;
@@ -570,6 +568,10 @@ static remat_status make_cand(const gen_ctx *x, const cand *k, remat__schedule *
     return st;
 }
 
+/* Places candidate k (made again from its generator, and pruned again
+ * where it is a pruned one) and returns what it holds in k->held; with
+ * keep, the winner: it is finished (remat__plan_finish) and kept with its
+ * memory plan in *keep. */
 static remat_status place_cand(const gen_ctx *x, cand *k, const remat__plan_req *r, remat__planned *keep) {
     remat__schedule sc;
     remat_status st = make_cand(x, k, &sc);
