@@ -24,6 +24,7 @@ GPU sizes are resnet50-b64 (224x224) and gpt2-small (12 layers, 768 wide,
 b8x1024).
 """
 import argparse
+import contextlib
 import gc
 import os
 import statistics
@@ -113,7 +114,7 @@ def breakdown(name, m, inputs, lf, t, plans, rounds, sync):
         acc["replay"] = 0.0
         sync()
         t0 = time.perf_counter()
-        with (plan.apply() if plan is not None else _nothing()):
+        with (plan.apply() if plan is not None else contextlib.nullcontext()):
             loss = lf(m(*inputs))
             sync()
             t1 = time.perf_counter()
@@ -145,14 +146,6 @@ def breakdown(name, m, inputs, lf, t, plans, rounds, sync):
             name, k, fwd, bwd, "%.2f (capture: %.2f)" % (rep, rec * 1e3) if k == "mid" else "",
             gcs_txt or "none"))
     sys.stdout.flush()
-
-
-class _nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 def main():

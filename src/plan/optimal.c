@@ -644,11 +644,11 @@ static remat_status measure_all(const gen_ctx *x, size_t held_outside, cand **ou
                 double cost = remat__schedule_cost(p, &sc), allowed = work;
                 if (st == REMAT_OK) cands[(*nc)++] = (cand){(int)gi, j, count, cost, pk + held_outside, 0, 0};
                 if (st == REMAT_OK && work > 0 && nth_recompute(&sc, 0) >= 0) st = prune(p, &sc, &work);
-                if (st == REMAT_OK && allowed > work && remat__schedule_cost(p, &sc) < cost) {
+                double pruned = st == REMAT_OK && allowed > work ? remat__schedule_cost(p, &sc) : cost;
+                if (pruned < cost) {
                     st = values_peak(p, &sc, &pk);
                     if (st == REMAT_OK)
-                        cands[(*nc)++] =
-                            (cand){(int)gi, j, count, remat__schedule_cost(p, &sc), pk + held_outside, 0, allowed};
+                        cands[(*nc)++] = (cand){(int)gi, j, count, pruned, pk + held_outside, 0, allowed};
                 }
                 if (st == REMAT_UNSUPPORTED) st = REMAT_OK; /* reads a value overwritten in place: not a candidate */
             }
