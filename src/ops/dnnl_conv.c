@@ -109,9 +109,13 @@ static const dnnl_memory_desc_t *qmd(const_dnnl_primitive_desc_t pd, dnnl_query_
 }
 
 /* A direct (JIT) implementation, not oneDNN's own im2col+GEMM or its
- * reference loops: only those beat im2col+OpenBLAS (docs/benchmarks.md). */
+ * reference loops: only those beat im2col+OpenBLAS (docs/benchmarks.md).
+ * Where the machine has AMX, oneDNN's direct bf16 convolutions are its
+ * brgemm-based ones ("brgconv:avx512_core_amx_bf16"), named without
+ * "jit". */
 static int direct_impl(const_dnnl_primitive_desc_t pd) {
     const char *s = remat__dnnl_impl_of(pd);
+    if (strncmp(s, "brgconv", 7) == 0) return 1;
     return strstr(s, "jit") && !strstr(s, "gemm") && !strstr(s, "ref");
 }
 
