@@ -175,7 +175,7 @@ static void model(const char *name) {
         CHECK_MSG(strstr(remat_last_error(), want), "%s at half the floor: %s", name, remat_last_error());
     }
     double prev = -1;
-    int dtr_won = 0;
+    int dag_won = 0;
     printf("%s: floor %zu B, store-all %zu B, sqrt %zu B (extra %.4g FLOP)\n", name, floor, all.peak, sq.peak,
            sq.extra);
     for (int i = 0; i < n_budgets; i++) {
@@ -193,13 +193,16 @@ static void model(const char *name) {
             CHECK_MSG(o.extra <= sq.extra, "%s @%zu: optimal recomputes %.6g FLOP, sqrt %.6g", name, budget, o.extra,
                       sq.extra);
         printf("  budget %10zu B: holds %10zu B, extra %.4g FLOP (%s)\n", budget, o.peak, o.extra, o.planner);
-        dtr_won += strcmp(o.planner, "dtr") == 0;
+        dag_won +=
+            strcmp(o.planner, "dtr") == 0 || (strcmp(o.planner, "keep-expensive") == 0 && i > 0 && i < n_budgets - 1);
         if (i == n_budgets - 1) CHECK_MSG(o.extra == 0.0, "%s: recomputes at the store-all budget", name);
         free(o.w);
     }
-    /* On a graph that is not a chain, the DAG fallback must beat the chain
-     * planner somewhere between the floor and store-all. */
-    if (strcmp(name, "branches") == 0) CHECK_MSG(dtr_won > 0, "branches: the DTR fallback never won");
+    /* On a graph that is not a chain, a schedule of the step as a DAG (the
+     * DTR fallback's, or a selective one, its recomputations sunk) must
+     * beat the chain planner somewhere between the floor and store-all
+     * (test_ilp checks that DTR still wins somewhere). */
+    if (strcmp(name, "branches") == 0) CHECK_MSG(dag_won > 0, "branches: no DAG schedule ever won");
     free(all.w), free(sq.w);
     remat_graph_destroy(g);
 }

@@ -58,7 +58,9 @@
  * stage's output after its forward and recomputes it for the backward
  * that reads it, which the persistent chain DP cannot express), and each
  * of these less the recomputations that free nothing at its peak (pruned:
- * PRUNE_PASSES). On graphs of many nodes a generator makes at most
+ * PRUNE_PASSES), and each with its recomputations moved as late as they
+ * can go, then pruned (sunk; both in refine.c). On graphs of many nodes a generator
+ * makes at most
  * CAND_WORK / nodes schedules, spread the same way. The
  * fastest under the cost model that holds at most the budget wins. Hence,
  * by construction: a larger budget never gets a costlier plan; no hand
@@ -71,7 +73,8 @@
  * What "optimal" means, precisely: the least cost under the cost model
  * among these candidates, whose chain part is the exact optimum of the
  * persistent chain model (its stages, options and transient bytes) at the
- * DP's slot rounding, then pruned under the simulator's exact count.
+ * DP's slot rounding, then sunk and pruned under the simulator's exact
+ * count.
  * Not over every schedule of the graph: the ILP comparison (test_ilp,
  * scripts/gen_ilp_fixtures.py) states the gap to the rematerialization
  * ILP's true optimum on small graphs.
@@ -79,10 +82,12 @@
 #include "chain.h"
 #include "offload.h"
 #include "planner.h"
+#include "refine.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* The slots of the DP's memory grid: SLOTS slots over the store-all size,
  * fewer when the stages are many (the DP is O(slots n^3)); with 200
@@ -95,21 +100,6 @@
 #define MAX_CHAIN_PLANS 48
 
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
-
-/* The peak bytes of a candidate's values (its memory plan, unplaced): its
- * arena is at least this. */
-static remat_status values_peak(const remat__prog *p, const remat__schedule *sc, size_t *peak) {
-    remat__memplan m;
-    remat_status st = remat__memplan_build(p, sc, &m);
-    if (st == REMAT_OK) {
-        remat_mem_stats zero, out;
-        memset(&zero, 0, sizeof zero);
-        remat__memplan_peaks(&m, &zero, &out);
-        *peak = out.peak[REMAT_MEM_TOTAL];
-    }
-    remat__memplan_free(&m);
-    return st;
-}
 
 /* What a candidate holds: its placed arena and the resident blocks. */
 static remat_status held_bytes(const remat__prog *p, const remat__schedule *sc, size_t held_outside, size_t *held) {
@@ -419,27 +409,11 @@ typedef struct {
     size_t held;  /* placed; 0 until then */
     double prune; /* > 0: the generator's schedule pruned (prune) with this
                      much work allowed, which makes it again the same */
+    int sink;     /* its recomputations moved late first (sink) */
 } cand;
 
-/* Pruning: a candidate less the recomputations it can do without. The
- * generators' schedules recompute what their model says must go (the
- * chain model keeps a stage's input through its backward, DTR evicts by
- * a heuristic), and some recomputations free nothing at the step's peak:
- * keeping such a value from the forward that made it costs no memory
- * where the peak is and saves its recomputation. So each candidate's
- * recomputations are tried in schedule order: one is dropped (the value
- * kept instead, every free found again from the last uses) where the
- * peak of the schedule's values does not rise above the candidate's
- * (the drop also drops what was recomputed only for it, at a later
- * try); up to PRUNE_PASSES passes, until none drops. The pruned schedule
- * is a candidate beside the one it came from (a placement that does not
- * fit the budget never loses the unpruned one), so the candidate set
- * still does not depend on the budget, and a larger budget still never
- * gets a costlier plan. Each try builds the schedule's memory plan (about
- * its length in work): a planning's tries stop after PRUNE_WORK
- * instructions in all, in the candidates' order. On test_ilp's traced
- * graphs this put 23 of 30 plans at the ILP's optimum (13 before). */
-#define PRUNE_PASSES 3
+/* Pruning and sinking (refine.c) build at most this many instructions per
+ * planning, in the candidates' order. */
 #define PRUNE_WORK 4e7
 
 static int by_cost(const void *a, const void *b) {
@@ -507,63 +481,20 @@ remat_status remat__optimal_options(const remat__prog *p, remat_node loss, int o
     return st;
 }
 
-/* sc without its instruction drop, its frees found again. */
-static remat_status without(const remat__prog *p, const remat__schedule *sc, int drop, remat__schedule *out) {
-    *out = *sc;
-    out->ins = malloc(((size_t)sc->n + 1) * sizeof *out->ins);
-    if (!out->ins) return remat__err(REMAT_NOMEM, "out of memory planning");
-    int k = 0;
-    for (int i = 0; i < sc->n; i++)
-        if (i != drop && sc->ins[i].kind != REMAT__I_FREE) out->ins[k++] = sc->ins[i];
-    out->n = k, out->cap = sc->n + 1;
-    return remat__schedule_add_frees(p, out);
-}
-
-/* The index of sc's q-th recomputation (a forward that is not a node's
- * first), or -1. */
-static int nth_recompute(const remat__schedule *sc, int q) {
-    for (int i = 0; i < sc->n; i++)
-        if (sc->ins[i].kind == REMAT__I_FWD && !sc->ins[i].first && q-- == 0) return i;
-    return -1;
-}
-
-/* Prunes *sc in place (the comment at PRUNE_PASSES), trying while *work
- * (instructions built) lasts; the work used is taken from *work. A
- * schedule that offloads is left as it is. */
-static remat_status prune(const remat__prog *p, remat__schedule *sc, double *work) {
-    for (int i = 0; i < sc->n; i++)
-        if (sc->ins[i].kind == REMAT__I_OUT || sc->ins[i].kind == REMAT__I_IN) return REMAT_OK;
-    size_t peak = 0;
-    remat_status st = values_peak(p, sc, &peak);
-    if (st == REMAT_UNSUPPORTED) return REMAT_OK; /* not a candidate anyway */
-    for (int pass = 0, dropped = 1; pass < PRUNE_PASSES && dropped && st == REMAT_OK; pass++) {
-        dropped = 0;
-        for (int q = 0, i; st == REMAT_OK && *work > 0 && (i = nth_recompute(sc, q)) >= 0;) {
-            remat__schedule t;
-            size_t pk = 0;
-            st = without(p, sc, i, &t);
-            if (st == REMAT_OK) st = values_peak(p, &t, &pk);
-            *work -= t.n;
-            if (st == REMAT_OK && pk <= peak) { /* dropped: the next one is the q-th now */
-                remat__schedule_free(sc);
-                *sc = t;
-                dropped = 1;
-                continue;
-            }
-            remat__schedule_free(&t);
-            if (st == REMAT_UNSUPPORTED) st = REMAT_OK; /* it would read a value overwritten in place */
-            q++;
-        }
-    }
-    return st;
-}
-
 /* Candidate k's schedule, pruned where it is a pruned one. */
 static remat_status make_cand(const gen_ctx *x, const cand *k, remat__schedule *sc) {
     remat_status st = generators[k->gi].make(x, k->j, k->count, sc);
     double work = k->prune;
+    if (st == REMAT_OK && k->sink) {
+        remat__schedule t;
+        double unlimited = INFINITY;
+        st = remat__sink(x->p, sc, &t, &unlimited);
+        remat__schedule_free(sc);
+        if (st != REMAT_OK) return st;
+        *sc = t;
+    }
     if (st != REMAT_OK || k->prune <= 0) return st;
-    st = prune(x->p, sc, &work);
+    st = remat__prune(x->p, sc, &work);
     if (st != REMAT_OK) remat__schedule_free(sc);
     return st;
 }
@@ -581,8 +512,8 @@ static remat_status place_cand(const gen_ctx *x, cand *k, const remat__plan_req 
         remat__schedule_free(&sc);
         return st;
     }
-    snprintf(sc.candidate, sizeof sc.candidate, "%s %d/%d%s", generators[k->gi].name, k->j + 1, k->count,
-             k->prune > 0 ? " pruned" : "");
+    snprintf(sc.candidate, sizeof sc.candidate, "%s %d/%d%s%s", generators[k->gi].name, k->j + 1, k->count,
+             k->sink ? " sunk" : "", k->prune > 0 ? " pruned" : "");
     st = remat__plan_finish(r, &sc, keep);
     if (st == REMAT_OK) k->held = keep->mem.arena + r->held_outside;
     return st;
@@ -621,7 +552,7 @@ static remat_status measure_all(const gen_ctx *x, size_t held_outside, cand **ou
     const remat__prog *p = x->p;
     int total = 0;
     for (size_t gi = 0; gi < sizeof generators / sizeof generators[0]; gi++) total += gen_count(x, gi);
-    cand *cands = calloc(2 * (size_t)total + 1, sizeof *cands); /* each, and it pruned */
+    cand *cands = calloc(3 * (size_t)total + 1, sizeof *cands); /* each, it pruned, it sunk */
     if (!cands) return remat__err(REMAT_NOMEM, "out of memory planning");
     remat_status st = REMAT_OK;
     double work = PRUNE_WORK;
@@ -640,17 +571,34 @@ static remat_status measure_all(const gen_ctx *x, size_t held_outside, cand **ou
             int i, chain = generators[gi].make == gen_chain;
             int once = p->recompute_once || (chain && x->ch[chain_of(x, j, count, &i)].once);
             if (!(once && recomputes_twice(p->g, &sc)) && !(p->g->traced && recomputes_in_forward(&sc))) {
-                st = values_peak(p, &sc, &pk);
+                st = remat__values_peak(p, &sc, &pk);
                 double cost = remat__schedule_cost(p, &sc), allowed = work;
-                if (st == REMAT_OK) cands[(*nc)++] = (cand){(int)gi, j, count, cost, pk + held_outside, 0, 0};
-                if (st == REMAT_OK && work > 0 && nth_recompute(&sc, 0) >= 0) st = prune(p, &sc, &work);
+                size_t peak = pk;
+                if (st == REMAT_OK) cands[(*nc)++] = (cand){(int)gi, j, count, cost, pk + held_outside, 0, 0, 0};
+                /* sunk (before sc is pruned in place), then pruned to its own peak */
+                remat__schedule sunk = {0};
+                int sinks = st == REMAT_OK && work > 0 && remat__nth_recompute(&sc, 0) >= 0 && !remat__offloads(&sc);
+                if (sinks) st = remat__sink(p, &sc, &sunk, &work);
+                if (st == REMAT_OK && work > 0 && remat__nth_recompute(&sc, 0) >= 0) st = remat__prune(p, &sc, &work);
                 double pruned = st == REMAT_OK && allowed > work ? remat__schedule_cost(p, &sc) : cost;
                 if (pruned < cost) {
-                    st = values_peak(p, &sc, &pk);
+                    st = remat__values_peak(p, &sc, &pk);
                     if (st == REMAT_OK)
-                        cands[(*nc)++] = (cand){(int)gi, j, count, pruned, pk + held_outside, 0, allowed};
+                        cands[(*nc)++] = (cand){(int)gi, j, count, pruned, pk + held_outside, 0, allowed, 0};
                 }
                 if (st == REMAT_UNSUPPORTED) st = REMAT_OK; /* reads a value overwritten in place: not a candidate */
+                size_t spk = 0;
+                remat_status ss = sinks && st == REMAT_OK ? remat__values_peak(p, &sunk, &spk) : REMAT_UNSUPPORTED;
+                if (ss == REMAT_OK && spk < peak) { /* it lowers the peak: a candidate, pruned where that saves */
+                    double before = work, scost = cost;
+                    ss = work > 0 ? remat__prune(p, &sunk, &work) : REMAT_OK;
+                    if (ss == REMAT_OK) scost = remat__schedule_cost(p, &sunk), ss = remat__values_peak(p, &sunk, &spk);
+                    if (ss == REMAT_OK)
+                        cands[(*nc)++] =
+                            (cand){(int)gi, j, count, scost, spk + held_outside, 0, scost < cost ? before : 0, 1};
+                }
+                if (ss != REMAT_OK && ss != REMAT_UNSUPPORTED) st = ss;
+                remat__schedule_free(&sunk);
             }
             remat__schedule_free(&sc);
         }
