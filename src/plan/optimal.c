@@ -59,11 +59,11 @@
  * that reads it, which the persistent chain DP cannot express), and each
  * of these less the recomputations that free nothing at its peak (pruned:
  * PRUNE_PASSES), and each with its recomputations moved as late as they
- * can go, then pruned (sunk; both in refine.c). On graphs of many nodes a generator
- * makes at most
- * CAND_WORK / nodes schedules, spread the same way. The
- * fastest under the cost model that holds at most the budget wins. Hence,
- * by construction: a larger budget never gets a costlier plan; no hand
+ * can go, then pruned (sunk; both in refine.c). On graphs of many nodes a
+ * generator makes at most CAND_WORK / nodes schedules, spread the same
+ * way. The fastest under the cost model that holds at most the budget
+ * wins. Hence, by construction: a larger budget never gets a costlier
+ * plan; no hand
  * plan among the candidates (sqrt; manual at every granularity on models
  * of up to MAX_MANUAL marks, which is the whole zoo but heavy) that fits a
  * budget beats it (test_dominance checks this on the zoo at bench sizes);
@@ -481,7 +481,7 @@ remat_status remat__optimal_options(const remat__prog *p, remat_node loss, int o
     return st;
 }
 
-/* Candidate k's schedule, pruned where it is a pruned one. */
+/* Candidate k's schedule, sunk and pruned where it is a sunk or pruned one. */
 static remat_status make_cand(const gen_ctx *x, const cand *k, remat__schedule *sc) {
     remat_status st = generators[k->gi].make(x, k->j, k->count, sc);
     double work = k->prune;
@@ -572,13 +572,14 @@ static remat_status measure_all(const gen_ctx *x, size_t held_outside, cand **ou
             int once = p->recompute_once || (chain && x->ch[chain_of(x, j, count, &i)].once);
             if (!(once && recomputes_twice(p->g, &sc)) && !(p->g->traced && recomputes_in_forward(&sc))) {
                 st = remat__values_peak(p, &sc, &pk);
-                double cost = remat__schedule_cost(p, &sc), allowed = work;
+                double cost = remat__schedule_cost(p, &sc);
                 size_t peak = pk;
                 if (st == REMAT_OK) cands[(*nc)++] = (cand){(int)gi, j, count, cost, pk + held_outside, 0, 0, 0};
                 /* sunk (before sc is pruned in place), then pruned to its own peak */
                 remat__schedule sunk = {0};
                 int sinks = st == REMAT_OK && work > 0 && remat__nth_recompute(&sc, 0) >= 0 && !remat__offloads(&sc);
                 if (sinks) st = remat__sink(p, &sc, &sunk, &work);
+                double allowed = work; /* what make_cand allows the same pruning */
                 if (st == REMAT_OK && work > 0 && remat__nth_recompute(&sc, 0) >= 0) st = remat__prune(p, &sc, &work);
                 double pruned = st == REMAT_OK && allowed > work ? remat__schedule_cost(p, &sc) : cost;
                 if (pruned < cost) {
@@ -590,12 +591,11 @@ static remat_status measure_all(const gen_ctx *x, size_t held_outside, cand **ou
                 size_t spk = 0;
                 remat_status ss = sinks && st == REMAT_OK ? remat__values_peak(p, &sunk, &spk) : REMAT_UNSUPPORTED;
                 if (ss == REMAT_OK && spk < peak) { /* it lowers the peak: a candidate, pruned where that saves */
-                    double before = work, scost = cost;
-                    ss = work > 0 ? remat__prune(p, &sunk, &work) : REMAT_OK;
+                    double before = work > 0 ? work : 0, scost = cost;
+                    ss = before > 0 ? remat__prune(p, &sunk, &work) : REMAT_OK;
                     if (ss == REMAT_OK) scost = remat__schedule_cost(p, &sunk), ss = remat__values_peak(p, &sunk, &spk);
                     if (ss == REMAT_OK)
-                        cands[(*nc)++] =
-                            (cand){(int)gi, j, count, scost, spk + held_outside, 0, scost < cost ? before : 0, 1};
+                        cands[(*nc)++] = (cand){(int)gi, j, count, scost, spk + held_outside, 0, before, 1};
                 }
                 if (ss != REMAT_OK && ss != REMAT_UNSUPPORTED) st = ss;
                 remat__schedule_free(&sunk);
