@@ -196,6 +196,11 @@ static void model(const char *name) {
         dag_won +=
             strcmp(o.planner, "dtr") == 0 || (strcmp(o.planner, "keep-expensive") == 0 && i > 0 && i < n_budgets - 1);
         if (i == n_budgets - 1) CHECK_MSG(o.extra == 0.0, "%s: recomputes at the store-all budget", name);
+        /* at the middle budget (the same with --quick) the sunk keep-expensive
+         * plan recomputes 5.652e6 FLOPs, where DTR's, the best before sinking
+         * (refine.c), recomputed 8.028e6 */
+        if (strcmp(name, "branches") == 0 && 2 * i == n_budgets - 1)
+            CHECK_MSG(o.extra <= 5.7e6, "branches @%zu: recomputes %.6g FLOP, above 5.7e6", budget, o.extra);
         free(o.w);
     }
     /* On a graph that is not a chain, a schedule of the step as a DAG (the
