@@ -46,13 +46,15 @@ remat_status remat__values_peak(const remat__prog *p, const remat__schedule *sc,
     return st;
 }
 
-/* Marks in need the nodes whose output or aux instruction b reads. */
-static void mark_reads(const remat_graph *g, const remat__instr *b, uint8_t *need) {
-    if (b->kind != REMAT__I_FWD && b->kind != REMAT__I_BWD) return;
+/* The node whose output or aux is instruction b's j-th read (j from 0 to
+ * its node's input count), or -1 where there is none: its inputs (every
+ * one for a forward, those it saved for a backward), then its own node,
+ * for a backward that saved its output or aux. */
+static int32_t read_of(const remat_graph *g, const remat__instr *b, int j) {
+    if (b->kind != REMAT__I_FWD && b->kind != REMAT__I_BWD) return -1;
     const remat__node *n = &g->nodes[b->node];
-    for (int j = 0; j < n->n_in; j++)
-        if (b->kind == REMAT__I_FWD || (n->saves & REMAT__SAVE_IN(j))) need[n->in[j]] = 1;
-    if (b->kind == REMAT__I_BWD && (n->saves & (REMAT__SAVE_OUT | REMAT__SAVE_AUX))) need[b->node] = 1;
+    if (j < n->n_in) return b->kind == REMAT__I_FWD || (n->saves & REMAT__SAVE_IN(j)) ? n->in[j] : -1;
+    return b->kind == REMAT__I_BWD && (n->saves & (REMAT__SAVE_OUT | REMAT__SAVE_AUX)) ? b->node : -1;
 }
 
 /* Drops, in place, the recomputations of ins[0..*n) whose values nothing
@@ -68,7 +70,10 @@ static int drop_dead(const remat_graph *g, remat__instr *ins, int *n) {
             continue;
         }
         if (b->kind == REMAT__I_FWD) need[b->node] = 0; /* this instance serves the reads after it */
-        mark_reads(g, b, need);
+        for (int j = 0; j <= g->nodes[b->node].n_in; j++) {
+            int32_t x = read_of(g, b, j);
+            if (x >= 0) need[x] = 1;
+        }
     }
     int k = 0;
     for (int i = 0; i < *n; i++)
@@ -151,13 +156,11 @@ static int by_place(const void *x, const void *y) {
  * (but the nodes ins[lo..hi) make), to at. */
 static void lower_reads(const remat_graph *g, const remat__instr *b, const remat__instr *ins, int lo, int hi,
                         int32_t *best, int32_t at) {
-    const remat__node *n = &g->nodes[b->node];
-    for (int j = 0; j <= n->n_in; j++) {
-        int32_t x = j < n->n_in ? n->in[j] : b->node;
-        int reads = j < n->n_in ? b->kind == REMAT__I_FWD || (n->saves & REMAT__SAVE_IN(j))
-                                : b->kind == REMAT__I_BWD && (n->saves & (REMAT__SAVE_OUT | REMAT__SAVE_AUX));
-        for (int q = lo; q < hi && reads; q++) reads = ins[q].node != x;
-        if (reads && at < best[x]) best[x] = at;
+    for (int j = 0; j <= g->nodes[b->node].n_in; j++) {
+        int32_t x = read_of(g, b, j);
+        for (int q = lo; q < hi && x >= 0; q++)
+            if (ins[q].node == x) x = -1;
+        if (x >= 0 && at < best[x]) best[x] = at;
     }
 }
 
