@@ -546,6 +546,21 @@ static void gen_free(gen_ctx *x) {
     remat__train_dag_free((remat__train_dag *)x->dag);
 }
 
+/* Prunes *sc while *work lasts and offers it as candidate k pruned (its
+ * cost and lower bound measured again): always, or only where pruning made
+ * it cheaper than k. */
+static remat_status offer_pruned(const remat__prog *p, remat__schedule *sc, cand k, int always, size_t held_outside,
+                                 double *work, cand *cands, int *nc) {
+    double allowed = *work > 0 ? *work : 0; /* what make_cand allows the same pruning */
+    remat_status st = allowed > 0 && remat__nth_recompute(sc, 0) >= 0 ? remat__prune(p, sc, work) : REMAT_OK;
+    double cost = st == REMAT_OK && allowed > *work ? remat__schedule_cost(p, sc) : k.cost;
+    size_t pk = 0;
+    if (st != REMAT_OK || (!always && cost >= k.cost)) return st;
+    st = remat__values_peak(p, sc, &pk);
+    if (st == REMAT_OK) k.cost = cost, k.lb = pk + held_outside, k.prune = allowed, cands[(*nc)++] = k;
+    return st;
+}
+
 /* Every candidate of every generator, measured cheaply: its cost and the
  * peak of its values (with the blocks, a lower bound of what it holds). */
 static remat_status measure_all(const gen_ctx *x, size_t held_outside, cand **out, int *nc) {
@@ -573,30 +588,18 @@ static remat_status measure_all(const gen_ctx *x, size_t held_outside, cand **ou
             if (!(once && recomputes_twice(p->g, &sc)) && !(p->g->traced && recomputes_in_forward(&sc))) {
                 st = remat__values_peak(p, &sc, &pk);
                 double cost = remat__schedule_cost(p, &sc);
-                size_t peak = pk;
-                if (st == REMAT_OK) cands[(*nc)++] = (cand){(int)gi, j, count, cost, pk + held_outside, 0, 0, 0};
+                cand k = {(int)gi, j, count, cost, pk + held_outside, 0, 0, 0};
+                if (st == REMAT_OK) cands[(*nc)++] = k;
                 /* sunk (before sc is pruned in place), then pruned to its own peak */
                 remat__schedule sunk = {0};
                 int sinks = st == REMAT_OK && work > 0 && remat__nth_recompute(&sc, 0) >= 0 && !remat__offloads(&sc);
                 if (sinks) st = remat__sink(p, &sc, &sunk, &work);
-                double allowed = work; /* what make_cand allows the same pruning */
-                if (st == REMAT_OK && work > 0 && remat__nth_recompute(&sc, 0) >= 0) st = remat__prune(p, &sc, &work);
-                double pruned = st == REMAT_OK && allowed > work ? remat__schedule_cost(p, &sc) : cost;
-                if (pruned < cost) {
-                    st = remat__values_peak(p, &sc, &pk);
-                    if (st == REMAT_OK)
-                        cands[(*nc)++] = (cand){(int)gi, j, count, pruned, pk + held_outside, 0, allowed, 0};
-                }
+                if (st == REMAT_OK) st = offer_pruned(p, &sc, k, 0, held_outside, &work, cands, nc);
                 if (st == REMAT_UNSUPPORTED) st = REMAT_OK; /* reads a value overwritten in place: not a candidate */
                 size_t spk = 0;
                 remat_status ss = sinks && st == REMAT_OK ? remat__values_peak(p, &sunk, &spk) : REMAT_UNSUPPORTED;
-                if (ss == REMAT_OK && spk < peak) { /* it lowers the peak: a candidate, pruned where that saves */
-                    double before = work > 0 ? work : 0, scost = cost;
-                    ss = before > 0 ? remat__prune(p, &sunk, &work) : REMAT_OK;
-                    if (ss == REMAT_OK) scost = remat__schedule_cost(p, &sunk), ss = remat__values_peak(p, &sunk, &spk);
-                    if (ss == REMAT_OK)
-                        cands[(*nc)++] = (cand){(int)gi, j, count, scost, spk + held_outside, 0, before, 1};
-                }
+                if (ss == REMAT_OK && spk + held_outside < k.lb) /* it lowers the peak: a candidate */
+                    k.sink = 1, ss = offer_pruned(p, &sunk, k, 1, held_outside, &work, cands, nc);
                 if (ss != REMAT_OK && ss != REMAT_UNSUPPORTED) st = ss;
                 remat__schedule_free(&sunk);
             }
