@@ -587,7 +587,7 @@ static void check_solutions(const bench *b, const cJSON *fix) {
  * little room (random: worst 13.63%, median 0.00%, 49 of 66 plans at the
  * optimum; traced: worst 2.79%, llama_1l at its floor, median 0.00%, 22
  * of 30; docs/planning.md says what is behind them). Before optimal's
- * candidates were also offered with their recomputations sunk (optimal.c,
+ * candidates were also offered with their recomputations sunk (refine.c,
  * sink) and a pruned recomputation took those that only fed it along
  * (drop_dead), the traced worst was 5.45% and 43 random plans were at the
  * optimum; before they were pruned (PRUNE_PASSES), random 15.09% and 0.00%,
