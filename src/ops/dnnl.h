@@ -108,23 +108,24 @@ int remat__dnnl_f32_gemm_scratch(remat__dnnl *d, const remat__mm *mm, size_t *sc
 void remat__gemm(remat__dnnl *d, int ith, const remat__mm *mm, const float *A, const float *B, float *C, void *scratch);
 
 /* bf16 products (the bf16 policy's linear layers, run natively): C (M, N)
- * = op(A) op(B) in float32, overwritten, with A and B bf16, row-major
- * (op: transposed when ta, tb), on the calling thread alone, through
- * oneDNN's matmul primitive (made per shape on first use, kept in the
- * context). remat__dnnl_bf16_gemm_use: whether the process runs bf16
- * products through oneDNN (the rule: on a machine that multiplies bf16 in
- * hardware, or REMAT_PRODUCTS=dnnl; never with REMAT_PRODUCTS=blas) and
- * oneDNN has a kernel for this one here (not its reference loops), with
- * its scratchpad's bytes in *scratch. Returns 0 on a failure
- * (recorded). */
-int remat__dnnl_bf16_gemm_use(int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc,
-                              size_t *scratch);
+ * = op(A) op(B), overwritten, with A and B bf16, row-major (op: transposed
+ * when mm->ta, mm->tb; mm->beta1 must be 0), on the calling thread alone,
+ * through oneDNN's matmul primitive (made per shape on first use, kept in
+ * the context). C is float32 (REMAT__MM_F32), or bf16 rounded once from
+ * the float32 sum, with a bf16 bias of N added first under
+ * REMAT__MM_BF16_BIAS (the forward's epilogue done by the product).
+ * remat__dnnl_bf16_gemm_use: whether the process runs bf16 products
+ * through oneDNN (the rule: on a machine that multiplies bf16 in hardware,
+ * or REMAT_PRODUCTS=dnnl; never with REMAT_PRODUCTS=blas) and oneDNN has a
+ * kernel for this one here (not its reference loops), with its
+ * scratchpad's bytes in *scratch. Returns 0 on a failure (recorded). */
+typedef enum { REMAT__MM_F32, REMAT__MM_BF16, REMAT__MM_BF16_BIAS } remat__mm_out;
+int remat__dnnl_bf16_gemm_use(const remat__mm *mm, remat__mm_out out, size_t *scratch);
 /* The same answer from a context, which keeps the shape's primitive (made
  * on first use): what a kernel asks on every call. */
-int remat__dnnl_bf16_gemm_scratch(remat__dnnl *d, int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t lda,
-                                  int64_t ldb, int64_t ldc, size_t *scratch);
-int remat__dnnl_bf16_gemm(remat__dnnl *d, int ith, int ta, int tb, int64_t M, int64_t N, int64_t K, const uint16_t *A,
-                          int64_t lda, const uint16_t *B, int64_t ldb, float *C, int64_t ldc, void *scratch);
+int remat__dnnl_bf16_gemm_scratch(remat__dnnl *d, const remat__mm *mm, remat__mm_out out, size_t *scratch);
+int remat__dnnl_bf16_gemm(remat__dnnl *d, int ith, const remat__mm *mm, remat__mm_out out, const uint16_t *A,
+                          const uint16_t *B, const uint16_t *bias, void *C, void *scratch);
 
 /* "oneDNN 2.6.3 (OMP), ISA avx512_core_bf16" or "oneDNN off", in buf. */
 const char *remat__dnnl_describe(char *buf, size_t cap);

@@ -44,22 +44,19 @@ int remat__dnnl_f32_gemm_scratch(remat__dnnl *d, const remat__mm *mm, size_t *sc
     *scratch = 0;
     return 0;
 }
-int remat__dnnl_bf16_gemm_use(int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc,
-                              size_t *scratch) {
-    (void)ta, (void)tb, (void)M, (void)N, (void)K, (void)lda, (void)ldb, (void)ldc;
+int remat__dnnl_bf16_gemm_use(const remat__mm *mm, remat__mm_out out, size_t *scratch) {
+    (void)mm, (void)out;
     *scratch = 0;
     return 0;
 }
-int remat__dnnl_bf16_gemm_scratch(remat__dnnl *d, int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t lda,
-                                  int64_t ldb, int64_t ldc, size_t *scratch) {
-    (void)d, (void)ta, (void)tb, (void)M, (void)N, (void)K, (void)lda, (void)ldb, (void)ldc;
+int remat__dnnl_bf16_gemm_scratch(remat__dnnl *d, const remat__mm *mm, remat__mm_out out, size_t *scratch) {
+    (void)d, (void)mm, (void)out;
     *scratch = 0;
     return 0;
 }
-int remat__dnnl_bf16_gemm(remat__dnnl *d, int ith, int ta, int tb, int64_t M, int64_t N, int64_t K, const uint16_t *A,
-                          int64_t lda, const uint16_t *B, int64_t ldb, float *C, int64_t ldc, void *scratch) {
-    (void)d, (void)ith, (void)ta, (void)tb, (void)M, (void)N, (void)K, (void)A, (void)lda, (void)B, (void)ldb;
-    (void)C, (void)ldc, (void)scratch;
+int remat__dnnl_bf16_gemm(remat__dnnl *d, int ith, const remat__mm *mm, remat__mm_out out, const uint16_t *A,
+                          const uint16_t *B, const uint16_t *bias, void *C, void *scratch) {
+    (void)d, (void)ith, (void)mm, (void)out, (void)A, (void)B, (void)bias, (void)C, (void)scratch;
     return 0;
 }
 void remat__gemm(remat__dnnl *d, int ith, const remat__mm *mm, const float *A, const float *B, float *C,
@@ -72,12 +69,13 @@ void remat__gemm(remat__dnnl *d, int ith, const remat__mm *mm, const float *A, c
 
 #include "dnnl-impl.h"
 
-/* A product's primitive, per shape and element type (bf16 inputs with a
- * float32 result, or float32 throughout). */
+/* A product's primitive, per shape and element types (bf16 inputs with
+ * the result `out` says, or float32 throughout). */
 typedef struct mm_plan {
     remat__mm s;
     int f32;
-    dnnl_memory_desc_t a, b, c;
+    remat__mm_out out;
+    dnnl_memory_desc_t a, b, c, bias;
     dnnl_primitive_t prim;
     size_t scratch;
     struct mm_plan *next;
@@ -108,12 +106,15 @@ static int mm_make(dnnl_engine_t eng, mm_plan *p, int prims) {
     dnnl_data_type_t in = p->f32 ? dnnl_f32 : dnnl_bf16;
     dnnl_dims_t ad = {m->M, m->K}, bd = {m->K, m->N}, cd = {m->M, m->N};
     dnnl_dims_t as = {m->ta ? 1 : m->lda, m->ta ? m->lda : 1}, bs = {m->tb ? 1 : m->ldb, m->tb ? m->ldb : 1};
-    dnnl_dims_t cs = {m->ldc, 1};
+    dnnl_dims_t cs = {m->ldc, 1}, biasd = {1, m->N};
     dnnl_matmul_desc_t md;
+    int bias = p->out == REMAT__MM_BF16_BIAS;
     if (dnnl_memory_desc_init_by_strides(&p->a, 2, ad, in, as) != dnnl_success ||
         dnnl_memory_desc_init_by_strides(&p->b, 2, bd, in, bs) != dnnl_success ||
-        dnnl_memory_desc_init_by_strides(&p->c, 2, cd, dnnl_f32, cs) != dnnl_success ||
-        dnnl_matmul_desc_init(&md, &p->a, &p->b, NULL, &p->c) != dnnl_success)
+        dnnl_memory_desc_init_by_strides(&p->c, 2, cd, p->out == REMAT__MM_F32 ? dnnl_f32 : dnnl_bf16, cs) !=
+            dnnl_success ||
+        (bias && dnnl_memory_desc_init_by_tag(&p->bias, 2, biasd, dnnl_bf16, dnnl_ab) != dnnl_success) ||
+        dnnl_matmul_desc_init(&md, &p->a, &p->b, bias ? &p->bias : NULL, &p->c) != dnnl_success)
         return 0;
     dnnl_primitive_attr_t a = remat__dnnl_user_scratch_attr(m->beta1); /* C += with a sum post-op */
     dnnl_primitive_desc_t pd = NULL;
@@ -133,12 +134,12 @@ static int bf16_products(remat__products mode) {
 
 /* Whether oneDNN has the product, asked with a fresh engine (planning),
  * and its scratchpad. */
-static int mm_use(const remat__mm *mm, int f32, size_t *scratch) {
+static int mm_use(const remat__mm *mm, int f32, remat__mm_out out, size_t *scratch) {
     *scratch = 0;
     if (mm->M < 1 || mm->N < 1 || mm->K < 1) return 0;
     dnnl_engine_t eng;
     if (dnnl_engine_create(&eng, dnnl_cpu, 0) != dnnl_success) return 0;
-    mm_plan p = {.s = *mm, .f32 = f32};
+    mm_plan p = {.s = *mm, .f32 = f32, .out = out};
     int t = remat__dnnl_single_enter();
     int ok = mm_make(eng, &p, 0);
     remat__dnnl_single_leave(t);
@@ -147,11 +148,9 @@ static int mm_use(const remat__mm *mm, int f32, size_t *scratch) {
     return ok;
 }
 
-int remat__dnnl_bf16_gemm_use(int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc,
-                              size_t *scratch) {
+int remat__dnnl_bf16_gemm_use(const remat__mm *mm, remat__mm_out out, size_t *scratch) {
     *scratch = 0;
-    remat__mm mm = {ta, tb, M, N, K, lda, ldb, ldc, 0};
-    return bf16_products(remat__products_mode()) && mm_use(&mm, 0, scratch);
+    return !mm->beta1 && bf16_products(remat__products_mode()) && mm_use(mm, 0, out, scratch);
 }
 
 /* The float32 rule: oneDNN where the process's mode and the shape say so
@@ -162,7 +161,7 @@ static int f32_wanted(remat__products mode, const remat__mm *mm) {
 
 int remat__dnnl_f32_gemm_use(const remat__mm *mm, size_t *scratch) {
     *scratch = 0;
-    return f32_wanted(remat__products_mode(), mm) && mm_use(mm, 1, scratch);
+    return f32_wanted(remat__products_mode(), mm) && mm_use(mm, 1, REMAT__MM_F32, scratch);
 }
 
 static int same_mm(const remat__mm *a, const remat__mm *b) {
@@ -174,14 +173,15 @@ static int same_mm(const remat__mm *a, const remat__mm *b) {
  * (recorded as a failure when `must`: a kernel was planned for it). A
  * product oneDNN has no kernel for is remembered too (prim NULL), so that
  * a kernel asking on every call does not describe it to oneDNN again. */
-static mm_plan *get_mm(remat__dnnl *d, const remat__mm *key, int f32, int must) {
+static mm_plan *get_mm(remat__dnnl *d, const remat__mm *key, int f32, remat__mm_out out, int must) {
     pthread_mutex_lock(&d->mu);
     mm_plan *p = d->mms;
     for (; p; p = p->next)
-        if (p->f32 == f32 && same_mm(&p->s, key)) break;
+        if (p->f32 == f32 && p->out == out && same_mm(&p->s, key)) break;
     if (!p && (p = calloc(1, sizeof *p))) {
         p->s = *key;
         p->f32 = f32;
+        p->out = out;
         int t = remat__dnnl_single_enter();
         if (!mm_make(d->eng, p, 1) && p->prim) dnnl_primitive_destroy(p->prim), p->prim = NULL;
         remat__dnnl_single_leave(t);
@@ -194,10 +194,8 @@ static mm_plan *get_mm(remat__dnnl *d, const remat__mm *key, int f32, int must) 
     return p;
 }
 
-int remat__dnnl_bf16_gemm_scratch(remat__dnnl *d, int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t lda,
-                                  int64_t ldb, int64_t ldc, size_t *scratch) {
-    remat__mm key = {ta, tb, M, N, K, lda, ldb, ldc, 0};
-    mm_plan *p = get_mm(d, &key, 0, 1);
+int remat__dnnl_bf16_gemm_scratch(remat__dnnl *d, const remat__mm *mm, remat__mm_out out, size_t *scratch) {
+    mm_plan *p = get_mm(d, mm, 0, out, 1);
     *scratch = p ? remat__dnnl_up(p->scratch) : 0;
     return p != NULL;
 }
@@ -205,31 +203,32 @@ int remat__dnnl_bf16_gemm_scratch(remat__dnnl *d, int ta, int tb, int64_t M, int
 int remat__dnnl_f32_gemm_scratch(remat__dnnl *d, const remat__mm *mm, size_t *scratch) {
     *scratch = 0;
     if (!d || mm->M < 1 || mm->N < 1 || mm->K < 1 || !f32_wanted(d->mode, mm)) return 0;
-    mm_plan *p = get_mm(d, mm, 1, 0);
+    mm_plan *p = get_mm(d, mm, 1, REMAT__MM_F32, 0);
     if (p) *scratch = remat__dnnl_up(p->scratch);
     return p != NULL;
 }
 
-/* Runs plan p on thread ith: C = A B (+ C), with its scratchpad. */
-static int mm_run(remat__dnnl *d, int ith, const mm_plan *p, const void *A, const void *B, float *C, void *scratch) {
+/* Runs plan p on thread ith: C = A B (+ bias) (+ C), with its
+ * scratchpad. */
+static int mm_run(remat__dnnl *d, int ith, const mm_plan *p, const void *A, const void *B, const void *bias, void *C,
+                  void *scratch) {
     dnnl_stream_t s;
     if (!remat__dnnl_thread_stream(d, ith, &s)) return 0;
     int t = remat__dnnl_single_enter();
     dnnl_memory_desc_t smd = remat__dnnl_scratch_md(p->scratch);
-    int ids[] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_SCRATCHPAD};
-    const dnnl_memory_desc_t *mds[] = {&p->a, &p->b, &p->c, &smd};
-    void *ptrs[] = {(void *)A, (void *)B, C, p->scratch ? scratch : NULL};
-    int ok = remat__dnnl_run(d, s, p->prim, 4, ids, mds, ptrs);
+    int ids[] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_SCRATCHPAD, DNNL_ARG_BIAS};
+    const dnnl_memory_desc_t *mds[] = {&p->a, &p->b, &p->c, &smd, &p->bias};
+    void *ptrs[] = {(void *)A, (void *)B, C, p->scratch ? scratch : NULL, (void *)bias};
+    int ok = remat__dnnl_run(d, s, p->prim, p->out == REMAT__MM_BF16_BIAS ? 5 : 4, ids, mds, ptrs);
     remat__dnnl_single_leave(t);
     return ok;
 }
 
-int remat__dnnl_bf16_gemm(remat__dnnl *d, int ith, int ta, int tb, int64_t M, int64_t N, int64_t K, const uint16_t *A,
-                          int64_t lda, const uint16_t *B, int64_t ldb, float *C, int64_t ldc, void *scratch) {
-    if (M < 1 || N < 1) return 1;
-    remat__mm key = {ta, tb, M, N, K, lda, ldb, ldc, 0};
-    mm_plan *p = get_mm(d, &key, 0, 1);
-    return p && mm_run(d, ith, p, A, B, C, scratch);
+int remat__dnnl_bf16_gemm(remat__dnnl *d, int ith, const remat__mm *mm, remat__mm_out out, const uint16_t *A,
+                          const uint16_t *B, const uint16_t *bias, void *C, void *scratch) {
+    if (mm->M < 1 || mm->N < 1) return 1;
+    mm_plan *p = get_mm(d, mm, 0, out, 1);
+    return p && mm_run(d, ith, p, A, B, bias, C, scratch);
 }
 
 /* oneDNN where every side of the product is at least 256 (GPT-2's
@@ -240,9 +239,9 @@ int remat__dnnl_gemm_use(int64_t M, int64_t N, int64_t K) { return M >= 256 && N
 void remat__gemm(remat__dnnl *d, int ith, const remat__mm *mm, const float *A, const float *B, float *C,
                  void *scratch) {
     if (mm->M < 1 || mm->N < 1) return;
-    mm_plan *p = d && mm->K >= 1 && f32_wanted(d->mode, mm) ? get_mm(d, mm, 1, 0) : NULL;
+    mm_plan *p = d && mm->K >= 1 && f32_wanted(d->mode, mm) ? get_mm(d, mm, 1, REMAT__MM_F32, 0) : NULL;
     if (p) {
-        mm_run(d, ith, p, A, B, C, scratch);
+        mm_run(d, ith, p, A, B, NULL, C, scratch);
         return;
     }
     cblas_gemm(mm->ta, mm->tb, mm->M, mm->N, mm->K, A, mm->lda, B, mm->ldb, mm->beta1 ? 1.0f : 0.0f, C, mm->ldc);

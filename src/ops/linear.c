@@ -14,6 +14,7 @@
 #include "dnnl.h"
 
 #include "../core/bf16.h"
+#include "pw16.h"
 
 static remat_status linear_shape(const remat_graph *g, remat__node *n) {
     const remat__shape *x = remat__in_shape(g, n, 0), *w = remat__in_shape(g, n, 1);
@@ -146,12 +147,14 @@ static void linear_backward(const remat__kctx *k, int ith, int nth) {
 /* Under the bf16 policy where oneDNN has bf16 products (linear_bf16_ws):
  * x and dx bf16 or float32 (xf32), y and dy bf16, W and b float32 and
  * rounded through bf16 per call. Products multiply bf16 and accumulate in
- * float32 into a float32 buffer; y is rounded from it (the bias, rounded,
- * added first), and dx, dW, db are rounded through bf16 before they are
- * added (the float32 views' semantics, exec/views.c). Workspace: W in
- * bf16, x in bf16 (backward, when x is float32), then per thread its
- * float32 product and oneDNN's scratchpad (forward: its rows of x in bf16
- * too, when x is float32). */
+ * float32. The forward's product writes y itself, rounding the float32
+ * sum plus the rounded bias once (no float32 buffer, no pass over y
+ * after it). The backward's write a float32 buffer, and dx, dW, db are
+ * rounded through bf16 before they are added (the float32 views'
+ * semantics, exec/views.c). Workspace: W in bf16 (forward: and b), x in
+ * bf16 (backward, when x is float32), then per thread (backward) its
+ * float32 product or (forward, when x is float32) its rows of x in bf16,
+ * and oneDNN's scratchpad. */
 typedef struct {
     int64_t NB, IN, OUT;
     size_t wb, xb, xr, c, sc, per;
@@ -162,26 +165,39 @@ static size_t up64(size_t b) { return (b + 63) & ~(size_t)63; }
 /* Whether oneDNN runs the bf16 product, and its scratchpad: asked afresh
  * (d NULL: planning) or of the kernel's context, which keeps each shape's
  * primitive (the same answer, made once). */
-static int product(remat__dnnl *d, int ta, int tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb,
-                   int64_t ldc, size_t *sc) {
-    if (M < 1) return 1;
-    if (d) return remat__dnnl_bf16_gemm_scratch(d, ta, tb, M, N, K, lda, ldb, ldc, sc);
-    return remat__dnnl_bf16_gemm_use(ta, tb, M, N, K, lda, ldb, ldc, sc);
+static int product(remat__dnnl *d, const remat__mm *mm, remat__mm_out out, size_t *sc) {
+    if (mm->M < 1) return 1;
+    if (d) return remat__dnnl_bf16_gemm_scratch(d, mm, out, sc);
+    return remat__dnnl_bf16_gemm_use(mm, out, sc);
+}
+
+/* The passes' products on `rows` rows: the forward's y = x W^T (+ b),
+ * rounded to bf16 by the product; the backward's dx = dy W and
+ * dW = dy^T x, in float32. */
+static remat__mm fwd16(const lin_ws *L, int64_t rows) {
+    return (remat__mm){0, 1, rows, L->OUT, L->IN, L->IN, L->IN, L->OUT, 0};
+}
+static remat__mm dx16(const lin_ws *L, int64_t rows) {
+    return (remat__mm){0, 0, rows, L->IN, L->OUT, L->OUT, L->IN, L->IN, 0};
+}
+static remat__mm dw16(const lin_ws *L, int64_t rows) {
+    return (remat__mm){1, 0, rows, L->IN, L->NB, L->OUT, L->IN, L->IN, 0};
 }
 
 /* The product shapes of a pass on nth threads (rows split as remat__split
  * does: q or q + 1 per thread), their scratchpads' maximum in *sc; 0 when
  * oneDNN lacks one of them. */
-static int lin_products(remat__dnnl *d, const lin_ws *L, int backward, int nth, size_t *sc) {
-    int64_t n = L->NB, in = L->IN, out = L->OUT;
+static int lin_products(remat__dnnl *d, const lin_ws *L, int backward, int bias, int nth, size_t *sc) {
+    int64_t n = L->NB, out = L->OUT;
     *sc = 0;
     for (int64_t extra = 0; extra < 2; extra++) {
         /* q rows, and q + 1 where nth does not divide the rows */
         int64_t rn = n / nth + (extra && n % nth), ro = out / nth + (extra && out % nth);
         size_t s[2] = {0, 0};
         int ok = 1;
-        if (!backward) ok = product(d, 0, 1, rn, out, in, in, in, out, &s[0]);
-        else ok = product(d, 0, 0, rn, in, out, out, in, in, &s[0]) && product(d, 1, 0, ro, in, n, out, in, in, &s[1]);
+        remat__mm f = fwd16(L, rn), x = dx16(L, rn), w = dw16(L, ro);
+        if (!backward) ok = product(d, &f, bias ? REMAT__MM_BF16_BIAS : REMAT__MM_BF16, &s[0]);
+        else ok = product(d, &x, REMAT__MM_F32, &s[0]) && product(d, &w, REMAT__MM_F32, &s[1]);
         if (!ok) return 0;
         for (int i = 0; i < 2; i++)
             if (s[i] > *sc) *sc = s[i];
@@ -192,11 +208,10 @@ static int lin_products(remat__dnnl *d, const lin_ws *L, int backward, int nth, 
 static lin_ws lin_layout(int64_t NB, int64_t IN, int64_t OUT, int xf32, int backward, int nth, size_t sc) {
     lin_ws L = {NB, IN, OUT, 0, 0, 0, 0, sc, 0};
     int64_t rn = (NB + nth - 1) / nth, ro = (OUT + nth - 1) / nth;
-    L.wb = up64((size_t)(OUT * IN) * 2);
+    L.wb = up64((size_t)(OUT * IN) * 2) + (backward ? 0 : up64((size_t)OUT * 2));
     L.xb = backward && xf32 ? up64((size_t)(NB * IN) * 2) : 0;
     L.xr = !backward && xf32 ? up64((size_t)(rn * IN) * 2) : 0;
-    int64_t c = backward ? (rn > ro ? rn : ro) * IN : rn * OUT;
-    L.c = up64((size_t)c * sizeof(float));
+    L.c = backward ? up64((size_t)((rn > ro ? rn : ro) * IN) * sizeof(float)) : 0;
     L.per = L.xr + L.c + sc;
     return L;
 }
@@ -209,7 +224,7 @@ static int linear_bf16_ws(const remat_graph *g, const remat__node *n, const uint
     int xf32 = dt[n->in[0]] != REMAT_BF16;
     lin_ws L = {x->d[0], x->d[1], w->d[0], 0, 0, 0, 0, 0, 0};
     size_t sf, sb;
-    if (!lin_products(NULL, &L, 0, nth, &sf) || !lin_products(NULL, &L, 1, nth, &sb)) return 0;
+    if (!lin_products(NULL, &L, 0, n->n_in == 3, nth, &sf) || !lin_products(NULL, &L, 1, 0, nth, &sb)) return 0;
     L = lin_layout(x->d[0], x->d[1], w->d[0], xf32, 0, nth, sf);
     *fwd = L.wb + (size_t)nth * L.per;
     L = lin_layout(x->d[0], x->d[1], w->d[0], xf32, 1, nth, sb);
@@ -222,7 +237,7 @@ static lin_ws kctx_layout(const remat__kctx *k, int backward, int nth, int *xf32
     *xf32 = k->dt[k->node->in[0]] != REMAT_BF16;
     lin_ws L = {k->in[0]->shape->d[0], k->in[0]->shape->d[1], k->in[1]->shape->d[0], 0, 0, 0, 0, 0, 0};
     size_t sc;
-    lin_products(k->dnnl, &L, backward, nth, &sc);
+    lin_products(k->dnnl, &L, backward, k->node->n_in == 3, nth, &sc);
     return lin_layout(L.NB, L.IN, L.OUT, *xf32, backward, nth, sc);
 }
 
@@ -230,16 +245,17 @@ static lin_ws kctx_layout(const remat__kctx *k, int backward, int nth, int *xf32
 static void to_bf16(uint16_t *dst, const float *src, int64_t n, int ith, int nth) {
     int64_t lo, hi;
     remat__split(n, ith, nth, &lo, &hi);
-    for (int64_t i = lo; i < hi; i++) dst[i] = remat__bf16_of(src[i]);
+    remat__pw16_convert(dst + lo, src + lo, hi - lo, REMAT__CVT_DOWN);
 }
 
 static void linear_forward_bf16(const remat__kctx *k, int ith, int nth) {
     int xf32;
     const lin_ws L = kctx_layout(k, 0, nth, &xf32);
     unsigned char *ws = k->ws;
-    uint16_t *wb = (uint16_t *)ws, *y = k->out->data;
-    const float *b = k->node->n_in == 3 ? k->in[2]->data : NULL;
+    uint16_t *wb = (uint16_t *)ws, *bb = (uint16_t *)(ws + up64((size_t)(L.OUT * L.IN) * 2)), *y = k->out->data;
+    const int bias = k->node->n_in == 3;
     to_bf16(wb, k->in[1]->data, L.OUT * L.IN, ith, nth);
+    if (bias) to_bf16(bb, k->in[2]->data, L.OUT, ith, nth);
     remat__pool_barrier(k->pool);
     int64_t lo, hi;
     remat__split(L.NB, ith, nth, &lo, &hi);
@@ -250,18 +266,14 @@ static void linear_forward_bf16(const remat__kctx *k, int ith, int nth) {
         to_bf16((uint16_t *)mine, (const float *)k->in[0]->data + lo * L.IN, (hi - lo) * L.IN, 0, 1);
         xr = (const uint16_t *)mine;
     }
-    float *c = (float *)(mine + L.xr);
-    if (!remat__dnnl_bf16_gemm(k->dnnl, ith, 0, 1, hi - lo, L.OUT, L.IN, xr, L.IN, wb, L.IN, c, L.OUT,
-                               mine + L.xr + L.c))
-        return;
-    for (int64_t r = 0; r < hi - lo; r++)
-        for (int64_t o = 0; o < L.OUT; o++)
-            y[(lo + r) * L.OUT + o] = remat__bf16_of(c[r * L.OUT + o] + (b ? remat__bf16_round(b[o]) : 0.0f));
+    const remat__mm mm = fwd16(&L, hi - lo);
+    remat__dnnl_bf16_gemm(k->dnnl, ith, &mm, bias ? REMAT__MM_BF16_BIAS : REMAT__MM_BF16, xr, wb, bias ? bb : NULL,
+                          y + lo * L.OUT, mine + L.xr);
 }
 
 /* g[e] += c[e] rounded through bf16, g bf16 (rounded again) or float32. */
 static void add_rounded(void *g, int bf16, const float *c, int64_t n) {
-    remat__convert_range(g, c, 0, n, bf16 ? REMAT__CVT_ACC_BF16 : REMAT__CVT_ACC_F32);
+    remat__pw16_convert(g, c, n, bf16 ? REMAT__CVT_ACC_BF16 : REMAT__CVT_ACC_F32);
 }
 
 static void linear_backward_bf16(const remat__kctx *k, int ith, int nth) {
@@ -278,13 +290,15 @@ static void linear_backward_bf16(const remat__kctx *k, int ith, int nth) {
     void *sc = mine + L.c;
     int64_t lo, hi;
     remat__split(L.NB, ith, nth, &lo, &hi);
+    const remat__mm xm = dx16(&L, hi - lo);
     if (k->din[0] && hi > lo && /* dx (N, in) += dy (N, out) W (out, in) */
-        remat__dnnl_bf16_gemm(k->dnnl, ith, 0, 0, hi - lo, L.IN, L.OUT, dy + lo * L.OUT, L.OUT, wb, L.IN, c, L.IN, sc))
+        remat__dnnl_bf16_gemm(k->dnnl, ith, &xm, REMAT__MM_F32, dy + lo * L.OUT, wb, NULL, c, sc))
         add_rounded((unsigned char *)k->din[0] + (size_t)(lo * L.IN) * (xf32 ? 4 : 2), !xf32, c, (hi - lo) * L.IN);
     remat__split(L.OUT, ith, nth, &lo, &hi);
     if (hi <= lo) return;
+    const remat__mm wm = dw16(&L, hi - lo);
     if (k->din[1] && /* dW (out, in) += dy^T (out, N) x (N, in) */
-        remat__dnnl_bf16_gemm(k->dnnl, ith, 1, 0, hi - lo, L.IN, L.NB, dy + lo, L.OUT, xb, L.IN, c, L.IN, sc))
+        remat__dnnl_bf16_gemm(k->dnnl, ith, &wm, REMAT__MM_F32, dy + lo, xb, NULL, c, sc))
         add_rounded(k->din[1] + lo * L.IN, 0, c, (hi - lo) * L.IN);
     if (k->node->n_in == 3 && k->din[2])
         for (int64_t o = lo; o < hi; o++) {

@@ -11,10 +11,11 @@
  * input to zero, so a vector with a denormal lane is narrowed the integer
  * way instead (a rare case; test_pw16 holds every level to the reference
  * on denormals, ties, infinities and NaNs). Beside the ops, each level
- * has remat__convert_range's conversions (UP, DOWN and ACC_BF16 on
- * vectors), which the CPU backend's views and the bf16 planes of
- * BatchNorm and the poolings use, and so does remat__pw16_acc_n, the
- * copies' (concat, slice, add_broadcast) accumulation of a gradient.
+ * has remat__convert_range's conversions (every kind on vectors), which
+ * the CPU backend's views, the bf16 planes of BatchNorm and the poolings
+ * and the bf16 linear layers' operands and gradients use, and so does
+ * remat__pw16_acc_n, the copies' (concat, slice, add_broadcast)
+ * accumulation of a gradient.
  */
 #include "pw16.h"
 
@@ -222,12 +223,15 @@ static inline void st8(void *p, int b16, int64_t i, __m256 v) {
     _mm_storeu_si128((__m128i *)((uint16_t *)p + i), _mm256_castsi256_si128(k));
 }
 
-/* REMAT__CVT_ACC_BF16 of 8 lanes: v rounded through bf16 (the rounded
- * bits, widened back: the low half cleared), added, rounded. */
-static inline void accr8(void *p, int64_t i, __m256 v) {
-    __m256 r = _mm256_castsi256_ps(_mm256_and_si256(rnd8(v), _mm256_set1_epi32((int)0xffff0000u)));
-    st8(p, 1, i, _mm256_add_ps(ld8(p, 1, i), r));
+/* remat__bf16_round of each lane: the rounded bits, widened back (the
+ * low half cleared). */
+static inline __m256 round8(__m256 v) {
+    return _mm256_castsi256_ps(_mm256_and_si256(rnd8(v), _mm256_set1_epi32((int)0xffff0000u)));
 }
+
+/* REMAT__CVT_ACC_BF16 of 8 lanes: v rounded through bf16, added,
+ * rounded. */
+static inline void accr8(void *p, int64_t i, __m256 v) { st8(p, 1, i, _mm256_add_ps(ld8(p, 1, i), round8(v))); }
 
 static inline void acc8(void *p, int b16, int64_t i, __m256 g) {
     if (!b16) {
@@ -283,6 +287,7 @@ static inline d8_avx2 d8_mul(d8_avx2 x, d8_avx2 y) {
 #define PW_ST st8
 #define PW_ACC acc8
 #define PW_ACCR accr8
+#define PW_RND round8
 #define PW_ADD _mm256_add_ps
 #define PW_MUL _mm256_mul_ps
 #define PW_SUB _mm256_sub_ps
@@ -298,6 +303,7 @@ static inline d8_avx2 d8_mul(d8_avx2 x, d8_avx2 y) {
 #undef PW_ST
 #undef PW_ACC
 #undef PW_ACCR
+#undef PW_RND
 #undef PW_ADD
 #undef PW_MUL
 #undef PW_SUB
@@ -337,6 +343,10 @@ static inline __m512i rnd16(__m512 v) {
     return _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(u, _mm512_set1_epi32(0x400000)));
 }
 
+static inline __m512 round16(__m512 v) {
+    return _mm512_castsi512_ps(_mm512_and_si512(rnd16(v), _mm512_set1_epi32((int)0xffff0000u)));
+}
+
 static inline __m256i narrow16(__m512 v) { return _mm512_cvtepi32_epi16(_mm512_srli_epi32(rnd16(v), 16)); }
 
 #define ST16(name, narrow)                                                                                             \
@@ -350,10 +360,7 @@ ST16(st16, narrow16)
  * rounded bits widened back, added, rounded by st), and a gradient's
  * accumulation (acc: a bf16 one takes 0 + g that way). */
 #define ACC16(acc, accr, st)                                                                                           \
-    static inline void accr(void *p, int64_t i, __m512 v) {                                                            \
-        __m512i r = _mm512_and_si512(rnd16(v), _mm512_set1_epi32((int)0xffff0000u));                                   \
-        st(p, 1, i, _mm512_add_ps(ld16(p, 1, i), _mm512_castsi512_ps(r)));                                             \
-    }                                                                                                                  \
+    static inline void accr(void *p, int64_t i, __m512 v) { st(p, 1, i, _mm512_add_ps(ld16(p, 1, i), round16(v))); }   \
     static inline void acc(void *p, int b16, int64_t i, __m512 g) {                                                    \
         if (!b16) {                                                                                                    \
             float *d = (float *)p + i;                                                                                 \
@@ -392,6 +399,7 @@ static inline __m512d d8_ld512(const void *p, int b16, int64_t i) {
 #define PW_N 16
 #define PW_V __m512
 #define PW_LD ld16
+#define PW_RND round16
 #define PW_ADD _mm512_add_ps
 #define PW_MUL _mm512_mul_ps
 #define PW_SUB _mm512_sub_ps

@@ -107,8 +107,7 @@ typedef void (*remat__pw16_fn)(const remat__pw16 *t, int64_t lo, int64_t hi);
 
 /* One instruction set's kernels. relu_bwd reads out and dout; add_bwd
  * dout; mul_bwd both inputs and dout. convert is remat__convert_range
- * (core/bf16.h), the same bits: REMAT__CVT_UP, _DOWN and _ACC_BF16 on
- * vectors, the others as there. */
+ * (core/bf16.h), the same bits, every kind on vectors. */
 typedef struct {
     const char *isa; /* "scalar", "avx2", "avx512", "avx512bf16" */
     remat__pw16_fn relu_fwd, relu_bwd, add_fwd, add_bwd, mul_fwd, mul_bwd;

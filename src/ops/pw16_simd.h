@@ -8,6 +8,7 @@
  *   PW_ACC(p, b16, i, g) added into a gradient (remat__pw16_acc)
  *   PW_ACCR(p, i, v)   REMAT__CVT_ACC_BF16: bf16 p[i] = p[i] + v rounded
  *                      through bf16, rounded (PW_ACC is 0 + g into it)
+ *   PW_RND(v)          v rounded through bf16, as float32 (remat__bf16_round)
  *   PW_ADD, PW_MUL, PW_SUB  float32 arithmetic, lane by lane
  *   PW_SET1(x)         x in every lane
  *   PW_RELU(x)         x <= 0 ? +0 : x (NaN stays)
@@ -90,6 +91,10 @@ static void PW_FN(convert)(void *dst, const void *src, int64_t lo, int64_t hi, r
         for (; i + PW_N <= hi; i += PW_N) PW_ST(dst, 1, i, PW_LD(src, 0, i));
     else if (kind == REMAT__CVT_ACC_BF16)
         for (; i + PW_N <= hi; i += PW_N) PW_ACCR(dst, i, PW_LD(src, 0, i));
+    else if (kind == REMAT__CVT_ROUND)
+        for (; i + PW_N <= hi; i += PW_N) PW_ST(dst, 0, i, PW_RND(PW_LD(src, 0, i)));
+    else if (kind == REMAT__CVT_ACC_F32)
+        for (; i + PW_N <= hi; i += PW_N) PW_ST(dst, 0, i, PW_ADD(PW_LD(dst, 0, i), PW_RND(PW_LD(src, 0, i))));
     _mm256_zeroupper();
     remat__convert_range(dst, src, i, hi, kind);
 }
