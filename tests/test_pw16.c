@@ -571,6 +571,7 @@ typedef struct {
     const char *name;
     size_t at; /* offsetof the kernel in remat__pw16_kernels */
     int backward, two;
+    int one_nan; /* the input's NaNs x86's own: two NaNs meet in it */
 } kcase;
 
 static remat__pw16_fn fn_of(const remat__pw16_kernels *K, size_t at) {
@@ -583,7 +584,7 @@ static remat__pw16_fn fn_of(const remat__pw16_kernels *K, size_t at) {
 static int level_case(const remat__pw16_kernels *K, const kcase *c, const int b16[2], int alias) {
     int out16 = c->two ? (b16[0] && b16[1]) : b16[0];
     val in[2], din[2][2], out[2], dout = make(out16, 1);
-    for (int j = 0; j < 2; j++) in[j] = alias && j ? in[0] : make(b16[j], c->two);
+    for (int j = 0; j < 2; j++) in[j] = alias && j ? in[0] : make(b16[j], c->two || c->one_nan);
     out[0] = make(out16, c->two), out[1] = copy(out[0]);
     for (int j = 0; j < 2; j++) din[0][j] = make(b16[j], 1), din[1][j] = copy(din[0][j]);
     for (int r = 0; r < 2; r++) {
@@ -656,12 +657,14 @@ static int stat_case(const remat__pw16_kernels *K, int b16, int64_t n) {
 
 static void levels(void) {
     static const kcase cases[] = {
-        {"relu_fwd", offsetof(remat__pw16_kernels, relu_fwd), 0, 0},
-        {"relu_bwd", offsetof(remat__pw16_kernels, relu_bwd), 1, 0},
-        {"add_fwd", offsetof(remat__pw16_kernels, add_fwd), 0, 1},
-        {"add_bwd", offsetof(remat__pw16_kernels, add_bwd), 1, 1},
-        {"mul_fwd", offsetof(remat__pw16_kernels, mul_fwd), 0, 1},
-        {"mul_bwd", offsetof(remat__pw16_kernels, mul_bwd), 1, 1},
+        {"relu_fwd", offsetof(remat__pw16_kernels, relu_fwd), 0, 0, 0},
+        {"relu_bwd", offsetof(remat__pw16_kernels, relu_bwd), 1, 0, 0},
+        {"add_fwd", offsetof(remat__pw16_kernels, add_fwd), 0, 1, 0},
+        {"add_bwd", offsetof(remat__pw16_kernels, add_bwd), 1, 1, 0},
+        {"mul_fwd", offsetof(remat__pw16_kernels, mul_fwd), 0, 1, 0},
+        {"mul_bwd", offsetof(remat__pw16_kernels, mul_bwd), 1, 1, 0},
+        {"gelu_fwd", offsetof(remat__pw16_kernels, gelu_fwd), 0, 0, 1},
+        {"gelu_bwd", offsetof(remat__pw16_kernels, gelu_bwd), 1, 0, 1},
     };
     static const int mixes[4][2] = {{1, 1}, {0, 1}, {1, 0}, {0, 0}};
     static const char *const names[] = {"scalar", "avx2", "avx512", "avx512bf16"};
@@ -686,10 +689,44 @@ static void levels(void) {
         for (int b16 = 0; b16 < 2; b16++)
             for (size_t i = 0; i < sizeof lens / sizeof *lens; i++) ok &= stat_case(K, b16, lens[i]);
         if (ok)
-            printf("levels: %s gives the scalar reference's bits (relu, add, mul; forward, backward; every mix; "
+            printf("levels: %s gives the scalar reference's bits (relu, add, mul, gelu's tanh form; forward, "
+                   "backward; every mix; "
                    "the five conversions; BatchNorm's sums, y and dx)\n",
                    K->isa);
     }
+}
+
+/* remat__expf (core/expf.h), which gelu's tanh form exponentiates with:
+ * within 2 ulp of double exp on its range (every 997th float of either
+ * sign, from 0 to its ends, and the ends), +inf above 88, +0 below -87, a
+ * NaN kept. */
+static double exp_ulps(float x) {
+    double t = exp((double)x);
+    float tf = (float)t;
+    return fabs((double)remat__expf(x) - t) / ((double)nextafterf(tf, INFINITY) - (double)tf);
+}
+
+static void expf_accuracy(void) {
+    double worst = 0.0;
+    float at = 0.0f, hi = REMAT__EXP_HI;
+    uint32_t top;
+    memcpy(&top, &hi, sizeof top);
+    for (uint32_t u = 0; u <= top + 996; u += 997)
+        for (int sign = 0; sign < 2; sign++) {
+            float x;
+            uint32_t b = (u > top ? top : u) | (uint32_t)sign << 31;
+            memcpy(&x, &b, sizeof x);
+            if (x < REMAT__EXP_LO) x = REMAT__EXP_LO;
+            double e = exp_ulps(x);
+            if (e > worst) worst = e, at = x;
+        }
+    CHECK_MSG(worst <= 2.0, "remat__expf is %.2f ulp from exp at %.9g", worst, (double)at);
+    CHECK(remat__expf(nextafterf(REMAT__EXP_HI, INFINITY)) == INFINITY && remat__expf(INFINITY) == INFINITY);
+    CHECK(remat__expf(nextafterf(REMAT__EXP_LO, -INFINITY)) == 0.0f && remat__expf(-INFINITY) == 0.0f);
+    CHECK(isnan(remat__expf(NAN)) && remat__expf(0.0f) == 1.0f && remat__expf(-0.0f) == 1.0f);
+    printf("remat__expf: at most %.3f ulp from double exp on [-87, 88] (worst at %.6g); ends and NaN as "
+           "documented\n",
+           worst, (double)at);
 }
 
 /* ------------------------------------------------------------ the plan */
@@ -830,6 +867,7 @@ int main(void) {
     copies();
     attention();
     levels();
+    expf_accuracy();
     plan("cnn");
     plan("resnet18");
     plan("gpt2");

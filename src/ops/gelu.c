@@ -7,9 +7,12 @@
  *          dy/dx = (1 + tanh u) / 2 + x/2 (1 - tanh^2 u) sqrt(2/pi) (1 + 3 0.044715 x^2)
  * The tanh form is computed as a sigmoid, (1 + tanh u) / 2 = s =
  * 1 / (1 + exp(-2u)), so y = x s and dy/dx = s + 2 x s (1 - s) du/dx:
- * one expf instead of tanhf (several times faster in glibc, and GELU is
- * about a tenth of a GPT-2 step otherwise), with no cancellation near 0,
- * and exp's overflow for large -u giving s = 0 exactly.
+ * one exponential instead of tanhf, with no cancellation near 0, and
+ * exp's overflow for large -u giving s = 0 exactly. Its exponential is
+ * remat__expf (core/expf.h), which pw16.c's vector kernels repeat lane
+ * by lane: the tanh form runs on them under both policies (pw16.h's
+ * remat__gelu_tanh is the element's arithmetic), the exact form on
+ * glibc's erff and expf, element by element.
  * Backward reads the input. Elements are split evenly over the threads and
  * each is computed on its own, so any thread count gives the same bits.
  * Under the bf16 policy a node with a bf16 value runs on its values as
@@ -19,10 +22,8 @@
 
 #include <math.h>
 
-#define SQRT_2_OVER_PI 0.7978845608028654f
 #define INV_SQRT_2 0.7071067811865476f
 #define INV_SQRT_2PI 0.3989422804014327f
-#define GELU_C 0.044715f
 
 static remat_status gelu_shape(const remat_graph *g, remat__node *n) {
     const remat__shape *x = remat__in_shape(g, n, 0);
@@ -35,22 +36,21 @@ static remat_status gelu_shape(const remat_graph *g, remat__node *n) {
     return REMAT_OK;
 }
 
-/* y and dy/dx of one element, in each form: one definition for the
- * float32 kernels and the bf16 ones, so their arithmetic is the same. */
-static inline float gelu_tanh(float v) {
-    float u = SQRT_2_OVER_PI * (v + GELU_C * v * v * v);
-    return v / (1.0f + expf(-2.0f * u));
-}
-
+/* y and dy/dx of one element in the exact form (the tanh form's are
+ * pw16.h's). */
 static inline float gelu_erf(float v) { return 0.5f * v * (1.0f + erff(v * INV_SQRT_2)); }
-
-static inline float dgelu_tanh(float v) {
-    float u = SQRT_2_OVER_PI * (v + GELU_C * v * v * v), sg = 1.0f / (1.0f + expf(-2.0f * u));
-    return sg + 2.0f * v * sg * (1.0f - sg) * SQRT_2_OVER_PI * (1.0f + 3.0f * GELU_C * v * v);
-}
 
 static inline float dgelu_erf(float v) {
     return 0.5f * (1.0f + erff(v * INV_SQRT_2)) + v * expf(-0.5f * v * v) * INV_SQRT_2PI;
+}
+
+/* The tensors of kernel k as pw16's kernels take them: as stored under
+ * the bf16 policy, float32 throughout under fp32. */
+static remat__pw16 gelu_tensors(const remat__kctx *k, int backward) {
+    if (k->dt) return remat__pw16_of(k, backward);
+    remat__pw16 t = {.in = {k->in[0]->data}, .out = k->out->data, .n_in = 1};
+    if (backward) t.dout = k->dout, t.din[0] = k->din[0];
+    return t;
 }
 
 /* Under the bf16 policy with a bf16 value (kctx.dt: bf16_ws), elements
@@ -58,14 +58,11 @@ static inline float dgelu_erf(float v) {
  * arithmetic on x widened, y rounded, dx added as the views add. */
 static void gelu16(const remat__kctx *k, int64_t lo, int64_t hi, int backward) {
     const remat__pw16 t = remat__pw16_of(k, backward);
-    const int tanh_form = k->node->iattr[0] != 0;
     if (backward && !t.din[0]) return;
     for (int64_t i = lo; i < hi; i++) {
         float v = remat__pw16_ld(t.in[0], t.in16[0], i);
-        if (backward)
-            remat__pw16_acc(t.din[0], t.in16[0], i,
-                            remat__pw16_ld(t.dout, t.out16, i) * (tanh_form ? dgelu_tanh(v) : dgelu_erf(v)));
-        else remat__pw16_st(t.out, t.out16, i, tanh_form ? gelu_tanh(v) : gelu_erf(v));
+        if (backward) remat__pw16_acc(t.din[0], t.in16[0], i, remat__pw16_ld(t.dout, t.out16, i) * dgelu_erf(v));
+        else remat__pw16_st(t.out, t.out16, i, gelu_erf(v));
     }
 }
 
@@ -74,14 +71,14 @@ static void gelu_forward(const remat__kctx *k, int ith, int nth) {
     float *y = k->out->data;
     int64_t lo, hi;
     remat__split(remat__numel(&k->node->shape), ith, nth, &lo, &hi);
-    if (k->dt) {
+    if (k->node->iattr[0]) {
+        const remat__pw16 t = gelu_tensors(k, 0);
+        remat__pw16_best()->gelu_fwd(&t, lo, hi);
+    } else if (k->dt) {
         gelu16(k, lo, hi, 0);
-        return;
-    }
-    if (k->node->iattr[0])
-        for (int64_t i = lo; i < hi; i++) y[i] = gelu_tanh(x[i]);
-    else
+    } else {
         for (int64_t i = lo; i < hi; i++) y[i] = gelu_erf(x[i]);
+    }
 }
 
 static void gelu_backward(const remat__kctx *k, int ith, int nth) {
@@ -89,14 +86,14 @@ static void gelu_backward(const remat__kctx *k, int ith, int nth) {
     float *dx = k->din[0];
     int64_t lo, hi;
     remat__split(remat__numel(&k->node->shape), ith, nth, &lo, &hi);
-    if (k->dt) {
+    if (k->node->iattr[0]) {
+        const remat__pw16 t = gelu_tensors(k, 1);
+        remat__pw16_best()->gelu_bwd(&t, lo, hi);
+    } else if (k->dt) {
         gelu16(k, lo, hi, 1);
-        return;
-    }
-    if (k->node->iattr[0])
-        for (int64_t i = lo; i < hi; i++) dx[i] += dy[i] * dgelu_tanh(x[i]);
-    else
+    } else {
         for (int64_t i = lo; i < hi; i++) dx[i] += dy[i] * dgelu_erf(x[i]);
+    }
 }
 
 static double gelu_flops(const remat_graph *g, const remat__node *n) {

@@ -115,6 +115,19 @@ static void mul_bwd_ref(const remat__pw16 *t, int64_t lo, int64_t hi) {
     }
 }
 
+static void gelu_fwd_ref(const remat__pw16 *t, int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; i++)
+        remat__pw16_st(t->out, t->out16, i, remat__gelu_tanh(remat__pw16_ld(t->in[0], t->in16[0], i)));
+}
+
+static void gelu_bwd_ref(const remat__pw16 *t, int64_t lo, int64_t hi) {
+    if (!t->din[0]) return;
+    for (int64_t i = lo; i < hi; i++) {
+        float v = remat__pw16_ld(t->in[0], t->in16[0], i);
+        remat__pw16_acc(t->din[0], t->in16[0], i, remat__pw16_ld(t->dout, t->out16, i) * remat__dgelu_tanh(v));
+    }
+}
+
 static void convert_ref(void *dst, const void *src, int64_t lo, int64_t hi, remat__cvt kind) {
     remat__convert_range(dst, src, lo, hi, kind);
 }
@@ -177,6 +190,8 @@ static const remat__pw16_kernels scalar_kernels = {
     .add_bwd = add_bwd_ref,
     .mul_fwd = mul_fwd_ref,
     .mul_bwd = mul_bwd_ref,
+    .gelu_fwd = gelu_fwd_ref,
+    .gelu_bwd = gelu_bwd_ref,
     .stat_sum = stat_sum_scalar,
     .stat_sq = stat_sq_scalar,
     .stat_dsum = stat_dsum_scalar,
@@ -252,6 +267,28 @@ static inline __m256 relu_g8(__m256 y, __m256 g) {
     return _mm256_blendv_ps(g, _mm256_set1_ps(-0.0f), le);
 }
 
+/* remat__expf lane by lane (core/expf.h: the same operations in the same
+ * order; the lanes out of range computed on 0 and replaced). */
+static inline __m256 exp8(__m256 x) {
+    __m256 hi = _mm256_cmp_ps(x, _mm256_set1_ps(REMAT__EXP_HI), _CMP_GT_OQ);
+    __m256 lo = _mm256_cmp_ps(x, _mm256_set1_ps(REMAT__EXP_LO), _CMP_LT_OQ);
+    __m256 nan = _mm256_cmp_ps(x, x, _CMP_UNORD_Q), z = _mm256_setzero_ps();
+    __m256 xc = _mm256_blendv_ps(x, z, _mm256_or_ps(_mm256_or_ps(hi, lo), nan)),
+           magic = _mm256_set1_ps(REMAT__EXP_MAGIC);
+    __m256 n = _mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(xc, _mm256_set1_ps(REMAT__EXP_LOG2E)), magic), magic);
+    __m256 r = _mm256_sub_ps(xc, _mm256_mul_ps(n, _mm256_set1_ps(REMAT__EXP_C1)));
+    r = _mm256_sub_ps(r, _mm256_mul_ps(n, _mm256_set1_ps(REMAT__EXP_C2)));
+    __m256 p = _mm256_set1_ps(REMAT__EXP_P0);
+    const float c[] = {REMAT__EXP_P1, REMAT__EXP_P2, REMAT__EXP_P3, REMAT__EXP_P4, REMAT__EXP_P5};
+    for (int k = 0; k < 5; k++) p = _mm256_add_ps(_mm256_mul_ps(p, r), _mm256_set1_ps(c[k]));
+    __m256 y = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(p, _mm256_mul_ps(r, r)), r), _mm256_set1_ps(1.0f));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(n), _mm256_set1_epi32(127)), 23);
+    y = _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+    y = _mm256_blendv_ps(y, _mm256_set1_ps(INFINITY), hi);
+    y = _mm256_blendv_ps(y, z, lo);
+    return _mm256_blendv_ps(y, x, nan);
+}
+
 /* Eight doubles (BatchNorm's partials), as two vectors of four. */
 typedef struct {
     __m256d a, b;
@@ -288,6 +325,8 @@ static inline d8_avx2 d8_mul(d8_avx2 x, d8_avx2 y) {
 #define PW_ACC acc8
 #define PW_ACCR accr8
 #define PW_RND round8
+#define PW_EXP exp8
+#define PW_DIV _mm256_div_ps
 #define PW_ADD _mm256_add_ps
 #define PW_MUL _mm256_mul_ps
 #define PW_SUB _mm256_sub_ps
@@ -304,6 +343,8 @@ static inline d8_avx2 d8_mul(d8_avx2 x, d8_avx2 y) {
 #undef PW_ACC
 #undef PW_ACCR
 #undef PW_RND
+#undef PW_EXP
+#undef PW_DIV
 #undef PW_ADD
 #undef PW_MUL
 #undef PW_SUB
@@ -381,6 +422,27 @@ static inline __m512 relu_g16(__m512 y, __m512 g) {
     return _mm512_mask_mov_ps(g, le, _mm512_set1_ps(-0.0f));
 }
 
+/* remat__expf lane by lane, as exp8. */
+static inline __m512 exp16(__m512 x) {
+    __mmask16 hi = _mm512_cmp_ps_mask(x, _mm512_set1_ps(REMAT__EXP_HI), _CMP_GT_OQ);
+    __mmask16 lo = _mm512_cmp_ps_mask(x, _mm512_set1_ps(REMAT__EXP_LO), _CMP_LT_OQ);
+    __mmask16 nan = _mm512_cmp_ps_mask(x, x, _CMP_UNORD_Q);
+    __m512 z = _mm512_setzero_ps(), xc = _mm512_mask_mov_ps(x, hi | lo | nan, z);
+    __m512 magic = _mm512_set1_ps(REMAT__EXP_MAGIC);
+    __m512 n = _mm512_sub_ps(_mm512_add_ps(_mm512_mul_ps(xc, _mm512_set1_ps(REMAT__EXP_LOG2E)), magic), magic);
+    __m512 r = _mm512_sub_ps(xc, _mm512_mul_ps(n, _mm512_set1_ps(REMAT__EXP_C1)));
+    r = _mm512_sub_ps(r, _mm512_mul_ps(n, _mm512_set1_ps(REMAT__EXP_C2)));
+    __m512 p = _mm512_set1_ps(REMAT__EXP_P0);
+    const float c[] = {REMAT__EXP_P1, REMAT__EXP_P2, REMAT__EXP_P3, REMAT__EXP_P4, REMAT__EXP_P5};
+    for (int k = 0; k < 5; k++) p = _mm512_add_ps(_mm512_mul_ps(p, r), _mm512_set1_ps(c[k]));
+    __m512 y = _mm512_add_ps(_mm512_add_ps(_mm512_mul_ps(p, _mm512_mul_ps(r, r)), r), _mm512_set1_ps(1.0f));
+    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvttps_epi32(n), _mm512_set1_epi32(127)), 23);
+    y = _mm512_mul_ps(y, _mm512_castsi512_ps(e));
+    y = _mm512_mask_mov_ps(y, hi, _mm512_set1_ps(INFINITY));
+    y = _mm512_mask_mov_ps(y, lo, z);
+    return _mm512_mask_mov_ps(y, nan, x);
+}
+
 /* Eight doubles (BatchNorm's partials) from eight values as stored. */
 static inline __m512d d8_ld512(const void *p, int b16, int64_t i) {
     if (!b16) return _mm512_cvtps_pd(_mm256_loadu_ps((const float *)p + i));
@@ -400,6 +462,8 @@ static inline __m512d d8_ld512(const void *p, int b16, int64_t i) {
 #define PW_V __m512
 #define PW_LD ld16
 #define PW_RND round16
+#define PW_EXP exp16
+#define PW_DIV _mm512_div_ps
 #define PW_ADD _mm512_add_ps
 #define PW_MUL _mm512_mul_ps
 #define PW_SUB _mm512_sub_ps

@@ -1,6 +1,7 @@
 /* pw16.h: elementwise kernels on values in their stored dtypes, the bf16
- * policy's native CPU kernels for relu, add, mul (vectorized, pw16.c) and
- * for dropout, gelu, reshape, global_avgpool, concat, slice, permute,
+ * policy's native CPU kernels for relu, add, mul and gelu's tanh form
+ * (vectorized, pw16.c; gelu's also under fp32) and for dropout, gelu's
+ * exact form, reshape, global_avgpool, concat, slice, permute,
  * add_broadcast, softmax and mse (in their ops' files, through the loads,
  * stores, copies and accumulation below),
  * as src/cuda/pw16.cuh is the CUDA backend's; and remat__convert_range
@@ -33,6 +34,7 @@
 #define REMAT_PW16_H
 
 #include "../core/bf16.h"
+#include "../core/expf.h"
 #include "../remat-impl.h"
 
 /* A node's tensors as stored, and their dtypes (at most 2 inputs). NULL
@@ -102,15 +104,33 @@ remat__pw16 remat__pw16_of(const remat__kctx *k, int backward);
  * float32, and the float32 kernels run as under fp32. */
 int remat__pw16_ws(const remat_graph *g, const remat__node *n, const uint8_t *dt, int nth, size_t *fwd, size_t *bwd);
 
+/* GELU's tanh form (gelu.c) on one element, y and dy/dx: with
+ * u = sqrt(2/pi) (x + 0.044715 x^3) and s = (1 + tanh u) / 2 =
+ * 1 / (1 + e^-2u), y = x s and dy/dx = s + 2 x s (1 - s) du/dx. e^-2u is
+ * remat__expf, which the vector kernels repeat lane by lane; its
+ * overflow for large -u gives s = 0 exactly. */
+#define REMAT__GELU_S 0.7978845608028654f /* sqrt(2/pi) */
+#define REMAT__GELU_C 0.044715f
+static inline float remat__gelu_tanh(float v) {
+    float u = REMAT__GELU_S * (v + REMAT__GELU_C * v * v * v);
+    return v / (1.0f + remat__expf(-2.0f * u));
+}
+static inline float remat__dgelu_tanh(float v) {
+    float u = REMAT__GELU_S * (v + REMAT__GELU_C * v * v * v), sg = 1.0f / (1.0f + remat__expf(-2.0f * u));
+    return sg + 2.0f * v * sg * (1.0f - sg) * REMAT__GELU_S * (1.0f + 3.0f * REMAT__GELU_C * v * v);
+}
+
 /* Elements [lo, hi) of a pass. */
 typedef void (*remat__pw16_fn)(const remat__pw16 *t, int64_t lo, int64_t hi);
 
 /* One instruction set's kernels. relu_bwd reads out and dout; add_bwd
- * dout; mul_bwd both inputs and dout. convert is remat__convert_range
+ * dout; mul_bwd both inputs and dout; gelu_fwd and gelu_bwd are the tanh
+ * form's (remat__gelu_tanh, remat__dgelu_tanh), gelu_bwd reading the
+ * input and dout. convert is remat__convert_range
  * (core/bf16.h), the same bits, every kind on vectors. */
 typedef struct {
     const char *isa; /* "scalar", "avx2", "avx512", "avx512bf16" */
-    remat__pw16_fn relu_fwd, relu_bwd, add_fwd, add_bwd, mul_fwd, mul_bwd;
+    remat__pw16_fn relu_fwd, relu_bwd, add_fwd, add_bwd, mul_fwd, mul_bwd, gelu_fwd, gelu_bwd;
     void (*convert)(void *dst, const void *src, int64_t lo, int64_t hi, remat__cvt kind);
     /* BatchNorm's channel sums (batchnorm.c), in double over n values as
      * stored (b16: bf16, else float32), element i into partial

@@ -9,7 +9,8 @@
  *   PW_ACCR(p, i, v)   REMAT__CVT_ACC_BF16: bf16 p[i] = p[i] + v rounded
  *                      through bf16, rounded (PW_ACC is 0 + g into it)
  *   PW_RND(v)          v rounded through bf16, as float32 (remat__bf16_round)
- *   PW_ADD, PW_MUL, PW_SUB  float32 arithmetic, lane by lane
+ *   PW_ADD, PW_MUL, PW_SUB, PW_DIV  float32 arithmetic, lane by lane
+ *   PW_EXP(x)          remat__expf, lane by lane
  *   PW_SET1(x)         x in every lane
  *   PW_RELU(x)         x <= 0 ? +0 : x (NaN stays)
  *   PW_RELU_G(y, g)    y <= 0 ? -0 : g
@@ -81,6 +82,42 @@ static void PW_FN(mul_bwd)(const remat__pw16 *t, int64_t lo, int64_t hi) {
     }
     _mm256_zeroupper(); /* before SSE code: see the top */
     mul_bwd_ref(t, i, hi);
+}
+
+/* GELU's tanh form: remat__gelu_tanh and remat__dgelu_tanh (pw16.h),
+ * the same operations in the same order. */
+static inline PW_V PW_FN(gelu_s)(PW_V v, PW_V *den) {
+    PW_V u = PW_MUL(PW_SET1(REMAT__GELU_S), PW_ADD(v, PW_MUL(PW_MUL(PW_MUL(PW_SET1(REMAT__GELU_C), v), v), v)));
+    *den = PW_ADD(PW_SET1(1.0f), PW_EXP(PW_MUL(PW_SET1(-2.0f), u)));
+    return u;
+}
+
+static void PW_FN(gelu_fwd)(const remat__pw16 *t, int64_t lo, int64_t hi) {
+    int64_t i = lo;
+    for (; i + PW_N <= hi; i += PW_N) {
+        PW_V v = PW_LD(t->in[0], t->in16[0], i), den;
+        PW_FN(gelu_s)(v, &den);
+        PW_ST(t->out, t->out16, i, PW_DIV(v, den));
+    }
+    _mm256_zeroupper(); /* before SSE code: see the top */
+    gelu_fwd_ref(t, i, hi);
+}
+
+static void PW_FN(gelu_bwd)(const remat__pw16 *t, int64_t lo, int64_t hi) {
+    int64_t i = lo;
+    if (!t->din[0]) return;
+    const PW_V one = PW_SET1(1.0f);
+    for (; i + PW_N <= hi; i += PW_N) {
+        PW_V v = PW_LD(t->in[0], t->in16[0], i), den;
+        PW_FN(gelu_s)(v, &den);
+        PW_V sg = PW_DIV(one, den);
+        PW_V du = PW_ADD(one, PW_MUL(PW_MUL(PW_SET1(3.0f * REMAT__GELU_C), v), v));
+        PW_V d =
+            PW_MUL(PW_MUL(PW_MUL(PW_MUL(PW_MUL(PW_SET1(2.0f), v), sg), PW_SUB(one, sg)), PW_SET1(REMAT__GELU_S)), du);
+        PW_ACC(t->din[0], t->in16[0], i, PW_MUL(PW_LD(t->dout, t->out16, i), PW_ADD(sg, d)));
+    }
+    _mm256_zeroupper(); /* before SSE code: see the top */
+    gelu_bwd_ref(t, i, hi);
 }
 
 static void PW_FN(convert)(void *dst, const void *src, int64_t lo, int64_t hi, remat__cvt kind) {
@@ -161,6 +198,8 @@ static const remat__pw16_kernels PW_FN(kernels) = {
     .add_bwd = PW_FN(add_bwd),
     .mul_fwd = PW_FN(mul_fwd),
     .mul_bwd = PW_FN(mul_bwd),
+    .gelu_fwd = PW_FN(gelu_fwd),
+    .gelu_bwd = PW_FN(gelu_bwd),
     .convert = PW_FN(convert),
     .stat_sum = PW_FN(stat_sum),
     .stat_sq = PW_FN(stat_sq),
