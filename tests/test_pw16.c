@@ -625,6 +625,21 @@ static int convert_case(const remat__pw16_kernels *K, remat__cvt kind) {
     return ok;
 }
 
+/* Level K's exp_sub against the scalar one on n floats from element 3,
+ * into another array and in place. */
+static int exp_case(const remat__pw16_kernels *K, int64_t n, float m) {
+    const remat__pw16_kernels *S = remat__pw16_level(REMAT__PW16_SCALAR);
+    val x = make(0, 1), a = make(0, 1), b = copy(a), xa = copy(x), xb = copy(x);
+    float *xp = (float *)x.p + 3;
+    S->exp_sub((float *)a.p + 3, xp, m, n), K->exp_sub((float *)b.p + 3, xp, m, n);
+    S->exp_sub((float *)xa.p + 3, (float *)xa.p + 3, m, n), K->exp_sub((float *)xb.p + 3, (float *)xb.p + 3, m, n);
+    int ok = same(a, b) && same(xa, xb);
+    CHECK_MSG(ok, "%s exp_sub (%lld elements, m %g) differs from the scalar reference", K->isa, (long long)n,
+              (double)m);
+    free(x.p), free(a.p), free(b.p), free(xa.p), free(xb.p);
+    return ok;
+}
+
 /* Level K's BatchNorm kernels against the scalar ones over n elements
  * from element 3 (a tail when n % 8): the sums into partials that already
  * hold values, y, and dx added into values already there.
@@ -688,9 +703,12 @@ static void levels(void) {
         static const int64_t lens[] = {0, 5, 8, 49, 784, N - 8};
         for (int b16 = 0; b16 < 2; b16++)
             for (size_t i = 0; i < sizeof lens / sizeof *lens; i++) ok &= stat_case(K, b16, lens[i]);
+        static const float shifts[] = {0.0f, 1.5f, -3.25f, 80.0f};
+        for (size_t i = 0; i < sizeof lens / sizeof *lens; i++)
+            for (size_t j = 0; j < sizeof shifts / sizeof *shifts; j++) ok &= exp_case(K, lens[i], shifts[j]);
         if (ok)
             printf("levels: %s gives the scalar reference's bits (relu, add, mul, gelu's tanh form; forward, "
-                   "backward; every mix; "
+                   "backward; every mix; softmax's exponentials; "
                    "the five conversions; BatchNorm's sums, y and dx)\n",
                    K->isa);
     }

@@ -2,7 +2,8 @@
  * self-attention as in GPT-2.
  *
  * softmax: y = exp(x - max) / sum exp(x - max) per row of the last
- * dimension; backward reads the output: dx += y (dy - sum_j dy_j y_j).
+ * dimension (exp: remat__expf on pw16's vector kernels, as attention's
+ * rows); backward reads the output: dx += y (dy - sum_j dy_j y_j).
  * Under the bf16 policy a bf16 x (so y, dy and dx) is read a row at a
  * time into the thread's float32 rows of the workspace, where the float32
  * kernel's loops run; y is rounded as written and dx added as the views
@@ -60,11 +61,9 @@ static remat_status softmax_shape(const remat_graph *g, remat__node *n) {
 static void softmax_row(float *r, int64_t len, int64_t C) {
     float m = r[0];
     for (int64_t j = 1; j < len; j++) m = r[j] > m ? r[j] : m;
+    remat__pw16_best()->exp_sub(r, r, m, len);
     double s = 0.0;
-    for (int64_t j = 0; j < len; j++) {
-        r[j] = expf(r[j] - m);
-        s += r[j];
-    }
+    for (int64_t j = 0; j < len; j++) s += r[j];
     float inv = (float)(1.0 / s);
     for (int64_t j = 0; j < len; j++) r[j] *= inv;
     for (int64_t j = len; j < C; j++) r[j] = 0.0f;

@@ -46,10 +46,11 @@ static double row_sum(const float *e, int64_t C) {
     return remat__partials_total(acc);
 }
 
-/* e[c] = exp(z[c] - max) for a row, in float, and log(sum e) + max. */
+/* e[c] = exp(z[c] - max) for a row, in float (remat__expf on pw16's
+ * vector kernels), and log(sum e) + max. */
 static double row_lse(const float *z, float *e, int64_t C) {
     float m = row_max(z, C);
-    for (int64_t c = 0; c < C; c++) e[c] = expf(z[c] - m);
+    remat__pw16_best()->exp_sub(e, z, m, C);
     return log(row_sum(e, C)) + (double)m;
 }
 
@@ -82,7 +83,7 @@ static int ce_bf16_ws(const remat_graph *g, const remat__node *n, const uint8_t 
 /* Row n of the logits as float32: z's own (float32), or widened into buf. */
 static const float *logits_row(const remat__kctx *k, int64_t n, int64_t C, float *buf) {
     if (!k->dt) return (const float *)k->in[0]->data + n * C;
-    remat__convert_range(buf, (const uint16_t *)k->in[0]->data + n * C, 0, C, REMAT__CVT_UP);
+    remat__pw16_convert(buf, (const uint16_t *)k->in[0]->data + n * C, C, REMAT__CVT_UP);
     return buf;
 }
 
@@ -123,7 +124,7 @@ static void ce_backward(const remat__kctx *k, int ith, int nth) {
     for (int64_t n = lo; n < hi; n++) {
         const float *zn = logits_row(k, n, C, zb);
         float m = row_max(zn, C);
-        for (int64_t c = 0; c < C; c++) e[c] = expf(zn[c] - m);
+        remat__pw16_best()->exp_sub(e, zn, m, C);
         const double sum = row_sum(e, C);
         const float scale = (float)(g / sum); /* softmax times g = e * scale */
         float *dn = k->dt ? zb : dz + n * C;  /* bf16: the view's zeros, then rounded into dz */
@@ -132,7 +133,7 @@ static void ce_backward(const remat__kctx *k, int ith, int nth) {
         for (int64_t c = 0; c < t; c++) dn[c] += scale * e[c];
         if (t < C) dn[t] += (float)(g * ((double)e[t] / sum - 1.0));
         for (int64_t c = t + 1; c < C; c++) dn[c] += scale * e[c];
-        if (k->dt) remat__convert_range((uint16_t *)dz + n * C, dn, 0, C, REMAT__CVT_ACC_BF16);
+        if (k->dt) remat__pw16_convert((uint16_t *)dz + n * C, dn, C, REMAT__CVT_ACC_BF16);
     }
 }
 

@@ -128,6 +128,10 @@ static void gelu_bwd_ref(const remat__pw16 *t, int64_t lo, int64_t hi) {
     }
 }
 
+static void exp_sub_ref(float *dst, const float *src, float m, int64_t n) {
+    for (int64_t i = 0; i < n; i++) dst[i] = remat__expf(src[i] - m);
+}
+
 static void convert_ref(void *dst, const void *src, int64_t lo, int64_t hi, remat__cvt kind) {
     remat__convert_range(dst, src, lo, hi, kind);
 }
@@ -192,6 +196,7 @@ static const remat__pw16_kernels scalar_kernels = {
     .mul_bwd = mul_bwd_ref,
     .gelu_fwd = gelu_fwd_ref,
     .gelu_bwd = gelu_bwd_ref,
+    .exp_sub = exp_sub_ref,
     .stat_sum = stat_sum_scalar,
     .stat_sq = stat_sq_scalar,
     .stat_dsum = stat_dsum_scalar,

@@ -1,6 +1,7 @@
 /* pw16.h: elementwise kernels on values in their stored dtypes, the bf16
  * policy's native CPU kernels for relu, add, mul and gelu's tanh form
- * (vectorized, pw16.c; gelu's also under fp32) and for dropout, gelu's
+ * (vectorized, pw16.c; gelu's also under fp32, as are the exponentials of
+ * softmax, attention and cross-entropy) and for dropout, gelu's
  * exact form, reshape, global_avgpool, concat, slice, permute,
  * add_broadcast, softmax and mse (in their ops' files, through the loads,
  * stores, copies and accumulation below),
@@ -131,6 +132,9 @@ typedef void (*remat__pw16_fn)(const remat__pw16 *t, int64_t lo, int64_t hi);
 typedef struct {
     const char *isa; /* "scalar", "avx2", "avx512", "avx512bf16" */
     remat__pw16_fn relu_fwd, relu_bwd, add_fwd, add_bwd, mul_fwd, mul_bwd, gelu_fwd, gelu_bwd;
+    /* dst[i] = remat__expf(src[i] - m) for i < n, float32 (dst may be
+     * src): the exponentials of softmax and cross-entropy's rows */
+    void (*exp_sub)(float *dst, const float *src, float m, int64_t n);
     void (*convert)(void *dst, const void *src, int64_t lo, int64_t hi, remat__cvt kind);
     /* BatchNorm's channel sums (batchnorm.c), in double over n values as
      * stored (b16: bf16, else float32), element i into partial

@@ -120,6 +120,14 @@ static void PW_FN(gelu_bwd)(const remat__pw16 *t, int64_t lo, int64_t hi) {
     gelu_bwd_ref(t, i, hi);
 }
 
+static void PW_FN(exp_sub)(float *dst, const float *src, float m, int64_t n) {
+    int64_t i = 0;
+    const PW_V mv = PW_SET1(m);
+    for (; i + PW_N <= n; i += PW_N) PW_ST(dst, 0, i, PW_EXP(PW_SUB(PW_LD(src, 0, i), mv)));
+    _mm256_zeroupper(); /* before SSE code: see the top */
+    exp_sub_ref(dst + i, src + i, m, n - i);
+}
+
 static void PW_FN(convert)(void *dst, const void *src, int64_t lo, int64_t hi, remat__cvt kind) {
     int64_t i = lo;
     if (kind == REMAT__CVT_UP)
@@ -200,6 +208,7 @@ static const remat__pw16_kernels PW_FN(kernels) = {
     .mul_bwd = PW_FN(mul_bwd),
     .gelu_fwd = PW_FN(gelu_fwd),
     .gelu_bwd = PW_FN(gelu_bwd),
+    .exp_sub = PW_FN(exp_sub),
     .convert = PW_FN(convert),
     .stat_sum = PW_FN(stat_sum),
     .stat_sq = PW_FN(stat_sq),
