@@ -111,6 +111,29 @@ static void linear_forward(const remat__kctx *k, int ith, int nth) {
     remat__gemm(k->dnnl, ith, &mm, x + lo * IN, w, y + lo * OUT, kctx_scratch(k, 0, ith, nth));
 }
 
+/* db[o] += the sum over rows n of dy[n, o] (bf16 when dy16, widened),
+ * for o in [lo, hi): each column summed from 0 in row order, rounded
+ * through bf16 before it is added when round16. Columns go 64 at a time
+ * through sums on the stack, so that dy is read row by row. */
+static void bias_grad(float *db, const void *dy, int dy16, int64_t NB, int64_t OUT, int64_t lo, int64_t hi,
+                      int round16) {
+    enum { COLS = 64 };
+    for (int64_t o = lo; o < hi; o += COLS) {
+        float sum[COLS] = {0};
+        int64_t w = hi - o < COLS ? hi - o : COLS;
+        for (int64_t n = 0; n < NB; n++) {
+            if (dy16) {
+                const uint16_t *r = (const uint16_t *)dy + n * OUT + o;
+                for (int64_t j = 0; j < w; j++) sum[j] += remat__f32_of(r[j]);
+            } else {
+                const float *r = (const float *)dy + n * OUT + o;
+                for (int64_t j = 0; j < w; j++) sum[j] += r[j];
+            }
+        }
+        for (int64_t j = 0; j < w; j++) db[o + j] += round16 ? remat__bf16_round(sum[j]) : sum[j];
+    }
+}
+
 static void linear_backward(const remat__kctx *k, int ith, int nth) {
     if (k->dt) {
         linear_backward_bf16(k, ith, nth);
@@ -132,14 +155,7 @@ static void linear_backward(const remat__kctx *k, int ith, int nth) {
     if (hi <= lo) return;
     remat__mm mm = dw_mm(hi - lo, NB, IN, OUT);
     if (k->din[1]) remat__gemm(k->dnnl, ith, &mm, dy + lo, x, k->din[1] + lo * IN, sc);
-    if (k->node->n_in == 3 && k->din[2]) {
-        float *db = k->din[2];
-        for (int64_t o = lo; o < hi; o++) {
-            float s = 0.0f;
-            for (int64_t n = 0; n < NB; n++) s += dy[n * OUT + o];
-            db[o] += s;
-        }
-    }
+    if (k->node->n_in == 3 && k->din[2]) bias_grad(k->din[2], dy, 0, NB, OUT, lo, hi, 0);
 }
 
 /* ------------------------------------------------ bf16 (native kernels) */
@@ -300,12 +316,7 @@ static void linear_backward_bf16(const remat__kctx *k, int ith, int nth) {
     if (k->din[1] && /* dW (out, in) += dy^T (out, N) x (N, in) */
         remat__dnnl_bf16_gemm(k->dnnl, ith, &wm, REMAT__MM_F32, dy + lo, xb, NULL, c, sc))
         add_rounded(k->din[1] + lo * L.IN, 0, c, (hi - lo) * L.IN);
-    if (k->node->n_in == 3 && k->din[2])
-        for (int64_t o = lo; o < hi; o++) {
-            float s = 0.0f;
-            for (int64_t r = 0; r < L.NB; r++) s += remat__f32_of(dy[r * L.OUT + o]);
-            k->din[2][o] += remat__bf16_round(s);
-        }
+    if (k->node->n_in == 3 && k->din[2]) bias_grad(k->din[2], dy, 1, L.NB, L.OUT, lo, hi, 1);
 }
 
 static double linear_flops(const remat_graph *g, const remat__node *n) {
