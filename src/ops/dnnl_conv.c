@@ -80,7 +80,8 @@ typedef struct conv_plan {
     size_t scratch;          /* the largest scratchpad of every primitive above */
     size_t fwd_per, bwd_per; /* per-thread bytes, scratch included */
     size_t fwd_ws, bwd_ws;
-    struct conv_plan *next;
+    struct conv_plan *next;   /* in remat__dnnl.plans */
+    struct conv_plan *bucket; /* the next in its bucket of remat__dnnl.conv_tab */
 } conv_plan;
 
 static int same_md(const dnnl_memory_desc_t *a, const dnnl_memory_desc_t *b) { return dnnl_memory_desc_equal(a, b); }
@@ -313,13 +314,23 @@ void remat__dnnl_conv_plans_free(remat__dnnl *d) {
     }
 }
 
+/* The bucket of (cd, nth) in remat__dnnl.conv_tab: FNV-1a over its
+ * fields. */
+static unsigned plan_bucket(const remat__conv_dims *cd, int nth) {
+    const int64_t f[] = {cd->N,  cd->C, cd->H, cd->W,    cd->O,    cd->KH,    cd->KW, cd->OH,
+                         cd->OW, cd->s, cd->p, cd->bias, cd->bf16, cd->xbf16, nth};
+    uint64_t h = 14695981039346656037ull;
+    for (size_t i = 0; i < sizeof f / sizeof *f; i++) h = (h ^ (uint64_t)f[i]) * 1099511628211ull;
+    return (unsigned)(h % REMAT__DNNL_CONV_BUCKETS);
+}
+
 /* The plan for (cd, nth), made on first use (with its primitives when
  * oneDNN runs it), and with stream set, thread ith's stream. NULL after
  * recording a failure. */
 static conv_plan *get_plan(remat__dnnl *d, const remat__conv_dims *cd, int nth, int ith, dnnl_stream_t *stream) {
     pthread_mutex_lock(&d->mu);
-    conv_plan *p = d->plans;
-    for (; p; p = p->next)
+    conv_plan **bucket = &d->conv_tab[plan_bucket(cd, nth)], *p = *bucket;
+    for (; p; p = p->bucket)
         if (p->nth == nth && !memcmp(&p->cd, cd, sizeof *cd)) break;
     if (!p) {
         p = calloc(1, sizeof *p);
@@ -332,8 +343,8 @@ static conv_plan *get_plan(remat__dnnl *d, const remat__conv_dims *cd, int nth, 
             p = NULL;
             remat__dnnl_fail(d, "making a convolution's primitives");
         } else {
-            p->next = d->plans;
-            d->plans = p;
+            p->next = d->plans, d->plans = p;
+            p->bucket = *bucket, *bucket = p;
         }
     }
     if (p && stream) {
