@@ -640,6 +640,22 @@ static int exp_case(const remat__pw16_kernels *K, int64_t n, float m) {
     return ok;
 }
 
+/* Level K's philox16 against the scalar one (four remat__philox_x4) at
+ * counters q from 0, across 2^32 (the counter's high word moves into the
+ * fourth word) and near 2^64. */
+static int philox_case(const remat__pw16_kernels *K) {
+    const remat__pw16_kernels *S = remat__pw16_level(REMAT__PW16_SCALAR);
+    static const uint64_t qs[] = {0, 4, 0xfffffff8ull, 0xfffffffcull, 0x123456789aull, 0xfffffffffffffff0ull};
+    int ok = 1;
+    for (size_t i = 0; i < sizeof qs / sizeof *qs; i++) {
+        uint32_t a[64], b[64], key[2] = {next(), next()}, c1 = next(), c2 = next(), c3 = next();
+        S->philox16(qs[i], c1, c2, c3, key, a), K->philox16(qs[i], c1, c2, c3, key, b);
+        ok &= !memcmp(a, b, sizeof a);
+    }
+    CHECK_MSG(ok, "%s philox16 differs from the scalar reference", K->isa);
+    return ok;
+}
+
 /* Level K's BatchNorm kernels against the scalar ones over n elements
  * from element 3 (a tail when n % 8): the sums into partials that already
  * hold values, y, and dx added into values already there.
@@ -703,12 +719,13 @@ static void levels(void) {
         static const int64_t lens[] = {0, 5, 8, 49, 784, N - 8};
         for (int b16 = 0; b16 < 2; b16++)
             for (size_t i = 0; i < sizeof lens / sizeof *lens; i++) ok &= stat_case(K, b16, lens[i]);
+        ok &= philox_case(K);
         static const float shifts[] = {0.0f, 1.5f, -3.25f, 80.0f};
         for (size_t i = 0; i < sizeof lens / sizeof *lens; i++)
             for (size_t j = 0; j < sizeof shifts / sizeof *shifts; j++) ok &= exp_case(K, lens[i], shifts[j]);
         if (ok)
             printf("levels: %s gives the scalar reference's bits (relu, add, mul, gelu's tanh form; forward, "
-                   "backward; every mix; softmax's exponentials; "
+                   "backward; every mix; softmax's exponentials; dropout's Philox; "
                    "the five conversions; BatchNorm's sums, y and dx)\n",
                    K->isa);
     }

@@ -215,18 +215,20 @@ static uint32_t keep_threshold(float p) { return (uint32_t)ceil((double)p * 1677
 
 /* Forward (dx == NULL): y = keep ? x * scale : 0. Backward: dx += keep ?
  * dy * scale : -0 (adding -0 leaves a dropped element's bits as they
- * are). in is x or dy. Elements [lo, hi), 16 (four counters) at a time.
- * Selects, not branches: the mask is random. */
+ * are). in is x or dy. Elements [lo, hi), 64 (sixteen counters, drawn on
+ * pw16's vector kernels: philox16) at a time. Selects, not branches: the
+ * mask is random. */
 static void dropout_apply(const remat__kctx *k, int64_t lo, int64_t hi, const float *in, float *y, float *dx) {
     const uint32_t t = keep_threshold(k->node->fattr[0]);
     const float scale = 1.0f / (1.0f - k->node->fattr[0]), nz = remat__neg_zero();
     const uint32_t key[2] = {(uint32_t)k->seed, (uint32_t)(k->seed >> 32)};
     /* global index g = e0 + i, i the element's index here */
     const int64_t e0 = k->elem0, glo = lo + e0, ghi = hi + e0;
-    for (int64_t base = glo & ~(int64_t)15; base < ghi; base += 16) {
-        uint32_t r[16];
-        remat__philox_x4((uint64_t)base >> 2, (uint32_t)k->node_id, (uint32_t)k->step, DROPOUT_STREAM, key, r);
-        int64_t a = (base < glo ? glo : base) - e0, b = (base + 16 < ghi ? base + 16 : ghi) - e0;
+    const remat__pw16_kernels *K = remat__pw16_best();
+    for (int64_t base = glo & ~(int64_t)63; base < ghi; base += 64) {
+        uint32_t r[64];
+        K->philox16((uint64_t)base >> 2, (uint32_t)k->node_id, (uint32_t)k->step, DROPOUT_STREAM, key, r);
+        int64_t a = (base < glo ? glo : base) - e0, b = (base + 64 < ghi ? base + 64 : ghi) - e0;
         const int64_t sh = e0 - base; /* r[i + sh] is element i's word */
         if (dx)
             for (int64_t i = a; i < b; i++) {
@@ -262,10 +264,11 @@ static void dropout16(const remat__kctx *k, int64_t lo, int64_t hi, int backward
     const float scale = 1.0f / (1.0f - k->node->fattr[0]);
     const uint32_t key[2] = {(uint32_t)k->seed, (uint32_t)(k->seed >> 32)};
     const int64_t e0 = k->elem0, glo = lo + e0, ghi = hi + e0;
-    for (int64_t base = glo & ~(int64_t)15; base < ghi; base += 16) {
-        uint32_t r[16];
-        remat__philox_x4((uint64_t)base >> 2, (uint32_t)k->node_id, (uint32_t)k->step, DROPOUT_STREAM, key, r);
-        int64_t a = (base < glo ? glo : base) - e0, b = (base + 16 < ghi ? base + 16 : ghi) - e0;
+    const remat__pw16_kernels *K = remat__pw16_best();
+    for (int64_t base = glo & ~(int64_t)63; base < ghi; base += 64) {
+        uint32_t r[64];
+        K->philox16((uint64_t)base >> 2, (uint32_t)k->node_id, (uint32_t)k->step, DROPOUT_STREAM, key, r);
+        int64_t a = (base < glo ? glo : base) - e0, b = (base + 64 < ghi ? base + 64 : ghi) - e0;
         for (int64_t i = a; i < b; i++) {
             float v = remat__pw16_ld(in, in16, i) * scale;
             int keep = (r[i + e0 - base] >> 8) >= thr;

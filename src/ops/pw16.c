@@ -132,6 +132,10 @@ static void exp_sub_ref(float *dst, const float *src, float m, int64_t n) {
     for (int64_t i = 0; i < n; i++) dst[i] = remat__expf(src[i] - m);
 }
 
+static void philox16_ref(uint64_t q, uint32_t c1, uint32_t c2, uint32_t c3, const uint32_t key[2], uint32_t out[64]) {
+    for (int m = 0; m < 4; m++) remat__philox_x4(q + 4 * (uint64_t)m, c1, c2, c3, key, out + 16 * m);
+}
+
 static void convert_ref(void *dst, const void *src, int64_t lo, int64_t hi, remat__cvt kind) {
     remat__convert_range(dst, src, lo, hi, kind);
 }
@@ -197,6 +201,7 @@ static const remat__pw16_kernels scalar_kernels = {
     .gelu_fwd = gelu_fwd_ref,
     .gelu_bwd = gelu_bwd_ref,
     .exp_sub = exp_sub_ref,
+    .philox16 = philox16_ref,
     .stat_sum = stat_sum_scalar,
     .stat_sq = stat_sq_scalar,
     .stat_dsum = stat_dsum_scalar,
@@ -294,6 +299,43 @@ static inline __m256 exp8(__m256 x) {
     return _mm256_blendv_ps(y, x, nan);
 }
 
+/* The high 32 bits of each lane's 32 x 32 product with m (m in both
+ * halves of every 64-bit lane): the even lanes' and the odd lanes'
+ * products, merged. */
+static inline __m256i mulhi8(__m256i x, __m256i m) {
+    __m256i even = _mm256_mul_epu32(x, m), odd = _mm256_mul_epu32(_mm256_srli_epi64(x, 32), m);
+    return _mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0xaa);
+}
+
+/* philox16 (pw16.h) on 8 lanes: 8 counters at a time, the rounds of
+ * remat__philox lane by lane. */
+static void philox16_avx2(uint64_t q, uint32_t c1, uint32_t c2, uint32_t c3, const uint32_t key[2], uint32_t out[64]) {
+    const __m256i m0 = _mm256_set1_epi32((int)REMAT__PHILOX_M0), m1 = _mm256_set1_epi32((int)REMAT__PHILOX_M1);
+    for (int h = 0; h < 2; h++) {
+        uint32_t a0[8], d0[8], w[4][8];
+        for (int i = 0; i < 8; i++) {
+            uint64_t qi = q + (uint64_t)(8 * h + i);
+            a0[i] = (uint32_t)qi, d0[i] = c3 ^ (uint32_t)(qi >> 32);
+        }
+        __m256i a = _mm256_loadu_si256((const __m256i *)a0), b = _mm256_set1_epi32((int)c1);
+        __m256i c = _mm256_set1_epi32((int)c2), d = _mm256_loadu_si256((const __m256i *)d0);
+        uint32_t k0 = key[0], k1 = key[1];
+        for (int round = 0; round < 10; round++) {
+            __m256i lo0 = _mm256_mullo_epi32(a, m0), hi0 = mulhi8(a, m0);
+            __m256i lo1 = _mm256_mullo_epi32(c, m1), hi1 = mulhi8(c, m1);
+            a = _mm256_xor_si256(_mm256_xor_si256(hi1, b), _mm256_set1_epi32((int)k0));
+            c = _mm256_xor_si256(_mm256_xor_si256(hi0, d), _mm256_set1_epi32((int)k1));
+            b = lo1, d = lo0;
+            k0 += REMAT__PHILOX_W0, k1 += REMAT__PHILOX_W1;
+        }
+        _mm256_storeu_si256((__m256i *)w[0], a), _mm256_storeu_si256((__m256i *)w[1], b);
+        _mm256_storeu_si256((__m256i *)w[2], c), _mm256_storeu_si256((__m256i *)w[3], d);
+        for (int i = 0; i < 8; i++)
+            for (int j = 0; j < 4; j++) out[32 * h + 4 * i + j] = w[j][i];
+    }
+    _mm256_zeroupper();
+}
+
 /* Eight doubles (BatchNorm's partials), as two vectors of four. */
 typedef struct {
     __m256d a, b;
@@ -340,6 +382,7 @@ static inline d8_avx2 d8_mul(d8_avx2 x, d8_avx2 y) {
 #define PW_RELU_G relu_g8
 #define PW_FN(name) avx2_##name
 #define PW_ISA "avx2"
+#define PW_PHILOX philox16_avx2
 #include "pw16_simd.h"
 #undef PW_N
 #undef PW_V
@@ -358,6 +401,7 @@ static inline d8_avx2 d8_mul(d8_avx2 x, d8_avx2 y) {
 #undef PW_RELU_G
 #undef PW_FN
 #undef PW_ISA
+#undef PW_PHILOX
 #undef PW_D8
 #undef PW_D8_LD
 #undef PW_D8_LOAD
@@ -448,6 +492,39 @@ static inline __m512 exp16(__m512 x) {
     return _mm512_mask_mov_ps(y, nan, x);
 }
 
+/* mulhi8 on 16 lanes. */
+static inline __m512i mulhi16(__m512i x, __m512i m) {
+    __m512i even = _mm512_mul_epu32(x, m), odd = _mm512_mul_epu32(_mm512_srli_epi64(x, 32), m);
+    return _mm512_mask_blend_epi32(0xaaaa, _mm512_srli_epi64(even, 32), odd);
+}
+
+/* philox16 (pw16.h) on 16 lanes, as philox16_avx2. */
+static void philox16_avx512(uint64_t q, uint32_t c1, uint32_t c2, uint32_t c3, const uint32_t key[2],
+                            uint32_t out[64]) {
+    const __m512i m0 = _mm512_set1_epi32((int)REMAT__PHILOX_M0), m1 = _mm512_set1_epi32((int)REMAT__PHILOX_M1);
+    uint32_t a0[16], d0[16], w[4][16];
+    for (int i = 0; i < 16; i++) {
+        uint64_t qi = q + (uint64_t)i;
+        a0[i] = (uint32_t)qi, d0[i] = c3 ^ (uint32_t)(qi >> 32);
+    }
+    __m512i a = _mm512_loadu_si512(a0), b = _mm512_set1_epi32((int)c1);
+    __m512i c = _mm512_set1_epi32((int)c2), d = _mm512_loadu_si512(d0);
+    uint32_t k0 = key[0], k1 = key[1];
+    for (int round = 0; round < 10; round++) {
+        __m512i lo0 = _mm512_mullo_epi32(a, m0), hi0 = mulhi16(a, m0);
+        __m512i lo1 = _mm512_mullo_epi32(c, m1), hi1 = mulhi16(c, m1);
+        a = _mm512_xor_si512(_mm512_xor_si512(hi1, b), _mm512_set1_epi32((int)k0));
+        c = _mm512_xor_si512(_mm512_xor_si512(hi0, d), _mm512_set1_epi32((int)k1));
+        b = lo1, d = lo0;
+        k0 += REMAT__PHILOX_W0, k1 += REMAT__PHILOX_W1;
+    }
+    _mm512_storeu_si512(w[0], a), _mm512_storeu_si512(w[1], b);
+    _mm512_storeu_si512(w[2], c), _mm512_storeu_si512(w[3], d);
+    for (int i = 0; i < 16; i++)
+        for (int j = 0; j < 4; j++) out[4 * i + j] = w[j][i];
+    _mm256_zeroupper();
+}
+
 /* Eight doubles (BatchNorm's partials) from eight values as stored. */
 static inline __m512d d8_ld512(const void *p, int b16, int64_t i) {
     if (!b16) return _mm512_cvtps_pd(_mm256_loadu_ps((const float *)p + i));
@@ -476,6 +553,7 @@ static inline __m512d d8_ld512(const void *p, int b16, int64_t i) {
 #define PW_RELU relu16
 #define PW_RELU_G relu_g16
 
+#define PW_PHILOX philox16_avx512
 #define PW_ST st16
 #define PW_ACC acc16
 #define PW_ACCR accr16

@@ -135,6 +135,11 @@ typedef struct {
     /* dst[i] = remat__expf(src[i] - m) for i < n, float32 (dst may be
      * src): the exponentials of softmax and cross-entropy's rows */
     void (*exp_sub)(float *dst, const float *src, float m, int64_t n);
+    /* Philox4x32-10 (core/philox.h) at the 16 counters (q + i, c1, c2,
+     * c3 ^ ((q + i) >> 32)): out[4 i + j] = word j of counter i, as four
+     * remat__philox_x4 from q, q + 4, q + 8, q + 12 give them; dropout's
+     * masks, 64 elements a call */
+    void (*philox16)(uint64_t q, uint32_t c1, uint32_t c2, uint32_t c3, const uint32_t key[2], uint32_t out[64]);
     void (*convert)(void *dst, const void *src, int64_t lo, int64_t hi, remat__cvt kind);
     /* BatchNorm's channel sums (batchnorm.c), in double over n values as
      * stored (b16: bf16, else float32), element i into partial

@@ -11,6 +11,7 @@
  *   PW_RND(v)          v rounded through bf16, as float32 (remat__bf16_round)
  *   PW_ADD, PW_MUL, PW_SUB, PW_DIV  float32 arithmetic, lane by lane
  *   PW_EXP(x)          remat__expf, lane by lane
+ *   PW_PHILOX          the level's philox16
  *   PW_SET1(x)         x in every lane
  *   PW_RELU(x)         x <= 0 ? +0 : x (NaN stays)
  *   PW_RELU_G(y, g)    y <= 0 ? -0 : g
@@ -209,6 +210,7 @@ static const remat__pw16_kernels PW_FN(kernels) = {
     .gelu_fwd = PW_FN(gelu_fwd),
     .gelu_bwd = PW_FN(gelu_bwd),
     .exp_sub = PW_FN(exp_sub),
+    .philox16 = PW_PHILOX,
     .convert = PW_FN(convert),
     .stat_sum = PW_FN(stat_sum),
     .stat_sq = PW_FN(stat_sq),
