@@ -656,6 +656,28 @@ static int philox_case(const remat__pw16_kernels *K) {
     return ok;
 }
 
+/* Level K's adamw against the scalar one on n parameters from element 3
+ * (random bits, x86's NaN among them), and on values such a step meets
+ * (v >= 0). */
+static int adamw_case(const remat__pw16_kernels *K, int64_t n, int mild) {
+    const remat__pw16_kernels *S = remat__pw16_level(REMAT__PW16_SCALAR);
+    const remat__adamw_k k = {0.9999f, 0.1f, 0.999f, 0.001f, 0.0447f, 1e-8f, 0.0011f};
+    val w = make(0, 1), g = make(0, 1), m = make(0, 1), v = make(0, 1);
+    if (mild)
+        for (int64_t i = 0; i < N; i++) {
+            float *f[] = {w.p, g.p, m.p, v.p};
+            for (int j = 0; j < 4; j++) f[j][i] = (float)((int)(next() % 2001) - 1000) * 1e-3f;
+            ((float *)v.p)[i] = fabsf(((float *)v.p)[i]);
+        }
+    val w2 = copy(w), m2 = copy(m), v2 = copy(v);
+    S->adamw(&k, n, (float *)w.p + 3, (float *)g.p + 3, (float *)m.p + 3, (float *)v.p + 3);
+    K->adamw(&k, n, (float *)w2.p + 3, (float *)g.p + 3, (float *)m2.p + 3, (float *)v2.p + 3);
+    int ok = same(w, w2) && same(m, m2) && same(v, v2);
+    CHECK_MSG(ok, "%s adamw (%lld parameters) differs from the scalar reference", K->isa, (long long)n);
+    free(w.p), free(g.p), free(m.p), free(v.p), free(w2.p), free(m2.p), free(v2.p);
+    return ok;
+}
+
 /* Level K's BatchNorm kernels against the scalar ones over n elements
  * from element 3 (a tail when n % 8): the sums into partials that already
  * hold values, y, and dx added into values already there.
@@ -720,12 +742,14 @@ static void levels(void) {
         for (int b16 = 0; b16 < 2; b16++)
             for (size_t i = 0; i < sizeof lens / sizeof *lens; i++) ok &= stat_case(K, b16, lens[i]);
         ok &= philox_case(K);
+        for (size_t i = 0; i < sizeof lens / sizeof *lens; i++)
+            ok &= adamw_case(K, lens[i], 0) & adamw_case(K, lens[i], 1);
         static const float shifts[] = {0.0f, 1.5f, -3.25f, 80.0f};
         for (size_t i = 0; i < sizeof lens / sizeof *lens; i++)
             for (size_t j = 0; j < sizeof shifts / sizeof *shifts; j++) ok &= exp_case(K, lens[i], shifts[j]);
         if (ok)
             printf("levels: %s gives the scalar reference's bits (relu, add, mul, gelu's tanh form; forward, "
-                   "backward; every mix; softmax's exponentials; dropout's Philox; "
+                   "backward; every mix; softmax's exponentials; dropout's Philox; AdamW; "
                    "the five conversions; BatchNorm's sums, y and dx)\n",
                    K->isa);
     }

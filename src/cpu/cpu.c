@@ -137,20 +137,17 @@ static void sgd(const remat_optim_opts *o, int first, int64_t n, float *w, const
 
 /* torch.optim.AdamW (non-amsgrad, single-tensor path): w *= 1 - lr*wd;
  * m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
- * w -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps). */
+ * w -= lr/(1-b1^t) * m / (sqrt(v)/sqrt(1-b2^t) + eps), on pw16's vector
+ * kernels (remat__adamw_one: the same bits as element by element). */
 static void adamw(const remat_optim_opts *o, int64_t t, int64_t n, float *w, const float *grad, float *m, float *v) {
-    float bc1 = 1.0f - powf(o->beta1, (float)t);
-    float bc2 = 1.0f - powf(o->beta2, (float)t);
-    float step_size = o->lr / bc1;
-    float bc2_sqrt = sqrtf(bc2);
-    for (int64_t i = 0; i < n; i++) {
-        float g = grad[i];
-        w[i] = w[i] * (1.0f - o->lr * o->weight_decay);
-        m[i] = m[i] + (g - m[i]) * (1.0f - o->beta1);
-        v[i] = v[i] * o->beta2 + (1.0f - o->beta2) * g * g;
-        float denom = sqrtf(v[i]) / bc2_sqrt + o->eps;
-        w[i] = w[i] - step_size * (m[i] / denom);
-    }
+    const remat__adamw_k k = {.decay = 1.0f - o->lr * o->weight_decay,
+                              .b1c = 1.0f - o->beta1,
+                              .b2 = o->beta2,
+                              .b2c = 1.0f - o->beta2,
+                              .bc2s = sqrtf(1.0f - powf(o->beta2, (float)t)),
+                              .eps = o->eps,
+                              .step = o->lr / (1.0f - powf(o->beta1, (float)t))};
+    remat__pw16_best()->adamw(&k, n, w, grad, m, v);
 }
 
 typedef struct {

@@ -136,6 +136,10 @@ static void philox16_ref(uint64_t q, uint32_t c1, uint32_t c2, uint32_t c3, cons
     for (int m = 0; m < 4; m++) remat__philox_x4(q + 4 * (uint64_t)m, c1, c2, c3, key, out + 16 * m);
 }
 
+static void adamw_ref(const remat__adamw_k *k, int64_t n, float *w, const float *g, float *m, float *v) {
+    for (int64_t i = 0; i < n; i++) remat__adamw_one(k, w + i, g[i], m + i, v + i);
+}
+
 static void convert_ref(void *dst, const void *src, int64_t lo, int64_t hi, remat__cvt kind) {
     remat__convert_range(dst, src, lo, hi, kind);
 }
@@ -202,6 +206,7 @@ static const remat__pw16_kernels scalar_kernels = {
     .gelu_bwd = gelu_bwd_ref,
     .exp_sub = exp_sub_ref,
     .philox16 = philox16_ref,
+    .adamw = adamw_ref,
     .stat_sum = stat_sum_scalar,
     .stat_sq = stat_sq_scalar,
     .stat_dsum = stat_dsum_scalar,
@@ -374,6 +379,7 @@ static inline d8_avx2 d8_mul(d8_avx2 x, d8_avx2 y) {
 #define PW_RND round8
 #define PW_EXP exp8
 #define PW_DIV _mm256_div_ps
+#define PW_SQRT _mm256_sqrt_ps
 #define PW_ADD _mm256_add_ps
 #define PW_MUL _mm256_mul_ps
 #define PW_SUB _mm256_sub_ps
@@ -393,6 +399,7 @@ static inline d8_avx2 d8_mul(d8_avx2 x, d8_avx2 y) {
 #undef PW_RND
 #undef PW_EXP
 #undef PW_DIV
+#undef PW_SQRT
 #undef PW_ADD
 #undef PW_MUL
 #undef PW_SUB
@@ -546,6 +553,7 @@ static inline __m512d d8_ld512(const void *p, int b16, int64_t i) {
 #define PW_RND round16
 #define PW_EXP exp16
 #define PW_DIV _mm512_div_ps
+#define PW_SQRT _mm512_sqrt_ps
 #define PW_ADD _mm512_add_ps
 #define PW_MUL _mm512_mul_ps
 #define PW_SUB _mm512_sub_ps

@@ -121,6 +121,23 @@ static inline float remat__dgelu_tanh(float v) {
     return sg + 2.0f * v * sg * (1.0f - sg) * REMAT__GELU_S * (1.0f + 3.0f * REMAT__GELU_C * v * v);
 }
 
+/* AdamW's per-step constants (torch.optim.AdamW, non-amsgrad): decay
+ * = 1 - lr wd, b1c = 1 - beta1, b2, b2c = 1 - beta2, bc2s =
+ * sqrt(1 - beta2^t), eps, step = lr / (1 - beta1^t). */
+typedef struct {
+    float decay, b1c, b2, b2c, bc2s, eps, step;
+} remat__adamw_k;
+
+/* One parameter's update, every operation rounded on its own (the vector
+ * kernels repeat it lane by lane: sqrt and division are correctly rounded
+ * in both): w *= decay; m += (g - m) b1c; v = v b2 + b2c g g;
+ * w -= step m / (sqrt(v) / bc2s + eps). */
+static inline void remat__adamw_one(const remat__adamw_k *k, float *w, float g, float *m, float *v) {
+    float wd = *w * k->decay, mn = *m + (g - *m) * k->b1c, vn = *v * k->b2 + k->b2c * g * g;
+    float denom = sqrtf(vn) / k->bc2s + k->eps;
+    *m = mn, *v = vn, *w = wd - k->step * (mn / denom);
+}
+
 /* Elements [lo, hi) of a pass. */
 typedef void (*remat__pw16_fn)(const remat__pw16 *t, int64_t lo, int64_t hi);
 
@@ -140,6 +157,9 @@ typedef struct {
      * remat__philox_x4 from q, q + 4, q + 8, q + 12 give them; dropout's
      * masks, 64 elements a call */
     void (*philox16)(uint64_t q, uint32_t c1, uint32_t c2, uint32_t c3, const uint32_t key[2], uint32_t out[64]);
+    /* AdamW's update of n float32 parameters (remat__adamw_one, the CPU
+     * backend's optimizer step) */
+    void (*adamw)(const remat__adamw_k *k, int64_t n, float *w, const float *g, float *m, float *v);
     void (*convert)(void *dst, const void *src, int64_t lo, int64_t hi, remat__cvt kind);
     /* BatchNorm's channel sums (batchnorm.c), in double over n values as
      * stored (b16: bf16, else float32), element i into partial

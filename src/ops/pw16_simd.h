@@ -9,7 +9,8 @@
  *   PW_ACCR(p, i, v)   REMAT__CVT_ACC_BF16: bf16 p[i] = p[i] + v rounded
  *                      through bf16, rounded (PW_ACC is 0 + g into it)
  *   PW_RND(v)          v rounded through bf16, as float32 (remat__bf16_round)
- *   PW_ADD, PW_MUL, PW_SUB, PW_DIV  float32 arithmetic, lane by lane
+ *   PW_ADD, PW_MUL, PW_SUB, PW_DIV, PW_SQRT  float32 arithmetic, lane by
+ *                      lane
  *   PW_EXP(x)          remat__expf, lane by lane
  *   PW_PHILOX          the level's philox16
  *   PW_SET1(x)         x in every lane
@@ -129,6 +130,22 @@ static void PW_FN(exp_sub)(float *dst, const float *src, float m, int64_t n) {
     exp_sub_ref(dst + i, src + i, m, n - i);
 }
 
+static void PW_FN(adamw)(const remat__adamw_k *k, int64_t n, float *w, const float *g, float *m, float *v) {
+    int64_t i = 0;
+    const PW_V decay = PW_SET1(k->decay), b1c = PW_SET1(k->b1c), b2 = PW_SET1(k->b2), b2c = PW_SET1(k->b2c);
+    const PW_V bc2s = PW_SET1(k->bc2s), eps = PW_SET1(k->eps), step = PW_SET1(k->step);
+    for (; i + PW_N <= n; i += PW_N) {
+        PW_V gi = PW_LD(g, 0, i), mi = PW_LD(m, 0, i), vi = PW_LD(v, 0, i);
+        PW_V wd = PW_MUL(PW_LD(w, 0, i), decay), mn = PW_ADD(mi, PW_MUL(PW_SUB(gi, mi), b1c));
+        PW_V vn = PW_ADD(PW_MUL(vi, b2), PW_MUL(PW_MUL(b2c, gi), gi));
+        PW_V denom = PW_ADD(PW_DIV(PW_SQRT(vn), bc2s), eps);
+        PW_ST(m, 0, i, mn), PW_ST(v, 0, i, vn);
+        PW_ST(w, 0, i, PW_SUB(wd, PW_MUL(step, PW_DIV(mn, denom))));
+    }
+    _mm256_zeroupper(); /* before SSE code: see the top */
+    adamw_ref(k, n - i, w + i, g + i, m + i, v + i);
+}
+
 static void PW_FN(convert)(void *dst, const void *src, int64_t lo, int64_t hi, remat__cvt kind) {
     int64_t i = lo;
     if (kind == REMAT__CVT_UP)
@@ -211,6 +228,7 @@ static const remat__pw16_kernels PW_FN(kernels) = {
     .gelu_bwd = PW_FN(gelu_bwd),
     .exp_sub = PW_FN(exp_sub),
     .philox16 = PW_PHILOX,
+    .adamw = PW_FN(adamw),
     .convert = PW_FN(convert),
     .stat_sum = PW_FN(stat_sum),
     .stat_sq = PW_FN(stat_sq),
