@@ -87,19 +87,17 @@ static void PW_FN(mul_bwd)(const remat__pw16 *t, int64_t lo, int64_t hi) {
 }
 
 /* GELU's tanh form: remat__gelu_tanh and remat__dgelu_tanh (pw16.h),
- * the same operations in the same order. */
-static inline PW_V PW_FN(gelu_s)(PW_V v, PW_V *den) {
+ * the same operations in the same order. gelu_den is 1 + e^-2u. */
+static inline PW_V PW_FN(gelu_den)(PW_V v) {
     PW_V u = PW_MUL(PW_SET1(REMAT__GELU_S), PW_ADD(v, PW_MUL(PW_MUL(PW_MUL(PW_SET1(REMAT__GELU_C), v), v), v)));
-    *den = PW_ADD(PW_SET1(1.0f), PW_EXP(PW_MUL(PW_SET1(-2.0f), u)));
-    return u;
+    return PW_ADD(PW_SET1(1.0f), PW_EXP(PW_MUL(PW_SET1(-2.0f), u)));
 }
 
 static void PW_FN(gelu_fwd)(const remat__pw16 *t, int64_t lo, int64_t hi) {
     int64_t i = lo;
     for (; i + PW_N <= hi; i += PW_N) {
-        PW_V v = PW_LD(t->in[0], t->in16[0], i), den;
-        PW_FN(gelu_s)(v, &den);
-        PW_ST(t->out, t->out16, i, PW_DIV(v, den));
+        PW_V v = PW_LD(t->in[0], t->in16[0], i);
+        PW_ST(t->out, t->out16, i, PW_DIV(v, PW_FN(gelu_den)(v)));
     }
     _mm256_zeroupper(); /* before SSE code: see the top */
     gelu_fwd_ref(t, i, hi);
@@ -110,9 +108,7 @@ static void PW_FN(gelu_bwd)(const remat__pw16 *t, int64_t lo, int64_t hi) {
     if (!t->din[0]) return;
     const PW_V one = PW_SET1(1.0f);
     for (; i + PW_N <= hi; i += PW_N) {
-        PW_V v = PW_LD(t->in[0], t->in16[0], i), den;
-        PW_FN(gelu_s)(v, &den);
-        PW_V sg = PW_DIV(one, den);
+        PW_V v = PW_LD(t->in[0], t->in16[0], i), sg = PW_DIV(one, PW_FN(gelu_den)(v));
         PW_V du = PW_ADD(one, PW_MUL(PW_MUL(PW_SET1(3.0f * REMAT__GELU_C), v), v));
         PW_V d =
             PW_MUL(PW_MUL(PW_MUL(PW_MUL(PW_MUL(PW_SET1(2.0f), v), sg), PW_SUB(one, sg)), PW_SET1(REMAT__GELU_S)), du);
