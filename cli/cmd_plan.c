@@ -418,6 +418,7 @@ static void print_json(const plan_args *a, const remat_model_opts *mo, const rem
     if (a->sa.budget) cJSON_AddNumberToObject(o, "budget_bytes", (double)a->sa.budget);
     cJSON_AddNumberToObject(o, "arena_bytes", (double)p->arena_bytes);
     cJSON_AddNumberToObject(o, "held_bytes", (double)p->held_bytes);
+    cJSON_AddNumberToObject(o, "bound_bytes", (double)p->bound_bytes);
     cJSON_AddNumberToObject(o, "arena_per_peak", arena_per_peak(p));
     cJSON_AddStringToObject(o, "placement", p->placement);
     cJSON *pk = cJSON_AddObjectToObject(o, "predicted_peak_bytes");
@@ -492,6 +493,8 @@ static void print_text(const plan_args *a, const remat_model_opts *mo, const rem
            arena_per_peak(p), p->placement);
     printf("held during a step (arena + parameters, gradients, optimizer state): %zu B (%s)\n", p->held_bytes,
            cli_fmt_bytes(p->held_bytes, b, sizeof b));
+    printf("no schedule of this step holds less than %zu B (%s): a lower bound\n", p->bound_bytes,
+           cli_fmt_bytes(p->bound_bytes, b, sizeof b));
     printf("recomputed: %lld nodes, %lld forward recomputations\n", (long long)p->recomputed_nodes,
            (long long)p->recomputations);
     printf("extra compute: %.4g GFLOP, %.1f%% over the %.4g GFLOP of a step without recomputation "

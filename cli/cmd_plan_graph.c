@@ -1,7 +1,8 @@
 /* cmd_plan_graph.c: `remat plan --graph FILE`: plans a training step that
  * another framework traced (a graph file, docs/graph-format.md) through
  * remat_plan_graph_json, the same entry point the Python package uses, and
- * prints the plan: its peak per category and what it recomputes, or, with
+ * prints the plan: its peak per category, what it recomputes, the least any
+ * schedule of the step holds and the largest buffers at its peak, or, with
  * --json, the plan as the library wrote it. */
 #include "cli.h"
 
@@ -58,6 +59,31 @@ static const char *str(const cJSON *o, const char *k) {
     return cJSON_IsString(it) ? it->valuestring : "";
 }
 
+/* The least any schedule of the step holds (bound.h): how far a plan can
+ * still be from the best one. */
+static void print_bound(const cJSON *p) {
+    if (num(p, "bound") > 0)
+        printf("no schedule of this step holds less than %.0f bytes (%.1f MiB): a lower bound\n", num(p, "bound"),
+               num(p, "bound") / 1048576.0);
+}
+
+/* The instruction at the plan's peak and the largest buffers live there
+ * (the plan's "at_peak"): what a smaller budget would have to free. */
+static void print_at_peak(const cJSON *p) {
+    const cJSON *at = cJSON_GetObjectItemCaseSensitive(p, "at_peak"), *row;
+    if (!at) return;
+    const char *key = cJSON_GetObjectItemCaseSensitive(at, "op") ? "op" : "value";
+    printf("at the peak (%s of %s %.0f): %.0f bytes of values live, the largest:\n", str(at, "kind"), key, num(at, key),
+           num(at, "live_bytes"));
+    int k = 0;
+    cJSON_ArrayForEach(row, cJSON_GetObjectItemCaseSensitive(at, "held")) {
+        if (k++ == 6) break;
+        const char *rk = cJSON_GetObjectItemCaseSensitive(row, "op") ? "op" : "value";
+        printf("  %12.0f  %s of %s %.0f (%s)\n", num(row, "bytes"), str(row, "role"), rk, num(row, rk),
+               str(row, "category"));
+    }
+}
+
 static void print_plan(const cJSON *p) {
     if (!cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(p, "feasible"))) {
         if (cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(p, "floor")))
@@ -66,6 +92,7 @@ static void print_plan(const cJSON *p) {
                    num(p, "budget"), num(p, "budget") / 1048576.0, num(p, "floor"), num(p, "floor") / 1048576.0);
         else /* a fixed strategy: no search, no floor; the library says what it holds */
             printf("%s\n", str(p, "error"));
+        print_bound(p);
         return;
     }
     const cJSON *pr = cJSON_GetObjectItemCaseSensitive(p, "predicted");
@@ -79,6 +106,8 @@ static void print_plan(const cJSON *p) {
     printf("cost %.6g %s, of which recomputation %.6g (+%.2f%%)\n", f, str(p, "cost_unit"), x,
            f - x > 0 ? 100.0 * x / (f - x) : 0.0);
     printf("recomputed ops: %d\n", cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(p, "recompute")));
+    print_bound(p);
+    print_at_peak(p);
 }
 
 int cli_plan_graph(const char *path, const char *strategy, size_t budget, const char *optim, int json) {

@@ -546,6 +546,10 @@ typedef struct {
                                   * node at most once, as a framework that
                                   * keeps what it recomputed until its last use
                                   * runs them (the Python package's plans) */
+    size_t *bound_out;           /* borrowed, may be NULL: the least any
+                                  * schedule of the training step holds
+                                  * (remat_plan_summary.bound_bytes), also
+                                  * when no plan fits the budget */
     size_t *floor_out;           /* borrowed, may be NULL: when the optimal
                                   * strategy finds no schedule within the
                                   * budget (REMAT_BUDGET), the smallest budget
@@ -741,6 +745,12 @@ typedef struct {
     double stall_seconds;      /* predicted copy time not hidden behind
                                 * compute, in the units of `seconds` (0
                                 * without offload); included in `seconds` */
+    size_t bound_bytes;        /* no schedule of this step holds less: at
+                                * some instruction, the gradients and
+                                * workspace every schedule holds there, the
+                                * values it reads and makes, and the
+                                * parameters, gradients and optimizer
+                                * state (a lower bound, not a plan) */
     int64_t estimated_nodes;   /* nodes whose workspace bytes are estimates
                                    (upper bounds): a plan-only session for a
                                    device that is not here, whose libraries

@@ -36,6 +36,7 @@ typedef struct {
     double extra;
     char floor_msg[96]; /* the refusal's "smallest feasible budget is N bytes" */
     size_t floor;
+    size_t bound; /* no schedule holds less (remat_session_opts.bound_out) */
 } plan;
 
 static int quick;
@@ -69,6 +70,7 @@ static plan plan_of(const row *r, int blocks, remat_strategy strategy, size_t bu
     so.budget = budget;
     so.optim = &oo;
     so.plan_only = 1;
+    so.bound_out = &p.bound;
     p.st = remat_session_create(&s, g, m.loss, &so);
     if (p.st == REMAT_OK) {
         remat_plan_summary sum;
@@ -118,6 +120,12 @@ static void check_floor(const row *r, size_t *floor_out) {
     CHECK_MSG(lo.st == REMAT_BUDGET && lo.floor > 0, "%s: no floor named at 1 byte: %s", r->name, remat_last_error());
     *floor_out = lo.floor;
     if (!lo.floor) return;
+    /* the lower bound of any schedule, named also in a refusal, is at most
+     * the floor (bound.h) */
+    CHECK_MSG(lo.bound > 0 && lo.bound <= lo.floor, "%s: bound %zu B above the floor %zu B", r->name, lo.bound,
+              lo.floor);
+    printf("  floor %zu B, %.4fx the least any schedule can hold (%zu B)\n", lo.floor,
+           (double)lo.floor / (double)lo.bound, lo.bound);
     plan at = plan_of(r, -1, REMAT_STRATEGY_OPTIMAL, lo.floor);
     CHECK_MSG(at.st == REMAT_OK, "%s: the named floor %zu does not fit: %s", r->name, lo.floor, remat_last_error());
     size_t below[2] = {lo.floor - 1, lo.floor / 2};

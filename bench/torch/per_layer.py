@@ -14,7 +14,10 @@ every block, side by side in one process under the heap counter:
                 recomputed more than once)
 
 and, per model, remat's floors (the smallest budget it plans, recomputing
-each op once and nested) against per-layer's measured peak. Recomputed FLOPs are in remat's unit (PyTorch's
+each op once and nested) against per-layer's measured peak, and the least
+any schedule of the step can hold (plan.bound: each op's operands, the
+gradients live beside it, parameters and optimizer state), which no
+schedule goes below. Recomputed FLOPs are in remat's unit (PyTorch's
 formulas, one per output element for other ops): per-layer's are those of
 remat's "manual" strategy on the same step, which is per-layer
 checkpointing (docs/graph-format.md, 'region'). Every row runs --rounds
@@ -138,11 +141,11 @@ def run_model(name, a, log):
     trace = rt.capture(copy.deepcopy(m0), inputs, loss_fn)
     opt = torch.optim.AdamW(m0.parameters(), lr=1e-4)
     floor = rt.plan_trace(trace, 1, opt).floor
-    store = rt.plan_trace(trace, None, opt, "all")
+    store = rt.plan_trace(trace, None, opt, "all")  # its bound: no schedule of the step holds less
     manual = rt.plan_trace(trace, None, opt, "manual")
     out = {"model": name, "regions": manual.compare() and manual.compare()["regions"], "floor": floor,
            "store_all_predicted": store.peak_bytes, "per_layer_predicted": manual.peak_bytes,
-           "step_flops": store.flops, "per_layer_extra_flops": manual.extra_flops}
+           "step_flops": store.flops, "per_layer_extra_flops": manual.extra_flops, "bound": store.bound}
     pl = Row("per-layer", per_layer(m0, how))
     pl.run(inputs, loss_fn, a.warmup, a.steps)
     budget = max(pl.peaks)
@@ -196,6 +199,9 @@ def run_model(name, a, log):
                 "", nplan.peak_bytes / out["per_layer_peak"], out["nested_peak"] / out["per_layer_peak"],
                 out["nested_seconds"], out["nested_seconds"] / out["per_layer_seconds"],
                 100 * nplan.extra_flops / store.flops, nfloor / 2 ** 20))
+    log("%-18s   no schedule holds less than %.2f MiB: %.4f of per-layer's peak (the floor plans hold %.4fx and "
+        "%.4fx it)" % ("", store.bound / 2 ** 20, store.bound / out["per_layer_peak"], out["floor_peak"] / store.bound,
+                       (out["nested_floor_peak"] or 0) / store.bound))
     return out
 
 

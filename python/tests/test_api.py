@@ -31,6 +31,30 @@ def test_floor_fits_and_one_mib_less_is_refused():
         p.apply()
 
 
+def test_bound_and_what_is_live_at_the_peak():
+    m, inputs, lf = small()
+    t = rt.capture(m, inputs, lf)
+    store = rt.plan_trace(t, None, "adamw", "all")
+    refused = rt.plan_trace(t, "1KiB", "adamw")
+    floor = rt.plan_trace(t, refused.floor, "adamw")
+    # no plan holds less than the bound, the same for every plan of the step
+    assert store.bound == refused.bound == floor.bound > 0
+    assert store.bound <= floor.peak_bytes <= store.peak_bytes and refused.floor >= store.bound
+    assert "no schedule holds less than %d" % store.bound in repr(refused)
+    assert "no schedule of this step holds less than %d bytes" % store.bound in repr(floor)
+    # where each plan peaks: an instruction named by its op, the largest buffers there
+    for p in (store, floor):
+        at = p.at_peak()
+        assert at["instruction"].split(" of ")[0] in ("forward", "backward", "recompute")
+        assert at["held"] and all(b > 0 for *_, b in at["held"])
+        assert [b for *_, b in at["held"]] == sorted((b for *_, b in at["held"]), reverse=True)
+        assert sum(b for *_, b in at["held"]) <= at["live_bytes"]
+        params = sum(x for k, x in p.predicted.items() if k in ("parameters", "optimizer state"))
+        assert at["live_bytes"] <= p.peak_bytes - params + 64, (at["live_bytes"], p.peak_bytes, params)
+        assert all(w.startswith(("op ", "parameter ", "input ")) for w, *_ in at["held"]), at["held"]
+    assert refused.at_peak() is None
+
+
 def test_budget_below_the_parameters_names_the_floor():
     m, inputs, lf = small()
     params = sum(p.numel() * 4 for p in m.parameters())

@@ -61,6 +61,11 @@ def test_nested_plans_run_bitwise_and_as_predicted(kind):
     budget = int(floor * 1.002)
     plan = rt.plan_trace(t, budget, _opt(m), nested=True)
     assert plan.feasible and plan.nested
+    # no schedule holds less than the bound: the floors' plans and store-all's
+    # hold at least that (and remat's floor is within 20% of it here)
+    store = rt.plan_trace(t, None, _opt(m), "all")
+    assert plan.bound and plan.bound == store.bound == rt.plan_trace(t, 1, _opt(m)).bound
+    assert plan.bound <= plan.peak_bytes <= 1.2 * plan.bound <= 1.2 * store.peak_bytes, (plan.bound, plan.peak_bytes)
     runs = sum(len(g) for g in plan.recompute_groups)
     if kind == "gpt2":
         assert runs > len(plan.recompute_ops), "the plan recomputes some op more than once"

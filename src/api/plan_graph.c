@@ -119,6 +119,69 @@ static remat_status timeline_json(const remat_session *s, cJSON *out) {
     return REMAT_OK;
 }
 
+/* What the step holds at its predicted peak ("at_peak"): the instruction
+ * that reaches it (kind, op id) and the buffers live there, largest first
+ * (up to AT_PEAK_MAX: {"op": id or, for a parameter's gradient, "value":
+ * id, "role": output | aux | gradient | workspace, "category", "bytes"}; a
+ * workspace's op is the instruction's), with the live bytes of values in
+ * all: what a smaller plan would have to free. */
+#define AT_PEAK_MAX 16
+
+static int by_bytes_desc(const void *a, const void *b) {
+    const remat__mev *x = *(const remat__mev *const *)a, *y = *(const remat__mev *const *)b;
+    return (x->bytes < y->bytes) - (x->bytes > y->bytes);
+}
+
+static remat_status at_peak_json(const remat_session *s, cJSON *out) {
+    const remat__memplan *m = &s->train.mem;
+    const remat__schedule *sc = &s->train.sc;
+    const remat_graph *g = s->g;
+    int64_t live = 0, best = -1;
+    int32_t at = -1;
+    for (int32_t t = 0; t < m->ticks; t++) {
+        int32_t e = m->tick[t];
+        const remat__mev *x = &m->ev[e >= 0 ? e : ~e];
+        if (x->cat == REMAT_MEM_HOST) continue;
+        live += e >= 0 ? (int64_t)x->bytes : -(int64_t)x->bytes;
+        if (live > best) best = live, at = t;
+    }
+    if (at < 0) return REMAT_OK;
+    const remat__mev **held = malloc(((size_t)m->n + 1) * sizeof *held);
+    if (!held) return remat__err(REMAT_NOMEM, "out of memory writing a plan");
+    int n = 0;
+    for (int32_t e = 0; e < m->n; e++)
+        if (m->ev[e].t0 <= at && (m->ev[e].t1 < 0 || m->ev[e].t1 > at) && m->ev[e].cat != REMAT_MEM_HOST)
+            held[n++] = &m->ev[e];
+    qsort(held, (size_t)n, sizeof *held, by_bytes_desc);
+    int32_t e0 = m->tick[at] >= 0 ? m->tick[at] : ~m->tick[at];
+    int32_t i = m->tick[at] >= 0 ? m->ev[e0].ins : m->ev[e0].ins1;
+    const remat__instr *in = i >= 0 && i < sc->n ? &sc->ins[i] : NULL;
+    static const char *const kinds[] = {"forward", "backward", "free", "reduce", "out", "in"};
+    static const char *const roles[] = {"output", "aux", "gradient"};
+    cJSON *o = cJSON_AddObjectToObject(out, "at_peak");
+    int rec = in && in->kind == REMAT__I_FWD && !in->first;
+    cJSON_AddStringToObject(o, "kind", !in ? "end" : rec ? "recompute" : kinds[in->kind]);
+    if (in) /* an op, or a leaf (an input copied in): its value's id */
+        cJSON_AddNumberToObject(o, g->nodes[in->node].leaf != REMAT__LEAF_NONE ? "value" : "op",
+                                g->traced ? g->traced[in->node].id : in->node);
+    add_size(o, "live_bytes", (size_t)best);
+    cJSON *arr = cJSON_AddArrayToObject(o, "held");
+    for (int k = 0; k < n && k < AT_PEAK_MAX; k++) {
+        const remat__mev *x = held[k];
+        int32_t u = x->value >= 0 ? REMAT__VAL_NODE(x->value) : sc->ins[x->ins].node;
+        cJSON *row = cJSON_CreateObject();
+        /* an op's node, or a leaf's (a parameter's gradient): the value's id */
+        cJSON_AddNumberToObject(row, g->nodes[u].leaf != REMAT__LEAF_NONE ? "value" : "op",
+                                g->traced ? g->traced[u].id : u);
+        cJSON_AddStringToObject(row, "role", x->value >= 0 ? roles[REMAT__VAL_KIND(x->value)] : "workspace");
+        cJSON_AddStringToObject(row, "category", remat_mem_str((remat_mem)x->cat));
+        add_size(row, "bytes", x->bytes);
+        cJSON_AddItemToArray(arr, row);
+    }
+    free(held);
+    return REMAT_OK;
+}
+
 /* The plan of a session: summary and per-op decisions. */
 static remat_status plan_json(const remat_session *s, const request *rq, cJSON *out) {
     remat_plan_summary ps;
@@ -132,6 +195,7 @@ static remat_status plan_json(const remat_session *s, const request *rq, cJSON *
     cJSON_AddStringToObject(out, "candidate", ps.candidate);
     cJSON_AddItemToObject(out, "predicted", peaks_json(&ps.predicted));
     add_size(out, "peak_bytes", ps.predicted.peak[REMAT_MEM_TOTAL]);
+    add_size(out, "bound", ps.bound_bytes);
     add_size(out, "held_bytes", ps.held_bytes);
     cJSON_AddStringToObject(out, "cost_unit", g->traced_seconds ? "seconds" : "flops");
     cJSON_AddNumberToObject(out, "cost", ps.seconds);
@@ -198,6 +262,7 @@ static remat_status plan_json(const remat_session *s, const request *rq, cJSON *
     }
     free(rec);
     if (st == REMAT_OK && rq->timeline) st = timeline_json(s, out);
+    if (st == REMAT_OK) st = at_peak_json(s, out);
     return st;
 }
 
@@ -220,8 +285,9 @@ remat_status remat_plan_graph_json(const char *graph_text, const char *request_j
     so.recompute_once = rq.recompute_once;
     so.grads_resident = rq.grads_resident;
     so.framework_comm_bytes = rq.comm_bytes;
-    size_t floor_bytes = 0;
+    size_t floor_bytes = 0, bound_bytes = 0;
     so.floor_out = &floor_bytes;
+    so.bound_out = &bound_bytes;
     remat_session *s = NULL;
     cJSON *out = cJSON_CreateObject();
     if (!out) st = remat__err(REMAT_NOMEM, "out of memory writing a plan");
@@ -237,6 +303,7 @@ remat_status remat_plan_graph_json(const char *graph_text, const char *request_j
         add_size(out, "budget", rq.budget);
         cJSON_AddStringToObject(out, "error", remat_last_error());
         if (floor_bytes) add_size(out, "floor", floor_bytes);
+        if (bound_bytes) add_size(out, "bound", bound_bytes);
         st = REMAT_OK;
     }
     if (st == REMAT_OK) {

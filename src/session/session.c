@@ -9,6 +9,7 @@
  * session holds, and what a budget bounds.
  */
 #include "session.h"
+#include "../plan/bound.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -43,6 +44,10 @@ remat_status remat__session_plan_train(remat_session *s) {
                            0};
     remat_status st =
         s->opts.host_budget ? remat__session_host_link(s, &req.host_bandwidth, &req.host_latency) : REMAT_OK;
+    size_t bound = 0;
+    if (st == REMAT_OK) st = remat__step_bound(&s->prog, s->loss, &bound);
+    s->least = bound + req.held_outside;
+    if (s->opts.bound_out) *s->opts.bound_out = s->least;
     if (st == REMAT_OK) st = remat__planners[s->opts.strategy].build(&req, &pl);
     if (st != REMAT_OK) {
         remat__planned_free(&pl);
@@ -528,6 +533,7 @@ remat_status remat_session_plan(const remat_session *s, remat_plan_summary *out)
     remat_status st = remat__schedule_summary(&s->prog, &s->train, &start, remat__session_blocks_bytes(s), out);
     out->strategy = s->opts.strategy;
     out->estimated_nodes = s->prog.estimated;
+    out->bound_bytes = s->least;
     const remat_cost_model *cm = &s->prog.cost;
     if (st == REMAT_OK && cm->calibrated && s->has_optim)
         out->update_seconds =

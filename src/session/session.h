@@ -37,6 +37,8 @@ struct remat_session {
     remat__alloc alloc; /* accounting per category */
     remat__prog prog;
     remat__planned train;    /* forward + backward */
+    size_t least;            /* the least any schedule of the training step
+                              * holds, resident blocks included (bound.h) */
     remat__planned fwd[2];   /* forward only, cached: [train mode] */
     remat_node fwd_fetch[2]; /* the fetch node each cached one was built for */
     int32_t *pindex;         /* per node: index into params, or -1 */

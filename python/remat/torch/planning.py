@@ -84,6 +84,11 @@ class Plan:
         self.feasible = bool(result.get("feasible"))
         self.budget = int(result.get("budget", 0))
         self.floor = int(result.get("floor", 0)) if not self.feasible else None
+        #: no schedule of this step holds less (bytes, a lower bound from the
+        #: library's model: each op's operands, the gradients live beside it,
+        #: parameters and optimizer state); how far floor or peak_bytes can
+        #: still be from the best plan
+        self.bound = int(result["bound"]) if result.get("bound") else None
         self.predicted = {k: int(v) for k, v in result.get("predicted", {}).items()}
         self.peak_bytes = int(result.get("peak_bytes", 0))
         self.recompute_ops = [int(i) for i in result.get("recompute", [])]
@@ -134,6 +139,28 @@ class Plan:
                 "extra_flops_ratio": (mine["extra_flops"] / theirs["extra_flops"] if theirs["extra_flops"]
                                       else None)}
 
+    def at_peak(self) -> Optional[dict]:
+        """What the plan holds at its predicted peak: the instruction that
+        reaches it ("backward of op 57 aten::_log_softmax"), the live
+        bytes of the step's values there (parameters and optimizer state
+        aside), and the largest buffers live there (up to 16, largest
+        first, as (what, role, category, bytes): what is an op or a
+        parameter, role its output, aux, gradient or workspace): what a
+        smaller budget would have to free. None for a plan that is not
+        feasible."""
+        at = self.result.get("at_peak")
+        if not at:
+            return None
+
+        def what(r: dict) -> str:
+            if "op" in r:
+                return "op %d %s" % (r["op"], self.trace.ops[r["op"]].name)
+            v = self.trace.values[r["value"]]
+            return "%s %s" % (v.kind, v.name or r["value"])
+        return {"instruction": "%s of %s" % (at["kind"], what(at)) if ("op" in at or "value" in at) else at["kind"],
+                "live_bytes": int(at["live_bytes"]),
+                "held": [(what(r), r["role"], r["category"], int(r["bytes"])) for r in at["held"]]}
+
     @property
     def recomputed(self) -> list:
         """The names of the ops the plan recomputes (aten op names), in order."""
@@ -156,8 +183,8 @@ class Plan:
 
     def __repr__(self) -> str:
         if not self.feasible:
-            return "<remat plan: nothing fits %d bytes; the smallest feasible budget is %d bytes>" % (
-                self.budget, self.floor or 0)
+            return "<remat plan: nothing fits %d bytes; the smallest feasible budget is %d bytes%s>" % (
+                self.budget, self.floor or 0, "; no schedule holds less than %d" % self.bound if self.bound else "")
         lines = ["remat plan: %s (%s), predicted peak %d bytes (%.1f MiB) for a budget of %s" % (
             self.result.get("strategy"), self.result.get("candidate") or self.result.get("planner"),
             self.peak_bytes, self.peak_bytes / 2 ** 20, "%d bytes" % self.budget if self.budget else "none")]
@@ -179,6 +206,9 @@ class Plan:
         if self.trace.comm_transient:
             lines.append("  a bucket's all-reduce: %d bytes while the backward runs (in communication)"
                          % self.trace.comm_transient)
+        if self.bound:
+            lines.append("  no schedule of this step holds less than %d bytes (%.1f MiB): a lower bound"
+                         % (self.bound, self.bound / 2 ** 20))
         lines.append("  transients measured by %s%s" % (self.transients, "; not seen: " + self.unmeasured
                                                          if self.unmeasured else ""))
         return "\n".join(lines)
