@@ -304,8 +304,35 @@ static void add_carried(const remat__prog *p, remat__chain *c, const int32_t *re
     }
 }
 
+/* Marks the stages whose input no backward reads and no later stage
+ * (drop_input, rotor.h): neither the node that makes it (stage i-1's
+ * last) nor a node of stage i saves it, and stage i holds its last
+ * reader. The DP and its simulator then free it once the stage's last
+ * forward has run, as the schedule does (every value is freed after its
+ * last use): the chain model no longer holds such an input, the logits
+ * before a loss, through the backwards after it. */
+static void mark_drops(const remat__prog *p, remat__chain *c, const int32_t *reach, const int32_t *stage_of) {
+    const remat_graph *g = p->g;
+    for (int i = 1; i < c->n_stages; i++) {
+        int32_t s = c->nodes[c->off[i] - 1];
+        int read = stage_of[reach[s]] != i || (p->needs_grad[s] && (g->nodes[s].saves & REMAT__SAVE_OUT));
+        for (int j = c->off[i]; j < c->off[i + 1] && !read; j++) {
+            const remat__node *nd = &g->nodes[c->nodes[j]];
+            for (int q = 0; q < nd->n_in && p->needs_grad[c->nodes[j]]; q++)
+                read |= nd->in[q] == s && (nd->saves & REMAT__SAVE_IN(q));
+        }
+        c->ex[i].drop_input = !read;
+    }
+}
+
 remat_status remat__chain_init(const remat__prog *p, remat_node loss, int aside, remat__chain *c) {
-    return remat__chain_init_model(p, loss, aside, 1, c);
+    return remat__chain_init_model(p, loss, aside, 1, 1, c);
+}
+
+int remat__chain_drops(const remat__chain *c) {
+    for (int i = 0; i < c->n_stages; i++)
+        if (c->ex[i].drop_input) return 1;
+    return 0;
 }
 
 /* Longer chains are merged into MAX_CHAIN stages of about equal forward
@@ -323,7 +350,8 @@ static void merge_stages(remat__chain *c) {
     c->n_stages = out_n;
 }
 
-remat_status remat__chain_init_model(const remat__prog *p, remat_node loss, int aside, int grads, remat__chain *c) {
+remat_status remat__chain_init_model(const remat__prog *p, remat_node loss, int aside, int grads, int drops,
+                                     remat__chain *c) {
     const remat_graph *g = p->g;
     int n = g->n;
     memset(c, 0, sizeof *c);
@@ -388,6 +416,7 @@ remat_status remat__chain_init_model(const remat__prog *p, remat_node loss, int 
     }
     for (int i = 0; i < c->n_stages; i++) measure_stage(p, c, i, &sc);
     add_carried(p, c, reach, stack);
+    if (drops) mark_drops(p, c, reach, stack); /* stack: each node's stage, from add_carried */
 out:
     free(needed), free(stack), free(cut), free(reach), free(sc.read), free(sc.drop), free(sc.keep), free(sc.last),
         free(sc.stack), free(sc.pgrad);

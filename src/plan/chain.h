@@ -33,9 +33,14 @@ typedef struct {
  * failure). */
 remat_status remat__chain_init(const remat__prog *p, remat_node loss, int aside, remat__chain *c);
 /* The same, counting a traced step's parameter gradients (chain.c's
- * header) only with grads set: remat__chain_init sets it; optimal.c plans
- * the chain without them too, so that counting them never loses a plan. */
-remat_status remat__chain_init_model(const remat__prog *p, remat_node loss, int aside, int grads, remat__chain *c);
+ * header) only with grads set, and marking the stages whose input no
+ * backward reads (drop_input, rotor.h) only with drops set:
+ * remat__chain_init sets both; optimal.c plans the chain without each too,
+ * so that neither loses a plan. */
+remat_status remat__chain_init_model(const remat__prog *p, remat_node loss, int aside, int grads, int drops,
+                                     remat__chain *c);
+/* Whether some stage of c drops its input. */
+int remat__chain_drops(const remat__chain *c);
 void remat__chain_free(remat__chain *c);
 
 /* An expensive product (linear, conv; attention is one): what the

@@ -77,13 +77,6 @@
 #define SECONDS_PER_OP 2e-9
 #define MAXO REMAT__MAX_OPTIONS
 
-struct remat_chain_plan {
-    remat_chain_op *ops; /* owned, n_ops entries */
-    int n_ops;
-    double cost;  /* simulated */
-    int64_t peak; /* simulated, in the caller's units */
-};
-
 /* ------------------------------------------------------ the memory floor */
 
 /* Sizes of one discretization, in slots of `unit` caller units, rounded
@@ -94,6 +87,8 @@ struct remat_chain_plan {
 typedef struct {
     int L;
     int64_t *a;                               /* L + 2 entries */
+    int64_t *d;                               /* L + 2 entries: a[i] where stage i drops its input after
+                                                 Fe_i (drop_input), else 0 */
     int64_t *ay;                              /* L + 2 entries: y_k with what the B's from k on keep (G_k) */
     int *nopt;                                /* L + 1 entries: options per stage, 1 for the loss */
     int64_t *sv, *tmp, *fetmp, *need, *needb; /* (L+1) * MAXO entries each */
@@ -102,8 +97,8 @@ typedef struct {
 } sizes;
 
 static void sizes_free(sizes *z) {
-    free(z->a), free(z->ay), free(z->nopt), free(z->sv), free(z->tmp), free(z->fetmp), free(z->ftmp), free(z->need),
-        free(z->needb), free(z->F);
+    free(z->a), free(z->d), free(z->ay), free(z->nopt), free(z->sv), free(z->tmp), free(z->fetmp), free(z->ftmp),
+        free(z->need), free(z->needb), free(z->F);
     memset(z, 0, sizeof *z);
 }
 
@@ -112,6 +107,7 @@ static remat_status sizes_init(sizes *z, int L) {
     z->L = L;
     size_t sq = ((size_t)L + 1) * ((size_t)L + 1), no = ((size_t)L + 1) * MAXO;
     z->a = calloc((size_t)L + 2, sizeof *z->a);
+    z->d = calloc((size_t)L + 2, sizeof *z->d);
     z->ay = calloc((size_t)L + 2, sizeof *z->ay);
     z->nopt = calloc((size_t)L + 1, sizeof *z->nopt);
     z->sv = calloc(no, sizeof *z->sv);
@@ -121,7 +117,8 @@ static remat_status sizes_init(sizes *z, int L) {
     z->need = calloc(no, sizeof *z->need);
     z->needb = calloc(no, sizeof *z->needb);
     z->F = malloc(sq * sizeof *z->F);
-    if (!z->a || !z->ay || !z->nopt || !z->sv || !z->tmp || !z->fetmp || !z->ftmp || !z->need || !z->needb || !z->F) {
+    if (!z->a || !z->d || !z->ay || !z->nopt || !z->sv || !z->tmp || !z->fetmp || !z->ftmp || !z->need || !z->needb ||
+        !z->F) {
         sizes_free(z);
         return remat__err(REMAT_NOMEM, "out of memory planning a chain of %d stages", L);
     }
@@ -141,15 +138,19 @@ static int64_t sizes_fill(sizes *z, const remat__stage_ex *st, int64_t output, i
     size_t W = (size_t)L + 1;
     for (int k = 0; k <= L; k++) z->a[k] = ceil_div(k < L ? st[k].input : output, unit);
     z->a[L + 1] = 0;
+    for (int k = 0; k <= L + 1; k++) z->d[k] = k > 0 && k < L && st[k].drop_input ? z->a[k] : 0;
     /* G_k in slots, rounded up as a sum (at least the bytes' sum) */
     int64_t g = 0;
     z->ay[L + 1] = 0, z->ay[L] = z->a[L];
     for (int k = L - 1; k >= 0; k--) z->ay[k] = z->a[k] + (g += ceil_div(st[k].grads, unit));
-    const int64_t *a = z->a, *ay = z->ay;
+    const int64_t *a = z->a, *ay = z->ay, *dr = z->d;
     /* Least m of (i, i) with option o: during Fe_i (y_{i+1} with G_{i+1},
      * xbar_{i+1} and fe_tmp) and during B_i (y_i, y_{i+1} with G_{i+1},
      * xbar_{i+1}, bwd_tmp, which counts the stage's own grads); x_i is
-     * outside m. For i = L (the loss) this is a[L], for y_L. */
+     * outside m, and where Fe_i drops it (d[i]) B_i has its bytes too.
+     * For i = L (the loss) this is a[L], for y_L. needb is B_i's where it
+     * follows (i+1, l) (the chain term): x_{i+1} is gone by then where
+     * stage i+1 drops it. */
     for (int i = 0; i <= L; i++) {
         z->nopt[i] = i < L ? st[i].n_options : 1;
         z->ftmp[i] = i < L ? ceil_div(st[i].fwd_tmp, unit) : 0;
@@ -160,8 +161,9 @@ static int64_t sizes_fill(sizes *z, const remat__stage_ex *st, int64_t output, i
             z->fetmp[q] = i < L ? ceil_div(st[i].opt[o].fe_tmp, unit) : 0;
             /* and after B_i, y_i with G_i (bwd_tmp, counting the stage's
              * grads, covers it unless a caller's is smaller) */
-            z->needb[q] = max64(a[i] + ay[i + 1] + z->sv[q] + z->tmp[q], ay[i]);
-            z->need[q] = max64(ay[i + 1] + z->sv[q] + z->fetmp[q], z->needb[q]);
+            int64_t base = max64(a[i] + ay[i + 1] + z->sv[q] + z->tmp[q], ay[i]) - dr[i];
+            z->needb[q] = max64(0, max64(a[i] + ay[i + 1] + z->sv[q] - dr[i + 1] + z->tmp[q], ay[i]) - dr[i]);
+            z->need[q] = max64(ay[i + 1] + z->sv[q] + z->fetmp[q], base);
         }
     }
     const int64_t *sv = z->sv, *needb = z->needb, *fetmp = z->fetmp, *ftmp = z->ftmp, *need = z->need;
@@ -186,8 +188,9 @@ static int64_t sizes_fill(sizes *z, const remat__stage_ex *st, int64_t output, i
             for (int o = 0; o < z->nopt[i]; o++) {
                 size_t q = (size_t)i * MAXO + (size_t)o;
                 /* B_i's peak (needb), not the base's Fe beside y_{i+1}: here
-                 * Fe_i runs beside y_{l+1} */
-                int64_t v = max64(needb[q], sv[q] + F[(size_t)(i + 1) * W + (size_t)l]);
+                 * Fe_i runs beside y_{l+1}; (i+1, l) has x_i's bytes too
+                 * where Fe_i drops it */
+                int64_t v = max64(needb[q], sv[q] - z->d[i] + F[(size_t)(i + 1) * W + (size_t)l]);
                 best = min64(best, max64(v, ay[l + 1] + sv[q] + fetmp[q]));
             }
             /* leaf j: CF_i and Fn_{i+1..j-1} beside y_{l+1} (pre: their
@@ -377,13 +380,14 @@ static void table_row(table *t, const sizes *z, int i, int l, double *wt) {
         for (int o = 0; o < z->nopt[i]; o++) {
             size_t q = (size_t)i * MAXO + (size_t)o;
             int64_t svo = z->sv[q];
-            int64_t start = max64(z->needb[q], svo + F[(size_t)(i + 1) * SQ + (size_t)l]);
+            int64_t di = z->d[i]; /* what Fe_i frees: (i+1, l) runs in m - sv_o + di */
+            int64_t start = max64(z->needb[q], svo - di + F[(size_t)(i + 1) * SQ + (size_t)l]);
             start = max64(start, ay[l + 1] + svo + z->fetmp[q]); /* during Fe_i, beside y_{l+1} */
             if (start > Ms) continue;
             double c = t->f[i] + t->b[q], od = -o;
-            const double *D = t->opt + tri(L, i + 1, l) * W - svo; /* D[m] = Opt[m - sv_o][i+1][l] */
+            const double *D = t->opt + tri(L, i + 1, l) * W; /* Opt[.][i+1][l], beyond Ms as at Ms */
             for (int64_t m = start; m <= Ms; m++) {
-                double v = c + D[m], ov = r[m];
+                double v = c + D[min64(m - svo + di, Ms)], ov = r[m];
                 int lt = v < ov;
                 r[m] = lt ? v : ov;
                 wt[m] = lt ? od : wt[m];
@@ -485,7 +489,8 @@ static remat_status rebuild(const table *t, const sizes *z, int64_t m_top, oplis
             } else {
                 ok = oplist_push(out, REMAT_CHAIN_FE, k.i, o);
                 stack[top++] = (task){1, k.i, k.i, 0, o};
-                stack[top++] = (task){0, k.i + 1, k.l, k.m - z->sv[(size_t)k.i * MAXO + (size_t)o], 0};
+                stack[top++] =
+                    (task){0, k.i + 1, k.l, min64(k.m - z->sv[(size_t)k.i * MAXO + (size_t)o] + z->d[k.i], t->Ms), 0};
             }
         } else if (j > k.i && j <= k.l) {
             ok = oplist_push(out, REMAT_CHAIN_CF, k.i, 0);
@@ -763,34 +768,4 @@ remat_status remat_chain_solve(const remat_stage *stages, int n, int64_t output,
     rc = remat__chain_solve_ex(ex, n, output, budget, slots, out);
     free(ex);
     return rc;
-}
-
-void remat_chain_plan_destroy(remat_chain_plan *p) {
-    if (!p) return;
-    free(p->ops);
-    free(p);
-}
-
-int remat_chain_plan_length(const remat_chain_plan *p) { return p ? p->n_ops : 0; }
-
-remat_chain_op remat_chain_plan_op(const remat_chain_plan *p, int i) {
-    if (!p || i < 0 || i >= p->n_ops) return (remat_chain_op){.kind = REMAT_CHAIN_FN, .stage = -1};
-    return p->ops[i];
-}
-
-double remat_chain_plan_cost(const remat_chain_plan *p) { return p ? p->cost : 0; }
-
-int64_t remat_chain_plan_peak(const remat_chain_plan *p) { return p ? p->peak : 0; }
-
-remat_chain_plan *remat__chain_plan_make(const remat_chain_op *ops, int n, double cost, int64_t peak) {
-    remat_chain_plan *p = calloc(1, sizeof *p);
-    if (p) p->ops = malloc((size_t)(n > 0 ? n : 1) * sizeof *p->ops);
-    if (!p || !p->ops) {
-        free(p);
-        remat__err(REMAT_NOMEM, "out of memory making a chain plan of %d operations", n);
-        return NULL;
-    }
-    if (n > 0) memcpy(p->ops, ops, (size_t)n * sizeof *ops);
-    p->n_ops = n, p->cost = cost, p->peak = peak;
-    return p;
 }

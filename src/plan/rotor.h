@@ -41,6 +41,10 @@ typedef struct {
                       * step's parameter gradients: memplan.c); its bwd_tmp counts them as B_i makes them.
                       * rotor's DP and simulator hold them; the offload DP (offload_chain.c: optimal offloads no
                       * traced step) and its simulator do not yet */
+    int drop_input;  /* stage i >= 1 whose input x_i no backward reads (neither B_{i-1} nor B_i) and no stage
+                      * after i: x_i is a value of its own beside xbar_i (Fe_{i-1} makes both; xbar_i is the
+                      * option's saved less x_i), and Fe_i, the stage's last forward before B_i, frees it
+                      * (rotor_sim.c); 0: x_i stays to B_i, inside xbar_i where Fe_{i-1} made it */
     int n_options;   /* 1..REMAT__MAX_OPTIONS; option 0 is the plain "keep everything" one */
     remat__stage_option opt[REMAT__MAX_OPTIONS];
 } remat__stage_ex;
@@ -93,6 +97,15 @@ remat_status remat__chain_check_ex(const remat__stage_ex *st, int n, int64_t out
 remat__stage_ex *remat__chain_to_ex(const remat_stage *st, int n);
 remat_status remat__chain_sim_run(const remat__stage_ex *st, int n, int64_t output, const remat_chain_op *ops, int nops,
                                   double *cost_out, int64_t *peak_out, int *complete);
+
+/* A plan: its operations and what the simulator made of them (rotor_sim.c
+ * holds its accessors). */
+struct remat_chain_plan {
+    remat_chain_op *ops; /* owned, n_ops entries */
+    int n_ops;
+    double cost;  /* simulated */
+    int64_t peak; /* simulated, in the caller's units */
+};
 
 /* A plan from its operations (copied), its cost and its peak: for other
  * planners over the chain (offload_chain.c). NULL, with the error set,

@@ -89,6 +89,8 @@ remat_status remat__chain_check_ex(const remat__stage_ex *st, int n, int64_t out
                               (long long)s->grads);
         if (s->n_options < 1 || s->n_options > MAXO)
             return remat__err(REMAT_INVALID, "stage %d: %d storage options (1 to %d)", i, s->n_options, MAXO);
+        if (s->drop_input && i == 0)
+            return remat__err(REMAT_INVALID, "stage 0 cannot drop its input (the chain's x_0)");
         if (s->input > limit - total)
             return remat__err(REMAT_INVALID, "stage %d: sizes too large (their sum must stay below %lld)", i,
                               (long long)limit);
@@ -193,8 +195,12 @@ static remat_status sim_check(const sim *s, int t, remat_chain_op op) {
     if ((op.kind == REMAT_CHAIN_FE || op.kind == REMAT_CHAIN_B) && (o < 0 || o >= st[i].n_options))
         return remat__err(REMAT_INVALID, "op %d (%s, stage %d): option %d out of range 0..%d", t, nm, i, o,
                           st[i].n_options - 1);
-    /* every op reads x_i or xbar_i */
-    if (!s->X[i] && !(i > 0 && s->XB[i])) {
+    /* every op reads x_i or xbar_i; where stage i drops its input, its
+     * forwards read x_i itself (xbar_i does not hold it) and its B neither */
+    int drops = op.kind != REMAT_CHAIN_LOSS && st[i].drop_input;
+    if (drops && op.kind != REMAT_CHAIN_B && !s->X[i])
+        return remat__err(REMAT_INVALID, "op %d (%s, stage %d): needs x_%d, which is not resident", t, nm, i, i);
+    if (!drops && !s->X[i] && !(i > 0 && s->XB[i])) {
         if (i > 0)
             return remat__err(REMAT_INVALID, "op %d (%s, stage %d): needs x_%d or xbar_%d, neither is resident", t, nm,
                               i, i, i);
@@ -230,6 +236,13 @@ static remat_status sim_make(sim *s, int t, remat_chain_op op) {
         made = &s->XB[i + 1], made_size = st[i].opt[o].saved, made_name = "xbar", made_k = i + 1;
         s->cost += st[i].forward;
         tmp = st[i].opt[o].fe_tmp;
+        if (i + 1 < n && st[i + 1].drop_input) { /* x_{i+1} apart: saved is both */
+            if (s->X[i + 1])
+                return remat__err(REMAT_INVALID, "op %d (Fe, stage %d): x_%d is already resident", t, i, i + 1);
+            s->X[i + 1] = 1;
+            made_size -= st[i + 1].input;
+            s->mem += st[i + 1].input;
+        }
         break;
     case REMAT_CHAIN_LOSS: made = &s->Y[n], made_size = s->output, made_name = "y", made_k = n; break;
     default: /* B */
@@ -252,6 +265,9 @@ static remat_status sim_make(sim *s, int t, remat_chain_op op) {
 static void sim_free(sim *s, remat_chain_op op) {
     int i = op.stage, n = s->n;
     switch (op.kind) {
+    case REMAT_CHAIN_FE: /* its last forward before B_i: x_i goes where no backward reads it */
+        if (s->st[i].drop_input && s->X[i]) s->X[i] = 0, s->mem -= s->st[i].input;
+        break;
     case REMAT_CHAIN_FN:
         if (s->X[i]) s->X[i] = 0, s->mem -= size_x(s->st, n, s->output, i);
         else s->XB[i] = 0, s->mem -= s->xbs[i];
@@ -263,6 +279,8 @@ static void sim_free(sim *s, remat_chain_op op) {
         s->Y[i + 1] = 0, s->mem -= size_x(s->st, n, s->output, i + 1);
         s->XB[i + 1] = 0, s->mem -= s->xbs[i + 1];
         if (s->X[i]) s->X[i] = 0, s->mem -= s->st[i].input;
+        if (s->X[i + 1] && i + 1 < n && s->st[i + 1].drop_input) /* made by Fe_i apart from xbar_{i+1} */
+            s->X[i + 1] = 0, s->mem -= s->st[i + 1].input;
         s->mem += s->st[i].grads; /* kept to the step's end */
         if (s->mem > s->peak) s->peak = s->mem;
         break;
@@ -277,12 +295,16 @@ static void sim_free(sim *s, remat_chain_op op) {
  *         frees x_i if resident, else xbar_i (as rotor's simulate_sequence).
  *   CF_i: needs x_i or xbar_i; makes x_{i+1}, holding fwd_tmp; frees nothing.
  *   Fe_i: needs x_i or xbar_i; makes xbar_{i+1} of its option's size,
- *         holding the option's fe_tmp; frees nothing.
+ *         holding the option's fe_tmp; frees nothing. Where stage i+1
+ *         drops its input (drop_input), the option's size is xbar_{i+1}
+ *         and x_{i+1} apart; where stage i does, it needs x_i and frees
+ *         it after its peak (Fn_i and CF_i need x_i too, B_i neither).
  *   Loss: needs x_L or xbar_L; makes y_L; frees x_L if resident (xbar_L
  *         stays for B_{L-1}).
  *   B_i:  needs y_{i+1}, xbar_{i+1} made with the same option, and x_i or
  *         xbar_i; makes y_i, holding the option's bwd_tmp at its peak;
- *         frees y_{i+1}, xbar_{i+1}, and x_i if resident (xbar_i stays);
+ *         frees y_{i+1}, xbar_{i+1}, and x_i if resident (xbar_i stays),
+ *         and x_{i+1} where Fe_i made it apart and it is still resident;
  *         then holds the stage's grads to the end (its bwd_tmp counts them
  *         while B_i runs).
  * *complete is set when y_0 is resident at the end. */
@@ -336,4 +358,36 @@ remat_status remat_chain_simulate(const remat_stage *stages, int n, int64_t outp
     rc = remat__chain_sim_run(ex, n, output, ops, nops, cost, peak, NULL);
     free(ex);
     return rc;
+}
+
+/* ------------------------------------------------------------- the plan */
+
+void remat_chain_plan_destroy(remat_chain_plan *p) {
+    if (!p) return;
+    free(p->ops);
+    free(p);
+}
+
+int remat_chain_plan_length(const remat_chain_plan *p) { return p ? p->n_ops : 0; }
+
+remat_chain_op remat_chain_plan_op(const remat_chain_plan *p, int i) {
+    if (!p || i < 0 || i >= p->n_ops) return (remat_chain_op){.kind = REMAT_CHAIN_FN, .stage = -1};
+    return p->ops[i];
+}
+
+double remat_chain_plan_cost(const remat_chain_plan *p) { return p ? p->cost : 0; }
+
+int64_t remat_chain_plan_peak(const remat_chain_plan *p) { return p ? p->peak : 0; }
+
+remat_chain_plan *remat__chain_plan_make(const remat_chain_op *ops, int n, double cost, int64_t peak) {
+    remat_chain_plan *p = calloc(1, sizeof *p);
+    if (p) p->ops = malloc((size_t)(n > 0 ? n : 1) * sizeof *p->ops);
+    if (!p || !p->ops) {
+        free(p);
+        remat__err(REMAT_NOMEM, "out of memory making a chain plan of %d operations", n);
+        return NULL;
+    }
+    if (n > 0) memcpy(p->ops, ops, (size_t)n * sizeof *ops);
+    p->n_ops = n, p->cost = cost, p->peak = peak;
+    return p;
 }
