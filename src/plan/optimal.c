@@ -679,9 +679,15 @@ remat_status remat__optimal_plan(const remat__plan_req *r, remat__planned *out) 
     cand *cands = NULL;
     int nc = 0, win = -1, n_ch = 1;
     memset(c, 0, sizeof c);
-    remat_status st = remat__chain_init(r->p, r->loss, 1, &c[0]);
+    /* stages that drop their input (chain.c's mark_drops) in remat's own
+     * steps only: on a traced Llama (bench/torch/per_layer.py, 8 layers,
+     * sequence 512) the floor plan they found, which recomputes the
+     * logits, measured 1.3% above its prediction under remat.torch's
+     * applier (a gap of the applier's model, not found yet) */
+    int drops = !r->p->g->traced;
+    remat_status st = remat__chain_init_model(r->p, r->loss, 1, 1, drops, &c[0]);
     if (st == REMAT_OK && c[0].n_side) /* and the chain without setting them aside */
-        st = remat__chain_init(r->p, r->loss, 0, &c[n_ch++]);
+        st = remat__chain_init_model(r->p, r->loss, 0, 1, drops, &c[n_ch++]);
     /* and, for a traced step, the chain with the skips set aside too, where
      * there are some (remat's own zoo keeps its two chains and their
      * planning time: test_dominance); its schedules that recompute an op
@@ -690,7 +696,7 @@ remat_status remat__optimal_plan(const remat__plan_req *r, remat__planned *out) 
      * yet found) */
     int skips = -1, aside[N_CUTS] = {1, 0, 2};
     if (st == REMAT_OK && r->p->g->traced) {
-        st = remat__chain_init(r->p, r->loss, 2, &c[n_ch]);
+        st = remat__chain_init_model(r->p, r->loss, 2, 1, drops, &c[n_ch]);
         if (st == REMAT_OK && c[n_ch].n_side > c[0].n_side) aside[n_ch] = 2, skips = n_ch++;
         else remat__chain_free(&c[n_ch]);
     }
@@ -703,12 +709,12 @@ remat_status remat__optimal_plan(const remat__plan_req *r, remat__planned *out) 
      * gpt2_tiny and llama_tiny were 3.3% and 8.7% higher) */
     int cuts = n_ch;
     for (int k = 0; k < cuts && st == REMAT_OK && r->p->g->traced && !r->p->grads_resident; k++)
-        st = remat__chain_init_model(r->p, r->loss, aside[k], 0, 1, &c[n_ch++]);
-    /* and each that has stages dropping their input (chain.c's mark_drops)
-     * without them: the model that frees such an input is the closer one
-     * (llama's nested floor in bench/torch/per_layer.py: 2.7% lower), but
-     * its DP's plan at a budget is not always the simulator's leanest
-     * (without these twins, test_ilp's cnn_bn floor was 0.25% higher) */
+        st = remat__chain_init_model(r->p, r->loss, aside[k], 0, drops, &c[n_ch++]);
+    /* and each that has stages dropping their input without them: the
+     * model that frees such an input is the closer one (resnet50 b16's
+     * floor 0.8% lower), but its DP's plan at a budget is not always the
+     * simulator's leanest (without these twins, test_ilp's random graphs
+     * had one plan fewer at the ILP's optimum) */
     int twins = n_ch, plain[2 * N_CUTS];
     for (int k = 0; k < twins && st == REMAT_OK; k++) {
         plain[k] = -1;
