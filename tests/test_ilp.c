@@ -585,26 +585,17 @@ static void check_solutions(const bench *b, const cJSON *fix) {
 }
 
 /* remat's lower bound of any schedule's peak (bound.h) is at most the
- * peak of every ILP solution and of remat's own plan at every budget;
- * printed beside the least of each, how close it comes. */
-static void check_bound(const bench *b, const cJSON *fix) {
-    size_t bound = 0;
-    CHECK_OK(remat__step_bound(&b->p, b->loss, &bound));
-    double ilp = -1, mine = -1;
+ * peak of every ILP solution (here) and of remat's own plan at every
+ * budget (check_row, whose least peak is `mine`); printed beside the
+ * least of each, how close it comes. */
+static void check_bound(const bench *b, const cJSON *fix, size_t bound, double mine) {
+    double ilp = -1;
     const cJSON *e;
     cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(fix, "ilp")) {
         if (!cJSON_GetObjectItemCaseSensitive(e, "plan")) continue;
         CHECK_MSG((double)bound <= num(e, "peak"), "%s: bound %zu B above the ILP's plan at %.0f B", b->sp->name, bound,
                   num(e, "peak"));
         if (ilp < 0 || num(e, "peak") < ilp) ilp = num(e, "peak");
-    }
-    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(fix, "remat")) {
-        plan r;
-        if (plan_at(b, (size_t)num(e, "budget"), &r) == REMAT_OK) {
-            CHECK_MSG(bound <= r.peak, "%s: bound %zu B above remat's plan at %zu B", b->sp->name, bound, r.peak);
-            if (mine < 0 || (double)r.peak < mine) mine = (double)r.peak;
-        }
-        remat__schedule_free(&r.s), remat__schedule_free(&r.h);
     }
     printf("  %s: no schedule's values peak below %zu B; the ILP's least %.0f B (%.4fx), remat's floor %.0f B "
            "(%.4fx)\n",
@@ -668,12 +659,15 @@ static int by_value(const void *a, const void *b) {
 
 /* remat at one of the fixture's budgets against the ILP optimum at its
  * plan's values peak: the gap, or -1 when there is none. */
-static double check_row(const bench *b, const cJSON *fix, const cJSON *row, const char *path) {
+static double check_row(const bench *b, const cJSON *fix, const cJSON *row, const char *path, size_t bound,
+                        double *least) {
     const char *name = b->sp->name;
     double budget = num(row, "budget");
     plan r;
     CHECK_OK(plan_at(b, (size_t)budget, &r));
     if (r.status != REMAT_OK) return -1;
+    CHECK_MSG(bound <= r.peak, "%s: bound %zu B above remat's plan at %zu B", name, bound, r.peak);
+    if (*least < 0 || (double)r.peak < *least) *least = (double)r.peak;
     double gap = -1;
     const cJSON *opt = ilp_at(fix, (double)r.peak);
     const cJSON *ex = exported_row(fix, budget, &r);
@@ -767,14 +761,17 @@ static void check_graph(const ilp_case *sp, const char *dir) {
               sp->name, path);
     if (same) {
         check_solutions(&b, fix);
-        check_bound(&b, fix);
+        size_t bound = 0;
+        double least = -1;
+        CHECK_OK(remat__step_bound(&b.p, b.loss, &bound));
         const cJSON *row;
         double gaps[64];
         int n = 0;
         cJSON_ArrayForEach(row, cJSON_GetObjectItemCaseSensitive(fix, "remat")) {
-            double gap = check_row(&b, fix, row, path);
+            double gap = check_row(&b, fix, row, path, bound, &least);
             if (gap >= 0 && n < 64) gaps[n++] = gap;
         }
+        check_bound(&b, fix, bound, least);
         summarize_graph(sp, gaps, n);
     }
     cJSON_Delete(dag);
