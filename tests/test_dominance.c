@@ -138,7 +138,8 @@ static void check_floor(const row *r, size_t *floor_out) {
 }
 
 static void model(const row *r) {
-    printf("%s, batch %lld%s\n", r->name, (long long)r->batch, r->context ? ", context 256" : "");
+    if (r->context) printf("%s, batch %lld, context %d\n", r->name, (long long)r->batch, r->context);
+    else printf("%s, batch %lld\n", r->name, (long long)r->batch);
     plan all = plan_of(r, -1, REMAT_STRATEGY_ALL, 0);
     CHECK_OK(all.st);
     dominates(r, "sqrt", plan_of(r, -1, REMAT_STRATEGY_SQRT, 0));
