@@ -503,9 +503,9 @@ class Applier(TorchDispatchMode):
                     continue
                 idle.add(o)
                 more = True
-                for v in set(t.ops[o].inputs):
+                for v in set(t.ops[o].inputs):  # released where this was its last read
                     if v in self.uses and v not in t.ops[o].outputs and v in self.consumers:
-                        self.uses[v] -= 1
+                        self._used(v)
 
     # ---------------------------------------------------------- backward
     def unpack(self, h):
