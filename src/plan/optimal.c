@@ -680,10 +680,12 @@ remat_status remat__optimal_plan(const remat__plan_req *r, remat__planned *out) 
     int nc = 0, win = -1, n_ch = 1;
     memset(c, 0, sizeof c);
     /* stages that drop their input (chain.c's mark_drops) in remat's own
-     * steps only: on a traced Llama (bench/torch/per_layer.py, 8 layers,
-     * sequence 512) the floor plan they found, which recomputes the
-     * logits, measured 1.3% above its prediction under remat.torch's
-     * applier (a gap of the applier's model, not found yet) */
+     * steps only: a traced step's twice as many chains (with and without
+     * its parameter gradients) share PRUNE_WORK with the twins, and on a
+     * traced Llama (bench/torch/per_layer.py, 8 layers, sequence 512) the
+     * plan at per-layer checkpointing's peak then recomputed 33.3% where
+     * it recomputed 26.3% (the same with the work bound 2.5x, planning
+     * 2.3 -> 3.5 s) */
     int drops = !r->p->g->traced;
     remat_status st = remat__chain_init_model(r->p, r->loss, 1, 1, drops, &c[0]);
     if (st == REMAT_OK && c[0].n_side) /* and the chain without setting them aside */
