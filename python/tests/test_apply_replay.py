@@ -189,23 +189,37 @@ class DropoutResidual(nn.Module):
         return x.square().mean()
 
 
-def test_recomputed_op_nothing_reads_frees_its_inputs():
+def dropout_residual():
+    """DropoutResidual, its input and its captured step."""
     torch.manual_seed(0)
     model = DropoutResidual()
     x = torch.randn(16, 64, generator=torch.Generator().manual_seed(3))
-    t = rt.capture(model, (x,), lambda o: o)
-    # the second block but its residual add: fc, gelu, fc, the mask, the dropout's product
-    adds = [o.id for o in t.ops if o.name == "aten::add"]
-    second = list(range(adds[0] + 1, adds[1]))
-    assert [t.ops[o].name for o in second][-2:] == ["aten::empty_like", "aten::mul"], [t.ops[o].name for o in second]
-    plan = force(rt.plan_trace(t, None), second)
+    return model, x, rt.capture(model, (x,), lambda o: o)
+
+
+def run_forced(model, x, plan):
+    """One step of a copy of model under plan, checked bitwise against the
+    step without it; the applier, and what it still held after the backward
+    (before the context lets everything go)."""
     m = copy.deepcopy(model)
     torch.manual_seed(11)
     with plan.apply(m) as ap:
         loss = m(x)
         loss.backward()
-        held = set(ap.applier.cache) | set(ap.applier.src)  # before the context lets everything go
-    a = ap.applier
+        held = set(ap.applier.cache) | set(ap.applier.src)
+    torch.manual_seed(11)
+    ref = grads(model, (x,), None)
+    assert torch.equal(ref[0], loss.detach()) and all(torch.equal(g, p.grad) for g, p in zip(ref[1:], m.parameters()))
+    return ap.applier, held
+
+
+def test_recomputed_op_nothing_reads_frees_its_inputs():
+    model, x, t = dropout_residual()
+    # the second block but its residual add: fc, gelu, fc, the mask, the dropout's product
+    adds = [o.id for o in t.ops if o.name == "aten::add"]
+    second = list(range(adds[0] + 1, adds[1]))
+    assert [t.ops[o].name for o in second][-2:] == ["aten::empty_like", "aten::mul"], [t.ops[o].name for o in second]
+    a, held = run_forced(model, x, force(rt.plan_trace(t, None), second))
     waiting = {v: n for v, n in a.uses.items() if n > 0}
     assert not waiting, "values still awaiting reads after the backward (held to the step's end): %s" % {
         v: (t.ops[t.values[v].producer].name, n) for v, n in waiting.items()}
@@ -214,9 +228,6 @@ def test_recomputed_op_nothing_reads_frees_its_inputs():
     # traced Llama the final norm's output, 2 MB through the whole backward)
     assert not held, "values held after the backward: %s" % {v: t.ops[t.values[v].producer].name for v in held}
     assert a.replays < len(second), "the dropout's product is not run again"
-    torch.manual_seed(11)
-    ref = grads(model, (x,), None)
-    assert torch.equal(ref[0], loss.detach()) and all(torch.equal(g, p.grad) for g, p in zip(ref[1:], m.parameters()))
 
 
 def test_an_idle_recomputation_releases_what_it_would_have_read():
@@ -225,24 +236,11 @@ def test_an_idle_recomputation_releases_what_it_would_have_read():
     # residual add saves nothing), so it never runs again, and the second
     # fc's output and the mask, kept from the forward for it, must go when
     # the backward starts (once they stayed to the step's end)
-    torch.manual_seed(0)
-    model = DropoutResidual()
-    x = torch.randn(16, 64, generator=torch.Generator().manual_seed(3))
-    t = rt.capture(model, (x,), lambda o: o)
+    model, x, t = dropout_residual()
     adds = [o.id for o in t.ops if o.name == "aten::add"]
     product = adds[1] - 1
     gelu = next(o.id for o in t.ops if o.name == "aten::gelu")  # the first block's: its fc's backward reads it
     assert t.ops[product].name == "aten::mul"
-    plan = force(rt.plan_trace(t, None), [gelu, product])
-    m = copy.deepcopy(model)
-    torch.manual_seed(11)
-    with plan.apply(m) as ap:
-        loss = m(x)
-        loss.backward()
-        a = ap.applier  # before the context ends, which lets everything go
-        held = set(a.cache) | set(a.src)
+    a, held = run_forced(model, x, force(rt.plan_trace(t, None), [gelu, product]))
     assert a.replays == 1  # the GELU
     assert not held, "values held after the backward: %s" % {v: t.ops[t.values[v].producer].name for v in held}
-    torch.manual_seed(11)
-    ref = grads(model, (x,), None)
-    assert torch.equal(ref[0], loss.detach()) and all(torch.equal(g, p.grad) for g, p in zip(ref[1:], m.parameters()))

@@ -182,6 +182,29 @@ static remat_status at_peak_json(const remat_session *s, cJSON *out) {
     return REMAT_OK;
 }
 
+/* The recomputations as the schedule runs them ("recompute_groups"): each
+ * group a run of recomputed ops between two other instructions (frees
+ * aside). */
+static void groups_json(const remat_session *s, cJSON *out) {
+    const remat_graph *g = s->g;
+    cJSON *groups = cJSON_AddArrayToObject(out, "recompute_groups"), *grp = NULL;
+    const remat__schedule *rs = &s->train.sc;
+    int32_t last = -1;
+    for (int i = 0; i < rs->n; i++) {
+        const remat__instr *in = &rs->ins[i];
+        if (in->kind == REMAT__I_FREE) continue;
+        if (in->kind != REMAT__I_FWD || in->first || g->nodes[in->node].leaf != REMAT__LEAF_NONE) {
+            grp = NULL;
+            continue;
+        }
+        int32_t id = g->traced[in->node].id;
+        if (grp && id == last) continue; /* an op and its extra output */
+        if (!grp) grp = cJSON_CreateArray(), cJSON_AddItemToArray(groups, grp);
+        cJSON_AddItemToArray(grp, cJSON_CreateNumber(id));
+        last = id;
+    }
+}
+
 /* The plan of a session: summary and per-op decisions. */
 static remat_status plan_json(const remat_session *s, const request *rq, cJSON *out) {
     remat_plan_summary ps;
@@ -222,23 +245,7 @@ static remat_status plan_json(const remat_session *s, const request *rq, cJSON *
         cJSON_AddItemToArray(ops, cJSON_CreateNumber(id));
         last = id;
     }
-    /* the recomputations as the schedule runs them: each group a run of
-     * recomputed ops between two other instructions (frees aside) */
-    cJSON *groups = cJSON_AddArrayToObject(out, "recompute_groups"), *grp = NULL;
-    const remat__schedule *rs = &s->train.sc;
-    for (int i = 0; i < rs->n; i++) {
-        const remat__instr *in = &rs->ins[i];
-        if (in->kind == REMAT__I_FREE) continue;
-        if (in->kind != REMAT__I_FWD || in->first || g->nodes[in->node].leaf != REMAT__LEAF_NONE) {
-            grp = NULL;
-            continue;
-        }
-        int32_t id = g->traced[in->node].id;
-        if (grp && id == last) continue; /* an op and its extra output */
-        if (!grp) grp = cJSON_CreateArray(), cJSON_AddItemToArray(groups, grp);
-        cJSON_AddItemToArray(grp, cJSON_CreateNumber(id));
-        last = id;
-    }
+    groups_json(s, out);
     /* per op: its first output is dropped in the forward (freed before the
      * first backward instruction), to be recomputed; a recomputed op whose
      * first output lives into the backward is kept until it is recomputed,
