@@ -59,15 +59,16 @@ remat_status remat__peak_bound(const remat__prog *p, const remat__schedule *all,
         /* the values this instruction reads or makes, as far as they are live */
         size_t need = others;
         const remat__node *n = &g->nodes[in->node];
-        for (int j = 0; j <= n->n_in; j++) {
-            int32_t u = j < n->n_in ? n->in[j] : in->node;
+        int32_t vals[REMAT__MAX_IN + 2]; /* its inputs' outputs, each once, then its own output and aux */
+        int nv = 0;
+        for (int j = 0; j < n->n_in; j++) {
             int dup = 0;
-            for (int q = 0; q < j && j < n->n_in; q++) dup |= n->in[q] == u;
-            for (int k = 0; k < (j < n->n_in ? 1 : 2) && !dup; k++) {
-                int32_t v = REMAT__VAL(u, k ? REMAT__V_AUX : REMAT__V_OUT);
-                if (live[v] >= 0 && own(g, in, v)) need += m.ev[live[v]].bytes;
-            }
+            for (int q = 0; q < j; q++) dup |= n->in[q] == n->in[j];
+            if (!dup) vals[nv++] = REMAT__VAL(n->in[j], REMAT__V_OUT);
         }
+        vals[nv++] = REMAT__VAL(in->node, REMAT__V_OUT), vals[nv++] = REMAT__VAL(in->node, REMAT__V_AUX);
+        for (int k = 0; k < nv; k++)
+            if (live[vals[k]] >= 0 && own(g, in, vals[k])) need += m.ev[live[vals[k]]].bytes;
         if (need > best) best = need;
     }
     free(live);

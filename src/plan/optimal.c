@@ -210,7 +210,8 @@ typedef struct {
 /* The chains cut from one step (chain_cut.c): side inputs aside, none
  * aside, side inputs and skips aside; for a traced step whose parameter
  * gradients the simulator holds per tensor, each of those also without
- * counting them (chain.c). */
+ * counting them (chain.c); and each of these whose stages drop inputs
+ * (mark_drops) also without the marks. */
 #define N_CUTS 3
 #define N_CHAINS (4 * N_CUTS)
 
@@ -731,10 +732,11 @@ remat_status remat__optimal_plan(const remat__plan_req *r, remat__planned *out) 
     st = gen_init(r->p, r->loss, c, n_ch, &x);
     if (st == REMAT_OK && skips >= 0) x.ch[skips].once = 1;
     if (st == REMAT_OK && skips >= 0 && twins > cuts) x.ch[skips + cuts].once = 1;
-    for (int k = 0; k < twins && st == REMAT_OK && skips >= 0; k++) /* the skips' plain twins too */
-        if (k % cuts == skips && plain[k] >= 0) x.ch[plain[k]].once = 1;
-    for (int k = 0; k < twins && st == REMAT_OK; k++)
-        if (plain[k] >= 0) st = drop_shared(x.ch, k, plain[k]);
+    for (int k = 0; k < twins && st == REMAT_OK; k++) {
+        if (plain[k] < 0) continue;
+        if (k % cuts == skips) x.ch[plain[k]].once = 1; /* the skips' plain twins too */
+        st = drop_shared(x.ch, k, plain[k]);
+    }
     if (st == REMAT_OK) st = measure_all(&x, r->held_outside, &cands, &nc);
     if (st == REMAT_OK) st = choose(&x, cands, nc, r, &win);
     int offloaded = 0; /* offload, with a host budget, where it costs less */
