@@ -18,7 +18,10 @@ step without a plan:
   a residual add: the backward needs its mask and input, not its output)
   never runs again, and what only it would have read is freed after its
   last read all the same (once a mask and its input were held to the
-  step's end: HuggingFace's GPT-2 measured 4.8% above its prediction)."""
+  step's end: HuggingFace's GPT-2 measured 4.8% above its prediction);
+- a dropped value is saved by its reader, often in another module than
+  its maker: the saved-tensor hooks are on in the module calls where one
+  is saved, and only there (every other saved tensor passes no Python)."""
 import copy
 
 import pytest
@@ -244,3 +247,36 @@ def test_an_idle_recomputation_releases_what_it_would_have_read():
     a, held = run_forced(model, x, force(rt.plan_trace(t, None), [gelu, product]))
     assert a.replays == 1  # the GELU
     assert not held, "values held after the backward: %s" % {v: t.ops[t.values[v].producer].name for v in held}
+
+
+class Blocks(nn.Module):
+    """fc, GELU (a module of its own), fc: six times, then a sum."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.blocks = nn.ModuleList(nn.Sequential(nn.Linear(32, 64), nn.GELU(), nn.Linear(64, 32)) for _ in range(6))
+
+    def forward(self, x):
+        for b in self.blocks:
+            x = x + b(x)
+        return x.sum()
+
+
+def test_the_hooks_are_on_where_a_dropped_value_is_saved_and_only_there():
+    from remat.torch.apply import Decisions
+    model = Blocks()
+    x = torch.randn(16, 32, generator=torch.Generator().manual_seed(3))
+    t = rt.capture(model, (x,), lambda o: o)
+    gelu = [o.id for o in t.ops if o.name == "aten::gelu"][2]  # block 2's: block 2's second fc saves its output
+    plan = force(rt.plan_trace(t, None), [gelu])
+    d = Decisions(plan)
+    assert not d.hooks_everywhere
+    assert d.regions[("blocks.2.1", 0)][2:] == (True, True), d.regions  # the GELU: recorded, and it saves its input
+    assert d.regions[("blocks.2.2", 0)][2:] == (False, True), d.regions  # the fc that saves its output: hooks only
+    a, held = run_forced(model, x, plan)
+    assert a.replays == 1 and not held
+    dropped = sum(1 for v in t.pack_values if v in d.rec_vals)
+    assert dropped and sum(a.packs.values()) == dropped, "every saved tensor of the dropped value is a handle"
+    assert a.n_packs < len(t.pack_ops) // 4, "the saved tensors outside the regions pass no Python (%d of %d did)" % (
+        a.n_packs, len(t.pack_ops))

@@ -204,7 +204,7 @@ class Decisions:
         for v in set(self.consumers) - self.rec_vals:
             if t.values[v].overwritten >= 0:
                 self.copy_at.setdefault(t.values[v].over_call, []).append(v)
-        self._regions(t)
+        self._regions(t, plan.nested)
         self._of = None  # the model the plan last ran on: (weak reference, of(model))
         # a nested plan (an op recomputed more than once): its groups, in order (nested.py)
         self.schedule = nested.Schedule(plan, self.rec_ops, self.tracked) if plan.nested else None
@@ -219,44 +219,57 @@ class Decisions:
             self._of = (weakref.ref(model), (dict(model.named_modules()), params))
         return self._of[1]
 
-    def _regions(self, t):
-        """Where the applier's dispatch mode must be on: around the module
-        calls (the outermost of those that are innermost around a call it
-        follows: a recipe to record, a tracked value made or made stale;
-        capture's ModuleCalls names them; the saved-tensor hooks are on over
-        the whole step, since a value is saved where autograd saves it, not
-        always in its reader's call) and after the model's call when the calls
-        there (the loss) hold one. Elsewhere the forward runs with no
-        Python per call. regions: {(module name, its call): (first call,
-        end)}; tail: the first call after the model, or None; full: the
-        mode on over the whole forward (a call it follows outside the
-        model and before its end, or in a module that is not the model's)."""
+    def _regions(self, t, nested):
+        """Where the applier's dispatch mode and its saved-tensor hooks must
+        be on. The mode: around the module calls (the outermost of those that
+        are innermost around a call it follows: a recipe to record, a
+        tracked value made or made stale; capture's ModuleCalls names them),
+        and after the model's call when the calls there (the loss) hold one.
+        The hooks: around those and the module calls in which autograd saved
+        a value the plan drops (capture's pack_modules: a value is saved
+        where autograd saves it, not always in its maker's call), so that
+        every other saved tensor is packed and unpacked with no Python.
+        Elsewhere the forward runs as PyTorch runs it. regions: {(module
+        name, its call): (first call, end, mode, hooks)}; tail: the first
+        call after the model, or None (mode and hooks on from there); full:
+        the mode on over the whole forward (a call it follows outside the
+        model and before its end, or in a module that is not the model's);
+        hooks_everywhere: the hooks on over the whole step (full, a nested
+        plan, which counts every saved tensor, FSDP2, or a trace that does
+        not say where each tensor was saved)."""
         follow = [ci for ci in range(len(t.calls)) if self.recorded[ci] or self.news[ci] or self.stale[ci]
                   or ci in self.copy_at]
         self.regions, self.tail, self.full = {}, None, False
+        self.hooks_everywhere = nested or bool(t.fsdp) or len(t.pack_modules) != len(t.pack_ops)
         if not follow:
             return
         if not t.modules or t.modules[0][3] != "" or len(t.call_module) != len(t.calls):
-            self.full = True
+            self.full = self.hooks_everywhere = True
             return
-        end = t.modules[0][1]  # the model's call
-        chosen = set()
-        for ci in follow:
-            inv = t.call_module[ci]
+        start, end = t.modules[0][0], t.modules[0][1]  # the model's call
+        wants = [(t.call_module[ci], ci, True) for ci in follow]
+        if not self.hooks_everywhere:
+            wants += [(t.pack_modules[k], t.pack_calls[k], False) for k, v in enumerate(t.pack_values)
+                      if v in self.rec_vals]
+        chosen = {}  # module call -> the mode is on in it (else only the hooks)
+        for inv, ci, mode in wants:
             if ci >= end and (inv < 0 or t.modules[inv][3] is None):
                 self.tail = end  # the loss, after the model
-            elif inv >= 0 and t.modules[inv][3] is not None:
-                chosen.add(inv)
+            elif inv >= 0 and t.modules[inv][3] is not None and start <= ci:
+                chosen[inv] = chosen.get(inv, False) or mode
             else:
-                self.regions, self.tail, self.full = {}, None, True
+                self.regions, self.tail, self.full, self.hooks_everywhere = {}, None, True, True
                 return
+        top = {}  # chosen module call -> the outermost chosen call around it (its region)
         for inv in chosen:
-            up, covered = t.modules[inv][2], False
-            while up >= 0 and not covered:
-                covered, up = up in chosen, t.modules[up][2]
-            if not covered:
-                start, stop, _, name, k = t.modules[inv]
-                self.regions[(name, k)] = (start, stop)
+            r, up = inv, t.modules[inv][2]
+            while up >= 0:
+                r, up = up if up in chosen else r, t.modules[up][2]
+            top[inv] = r
+        for inv, r in top.items():
+            first, stop, _, name, k = t.modules[r]
+            was = self.regions.get((name, k), (first, stop, False, True))
+            self.regions[(name, k)] = (first, stop, was[2] or chosen[inv], True)
 
 
 class Regions:
@@ -336,7 +349,7 @@ class Applier(TorchDispatchMode):
         self.active = False  # the dispatch mode is on (a region, or the whole forward)
         self.span = None   # the region the mode is on for: (module name, its call, end)
         self.entered = 0   # regions entered so far (the tail counts as one)
-        self.n_regions = len(self.regions) + (self.tail is not None)
+        self.n_regions = sum(r[2] for r in self.regions.values()) + (self.tail is not None)  # with the mode
         self.vmap = {}     # storage address -> (value id, weak reference to the storage): activations of this step
         self.src = {}      # kept values recomputations start from
         self.recipes = {}  # op id -> [recipe]
@@ -349,6 +362,10 @@ class Applier(TorchDispatchMode):
         self.window_of = {}  # nested: value -> the group whose window the held tensor is
         self.handles = []    # nested: every handle handed out
         self.n_packs = 0     # tensors autograd saved so far
+        # the saved-tensor hooks: over the whole step (Decisions.hooks_everywhere), else in regions
+        self.hooks = torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack)
+        self.hooked = False     # they are on
+        self.hook_span = None   # the region they are on for: (module name, its call)
 
     # ---------------------------------------------------------- forward
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -407,14 +424,32 @@ class Applier(TorchDispatchMode):
             self.active = False
             self.__exit__(None, None, None)
 
+    def hooks_on(self):
+        if not self.hooked:
+            self.hooked = True
+            self.hooks.__enter__()
+
+    def hooks_off(self):
+        if self.hooked:
+            self.hooked = False
+            self.hooks.__exit__(None, None, None)
+
     def module_enter(self, name, k):
         span = self.regions.get((name, k))
-        if span is not None and not self.active:
+        if span is None:
+            return
+        if span[3] and not self.hooked:
+            self.hook_span = (name, k)
+            self.hooks_on()
+        if span[2] and not self.active:
             self.call, self.span = span[0], (name, k, span[1])
             self.entered += 1
             self.on()
 
     def module_exit(self, name, k):
+        if self.hook_span == (name, k):
+            self.hook_span = None
+            self.hooks_off()
         if self.span is not None and self.span[:2] == (name, k):
             if self.call != self.span[2]:
                 start = self.regions[(name, k)][0]
@@ -426,6 +461,7 @@ class Applier(TorchDispatchMode):
         if name == "" and self.tail is not None:  # the loss after the model
             self.call = self.tail
             self.entered += 1
+            self.hooks_on()
             self.on()
 
     def _record(self, c, func, args, kwargs):
@@ -667,10 +703,11 @@ class Applied(contextlib.AbstractContextManager):
             self._regions = Regions(a)
             self._regions.__enter__()
 
-        # every saved tensor passes pack (a recomputed value's become handles),
-        # by its storage: the calls that save them need no mode
-        self._hooks = torch.autograd.graph.saved_tensors_hooks(a.pack, a.unpack)
-        self._hooks.__enter__()
+        # the saved tensors pass pack (a recomputed value's become handles), by
+        # their storage: the calls that save them need no mode. Over the whole
+        # step, or only in the regions where one of them is saved
+        if self.decisions.hooks_everywhere:
+            a.hooks_on()
 
         if a.full:
             a.on()
@@ -723,7 +760,8 @@ class Applied(contextlib.AbstractContextManager):
         if a is None:
             return False
         a.off()
-        self._hooks.__exit__(*exc)
+        a.hooks_off()
+        a.hooks = None  # its hooks are a's bound methods: no cycle keeps the step's tensors past the step
         ran = False  # the model was called
         if self._regions is not None:
             self._regions.__exit__(*exc)

@@ -215,11 +215,15 @@ class _Recorder(TorchDispatchMode):
         # where not known (FSDP's own, a leaf's, before PyTorch 2.15)
         at = len(self.t.pack_ops)
         self.t.pack_ops.append(-1)
+        self.t.pack_values.append(-1)
+        self.t.pack_modules.append(self.open[-1] if self.open else -1)
+        self.t.pack_calls.append(len(self.t.calls))
         if self.suspended:
             return
         v = self._value_of(t)
         if v < 0:
             return
+        self.t.pack_values[at] = v
         if self.exact and self.after is not None:  # after an op ran, before its node: its outputs
             self.t.pack_ops[at] = self.after.id
             if v not in self.after.saves:

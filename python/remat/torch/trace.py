@@ -90,6 +90,9 @@ class Trace:
         self.layer_kinds: frozenset = frozenset()  # the classes that may be layers (layer_kinds_of)
         self.pack_ops: list[int] = []  # per tensor autograd saved in the forward, in order: the op whose
         #                                backward reads it, or -1 (capture.py's saved)
+        self.pack_values: list[int] = []   # per saved tensor: the value it is, or -1 (not an activation, FSDP's)
+        self.pack_modules: list[int] = []  # per saved tensor: the innermost module call it was saved in, or -1
+        self.pack_calls: list[int] = []    # per saved tensor: how many calls had run when it was saved
         self.source = ""
 
     @property
