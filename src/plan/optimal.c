@@ -210,8 +210,10 @@ typedef struct {
 /* The chains cut from one step (chain_cut.c): side inputs aside, none
  * aside, side inputs and skips aside; for a traced step whose parameter
  * gradients the simulator holds per tensor, each of those also without
- * counting them (chain.c); and each of these whose stages drop inputs
- * (mark_drops) also without the marks. */
+ * counting them (chain.c); and twins with and without the marks of the
+ * stages that drop their input (mark_drops): in remat's own steps of each
+ * chain that has some, in a traced step of each without the gradients
+ * (optimal_plan). */
 #define N_CUTS 3
 #define N_CHAINS (4 * N_CUTS)
 
@@ -227,6 +229,7 @@ typedef struct {
                                * each chain's plans are candidates, so neither
                                * carrying nor counting the gradients loses */
     int n_ch;
+    int n_main; /* the chain generator's are ch[0, n_main), chain-drop's the rest */
     const remat__train_dag *dag;
     int64_t dfloor, dtop; /* the step DAG's floor and total */
     int32_t *marks;       /* remat_checkpoint marks at level 0, creation order */
@@ -276,27 +279,40 @@ static remat_status gen_manual(const gen_ctx *x, int j, int n, remat__schedule *
     if (st == REMAT_OK) sc->origin = "levels";
     return st;
 }
-/* The chain DP's distinct plans over every budget, of each chain in turn. */
-static int n_chain_plans(const gen_ctx *x) {
+/* The chain DP's distinct plans over every budget, of each chain of
+ * ch[lo, hi) in turn. */
+static int n_chain_plans(const gen_ctx *x, int lo, int hi) {
     int n = 0;
-    for (int k = 0; k < x->n_ch; k++) n += x->ch[k].n_chain;
+    for (int k = lo; k < hi; k++) n += x->ch[k].n_chain;
     return n;
 }
-/* Which chain chain candidate j of n is (its plan's index in it to *i). */
-static int chain_of(const gen_ctx *x, int j, int n, int *i) {
-    int total = n_chain_plans(x), k = 0;
+/* Which chain of ch[lo, hi) candidate j of n is (its plan's index in it
+ * to *i). */
+static int chain_of(const gen_ctx *x, int lo, int hi, int j, int n, int *i) {
+    int total = n_chain_plans(x, lo, hi), k = lo;
     *i = n >= total || n < 2 ? j : (int)((int64_t)j * (total - 1) / (n - 1)); /* spread when capped */
-    while (k + 1 < x->n_ch && *i >= x->ch[k].n_chain) *i -= x->ch[k++].n_chain;
+    while (k + 1 < hi && *i >= x->ch[k].n_chain) *i -= x->ch[k++].n_chain;
     return k;
 }
-static remat_status gen_chain(const gen_ctx *x, int j, int n, remat__schedule *sc) {
-    int i, k = chain_of(x, j, n, &i);
+static remat_status chain_schedule(const gen_ctx *x, int k, int i, remat__schedule *sc) {
     remat_chain_plan *plan = NULL;
     remat_status st = remat__chain_tab_plan(x->ch[k].tab, x->ch[k].chain_at[i], &plan);
     if (st != REMAT_OK) return st;
     st = remat__chain_emit(x->p, x->ch[k].c, plan, x->loss, sc);
     remat_chain_plan_destroy(plan);
     return st;
+}
+static remat_status gen_chain(const gen_ctx *x, int j, int n, remat__schedule *sc) {
+    int i, k = chain_of(x, 0, x->n_main, j, n, &i);
+    return chain_schedule(x, k, i, sc);
+}
+/* A traced step's chains whose stages drop their input, after every other
+ * generator: the candidates before them, and the pruning work they take,
+ * are those of the chains without the marks, so they only add schedules
+ * (optimal_plan). */
+static remat_status gen_chain_drop(const gen_ctx *x, int j, int n, remat__schedule *sc) {
+    int i, k = chain_of(x, x->n_main, x->n_ch, j, n, &i);
+    return chain_schedule(x, k, i, sc);
 }
 /* DTR on the whole step at DAG budgets from its floor to below its total
  * (the top is store-all, a candidate already). */
@@ -318,6 +334,7 @@ static const generator generators[] = {
     {"chain", gen_chain},
     {"dtr", gen_dtr},
     {"drop-expensive", gen_drop_expensive},
+    {"chain-drop", gen_chain_drop},
 };
 
 /* How many schedules generator gi makes. */
@@ -326,7 +343,8 @@ static int gen_count(const gen_ctx *x, size_t gi) {
     int n = 1, cap = (int)fmax(4, CAND_WORK / (x->p->g->n + 1));
     if (strcmp(nm, "keep-expensive") == 0 || strcmp(nm, "drop-expensive") == 0) n = N_SELECTIVE;
     if (strcmp(nm, "manual") == 0) n = x->regions ? 1 : x->n_marks < MAX_MANUAL ? x->n_marks : MAX_MANUAL;
-    if (strcmp(nm, "chain") == 0) n = n_chain_plans(x);
+    if (strcmp(nm, "chain") == 0) n = n_chain_plans(x, 0, x->n_main);
+    if (strcmp(nm, "chain-drop") == 0) n = n_chain_plans(x, x->n_main, x->n_ch);
     if (strcmp(nm, "dtr") == 0) n = x->dag ? N_DTR : 0;
     return n < cap ? n : cap;
 }
@@ -549,7 +567,7 @@ static remat_status place_cand(const gen_ctx *x, cand *k, const remat__plan_req 
 /* What the generators share, made once per planning (the n_ch chains c). */
 static remat_status gen_init(const remat__prog *p, remat_node loss, const remat__chain *c, int n_ch, gen_ctx *x) {
     const remat_graph *g = p->g;
-    *x = (gen_ctx){.p = p, .loss = loss, .n_ch = n_ch};
+    *x = (gen_ctx){.p = p, .loss = loss, .n_ch = n_ch, .n_main = n_ch};
     remat__train_dag *dag = NULL;
     remat_status st = REMAT_OK;
     for (int k = 0; k < n_ch && st == REMAT_OK; k++) st = chain_candidates(&c[k], &x->ch[k]);
@@ -610,8 +628,10 @@ static remat_status measure_all(const gen_ctx *x, size_t held_outside, cand **ou
             }
             if (st != REMAT_OK) break;
             size_t pk = 0;
-            int i, chain = generators[gi].make == gen_chain;
-            int once = p->recompute_once || (chain && x->ch[chain_of(x, j, count, &i)].once);
+            int i, lo = generators[gi].make == gen_chain ? 0 : x->n_main;
+            int chain = generators[gi].make == gen_chain || generators[gi].make == gen_chain_drop;
+            int once =
+                p->recompute_once || (chain && x->ch[chain_of(x, lo, lo ? x->n_ch : x->n_main, j, count, &i)].once);
             if (!(once && recomputes_twice(p->g, &sc)) && !(p->g->traced && recomputes_in_forward(&sc))) {
                 st = remat__values_peak(p, &sc, &pk);
                 double cost = remat__schedule_cost(p, &sc);
@@ -680,13 +700,16 @@ remat_status remat__optimal_plan(const remat__plan_req *r, remat__planned *out) 
     cand *cands = NULL;
     int nc = 0, win = -1, n_ch = 1;
     memset(c, 0, sizeof c);
-    /* stages that drop their input (chain.c's mark_drops) in remat's own
-     * steps only: a traced step's twice as many chains (with and without
-     * its parameter gradients) share PRUNE_WORK with the twins, and on a
-     * traced Llama (bench/torch/per_layer.py, 8 layers, sequence 512) the
-     * plan at per-layer checkpointing's peak then recomputed 33.3% where
-     * it recomputed 26.3% (the same with the work bound 2.5x, planning
-     * 2.3 -> 3.5 s) */
+    /* stages that drop their input (chain.c's mark_drops): in remat's own
+     * steps the chains have the marks, and their plain twins follow them
+     * (below); in a traced step the chains are plain, and their twins with
+     * the marks are chain-drop's, after every other generator. A traced
+     * step has twice as many chains (with and without its parameter
+     * gradients), and with the marked twins among the chain generator's
+     * they took the sampling (CAND_WORK) and the pruning work (PRUNE_WORK)
+     * from the plain ones: on a traced Llama (bench/torch/per_layer.py, 8
+     * layers, sequence 512) the plan at per-layer checkpointing's peak
+     * recomputed 33.3% where it recomputed 26.3% without them */
     int drops = !r->p->g->traced;
     remat_status st = remat__chain_init_model(r->p, r->loss, 1, 1, drops, &c[0]);
     if (st == REMAT_OK && c[0].n_side) /* and the chain without setting them aside */
@@ -713,29 +736,42 @@ remat_status remat__optimal_plan(const remat__plan_req *r, remat__planned *out) 
     int cuts = n_ch;
     for (int k = 0; k < cuts && st == REMAT_OK && r->p->g->traced && !r->p->grads_resident; k++)
         st = remat__chain_init_model(r->p, r->loss, aside[k], 0, drops, &c[n_ch++]);
-    /* and each that has stages dropping their input without them: the
+    /* and each that has stages dropping their input the other way: the
      * model that frees such an input is the closer one (resnet50 b16's
      * floor 0.8% lower), but its DP's plan at a budget is not always the
-     * simulator's leanest (without these twins, test_ilp's random graphs
-     * had one plan fewer at the ILP's optimum) */
-    int twins = n_ch, plain[2 * N_CUTS];
+     * simulator's leanest (without the plain twins, test_ilp's random
+     * graphs had one plan fewer at the ILP's optimum). In a traced step,
+     * only the chains without the parameter gradients get marked twins:
+     * they make its tightest plans, where freeing a stage's input lowers
+     * the floor (per_layer.py's Llama, 4 layers: the nested floor 0.948 ->
+     * 0.922 of per-layer checkpointing's peak, BERT 0.892 -> 0.881), and
+     * each twin is one more DP over every budget (planning those 1.0 s ->
+     * 1.4 s; a twin of every chain: 1.8 s -> 2.5 s at 8 layers x 512, with
+     * no floor lower) */
+    int twins = n_ch, other[2 * N_CUTS];
     for (int k = 0; k < twins && st == REMAT_OK; k++) {
-        plain[k] = -1;
-        if (!remat__chain_drops(&c[k])) continue;
-        plain[k] = n_ch;
-        st = remat__chain_init_model(r->p, r->loss, aside[k % cuts], k < cuts, 0, &c[n_ch++]);
+        other[k] = -1;
+        if (drops && !remat__chain_drops(&c[k])) continue;
+        if (!drops && k < cuts) continue;
+        st = remat__chain_init_model(r->p, r->loss, aside[k % cuts], k < cuts, !drops, &c[n_ch]);
+        if (st == REMAT_OK && !drops && !remat__chain_drops(&c[n_ch])) { /* no stage drops its input */
+            remat__chain_free(&c[n_ch]);
+            continue;
+        }
+        other[k] = n_ch++;
     }
     if (st != REMAT_OK) {
         for (int k = 0; k < N_CHAINS; k++) remat__chain_free(&c[k]);
         return st;
     }
     st = gen_init(r->p, r->loss, c, n_ch, &x);
+    if (!drops) x.n_main = twins;
     if (st == REMAT_OK && skips >= 0) x.ch[skips].once = 1;
     if (st == REMAT_OK && skips >= 0 && twins > cuts) x.ch[skips + cuts].once = 1;
     for (int k = 0; k < twins && st == REMAT_OK; k++) {
-        if (plain[k] < 0) continue;
-        if (k % cuts == skips) x.ch[plain[k]].once = 1; /* the skips' plain twins too */
-        st = drop_shared(x.ch, k, plain[k]);
+        if (other[k] < 0) continue;
+        if (k % cuts == skips) x.ch[other[k]].once = 1; /* the skips' twins too */
+        st = drop_shared(x.ch, k, other[k]);
     }
     if (st == REMAT_OK) st = measure_all(&x, r->held_outside, &cands, &nc);
     if (st == REMAT_OK) st = choose(&x, cands, nc, r, &win);
