@@ -22,10 +22,15 @@ import per_layer as pl  # noqa: E402 - beside this script: the models and their 
 import remat.torch as rt  # noqa: E402
 
 
-def timed(f):
+def timed(f, *args, **kwargs):
     t0 = time.perf_counter()
-    r = f()
+    r = f(*args, **kwargs)
     return r, time.perf_counter() - t0
+
+
+def pct(p, store):
+    """What plan p recomputes, in percent of the step's FLOPs."""
+    return "+%.1f%%" % (100 * p.extra_flops / store.flops) if p.feasible else "none fits"
 
 
 def main():
@@ -48,14 +53,14 @@ def main():
         store = rt.plan_trace(t, None, opt, "all")
         manual = rt.plan_trace(t, None, opt, "manual")
         top = manual.peak_bytes
-        floor, tf = timed(lambda: rt.plan_trace(t, 1, opt).floor)
-        nfloor, tn = timed(lambda: rt.plan_trace(t, 1, opt, nested=True).floor)
+        floor, tf = timed(rt.plan_trace, t, 1, opt)
+        nfloor, tn = timed(rt.plan_trace, t, 1, opt, nested=True)
+        floor, nfloor = floor.floor, nfloor.floor
         once = rt.plan_trace(t, top, opt)
         nest = rt.plan_trace(t, top, opt, nested=True)
-        pct = lambda p: "+%.1f%%" % (100 * p.extra_flops / store.flops) if p.feasible else "none fits"
         print("| %s | %.2f, %s | %.4f (%.1f) | %.4f (%.1f) | %s, %s | %.4f |" % (
-            name, top / 2 ** 20, pct(manual), floor / top, tf, nfloor / top, tn, pct(once), pct(nest),
-            store.bound / top), flush=True)
+            name, top / 2 ** 20, pct(manual, store), floor / top, tf, nfloor / top, tn, pct(once, store),
+            pct(nest, store), store.bound / top), flush=True)
 
 
 if __name__ == "__main__":
