@@ -225,51 +225,62 @@ class Decisions:
         are innermost around a call it follows: a recipe to record, a
         tracked value made or made stale; capture's ModuleCalls names them),
         and after the model's call when the calls there (the loss) hold one.
-        The hooks: around those and the module calls in which autograd saved
-        a value the plan drops (capture's pack_modules: a value is saved
-        where autograd saves it, not always in its maker's call), so that
-        every other saved tensor is packed and unpacked with no Python.
-        Elsewhere the forward runs as PyTorch runs it. regions: {(module
-        name, its call): (first call, end, mode, hooks)}; tail: the first
-        call after the model, or None (mode and hooks on from there); full:
-        the mode on over the whole forward (a call it follows outside the
-        model and before its end, or in a module that is not the model's);
-        hooks_everywhere: the hooks on over the whole step (full, a nested
-        plan, which counts every saved tensor, FSDP2, or a trace that does
-        not say where each tensor was saved)."""
+        The hooks: the same way around those calls and the saves of the
+        values the plan drops (capture's pack_modules: the module call
+        running when autograd saved it, which is not always its maker's nor
+        its reader's), so that every other saved tensor is packed and
+        unpacked with no Python. Elsewhere the forward runs as PyTorch runs
+        it. regions: the mode's, {(module name, its call): (first call,
+        end)}; hook_regions: the hooks', {(module name, its call)}; tail: the
+        first call after the model, or None (mode and hooks on from there);
+        full: the mode on over the whole forward (a call it follows outside
+        the model and before its end, or in a module that is not the
+        model's); hooks_everywhere: the hooks on over the whole step (full, a
+        nested plan, which counts every saved tensor, FSDP2, or a trace that
+        does not say where each tensor was saved)."""
         follow = [ci for ci in range(len(t.calls)) if self.recorded[ci] or self.news[ci] or self.stale[ci]
                   or ci in self.copy_at]
-        self.regions, self.tail, self.full = {}, None, False
+        self.regions, self.hook_regions, self.tail, self.full = {}, set(), None, False
         self.hooks_everywhere = nested or bool(t.fsdp) or len(t.pack_modules) != len(t.pack_ops)
         if not follow:
             return
         if not t.modules or t.modules[0][3] != "" or len(t.call_module) != len(t.calls):
             self.full = self.hooks_everywhere = True
             return
+        saves = [] if self.hooks_everywhere else [
+            (t.pack_modules[k], t.pack_calls[k]) for k, v in enumerate(t.pack_values) if v in self.rec_vals]
+        calls = [(t.call_module[ci], ci) for ci in follow]
+        mode, hooks = self._outermost(t, calls), self._outermost(t, calls + saves)
+        if mode is None or hooks is None:
+            self.regions, self.hook_regions, self.tail, self.full, self.hooks_everywhere = {}, set(), None, True, True
+            return
+        self.regions = {(t.modules[i][3], t.modules[i][4]): (t.modules[i][0], t.modules[i][1]) for i in mode[0]}
+        self.hook_regions = {(t.modules[i][3], t.modules[i][4]) for i in hooks[0]}
+        self.tail = t.modules[0][1] if mode[1] or hooks[1] else None
+
+    @staticmethod
+    def _outermost(t, where):
+        """The module calls that hold every (innermost module call, call)
+        of where: the outermost of those innermost calls, and whether the
+        loss after the model holds one; None where one lies outside the
+        model's module calls."""
         start, end = t.modules[0][0], t.modules[0][1]  # the model's call
-        wants = [(t.call_module[ci], ci, True) for ci in follow]
-        if not self.hooks_everywhere:
-            wants += [(t.pack_modules[k], t.pack_calls[k], False) for k, v in enumerate(t.pack_values)
-                      if v in self.rec_vals]
-        chosen = {}  # module call -> the mode is on in it (else only the hooks)
-        for inv, ci, mode in wants:
+        chosen, tail = set(), False
+        for inv, ci in where:
             if ci >= end and (inv < 0 or t.modules[inv][3] is None):
-                self.tail = end  # the loss, after the model
+                tail = True
             elif inv >= 0 and t.modules[inv][3] is not None and start <= ci:
-                chosen[inv] = chosen.get(inv, False) or mode
+                chosen.add(inv)
             else:
-                self.regions, self.tail, self.full, self.hooks_everywhere = {}, None, True, True
-                return
-        top = {}  # chosen module call -> the outermost chosen call around it (its region)
+                return None
+        out = []
         for inv in chosen:
-            r, up = inv, t.modules[inv][2]
-            while up >= 0:
-                r, up = up if up in chosen else r, t.modules[up][2]
-            top[inv] = r
-        for inv, r in top.items():
-            first, stop, _, name, k = t.modules[r]
-            was = self.regions.get((name, k), (first, stop, False, True))
-            self.regions[(name, k)] = (first, stop, was[2] or chosen[inv], True)
+            up, covered = t.modules[inv][2], False
+            while up >= 0 and not covered:
+                covered, up = up in chosen, t.modules[up][2]
+            if not covered:
+                out.append(inv)
+        return out, tail
 
 
 class Regions:
@@ -296,7 +307,8 @@ class Regions:
         self.first.remove()
         self.first = None
         self.ran = True
-        names = {n for n, _ in self.a.regions} | ({""} if self.a.tail is not None else set())
+        regions = {n for n, _ in self.a.regions} | {n for n, _ in self.a.hook_regions}
+        names = regions | ({""} if self.a.tail is not None else set())
         mods = self.a.decisions.of(model)[0]
         for name in sorted(names):
             m = mods.get(name)
@@ -305,7 +317,7 @@ class Regions:
                                    "model" % name)
             self._handles += [m.register_forward_pre_hook(lambda mod, a, name=name: self._enter(name)),
                               m.register_forward_hook(lambda mod, a, o, name=name: self._exit(name), prepend=True)]
-        if "" in names and "" not in {n for n, _ in self.a.regions}:
+        if "" in names and "" not in regions:
             self.count[""] = 1  # the model's own call began before its hooks
         elif "" in names:
             self._enter("")
@@ -344,12 +356,12 @@ class Applier(TorchDispatchMode):
         self.suspended = False  # inside FSDP's own hooks (fsdp.Hooks): its calls are not the step's
         self.call = 0
         self.before = 0    # calls let through before the step's first op
-        self.regions, self.tail, self.full = d.regions, d.tail, d.full
+        self.regions, self.hook_regions, self.tail, self.full = d.regions, d.hook_regions, d.tail, d.full
         self.decisions = d
         self.active = False  # the dispatch mode is on (a region, or the whole forward)
         self.span = None   # the region the mode is on for: (module name, its call, end)
         self.entered = 0   # regions entered so far (the tail counts as one)
-        self.n_regions = sum(r[2] for r in self.regions.values()) + (self.tail is not None)  # with the mode
+        self.n_regions = len(self.regions) + (self.tail is not None)
         self.vmap = {}     # storage address -> (value id, weak reference to the storage): activations of this step
         self.src = {}      # kept values recomputations start from
         self.recipes = {}  # op id -> [recipe]
@@ -435,13 +447,11 @@ class Applier(TorchDispatchMode):
             self.hooks.__exit__(None, None, None)
 
     def module_enter(self, name, k):
-        span = self.regions.get((name, k))
-        if span is None:
-            return
-        if span[3] and not self.hooked:
+        if not self.hooked and (name, k) in self.hook_regions:
             self.hook_span = (name, k)
             self.hooks_on()
-        if span[2] and not self.active:
+        span = self.regions.get((name, k))
+        if span is not None and not self.active:
             self.call, self.span = span[0], (name, k, span[1])
             self.entered += 1
             self.on()
