@@ -281,3 +281,29 @@ def test_the_hooks_are_on_where_a_dropped_value_is_saved_and_only_there():
     assert dropped and sum(a.packs.values()) == dropped, "every saved tensor of the dropped value is a handle"
     assert a.n_packs < len(t.pack_ops) // 4, "the saved tensors outside the regions pass no Python (%d of %d did)" % (
         a.n_packs, len(t.pack_ops))
+
+
+def test_batchnorm_replays_without_its_statistics():
+    # a recomputed BatchNorm (training mode) runs again without its running
+    # statistics: the same bits (its outputs do not read them), nothing to
+    # copy, and the statistics changed once, by the step's first run
+    import user_models as um
+
+    from remat.torch.apply import _stateless
+    torch.manual_seed(0)
+    model = um.BNNet()
+    x = torch.randn(4, 3, 16, 16, generator=torch.Generator().manual_seed(3))
+    t = rt.capture(model, (x,), lambda o: o.sum())
+    bns = [o.id for o in t.ops if o.name == "aten::native_batch_norm"]
+    assert bns and all(t.ops[o].stateful for o in bns)
+    plan = force(rt.plan_trace(t, None), bns)
+    ref, got = copy.deepcopy(model), copy.deepcopy(model)
+    ref(x).sum().backward()
+    with plan.apply(got) as ap:
+        got(x).sum().backward()
+    assert ap.applier.replays == len(bns)
+    assert all(torch.equal(a, b) for a, b in zip(ref.state_dict().values(), got.state_dict().values()))
+    assert all(torch.equal(a.grad, b.grad) for a, b in zip(ref.parameters(), got.parameters()))
+    recipe = ap.applier.recipes[bns[0]][0]
+    (args, _), writes = _stateless(recipe.func, (recipe.args, recipe.kwargs), recipe.writes)
+    assert args[3] is None and args[4] is None and writes == ()

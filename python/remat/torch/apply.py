@@ -134,6 +134,19 @@ def _skip(func):
     return r
 
 
+def _stateless(func, raw, writes):
+    """The arguments (args, kwargs) of a replay of a stateful op, which must
+    leave the state as the step's first run left it, and the leaves it
+    writes: BatchNorm in training mode without its running statistics (its
+    outputs do not read them, so the bits are the same, and it writes
+    nothing), any other op on copies of the model's tensors it was given
+    (values are _Refs here)."""
+    args, kwargs = raw
+    if func is torch.ops.aten.native_batch_norm.default and not kwargs and len(args) >= 6 and args[5] is True:
+        return (tuple(args[:3]) + (None, None) + tuple(args[5:]), kwargs), ()
+    return _map(lambda a: a.clone() if isinstance(a, torch.Tensor) and not a.requires_grad else a, raw), writes
+
+
 def _view(base, r):
     return base.as_strided(r.size, r.stride, r.offset)
 
@@ -645,14 +658,13 @@ class Applier(TorchDispatchMode):
             base = made[a.v] if a.v in made else self._get(a.v)
             return _view(base, a)
 
-        copy_state = lambda a: a.clone() if isinstance(a, torch.Tensor) and not a.requires_grad else a
         for r in self.recipes[o]:
-            raw = (r.args, r.kwargs)
-            if t.ops[o].stateful:  # state (BatchNorm's statistics) changes once: a replay writes to copies
-                raw = _map(copy_state, raw)  # the model's tensors only: values are _Refs here
+            raw, writes = (r.args, r.kwargs), r.writes
+            if t.ops[o].stateful:  # state (BatchNorm's statistics) changes once per step
+                raw, writes = _stateless(r.func, raw, writes)
             args, kwargs = _map(arg, raw)
-            if r.writes:  # writes go to copies of what the op does not make itself
-                orig, writes = _leaves((r.args, r.kwargs)), set(r.writes)
+            if writes:  # writes go to copies of what the op does not make itself
+                orig, writes = _leaves((r.args, r.kwargs)), set(writes)
                 args, kwargs = _map_i(lambda i, a, orig=orig, writes=writes: _private(a) if i in writes and not (
                     isinstance(orig[i], _Ref) and (orig[i].v in made or self._last_write(o, orig[i].v))) else a,
                     (args, kwargs), [0])
