@@ -144,7 +144,8 @@ typedef struct {
                      * parameter read by several ops: PyTorch sums its
                      * gradient in a buffer until the last read) */
     remat_family family;
-    uint8_t flags;  /* REMAT__OP_STATEFUL, REMAT__OP_RANDOM, as recorded */
+    uint8_t flags;  /* REMAT__OP_STATEFUL, REMAT__OP_RANDOM, REMAT__TRACED_GRAD_VIEWS,
+                     * as recorded */
     int32_t id;     /* the op's (or a leaf's value's) id in the file */
     int32_t over;   /* 1 + the node whose op writes this node's value in
                      * place (its memory then holds the new version:
@@ -283,6 +284,9 @@ _Static_assert(REMAT__SAVE_OUT == 1u << REMAT__SAVE_IN_LIMIT && REMAT__SAVE_AUX 
 #define REMAT__OP_RANDOM (1u << 1)     /* draws from Philox */
 #define REMAT__OP_LOSS (1u << 2)       /* scalar loss output */
 #define REMAT__OP_NODIFF_IN1 (1u << 3) /* input 1 gets no gradient (labels) */
+/* A traced op's backward makes its inputs' gradients as views into its
+ * output's gradient (remat__traced.flags only: PyTorch's cat and stack). */
+#define REMAT__TRACED_GRAD_VIEWS (1u << 7)
 /* Element i of the output (and of each input gradient) depends on element
  * i of each input, output and output gradient alone; every one has the
  * node's element count, which the kernels read from the node's shape;

@@ -559,6 +559,42 @@ static void test_grad_bytes(void) {
     free(a);
 }
 
+/* grad_views (PyTorch's cat): the concatenation's input gradients are
+ * views into its output's gradient, which is held until the last of them
+ * goes. x (input) -> a (1000 B) -> b (3000 B) -> c = cat(b, a) (4000 B)
+ * -> the loss (4 B). Store-all's gradients (category transient; the
+ * loss's seed is freed after the loss's backward): without the flag the
+ * cat's backward holds c's gradient and takes b's and a's (4000 + 3000 +
+ * 1000); with it the views take nothing, and b's backward, adding its
+ * part into a's gradient, makes the sum (1000 B) while c's gradient is
+ * still held by a's view (4000 + 1000). */
+static void test_grad_views(void) {
+    const char *g = "{\"format\": \"remat-graph\", \"version\": 1, \"loss\": 5, \"values\": ["
+                    "{\"id\": 0, \"kind\": \"input\", \"name\": \"x\", \"bytes\": 4096},"
+                    "{\"id\": 1, \"kind\": \"parameter\", \"name\": \"w\", \"bytes\": 64},"
+                    "{\"id\": 2, \"kind\": \"activation\", \"bytes\": 1000},"
+                    "{\"id\": 3, \"kind\": \"activation\", \"bytes\": 3000},"
+                    "{\"id\": 4, \"kind\": \"activation\", \"bytes\": 4000},"
+                    "{\"id\": 5, \"kind\": \"activation\", \"bytes\": 4}], \"ops\": ["
+                    "{\"id\": 0, \"inputs\": [0, 1], \"outputs\": [2], \"saves\": [0]},"
+                    "{\"id\": 1, \"inputs\": [2], \"outputs\": [3], \"saves\": [2]},"
+                    "{\"id\": 2, \"name\": \"aten.cat\", \"inputs\": [3, 2], \"outputs\": [4]VIEWS},"
+                    "{\"id\": 3, \"inputs\": [4], \"outputs\": [5], \"saves\": [4]}]}";
+    char *plain = replaced(g, "VIEWS", ""), *views = replaced(g, "VIEWS", ", \"grad_views\": true");
+    cJSON *p0 = plan(plain, NULL, NULL), *p1 = plan(views, NULL, NULL);
+    CHECK(p0 && p1);
+    if (p0 && p1) {
+        CHECK_MSG(peak(p0, "transient") == 4000 + 3000 + 1000, "%.0f", peak(p0, "transient"));
+        CHECK_MSG(peak(p1, "transient") == 4000 + 1000, "%.0f", peak(p1, "transient"));
+    }
+    cJSON_Delete(p0), cJSON_Delete(p1);
+    free(plain), free(views);
+    remat_status st;
+    char *bad = replaced(g, "VIEWS", ", \"grad_views\": 1");
+    CHECK(plan(bad, NULL, &st) == NULL && st == REMAT_FORMAT && has(remat_last_error(), "grad_views"));
+    free(bad);
+}
+
 /* ------------------------------------------------------------- bounds */
 
 /* "values": n values (the first real, the rest {}), "ops": m ops ({}):
@@ -834,6 +870,7 @@ int main(int argc, char **argv) {
     test_inplace();
     test_saves_repeated();
     test_grad_bytes();
+    test_grad_views();
     test_later_outputs();
     refused_count(1, 2000001, "'ops' has 2000001 entries; at most 2000000 are read");
     refused_count(4000001, 1, "'values' has 4000001 entries; at most 4000000 are read");

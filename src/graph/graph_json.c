@@ -338,11 +338,13 @@ static remat_status read_op(reader *r, int i, const cJSON *it, int32_t *saves, i
         if (b && (st = whole(b, where, k ? "transient.backward" : "transient.forward", &o->ws[k])) != REMAT_OK)
             return st;
     }
-    int stateful, random;
+    int stateful, random, views;
     if ((st = flag_of(it, where, "stateful", &stateful)) != REMAT_OK ||
-        (st = flag_of(it, where, "random", &random)) != REMAT_OK)
+        (st = flag_of(it, where, "random", &random)) != REMAT_OK ||
+        (st = flag_of(it, where, "grad_views", &views)) != REMAT_OK)
         return st;
-    o->flags = (uint8_t)((stateful ? REMAT__OP_STATEFUL : 0) | (random ? REMAT__OP_RANDOM : 0));
+    o->flags = (uint8_t)((stateful ? REMAT__OP_STATEFUL : 0) | (random ? REMAT__OP_RANDOM : 0) |
+                         (views ? REMAT__TRACED_GRAD_VIEWS : 0));
     if ((st = region_of(it, where, &o->region)) != REMAT_OK) return st;
     o->family = REMAT_FAMILY_POINTWISE;
     const cJSON *fam = cJSON_GetObjectItemCaseSensitive(it, "family");

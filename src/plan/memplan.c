@@ -32,6 +32,11 @@ typedef struct {
     uint32_t *keep; /* per instruction of a writer: bit k, the k-th value
                        it overwrites is read again before it is freed or
                        made again (the framework writes over a copy) */
+    int32_t *view;  /* traced: per gradient value, the gradient whose memory
+                       it is a view into (REMAT__TRACED_GRAD_VIEWS), -1
+                       none; NULL when no op makes views */
+    int32_t *views; /* per gradient value, the views into it still live */
+    uint8_t *freed; /* per gradient value: freed, its memory held by views */
     remat_status st;
 } walker;
 
@@ -77,6 +82,43 @@ static void give(walker *w, int32_t ins, int32_t e) {
 }
 
 static int resident(const walker *w, int32_t v) { return w->live[v] >= 0; }
+
+/* A gradient is there: in memory of its own, or as a view into another's. */
+static int has_grad(const walker *w, int32_t v) { return resident(w, v) || (w->view && w->view[v] >= 0); }
+
+/* Gradient view v goes (consumed, or replaced where a backward adds into
+ * it): the memory it is a view into goes with the last view, once that
+ * gradient itself is freed. */
+static void unview(walker *w, int32_t ins, int32_t v) {
+    int32_t b = w->view[v];
+    w->view[v] = -1;
+    if (--w->views[b] == 0 && w->freed[b]) {
+        w->freed[b] = 0;
+        give(w, ins, w->live[b]);
+    }
+}
+
+/* FREE(v) as instruction i. */
+static void walk_free(walker *w, int32_t i, int32_t v) {
+    if (w->view && w->view[v] >= 0) unview(w, i, v);
+    else if (w->view && resident(w, v) && w->views[v] > 0) w->freed[v] = 1; /* held by its views */
+    else if (resident(w, v)) give(w, i, w->live[v]);
+}
+
+/* Whether an op makes its inputs' gradients as views (any op, for the
+ * arrays), and the arrays. */
+static remat_status views_init(walker *w, const remat_graph *g) {
+    int any = 0;
+    for (int32_t u = 0; u < g->n && g->traced; u++) any |= (g->traced[u].flags & REMAT__TRACED_GRAD_VIEWS) != 0;
+    if (!any) return REMAT_OK;
+    size_t nv = (size_t)g->n * 3;
+    w->view = malloc(nv * sizeof *w->view);
+    w->views = calloc(nv, sizeof *w->views);
+    w->freed = calloc(nv, 1);
+    if (!w->view || !w->views || !w->freed) return remat__err(REMAT_NOMEM, "out of memory planning a step's memory");
+    for (size_t v = 0; v < nv; v++) w->view[v] = -1;
+    return REMAT_OK;
+}
 
 /* A traced step's in-place writes: per writer, the list of the nodes whose
  * value it overwrites (w->over holds the heads at [0, n) and the links at
@@ -193,10 +235,11 @@ static void walk_bwd(walker *w, const remat__prog *p, const remat__schedule *s, 
             w->st = missing(w, g, n->in[j], in->node, "differentiates");
     if (((n->saves & REMAT__SAVE_OUT) && !resident(w, REMAT__VAL(in->node, REMAT__V_OUT))) ||
         ((n->saves & REMAT__SAVE_AUX) && !resident(w, REMAT__VAL(in->node, REMAT__V_AUX))) ||
-        (!resident(w, vg) && in->node != s->loss))
+        (!has_grad(w, vg) && in->node != s->loss))
         w->st = remat__err(REMAT_INTERNAL, "schedule differentiates node %d without its saved values", in->node);
     if (w->st != REMAT_OK) return;
-    if (!resident(w, vg)) take(w, i, vg, REMAT_MEM_TRANSIENT, remat__value_bytes(p, vg), REMAT__FILL_ONE);
+    if (!has_grad(w, vg)) take(w, i, vg, REMAT_MEM_TRANSIENT, remat__value_bytes(p, vg), REMAT__FILL_ONE);
+    int views = g->traced && (g->traced[in->node].flags & REMAT__TRACED_GRAD_VIEWS) && w->view;
     int32_t added[REMAT__MAX_IN]; /* new parameter gradients the framework adds into held ones */
     int n_added = 0;
     for (int j = 0; j < n->n_in; j++) {
@@ -209,8 +252,15 @@ static void walk_bwd(walker *w, const remat__prog *p, const remat__schedule *s, 
             continue;
         }
         if ((param && !w->m->per_tensor) || resident(w, vi)) continue; /* the GRAD block's, or accumulated */
+        if (views && !param && w->view[vi] < 0) { /* a view into vg (a second write: out of place) */
+            w->view[vi] = vg;
+            w->views[vg]++;
+            continue;
+        }
+        int viewed = w->view && w->view[vi] >= 0; /* added into out of place: the sum a gradient of its own */
         take(w, i, vi, param ? REMAT_MEM_GRAD : REMAT_MEM_TRANSIENT, remat__value_bytes(p, vi),
              param ? REMAT__FILL_NONE : REMAT__FILL_ZERO);
+        if (viewed) unview(w, i, vi); /* the view goes once the sum is made */
     }
     give(w, i, take(w, i, -1, REMAT_MEM_WORKSPACE, remat__ws_bytes(p, in->node, 1), REMAT__FILL_NONE));
     for (int k = 0; k < n_added; k++) give(w, i, added[k]);
@@ -264,11 +314,12 @@ remat_status remat__memplan_build(const remat__prog *p, const remat__schedule *s
     for (size_t v = 0; v < nv; v++) w.live[v] = w.hlive[v] = -1;
     w.st = overwrites_init(&w, g);
     if (w.st == REMAT_OK) w.st = keeps_init(&w, g, s);
+    if (w.st == REMAT_OK) w.st = views_init(&w, g);
     for (int i = 0; i < s->n && w.st == REMAT_OK; i++) {
         const remat__instr *in = &s->ins[i];
         if (in->kind == REMAT__I_FWD) walk_fwd(&w, p, i, in);
         else if (in->kind == REMAT__I_BWD) walk_bwd(&w, p, s, i, in);
-        else if (in->kind == REMAT__I_FREE && resident(&w, in->value)) give(&w, i, w.live[in->value]);
+        else if (in->kind == REMAT__I_FREE) walk_free(&w, i, in->value);
         else if (in->kind == REMAT__I_OUT || in->kind == REMAT__I_IN) walk_copy(&w, p, i, in);
         /* REDUCE: the communication block, outside the arena */
     }
@@ -281,7 +332,7 @@ remat_status remat__memplan_build(const remat__prog *p, const remat__schedule *s
         if (w.live[v] >= 0 || w.hlive[v] >= 0)
             w.st = remat__err(REMAT_INTERNAL, "schedule ends with value %zu of node %zu resident%s", v % 3, v / 3,
                               w.live[v] >= 0 ? "" : " on the host");
-    free(w.live), free(w.hlive), free(w.over), free(w.gone), free(w.keep);
+    free(w.live), free(w.hlive), free(w.over), free(w.gone), free(w.keep), free(w.view), free(w.views), free(w.freed);
     return w.st;
 }
 

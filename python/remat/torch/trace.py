@@ -180,10 +180,18 @@ class Trace:
                 "recompute": rc, "transient": {"forward": int(o.transient), "backward": int(o.transient_bwd)},
                 "stateful": o.stateful, "random": o.random, "family": o.family,
             })
+            if o.name in GRAD_VIEWS:
+                ops[-1]["grad_views"] = True
             if regions is not None and regions[o.id] >= 0:
                 ops[-1]["region"] = regions[o.id]
         return {"format": "remat-graph", "version": 1, "cost_unit": cost, "source": self.source,
                 "values": values, "ops": ops, "loss": self.loss}
+
+
+# ops whose backward returns their inputs' gradients as views into their
+# output's gradient (cat: narrow, stack: unbind), so that gradient's memory
+# lives until the last of them is consumed (the graph's grad_views)
+GRAD_VIEWS = frozenset({"aten::cat", "aten::stack"})
 
 
 def layer_kinds_of(model):
