@@ -208,12 +208,9 @@ typedef struct {
 } chain_cands;
 
 /* The chains cut from one step (chain_cut.c): side inputs aside, none
- * aside, side inputs and skips aside; for a traced step whose parameter
- * gradients the simulator holds per tensor, each of those also without
- * counting them (chain.c); and twins with and without the marks of the
- * stages that drop their input (mark_drops): in remat's own steps of each
- * chain that has some, in a traced step of each without the gradients
- * (optimal_plan). */
+ * aside, side inputs and skips aside; for a traced step, each also
+ * without counting its parameter gradients (chain.c); and twins with and
+ * without the marks of the stages that drop their input (cut_chains). */
 #define N_CUTS 3
 #define N_CHAINS (4 * N_CUTS)
 
@@ -306,10 +303,8 @@ static remat_status gen_chain(const gen_ctx *x, int j, int n, remat__schedule *s
     int i, k = chain_of(x, 0, x->n_main, j, n, &i);
     return chain_schedule(x, k, i, sc);
 }
-/* A traced step's chains whose stages drop their input, after every other
- * generator: the candidates before them, and the pruning work they take,
- * are those of the chains without the marks, so they only add schedules
- * (optimal_plan). */
+/* A traced step's marked chains, after every other generator, so that
+ * they only add schedules (cut_chains). */
 static remat_status gen_chain_drop(const gen_ctx *x, int j, int n, remat__schedule *sc) {
     int i, k = chain_of(x, x->n_main, x->n_ch, j, n, &i);
     return chain_schedule(x, k, i, sc);
@@ -690,26 +685,24 @@ static remat_status none_fits(const gen_ctx *x, cand *cands, int nc, const remat
                       r->budget, (double)r->budget / 1048576.0, least, (double)least / 1048576.0, r->held_outside);
 }
 
-/* The candidates are first measured cheaply; placing an arena (quadratic
- * in the events) is done only where it can decide (choose, none_fits).
- * The winner's memory plan is placed once and kept. */
-remat_status remat__optimal_plan(const remat__plan_req *r, remat__planned *out) {
-    memset(out, 0, sizeof *out);
-    remat__chain c[N_CHAINS];
-    gen_ctx x;
-    cand *cands = NULL;
-    int nc = 0, win = -1, n_ch = 1;
-    memset(c, 0, sizeof c);
-    /* stages that drop their input (chain.c's mark_drops): in remat's own
-     * steps the chains have the marks, and their plain twins follow them
-     * (below); in a traced step the chains are plain, and their twins with
-     * the marks are chain-drop's, after every other generator. A traced
-     * step has twice as many chains (with and without its parameter
-     * gradients), and with the marked twins among the chain generator's
-     * they took the sampling (CAND_WORK) and the pruning work (PRUNE_WORK)
-     * from the plain ones: on a traced Llama (bench/torch/per_layer.py, 8
-     * layers, sequence 512) the plan at per-layer checkpointing's peak
-     * recomputed 33.3% where it recomputed 26.3% without them */
+/* The chains a step is cut into (c[0, n_ch)): cuts of them planned with
+ * its parameter gradients, then as many without (a traced step's), then
+ * twins (other[k]: chain k's, or -1) the other way as to the stages that
+ * drop their input; skips: the chain with the skips set aside, or -1. */
+typedef struct {
+    int n_ch, cuts, twins, skips, drops;
+    int other[2 * N_CUTS];
+} chain_set;
+
+static remat_status cut_chains(const remat__plan_req *r, remat__chain *c, chain_set *cs) {
+    memset(c, 0, N_CHAINS * sizeof *c);
+    int n_ch = 1;
+    /* stages that drop their input (chain.c's mark_drops): remat's own
+     * steps' chains have the marks (their plain twins below); a traced
+     * step's are plain, and their marked twins chain-drop's, after every
+     * other generator: among the chain generator's they took its sampling
+     * (CAND_WORK) and pruning work (PRUNE_WORK) from the plain chains (a
+     * traced Llama's plan at per-layer's peak: +33.3% FLOPs, not +26.3%) */
     int drops = !r->p->g->traced;
     remat_status st = remat__chain_init_model(r->p, r->loss, 1, 1, drops, &c[0]);
     if (st == REMAT_OK && c[0].n_side) /* and the chain without setting them aside */
@@ -748,9 +741,9 @@ remat_status remat__optimal_plan(const remat__plan_req *r, remat__planned *out) 
      * each twin is one more DP over every budget (planning those 1.0 s ->
      * 1.4 s; a twin of every chain: 1.8 s -> 2.5 s at 8 layers x 512, with
      * no floor lower) */
-    int twins = n_ch, other[2 * N_CUTS];
+    int twins = n_ch;
     for (int k = 0; k < twins && st == REMAT_OK; k++) {
-        other[k] = -1;
+        cs->other[k] = -1;
         if (drops && !remat__chain_drops(&c[k])) continue;
         if (!drops && k < cuts) continue;
         st = remat__chain_init_model(r->p, r->loss, aside[k % cuts], k < cuts, !drops, &c[n_ch]);
@@ -758,21 +751,41 @@ remat_status remat__optimal_plan(const remat__plan_req *r, remat__planned *out) 
             remat__chain_free(&c[n_ch]);
             continue;
         }
-        other[k] = n_ch++;
+        cs->other[k] = n_ch++;
     }
-    if (st != REMAT_OK) {
+    cs->n_ch = n_ch, cs->cuts = cuts, cs->twins = twins, cs->skips = skips, cs->drops = drops;
+    if (st != REMAT_OK)
         for (int k = 0; k < N_CHAINS; k++) remat__chain_free(&c[k]);
-        return st;
+    return st;
+}
+
+/* What the generators share, over the chains cs cut. */
+static remat_status chains_ctx(const remat__plan_req *r, const remat__chain *c, const chain_set *cs, gen_ctx *x) {
+    remat_status st = gen_init(r->p, r->loss, c, cs->n_ch, x);
+    if (!cs->drops) x->n_main = cs->twins;
+    if (st == REMAT_OK && cs->skips >= 0) x->ch[cs->skips].once = 1;
+    if (st == REMAT_OK && cs->skips >= 0 && cs->twins > cs->cuts) x->ch[cs->skips + cs->cuts].once = 1;
+    for (int k = 0; k < cs->twins && st == REMAT_OK; k++) {
+        if (cs->other[k] < 0) continue;
+        if (k % cs->cuts == cs->skips) x->ch[cs->other[k]].once = 1; /* the skips' twins too */
+        st = drop_shared(x->ch, k, cs->other[k]);
     }
-    st = gen_init(r->p, r->loss, c, n_ch, &x);
-    if (!drops) x.n_main = twins;
-    if (st == REMAT_OK && skips >= 0) x.ch[skips].once = 1;
-    if (st == REMAT_OK && skips >= 0 && twins > cuts) x.ch[skips + cuts].once = 1;
-    for (int k = 0; k < twins && st == REMAT_OK; k++) {
-        if (other[k] < 0) continue;
-        if (k % cuts == skips) x.ch[other[k]].once = 1; /* the skips' twins too */
-        st = drop_shared(x.ch, k, other[k]);
-    }
+    return st;
+}
+
+/* The candidates are first measured cheaply; placing an arena (quadratic
+ * in the events) is done only where it can decide (choose, none_fits).
+ * The winner's memory plan is placed once and kept. */
+remat_status remat__optimal_plan(const remat__plan_req *r, remat__planned *out) {
+    memset(out, 0, sizeof *out);
+    remat__chain c[N_CHAINS];
+    chain_set cs;
+    gen_ctx x;
+    cand *cands = NULL;
+    int nc = 0, win = -1;
+    remat_status st = cut_chains(r, c, &cs);
+    if (st != REMAT_OK) return st;
+    st = chains_ctx(r, c, &cs, &x);
     if (st == REMAT_OK) st = measure_all(&x, r->held_outside, &cands, &nc);
     if (st == REMAT_OK) st = choose(&x, cands, nc, r, &win);
     int offloaded = 0; /* offload, with a host budget, where it costs less */
