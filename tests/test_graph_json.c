@@ -589,6 +589,36 @@ static void test_grad_views(void) {
     }
     cJSON_Delete(p0), cJSON_Delete(p1);
     free(plain), free(views);
+    /* cat of a cat, d = cat(c = cat(b, a), b) (7000 B): c's gradient is a
+     * view into d's, and a's a view into that memory too; b gets two views,
+     * summed out of place at c's backward (3000 B, d's gradient still held);
+     * at b's backward, a's sum (1000 B) is made before the last view goes:
+     * 7000 + 3000 + 1000, where without the flag d's backward holds its
+     * gradient beside c's and b's (7000 + 4000 + 3000) */
+    const char *g2 = "{\"format\": \"remat-graph\", \"version\": 1, \"loss\": 6, \"values\": ["
+                     "{\"id\": 0, \"kind\": \"input\", \"name\": \"x\", \"bytes\": 4096},"
+                     "{\"id\": 1, \"kind\": \"parameter\", \"name\": \"w\", \"bytes\": 64},"
+                     "{\"id\": 2, \"kind\": \"activation\", \"bytes\": 1000},"
+                     "{\"id\": 3, \"kind\": \"activation\", \"bytes\": 3000},"
+                     "{\"id\": 4, \"kind\": \"activation\", \"bytes\": 4000},"
+                     "{\"id\": 5, \"kind\": \"activation\", \"bytes\": 7000},"
+                     "{\"id\": 6, \"kind\": \"activation\", \"bytes\": 4}], \"ops\": ["
+                     "{\"id\": 0, \"inputs\": [0, 1], \"outputs\": [2], \"saves\": [0]},"
+                     "{\"id\": 1, \"inputs\": [2], \"outputs\": [3], \"saves\": [2]},"
+                     "{\"id\": 2, \"inputs\": [3, 2], \"outputs\": [4], \"grad_views\": true},"
+                     "{\"id\": 3, \"inputs\": [4, 3], \"outputs\": [5], \"grad_views\": true},"
+                     "{\"id\": 4, \"inputs\": [5], \"outputs\": [6], \"saves\": [5]}]}";
+    char *plain2 = strdup(g2);
+    for (char *at; (at = strstr(plain2, ", \"grad_views\": true"));)
+        memmove(at, at + 20, strlen(at + 20) + 1);
+    p0 = plan(plain2, NULL, NULL), p1 = plan(g2, NULL, NULL);
+    CHECK(p0 && p1);
+    if (p0 && p1) {
+        CHECK_MSG(peak(p0, "transient") == 7000 + 4000 + 3000, "%.0f", peak(p0, "transient"));
+        CHECK_MSG(peak(p1, "transient") == 7000 + 3000 + 1000, "%.0f", peak(p1, "transient"));
+    }
+    cJSON_Delete(p0), cJSON_Delete(p1);
+    free(plain2);
     remat_status st;
     char *bad = replaced(g, "VIEWS", ", \"grad_views\": 1");
     CHECK(plan(bad, NULL, &st) == NULL && st == REMAT_FORMAT && has(remat_last_error(), "grad_views"));

@@ -252,11 +252,13 @@ static void walk_bwd(walker *w, const remat__prog *p, const remat__schedule *s, 
             continue;
         }
         if ((param && !w->m->per_tensor) || resident(w, vi)) continue; /* the GRAD block's, or accumulated */
-        if (views && !param && w->view[vi] < 0) { /* a view into vg (a second write: out of place) */
-            w->view[vi] = vg;
-            w->views[vg]++;
+        if (views && !param && w->view[vi] < 0) { /* a view into vg's memory (vg may be a view itself) */
+            int32_t b = vg;
+            while (w->view[b] >= 0) b = w->view[b];
+            w->view[vi] = b;
+            w->views[b]++;
             continue;
-        }
+        }                                         /* the same input twice: the two views summed out of place, below */
         int viewed = w->view && w->view[vi] >= 0; /* added into out of place: the sum a gradient of its own */
         take(w, i, vi, param ? REMAT_MEM_GRAD : REMAT_MEM_TRANSIENT, remat__value_bytes(p, vi),
              param ? REMAT__FILL_NONE : REMAT__FILL_ZERO);
