@@ -609,8 +609,7 @@ static void test_grad_views(void) {
                      "{\"id\": 3, \"inputs\": [4, 3], \"outputs\": [5], \"grad_views\": true},"
                      "{\"id\": 4, \"inputs\": [5], \"outputs\": [6], \"saves\": [5]}]}";
     char *plain2 = strdup(g2);
-    for (char *at; (at = strstr(plain2, ", \"grad_views\": true"));)
-        memmove(at, at + 20, strlen(at + 20) + 1);
+    for (char *at; (at = strstr(plain2, ", \"grad_views\": true"));) memmove(at, at + 20, strlen(at + 20) + 1);
     p0 = plan(plain2, NULL, NULL), p1 = plan(g2, NULL, NULL);
     CHECK(p0 && p1);
     if (p0 && p1) {
