@@ -107,7 +107,11 @@ typedef struct {
     size_t budget[3];
     double floor[2];    /* before: without, with recompute_once */
     double extra[2][3]; /* before: per budget */
-    int chain[2][3];    /* now a chain plan, cheaper than before */
+    int chain[2][3];    /* now cheaper than before: 1 by a chain plan, 2 by any
+                           (with recompute_once, gpt2's tightened drop-expensive
+                           plans, optimal_relax.c, beat its chain plans there:
+                           1,082,368 and 295,936 extra FLOPs against 2,164,736
+                           and 917,504) */
 } before;
 
 static void model(const before *b, int quick) {
@@ -134,8 +138,8 @@ static void model(const before *b, int quick) {
             CHECK_MSG(a.extra_flops <= b->extra[once][k], "%s at %zu: %.0f extra flops, before %.0f", b->file,
                       b->budget[k], a.extra_flops, b->extra[once][k]);
             if (!b->chain[once][k]) continue;
-            CHECK_MSG(strcmp(a.planner, "chain") == 0, "%s at %zu: planner %s, want a chain plan", b->file,
-                      b->budget[k], a.planner);
+            CHECK_MSG(b->chain[once][k] == 2 || strcmp(a.planner, "chain") == 0,
+                      "%s at %zu: planner %s, want a chain plan", b->file, b->budget[k], a.planner);
             CHECK_MSG(a.extra_flops < b->extra[once][k], "%s at %zu: %.0f extra flops, before %.0f", b->file,
                       b->budget[k], a.extra_flops, b->extra[once][k]);
         }
@@ -153,7 +157,7 @@ int main(int argc, char **argv) {
          {12 << 20, 14 << 20, 17 << 20},
          {10033920, 11082496},
          {{2830464, 2830464, 2830464}, {2830464, 2830464, 2830464}},
-         {{0, 1, 1}, {0, 1, 1}}},
+         {{0, 1, 1}, {0, 2, 2}}},
         {"llama_tiny.json",
          4,
          {7 << 20, 8704 << 10, 10 << 20},

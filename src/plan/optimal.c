@@ -59,7 +59,12 @@
  * that reads it, which the persistent chain DP cannot express), and each
  * of these less the recomputations that free nothing at its peak (pruned:
  * PRUNE_PASSES), and each with its recomputations moved as late as they
- * can go, then pruned (sunk; both in refine.c). On graphs of many nodes a
+ * can go, then pruned (sunk; both in refine.c). Then the schedules
+ * between them (optimal_relax.c): the selective level masks with one more
+ * value dropped at a time (tightened), and from each candidate on the
+ * frontier of what they hold and cost, the schedules that give back one
+ * recomputation at a time up to the next one's peak (relaxed). On graphs
+ * of many nodes a
  * generator makes at most CAND_WORK / nodes schedules, spread the same
  * way. The fastest under the cost model that holds at most the budget
  * wins. Hence, by construction: a larger budget never gets a costlier
@@ -79,7 +84,7 @@
  * scripts/gen_ilp_fixtures.py) states the gap to the rematerialization
  * ILP's true optimum on small graphs.
  */
-#include "chain.h"
+#include "optimal-impl.h"
 #include "offload.h"
 #include "planner.h"
 #include "refine.h"
@@ -125,114 +130,19 @@ static remat_status strategy_schedule(const remat__prog *p, remat_node loss, rem
     return st;
 }
 
-/* The memory-efficient form of dense and branchy graphs as candidates:
- * keep the outputs of the expensive nodes (linear, conv) and of the nodes
- * after the last of them, drop every cheap value (concat, normalization,
- * pointwise, pooling) and recompute it from the kept ones just before the
- * backward that reads it (build.c's segment recomputation). Candidate j of
- * N_SELECTIVE also drops the expensive outputs that are cheapest to
- * recompute per byte, in that order, until j/N_SELECTIVE of their bytes
- * are gone: on DenseNet it drops the bottleneck convolutions' wide outputs
- * first (a 1x1 convolution from few channels costs little per byte) and
- * keeps each layer's new features, the per-layer checkpointing people
- * write by hand, at the end. */
-#define N_SELECTIVE 8
-
-typedef struct {
-    double per_byte; /* forward cost of recomputing per byte kept */
-    size_t bytes;
-    int32_t node;
-} exp_node;
-
-static int by_cost_per_byte(const void *a, const void *b) {
-    const exp_node *x = a, *y = b;
-    if (x->per_byte != y->per_byte) return x->per_byte < y->per_byte ? -1 : 1;
-    return (x->node > y->node) - (x->node < y->node);
-}
-
-/* Keeps the expensive products but drops the fraction j / n of their
- * bytes, cheapest per byte first; with keep_cheap, keeps every cheap value
- * too (drop-expensive: store-all less those expensive products). The
- * second is what the rematerialization ILP's optimum does at the floor of
- * a traced MLP with BatchNorm (test_ilp's mlp_bn: drop the first linear's
- * output once BatchNorm's forward has read it, recompute it from the input
- * just before BatchNorm's backward): a non-persistent schedule, outside
- * the chain DP's space, 9.4% cheaper than the chain's plan there. */
+/* The keep-expensive (keep_cheap 0) and drop-expensive (1) candidates
+ * (levels.c's remat__selective_levels), N_SELECTIVE of each. */
 static remat_status keep_expensive_schedule(const remat__prog *p, remat_node loss, int j, int n, int keep_cheap,
                                             remat__schedule *sc) {
-    const remat_graph *g = p->g;
-    uint8_t *level = malloc((size_t)g->n + 1);
-    exp_node *e = malloc(((size_t)g->n + 1) * sizeof *e);
-    if (!level || !e) {
-        free(level), free(e);
-        return remat__err(REMAT_NOMEM, "out of memory planning");
-    }
-    int32_t last = -1;
-    for (int32_t u = 0; u < g->n; u++)
-        if (g->nodes[u].leaf == REMAT__LEAF_NONE && remat__expensive(g, &g->nodes[u])) last = u;
-    int ne = 0;
-    size_t total = 0;
-    for (int32_t u = 0; u < g->n; u++) {
-        const remat__node *nd = &g->nodes[u];
-        level[u] =
-            keep_cheap || nd->leaf != REMAT__LEAF_NONE || u >= last || remat__expensive(g, nd) ? 0 : REMAT__LEVEL_NONE;
-        if (nd->leaf == REMAT__LEAF_NONE && u < last && remat__expensive(g, nd)) {
-            size_t b = (size_t)remat__vbytes(p, nd);
-            e[ne++] = (exp_node){remat__node_rec_seconds(p, nd) / (double)(b ? b : 1), b, u};
-            total += b;
-        }
-    }
-    qsort(e, (size_t)ne, sizeof *e, by_cost_per_byte);
-    size_t dropped = 0, goal = (size_t)((double)total * j / n);
-    for (int i = 0; i < ne && dropped < goal; i++) {
-        level[e[i].node] = REMAT__LEVEL_NONE;
-        dropped += e[i].bytes;
-    }
-    free(e);
-    remat_status st = levels_schedule(p, loss, level, sc);
+    uint8_t *level = NULL;
+    remat_status st = remat__selective_levels(p, j, n, keep_cheap, &level);
+    if (st == REMAT_OK) st = levels_schedule(p, loss, level, sc);
     free(level);
     if (st == REMAT_OK) sc->origin = keep_cheap ? "drop-expensive" : "keep-expensive";
     return st;
 }
 
 /* ------------------------------------------------------ the candidates */
-
-/* A chain's candidates: the DP over every budget (or NULL) and the
- * budgets at which its distinct plans are taken. */
-typedef struct {
-    const remat__chain *c;
-    const remat__chain_tab *tab;
-    int64_t *chain_at; /* chain candidate j: the DP's plan at this budget */
-    int n_chain;
-    int once; /* its schedules are candidates only where they recompute each op once */
-} chain_cands;
-
-/* The chains cut from one step (chain_cut.c): side inputs aside, none
- * aside, side inputs and skips aside; for a traced step, each also
- * without counting its parameter gradients (chain.c); and twins with and
- * without the marks of the stages that drop their input (cut_chains). */
-#define N_CUTS 3
-#define N_CHAINS (4 * N_CUTS)
-
-/* What the candidate generators share. */
-typedef struct {
-    const remat__prog *p;
-    remat_node loss;
-    chain_cands ch[N_CHAINS]; /* the chain with shared side inputs set aside,
-                               * without (where there are some), and with the
-                               * skips into its boundaries set aside too
-                               * (where there are some), each with and, in a
-                               * traced step, without the parameter gradients:
-                               * each chain's plans are candidates, so neither
-                               * carrying nor counting the gradients loses */
-    int n_ch;
-    int n_main; /* the chain generator's are ch[0, n_main), chain-drop's the rest */
-    const remat__train_dag *dag;
-    int64_t dfloor, dtop; /* the step DAG's floor and total */
-    int32_t *marks;       /* remat_checkpoint marks at level 0, creation order */
-    int n_marks;
-    int regions; /* a traced step with checkpoint regions: manual is their one schedule */
-} gen_ctx;
 
 /* DTR work per candidate (values visited): about 0.1 s on one core. */
 #define DTR_WORK ((int64_t)10 * 1000 * 1000)
@@ -304,7 +214,7 @@ static remat_status gen_chain(const gen_ctx *x, int j, int n, remat__schedule *s
     return chain_schedule(x, k, i, sc);
 }
 /* A traced step's marked chains, after every other generator, so that
- * they only add schedules (cut_chains). */
+ * they only add schedules (remat__cut_chains). */
 static remat_status gen_chain_drop(const gen_ctx *x, int j, int n, remat__schedule *sc) {
     int i, k = chain_of(x, x->n_main, x->n_ch, j, n, &i);
     return chain_schedule(x, k, i, sc);
@@ -441,17 +351,6 @@ static remat_status drop_shared(chain_cands *ch, int k, int t) {
     return st;
 }
 
-/* A candidate, by what it costs and what it holds at least. */
-typedef struct {
-    int gi, j, count;
-    double cost;
-    size_t lb;    /* held bytes, at least: the peak of its values and the blocks */
-    size_t held;  /* placed; 0 until then */
-    double prune; /* > 0: the generator's schedule pruned (prune) with this
-                     much work allowed, which makes it again the same */
-    int sink;     /* its recomputations moved late first (sink) */
-} cand;
-
 /* Pruning and sinking (refine.c) build at most this many instructions per
  * planning, in the candidates' order. */
 #define PRUNE_WORK 4e7
@@ -463,33 +362,10 @@ static int by_cost(const void *a, const void *b) {
     return x->gi != y->gi ? x->gi - y->gi : x->j - y->j;
 }
 
-static int by_lb(const void *a, const void *b) {
+int remat__optimal_by_lb(const void *a, const void *b) {
     const cand *x = a, *y = b;
     if (x->lb != y->lb) return x->lb < y->lb ? -1 : 1;
     return by_cost(a, b);
-}
-
-/* Does the schedule compute some node more than twice (a first forward and
- * more than one recomputation)? */
-static int recomputes_twice(const remat_graph *g, const remat__schedule *sc) {
-    uint8_t *n = calloc((size_t)g->n + 1, 1);
-    int twice = !n;
-    for (int i = 0; i < sc->n && !twice; i++)
-        if (sc->ins[i].kind == REMAT__I_FWD && ++n[sc->ins[i].node] > 2) twice = 1;
-    free(n);
-    return twice;
-}
-
-/* Whether the schedule recomputes something before the backward starts
- * (DTR evicts and remakes values within the forward): a traced step's
- * framework runs its forward as written, so it cannot run such a
- * schedule. */
-static int recomputes_in_forward(const remat__schedule *sc) {
-    for (int i = 0; i < sc->n; i++) {
-        if (sc->ins[i].kind == REMAT__I_BWD) return 0;
-        if (sc->ins[i].kind == REMAT__I_FWD && !sc->ins[i].first) return 1;
-    }
-    return 0;
 }
 
 /* Which storage options the chain's stages offer, and which of them the
@@ -521,9 +397,18 @@ remat_status remat__optimal_options(const remat__prog *p, remat_node loss, int o
     return st;
 }
 
-/* Candidate k's schedule, sunk and pruned where it is a sunk or pruned one. */
-static remat_status make_cand(const gen_ctx *x, const cand *k, remat__schedule *sc) {
-    remat_status st = generators[k->gi].make(x, k->j, k->count, sc);
+remat_status remat__optimal_make(const gen_ctx *x, const cand *k, remat__schedule *sc) {
+    if (k->last >= 0 && k->base) { /* relaxed */
+        remat_status st = REMAT_OK;
+        for (int s = 0; st == REMAT_OK && s <= k->steps; s++) {
+            remat__schedule t;
+            st = remat__without(x->p, s ? sc : k->base, s < k->steps ? k->relax[s] : k->last, &t);
+            if (s) remat__schedule_free(sc);
+            *sc = t;
+        }
+        return st;
+    }
+    remat_status st = k->last >= 0 ? remat__optimal_tightened(x, k, sc) : generators[k->gi].make(x, k->j, k->count, sc);
     double work = k->prune;
     if (st == REMAT_OK && k->sink) {
         remat__schedule t;
@@ -545,15 +430,18 @@ static remat_status make_cand(const gen_ctx *x, const cand *k, remat__schedule *
  * memory plan in *keep. */
 static remat_status place_cand(const gen_ctx *x, cand *k, const remat__plan_req *r, remat__planned *keep) {
     remat__schedule sc;
-    remat_status st = make_cand(x, k, &sc);
+    remat_status st = remat__optimal_make(x, k, &sc);
     if (st != REMAT_OK) return st;
     if (!keep) {
         st = held_bytes(x->p, &sc, r->held_outside, &k->held);
         remat__schedule_free(&sc);
         return st;
     }
-    snprintf(sc.candidate, sizeof sc.candidate, "%s %d/%d%s%s", generators[k->gi].name, k->j + 1, k->count,
-             k->sink ? " sunk" : "", k->prune > 0 ? " pruned" : "");
+    snprintf(sc.candidate, sizeof sc.candidate, "%s %d/%d%s%s%s", generators[k->gi].name, k->j + 1, k->count,
+             k->sink ? " sunk" : "", k->prune > 0 ? " pruned" : "",
+             k->last < 0 ? ""
+             : k->base   ? " relaxed"
+                         : " tightened");
     st = remat__plan_finish(r, &sc, keep);
     if (st == REMAT_OK) k->held = keep->mem.arena + r->held_outside;
     return st;
@@ -562,7 +450,11 @@ static remat_status place_cand(const gen_ctx *x, cand *k, const remat__plan_req 
 /* What the generators share, made once per planning (the n_ch chains c). */
 static remat_status gen_init(const remat__prog *p, remat_node loss, const remat__chain *c, int n_ch, gen_ctx *x) {
     const remat_graph *g = p->g;
-    *x = (gen_ctx){.p = p, .loss = loss, .n_ch = n_ch, .n_main = n_ch};
+    *x = (gen_ctx){.p = p, .loss = loss, .n_ch = n_ch, .n_main = n_ch, .gi_keep = -1, .gi_drop = -1};
+    for (int gi = 0; gi < (int)(sizeof generators / sizeof *generators); gi++) {
+        if (generators[gi].make == gen_keep_expensive) x->gi_keep = gi;
+        if (generators[gi].make == gen_drop_expensive) x->gi_drop = gi;
+    }
     remat__train_dag *dag = NULL;
     remat_status st = REMAT_OK;
     for (int k = 0; k < n_ch && st == REMAT_OK; k++) st = chain_candidates(&c[k], &x->ch[k]);
@@ -581,7 +473,8 @@ static remat_status gen_init(const remat__prog *p, remat_node loss, const remat_
 }
 
 static void gen_free(gen_ctx *x) {
-    for (int k = 0; k < N_CHAINS; k++) remat__chain_tab_free((remat__chain_tab *)x->ch[k].tab), free(x->ch[k].chain_at);
+    for (int k = 0; k < REMAT__N_CHAINS; k++)
+        remat__chain_tab_free((remat__chain_tab *)x->ch[k].tab), free(x->ch[k].chain_at);
     free(x->marks);
     remat__train_dag_free((remat__train_dag *)x->dag);
 }
@@ -627,10 +520,10 @@ static remat_status measure_all(const gen_ctx *x, size_t held_outside, cand **ou
             int chain = generators[gi].make == gen_chain || generators[gi].make == gen_chain_drop;
             int once =
                 p->recompute_once || (chain && x->ch[chain_of(x, lo, lo ? x->n_ch : x->n_main, j, count, &i)].once);
-            if (!(once && recomputes_twice(p->g, &sc)) && !(p->g->traced && recomputes_in_forward(&sc))) {
+            if (remat__runnable(p, &sc, once)) {
                 st = remat__values_peak(p, &sc, &pk);
                 double cost = remat__schedule_cost(p, &sc);
-                cand k = {(int)gi, j, count, cost, pk + held_outside, 0, 0, 0};
+                cand k = {.gi = (int)gi, .j = j, .count = count, .cost = cost, .lb = pk + held_outside, .last = -1};
                 if (st == REMAT_OK) cands[(*nc)++] = k;
                 /* sunk (before sc is pruned in place), then pruned to its own peak */
                 remat__schedule sunk = {0};
@@ -671,7 +564,7 @@ static remat_status choose(const gen_ctx *x, cand *cands, int nc, const remat__p
  * found, which is the smallest feasible budget. */
 static remat_status none_fits(const gen_ctx *x, cand *cands, int nc, const remat__plan_req *r) {
     remat_status st = REMAT_OK;
-    qsort(cands, (size_t)nc, sizeof *cands, by_lb);
+    qsort(cands, (size_t)nc, sizeof *cands, remat__optimal_by_lb);
     size_t least = (size_t)-1;
     for (int k = 0; k < nc && st == REMAT_OK && cands[k].lb < least; k++) {
         if (!cands[k].held) st = place_cand(x, &cands[k], r, NULL);
@@ -685,82 +578,9 @@ static remat_status none_fits(const gen_ctx *x, cand *cands, int nc, const remat
                       r->budget, (double)r->budget / 1048576.0, least, (double)least / 1048576.0, r->held_outside);
 }
 
-/* The chains a step is cut into (c[0, n_ch)): cuts of them planned with
- * its parameter gradients, then as many without (a traced step's), then
- * twins (other[k]: chain k's, or -1) the other way as to the stages that
- * drop their input; skips: the chain with the skips set aside, or -1. */
-typedef struct {
-    int n_ch, cuts, twins, skips, drops;
-    int other[2 * N_CUTS];
-} chain_set;
-
-static remat_status cut_chains(const remat__plan_req *r, remat__chain *c, chain_set *cs) {
-    memset(c, 0, N_CHAINS * sizeof *c);
-    int n_ch = 1;
-    /* stages that drop their input (chain.c's mark_drops): remat's own
-     * steps' chains have the marks (their plain twins below); a traced
-     * step's are plain, and their marked twins chain-drop's, after every
-     * other generator: among the chain generator's they took its sampling
-     * (CAND_WORK) and pruning work (PRUNE_WORK) from the plain chains (a
-     * traced Llama's plan at per-layer's peak: +33.3% FLOPs, not +26.3%) */
-    int drops = !r->p->g->traced;
-    remat_status st = remat__chain_init_model(r->p, r->loss, 1, 1, drops, &c[0]);
-    if (st == REMAT_OK && c[0].n_side) /* and the chain without setting them aside */
-        st = remat__chain_init_model(r->p, r->loss, 0, 1, drops, &c[n_ch++]);
-    /* and, for a traced step, the chain with the skips set aside too, where
-     * there are some (remat's own zoo keeps its two chains and their
-     * planning time: test_dominance); its schedules that recompute an op
-     * twice are not candidates even for nested plans (they measured 4.5%
-     * above their prediction on a GPT-2 with dropout, a modelling gap not
-     * yet found) */
-    int skips = -1, aside[N_CUTS] = {1, 0, 2};
-    if (st == REMAT_OK && r->p->g->traced) {
-        st = remat__chain_init_model(r->p, r->loss, 2, 1, drops, &c[n_ch]);
-        if (st == REMAT_OK && c[n_ch].n_side > c[0].n_side) aside[n_ch] = 2, skips = n_ch++;
-        else remat__chain_free(&c[n_ch]);
-    }
-    /* and each without a traced step's parameter gradients: the model
-     * that counts them is the closer one (mlp_bn's floor gap to the ILP:
-     * 64% without, 9.4% with), but it still overestimates what a stage
-     * holds (its input through its backward, xbar with the output), so its
-     * DP's plans at the tightest budgets are not always the simulator's
-     * leanest (without these twins, the floors of test_traced_chain's
-     * gpt2_tiny and llama_tiny were 3.3% and 8.7% higher) */
-    int cuts = n_ch;
-    for (int k = 0; k < cuts && st == REMAT_OK && r->p->g->traced && !r->p->grads_resident; k++)
-        st = remat__chain_init_model(r->p, r->loss, aside[k], 0, drops, &c[n_ch++]);
-    /* and each that has stages dropping their input the other way: the
-     * model that frees such an input is the closer one (resnet50 b16's
-     * floor 0.8% lower), but its DP's plan at a budget is not always the
-     * simulator's leanest (without the plain twins, test_ilp's random
-     * graphs had one plan fewer at the ILP's optimum). In a traced step,
-     * only the chains without the parameter gradients get marked twins:
-     * they make its tightest plans, where freeing a stage's input lowers
-     * the floor (per_layer.py's Llama, 4 layers: the nested floor 0.948 ->
-     * 0.922 of per-layer checkpointing's peak, BERT 0.892 -> 0.881), and
-     * each twin is one more DP over every budget (planning those 1.0 s ->
-     * 1.4 s; a twin of every chain: 1.8 s -> 2.5 s at 8 layers x 512, with
-     * no floor lower) */
-    int twins = n_ch;
-    for (int k = 0; k < twins && st == REMAT_OK; k++) {
-        cs->other[k] = -1;
-        if (drops && !remat__chain_drops(&c[k])) continue;
-        if (!drops && k < cuts) continue;
-        st = remat__chain_init_model(r->p, r->loss, aside[k % cuts], k < cuts, !drops, &c[n_ch]);
-        if (st == REMAT_OK && !drops && !remat__chain_drops(&c[n_ch])) { /* no stage drops its input */
-            remat__chain_free(&c[n_ch]);
-            continue;
-        }
-        cs->other[k] = n_ch++;
-    }
-    cs->n_ch = n_ch, cs->cuts = cuts, cs->twins = twins, cs->skips = skips, cs->drops = drops;
-    if (st != REMAT_OK)
-        for (int k = 0; k < N_CHAINS; k++) remat__chain_free(&c[k]);
-    return st;
-}
-
 /* What the generators share, over the chains cs cut. */
-static remat_status chains_ctx(const remat__plan_req *r, const remat__chain *c, const chain_set *cs, gen_ctx *x) {
+static remat_status chains_ctx(const remat__plan_req *r, const remat__chain *c, const remat__chain_set *cs,
+                               gen_ctx *x) {
     remat_status st = gen_init(r->p, r->loss, c, cs->n_ch, x);
     if (!cs->drops) x->n_main = cs->twins;
     if (st == REMAT_OK && cs->skips >= 0) x->ch[cs->skips].once = 1;
@@ -778,21 +598,34 @@ static remat_status chains_ctx(const remat__plan_req *r, const remat__chain *c, 
  * The winner's memory plan is placed once and kept. */
 remat_status remat__optimal_plan(const remat__plan_req *r, remat__planned *out) {
     memset(out, 0, sizeof *out);
-    remat__chain c[N_CHAINS];
-    chain_set cs;
+    remat__chain c[REMAT__N_CHAINS];
+    remat__chain_set cs;
     gen_ctx x;
     cand *cands = NULL;
     int nc = 0, win = -1;
-    remat_status st = cut_chains(r, c, &cs);
+    remat_status st = remat__cut_chains(r, c, &cs);
     if (st != REMAT_OK) return st;
     st = chains_ctx(r, c, &cs, &x);
     if (st == REMAT_OK) st = measure_all(&x, r->held_outside, &cands, &nc);
+    relaxation tight[2 * N_SELECTIVE], *rel = NULL;
+    memset(tight, 0, sizeof tight);
+    int n_tight = 0, n_rel = 0;
+    if (st == REMAT_OK) st = remat__optimal_tighten(&x, r->held_outside, &cands, &nc, tight, &n_tight);
+    if (st == REMAT_OK && !(rel = calloc((size_t)(n_rel = nc) + 1, sizeof *rel)))
+        st = remat__err(REMAT_NOMEM, "out of memory planning");
+    if (st == REMAT_OK) st = remat__optimal_relax(&x, r->held_outside, &cands, &nc, rel);
     if (st == REMAT_OK) st = choose(&x, cands, nc, r, &win);
     int offloaded = 0; /* offload, with a host budget, where it costs less */
     if (st == REMAT_OK) st = remat__offload_plan(r, win >= 0 ? cands[win].cost : INFINITY, out, &offloaded);
     if (st == REMAT_OK && !offloaded) st = win >= 0 ? place_cand(&x, &cands[win], r, out) : none_fits(&x, cands, nc, r);
     free(cands);
-    for (int k = 0; k < N_CHAINS; k++) remat__chain_free(&c[k]);
+    for (int k = 0; k < n_tight; k++) free(tight[k].path);
+    for (int k = 0; rel && k < n_rel; k++) {
+        free(rel[k].path);
+        if (rel[k].made) remat__schedule_free(&rel[k].base);
+    }
+    free(rel);
+    for (int k = 0; k < REMAT__N_CHAINS; k++) remat__chain_free(&c[k]);
     gen_free(&x);
     return st;
 }

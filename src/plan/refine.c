@@ -83,9 +83,7 @@ static int drop_dead(const remat_graph *g, remat__instr *ins, int *n) {
     return 1;
 }
 
-/* sc without its instruction drop and the recomputations that only fed
- * it, its frees found again. */
-static remat_status without(const remat__prog *p, const remat__schedule *sc, int drop, remat__schedule *out) {
+remat_status remat__without(const remat__prog *p, const remat__schedule *sc, int drop, remat__schedule *out) {
     *out = *sc;
     out->ins = malloc(((size_t)sc->n + 1) * sizeof *out->ins);
     if (!out->ins) return remat__err(REMAT_NOMEM, "out of memory planning");
@@ -248,7 +246,7 @@ remat_status remat__prune(const remat__prog *p, remat__schedule *sc, double *wor
         for (int q = 0, i; st == REMAT_OK && *work > 0 && (i = remat__nth_recompute(sc, q)) >= 0;) {
             remat__schedule t;
             size_t pk = 0;
-            st = without(p, sc, i, &t);
+            st = remat__without(p, sc, i, &t);
             if (st == REMAT_OK) st = remat__values_peak(p, &t, &pk);
             *work -= t.n;
             if (st == REMAT_OK && pk <= peak) { /* dropped: the next one is the q-th now */
@@ -263,4 +261,31 @@ remat_status remat__prune(const remat__prog *p, remat__schedule *sc, double *wor
         }
     }
     return st;
+}
+
+/* Does the schedule compute some node more than twice (a first forward and
+ * more than one recomputation)? */
+static int recomputes_twice(const remat_graph *g, const remat__schedule *sc) {
+    uint8_t *n = calloc((size_t)g->n + 1, 1);
+    int twice = !n;
+    for (int i = 0; i < sc->n && !twice; i++)
+        if (sc->ins[i].kind == REMAT__I_FWD && ++n[sc->ins[i].node] > 2) twice = 1;
+    free(n);
+    return twice;
+}
+
+/* Whether the schedule recomputes something before the backward starts
+ * (DTR evicts and remakes values within the forward): a traced step's
+ * framework runs its forward as written, so it cannot run such a
+ * schedule. */
+static int recomputes_in_forward(const remat__schedule *sc) {
+    for (int i = 0; i < sc->n; i++) {
+        if (sc->ins[i].kind == REMAT__I_BWD) return 0;
+        if (sc->ins[i].kind == REMAT__I_FWD && !sc->ins[i].first) return 1;
+    }
+    return 0;
+}
+
+int remat__runnable(const remat__prog *p, const remat__schedule *sc, int once) {
+    return !(once && recomputes_twice(p->g, sc)) && !(p->g->traced && recomputes_in_forward(sc));
 }

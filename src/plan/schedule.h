@@ -209,6 +209,10 @@ remat_status remat__schedule_categorize(const remat__prog *p, remat__schedule *s
  * (free). */
 #define REMAT__LEVEL_NONE 255
 remat_status remat__strategy_levels(const remat_graph *g, remat_strategy st, uint8_t **level);
+/* The j-th of n keep-expensive levels (keep_cheap 0) or drop-expensive
+ * ones (keep_cheap 1), for optimal.c's candidates (levels.c); *level owned
+ * by the caller. */
+remat_status remat__selective_levels(const remat__prog *p, int j, int n, int keep_cheap, uint8_t **level);
 /* Whether a traced step has checkpoint regions (graph files' 'region'). */
 int remat__has_regions(const remat_graph *g);
 

@@ -1,0 +1,84 @@
+/* optimal-impl.h: what optimal.c shares with optimal_relax.c (the
+ * candidates it adds between the generators' ones). */
+#ifndef REMAT_OPTIMAL_IMPL_H
+#define REMAT_OPTIMAL_IMPL_H
+
+#include "chain_set.h"
+
+/* The keep-expensive (keep_cheap 0) and drop-expensive (1) candidates
+ * (levels.c's remat__selective_levels), N_SELECTIVE of each. */
+#define N_SELECTIVE 8
+
+/* A chain's candidates: the DP over every budget (or NULL) and the
+ * budgets at which its distinct plans are taken. */
+typedef struct {
+    const remat__chain *c;
+    const remat__chain_tab *tab;
+    int64_t *chain_at; /* chain candidate j: the DP's plan at this budget */
+    int n_chain;
+    int once; /* its schedules are candidates only where they recompute each op once */
+} chain_cands;
+
+/* What the candidate generators share. */
+typedef struct {
+    const remat__prog *p;
+    remat_node loss;
+    chain_cands ch[REMAT__N_CHAINS]; /* the chain with shared side inputs set aside,
+                                      * without (where there are some), and with the
+                                      * skips into its boundaries set aside too
+                                      * (where there are some), each with and, in a
+                                      * traced step, without the parameter gradients:
+                                      * each chain's plans are candidates, so neither
+                                      * carrying nor counting the gradients loses */
+    int n_ch;
+    int n_main; /* the chain generator's are ch[0, n_main), chain-drop's the rest */
+    const remat__train_dag *dag;
+    int64_t dfloor, dtop; /* the step DAG's floor and total */
+    int32_t *marks;       /* remat_checkpoint marks at level 0, creation order */
+    int n_marks;
+    int regions;          /* a traced step with checkpoint regions: manual is their one schedule */
+    int gi_keep, gi_drop; /* the keep-expensive and drop-expensive generators */
+} gen_ctx;
+
+/* A candidate, by what it costs and what it holds at least. */
+typedef struct {
+    int gi, j, count;
+    double cost;
+    size_t lb;    /* held bytes, at least: the peak of its values and the blocks */
+    size_t held;  /* placed; 0 until then */
+    double prune; /* > 0: the generator's schedule pruned (prune) with this
+                     much work allowed, which makes it again the same */
+    int sink;     /* its recomputations moved late first (sink) */
+    /* relaxed (optimal_relax.c): from base (the candidate it came from,
+     * made), these recomputations given back, steps of them in order, then
+     * last; tightened (base NULL): the selective levels gi, j with these
+     * nodes dropped (-1: neither) */
+    const remat__schedule *base;
+    const int *relax;
+    int steps, last;
+} cand;
+
+/* A frontier candidate's relaxation, or a tightening: the candidate made
+ * (the relaxed ones' base) and the steps taken from it. */
+typedef struct {
+    remat__schedule base;
+    int *path, made;
+} relaxation;
+
+/* Candidate k's schedule, sunk and pruned where it is a sunk or pruned
+ * one (optimal.c). */
+remat_status remat__optimal_make(const gen_ctx *x, const cand *k, remat__schedule *sc);
+/* qsort order: by what a candidate holds at least, then by cost. */
+int remat__optimal_by_lb(const void *a, const void *b);
+
+/* A tightened candidate's schedule, unrefined (optimal_relax.c). */
+remat_status remat__optimal_tightened(const gen_ctx *x, const cand *k, remat__schedule *sc);
+/* The keep-expensive and drop-expensive levels tightened step by step, as
+ * candidates added to *cands (*nc of them); tight[0, *used): their steps. */
+remat_status remat__optimal_tighten(const gen_ctx *x, size_t held_outside, cand **cands, int *nc, relaxation *tight,
+                                    int *used);
+/* The schedules between the frontier's candidates, relaxed, as candidates;
+ * rel (as many as *nc on entry): the relaxations, freed by the caller. */
+remat_status remat__optimal_relax(const gen_ctx *x, size_t held_outside, cand **cands, int *nc, relaxation *rel);
+
+#endif

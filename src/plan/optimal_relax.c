@@ -1,0 +1,195 @@
+/* optimal_relax.c: the candidates `optimal` adds between the generators'
+ * ones (optimal.c). The generators make a few dozen schedules each, so
+ * between two of them on the frontier of held bytes and cost there are
+ * budgets at which neither is the cheapest plan that fits. Two searches,
+ * each a path of greedy steps that do not depend on the budget (so the
+ * candidate set still does not, and a larger budget still never gets a
+ * costlier plan), and every schedule a step tries is a candidate:
+ *
+ * - tightening: from each keep-expensive and drop-expensive level mask,
+ *   a step drops (recomputes for the backward) the kept value that takes
+ *   the most bytes off the peak per cost it adds (relax.c,
+ *   remat__tighten_step); each step's schedule is also offered sunk and
+ *   pruned (refine.c);
+ * - relaxation: from each candidate on the frontier, a step gives back
+ *   the recomputation that saves the most cost per byte it adds to the
+ *   peak (remat__relax_step), up to the next frontier candidate's peak;
+ *   of what it tries, the schedules cheaper than every candidate that
+ *   holds as little are kept.
+ *
+ * Each search stops after a bound of instructions built (TIGHTEN_WORK,
+ * RELAX_WORK), so on graphs of thousands of ops it takes only its first
+ * steps; on test_ilp's small graphs it runs to the end.
+ */
+#include "optimal-impl.h"
+#include "refine.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+remat_status remat__optimal_tightened(const gen_ctx *x, const cand *k, remat__schedule *sc) {
+    uint8_t *level = NULL;
+    int drop = k->gi == x->gi_drop;
+    remat_status st = remat__selective_levels(x->p, k->j + drop, k->count, drop, &level);
+    for (int s = 0; st == REMAT_OK && s <= k->steps; s++)
+        level[s < k->steps ? k->relax[s] : k->last] = REMAT__LEVEL_NONE;
+    if (st == REMAT_OK) st = remat__schedule_build(x->p, x->loss, REMAT_NONE, 1, 1, level, sc);
+    if (st == REMAT_OK) sc->origin = drop ? "drop-expensive" : "keep-expensive";
+    free(level);
+    return st;
+}
+
+/* Relaxation (relax.c) builds at most this many instructions per planning,
+ * from the frontier's tightest candidates up. */
+#define RELAX_WORK 4e6
+
+/* A relaxation under way, as far as step steps, and the candidates it
+ * adds to *cands: every schedule a step tries that holds less than next. */
+typedef struct {
+    cand src, **cands;
+    int *nc, cap, steps, tight;
+    const relaxation *rel;
+    size_t next, held_outside;
+} relaxing;
+
+static remat_status add(relaxing *r, cand k) {
+    if (*r->nc == r->cap) {
+        cand *more = realloc(*r->cands, 2 * (size_t)r->cap * sizeof *more);
+        if (!more) return remat__err(REMAT_NOMEM, "out of memory planning");
+        *r->cands = more, r->cap *= 2;
+    }
+    (*r->cands)[(*r->nc)++] = k;
+    return REMAT_OK;
+}
+
+static remat_status seen(void *ctx, int drop, size_t peak, double cost) {
+    relaxing *r = ctx;
+    if (peak + r->held_outside >= r->next) return REMAT_OK;
+    cand k = r->src;
+    k.base = r->tight ? NULL : &r->rel->base, k.relax = r->rel->path, k.steps = r->steps, k.last = drop;
+    if (r->tight) k.sink = 0, k.prune = 0;
+    k.cost = cost, k.lb = peak + r->held_outside, k.held = 0;
+    return add(r, k);
+}
+
+/* A tightening step's schedule (r's steps, then node) sunk and pruned
+ * (refine.c), as a candidate too. */
+static remat_status tightened_refined(const gen_ctx *x, relaxing *r, int32_t node, double *work) {
+    cand k = r->src;
+    k.relax = r->rel->path, k.steps = r->steps, k.last = node, k.held = 0;
+    remat__schedule sc, t;
+    remat_status st = remat__optimal_tightened(x, &k, &sc);
+    if (st != REMAT_OK) return st;
+    st = remat__sink(x->p, &sc, &t, work);
+    remat__schedule_free(&sc);
+    size_t pk = 0;
+    k.sink = 1, k.prune = *work > 0 ? *work : 0;
+    if (st == REMAT_OK && k.prune > 0) st = remat__prune(x->p, &t, work);
+    if (st == REMAT_OK) st = remat__values_peak(x->p, &t, &pk);
+    k.cost = remat__schedule_cost(x->p, &t), k.lb = pk + r->held_outside;
+    remat__schedule_free(&t);
+    return st == REMAT_OK ? add(r, k) : st == REMAT_UNSUPPORTED ? REMAT_OK : st;
+}
+
+/* Keeps, of the relaxed candidates, those cheaper than every candidate
+ * that holds as little or less (by the lower bound): the rest would only
+ * be placed, at a budget, to lose to one of those. */
+static void keep_frontier(cand *cands, int *nc) {
+    qsort(cands, (size_t)*nc, sizeof *cands, remat__optimal_by_lb);
+    double least = INFINITY;
+    int k = 0;
+    for (int i = 0; i < *nc; i++) {
+        if (cands[i].last >= 0 && cands[i].cost >= least) continue;
+        if (cands[i].cost < least) least = cands[i].cost;
+        cands[k++] = cands[i];
+    }
+    *nc = k;
+}
+
+/* Tightening (relax.c) builds at most this many instructions per planning. */
+#define TIGHTEN_WORK 4e6
+
+/* The keep-expensive and drop-expensive levels, each tightened step by
+ * step (relax.c), as candidates: every drop a step tries that lowers the
+ * peak; rel[0, *used): their steps. */
+remat_status remat__optimal_tighten(const gen_ctx *x, size_t held_outside, cand **cands, int *nc, relaxation *rel,
+                                    int *used) {
+    const remat_graph *g = x->p->g;
+    double work = TIGHTEN_WORK;
+    remat_status st = REMAT_OK;
+    int cap = *nc; /* measure_all made room for at least as many */
+    for (int drop = 0; drop < 2 && st == REMAT_OK; drop++) {
+        int gi = drop ? x->gi_drop : x->gi_keep;
+        for (int j = 0; j < N_SELECTIVE && st == REMAT_OK && work > 0 && gi >= 0; j++) {
+            relaxing rx = {.src = {.gi = gi, .j = j, .count = N_SELECTIVE, .last = -1},
+                           .cands = cands,
+                           .nc = nc,
+                           .cap = cap,
+                           .tight = 1,
+                           .rel = &rel[*used],
+                           .next = SIZE_MAX,
+                           .held_outside = held_outside};
+            uint8_t *level = NULL;
+            remat__schedule sc = {0};
+            size_t peak = 0;
+            st = remat__selective_levels(x->p, j + drop, N_SELECTIVE, drop, &level);
+            if (st == REMAT_OK) st = remat__schedule_build(x->p, x->loss, REMAT_NONE, 1, 1, level, &sc);
+            if (st == REMAT_OK) st = remat__values_peak(x->p, &sc, &peak);
+            double cost = st == REMAT_OK ? remat__schedule_cost(x->p, &sc) : 0;
+            work -= sc.n;
+            remat__schedule_free(&sc);
+            if (st == REMAT_OK && !(rel[(*used)++].path = malloc(((size_t)g->n + 1) * sizeof(int))))
+                st = remat__err(REMAT_NOMEM, "out of memory planning");
+            for (int32_t node; st == REMAT_OK && rx.steps < g->n; rx.steps++) {
+                st = remat__tighten_step(x->p, x->loss, level, peak, cost, &node, &peak, &cost, &work, seen, &rx);
+                if (st == REMAT_OK) st = tightened_refined(x, &rx, node, &work);
+                if (st == REMAT_OK) level[node] = REMAT__LEVEL_NONE, rx.rel->path[rx.steps] = node;
+            }
+            if (st == REMAT_BUDGET || st == REMAT_UNSUPPORTED) st = REMAT_OK; /* no drop lowers it */
+            cap = rx.cap;
+            free(level);
+        }
+    }
+    return st;
+}
+
+/* The schedules between the frontier's candidates (relax.c), as
+ * candidates; rel[f]: the f-th relaxation, freed by the caller. */
+remat_status remat__optimal_relax(const gen_ctx *x, size_t held_outside, cand **cands, int *nc, relaxation *rel) {
+    qsort(*cands, (size_t)*nc, sizeof **cands, remat__optimal_by_lb);
+    int n0 = *nc, nf = 0, *front = malloc(((size_t)n0 + 1) * sizeof *front);
+    if (!front) return remat__err(REMAT_NOMEM, "out of memory planning");
+    for (int k = 0; k < n0; k++) /* ascending in what it holds, each cheaper than every one before */
+        if (!nf || (*cands)[k].cost < (*cands)[front[nf - 1]].cost) front[nf++] = k;
+    double work = RELAX_WORK;
+    remat_status st = REMAT_OK;
+    int cap = *nc; /* measure_all made room for at least as many */
+    for (int f = 0; f + 1 < nf && st == REMAT_OK && work > 0; f++) {
+        relaxing rx = {(*cands)[front[f]], cands, nc, cap, 0, 0, &rel[f], (*cands)[front[f + 1]].lb, held_outside};
+        size_t peak = rx.src.lb - held_outside;
+        double cost = rx.src.cost;
+        remat__schedule *sc = &rel[f].base, t;
+        if ((st = remat__optimal_make(x, &rx.src, sc)) != REMAT_OK) break;
+        rel[f].made = 1;
+        int r = 0, drop;
+        for (int i = 0; i < sc->n; i++) r += sc->ins[i].kind == REMAT__I_FWD && !sc->ins[i].first;
+        work -= rx.src.prune + sc->n; /* making it again */
+        rel[f].path = malloc(((size_t)r + 1) * sizeof *rel[f].path);
+        if (!rel[f].path) st = remat__err(REMAT_NOMEM, "out of memory planning");
+        remat__schedule cur = {0};
+        for (; st == REMAT_OK && rx.steps < r && peak + held_outside < rx.next; rx.steps++) {
+            st = remat__relax_step(x->p, sc, peak, cost, &t, &drop, &peak, &cost, &work, seen, &rx);
+            if (st != REMAT_OK) break;
+            remat__schedule_free(&cur);
+            cur = t, sc = &cur, rel[f].path[rx.steps] = drop;
+        }
+        if (st == REMAT_BUDGET) st = REMAT_OK; /* nothing more to give back */
+        remat__schedule_free(&cur);
+        cap = rx.cap;
+    }
+    free(front);
+    if (st == REMAT_OK) keep_frontier(*cands, nc);
+    return st;
+}
