@@ -19,8 +19,11 @@ typedef struct {
     int once; /* its schedules are candidates only where they recompute each op once */
 } chain_cands;
 
+typedef struct cand cand;
+
 /* What the candidate generators share. */
-typedef struct {
+typedef struct gen_ctx gen_ctx;
+struct gen_ctx {
     const remat__prog *p;
     remat_node loss;
     chain_cands ch[REMAT__N_CHAINS]; /* the chain with shared side inputs set aside,
@@ -38,10 +41,13 @@ typedef struct {
     int n_marks;
     int regions;          /* a traced step with checkpoint regions: manual is their one schedule */
     int gi_keep, gi_drop; /* the keep-expensive and drop-expensive generators */
-} gen_ctx;
+    /* candidate k's schedule, sunk and pruned where it is a sunk or pruned
+     * one (optimal.c's, for optimal_relax.c) */
+    remat_status (*make)(const gen_ctx *x, const cand *k, remat__schedule *sc);
+};
 
 /* A candidate, by what it costs and what it holds at least. */
-typedef struct {
+struct cand {
     int gi, j, count;
     double cost;
     size_t lb;    /* held bytes, at least: the peak of its values and the blocks */
@@ -56,7 +62,7 @@ typedef struct {
     const remat__schedule *base;
     const int *relax;
     int steps, last;
-} cand;
+};
 
 /* A frontier candidate's relaxation, or a tightening: the candidate made
  * (the relaxed ones' base) and the steps taken from it. */
@@ -65,10 +71,9 @@ typedef struct {
     int *path, made;
 } relaxation;
 
-/* Candidate k's schedule, sunk and pruned where it is a sunk or pruned
- * one (optimal.c). */
-remat_status remat__optimal_make(const gen_ctx *x, const cand *k, remat__schedule *sc);
-/* qsort order: by what a candidate holds at least, then by cost. */
+/* qsort orders (optimal_relax.c): by cost, then by what a candidate holds
+ * at least; by what it holds at least, then by cost. */
+int remat__optimal_by_cost(const void *a, const void *b);
 int remat__optimal_by_lb(const void *a, const void *b);
 
 /* A tightened candidate's schedule, unrefined (optimal_relax.c). */

@@ -355,19 +355,6 @@ static remat_status drop_shared(chain_cands *ch, int k, int t) {
  * planning, in the candidates' order. */
 #define PRUNE_WORK 4e7
 
-static int by_cost(const void *a, const void *b) {
-    const cand *x = a, *y = b;
-    if (x->cost != y->cost) return x->cost < y->cost ? -1 : 1;
-    if (x->lb != y->lb) return x->lb < y->lb ? -1 : 1;
-    return x->gi != y->gi ? x->gi - y->gi : x->j - y->j;
-}
-
-int remat__optimal_by_lb(const void *a, const void *b) {
-    const cand *x = a, *y = b;
-    if (x->lb != y->lb) return x->lb < y->lb ? -1 : 1;
-    return by_cost(a, b);
-}
-
 /* Which storage options the chain's stages offer, and which of them the
  * chain DP's distinct plans choose for some stage, per kind (OPT_ALL,
  * OPT_EXPENSIVE, OPT_AUX, OPT_BOTH): test_optimal checks that each kind
@@ -397,7 +384,8 @@ remat_status remat__optimal_options(const remat__prog *p, remat_node loss, int o
     return st;
 }
 
-remat_status remat__optimal_make(const gen_ctx *x, const cand *k, remat__schedule *sc) {
+/* Candidate k's schedule, sunk and pruned where it is a sunk or pruned one. */
+static remat_status make_cand(const gen_ctx *x, const cand *k, remat__schedule *sc) {
     if (k->last >= 0 && k->base) { /* relaxed */
         remat_status st = REMAT_OK;
         for (int s = 0; st == REMAT_OK && s <= k->steps; s++) {
@@ -430,7 +418,7 @@ remat_status remat__optimal_make(const gen_ctx *x, const cand *k, remat__schedul
  * memory plan in *keep. */
 static remat_status place_cand(const gen_ctx *x, cand *k, const remat__plan_req *r, remat__planned *keep) {
     remat__schedule sc;
-    remat_status st = remat__optimal_make(x, k, &sc);
+    remat_status st = make_cand(x, k, &sc);
     if (st != REMAT_OK) return st;
     if (!keep) {
         st = held_bytes(x->p, &sc, r->held_outside, &k->held);
@@ -450,7 +438,7 @@ static remat_status place_cand(const gen_ctx *x, cand *k, const remat__plan_req 
 /* What the generators share, made once per planning (the n_ch chains c). */
 static remat_status gen_init(const remat__prog *p, remat_node loss, const remat__chain *c, int n_ch, gen_ctx *x) {
     const remat_graph *g = p->g;
-    *x = (gen_ctx){.p = p, .loss = loss, .n_ch = n_ch, .n_main = n_ch, .gi_keep = -1, .gi_drop = -1};
+    *x = (gen_ctx){.p = p, .loss = loss, .n_ch = n_ch, .n_main = n_ch, .gi_keep = -1, .gi_drop = -1, .make = make_cand};
     for (int gi = 0; gi < (int)(sizeof generators / sizeof *generators); gi++) {
         if (generators[gi].make == gen_keep_expensive) x->gi_keep = gi;
         if (generators[gi].make == gen_drop_expensive) x->gi_drop = gi;
@@ -550,7 +538,7 @@ static remat_status measure_all(const gen_ctx *x, size_t held_outside, cand **ou
 static remat_status choose(const gen_ctx *x, cand *cands, int nc, const remat__plan_req *r, int *win) {
     remat_status st = REMAT_OK;
     *win = -1;
-    qsort(cands, (size_t)nc, sizeof *cands, by_cost);
+    qsort(cands, (size_t)nc, sizeof *cands, remat__optimal_by_cost);
     for (int k = 0; k < nc && st == REMAT_OK; k++) {
         if (*win >= 0 && cands[k].cost > cands[*win].cost) break;
         if (cands[k].lb > r->budget) continue;

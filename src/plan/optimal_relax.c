@@ -29,6 +29,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+int remat__optimal_by_cost(const void *a, const void *b) {
+    const cand *x = a, *y = b;
+    if (x->cost != y->cost) return x->cost < y->cost ? -1 : 1;
+    if (x->lb != y->lb) return x->lb < y->lb ? -1 : 1;
+    return x->gi != y->gi ? x->gi - y->gi : x->j - y->j;
+}
+
+int remat__optimal_by_lb(const void *a, const void *b) {
+    const cand *x = a, *y = b;
+    if (x->lb != y->lb) return x->lb < y->lb ? -1 : 1;
+    return remat__optimal_by_cost(a, b);
+}
+
 remat_status remat__optimal_tightened(const gen_ctx *x, const cand *k, remat__schedule *sc) {
     uint8_t *level = NULL;
     int drop = k->gi == x->gi_drop;
@@ -171,7 +184,7 @@ remat_status remat__optimal_relax(const gen_ctx *x, size_t held_outside, cand **
         size_t peak = rx.src.lb - held_outside;
         double cost = rx.src.cost;
         remat__schedule *sc = &rel[f].base, t;
-        if ((st = remat__optimal_make(x, &rx.src, sc)) != REMAT_OK) break;
+        if ((st = x->make(x, &rx.src, sc)) != REMAT_OK) break;
         rel[f].made = 1;
         int r = 0, drop;
         for (int i = 0; i < sc->n; i++) r += sc->ins[i].kind == REMAT__I_FWD && !sc->ins[i].first;
