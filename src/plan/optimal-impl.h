@@ -65,10 +65,11 @@ struct cand {
 };
 
 /* A frontier candidate's relaxation, or a tightening: the candidate made
- * (the relaxed ones' base) and the steps taken from it. */
+ * (the relaxed ones' base; zero until then, and for a tightening) and the
+ * steps taken from it. */
 typedef struct {
     remat__schedule base;
-    int *path, made;
+    int *path;
 } relaxation;
 
 /* qsort orders (optimal_relax.c): by cost, then by what a candidate holds

@@ -610,7 +610,7 @@ remat_status remat__optimal_plan(const remat__plan_req *r, remat__planned *out) 
     for (int k = 0; k < n_tight; k++) free(tight[k].path);
     for (int k = 0; rel && k < n_rel; k++) {
         free(rel[k].path);
-        if (rel[k].made) remat__schedule_free(&rel[k].base);
+        remat__schedule_free(&rel[k].base);
     }
     free(rel);
     for (int k = 0; k < REMAT__N_CHAINS; k++) remat__chain_free(&c[k]);

@@ -106,6 +106,15 @@ static remat_status tightened_refined(const gen_ctx *x, relaxing *r, int32_t nod
     return st == REMAT_OK ? add(r, k) : st == REMAT_UNSUPPORTED ? REMAT_OK : st;
 }
 
+/* Walking candidates sorted by remat__optimal_by_lb: whether c costs
+ * less than every one before it (it is on the frontier of held bytes and
+ * cost); *least: the least cost so far. */
+static int on_frontier(const cand *c, double *least) {
+    if (c->cost >= *least) return 0;
+    *least = c->cost;
+    return 1;
+}
+
 /* Keeps, of the relaxed candidates, those cheaper than every candidate
  * that holds as little or less (by the lower bound): the rest would only
  * be placed, at a budget, to lose to one of those. */
@@ -113,11 +122,8 @@ static void keep_frontier(cand *cands, int *nc) {
     qsort(cands, (size_t)*nc, sizeof *cands, remat__optimal_by_lb);
     double least = INFINITY;
     int k = 0;
-    for (int i = 0; i < *nc; i++) {
-        if (cands[i].last >= 0 && cands[i].cost >= least) continue;
-        if (cands[i].cost < least) least = cands[i].cost;
-        cands[k++] = cands[i];
-    }
+    for (int i = 0; i < *nc; i++)
+        if (on_frontier(&cands[i], &least) || cands[i].last < 0) cands[k++] = cands[i];
     *nc = k;
 }
 
@@ -174,8 +180,9 @@ remat_status remat__optimal_relax(const gen_ctx *x, size_t held_outside, cand **
     qsort(*cands, (size_t)*nc, sizeof **cands, remat__optimal_by_lb);
     int n0 = *nc, nf = 0, *front = malloc(((size_t)n0 + 1) * sizeof *front);
     if (!front) return remat__err(REMAT_NOMEM, "out of memory planning");
+    double least = INFINITY;
     for (int k = 0; k < n0; k++) /* ascending in what it holds, each cheaper than every one before */
-        if (!nf || (*cands)[k].cost < (*cands)[front[nf - 1]].cost) front[nf++] = k;
+        if (on_frontier(&(*cands)[k], &least)) front[nf++] = k;
     double work = RELAX_WORK;
     remat_status st = REMAT_OK;
     int cap = *nc; /* measure_all made room for at least as many */
@@ -185,7 +192,6 @@ remat_status remat__optimal_relax(const gen_ctx *x, size_t held_outside, cand **
         double cost = rx.src.cost;
         remat__schedule *sc = &rel[f].base, t;
         if ((st = x->make(x, &rx.src, sc)) != REMAT_OK) break;
-        rel[f].made = 1;
         int r = 0, drop;
         for (int i = 0; i < sc->n; i++) r += sc->ins[i].kind == REMAT__I_FWD && !sc->ins[i].first;
         work -= rx.src.prune + sc->n; /* making it again */
