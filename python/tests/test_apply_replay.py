@@ -21,7 +21,11 @@ step without a plan:
   step's end: HuggingFace's GPT-2 measured 4.8% above its prediction);
 - a dropped value is saved by its reader, often in another module than
   its maker: the saved-tensor hooks are on in the module calls where one
-  is saved, and only there (every other saved tensor passes no Python)."""
+  is saved, and only there (every other saved tensor passes no Python);
+- the dispatch mode is on over runs of sibling module calls where that
+  costs less than turning it on and off around each (regions.cover), and
+  a run whose modules run fewer ops than when captured is refused, naming
+  them."""
 import copy
 
 import pytest
@@ -272,9 +276,12 @@ def test_the_hooks_are_on_where_a_dropped_value_is_saved_and_only_there():
     plan = force(rt.plan_trace(t, None), [gelu])
     d = Decisions(plan)
     assert not d.hooks_everywhere
-    assert ("blocks.2.1", 0) in d.regions, d.regions  # the GELU: recorded (and it saves its input)
-    assert ("blocks.2.2", 0) not in d.regions, d.regions  # the fc that saves its output: the hooks only
-    assert d.hook_regions == set(d.regions) | {("blocks.2.2", 0)}, (d.hook_regions, d.regions)
+    # the mode: one run over the fc that makes the GELU's input (a value its
+    # replay reads) and the GELU (recorded); the fc that saves the GELU's
+    # output: the hooks only
+    (first, end, last), = d.regions.values()
+    assert list(d.regions) == [("blocks.2.0", 0)] and last == ("blocks.2.1", 0), d.regions
+    assert d.hook_regions == {("blocks.2.0", 0), ("blocks.2.1", 0), ("blocks.2.2", 0)}, d.hook_regions
     a, held = run_forced(model, x, plan)
     assert a.replays == 1 and not held
     dropped = sum(1 for v in t.pack_values if v in d.rec_vals)
@@ -307,3 +314,64 @@ def test_batchnorm_replays_without_its_statistics():
     recipe = ap.applier.recipes[bns[0]][0]
     (args, _), writes = _stateless(recipe.func, (recipe.args, recipe.kwargs), recipe.writes)
     assert args[3] is None and args[4] is None and writes == ()
+
+
+class _Mods:
+    """A trace's module calls and calls, as regions.cover reads them."""
+
+    def __init__(self, modules, n_calls):
+        # modules: [first call, end, parent, name, its call]; each call's
+        # innermost module call is the last one (in pre-order) that holds it
+        self.modules = [list(m) for m in modules]
+        self.call_module = [max((i for i, m in enumerate(modules) if m[0] <= c < m[1]), default=-1)
+                            for c in range(n_calls)]
+
+
+def test_cover_runs_siblings_where_one_toggle_costs_less():
+    from remat.torch import regions
+    assert 2 <= regions.TOGGLE_CALLS < 20  # what each case below assumes of a toggle's cost (k)
+    # the model (calls 0..40): a (0..4), b (4..8), c (8..30; its children
+    # c.x (8..9) and c.y (29..30)), d (30..40)
+    t = _Mods([[0, 40, -1, "", 0], [0, 4, 0, "a", 0], [4, 8, 0, "b", 0], [8, 30, 0, "c", 0],
+               [8, 9, 3, "c.x", 0], [29, 30, 3, "c.y", 0], [30, 40, 0, "d", 0]], 40)
+    assert regions.cover(t, []) == []
+    assert regions.cover(t, [1]) == [(1, 1)]  # a alone
+    assert regions.cover(t, [1, 5]) == [(1, 2)]  # a and b adjacent: one run costs k + 8, two cost 2k + 8
+    assert regions.cover(t, [8, 29]) == [(4, 4), (5, 5)]  # c.x and c.y: 2k + 2 against k + 22 for c
+    assert regions.cover(t, [8, 15, 29]) == [(3, 3)]  # a call of c's own code between them: c whole
+    assert regions.cover(t, [8, 15]) == [(3, 3)]
+    assert regions.cover(t, [1, 35]) == [(1, 1), (6, 6)]  # a run a..d would follow all 40
+    assert regions.cover(t, [1, 5, 8, 31]) == [(1, 2), (4, 4), (6, 6)]
+    nameless = _Mods([[0, 10, -1, "", 0], [2, 4, 0, None, 0]], 10)
+    assert regions.cover(nameless, [3]) is None  # a module call the applier cannot hook
+
+
+class _Act(nn.Module):
+    """GELU, then a scale that the step may skip."""
+
+    def __init__(self):
+        super().__init__()
+        self.scaled = True
+
+    def forward(self, x):
+        y = nn.functional.gelu(x)
+        return y * 0.5 if self.scaled else y
+
+
+def test_a_run_that_runs_fewer_ops_is_refused_naming_its_modules():
+    from remat.torch.apply import Decisions
+    from remat.torch.capture import CaptureError
+    model = Blocks()
+    for b in model.blocks:
+        b[1] = _Act()
+    x = torch.randn(16, 32, generator=torch.Generator().manual_seed(3))
+    t = rt.capture(model, (x,), lambda o: o)
+    gelu = [o.id for o in t.ops if o.name == "aten::gelu"][2]
+    plan = force(rt.plan_trace(t, None), [gelu])
+    (first, end, last), = Decisions(plan).regions.values()
+    assert last == ("blocks.2.1", 0)
+    model.blocks[2][1].scaled = False  # one op fewer: the scale
+    with pytest.raises(CaptureError, match="modules 'blocks.2.0' to 'blocks.2.1' ran %d ops where the captured step "
+                       "ran %d" % (end - first - 1, end - first)):
+        with plan.apply():
+            model(x).backward()

@@ -35,7 +35,7 @@ import contextlib
 
 import torch
 
-from . import compat, fsdp, nested
+from . import compat, fsdp, nested, regions
 from .capture import _META_ONLY, CaptureError, _ignored, _same, _skey, _weak, _written_args, rng_state, set_rng_state
 from .compat import TorchDispatchMode
 
@@ -234,20 +234,21 @@ class Decisions:
 
     def _regions(self, t, nested):
         """Where the applier's dispatch mode and its saved-tensor hooks must
-        be on. The mode: around the module calls (the outermost of those that
-        are innermost around a call it follows: a recipe to record, a
-        tracked value made or made stale; capture's ModuleCalls names them),
+        be on. The mode: over the runs of module calls that cover the calls
+        it follows (a recipe to record, a tracked value made or made stale;
+        capture's ModuleCalls names them) at the least cost (regions.cover),
         and after the model's call when the calls there (the loss) hold one.
-        The hooks: the same way around those calls and the saves of the
-        values the plan drops (capture's pack_modules: the module call
-        running when autograd saved it, which is not always its maker's nor
-        its reader's), so that every other saved tensor is packed and
-        unpacked with no Python. Elsewhere the forward runs as PyTorch runs
-        it. regions: the mode's, {(module name, its call): (first call,
-        end)}; hook_regions: the hooks', {(module name, its call)}; tail: the
-        first call after the model, or None (mode and hooks on from there);
-        full: the mode on over the whole forward (a call it follows outside
-        the model and before its end, or in a module that is not the
+        The hooks: around the outermost of the innermost module calls that
+        hold those calls and the saves of the values the plan drops
+        (capture's pack_modules: the module call running when autograd saved
+        it, which is not always its maker's nor its reader's), so that every
+        other saved tensor is packed and unpacked with no Python. Elsewhere
+        the forward runs as PyTorch runs it. regions: the mode's, {(module
+        name, its call): (first call, end, (the last module call's name, its
+        call))}; hook_regions: the hooks', {(module name, its call)}; tail:
+        the first call after the model, or None (mode and hooks on from
+        there); full: the mode on over the whole forward (a call it follows
+        outside the model and before its end, or in a module that is not the
         model's); hooks_everywhere: the hooks on over the whole step (full, a
         nested plan, which counts every saved tensor, FSDP2, or a trace that
         does not say where each tensor was saved)."""
@@ -262,95 +263,19 @@ class Decisions:
             return
         saves = [] if self.hooks_everywhere else [
             (t.pack_modules[k], t.pack_calls[k]) for k, v in enumerate(t.pack_values) if v in self.rec_vals]
-        calls = [(t.call_module[ci], ci) for ci in follow]
-        mode, hooks = self._outermost(t, calls), self._outermost(t, calls + saves)
-        if mode is None or hooks is None:
+        start, end = t.modules[0][0], t.modules[0][1]  # the model's call
+        inner = [ci for ci in follow if start <= ci < end]
+        after = [ci for ci in follow if ci >= end]
+        runs = regions.cover(t, inner)
+        hooks = regions.outermost(t, [(t.call_module[ci], ci) for ci in follow] + saves)
+        if runs is None or hooks is None or len(inner) + len(after) != len(follow) or any(
+                t.call_module[ci] >= 0 and t.modules[t.call_module[ci]][3] is not None for ci in after):
             self.regions, self.hook_regions, self.tail, self.full, self.hooks_everywhere = {}, set(), None, True, True
             return
-        self.regions = {(t.modules[i][3], t.modules[i][4]): (t.modules[i][0], t.modules[i][1]) for i in mode[0]}
-        self.hook_regions = {(t.modules[i][3], t.modules[i][4]) for i in hooks[0]}
-        self.tail = t.modules[0][1] if mode[1] or hooks[1] else None
-
-    @staticmethod
-    def _outermost(t, where):
-        """The module calls that hold every (innermost module call, call)
-        of where: the outermost of those innermost calls, and whether the
-        loss after the model holds one; None where one lies outside the
-        model's module calls."""
-        start, end = t.modules[0][0], t.modules[0][1]  # the model's call
-        chosen, tail = set(), False
-        for inv, ci in where:
-            if ci >= end and (inv < 0 or t.modules[inv][3] is None):
-                tail = True
-            elif inv >= 0 and t.modules[inv][3] is not None and start <= ci:
-                chosen.add(inv)
-            else:
-                return None
-        out = []
-        for inv in chosen:
-            up, covered = t.modules[inv][2], False
-            while up >= 0 and not covered:
-                covered, up = up in chosen, t.modules[up][2]
-            if not covered:
-                out.append(inv)
-        return out, tail
-
-
-class Regions:
-    """Turns the applier's mode on and off around its regions (Decisions),
-    with hooks on those modules only, so that every other module call keeps
-    PyTorch's fast path: a global forward pre-hook waits for the step's
-    first module call (the model, or a copy of it built the same way), finds
-    the regions' modules in it by name, hooks them (a pre-hook after their
-    own, a forward hook before theirs) and removes itself."""
-
-    def __init__(self, applier):
-        self.a = applier
-        self.count = {}
-        self.first = None
-        self._handles = []
-        self.ran = False  # the model was called
-
-    def __enter__(self):
-        from torch.nn.modules import module as nn_module
-        self.first = nn_module.register_module_forward_pre_hook(self._bind)
-        return self
-
-    def _bind(self, model, args):
-        self.first.remove()
-        self.first = None
-        self.ran = True
-        regions = {n for n, _ in self.a.regions} | {n for n, _ in self.a.hook_regions}
-        names = regions | ({""} if self.a.tail is not None else set())
-        mods = self.a.decisions.of(model)[0]
-        for name in sorted(names):
-            m = mods.get(name)
-            if m is None:
-                raise CaptureError("the model this plan runs on has no module %r, which the plan follows: plan this "
-                                   "model" % name)
-            self._handles += [m.register_forward_pre_hook(lambda mod, a, name=name: self._enter(name)),
-                              m.register_forward_hook(lambda mod, a, o, name=name: self._exit(name), prepend=True)]
-        if "" in names and "" not in regions:
-            self.count[""] = 1  # the model's own call began before its hooks
-        elif "" in names:
-            self._enter("")
-
-    def _enter(self, name):
-        k = self.count.get(name, 0)
-        self.count[name] = k + 1
-        self.a.module_enter(name, k)
-
-    def _exit(self, name):
-        self.a.module_exit(name, self.count[name] - 1)
-
-    def __exit__(self, *exc):
-        if self.first is not None:
-            self.first.remove()
-            self.first = None
-        for h in self._handles:
-            h.remove()
-        self._handles = []
-        return False
+        key = [(m[3], m[4]) for m in t.modules]
+        self.regions = {key[a]: (t.modules[a][0], t.modules[b][1], key[b]) for a, b in runs}
+        self.hook_regions = {key[i] for i in hooks[0]}
+        self.tail = end if after or hooks[1] else None
 
 
 class Applier(TorchDispatchMode):
@@ -372,7 +297,7 @@ class Applier(TorchDispatchMode):
         self.regions, self.hook_regions, self.tail, self.full = d.regions, d.hook_regions, d.tail, d.full
         self.decisions = d
         self.active = False  # the dispatch mode is on (a region, or the whole forward)
-        self.span = None   # the region the mode is on for: (module name, its call, end)
+        self.span = None   # the region the mode is on for: (first call, end, last module call, first module call)
         self.entered = 0   # regions entered so far (the tail counts as one)
         self.n_regions = len(self.regions) + (self.tail is not None)
         self.vmap = {}     # storage address -> (value id, weak reference to the storage): activations of this step
@@ -465,7 +390,7 @@ class Applier(TorchDispatchMode):
             self.hooks_on()
         span = self.regions.get((name, k))
         if span is not None and not self.active:
-            self.call, self.span = span[0], (name, k, span[1])
+            self.call, self.span = span[0], span + ((name, k),)
             self.entered += 1
             self.on()
 
@@ -473,12 +398,12 @@ class Applier(TorchDispatchMode):
         if self.hook_span == (name, k):
             self.hook_span = None
             self.hooks_off()
-        if self.span is not None and self.span[:2] == (name, k):
-            if self.call != self.span[2]:
-                start = self.regions[(name, k)][0]
-                raise CaptureError("module %r ran %d ops where the captured step ran %d: the model runs other ops "
-                                   "than when it was planned; plan it again"
-                                   % (name or "(the model)", self.call - start, self.span[2] - start))
+        if self.span is not None and self.span[2] == (name, k):
+            first, end, _, (enter, _) = self.span
+            if self.call != end:
+                where = "module %r" % (name or "(the model)",) if enter == name else "modules %r to %r" % (enter, name)
+                raise CaptureError("%s ran %d ops where the captured step ran %d: the model runs other ops than "
+                                   "when it was planned; plan it again" % (where, self.call - first, end - first))
             self.span = None
             self.off()
         if name == "" and self.tail is not None:  # the loss after the model
@@ -722,7 +647,7 @@ class Applied(contextlib.AbstractContextManager):
             self._fsdp.enter_context(fsdp.Hooks(bound, a))
         self._regions = None
         if not a.full:  # the mode on around the module calls that hold what the applier follows
-            self._regions = Regions(a)
+            self._regions = regions.Regions(a)
             self._regions.__enter__()
 
         # the saved tensors pass pack (a recomputed value's become handles), by

@@ -1,0 +1,181 @@
+"""Regions: where the applier's dispatch mode and its saved-tensor hooks are on.
+
+A plan's applier must follow some calls of the forward (a recipe to
+record, a tracked value made or made stale): its dispatch mode must be on
+around them, and every call it is on for costs Python (about as much as
+the op's own dispatch). Turning the mode on and off costs Python too: a
+module's pre-hook and forward hook, the mode's entry and exit. The mode
+can only be turned on or off where a module call begins or ends, so it is
+on over runs of module calls: a run begins where one module call begins
+and ends where a later sibling's (or the same one's) ends, and follows
+every call in between.
+
+``cover`` picks the runs that cover the calls to follow at the least
+cost, a run costing TOGGLE_CALLS plus the calls it spans, by dynamic
+programming over capture's tree of module calls: a module call is covered
+whole, or its children are, alone or in runs of consecutive siblings
+(which also cover the calls its own code runs between them).
+
+``Regions`` turns the mode on and off at those module calls in a step.
+"""
+
+from .capture import CaptureError
+
+# what turning the mode on and off once costs, in calls followed (measured
+# on ResNet-18, a CPU, PyTorch 2.15: the two module hooks, the mode's entry
+# and exit and the bookkeeping around them take 60-90 us a region; following
+# a call takes 10-30 us beyond the op, more on large tensors)
+TOGGLE_CALLS = 4
+
+
+def cover(t, calls):
+    """The runs that cover calls (indices into t.calls, inside the model's
+    call) at the least cost: [(first module call, last module call)] (indices
+    into t.modules, siblings or the same), or None where a call lies in no
+    module call with a name (the mode could not be turned on around it)."""
+    if not calls:
+        return []
+    mods = t.modules
+    children = [[] for _ in mods]
+    for i, m in enumerate(mods):
+        if m[2] >= 0:
+            children[m[2]].append(i)
+    direct = [[] for _ in mods]  # the calls to follow that each module call's own code makes
+    for ci in calls:
+        inv = t.call_module[ci]
+        if inv < 0 or mods[inv][3] is None:
+            return None
+        direct[inv].append(ci)
+    inside = [0] * len(mods)  # the calls to follow within each module call
+    for i in reversed(range(len(mods))):  # a child comes after its parent
+        inside[i] += len(direct[i])
+        if mods[i][2] >= 0:
+            inside[mods[i][2]] += inside[i]
+    best = {}
+
+    def span(a, b):
+        return TOGGLE_CALLS + mods[b][1] - mods[a][0]
+
+    def solve(i):
+        # (cost, runs) covering every call to follow within module call i
+        if i in best:
+            return best[i]
+        whole = (span(i, i), [(i, i)]) if mods[i][3] is not None else (float("inf"), None)
+        kids = children[i]
+
+        def free(lo, hi):  # none of i's own calls to follow lies in [lo, hi)
+            return not any(lo <= ci < hi for ci in direct[i])
+
+        if not kids or not free(mods[i][0], mods[kids[0]][0]) or not free(mods[kids[-1]][1], mods[i][1]):
+            best[i] = whole
+            return whole
+        # g[j]: the least cost covering everything up to the end of kids[j - 1]
+        g = [(0.0, [])] + [(float("inf"), None)] * len(kids)
+        for j in range(1, len(kids) + 1):
+            k = kids[j - 1]
+            if j == 1 or free(mods[kids[j - 2]][1], mods[k][0]):
+                c, runs = solve(k) if inside[k] else (0.0, [])
+                if g[j - 1][0] + c < g[j][0]:
+                    g[j] = (g[j - 1][0] + c, g[j - 1][1] + runs)
+            if inside[k] == 0 or mods[k][3] is None:
+                continue  # a run ends where it must: at a call that holds one to follow
+            for a in range(j, 0, -1):  # a run from kids[a - 1] to k
+                first = kids[a - 1]
+                if a > 1 and not free(mods[kids[a - 2]][1], mods[first][0]):
+                    continue  # a call to follow just before first: the run must begin further back
+                if mods[first][3] is not None and g[a - 1][0] + span(first, k) < g[j][0]:
+                    g[j] = (g[a - 1][0] + span(first, k), g[a - 1][1] + [(first, k)])
+        best[i] = whole if whole[0] <= g[-1][0] else g[-1]
+        return best[i]
+
+    roots = [i for i, m in enumerate(mods) if m[2] < 0]
+    out = []
+    for r in roots:
+        if inside[r]:
+            c, runs = solve(r)
+            if runs is None:
+                return None
+            out += runs
+    return out
+
+
+def outermost(t, where):
+    """The module calls that hold every (innermost module call, call) of
+    where: the outermost of those innermost calls, and whether the loss
+    after the model holds one; None where one lies outside the model's
+    module calls."""
+    start, end = t.modules[0][0], t.modules[0][1]  # the model's call
+    chosen, tail = set(), False
+    for inv, ci in where:
+        if ci >= end and (inv < 0 or t.modules[inv][3] is None):
+            tail = True
+        elif inv >= 0 and t.modules[inv][3] is not None and start <= ci:
+            chosen.add(inv)
+        else:
+            return None
+    out = []
+    for inv in chosen:
+        up, covered = t.modules[inv][2], False
+        while up >= 0 and not covered:
+            covered, up = up in chosen, t.modules[up][2]
+        if not covered:
+            out.append(inv)
+    return out, tail
+
+
+class Regions:
+    """Turns the applier's mode on and off around its regions (Decisions),
+    with hooks on those modules only, so that every other module call keeps
+    PyTorch's fast path: a global forward pre-hook waits for the step's
+    first module call (the model, or a copy of it built the same way), finds
+    the regions' modules in it by name, hooks them (a pre-hook after their
+    own, a forward hook before theirs) and removes itself."""
+
+    def __init__(self, applier):
+        self.a = applier
+        self.count = {}
+        self.first = None
+        self._handles = []
+        self.ran = False  # the model was called
+
+    def __enter__(self):
+        from torch.nn.modules import module as nn_module
+        self.first = nn_module.register_module_forward_pre_hook(self._bind)
+        return self
+
+    def _bind(self, model, args):
+        self.first.remove()
+        self.first = None
+        self.ran = True
+        a = self.a
+        enters = {n for n, _ in a.regions} | {n for n, _ in a.hook_regions}
+        exits = {s[2][0] for s in a.regions.values()}
+        names = enters | exits | ({""} if a.tail is not None else set())
+        mods = a.decisions.of(model)[0]
+        for name in sorted(names):
+            m = mods.get(name)
+            if m is None:
+                raise CaptureError("the model this plan runs on has no module %r, which the plan follows: plan this "
+                                   "model" % name)
+            self._handles += [m.register_forward_pre_hook(lambda mod, a, name=name: self._enter(name)),
+                              m.register_forward_hook(lambda mod, a, o, name=name: self._exit(name), prepend=True)]
+        self.count[""] = 1  # the model's own call began before its hooks
+        if "" in enters:
+            a.module_enter("", 0)
+
+    def _enter(self, name):
+        k = self.count.get(name, 0)
+        self.count[name] = k + 1
+        self.a.module_enter(name, k)
+
+    def _exit(self, name):
+        self.a.module_exit(name, self.count[name] - 1)
+
+    def __exit__(self, *exc):
+        if self.first is not None:
+            self.first.remove()
+            self.first = None
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+        return False
