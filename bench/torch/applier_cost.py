@@ -13,11 +13,14 @@ recomputed": 1.0 is recomputation alone).
     PYTHONPATH=python python bench/torch/applier_cost.py --breakdown --models resnet18,llama
 
 --breakdown prints, per model and plan, where the time goes instead:
-the forward's and the backward's medians apart, the midpoint plan's
+the forward's and the backward's medians apart, how many of the
+forward's calls pass the applier's dispatch mode, the midpoint plan's
 replays as they ran in the step (against their time at capture), and
 the garbage collections Python ran during each plan's steps (count and
 time per generation: the applier's Python objects per step are what
 starts them, and a full collection walks every object the process holds).
+Its "mode" row is the step without a plan with a dispatch mode that only
+runs each call on over the whole forward: what following a call costs.
 
 On a CUDA device each step ends with torch.cuda.synchronize; the issue's
 GPU sizes are resnet50-b64 (224x224) and gpt2-small (12 layers, 768 wide,
@@ -38,6 +41,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import user_models as um  # noqa: E402
 
 import remat.torch as rt  # noqa: E402
+from remat.torch.compat import TorchDispatchMode  # noqa: E402
 
 
 def build(name, device="cpu"):
@@ -86,6 +90,14 @@ def step(m, inputs, lf, plan, sync=lambda: None):
     return time.perf_counter() - t0
 
 
+class PassThrough(TorchDispatchMode):
+    """A dispatch mode that only runs each call: what following a call
+    costs, with no bookkeeping of the applier's."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        return func(*args, **(kwargs or {}))
+
+
 def breakdown(name, m, inputs, lf, t, plans, rounds, sync):
     """The forward, the backward, the replays and the collections, per plan."""
     from remat.torch import apply as A
@@ -114,8 +126,9 @@ def breakdown(name, m, inputs, lf, t, plans, rounds, sync):
         acc["replay"] = 0.0
         sync()
         t0 = time.perf_counter()
-        with (plan.apply() if plan is not None else contextlib.nullcontext()):
-            loss = lf(m(*inputs))
+        with (plan.apply() if plan not in (None, "mode") else contextlib.nullcontext()):
+            with (PassThrough() if plan == "mode" else contextlib.nullcontext()):
+                loss = lf(m(*inputs))
             sync()
             t1 = time.perf_counter()
             loss.backward()
@@ -139,11 +152,18 @@ def breakdown(name, m, inputs, lf, t, plans, rounds, sync):
         gc.callbacks.remove(collected)
         A.Applier._replay = replay
     rec = sum(t.ops[i].seconds for grp in plans["mid"].recompute_groups for i in grp)
+    d = A.Decisions(plans["mid"])
+    if d.full:
+        followed = "%d (all)" % len(t.calls)
+    else:
+        followed = "%d in %d runs" % (sum(v[1] - v[0] for v in d.regions.values()) + (
+            len(t.calls) - d.tail if d.tail is not None else 0), len(d.regions) + (d.tail is not None))
+    through = {"none": "0", "all": "0", "mid": followed, "mode": "%d (all)" % len(t.calls)}
     for k in plans:
         fwd, bwd, rep = (statistics.median(x[i] for x in res[k]) * 1e3 for i in range(3))
         gcs_txt = ", ".join("gen %d: %d in %.1f ms" % (g, n, s * 1e3) for g, (n, s) in sorted(col[k].items()))
-        print("| %s | %s | %.2f | %.2f | %s | %s |" % (
-            name, k, fwd, bwd, "%.2f (capture: %.2f)" % (rep, rec * 1e3) if k == "mid" else "",
+        print("| %s | %s | %s | %.2f | %.2f | %s | %s |" % (
+            name, k, through[k], fwd, bwd, "%.2f (capture: %.2f)" % (rep, rec * 1e3) if k == "mid" else "",
             gcs_txt or "none"))
     sys.stdout.flush()
 
@@ -160,9 +180,9 @@ def main():
     torch.set_num_threads(a.threads)
     sync = torch.cuda.synchronize if a.device.startswith("cuda") else (lambda: None)
     if a.breakdown:
-        print("| model | plan | forward ms | backward ms | replays in the step ms | garbage collections "
-              "over %d steps |" % a.rounds)
-        print("|---|---|---:|---:|---:|---|")
+        print("| model | plan | forward calls through the dispatch mode | forward ms | backward ms | replays in the "
+              "step ms | garbage collections over %d steps |" % a.rounds)
+        print("|---|---|---:|---:|---:|---:|---|")
     else:
         print("| model | store-all / no plan | midpoint / no plan | midpoint recomputes (ops, extra FLOPs) | "
               "recomputed ops' time / step | extra / recomputed |")
@@ -176,7 +196,7 @@ def main():
         mid = rt.plan_trace(t, (floor + rt.budget_for(top.peak_bytes)) // 2, "sgd")
         plans = {"none": None, "all": top, "mid": mid}
         if a.breakdown:
-            breakdown(name, m, inputs, lf, t, plans, a.rounds, sync)
+            breakdown(name, m, inputs, lf, t, dict(plans, mode="mode"), a.rounds, sync)
             continue
         times = {k: [] for k in plans}
         for p in plans.values():  # one warm step each

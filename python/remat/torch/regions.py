@@ -21,11 +21,14 @@ whole, or its children are, alone or in runs of consecutive siblings
 
 from .capture import CaptureError
 
-# what turning the mode on and off once costs, in calls followed (measured
-# on ResNet-18, a CPU, PyTorch 2.15: the two module hooks, the mode's entry
-# and exit and the bookkeeping around them take 60-90 us a region; following
-# a call takes 10-30 us beyond the op, more on large tensors)
-TOGGLE_CALLS = 4
+# what turning the mode on and off once costs, in calls followed. Measured
+# on a CPU (2 threads, PyTorch 2.15; bench/torch/applier_cost.py
+# --breakdown): a mode that only runs each call, on over the whole forward,
+# adds 56-61 us a call to ResNet-18's and a GPT-2's (its Python, and the op
+# running after it on caches it left cold: alone in a loop a call costs 10
+# us); the two module hooks, the mode's entry and exit and the applier's
+# bookkeeping around them take 60-90 us a region
+TOGGLE_CALLS = 2
 
 
 def cover(t, calls):
