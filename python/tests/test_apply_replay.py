@@ -375,3 +375,33 @@ def test_a_run_that_runs_fewer_ops_is_refused_naming_its_modules():
                        "ran %d" % (end - first - 1, end - first)):
         with plan.apply():
             model(x).backward()
+
+
+def test_the_garbage_collector_waits_for_the_steps_end():
+    # the applier's objects live for the step and go by reference count:
+    # Python's cyclic collector is off inside plan.apply() and on again
+    # after it, also when the step fails, and stays off where it was off
+    import gc
+    model = Blocks()
+    x = torch.randn(16, 32, generator=torch.Generator().manual_seed(3))
+    t = rt.capture(model, (x,), lambda o: o)
+    gelu = [o.id for o in t.ops if o.name == "aten::gelu"][2]
+    plan = force(rt.plan_trace(t, None), [gelu])
+    assert gc.isenabled()
+    with plan.apply():
+        assert not gc.isenabled()
+        model(x).backward()
+    assert gc.isenabled()
+    model.zero_grad()
+    with pytest.raises(RuntimeError, match="the user's"):
+        with plan.apply():
+            model(x)
+            raise RuntimeError("the user's")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with plan.apply():
+            model(x).backward()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

@@ -32,6 +32,7 @@ counts them so.
 """
 
 import contextlib
+import gc
 
 import torch
 
@@ -621,6 +622,7 @@ class Applied(contextlib.AbstractContextManager):
         self._pre = None
         self._fsdp = None
         self._regions = None
+        self._gc = False  # the garbage collector was on at the step's start
 
     def __enter__(self):
         t = self.plan.trace
@@ -641,6 +643,13 @@ class Applied(contextlib.AbstractContextManager):
             if bound:
                 self._fsdp.enter_context(fsdp.Hooks(bound, fsdp.Releaser()))
             return self
+        # Python's cyclic garbage collector waits for the step's end: the
+        # applier's objects (recipes, handles) live for the step and go by
+        # reference count when it ends, so a collection during the step would
+        # only walk them, and promote them to the old generation, whose growth
+        # starts full collections of every object the process holds
+        self._gc = gc.isenabled()
+        gc.disable()
         a = self.applier = Applier(self.plan, self.decisions)
         a.units = bound
         if t.fsdp:
@@ -706,28 +715,34 @@ class Applied(contextlib.AbstractContextManager):
         a = self.applier
         if a is None:
             return False
-        a.off()
-        a.hooks_off()
-        a.hooks = None  # its hooks are a's bound methods: no cycle keeps the step's tensors past the step
-        ran = False  # the model was called
-        if self._regions is not None:
-            self._regions.__exit__(*exc)
-            ran, self._regions = self._regions.ran, None
-        calls = self.plan.trace.calls
-        if exc[0] is None and not a.full and a.entered != a.n_regions and ran:
-            if a.entered == 0:
-                raise CaptureError("the step ran the model and none of the module calls the plan follows: the model "
-                                   "runs other ops than when it was planned (or another model ran); plan it again")
-            raise CaptureError("the step ran %d of the %d parts of the forward that the plan follows: run the whole "
-                               "forward (model and loss) inside plan.apply()" % (a.entered, a.n_regions))
-        if exc[0] is None and a.full and a.call == 0 and a.before:
-            raise CaptureError("the step ran %d ops and none was the captured step's first (%s): the model runs "
-                               "other ops than when it was planned; plan it again" % (a.before, calls[0].name))
-        if exc[0] is None and a.full and a.call not in (0, len(calls)):
-            raise CaptureError("the step ran %d of the %d captured ops: run the whole forward (model and loss) "
-                               "inside plan.apply()" % (a.call, len(calls)))
-        a.src.clear()
-        a.cache.clear()
-        if a.nested is not None:  # no cycle: the step's recipes go with the step
-            a.nested.a = None
+        try:
+            a.off()
+            a.hooks_off()
+            a.hooks = None  # its hooks are a's bound methods: no cycle keeps the step's tensors past the step
+            ran = False  # the model was called
+            if self._regions is not None:
+                self._regions.__exit__(*exc)
+                ran, self._regions = self._regions.ran, None
+            calls = self.plan.trace.calls
+            if exc[0] is None and not a.full and a.entered != a.n_regions and ran:
+                if a.entered == 0:
+                    raise CaptureError("the step ran the model and none of the module calls the plan follows: the "
+                                       "model runs other ops than when it was planned (or another model ran); plan "
+                                       "it again")
+                raise CaptureError("the step ran %d of the %d parts of the forward that the plan follows: run the "
+                                   "whole forward (model and loss) inside plan.apply()" % (a.entered, a.n_regions))
+            if exc[0] is None and a.full and a.call == 0 and a.before:
+                raise CaptureError("the step ran %d ops and none was the captured step's first (%s): the model runs "
+                                   "other ops than when it was planned; plan it again" % (a.before, calls[0].name))
+            if exc[0] is None and a.full and a.call not in (0, len(calls)):
+                raise CaptureError("the step ran %d of the %d captured ops: run the whole forward (model and loss) "
+                                   "inside plan.apply()" % (a.call, len(calls)))
+            a.src.clear()
+            a.cache.clear()
+            if a.nested is not None:  # no cycle: the step's recipes go with the step
+                a.nested.a = None
+        finally:
+            if self._gc:  # on again as the step's objects go (with this context, by reference count)
+                self._gc = False
+                gc.enable()
         return False
