@@ -603,9 +603,16 @@ static void check_bound(const bench *b, const cJSON *fix, size_t bound, double m
 }
 
 /* Bounds on the gaps, per kind of graph: the figures of 2026-11-29 with a
- * little room (random: worst 15.55%, median 0.00%, 54 of 66 plans at the
- * optimum; traced: worst 2.79%, llama_1l at its floor, median 0.00%, 26
- * of 30; docs/planning.md says what is behind them). Before the
+ * little room (random: worst 17.26%, median 0.00%, 54 of 66 plans at the
+ * optimum; traced: worst 2.69%, median 0.00%, 21 of 30; docs/planning.md
+ * says what is behind them). Before the relaxed schedules were tightened
+ * again (optimal_relax.c, retighten), random: worst 15.55%, 54 of 66;
+ * traced: worst 2.79% (llama_1l at its floor, now 0.04%), 26 of 30; no
+ * plan costs more at its budget since, and 10 of the 96 cost less (res20
+ * at 21,913 B: 617,472 -> 525,312, resnet_tiny at 78,772 B: 4,190,638 ->
+ * 4,065,646), but some hold more of their budget, at a peak where the
+ * ILP's optimum is lower still: the gap at their own peak grew (res20
+ * 1.26% -> 17.26%, resnet_tiny 0 -> 2.69%). Before the
  * candidates between the generators' ones (optimal_relax.c: tightened and
  * relaxed), random 16.71% and 49 of 66, traced 22 of 30. The random worst was
  * 13.63% before the chain model freed the inputs no backward reads
@@ -620,12 +627,12 @@ static void check_bound(const bench *b, const cJSON *fix, size_t bound, double m
  * traced 8.10% and 0.10%; before the chain model counted a traced step's
  * parameter gradients, the traced worst was 64.02% (mlp_bn at its floor)
  * and the median 0.13%. */
-#define GAP_WORST_RANDOM 0.16
+#define GAP_WORST_RANDOM 0.18
 #define GAP_MEDIAN_RANDOM 0.005
 #define GAP_WORST_TRACED 0.03
 #define GAP_MEDIAN_TRACED 0.0005
 #define AT_OPTIMUM_RANDOM 54
-#define AT_OPTIMUM_TRACED 26
+#define AT_OPTIMUM_TRACED 21
 
 /* And per traced graph, its worst gap (the figures of 2026-11-29, a
  * little room): each can fail on its own. A gap against the optimum at
@@ -637,9 +644,9 @@ static const struct {
 } traced_bounds[] = {
     {"mlp_bn", 1e-9},      /* equal to the optimum at every budget (was 64.02%) */
     {"cnn_bn", 1e-9},      /* equal at every budget (0.33% untightened, 0.39% unpruned) */
-    {"resnet_tiny", 1e-9}, /* equal at every budget (0.10% unpruned) */
-    {"gpt2_1l", 1e-9},     /* equal at every budget (0.10%* untightened) */
-    {"llama_1l", 0.03},    /* 2.79% at its floor (5.45% unsunk, 8.10% unpruned) */
+    {"resnet_tiny", 0.03}, /* 2.69% at 78,772 B, cheaper than the plan equal to the optimum at its own peak before */
+    {"gpt2_1l", 0.0005},   /* 0.02% (equal at every budget before re-tightening, 0.10%* untightened) */
+    {"llama_1l", 0.001},   /* 0.05% (2.79% at its floor before re-tightening, 5.45% unsunk, 8.10% unpruned) */
 };
 
 /* The gaps of one kind of graph (random, traced) and their bounds. */

@@ -42,8 +42,9 @@ struct gen_ctx {
     int regions;          /* a traced step with checkpoint regions: manual is their one schedule */
     int gi_keep, gi_drop; /* the keep-expensive and drop-expensive generators */
     /* candidate k's schedule, sunk and pruned where it is a sunk or pruned
-     * one (optimal.c's, for optimal_relax.c) */
-    remat_status (*make)(const gen_ctx *x, const cand *k, remat__schedule *sc);
+     * one (optimal.c's, for optimal_relax.c); the instructions that took
+     * are added to *spent (or NULL) */
+    remat_status (*make)(const gen_ctx *x, const cand *k, remat__schedule *sc, double *spent);
 };
 
 /* A candidate, by what it costs and what it holds at least. */
@@ -57,19 +58,24 @@ struct cand {
     int sink;     /* its recomputations moved late first (sink) */
     /* relaxed (optimal_relax.c): from base (the candidate it came from,
      * made), these recomputations given back, steps of them in order, then
-     * last; tightened (base NULL): the selective levels gi, j with these
-     * nodes dropped (-1: neither) */
+     * last; tightened (base NULL): the selective levels gi, j (or, where
+     * mask is set, the nodes a relaxed schedule recomputes: gi, j are its
+     * source's) with these nodes dropped (-1: neither) */
     const remat__schedule *base;
+    const uint8_t *mask;
     const int *relax;
     int steps, last;
 };
 
 /* A frontier candidate's relaxation, or a tightening: the candidate made
- * (the relaxed ones' base; zero until then, and for a tightening) and the
- * steps taken from it. */
+ * (the relaxed ones' base; zero until then, and for a tightening), the
+ * steps taken from it, and for a tightening of a relaxed schedule, the
+ * level mask it starts from. */
 typedef struct {
     remat__schedule base;
-    int *path;
+    int *path, steps;
+    uint8_t *mask;
+    cand src; /* the candidate relaxed (a relaxation, a tightening of one) */
 } relaxation;
 
 /* qsort orders (optimal_relax.c): by cost, then by what a candidate holds
@@ -86,5 +92,10 @@ remat_status remat__optimal_tighten(const gen_ctx *x, size_t held_outside, cand 
 /* The schedules between the frontier's candidates, relaxed, as candidates;
  * rel (as many as *nc on entry): the relaxations, freed by the caller. */
 remat_status remat__optimal_relax(const gen_ctx *x, size_t held_outside, cand **cands, int *nc, relaxation *rel);
+/* The relaxations' schedules (rel[0, n_rel)), each tightened step by step
+ * again, as candidates; *out (*n_out of them): their steps, freed by the
+ * caller. */
+remat_status remat__optimal_retighten(const gen_ctx *x, size_t held_outside, cand **cands, int *nc,
+                                      const relaxation *rel, int n_rel, relaxation **out, int *n_out);
 
 #endif

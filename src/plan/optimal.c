@@ -63,7 +63,8 @@
  * between them (optimal_relax.c): the selective level masks with one more
  * value dropped at a time (tightened), and from each candidate on the
  * frontier of what they hold and cost, the schedules that give back one
- * recomputation at a time up to the next one's peak (relaxed). On graphs
+ * recomputation at a time up to the next one's peak (relaxed), each of
+ * those tightened again (relaxed tightened). On graphs
  * of many nodes a
  * generator makes at most CAND_WORK / nodes schedules, spread the same
  * way. The fastest under the cost model that holds at most the budget
@@ -385,7 +386,7 @@ remat_status remat__optimal_options(const remat__prog *p, remat_node loss, int o
 }
 
 /* Candidate k's schedule, sunk and pruned where it is a sunk or pruned one. */
-static remat_status make_cand(const gen_ctx *x, const cand *k, remat__schedule *sc) {
+static remat_status make_cand(const gen_ctx *x, const cand *k, remat__schedule *sc, double *spent) {
     if (k->last >= 0 && k->base) { /* relaxed */
         remat_status st = REMAT_OK;
         for (int s = 0; st == REMAT_OK && s <= k->steps; s++) {
@@ -393,21 +394,24 @@ static remat_status make_cand(const gen_ctx *x, const cand *k, remat__schedule *
             st = remat__without(x->p, s ? sc : k->base, s < k->steps ? k->relax[s] : k->last, &t);
             if (s) remat__schedule_free(sc);
             *sc = t;
+            if (st == REMAT_OK && spent) *spent += t.n;
         }
         return st;
     }
     remat_status st = k->last >= 0 ? remat__optimal_tightened(x, k, sc) : generators[k->gi].make(x, k->j, k->count, sc);
-    double work = k->prune;
+    double work = k->prune, sunk = 0; /* sink never stops for work: sunk counts what it took */
+    if (st == REMAT_OK && spent) *spent += sc->n;
     if (st == REMAT_OK && k->sink) {
         remat__schedule t;
-        double unlimited = INFINITY;
-        st = remat__sink(x->p, sc, &t, &unlimited);
+        st = remat__sink(x->p, sc, &t, &sunk);
         remat__schedule_free(sc);
         if (st != REMAT_OK) return st;
         *sc = t;
+        if (spent) *spent -= sunk;
     }
     if (st != REMAT_OK || k->prune <= 0) return st;
     st = remat__prune(x->p, sc, &work);
+    if (spent) *spent += k->prune - work;
     if (st != REMAT_OK) remat__schedule_free(sc);
     return st;
 }
@@ -418,7 +422,7 @@ static remat_status make_cand(const gen_ctx *x, const cand *k, remat__schedule *
  * memory plan in *keep. */
 static remat_status place_cand(const gen_ctx *x, cand *k, const remat__plan_req *r, remat__planned *keep) {
     remat__schedule sc;
-    remat_status st = make_cand(x, k, &sc);
+    remat_status st = make_cand(x, k, &sc, NULL);
     if (st != REMAT_OK) return st;
     if (!keep) {
         st = held_bytes(x->p, &sc, r->held_outside, &k->held);
@@ -429,6 +433,7 @@ static remat_status place_cand(const gen_ctx *x, cand *k, const remat__plan_req 
              k->sink ? " sunk" : "", k->prune > 0 ? " pruned" : "",
              k->last < 0 ? ""
              : k->base   ? " relaxed"
+             : k->mask   ? " relaxed tightened"
                          : " tightened");
     st = remat__plan_finish(r, &sc, keep);
     if (st == REMAT_OK) k->held = keep->mem.arena + r->held_outside;
@@ -602,6 +607,10 @@ remat_status remat__optimal_plan(const remat__plan_req *r, remat__planned *out) 
     if (st == REMAT_OK && !(rel = calloc((size_t)(n_rel = nc) + 1, sizeof *rel)))
         st = remat__err(REMAT_NOMEM, "out of memory planning");
     if (st == REMAT_OK) st = remat__optimal_relax(&x, r->held_outside, &cands, &nc, rel);
+    relaxation *retight = NULL;
+    int n_retight = 0;
+    if (st == REMAT_OK)
+        st = remat__optimal_retighten(&x, r->held_outside, &cands, &nc, rel, n_rel, &retight, &n_retight);
     if (st == REMAT_OK) st = choose(&x, cands, nc, r, &win);
     int offloaded = 0; /* offload, with a host budget, where it costs less */
     if (st == REMAT_OK) st = remat__offload_plan(r, win >= 0 ? cands[win].cost : INFINITY, out, &offloaded);
@@ -613,6 +622,8 @@ remat_status remat__optimal_plan(const remat__plan_req *r, remat__planned *out) 
         remat__schedule_free(&rel[k].base);
     }
     free(rel);
+    for (int k = 0; k < n_retight; k++) free(retight[k].path), free(retight[k].mask);
+    free(retight);
     for (int k = 0; k < REMAT__N_CHAINS; k++) remat__chain_free(&c[k]);
     gen_free(&x);
     return st;

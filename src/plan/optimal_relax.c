@@ -15,11 +15,16 @@
  *   the recomputation that saves the most cost per byte it adds to the
  *   peak (remat__relax_step), up to the next frontier candidate's peak;
  *   of what it tries, the schedules cheaper than every candidate that
- *   holds as little are kept.
+ *   holds as little are kept;
+ * - re-tightening: each schedule along each relaxation's path, as the
+ *   level mask of what it recomputes, tightened as above: a step given
+ *   back and another value dropped reach plans neither search reaches
+ *   alone (test_ilp's llama_1l at its floor: the ILP's plan recomputes
+ *   the embedding and not the query projection).
  *
  * Each search stops after a bound of instructions built (TIGHTEN_WORK,
- * RELAX_WORK), so on graphs of thousands of ops it takes only its first
- * steps; on test_ilp's small graphs it runs to the end.
+ * RELAX_WORK, RETIGHTEN_WORK), so on graphs of thousands of ops it takes
+ * only its first steps; on test_ilp's small graphs it runs to the end.
  */
 #include "optimal-impl.h"
 #include "refine.h"
@@ -45,11 +50,17 @@ int remat__optimal_by_lb(const void *a, const void *b) {
 remat_status remat__optimal_tightened(const gen_ctx *x, const cand *k, remat__schedule *sc) {
     uint8_t *level = NULL;
     int drop = k->gi == x->gi_drop;
-    remat_status st = remat__selective_levels(x->p, k->j + drop, k->count, drop, &level);
+    remat_status st = REMAT_OK;
+    if (k->mask) {
+        if (!(level = malloc((size_t)x->p->g->n))) return remat__err(REMAT_NOMEM, "out of memory planning");
+        memcpy(level, k->mask, (size_t)x->p->g->n);
+    } else {
+        st = remat__selective_levels(x->p, k->j + drop, k->count, drop, &level);
+    }
     for (int s = 0; st == REMAT_OK && s <= k->steps; s++)
         level[s < k->steps ? k->relax[s] : k->last] = REMAT__LEVEL_NONE;
     if (st == REMAT_OK) st = remat__schedule_build(x->p, x->loss, REMAT_NONE, 1, 1, level, sc);
-    if (st == REMAT_OK) sc->origin = drop ? "drop-expensive" : "keep-expensive";
+    if (st == REMAT_OK) sc->origin = k->mask ? "tightened" : drop ? "drop-expensive" : "keep-expensive";
     free(level);
     return st;
 }
@@ -130,12 +141,34 @@ static void keep_frontier(cand *cands, int *nc) {
 /* Tightening (relax.c) builds at most this many instructions per planning. */
 #define TIGHTEN_WORK 4e6
 
+/* Tightens level (the caller's) step by step (relax.c), as rx's
+ * candidates: every drop a step tries that lowers the peak, and each
+ * step's schedule sunk and pruned; rel: where its steps go. */
+static remat_status tighten_from(const gen_ctx *x, relaxing *rx, relaxation *rel, uint8_t *level, double *work) {
+    const remat_graph *g = x->p->g;
+    remat__schedule sc = {0};
+    size_t peak = 0;
+    rx->rel = rel;
+    remat_status st = remat__schedule_build(x->p, x->loss, REMAT_NONE, 1, 1, level, &sc);
+    if (st == REMAT_OK) st = remat__values_peak(x->p, &sc, &peak);
+    double cost = st == REMAT_OK ? remat__schedule_cost(x->p, &sc) : 0;
+    *work -= sc.n;
+    remat__schedule_free(&sc);
+    if (st == REMAT_OK && !(rel->path = malloc(((size_t)g->n + 1) * sizeof(int))))
+        st = remat__err(REMAT_NOMEM, "out of memory planning");
+    for (int32_t node; st == REMAT_OK && rx->steps < g->n; rx->steps++) {
+        st = remat__tighten_step(x->p, x->loss, level, peak, cost, &node, &peak, &cost, work, seen, rx);
+        if (st == REMAT_OK) st = tightened_refined(x, rx, node, work);
+        if (st == REMAT_OK) level[node] = REMAT__LEVEL_NONE, rel->path[rx->steps] = node;
+    }
+    return st == REMAT_BUDGET || st == REMAT_UNSUPPORTED ? REMAT_OK : st; /* no drop lowers it */
+}
+
 /* The keep-expensive and drop-expensive levels, each tightened step by
  * step (relax.c), as candidates: every drop a step tries that lowers the
  * peak; rel[0, *used): their steps. */
 remat_status remat__optimal_tighten(const gen_ctx *x, size_t held_outside, cand **cands, int *nc, relaxation *rel,
                                     int *used) {
-    const remat_graph *g = x->p->g;
     double work = TIGHTEN_WORK;
     remat_status st = REMAT_OK;
     int cap = *nc; /* measure_all made room for at least as many */
@@ -151,22 +184,8 @@ remat_status remat__optimal_tighten(const gen_ctx *x, size_t held_outside, cand 
                            .next = SIZE_MAX,
                            .held_outside = held_outside};
             uint8_t *level = NULL;
-            remat__schedule sc = {0};
-            size_t peak = 0;
             st = remat__selective_levels(x->p, j + drop, N_SELECTIVE, drop, &level);
-            if (st == REMAT_OK) st = remat__schedule_build(x->p, x->loss, REMAT_NONE, 1, 1, level, &sc);
-            if (st == REMAT_OK) st = remat__values_peak(x->p, &sc, &peak);
-            double cost = st == REMAT_OK ? remat__schedule_cost(x->p, &sc) : 0;
-            work -= sc.n;
-            remat__schedule_free(&sc);
-            if (st == REMAT_OK && !(rel[(*used)++].path = malloc(((size_t)g->n + 1) * sizeof(int))))
-                st = remat__err(REMAT_NOMEM, "out of memory planning");
-            for (int32_t node; st == REMAT_OK && rx.steps < g->n; rx.steps++) {
-                st = remat__tighten_step(x->p, x->loss, level, peak, cost, &node, &peak, &cost, &work, seen, &rx);
-                if (st == REMAT_OK) st = tightened_refined(x, &rx, node, &work);
-                if (st == REMAT_OK) level[node] = REMAT__LEVEL_NONE, rx.rel->path[rx.steps] = node;
-            }
-            if (st == REMAT_BUDGET || st == REMAT_UNSUPPORTED) st = REMAT_OK; /* no drop lowers it */
+            if (st == REMAT_OK) st = tighten_from(x, &rx, &rel[(*used)++], level, &work);
             cap = rx.cap;
             free(level);
         }
@@ -188,13 +207,15 @@ remat_status remat__optimal_relax(const gen_ctx *x, size_t held_outside, cand **
     int cap = *nc; /* measure_all made room for at least as many */
     for (int f = 0; f + 1 < nf && st == REMAT_OK && work > 0; f++) {
         relaxing rx = {(*cands)[front[f]], cands, nc, cap, 0, 0, &rel[f], (*cands)[front[f + 1]].lb, held_outside};
+        rel[f].src = rx.src;
         size_t peak = rx.src.lb - held_outside;
         double cost = rx.src.cost;
         remat__schedule *sc = &rel[f].base, t;
-        if ((st = x->make(x, &rx.src, sc)) != REMAT_OK) break;
+        double made = 0;
+        if ((st = x->make(x, &rx.src, sc, &made)) != REMAT_OK) break;
         int r = 0, drop;
         for (int i = 0; i < sc->n; i++) r += sc->ins[i].kind == REMAT__I_FWD && !sc->ins[i].first;
-        work -= rx.src.prune + sc->n; /* making it again */
+        work -= made; /* making it again */
         rel[f].path = malloc(((size_t)r + 1) * sizeof *rel[f].path);
         if (!rel[f].path) st = remat__err(REMAT_NOMEM, "out of memory planning");
         remat__schedule cur = {0};
@@ -205,10 +226,72 @@ remat_status remat__optimal_relax(const gen_ctx *x, size_t held_outside, cand **
             cur = t, sc = &cur, rel[f].path[rx.steps] = drop;
         }
         if (st == REMAT_BUDGET) st = REMAT_OK; /* nothing more to give back */
+        rel[f].steps = rx.steps;
         remat__schedule_free(&cur);
         cap = rx.cap;
     }
     free(front);
+    if (st == REMAT_OK) keep_frontier(*cands, nc);
+    return st;
+}
+
+/* Re-tightening (relax.c) builds at most this many instructions per
+ * planning, from the frontier's tightest relaxations up. */
+#define RETIGHTEN_WORK 4e6
+
+/* The nodes schedule sc recomputes, as a level mask: dropped, the rest kept. */
+static remat_status recomputed_mask(const remat__prog *p, const remat__schedule *sc, uint8_t **mask) {
+    if (!(*mask = calloc((size_t)p->g->n, 1))) return remat__err(REMAT_NOMEM, "out of memory planning");
+    for (int i = 0; i < sc->n; i++)
+        if (sc->ins[i].kind == REMAT__I_FWD && !sc->ins[i].first) (*mask)[sc->ins[i].node] = REMAT__LEVEL_NONE;
+    return REMAT_OK;
+}
+
+remat_status remat__optimal_retighten(const gen_ctx *x, size_t held_outside, cand **cands, int *nc,
+                                      const relaxation *rel, int n_rel, relaxation **out, int *n_out) {
+    double work = RETIGHTEN_WORK;
+    remat_status st = REMAT_OK;
+    int cap = *nc, room = 0;
+    *out = NULL, *n_out = 0;
+    for (int f = 0; f < n_rel && st == REMAT_OK && work > 0; f++) {
+        const remat__schedule *sc = &rel[f].base;
+        remat__schedule cur = {0};
+        /* each schedule along the relaxation's path, from its first step */
+        for (int s = 0; s < rel[f].steps && st == REMAT_OK && work > 0; s++) {
+            remat__schedule t;
+            st = remat__without(x->p, sc, rel[f].path[s], &t);
+            if (st != REMAT_OK) break;
+            remat__schedule_free(&cur);
+            cur = t, sc = &cur;
+            if (*n_out == room) {
+                relaxation *more = realloc(*out, (size_t)(room = 2 * room + 4) * sizeof *more);
+                if (!more) {
+                    st = remat__err(REMAT_NOMEM, "out of memory planning");
+                    break;
+                }
+                *out = more;
+            }
+            relaxation *r = &(*out)[(*n_out)++];
+            memset(r, 0, sizeof *r);
+            st = recomputed_mask(x->p, &cur, &r->mask);
+            relaxing rx = {.src = rel[f].src,
+                           .cands = cands,
+                           .nc = nc,
+                           .cap = cap,
+                           .tight = 1,
+                           .next = SIZE_MAX,
+                           .held_outside = held_outside};
+            rx.src.mask = r->mask, rx.src.base = NULL, rx.src.last = -1, rx.src.sink = 0, rx.src.prune = 0;
+            uint8_t *level = NULL;
+            if (st == REMAT_OK && !(level = malloc((size_t)x->p->g->n)))
+                st = remat__err(REMAT_NOMEM, "out of memory planning");
+            if (st == REMAT_OK) memcpy(level, r->mask, (size_t)x->p->g->n);
+            if (st == REMAT_OK) st = tighten_from(x, &rx, r, level, &work);
+            cap = rx.cap;
+            free(level);
+        }
+        remat__schedule_free(&cur);
+    }
     if (st == REMAT_OK) keep_frontier(*cands, nc);
     return st;
 }
