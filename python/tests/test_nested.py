@@ -56,8 +56,10 @@ def test_nested_plans_run_bitwise_and_as_predicted(kind):
         # 5% below before optimal's chains counted what a selective stage's
         # recomputations read (the recompute-once floor fell, 6,410,603 B
         # against nested's 6,091,249: 4.98% below); 6.0% since candidates
-        # are sunk (6,407,629 B against 6,022,982)
-        assert floor < 0.97 * once, "nested schedules reach below the recompute-once floor (%d, %d)" % (floor, once)
+        # are sunk (6,407,629 B against 6,022,982); 1.1% since the relaxed
+        # schedules are tightened again, which lowered the recompute-once
+        # floor to 6,091,249 B (nested's is the same)
+        assert floor < 0.995 * once, "nested schedules reach below the recompute-once floor (%d, %d)" % (floor, once)
     budget = int(floor * 1.002)
     plan = rt.plan_trace(t, budget, _opt(m), nested=True)
     assert plan.feasible and plan.nested
