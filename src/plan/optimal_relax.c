@@ -262,7 +262,7 @@ remat_status remat__optimal_retighten(const gen_ctx *x, size_t held_outside, can
             st = remat__without(x->p, sc, rel[f].path[s], &t);
             if (st != REMAT_OK) break;
             remat__schedule_free(&cur);
-            cur = t, sc = &cur;
+            cur = t, sc = &cur, work -= t.n;
             if (*n_out == room) {
                 relaxation *more = realloc(*out, (size_t)(room = 2 * room + 4) * sizeof *more);
                 if (!more) {
