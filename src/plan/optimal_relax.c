@@ -281,7 +281,7 @@ remat_status remat__optimal_retighten(const gen_ctx *x, size_t held_outside, can
                            .tight = 1,
                            .next = SIZE_MAX,
                            .held_outside = held_outside};
-            rx.src.mask = r->mask, rx.src.base = NULL, rx.src.last = -1, rx.src.sink = 0, rx.src.prune = 0;
+            rx.src.mask = r->mask, rx.src.base = NULL; /* seen and tightened_refined set the rest */
             uint8_t *level = NULL;
             if (st == REMAT_OK && !(level = malloc((size_t)x->p->g->n)))
                 st = remat__err(REMAT_NOMEM, "out of memory planning");
