@@ -8,8 +8,10 @@
 # the comparisons' JSON beside it.
 #   scripts/gpu-run.sh scripts/gpu-checks.sh [CHECK...]
 # CHECKs (default all, in this order): cuda dist grad calibrate compare
-# offload compare16 profile pytest workspace truth applier (the last two:
-# remat.torch's memory truth and the applier's cost on the device)
+# offload compare16 profile pytest workspace truth applier compile
+# determinism (remat.torch's memory truth, the applier's cost and rt.compile
+# at byte budgets on the device, COMPILE_ARGS narrowing the last; what
+# deterministic cuDNN convolutions cost PyTorch)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 dir=${DIR:-${OUT:-/tmp/gpu-checks}}
@@ -35,7 +37,7 @@ check() {
 }
 
 remat=$(command -v remat)
-want=${*:-cuda dist grad calibrate compare offload compare16 profile pytest workspace truth applier}
+want=${*:-cuda dist grad calibrate compare offload compare16 profile pytest workspace truth applier compile determinism}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 for c in $want; do
     case $c in
@@ -70,6 +72,10 @@ for c in $want; do
                    --json "$dir/truth.json") ;;
     applier)   (cd "$root" && check torch_applier 150 env PYTHONPATH="$root/python:$root/python/tests" \
                    python3 bench/torch/applier_cost.py --device cuda --models resnet50-b64,gpt2-small --rounds 5) ;;
+    compile)   (cd "$root" && check rt_compile_cuda 240 env PYTHONPATH="$root/python:$root/python/tests" \
+                   python3 bench/torch/rt_compile.py --device cuda ${COMPILE_ARGS:---rows gpt2} \
+                   --json "$dir/rt_compile.json") ;;
+    determinism) (cd "$root" && check cudnn_determinism 90 python3 bench/torch/cudnn_determinism.py --steps 5) ;;
     *) echo "gpu-checks: unknown check '$c'" >&2; exit 2 ;;
     esac
 done

@@ -3,7 +3,7 @@ budgets, against torch.compile's own activation_memory_budget.
 
     python -m remat.torch run bench/torch/rt_compile.py [--rows gpt2,resnet50] [--budgets 4]
         [--fractions 1.0,0.5,0.2,0.0] [--search 0] [--equal-peak 0] [--rounds 5] [--steps 3]
-        [--threads 2] [--json FILE]
+        [--threads 2] [--device cpu] [--json FILE]
 
 Each row (GPT-2: 4 layers, 256 wide, context 256, GPT-2's vocabulary,
 batch 2; ResNet-50: batch 8 at 128x128; SGD with momentum) runs, in this
@@ -48,7 +48,7 @@ one process, one after another:
                      for to get the same memory
 
 and prints per configuration the measured peak (the heap counter, as
-rt.measure counts it: parameters, gradients, optimizer state and the batch
+rt.measure counts it, or with --device cuda torch.cuda's peak: parameters, gradients, optimizer state and the batch
 plus what a step allocates), rt.compile's prediction and the ratio
 measured / predicted, the median step seconds of --steps steps after the
 first (which compiles the backward), and the compile seconds (Dynamo,
@@ -169,6 +169,7 @@ def search_fraction(fresh, step_fn, batch, args, target, known):
 
 def row(name, args):
     make, batch, loss, inputs = ROWS[name]()
+    batch = tuple(t.to(args.device) for t in batch)
     torch.manual_seed(0)
     state = make().state_dict()
     out = []
@@ -176,6 +177,7 @@ def row(name, args):
     def fresh():
         m = make()
         m.load_state_dict(state)
+        m.to(args.device)
         return m, torch.optim.SGD(m.parameters(), lr=1e-3, momentum=0.9)
 
     def step_fn(m):
@@ -356,13 +358,16 @@ def alternate(fresh, step_fn, batch, loss, inputs, args, name, frac_row, rt_row)
                 loss(m(*batch[:inputs]), *batch[inputs:]).backward()
         steps["remat eager"] = (m, eager)
     times = {k: [] for k in steps}
+    sync = torch.cuda.synchronize if args.device == "cuda" else (lambda: None)
     for rnd in range(args.rounds + 1):
         for k, (m, one) in steps.items():
             for q in m.parameters():
                 q.grad = None
+            sync()
             t0 = time.perf_counter()
             with torch.enable_grad():
                 one()
+            sync()
             if rnd:
                 times[k].append(time.perf_counter() - t0)
     base = times["torch.compile %.2f" % frac]
@@ -405,6 +410,7 @@ def main():
                          "peak and remat's eager plan side by side (0: none)")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda (the measured peak: torch.cuda's)")
     ap.add_argument("--json")
     args = ap.parse_args()
     args.fractions = [float(f) for f in args.fractions.split(",") if f]

@@ -119,7 +119,7 @@ class GPT2(nn.Module):
 
     def forward(self, idx):
         T = idx.shape[1]
-        x = self.drop(self.wte(idx) + self.wpe(torch.arange(T)))
+        x = self.drop(self.wte(idx) + self.wpe(torch.arange(T, device=idx.device)))
         for b in self.h:
             x = b(x)
         return F.linear(self.ln_f(x), self.wte.weight)

@@ -32,9 +32,13 @@ def measure(model: torch.nn.Module, inputs: Inputs, loss_fn: LossFn, plan: Optio
     """Runs `steps` training steps (under plan when given) and measures each:
     the peak bytes the process holds during forward and backward (on the
     CPU the heap counter, which must be preloaded: python -m remat.torch run
-    SCRIPT; on a CUDA device torch.cuda.max_memory_allocated), counted like
+    SCRIPT; on a CUDA device the allocator's requested bytes, each block at
+    the bytes asked for, as the heap counter counts them), counted like
     the prediction (parameters, gradients held, optimizer state, the batch,
-    and everything the step allocates), and its seconds. A step is
+    and everything the step allocates), and its seconds. On a CUDA device
+    each step also has "allocator_peak_bytes", the same count by
+    max_memory_allocated: the caching allocator's blocks, with their
+    rounding and the unsplit slack of reused blocks (memtrack.py). A step is
     `accumulate` forward and backward passes, then the optimizer's; it
     starts with zero_grad(set_to_none=set_to_none). Returns a dict with the
     per-step figures (the peak over the step's passes, the seconds of its
@@ -43,7 +47,8 @@ def measure(model: torch.nn.Module, inputs: Inputs, loss_fn: LossFn, plan: Optio
         inputs = (inputs,)
     device = device_of(model, inputs)
     c = memtrack.counter(device)
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    cuda = device.type == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
     if c is None:
         raise RematError("measure needs the heap counter preloaded: run the script as "
                          "python -m remat.torch run SCRIPT [ARGS] (or LD_PRELOAD=%s)" % (memtrack.path() or
@@ -59,13 +64,14 @@ def measure(model: torch.nn.Module, inputs: Inputs, loss_fn: LossFn, plan: Optio
                     p.grad = None
                 else:
                     p.grad.zero_()
-        peak, seconds = 0, 0.0
+        peak, alloc, seconds = 0, 0, 0.0
         for _ in range(accumulate):
             grads = _bytes_of(p.grad for p in params)
             state = (_bytes_of(params) + _bytes_of(_optim_tensors(optimizer)) + _bytes_of(inputs) + grads
                      + _held_by_wrapper(model, grads))
             sync()
             live0 = c.live()
+            alloc0 = c.allocated() if cuda else 0
             c.reset_peak()
             t0 = time.perf_counter()
             ctx = plan.apply(model) if plan is not None else contextlib.nullcontext()
@@ -75,13 +81,19 @@ def measure(model: torch.nn.Module, inputs: Inputs, loss_fn: LossFn, plan: Optio
             sync()
             seconds += time.perf_counter() - t0
             peak = max(peak, state + c.peak() - live0)
+            if cuda:
+                alloc = max(alloc, state + c.allocated_peak() - alloc0)
         if optimizer is not None:
             optimizer.step()
         rows.append({"peak_bytes": peak, "seconds": seconds, "loss": float(loss.detach())})
+        if cuda:
+            rows[-1]["allocator_peak_bytes"] = alloc
     if not c.complete():
         raise RematError("the heap counter's table is full (over 2^21 blocks live at once): it cannot measure")
     out = {"steps": rows, "peak_bytes": max(r["peak_bytes"] for r in rows[1:] or rows),
            "seconds": sorted(r["seconds"] for r in rows)[len(rows) // 2]}
+    if cuda:
+        out["allocator_peak_bytes"] = max(r["allocator_peak_bytes"] for r in rows[1:] or rows)
     if plan is not None:
         out["predicted_bytes"] = plan.peak_bytes
         out["budget"] = plan.budget

@@ -16,8 +16,14 @@ does not need it (meters.py measures transients with PyTorch's profiler
 where it is absent), but uses it where it is preloaded, since it also sees
 what kernel libraries allocate themselves.
 
-On a GPU the same interface reads torch.cuda's allocator statistics
-(``memory_allocated``, ``max_memory_allocated``): ``counter(device)``.
+On a GPU the same interface reads torch.cuda's allocator statistics at
+the bytes each block was asked for (``requested_bytes``, as the heap
+counter counts them): ``counter(device)``. ``memory_allocated`` and
+``max_memory_allocated`` count the caching allocator's blocks instead,
+which are rounded up to 512 B and, when a cached block is at most 1 MiB
+larger than asked for, not split: up to 1 MiB more per large tensor,
+depending on what was freed before. That slack is the allocator's, not
+the step's; ``CudaCounter.allocated_peak`` reads it beside.
 """
 
 import ctypes
@@ -55,16 +61,30 @@ class Counter:
 
 
 class CudaCounter:
-    """A CUDA device's allocator statistics behind Counter's interface."""
+    """A CUDA device's allocator statistics behind Counter's interface: the
+    bytes its blocks were asked for (requested_bytes; where a PyTorch lacks
+    that statistic, the allocated bytes)."""
 
     def __init__(self, device):
         import torch
         self._cuda, self.device = torch.cuda, device
+        self._key = "requested_bytes" if "requested_bytes" in self._stats() else "allocated_bytes"
+
+    def _stats(self):
+        return self._cuda.memory_stats_as_nested_dict(self.device)
 
     def live(self):
-        return self._cuda.memory_allocated(self.device)
+        return self._stats()[self._key]["all"]["current"]
 
     def peak(self):
+        return self._stats()[self._key]["all"]["peak"]
+
+    def allocated(self):
+        """The caching allocator's blocks live now (memory_allocated)."""
+        return self._cuda.memory_allocated(self.device)
+
+    def allocated_peak(self):
+        """Their peak since reset_peak (max_memory_allocated)."""
         return self._cuda.max_memory_allocated(self.device)
 
     def reset_peak(self):
