@@ -537,6 +537,10 @@ int main(int argc, char **argv) {
         {"r50 conv 512->512 3x3 7x7 b16", 16, 512, 7, 512, 3, 1, 1, 0},
         {"dn conv 128->32 3x3 32x32 b64", 64, 128, 32, 32, 3, 1, 1, 0},
         {"dn conv 256->128 1x1 16x16 b64", 64, 256, 16, 128, 1, 1, 0, 0},
+        /* DenseNet-BC (k 12): a dense layer's bottleneck and its 3x3 */
+        {"dnbc conv 120->48 1x1 32x32 b64", 64, 120, 32, 48, 1, 1, 0, 0},
+        {"dnbc conv 48->12 3x3 32x32 b64", 64, 48, 32, 12, 3, 1, 1, 0},
+        {"dnbc conv 48->12 3x3 8x8 b64", 64, 48, 8, 12, 3, 1, 1, 0},
     };
     for (size_t i = 0; i < sizeof convs / sizeof convs[0]; i++) {
         if (only && !strstr(convs[i].name, only)) continue;

@@ -481,6 +481,29 @@ int main(void) {
         bf16_conv_case("bf16 conv 3->16 7x7/2 p3 20x20 b3 (f32 x)", 3, 3, 20, 20, 16, 7, 2, 3, 1, 0);
         bf16_conv_case("bf16 conv 32->16 3x3/2 p1 15x13 b5", 5, 32, 15, 13, 16, 3, 2, 1, 0, 1);
         bf16_conv_case("bf16 conv 24->40 1x1 9x9 b4", 4, 24, 9, 9, 40, 1, 1, 0, 1, 1);
+        /* no bias, x bf16: products on NCHW (dnnl_conv1x1.c); one image
+         * (fewer than the threads), and several per thread */
+        bf16_conv_case("bf16 conv 24->40 1x1 9x9 b4 (products)", 4, 24, 9, 9, 40, 1, 1, 0, 0, 1);
+        bf16_conv_case("bf16 conv 48->12 1x1 5x7 b1 (products)", 1, 48, 5, 7, 12, 1, 1, 0, 0, 1);
+        bf16_conv_case("bf16 conv 16->64 1x1 6x6 b7 (products)", 7, 16, 6, 6, 64, 1, 1, 0, 0, 1);
+        remat__conv_dims cd = {.N = 4,
+                               .C = 24,
+                               .H = 9,
+                               .W = 9,
+                               .O = 40,
+                               .KH = 1,
+                               .KW = 1,
+                               .OH = 9,
+                               .OW = 9,
+                               .s = 1,
+                               .bf16 = 1,
+                               .xbf16 = 1};
+        size_t f1, b1;
+        CHECK_MSG(remat__dnnl_conv1x1_use(&cd, 2, &f1, &b1), "a 1x1 bf16 convolution without bias is no product");
+        cd.bias = 1;
+        CHECK_MSG(!remat__dnnl_conv1x1_use(&cd, 2, &f1, &b1), "a 1x1 bf16 convolution with a bias is a product");
+        cd.bias = 0, cd.xbf16 = 0;
+        CHECK_MSG(!remat__dnnl_conv1x1_use(&cd, 2, &f1, &b1), "a 1x1 convolution of float32 x is a product");
         bf16_linear_case("bf16 linear 40->24 b7", 7, 40, 24, 1);
         bf16_linear_case("bf16 linear 33->65 b5 (f32 x)", 5, 33, 65, 0);
     }

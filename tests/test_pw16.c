@@ -708,6 +708,33 @@ static int stat_case(const remat__pw16_kernels *K, int b16, int64_t n) {
     return ok;
 }
 
+/* Level K's acc_n (the copies' gradients) over n elements from element 3,
+ * into values already there, against the scalar one and against the way
+ * it was done before it had a kernel: a bf16 gradient widened into float32,
+ * 0 + g, then remat__convert_range's REMAT__CVT_ACC_BF16. */
+static int acc_case(const remat__pw16_kernels *K, int d16, int g16, int64_t n) {
+    const remat__pw16_kernels *S = remat__pw16_level(REMAT__PW16_SCALAR);
+    val g = make(g16, 1), d0 = make(d16, 1), d1 = copy(d0), d2 = copy(d0);
+    size_t gs = g16 ? 2 : 4, ds = d16 ? 2 : 4;
+    const void *gp = (const char *)g.p + 3 * gs;
+    S->acc_n((char *)d0.p + 3 * ds, d16, gp, g16, n), K->acc_n((char *)d1.p + 3 * ds, d16, gp, g16, n);
+    float *c = malloc((size_t)N * sizeof *c);
+    for (int64_t i = 0; i < n; i++) c[i] = g16 ? remat__f32_of(((const uint16_t *)gp)[i]) : ((const float *)gp)[i];
+    if (d16) {
+        for (int64_t i = 0; i < n; i++) c[i] = 0.0f + c[i];
+        remat__convert_range((char *)d2.p + 3 * ds, c, 0, n, REMAT__CVT_ACC_BF16);
+    } else {
+        for (int64_t i = 0; i < n; i++) ((float *)d2.p)[3 + i] += c[i];
+    }
+    int ok = same(d0, d1) && same(d0, d2);
+    CHECK_MSG(ok,
+              "%s acc_n (into %s from %s, %lld elements) differs from the scalar reference or the "
+              "conversions' way",
+              K->isa, d16 ? "bf16" : "f32", g16 ? "bf16" : "f32", (long long)n);
+    free(c), free(g.p), free(d0.p), free(d1.p), free(d2.p);
+    return ok;
+}
+
 static void levels(void) {
     static const kcase cases[] = {
         {"relu_fwd", offsetof(remat__pw16_kernels, relu_fwd), 0, 0, 0},
@@ -741,6 +768,9 @@ static void levels(void) {
         static const int64_t lens[] = {0, 5, 8, 49, 784, N - 8};
         for (int b16 = 0; b16 < 2; b16++)
             for (size_t i = 0; i < sizeof lens / sizeof *lens; i++) ok &= stat_case(K, b16, lens[i]);
+        for (int m = 0; m < 4; m++)
+            for (size_t i = 0; i < sizeof lens / sizeof *lens; i++)
+                ok &= acc_case(K, mixes[m][0], mixes[m][1], lens[i]);
         ok &= philox_case(K);
         for (size_t i = 0; i < sizeof lens / sizeof *lens; i++)
             ok &= adamw_case(K, lens[i], 0) & adamw_case(K, lens[i], 1);
@@ -750,7 +780,7 @@ static void levels(void) {
         if (ok)
             printf("levels: %s gives the scalar reference's bits (relu, add, mul, gelu's tanh form; forward, "
                    "backward; every mix; softmax's exponentials; dropout's Philox; AdamW; "
-                   "the five conversions; BatchNorm's sums, y and dx)\n",
+                   "the five conversions; BatchNorm's sums, y and dx; the copies' gradients)\n",
                    K->isa);
     }
 }

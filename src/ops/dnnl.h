@@ -126,6 +126,21 @@ int remat__dnnl_bf16_gemm_use(const remat__mm *mm, remat__mm_out out, size_t *sc
 int remat__dnnl_bf16_gemm_scratch(remat__dnnl *d, const remat__mm *mm, remat__mm_out out, size_t *scratch);
 int remat__dnnl_bf16_gemm(remat__dnnl *d, int ith, const remat__mm *mm, remat__mm_out out, const uint16_t *A,
                           const uint16_t *B, const uint16_t *bias, void *C, void *scratch);
+/* remat__dnnl_bf16_gemm_scratch's answer without recording a failure
+ * where oneDNN has no kernel (0 then): for a rule asked on every call. */
+int remat__dnnl_bf16_gemm_have(remat__dnnl *d, const remat__mm *mm, remat__mm_out out, size_t *scratch);
+
+/* The bf16 policy's 1x1 convolutions (stride 1, no padding, no bias, x in
+ * bf16) as bf16 products on NCHW (dnnl_conv1x1.c), where oneDNN has them:
+ * remat__dnnl_conv_use and its kernels take this path first. _use asks
+ * with a fresh engine (planning), _runs the context (every call): the same
+ * answer. The kernels as remat__dnnl_conv_forward's and _backward's. */
+int remat__dnnl_conv1x1_use(const remat__conv_dims *cd, int nth, size_t *fwd_ws, size_t *bwd_ws);
+int remat__dnnl_conv1x1_runs(remat__dnnl *d, const remat__conv_dims *cd);
+void remat__dnnl_conv1x1_forward(remat__dnnl *d, const remat__conv_dims *cd, const void *x, const float *w, void *y,
+                                 void *ws, remat__pool *pool, int ith, int nth);
+void remat__dnnl_conv1x1_backward(remat__dnnl *d, const remat__conv_dims *cd, const void *x, const float *w,
+                                  const void *dy, void *dx, float *dw, void *ws, remat__pool *pool, int ith, int nth);
 
 /* "oneDNN 2.6.3 (OMP), ISA avx512_core_bf16" or "oneDNN off", in buf. */
 const char *remat__dnnl_describe(char *buf, size_t cap);

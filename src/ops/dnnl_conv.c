@@ -366,6 +366,7 @@ int remat__dnnl_conv_uses(remat__dnnl *d, const remat__conv_dims *cd, int nth) {
 }
 
 int remat__dnnl_conv_use(const remat__conv_dims *cd, int nth, size_t *fwd_ws, size_t *bwd_ws) {
+    if (remat__dnnl_conv1x1_use(cd, nth, fwd_ws, bwd_ws)) return 1;
     *fwd_ws = *bwd_ws = 0;
     remat__products mode = remat__products_mode();
     if (mode == REMAT__PRODUCTS_BLAS) return 0;
@@ -403,6 +404,10 @@ static size_t ysize(const remat__conv_dims *cd) { return cd->bf16 ? 2 : sizeof(f
 
 void remat__dnnl_conv_forward(remat__dnnl *d, const remat__conv_dims *cd, const void *x, const float *w, const float *b,
                               void *y, void *ws, remat__pool *pool, int ith, int nth) {
+    if (remat__dnnl_conv1x1_runs(d, cd)) {
+        remat__dnnl_conv1x1_forward(d, cd, x, w, y, ws, pool, ith, nth);
+        return;
+    }
     dnnl_stream_t s;
     conv_plan *p = get_plan(d, cd, nth, ith, &s);
     if (!p) { /* failed (recorded): keep the barrier count */
@@ -548,6 +553,10 @@ static void add_wgrad(remat__dnnl *d, dnnl_stream_t s, const conv_plan *p, const
 void remat__dnnl_conv_backward(remat__dnnl *d, const remat__conv_dims *cd, const void *x, const float *w,
                                const void *dy, void *dx, float *dw, float *db, void *ws, remat__pool *pool, int ith,
                                int nth) {
+    if (remat__dnnl_conv1x1_runs(d, cd)) { /* no bias: db is NULL */
+        remat__dnnl_conv1x1_backward(d, cd, x, w, dy, dx, dw, ws, pool, ith, nth);
+        return;
+    }
     dnnl_stream_t s;
     conv_plan *p = get_plan(d, cd, nth, ith, &s);
     int wgrad = dw || db;

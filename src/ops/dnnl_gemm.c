@@ -59,6 +59,11 @@ int remat__dnnl_bf16_gemm(remat__dnnl *d, int ith, const remat__mm *mm, remat__m
     (void)d, (void)ith, (void)mm, (void)out, (void)A, (void)B, (void)bias, (void)C, (void)scratch;
     return 0;
 }
+int remat__dnnl_bf16_gemm_have(remat__dnnl *d, const remat__mm *mm, remat__mm_out out, size_t *scratch) {
+    (void)d, (void)mm, (void)out;
+    *scratch = 0;
+    return 0;
+}
 void remat__gemm(remat__dnnl *d, int ith, const remat__mm *mm, const float *A, const float *B, float *C,
                  void *scratch) {
     (void)d, (void)ith, (void)scratch;
@@ -197,6 +202,14 @@ static mm_plan *get_mm(remat__dnnl *d, const remat__mm *key, int f32, remat__mm_
 int remat__dnnl_bf16_gemm_scratch(remat__dnnl *d, const remat__mm *mm, remat__mm_out out, size_t *scratch) {
     mm_plan *p = get_mm(d, mm, 0, out, 1);
     *scratch = p ? remat__dnnl_up(p->scratch) : 0;
+    return p != NULL;
+}
+
+int remat__dnnl_bf16_gemm_have(remat__dnnl *d, const remat__mm *mm, remat__mm_out out, size_t *scratch) {
+    *scratch = 0;
+    if (!d || mm->beta1 || !bf16_products(d->mode)) return 0;
+    mm_plan *p = get_mm(d, mm, 0, out, 0);
+    if (p) *scratch = remat__dnnl_up(p->scratch);
     return p != NULL;
 }
 

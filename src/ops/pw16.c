@@ -48,26 +48,11 @@ int remat__pw16_ws(const remat_graph *g, const remat__node *n, const uint8_t *dt
 }
 
 void remat__pw16_acc_n(void *dst, int d16, int64_t do_, const void *grad, int g16, int64_t go, int64_t n) {
-    if (!d16) {
-        float *d = (float *)dst + do_;
-        if (g16)
-            for (int64_t i = 0; i < n; i++) d[i] += remat__f32_of(((const uint16_t *)grad)[go + i]);
-        else
-            for (int64_t i = 0; i < n; i++) d[i] += ((const float *)grad)[go + i];
-        return;
-    }
-    /* the views' way on a block of float32 on the stack: g widened, 0 + g
-     * (their zeroed buffer: -0 becomes +0), then rounded and added */
-    enum { BLOCK = 1024 };
-    float c[BLOCK];
-    const remat__pw16_kernels *K = remat__pw16_best();
-    for (int64_t b = 0; b < n; b += BLOCK) {
-        int64_t m = n - b < BLOCK ? n - b : BLOCK;
-        if (g16) K->convert(c, (const uint16_t *)grad + go + b, 0, m, REMAT__CVT_UP);
-        else memcpy(c, (const float *)grad + go + b, (size_t)m * sizeof *c);
-        for (int64_t i = 0; i < m; i++) c[i] = 0.0f + c[i];
-        K->convert((uint16_t *)dst + do_ + b, c, 0, m, REMAT__CVT_ACC_BF16);
-    }
+    /* a bf16 gradient the views' way: g widened, 0 + g (their zeroed
+     * buffer: -0 becomes +0), rounded, added, rounded (remat__pw16_acc) */
+    void *d = (unsigned char *)dst + do_ * (d16 ? 2 : 4);
+    const void *g = (const unsigned char *)grad + go * (g16 ? 2 : 4);
+    remat__pw16_best()->acc_n(d, d16, g, g16, n);
 }
 
 /* ------------------------------------------------------------ reference */
@@ -184,6 +169,13 @@ static void bn_dx_scalar(const void *x, const void *dy, void *dx, int b16, int64
     bn_dx_ref(x, dy, dx, b16, 0, n, c);
 }
 
+static void acc_n_ref(void *dst, int d16, const void *grad, int g16, int64_t lo, int64_t hi) {
+    for (int64_t i = lo; i < hi; i++) remat__pw16_acc(dst, d16, i, remat__pw16_ld(grad, g16, i));
+}
+static void acc_n_scalar(void *dst, int d16, const void *grad, int g16, int64_t n) {
+    acc_n_ref(dst, d16, grad, g16, 0, n);
+}
+
 static void stat_sum_scalar(const void *x, int b16, int64_t n, double *acc) { stat_sum_ref(x, b16, 0, n, acc); }
 static void stat_sq_scalar(const void *x, int b16, int64_t n, double mu, double *acc) {
     stat_sq_ref(x, b16, 0, n, mu, acc);
@@ -212,6 +204,7 @@ static const remat__pw16_kernels scalar_kernels = {
     .stat_dsum = stat_dsum_scalar,
     .bn_apply = bn_apply_scalar,
     .bn_dx = bn_dx_scalar,
+    .acc_n = acc_n_scalar,
 };
 
 /* GCC's target pragmas on x86-64; elsewhere (another architecture, or a

@@ -93,8 +93,7 @@ static inline void remat__pw16_copy(void *dst, int d16, int64_t do_, const void 
 
 /* Adds n elements of a gradient stored as g16 (from element go) into an
  * input's gradient stored as d16 (from element do_), each as
- * remat__pw16_acc adds it; a bf16 one through the chosen kernels'
- * REMAT__CVT_ACC_BF16, a block at a time (pw16.c). */
+ * remat__pw16_acc adds it, in one pass of the chosen kernels' acc_n. */
 void remat__pw16_acc_n(void *dst, int d16, int64_t do_, const void *grad, int g16, int64_t go, int64_t n);
 
 /* Kernel k's tensors (kctx.dt set), for its forward or backward. */
@@ -174,6 +173,9 @@ typedef struct {
      * dx as remat__pw16_acc adds. */
     void (*bn_apply)(const void *x, void *y, int b16, int64_t n, float mu, float sc, float b);
     void (*bn_dx)(const void *x, const void *dy, void *dx, int b16, int64_t n, const float c[5]);
+    /* dst[i] accumulates grad[i] as remat__pw16_acc adds, for i < n (d16,
+     * g16: each in bf16): the copies' gradients, one pass */
+    void (*acc_n)(void *dst, int d16, const void *grad, int g16, int64_t n);
 } remat__pw16_kernels;
 
 enum { REMAT__PW16_SCALAR, REMAT__PW16_AVX2, REMAT__PW16_AVX512, REMAT__PW16_AVX512BF16, REMAT__PW16_LEVELS };

@@ -212,6 +212,13 @@ static void PW_FN(bn_dx)(const void *x, const void *dy, void *dx, int b16, int64
     bn_dx_ref(x, dy, dx, b16, i, n, c);
 }
 
+static void PW_FN(acc_n)(void *dst, int d16, const void *grad, int g16, int64_t n) {
+    int64_t i = 0;
+    for (; i + PW_N <= n; i += PW_N) PW_ACC(dst, d16, i, PW_LD(grad, g16, i));
+    _mm256_zeroupper(); /* before SSE code: see the top */
+    acc_n_ref(dst, d16, grad, g16, i, n);
+}
+
 static const remat__pw16_kernels PW_FN(kernels) = {
     .isa = PW_ISA,
     .relu_fwd = PW_FN(relu_fwd),
@@ -231,4 +238,5 @@ static const remat__pw16_kernels PW_FN(kernels) = {
     .stat_dsum = PW_FN(stat_dsum),
     .bn_apply = PW_FN(bn_apply),
     .bn_dx = PW_FN(bn_dx),
+    .acc_n = PW_FN(acc_n),
 };
