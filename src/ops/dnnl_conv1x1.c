@@ -145,10 +145,11 @@ void remat__dnnl_conv1x1_forward(remat__dnnl *d, const remat__conv_dims *cd, con
     uint16_t *w16 = ws;
     round_w(cd, w, w16, pool, ith, nth);
     if (!ok) return;
-    char *sc = (char *)ws + q.w16 + (size_t)ith * q.fwd_per;
     const int64_t xi = cd->C * cd->H * cd->W, yi = cd->O * cd->H * cd->W;
     int64_t lo, hi;
     remat__split(cd->N, ith, nth, &lo, &hi);
+    if (hi <= lo) return; /* a thread past the images has no slot */
+    char *sc = (char *)ws + q.w16 + (size_t)ith * q.fwd_per;
     for (int64_t n = lo; n < hi; n++)
         if (!remat__dnnl_bf16_gemm(d, ith, &m.f, REMAT__MM_BF16, w16, (const uint16_t *)x + n * xi, NULL,
                                    (uint16_t *)y + n * yi, sc))
@@ -176,13 +177,15 @@ void remat__dnnl_conv1x1_backward(remat__dnnl *d, const remat__conv_dims *cd, co
     uint16_t *w16 = ws;
     if (dx) round_w(cd, w, w16, pool, ith, nth);
     else remat__pool_barrier(pool);
-    char *mine = (char *)ws + q.w16 + (size_t)ith * q.bwd_per;
-    float *dxf = (float *)mine, *dwt = (float *)(mine + q.dxf), *dwp = (float *)(mine + q.dxf + q.dwt);
-    void *sc = mine + q.dxf + q.dwt + q.dwp;
     const int64_t P = cd->H * cd->W, xi = cd->C * P, yi = cd->O * P, nw = cd->O * cd->C;
     const remat__pw16_kernels *K = remat__pw16_best();
     int64_t lo, hi;
     remat__split(cd->N, ith, nth, &lo, &hi);
+    /* this thread's slot (a thread past the images has none) */
+    char *mine = hi > lo ? (char *)ws + q.w16 + (size_t)ith * q.bwd_per : NULL;
+    float *dxf = mine ? (float *)mine : NULL, *dwt = mine ? (float *)(mine + q.dxf) : NULL;
+    float *dwp = mine ? (float *)(mine + q.dxf + q.dwt) : NULL;
+    void *sc = mine ? mine + q.dxf + q.dwt + q.dwp : NULL;
     for (int64_t n = lo; ok && n < hi; n++) {
         const uint16_t *xn = (const uint16_t *)x + n * xi, *dyn = (const uint16_t *)dy + n * yi;
         if (dx) {
