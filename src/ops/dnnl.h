@@ -133,14 +133,14 @@ int remat__dnnl_bf16_gemm_have(remat__dnnl *d, const remat__mm *mm, remat__mm_ou
 /* The bf16 policy's 1x1 convolutions (stride 1, no padding, no bias, x in
  * bf16) as bf16 products on NCHW (dnnl_conv1x1.c), where oneDNN has them:
  * remat__dnnl_conv_use and its kernels take this path first. _use asks
- * with a fresh engine (planning), _runs the context (every call): the same
- * answer. The kernels as remat__dnnl_conv_forward's and _backward's. */
+ * with a fresh engine (planning); the kernels ask the context (the same
+ * answer) and return 0, having done nothing, where the rule says no, else
+ * run as remat__dnnl_conv_forward's and _backward's and return 1. */
 int remat__dnnl_conv1x1_use(const remat__conv_dims *cd, int nth, size_t *fwd_ws, size_t *bwd_ws);
-int remat__dnnl_conv1x1_runs(remat__dnnl *d, const remat__conv_dims *cd);
-void remat__dnnl_conv1x1_forward(remat__dnnl *d, const remat__conv_dims *cd, const void *x, const float *w, void *y,
-                                 void *ws, remat__pool *pool, int ith, int nth);
-void remat__dnnl_conv1x1_backward(remat__dnnl *d, const remat__conv_dims *cd, const void *x, const float *w,
-                                  const void *dy, void *dx, float *dw, void *ws, remat__pool *pool, int ith, int nth);
+int remat__dnnl_conv1x1_forward(remat__dnnl *d, const remat__conv_dims *cd, const void *x, const float *w, void *y,
+                                void *ws, remat__pool *pool, int ith, int nth);
+int remat__dnnl_conv1x1_backward(remat__dnnl *d, const remat__conv_dims *cd, const void *x, const float *w,
+                                 const void *dy, void *dx, float *dw, void *ws, remat__pool *pool, int ith, int nth);
 
 /* "oneDNN 2.6.3 (OMP), ISA avx512_core_bf16" or "oneDNN off", in buf. */
 const char *remat__dnnl_describe(char *buf, size_t cap);

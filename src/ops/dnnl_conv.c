@@ -404,10 +404,7 @@ static size_t ysize(const remat__conv_dims *cd) { return cd->bf16 ? 2 : sizeof(f
 
 void remat__dnnl_conv_forward(remat__dnnl *d, const remat__conv_dims *cd, const void *x, const float *w, const float *b,
                               void *y, void *ws, remat__pool *pool, int ith, int nth) {
-    if (remat__dnnl_conv1x1_runs(d, cd)) {
-        remat__dnnl_conv1x1_forward(d, cd, x, w, y, ws, pool, ith, nth);
-        return;
-    }
+    if (remat__dnnl_conv1x1_forward(d, cd, x, w, y, ws, pool, ith, nth)) return;
     dnnl_stream_t s;
     conv_plan *p = get_plan(d, cd, nth, ith, &s);
     if (!p) { /* failed (recorded): keep the barrier count */
@@ -553,10 +550,7 @@ static void add_wgrad(remat__dnnl *d, dnnl_stream_t s, const conv_plan *p, const
 void remat__dnnl_conv_backward(remat__dnnl *d, const remat__conv_dims *cd, const void *x, const float *w,
                                const void *dy, void *dx, float *dw, float *db, void *ws, remat__pool *pool, int ith,
                                int nth) {
-    if (remat__dnnl_conv1x1_runs(d, cd)) { /* no bias: db is NULL */
-        remat__dnnl_conv1x1_backward(d, cd, x, w, dy, dx, dw, ws, pool, ith, nth);
-        return;
-    }
+    if (remat__dnnl_conv1x1_backward(d, cd, x, w, dy, dx, dw, ws, pool, ith, nth)) return; /* no bias: db NULL */
     dnnl_stream_t s;
     conv_plan *p = get_plan(d, cd, nth, ith, &s);
     int wgrad = dw || db;

@@ -32,17 +32,15 @@ int remat__dnnl_conv1x1_use(const remat__conv_dims *cd, int nth, size_t *fwd_ws,
     *fwd_ws = *bwd_ws = 0;
     return 0;
 }
-int remat__dnnl_conv1x1_runs(remat__dnnl *d, const remat__conv_dims *cd) {
-    (void)d, (void)cd;
+int remat__dnnl_conv1x1_forward(remat__dnnl *d, const remat__conv_dims *cd, const void *x, const float *w, void *y,
+                                void *ws, remat__pool *pool, int ith, int nth) {
+    (void)d, (void)cd, (void)x, (void)w, (void)y, (void)ws, (void)pool, (void)ith, (void)nth;
     return 0;
 }
-void remat__dnnl_conv1x1_forward(remat__dnnl *d, const remat__conv_dims *cd, const void *x, const float *w, void *y,
-                                 void *ws, remat__pool *pool, int ith, int nth) {
-    (void)d, (void)cd, (void)x, (void)w, (void)y, (void)ws, (void)pool, (void)ith, (void)nth;
-}
-void remat__dnnl_conv1x1_backward(remat__dnnl *d, const remat__conv_dims *cd, const void *x, const float *w,
-                                  const void *dy, void *dx, float *dw, void *ws, remat__pool *pool, int ith, int nth) {
+int remat__dnnl_conv1x1_backward(remat__dnnl *d, const remat__conv_dims *cd, const void *x, const float *w,
+                                 const void *dy, void *dx, float *dw, void *ws, remat__pool *pool, int ith, int nth) {
     (void)d, (void)cd, (void)x, (void)w, (void)dy, (void)dx, (void)dw, (void)ws, (void)pool, (void)ith, (void)nth;
+    return 0;
 }
 
 #else /* REMAT_HAVE_DNNL */
@@ -110,22 +108,16 @@ int remat__dnnl_conv1x1_use(const remat__conv_dims *cd, int nth, size_t *fwd_ws,
 }
 
 /* The parts from the context's primitives (the planner's answer); 0 where
- * oneDNN has one of the products not. */
+ * the rule says no (the same answer on every thread, so a kernel decides
+ * before its first barrier). */
 static int parts_now(remat__dnnl *d, const remat__conv_dims *cd, const mms *m, parts *q) {
     size_t sf, sbd, sbw;
-    if (!remat__dnnl_bf16_gemm_have(d, &m->f, REMAT__MM_BF16, &sf) ||
+    if (!d || !shape_ok(cd) || !remat__dnnl_bf16_gemm_have(d, &m->f, REMAT__MM_BF16, &sf) ||
         !remat__dnnl_bf16_gemm_have(d, &m->bd, REMAT__MM_F32, &sbd) ||
         !remat__dnnl_bf16_gemm_have(d, &m->bw, REMAT__MM_F32, &sbw))
         return 0;
     *q = parts_of(cd, sf, sbd, sbw);
     return 1;
-}
-
-int remat__dnnl_conv1x1_runs(remat__dnnl *d, const remat__conv_dims *cd) {
-    if (!d || !shape_ok(cd)) return 0;
-    mms m = mms_of(cd);
-    parts q;
-    return parts_now(d, cd, &m, &q);
 }
 
 /* W16 = W rounded to bf16, its elements split over the threads; a barrier
@@ -137,23 +129,23 @@ static void round_w(const remat__conv_dims *cd, const float *w, uint16_t *w16, r
     remat__pool_barrier(pool);
 }
 
-void remat__dnnl_conv1x1_forward(remat__dnnl *d, const remat__conv_dims *cd, const void *x, const float *w, void *y,
-                                 void *ws, remat__pool *pool, int ith, int nth) {
+int remat__dnnl_conv1x1_forward(remat__dnnl *d, const remat__conv_dims *cd, const void *x, const float *w, void *y,
+                                void *ws, remat__pool *pool, int ith, int nth) {
     mms m = mms_of(cd);
-    parts q = {0};
-    int ok = parts_now(d, cd, &m, &q);
+    parts q;
+    if (!parts_now(d, cd, &m, &q)) return 0;
     uint16_t *w16 = ws;
     round_w(cd, w, w16, pool, ith, nth);
-    if (!ok) return;
     const int64_t xi = cd->C * cd->H * cd->W, yi = cd->O * cd->H * cd->W;
     int64_t lo, hi;
     remat__split(cd->N, ith, nth, &lo, &hi);
-    if (hi <= lo) return; /* a thread past the images has no slot */
+    if (hi <= lo) return 1; /* a thread past the images has no slot */
     char *sc = (char *)ws + q.w16 + (size_t)ith * q.fwd_per;
     for (int64_t n = lo; n < hi; n++)
         if (!remat__dnnl_bf16_gemm(d, ith, &m.f, REMAT__MM_BF16, w16, (const uint16_t *)x + n * xi, NULL,
                                    (uint16_t *)y + n * yi, sc))
             break;
+    return 1;
 }
 
 /* Sums the threads' partials (the first S) in thread order into thread
@@ -169,11 +161,12 @@ static void sum_partials(const remat__conv_dims *cd, const parts *q, char *ws, i
     }
 }
 
-void remat__dnnl_conv1x1_backward(remat__dnnl *d, const remat__conv_dims *cd, const void *x, const float *w,
-                                  const void *dy, void *dx, float *dw, void *ws, remat__pool *pool, int ith, int nth) {
+int remat__dnnl_conv1x1_backward(remat__dnnl *d, const remat__conv_dims *cd, const void *x, const float *w,
+                                 const void *dy, void *dx, float *dw, void *ws, remat__pool *pool, int ith, int nth) {
     mms m = mms_of(cd);
-    parts q = {0};
-    int ok = parts_now(d, cd, &m, &q);
+    parts q;
+    if (!parts_now(d, cd, &m, &q)) return 0;
+    int ok = 1;
     uint16_t *w16 = ws;
     if (dx) round_w(cd, w, w16, pool, ith, nth);
     else remat__pool_barrier(pool);
@@ -199,13 +192,14 @@ void remat__dnnl_conv1x1_backward(remat__dnnl *d, const remat__conv_dims *cd, co
                 for (int64_t e = 0; e < nw; e++) dwp[e] += dwt[e];
         }
     }
-    if (!dw) return; /* the same on every thread: no barrier needed */
+    if (!dw) return 1; /* the same on every thread: no barrier needed */
     remat__pool_barrier(pool);
     if (ok) sum_partials(cd, &q, ws, ith, nth);
     remat__pool_barrier(pool);
-    if (ith != 0 || !ok) return;
+    if (ith != 0 || !ok) return 1;
     const float *sum = (const float *)((char *)ws + q.w16 + q.dxf + q.dwt);
     for (int64_t e = 0; e < nw; e++) dw[e] += remat__bf16_round(sum[e]);
+    return 1;
 }
 
 #endif /* REMAT_HAVE_DNNL */
