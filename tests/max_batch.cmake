@@ -12,6 +12,12 @@ add_test(NAME cli_max_batch_resnet18
          COMMAND ${CMAKE_COMMAND} -DCLI=${CLI}
                  "-DARGS=--model resnet18 --image 3x32x32 --classes 10 --base-channels 8"
                  -DBUDGET=5MiB -DOVERHEAD=10 -P ${MAX_BATCH_CHECK})
+# the same search as cli_max_batch_cnn on a larger graph: minutes under the
+# sanitizers, which cli_max_batch_cnn runs through the same code
+set_tests_properties(cli_max_batch_resnet18 PROPERTIES TIMEOUT 600)
+if(REMAT_SANITIZE)
+  set_tests_properties(cli_max_batch_resnet18 PROPERTIES DISABLED ON)
+endif()
 remat_expect(NAME cli_max_batch_text RC 0
              PATTERN "store-all \\(all\\) +batch +[0-9]+ .*recomputation \\(optimal\\) +batch +[0-9]+ .*extra <= 30% +batch +[0-9]+"
              COMMAND ${CLI} plan --model mlp --budget 16MiB --max-batch)

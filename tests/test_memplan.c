@@ -25,6 +25,10 @@
  * step; the suite's memplan_short_event (sanitizers' build only) passes
  * when AddressSanitizer reports the kernel's write past it.
  *
+ * `test_memplan --quick` (the sanitizers' build, where a plan takes seconds)
+ * plans optimal at the floor and the midpoint only (at store-all's budget
+ * it recomputes nothing, as `all`, which runs already).
+ *
  * With the heap counter preloaded (LD_PRELOAD=libremat-memtrack.so: the
  * suite's test_memplan_heap, outside the sanitizers' build, with
  * REMAT_EXPECT_HEAP set so that a missing counter fails), what the process
@@ -302,6 +306,7 @@ static size_t floor_budget(const remat_graph *g, const remat_model *m) {
 
 int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "--short-event") == 0) return short_event();
+    int budgets = argc > 1 && strcmp(argv[1], "--quick") == 0 ? 2 : 3;
     heap.live = (int64_t(*)(void))dlsym(RTLD_DEFAULT, "memtrack_live");
     heap.peak = (int64_t(*)(void))dlsym(RTLD_DEFAULT, "memtrack_peak");
     heap.reset_peak = (void (*)(void))dlsym(RTLD_DEFAULT, "memtrack_reset_peak");
@@ -334,7 +339,8 @@ int main(int argc, char **argv) {
         if (s) CHECK_OK(remat_session_plan(s, &p));
         remat_session_destroy(s);
         size_t lo = floor_budget(g, &m);
-        for (int b = 0; b < 3; b++) one(g, &m, models[i], REMAT_STRATEGY_OPTIMAL, lo + (p.held_bytes - lo) * b / 2);
+        for (int b = 0; b < budgets; b++)
+            one(g, &m, models[i], REMAT_STRATEGY_OPTIMAL, lo + (p.held_bytes - lo) * b / 2);
         remat_graph_destroy(g);
     }
     if (heap.live)
