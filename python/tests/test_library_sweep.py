@@ -5,8 +5,11 @@ plan.apply() and 3 without (the same initial model and seed, SGD with
 momentum): losses, every parameter gradient, weights and buffers equal
 (torch.equal), the plan feasible with its predicted peak within budget,
 and, with the heap counter preloaded, the measured peak within budget too.
-A model remat refuses is refused when planned, with the message REFUSED
-gives for it (the op and the reason)."""
+Then the same under a nested plan (an op may be recomputed more than once)
+at its floor, from the same capture and against the same steps without a
+plan (with PyTorch 2.15's node_creation_hook; before it, nested plans
+are refused and that part is left out). A model remat refuses is refused when planned,
+with the message REFUSED gives for it (the op and the reason)."""
 import copy
 
 import library_models as lm
@@ -34,13 +37,27 @@ def test_library_model(name):
         assert plan.feasible and plan.peak_bytes <= budget
         ref = lm.run(copy.deepcopy(case.model), case, None)
         assert all(torch.isfinite(x) for x in ref[0]), "the model's own losses are not finite: a size to change"
-        got = lm.run(copy.deepcopy(case.model), case, plan)
-        diff = lm.differences(ref, got)
-        assert not diff, "%s differ under the plan (%d ops recomputed)" % (", ".join(diff), len(plan.recompute_ops))
-        if memtrack.counter() is not None:
-            m = copy.deepcopy(case.model)
-            peak = rt.measure(m, case.inputs, case.loss_fn, plan=plan, optimizer=lm.optimizer(m))["peak_bytes"]
-            assert peak <= budget, "measured %d bytes, budget %d (predicted %d)" % (peak, budget, plan.peak_bytes)
+        _runs_as_planned(case, plan, budget, ref, "the plan")
+        if compat.node_creation_hook() is None:
+            return
+        nested_floor = rt.plan_trace(trace, 1, opt, nested=True).floor
+        assert nested_floor <= floor
+        budget = int(nested_floor * 1.003)
+        plan = rt.plan_trace(trace, budget, opt, nested=True)
+        assert plan.feasible and plan.peak_bytes <= budget
+        _runs_as_planned(case, plan, budget, ref, "the nested plan at its floor")
+
+
+def _runs_as_planned(case, plan, budget, ref, what):
+    """3 steps under plan bitwise equal to ref (the steps without one) and,
+    with the heap counter preloaded, measured within budget."""
+    got = lm.run(copy.deepcopy(case.model), case, plan)
+    diff = lm.differences(ref, got)
+    assert not diff, "%s differ under %s (%d ops recomputed)" % (", ".join(diff), what, len(plan.recompute_ops))
+    if memtrack.counter() is not None:
+        m = copy.deepcopy(case.model)
+        peak = rt.measure(m, case.inputs, case.loss_fn, plan=plan, optimizer=lm.optimizer(m))["peak_bytes"]
+        assert peak <= budget, "%s: measured %d bytes, budget %d (predicted %d)" % (what, peak, budget, plan.peak_bytes)
 
 
 class _Positions(nn.Module):
@@ -113,29 +130,3 @@ def test_input_written_in_place_is_refused_naming_the_op():
     with pytest.raises(rt.CaptureError, match=r"writes in place a tensor it did not make: add_\.Tensor writes "
                                               r"input\.0 .* at .*test_library_sweep\.py:\d+ in forward"):
         rt.plan(_WritesItsInput(), (torch.randn(2, 8),), lambda o: o, budget="1GiB")
-
-
-@pytest.mark.skipif(compat.node_creation_hook() is None,
-                    reason="nested plans need PyTorch 2.15's node_creation_hook")
-@pytest.mark.parametrize("name", [n for n in lm.MODELS if n not in lm.REFUSED])
-def test_library_model_nested(name):
-    """The same models under a nested plan (an op may be recomputed more
-    than once) at their nested floor: 3 steps bitwise, within budget."""
-    pytest.importorskip("transformers" if name in lm.TRANSFORMERS else "torchvision")
-    case = lm.build(name)
-    with lm.settings(case):
-        opt = lm.optimizer(copy.deepcopy(case.model))
-        trace = rt.capture(case.model, case.inputs, case.loss_fn)
-        floor = rt.plan_trace(trace, 1, opt, nested=True).floor
-        assert floor <= rt.plan_trace(trace, 1, opt).floor
-        budget = int(floor * 1.003)
-        plan = rt.plan_trace(trace, budget, opt, nested=True)
-        assert plan.feasible and plan.peak_bytes <= budget
-        ref = lm.run(copy.deepcopy(case.model), case, None)
-        got = lm.run(copy.deepcopy(case.model), case, plan)
-        diff = lm.differences(ref, got)
-        assert not diff, "%s differ under the nested plan" % ", ".join(diff)
-        if memtrack.counter() is not None:
-            m = copy.deepcopy(case.model)
-            peak = rt.measure(m, case.inputs, case.loss_fn, plan=plan, optimizer=lm.optimizer(m))["peak_bytes"]
-            assert peak <= budget, "measured %d bytes, budget %d (predicted %d)" % (peak, budget, plan.peak_bytes)
