@@ -14,7 +14,7 @@
  * Costs are FLOPs (no cost model), the optimizer SGD with momentum as in
  * remat bench. Sessions are plan-only: nothing is allocated or run, so the
  * whole test is the planner's time. --quick (the sanitizer build) takes
- * cnn, resnet18 and gpt2 at smaller sizes and 8 budgets.
+ * cnn, resnet18 and gpt2 at smaller sizes and 5 budgets.
  */
 #include "check.h"
 
@@ -153,7 +153,7 @@ static void model(const row *r) {
     size_t floor = 0;
     check_floor(r, &floor);
     if (!floor) return;
-    int n = quick ? 8 : 24;
+    int n = quick ? 5 : 24;
     double prev = -1;
     printf("  sweep: floor %zu B .. store-all %zu B at %d budgets:", floor, all.held, n);
     for (int i = 0; i < n; i++) {
