@@ -509,9 +509,12 @@ class Compiled:
                     raise
                 from .planning import MARGIN, budget_for
                 last = self.rejected[-1]
+                # the least budget known to fit, not a proven floor: a plan below
+                # remat's model's floor may still fit the compiled step (Inductor
+                # holds 0.9-1.1x the model's prediction)
                 err = RematError("the compiled step held %d bytes in a trial step, over the budget of %d bytes "
-                                 "(remat's model of Inductor's step predicted %d), and no smaller plan fits: the "
-                                 "smallest feasible budget is %d bytes (what that trial held)" % (
+                                 "(remat's model of Inductor's step predicted %d), and remat's model has no plan "
+                                 "below that: a budget of %d bytes fits (what that trial held); a smaller one may" % (
                                      last.measured, self.budget, last.peak_bytes, budget_for(last.measured, MARGIN)))
                 err.floor = budget_for(last.measured, MARGIN)
                 raise err from None
