@@ -5,11 +5,12 @@ plan.apply() and 3 without (the same initial model and seed, SGD with
 momentum): losses, every parameter gradient, weights and buffers equal
 (torch.equal), the plan feasible with its predicted peak within budget,
 and, with the heap counter preloaded, the measured peak within budget too.
-Then the same under a nested plan (an op may be recomputed more than once)
-at its floor, from the same capture and against the same steps without a
-plan (with PyTorch 2.15's node_creation_hook; before it, nested plans
-are refused and that part is left out). A model remat refuses is refused when planned,
-with the message REFUSED gives for it (the op and the reason)."""
+Then the same under a nested plan (an op may be recomputed more than
+once) at its floor, from the same capture and against the same steps
+without a plan (with PyTorch 2.15's node_creation_hook; before it, nested
+plans are refused and that part is left out). A model remat refuses is
+refused when planned, with the message REFUSED gives for it (the op and
+the reason)."""
 import copy
 
 import library_models as lm
