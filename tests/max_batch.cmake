@@ -14,7 +14,6 @@ add_test(NAME cli_max_batch_resnet18
                  -DBUDGET=5MiB -DOVERHEAD=10 -P ${MAX_BATCH_CHECK})
 # the same search as cli_max_batch_cnn on a larger graph: minutes under the
 # sanitizers, which cli_max_batch_cnn runs through the same code
-set_tests_properties(cli_max_batch_resnet18 PROPERTIES TIMEOUT 600)
 if(REMAT_SANITIZE)
   set_tests_properties(cli_max_batch_resnet18 PROPERTIES DISABLED ON)
 endif()
