@@ -99,8 +99,13 @@ static remat_status seen(void *ctx, int drop, size_t peak, double cost) {
 }
 
 /* A tightening step's schedule (r's steps, then node) sunk and pruned
- * (refine.c), as a candidate too. */
-static remat_status tightened_refined(const gen_ctx *x, relaxing *r, int32_t node, double *work) {
+ * (refine.c), as a candidate too; its pruning builds at most allow
+ * instructions, so that on a large graph the first step's pruning does
+ * not take the work of every later step (rt.compile's ResNet-50 joint
+ * graph: one pruning took 3.2e6 of TIGHTEN_WORK's 4e6, and the search
+ * stopped after two steps; bounded, its plan at 404 MiB recomputes +1.6%
+ * FLOPs where it recomputed +10.7%). */
+static remat_status tightened_refined(const gen_ctx *x, relaxing *r, int32_t node, double allow, double *work) {
     cand k = r->src;
     k.relax = r->rel->path, k.steps = r->steps, k.last = node, k.held = 0;
     remat__schedule sc, t;
@@ -109,8 +114,9 @@ static remat_status tightened_refined(const gen_ctx *x, relaxing *r, int32_t nod
     st = remat__sink(x->p, &sc, &t, work);
     remat__schedule_free(&sc);
     size_t pk = 0;
-    k.sink = 1, k.prune = *work > 0 ? *work : 0;
-    if (st == REMAT_OK && k.prune > 0) st = remat__prune(x->p, &t, work);
+    double left = *work < allow ? *work : allow;
+    k.sink = 1, k.prune = left > 0 ? left : 0;
+    if (st == REMAT_OK && k.prune > 0) st = remat__prune(x->p, &t, &left), *work -= k.prune - left;
     if (st == REMAT_OK) st = remat__values_peak(x->p, &t, &pk);
     k.cost = remat__schedule_cost(x->p, &t), k.lb = pk + r->held_outside;
     remat__schedule_free(&t);
@@ -144,23 +150,38 @@ static void keep_frontier(cand *cands, int *nc) {
 /* Tightens level (the caller's) step by step (relax.c), as rx's
  * candidates: every drop a step tries that lowers the peak, and each
  * step's schedule sunk and pruned; rel: where its steps go. */
-static remat_status tighten_from(const gen_ctx *x, relaxing *rx, relaxation *rel, uint8_t *level, double *work) {
-    const remat_graph *g = x->p->g;
+/* The peak of level's schedule, with live set to the nodes whose output is
+ * live there (remat__values_peak_live); its cost in *cost. */
+static remat_status level_peak(const gen_ctx *x, const uint8_t *level, size_t *peak, double *cost, uint8_t *live,
+                               double *work) {
     remat__schedule sc = {0};
-    size_t peak = 0;
-    rx->rel = rel;
     remat_status st = remat__schedule_build(x->p, x->loss, REMAT_NONE, 1, 1, level, &sc);
-    if (st == REMAT_OK) st = remat__values_peak(x->p, &sc, &peak);
-    double cost = st == REMAT_OK ? remat__schedule_cost(x->p, &sc) : 0;
+    if (st == REMAT_OK) st = remat__values_peak_live(x->p, &sc, peak, live);
+    if (st == REMAT_OK) *cost = remat__schedule_cost(x->p, &sc);
     *work -= sc.n;
     remat__schedule_free(&sc);
+    return st;
+}
+
+static remat_status tighten_from(const gen_ctx *x, relaxing *rx, relaxation *rel, uint8_t *level, double *work) {
+    const remat_graph *g = x->p->g;
+    size_t peak = 0, pk = 0;
+    double cost = 0, c = 0;
+    rx->rel = rel;
+    uint8_t *live = malloc((size_t)g->n + 1); /* what the current schedule holds at its peak */
+    remat_status st =
+        live ? level_peak(x, level, &peak, &cost, live, work) : remat__err(REMAT_NOMEM, "out of memory planning");
     if (st == REMAT_OK && !(rel->path = malloc(((size_t)g->n + 1) * sizeof(int))))
         st = remat__err(REMAT_NOMEM, "out of memory planning");
     for (int32_t node; st == REMAT_OK && rx->steps < g->n; rx->steps++) {
-        st = remat__tighten_step(x->p, x->loss, level, peak, cost, &node, &peak, &cost, work, seen, rx);
-        if (st == REMAT_OK) st = tightened_refined(x, rx, node, work);
+        double before = *work;
+        st = remat__tighten_step(x->p, x->loss, level, live, peak, cost, &node, &peak, &cost, work, seen, rx);
+        /* pruning: as much as the step's tries built, or an eighth of the work left */
+        if (st == REMAT_OK) st = tightened_refined(x, rx, node, fmax(before - *work, *work / 8), work);
         if (st == REMAT_OK) level[node] = REMAT__LEVEL_NONE, rel->path[rx->steps] = node;
+        if (st == REMAT_OK) st = level_peak(x, level, &pk, &c, live, work); /* the step's schedule, again */
     }
+    free(live);
     return st == REMAT_BUDGET || st == REMAT_UNSUPPORTED ? REMAT_OK : st; /* no drop lowers it */
 }
 

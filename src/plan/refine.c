@@ -34,13 +34,32 @@
 /* The peak bytes of a candidate's values (its memory plan, unplaced): its
  * arena is at least this. */
 remat_status remat__values_peak(const remat__prog *p, const remat__schedule *sc, size_t *peak) {
+    return remat__values_peak_live(p, sc, peak, NULL);
+}
+
+remat_status remat__values_peak_live(const remat__prog *p, const remat__schedule *sc, size_t *peak, uint8_t *live) {
     remat__memplan m;
     remat_status st = remat__memplan_build(p, sc, &m);
     if (st == REMAT_OK) {
-        remat_mem_stats zero, out;
-        memset(&zero, 0, sizeof zero);
-        remat__memplan_peaks(&m, &zero, &out);
-        *peak = out.peak[REMAT_MEM_TOTAL];
+        int64_t now = 0, best = 0;
+        int32_t at = -1; /* the first tick at the peak */
+        for (int32_t t = 0; t < m.ticks; t++) {
+            int32_t e = m.tick[t];
+            const remat__mev *x = &m.ev[e >= 0 ? e : ~e];
+            if (x->cat == REMAT_MEM_HOST) continue; /* apart from the device's total, as remat__memplan_peaks */
+            now += e >= 0 ? (int64_t)x->bytes : -(int64_t)x->bytes;
+            if (now > best) best = now, at = t;
+        }
+        *peak = (size_t)best;
+        if (live) {
+            memset(live, 0, (size_t)p->g->n);
+            for (int32_t e = 0; at >= 0 && e < m.n; e++) {
+                const remat__mev *x = &m.ev[e];
+                if (x->value >= 0 && x->value % 3 == REMAT__V_OUT && x->cat != REMAT_MEM_HOST && x->t0 <= at &&
+                    (x->t1 < 0 || x->t1 > at))
+                    live[REMAT__VAL_NODE(x->value)] = 1;
+            }
+        }
     }
     remat__memplan_free(&m);
     return st;

@@ -10,6 +10,13 @@
  * place. */
 remat_status remat__values_peak(const remat__prog *p, const remat__schedule *sc, size_t *peak);
 
+/* remat__values_peak, and with live (p->g->n entries, or NULL) set to 1
+ * for the nodes whose output is live where the values first reach their
+ * peak, 0 for the rest: only dropping one of those can lower the peak
+ * (a value not live there, dropped, is held for less of the forward and
+ * recomputed later, which takes nothing from what is live there). */
+remat_status remat__values_peak_live(const remat__prog *p, const remat__schedule *sc, size_t *peak, uint8_t *live);
+
 /* The index of sc's q-th recomputation (a forward that is not a node's
  * first), or -1. */
 int remat__nth_recompute(const remat__schedule *sc, int q);
@@ -56,10 +63,12 @@ remat_status remat__relax_step(const remat__prog *p, const remat__schedule *sc, 
  * dropping (recomputed for the backward by remat__schedule_build) takes
  * the most bytes off the peak per cost it adds, in *node with the peak
  * and cost after it; every drop that lowers the peak is shown to seen on
- * the way (drop: the node). level is left as it was. REMAT_BUDGET where
- * none lowers the peak or *work ran out first (relax.c). */
-remat_status remat__tighten_step(const remat__prog *p, remat_node loss, uint8_t *level, size_t peak, double cost,
-                                 int32_t *node, size_t *out_peak, double *out_cost, double *work,
-                                 remat__relax_seen seen, void *ctx);
+ * the way (drop: the node). Only the nodes live marks are tried (NULL:
+ * every kept one; remat__values_peak_live's are those that can lower the
+ * peak). level is left as it was. REMAT_BUDGET where none lowers the
+ * peak or *work ran out first (relax.c). */
+remat_status remat__tighten_step(const remat__prog *p, remat_node loss, uint8_t *level, const uint8_t *live,
+                                 size_t peak, double cost, int32_t *node, size_t *out_peak, double *out_cost,
+                                 double *work, remat__relax_seen seen, void *ctx);
 
 #endif

@@ -52,14 +52,15 @@ remat_status remat__relax_step(const remat__prog *p, const remat__schedule *sc, 
     return st != REMAT_OK ? st : found ? REMAT_OK : REMAT_BUDGET;
 }
 
-remat_status remat__tighten_step(const remat__prog *p, remat_node loss, uint8_t *level, size_t peak, double cost,
-                                 int32_t *node, size_t *out_peak, double *out_cost, double *work,
-                                 remat__relax_seen seen, void *ctx) {
+remat_status remat__tighten_step(const remat__prog *p, remat_node loss, uint8_t *level, const uint8_t *live,
+                                 size_t peak, double cost, int32_t *node, size_t *out_peak, double *out_cost,
+                                 double *work, remat__relax_seen seen, void *ctx) {
     const remat_graph *g = p->g;
     int found = 0;
     remat_status st = REMAT_OK;
     for (int32_t u = 0; st == REMAT_OK && *work > 0 && u < g->n; u++) {
         if (level[u] != 0 || g->nodes[u].leaf != REMAT__LEAF_NONE || remat__is_resident(&g->nodes[u])) continue;
+        if (live && !live[u]) continue; /* not held at the peak: dropping it cannot lower it */
         remat__schedule t;
         size_t pk = 0;
         level[u] = REMAT__LEVEL_NONE;
