@@ -8,6 +8,7 @@ Nothing else in the package touches a private PyTorch name.
 
 import contextlib
 import os
+import types
 
 import torch
 
@@ -337,6 +338,21 @@ def inductor(gm, example_inputs, options=None):
     """Inductor's compile_fx: the backend torch.compile uses by default."""
     from torch._inductor.compile_fx import compile_fx
     return compile_fx(gm, example_inputs, config_patches=options or {})
+
+
+def inductor_channels_last(graph):
+    """Whether Inductor runs graph's 2-D convolutions channels-last (its
+    layout optimization: GraphLowering.decide_layout_opt, on a joint graph
+    as on each half of it; always, on a CPU with oneDNN). Then each input
+    and weight of a convolution that is not channels-last already is
+    copied to that layout, the copy being what the forward saves for the
+    backward, and the convolutions' kernels (and their scratch) run on
+    channels-last tensors. False where this PyTorch has no such decision."""
+    try:
+        from torch._inductor.graph import GraphLowering
+        return bool(GraphLowering.decide_layout_opt(types.SimpleNamespace(graph=graph), is_inference=False))
+    except Exception:
+        return False
 
 
 def inductor_mode_options(mode):

@@ -62,31 +62,53 @@ def _library(target):
     return name in _LIBRARY or name.startswith("aten::_scaled_dot_product") or name.startswith("aten::_flash_attention")
 
 
-def _real(val):
-    """A real tensor shaped as fake tensor val (random floats; zeros else)."""
-    t = torch.empty_strided(tuple(val.shape), tuple(val.stride()), dtype=val.dtype, device=val.device)
+#: the convolutions Inductor runs channels-last under its layout optimization
+_CONVOLUTIONS = {"aten::convolution", "aten::convolution_backward"}
+
+
+def _channels_last_conv(node, channels_last):
+    """Whether node is a 2-D convolution (or its backward) that Inductor runs
+    on channels-last tensors (compat.inductor_channels_last)."""
+    if not channels_last or not compat.is_overload(node.target) or compat.schema_name(node.target) not in _CONVOLUTIONS:
+        return False
+    val = node.meta.get("val")
+    first = val[0] if isinstance(val, (tuple, list)) and val else val
+    return any(isinstance(v, torch.Tensor) and v.dim() == 4 for v in (first,) + tuple(
+        a.meta.get("val") for a in node.all_input_nodes))
+
+
+def _real(val, channels_last=False):
+    """A real tensor shaped as fake tensor val (random floats; zeros else),
+    channels-last where asked and val has 4 dimensions."""
+    if channels_last and val.dim() == 4:
+        t = torch.empty(tuple(val.shape), dtype=val.dtype, device=val.device, memory_format=torch.channels_last)
+    else:
+        t = torch.empty_strided(tuple(val.shape), tuple(val.stride()), dtype=val.dtype, device=val.device)
     return t.normal_() if t.dtype.is_floating_point else t.zero_()
 
 
-def _call_key(n):
+def _call_key(n, channels_last=False):
     sig = map_arg((n.args, n.kwargs), lambda a: (tuple(a.meta["val"].shape), tuple(a.meta["val"].stride()),
                                                   str(a.meta["val"].dtype)) if isinstance(a.meta.get("val"),
                                                                                           torch.Tensor) else None)
-    return (str(n.target), repr(sig))
+    return (str(n.target), repr(sig), channels_last)
 
 
-def library_transients(graph, cache):
+def library_transients(graph, cache, channels_last=False):
     """{node: bytes} of each library call's transient memory in graph (what
     it holds at its peak beyond its inputs and outputs), measured by running
     it once on real tensors of its shapes with capture's meter (the heap
     counter or a CUDA device's statistics where there is one, else
-    PyTorch's profiler). cache: {call key: bytes}, kept across graphs."""
+    PyTorch's profiler); a convolution's on channels-last tensors where
+    Inductor runs it so (channels_last: compat.inductor_channels_last).
+    cache: {call key: bytes}, kept across graphs."""
     nodes = [n for n in graph.nodes if n.op == "call_function" and _library(n.target)
              and all(isinstance(a.meta.get("val"), torch.Tensor) or a.meta.get("val") is None
                      for a in n.all_input_nodes)]
+    layout = {n: _channels_last_conv(n, channels_last) for n in nodes}
     todo = {}
     for n in nodes:
-        k = _call_key(n)
+        k = _call_key(n, layout[n])
         if k not in cache:
             todo.setdefault(k, n)
     if todo:
@@ -98,7 +120,7 @@ def library_transients(graph, cache):
             made = {}
             with meter:
                 for k, n in todo.items():
-                    args, kwargs = map_arg((n.args, n.kwargs), lambda a: _real(a.meta["val"]))
+                    args, kwargs = map_arg((n.args, n.kwargs), lambda a, cl=layout[n]: _real(a.meta["val"], cl))
                     meter.begin(k)
                     out = n.target(*args, **kwargs)
                     meter.end()
@@ -109,7 +131,7 @@ def library_transients(graph, cache):
             meter.finish()
             for k, peak in meter.peaks().items():
                 cache[k] = max(0, peak - made.get(k, 0))
-    return {n: cache.get(_call_key(n), 0) for n in nodes}
+    return {n: cache.get(_call_key(n, layout[n]), 0) for n in nodes}
 
 
 def _is_view(target):
@@ -150,7 +172,15 @@ class JointGraph:
     it longer: a conservative guess). The loss: an op that reads the
     forward's differentiable outputs and saves them, as the loss outside
     the graph holds them until the backward, whose gradients (the graph's
-    tangents) its backward makes."""
+    tangents) its backward makes. Where Inductor runs convolutions
+    channels-last (compat.inductor_channels_last), it copies a primal input
+    or weight of a convolution in another layout to channels-last before
+    the convolution, and the forward saves that copy where the backward
+    reads the primal (whatever the partition says): the copy is a later
+    output of the convolution's op that its backward reads, which remat
+    holds from the op's forward to its backward, a recomputation or not
+    (a node's aux, docs/graph-format.md), and a copy no backward reads is
+    the op's forward transient."""
 
     def __init__(self, joint_graph, node_info, transients=None):
         self.graph = joint_graph
@@ -168,6 +198,8 @@ class JointGraph:
         self.producer = {}   # value id -> op id
         self.op_node = []    # op id -> fx node
         self.random = set()  # op ids that draw random numbers
+        self.channels_last = compat.inductor_channels_last(joint_graph)
+        self.copies = {}     # primal value id -> its channels-last copy's value id
         for i, p in enumerate(primals):
             val = p.meta.get("val")
             if not isinstance(val, torch.Tensor) or _nbytes(val) == 0:
@@ -182,12 +214,14 @@ class JointGraph:
         self._loss([o for o in fwd_out if isinstance(o, torch.fx.Node)])
         self._saves(by_seq)
         if transients is not None:
-            self._transients(library_transients(joint_graph, transients), by_seq)
+            self._transients(library_transients(joint_graph, transients, self.channels_last), by_seq)
 
     def _transients(self, measured, by_seq):
         """Each library call's transient bytes, on its op: a forward call's
         as the op's forward transient, a backward call's (convolution_backward)
-        as the backward transient of the last op of its sequence number."""
+        as the backward transient of the last op of its sequence number that
+        reads or makes a value the call reads (the convolution, not the
+        BatchNorm's counter update that shares its number), else the last."""
         op_of = {n: i for i, n in enumerate(self.op_node) if n is not None}
         for n, b in measured.items():
             if not b:
@@ -199,8 +233,25 @@ class JointGraph:
             else:
                 group = by_seq.get(n.meta.get("seq_nr"))
                 if group:
-                    t = self.ops[group[-1]].setdefault("transient", {"forward": 0, "backward": 0})
+                    read = {self.copies.get(v, v) for v in (self.value_of.get(a) for a in n.all_input_nodes)
+                            if v is not None}
+                    touching = [o for o in group if read & set(self.ops[o]["inputs"] + self.ops[o]["outputs"])]
+                    t = self.ops[(touching or group)[-1]].setdefault("transient", {"forward": 0, "backward": 0})
                     t["backward"] = max(t["backward"], b)
+
+    def _copy(self, node):
+        """A value for the channels-last copy of primal node that Inductor
+        makes before a convolution reads it (None: it needs none). The
+        first copy of each primal is the one its backward reads (copies)."""
+        v = self.value_of.get(node)
+        val = node.meta.get("val")
+        if node.op != "placeholder" or v is None or not isinstance(val, torch.Tensor) or val.dim() != 4 \
+                or val.is_contiguous(memory_format=torch.channels_last):
+            return None
+        c = self._value(None, "activation", _nbytes(val))
+        self.values[c]["grad_bytes"] = 0
+        self.copies.setdefault(v, c)
+        return c
 
     def _value(self, node, kind, nbytes, name=None):
         v = {"id": len(self.values), "kind": kind, "bytes": int(nbytes)}
@@ -241,6 +292,8 @@ class JointGraph:
         else:
             self.value_of[n] = outs[0]
         made = [v for v in outs if v is not None]
+        if _channels_last_conv(n, self.channels_last):  # the copies of its primals it makes first, as later outputs
+            made += [c for c in (self._copy(a) for a in n.args[:2] if isinstance(a, torch.fx.Node)) if c is not None]
         if len(made) > 16:
             raise RematError("node %s (%s) makes %d tensors; a remat op makes at most 16" % (n.name, t, len(made)))
         ins = list(dict.fromkeys(self.value_of[a] for a in n.all_input_nodes if a in self.value_of))
@@ -291,6 +344,7 @@ class JointGraph:
                 v = self.value_of.get(a)
                 if v is None:
                     v = self.element(b)
+                v = self.copies.get(v, v)  # a primal Inductor copied channels-last: the forward saves the copy
                 if v is None or self.values[v]["kind"] in ("parameter", "buffer"):
                     continue
                 cand = [o for o in group if o in touches.get(v, ())]
@@ -464,6 +518,7 @@ class Compiled:
         seen = set()
         for n in saved:
             v = joint.value_of.get(n, joint.element(n))
+            v = joint.copies.get(v, v)  # a primal saved as Inductor's channels-last copy of it
             if v is not None and v not in seen and joint.values[v]["kind"] == "activation":
                 seen.add(v)
                 p.saved_bytes += joint.values[v]["bytes"]
@@ -511,7 +566,7 @@ class Compiled:
                 last = self.rejected[-1]
                 # the least budget known to fit, not a proven floor: a plan below
                 # remat's model's floor may still fit the compiled step (Inductor
-                # holds 0.9-1.1x the model's prediction)
+                # holds 0.98-1.01x the model's prediction on ResNet-50, and fuses what it may)
                 err = RematError("the compiled step held %d bytes in a trial step, over the budget of %d bytes "
                                  "(remat's model of Inductor's step predicted %d), and remat's model has no plan "
                                  "below that: a budget of %d bytes fits (what that trial held); a smaller one may" % (
