@@ -136,15 +136,8 @@ static remat_status at_peak_json(const remat_session *s, cJSON *out) {
     const remat__memplan *m = &s->train.mem;
     const remat__schedule *sc = &s->train.sc;
     const remat_graph *g = s->g;
-    int64_t live = 0, best = -1;
-    int32_t at = -1;
-    for (int32_t t = 0; t < m->ticks; t++) {
-        int32_t e = m->tick[t];
-        const remat__mev *x = &m->ev[e >= 0 ? e : ~e];
-        if (x->cat == REMAT_MEM_HOST) continue;
-        live += e >= 0 ? (int64_t)x->bytes : -(int64_t)x->bytes;
-        if (live > best) best = live, at = t;
-    }
+    int64_t best = 0;
+    int32_t at = remat__memplan_peak_tick(m, &best);
     if (at < 0) return REMAT_OK;
     const remat__mev **held = malloc(((size_t)m->n + 1) * sizeof *held);
     if (!held) return remat__err(REMAT_NOMEM, "out of memory writing a plan");

@@ -360,6 +360,20 @@ void remat__memplan_peaks(const remat__memplan *m, const remat_mem_stats *start,
     *out = st;
 }
 
+int32_t remat__memplan_peak_tick(const remat__memplan *m, int64_t *peak) {
+    int64_t live = 0, best = -1;
+    int32_t at = -1;
+    for (int32_t t = 0; t < m->ticks; t++) {
+        int32_t e = m->tick[t];
+        const remat__mev *x = &m->ev[e >= 0 ? e : ~e];
+        if (x->cat == REMAT_MEM_HOST) continue;
+        live += e >= 0 ? (int64_t)x->bytes : -(int64_t)x->bytes;
+        if (live > best) best = live, at = t;
+    }
+    *peak = best > 0 ? best : 0;
+    return at;
+}
+
 /* ------------------------------------------------------------- placement */
 
 /* by-size is quadratic in the events it places. */

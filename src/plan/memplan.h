@@ -83,6 +83,10 @@ void remat__memplan_free(remat__memplan *m);
  * ticks. */
 void remat__memplan_peaks(const remat__memplan *m, const remat_mem_stats *start, remat_mem_stats *out);
 
+/* The first tick at which the device's live bytes (every category but
+ * the host's) reach their peak, which goes to *peak; -1 without ticks. */
+int32_t remat__memplan_peak_tick(const remat__memplan *m, int64_t *peak);
+
 /* Places every event in one arena, those of category REMAT_MEM_HOST in
  * a host arena apart (a per_tensor plan: no placement, the
  * arena is the values' peak): two placements, the better kept (the

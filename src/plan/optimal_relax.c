@@ -147,9 +147,6 @@ static void keep_frontier(cand *cands, int *nc) {
 /* Tightening (relax.c) builds at most this many instructions per planning. */
 #define TIGHTEN_WORK 4e6
 
-/* Tightens level (the caller's) step by step (relax.c), as rx's
- * candidates: every drop a step tries that lowers the peak, and each
- * step's schedule sunk and pruned; rel: where its steps go. */
 /* The peak of level's schedule, with live set to the nodes whose output is
  * live there (remat__values_peak_live); its cost in *cost. */
 static remat_status level_peak(const gen_ctx *x, const uint8_t *level, size_t *peak, double *cost, uint8_t *live,
@@ -163,10 +160,13 @@ static remat_status level_peak(const gen_ctx *x, const uint8_t *level, size_t *p
     return st;
 }
 
+/* Tightens level (the caller's) step by step (relax.c), as rx's
+ * candidates: every drop a step tries that lowers the peak, and each
+ * step's schedule sunk and pruned; rel: where its steps go. */
 static remat_status tighten_from(const gen_ctx *x, relaxing *rx, relaxation *rel, uint8_t *level, double *work) {
     const remat_graph *g = x->p->g;
-    size_t peak = 0, pk = 0;
-    double cost = 0, c = 0;
+    size_t peak = 0;
+    double cost = 0;
     rx->rel = rel;
     uint8_t *live = malloc((size_t)g->n + 1); /* what the current schedule holds at its peak */
     remat_status st =
@@ -179,7 +179,7 @@ static remat_status tighten_from(const gen_ctx *x, relaxing *rx, relaxation *rel
         /* pruning: as much as the step's tries built, or an eighth of the work left */
         if (st == REMAT_OK) st = tightened_refined(x, rx, node, fmax(before - *work, *work / 8), work);
         if (st == REMAT_OK) level[node] = REMAT__LEVEL_NONE, rel->path[rx->steps] = node;
-        if (st == REMAT_OK) st = level_peak(x, level, &pk, &c, live, work); /* the step's schedule, again */
+        if (st == REMAT_OK) st = level_peak(x, level, &peak, &cost, live, work); /* the step's schedule: live */
     }
     free(live);
     return st == REMAT_BUDGET || st == REMAT_UNSUPPORTED ? REMAT_OK : st; /* no drop lowers it */

@@ -41,15 +41,8 @@ remat_status remat__values_peak_live(const remat__prog *p, const remat__schedule
     remat__memplan m;
     remat_status st = remat__memplan_build(p, sc, &m);
     if (st == REMAT_OK) {
-        int64_t now = 0, best = 0;
-        int32_t at = -1; /* the first tick at the peak */
-        for (int32_t t = 0; t < m.ticks; t++) {
-            int32_t e = m.tick[t];
-            const remat__mev *x = &m.ev[e >= 0 ? e : ~e];
-            if (x->cat == REMAT_MEM_HOST) continue; /* apart from the device's total, as remat__memplan_peaks */
-            now += e >= 0 ? (int64_t)x->bytes : -(int64_t)x->bytes;
-            if (now > best) best = now, at = t;
-        }
+        int64_t best = 0;
+        int32_t at = remat__memplan_peak_tick(&m, &best);
         *peak = (size_t)best;
         if (live) {
             memset(live, 0, (size_t)p->g->n);
