@@ -602,11 +602,25 @@ static void check_bound(const bench *b, const cJSON *fix, size_t bound, double m
            b->sp->name, bound, ilp, ilp / (double)bound, mine, mine / (double)bound);
 }
 
-/* Bounds on the gaps, per kind of graph: the figures of 2026-11-29 with a
- * little room (random: worst 17.26%, median 0.00%, 54 of 66 plans at the
- * optimum; traced: worst 2.69%, median 0.00%, 21 of 30; docs/planning.md
- * says what is behind them). Before the relaxed schedules were tightened
- * again (optimal_relax.c, retighten), random: worst 15.55%, 54 of 66;
+/* Bounds on the gaps, per kind of graph: the figures of 2026-11-30 with a
+ * little room (random: worst 37.25%, median 0.00%, 57 of 66 plans at the
+ * optimum; traced: worst 10.56%, median 0.00%, 23 of 30; docs/planning.md
+ * says what is behind them), at the budgets of fixtures exported then,
+ * each compared with the proven optimum at its plan's own peak but one.
+ * The tightening by a value and the inputs above it (relax.c,
+ * remat__tighten_apply) lowered the floors (gpt2_1l 152,192 -> 119,680 B,
+ * llama_1l 82,432 -> 74,112 B, resnet_tiny 63,208 -> 60,904 B, attn12
+ * 19,456 -> 18,432 B), and the new tightest budgets are where the gaps
+ * are (resnet_tiny at its floor: the ILP's plan recomputes the first
+ * convolution twice, which no level mask does). At the budgets of the
+ * fixtures before (exported 2026-11-29, most compared with the optimum at
+ * the next proven limit up) the same build measured random 15.17% worst
+ * and 54 of 66, traced 0.05% worst and 22 of 30, where the build before
+ * it measured 17.26% and 2.69% (resnet_tiny at 78,772 B: 4,065,646 ->
+ * 3,959,166, the optimum there; res20 at 21,913 B: 525,312 -> 458,752).
+ * Before that, random: worst 17.26%, 54 of 66; traced: worst 2.69%, 21 of
+ * 30. Before the relaxed schedules were tightened again (optimal_relax.c,
+ * retighten), random: worst 15.55%, 54 of 66;
  * traced: worst 2.79% (llama_1l at its floor, now 0.04%), 26 of 30; no
  * plan costs more at its budget since, and 10 of the 96 cost less (res20
  * at 21,913 B: 617,472 -> 525,312, resnet_tiny at 78,772 B: 4,190,638 ->
@@ -627,14 +641,14 @@ static void check_bound(const bench *b, const cJSON *fix, size_t bound, double m
  * traced 8.10% and 0.10%; before the chain model counted a traced step's
  * parameter gradients, the traced worst was 64.02% (mlp_bn at its floor)
  * and the median 0.13%. */
-#define GAP_WORST_RANDOM 0.18
+#define GAP_WORST_RANDOM 0.38
 #define GAP_MEDIAN_RANDOM 0.005
-#define GAP_WORST_TRACED 0.03
+#define GAP_WORST_TRACED 0.11
 #define GAP_MEDIAN_TRACED 0.0005
-#define AT_OPTIMUM_RANDOM 54
-#define AT_OPTIMUM_TRACED 21
+#define AT_OPTIMUM_RANDOM 57
+#define AT_OPTIMUM_TRACED 23
 
-/* And per traced graph, its worst gap (the figures of 2026-11-29, a
+/* And per traced graph, its worst gap (the figures of 2026-11-30, a
  * little room): each can fail on its own. A gap against the optimum at
  * the next proven limit above the plan's peak (a row marked *) is at
  * least the true one. */
@@ -644,9 +658,10 @@ static const struct {
 } traced_bounds[] = {
     {"mlp_bn", 1e-9},      /* equal to the optimum at every budget (was 64.02%) */
     {"cnn_bn", 1e-9},      /* equal at every budget (0.33% untightened, 0.39% unpruned) */
-    {"resnet_tiny", 0.03}, /* 2.69% at 78,772 B, cheaper than the plan equal to the optimum at its own peak before */
-    {"gpt2_1l", 0.0005},   /* 0.02% (equal at every budget before re-tightening, 0.10%* untightened) */
-    {"llama_1l", 0.001},   /* 0.05% (2.79% at its floor before re-tightening, 5.45% unsunk, 8.10% unpruned) */
+    {"resnet_tiny", 0.11}, /* 10.56% at its floor, 60,904 B (the ILP recomputes a convolution twice); 0.05% at the
+                              budgets before, where it was 2.69% */
+    {"gpt2_1l", 0.04},     /* 3.81% at 144,409 B, above a floor 21% lower than before (0.02% at the budgets before) */
+    {"llama_1l", 0.07},    /* 6.50%* at its floor, 74,112 B (not proven there in 60 s); 0.02% at 81,177 B */
 };
 
 /* The gaps of one kind of graph (random, traced) and their bounds. */

@@ -60,7 +60,7 @@ struct cand {
      * made), these recomputations given back, steps of them in order, then
      * last; tightened (base NULL): the selective levels gi, j (or, where
      * mask is set, the nodes a relaxed schedule recomputes: gi, j are its
-     * source's) with these nodes dropped (-1: neither) */
+     * source's) with these moves made (remat__tighten_apply; -1: neither) */
     const remat__schedule *base;
     const uint8_t *mask;
     const int *relax;
@@ -85,10 +85,11 @@ int remat__optimal_by_lb(const void *a, const void *b);
 
 /* A tightened candidate's schedule, unrefined (optimal_relax.c). */
 remat_status remat__optimal_tightened(const gen_ctx *x, const cand *k, remat__schedule *sc);
-/* The keep-expensive and drop-expensive levels tightened step by step, as
- * candidates added to *cands (*nc of them); tight[0, *used): their steps. */
-remat_status remat__optimal_tighten(const gen_ctx *x, size_t held_outside, cand **cands, int *nc, relaxation *tight,
-                                    int *used);
+/* The keep-expensive and drop-expensive levels tightened step by step
+ * (moves up to depth, relax.c), as candidates added to *cands (*nc of
+ * them); tight[*used, ...): their steps, *used advanced. */
+remat_status remat__optimal_tighten(const gen_ctx *x, size_t held_outside, int depth, cand **cands, int *nc,
+                                    relaxation *tight, int *used);
 /* The schedules between the frontier's candidates, relaxed, as candidates;
  * rel (as many as *nc on entry): the relaxations, freed by the caller. */
 remat_status remat__optimal_relax(const gen_ctx *x, size_t held_outside, cand **cands, int *nc, relaxation *rel);

@@ -64,7 +64,8 @@
  * value dropped at a time (tightened), and from each candidate on the
  * frontier of what they hold and cost, the schedules that give back one
  * recomputation at a time up to the next one's peak (relaxed), each of
- * those tightened again (relaxed tightened). On graphs
+ * those tightened again (relaxed tightened), then the masks tightened by
+ * a value and the kept inputs above it at a time. On graphs
  * of many nodes a
  * generator makes at most CAND_WORK / nodes schedules, spread the same
  * way. The fastest under the cost model that holds at most the budget
@@ -600,10 +601,10 @@ remat_status remat__optimal_plan(const remat__plan_req *r, remat__planned *out) 
     if (st != REMAT_OK) return st;
     st = chains_ctx(r, c, &cs, &x);
     if (st == REMAT_OK) st = measure_all(&x, r->held_outside, &cands, &nc);
-    relaxation tight[2 * N_SELECTIVE], *rel = NULL;
+    relaxation tight[4 * N_SELECTIVE], *rel = NULL; /* 2 passes of the 2 selective kinds */
     memset(tight, 0, sizeof tight);
     int n_tight = 0, n_rel = 0;
-    if (st == REMAT_OK) st = remat__optimal_tighten(&x, r->held_outside, &cands, &nc, tight, &n_tight);
+    if (st == REMAT_OK) st = remat__optimal_tighten(&x, r->held_outside, 0, &cands, &nc, tight, &n_tight);
     if (st == REMAT_OK && !(rel = calloc((size_t)(n_rel = nc) + 1, sizeof *rel)))
         st = remat__err(REMAT_NOMEM, "out of memory planning");
     if (st == REMAT_OK) st = remat__optimal_relax(&x, r->held_outside, &cands, &nc, rel);
@@ -611,6 +612,10 @@ remat_status remat__optimal_plan(const remat__plan_req *r, remat__planned *out) 
     int n_retight = 0;
     if (st == REMAT_OK)
         st = remat__optimal_retighten(&x, r->held_outside, &cands, &nc, rel, n_rel, &retight, &n_retight);
+    /* last, so that the frontier the relaxations start from is the one-node
+     * tightening's: these only add candidates */
+    if (st == REMAT_OK)
+        st = remat__optimal_tighten(&x, r->held_outside, REMAT__TIGHTEN_DEPTH, &cands, &nc, tight, &n_tight);
     if (st == REMAT_OK) st = choose(&x, cands, nc, r, &win);
     int offloaded = 0; /* offload, with a host budget, where it costs less */
     if (st == REMAT_OK) st = remat__offload_plan(r, win >= 0 ? cands[win].cost : INFINITY, out, &offloaded);

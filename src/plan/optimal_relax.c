@@ -10,7 +10,12 @@
  *   a step drops (recomputes for the backward) the kept value that takes
  *   the most bytes off the peak per cost it adds (relax.c,
  *   remat__tighten_step); each step's schedule is also offered sunk and
- *   pruned (refine.c);
+ *   pruned (refine.c). A second tightening, after the relaxations below,
+ *   drops a value with the kept values up to REMAT__TIGHTEN_DEPTH inputs
+ *   above it as one step (a BatchNorm and its ReLU, a decomposed GELU:
+ *   no one of them dropped alone lowers the peak, since what recomputes it
+ *   is then kept in its place); it comes last so that the relaxations
+ *   start from the same frontier as without it, and only adds candidates;
  * - relaxation: from each candidate on the frontier, a step gives back
  *   the recomputation that saves the most cost per byte it adds to the
  *   peak (remat__relax_step), up to the next frontier candidate's peak;
@@ -57,8 +62,11 @@ remat_status remat__optimal_tightened(const gen_ctx *x, const cand *k, remat__sc
     } else {
         st = remat__selective_levels(x->p, k->j + drop, k->count, drop, &level);
     }
-    for (int s = 0; st == REMAT_OK && s <= k->steps; s++)
-        level[s < k->steps ? k->relax[s] : k->last] = REMAT__LEVEL_NONE;
+    int32_t *group = st == REMAT_OK ? malloc(((size_t)x->p->g->n + 1) * sizeof *group) : NULL;
+    if (st == REMAT_OK && !group) st = remat__err(REMAT_NOMEM, "out of memory planning");
+    for (int s = 0; st == REMAT_OK && s <= k->steps; s++) /* the moves, replayed in order */
+        remat__tighten_apply(x->p->g, level, s < k->steps ? k->relax[s] : k->last, group);
+    free(group);
     if (st == REMAT_OK) st = remat__schedule_build(x->p, x->loss, REMAT_NONE, 1, 1, level, sc);
     if (st == REMAT_OK) sc->origin = k->mask ? "tightened" : drop ? "drop-expensive" : "keep-expensive";
     free(level);
@@ -105,9 +113,9 @@ static remat_status seen(void *ctx, int drop, size_t peak, double cost) {
  * graph: one pruning took 3.2e6 of TIGHTEN_WORK's 4e6, and the search
  * stopped after two steps; bounded, its plan at 404 MiB recomputes +1.6%
  * FLOPs where it recomputed +10.7%). */
-static remat_status tightened_refined(const gen_ctx *x, relaxing *r, int32_t node, double allow, double *work) {
+static remat_status tightened_refined(const gen_ctx *x, relaxing *r, int32_t move, double allow, double *work) {
     cand k = r->src;
-    k.relax = r->rel->path, k.steps = r->steps, k.last = node, k.held = 0;
+    k.relax = r->rel->path, k.steps = r->steps, k.last = move, k.held = 0;
     remat__schedule sc, t;
     remat_status st = remat__optimal_tightened(x, &k, &sc);
     if (st != REMAT_OK) return st;
@@ -163,7 +171,8 @@ static remat_status level_peak(const gen_ctx *x, const uint8_t *level, size_t *p
 /* Tightens level (the caller's) step by step (relax.c), as rx's
  * candidates: every drop a step tries that lowers the peak, and each
  * step's schedule sunk and pruned; rel: where its steps go. */
-static remat_status tighten_from(const gen_ctx *x, relaxing *rx, relaxation *rel, uint8_t *level, double *work) {
+static remat_status tighten_from(const gen_ctx *x, relaxing *rx, relaxation *rel, uint8_t *level, int depth,
+                                 double *work) {
     const remat_graph *g = x->p->g;
     size_t peak = 0;
     double cost = 0;
@@ -173,14 +182,17 @@ static remat_status tighten_from(const gen_ctx *x, relaxing *rx, relaxation *rel
         live ? level_peak(x, level, &peak, &cost, live, work) : remat__err(REMAT_NOMEM, "out of memory planning");
     if (st == REMAT_OK && !(rel->path = malloc(((size_t)g->n + 1) * sizeof(int))))
         st = remat__err(REMAT_NOMEM, "out of memory planning");
-    for (int32_t node; st == REMAT_OK && rx->steps < g->n; rx->steps++) {
+    int32_t *group = malloc(((size_t)g->n + 1) * sizeof *group);
+    if (st == REMAT_OK && !group) st = remat__err(REMAT_NOMEM, "out of memory planning");
+    for (int32_t move; st == REMAT_OK && rx->steps < g->n; rx->steps++) {
         double before = *work;
-        st = remat__tighten_step(x->p, x->loss, level, live, peak, cost, &node, &peak, &cost, work, seen, rx);
+        st = remat__tighten_step(x->p, x->loss, level, live, depth, peak, cost, &move, &peak, &cost, work, seen, rx);
         /* pruning: as much as the step's tries built, or an eighth of the work left */
-        if (st == REMAT_OK) st = tightened_refined(x, rx, node, fmax(before - *work, *work / 8), work);
-        if (st == REMAT_OK) level[node] = REMAT__LEVEL_NONE, rel->path[rx->steps] = node;
+        if (st == REMAT_OK) st = tightened_refined(x, rx, move, fmax(before - *work, *work / 8), work);
+        if (st == REMAT_OK) remat__tighten_apply(g, level, move, group), rel->path[rx->steps] = move;
         if (st == REMAT_OK) st = level_peak(x, level, &peak, &cost, live, work); /* the step's schedule: live */
     }
+    free(group);
     free(live);
     return st == REMAT_BUDGET || st == REMAT_UNSUPPORTED ? REMAT_OK : st; /* no drop lowers it */
 }
@@ -188,8 +200,8 @@ static remat_status tighten_from(const gen_ctx *x, relaxing *rx, relaxation *rel
 /* The keep-expensive and drop-expensive levels, each tightened step by
  * step (relax.c), as candidates: every drop a step tries that lowers the
  * peak; rel[0, *used): their steps. */
-remat_status remat__optimal_tighten(const gen_ctx *x, size_t held_outside, cand **cands, int *nc, relaxation *rel,
-                                    int *used) {
+remat_status remat__optimal_tighten(const gen_ctx *x, size_t held_outside, int depth, cand **cands, int *nc,
+                                    relaxation *rel, int *used) {
     double work = TIGHTEN_WORK;
     remat_status st = REMAT_OK;
     int cap = *nc; /* measure_all made room for at least as many */
@@ -206,7 +218,7 @@ remat_status remat__optimal_tighten(const gen_ctx *x, size_t held_outside, cand 
                            .held_outside = held_outside};
             uint8_t *level = NULL;
             st = remat__selective_levels(x->p, j + drop, N_SELECTIVE, drop, &level);
-            if (st == REMAT_OK) st = tighten_from(x, &rx, &rel[(*used)++], level, &work);
+            if (st == REMAT_OK) st = tighten_from(x, &rx, &rel[(*used)++], level, depth, &work);
             cap = rx.cap;
             free(level);
         }
@@ -270,46 +282,49 @@ static remat_status recomputed_mask(const remat__prog *p, const remat__schedule 
 
 remat_status remat__optimal_retighten(const gen_ctx *x, size_t held_outside, cand **cands, int *nc,
                                       const relaxation *rel, int n_rel, relaxation **out, int *n_out) {
-    double work = RETIGHTEN_WORK;
+    double work[2] = {RETIGHTEN_WORK, RETIGHTEN_WORK}; /* one node at a time; with the inputs above it */
     remat_status st = REMAT_OK;
     int cap = *nc, room = 0;
     *out = NULL, *n_out = 0;
-    for (int f = 0; f < n_rel && st == REMAT_OK && work > 0; f++) {
+    for (int f = 0; f < n_rel && st == REMAT_OK && work[0] > 0; f++) {
         const remat__schedule *sc = &rel[f].base;
         remat__schedule cur = {0};
         /* each schedule along the relaxation's path, from its first step */
-        for (int s = 0; s < rel[f].steps && st == REMAT_OK && work > 0; s++) {
+        for (int s = 0; s < rel[f].steps && st == REMAT_OK && work[0] > 0; s++) {
             remat__schedule t;
             st = remat__without(x->p, sc, rel[f].path[s], &t);
             if (st != REMAT_OK) break;
             remat__schedule_free(&cur);
-            cur = t, sc = &cur, work -= t.n;
-            if (*n_out == room) {
-                relaxation *more = realloc(*out, (size_t)(room = 2 * room + 4) * sizeof *more);
-                if (!more) {
-                    st = remat__err(REMAT_NOMEM, "out of memory planning");
-                    break;
+            cur = t, sc = &cur, work[0] -= t.n;
+            for (int pass = 0; pass < 2 && st == REMAT_OK; pass++) {
+                if (work[pass] <= 0) continue;
+                if (*n_out == room) {
+                    relaxation *more = realloc(*out, (size_t)(room = 2 * room + 4) * sizeof *more);
+                    if (!more) {
+                        st = remat__err(REMAT_NOMEM, "out of memory planning");
+                        break;
+                    }
+                    *out = more;
                 }
-                *out = more;
+                relaxation *r = &(*out)[(*n_out)++];
+                memset(r, 0, sizeof *r);
+                st = recomputed_mask(x->p, &cur, &r->mask);
+                relaxing rx = {.src = rel[f].src,
+                               .cands = cands,
+                               .nc = nc,
+                               .cap = cap,
+                               .tight = 1,
+                               .next = SIZE_MAX,
+                               .held_outside = held_outside};
+                rx.src.mask = r->mask, rx.src.base = NULL; /* seen and tightened_refined set the rest */
+                uint8_t *level = NULL;
+                if (st == REMAT_OK && !(level = malloc((size_t)x->p->g->n)))
+                    st = remat__err(REMAT_NOMEM, "out of memory planning");
+                if (st == REMAT_OK) memcpy(level, r->mask, (size_t)x->p->g->n);
+                if (st == REMAT_OK) st = tighten_from(x, &rx, r, level, pass ? REMAT__TIGHTEN_DEPTH : 0, &work[pass]);
+                cap = rx.cap;
+                free(level);
             }
-            relaxation *r = &(*out)[(*n_out)++];
-            memset(r, 0, sizeof *r);
-            st = recomputed_mask(x->p, &cur, &r->mask);
-            relaxing rx = {.src = rel[f].src,
-                           .cands = cands,
-                           .nc = nc,
-                           .cap = cap,
-                           .tight = 1,
-                           .next = SIZE_MAX,
-                           .held_outside = held_outside};
-            rx.src.mask = r->mask, rx.src.base = NULL; /* seen and tightened_refined set the rest */
-            uint8_t *level = NULL;
-            if (st == REMAT_OK && !(level = malloc((size_t)x->p->g->n)))
-                st = remat__err(REMAT_NOMEM, "out of memory planning");
-            if (st == REMAT_OK) memcpy(level, r->mask, (size_t)x->p->g->n);
-            if (st == REMAT_OK) st = tighten_from(x, &rx, r, level, &work);
-            cap = rx.cap;
-            free(level);
         }
         remat__schedule_free(&cur);
     }

@@ -58,17 +58,34 @@ remat_status remat__relax_step(const remat__prog *p, const remat__schedule *sc, 
                                remat__schedule *out, int *drop, size_t *out_peak, double *out_cost, double *work,
                                remat__relax_seen seen, void *ctx);
 
+/* A tightening move: move = node + d * n (n = p->g->n nodes) drops node
+ * and the kept forward values up to d inputs above it (d from 0 to
+ * REMAT__TIGHTEN_DEPTH), so that a cheap chain is recomputed whole from
+ * the value before it: BatchNorm's output dropped alone is recomputed from
+ * the convolution's, which the backward keeps anyway, but ReLU's dropped
+ * alone needs BatchNorm's kept for it, as many bytes, and frees nothing
+ * until both go. */
+#define REMAT__TIGHTEN_DEPTH 4
+
+/* Drops move's nodes from level (set to REMAT__LEVEL_NONE), which lists
+ * them in group (room for p->g->n); returns how many. Replayed on the same
+ * levels in the same order, moves drop the same nodes. */
+int remat__tighten_apply(const remat_graph *g, uint8_t *level, int32_t move, int32_t *group);
+
 /* One step from the levels level (its schedule's values peak and cost
- * given) toward holding less: of the values it keeps, the one whose
- * dropping (recomputed for the backward by remat__schedule_build) takes
- * the most bytes off the peak per cost it adds, in *node with the peak
- * and cost after it; every drop that lowers the peak is shown to seen on
- * the way (drop: the node). Only the nodes live marks are tried (NULL:
- * every kept one; remat__values_peak_live's are those that can lower the
- * peak). level is left as it was. REMAT_BUDGET where none lowers the
- * peak or *work ran out first (relax.c). */
-remat_status remat__tighten_step(const remat__prog *p, remat_node loss, uint8_t *level, const uint8_t *live,
-                                 size_t peak, double cost, int32_t *node, size_t *out_peak, double *out_cost,
+ * given) toward holding less: of the moves above from the values it
+ * keeps, the one whose dropping (recomputed for the backward by
+ * remat__schedule_build) takes the most bytes off the peak per cost it
+ * adds, in *move with the peak and cost after it; every move that lowers
+ * the peak is shown to seen on the way (drop: the move). Only moves from
+ * the nodes live marks are tried (NULL: every kept one;
+ * remat__values_peak_live's are those that can lower the peak), up to
+ * depth, and a deeper move only where it drops more nodes than the one
+ * before. level
+ * is left as it was. REMAT_BUDGET where none lowers the peak or *work ran
+ * out first (relax.c). */
+remat_status remat__tighten_step(const remat__prog *p, remat_node loss, uint8_t *level, const uint8_t *live, int depth,
+                                 size_t peak, double cost, int32_t *move, size_t *out_peak, double *out_cost,
                                  double *work, remat__relax_seen seen, void *ctx);
 
 #endif

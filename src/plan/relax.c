@@ -16,6 +16,7 @@
 #include "schedule.h"
 
 #include <stdint.h>
+#include <stdlib.h>
 
 /* Whether a saving of s at a peak rise of r beats bs at br. */
 static int better(double s, size_t r, double bs, size_t br) {
@@ -52,40 +53,76 @@ remat_status remat__relax_step(const remat__prog *p, const remat__schedule *sc, 
     return st != REMAT_OK ? st : found ? REMAT_OK : REMAT_BUDGET;
 }
 
-remat_status remat__tighten_step(const remat__prog *p, remat_node loss, uint8_t *level, const uint8_t *live,
-                                 size_t peak, double cost, int32_t *node, size_t *out_peak, double *out_cost,
+/* Whether the tightening may drop u: kept, made by a forward, not resident. */
+static int droppable(const remat_graph *g, const uint8_t *level, int32_t u) {
+    return level[u] == 0 && g->nodes[u].leaf == REMAT__LEAF_NONE && !remat__is_resident(&g->nodes[u]);
+}
+
+int remat__tighten_apply(const remat_graph *g, uint8_t *level, int32_t move, int32_t *group) {
+    int32_t depth = move / g->n, n = 0, from = 0;
+    group[n++] = move % g->n;
+    level[group[0]] = REMAT__LEVEL_NONE;
+    for (int32_t d = 0; d < depth; d++) { /* one more input away: breadth first */
+        int32_t to = n;
+        for (int32_t i = from; i < to; i++) {
+            const remat__node *x = &g->nodes[group[i]];
+            for (int j = 0; j < x->n_in; j++)
+                if (droppable(g, level, x->in[j])) level[x->in[j]] = REMAT__LEVEL_NONE, group[n++] = x->in[j];
+        }
+        from = to;
+    }
+    return n;
+}
+
+/* The schedule of level with move applied: its values peak and cost;
+ * REMAT_UNSUPPORTED where it cannot run or reads a value overwritten in
+ * place. level is left as it was; *dropped: the nodes move drops. */
+static remat_status try_move(const remat__prog *p, remat_node loss, uint8_t *level, int32_t move, int32_t *group,
+                             int *dropped, size_t *pk, double *c, double *work) {
+    remat__schedule t;
+    int n = *dropped = remat__tighten_apply(p->g, level, move, group);
+    remat_status st = remat__schedule_build(p, loss, REMAT_NONE, 1, 1, level, &t);
+    for (int i = 0; i < n; i++) level[group[i]] = 0;
+    if (st != REMAT_OK) return st;
+    *work -= t.n;
+    st = remat__runnable(p, &t, p->recompute_once) ? remat__values_peak(p, &t, pk) : REMAT_UNSUPPORTED;
+    if (st == REMAT_OK) *c = remat__schedule_cost(p, &t);
+    remat__schedule_free(&t);
+    return st;
+}
+
+remat_status remat__tighten_step(const remat__prog *p, remat_node loss, uint8_t *level, const uint8_t *live, int depth,
+                                 size_t peak, double cost, int32_t *move, size_t *out_peak, double *out_cost,
                                  double *work, remat__relax_seen seen, void *ctx) {
     const remat_graph *g = p->g;
     int found = 0;
-    remat_status st = REMAT_OK;
+    int32_t *group = malloc(((size_t)g->n + 1) * sizeof *group);
+    remat_status st = group ? REMAT_OK : remat__err(REMAT_NOMEM, "out of memory planning");
     for (int32_t u = 0; st == REMAT_OK && *work > 0 && u < g->n; u++) {
-        if (level[u] != 0 || g->nodes[u].leaf != REMAT__LEAF_NONE || remat__is_resident(&g->nodes[u])) continue;
+        if (!droppable(g, level, u)) continue;
         if (live && !live[u]) continue; /* not held at the peak: dropping it cannot lower it */
-        remat__schedule t;
-        size_t pk = 0;
-        level[u] = REMAT__LEVEL_NONE;
-        st = remat__schedule_build(p, loss, REMAT_NONE, 1, 1, level, &t);
-        level[u] = 0;
-        if (st != REMAT_OK) break;
-        *work -= t.n;
-        if (!remat__runnable(p, &t, p->recompute_once)) {
-            remat__schedule_free(&t);
-            continue;
+        for (int32_t d = 0, before = 0, n = 0; st == REMAT_OK && d <= depth; d++, before = n) {
+            int32_t m = u + d * g->n;
+            size_t pk = 0;
+            double c = 0;
+            st = try_move(p, loss, level, m, group, &n, &pk, &c, work);
+            if (d > 0 && n == before) { /* no more inputs to drop: the same move */
+                if (st == REMAT_UNSUPPORTED) st = REMAT_OK;
+                break;
+            }
+            if (st == REMAT_UNSUPPORTED) { /* it cannot run, or would read a value overwritten in place */
+                st = REMAT_OK;
+                continue;
+            }
+            if (st != REMAT_OK || pk >= peak) continue;
+            if (seen) st = seen(ctx, m, pk, c);
+            /* the most bytes off the peak per cost added (none added first) */
+            double add = c > cost ? c - cost : 0, best = *out_cost > cost ? *out_cost - cost : 0;
+            if (!found || (add == 0 ? best > 0 || pk < *out_peak
+                                    : best > 0 && (double)(peak - pk) * best > (double)(peak - *out_peak) * add))
+                *move = m, *out_peak = pk, *out_cost = c, found = 1;
         }
-        st = remat__values_peak(p, &t, &pk);
-        double c = remat__schedule_cost(p, &t);
-        remat__schedule_free(&t);
-        if (st == REMAT_UNSUPPORTED) { /* it would read a value overwritten in place */
-            st = REMAT_OK;
-            continue;
-        }
-        if (st != REMAT_OK || pk >= peak) continue;
-        if (seen) st = seen(ctx, u, pk, c);
-        /* the most bytes off the peak per cost added (none added first) */
-        double add = c > cost ? c - cost : 0, best = *out_cost > cost ? *out_cost - cost : 0;
-        if (!found || (add == 0 ? best > 0 || pk < *out_peak
-                                : best > 0 && (double)(peak - pk) * best > (double)(peak - *out_peak) * add))
-            *node = u, *out_peak = pk, *out_cost = c, found = 1;
     }
+    free(group);
     return st != REMAT_OK ? st : found ? REMAT_OK : REMAT_BUDGET;
 }
