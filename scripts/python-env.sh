@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Creates (once) and prints the path of the virtual environment in which the
 # Python package's tests run: PyTorch 2.x, torchvision, transformers (the
-# library sweep builds its models from configs), pytest, and the linter and
-# type checker (ruff, mypy) from PyPI,
+# library sweep builds its models from configs), pytest with pytest-xdist
+# (the tests run in two processes), and the linter and type checker (ruff,
+# mypy) from PyPI,
 # cached outside the clone (REMAT_VENV, default ~/.cache/remat/venv-torch)
 # so that later runs reuse it. The C library and its tests never need it.
 #
@@ -17,8 +18,8 @@ if [ "${REMAT_TORCH:-}" = oldest ]; then
     pkgs=("torch==2.1.2" "torchvision==0.16.2" pytest "numpy<2" safetensors)
 else
     venv="${REMAT_VENV:-$HOME/.cache/remat/venv-torch}"
-    check="import torch, torchvision, transformers, pytest, ruff, mypy"
-    pkgs=("torch>=2.1,<3" torchvision transformers pytest numpy safetensors ruff mypy)
+    check="import torch, torchvision, transformers, pytest, xdist, ruff, mypy"
+    pkgs=("torch>=2.1,<3" torchvision transformers pytest pytest-xdist numpy safetensors ruff mypy)
 fi
 if ! "$venv/bin/python" -c "$check" 2>/dev/null; then
     echo "creating $venv (PyTorch from PyPI: a large download, once)" >&2

@@ -27,9 +27,11 @@ echo "== Python lint (ruff: ruff.toml) and types (mypy: python/pyproject.toml)"
 "$venv/bin/ruff" check --no-cache . | tee "$logs/ruff"
 (cd python && "$venv/bin/mypy" --cache-dir "$HOME/.cache/remat/mypy") | tee "$logs/mypy"
 echo "== Python package (remat.torch) against PyTorch"
-# the heap counter preloaded (python -m remat.torch run) for the tests that measure memory
+# the heap counter preloaded (python -m remat.torch run) for the tests that
+# measure memory, in each of pytest-xdist's two worker processes (each
+# process counts its own heap; much of a test's time is Python's, on one core)
 REMAT_LIB="$PWD/build/libremat.so" REMAT_MEMTRACK="$PWD/build/libremat-memtrack.so" PYTHONPATH="$PWD/python" \
-    "$venv/bin/python" -m remat.torch run -m pytest -q -p no:cacheprovider python/tests | tee "$logs/pytest"
+    "$venv/bin/python" -m remat.torch run -m pytest -q -p no:cacheprovider -n 2 python/tests | tee "$logs/pytest"
 # the closing summary line (each step above stops the script when it fails)
 echo "summary: ctest under the sanitizers: $(grep -o '[0-9]* tests failed out of [0-9]*' "$logs/asan");" \
      "ctest release: $(grep -o '[0-9]* tests failed out of [0-9]*' "$logs/release");" \
