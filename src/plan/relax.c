@@ -74,15 +74,22 @@ int remat__tighten_apply(const remat_graph *g, uint8_t *level, int32_t move, int
     return n;
 }
 
+/* How many nodes move drops from level (left as it was). */
+static int32_t move_size(const remat_graph *g, uint8_t *level, int32_t move, int32_t *group) {
+    int32_t n = remat__tighten_apply(g, level, move, group);
+    for (int32_t i = 0; i < n; i++) level[group[i]] = 0;
+    return n;
+}
+
 /* The schedule of level with move applied: its values peak and cost;
  * REMAT_UNSUPPORTED where it cannot run or reads a value overwritten in
- * place. level is left as it was; *dropped: the nodes move drops. */
+ * place. level is left as it was. */
 static remat_status try_move(const remat__prog *p, remat_node loss, uint8_t *level, int32_t move, int32_t *group,
-                             int *dropped, size_t *pk, double *c, double *work) {
+                             size_t *pk, double *c, double *work) {
     remat__schedule t;
-    int n = *dropped = remat__tighten_apply(p->g, level, move, group);
+    int32_t n = remat__tighten_apply(p->g, level, move, group);
     remat_status st = remat__schedule_build(p, loss, REMAT_NONE, 1, 1, level, &t);
-    for (int i = 0; i < n; i++) level[group[i]] = 0;
+    for (int32_t i = 0; i < n; i++) level[group[i]] = 0;
     if (st != REMAT_OK) return st;
     *work -= t.n;
     st = remat__runnable(p, &t, p->recompute_once) ? remat__values_peak(p, &t, pk) : REMAT_UNSUPPORTED;
@@ -105,11 +112,8 @@ remat_status remat__tighten_step(const remat__prog *p, remat_node loss, uint8_t 
             int32_t m = u + d * g->n;
             size_t pk = 0;
             double c = 0;
-            st = try_move(p, loss, level, m, group, &n, &pk, &c, work);
-            if (d > 0 && n == before) { /* no more inputs to drop: the same move */
-                if (st == REMAT_UNSUPPORTED) st = REMAT_OK;
-                break;
-            }
+            if ((n = move_size(g, level, m, group)) == before) break; /* no more inputs to drop: the same move */
+            st = try_move(p, loss, level, m, group, &pk, &c, work);
             if (st == REMAT_UNSUPPORTED) { /* it cannot run, or would read a value overwritten in place */
                 st = REMAT_OK;
                 continue;
