@@ -2,10 +2,12 @@
 """Optima of the rematerialization ILP for tests/test_ilp.c.
 
 Run from the repository root, with a Python that has scipy (>= 1.9, for
-scipy.optimize.milp and its HiGHS solver) and numpy:
+scipy.optimize.milp and its HiGHS solver) and numpy (the tests' venv does
+not install them; a venv of its own does):
 
     build/tests/test_ilp --export /tmp/ilp-dags
-    ~/.cache/remat/venv-torch/bin/python scripts/gen_ilp_fixtures.py /tmp/ilp-dags tests/fixtures/ilp
+    python3 -m venv /tmp/ilp-venv && /tmp/ilp-venv/bin/pip install scipy numpy
+    /tmp/ilp-venv/bin/python scripts/gen_ilp_fixtures.py /tmp/ilp-dags tests/fixtures/ilp
 
 (--only NAME for one graph). The first command writes, per test graph
 (the random ones and the traced PyTorch steps of tests/graphs/ilp, see
