@@ -186,7 +186,8 @@ static remat_status tighten_from(const gen_ctx *x, relaxing *rx, relaxation *rel
     if (st == REMAT_OK && !group) st = remat__err(REMAT_NOMEM, "out of memory planning");
     for (int32_t move; st == REMAT_OK && rx->steps < g->n; rx->steps++) {
         double before = *work;
-        st = remat__tighten_step(x->p, x->loss, level, live, depth, peak, cost, &move, &peak, &cost, work, seen, rx);
+        st = remat__tighten_step(x->p, x->loss, level, live, depth, group, peak, cost, &move, &peak, &cost, work, seen,
+                                 rx);
         /* pruning: as much as the step's tries built, or an eighth of the work left */
         if (st == REMAT_OK) st = tightened_refined(x, rx, move, fmax(before - *work, *work / 8), work);
         if (st == REMAT_OK) remat__tighten_apply(g, level, move, group), rel->path[rx->steps] = move;
@@ -280,6 +281,32 @@ static remat_status recomputed_mask(const remat__prog *p, const remat__schedule 
     return REMAT_OK;
 }
 
+/* The schedule cur along relaxation src's path, as the level mask of what
+ * it recomputes, tightened by moves up to depth (a relaxation appended to
+ * *out, whose room is *room). */
+static remat_status retighten_at(const gen_ctx *x, size_t held_outside, const cand *src, const remat__schedule *cur,
+                                 int depth, double *work, cand **cands, int *nc, int *cap, relaxation **out, int *n_out,
+                                 int *room) {
+    if (*n_out == *room) {
+        relaxation *more = realloc(*out, (size_t)(*room = 2 * *room + 4) * sizeof *more);
+        if (!more) return remat__err(REMAT_NOMEM, "out of memory planning");
+        *out = more;
+    }
+    relaxation *r = &(*out)[(*n_out)++];
+    memset(r, 0, sizeof *r);
+    remat_status st = recomputed_mask(x->p, cur, &r->mask);
+    relaxing rx = {
+        .src = *src, .cands = cands, .nc = nc, .cap = *cap, .tight = 1, .next = SIZE_MAX, .held_outside = held_outside};
+    rx.src.mask = r->mask, rx.src.base = NULL; /* seen and tightened_refined set the rest */
+    uint8_t *level = NULL;
+    if (st == REMAT_OK && !(level = malloc((size_t)x->p->g->n))) st = remat__err(REMAT_NOMEM, "out of memory planning");
+    if (st == REMAT_OK) memcpy(level, r->mask, (size_t)x->p->g->n);
+    if (st == REMAT_OK) st = tighten_from(x, &rx, r, level, depth, work);
+    *cap = rx.cap;
+    free(level);
+    return st;
+}
+
 remat_status remat__optimal_retighten(const gen_ctx *x, size_t held_outside, cand **cands, int *nc,
                                       const relaxation *rel, int n_rel, relaxation **out, int *n_out) {
     double work[2] = {RETIGHTEN_WORK, RETIGHTEN_WORK}; /* one node at a time; with the inputs above it */
@@ -296,35 +323,10 @@ remat_status remat__optimal_retighten(const gen_ctx *x, size_t held_outside, can
             if (st != REMAT_OK) break;
             remat__schedule_free(&cur);
             cur = t, sc = &cur, work[0] -= t.n;
-            for (int pass = 0; pass < 2 && st == REMAT_OK; pass++) {
-                if (work[pass] <= 0) continue;
-                if (*n_out == room) {
-                    relaxation *more = realloc(*out, (size_t)(room = 2 * room + 4) * sizeof *more);
-                    if (!more) {
-                        st = remat__err(REMAT_NOMEM, "out of memory planning");
-                        break;
-                    }
-                    *out = more;
-                }
-                relaxation *r = &(*out)[(*n_out)++];
-                memset(r, 0, sizeof *r);
-                st = recomputed_mask(x->p, &cur, &r->mask);
-                relaxing rx = {.src = rel[f].src,
-                               .cands = cands,
-                               .nc = nc,
-                               .cap = cap,
-                               .tight = 1,
-                               .next = SIZE_MAX,
-                               .held_outside = held_outside};
-                rx.src.mask = r->mask, rx.src.base = NULL; /* seen and tightened_refined set the rest */
-                uint8_t *level = NULL;
-                if (st == REMAT_OK && !(level = malloc((size_t)x->p->g->n)))
-                    st = remat__err(REMAT_NOMEM, "out of memory planning");
-                if (st == REMAT_OK) memcpy(level, r->mask, (size_t)x->p->g->n);
-                if (st == REMAT_OK) st = tighten_from(x, &rx, r, level, pass ? REMAT__TIGHTEN_DEPTH : 0, &work[pass]);
-                cap = rx.cap;
-                free(level);
-            }
+            for (int pass = 0; pass < 2 && st == REMAT_OK; pass++)
+                if (work[pass] > 0)
+                    st = retighten_at(x, held_outside, &rel[f].src, &cur, pass ? REMAT__TIGHTEN_DEPTH : 0, &work[pass],
+                                      cands, nc, &cap, out, n_out, &room);
         }
         remat__schedule_free(&cur);
     }

@@ -81,11 +81,11 @@ int remat__tighten_apply(const remat_graph *g, uint8_t *level, int32_t move, int
  * the nodes live marks are tried (NULL: every kept one;
  * remat__values_peak_live's are those that can lower the peak), up to
  * depth, and a deeper move only where it drops more nodes than the one
- * before. level
- * is left as it was. REMAT_BUDGET where none lowers the peak or *work ran
+ * before (group: room for p->g->n nodes, the moves' scratch). level is
+ * left as it was. REMAT_BUDGET where none lowers the peak or *work ran
  * out first (relax.c). */
 remat_status remat__tighten_step(const remat__prog *p, remat_node loss, uint8_t *level, const uint8_t *live, int depth,
-                                 size_t peak, double cost, int32_t *move, size_t *out_peak, double *out_cost,
-                                 double *work, remat__relax_seen seen, void *ctx);
+                                 int32_t *group, size_t peak, double cost, int32_t *move, size_t *out_peak,
+                                 double *out_cost, double *work, remat__relax_seen seen, void *ctx);
 
 #endif

@@ -16,7 +16,6 @@
 #include "schedule.h"
 
 #include <stdint.h>
-#include <stdlib.h>
 
 /* Whether a saving of s at a peak rise of r beats bs at br. */
 static int better(double s, size_t r, double bs, size_t br) {
@@ -99,12 +98,11 @@ static remat_status try_move(const remat__prog *p, remat_node loss, uint8_t *lev
 }
 
 remat_status remat__tighten_step(const remat__prog *p, remat_node loss, uint8_t *level, const uint8_t *live, int depth,
-                                 size_t peak, double cost, int32_t *move, size_t *out_peak, double *out_cost,
-                                 double *work, remat__relax_seen seen, void *ctx) {
+                                 int32_t *group, size_t peak, double cost, int32_t *move, size_t *out_peak,
+                                 double *out_cost, double *work, remat__relax_seen seen, void *ctx) {
     const remat_graph *g = p->g;
     int found = 0;
-    int32_t *group = malloc(((size_t)g->n + 1) * sizeof *group);
-    remat_status st = group ? REMAT_OK : remat__err(REMAT_NOMEM, "out of memory planning");
+    remat_status st = REMAT_OK;
     for (int32_t u = 0; st == REMAT_OK && *work > 0 && u < g->n; u++) {
         if (!droppable(g, level, u)) continue;
         if (live && !live[u]) continue; /* not held at the peak: dropping it cannot lower it */
@@ -127,6 +125,5 @@ remat_status remat__tighten_step(const remat__prog *p, remat_node loss, uint8_t 
                 *move = m, *out_peak = pk, *out_cost = c, found = 1;
         }
     }
-    free(group);
     return st != REMAT_OK ? st : found ? REMAT_OK : REMAT_BUDGET;
 }
