@@ -546,6 +546,11 @@ typedef struct {
                                   * node at most once, as a framework that
                                   * keeps what it recomputed until its last use
                                   * runs them (the Python package's plans) */
+    int no_split;                /* optimal: no schedules that free a value
+                                  * held across the peak and make it again
+                                  * for its later reads (splitting), for a
+                                  * framework's applier that does not run
+                                  * them (the Python package's plans) */
     size_t *bound_out;           /* borrowed, may be NULL: the least any
                                   * schedule of the training step holds
                                   * (remat_plan_summary.bound_bytes), also

@@ -23,6 +23,7 @@ typedef struct {
     int threads;
     int timeline;
     int recompute_once;
+    int split; /* split schedules allowed (the session's no_split unset) */
     int grads_resident;
     size_t comm_bytes;
 } request;
@@ -56,6 +57,7 @@ static remat_status read_request(const char *text, request *r) {
     else if (c) r->comm_bytes = (size_t)c->valuedouble;
     r->timeline = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(root, "timeline"));
     r->recompute_once = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(root, "recompute_once"));
+    r->split = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(root, "split"));
     r->grads_resident = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(root, "grads_resident"));
     const cJSON *o = cJSON_GetObjectItemCaseSensitive(root, "optimizer");
     if (st == REMAT_OK && o && !cJSON_IsNull(o)) {
@@ -283,6 +285,7 @@ remat_status remat_plan_graph_json(const char *graph_text, const char *request_j
     so.strategy = rq.strategy;
     so.optim = rq.has_optim ? &rq.optim : NULL;
     so.recompute_once = rq.recompute_once;
+    so.no_split = !rq.split;
     so.grads_resident = rq.grads_resident;
     so.framework_comm_bytes = rq.comm_bytes;
     size_t floor_bytes = 0, bound_bytes = 0;

@@ -65,6 +65,10 @@ struct cand {
     const uint8_t *mask;
     const int *relax;
     int steps, last;
+    /* then split (optimal_relax.c, remat__resplit): these moves, {at, node,
+     * depth} each, made in order on the schedule above */
+    const int32_t *split;
+    int splits;
 };
 
 /* A frontier candidate's relaxation, or a tightening: the candidate made
@@ -98,5 +102,12 @@ remat_status remat__optimal_relax(const gen_ctx *x, size_t held_outside, cand **
  * caller. */
 remat_status remat__optimal_retighten(const gen_ctx *x, size_t held_outside, cand **cands, int *nc,
                                       const relaxation *rel, int n_rel, relaxation **out, int *n_out);
+
+/* From each candidate on the frontier of what they hold and cost, the
+ * schedules that make a value held across the peak again, step by step
+ * (remat__split_step), as candidates; *paths (*n_paths of them): their
+ * moves, freed by the caller. */
+remat_status remat__optimal_split(const gen_ctx *x, size_t held_outside, cand **cands, int *nc, int32_t ***paths,
+                                  int *n_paths);
 
 #endif

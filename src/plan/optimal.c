@@ -65,7 +65,10 @@
  * frontier of what they hold and cost, the schedules that give back one
  * recomputation at a time up to the next one's peak (relaxed), each of
  * those tightened again (relaxed tightened), then the masks tightened by
- * a value and the kept inputs above it at a time. On graphs
+ * a value and the kept inputs above it at a time; last, from each
+ * candidate on the frontier, the schedules that make a value held across
+ * the peak again just before its next read (split: nested recomputation,
+ * which no level mask expresses; not under recompute_once). On graphs
  * of many nodes a
  * generator makes at most CAND_WORK / nodes schedules, spread the same
  * way. The fastest under the cost model that holds at most the budget
@@ -386,8 +389,8 @@ remat_status remat__optimal_options(const remat__prog *p, remat_node loss, int o
     return st;
 }
 
-/* Candidate k's schedule, sunk and pruned where it is a sunk or pruned one. */
-static remat_status make_cand(const gen_ctx *x, const cand *k, remat__schedule *sc, double *spent) {
+/* Candidate k's schedule before its splitting moves. */
+static remat_status make_base(const gen_ctx *x, const cand *k, remat__schedule *sc, double *spent) {
     if (k->last >= 0 && k->base) { /* relaxed */
         remat_status st = REMAT_OK;
         for (int s = 0; st == REMAT_OK && s <= k->steps; s++) {
@@ -417,6 +420,21 @@ static remat_status make_cand(const gen_ctx *x, const cand *k, remat__schedule *
     return st;
 }
 
+/* Candidate k's schedule, sunk and pruned where it is a sunk or pruned one,
+ * then split where it is a split one. */
+static remat_status make_cand(const gen_ctx *x, const cand *k, remat__schedule *sc, double *spent) {
+    remat_status st = make_base(x, k, sc, spent);
+    for (int s = 0; st == REMAT_OK && s < k->splits; s++) {
+        remat__schedule t;
+        st = remat__resplit(x->p, sc, &k->split[3 * s], &t);
+        remat__schedule_free(sc);
+        if (st != REMAT_OK) return st;
+        *sc = t;
+        if (spent) *spent += t.n;
+    }
+    return st;
+}
+
 /* Places candidate k (made again from its generator, and pruned again
  * where it is a pruned one) and returns what it holds in k->held; with
  * keep, the winner: it is finished (remat__plan_finish) and kept with its
@@ -430,12 +448,16 @@ static remat_status place_cand(const gen_ctx *x, cand *k, const remat__plan_req 
         remat__schedule_free(&sc);
         return st;
     }
-    snprintf(sc.candidate, sizeof sc.candidate, "%s %d/%d%s%s%s", generators[k->gi].name, k->j + 1, k->count,
-             k->sink ? " sunk" : "", k->prune > 0 ? " pruned" : "",
+    char name[128]; /* the candidate's name, cut to what the schedule has room for */
+    snprintf(name, sizeof name, "%s %d/%d%s%s%s%s", generators[k->gi].name, k->j + 1, k->count, k->sink ? " sunk" : "",
+             k->prune > 0 ? " pruned" : "",
              k->last < 0 ? ""
              : k->base   ? " relaxed"
              : k->mask   ? " relaxed tightened"
-                         : " tightened");
+                         : " tightened",
+             k->splits ? " split" : "");
+    memcpy(sc.candidate, name, sizeof sc.candidate - 1);
+    sc.candidate[sizeof sc.candidate - 1] = 0;
     st = remat__plan_finish(r, &sc, keep);
     if (st == REMAT_OK) k->held = keep->mem.arena + r->held_outside;
     return st;
@@ -616,6 +638,9 @@ remat_status remat__optimal_plan(const remat__plan_req *r, remat__planned *out) 
      * tightening's: these only add candidates */
     if (st == REMAT_OK)
         st = remat__optimal_tighten(&x, r->held_outside, REMAT__TIGHTEN_DEPTH, &cands, &nc, tight, &n_tight);
+    int32_t **split = NULL;
+    int n_split = 0;
+    if (st == REMAT_OK) st = remat__optimal_split(&x, r->held_outside, &cands, &nc, &split, &n_split);
     if (st == REMAT_OK) st = choose(&x, cands, nc, r, &win);
     int offloaded = 0; /* offload, with a host budget, where it costs less */
     if (st == REMAT_OK) st = remat__offload_plan(r, win >= 0 ? cands[win].cost : INFINITY, out, &offloaded);
@@ -629,6 +654,8 @@ remat_status remat__optimal_plan(const remat__plan_req *r, remat__planned *out) 
     free(rel);
     for (int k = 0; k < n_retight; k++) free(retight[k].path), free(retight[k].mask);
     free(retight);
+    for (int k = 0; k < n_split; k++) free(split[k]);
+    free(split);
     for (int k = 0; k < REMAT__N_CHAINS; k++) remat__chain_free(&c[k]);
     gen_free(&x);
     return st;

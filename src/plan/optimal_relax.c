@@ -25,10 +25,21 @@
  *   level mask of what it recomputes, tightened as above: a step given
  *   back and another value dropped reach plans neither search reaches
  *   alone (test_ilp's llama_1l at its floor: the ILP's plan recomputes
- *   the embedding and not the query projection).
+ *   the embedding and not the query projection);
+ * - splitting, last: from each candidate on the frontier (tightest
+ *   first), a step makes a value the schedule holds across its peak again
+ *   just before its first read after the peak, with the inputs up to
+ *   SPLIT_DEPTH above it that are not held, so that the instance before
+ *   goes after its last read before the peak (relax.c, remat__split_step:
+ *   the move that takes the most bytes off the peak per cost added);
+ *   every step's schedule is a candidate. A level mask recomputes a value
+ *   once, for all its reads in the backward; test_ilp's resnet_tiny at
+ *   its floor is 10.56% above the ILP's optimum that way, whose plan
+ *   recomputes the first convolution twice (0.09% with splitting). Not
+ *   under recompute_once, whose plans recompute each op at most once.
  *
  * Each search stops after a bound of instructions built (TIGHTEN_WORK,
- * RELAX_WORK, RETIGHTEN_WORK), so on graphs of thousands of ops it takes
+ * RELAX_WORK, RETIGHTEN_WORK, SPLIT_WORK), so on graphs of thousands of ops it takes
  * only its first steps; on test_ilp's small graphs it runs to the end.
  */
 #include "optimal-impl.h"
@@ -331,5 +342,75 @@ remat_status remat__optimal_retighten(const gen_ctx *x, size_t held_outside, can
         remat__schedule_free(&cur);
     }
     if (st == REMAT_OK) keep_frontier(*cands, nc);
+    return st;
+}
+
+/* Splitting (relax.c, remat__split_step) builds at most this many
+ * instructions per planning, from the frontier's tightest candidates up,
+ * with moves up to SPLIT_DEPTH inputs above the value made again. */
+#define SPLIT_WORK 4e6
+#define SPLIT_DEPTH 2
+
+/* Splits src's schedule step by step, each step's schedule a candidate;
+ * *path: the moves (3 ints each), which those candidates point to. */
+static remat_status split_from(const gen_ctx *x, size_t held_outside, const cand *src, cand **cands, int *nc, int *cap,
+                               int32_t **path, double *work) {
+    remat__schedule cur;
+    double made = 0;
+    remat_status st = x->make(x, src, &cur, &made);
+    if (st != REMAT_OK) return st;
+    *work -= made;
+    int first = *nc, steps = 0, room = 0;
+    double cost = src->cost;
+    while (st == REMAT_OK && *work > 0 && !remat__offloads(&cur)) {
+        int32_t m[3];
+        size_t pk = 0;
+        remat__schedule t;
+        st = remat__split_step(x->p, &cur, SPLIT_DEPTH, cost, m, &pk, &cost, work);
+        if (st == REMAT_OK) st = remat__resplit(x->p, &cur, m, &t);
+        if (st != REMAT_OK) break;
+        remat__schedule_free(&cur);
+        cur = t;
+        if (steps == room) {
+            int32_t *more = realloc(*path, (size_t)(room = 2 * room + 8) * 3 * sizeof *more);
+            if (!more) st = remat__err(REMAT_NOMEM, "out of memory planning");
+            else *path = more;
+        }
+        if (st == REMAT_OK && *nc == *cap) {
+            cand *more = realloc(*cands, 2 * (size_t)*cap * sizeof *more);
+            if (!more) st = remat__err(REMAT_NOMEM, "out of memory planning");
+            else *cands = more, *cap *= 2;
+        }
+        if (st != REMAT_OK) break;
+        memcpy(&(*path)[3 * steps++], m, sizeof m);
+        cand k = *src;
+        k.splits = steps, k.cost = cost, k.lb = pk + held_outside, k.held = 0;
+        (*cands)[(*nc)++] = k;
+    }
+    for (int i = first; i < *nc; i++) (*cands)[i].split = *path; /* where it is now */
+    remat__schedule_free(&cur);
+    return st == REMAT_BUDGET || st == REMAT_UNSUPPORTED ? REMAT_OK : st; /* no move lowers the peak */
+}
+
+remat_status remat__optimal_split(const gen_ctx *x, size_t held_outside, cand **cands, int *nc, int32_t ***paths,
+                                  int *n_paths) {
+    *paths = NULL, *n_paths = 0;
+    if (x->p->recompute_once || x->p->no_split) return REMAT_OK; /* it recomputes a node twice */
+    qsort(*cands, (size_t)*nc, sizeof **cands, remat__optimal_by_lb);
+    int n0 = *nc, nf = 0, *front = malloc(((size_t)n0 + 1) * sizeof *front);
+    if (!front || !(*paths = calloc((size_t)n0 + 1, sizeof **paths))) {
+        free(front);
+        return remat__err(REMAT_NOMEM, "out of memory planning");
+    }
+    double least = INFINITY, work = SPLIT_WORK;
+    for (int k = 0; k < n0; k++)
+        if (on_frontier(&(*cands)[k], &least)) front[nf++] = k;
+    remat_status st = REMAT_OK;
+    int cap = *nc;
+    for (int f = 0; f < nf && st == REMAT_OK && work > 0; f++) {
+        cand src = (*cands)[front[f]];
+        st = split_from(x, held_outside, &src, cands, nc, &cap, &(*paths)[(*n_paths)++], &work);
+    }
+    free(front);
     return st;
 }

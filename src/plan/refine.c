@@ -58,11 +58,7 @@ remat_status remat__values_peak_live(const remat__prog *p, const remat__schedule
     return st;
 }
 
-/* The node whose output or aux is instruction b's j-th read (j from 0 to
- * its node's input count), or -1 where there is none: its inputs (every
- * one for a forward, those it saved for a backward), then its own node,
- * for a backward that saved its output or aux. */
-static int32_t read_of(const remat_graph *g, const remat__instr *b, int j) {
+int32_t remat__read_of(const remat_graph *g, const remat__instr *b, int j) {
     if (b->kind != REMAT__I_FWD && b->kind != REMAT__I_BWD) return -1;
     const remat__node *n = &g->nodes[b->node];
     if (j < n->n_in) return b->kind == REMAT__I_FWD || (n->saves & REMAT__SAVE_IN(j)) ? n->in[j] : -1;
@@ -83,7 +79,7 @@ static int drop_dead(const remat_graph *g, remat__instr *ins, int *n) {
         }
         if (b->kind == REMAT__I_FWD) need[b->node] = 0; /* this instance serves the reads after it */
         for (int j = 0; j <= g->nodes[b->node].n_in; j++) {
-            int32_t x = read_of(g, b, j);
+            int32_t x = remat__read_of(g, b, j);
             if (x >= 0) need[x] = 1;
         }
     }
@@ -111,6 +107,91 @@ remat_status remat__without(const remat__prog *p, const remat__schedule *sc, int
     return remat__schedule_add_frees(p, out);
 }
 
+/* Whether in is a recomputation (a forward that is not its node's first). */
+static int is_rec(const remat__instr *in) { return in->kind == REMAT__I_FWD && !in->first; }
+
+/* Splitting: what a move makes again (remat__split_group): its node, the
+ * inputs up to depth above it that a forward makes and the step does not
+ * hold for its whole length, and, in a traced step, the nodes of the same
+ * op (the framework runs the op once and gets them all), in creation
+ * order (a topological one) in group; returns how many. in: room for
+ * p->g->n flags, left zero. */
+int remat__split_group(const remat_graph *g, int32_t node, int depth, int32_t *group, uint8_t *in) {
+    int32_t n = 0, from = 0;
+    group[n++] = node, in[node] = 1;
+    for (int d = 0; d <= depth; d++) {
+        int32_t to = n;
+        for (int32_t i = from; i < to && g->traced; i++) /* the op's other outputs */
+            for (int32_t s = -1; s <= 1; s += 2)
+                for (int32_t v = group[i] + s; v >= 0 && v < g->n && g->traced[v].id == g->traced[group[i]].id; v += s)
+                    if (!in[v]) in[v] = 1, group[n++] = v;
+        if (d == depth) break;
+        to = n;
+        for (int32_t i = from; i < to; i++) { /* one more input away: breadth first */
+            const remat__node *x = &g->nodes[group[i]];
+            for (int j = 0; j < x->n_in; j++) {
+                int32_t v = x->in[j];
+                if (!in[v] && g->nodes[v].leaf == REMAT__LEAF_NONE && !remat__is_resident(&g->nodes[v]))
+                    in[v] = 1, group[n++] = v;
+            }
+        }
+        from = to;
+    }
+    for (int32_t i = 0; i < n; i++) in[group[i]] = 0;
+    for (int32_t i = 1; i < n; i++) /* creation order: few nodes, insertion sort */
+        for (int32_t k = i; k > 0 && group[k - 1] > group[k]; k--) {
+            int32_t t = group[k];
+            group[k] = group[k - 1], group[k - 1] = t;
+        }
+    return n;
+}
+
+remat_status remat__resplit(const remat__prog *p, const remat__schedule *sc, const int32_t move[3],
+                            remat__schedule *out) {
+    const remat_graph *g = p->g;
+    int32_t *group = malloc(((size_t)g->n + 1) * sizeof *group);
+    uint8_t *in = calloc((size_t)g->n + 1, 1), *made = calloc((size_t)g->n + 1, 1);
+    remat__instr *a = malloc(((size_t)sc->n + 1) * sizeof *a);
+    *out = *sc;
+    out->ins = malloc(((size_t)sc->n + (size_t)g->n + 1) * sizeof *out->ins);
+    if (!group || !in || !made || !a || !out->ins) {
+        free(group), free(in), free(made), free(a), free(out->ins), out->ins = NULL;
+        return remat__err(REMAT_NOMEM, "out of memory planning");
+    }
+    int32_t n = remat__split_group(g, move[1], move[2], group, in);
+    int k = 0, pos = 0, run, end, q = 0;
+    for (int i = 0; i < sc->n; i++) {
+        if (i == move[0]) pos = k;
+        if (sc->ins[i].kind != REMAT__I_FREE) a[k++] = sc->ins[i];
+    }
+    /* into the run of recomputations it is in or comes right after, in
+     * creation order (as sink leaves them), but for the nodes they make */
+    for (run = pos; run > 0 && is_rec(&a[run - 1]);) run--;
+    for (end = pos; end < k && is_rec(&a[end]);) end++;
+    for (int i = 0; i < k; i++) /* a node the schedule never makes (an output nothing reads) is left out */
+        if (a[i].kind == REMAT__I_FWD && a[i].first) made[a[i].node] = 1;
+    for (int32_t i = 0; i < n; i++) in[group[i]] = !made[group[i]];
+    for (int i = run; i < end; i++) in[a[i].node] = 1;
+    int m = 0;
+    memcpy(out->ins, a, (size_t)run * sizeof *a), m = run;
+    for (int i = run; i <= end; i++) {
+        for (; q < n && (i == end || group[q] < a[i].node); q++)
+            if (!in[group[q]])
+                out->ins[m++] = (remat__instr){
+                    .kind = REMAT__I_FWD, .cat = REMAT_MEM_TRANSIENT, .aux_cat = REMAT_MEM_TRANSIENT, .node = group[q]};
+        if (i < end) out->ins[m++] = a[i];
+    }
+    memcpy(&out->ins[m], &a[end], (size_t)(k - end) * sizeof *a), m += k - end;
+    out->cap = sc->n + g->n + 1;
+    free(group), free(in), free(made), free(a);
+    if (!drop_dead(g, out->ins, &m)) {
+        free(out->ins), out->ins = NULL;
+        return remat__err(REMAT_NOMEM, "out of memory planning");
+    }
+    out->n = m;
+    return remat__schedule_add_frees(p, out);
+}
+
 /* The index of sc's q-th recomputation (a forward that is not a node's
  * first), or -1. */
 int remat__nth_recompute(const remat__schedule *sc, int q) {
@@ -129,9 +210,6 @@ static int unit_len(const remat_graph *g, const remat__instr *ins, int n, int i)
         k++;
     return k;
 }
-
-/* Whether in is a recomputation (a forward that is not its node's first). */
-static int is_rec(const remat__instr *in) { return in->kind == REMAT__I_FWD && !in->first; }
 
 /* Sinking: a candidate with its recomputations moved late. The chain
  * model recomputes what a stage's backward reads all at once, before it;
@@ -167,7 +245,7 @@ static int by_place(const void *x, const void *y) {
 static void lower_reads(const remat_graph *g, const remat__instr *b, const remat__instr *ins, int lo, int hi,
                         int32_t *best, int32_t at) {
     for (int j = 0; j <= g->nodes[b->node].n_in; j++) {
-        int32_t x = read_of(g, b, j);
+        int32_t x = remat__read_of(g, b, j);
         for (int q = lo; q < hi && x >= 0; q++)
             if (ins[q].node == x) x = -1;
         if (x >= 0 && at < best[x]) best[x] = at;

@@ -17,6 +17,24 @@ remat_status remat__values_peak(const remat__prog *p, const remat__schedule *sc,
  * recomputed later, which takes nothing from what is live there). */
 remat_status remat__values_peak_live(const remat__prog *p, const remat__schedule *sc, size_t *peak, uint8_t *live);
 
+/* The node whose output or aux is instruction b's j-th read (j from 0 to
+ * its node's input count), or -1 where there is none: its inputs (every
+ * one for a forward, those it saved for a backward), then its own node,
+ * for a backward that saved its output or aux. */
+int32_t remat__read_of(const remat_graph *g, const remat__instr *b, int j);
+
+/* Splitting (nested recomputation): a value the schedule holds across its
+ * peak, made again just before its first read after the peak, so that
+ * the instance before it goes after its last read before. A move is
+ * {at, node, depth}: the nodes remat__split_group lists (node, and the
+ * forward values up to depth inputs above it) recomputed, in creation
+ * order, before sc's instruction at; the recomputations nothing reads
+ * any more dropped and the frees found again, in *out (the caller frees
+ * it). Replayed on the same schedule, a move makes the same schedule. */
+remat_status remat__resplit(const remat__prog *p, const remat__schedule *sc, const int32_t move[3],
+                            remat__schedule *out);
+int remat__split_group(const remat_graph *g, int32_t node, int depth, int32_t *group, uint8_t *in);
+
 /* The index of sc's q-th recomputation (a forward that is not a node's
  * first), or -1. */
 int remat__nth_recompute(const remat__schedule *sc, int q);
@@ -87,5 +105,13 @@ int remat__tighten_apply(const remat_graph *g, uint8_t *level, int32_t move, int
 remat_status remat__tighten_step(const remat__prog *p, remat_node loss, uint8_t *level, const uint8_t *live, int depth,
                                  int32_t *group, size_t peak, double cost, int32_t *move, size_t *out_peak,
                                  double *out_cost, double *work, remat__relax_seen seen, void *ctx);
+
+/* One splitting step from sc (its cost given): of the moves that make a
+ * value held across the peak again before its first read after it (up to
+ * depth inputs above it), the one that takes the most bytes off the peak
+ * per cost it adds, in move, with the peak and cost after it. REMAT_BUDGET
+ * where none lowers the peak or *work ran out first (relax.c). */
+remat_status remat__split_step(const remat__prog *p, const remat__schedule *sc, int depth, double cost, int32_t move[3],
+                               size_t *out_peak, double *out_cost, double *work);
 
 #endif

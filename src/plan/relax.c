@@ -13,9 +13,12 @@
  * gets a costlier plan. */
 #include "chain.h"
 #include "refine.h"
+#include "memplan.h"
 #include "schedule.h"
 
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 /* Whether a saving of s at a peak rise of r beats bs at br. */
 static int better(double s, size_t r, double bs, size_t br) {
@@ -125,5 +128,82 @@ remat_status remat__tighten_step(const remat__prog *p, remat_node loss, uint8_t 
                 *move = m, *out_peak = pk, *out_cost = c, found = 1;
         }
     }
+    return st != REMAT_OK ? st : found ? REMAT_OK : REMAT_BUDGET;
+}
+
+/* Where sc's values peak: the instruction that takes the buffer which
+ * reaches it (*at), and the nodes whose output is held across it, their
+ * instance made before it and given back after it (live); -1 without. */
+static remat_status peak_at(const remat__prog *p, const remat__schedule *sc, size_t *peak, int32_t *at, uint8_t *live) {
+    remat__memplan m;
+    remat_status st = remat__memplan_build(p, sc, &m);
+    *at = -1;
+    if (st == REMAT_OK) {
+        int64_t best = 0;
+        int32_t t = remat__memplan_peak_tick(&m, &best);
+        *peak = (size_t)best;
+        memset(live, 0, (size_t)p->g->n);
+        if (t >= 0 && m.tick[t] >= 0) *at = m.ev[m.tick[t]].ins;
+        for (int32_t e = 0; *at >= 0 && e < m.n; e++) {
+            const remat__mev *x = &m.ev[e];
+            if (x->value >= 0 && x->value % 3 == REMAT__V_OUT && x->cat != REMAT_MEM_HOST && x->ins < *at &&
+                x->ins1 > *at)
+                live[REMAT__VAL_NODE(x->value)] = 1;
+        }
+    }
+    remat__memplan_free(&m);
+    return st;
+}
+
+/* The first instruction after at that reads node u's output, or -1
+ * where u is made again first (or nothing reads it). */
+static int next_read(const remat_graph *g, const remat__schedule *sc, int32_t at, int32_t u) {
+    for (int i = at + 1; i < sc->n; i++) {
+        const remat__instr *b = &sc->ins[i];
+        if (b->kind != REMAT__I_FWD && b->kind != REMAT__I_BWD) continue;
+        for (int j = 0; j <= g->nodes[b->node].n_in; j++)
+            if (remat__read_of(g, b, j) == u) return i;
+        if (b->kind == REMAT__I_FWD && b->node == u) return -1;
+    }
+    return -1;
+}
+
+remat_status remat__split_step(const remat__prog *p, const remat__schedule *sc, int depth, double cost, int32_t move[3],
+                               size_t *out_peak, double *out_cost, double *work) {
+    const remat_graph *g = p->g;
+    size_t peak = 0;
+    int32_t at = -1, *group = malloc(((size_t)g->n + 1) * sizeof *group);
+    uint8_t *live = malloc((size_t)g->n + 1), *in = calloc((size_t)g->n + 1, 1);
+    remat_status st =
+        group && live && in ? peak_at(p, sc, &peak, &at, live) : remat__err(REMAT_NOMEM, "out of memory planning");
+    int found = 0;
+    if (st == REMAT_OK) *work -= sc->n;
+    for (int32_t u = 0; st == REMAT_OK && at >= 0 && *work > 0 && u < g->n; u++) {
+        if (!live[u] || g->nodes[u].leaf != REMAT__LEAF_NONE || remat__is_resident(&g->nodes[u])) continue;
+        int r = next_read(g, sc, at, u);
+        if (r < 0) continue;
+        for (int32_t d = 0, before = 0, n = 0; st == REMAT_OK && d <= depth; d++, before = n) {
+            if ((n = remat__split_group(g, u, d, group, in)) == before) break; /* nothing more above it */
+            int32_t m[3] = {r, u, d};
+            remat__schedule t;
+            size_t pk = 0;
+            if ((st = remat__resplit(p, sc, m, &t)) != REMAT_OK) break;
+            *work -= t.n;
+            st = remat__runnable(p, &t, 0) ? remat__values_peak(p, &t, &pk) : REMAT_UNSUPPORTED;
+            double c = remat__schedule_cost(p, &t);
+            remat__schedule_free(&t);
+            if (st == REMAT_UNSUPPORTED) { /* it would read a value overwritten in place */
+                st = REMAT_OK;
+                continue;
+            }
+            if (st != REMAT_OK || pk >= peak) continue;
+            /* the most bytes off the peak per cost added */
+            double add = c > cost ? c - cost : 0, best = *out_cost > cost ? *out_cost - cost : 0;
+            if (!found || (add == 0 ? best > 0 || pk < *out_peak
+                                    : best > 0 && (double)(peak - pk) * best > (double)(peak - *out_peak) * add))
+                memcpy(move, m, sizeof m), *out_peak = pk, *out_cost = c, found = 1;
+        }
+    }
+    free(group), free(live), free(in);
     return st != REMAT_OK ? st : found ? REMAT_OK : REMAT_BUDGET;
 }

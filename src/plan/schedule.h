@@ -77,6 +77,8 @@ typedef struct {
                           * forward (3u + 2): remat__prog_set_cost */
     int recompute_once;  /* optimal considers only schedules that recompute
                           * a node at most once (remat_session_opts) */
+    int no_split;        /* optimal considers no split schedules (refine.h,
+                          * remat__resplit; remat_session_opts) */
     int grads_resident;  /* a traced step's parameter gradients are held
                           * from the step's start (remat_session_opts) */
     int estimated;       /* nodes whose workspace bytes are estimates (a

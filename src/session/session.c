@@ -293,6 +293,7 @@ static remat_status create(remat_session **out, const remat_graph *g, remat_node
                         s->opts.threads);
     if (st == REMAT_OK && cm) remat__prog_set_cost(&s->prog, cm);
     s->prog.recompute_once = s->opts.recompute_once;
+    s->prog.no_split = s->opts.no_split;
     s->prog.grads_resident = s->opts.grads_resident;
     s->opts.cost_model = NULL; /* copied: the caller's may go away */
     if (st == REMAT_OK) st = alloc_tables(s);
