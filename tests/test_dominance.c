@@ -6,7 +6,7 @@
  *   - at what `sqrt`, and `manual` at every --checkpoint-blocks granularity
  *     (the first k blocks checkpointed, k = 1 .. all), hold during a step,
  *     `optimal` fits and recomputes no more than they do;
- *   - over 12 budgets from the smallest feasible one to what store-all
+ *   - over 8 budgets from the smallest feasible one to what store-all
  *     holds, its recomputation never rises, and is zero at the last;
  *   - the smallest feasible budget named by a refusal is feasible, and one
  *     byte less is refused naming the same floor (asked at 1 byte, at the
@@ -175,7 +175,7 @@ static void model(const row *r) {
     size_t floor = 0;
     check_floor(r, &floor);
     if (!floor) return;
-    int n = quick ? 5 : 12;
+    int n = quick ? 5 : 8;
     double prev = -1;
     printf("  sweep: floor %zu B .. store-all %zu B at %d budgets:", floor, all.held, n);
     for (int i = 0; i < n; i++) {

@@ -28,8 +28,9 @@
  *   the embedding and not the query projection);
  * - splitting, last: from each candidate on the frontier (tightest
  *   first), a step makes a value the schedule holds across its peak again
- *   just before its first read after the peak, with the inputs up to
- *   SPLIT_DEPTH above it that are not held, so that the instance before
+ *   just before its first read after the peak (with the inputs up to
+ *   SPLIT_DEPTH above it, where that alone does not lower the peak), so
+ *   that the instance before
  *   goes after its last read before the peak (relax.c, remat__split_step:
  *   the move that takes the most bytes off the peak per cost added);
  *   every step's schedule is a candidate. A level mask recomputes a value

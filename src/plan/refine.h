@@ -107,8 +107,9 @@ remat_status remat__tighten_step(const remat__prog *p, remat_node loss, uint8_t 
                                  double *out_cost, double *work, remat__relax_seen seen, void *ctx);
 
 /* One splitting step from sc (its cost given): of the moves that make a
- * value held across the peak again before its first read after it (up to
- * depth inputs above it), the one that takes the most bytes off the peak
+ * value held across the peak again before its first read after it (with
+ * the inputs up to depth above it, a level deeper only where the move
+ * before does not lower the peak), the one that takes the most bytes off the peak
  * per cost it adds, in move, with the peak and cost after it. REMAT_BUDGET
  * where none lowers the peak or *work ran out first (relax.c). */
 remat_status remat__split_step(const remat__prog *p, const remat__schedule *sc, int depth, double cost, int32_t move[3],

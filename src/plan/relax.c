@@ -202,6 +202,7 @@ remat_status remat__split_step(const remat__prog *p, const remat__schedule *sc, 
             if (!found || (add == 0 ? best > 0 || pk < *out_peak
                                     : best > 0 && (double)(peak - pk) * best > (double)(peak - *out_peak) * add))
                 memcpy(move, m, sizeof m), *out_peak = pk, *out_cost = c, found = 1;
+            break; /* it lowers the peak: the inputs above it are tried only where it does not */
         }
     }
     free(group), free(live), free(in);
