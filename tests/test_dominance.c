@@ -14,7 +14,7 @@
  * Costs are FLOPs (no cost model), the optimizer SGD with momentum as in
  * remat bench. Sessions are plan-only: nothing is allocated or run, so the
  * whole test is the planner's time. --quick (the sanitizer build) takes
- * cnn, resnet18 and gpt2 at smaller sizes and 5 budgets.
+ * cnn, resnet18 and gpt2 at smaller sizes and 4 budgets.
  */
 #include "check.h"
 
@@ -175,7 +175,7 @@ static void model(const row *r) {
     size_t floor = 0;
     check_floor(r, &floor);
     if (!floor) return;
-    int n = quick ? 5 : 8;
+    int n = quick ? 4 : 8;
     double prev = -1;
     printf("  sweep: floor %zu B .. store-all %zu B at %d budgets:", floor, all.held, n);
     for (int i = 0; i < n; i++) {

@@ -10,7 +10,10 @@
  * byte it adds to the peak, while the peak stays below the next frontier
  * candidate's) are candidates too. The steps do not depend on the budget,
  * so the candidate set still does not, and a larger budget still never
- * gets a costlier plan. */
+ * gets a costlier plan. The steps of the other two searches between
+ * candidates live here too: tightening (a kept value dropped, with the
+ * kept inputs above it) and splitting (a value held across the peak made
+ * again for its reads after it). */
 #include "chain.h"
 #include "refine.h"
 #include "memplan.h"
