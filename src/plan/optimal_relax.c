@@ -98,15 +98,18 @@ typedef struct {
     size_t next, held_outside;
 } relaxing;
 
-static remat_status add(relaxing *r, cand k) {
-    if (*r->nc == r->cap) {
-        cand *more = realloc(*r->cands, 2 * (size_t)r->cap * sizeof *more);
+/* Appends k to *cands (*nc of them, room for *cap). */
+static remat_status append(cand **cands, int *nc, int *cap, cand k) {
+    if (*nc == *cap) {
+        cand *more = realloc(*cands, 2 * (size_t)*cap * sizeof *more);
         if (!more) return remat__err(REMAT_NOMEM, "out of memory planning");
-        *r->cands = more, r->cap *= 2;
+        *cands = more, *cap *= 2;
     }
-    (*r->cands)[(*r->nc)++] = k;
+    (*cands)[(*nc)++] = k;
     return REMAT_OK;
 }
+
+static remat_status add(relaxing *r, cand k) { return append(r->cands, r->nc, &r->cap, k); }
 
 static remat_status seen(void *ctx, int drop, size_t peak, double cost) {
     relaxing *r = ctx;
@@ -377,16 +380,11 @@ static remat_status split_from(const gen_ctx *x, size_t held_outside, const cand
             if (!more) st = remat__err(REMAT_NOMEM, "out of memory planning");
             else *path = more;
         }
-        if (st == REMAT_OK && *nc == *cap) {
-            cand *more = realloc(*cands, 2 * (size_t)*cap * sizeof *more);
-            if (!more) st = remat__err(REMAT_NOMEM, "out of memory planning");
-            else *cands = more, *cap *= 2;
-        }
         if (st != REMAT_OK) break;
         memcpy(&(*path)[3 * steps++], m, sizeof m);
         cand k = *src;
         k.splits = steps, k.cost = cost, k.lb = pk + held_outside, k.held = 0;
-        (*cands)[(*nc)++] = k;
+        st = append(cands, nc, cap, k);
     }
     for (int i = first; i < *nc; i++) (*cands)[i].split = *path; /* where it is now */
     remat__schedule_free(&cur);
