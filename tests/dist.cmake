@@ -3,7 +3,7 @@
 #
 # test_dist: plans x ranks on Fashion-MNIST, bitwise (see its header), the
 # communicator, and failures that every rank reports; alone (1 rank) and
-# under mpirun with 4 ranks and 2. test_dist_abort: a rank that fails
+# under mpirun with 4 ranks (15 steps) and 2 (10). test_dist_abort: a rank that fails
 # alone in the middle of a step ends the job within seconds.
 # cli_dist_same: `remat train` on 1, 2 and 4 ranks and resumed across
 # rank counts gives the same weights, file for file. cli_dist_*: a rank
@@ -61,7 +61,7 @@ if(REMAT_MPI)
   string(REPLACE ";" "|" REMAT_MPIRUN_BAR "${REMAT_MPIRUN}")
   set(CLI $<TARGET_FILE:remat-cli>)
 
-  add_test(NAME test_dist_np4 COMMAND ${REMAT_MPIRUN} 4 $<TARGET_FILE:test_dist> ${REMAT_DIST_QUICK}
+  add_test(NAME test_dist_np4 COMMAND ${REMAT_MPIRUN} 4 $<TARGET_FILE:test_dist> --steps 15 ${REMAT_DIST_QUICK}
            WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
   add_test(NAME test_dist_np2 COMMAND ${REMAT_MPIRUN} 2 $<TARGET_FILE:test_dist> --steps 10 ${REMAT_DIST_QUICK}
            WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
