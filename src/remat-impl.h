@@ -147,6 +147,9 @@ typedef struct {
     uint8_t flags;  /* REMAT__OP_STATEFUL, REMAT__OP_RANDOM, REMAT__TRACED_GRAD_VIEWS,
                      * as recorded */
     int32_t id;     /* the op's (or a leaf's value's) id in the file */
+    int32_t value;  /* the id in the file of the value this node holds
+                     * (an op's first output, or the extra output it
+                     * stands for) */
     int32_t over;   /* 1 + the node whose op writes this node's value in
                      * place (its memory then holds the new version:
                      * nothing reads this value after that op ran

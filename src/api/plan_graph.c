@@ -244,21 +244,24 @@ static remat_status plan_json(const remat_session *s, const request *rq, cJSON *
     /* per op: its first output is dropped in the forward (freed before the
      * first backward instruction), to be recomputed; a recomputed op whose
      * first output lives into the backward is kept until it is recomputed,
-     * which a framework that keeps it until its backward runs as well */
-    memset(rec, 0, (size_t)g->n + 1);
+     * which a framework that keeps it until its backward runs as well
+     * (under recompute_once; a nested plan's applier follows "kept_values":
+     * per value, made in the forward, held into the backward, freed there
+     * and made again) */
     const remat__schedule *sc = &s->train.sc;
     for (int i = 0; i < sc->n; i++) {
         const remat__instr *in = &sc->ins[i];
         if (in->kind == REMAT__I_BWD) break;
         if (in->kind == REMAT__I_FREE && REMAT__VAL_KIND(in->value) == REMAT__V_OUT)
-            rec[REMAT__VAL_NODE(in->value)] = 1;
+            rec[REMAT__VAL_NODE(in->value)] |= 2;
     }
-    cJSON *drop = cJSON_AddArrayToObject(out, "drop");
+    cJSON *drop = cJSON_AddArrayToObject(out, "drop"), *kept = cJSON_AddArrayToObject(out, "kept_values");
     last = -1;
     for (int32_t u = 0; u < g->n && st == REMAT_OK; u++) {
-        if (!rec[u] || g->nodes[u].leaf != REMAT__LEAF_NONE) continue;
+        if (g->nodes[u].leaf != REMAT__LEAF_NONE) continue;
+        if (rec[u] == 1) cJSON_AddItemToArray(kept, cJSON_CreateNumber(g->traced[u].value));
         int32_t id = g->traced[u].id;
-        if (id == last) continue;
+        if (!(rec[u] & 2) || id == last) continue;
         cJSON_AddItemToArray(drop, cJSON_CreateNumber(id));
         last = id;
     }

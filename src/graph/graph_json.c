@@ -404,7 +404,7 @@ static remat_status leaf_node(builder *b, val *v, int32_t id) {
         n.dtype = REMAT_F32;
         n.shape.d[0] = (v->bytes + 3) / 4;
     }
-    remat__traced rec = {.id = id, .grad = -1};
+    remat__traced rec = {.id = id, .value = id, .grad = -1};
     return add_node(b, &n, v->name, &rec, &v->node);
 }
 
@@ -424,6 +424,7 @@ static remat_status op_nodes(reader *r, builder *b, int i, const int32_t *saves,
                          .family = o->family,
                          .flags = o->flags,
                          .id = i,
+                         .value = o->out[0],
                          .region = o->region};
     for (int k = 0; k < o->n_in; k++) {
         n.in[k] = r->v[o->in[k]].node;
@@ -456,7 +457,8 @@ static remat_status op_nodes(reader *r, builder *b, int i, const int32_t *saves,
         remat__node x = {.op = REMAT__OP_TRACED, .n_in = 1, .in = {first->node}, .dtype = REMAT_U8};
         x.shape.ndim = 1;
         x.shape.d[0] = v->bytes;
-        remat__traced xr = {.family = REMAT_FAMILY_COPY, .id = i, .grad = v->grad, .region = o->region};
+        remat__traced xr = {
+            .family = REMAT_FAMILY_COPY, .id = i, .value = o->out[k], .grad = v->grad, .region = o->region};
         st = add_node(b, &x, NULL, &xr, &v->node);
     }
     return st;

@@ -189,6 +189,16 @@ class Decisions:
         later = {v for o in rec - dropped for v in t.ops[o].outputs[1:] if v in saved}
         self.rec_ops |= {t.values[v].producer for v in later}
         kept = {t.ops[o].outputs[0] for o in rec - dropped}
+        # under a nested plan such an op is followed too: the schedule may
+        # free its value in the backward after its last read before the
+        # step's peak and make it again for the reads after (a split), so
+        # the backward gets handles for it, and the forward's tensor of each
+        # value the plan holds into the backward (kept_values) is held by the
+        # applier for the reads before (nested.py's first window)
+        self.fwd_held = set()
+        if plan.nested:
+            self.rec_ops |= rec - dropped
+            self.fwd_held, kept = set(plan.kept_values), set()
         self.rec_vals = {v for o in self.rec_ops for v in t.ops[o].outputs if v not in kept}
         self.consumers = {}  # value -> recomputed ops that read it
         self.unshard = {}    # recomputed op -> the FSDP2 units whose gathered parameters it reads
@@ -290,6 +300,7 @@ class Applier(TorchDispatchMode):
             d.rec_ops, d.rec_vals, d.consumers, d.tracked, d.group
         self.recorded, self.news, self.stale, self.n_calls = d.recorded, d.news, d.stale, len(self.t.calls)
         self.copy_at = d.copy_at
+        self.fwd_held = d.fwd_held
         self.unshard = d.unshard
         self.units = []  # the model's FSDP2 units (fsdp.Bound), as the trace lists them
         self.suspended = False  # inside FSDP's own hooks (fsdp.Hooks): its calls are not the step's
@@ -349,7 +360,7 @@ class Applier(TorchDispatchMode):
                 self.vmap.pop(_skey(flat[i]), None)
             for i, v in news:
                 self.vmap[_skey(flat[i])] = (v, _weak(flat[i]))
-                if v in self.consumers and v not in self.rec_vals:
+                if (v in self.consumers and v not in self.rec_vals) or v in self.fwd_held:
                     self.src[v] = flat[i]
         return out
 

@@ -112,11 +112,11 @@ class Run:
         says first; its window's read taken."""
         a, v = self.a, h.v
         with torch.no_grad():
-            if v not in a.cache and h.window >= self.ran:
+            if not a._have(v) and h.window >= self.ran:
                 self._run_to(h.window)
-            if v not in a.cache:  # the schedule's windows missed this read: made again, for it alone
+            if not a._have(v):  # the schedule's windows missed this read: made again, for it alone
                 return self._again(v)
-        out = a.cache[v]
+        out = a._get(v)
         self._read(v, h.window)
         return out
 
@@ -173,10 +173,13 @@ class Run:
         key = (v, g)
         n = self.left.get(key, 0) - 1
         self.left[key] = n
-        if n <= 0 and self.a.window_of.get(v, -1) == g:
+        if n > 0:
+            return
+        if g == -1:  # the forward's tensor, its last read taken
+            self.a.src.pop(v, None)
+        if self.a.window_of.get(v, -1) == g:
             self.a.cache.pop(v, None)
             self.a.window_of.pop(v, None)
-            self.a.src.pop(v, None)
 
 
 def _refs(recipe):

@@ -94,6 +94,9 @@ class Plan:
         self.recompute_ops = [int(i) for i in result.get("recompute", [])]
         # the ops whose outputs the forward drops (handed to the backward by recomputation)
         self.drop_ops = [int(i) for i in result.get("drop", [])]
+        #: values of recomputed ops that the forward makes and the plan holds into the backward
+        #: (freed there and made again: a nested plan's applier holds them from the forward)
+        self.kept_values = [int(v) for v in result.get("kept_values", [])]
         # the recomputations as the schedule runs them, each at once
         self.recompute_groups = [[int(i) for i in grp] for grp in result.get("recompute_groups", [])]
         #: schedules that recompute an op more than once were allowed (plan_trace's nested)
