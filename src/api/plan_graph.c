@@ -221,8 +221,9 @@ static remat_status plan_json(const remat_session *s, const request *rq, cJSON *
     cJSON_AddNumberToObject(out, "flops", ps.flops);
     cJSON_AddNumberToObject(out, "extra_flops", ps.extra_flops);
     cJSON_AddNumberToObject(out, "recomputations", (double)ps.recomputations);
-    /* per op of the file: recomputed by the schedule (a node made for an
-     * extra output counts for its op) */
+    /* per node, bit 1: recomputed by the schedule (for "recompute", where a
+     * node made for an extra output counts for its op); bit 2, below: freed
+     * in the forward */
     uint8_t *rec = calloc((size_t)g->n + 1, 1);
     if (!rec) return remat__err(REMAT_NOMEM, "out of memory writing a plan");
     int64_t n = remat_session_schedule_length(s);
