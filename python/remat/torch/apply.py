@@ -188,17 +188,17 @@ class Decisions:
         saved = {v for op in t.ops for v in op.saves}
         later = {v for o in rec - dropped for v in t.ops[o].outputs[1:] if v in saved}
         self.rec_ops |= {t.values[v].producer for v in later}
-        kept = {t.ops[o].outputs[0] for o in rec - dropped}
         # under a nested plan such an op is followed too: the schedule may
         # free its value in the backward after its last read before the
         # step's peak and make it again for the reads after (a split), so
         # the backward gets handles for it, and the forward's tensor of each
         # value the plan holds into the backward (kept_values) is held by the
         # applier for the reads before (nested.py's first window)
-        self.fwd_held = set()
         if plan.nested:
             self.rec_ops |= rec - dropped
-            self.fwd_held, kept = set(plan.kept_values), set()
+            kept, self.fwd_held = set(), set(plan.kept_values)
+        else:
+            kept, self.fwd_held = {t.ops[o].outputs[0] for o in rec - dropped}, set()
         self.rec_vals = {v for o in self.rec_ops for v in t.ops[o].outputs if v not in kept}
         self.consumers = {}  # value -> recomputed ops that read it
         self.unshard = {}    # recomputed op -> the FSDP2 units whose gathered parameters it reads
