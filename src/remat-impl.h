@@ -158,6 +158,13 @@ typedef struct {
                      * of a module the framework's per-layer
                      * checkpointing wraps: the manual strategy); 0:
                      * none */
+    int32_t held;   /* 1 + the node until whose forward the framework's
+                     * code holds this node's value in the forward pass
+                     * (past its last read there, whatever the plan);
+                     * 0: none */
+    int32_t holds;  /* 1 + the first node whose value is held until this
+                     * node's forward, chained through hold_next; 0: none */
+    int32_t hold_next;
 } remat__traced;
 
 struct remat_graph {

@@ -47,6 +47,7 @@ typedef struct {
     int32_t out_index; /* which output of its producer */
     int32_t node;      /* the node that holds it, -1 before */
     int32_t over;      /* the op that overwrites it in place, -1 none */
+    int32_t held;      /* the last op of the forward that its framework holds it through, -1 none */
     uint8_t read_fwd;  /* a later op reads it */
 } val;
 
@@ -192,6 +193,13 @@ static remat_status read_values(reader *r, const cJSON *arr) {
                               "ops",
                               where, (long long)over, MAX_OPS);
         v->over = (int32_t)over;
+        int64_t held = -1;
+        const cJSON *hb = cJSON_GetObjectItemCaseSensitive(it, "held_until");
+        if (hb && (st = whole(hb, where, "held_until", &held)) != REMAT_OK) return st;
+        if (held > MAX_OPS)
+            return remat__err(REMAT_FORMAT, "%s: 'held_until' names op %lld; there are at most %d ops", where,
+                              (long long)held, MAX_OPS);
+        v->held = (int32_t)held;
         const cJSON *k = cJSON_GetObjectItemCaseSensitive(it, "kind");
         const char *ks = cJSON_IsString(k) ? k->valuestring : NULL;
         if (!ks) return remat__err(REMAT_FORMAT, "%s: 'kind' is missing or not a string", where);
@@ -512,6 +520,34 @@ static remat_status overwrites(const reader *r, builder *b, int32_t (*saves)[REM
     return st;
 }
 
+/* Values the framework's code holds in the forward past their last read
+ * ('held_until'): the op must run after the value's maker, and before an
+ * op that overwrites it in place (the memory holds the new version from
+ * there). Each such value that is a node's value is listed with the node
+ * it is held until (remat__traced.held, .holds): the schedules keep it
+ * through that node's forward in the forward pass. A value that only its
+ * maker's backward reads, or nothing, has no node: held with its op's aux
+ * or as a transient, its hold is not modelled. */
+static remat_status holds(const reader *r, builder *b) {
+    for (int32_t x = 0; x < r->nv; x++) {
+        const val *v = &r->v[x];
+        if (v->held < 0) continue;
+        if (v->kind != V_ACT)
+            return remat__err(REMAT_FORMAT, "value %d: only an activation is 'held_until' an op", (int)x);
+        if (v->held >= r->no || v->held < v->producer || (v->over >= 0 && v->held >= v->over))
+            return remat__err(REMAT_FORMAT,
+                              "value %d: 'held_until' names op %d, which must be an op from its maker on%s", (int)x,
+                              (int)v->held, v->over >= 0 ? ", before the op that overwrites it" : "");
+        if (v->node < 0 || b->t[v->node].value != x) continue;
+        int32_t until = r->v[r->o[v->held].out[0]].node;
+        remat__traced *t = &b->t[v->node];
+        t->held = 1 + until;
+        t->hold_next = b->t[until].holds;
+        b->t[until].holds = 1 + v->node;
+    }
+    return REMAT_OK;
+}
+
 static remat_status read_header(reader *r) {
     const cJSON *root = r->root;
     if (!cJSON_IsObject(root)) return remat__err(REMAT_FORMAT, "a graph file is a JSON object");
@@ -568,6 +604,7 @@ static remat_status read_all(reader *r, builder *b) {
                         (int)r->loss);
     for (i = 0; i < no && st == REMAT_OK; i++) st = op_nodes(r, b, i, saves[i], n_saves[i]);
     if (st == REMAT_OK) st = overwrites(r, b, saves, n_saves);
+    if (st == REMAT_OK) st = holds(r, b);
     free(saves), free(n_saves);
     return st;
 }

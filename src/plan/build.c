@@ -102,6 +102,12 @@ static void fwd(builder *b, int32_t u, int held, int depth) {
         if (b->pend_fwd[x] > 0) b->pend_fwd[x]--;
         maybe_free(b, REMAT__VAL(x, REMAT__V_OUT));
     }
+    /* The forward pass: what the framework's code held until u is let go. */
+    for (int32_t h = depth == 0 && b->g->traced ? b->g->traced[u].holds : 0; h; h = b->g->traced[h - 1].hold_next)
+        if (b->pend_fwd[h - 1] > 0) {
+            b->pend_fwd[h - 1]--;
+            maybe_free(b, REMAT__VAL(h - 1, REMAT__V_OUT));
+        }
     maybe_free(b, REMAT__VAL(u, REMAT__V_OUT));
     maybe_free(b, REMAT__VAL(u, REMAT__V_AUX));
 }
@@ -219,6 +225,8 @@ static int count_uses(builder *b) {
         const remat__node *nd = &g->nodes[u];
         for (int i = 0; i < nd->n_in; i++)
             if (is_value_node(b, nd->in[i])) b->pend_fwd[nd->in[i]]++;
+        /* held by the framework's code in the forward pass: a use there */
+        if (g->traced && g->traced[u].held && b->needed[g->traced[u].held - 1] && is_value_node(b, u)) b->pend_fwd[u]++;
         if (b->backward && b->p->needs_grad[u] && nd->leaf == REMAT__LEAF_NONE) {
             int k = bwd_reads(b, u, reads);
             for (int j = 0; j < k; j++) {

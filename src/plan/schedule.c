@@ -145,14 +145,17 @@ static int close_value(frees *f, int32_t v) {
     return 1;
 }
 
-/* The uses of forward instruction i: its inputs, and its output and aux,
- * whose older instances (a recomputation's) end first. 0 when out of
- * memory. */
-static int fwd_uses(const remat_graph *g, frees *f, const remat__instr *in, int i) {
+/* The uses of forward instruction i: its inputs, in the forward pass
+ * (fwd: no backward ran yet) the values the framework's code holds until
+ * it, and its output and aux, whose older instances (a recomputation's)
+ * end first. 0 when out of memory. */
+static int fwd_uses(const remat_graph *g, frees *f, const remat__instr *in, int i, int fwd) {
     const remat__node *n = &g->nodes[in->node];
     const remat__op *op = remat__ops[n->op];
     for (int j = 0; j < n->n_in; j++)
         if (!remat__is_resident(&g->nodes[n->in[j]])) f->last[REMAT__VAL(n->in[j], REMAT__V_OUT)] = i;
+    for (int32_t h = fwd && g->traced ? g->traced[in->node].holds : 0; h; h = g->traced[h - 1].hold_next)
+        if (f->last[REMAT__VAL(h - 1, REMAT__V_OUT)] >= 0) f->last[REMAT__VAL(h - 1, REMAT__V_OUT)] = i;
     int32_t vo = REMAT__VAL(in->node, REMAT__V_OUT), va = REMAT__VAL(in->node, REMAT__V_AUX);
     if (f->last[vo] >= 0 && !close_value(f, vo)) return 0; /* a recomputation: the old instance ends before */
     f->last[vo] = i;
@@ -213,10 +216,10 @@ remat_status remat__schedule_add_frees(const remat__prog *p, remat__schedule *s)
         for (size_t v = 0; v < nv; v++) f.last[v] = -1;
         for (int i = 0; i <= s->n; i++) f.head[i] = -1;
     }
-    for (int i = 0; ok && i < s->n; i++) {
+    for (int i = 0, fwd = 1; ok && i < s->n; i++) {
         const remat__instr *in = &s->ins[i];
-        if (in->kind == REMAT__I_FWD) ok = fwd_uses(p->g, &f, in, i);
-        else if (in->kind == REMAT__I_BWD) bwd_uses(p, &f, in, i);
+        if (in->kind == REMAT__I_FWD) ok = fwd_uses(p->g, &f, in, i, fwd);
+        else if (in->kind == REMAT__I_BWD) bwd_uses(p, &f, in, i), fwd = 0;
         else if (in->kind == REMAT__I_OUT || in->kind == REMAT__I_IN) f.last[in->value] = i;
         else if (in->kind == REMAT__I_FREE) f.last[in->value] = -1; /* freed where the schedule says */
     }

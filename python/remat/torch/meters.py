@@ -206,16 +206,23 @@ class BackwardMeter(TorchDispatchMode):
     def resolve(self, peaks):
         """Each op's backward transient: the peak of each run of its node
         above what was live when it started, less the gradients of its
-        inputs (values the plan counts) and of the parameters whose gradient
-        it makes (the plan counts them from there to the step's end). A
-        parameter's gradient is made in the backward of its last reader,
-        the first in the backward; the engine adds later readers' into it."""
+        inputs whose gradient it makes first (values the plan counts) and of
+        the parameters whose gradient it makes (the plan counts them from
+        there to the step's end). A value's gradient is made in the backward
+        of its last reader, the first in the backward; a later backward's
+        contribution is a tensor of its own, added into it and freed (a
+        transient of that backward: GPT-2's pow makes three)."""
         vals = self.t.values
+        first = {}  # value -> the op whose backward makes its gradient first
+        for o in self.t.ops:
+            if o.has_node:
+                for v in o.inputs:
+                    first[v] = o.id
         for k, op in self.segs:
             if op < 0:
                 continue
             o = self.t.ops[op]
-            gin = sum(vals[v].gbytes for v in set(o.inputs) if vals[v].kind == "activation")
+            gin = sum(vals[v].gbytes for v in set(o.inputs) if vals[v].kind == "activation" and first.get(v) == o.id)
             made = sum(vals[v].bytes for v in set(o.inputs) if vals[v].kind == "parameter"
                        and self.last_reader.get(v) == o.id)
             o.transient_bwd = max(o.transient_bwd, peaks.get(("b", k), 0) - gin - made)

@@ -387,7 +387,7 @@ def plan_trace(trace: Trace, budget: Budget = None, optimizer: OptimizerLike = N
     # views into them (gradient_as_bucket_view) they are the gradients, held
     # from the step's start
     req = {"budget": inner, "strategy": strategy, "optimizer": _optimizer_request(optimizer),
-           "recompute_once": not nested, "timeline": bool(nested),
+           "recompute_once": not nested, "timeline": bool(nested), "split": bool(nested),
            "grads_resident": _grads_request(accumulate, grads_held) or trace.grads_in_buckets,
            "communication_bytes": (0 if trace.grads_in_buckets else int(trace.comm_bytes)) + int(trace.comm_transient)}
     graph = trace.graph(cost, per_op)
@@ -397,7 +397,7 @@ def plan_trace(trace: Trace, budget: Budget = None, optimizer: OptimizerLike = N
         # schedules they can end at a costlier plan, or a higher floor, than
         # with recompute_once (densenet121: 0.4% above): both are planned and
         # the better is the plan, which the nested applier runs either way
-        once = plan_graph(graph, dict(req, recompute_once=True))
+        once = plan_graph(graph, dict(req, recompute_once=True, split=False))
         if _better(once, result):
             result = once
     req["accumulate"] = accumulate

@@ -18,7 +18,7 @@ REPLAY_SECONDS = 40e-6
 
 class Value:
     __slots__ = ("id", "kind", "bytes", "name", "producer", "overwritten", "over_call", "moved", "readers", "const",
-                 "grad_bytes")
+                 "grad_bytes", "held_until")
 
     def __init__(self, id, kind, nbytes, name=None, producer=-1):
         self.id, self.kind, self.bytes, self.name, self.producer = id, kind, nbytes, name, producer
@@ -30,6 +30,7 @@ class Value:
         self.readers = 0  # ops that read it so far
         self.const = False  # made from shapes alone (arange, zeros): the same in every step, whatever the batch
         self.grad_bytes = None  # its gradient's bytes where they are not its own (fsdp.py: an FSDP2 parameter's)
+        self.held_until = -1  # the last op after which the model's code held it in the forward (holds.py)
 
     @property
     def gbytes(self):
@@ -156,12 +157,22 @@ class Trace:
         if cost not in ("flops", "seconds"):
             raise ValueError("cost is flops or seconds, not %r" % (cost,))
         values = []
+        last = {}  # value -> the last op that reads it in the forward
+        for o in self.ops:
+            for v in o.inputs:
+                last[v] = o.id
+            for v in o.saves:
+                if v not in o.outputs:
+                    last[v] = max(last.get(v, -1), o.id)
         for v in self.values:
             d = {"id": v.id, "kind": v.kind, "bytes": int(v.bytes)}
             if v.name:
                 d["name"] = v.name
             if v.overwritten >= 0:
                 d["overwritten_by"] = v.overwritten
+            if v.kind == "activation" and v.held_until > max(last.get(v.id, -1), v.producer) \
+                    and (v.overwritten < 0 or v.held_until < v.overwritten):
+                d["held_until"] = v.held_until
             if v.grad_bytes is not None:
                 d["grad_bytes"] = int(v.grad_bytes)
             values.append(d)
