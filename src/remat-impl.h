@@ -161,7 +161,8 @@ typedef struct {
     int32_t held;   /* 1 + the node until whose forward the framework's
                      * code holds this node's value in the forward pass
                      * (past its last read there, whatever the plan);
-                     * 0: none */
+                     * REMAT__HELD_TO_END: its caller holds it from when
+                     * it is made to the step's end; 0: none */
     int32_t holds;  /* 1 + the first node whose value is held until this
                      * node's forward, chained through hold_next; 0: none */
     int32_t hold_next;
@@ -297,6 +298,9 @@ _Static_assert(REMAT__SAVE_OUT == 1u << REMAT__SAVE_IN_LIMIT && REMAT__SAVE_AUX 
 /* A traced op's backward makes its inputs' gradients as views into its
  * output's gradient (remat__traced.flags only: PyTorch's cat and stack). */
 #define REMAT__TRACED_GRAD_VIEWS (1u << 7)
+/* remat__traced.held of a value the framework's caller holds to the step's
+ * end (a model's output kept through the backward). */
+#define REMAT__HELD_TO_END (-1)
 /* Element i of the output (and of each input gradient) depends on element
  * i of each input, output and output gradient alone; every one has the
  * node's element count, which the kernels read from the node's shape;

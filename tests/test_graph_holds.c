@@ -9,8 +9,10 @@
  *   nothing to store-all, and a budget reached by recomputing a (dropping
  *   it in the forward) is out of reach when a is held: its floor is the
  *   forward's three values;
- * - what the mark may say: an activation's, an op from its maker on and
- *   before an op that overwrites it, a whole number.
+ * - g's output held by the caller to the step's end ('caller_holds'): one
+ *   value more at the peak (g's backward), by levels and timelines;
+ * - what the marks may say: an activation's, an op from its maker on and
+ *   before an op that overwrites it, a whole number; true or false.
  */
 #include "remat.h"
 #include "check.h"
@@ -23,9 +25,10 @@
 #define MIB 1048576.0
 
 /* The chain; hold: the value 2's extra field ("" none); saves1: what f's
- * backward reads; over: value 3's extra field. a's gradient is small, so
+ * backward reads; over: value 3's extra field; end: value 4's; saves3:
+ * what sum's backward reads. a's gradient is small, so
  * that f's backward holds two values where it reads a. */
-static char *chain(const char *hold, const char *saves1, const char *over) {
+static char *chain5(const char *hold, const char *saves1, const char *over, const char *end, const char *saves3) {
     static const char *fmt =
         "{\"format\": \"remat-graph\", \"version\": 1,\n"
         " \"values\": [\n"
@@ -33,21 +36,25 @@ static char *chain(const char *hold, const char *saves1, const char *over) {
         "  {\"id\": 1, \"kind\": \"parameter\", \"name\": \"w\", \"bytes\": 64},\n"
         "  {\"id\": 2, \"kind\": \"activation\", \"bytes\": 1048576, \"grad_bytes\": 16%s},\n"
         "  {\"id\": 3, \"kind\": \"activation\", \"bytes\": 1048576%s},\n"
-        "  {\"id\": 4, \"kind\": \"activation\", \"bytes\": 1048576},\n"
+        "  {\"id\": 4, \"kind\": \"activation\", \"bytes\": 1048576%s},\n"
         "  {\"id\": 5, \"kind\": \"activation\", \"bytes\": 4}\n"
         " ],\n"
         " \"ops\": [\n"
         "  {\"id\": 0, \"name\": \"mm\", \"inputs\": [0, 1], \"outputs\": [2], \"saves\": [0], \"forward\": 1000},\n"
         "  {\"id\": 1, \"name\": \"f\", \"inputs\": [2], \"outputs\": [3], \"saves\": [%s], \"forward\": 1},\n"
         "  {\"id\": 2, \"name\": \"g\", \"inputs\": [3], \"outputs\": [4], \"saves\": [], \"forward\": 1},\n"
-        "  {\"id\": 3, \"name\": \"sum\", \"inputs\": [4], \"outputs\": [5], \"saves\": [], \"forward\": 1}\n"
+        "  {\"id\": 3, \"name\": \"sum\", \"inputs\": [4], \"outputs\": [5], \"saves\": [%s], \"forward\": 1}\n"
         " ],\n"
         " \"loss\": 5}\n";
-    size_t n = strlen(fmt) + strlen(hold) + strlen(saves1) + strlen(over) + 1;
+    size_t n = strlen(fmt) + strlen(hold) + strlen(saves1) + strlen(over) + strlen(end) + strlen(saves3) + 1;
     char *s = malloc(n);
     if (!s) abort();
-    snprintf(s, n, fmt, hold, over, saves1);
+    snprintf(s, n, fmt, hold, over, end, saves1, saves3);
     return s;
+}
+
+static char *chain(const char *hold, const char *saves1, const char *over) {
+    return chain5(hold, saves1, over, "", "");
 }
 
 static cJSON *plan(const char *graph, const char *request) {
@@ -100,6 +107,48 @@ static void test_peak_one_value_higher(void) {
         cJSON_Delete(p), cJSON_Delete(q);
     }
     free(held), free(free_);
+}
+
+/* c held by the caller to the step's end: g's backward holds it beside
+ * the gradients of c and b, one value more than the step's peak without. */
+static void test_caller_holds(void) {
+    char *held = chain5("", "", "", ", \"caller_holds\": true", ""), *free_ = chain("", "", "");
+    static const char *requests[] = {
+        "{\"strategy\": \"all\", \"timeline\": true}",
+        "{\"strategy\": \"optimal\", \"timeline\": true, \"recompute_once\": false, \"split\": true}",
+    };
+    for (size_t i = 0; i < sizeof requests / sizeof requests[0]; i++) {
+        cJSON *p = plan(held, requests[i]), *q = plan(free_, requests[i]);
+        CHECK(feasible(p) && feasible(q));
+        if (p && q)
+            CHECK_MSG(num(p, "peak_bytes") - num(q, "peak_bytes") == MIB, "%s: held %.0f, not held %.0f", requests[i],
+                      num(p, "peak_bytes"), num(q, "peak_bytes"));
+        cJSON_Delete(p), cJSON_Delete(q);
+    }
+    free(held), free(free_);
+    /* sum's backward reads c: a schedule that drops c and recomputes it
+     * would hold it twice (the caller's and its own), so none is taken:
+     * every budget plans without an error, from store-all's peak to the
+     * floor that keeps c */
+    char *reads_c = chain5("", "", "", ", \"caller_holds\": true", "4");
+    cJSON *all = plan(reads_c, "{\"strategy\": \"all\"}");
+    double top = all ? num(all, "peak_bytes") : 0;
+    for (double b = top; b > top - 3 * MIB; b -= MIB / 2) {
+        char rq[160];
+        snprintf(rq, sizeof rq, "{\"strategy\": \"optimal\", \"budget\": %.0f, \"recompute_once\": false}", b);
+        cJSON *p = plan(reads_c, rq);
+        CHECK(p != NULL);
+        if (p && feasible(p)) CHECK(num(p, "peak_bytes") <= b);
+        if (p && !feasible(p)) CHECK_MSG(num(p, "floor") > b, "budget %.0f: floor %.0f", b, num(p, "floor"));
+        cJSON_Delete(p);
+    }
+    cJSON_Delete(all);
+    free(reads_c);
+    char *bad = chain5("", "", "", ", \"caller_holds\": 1", "");
+    remat_graph *g = NULL;
+    remat_node loss;
+    CHECK_FAILS(remat_graph_read_json(bad, &g, &loss), REMAT_FORMAT, "value 4", "'caller_holds' is not true or false");
+    free(bad);
 }
 
 static void test_no_saving_by_dropping(void) {
@@ -155,6 +204,7 @@ static void test_refused(void) {
 int main(void) {
     test_peak_one_value_higher();
     test_no_saving_by_dropping();
+    test_caller_holds();
     test_refused();
     return check_exit("test_graph_holds");
 }

@@ -6,7 +6,9 @@ of them held until the forward's end; store-all's prediction counts them
 predicts at least three of them less), and a plan under a budget keeps
 its measured peak within the budget."""
 import copy
+import warnings
 
+import pytest
 import torch
 import torch.nn as nn
 from conftest import need_counter
@@ -76,3 +78,58 @@ def test_a_plan_under_a_budget_holds_it():
         m = copy.deepcopy(model)
         r = rt.measure(m, inputs, loss_fn, plan=plan, optimizer=torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9))
         assert r["peak_bytes"] <= budget, (nested, r["peak_bytes"], budget, plan.peak_bytes)
+
+
+class Returning(Cached):
+    """Cached whose output also holds its cache (transformers' outputs with
+    past_key_values), read as a dict by the loss."""
+
+    def forward(self, x):
+        cache = []
+        for la, lb in zip(self.a, self.b):
+            h = la(x)
+            cache.append(h)
+            x = lb(torch.tanh(h.view(BATCH, 4, WIDTH).sum(1)))
+        return {"out": x, "cache": cache}
+
+
+def test_an_output_kept_through_the_backward():
+    """A loop that keeps the output (out = model(x); loss_fn(out).backward())
+    holds the cache through the backward: plan.apply() warns of it under a
+    plan made without keep_output (whose step it puts 5% above the
+    prediction), not where the loop drops the output; a plan with
+    keep_output counts it, measured within 1% at store-all and a budget."""
+    need_counter()
+    torch.manual_seed(0)
+    model = Returning()
+    inputs = (torch.randn(BATCH, WIDTH, generator=torch.Generator().manual_seed(1)),)
+
+    def loss_fn(out):
+        return out["out"].square().mean()
+    trace = rt.capture(model, inputs, loss_fn)
+    cache = [v for v in trace.output_values if trace.values[v].bytes == HBYTES]
+    assert len(cache) == LAYERS, trace.output_values
+    dropped = rt.plan_trace(trace, None, "sgd", "all")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with dropped.apply():
+            loss_fn(model(*inputs)).backward()
+    model.zero_grad(set_to_none=True)
+    with pytest.warns(RuntimeWarning, match="keep_output=True"):
+        with dropped.apply():
+            out = model(*inputs)
+            loss_fn(out).backward()
+    del out
+    kept = rt.plan_trace(trace, None, "sgd", "all", keep_output=True)
+    assert kept.peak_bytes > dropped.peak_bytes
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # measured as such a loop runs it: above the plan that drops the output
+        over = rt.measure(copy.deepcopy(model), inputs, loss_fn, plan=dropped, keep_output=True)["peak_bytes"]
+    assert over > 1.05 * dropped.peak_bytes, (over, dropped.peak_bytes)
+    for plan in (kept, rt.plan_trace(trace, int((rt.plan_trace(trace, 1, "sgd", keep_output=True).floor
+                                                 + kept.peak_bytes) / 2), "sgd", keep_output=True)):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            r = rt.measure(copy.deepcopy(model), inputs, loss_fn, plan=plan)
+        assert r["peak_bytes"] <= rt.budget_for(plan.peak_bytes) if plan is kept else r["peak_bytes"] <= plan.budget
+        assert abs(r["peak_bytes"] - plan.peak_bytes) <= 0.01 * plan.peak_bytes, (r["peak_bytes"], plan.peak_bytes)

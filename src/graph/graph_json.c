@@ -48,6 +48,7 @@ typedef struct {
     int32_t node;      /* the node that holds it, -1 before */
     int32_t over;      /* the op that overwrites it in place, -1 none */
     int32_t held;      /* the last op of the forward that its framework holds it through, -1 none */
+    uint8_t to_end;    /* its framework's caller holds it to the step's end */
     uint8_t read_fwd;  /* a later op reads it */
 } val;
 
@@ -200,6 +201,9 @@ static remat_status read_values(reader *r, const cJSON *arr) {
             return remat__err(REMAT_FORMAT, "%s: 'held_until' names op %lld; there are at most %d ops", where,
                               (long long)held, MAX_OPS);
         v->held = (int32_t)held;
+        int to_end;
+        if ((st = flag_of(it, where, "caller_holds", &to_end)) != REMAT_OK) return st;
+        v->to_end = (uint8_t)to_end;
         const cJSON *k = cJSON_GetObjectItemCaseSensitive(it, "kind");
         const char *ks = cJSON_IsString(k) ? k->valuestring : NULL;
         if (!ks) return remat__err(REMAT_FORMAT, "%s: 'kind' is missing or not a string", where);
@@ -525,12 +529,21 @@ static remat_status overwrites(const reader *r, builder *b, int32_t (*saves)[REM
  * op that overwrites it in place (the memory holds the new version from
  * there). Each such value that is a node's value is listed with the node
  * it is held until (remat__traced.held, .holds): the schedules keep it
- * through that node's forward in the forward pass. A value that only its
- * maker's backward reads, or nothing, has no node: held with its op's aux
- * or as a transient, its hold is not modelled. */
+ * through that node's forward in the forward pass. One the caller holds
+ * ('caller_holds': a model's output kept through the backward) is held
+ * from when it is made to the step's end (REMAT__HELD_TO_END). A value
+ * that only its maker's backward reads, or nothing, has no node: held
+ * with its op's aux or as a transient, its hold is not modelled. */
 static remat_status holds(const reader *r, builder *b) {
     for (int32_t x = 0; x < r->nv; x++) {
         const val *v = &r->v[x];
+        if (v->to_end && v->kind != V_ACT)
+            return remat__err(REMAT_FORMAT, "value %d: only an activation is held by the caller ('caller_holds')",
+                              (int)x);
+        if (v->to_end && v->node >= 0 && b->t[v->node].value == x) {
+            b->t[v->node].held = REMAT__HELD_TO_END;
+            continue;
+        }
         if (v->held < 0) continue;
         if (v->kind != V_ACT)
             return remat__err(REMAT_FORMAT, "value %d: only an activation is 'held_until' an op", (int)x);

@@ -225,8 +225,10 @@ static int count_uses(builder *b) {
         const remat__node *nd = &g->nodes[u];
         for (int i = 0; i < nd->n_in; i++)
             if (is_value_node(b, nd->in[i])) b->pend_fwd[nd->in[i]]++;
-        /* held by the framework's code in the forward pass: a use there */
-        if (g->traced && g->traced[u].held && b->needed[g->traced[u].held - 1] && is_value_node(b, u)) b->pend_fwd[u]++;
+        /* held by the framework's code in the forward pass: a use there;
+         * by its caller to the step's end: a use that never comes */
+        int32_t held = g->traced && is_value_node(b, u) ? g->traced[u].held : 0;
+        if (held == REMAT__HELD_TO_END || (held > 0 && b->needed[held - 1])) b->pend_fwd[u]++;
         if (b->backward && b->p->needs_grad[u] && nd->leaf == REMAT__LEAF_NONE) {
             int k = bwd_reads(b, u, reads);
             for (int j = 0; j < k; j++) {

@@ -206,6 +206,13 @@ static void walk_fwd(walker *w, const remat__prog *p, int32_t i, const remat__in
     const remat_graph *g = p->g;
     const remat__node *n = &g->nodes[in->node];
     int32_t vo = REMAT__VAL(in->node, REMAT__V_OUT), va = REMAT__VAL(in->node, REMAT__V_AUX);
+    if (resident(w, vo) && g->traced && g->traced[in->node].held == REMAT__HELD_TO_END) {
+        w->st = remat__err(REMAT_UNSUPPORTED,
+                           "the schedule recomputes the value of op %d ('%s'), which the caller holds to the step's "
+                           "end: it would be held twice",
+                           (int)g->traced[in->node].id, g->nodes[in->node].name ? g->nodes[in->node].name : "");
+        return;
+    }
     if (resident(w, vo)) {
         w->st = remat__err(REMAT_INTERNAL, "schedule computes node %d while its output is resident", in->node);
         return;

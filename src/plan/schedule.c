@@ -145,11 +145,15 @@ static int close_value(frees *f, int32_t v) {
     return 1;
 }
 
+/* Whether the caller holds node u's value to the step's end. */
+static int to_end(const remat_graph *g, int32_t u) { return g->traced && g->traced[u].held == REMAT__HELD_TO_END; }
+
 /* The uses of forward instruction i: its inputs, in the forward pass
  * (fwd: no backward ran yet) the values the framework's code holds until
  * it, and its output and aux, whose older instances (a recomputation's)
- * end first. 0 when out of memory. */
-static int fwd_uses(const remat_graph *g, frees *f, const remat__instr *in, int i, int fwd) {
+ * end first, or at the schedule's last instruction `end` where the
+ * caller holds them. 0 when out of memory. */
+static int fwd_uses(const remat_graph *g, frees *f, const remat__instr *in, int i, int fwd, int end) {
     const remat__node *n = &g->nodes[in->node];
     const remat__op *op = remat__ops[n->op];
     for (int j = 0; j < n->n_in; j++)
@@ -157,6 +161,7 @@ static int fwd_uses(const remat_graph *g, frees *f, const remat__instr *in, int 
     for (int32_t h = fwd && g->traced ? g->traced[in->node].holds : 0; h; h = g->traced[h - 1].hold_next)
         if (f->last[REMAT__VAL(h - 1, REMAT__V_OUT)] >= 0) f->last[REMAT__VAL(h - 1, REMAT__V_OUT)] = i;
     int32_t vo = REMAT__VAL(in->node, REMAT__V_OUT), va = REMAT__VAL(in->node, REMAT__V_AUX);
+    if (f->last[vo] >= 0 && to_end(g, in->node)) f->last[vo] = end;
     if (f->last[vo] >= 0 && !close_value(f, vo)) return 0; /* a recomputation: the old instance ends before */
     f->last[vo] = i;
     /* A stateful op's recomputation reuses the aux of its first execution
@@ -218,14 +223,17 @@ remat_status remat__schedule_add_frees(const remat__prog *p, remat__schedule *s)
     }
     for (int i = 0, fwd = 1; ok && i < s->n; i++) {
         const remat__instr *in = &s->ins[i];
-        if (in->kind == REMAT__I_FWD) ok = fwd_uses(p->g, &f, in, i, fwd);
+        if (in->kind == REMAT__I_FWD) ok = fwd_uses(p->g, &f, in, i, fwd, s->n - 1);
         else if (in->kind == REMAT__I_BWD) bwd_uses(p, &f, in, i), fwd = 0;
         else if (in->kind == REMAT__I_OUT || in->kind == REMAT__I_IN) f.last[in->value] = i;
         else if (in->kind == REMAT__I_FREE) f.last[in->value] = -1; /* freed where the schedule says */
     }
-    /* every instance still open ends after its last use */
-    for (size_t v = 0; ok && v < nv; v++)
+    /* every instance still open ends after its last use (the caller's after the last instruction) */
+    for (size_t v = 0; ok && v < nv; v++) {
+        if (f.last[v] >= 0 && REMAT__VAL_KIND(v) == REMAT__V_OUT && to_end(p->g, REMAT__VAL_NODE(v)))
+            f.last[v] = s->n - 1;
         if (f.last[v] >= 0) ok = close_value(&f, (int32_t)v);
+    }
     remat_status st = ok ? insert_frees(s, &f) : remat__err(REMAT_NOMEM, "out of memory building a schedule");
     free(f.last), free(f.head), free(f.next), free(f.fv);
     return st;

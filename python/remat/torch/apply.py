@@ -33,12 +33,14 @@ counts them so.
 
 import contextlib
 import gc
+import warnings
 
 import torch
 
 from . import compat, fsdp, nested, regions
 from .capture import _META_ONLY, CaptureError, _ignored, _same, _skey, _weak, _written_args, rng_state, set_rng_state
 from .compat import TorchDispatchMode
+from .holds import tensors_in
 
 
 class _Ref:
@@ -634,12 +636,16 @@ class Applied(contextlib.AbstractContextManager):
         self._fsdp = None
         self._regions = None
         self._gc = False  # the garbage collector was on at the step's start
+        self._post = None  # the model's forward hook: what its output holds
+        self._outputs = []  # (weak reference to a storage, bytes) the model's output held when it returned
 
     def __enter__(self):
         t = self.plan.trace
         model = self.model if self.model is not None else t.model() if t.model is not None else None
         if model is not None:
             self._pre = model.register_forward_pre_hook(self._check_call, with_kwargs=True)
+            if not self.plan.keep_output:
+                self._post = model.register_forward_hook(self._note_output)
         bound = []
         if t.fsdp:
             if model is None:
@@ -689,6 +695,33 @@ class Applied(contextlib.AbstractContextManager):
         self._pre = None
         return None
 
+    def _note_output(self, module, args, out):
+        """What the model's output holds when it returns (once per step): a
+        caller that keeps it through the backward holds it above the plan."""
+        seen = {}
+        for t in tensors_in(out):
+            if not isinstance(t, torch.nn.Parameter) and t.untyped_storage().nbytes() > 0:
+                ref = _weak(t)
+                seen.setdefault(ref.cdata, (ref, t.untyped_storage().nbytes()))
+        self._outputs = list(seen.values())
+        self._post.remove()
+        self._post = None
+        return None
+
+    def _check_output(self):
+        """At the step's end (the backward done): the model's output still
+        held means the loop kept it through the backward, holding bytes the
+        plan freed after the loss; warned of where they pass 1% of the
+        plan's peak."""
+        alive = sum(n for ref, n in self._outputs if not ref.expired())
+        self._outputs = []
+        if alive > 0.01 * self.plan.peak_bytes:
+            warnings.warn(
+                "the model's output was still held when the step ended (%d bytes: logits, a cache): kept through the "
+                "backward, it puts the step above the plan's prediction of %d bytes, which frees it once the loss is "
+                "made. Take the loss and drop the output (loss = loss_fn(model(x)), or model(**batch).loss), or plan "
+                "with keep_output=True" % (alive, self.plan.peak_bytes), RuntimeWarning, stacklevel=3)
+
     def _check_grads(self, model):
         """A gradient held at the step's start that the plan did not count
         (accumulation, zero_grad(set_to_none=False)) would put the step
@@ -720,6 +753,11 @@ class Applied(contextlib.AbstractContextManager):
         if self._pre is not None:
             self._pre.remove()
             self._pre = None
+        if self._post is not None:
+            self._post.remove()
+            self._post = None
+        if exc[0] is None:
+            self._check_output()
         if self._fsdp is not None:
             self._fsdp.close()
             self._fsdp = None

@@ -60,15 +60,42 @@ class _Probe(TorchDispatchMode):
         return out
 
 
+def tensors_in(obj, depth=6):
+    """The tensors an object returned by a model holds: in tuples, lists,
+    dicts (transformers' ModelOutput) and the attributes of other objects
+    (transformers' Cache and its layers), to a depth; not a module's."""
+    out, seen, todo = [], set(), [(obj, 0)]
+    while todo:
+        x, d = todo.pop()
+        if id(x) in seen or d > depth:
+            continue
+        seen.add(id(x))
+        if isinstance(x, torch.Tensor):
+            out.append(x)
+        elif isinstance(x, (tuple, list)):
+            todo.extend((y, d + 1) for y in x)
+        elif isinstance(x, dict):
+            todo.extend((y, d + 1) for y in x.values())
+        elif hasattr(x, "__dict__") and not isinstance(x, (torch.nn.Module, type)):
+            todo.extend((y, d + 1) for y in vars(x).values())
+    return out
+
+
 def probe(trace, model, inputs, loss_fn, ignored):
     """Runs the forward and the loss once with autograd keeping nothing and
     sets each activation's held_until: the last op after which the model's
-    code (or the loss function's) still held it. Returns None, or a message
-    when the calls differ from the captured ones (then nothing is set)."""
+    code (or the loss function's) still held it, and trace.output_values:
+    the activations the model's output holds (what a caller that keeps the
+    output through the backward holds: planning's keep_output). Returns
+    None, or a message when the calls differ from the captured ones (then
+    nothing is set)."""
     p = _Probe(trace, ignored)
     with torch.autograd.graph.saved_tensors_hooks(lambda x: None, lambda x: x):
         with p:
-            loss = loss_fn(model(*inputs))
+            out = model(*inputs)
+            held = {p.owner.get(StorageWeakRef(t.untyped_storage()).cdata) for t in tensors_in(out)}
+            loss = loss_fn(out)
+            del out
     del loss
     if p.mismatch is None and p.i != len(trace.calls):
         p.mismatch = (p.i, trace.calls[p.i].name, None)
@@ -77,4 +104,5 @@ def probe(trace, model, inputs, loss_fn, ignored):
         return "call %d was %s when captured and %s when probed" % (i, want, got)
     for v, op in p.held.items():
         trace.values[v].held_until = op
+    trace.output_values = sorted(v for v in held if v is not None and trace.values[v].kind == "activation")
     return None

@@ -28,7 +28,7 @@ def _bytes_of(tensors: Iterable[Any]) -> int:
 
 def measure(model: torch.nn.Module, inputs: Inputs, loss_fn: LossFn, plan: Optional[Plan] = None,
             optimizer: Optional[torch.optim.Optimizer] = None, steps: int = 3, accumulate: int = 1,
-            set_to_none: bool = True) -> dict:
+            set_to_none: bool = True, keep_output: Optional[bool] = None) -> dict:
     """Runs `steps` training steps (under plan when given) and measures each:
     the peak bytes the process holds during forward and backward (on the
     CPU the heap counter, which must be preloaded: python -m remat.torch run
@@ -42,7 +42,9 @@ def measure(model: torch.nn.Module, inputs: Inputs, loss_fn: LossFn, plan: Optio
     `accumulate` forward and backward passes, then the optimizer's; it
     starts with zero_grad(set_to_none=set_to_none). Returns a dict with the
     per-step figures (the peak over the step's passes, the seconds of its
-    passes) and, with a plan, the prediction."""
+    passes) and, with a plan, the prediction. keep_output: the step keeps
+    the model's output through the backward (default: as the plan was made
+    for, plan.keep_output; else dropped once the loss is made)."""
     if not isinstance(inputs, (tuple, list)):
         inputs = (inputs,)
     device = device_of(model, inputs)
@@ -54,6 +56,7 @@ def measure(model: torch.nn.Module, inputs: Inputs, loss_fn: LossFn, plan: Optio
                          "python -m remat.torch run SCRIPT [ARGS] (or LD_PRELOAD=%s)" % (memtrack.path() or
                                                                                           "libremat-memtrack.so"))
     params = list(model.parameters())
+    keep = keep_output if keep_output is not None else plan is not None and plan.keep_output
     rows = []
     for _ in range(steps):
         if optimizer is not None:
@@ -76,8 +79,12 @@ def measure(model: torch.nn.Module, inputs: Inputs, loss_fn: LossFn, plan: Optio
             t0 = time.perf_counter()
             ctx = plan.apply(model) if plan is not None else contextlib.nullcontext()
             with ctx:
-                loss = loss_fn(model(*inputs))
+                out = model(*inputs)
+                loss = loss_fn(out)
+                if not keep:
+                    del out
                 loss.backward()
+                out = None
             sync()
             seconds += time.perf_counter() - t0
             peak = max(peak, state + c.peak() - live0)

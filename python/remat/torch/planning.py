@@ -78,6 +78,8 @@ class Plan:
         #: every parameter's gradient counted from the step's start (accumulate > 1, grads_held)
         self.grads_held = bool(request.get("grads_resident"))
         self.accumulate = int(request.get("accumulate", 1))
+        #: the caller keeps the model's output through the backward (plan_trace's keep_output)
+        self.keep_output = bool(request.get("keep_output"))
         #: how each op's transient bytes were measured (meters.py), and what that could not see (or None)
         self.transients = trace.transients
         self.unmeasured = trace.unmeasured
@@ -128,9 +130,9 @@ class Plan:
             return None
         if self._per_layer is None:
             per_op = self.trace.regions(cls)
-            req = {k: v for k, v in self.request.items() if k not in ("accumulate", "regions")}
-            req.update(strategy="manual", budget=0, recompute_once=True, timeline=False)
-            self._per_layer = plan_graph(self.trace.graph(self.cost_unit, per_op), req)
+            req = {k: v for k, v in self.request.items() if k not in ("accumulate", "regions", "keep_output")}
+            req.update(strategy="manual", budget=0, recompute_once=True, timeline=False, split=False)
+            self._per_layer = plan_graph(self.trace.graph(self.cost_unit, per_op, self.keep_output), req)
         pl = self._per_layer
         name = cls.__name__ if isinstance(cls, type) else ", ".join(c.__name__ for c in cls)
         mine = {"peak_bytes": self.peak_bytes, "extra_flops": self.extra_flops, "recomputed": len(self.recompute_ops)}
@@ -239,10 +241,10 @@ class Planner:
     def __init__(self, model: torch.nn.Module, budget: Budget, optimizer: OptimizerLike = None,
                  loss_fn: Optional[LossFn] = None, strategy: str = "auto", accumulate: int = 1,
                  grads_held: bool = False, transients: str = "auto", regions: Regions = "auto",
-                 nested: bool = False) -> None:
+                 nested: bool = False, keep_output: bool = False) -> None:
         self.model, self.budget, self.optimizer, self.loss_fn = model, parse_bytes(budget), optimizer, loss_fn
         self.strategy, self.accumulate, self.grads_held, self.transients = strategy, accumulate, grads_held, transients
-        self.regions, self.nested = regions, nested
+        self.regions, self.nested, self.keep_output = regions, nested, keep_output
         self.plans: dict = {}  # input signature -> Plan
         self.seconds = 0.0  # capturing and planning, all signatures
 
@@ -259,7 +261,8 @@ class Planner:
                 raise ValueError("Planner needs a loss function (loss_fn(output) -> scalar) to plan a new shape")
             t0 = time.perf_counter()
             p = plan(self.model, tuple(inputs), lf, self.budget, self.optimizer, self.strategy, self.accumulate,
-                     self.grads_held, self.transients, regions=self.regions, nested=self.nested)
+                     self.grads_held, self.transients, regions=self.regions, nested=self.nested,
+                     keep_output=self.keep_output)
             self.seconds += time.perf_counter() - t0
             if not p.feasible:
                 from .capture import describe
@@ -350,7 +353,7 @@ def _better(a: dict, b: dict) -> bool:
 
 def plan_trace(trace: Trace, budget: Budget = None, optimizer: OptimizerLike = None, strategy: str = "auto",
                margin: float = MARGIN, accumulate: int = 1, grads_held: bool = False, cost: str = "flops",
-               regions: Regions = "auto", nested: bool = False) -> Plan:
+               regions: Regions = "auto", nested: bool = False, keep_output: bool = False) -> Plan:
     """Plans a captured step (capture(...)) at a budget (bytes or "6GiB").
     accumulate=k: the loop runs k forward and backward passes per optimizer
     step (gradient accumulation), so every gradient is held from the first
@@ -372,7 +375,12 @@ def plan_trace(trace: Trace, budget: Budget = None, optimizer: OptimizerLike = N
     backward segment and recomputes it again for the next: nested.py),
     and the plan is the better of that and recompute_once's, so never
     worse; it needs PyTorch 2.15's node_creation_hook and a model without
-    FSDP2."""
+    FSDP2. keep_output: the training loop keeps the model's output through
+    the backward (outputs = model(**batch); outputs.loss.backward(): its
+    logits, a transformers cache), so the plan counts the activations it
+    holds from when they are made to the step's end; by default the
+    output is dropped once the loss is made (loss = loss_fn(model(x))),
+    and plan.apply() warns when a step kept it."""
     b = parse_bytes(budget)
     per_op, cls = _regions(trace, regions)
     if nested and (compat.node_creation_hook() is None or not any(o >= 0 for o in trace.pack_ops)):
@@ -390,7 +398,7 @@ def plan_trace(trace: Trace, budget: Budget = None, optimizer: OptimizerLike = N
            "recompute_once": not nested, "timeline": bool(nested), "split": bool(nested),
            "grads_resident": _grads_request(accumulate, grads_held) or trace.grads_in_buckets,
            "communication_bytes": (0 if trace.grads_in_buckets else int(trace.comm_bytes)) + int(trace.comm_transient)}
-    graph = trace.graph(cost, per_op)
+    graph = trace.graph(cost, per_op, keep_output)
     result = plan_graph(graph, req)
     if nested:
         # the planner's searches are greedy and bounded, so allowed more
@@ -403,6 +411,7 @@ def plan_trace(trace: Trace, budget: Budget = None, optimizer: OptimizerLike = N
     req["accumulate"] = accumulate
     req["regions"] = cls
     req["timeline"] = False
+    req["keep_output"] = keep_output
     result["budget"] = b
     if not result.get("feasible") and result.get("floor"):
         result["floor"] = budget_for(int(result["floor"]), margin)
@@ -411,7 +420,8 @@ def plan_trace(trace: Trace, budget: Budget = None, optimizer: OptimizerLike = N
 
 def plan(model: torch.nn.Module, inputs: Inputs, loss_fn: LossFn, budget: Budget = None,
          optimizer: OptimizerLike = None, strategy: str = "auto", accumulate: int = 1, grads_held: bool = False,
-         transients: str = "auto", cost: str = "flops", regions: Regions = "auto", nested: bool = False) -> Plan:
+         transients: str = "auto", cost: str = "flops", regions: Regions = "auto", nested: bool = False,
+         keep_output: bool = False) -> Plan:
     """Captures model's training step on inputs with loss_fn(output) -> scalar
     and plans it within budget (bytes, or a string such as "6GiB"; None: no
     limit). optimizer: a torch.optim.SGD/Adam/AdamW (or "sgd", "adamw"), whose
@@ -422,11 +432,13 @@ def plan(model: torch.nn.Module, inputs: Inputs, loss_fn: LossFn, budget: Budget
     transient bytes ("auto": the heap counter where it is preloaded or a
     CUDA device's statistics, else PyTorch's profiler; see meters.py).
     cost: "flops" or "seconds"; regions: the layers whose per-layer
-    checkpointing optimal is never worse than (plan_trace). A
+    checkpointing optimal is never worse than; nested, keep_output: see
+    plan_trace. A
     budget nothing fits gives a Plan with feasible False and .floor, the
     smallest budget that fits (see plan.result)."""
     return plan_trace(capture(model, inputs, loss_fn, transients=transients), budget, optimizer, strategy,
-                      accumulate=accumulate, grads_held=grads_held, cost=cost, regions=regions, nested=nested)
+                      accumulate=accumulate, grads_held=grads_held, cost=cost, regions=regions, nested=nested,
+                      keep_output=keep_output)
 
 
 def max_batch(make_inputs: Callable[[int], Inputs], model: torch.nn.Module, loss_fn: LossFn, budget: Budget,

@@ -94,6 +94,7 @@ class Trace:
         self.pack_values: list[int] = []   # per saved tensor: the value it is, or -1 (not an activation, FSDP's)
         self.pack_modules: list[int] = []  # per saved tensor: the innermost module call it was saved in, or -1
         self.pack_calls: list[int] = []    # per saved tensor: how many calls had run when it was saved
+        self.output_values: list[int] = []  # the activations the model's output holds (holds.py)
         self.source = ""
 
     @property
@@ -148,12 +149,14 @@ class Trace:
         outer = sorted(tied - inner, key=lambda k: k.__qualname__) or sorted(tied, key=lambda k: k.__qualname__)
         return outer[0]
 
-    def graph(self, cost: str = "flops", regions: Optional[list] = None) -> dict:
+    def graph(self, cost: str = "flops", regions: Optional[list] = None, keep_output: bool = False) -> dict:
         """The step as a remat graph file (docs/graph-format.md), a dict.
         cost: "flops" (PyTorch's formulas) or "seconds" (each op's time at
         capture, forward and backward; a recomputation costs its forward's
         time and the applier's dispatch of it, REPLAY_SECONDS). regions:
-        per op its checkpoint region (Trace.regions) or -1, or None."""
+        per op its checkpoint region (Trace.regions) or -1, or None.
+        keep_output: the caller keeps the model's output through the
+        backward (its activations are marked caller_holds)."""
         if cost not in ("flops", "seconds"):
             raise ValueError("cost is flops or seconds, not %r" % (cost,))
         values = []
@@ -164,8 +167,11 @@ class Trace:
             for v in o.saves:
                 if v not in o.outputs:
                     last[v] = max(last.get(v, -1), o.id)
+        kept = set(self.output_values) if keep_output else set()
         for v in self.values:
             d = {"id": v.id, "kind": v.kind, "bytes": int(v.bytes)}
+            if v.id in kept:
+                d["caller_holds"] = True
             if v.name:
                 d["name"] = v.name
             if v.overwritten >= 0:
