@@ -137,6 +137,17 @@ def _skip(func):
     return r
 
 
+_META_CACHE: dict = {}
+
+
+def _meta_only(func):
+    """Whether func reads only its inputs' metadata (capture's _META_ONLY), remembered per overload."""
+    r = _META_CACHE.get(func)
+    if r is None:
+        r = _META_CACHE[func] = compat.schema_name(func) in _META_ONLY
+    return r
+
+
 def _stateless(func, raw, writes):
     """The arguments (args, kwargs) of a replay of a stateful op, which must
     leave the state as the step's first run left it, and the leaves it
@@ -432,7 +443,7 @@ class Applier(TorchDispatchMode):
         leaves = _leaves((args, kwargs))
         if self.t.ops[c.op].random:  # the state it draws from, on its tensors' device
             rng = rng_state(next((a.device for a in leaves if isinstance(a, torch.Tensor)), torch.device("cpu")))
-        meta = compat.schema_name(func) in _META_ONLY
+        meta = _meta_only(func)
 
         def ref(a):
             if isinstance(a, torch.Generator):

@@ -139,13 +139,19 @@ def _family(name):
     return "pointwise"
 
 
+_WRITES: dict = {}  # overload -> its mutable arguments: ((position, name), ...)
+
+
 def _written_args(func, args, kwargs):
-    """The tensors an op writes (its schema's mutable arguments)."""
+    """The tensors an op writes (its schema's mutable arguments; the schema
+    read once per overload)."""
+    writes = _WRITES.get(func)
+    if writes is None:
+        writes = _WRITES[func] = tuple((i, a.name) for i, a in enumerate(compat.schema_arguments(func))
+                                       if a.alias_info is not None and a.alias_info.is_write)
     out = []
-    for i, a in enumerate(compat.schema_arguments(func)):
-        if a.alias_info is None or not a.alias_info.is_write:
-            continue
-        v = args[i] if i < len(args) else kwargs.get(a.name)
+    for i, name in writes:
+        v = args[i] if i < len(args) else kwargs.get(name)
         for t in tree_flatten(v)[0]:
             if isinstance(t, torch.Tensor):
                 out.append(t)
