@@ -14,6 +14,7 @@ import json
 import os
 import socket
 import sys
+import warnings
 
 import pytest
 import torch
@@ -101,7 +102,11 @@ def _worker(rank, world, port, out, kind):
         base, _, x, lf = _model(kind, rank)
         m = _sharded(base, kind)
         opt = torch.optim.AdamW(m.parameters(), lr=1e-3)
-        trace = rt.capture(m, (x,), lf)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            trace = rt.capture(m, (x,), lf)
+        probed = not any("second time" in str(w.message) for w in caught)
+        held = sum(1 for v in trace.graph()["values"] if "held_until" in v)
         top = rt.plan_trace(trace, None, opt, "all").peak_bytes
         floor = rt.plan_trace(trace, 1, opt).floor
         rows = []
@@ -127,7 +132,7 @@ def _worker(rank, world, port, out, kind):
                 row["measured"], row["steps"] = r["peak_bytes"], [s["peak_bytes"] for s in r["steps"]]
             rows.append(row)
         with open(os.path.join(out, "%s-rank%d.json" % (kind, rank)), "w") as f:
-            json.dump({"floor": floor, "store_all": top, "rows": rows}, f)
+            json.dump({"floor": floor, "store_all": top, "rows": rows, "probed": probed, "held": held}, f)
     finally:
         dist.destroy_process_group()
 
@@ -142,6 +147,8 @@ def test_fsdp2_per_rank_plans_bitwise_and_within_budget(tmp_path, kind):
     mp.spawn(_worker, args=(world, _free_port(), str(tmp_path), kind), nprocs=world, join=True)
     res = [json.load(open(tmp_path / ("%s-rank%d.json" % (kind, r)))) for r in range(world)]
     for r in res:
+        assert r["probed"], "capture's second forward (holds.py) ran other calls than the first"
+        assert r["held"] > 0, "no value is held past its last read: the probe saw nothing"
         assert r["floor"] < r["store_all"]
         for row in r["rows"]:
             assert row["feasible"] and row["plans_equal"], row

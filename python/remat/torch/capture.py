@@ -780,15 +780,14 @@ def _capture(model, inputs, loss_fn, warmup=True, transients="auto"):
             warnings.warn("parameter %s gets no gradient from this loss" % n, stacklevel=3)
     finally:
         _restore(model, point)
-    if not t.fsdp:  # FSDP2's hooks run calls of their own: its units' values are not probed
-        try:
-            with (model.no_sync() if ddp else contextlib.nullcontext()):
-                why = holds.probe(t, model, inputs, loss_fn, _ignored)
-        finally:
-            _restore(model, point)
-        if why is not None:
-            warnings.warn("the model's forward ran other calls the second time (%s): how long its code holds "
-                          "values is not known, and a plan's peak may exceed its prediction" % why, stacklevel=3)
+    try:
+        with (model.no_sync() if ddp else contextlib.nullcontext()):
+            why = holds.probe(t, model, inputs, loss_fn, _ignored, fsdp.bind(t.fsdp, model) if t.fsdp else ())
+    finally:
+        _restore(model, point)
+    if why is not None:
+        warnings.warn("the model's forward ran other calls the second time (%s): how long its code holds "
+                      "values is not known, and a plan's peak may exceed its prediction" % why, stacklevel=3)
     if ddp:
         _ddp_buckets(t, model)
         _agree_across_ranks(t, next(model.parameters()).device, getattr(model, "process_group", None))

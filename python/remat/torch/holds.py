@@ -12,8 +12,11 @@ after which its storage was seen alive becomes its ``held_until``
 (docs/graph-format.md): the planners keep it that long in the forward,
 whatever the plan.
 """
+import contextlib
+
 import torch
 
+from . import fsdp
 from .compat import StorageWeakRef, TorchDispatchMode, schema_name, tree_flatten
 
 
@@ -29,10 +32,22 @@ class _Probe(TorchDispatchMode):
         self.owner = {}       # storage id -> the value it holds now (a write in place makes a new one)
         self.held = {}        # value -> the last op after which its storage was alive
         self.mismatch = None  # (call index, expected, got) when the sequence differs from the capture's
+        self.suspended = False  # inside FSDP2's hooks
+        self.output = set()     # the values the model's output holds
+
+    # FSDP2 (fsdp.Hooks): FSDP's own calls in its hooks are not the step's
+    def fsdp_enter(self, unit, gathering):
+        self.suspended = True
+
+    def fsdp_gathered(self, unit, args, kwargs):
+        self.suspended = False
+
+    def fsdp_exit(self, unit):
+        self.suspended = False
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        if self.mismatch is not None or self.ignored(func):
+        if self.mismatch is not None or self.suspended or self.ignored(func):
             return out
         calls = self.t.calls
         if self.i >= len(calls) or calls[self.i].name != str(func):
@@ -81,22 +96,22 @@ def tensors_in(obj, depth=6):
     return out
 
 
-def probe(trace, model, inputs, loss_fn, ignored):
+def probe(trace, model, inputs, loss_fn, ignored, units=()):
     """Runs the forward and the loss once with autograd keeping nothing and
     sets each activation's held_until: the last op after which the model's
     code (or the loss function's) still held it, and trace.output_values:
     the activations the model's output holds (what a caller that keeps the
     output through the backward holds: planning's keep_output). Returns
     None, or a message when the calls differ from the captured ones (then
-    nothing is set)."""
+    nothing is set). units: an FSDP2 model's units (fsdp.bind), whose
+    hooks' calls are FSDP's; each reshards after its forward, as no
+    backward follows."""
     p = _Probe(trace, ignored)
-    with torch.autograd.graph.saved_tensors_hooks(lambda x: None, lambda x: x):
-        with p:
-            out = model(*inputs)
-            held = {p.owner.get(StorageWeakRef(t.untyped_storage()).cdata) for t in tensors_in(out)}
-            loss = loss_fn(out)
-            del out
-    del loss
+    with contextlib.ExitStack() as fsdp_hooks:
+        if units:
+            fsdp_hooks.enter_context(fsdp.Settings(units, [True] * len(units)))
+            fsdp_hooks.enter_context(fsdp.Hooks(units, p))
+        _forward(p, model, inputs, loss_fn)
     if p.mismatch is None and p.i != len(trace.calls):
         p.mismatch = (p.i, trace.calls[p.i].name, None)
     if p.mismatch is not None:
@@ -104,5 +119,17 @@ def probe(trace, model, inputs, loss_fn, ignored):
         return "call %d was %s when captured and %s when probed" % (i, want, got)
     for v, op in p.held.items():
         trace.values[v].held_until = op
-    trace.output_values = sorted(v for v in held if v is not None and trace.values[v].kind == "activation")
+    trace.output_values = sorted(v for v in p.output if v is not None and trace.values[v].kind == "activation")
     return None
+
+
+def _forward(p, model, inputs, loss_fn):
+    """The forward and the loss under probe p, autograd keeping nothing;
+    p.output: the values the model's output holds."""
+    with torch.autograd.graph.saved_tensors_hooks(lambda x: None, lambda x: x):
+        with p:
+            out = model(*inputs)
+            p.output = {p.owner.get(StorageWeakRef(t.untyped_storage()).cdata) for t in tensors_in(out)}
+            loss = loss_fn(out)
+            del out
+    del loss
