@@ -710,8 +710,9 @@ class Applied(contextlib.AbstractContextManager):
         """What the model's output holds when it returns (once per step): a
         caller that keeps it through the backward holds it above the plan."""
         seen = {}
+        given = {_skey(t) for t in tensors_in(args)}  # the batch: held by the caller in any case
         for t in tensors_in(out):
-            if not isinstance(t, torch.nn.Parameter) and t.untyped_storage().nbytes() > 0:
+            if not isinstance(t, torch.nn.Parameter) and t.untyped_storage().nbytes() > 0 and _skey(t) not in given:
                 ref = _weak(t)
                 seen.setdefault(ref.cdata, (ref, t.untyped_storage().nbytes()))
         self._outputs = list(seen.values())
