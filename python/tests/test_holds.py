@@ -4,7 +4,9 @@ returns, as transformers' cache keeps keys and values. Capture marks each
 of them held until the forward's end; store-all's prediction counts them
 (measured within 1% by the heap counter, where leaving the marks out
 predicts at least three of them less), and a plan under a budget keeps
-its measured peak within the budget."""
+its measured peak within the budget. The same model returning its cache,
+kept through the backward (keep_output, the warning), and a model whose
+forward changes from call to call (the probe's fallback)."""
 import copy
 import warnings
 
@@ -133,3 +135,27 @@ def test_an_output_kept_through_the_backward():
             r = rt.measure(copy.deepcopy(model), inputs, loss_fn, plan=plan)
         assert r["peak_bytes"] <= rt.budget_for(plan.peak_bytes) if plan is kept else r["peak_bytes"] <= plan.budget
         assert abs(r["peak_bytes"] - plan.peak_bytes) <= 0.01 * plan.peak_bytes, (r["peak_bytes"], plan.peak_bytes)
+
+
+class Alternating(nn.Module):
+    """A model whose forward runs other calls on every other call (a
+    counter in Python): capture's second forward differs from its first."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(WIDTH, WIDTH)
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        h = self.lin(x)
+        return torch.tanh(h) if self.calls % 2 else torch.sigmoid(h)
+
+
+def test_a_forward_that_changes_is_warned_of_and_planned_without_holds():
+    model = Alternating()
+    x = torch.randn(BATCH, WIDTH, generator=torch.Generator().manual_seed(1))
+    with pytest.warns(UserWarning, match="ran other calls the second time"):
+        trace = rt.capture(model, (x,), lambda out: out.square().mean())
+    assert not any("held_until" in v for v in trace.graph()["values"])
+    assert trace.output_values == []
