@@ -211,6 +211,13 @@ class Plan:
         if self.trace.comm_transient:
             lines.append("  a bucket's all-reduce: %d bytes while the backward runs (in communication)"
                          % self.trace.comm_transient)
+        held = self.trace.held_past_last_read()
+        if held:
+            lines.append("  the model's code holds %d values past their last read in the forward (a cache, locals): "
+                         "%d bytes, counted" % (len(held), sum(self.trace.values[v].bytes for v in held)))
+        if self.keep_output and self.trace.output_values:
+            lines.append("  the model's output kept to the step's end (keep_output): %d bytes" % sum(
+                self.trace.values[v].bytes for v in self.trace.output_values))
         if self.bound:
             lines.append("  no schedule of this step holds less than %d bytes (%.1f MiB): a lower bound"
                          % (self.bound, self.bound / 2 ** 20))

@@ -149,6 +149,21 @@ class Trace:
         outer = sorted(tied - inner, key=lambda k: k.__qualname__) or sorted(tied, key=lambda k: k.__qualname__)
         return outer[0]
 
+    def held_past_last_read(self) -> list:
+        """The activations the model's code held past their last read in
+        the forward (Value.held_until, holds.py), before any op overwrote
+        them in place."""
+        last = {}  # value -> the last op that reads it in the forward
+        for o in self.ops:
+            for v in o.inputs:
+                last[v] = o.id
+            for v in o.saves:
+                if v not in o.outputs:
+                    last[v] = max(last.get(v, -1), o.id)
+        return [v.id for v in self.values if v.kind == "activation"
+                and v.held_until > max(last.get(v.id, -1), v.producer)
+                and (v.overwritten < 0 or v.held_until < v.overwritten)]
+
     def graph(self, cost: str = "flops", regions: Optional[list] = None, keep_output: bool = False) -> dict:
         """The step as a remat graph file (docs/graph-format.md), a dict.
         cost: "flops" (PyTorch's formulas) or "seconds" (each op's time at
@@ -160,13 +175,7 @@ class Trace:
         if cost not in ("flops", "seconds"):
             raise ValueError("cost is flops or seconds, not %r" % (cost,))
         values = []
-        last = {}  # value -> the last op that reads it in the forward
-        for o in self.ops:
-            for v in o.inputs:
-                last[v] = o.id
-            for v in o.saves:
-                if v not in o.outputs:
-                    last[v] = max(last.get(v, -1), o.id)
+        held = set(self.held_past_last_read())
         kept = set(self.output_values) if keep_output else set()
         for v in self.values:
             d = {"id": v.id, "kind": v.kind, "bytes": int(v.bytes)}
@@ -176,8 +185,7 @@ class Trace:
                 d["name"] = v.name
             if v.overwritten >= 0:
                 d["overwritten_by"] = v.overwritten
-            if v.kind == "activation" and v.held_until > max(last.get(v.id, -1), v.producer) \
-                    and (v.overwritten < 0 or v.held_until < v.overwritten):
+            if v.id in held:
                 d["held_until"] = v.held_until
             if v.grad_bytes is not None:
                 d["grad_bytes"] = int(v.grad_bytes)
