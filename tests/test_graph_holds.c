@@ -16,6 +16,7 @@
  */
 #include "remat.h"
 #include "check.h"
+#include "plan_json.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -73,18 +74,6 @@ static double num(const cJSON *o, const char *k) {
 
 static int feasible(const cJSON *p) { return p && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(p, "feasible")); }
 
-/* The bytes held at the first forward row of op `op` in p's timeline, -1 none. */
-static double forward_row(const cJSON *p, int op) {
-    const cJSON *row;
-    cJSON_ArrayForEach(row, cJSON_GetObjectItemCaseSensitive(p, "timeline")) {
-        const cJSON *kind = cJSON_GetArrayItem(row, 0);
-        if (cJSON_IsString(kind) && strcmp(kind->valuestring, "forward") == 0 &&
-            (int)cJSON_GetArrayItem(row, 1)->valuedouble == op)
-            return cJSON_GetArrayItem(row, 3)->valuedouble;
-    }
-    return -1;
-}
-
 static void test_peak_one_value_higher(void) {
     char *held = chain(", \"held_until\": 2", "", ""), *free_ = chain("", "", "");
     static const char *requests[] = {
@@ -99,10 +88,11 @@ static void test_peak_one_value_higher(void) {
         if (p && q) {
             CHECK_MSG(num(p, "peak_bytes") - num(q, "peak_bytes") == MIB, "%s: held %.0f, not held %.0f", requests[i],
                       num(p, "peak_bytes"), num(q, "peak_bytes"));
-            CHECK_MSG(forward_row(p, 2) - forward_row(q, 2) == MIB, "%s: g's forward holds %.0f, not held %.0f",
-                      requests[i], forward_row(p, 2), forward_row(q, 2));
-            CHECK_MSG(forward_row(p, 3) == forward_row(q, 3), "%s: sum's forward holds %.0f, not held %.0f",
-                      requests[i], forward_row(p, 3), forward_row(q, 3));
+            CHECK_MSG(plan_forward_row(p, 2) - plan_forward_row(q, 2) == MIB,
+                      "%s: g's forward holds %.0f, not held %.0f", requests[i], plan_forward_row(p, 2),
+                      plan_forward_row(q, 2));
+            CHECK_MSG(plan_forward_row(p, 3) == plan_forward_row(q, 3), "%s: sum's forward holds %.0f, not held %.0f",
+                      requests[i], plan_forward_row(p, 3), plan_forward_row(q, 3));
         }
         cJSON_Delete(p), cJSON_Delete(q);
     }

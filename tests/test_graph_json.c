@@ -23,6 +23,7 @@
  */
 #include "remat.h"
 #include "check.h"
+#include "plan_json.h"
 
 #include <cjson/cJSON.h>
 #include <stdarg.h>
@@ -819,18 +820,6 @@ static void ids(const cJSON *arr, char *buf, size_t n) {
     }
 }
 
-/* The peak of the first forward row of op `op` in p's timeline, -1 none. */
-static double forward_peak(const cJSON *p, int op) {
-    const cJSON *row;
-    cJSON_ArrayForEach(row, cJSON_GetObjectItemCaseSensitive(p, "timeline")) {
-        const cJSON *kind = cJSON_GetArrayItem(row, 0);
-        if (cJSON_IsString(kind) && strcmp(kind->valuestring, "forward") == 0 &&
-            (int)cJSON_GetArrayItem(row, 1)->valuedouble == op)
-            return cJSON_GetArrayItem(row, 3)->valuedouble;
-    }
-    return -1;
-}
-
 static void test_inplace(void) {
     char *unmarked = replaced(inplace, ", \"overwritten_by\": 2", "");
     char got[64], want[64];
@@ -838,9 +827,9 @@ static void test_inplace(void) {
     cJSON *p = plan(inplace, "{\"timeline\": true}", NULL), *q = plan(unmarked, "{\"timeline\": true}", NULL);
     CHECK(p && q && feasible(p) && feasible(q));
     if (p && q) {
-        CHECK_MSG(forward_peak(p, 2) == 2064, "hardtanh_ holds %.0f, not 2064 (x, a given to b, c)",
-                  forward_peak(p, 2));
-        CHECK_MSG(forward_peak(q, 2) == 3088, "unmarked, hardtanh_ holds %.0f, not 3088", forward_peak(q, 2));
+        CHECK_MSG(plan_forward_row(p, 2) == 2064, "hardtanh_ holds %.0f, not 2064 (x, a given to b, c)",
+                  plan_forward_row(p, 2));
+        CHECK_MSG(plan_forward_row(q, 2) == 3088, "unmarked, hardtanh_ holds %.0f, not 3088", plan_forward_row(q, 2));
     }
     cJSON_Delete(p), cJSON_Delete(q);
     /* under a budget: a kept past hardtanh_ (a copy), as the out-of-place op would keep it */
@@ -855,7 +844,8 @@ static void test_inplace(void) {
         ids(cJSON_GetArrayItem(grp, 0), got, sizeof got);
         ids(cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(q, "recompute_groups"), 0), want, sizeof want);
         CHECK_MSG(strcmp(got, want) == 0, "recompute group %s, unmarked %s", got, want);
-        CHECK_MSG(forward_peak(p, 2) == 3088, "hardtanh_ holds %.0f, not 3088 (a kept beside b)", forward_peak(p, 2));
+        CHECK_MSG(plan_forward_row(p, 2) == 3088, "hardtanh_ holds %.0f, not 3088 (a kept beside b)",
+                  plan_forward_row(p, 2));
         CHECK(num(p, "peak_bytes") == num(q, "peak_bytes") && num(p, "peak_bytes") <= 4880);
     }
     cJSON_Delete(p), cJSON_Delete(q);
