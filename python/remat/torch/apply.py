@@ -38,7 +38,18 @@ import warnings
 import torch
 
 from . import compat, fsdp, nested, regions
-from .capture import _META_ONLY, CaptureError, _ignored, _same, _skey, _weak, _written_args, rng_state, set_rng_state
+from .capture import (
+    _META_ONLY,
+    CaptureError,
+    _ignored,
+    _same,
+    _skey,
+    _weak,
+    _written_args,
+    per_overload,
+    rng_state,
+    set_rng_state,
+)
 from .compat import TorchDispatchMode
 from .holds import tensors_in
 
@@ -126,26 +137,8 @@ def _leaves(x, out=None):
     return out
 
 
-_IGNORED_CACHE: dict = {}
-
-
-def _skip(func):
-    """capture._ignored, remembered per overload."""
-    r = _IGNORED_CACHE.get(func)
-    if r is None:
-        r = _IGNORED_CACHE[func] = _ignored(func)
-    return r
-
-
-_META_CACHE: dict = {}
-
-
-def _meta_only(func):
-    """Whether func reads only its inputs' metadata (capture's _META_ONLY), remembered per overload."""
-    r = _META_CACHE.get(func)
-    if r is None:
-        r = _META_CACHE[func] = compat.schema_name(func) in _META_ONLY
-    return r
+_skip = per_overload(_ignored)  # capture._ignored, per overload
+_meta_only = per_overload(lambda func: compat.schema_name(func) in _META_ONLY)  # reads only its inputs' metadata
 
 
 def _stateless(func, raw, writes):

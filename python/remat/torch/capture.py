@@ -139,18 +139,29 @@ def _family(name):
     return "pointwise"
 
 
-_WRITES: dict = {}  # overload -> its mutable arguments: ((position, name), ...)
+def per_overload(f):
+    """f(func), computed once per aten overload (its schema is read once)."""
+    cache: dict = {}
+
+    def memo(func):
+        r = cache.get(func)
+        if r is None:
+            r = cache[func] = f(func)
+        return r
+    return memo
+
+
+@per_overload
+def _writes(func):
+    """An overload's mutable arguments: ((position, name), ...)."""
+    return tuple((i, a.name) for i, a in enumerate(compat.schema_arguments(func))
+                 if a.alias_info is not None and a.alias_info.is_write)
 
 
 def _written_args(func, args, kwargs):
-    """The tensors an op writes (its schema's mutable arguments; the schema
-    read once per overload)."""
-    writes = _WRITES.get(func)
-    if writes is None:
-        writes = _WRITES[func] = tuple((i, a.name) for i, a in enumerate(compat.schema_arguments(func))
-                                       if a.alias_info is not None and a.alias_info.is_write)
+    """The tensors an op writes (its schema's mutable arguments)."""
     out = []
-    for i, name in writes:
+    for i, name in _writes(func):
         v = args[i] if i < len(args) else kwargs.get(name)
         for t in tree_flatten(v)[0]:
             if isinstance(t, torch.Tensor):

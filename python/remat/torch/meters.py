@@ -197,11 +197,14 @@ class BackwardMeter(TorchDispatchMode):
         self.segs = []  # (segment, op id) in the order the nodes ran
         self.t0 = 0.0   # when the running segment began
         self.seen = set()
-        self.last_reader = {}
+        self.last_reader = {}  # value -> its last reader in the forward
+        self.first_grad = {}   # value -> the op whose backward makes its gradient first (its last reader with a node)
         for o in trace.ops:
             o.transient_bwd = 0
             for v in o.inputs:
                 self.last_reader[v] = o.id
+                if o.has_node:
+                    self.first_grad[v] = o.id
 
     def resolve(self, peaks):
         """Each op's backward transient: the peak of each run of its node
@@ -213,16 +216,12 @@ class BackwardMeter(TorchDispatchMode):
         contribution is a tensor of its own, added into it and freed (a
         transient of that backward: GPT-2's pow makes three)."""
         vals = self.t.values
-        first = {}  # value -> the op whose backward makes its gradient first
-        for o in self.t.ops:
-            if o.has_node:
-                for v in o.inputs:
-                    first[v] = o.id
         for k, op in self.segs:
             if op < 0:
                 continue
             o = self.t.ops[op]
-            gin = sum(vals[v].gbytes for v in set(o.inputs) if vals[v].kind == "activation" and first.get(v) == o.id)
+            gin = sum(vals[v].gbytes for v in set(o.inputs) if vals[v].kind == "activation"
+                      and self.first_grad.get(v) == o.id)
             made = sum(vals[v].bytes for v in set(o.inputs) if vals[v].kind == "parameter"
                        and self.last_reader.get(v) == o.id)
             o.transient_bwd = max(o.transient_bwd, peaks.get(("b", k), 0) - gin - made)
