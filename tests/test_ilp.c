@@ -523,14 +523,17 @@ static double num(const cJSON *o, const char *key) {
 
 static int flag(const cJSON *o, const char *key) { return cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(o, key)); }
 
-/* The ILP optimum the fixture proves for a plan of values peak P: the
- * entry at limit P, else the smallest proven limit above (a lower bound of
- * C*(P), as the optimum never grows with the limit). NULL if none. */
-static const cJSON *ilp_at(const cJSON *fix, double peak) {
+/* What the fixture proves about C*(P), the ILP optimum for a plan of
+ * values peak P: a lower bound from each solve at a limit L >= P (the
+ * optimum never grows with the limit), its optimum where HiGHS proved it,
+ * else its dual bound. The entry with the largest, or NULL if none; its
+ * lower bound in *lb. A proven entry at limit P gives C*(P) itself. */
+static const cJSON *ilp_at(const cJSON *fix, double peak, double *lb) {
     const cJSON *best = NULL, *e;
     cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(fix, "ilp")) {
-        if (!flag(e, "optimal") || num(e, "limit") < peak) continue;
-        if (!best || num(e, "limit") < num(best, "limit")) best = e;
+        double b = flag(e, "optimal") ? num(e, "cost") : num(e, "bound");
+        if (num(e, "limit") < peak || b <= 0) continue;
+        if (!best || b > *lb) best = e, *lb = b;
     }
     return best;
 }
@@ -602,12 +605,23 @@ static void check_bound(const bench *b, const cJSON *fix, size_t bound, double m
            b->sp->name, bound, ilp, ilp / (double)bound, mine, mine / (double)bound);
 }
 
-/* Bounds on the gaps, per kind of graph: the figures of 2026-11-30 (the
- * afternoon's fixtures) with a little room (random: worst 17.90%, median
- * 0.00%, 59 of 66 plans at the optimum; traced: worst 6.63%*, median
- * 0.00%, 24 of 30; docs/planning.md says what is behind them), at the
- * budgets of fixtures exported then, each compared with the proven
- * optimum at its plan's own peak but one. Splitting (relax.c,
+/* Bounds on the gaps, per kind of graph: the figures of 2026-12-01 (the
+ * fixtures of the afternoon of 2026-11-30) with a little room (random:
+ * worst 17.90%, median 0.00%, 59 of 66 plans at the optimum; traced:
+ * worst 3.87%*, median 0.00%, 24 of 30; docs/planning.md says what is
+ * behind them), each compared with the proven optimum at its plan's own
+ * peak (every random plan, 26 of 30 traced ones; the others with the
+ * largest lower bound a solve at a limit at or above it proves). The
+ * exchange (optimal_exchange.c: a candidate's costliest recomputation
+ * given back, the mask tightened again to its
+ * peak, measured sunk) closed gpt2_1l's gaps (5.66% -> 0.01% at 128,563
+ * B, 3.81% -> 0.01% at 141,798 B: the ILP's plan keeps the MLP's first
+ * product and recomputes a dozen cheap values instead); llama_1l's
+ * floor, 6.63%* against the optimum at the next proven limit up, is 3.87%
+ * against HiGHS's dual bound at its own (3.58% above the best plan HiGHS
+ * found there, which recomputes some values three times). The figures
+ * before, at the same fixtures: random the same, traced worst 6.63%*.
+ * Splitting (relax.c,
  * remat__split_step: a value held across the peak made again for its
  * reads after it, which no level mask does) lowered the floors again
  * (resnet_tiny 60,904 -> 55,016 B, gpt2_1l 119,680 -> 115,328, llama_1l
@@ -653,7 +667,7 @@ static void check_bound(const bench *b, const cJSON *fix, size_t bound, double m
  * and the median 0.13%. */
 #define GAP_WORST_RANDOM 0.19
 #define GAP_MEDIAN_RANDOM 0.005
-#define GAP_WORST_TRACED 0.07
+#define GAP_WORST_TRACED 0.04
 #define GAP_MEDIAN_TRACED 0.0005
 #define AT_OPTIMUM_RANDOM 59
 #define AT_OPTIMUM_TRACED 24
@@ -669,9 +683,10 @@ static const struct {
     {"mlp_bn", 1e-9},      /* equal to the optimum at every budget (was 64.02%) */
     {"cnn_bn", 1e-9},      /* equal at every budget (0.33% untightened, 0.39% unpruned) */
     {"resnet_tiny", 0.03}, /* 2.46% at its floor, 55,016 B (10.56% at the floor before splitting, 60,904 B) */
-    {"gpt2_1l", 0.06},     /* 5.66% at 128,563 B, 3.81% at 141,798 B; at its floor 0.00% */
-    {"llama_1l", 0.07},    /* 6.63%* at its floor, 70,016 B (not proven there in 240 s: HiGHS's best plan there
-                              costs 2,722,182, remat's 2,819,750); 0.00% at 77,900 B */
+    {"gpt2_1l", 0.006},    /* 0.54%* at 168,268 B, 0.01% at 128,563 and 141,798 B (5.66% and 3.81% before the
+                              exchange); at its floor 0.00% */
+    {"llama_1l", 0.04},    /* 3.87%* at its floor, 70,016 B, against HiGHS's dual bound there (not proven in 240
+                              s: its best plan there costs 2,722,182, remat's 2,819,750); 0.00% at 77,900 B */
 };
 
 /* The gaps of one kind of graph (random, traced) and their bounds. */
@@ -712,7 +727,8 @@ static double check_row(const bench *b, const cJSON *fix, const cJSON *row, cons
     CHECK_MSG(bound <= r.peak, "%s: bound %zu B above remat's plan at %zu B", name, bound, r.peak);
     if (*least < 0 || (double)r.peak < *least) *least = (double)r.peak;
     double gap = -1;
-    const cJSON *opt = ilp_at(fix, (double)r.peak);
+    double best = 0;
+    const cJSON *opt = ilp_at(fix, (double)r.peak, &best);
     const cJSON *ex = exported_row(fix, budget, &r);
     /* remat's plan must be one the ILP could choose, charged no more than
      * P: then C*(P) <= C */
@@ -725,20 +741,19 @@ static double check_row(const bench *b, const cJSON *fix, const cJSON *row, cons
         CHECK_MSG(num(ex, "ilp_model_peak") == (double)r.eager,
                   "%s @%.0f: the ILP charges remat's plan %.0f B, remat's eager simulation %zu B", name, budget,
                   num(ex, "ilp_model_peak"), r.eager);
-    CHECK_MSG(opt != NULL, "%s @%.0f: no proven ILP optimum at a limit >= %zu B in %s", name, budget, r.peak, path);
+    CHECK_MSG(opt != NULL, "%s @%.0f: no ILP solve at a limit >= %zu B in %s", name, budget, r.peak, path);
     if (opt) {
-        double best = num(opt, "cost");
         gap = (r.cost - best) / best;
-        int exact = num(opt, "limit") == (double)r.peak;
+        int exact = num(opt, "limit") == (double)r.peak && flag(opt, "optimal");
         CHECK_MSG(r.cost >= best * (1 - 1e-9),
-                  "%s @%.0f: remat's plan costs %.17g, below the ILP optimum %.17g at %.0f B: the ILP or the "
+                  "%s @%.0f: remat's plan costs %.17g, below the ILP's lower bound %.17g at %.0f B: the ILP or the "
                   "simulator is wrong",
                   name, budget, r.cost, best, num(opt, "limit"));
         /* the ILP's plan placed as remat would: does it fit remat's budget? */
         size_t pk = 0, arena = 0;
         double c = 0;
         CHECK_OK(replay(b, cJSON_GetObjectItemCaseSensitive(opt, "plan"), &pk, &arena, &c));
-        int missed = gap > 1e-9 && arena <= (size_t)budget;
+        int missed = c < r.cost * (1 - 1e-9) && arena <= (size_t)budget;
         printf("%-11s %7.0f %7zu %7zu %9.0f %9.0f%s %6.2f%% %7zu%s  %s\n", name, budget, r.held, r.peak, r.cost, best,
                exact ? " " : "*", 100 * gap, arena, missed ? " <" : "  ", r.candidate);
         tally *t = &tallies[b->sp->traced != 0];
@@ -773,8 +788,9 @@ static void summarize(tally *t) {
     for (int i = 0; i < n; i++) equal += t->gaps[i] <= 1e-9;
     qsort(t->gaps, (size_t)n, sizeof t->gaps[0], by_value);
     double median = n ? t->gaps[n / 2] : 0;
-    printf("%s graphs: %d plans, %d compared at their own peak P (the others, *, with the optimum at the next "
-           "proven limit above P), %d at the optimum; %d where the ILP's plan fits remat's budget once placed (<); "
+    printf("%s graphs: %d plans, %d compared with the proven optimum at their own peak P (the others, *, with the "
+           "largest lower bound a solve at a limit >= P proves: an optimum, or HiGHS's dual bound), %d at the "
+           "optimum; %d where the ILP's plan is cheaper and fits remat's budget once placed (<); "
            "median gap %.2f%% (bound %.2f%%), worst %.2f%% (bound %.2f%%)\n",
            t->kind, t->rows, t->exact, equal, t->missed, 100 * median, 100 * t->bound_median, 100 * t->worst,
            100 * t->bound_worst);

@@ -60,7 +60,8 @@ struct cand {
      * made), these recomputations given back, steps of them in order, then
      * last; tightened (base NULL): the selective levels gi, j (or, where
      * mask is set, the nodes a relaxed schedule recomputes: gi, j are its
-     * source's) with these moves made (remat__tighten_apply; -1: neither) */
+     * source's) with these moves made (remat__tighten_apply; -1: neither;
+     * an exchange's, optimal_exchange.c: mask as it is, last -1) */
     const remat__schedule *base;
     const uint8_t *mask;
     const int *relax;
@@ -104,10 +105,19 @@ remat_status remat__optimal_retighten(const gen_ctx *x, size_t held_outside, can
                                       const relaxation *rel, int n_rel, relaxation **out, int *n_out);
 
 /* From each candidate on the frontier of what they hold and cost, the
+ * level mask of what it recomputes with one of its costliest
+ * recomputations given back and tightened again to its peak, where that
+ * costs less (optimal_exchange.c), as candidates (sunk); *masks (*n_masks
+ * of them): their masks, freed by the caller. */
+remat_status remat__optimal_exchange(const gen_ctx *x, size_t held_outside, cand **cands, int *nc, uint8_t ***masks,
+                                     int *n_masks);
+
+/* From each candidate on the frontier of what they hold and cost, the
  * schedules that make a value held across the peak again, step by step
  * (remat__split_step), as candidates; *paths (*n_paths of them): their
- * moves, freed by the caller. */
-remat_status remat__optimal_split(const gen_ctx *x, size_t held_outside, cand **cands, int *nc, int32_t ***paths,
-                                  int *n_paths);
+ * moves, freed by the caller. With exchanged, from the frontier's
+ * exchanged candidates only (the second splitting, after the exchange). */
+remat_status remat__optimal_split(const gen_ctx *x, size_t held_outside, int exchanged, cand **cands, int *nc,
+                                  int32_t ***paths, int *n_paths);
 
 #endif

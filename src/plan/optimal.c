@@ -65,10 +65,14 @@
  * frontier of what they hold and cost, the schedules that give back one
  * recomputation at a time up to the next one's peak (relaxed), each of
  * those tightened again (relaxed tightened), then the masks tightened by
- * a value and the kept inputs above it at a time; last, from each
+ * a value and the kept inputs above it at a time; then, from each
  * candidate on the frontier, the schedules that make a value held across
  * the peak again just before its next read (split: nested recomputation,
- * which no level mask expresses; not under recompute_once). On graphs
+ * which no level mask expresses; not under recompute_once); last, from
+ * each candidate on the frontier, its mask with one of its costliest
+ * recomputations given back and tightened again to its peak
+ * (optimal_exchange.c: exchanged), the exchanged candidates on the
+ * frontier split again. On graphs
  * of many nodes a
  * generator makes at most CAND_WORK / nodes schedules, spread the same
  * way. The fastest under the cost model that holds at most the budget
@@ -402,7 +406,8 @@ static remat_status make_base(const gen_ctx *x, const cand *k, remat__schedule *
         }
         return st;
     }
-    remat_status st = k->last >= 0 ? remat__optimal_tightened(x, k, sc) : generators[k->gi].make(x, k->j, k->count, sc);
+    remat_status st =
+        k->last >= 0 || k->mask ? remat__optimal_tightened(x, k, sc) : generators[k->gi].make(x, k->j, k->count, sc);
     double work = k->prune, sunk = 0; /* sink never stops for work: sunk counts what it took */
     if (st == REMAT_OK && spent) *spent += sc->n;
     if (st == REMAT_OK && k->sink) {
@@ -451,7 +456,7 @@ static remat_status place_cand(const gen_ctx *x, cand *k, const remat__plan_req 
     char name[128]; /* the candidate's name, cut to what the schedule has room for */
     snprintf(name, sizeof name, "%s %d/%d%s%s%s%s", generators[k->gi].name, k->j + 1, k->count, k->sink ? " sunk" : "",
              k->prune > 0 ? " pruned" : "",
-             k->last < 0 ? ""
+             k->last < 0 ? (k->mask ? " exchanged" : "")
              : k->base   ? " relaxed"
              : k->mask   ? " relaxed tightened"
                          : " tightened",
@@ -638,9 +643,13 @@ remat_status remat__optimal_plan(const remat__plan_req *r, remat__planned *out) 
      * tightening's: these only add candidates */
     if (st == REMAT_OK)
         st = remat__optimal_tighten(&x, r->held_outside, REMAT__TIGHTEN_DEPTH, &cands, &nc, tight, &n_tight);
-    int32_t **split = NULL;
-    int n_split = 0;
-    if (st == REMAT_OK) st = remat__optimal_split(&x, r->held_outside, &cands, &nc, &split, &n_split);
+    int32_t **split = NULL, **split2 = NULL;
+    int n_split = 0, n_split2 = 0;
+    if (st == REMAT_OK) st = remat__optimal_split(&x, r->held_outside, 0, &cands, &nc, &split, &n_split);
+    uint8_t **exchanged = NULL;
+    int n_exchanged = 0;
+    if (st == REMAT_OK) st = remat__optimal_exchange(&x, r->held_outside, &cands, &nc, &exchanged, &n_exchanged);
+    if (st == REMAT_OK) st = remat__optimal_split(&x, r->held_outside, 1, &cands, &nc, &split2, &n_split2);
     if (st == REMAT_OK) st = choose(&x, cands, nc, r, &win);
     int offloaded = 0; /* offload, with a host budget, where it costs less */
     if (st == REMAT_OK) st = remat__offload_plan(r, win >= 0 ? cands[win].cost : INFINITY, out, &offloaded);
@@ -655,7 +664,10 @@ remat_status remat__optimal_plan(const remat__plan_req *r, remat__planned *out) 
     for (int k = 0; k < n_retight; k++) free(retight[k].path), free(retight[k].mask);
     free(retight);
     for (int k = 0; k < n_split; k++) free(split[k]);
-    free(split);
+    for (int k = 0; k < n_split2; k++) free(split2[k]);
+    free(split), free(split2);
+    for (int k = 0; k < n_exchanged; k++) free(exchanged[k]);
+    free(exchanged);
     for (int k = 0; k < REMAT__N_CHAINS; k++) remat__chain_free(&c[k]);
     gen_free(&x);
     return st;

@@ -76,8 +76,9 @@ remat_status remat__optimal_tightened(const gen_ctx *x, const cand *k, remat__sc
     }
     int32_t *group = st == REMAT_OK ? malloc(((size_t)x->p->g->n + 1) * sizeof *group) : NULL;
     if (st == REMAT_OK && !group) st = remat__err(REMAT_NOMEM, "out of memory planning");
-    for (int s = 0; st == REMAT_OK && s <= k->steps; s++) /* the moves, replayed in order */
-        remat__tighten_apply(x->p->g, level, s < k->steps ? k->relax[s] : k->last, group);
+    for (int s = 0; st == REMAT_OK && s <= k->steps; s++) /* the moves, replayed in order (an exchange's: none) */
+        if (s < k->steps || k->last >= 0)
+            remat__tighten_apply(x->p->g, level, s < k->steps ? k->relax[s] : k->last, group);
     free(group);
     if (st == REMAT_OK) st = remat__schedule_build(x->p, x->loss, REMAT_NONE, 1, 1, level, sc);
     if (st == REMAT_OK) sc->origin = k->mask ? "tightened" : drop ? "drop-expensive" : "keep-expensive";
@@ -201,8 +202,8 @@ static remat_status tighten_from(const gen_ctx *x, relaxing *rx, relaxation *rel
     if (st == REMAT_OK && !group) st = remat__err(REMAT_NOMEM, "out of memory planning");
     for (int32_t move; st == REMAT_OK && rx->steps < g->n; rx->steps++) {
         double before = *work;
-        st = remat__tighten_step(x->p, x->loss, level, live, depth, group, peak, cost, &move, &peak, &cost, work, seen,
-                                 rx);
+        st = remat__tighten_step(x->p, x->loss, level, live, depth, 0, group, peak, cost, &move, &peak, &cost, work,
+                                 seen, rx);
         /* pruning: as much as the step's tries built, or an eighth of the work left */
         if (st == REMAT_OK) st = tightened_refined(x, rx, move, fmax(before - *work, *work / 8), work);
         if (st == REMAT_OK) remat__tighten_apply(g, level, move, group), rel->path[rx->steps] = move;
@@ -391,8 +392,8 @@ static remat_status split_from(const gen_ctx *x, size_t held_outside, const cand
     return st == REMAT_BUDGET || st == REMAT_UNSUPPORTED ? REMAT_OK : st; /* no move lowers the peak */
 }
 
-remat_status remat__optimal_split(const gen_ctx *x, size_t held_outside, cand **cands, int *nc, int32_t ***paths,
-                                  int *n_paths) {
+remat_status remat__optimal_split(const gen_ctx *x, size_t held_outside, int exchanged, cand **cands, int *nc,
+                                  int32_t ***paths, int *n_paths) {
     *paths = NULL, *n_paths = 0;
     if (x->p->recompute_once || x->p->no_split) return REMAT_OK; /* it recomputes a node twice */
     qsort(*cands, (size_t)*nc, sizeof **cands, remat__optimal_by_lb);
@@ -402,8 +403,9 @@ remat_status remat__optimal_split(const gen_ctx *x, size_t held_outside, cand **
         return remat__err(REMAT_NOMEM, "out of memory planning");
     }
     double least = INFINITY, work = SPLIT_WORK;
-    for (int k = 0; k < n0; k++)
-        if (on_frontier(&(*cands)[k], &least)) front[nf++] = k;
+    for (int k = 0; k < n0; k++) /* with exchanged, only the exchange's (optimal_exchange.c) */
+        if (on_frontier(&(*cands)[k], &least) && (!exchanged || ((*cands)[k].mask && (*cands)[k].last < 0)))
+            front[nf++] = k;
     remat_status st = REMAT_OK;
     int cap = *nc;
     for (int f = 0; f < nf && st == REMAT_OK && work > 0; f++) {

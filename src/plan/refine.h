@@ -85,6 +85,15 @@ remat_status remat__relax_step(const remat__prog *p, const remat__schedule *sc, 
  * until both go. */
 #define REMAT__TIGHTEN_DEPTH 4
 
+/* The schedule of the levels level (remat__schedule_build), sunk with
+ * sink: its values peak in *pk, its cost in *c and, where live is not
+ * NULL, the nodes live at the peak (remat__values_peak_live); the
+ * instructions built are taken from *work. REMAT_UNSUPPORTED where it
+ * cannot run (remat__runnable under p->recompute_once) or reads a value
+ * overwritten in place. */
+remat_status remat__level_peak(const remat__prog *p, remat_node loss, const uint8_t *level, int sink, size_t *pk,
+                               double *c, uint8_t *live, double *work);
+
 /* Drops move's nodes from level (set to REMAT__LEVEL_NONE), which lists
  * them in group (room for p->g->n); returns how many. Replayed on the same
  * levels in the same order, moves drop the same nodes. */
@@ -99,11 +108,13 @@ int remat__tighten_apply(const remat_graph *g, uint8_t *level, int32_t move, int
  * the nodes live marks are tried (NULL: every kept one;
  * remat__values_peak_live's are those that can lower the peak), up to
  * depth, and a deeper move only where it drops more nodes than the one
- * before (group: room for p->g->n nodes, the moves' scratch). level is
- * left as it was. REMAT_BUDGET where none lowers the peak or *work ran
- * out first (relax.c). */
+ * before (group: room for p->g->n nodes, the moves' scratch). With sink,
+ * each move's schedule is measured with its recomputations sunk
+ * (remat__sink), as the exchange's candidates are made. level is left as
+ * it was. REMAT_BUDGET where none lowers the peak or *work ran out first
+ * (relax.c). */
 remat_status remat__tighten_step(const remat__prog *p, remat_node loss, uint8_t *level, const uint8_t *live, int depth,
-                                 int32_t *group, size_t peak, double cost, int32_t *move, size_t *out_peak,
+                                 int sink, int32_t *group, size_t peak, double cost, int32_t *move, size_t *out_peak,
                                  double *out_cost, double *work, remat__relax_seen seen, void *ctx);
 
 /* One splitting step from sc (its cost given): of the moves that make a

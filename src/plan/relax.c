@@ -86,25 +86,37 @@ static int32_t move_size(const remat_graph *g, uint8_t *level, int32_t move, int
     return n;
 }
 
-/* The schedule of level with move applied: its values peak and cost;
- * REMAT_UNSUPPORTED where it cannot run or reads a value overwritten in
- * place. level is left as it was. */
-static remat_status try_move(const remat__prog *p, remat_node loss, uint8_t *level, int32_t move, int32_t *group,
-                             size_t *pk, double *c, double *work) {
-    remat__schedule t;
-    int32_t n = remat__tighten_apply(p->g, level, move, group);
+remat_status remat__level_peak(const remat__prog *p, remat_node loss, const uint8_t *level, int sink, size_t *pk,
+                               double *c, uint8_t *live, double *work) {
+    remat__schedule t, u;
     remat_status st = remat__schedule_build(p, loss, REMAT_NONE, 1, 1, level, &t);
-    for (int32_t i = 0; i < n; i++) level[group[i]] = 0;
     if (st != REMAT_OK) return st;
     *work -= t.n;
-    st = remat__runnable(p, &t, p->recompute_once) ? remat__values_peak(p, &t, pk) : REMAT_UNSUPPORTED;
+    if (sink) {
+        st = remat__sink(p, &t, &u, work);
+        remat__schedule_free(&t);
+        if (st != REMAT_OK) return st;
+        t = u;
+    }
+    st = remat__runnable(p, &t, p->recompute_once) ? remat__values_peak_live(p, &t, pk, live) : REMAT_UNSUPPORTED;
     if (st == REMAT_OK) *c = remat__schedule_cost(p, &t);
     remat__schedule_free(&t);
     return st;
 }
 
+/* The schedule of level with move applied (sunk, with sink): its values
+ * peak and cost; REMAT_UNSUPPORTED where it cannot run or reads a value
+ * overwritten in place. level is left as it was. */
+static remat_status try_move(const remat__prog *p, remat_node loss, uint8_t *level, int32_t move, int sink,
+                             int32_t *group, size_t *pk, double *c, double *work) {
+    int32_t n = remat__tighten_apply(p->g, level, move, group);
+    remat_status st = remat__level_peak(p, loss, level, sink, pk, c, NULL, work);
+    for (int32_t i = 0; i < n; i++) level[group[i]] = 0;
+    return st;
+}
+
 remat_status remat__tighten_step(const remat__prog *p, remat_node loss, uint8_t *level, const uint8_t *live, int depth,
-                                 int32_t *group, size_t peak, double cost, int32_t *move, size_t *out_peak,
+                                 int sink, int32_t *group, size_t peak, double cost, int32_t *move, size_t *out_peak,
                                  double *out_cost, double *work, remat__relax_seen seen, void *ctx) {
     const remat_graph *g = p->g;
     int found = 0;
@@ -117,7 +129,7 @@ remat_status remat__tighten_step(const remat__prog *p, remat_node loss, uint8_t 
             size_t pk = 0;
             double c = 0;
             if ((n = move_size(g, level, m, group)) == before) break; /* no more inputs to drop: the same move */
-            st = try_move(p, loss, level, m, group, &pk, &c, work);
+            st = try_move(p, loss, level, m, sink, group, &pk, &c, work);
             if (st == REMAT_UNSUPPORTED) { /* it cannot run, or would read a value overwritten in place */
                 st = REMAT_OK;
                 continue;
