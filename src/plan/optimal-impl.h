@@ -88,6 +88,9 @@ typedef struct {
 int remat__optimal_by_cost(const void *a, const void *b);
 int remat__optimal_by_lb(const void *a, const void *b);
 
+/* Appends k to *cands (*nc of them, room for *cap, doubled when full). */
+remat_status remat__optimal_append(cand **cands, int *nc, int *cap, cand k);
+
 /* A tightened candidate's schedule, unrefined (optimal_relax.c). */
 remat_status remat__optimal_tightened(const gen_ctx *x, const cand *k, remat__schedule *sc);
 /* The keep-expensive and drop-expensive levels tightened step by step

@@ -57,18 +57,12 @@ static remat_status add(exchange *e, cand k, const uint8_t *level) {
         if (!more) return remat__err(REMAT_NOMEM, "out of memory planning");
         *e->masks = more;
     }
-    if (*e->nc == e->cap) {
-        cand *more = realloc(*e->cands, 2 * (size_t)e->cap * sizeof *more);
-        if (!more) return remat__err(REMAT_NOMEM, "out of memory planning");
-        *e->cands = more, e->cap *= 2;
-    }
     uint8_t *m = malloc(n);
     if (!m) return remat__err(REMAT_NOMEM, "out of memory planning");
     memcpy(m, level, n);
     (*e->masks)[(*e->n_masks)++] = m;
     k.mask = m;
-    (*e->cands)[(*e->nc)++] = k;
-    return REMAT_OK;
+    return remat__optimal_append(e->cands, e->nc, &e->cap, k);
 }
 
 /* A state of an exchange (e->level, its peak and cost) as a candidate from

@@ -99,8 +99,7 @@ typedef struct {
     size_t next, held_outside;
 } relaxing;
 
-/* Appends k to *cands (*nc of them, room for *cap). */
-static remat_status append(cand **cands, int *nc, int *cap, cand k) {
+remat_status remat__optimal_append(cand **cands, int *nc, int *cap, cand k) {
     if (*nc == *cap) {
         cand *more = realloc(*cands, 2 * (size_t)*cap * sizeof *more);
         if (!more) return remat__err(REMAT_NOMEM, "out of memory planning");
@@ -110,7 +109,7 @@ static remat_status append(cand **cands, int *nc, int *cap, cand k) {
     return REMAT_OK;
 }
 
-static remat_status add(relaxing *r, cand k) { return append(r->cands, r->nc, &r->cap, k); }
+static remat_status add(relaxing *r, cand k) { return remat__optimal_append(r->cands, r->nc, &r->cap, k); }
 
 static remat_status seen(void *ctx, int drop, size_t peak, double cost) {
     relaxing *r = ctx;
@@ -385,7 +384,7 @@ static remat_status split_from(const gen_ctx *x, size_t held_outside, const cand
         memcpy(&(*path)[3 * steps++], m, sizeof m);
         cand k = *src;
         k.splits = steps, k.cost = cost, k.lb = pk + held_outside, k.held = 0;
-        st = append(cands, nc, cap, k);
+        st = remat__optimal_append(cands, nc, cap, k);
     }
     for (int i = first; i < *nc; i++) (*cands)[i].split = *path; /* where it is now */
     remat__schedule_free(&cur);
