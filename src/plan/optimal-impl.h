@@ -4,6 +4,7 @@
 #define REMAT_OPTIMAL_IMPL_H
 
 #include "chain_set.h"
+#include "peak_memo.h"
 
 /* The keep-expensive (keep_cheap 0) and drop-expensive (1) candidates
  * (levels.c's remat__selective_levels), N_SELECTIVE of each. */
@@ -39,8 +40,9 @@ struct gen_ctx {
     int64_t dfloor, dtop; /* the step DAG's floor and total */
     int32_t *marks;       /* remat_checkpoint marks at level 0, creation order */
     int n_marks;
-    int regions;          /* a traced step with checkpoint regions: manual is their one schedule */
-    int gi_keep, gi_drop; /* the keep-expensive and drop-expensive generators */
+    int regions;            /* a traced step with checkpoint regions: manual is their one schedule */
+    int gi_keep, gi_drop;   /* the keep-expensive and drop-expensive generators */
+    remat__peak_memo *memo; /* the peaks measured in this planning (peak_memo.h) */
     /* candidate k's schedule, sunk and pruned where it is a sunk or pruned
      * one (optimal.c's, for optimal_relax.c); the instructions that took
      * are added to *spent (or NULL) */

@@ -419,7 +419,7 @@ static remat_status make_base(const gen_ctx *x, const cand *k, remat__schedule *
         if (spent) *spent -= sunk;
     }
     if (st != REMAT_OK || k->prune <= 0) return st;
-    st = remat__prune(x->p, sc, &work);
+    st = remat__prune(x->p, sc, &work, x->memo);
     if (spent) *spent += k->prune - work;
     if (st != REMAT_OK) remat__schedule_free(sc);
     return st;
@@ -489,6 +489,8 @@ static remat_status gen_init(const remat__prog *p, remat_node loss, const remat_
     for (int32_t u = 0; st == REMAT_OK && u < g->n; u++)
         if (g->nodes[u].checkpoint == 1) x->marks[x->n_marks++] = u;
     x->regions = remat__has_regions(g);
+    if (st == REMAT_OK && !(x->memo = calloc(1, sizeof *x->memo)))
+        st = remat__err(REMAT_NOMEM, "out of memory planning");
     if (st != REMAT_OK) remat__train_dag_free(dag), x->dag = NULL;
     return st;
 }
@@ -497,20 +499,23 @@ static void gen_free(gen_ctx *x) {
     for (int k = 0; k < REMAT__N_CHAINS; k++)
         remat__chain_tab_free((remat__chain_tab *)x->ch[k].tab), free(x->ch[k].chain_at);
     free(x->marks);
+    if (x->memo) remat__peak_memo_free(x->memo);
+    free(x->memo);
     remat__train_dag_free((remat__train_dag *)x->dag);
 }
 
 /* Prunes *sc while *work lasts and offers it as candidate k pruned (its
  * cost and lower bound measured again): always, or only where pruning made
  * it cheaper than k. */
-static remat_status offer_pruned(const remat__prog *p, remat__schedule *sc, cand k, int always, size_t held_outside,
+static remat_status offer_pruned(const gen_ctx *x, remat__schedule *sc, cand k, int always, size_t held_outside,
                                  double *work, cand *cands, int *nc) {
+    const remat__prog *p = x->p;
     double allowed = *work > 0 ? *work : 0; /* what make_cand allows the same pruning */
-    remat_status st = allowed > 0 && remat__nth_recompute(sc, 0) >= 0 ? remat__prune(p, sc, work) : REMAT_OK;
+    remat_status st = allowed > 0 && remat__nth_recompute(sc, 0) >= 0 ? remat__prune(p, sc, work, x->memo) : REMAT_OK;
     double cost = st == REMAT_OK && allowed > *work ? remat__schedule_cost(p, sc) : k.cost;
     size_t pk = 0;
     if (st != REMAT_OK || (!always && cost >= k.cost)) return st;
-    st = remat__values_peak(p, sc, &pk);
+    st = remat__values_peak_memo(p, sc, &pk, x->memo);
     if (st == REMAT_OK) k.cost = cost, k.lb = pk + held_outside, k.prune = allowed, cands[(*nc)++] = k;
     return st;
 }
@@ -542,7 +547,7 @@ static remat_status measure_all(const gen_ctx *x, size_t held_outside, cand **ou
             int once =
                 p->recompute_once || (chain && x->ch[chain_of(x, lo, lo ? x->n_ch : x->n_main, j, count, &i)].once);
             if (remat__runnable(p, &sc, once)) {
-                st = remat__values_peak(p, &sc, &pk);
+                st = remat__values_peak_memo(p, &sc, &pk, x->memo);
                 double cost = remat__schedule_cost(p, &sc);
                 cand k = {.gi = (int)gi, .j = j, .count = count, .cost = cost, .lb = pk + held_outside, .last = -1};
                 if (st == REMAT_OK) cands[(*nc)++] = k;
@@ -550,12 +555,13 @@ static remat_status measure_all(const gen_ctx *x, size_t held_outside, cand **ou
                 remat__schedule sunk = {0};
                 int sinks = st == REMAT_OK && work > 0 && remat__nth_recompute(&sc, 0) >= 0 && !remat__offloads(&sc);
                 if (sinks) st = remat__sink(p, &sc, &sunk, &work);
-                if (st == REMAT_OK) st = offer_pruned(p, &sc, k, 0, held_outside, &work, cands, nc);
+                if (st == REMAT_OK) st = offer_pruned(x, &sc, k, 0, held_outside, &work, cands, nc);
                 if (st == REMAT_UNSUPPORTED) st = REMAT_OK; /* reads a value overwritten in place: not a candidate */
                 size_t spk = 0;
-                remat_status ss = sinks && st == REMAT_OK ? remat__values_peak(p, &sunk, &spk) : REMAT_UNSUPPORTED;
+                remat_status ss =
+                    sinks && st == REMAT_OK ? remat__values_peak_memo(p, &sunk, &spk, x->memo) : REMAT_UNSUPPORTED;
                 if (ss == REMAT_OK && spk + held_outside < k.lb) /* it lowers the peak: a candidate */
-                    k.sink = 1, ss = offer_pruned(p, &sunk, k, 1, held_outside, &work, cands, nc);
+                    k.sink = 1, ss = offer_pruned(x, &sunk, k, 1, held_outside, &work, cands, nc);
                 if (ss != REMAT_OK && ss != REMAT_UNSUPPORTED) st = ss;
                 remat__schedule_free(&sunk);
             }

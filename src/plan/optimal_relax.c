@@ -139,8 +139,8 @@ static remat_status tightened_refined(const gen_ctx *x, relaxing *r, int32_t mov
     size_t pk = 0;
     double left = *work < allow ? *work : allow;
     k.sink = 1, k.prune = left > 0 ? left : 0;
-    if (st == REMAT_OK && k.prune > 0) st = remat__prune(x->p, &t, &left), *work -= k.prune - left;
-    if (st == REMAT_OK) st = remat__values_peak(x->p, &t, &pk);
+    if (st == REMAT_OK && k.prune > 0) st = remat__prune(x->p, &t, &left, x->memo), *work -= k.prune - left;
+    if (st == REMAT_OK) st = remat__values_peak_memo(x->p, &t, &pk, x->memo);
     k.cost = remat__schedule_cost(x->p, &t), k.lb = pk + r->held_outside;
     remat__schedule_free(&t);
     return st == REMAT_OK ? add(r, k) : st == REMAT_UNSUPPORTED ? REMAT_OK : st;

@@ -149,6 +149,7 @@ remat_status remat__prog_set_precision(remat__prog *p, remat_precision precision
             return remat__err(REMAT_INTERNAL, "op '%s' has no rule under precision bf16", remat__ops[n->op]->name);
         p->dt[u] = (uint8_t)rule_dtype(p, u);
     }
+    remat__prog_size_values(p);
     for (int32_t u = 0; u < g->n; u++) native_kernels(p, u);
     for (int32_t u = 0; u < g->n; u++)
         for (int b = 0; b < 2; b++) {

@@ -58,6 +58,15 @@ remat_status remat__values_peak_live(const remat__prog *p, const remat__schedule
     return st;
 }
 
+remat_status remat__values_peak_memo(const remat__prog *p, const remat__schedule *sc, size_t *peak,
+                                     remat__peak_memo *memo) {
+    remat__skey key = memo ? remat__schedule_key(sc) : (remat__skey){0};
+    if (memo && remat__peak_memo_get(memo, key, peak)) return REMAT_OK;
+    remat_status st = remat__values_peak_live(p, sc, peak, NULL);
+    if (st == REMAT_OK) remat__peak_memo_put(memo, key, *peak);
+    return st;
+}
+
 int32_t remat__read_of(const remat_graph *g, const remat__instr *b, int j) {
     if (b->kind != REMAT__I_FWD && b->kind != REMAT__I_BWD) return -1;
     const remat__node *n = &g->nodes[b->node];
@@ -326,10 +335,10 @@ int remat__offloads(const remat__schedule *sc) {
 /* Prunes *sc in place (the comment at PRUNE_PASSES), trying while *work
  * (instructions built) lasts; the work used is taken from *work. A
  * schedule that offloads is left as it is. */
-remat_status remat__prune(const remat__prog *p, remat__schedule *sc, double *work) {
+remat_status remat__prune(const remat__prog *p, remat__schedule *sc, double *work, remat__peak_memo *memo) {
     if (remat__offloads(sc)) return REMAT_OK;
     size_t peak = 0;
-    remat_status st = remat__values_peak(p, sc, &peak);
+    remat_status st = remat__values_peak_memo(p, sc, &peak, memo);
     if (st == REMAT_UNSUPPORTED) return REMAT_OK; /* not a candidate anyway */
     for (int pass = 0, dropped = 1; pass < PRUNE_PASSES && dropped && st == REMAT_OK; pass++) {
         dropped = 0;
@@ -337,7 +346,7 @@ remat_status remat__prune(const remat__prog *p, remat__schedule *sc, double *wor
             remat__schedule t;
             size_t pk = 0;
             st = remat__without(p, sc, i, &t);
-            if (st == REMAT_OK) st = remat__values_peak(p, &t, &pk);
+            if (st == REMAT_OK) st = remat__values_peak_memo(p, &t, &pk, memo);
             *work -= t.n;
             if (st == REMAT_OK && pk <= peak) { /* dropped: the next one is the q-th now */
                 remat__schedule_free(sc);

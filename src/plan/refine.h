@@ -3,6 +3,7 @@
 #ifndef REMAT_REFINE_H
 #define REMAT_REFINE_H
 
+#include "peak_memo.h"
 #include "schedule.h"
 
 /* The peak bytes of sc's values (its memory plan, unplaced): its arena is
@@ -16,6 +17,11 @@ remat_status remat__values_peak(const remat__prog *p, const remat__schedule *sc,
  * (a value not live there, dropped, is held for less of the forward and
  * recomputed later, which takes nothing from what is live there). */
 remat_status remat__values_peak_live(const remat__prog *p, const remat__schedule *sc, size_t *peak, uint8_t *live);
+
+/* remat__values_peak, found in memo where it was measured before (memo
+ * NULL: measured). */
+remat_status remat__values_peak_memo(const remat__prog *p, const remat__schedule *sc, size_t *peak,
+                                     remat__peak_memo *memo);
 
 /* The node whose output or aux is instruction b's j-th read (j from 0 to
  * its node's input count), or -1 where there is none: its inputs (every
@@ -44,8 +50,9 @@ int remat__offloads(const remat__schedule *sc);
 
 /* Prunes *sc in place: its recomputations that free nothing at its peak
  * dropped, while *work (instructions built) lasts; the work used is taken
- * from *work. A schedule that offloads is left as it is. */
-remat_status remat__prune(const remat__prog *p, remat__schedule *sc, double *work);
+ * from *work. A schedule that offloads is left as it is. Peaks measured
+ * before are found in memo (or NULL). */
+remat_status remat__prune(const remat__prog *p, remat__schedule *sc, double *work, remat__peak_memo *memo);
 
 /* sc with each recomputation moved as late as it can go, in *out (the
  * caller frees it); the work used is taken from *work. */

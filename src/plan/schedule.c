@@ -15,7 +15,8 @@ remat_status remat__prog_init(remat__prog *p, const remat_graph *g, int nth, rem
     p->needs_grad = calloc((size_t)g->n + 1, 1);
     p->ws = calloc(2 * (size_t)g->n + 1, sizeof *p->ws);
     p->node_cost = calloc(3 * (size_t)g->n + 1, sizeof *p->node_cost);
-    if (!p->needs_grad || !p->ws || !p->node_cost) {
+    p->vbytes = calloc(3 * (size_t)g->n + 1, sizeof *p->vbytes);
+    if (!p->needs_grad || !p->ws || !p->node_cost || !p->vbytes) {
         remat__prog_free(p);
         return remat__err(REMAT_NOMEM, "out of memory analysing the graph");
     }
@@ -37,6 +38,7 @@ remat_status remat__prog_init(remat__prog *p, const remat_graph *g, int nth, rem
                               remat_device_str(device));
         }
     }
+    remat__prog_size_values(p);
     remat__prog_set_cost(p, NULL);
     /* Creation order is topological: one forward sweep suffices. */
     for (int v = 0; v < g->n; v++) {
@@ -58,6 +60,8 @@ void remat__prog_free(remat__prog *p) {
     free(p->needs_grad);
     free(p->ws);
     free(p->node_cost);
+    free(p->vbytes);
+    p->vbytes = NULL;
     p->needs_grad = NULL;
     p->ws = NULL;
     p->node_cost = NULL;
@@ -92,7 +96,9 @@ int remat__cut_points(const remat_graph *g, const uint8_t *needed, int32_t *out,
     return k;
 }
 
-size_t remat__value_bytes(const remat__prog *p, int32_t v) {
+/* The bytes of value v, from the graph (remat__value_bytes reads them
+ * from p->vbytes). */
+static size_t value_bytes(const remat__prog *p, int32_t v) {
     const remat_graph *g = p->g;
     const remat__node *n = &g->nodes[REMAT__VAL_NODE(v)];
     switch (REMAT__VAL_KIND(v)) {
@@ -106,6 +112,10 @@ size_t remat__value_bytes(const remat__prog *p, int32_t v) {
     }
     }
     return 0;
+}
+
+void remat__prog_size_values(remat__prog *p) {
+    for (int32_t v = 0; v < 3 * p->g->n; v++) p->vbytes[v] = value_bytes(p, v);
 }
 
 int remat__bwd_writes(const remat__prog *p, const remat__node *n, int i) {

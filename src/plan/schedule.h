@@ -72,6 +72,9 @@ typedef struct {
     uint8_t *needs_grad; /* per node: depends on a trainable parameter */
     size_t *ws;          /* (2 n) workspace bytes of node u's forward
                           * (2u) and backward (2u + 1) kernels */
+    size_t *vbytes;      /* (3 n) each value's bytes (remat__value_bytes),
+                          * set by remat__prog_init and again by
+                          * remat__prog_set_precision */
     double *node_cost;   /* (3 n) the cost of node u's forward (3u), its
                           * backward (3u + 1) and a recomputation of its
                           * forward (3u + 2): remat__prog_set_cost */
@@ -166,8 +169,12 @@ void remat__mark_needed(const remat_graph *g, remat_node root, uint8_t *needed, 
  * scratch of g->n entries. */
 int remat__cut_points(const remat_graph *g, const uint8_t *needed, int32_t *out, int32_t *reach);
 
-/* Bytes of a value (its storage dtype's, remat__val_dtype). */
-size_t remat__value_bytes(const remat__prog *p, int32_t v);
+/* Bytes of a value (its storage dtype's, remat__val_dtype): the table
+ * remat__prog_init makes, which every walk over a schedule reads. */
+static inline size_t remat__value_bytes(const remat__prog *p, int32_t v) { return p->vbytes[v]; }
+
+/* Fills p->vbytes from the graph and p's storage dtypes (schedule.c). */
+void remat__prog_size_values(remat__prog *p);
 
 /* Does BWD(node) write the gradient of its input i (as a value, or into a
  * parameter's gradient)? */
