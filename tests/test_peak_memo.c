@@ -8,7 +8,8 @@
  * with any one field of any one instruction (kind, category, aux
  * category, first, node, value) and with its loss, fetch and mode. The
  * table keeps 20,000 keys through its growth, each with its own peak, and
- * misses keys it was not given.
+ * misses keys it was not given. A level mask measured through the memo
+ * (remat__level_peak) gives the peak, cost and work it gives without it.
  */
 #include "check.h"
 
@@ -97,6 +98,38 @@ static void keys(const remat__prog *p, remat_node loss) {
     remat__schedule_free(&sc);
 }
 
+/* Level masks: remat__level_peak with the memo measures what it measures
+ * without it (peak, cost, the work taken), sunk or not; a mask's key
+ * changes with any one level and with sink. */
+static void levels(const remat__prog *p, remat_node loss) {
+    const remat_graph *g = p->g;
+    remat__peak_memo memo = {0};
+    uint8_t *level = malloc((size_t)g->n + 1);
+    int agree = 0, tried = 0, keyed = 0;
+    for (int t = 0; t < 20 && level; t++) {
+        for (int32_t u = 0; u < g->n; u++) level[u] = next() % 3 == 0 ? REMAT__LEVEL_NONE : 0;
+        int sink = t % 2;
+        size_t pk0 = 0, pk1 = 0, pk2 = 0;
+        double c0 = 0, c1 = 0, c2 = 0, w0 = 1e9, w1 = 1e9, w2 = 1e9;
+        remat_status s0 = remat__level_peak(p, loss, level, sink, &pk0, &c0, NULL, &w0, NULL);
+        remat_status s1 = remat__level_peak(p, loss, level, sink, &pk1, &c1, NULL, &w1, &memo); /* measured */
+        remat_status s2 = remat__level_peak(p, loss, level, sink, &pk2, &c2, NULL, &w2, &memo); /* found */
+        tried++;
+        agree += s0 == s1 && s1 == s2 && pk0 == pk1 && pk1 == pk2 && c0 == c1 && c1 == c2 && w0 == w1 && w1 == w2;
+        remat__skey k = remat__level_key(level, g->n, sink, loss);
+        int32_t u = (int32_t)(next() % (uint64_t)g->n);
+        level[u] ^= 1;
+        keyed += !same(remat__level_key(level, g->n, sink, loss), k) &&
+                 !same(remat__level_key(level, g->n, !sink, loss), remat__level_key(level, g->n, sink, loss));
+    }
+    CHECK_MSG(agree == tried && keyed == tried && memo.hits >= tried / 2,
+              "%d of %d masks measured alike with the memo, %d keys changed, %ld found", agree, tried, keyed,
+              memo.hits);
+    printf("levels: %d of %d masks measure alike with and without the memo (%ld found)\n", agree, tried, memo.hits);
+    free(level);
+    remat__peak_memo_free(&memo);
+}
+
 /* The table through its growth. */
 static void table(void) {
     enum { N = 20000 };
@@ -104,19 +137,19 @@ static void table(void) {
     remat__skey *k = malloc(N * sizeof *k);
     if (!k) return;
     for (int i = 0; i < N; i++) k[i] = (remat__skey){next() | 1, next()};
-    for (int i = 0; i < N; i++) remat__peak_memo_put(&memo, k[i], (size_t)i * 7);
+    for (int i = 0; i < N; i++) remat__peak_memo_put(&memo, k[i], (remat__measured){(size_t)i * 7, i, -i});
     int found = 0, missed = 0;
     for (int i = 0; i < N; i++) {
-        size_t pk = 0;
-        found += remat__peak_memo_get(&memo, k[i], &pk) && pk == (size_t)i * 7;
+        remat__measured v;
+        found += remat__peak_memo_get(&memo, k[i], &v) && v.peak == (size_t)i * 7 && v.cost == i && v.work == -i;
         remat__skey other = {k[i].a, k[i].b ^ 1}; /* the same slot, another key */
-        missed += !remat__peak_memo_get(&memo, other, &pk);
+        missed += !remat__peak_memo_get(&memo, other, &v);
     }
     CHECK_MSG(found == N && missed == N && memo.n == N && memo.cap >= 2 * (size_t)N,
               "%d of %d found, %d missed, %zu kept in %zu slots", found, N, missed, memo.n, memo.cap);
-    size_t pk = 0;
-    CHECK(!remat__peak_memo_get(NULL, k[0], &pk));
-    remat__peak_memo_put(NULL, k[0], 1); /* no memo: nothing kept, nothing fails */
+    remat__measured v;
+    CHECK(!remat__peak_memo_get(NULL, k[0], &v));
+    remat__peak_memo_put(NULL, k[0], (remat__measured){1, 1, 1}); /* no memo: nothing kept, nothing fails */
     printf("table: %d keys kept in %zu slots, each found with its peak; %d others missed\n", found, memo.cap, missed);
     free(k);
     remat__peak_memo_free(&memo);
@@ -135,6 +168,7 @@ int main(void) {
     CHECK_OK(remat__prog_init(&p, g, 1, REMAT_DEVICE_CPU, NULL));
     peaks(&p, m.loss);
     keys(&p, m.loss);
+    levels(&p, m.loss);
     table();
     remat__prog_free(&p);
     remat_graph_destroy(g);

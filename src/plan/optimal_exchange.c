@@ -85,10 +85,11 @@ static remat_status tighten_to(exchange *e, const cand *src, size_t target, doub
     while (st == REMAT_OK && *peak > target && *cost < limit && e->work > 0) {
         int32_t move;
         st = remat__tighten_step(p, e->x->loss, e->level, e->live, REMAT__TIGHTEN_DEPTH, 1, e->group, *peak, *cost,
-                                 &move, peak, cost, &e->work, NULL, NULL);
+                                 &move, peak, cost, &e->work, NULL, NULL, e->x->memo);
         if (st != REMAT_OK) break;
         remat__tighten_apply(p->g, e->level, move, e->group);
-        st = remat__level_peak(p, e->x->loss, e->level, 1, peak, cost, e->live, &e->work); /* live: the new peak's */
+        st = remat__level_peak(p, e->x->loss, e->level, 1, peak, cost, e->live, &e->work,
+                               e->x->memo); /* live: the new peak's */
         if (st == REMAT_OK) st = offer(e, src, *peak, *cost, limit);
     }
     if (st == REMAT_UNSUPPORTED) st = REMAT_BUDGET;
@@ -135,7 +136,7 @@ static remat_status exchange_from(exchange *e, const cand *src) {
         double cost = 0;
         memcpy(e->level, mask, n);
         e->level[keep[k]] = 0;
-        st = remat__level_peak(p, e->x->loss, e->level, 1, &peak, &cost, e->live, &e->work);
+        st = remat__level_peak(p, e->x->loss, e->level, 1, &peak, &cost, e->live, &e->work, e->x->memo);
         if (st == REMAT_OK) st = tighten_to(e, src, target, best, &peak, &cost);
         if (st == REMAT_OK) best = cost;                                  /* the next exchange must do better */
         if (st == REMAT_BUDGET || st == REMAT_UNSUPPORTED) st = REMAT_OK; /* no exchange from this one */

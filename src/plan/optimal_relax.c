@@ -202,7 +202,7 @@ static remat_status tighten_from(const gen_ctx *x, relaxing *rx, relaxation *rel
     for (int32_t move; st == REMAT_OK && rx->steps < g->n; rx->steps++) {
         double before = *work;
         st = remat__tighten_step(x->p, x->loss, level, live, depth, 0, group, peak, cost, &move, &peak, &cost, work,
-                                 seen, rx);
+                                 seen, rx, x->memo);
         /* pruning: as much as the step's tries built, or an eighth of the work left */
         if (st == REMAT_OK) st = tightened_refined(x, rx, move, fmax(before - *work, *work / 8), work);
         if (st == REMAT_OK) remat__tighten_apply(g, level, move, group), rel->path[rx->steps] = move;

@@ -7,7 +7,7 @@ _Static_assert(REMAT_MEM_COUNT <= 16, "a category takes 4 bits of a schedule key
 
 void remat__peak_memo_free(remat__peak_memo *m) {
     free(m->key);
-    free(m->peak);
+    free(m->val);
     *m = (remat__peak_memo){0};
 }
 
@@ -39,6 +39,26 @@ remat__skey remat__schedule_key(const remat__schedule *sc) {
     return s;
 }
 
+remat__skey remat__level_key(const uint8_t *level, int32_t n, int sink, remat_node loss) {
+    const uint64_t ka = 0x94d049bb133111ebull, kb = 0xd6e8feb86659fd93ull;
+    uint64_t head = (uint64_t)(uint32_t)n | (uint64_t)(uint32_t)loss << 32;
+    remat__skey s = {mix(mix(0xa4093822299f31d0ull, head, ka), (uint64_t)(sink != 0), ka),
+                     mix(mix(0x082efa98ec4e6c89ull, (uint64_t)(sink != 0), kb), head, kb)};
+    int32_t u = 0;
+    for (; u + 8 <= n; u += 8) { /* eight levels a word */
+        uint64_t w = 0;
+        for (int k = 0; k < 8; k++) w |= (uint64_t)level[u + k] << 8 * k;
+        s.a = mix(s.a, w, ka);
+        s.b = mix(s.b, w, kb);
+    }
+    uint64_t w = 0;
+    for (int k = 0; u + k < n; k++) w |= (uint64_t)level[u + k] << 8 * k;
+    s.a = mix(s.a, w, ka);
+    s.b = mix(s.b, w, kb);
+    if (!s.a && !s.b) s.a = 1;
+    return s;
+}
+
 /* The slot of key: its own, or the empty one where it would go. */
 static size_t slot(const remat__peak_memo *m, remat__skey key) {
     size_t i = (size_t)key.a & (m->cap - 1);
@@ -46,13 +66,13 @@ static size_t slot(const remat__peak_memo *m, remat__skey key) {
     return i;
 }
 
-int remat__peak_memo_get(remat__peak_memo *m, remat__skey key, size_t *peak) {
+int remat__peak_memo_get(remat__peak_memo *m, remat__skey key, remat__measured *out) {
     if (!m) return 0;
     m->asks++;
     if (!m->cap) return 0;
     size_t i = slot(m, key);
     if (!m->key[i].a && !m->key[i].b) return 0;
-    *peak = m->peak[i];
+    *out = m->val[i];
     m->hits++;
     return 1;
 }
@@ -61,25 +81,25 @@ int remat__peak_memo_get(remat__peak_memo *m, remat__skey key, size_t *peak) {
  * memory (the table as it was). */
 static int grow(remat__peak_memo *m) {
     size_t cap = m->cap ? 2 * m->cap : 1024;
-    remat__peak_memo g = {.key = calloc(cap, sizeof *g.key), .peak = malloc(cap * sizeof *g.peak), .cap = cap};
-    if (!g.key || !g.peak) {
-        free(g.key), free(g.peak);
+    remat__peak_memo g = {.key = calloc(cap, sizeof *g.key), .val = malloc(cap * sizeof *g.val), .cap = cap};
+    if (!g.key || !g.val) {
+        free(g.key), free(g.val);
         return 0;
     }
     for (size_t i = 0; i < m->cap; i++)
         if (m->key[i].a || m->key[i].b) {
             size_t j = slot(&g, m->key[i]);
-            g.key[j] = m->key[i], g.peak[j] = m->peak[i], g.n++;
+            g.key[j] = m->key[i], g.val[j] = m->val[i], g.n++;
         }
     g.hits = m->hits, g.asks = m->asks;
-    free(m->key), free(m->peak);
+    free(m->key), free(m->val);
     *m = g;
     return 1;
 }
 
-void remat__peak_memo_put(remat__peak_memo *m, remat__skey key, size_t peak) {
+void remat__peak_memo_put(remat__peak_memo *m, remat__skey key, remat__measured v) {
     if (!m || (2 * (m->n + 1) > m->cap && !grow(m))) return;
     size_t i = slot(m, key);
     if (!m->key[i].a && !m->key[i].b) m->n++;
-    m->key[i] = key, m->peak[i] = peak;
+    m->key[i] = key, m->val[i] = v;
 }

@@ -61,9 +61,10 @@ remat_status remat__values_peak_live(const remat__prog *p, const remat__schedule
 remat_status remat__values_peak_memo(const remat__prog *p, const remat__schedule *sc, size_t *peak,
                                      remat__peak_memo *memo) {
     remat__skey key = memo ? remat__schedule_key(sc) : (remat__skey){0};
-    if (memo && remat__peak_memo_get(memo, key, peak)) return REMAT_OK;
+    remat__measured seen;
+    if (memo && remat__peak_memo_get(memo, key, &seen)) return *peak = seen.peak, REMAT_OK;
     remat_status st = remat__values_peak_live(p, sc, peak, NULL);
-    if (st == REMAT_OK) remat__peak_memo_put(memo, key, *peak);
+    if (st == REMAT_OK) remat__peak_memo_put(memo, key, (remat__measured){.peak = *peak});
     return st;
 }
 

@@ -97,9 +97,11 @@ remat_status remat__relax_step(const remat__prog *p, const remat__schedule *sc, 
  * NULL, the nodes live at the peak (remat__values_peak_live); the
  * instructions built are taken from *work. REMAT_UNSUPPORTED where it
  * cannot run (remat__runnable under p->recompute_once) or reads a value
- * overwritten in place. */
+ * overwritten in place. Where live is NULL, a mask measured before is
+ * found in memo (or NULL), its work taken from *work as when it was
+ * built. */
 remat_status remat__level_peak(const remat__prog *p, remat_node loss, const uint8_t *level, int sink, size_t *pk,
-                               double *c, uint8_t *live, double *work);
+                               double *c, uint8_t *live, double *work, remat__peak_memo *memo);
 
 /* Drops move's nodes from level (set to REMAT__LEVEL_NONE), which lists
  * them in group (room for p->g->n); returns how many. Replayed on the same
@@ -117,12 +119,13 @@ int remat__tighten_apply(const remat_graph *g, uint8_t *level, int32_t move, int
  * depth, and a deeper move only where it drops more nodes than the one
  * before (group: room for p->g->n nodes, the moves' scratch). With sink,
  * each move's schedule is measured with its recomputations sunk
- * (remat__sink), as the exchange's candidates are made. level is left as
- * it was. REMAT_BUDGET where none lowers the peak or *work ran out first
- * (relax.c). */
+ * (remat__sink), as the exchange's candidates are made; masks measured
+ * before are found in memo (or NULL). level is left as it was. REMAT_BUDGET where none lowers the peak or *work ran out
+ * first (relax.c). */
 remat_status remat__tighten_step(const remat__prog *p, remat_node loss, uint8_t *level, const uint8_t *live, int depth,
                                  int sink, int32_t *group, size_t peak, double cost, int32_t *move, size_t *out_peak,
-                                 double *out_cost, double *work, remat__relax_seen seen, void *ctx);
+                                 double *out_cost, double *work, remat__relax_seen seen, void *ctx,
+                                 remat__peak_memo *memo);
 
 /* One splitting step from sc (its cost given): of the moves that make a
  * value held across the peak again before its first read after it (with

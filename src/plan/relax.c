@@ -86,8 +86,9 @@ static int32_t move_size(const remat_graph *g, uint8_t *level, int32_t move, int
     return n;
 }
 
-remat_status remat__level_peak(const remat__prog *p, remat_node loss, const uint8_t *level, int sink, size_t *pk,
-                               double *c, uint8_t *live, double *work) {
+/* remat__level_peak's measure, without the memo. */
+static remat_status level_schedule_peak(const remat__prog *p, remat_node loss, const uint8_t *level, int sink,
+                                        size_t *pk, double *c, uint8_t *live, double *work) {
     remat__schedule t, u;
     remat_status st = remat__schedule_build(p, loss, REMAT_NONE, 1, 1, level, &t);
     if (st != REMAT_OK) return st;
@@ -104,20 +105,35 @@ remat_status remat__level_peak(const remat__prog *p, remat_node loss, const uint
     return st;
 }
 
+remat_status remat__level_peak(const remat__prog *p, remat_node loss, const uint8_t *level, int sink, size_t *pk,
+                               double *c, uint8_t *live, double *work, remat__peak_memo *memo) {
+    remat__skey key = memo ? remat__level_key(level, p->g->n, sink, loss) : (remat__skey){0};
+    remat__measured seen;
+    if (memo && !live && remat__peak_memo_get(memo, key, &seen)) {
+        *pk = seen.peak, *c = seen.cost, *work -= seen.work;
+        return REMAT_OK;
+    }
+    double before = *work;
+    remat_status st = level_schedule_peak(p, loss, level, sink, pk, c, live, work);
+    if (st == REMAT_OK) remat__peak_memo_put(memo, key, (remat__measured){*pk, *c, before - *work});
+    return st;
+}
+
 /* The schedule of level with move applied (sunk, with sink): its values
  * peak and cost; REMAT_UNSUPPORTED where it cannot run or reads a value
  * overwritten in place. level is left as it was. */
 static remat_status try_move(const remat__prog *p, remat_node loss, uint8_t *level, int32_t move, int sink,
-                             int32_t *group, size_t *pk, double *c, double *work) {
+                             int32_t *group, size_t *pk, double *c, double *work, remat__peak_memo *memo) {
     int32_t n = remat__tighten_apply(p->g, level, move, group);
-    remat_status st = remat__level_peak(p, loss, level, sink, pk, c, NULL, work);
+    remat_status st = remat__level_peak(p, loss, level, sink, pk, c, NULL, work, memo);
     for (int32_t i = 0; i < n; i++) level[group[i]] = 0;
     return st;
 }
 
 remat_status remat__tighten_step(const remat__prog *p, remat_node loss, uint8_t *level, const uint8_t *live, int depth,
                                  int sink, int32_t *group, size_t peak, double cost, int32_t *move, size_t *out_peak,
-                                 double *out_cost, double *work, remat__relax_seen seen, void *ctx) {
+                                 double *out_cost, double *work, remat__relax_seen seen, void *ctx,
+                                 remat__peak_memo *memo) {
     const remat_graph *g = p->g;
     int found = 0;
     remat_status st = REMAT_OK;
@@ -129,7 +145,7 @@ remat_status remat__tighten_step(const remat__prog *p, remat_node loss, uint8_t 
             size_t pk = 0;
             double c = 0;
             if ((n = move_size(g, level, m, group)) == before) break; /* no more inputs to drop: the same move */
-            st = try_move(p, loss, level, m, sink, group, &pk, &c, work);
+            st = try_move(p, loss, level, m, sink, group, &pk, &c, work, memo);
             if (st == REMAT_UNSUPPORTED) { /* it cannot run, or would read a value overwritten in place */
                 st = REMAT_OK;
                 continue;
