@@ -170,19 +170,6 @@ static void keep_frontier(cand *cands, int *nc) {
 /* Tightening (relax.c) builds at most this many instructions per planning. */
 #define TIGHTEN_WORK 4e6
 
-/* The peak of level's schedule, with live set to the nodes whose output is
- * live there (remat__values_peak_live); its cost in *cost. */
-static remat_status level_peak(const gen_ctx *x, const uint8_t *level, size_t *peak, double *cost, uint8_t *live,
-                               double *work) {
-    remat__schedule sc = {0};
-    remat_status st = remat__schedule_build(x->p, x->loss, REMAT_NONE, 1, 1, level, &sc);
-    if (st == REMAT_OK) st = remat__values_peak_live(x->p, &sc, peak, live);
-    if (st == REMAT_OK) *cost = remat__schedule_cost(x->p, &sc);
-    *work -= sc.n;
-    remat__schedule_free(&sc);
-    return st;
-}
-
 /* Tightens level (the caller's) step by step (relax.c), as rx's
  * candidates: every drop a step tries that lowers the peak, and each
  * step's schedule sunk and pruned; rel: where its steps go. */
@@ -193,8 +180,8 @@ static remat_status tighten_from(const gen_ctx *x, relaxing *rx, relaxation *rel
     double cost = 0;
     rx->rel = rel;
     uint8_t *live = malloc((size_t)g->n + 1); /* what the current schedule holds at its peak */
-    remat_status st =
-        live ? level_peak(x, level, &peak, &cost, live, work) : remat__err(REMAT_NOMEM, "out of memory planning");
+    remat_status st = live ? remat__level_peak(x->p, x->loss, level, 0, &peak, &cost, live, work, x->memo)
+                           : remat__err(REMAT_NOMEM, "out of memory planning");
     if (st == REMAT_OK && !(rel->path = malloc(((size_t)g->n + 1) * sizeof(int))))
         st = remat__err(REMAT_NOMEM, "out of memory planning");
     int32_t *group = malloc(((size_t)g->n + 1) * sizeof *group);
@@ -206,7 +193,8 @@ static remat_status tighten_from(const gen_ctx *x, relaxing *rx, relaxation *rel
         /* pruning: as much as the step's tries built, or an eighth of the work left */
         if (st == REMAT_OK) st = tightened_refined(x, rx, move, fmax(before - *work, *work / 8), work);
         if (st == REMAT_OK) remat__tighten_apply(g, level, move, group), rel->path[rx->steps] = move;
-        if (st == REMAT_OK) st = level_peak(x, level, &peak, &cost, live, work); /* the step's schedule: live */
+        if (st == REMAT_OK) /* the step's schedule: live */
+            st = remat__level_peak(x->p, x->loss, level, 0, &peak, &cost, live, work, x->memo);
     }
     free(group);
     free(live);
