@@ -65,6 +65,7 @@ static int32_t take(walker *w, int32_t ins, int32_t value, remat_mem cat, size_t
                             .t1 = -1,
                             .cat = (uint8_t)cat,
                             .fill = (uint8_t)fill};
+    if (cat != REMAT_MEM_HOST && (m->live += (int64_t)bytes) > m->peak) m->peak = m->live, m->peak_tick = m->ticks;
     m->tick[m->ticks++] = e;
     if (value >= 0) (cat == REMAT_MEM_HOST ? w->hlive : w->live)[value] = e;
     return e;
@@ -76,6 +77,8 @@ static void give(walker *w, int32_t ins, int32_t e) {
     remat__memplan *m = w->m;
     m->ev[e].ins1 = ins;
     m->ev[e].t1 = m->ticks;
+    if (m->ev[e].cat != REMAT_MEM_HOST && (m->live -= (int64_t)m->ev[e].bytes) > m->peak)
+        m->peak = m->live, m->peak_tick = m->ticks;
     m->tick[m->ticks++] = ~e;
     int32_t *live = m->ev[e].cat == REMAT_MEM_HOST ? w->hlive : w->live;
     if (m->ev[e].value >= 0) live[m->ev[e].value] = -1;
@@ -309,6 +312,7 @@ static void walk_copy(walker *w, const remat__prog *p, int32_t i, const remat__i
 remat_status remat__memplan_build(const remat__prog *p, const remat__schedule *s, remat__memplan *out) {
     const remat_graph *g = p->g;
     memset(out, 0, sizeof *out);
+    out->peak = -1, out->peak_tick = -1;
     walker w = {.m = out};
     out->per_tensor = g->traced != NULL;
     out->n_ins = s->n;
@@ -368,17 +372,8 @@ void remat__memplan_peaks(const remat__memplan *m, const remat_mem_stats *start,
 }
 
 int32_t remat__memplan_peak_tick(const remat__memplan *m, int64_t *peak) {
-    int64_t live = 0, best = -1;
-    int32_t at = -1;
-    for (int32_t t = 0; t < m->ticks; t++) {
-        int32_t e = m->tick[t];
-        const remat__mev *x = &m->ev[e >= 0 ? e : ~e];
-        if (x->cat == REMAT_MEM_HOST) continue;
-        live += e >= 0 ? (int64_t)x->bytes : -(int64_t)x->bytes;
-        if (live > best) best = live, at = t;
-    }
-    *peak = best > 0 ? best : 0;
-    return at;
+    *peak = m->peak > 0 ? m->peak : 0;
+    return m->peak_tick;
 }
 
 /* ------------------------------------------------------------- placement */

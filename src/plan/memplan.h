@@ -53,6 +53,10 @@ typedef struct {
     int32_t n;
     int32_t ticks;      /* 2 n */
     int32_t *tick;      /* (ticks) event of each tick, ~event for a give-back */
+    int64_t live;       /* the device's bytes taken and not given back, as
+                           the walk goes (host events apart) */
+    int64_t peak;       /* the most of live, -1 before any event */
+    int32_t peak_tick;  /* the first tick that reached it, -1 none */
     uint32_t *din;      /* (n_ins) per instruction: the inputs whose gradients
                        a backward writes (bit j: input j), each into its
                        gradient value's event, or, for a parameter outside a
