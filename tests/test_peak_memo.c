@@ -9,7 +9,9 @@
  * category, first, node, value) and with its loss, fetch and mode. The
  * table keeps 20,000 keys through its growth, each with its own peak, and
  * misses keys it was not given. A level mask measured through the memo
- * (remat__level_peak) gives the peak, cost and work it gives without it.
+ * (remat__level_peak) gives the peak, cost and work it gives without it,
+ * and a pruning through it (remat__prune) keeps the schedule and takes
+ * the work it does without it.
  */
 #include "check.h"
 
@@ -130,6 +132,45 @@ static void levels(const remat__prog *p, remat_node loss) {
     remat__peak_memo_free(&memo);
 }
 
+static int same_schedule(const remat__schedule *a, const remat__schedule *b) {
+    if (a->n != b->n) return 0;
+    for (int i = 0; i < a->n; i++)
+        if (a->ins[i].kind != b->ins[i].kind || a->ins[i].node != b->ins[i].node || a->ins[i].value != b->ins[i].value)
+            return 0;
+    return 1;
+}
+
+/* Pruning through the memo (twice: its tries measured, then found)
+ * keeps what pruning without it keeps and takes the same work. */
+static void prunings(const remat__prog *p, remat_node loss) {
+    const remat_graph *g = p->g;
+    remat__peak_memo memo = {0};
+    uint8_t *level = malloc((size_t)g->n + 1);
+    int agree = 0, tried = 0, dropped = 0;
+    for (int t = 0; t < 12 && level; t++) {
+        for (int32_t u = 0; u < g->n; u++) level[u] = next() % 2 ? REMAT__LEVEL_NONE : 0;
+        remat__schedule sc[3] = {{0}};
+        double work[3] = {1e7, 1e7, 1e7};
+        for (int k = 0; k < 3; k++) {
+            CHECK_OK(remat__schedule_build(p, loss, REMAT_NONE, 1, 1, level, &sc[k]));
+            if (k == 0) dropped -= sc[0].n;
+            CHECK_OK(remat__prune(p, &sc[k], &work[k], k ? &memo : NULL));
+        }
+        tried++;
+        agree +=
+            same_schedule(&sc[0], &sc[1]) && same_schedule(&sc[0], &sc[2]) && work[0] == work[1] && work[1] == work[2];
+        dropped += sc[0].n;
+        for (int k = 0; k < 3; k++) remat__schedule_free(&sc[k]);
+    }
+    CHECK_MSG(agree == tried && dropped < 0 && memo.hits > 0,
+              "%d of %d prunings alike with and without the memo (%ld found; %d instructions dropped)", agree, tried,
+              memo.hits, -dropped);
+    printf("prunings: %d of %d alike with and without the memo, the same work (%ld tries found)\n", agree, tried,
+           memo.hits);
+    free(level);
+    remat__peak_memo_free(&memo);
+}
+
 /* The table through its growth. */
 static void table(void) {
     enum { N = 20000 };
@@ -169,6 +210,7 @@ int main(void) {
     peaks(&p, m.loss);
     keys(&p, m.loss);
     levels(&p, m.loss);
+    prunings(&p, m.loss);
     table();
     remat__prog_free(&p);
     remat_graph_destroy(g);

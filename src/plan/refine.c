@@ -101,7 +101,8 @@ static int drop_dead(const remat_graph *g, remat__instr *ins, int *n) {
     return 1;
 }
 
-remat_status remat__without(const remat__prog *p, const remat__schedule *sc, int drop, remat__schedule *out) {
+/* remat__without before its frees are found. */
+static remat_status without_bare(const remat__prog *p, const remat__schedule *sc, int drop, remat__schedule *out) {
     *out = *sc;
     out->ins = malloc(((size_t)sc->n + 1) * sizeof *out->ins);
     if (!out->ins) return remat__err(REMAT_NOMEM, "out of memory planning");
@@ -114,7 +115,36 @@ remat_status remat__without(const remat__prog *p, const remat__schedule *sc, int
         return remat__err(REMAT_NOMEM, "out of memory planning");
     }
     out->n = k;
-    return remat__schedule_add_frees(p, out);
+    return REMAT_OK;
+}
+
+remat_status remat__without(const remat__prog *p, const remat__schedule *sc, int drop, remat__schedule *out) {
+    remat_status st = without_bare(p, sc, drop, out);
+    return st == REMAT_OK ? remat__schedule_add_frees(p, out) : st;
+}
+
+/* A pruning's try: sc without its instruction drop (remat__without) in
+ * *t and its values' peak in *pk; the instructions built taken from
+ * *work. A try measured before is found in memo by its schedule before
+ * the frees (a key apart from every schedule's: its frees are found
+ * from it alone), its peak and its length with the frees, which are then
+ * found only where the try is kept (its peak at most keep). */
+static remat_status prune_try(const remat__prog *p, const remat__schedule *sc, int drop, size_t keep,
+                              remat__schedule *t, size_t *pk, double *work, remat__peak_memo *memo) {
+    remat_status st = without_bare(p, sc, drop, t);
+    if (st != REMAT_OK) return st;
+    remat__skey key = memo ? remat__schedule_key(t) : (remat__skey){0};
+    key.a ^= 0x5851f42d4c957f2dull, key.b ^= 0x14057b7ef767814full; /* before the frees */
+    remat__measured seen;
+    if (memo && remat__peak_memo_get(memo, key, &seen)) {
+        *pk = seen.peak, *work -= seen.work;
+        return seen.peak <= keep ? remat__schedule_add_frees(p, t) : REMAT_OK;
+    }
+    st = remat__schedule_add_frees(p, t);
+    if (st == REMAT_OK) st = remat__values_peak_memo(p, t, pk, memo);
+    *work -= t->n;
+    if (st == REMAT_OK) remat__peak_memo_put(memo, key, (remat__measured){.peak = *pk, .work = t->n});
+    return st;
 }
 
 /* Whether in is a recomputation (a forward that is not its node's first). */
@@ -346,9 +376,7 @@ remat_status remat__prune(const remat__prog *p, remat__schedule *sc, double *wor
         for (int q = 0, i; st == REMAT_OK && *work > 0 && (i = remat__nth_recompute(sc, q)) >= 0;) {
             remat__schedule t;
             size_t pk = 0;
-            st = remat__without(p, sc, i, &t);
-            if (st == REMAT_OK) st = remat__values_peak_memo(p, &t, &pk, memo);
-            *work -= t.n;
+            st = prune_try(p, sc, i, peak, &t, &pk, work, memo);
             if (st == REMAT_OK && pk <= peak) { /* dropped: the next one is the q-th now */
                 remat__schedule_free(sc);
                 *sc = t;
