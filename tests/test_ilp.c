@@ -607,12 +607,23 @@ static void check_bound(const bench *b, const cJSON *fix, size_t bound, double m
 
 /* Bounds on the gaps, per kind of graph: the figures of 2026-12-01 (the
  * fixtures of the afternoon of 2026-11-30) with a little room (random:
- * worst 17.90%, median 0.00%, 59 of 66 plans at the optimum; traced:
- * worst 3.87%*, median 0.00%, 24 of 30; docs/planning.md says what is
+ * worst 12.20%, median 0.00%, 62 of 66 plans at the optimum; traced:
+ * worst 0.33%*, median 0.00%, 26 of 30; docs/planning.md says what is
  * behind them), each compared with the proven optimum at its plan's own
- * peak (every random plan, 26 of 30 traced ones; the others with the
- * largest lower bound a solve at a limit at or above it proves). The
- * exchange (optimal_exchange.c: a candidate's costliest recomputation
+ * peak (every random plan, 27 of 30 traced ones; the others with the
+ * largest lower bound a solve at a limit at or above it proves). Two
+ * changes to splitting (relax.c) made them so: a step that lowers no
+ * peak but reaches it fewer times is taken where none lowers it (the
+ * next step lowers the peak where it is reached again: res12 at its
+ * floor 17.90% -> 0.00%, resnet_tiny at its floor 2.46% -> 0.00%, res18
+ * at 8,192 B 0.55% -> 0.00%), and a second pass from the frontier tries
+ * moves up to 4 inputs above the value made again (llama_1l at its floor
+ * 3.87%* -> 0.33%*, within 0.06% of HiGHS's best plan there; res18 at
+ * 11,059 B 15.17% -> 0.77%). Before them: random worst 17.90%, 59 of 66;
+ * traced worst 3.87%*, 24 of 30. The one gap left above 1% is res18 at
+ * 9,625 B (12.20%), where the ILP's plan recomputes a dropout and its
+ * neighbours three times, rotor's nested pattern, which the chain model
+ * that makes such plans overestimates. The exchange (optimal_exchange.c: a candidate's costliest recomputation
  * given back, the mask tightened again to its
  * peak, measured sunk) closed gpt2_1l's gaps (5.66% -> 0.01% at 128,563
  * B, 3.81% -> 0.01% at 141,798 B: the ILP's plan keeps the MLP's first
@@ -665,14 +676,14 @@ static void check_bound(const bench *b, const cJSON *fix, size_t bound, double m
  * traced 8.10% and 0.10%; before the chain model counted a traced step's
  * parameter gradients, the traced worst was 64.02% (mlp_bn at its floor)
  * and the median 0.13%. */
-#define GAP_WORST_RANDOM 0.19
+#define GAP_WORST_RANDOM 0.13
 #define GAP_MEDIAN_RANDOM 0.005
-#define GAP_WORST_TRACED 0.04
+#define GAP_WORST_TRACED 0.005
 #define GAP_MEDIAN_TRACED 0.0005
-#define AT_OPTIMUM_RANDOM 59
-#define AT_OPTIMUM_TRACED 24
+#define AT_OPTIMUM_RANDOM 62
+#define AT_OPTIMUM_TRACED 26
 
-/* And per traced graph, its worst gap (the figures of 2026-11-30, a
+/* And per traced graph, its worst gap (the figures of 2026-12-01, a
  * little room): each can fail on its own. A gap against the optimum at
  * the next proven limit above the plan's peak (a row marked *) is at
  * least the true one. */
@@ -682,11 +693,13 @@ static const struct {
 } traced_bounds[] = {
     {"mlp_bn", 1e-9},      /* equal to the optimum at every budget (was 64.02%) */
     {"cnn_bn", 1e-9},      /* equal at every budget (0.33% untightened, 0.39% unpruned) */
-    {"resnet_tiny", 0.03}, /* 2.46% at its floor, 55,016 B (10.56% at the floor before splitting, 60,904 B) */
-    {"gpt2_1l", 0.006},    /* 0.54%* at 168,268 B, 0.01% at 128,563 and 141,798 B (5.66% and 3.81% before the
-                              exchange); at its floor 0.00% */
-    {"llama_1l", 0.04},    /* 3.87%* at its floor, 70,016 B, against HiGHS's dual bound there (not proven in 240
-                              s: its best plan there costs 2,722,182, remat's 2,819,750); 0.00% at 77,900 B */
+    {"resnet_tiny", 1e-9}, /* equal at every budget (at its floor, 55,016 B: 2.46% before the flat splitting
+                              steps, 10.56% at the floor before splitting, 60,904 B) */
+    {"gpt2_1l", 0.0005},   /* 0.01%* at 128,563 and 141,798 B (5.66% and 3.81% before the exchange); 0.00% at
+                              168,268 B (0.54%* before the deeper splitting) and at its floor */
+    {"llama_1l", 0.005},   /* 0.33%* at its floor, 70,016 B, against HiGHS's dual bound there (not proven in 240
+                              s: its best plan there costs 2,722,182, remat's 2,723,830; 2,819,750 and 3.87%*
+                              before the flat and deeper splitting); 0.00% at 77,900 B */
 };
 
 /* The gaps of one kind of graph (random, traced) and their bounds. */

@@ -130,9 +130,13 @@ remat_status remat__tighten_step(const remat__prog *p, remat_node loss, uint8_t 
 /* One splitting step from sc (its cost given): of the moves that make a
  * value held across the peak again before its first read after it (with
  * the inputs up to depth above it, a level deeper only where the move
- * before does not lower the peak), the one that takes the most bytes off the peak
- * per cost it adds, in move, with the peak and cost after it. REMAT_BUDGET
- * where none lowers the peak or *work ran out first (relax.c). */
+ * before does not lower the peak), the one that takes the most bytes off
+ * the peak per cost it adds, in move, with the peak and cost after it.
+ * Where none lowers the peak, the cheapest that leaves it where it is but
+ * reaches it fewer times (runs of the memory plan's ticks at the peak: a
+ * peak reached at two points falls only when both are split, one step
+ * each), so a chain of steps ends. REMAT_BUDGET where no move does either
+ * or *work ran out first (relax.c). */
 remat_status remat__split_step(const remat__prog *p, const remat__schedule *sc, int depth, double cost, int32_t move[3],
                                size_t *out_peak, double *out_cost, double *work);
 

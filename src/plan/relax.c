@@ -162,17 +162,47 @@ remat_status remat__tighten_step(const remat__prog *p, remat_node loss, uint8_t 
     return st != REMAT_OK ? st : found ? REMAT_OK : REMAT_BUDGET;
 }
 
+/* How many times m's live bytes reach their peak (runs of ticks at it). */
+static int peak_runs_of(const remat__memplan *m) {
+    int64_t best = 0, live = 0;
+    remat__memplan_peak_tick(m, &best);
+    int n = 0, on = 0;
+    for (int32_t t = 0; t < m->ticks; t++) {
+        int32_t e = m->tick[t];
+        const remat__mev *x = &m->ev[e >= 0 ? e : ~e];
+        if (x->cat != REMAT_MEM_HOST) live += e >= 0 ? (int64_t)x->bytes : -(int64_t)x->bytes;
+        if (live == best && !on) n++;
+        on = live == best;
+    }
+    return n;
+}
+
+/* sc's values peak in *peak and how many times the live bytes reach it
+ * in *runs. */
+static remat_status peak_runs(const remat__prog *p, const remat__schedule *sc, size_t *peak, int *runs) {
+    remat__memplan m;
+    remat_status st = remat__memplan_build(p, sc, &m);
+    if (st != REMAT_OK) return st;
+    int64_t best = 0;
+    remat__memplan_peak_tick(&m, &best);
+    *peak = (size_t)best, *runs = peak_runs_of(&m);
+    remat__memplan_free(&m);
+    return REMAT_OK;
+}
+
 /* Where sc's values peak: the instruction that takes the buffer which
  * reaches it (*at), and the nodes whose output is held across it, their
- * instance made before it and given back after it (live); -1 without. */
-static remat_status peak_at(const remat__prog *p, const remat__schedule *sc, size_t *peak, int32_t *at, uint8_t *live) {
+ * instance made before it and given back after it (live); -1 without.
+ * How many times the peak is reached in *runs. */
+static remat_status peak_at(const remat__prog *p, const remat__schedule *sc, size_t *peak, int32_t *at, uint8_t *live,
+                            int *runs) {
     remat__memplan m;
     remat_status st = remat__memplan_build(p, sc, &m);
     *at = -1;
     if (st == REMAT_OK) {
         int64_t best = 0;
         int32_t t = remat__memplan_peak_tick(&m, &best);
-        *peak = (size_t)best;
+        *peak = (size_t)best, *runs = peak_runs_of(&m);
         memset(live, 0, (size_t)p->g->n);
         if (t >= 0 && m.tick[t] >= 0) *at = m.ev[m.tick[t]].ins;
         for (int32_t e = 0; *at >= 0 && e < m.n; e++) {
@@ -199,43 +229,70 @@ static int next_read(const remat_graph *g, const remat__schedule *sc, int32_t at
     return -1;
 }
 
+/* A splitting step's search: the best move that lowers the peak, and the
+ * cheapest that holds it but reaches it fewer times (a flat move, taken
+ * only where none lowers it: the next step can then lower the peak where
+ * it is reached again). */
+typedef struct {
+    size_t peak;
+    int runs;
+    double cost;
+    int found, flat, flat_runs;
+    int32_t move[3], flat_move[3];
+    size_t out_peak;
+    double out_cost, flat_cost;
+} split_search;
+
+/* Tries move m from sc: 1 where it lowers the peak, 0 where not, -1 on an
+ * error (in *st). */
+static int split_try(const remat__prog *p, const remat__schedule *sc, const int32_t m[3], split_search *s, double *work,
+                     remat_status *st) {
+    remat__schedule t;
+    size_t pk = 0;
+    int rn = 0;
+    if ((*st = remat__resplit(p, sc, m, &t)) != REMAT_OK) return -1;
+    *work -= t.n;
+    *st = remat__runnable(p, &t, 0) ? peak_runs(p, &t, &pk, &rn) : REMAT_UNSUPPORTED;
+    double c = remat__schedule_cost(p, &t);
+    remat__schedule_free(&t);
+    if (*st == REMAT_UNSUPPORTED) /* it would read a value overwritten in place */
+        return *st = REMAT_OK, 0;
+    if (*st != REMAT_OK) return -1;
+    if (pk == s->peak && rn < s->runs && (!s->flat || c < s->flat_cost || (c == s->flat_cost && rn < s->flat_runs)))
+        memcpy(s->flat_move, m, 3 * sizeof *m), s->flat_cost = c, s->flat_runs = rn, s->flat = 1;
+    if (pk >= s->peak) return 0;
+    /* the most bytes off the peak per cost added */
+    double add = c > s->cost ? c - s->cost : 0, best = s->out_cost > s->cost ? s->out_cost - s->cost : 0;
+    if (!s->found || (add == 0 ? best > 0 || pk < s->out_peak
+                               : best > 0 && (double)(s->peak - pk) * best > (double)(s->peak - s->out_peak) * add))
+        memcpy(s->move, m, 3 * sizeof *m), s->out_peak = pk, s->out_cost = c, s->found = 1;
+    return 1;
+}
+
 remat_status remat__split_step(const remat__prog *p, const remat__schedule *sc, int depth, double cost, int32_t move[3],
                                size_t *out_peak, double *out_cost, double *work) {
     const remat_graph *g = p->g;
-    size_t peak = 0;
     int32_t at = -1, *group = malloc(((size_t)g->n + 1) * sizeof *group);
     uint8_t *live = malloc((size_t)g->n + 1), *in = calloc((size_t)g->n + 1, 1);
-    remat_status st =
-        group && live && in ? peak_at(p, sc, &peak, &at, live) : remat__err(REMAT_NOMEM, "out of memory planning");
-    int found = 0;
+    split_search s = {.cost = cost};
+    remat_status st = group && live && in ? peak_at(p, sc, &s.peak, &at, live, &s.runs)
+                                          : remat__err(REMAT_NOMEM, "out of memory planning");
     if (st == REMAT_OK) *work -= sc->n;
     for (int32_t u = 0; st == REMAT_OK && at >= 0 && *work > 0 && u < g->n; u++) {
         if (!live[u] || g->nodes[u].leaf != REMAT__LEAF_NONE || remat__is_resident(&g->nodes[u])) continue;
         int r = next_read(g, sc, at, u);
         if (r < 0) continue;
-        for (int32_t d = 0, before = 0, n = 0; st == REMAT_OK && d <= depth; d++, before = n) {
+        int lowers = 0;
+        for (int32_t d = 0, before = 0, n = 0; !lowers && d <= depth; d++, before = n) {
             if ((n = remat__split_group(g, u, d, group, in)) == before) break; /* nothing more above it */
             int32_t m[3] = {r, u, d};
-            remat__schedule t;
-            size_t pk = 0;
-            if ((st = remat__resplit(p, sc, m, &t)) != REMAT_OK) break;
-            *work -= t.n;
-            st = remat__runnable(p, &t, 0) ? remat__values_peak(p, &t, &pk) : REMAT_UNSUPPORTED;
-            double c = remat__schedule_cost(p, &t);
-            remat__schedule_free(&t);
-            if (st == REMAT_UNSUPPORTED) { /* it would read a value overwritten in place */
-                st = REMAT_OK;
-                continue;
-            }
-            if (st != REMAT_OK || pk >= peak) continue;
-            /* the most bytes off the peak per cost added */
-            double add = c > cost ? c - cost : 0, best = *out_cost > cost ? *out_cost - cost : 0;
-            if (!found || (add == 0 ? best > 0 || pk < *out_peak
-                                    : best > 0 && (double)(peak - pk) * best > (double)(peak - *out_peak) * add))
-                memcpy(move, m, sizeof m), *out_peak = pk, *out_cost = c, found = 1;
-            break; /* it lowers the peak: the inputs above it are tried only where it does not */
+            if ((lowers = split_try(p, sc, m, &s, work, &st)) < 0) break;
+            /* where it lowers the peak, the inputs above it are not tried */
         }
     }
     free(group), free(live), free(in);
-    return st != REMAT_OK ? st : found ? REMAT_OK : REMAT_BUDGET;
+    if (st == REMAT_OK && !s.found && s.flat)
+        memcpy(s.move, s.flat_move, sizeof s.move), s.out_peak = s.peak, s.out_cost = s.flat_cost, s.found = 1;
+    if (st == REMAT_OK && s.found) memcpy(move, s.move, sizeof s.move), *out_peak = s.out_peak, *out_cost = s.out_cost;
+    return st != REMAT_OK ? st : s.found ? REMAT_OK : REMAT_BUDGET;
 }
