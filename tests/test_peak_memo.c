@@ -178,11 +178,12 @@ static void table(void) {
     remat__skey *k = malloc(N * sizeof *k);
     if (!k) return;
     for (int i = 0; i < N; i++) k[i] = (remat__skey){next() | 1, next()};
-    for (int i = 0; i < N; i++) remat__peak_memo_put(&memo, k[i], (remat__measured){(size_t)i * 7, i, -i});
+    for (int i = 0; i < N; i++) remat__peak_memo_put(&memo, k[i], (remat__measured){(size_t)i * 7, i, -i, i % 5});
     int found = 0, missed = 0;
     for (int i = 0; i < N; i++) {
         remat__measured v;
-        found += remat__peak_memo_get(&memo, k[i], &v) && v.peak == (size_t)i * 7 && v.cost == i && v.work == -i;
+        found += remat__peak_memo_get(&memo, k[i], &v) && v.peak == (size_t)i * 7 && v.cost == i && v.work == -i &&
+                 v.runs == i % 5;
         remat__skey other = {k[i].a, k[i].b ^ 1}; /* the same slot, another key */
         missed += !remat__peak_memo_get(&memo, other, &v);
     }
@@ -190,7 +191,7 @@ static void table(void) {
               "%d of %d found, %d missed, %zu kept in %zu slots", found, N, missed, memo.n, memo.cap);
     remat__measured v;
     CHECK(!remat__peak_memo_get(NULL, k[0], &v));
-    remat__peak_memo_put(NULL, k[0], (remat__measured){1, 1, 1}); /* no memo: nothing kept, nothing fails */
+    remat__peak_memo_put(NULL, k[0], (remat__measured){1, 1, 1, 1}); /* no memo: nothing kept, nothing fails */
     printf("table: %d keys kept in %zu slots, each found with its peak; %d others missed\n", found, memo.cap, missed);
     free(k);
     remat__peak_memo_free(&memo);

@@ -363,7 +363,7 @@ static remat_status split_from(const gen_ctx *x, size_t held_outside, const cand
         int32_t m[3];
         size_t pk = 0;
         remat__schedule t;
-        st = remat__split_step(x->p, &cur, depth, cost, m, &pk, &cost, work);
+        st = remat__split_step(x->p, &cur, depth, cost, m, &pk, &cost, work, x->memo);
         if (st == REMAT_OK) st = remat__resplit(x->p, &cur, m, &t);
         if (st != REMAT_OK) break;
         remat__schedule_free(&cur);

@@ -27,10 +27,13 @@ typedef struct {
 } remat__skey;
 
 /* What a key's schedule measured: its values' peak and, for a level
- * mask's (remat__level_peak), its cost and the work building it took. */
+ * mask's (remat__level_peak), its cost and the work building it took; for
+ * a splitting's try (relax.c, under a key of its own), how many times its
+ * peak is reached. */
 typedef struct {
     size_t peak;
     double cost, work;
+    int runs;
 } remat__measured;
 
 /* The peaks measured, by key: an open-addressed table, grown as it fills.

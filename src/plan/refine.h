@@ -135,9 +135,10 @@ remat_status remat__tighten_step(const remat__prog *p, remat_node loss, uint8_t 
  * Where none lowers the peak, the cheapest that leaves it where it is but
  * reaches it fewer times (runs of the memory plan's ticks at the peak: a
  * peak reached at two points falls only when both are split, one step
- * each), so a chain of steps ends. REMAT_BUDGET where no move does either
- * or *work ran out first (relax.c). */
+ * each), so a chain of steps ends. Tries measured before are found in
+ * memo (or NULL). REMAT_BUDGET where no move does either or *work ran out
+ * first (relax.c). */
 remat_status remat__split_step(const remat__prog *p, const remat__schedule *sc, int depth, double cost, int32_t move[3],
-                               size_t *out_peak, double *out_cost, double *work);
+                               size_t *out_peak, double *out_cost, double *work, remat__peak_memo *memo);
 
 #endif

@@ -115,7 +115,8 @@ remat_status remat__level_peak(const remat__prog *p, remat_node loss, const uint
     }
     double before = *work;
     remat_status st = level_schedule_peak(p, loss, level, sink, pk, c, live, work);
-    if (st == REMAT_OK) remat__peak_memo_put(memo, key, (remat__measured){*pk, *c, before - *work});
+    if (st == REMAT_OK)
+        remat__peak_memo_put(memo, key, (remat__measured){.peak = *pk, .cost = *c, .work = before - *work});
     return st;
 }
 
@@ -246,13 +247,21 @@ typedef struct {
 /* Tries move m from sc: 1 where it lowers the peak, 0 where not, -1 on an
  * error (in *st). */
 static int split_try(const remat__prog *p, const remat__schedule *sc, const int32_t m[3], split_search *s, double *work,
-                     remat_status *st) {
+                     remat__peak_memo *memo, remat_status *st) {
     remat__schedule t;
     size_t pk = 0;
     int rn = 0;
     if ((*st = remat__resplit(p, sc, m, &t)) != REMAT_OK) return -1;
     *work -= t.n;
-    *st = remat__runnable(p, &t, 0) ? peak_runs(p, &t, &pk, &rn) : REMAT_UNSUPPORTED;
+    remat__skey key = {0};
+    remat__measured seen;
+    if (memo) key = remat__schedule_key(&t), key.a ^= 0x73706c6974ULL; /* "split": apart from peaks alone */
+    if (memo && remat__peak_memo_get(memo, key, &seen)) {
+        pk = seen.peak, rn = seen.runs, *st = REMAT_OK;
+    } else {
+        *st = remat__runnable(p, &t, 0) ? peak_runs(p, &t, &pk, &rn) : REMAT_UNSUPPORTED;
+        if (*st == REMAT_OK) remat__peak_memo_put(memo, key, (remat__measured){.peak = pk, .runs = rn});
+    }
     double c = remat__schedule_cost(p, &t);
     remat__schedule_free(&t);
     if (*st == REMAT_UNSUPPORTED) /* it would read a value overwritten in place */
@@ -270,7 +279,7 @@ static int split_try(const remat__prog *p, const remat__schedule *sc, const int3
 }
 
 remat_status remat__split_step(const remat__prog *p, const remat__schedule *sc, int depth, double cost, int32_t move[3],
-                               size_t *out_peak, double *out_cost, double *work) {
+                               size_t *out_peak, double *out_cost, double *work, remat__peak_memo *memo) {
     const remat_graph *g = p->g;
     int32_t at = -1, *group = malloc(((size_t)g->n + 1) * sizeof *group);
     uint8_t *live = malloc((size_t)g->n + 1), *in = calloc((size_t)g->n + 1, 1);
@@ -286,7 +295,7 @@ remat_status remat__split_step(const remat__prog *p, const remat__schedule *sc, 
         for (int32_t d = 0, before = 0, n = 0; !lowers && d <= depth; d++, before = n) {
             if ((n = remat__split_group(g, u, d, group, in)) == before) break; /* nothing more above it */
             int32_t m[3] = {r, u, d};
-            if ((lowers = split_try(p, sc, m, &s, work, &st)) < 0) break;
+            if ((lowers = split_try(p, sc, m, &s, work, memo, &st)) < 0) break;
             /* where it lowers the peak, the inputs above it are not tried */
         }
     }
