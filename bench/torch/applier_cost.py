@@ -14,7 +14,9 @@ recomputed": 1.0 is recomputation alone).
 
 --breakdown prints, per model and plan, where the time goes instead:
 the forward's and the backward's medians apart, how many of the
-forward's calls pass the applier's dispatch mode, the midpoint plan's
+forward's calls pass the applier's dispatch mode (and how many module
+hooks of the applier's run per step: its runs' first and last module
+calls, those of the saved-tensor hooks outside them), the midpoint plan's
 replays as they ran in the step (against their time at capture), and
 the garbage collections Python ran during each plan's steps (count and
 time per generation: the applier's Python objects per step are what
@@ -101,7 +103,8 @@ class PassThrough(TorchDispatchMode):
 def breakdown(name, m, inputs, lf, t, plans, rounds, sync):
     """The forward, the backward, the replays and the collections, per plan."""
     from remat.torch import apply as A
-    acc = {"replay": 0.0}
+    from remat.torch import regions as R
+    acc = {"replay": 0.0, "hooks": 0}
     replay = A.Applier._replay
 
     def timed(self, o):  # the replays as they run in the step
@@ -111,6 +114,14 @@ def breakdown(name, m, inputs, lf, t, plans, rounds, sync):
         finally:
             acc["replay"] += time.perf_counter() - t0
     A.Applier._replay = timed
+    enter, exit_ = R.Regions._enter, R.Regions._exit
+
+    def counted(f):  # the module hooks that run in a step
+        def hook(self, name):
+            acc["hooks"] += 1
+            return f(self, name)
+        return hook
+    R.Regions._enter, R.Regions._exit = counted(enter), counted(exit_)
     gcs, start = {}, [0.0]
 
     def collected(phase, info):
@@ -123,7 +134,7 @@ def breakdown(name, m, inputs, lf, t, plans, rounds, sync):
     def one(plan):
         for p in m.parameters():
             p.grad = None
-        acc["replay"] = 0.0
+        acc["replay"], acc["hooks"] = 0.0, 0
         sync()
         t0 = time.perf_counter()
         with (plan.apply() if plan not in (None, "mode") else contextlib.nullcontext()):
@@ -133,7 +144,7 @@ def breakdown(name, m, inputs, lf, t, plans, rounds, sync):
             t1 = time.perf_counter()
             loss.backward()
         sync()
-        return t1 - t0, time.perf_counter() - t1, acc["replay"]
+        return t1 - t0, time.perf_counter() - t1, acc["replay"], acc["hooks"]
 
     res = {k: [] for k in plans}
     col = {k: {} for k in plans}
@@ -151,13 +162,15 @@ def breakdown(name, m, inputs, lf, t, plans, rounds, sync):
     finally:
         gc.callbacks.remove(collected)
         A.Applier._replay = replay
+        R.Regions._enter, R.Regions._exit = enter, exit_
     rec = sum(t.ops[i].seconds for grp in plans["mid"].recompute_groups for i in grp)
     d = A.Decisions(plans["mid"])
     if d.full:
         followed = "%d (all)" % len(t.calls)
     else:
-        followed = "%d in %d runs" % (sum(v[1] - v[0] for v in d.regions.values()) + (
-            len(t.calls) - d.tail if d.tail is not None else 0), len(d.regions) + (d.tail is not None))
+        followed = "%d in %d runs, %d module hooks" % (sum(v[1] - v[0] for v in d.regions.values()) + (
+            len(t.calls) - d.tail if d.tail is not None else 0), len(d.regions) + (d.tail is not None),
+            res["mid"][-1][3])
     through = {"none": "0", "all": "0", "mid": followed, "mode": "%d (all)" % len(t.calls)}
     for k in plans:
         fwd, bwd, rep = (statistics.median(x[i] for x in res[k]) * 1e3 for i in range(3))

@@ -45,6 +45,7 @@ from .capture import (
     _same,
     _skey,
     _weak,
+    _writes,
     _written_args,
     per_overload,
     rng_state,
@@ -291,7 +292,11 @@ class Decisions:
             return
         key = [(m[3], m[4]) for m in t.modules]
         self.regions = {key[a]: (t.modules[a][0], t.modules[b][1], key[b]) for a, b in runs}
-        self.hook_regions = {key[i] for i in hooks[0]}
+        # a run of the mode turns the saved-tensor hooks on and off with it: a module call of the
+        # hooks' inside one needs no hooks of its own
+        spans = [(t.modules[a][0], t.modules[b][1]) for a, b in runs]
+        self.hook_regions = {key[i] for i in hooks[0] if not any(
+            f <= t.modules[i][0] < t.modules[i][1] <= e for f, e in spans)}
         self.tail = end if after or hooks[1] else None
 
 
@@ -410,6 +415,9 @@ class Applier(TorchDispatchMode):
         if span is not None and not self.active:
             self.call, self.span = span[0], span + ((name, k),)
             self.entered += 1
+            if not self.hooked:  # on with the mode (Decisions._regions)
+                self.hook_span = ("run", name, k)
+                self.hooks_on()
             self.on()
 
     def module_exit(self, name, k):
@@ -417,13 +425,16 @@ class Applier(TorchDispatchMode):
             self.hook_span = None
             self.hooks_off()
         if self.span is not None and self.span[2] == (name, k):
-            first, end, _, (enter, _) = self.span
+            first, end, _, (enter, entered) = self.span
             if self.call != end:
                 where = "module %r" % (name or "(the model)",) if enter == name else "modules %r to %r" % (enter, name)
                 raise CaptureError("%s ran %d ops where the captured step ran %d: the model runs other ops than "
                                    "when it was planned; plan it again" % (where, self.call - first, end - first))
             self.span = None
             self.off()
+            if self.hook_span == ("run", enter, entered):
+                self.hook_span = None
+                self.hooks_off()
         if name == "" and self.tail is not None:  # the loss after the model
             self.call = self.tail
             self.entered += 1
@@ -432,10 +443,14 @@ class Applier(TorchDispatchMode):
 
     def _record(self, c, func, args, kwargs):
         """The recipe of a call of an op the plan recomputes: how to run it again."""
-        rng = None
-        leaves = _leaves((args, kwargs))
-        if self.t.ops[c.op].random:  # the state it draws from, on its tensors' device
+        rng, writes = None, []
+        random, mutable = self.t.ops[c.op].random, _writes(func)
+        leaves = _leaves((args, kwargs)) if random or mutable else ()  # most ops: neither
+        if random:  # the state it draws from, on its tensors' device
             rng = rng_state(next((a.device for a in leaves if isinstance(a, torch.Tensor)), torch.device("cpu")))
+        if mutable:
+            written = {id(w) for w in _written_args(func, args, kwargs)}
+            writes = [i for i, a in enumerate(leaves) if id(a) in written]
         meta = _meta_only(func)
 
         def ref(a):
@@ -448,8 +463,6 @@ class Applier(TorchDispatchMode):
             v = self.value_of(a)
             return a if v is None else _Ref(v, a)
 
-        written = {id(w) for w in _written_args(func, args, kwargs)}
-        writes = [i for i, a in enumerate(leaves) if id(a) in written]
         rargs, rkwargs = _map(ref, (args, kwargs))
         self.recipes.setdefault(c.op, []).append(_Recipe(func, rargs, rkwargs, c.new, rng, writes))
 

@@ -136,7 +136,8 @@ class Regions:
 
     def __init__(self, applier):
         self.a = applier
-        self.count = {}
+        self.count = {}  # module name -> its calls begun, with a pre-hook
+        self.ended = {}  # module name -> its calls ended, with a forward hook
         self.first = None
         self._handles = []
         self.ran = False  # the model was called
@@ -151,17 +152,20 @@ class Regions:
         self.first = None
         self.ran = True
         a = self.a
-        enters = {n for n, _ in a.regions} | {n for n, _ in a.hook_regions}
-        exits = {s[2][0] for s in a.regions.values()}
-        names = enters | exits | ({""} if a.tail is not None else set())
+        hooks = {n for n, _ in a.hook_regions}
+        enters = {n for n, _ in a.regions} | hooks
+        exits = {s[2][0] for s in a.regions.values()} | hooks | ({""} if a.tail is not None else set())
         mods = a.decisions.of(model)[0]
-        for name in sorted(names):
+        for name in sorted(enters | exits):
             m = mods.get(name)
             if m is None:
                 raise CaptureError("the model this plan runs on has no module %r, which the plan follows: plan this "
                                    "model" % name)
-            self._handles += [m.register_forward_pre_hook(lambda mod, a, name=name: self._enter(name)),
-                              m.register_forward_hook(lambda mod, a, o, name=name: self._exit(name), prepend=True)]
+            if name in enters:
+                self._handles.append(m.register_forward_pre_hook(lambda mod, a, name=name: self._enter(name)))
+            if name in exits:
+                self._handles.append(m.register_forward_hook(lambda mod, a, o, name=name: self._exit(name),
+                                                             prepend=True))
         self.count[""] = 1  # the model's own call began before its hooks
         if "" in enters:
             a.module_enter("", 0)
@@ -172,7 +176,9 @@ class Regions:
         self.a.module_enter(name, k)
 
     def _exit(self, name):
-        self.a.module_exit(name, self.count[name] - 1)
+        k = self.ended.get(name, 0)  # a module's calls end in the order they began
+        self.ended[name] = k + 1
+        self.a.module_exit(name, k)
 
     def __exit__(self, *exc):
         if self.first is not None:
