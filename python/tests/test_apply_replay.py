@@ -269,7 +269,8 @@ class Blocks(nn.Module):
         return x.sum()
 
 
-def test_the_hooks_are_on_where_a_dropped_value_is_saved_and_only_there():
+def test_the_hooks_are_on_where_a_dropped_value_is_saved_and_only_there(monkeypatch):
+    from remat.torch import regions
     from remat.torch.apply import Decisions
     model = Blocks()
     x = torch.randn(16, 32, generator=torch.Generator().manual_seed(3))
@@ -284,7 +285,21 @@ def test_the_hooks_are_on_where_a_dropped_value_is_saved_and_only_there():
     (first, end, last), = d.regions.values()
     assert list(d.regions) == [("blocks.2.0", 0)] and last == ("blocks.2.1", 0), d.regions
     assert d.hook_regions == {("blocks.2.2", 0)}, d.hook_regions
+    ran = []  # the module hooks that run in the step: each module has only those it uses
+    enter, exit_ = regions.Regions._enter, regions.Regions._exit
+
+    def pre(self, name):
+        ran.append(("pre", name))
+        enter(self, name)
+
+    def post(self, name):
+        ran.append(("post", name))
+        exit_(self, name)
+
+    monkeypatch.setattr(regions.Regions, "_enter", pre)
+    monkeypatch.setattr(regions.Regions, "_exit", post)
     a, held = run_forced(model, x, plan)
+    assert ran == [("pre", "blocks.2.0"), ("post", "blocks.2.1"), ("pre", "blocks.2.2"), ("post", "blocks.2.2")], ran
     assert a.replays == 1 and not held
     dropped = sum(1 for v in t.pack_values if v in d.rec_vals)
     assert dropped and sum(a.packs.values()) == dropped, "every saved tensor of the dropped value is a handle"
