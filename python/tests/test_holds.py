@@ -17,6 +17,7 @@ from conftest import need_counter
 
 import remat.torch as rt
 from remat import _lib
+from remat.torch import compat
 
 WIDTH, BATCH, LAYERS = 128, 1024, 4
 HBYTES = 4 * WIDTH * BATCH * 4  # one pre-activation
@@ -74,7 +75,7 @@ def test_a_plan_under_a_budget_holds_it():
     top = rt.plan_trace(trace, None, opt, "all").peak_bytes
     floor = rt.plan_trace(trace, 1, opt).floor
     budget = int((floor + rt.budget_for(top)) / 2)
-    for nested in (False, True):
+    for nested in (False, True) if compat.node_creation_hook() is not None else (False,):  # nested: 2.15+
         plan = rt.plan_trace(trace, budget, opt, nested=nested)
         assert plan.feasible and plan.peak_bytes <= budget
         m = copy.deepcopy(model)

@@ -262,8 +262,12 @@ class _Recorder(TorchDispatchMode):
         node of a tensor an op reads with the op that made its value, when
         the first op reads it (by then its node is complete), so that the
         backward meter can attribute the node's memory; capture tags the
-        loss's node after the forward."""
-        fn = t.grad_fn
+        loss's node after the forward. A view's node is left as it is, and
+        the node of the tensor it views is tagged: the view's backward (a
+        reshape of an expanded gradient copies it) makes the gradient of the
+        value, which the plan counts as such, not the op's."""
+        base = compat.view_base(t)
+        fn = (base if base is not None else t).grad_fn
         if fn is None or "remat.op" in fn.metadata:
             return
         v = self.known(t)

@@ -61,6 +61,11 @@ def schema_arguments(func):
     return func._schema.arguments
 
 
+def view_base(t):
+    """The tensor t is a view of, or None (Tensor._base, 1.0+)."""
+    return t._base
+
+
 def overload_packet(func):
     return getattr(func, "_overloadpacket", None)
 
