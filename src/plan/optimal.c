@@ -304,10 +304,12 @@ static remat_status chain_candidates(const remat__chain *c, chain_cands *x) {
         st = remat__chain_tab_plan(tab, b, &pl);
         if (st == REMAT_INTERNAL) {
             /* the DP's schedule at this budget does not fit when simulated:
-             * its model of a stage's transient bytes is coarser than the
-             * simulator's (rotor.c, sizes_fill), by a few hundred bytes on a
-             * Swin Transformer traced on PyTorch 2.1.2. The simulator
-             * decides: no chain candidate at this budget */
+             * in slots, what a stage that drops its input frees after Fe_i
+             * is that input rounded up (rotor.c's d), up to a slot more
+             * than its bytes (566 bytes over, on a Swin Transformer traced
+             * on PyTorch 2.1.2). Rounded down, the DP would be safe but
+             * lose plans that fit (that graph's floor 0.6% higher). The
+             * simulator decides: no chain candidate at this budget */
             st = REMAT_OK;
             continue;
         }
