@@ -2,10 +2,10 @@
 small Swin Transformer (python/tests/library_models.py, swin_small_config)
 as remat.torch's capture traced it on PyTorch 2.1.2 with the heap counter
 preloaded (transients measured, FLOP costs). On it the chain DP's schedule
-at some budgets did not fit when simulated (the DP's model of a stage's
-transient bytes is coarser than the simulator's), and `optimal` failed
-with "the chain schedule exceeds the budget"; cli_graph_swin_floor keeps
-the floor answered. The transients are measured, so a new run writes a
+at its floor did not fit when simulated (the DP counts what a stage that
+drops its input frees in slots rounded up: docs/planning.md), and
+`optimal` failed with "the chain schedule exceeds the budget";
+cli_graph_swin_floor keeps the floor answered. The transients are measured, so a new run writes a
 slightly different graph: the committed file is the case.
 
     REMAT_TORCH=oldest scripts/python-env.sh   # the venv with PyTorch 2.1.2
