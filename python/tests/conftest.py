@@ -25,14 +25,15 @@ def need_counter():
         pytest.skip("the heap counter is not preloaded (run pytest as python -m remat.torch run -m pytest)")
 
 
-def run_plain(script, timeout=600):
+def run_plain(script, timeout=600, counter=False):
     """Runs script (its %(tests)r is this folder) in a plain `python`, as a
-    user's python train.py runs: nothing preloaded (no heap counter), the
-    package on the path. Returns the finished subprocess.run."""
+    user's python train.py runs: nothing preloaded (no heap counter; with
+    counter=True what this process has preloaded), the package on the
+    path. Returns the finished subprocess.run."""
     import subprocess
 
     import remat.torch as rt
-    env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
+    env = {k: v for k, v in os.environ.items() if counter or k != "LD_PRELOAD"}
     env["PYTHONPATH"] = os.pathsep.join(p for p in [os.path.dirname(os.path.dirname(rt.__file__)) + "/..",
                                                     env.get("PYTHONPATH", "")] if p)
     tests = os.path.dirname(os.path.abspath(__file__))

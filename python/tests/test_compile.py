@@ -184,15 +184,41 @@ def test_the_prediction_counts_inductors_channels_last_copies():
     copies each weight (and the batch) to that layout in the forward and
     saves the copies for the backward, and the convolutions' backward
     takes more scratch on such tensors. The plan counts both: the trial
-    step holds within 3% of the prediction at store-all and at the floor
-    (before they were counted it held 1.69x the prediction at store-all)."""
+    step holds within 3% of the prediction at store-all (before they were
+    counted it held 1.69x the prediction), and within 10% at the floor,
+    where the plan that fits recomputes (Inductor's recomputation in the
+    backward holds 9% more than the model: docs/pytorch.md)."""
     need_counter()
     floor = floor_of(wide, F.cross_entropy)
-    for budget in (None, floor):
+    for budget, within in ((None, 0.03), (floor, 0.10)):
         m, step, budget = at_least(budget, wide, F.cross_entropy)
         p = step.plan
-        assert budget is None or p.recompute_ops
-        assert abs(p.measured / p.peak_bytes - 1) < 0.03, (p.measured, p.peak_bytes, budget)
+        assert budget is None or (p.recompute_ops and p.measured <= budget)
+        assert abs(p.measured / p.peak_bytes - 1) < within, (p.measured, p.peak_bytes, budget)
+
+
+FIRST = r"""
+import sys, torch.nn.functional as F
+sys.path.insert(0, %(tests)r)
+import remat.torch as rt, test_compile as tc
+for _ in range(2):
+    m, x, y = tc.net()
+    try:
+        rt.compile(m, (x, y), budget=1 << 10, loss=F.cross_entropy, optimizer="sgd")
+    except rt.RematError as e:
+        print("FLOOR", e.floor)
+"""
+
+
+def test_the_first_compile_in_a_process_plans_as_the_next():
+    """Each library call's transient is measured on a second call: the first
+    in a process also initializes its library (oneDNN's primitives), which
+    once made the first rt.compile's floor 4.6x the next one's."""
+    need_counter()
+    r = run_plain(FIRST, counter=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    floors = [line for line in r.stdout.splitlines() if line.startswith("FLOOR")]
+    assert len(floors) == 2 and floors[0] == floors[1], floors
 
 
 def test_a_new_shape_is_planned_again():
@@ -266,3 +292,18 @@ def test_a_model_without_its_loss():
     out, mean = step(x)
     (out.sum() + mean).backward()
     assert all(p.grad is not None for p in m.parameters())
+
+
+def test_every_shape_is_compiled_past_dynamos_recompile_limit():
+    """Dynamo compiles a code object again at most recompile_limit times (8)
+    and then runs it uncompiled: a step with no plan and no budget, without
+    an error. Each shape (and each trial plan at rt.compile) is a
+    recompilation of the compiled step, so rt.compile raises the limit for
+    its own calls: ten shapes are ten compiled plans."""
+    torch.manual_seed(0)
+    m = TwoOutputs()
+    step = rt.compile(m, (torch.randn(2, 64),), budget="16MiB")
+    for n in range(3, 13):
+        out, mean = step(torch.randn(n, 64))
+        (out.sum() + mean).backward()
+    assert len(step.plans) == 11, repr(step)

@@ -372,6 +372,26 @@ def backend_failure():
     return BackendCompilerFailed
 
 
+def recompile_limit(n):
+    """A context in which Dynamo compiles a code object up to n times (its
+    recompile_limit, cache_size_limit before 2.6) and, past that, fails
+    rather than running the code uncompiled where its version can say so."""
+    import torch._dynamo.config as config
+    name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
+    kw = {name: max(getattr(config, name), n)}
+    for fail in ("fail_on_recompile_limit_hit", "fail_on_cache_limit_hit"):
+        if hasattr(config, fail):
+            kw[fail] = True
+            break
+    return config.patch(**kw)
+
+
+def out_of_memory():
+    """The exception a device allocator raises when it runs out of memory
+    (torch.OutOfMemoryError from 2.5 on, torch.cuda's before)."""
+    return getattr(torch, "OutOfMemoryError", None) or torch.cuda.OutOfMemoryError
+
+
 def graph_break_reasons():
     """Dynamo's counted graph breaks so far: {reason: count}."""
     from torch._dynamo.utils import counters

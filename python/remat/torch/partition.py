@@ -97,10 +97,10 @@ def _call_key(n, channels_last=False):
 def library_transients(graph, cache, channels_last=False):
     """{node: bytes} of each library call's transient memory in graph (what
     it holds at its peak beyond its inputs and outputs), measured by running
-    it once on real tensors of its shapes with capture's meter (the heap
-    counter or a CUDA device's statistics where there is one, else
-    PyTorch's profiler); a convolution's on channels-last tensors where
-    Inductor runs it so (channels_last: compat.inductor_channels_last).
+    it on real tensors of its shapes with capture's meter (the heap counter
+    or a CUDA device's statistics where there is one, else PyTorch's
+    profiler), the second of two calls; a convolution's on channels-last
+    tensors where Inductor runs it so (compat.inductor_channels_last).
     cache: {call key: bytes}, kept across graphs."""
     nodes = [n for n in graph.nodes if n.op == "call_function" and _library(n.target)
              and all(isinstance(a.meta.get("val"), torch.Tensor) or a.meta.get("val") is None
@@ -121,6 +121,10 @@ def library_transients(graph, cache, channels_last=False):
             with meter:
                 for k, n in todo.items():
                     args, kwargs = map_arg((n.args, n.kwargs), lambda a, cl=layout[n]: _real(a.meta["val"], cl))
+                    # once unmeasured: a first call's one-time allocations (a
+                    # kernel library's initialization, its primitive cache)
+                    # are not what the call takes in every step
+                    n.target(*args, **kwargs)
                     meter.begin(k)
                     out = n.target(*args, **kwargs)
                     meter.end()
@@ -467,6 +471,8 @@ class Compiled:
         self.options = options or {}
         self.plans: list = []
         self.rejected: list = []  # plans whose trial step held more than the budget (warm_up)
+        self.superseded: list = []  # plans whose trial step held the budget where a cheaper one did too
+        self._joint: Optional[dict] = None  # the latest graph file planned: warm_up previews plans on it
         self._transients: dict = {}  # library calls' measured transient bytes, by call (library_transients)
         #: seconds in the backend: AOTAutograd, the partition (the plan's
         #: share in each plan's .seconds) and Inductor's forward, every compile
@@ -503,15 +509,18 @@ class Compiled:
         from .planning import MARGIN, budget_for
         t0 = time.perf_counter()
         joint = JointGraph(joint_graph, node_info, self._transients)
-        result = plan_graph(joint.file(), self._request)
-        if not result.get("feasible") and result.get("floor"):
-            result["floor"] = budget_for(int(result["floor"]), MARGIN)
+        self._joint = joint.file()
+        result = plan_graph(self._joint, self._request)
+        model_floor = int(result["floor"]) if not result.get("feasible") and result.get("floor") else None
+        if model_floor:
+            result["floor"] = budget_for(model_floor, MARGIN)
         p = GraphPlan(joint, result, self.budget)
         if not p.feasible:
             self._error = RematError("no plan fits %d bytes for this compiled graph: %s" % (
                 self.budget, "the smallest feasible budget is %d bytes" % p.floor if p.floor else
                 result.get("error", "")))
             self._error.floor = p.floor
+            self._error.model_floor = model_floor  # the request its floor plan is made for (warm_up)
             raise self._error
         saved = joint.saved_nodes(set(p.recompute_ops))
         p.saved = [n.name for n in saved]
@@ -530,64 +539,146 @@ class Compiled:
     def plan(self) -> Optional[GraphPlan]:
         return self.plans[-1] if self.plans else None
 
+    #: how many graphs Dynamo may compile for one rt.compile (each input
+    #: shape, and each trial plan at warm-up, is one): its own limit (8)
+    #: would run later shapes uncompiled, without a plan, and say nothing
+    RECOMPILES = 256
+
     def __call__(self, *args: Any) -> Any:
         try:
-            return self._fn(*args)
+            with compat.recompile_limit(self.RECOMPILES):
+                return self._fn(*args)
         except compat.backend_failure():
             if self._error is not None:
                 err, self._error = self._error, None
                 raise err from None
             raise
 
-    #: how many times warm_up plans again for a smaller budget when the
-    #: trial step measures more than the budget
-    ATTEMPTS = 3
+    #: how many trial steps warm_up runs at most: each compiles the step
+    #: again for another plan (Dynamo keeps every one: RECOMPILES)
+    ATTEMPTS = 4
+
+    #: the least measured / predicted a compiled step has shown (0.686, GPT-2's
+    #: store-all on the CPU; ResNet-50 0.98-1.01): below a budget this far
+    #: under remat's model's floor a trial step of the floor plan is not tried
+    TRIAL_REACH = 0.65
+
+    #: headroom (measured below the budget, as a share of it) under which
+    #: warm_up looks for no cheaper plan
+    HEADROOM = 0.01
 
     def warm_up(self, example: tuple) -> None:
         """Compiles (and plans) for example's shapes now, with the model's
         buffers, gradients and random state restored afterwards. Where a
         counter can measure the step (the heap counter preloaded, or a CUDA
         device), two trial steps run (the first compiles the backward) and
-        the second is measured, as rt.measure counts it; a step that holds
-        more than the budget is planned again for the budget less the
-        excess (Inductor's fusion and buffer reuse are not in the plan's
-        model), up to ATTEMPTS plans. Without a counter one forward runs,
-        and the plan is not checked (plan.measured is None)."""
+        the second is measured, as rt.measure counts it, and the measure
+        decides, since Inductor's step is not remat's model of it (it fuses
+        and reuses buffers; docs/pytorch.md): a plan whose step holds more
+        than the budget is replaced by one predicted to hold less by the
+        excess, or by remat's model's floor plan where the model has none
+        that small (also where the budget is below that floor, within
+        TRIAL_REACH); and where a plan's step leaves room under the budget,
+        the plan predicted to hold that much more is tried when it
+        recomputes less. The cheapest plan whose trial held the budget is
+        kept; up to ATTEMPTS trials, no plan twice. Without a counter one
+        forward runs, and the plan is not checked (plan.measured is None)."""
         device = device_of(self.model, [a for a in example if isinstance(a, torch.Tensor)])
         c = memtrack.counter(device)
         t0 = time.perf_counter()
-        for attempt in range(self.ATTEMPTS):
+        start = len(self.plans)
+        tried: dict = {}  # what each plan tried recomputes -> what its trial step held
+        best = None  # (generation, request budget, plan) of the cheapest plan whose trial held the budget
+        for _ in range(self.ATTEMPTS):
             try:
                 measured = self._trial(example, device, c)
             except RematError as e:
-                if not attempt or getattr(e, "floor", None) is None:
-                    raise
-                from .planning import MARGIN, budget_for
-                last = self.rejected[-1]
-                # the least budget known to fit, not a proven floor: a plan below
-                # remat's model's floor may still fit the compiled step (Inductor
-                # holds 0.98-1.01x the model's prediction on ResNet-50, and fuses what it may)
-                err = RematError("the compiled step held %d bytes in a trial step, over the budget of %d bytes "
-                                 "(remat's model of Inductor's step predicted %d), and remat's model has no plan "
-                                 "below that: a budget of %d bytes fits (what that trial held); a smaller one may" % (
-                                     last.measured, self.budget, last.peak_bytes, budget_for(last.measured, MARGIN)))
-                err.floor = budget_for(last.measured, MARGIN)
-                raise err from None
+                floor = getattr(e, "model_floor", None)
+                if best is not None or c is None or not self.budget or not floor \
+                        or floor * self.TRIAL_REACH > self.budget or self._preview(floor) in tried:
+                    if best is not None:
+                        break
+                    raise self._no_plan(e) from None
+                self._request["budget"] = floor  # the trial decides whether the floor plan fits
+                self._generation += 1
+                continue
+            except compat.out_of_memory() as e:
+                if best is None:
+                    raise RematError("a trial step of the plan predicted to hold %d bytes ran out of memory: %s"
+                                     % (self.plans[-1].peak_bytes, str(e).split("\n")[0])) from None
+                break
             p = self.plans[-1]  # _trial made it
             p.measured = measured
-            if measured is None or not self.budget or measured <= self.budget:
+            tried[frozenset(p.recompute_ops)] = measured
+            if measured is None or not self.budget:
                 break
-            if attempt + 1 == self.ATTEMPTS:
+            if measured <= self.budget:
+                if best is None or p.extra_flops < best[2].extra_flops:
+                    best = (self._generation, self._request["budget"], p)
+                nxt = self._cheaper(p, measured, tried)
+                if nxt is None:
+                    break
+                self._request["budget"] = nxt
+            else:
+                self.rejected.append(p)
+                # a plan predicted to hold less than this one by the excess: with
+                # Inductor's excess over the prediction about the same, it fits
+                self._request["budget"] = max(1, min(self._request["budget"], p.peak_bytes) - (measured - self.budget))
+            self._generation += 1
+        if self.budget and c is not None:
+            if best is None:
+                p = self.plans[-1]
                 raise RematError("the compiled step holds %d bytes, over the budget of %d bytes, with each of %d "
                                  "plans (the last predicted %d bytes): Inductor's step holds more than remat's "
-                                 "model of it; give a larger budget" % (measured, self.budget, self.ATTEMPTS,
+                                 "model of it; give a larger budget" % (p.measured, self.budget, len(self.rejected),
                                                                           p.peak_bytes))
-            self.rejected.append(self.plans.pop())
-            # a plan predicted to hold less than this one by the excess: with
-            # Inductor's excess over the prediction about the same, it fits
-            self._request["budget"] = max(1, min(self._request["budget"], p.peak_bytes) - (measured - self.budget))
-            self._generation += 1
+            # back to the best plan's compiled step (Dynamo still holds it)
+            self._generation, self._request["budget"] = best[0], best[1]
+            self.superseded += [q for q in self.plans[start:] if q is not best[2] and q not in self.rejected]
+            self.plans[start:] = [best[2]]
         self.warm_up_seconds = time.perf_counter() - t0
+
+    def _preview(self, request):
+        """What the plan for request budget on the latest graph recomputes
+        (a frozenset of op ids; None: no plan fits), and its extra FLOPs."""
+        r = plan_graph(self._joint, dict(self._request, budget=request)) if self._joint is not None else {}
+        if not r.get("feasible"):
+            return None
+        return frozenset(int(i) for i in r.get("recompute", []))
+
+    def _cheaper(self, p, measured, tried):
+        """The request budget of a plan not yet tried that recomputes less
+        than p and is predicted to hold p's prediction plus the room p's
+        trial left under the budget (with Inductor's difference from the
+        prediction about the same, it fits), or None: no such plan, or too
+        little room."""
+        room = self.budget - measured
+        if not p.recompute_ops or room < self.HEADROOM * self.budget or self._joint is None:
+            return None
+        from .planning import MARGIN, _inner
+        request = max(self._request["budget"], _inner(p.peak_bytes + room, MARGIN))
+        r = plan_graph(self._joint, dict(self._request, budget=request))
+        if not r.get("feasible") or float(r.get("extra_flops", 0)) >= p.extra_flops \
+                or frozenset(int(i) for i in r.get("recompute", [])) in tried:
+            return None
+        return request
+
+    def _no_plan(self, e):
+        """The error for a budget no plan fits: where trial steps held more
+        than the budget, the least they held as a budget known to fit, else
+        remat's model's floor (e)."""
+        if not self.rejected:
+            return e
+        from .planning import MARGIN, budget_for
+        least = min(self.rejected, key=lambda q: q.measured)
+        # the least budget known to fit, not a proven floor: a plan below
+        # remat's model's floor may still fit the compiled step
+        err = RematError("the compiled step held %d bytes in a trial step, over the budget of %d bytes "
+                         "(remat's model of Inductor's step predicted %d), and remat's model has no plan "
+                         "below that: a budget of %d bytes fits (what that trial held); a smaller one may" % (
+                             least.measured, self.budget, least.peak_bytes, budget_for(least.measured, MARGIN)))
+        err.floor = budget_for(least.measured, MARGIN)
+        return err
 
     def _trial(self, example, device, c):
         """Compiles and plans for example (one forward; with counter c two
