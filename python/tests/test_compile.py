@@ -125,7 +125,8 @@ def test_the_forward_saves_what_the_plan_keeps_and_the_step_fits():
     bytes (the partition is the plan's), and each step's measured peak is
     within its budget (where the compiled step holds more than remat's
     model of it predicts, the trial step at rt.compile finds it and
-    answers with the budget it measured; that budget then holds)."""
+    answers with the budget it measured; that budget then holds), or
+    without one within 3% of the prediction."""
     need_counter()
     c = memtrack.counter()
     floor = floor_of(net, F.cross_entropy)
@@ -145,7 +146,9 @@ def test_the_forward_saves_what_the_plan_keeps_and_the_step_fits():
             opt.step()
         extra.append(held - p.saved_bytes)
         r = rt.measure(step, (x, y), lambda loss: loss, optimizer=opt, steps=3)
-        assert r["peak_bytes"] <= (budget or p.peak_bytes), (r["peak_bytes"], p.peak_bytes, budget)
+        # within the budget; without one, within 3% of the prediction (which
+        # models Inductor's fusion and in-place reuse: docs/pytorch.md)
+        assert r["peak_bytes"] <= (budget or 1.03 * p.peak_bytes), (r["peak_bytes"], p.peak_bytes, budget)
     # each forward holds what its plan saves, Inductor's channels-last copies
     # of the weights and the batch among them, to within a few bytes (the
     # same under both plans: the two forwards differ by their plans' saves,
@@ -195,6 +198,52 @@ def test_the_prediction_counts_inductors_channels_last_copies():
         p = step.plan
         assert budget is None or (p.recompute_ops and p.measured <= budget)
         assert abs(p.measured / p.peak_bytes - 1) < within, (p.measured, p.peak_bytes, budget)
+
+
+class Head(nn.Module):
+    """A language model's shape at a small size: most of its step is the
+    output layer's logits and the cross-entropy over them (tied: the output
+    layer is the embedding's weight, as GPT-2's)."""
+
+    def __init__(self, tied, vocab=4096, dim=64, layers=2):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, dim)
+        self.mlps = nn.ModuleList(nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+                                  for _ in range(layers))
+        self.norm, self.out = nn.LayerNorm(dim), nn.Linear(dim, vocab, bias=False)
+        if tied:
+            self.out.weight = self.emb.weight
+
+    def forward(self, idx):
+        h = self.emb(idx)
+        for m in self.mlps:
+            h = h + m(h)
+        return self.out(self.norm(h))
+
+
+@pytest.mark.parametrize("tied", [False, True], ids=["untied", "tied"])
+def test_the_prediction_models_inductors_fusion_and_reuse(tied):
+    """Inductor computes the log-softmax and its backward in fused kernels,
+    writes outputs over dying buffers of their layout, never materializes
+    a gradient that only its generated code makes and reads, and (tied
+    weights) runs the output layer's weight product where the embedding's
+    part of that gradient is made. The graph remat plans says so: the trial
+    step holds 0.90-1.03 of the prediction at store-all and at the floor
+    (0.51-0.56 before, where each of the logits' intermediates and their
+    gradients was a buffer)."""
+    need_counter()
+
+    def make():
+        torch.manual_seed(0)
+        g = torch.Generator().manual_seed(1)
+        return Head(tied), torch.randint(0, 4096, (4, 64), generator=g), torch.randint(0, 4096, (4, 64), generator=g)
+
+    floor = floor_of(make, seq_loss)
+    for budget in (None, floor):
+        m, step, budget = at_least(budget, make, seq_loss)
+        p = step.plan
+        assert 0.90 <= p.measured / p.peak_bytes <= 1.03, (p.measured, p.peak_bytes, budget)
+        assert budget is None or p.measured <= budget
 
 
 FIRST = r"""

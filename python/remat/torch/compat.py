@@ -372,6 +372,11 @@ def backend_failure():
     return BackendCompilerFailed
 
 
+def aten_op(name, overload):
+    """torch.ops.aten.<name>.<overload>, as a traced graph's node calls it."""
+    return getattr(getattr(torch.ops.aten, name), overload)
+
+
 def recompile_limit(n):
     """A context in which Dynamo compiles a code object up to n times (its
     recompile_limit, cache_size_limit before 2.6) and, past that, fails
