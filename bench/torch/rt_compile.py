@@ -274,7 +274,8 @@ def rt_compiled_at(fresh, batch, loss, inputs, budget, args, name, kind, floor_o
     peak, sec = run_steps(step, m, opt, batch, args.steps)
     p = step.plan
     return {"row": name, "config": "rt.compile " + kind, "budget": budget,
-            "replans": len(step.rejected), "predicted": p.peak_bytes,
+            "replans": len(step.rejected), "trials": 1 + len(step.rejected) + len(step.superseded),
+            "predicted": p.peak_bytes,
             "measured": peak, "seconds": sec, "compile_seconds": ct, "plan_seconds": p.seconds,
             "recomputed": len(p.recompute_ops), "extra_flops": p.extra_flops / p.flops if p.flops else 0.0}
 
@@ -391,6 +392,8 @@ def _line(r):
             r["measured"] / r["budget"])
         s += "  recomputes %d ops (+%.1f%% FLOPs), planned in %.2f s, %d re-plans" % (
             r["recomputed"], 100 * r["extra_flops"], r["plan_seconds"], r["replans"])
+        if "trials" in r:
+            s += " (%d trial steps)" % r["trials"]
     s += "  step %.3f s  compile %.1f s" % (r["seconds"], r["compile_seconds"])
     return s
 

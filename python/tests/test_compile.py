@@ -356,3 +356,30 @@ def test_every_shape_is_compiled_past_dynamos_recompile_limit():
         out, mean = step(torch.randn(n, 64))
         (out.sum() + mean).backward()
     assert len(step.plans) == 11, repr(step)
+
+
+def test_the_trial_step_decides_which_plan_runs(monkeypatch):
+    """Where a trial step leaves room under the budget, warm_up tries the
+    plan predicted to hold that much more, and keeps the cheapest whose
+    trial held the budget; where the budget lies below remat's floor, the
+    floor plan is tried. The trial here measures 0.6 of what Inductor holds
+    (as a model that overestimates by two thirds would), so both happen."""
+    need_counter()
+    from remat.torch import partition
+    real = partition.Compiled._trial
+
+    def trial(self, example, device, c):
+        measured = real(self, example, device, c)
+        return None if measured is None else int(0.6 * measured)
+
+    monkeypatch.setattr(partition.Compiled, "_trial", trial)
+    floor = floor_of(llama, seq_loss)
+    m, x, y = llama()
+    step = rt.compile(m, (x, y), budget=floor, loss=seq_loss, optimizer="sgd")
+    p = step.plan
+    assert p.measured <= floor and step.superseded, repr(step)
+    assert all(p.extra_flops < q.extra_flops and q.measured <= floor for q in step.superseded)
+    # below the floor, within reach: the floor plan is tried, and its trial holds it
+    m, x, y = llama()
+    step = rt.compile(m, (x, y), budget=int(0.9 * floor), loss=seq_loss, optimizer="sgd")
+    assert step.plan.peak_bytes > int(0.9 * floor) >= step.plan.measured

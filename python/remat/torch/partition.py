@@ -85,7 +85,9 @@ class Compiled:
     Inductor, each of its graphs partitioned by remat's plan. Call it as
     the model (or as loss(model(*inputs), *targets)); .plan is the latest
     graph's plan, .plans every one made (a new input shape compiles and
-    plans again)."""
+    plans again); .rejected and .superseded the plans whose trial steps
+    (warm_up) held more than the budget, or held it where a cheaper one
+    did too."""
 
     def __init__(self, model: torch.nn.Module, budget: Budget, optimizer: OptimizerLike, loss: Optional[Callable],
                  inputs: int, strategy: str, options: Optional[dict], fullgraph: bool, dynamic: bool) -> None:
@@ -388,8 +390,10 @@ def compile(model: torch.nn.Module, example: Inputs, budget: Budget = None, opti
     and the plan counts its outputs as held until the backward. mode and
     options: Inductor's, as torch.compile takes them; fullgraph: a graph
     break is an error (remat plans a whole step as one graph); dynamic:
-    False compiles and plans each new input shape on its own. A budget
-    nothing fits raises RematError naming the floor (the error's .floor).
+    False compiles and plans each new input shape on its own. Where a
+    counter can measure the step, trial steps decide which plan runs
+    (Compiled.warm_up). A budget nothing fits raises RematError naming the
+    floor (the error's .floor).
     Needs PyTorch 2.5 or newer."""
     opts = dict(compat.inductor_mode_options(mode)) if mode else {}
     opts.update(options or {})
