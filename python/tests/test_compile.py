@@ -279,6 +279,15 @@ def test_a_new_shape_is_planned_again():
     assert "2 plans" in repr(step)
 
 
+def test_one_graph_for_every_shape_is_refused():
+    """dynamic=True would compile one graph (and so one plan) for every
+    input shape: refused with a reason, before anything compiles (it used
+    to fail inside the backend on a symbolic shape)."""
+    m, x, y = net()
+    with pytest.raises(rt.RematError, match=r"dynamic=True\) would compile one graph for every input shape.* one plan cannot hold a budget at each"):
+        rt.compile(m, (x, y), budget="64MiB", loss=F.cross_entropy, dynamic=True)
+
+
 class Breaks(Net):
     def forward(self, x):
         h = F.relu(self.bn(self.c1(x)))

@@ -390,11 +390,17 @@ def compile(model: torch.nn.Module, example: Inputs, budget: Budget = None, opti
     and the plan counts its outputs as held until the backward. mode and
     options: Inductor's, as torch.compile takes them; fullgraph: a graph
     break is an error (remat plans a whole step as one graph); dynamic:
-    False compiles and plans each new input shape on its own. Where a
+    False (the only value taken) compiles and plans each new input shape
+    on its own; True (one graph for every shape) is refused, as one plan
+    cannot hold a budget at every shape. Where a
     counter can measure the step, trial steps decide which plan runs
     (Compiled.warm_up). A budget nothing fits raises RematError naming the
     floor (the error's .floor).
     Needs PyTorch 2.5 or newer."""
+    if dynamic:
+        raise RematError("rt.compile(dynamic=True) would compile one graph for every input shape, whose peak "
+                         "grows with the shapes, and one plan cannot hold a budget at each: with dynamic=False "
+                         "(the default) each new shape is compiled and planned on its own (step.plans)")
     opts = dict(compat.inductor_mode_options(mode)) if mode else {}
     opts.update(options or {})
     c = Compiled(model, budget, optimizer, loss, inputs, strategy, opts, fullgraph, dynamic)
