@@ -284,7 +284,8 @@ def test_one_graph_for_every_shape_is_refused():
     input shape: refused with a reason, before anything compiles (it used
     to fail inside the backend on a symbolic shape)."""
     m, x, y = net()
-    with pytest.raises(rt.RematError, match=r"dynamic=True\) would compile one graph for every input shape.* one plan cannot hold a budget at each"):
+    with pytest.raises(rt.RematError, match=r"dynamic=True\) would compile one graph for every input shape"
+                                            r".* one plan cannot hold a budget at each"):
         rt.compile(m, (x, y), budget="64MiB", loss=F.cross_entropy, dynamic=True)
 
 
