@@ -123,6 +123,41 @@ def library_transients(graph, cache, channels_last=False):
     return {n: cache.get(_call_key(n, layout[n]), 0) for n in nodes}
 
 
+def products_where_made(graph, forward):
+    """Keeps each backward product where its inputs are made: Inductor
+    rewrites a backward's add(mm(a, b), c) as addmm(c, a, b) (its post-grad
+    addmm fusion, bmm alike), which runs the product where c is made, and
+    where c comes later (a tied weight's gradient: the output layer's
+    product added to the embedding's part, made at the step's end) a and b
+    are held until then (GPT-2: the logits' gradient, 98 MiB at b2 x 256,
+    through the whole backward). Such an add becomes c - (-p), the same
+    bits as c + p (negation is exact, and subtracting -p is adding p),
+    which the fusion does not match. forward: the forward's nodes (left as
+    they are). Returns how many were rewritten."""
+    add, sub, neg = compat.aten_op("add", "Tensor"), compat.aten_op("sub", "Tensor"), compat.aten_op("neg", "default")
+    products = (compat.aten_op("mm", "default"), compat.aten_op("bmm", "default"))
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    rewritten = 0
+    for b in list(graph.nodes):
+        if b in forward or b.op != "call_function" or b.target is not add or len(b.args) != 2 or b.kwargs:
+            continue
+        p = next((a for a in b.args if isinstance(a, torch.fx.Node) and a.target in products and len(a.users) == 1),
+                 None)
+        c = b.args[1] if p is b.args[0] else b.args[0]
+        if p is None or not isinstance(c, torch.fx.Node) or order[c] < order[p] \
+                or not isinstance(c.meta.get("val"), torch.Tensor) or c.meta["val"].shape != p.meta["val"].shape:
+            continue
+        with graph.inserting_before(b):
+            n = graph.call_function(neg, (p,))
+            n.meta = dict(p.meta)
+            d = graph.call_function(sub, (c, n))
+            d.meta = dict(b.meta)
+        b.replace_all_uses_with(d)
+        graph.erase_node(b)
+        rewritten += 1
+    return rewritten
+
+
 def _tagged(node, tag):
     """Whether fx node calls an aten overload with torch.Tag tag (pointwise, reduction)."""
     return node is not None and compat.is_overload(node.target) and getattr(torch.Tag, tag) in node.target.tags
@@ -215,40 +250,15 @@ class JointGraph:
     def _generated(self, by_seq):
         """What Inductor's generated kernels never hold, where the joint
         graph says so (docs/pytorch.md, "What Inductor holds"): gradients
-        made and read only inside generated code (_fused_gradients), a
-        pointwise op's output that only the next generated op reads (_fuse)
-        and a pointwise op's output written over the activation it reads
-        last (_in_place)."""
+        made and read only inside generated code (_fused_gradients), the
+        parts of a tied weight's gradient (_shared_parameters), a pointwise
+        op's output that only the next generated op reads (_fuse) and a
+        pointwise op's output written over the activation it reads last
+        (_in_place)."""
         self._fused_gradients(by_seq)
         self._shared_parameters()
-        self._late_products(by_seq)
         self._fuse()
         self._in_place()
-
-    def _late_products(self, by_seq):
-        """Inductor rewrites a backward's add(mm(a, b), c) as addmm(c, a, b)
-        (its post-grad addmm fusion), which runs the product where c is
-        made: where c comes from the backward of an earlier op (a tied
-        weight's gradient: the output layer's product added to the
-        embedding's part), a and b are held until that backward. Counted
-        as a transient of it (the step's end, where the gradients are
-        whole, is where such a hold weighs most)."""
-        add, mm = compat.aten_op("add", "Tensor"), compat.aten_op("mm", "default")
-        first = {q: min(ops) for q, ops in by_seq.items()}
-        for b in self.graph.nodes:
-            if b in self.fw or b.op != "call_function" or b.target is not add or len(b.args) != 2:
-                continue
-            for m, c in (b.args, b.args[::-1]):
-                if not isinstance(m, torch.fx.Node) or m.target is not mm or len(m.users) != 1 \
-                        or not isinstance(c, torch.fx.Node) or not isinstance(c.meta.get("val"), torch.Tensor):
-                    continue
-                late, at = first.get(c.meta.get("seq_nr")), first.get(m.meta.get("seq_nr"))
-                if late is None or at is None or late >= at:
-                    continue
-                held = sum(_nbytes(a.meta.get("val")) for a in m.args[:2] if isinstance(a, torch.fx.Node))
-                t = self.ops[late].setdefault("transient", {"forward": 0, "backward": 0})
-                t["backward"] += held
-                break
 
     def _shared_parameters(self):
         """A parameter that several ops read (tied weights: an embedding and

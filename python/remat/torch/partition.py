@@ -36,7 +36,7 @@ import torch
 from .._lib import RematError, plan_graph
 from . import compat, memtrack
 from .capture import _restore, _restore_point, device_of
-from .joint import JointGraph
+from .joint import JointGraph, products_where_made
 from .planning import Budget, Inputs, OptimizerLike
 
 
@@ -139,6 +139,7 @@ class Compiled:
     def _choose(self, joint_graph, node_info):
         from .planning import MARGIN, budget_for
         t0 = time.perf_counter()
+        products_where_made(joint_graph, set(compat.joint_node_info(node_info)[0]))
         joint = JointGraph(joint_graph, node_info, self._transients)
         self._joint = joint.file()
         result = plan_graph(self._joint, self._request)
