@@ -123,22 +123,20 @@ def library_transients(graph, cache, channels_last=False):
     return {n: cache.get(_call_key(n, layout[n]), 0) for n in nodes}
 
 
-def products_where_made(graph, forward):
-    """Keeps each backward product where its inputs are made: Inductor
-    rewrites a backward's add(mm(a, b), c) as addmm(c, a, b) (its post-grad
-    addmm fusion, bmm alike), which runs the product where c is made, and
-    where c comes later (a tied weight's gradient: the output layer's
-    product added to the embedding's part, made at the step's end) a and b
-    are held until then (GPT-2: the logits' gradient, 98 MiB at b2 x 256,
-    through the whole backward). Such an add becomes c - (-p), the same
-    bits as c + p (negation is exact, and subtracting -p is adding p),
-    which the fusion does not match. forward: the forward's nodes (left as
-    they are). Returns how many were rewritten."""
-    add, sub, neg = compat.aten_op("add", "Tensor"), compat.aten_op("sub", "Tensor"), compat.aten_op("neg", "default")
+def late_products(graph, forward):
+    """The backward's adds that Inductor would turn into late products: it
+    rewrites add(mm(a, b), c) as addmm(c, a, b) (its post-grad addmm
+    fusion, bmm alike), which runs the product where c is made, and where c
+    comes later (a tied weight's gradient: the output layer's product added
+    to the embedding's part, made at the step's end) a and b are held until
+    then (GPT-2: the logits' gradient, 98 MiB at b2 x 256, through the
+    whole backward). [(add node, product node, c node)]; forward: the
+    forward's nodes."""
+    add = compat.aten_op("add", "Tensor")
     products = (compat.aten_op("mm", "default"), compat.aten_op("bmm", "default"))
     order = {n: i for i, n in enumerate(graph.nodes)}
-    rewritten = 0
-    for b in list(graph.nodes):
+    found = []
+    for b in graph.nodes:
         if b in forward or b.op != "call_function" or b.target is not add or len(b.args) != 2 or b.kwargs:
             continue
         p = next((a for a in b.args if isinstance(a, torch.fx.Node) and a.target in products and len(a.users) == 1),
@@ -147,6 +145,16 @@ def products_where_made(graph, forward):
         if p is None or not isinstance(c, torch.fx.Node) or order[c] < order[p] \
                 or not isinstance(c.meta.get("val"), torch.Tensor) or c.meta["val"].shape != p.meta["val"].shape:
             continue
+        found.append((b, p, c))
+    return found
+
+
+def products_where_made(graph, late):
+    """Keeps each late product (late_products) where its inputs are made:
+    its add becomes c - (-p), the same bits as c + p (negation is exact,
+    and subtracting -p is adding p), which the fusion does not match."""
+    sub, neg = compat.aten_op("sub", "Tensor"), compat.aten_op("neg", "default")
+    for b, p, c in late:
         with graph.inserting_before(b):
             n = graph.call_function(neg, (p,))
             n.meta = dict(p.meta)
@@ -154,8 +162,6 @@ def products_where_made(graph, forward):
             d.meta = dict(b.meta)
         b.replace_all_uses_with(d)
         graph.erase_node(b)
-        rewritten += 1
-    return rewritten
 
 
 def _tagged(node, tag):
@@ -211,7 +217,7 @@ class JointGraph:
     (a node's aux, docs/graph-format.md), and a copy no backward reads is
     the op's forward transient."""
 
-    def __init__(self, joint_graph, node_info, transients=None):
+    def __init__(self, joint_graph, node_info, transients=None, late=()):
         self.graph = joint_graph
         fw, static, primals = compat.joint_node_info(node_info)
         self.fw = set(fw)
@@ -245,6 +251,7 @@ class JointGraph:
         self._saves(by_seq)
         if transients is not None:
             self._transients(library_transients(joint_graph, transients, self.channels_last), by_seq)
+        self.late = list(late)
         self._generated(by_seq)
 
     def _generated(self, by_seq):
@@ -257,6 +264,7 @@ class JointGraph:
         (_in_place)."""
         self._fused_gradients(by_seq)
         self._shared_parameters()
+        self._late_holds(by_seq)
         self._fuse()
         self._in_place()
 
@@ -275,6 +283,20 @@ class JointGraph:
             for o in ops[:-1]:
                 t = self.ops[o].setdefault("transient", {"forward": 0, "backward": 0})
                 t["backward"] += self.values[v]["bytes"]
+
+    def _late_holds(self, by_seq):
+        """Where Inductor runs a late product (late_products) where c is made,
+        in the backward of an earlier op, a and b are held until then:
+        counted as a transient of that backward ('_late' on its op, added
+        by file(late=True); the step's end, where the gradients are whole,
+        is where such a hold weighs most)."""
+        first = {q: min(ops) for q, ops in by_seq.items()}
+        for _, p, c in self.late:
+            at, made = first.get(p.meta.get("seq_nr")), first.get(c.meta.get("seq_nr"))
+            if at is None or made is None or made >= at:
+                continue
+            held = sum(_nbytes(a.meta.get("val")) for a in p.args[:2] if isinstance(a, torch.fx.Node))
+            self.ops[made]["_late"] = self.ops[made].get("_late", 0) + held
 
     def _fused_gradients(self, by_seq):
         """A gradient that only generated code makes and reads (the backward
@@ -359,6 +381,9 @@ class JointGraph:
                 tr = [g["transient"] for g in group if "transient" in g]
                 if tr:
                     merged["transient"] = {k: max(t[k] for t in tr) for k in ("forward", "backward")}
+                late = sum(g.get("_late", 0) for g in group)
+                if late:
+                    merged["_late"] = late
             ops.append(merged)
         for o, r in into.items():
             while r in into:
@@ -551,9 +576,21 @@ class JointGraph:
         outs, i = self.outputs_of[n.args[0]], n.args[1]
         return outs[i] if isinstance(i, int) and i < len(outs) else None
 
-    def file(self):
+    def file(self, late=False):
+        """The graph file: with late, Inductor's late products held (as
+        Inductor runs the step), else each product where its inputs are
+        made (as products_where_made makes it run)."""
+        ops = []
+        for op in self.ops:
+            if "_late" in op:
+                op = {k: v for k, v in op.items() if k != "_late"}
+                if late:
+                    t = dict(op.get("transient", {"forward": 0, "backward": 0}))
+                    t["backward"] += self.ops[op["id"]]["_late"]
+                    op["transient"] = t
+            ops.append(op)
         return {"format": "remat-graph", "version": 1, "cost_unit": "flops", "source": "torch.compile joint graph",
-                "values": self.values, "ops": self.ops, "loss": self.loss}
+                "values": self.values, "ops": ops, "loss": self.loss}
 
     def saved_nodes(self, recomputed):
         """The forward nodes to save when the ops in recomputed are run again

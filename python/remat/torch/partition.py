@@ -36,7 +36,7 @@ import torch
 from .._lib import RematError, plan_graph
 from . import compat, memtrack
 from .capture import _restore, _restore_point, device_of
-from .joint import JointGraph, products_where_made
+from .joint import JointGraph, late_products, products_where_made
 from .planning import Budget, Inputs, OptimizerLike
 
 
@@ -103,7 +103,7 @@ class Compiled:
         self.plans: list = []
         self.rejected: list = []  # plans whose trial step held more than the budget (warm_up)
         self.superseded: list = []  # plans whose trial step held the budget where a cheaper one did too
-        self._joint: Optional[dict] = None  # the latest graph file planned: warm_up previews plans on it
+        self._joints: list = []  # the latest graph's files (JointGraph.file; _plan): warm_up previews plans on them
         self._transients: dict = {}  # library calls' measured transient bytes, by call (library_transients)
         #: seconds in the backend: AOTAutograd, the partition (the plan's
         #: share in each plan's .seconds) and Inductor's forward, every compile
@@ -139,10 +139,12 @@ class Compiled:
     def _choose(self, joint_graph, node_info):
         from .planning import MARGIN, budget_for
         t0 = time.perf_counter()
-        products_where_made(joint_graph, set(compat.joint_node_info(node_info)[0]))
-        joint = JointGraph(joint_graph, node_info, self._transients)
-        self._joint = joint.file()
-        result = plan_graph(self._joint, self._request)
+        late = late_products(joint_graph, set(compat.joint_node_info(node_info)[0]))
+        joint = JointGraph(joint_graph, node_info, self._transients, late)
+        self._joints = [joint.file()] + ([joint.file(late=True)] if late else [])
+        result, which = self._plan(self._request["budget"])
+        if which == 0 and late:  # the plan with each product where its inputs are made is the better one
+            products_where_made(joint_graph, late)
         model_floor = int(result["floor"]) if not result.get("feasible") and result.get("floor") else None
         if model_floor:
             result["floor"] = budget_for(model_floor, MARGIN)
@@ -166,6 +168,22 @@ class Compiled:
         p.seconds = time.perf_counter() - t0
         self.plans.append(p)
         return saved
+
+    def _plan(self, budget):
+        """remat's plan for the latest graph at budget: (result, which graph
+        file: 0, each product where its inputs are made; 1, Inductor's late
+        products, where the graph has any). Of two plans that fit, the one
+        that recomputes less, then the one that holds less, then Inductor's
+        own order (its bits); where neither fits, the lower floor's."""
+        rs = [plan_graph(f, dict(self._request, budget=budget)) for f in self._joints]
+
+        def key(i):
+            r = rs[i]
+            if r.get("feasible"):
+                return (0, float(r.get("extra_flops", 0)), int(r.get("peak_bytes", 0)), -i)
+            return (1, float(r.get("floor") or float("inf")), 0, -i)
+        best = min(range(len(rs)), key=key)
+        return rs[best], best
 
     @property
     def plan(self) -> Optional[GraphPlan]:
@@ -277,7 +295,7 @@ class Compiled:
     def _preview(self, request):
         """What the plan for request budget on the latest graph recomputes
         (a frozenset of op ids; None: no plan fits), and its extra FLOPs."""
-        r = plan_graph(self._joint, dict(self._request, budget=request)) if self._joint is not None else {}
+        r = self._plan(request)[0] if self._joints else {}
         if not r.get("feasible"):
             return None
         return frozenset(int(i) for i in r.get("recompute", []))
@@ -289,11 +307,11 @@ class Compiled:
         prediction about the same, it fits), or None: no such plan, or too
         little room."""
         room = self.budget - measured
-        if not p.recompute_ops or room < self.HEADROOM * self.budget or self._joint is None:
+        if not p.recompute_ops or room < self.HEADROOM * self.budget or not self._joints:
             return None
         from .planning import MARGIN, _inner
         request = max(self._request["budget"], _inner(p.peak_bytes + room, MARGIN))
-        r = plan_graph(self._joint, dict(self._request, budget=request))
+        r = self._plan(request)[0]
         if not r.get("feasible") or float(r.get("extra_flops", 0)) > p.extra_flops - self.GAIN * p.flops \
                 or frozenset(int(i) for i in r.get("recompute", [])) in tried:
             return None
