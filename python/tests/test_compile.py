@@ -248,6 +248,7 @@ def test_the_prediction_models_inductors_fusion_and_reuse(tied):
         assert 0.90 <= p.measured / p.peak_bytes <= 1.03, (p.measured, p.peak_bytes, budget)
         assert budget is None or p.measured <= budget
     if tied:  # the output layer's product where its inputs are made: the floor holds less than torch.compile
+        assert p.products_kept == 1 and "kept where their inputs are made: 1" in repr(p)
         assert p.measured < 0.9 * compiled_peak(make, seq_loss), (p.measured, compiled_peak(make, seq_loss))
 
 

@@ -60,6 +60,9 @@ class GraphPlan:
         self.saved_bytes = 0
         #: what the trial step at rt.compile held (bytes, counted as rt.measure counts), or None
         self.measured = None
+        #: how many backward products run where their inputs are made, not
+        #: where Inductor's addmm fusion would put them (joint.late_products)
+        self.products_kept = 0
 
     def __repr__(self):
         if not self.feasible:
@@ -74,6 +77,9 @@ class GraphPlan:
         extra = 100.0 * self.extra_flops / self.flops if self.flops else 0.0
         lines.append("  the forward saves %d tensors (%d bytes); the backward recomputes %d of %d ops: +%.2f%% FLOPs"
                      % (len(self.saved), self.saved_bytes, len(self.recompute_ops), self.ops, extra))
+        if self.products_kept:
+            lines.append("  backward products kept where their inputs are made: %d (Inductor's addmm fusion "
+                         "would run them later)" % self.products_kept)
         lines.append("  planned in %.3f s; %s" % (self.seconds, "not measured (no counter: python -m remat.torch run)"
                      if self.measured is None else "a trial step held %d bytes (%.3f of the prediction)" % (
                          self.measured, self.measured / self.peak_bytes)))
@@ -143,12 +149,13 @@ class Compiled:
         joint = JointGraph(joint_graph, node_info, self._transients, late)
         self._joints = [joint.file()] + ([joint.file(late=True)] if late else [])
         result, which = self._plan(self._request["budget"])
-        if which == 0 and late:  # the plan with each product where its inputs are made is the better one
-            products_where_made(joint_graph, late)
+        early = late if which == 0 else []  # the plan with each product where its inputs are made is the better one
+        products_where_made(joint_graph, early)
         model_floor = int(result["floor"]) if not result.get("feasible") and result.get("floor") else None
         if model_floor:
             result["floor"] = budget_for(model_floor, MARGIN)
         p = GraphPlan(joint, result, self.budget)
+        p.products_kept = len(early)
         if not p.feasible:
             self._error = RematError("no plan fits %d bytes for this compiled graph: %s" % (
                 self.budget, "the smallest feasible budget is %d bytes" % p.floor if p.floor else
