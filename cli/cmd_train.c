@@ -498,10 +498,10 @@ static void print_header(const job *j, const cli_dist *d, remat_session *s) {
  * the default action and raises itself again: the process ends at once,
  * as if no handler had been installed; but a second SIGUSR1 within
  * REPEAT_NS of the first is the same request (the signal to send mpirun:
- * Open MPI's mpirun can deliver the SIGUSR1 it forwards to a rank twice,
- * which then died by it and took the stop's message with it:
- * test_guard_stop_mpi, 1 run in about 10). clock_gettime is
- * async-signal-safe. */
+ * in about 1 run in 10 of test_guard_stop_mpi a rank died by the SIGUSR1
+ * mpirun forwarded, its handler installed, which a second delivery to it
+ * most likely explains; the stop's message was lost with it).
+ * clock_gettime is async-signal-safe. */
 static volatile sig_atomic_t stop_signal;
 static struct timespec stop_at; /* when stop_signal was set */
 #define REPEAT_NS 1000000000LL
