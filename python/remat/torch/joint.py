@@ -268,18 +268,25 @@ class JointGraph:
         self._fuse()
         self._in_place()
 
+    def _uses(self):
+        """(readers: value id -> the ids of the ops that read it, in order;
+        saved: the values a backward reads; held: the graph's outputs, held
+        by the caller until the backward, their gradients its tangents)."""
+        readers: dict = {}
+        for op in self.ops:
+            for v in op["inputs"]:
+                readers.setdefault(v, []).append(op["id"])
+        return readers, {v for op in self.ops for v in op["saves"]}, set(self.ops[-1]["inputs"])
+
     def _shared_parameters(self):
         """A parameter that several ops read (tied weights: an embedding and
         the output layer): the backward of the last reader makes its
         gradient, and each other reader's backward makes its own part of it
         in a buffer of the parameter's size, then adds it in (the joint
         graph sums the parts): a backward transient of the parameter's bytes."""
-        readers: dict = {}
-        for op in self.ops:
-            for v in op["inputs"]:
-                if self.values[v]["kind"] == "parameter":
-                    readers.setdefault(v, []).append(op["id"])
-        for v, ops in readers.items():
+        for v, ops in self._uses()[0].items():
+            if self.values[v]["kind"] != "parameter":
+                continue
             for o in ops[:-1]:
                 t = self.ops[o].setdefault("transient", {"forward": 0, "backward": 0})
                 t["backward"] += self.values[v]["bytes"]
@@ -313,11 +320,7 @@ class JointGraph:
             if _library(b.target):
                 library.add(seq)
         seq_of = {o: q for q, ops in by_seq.items() for o in ops}
-        readers: dict = {}
-        for op in self.ops:
-            for v in op["inputs"]:
-                readers.setdefault(v, []).append(op["id"])
-        held = set(self.ops[-1]["inputs"])
+        readers, _, held = self._uses()
         for v, val in enumerate(self.values):
             if val["kind"] != "activation" or v in held or v not in self.producer or v == self.loss:
                 continue
@@ -331,12 +334,7 @@ class JointGraph:
         nothing else reads it (no other op, no backward): such an op becomes
         part of its reader's op (its FLOPs added, its inputs read), and its
         output is no value of the graph. Ops are numbered again."""
-        readers: dict = {}
-        for op in self.ops:
-            for v in op["inputs"]:
-                readers.setdefault(v, []).append(op["id"])
-        saved = {v for op in self.ops for v in op["saves"]}
-        held = set(self.ops[-1]["inputs"])
+        readers, saved, held = self._uses()
         into: dict = {}     # op id -> the op id whose op it becomes part of
         members: dict = {}  # op id -> the op ids it is made of, in order
         ins: dict = {}      # op id -> the value ids its op (with its members) reads
@@ -400,12 +398,8 @@ class JointGraph:
         output over an activation it reads last (in the forward) that has
         the output's layout, where no backward reads it: Inductor reuses a
         dying buffer of the same layout in place (overwritten_by)."""
-        last = {}
-        for op in self.ops:
-            for v in op["inputs"]:
-                last[v] = op["id"]
-        saved = {v for op in self.ops for v in op["saves"]}
-        held = set(self.ops[-1]["inputs"])
+        readers, saved, held = self._uses()
+        last = {v: ops[-1] for v, ops in readers.items()}
         for o, n in enumerate(self.op_node):
             if not _tagged(n, "pointwise") or len(self.ops[o]["outputs"]) != 1:
                 continue

@@ -301,7 +301,7 @@ class Compiled:
 
     def _preview(self, request):
         """What the plan for request budget on the latest graph recomputes
-        (a frozenset of op ids; None: no plan fits), and its extra FLOPs."""
+        (a frozenset of op ids; None: no plan fits)."""
         r = self._plan(request)[0] if self._joints else {}
         if not r.get("feasible"):
             return None
