@@ -8,9 +8,10 @@
 # the comparisons' JSON beside it.
 #   scripts/gpu-run.sh scripts/gpu-checks.sh [CHECK...]
 # CHECKs (default all, in this order): cuda dist grad calibrate compare
-# offload compare16 profile pytest workspace truth applier compile
-# determinism (remat.torch's memory truth, the applier's cost and rt.compile
-# at byte budgets on the device, COMPILE_ARGS narrowing the last; what
+# offload compare16 conv16 profile pytest workspace truth applier compile
+# determinism (conv16: the bf16 convolutions on channels-last copies;
+# remat.torch's memory truth, the applier's cost and rt.compile at byte
+# budgets on the device, COMPILE_ARGS narrowing the last; what
 # deterministic cuDNN convolutions cost PyTorch)
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -37,7 +38,7 @@ check() {
 }
 
 remat=$(command -v remat)
-want=${*:-cuda dist grad calibrate compare offload compare16 profile pytest workspace truth applier compile determinism}
+want=${*:-cuda dist grad calibrate compare offload compare16 conv16 profile pytest workspace truth applier compile determinism}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 for c in $want; do
     case $c in
@@ -60,6 +61,14 @@ for c in $want; do
                done ;;
     compare16) check compare_bf16 150 python3 "$root/bench/torch/compare.py" --device cuda --remat "$remat" \
                    --precision bf16 --rows resnet50,gpt2-small --rounds 1 --timeout 60 --json "$dir/compare_bf16.json" ;;
+    # the bf16 convolutions on channels-last copies (REMAT_CUDA_CONV16=nhwc, not yet run on a GPU): the
+    # kernels against the CPU's and across plans, then resnet50 against autocast as compare16 has it
+    conv16)    check test_cuda_nhwc 200 env REMAT_CUDA_CONV16=nhwc test_cuda
+               check compare_bf16_nhwc 120 env REMAT_CUDA_CONV16=nhwc python3 "$root/bench/torch/compare.py" \
+                   --device cuda --remat "$remat" --precision bf16 --rows resnet50 --rounds 1 --timeout 60 \
+                   --json "$dir/compare_bf16_nhwc.json"
+               check bench_profile_nhwc 90 env REMAT_CUDA_CONV16=nhwc remat bench --model resnet50 --batch 64 \
+                   --device cuda --precision bf16 --strategies all --profile --steps 3 ;;
     profile)   check bench_profile 90 remat bench --model resnet50 --batch 64 --device cuda --strategies all --profile \
                    --steps 5 --prefetch
                # at PyTorch's checkpointed peak (compare.py's resnet50 row on an H200): where recomputation goes

@@ -246,9 +246,10 @@ static remat_status entry_setup(remat__cuda *cu, const remat_graph *g, const rem
     if (!e->y) DNN(cudnnCreateTensorDescriptor(&e->y));
     if (!e->w) DNN(cudnnCreateFilterDescriptor(&e->w));
     if (!e->conv) DNN(cudnnCreateConvolutionDescriptor(&e->conv));
-    DNN(cudnnSetTensor4dDescriptor(e->x, CUDNN_TENSOR_NCHW, t, N, C, H, W));
-    DNN(cudnnSetTensor4dDescriptor(e->y, CUDNN_TENSOR_NCHW, t, N, O, OH, OW));
-    DNN(cudnnSetFilter4dDescriptor(e->w, t, CUDNN_TENSOR_NCHW, O, C, KH, KW));
+    const cudnnTensorFormat_t f = e->nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW;
+    DNN(cudnnSetTensor4dDescriptor(e->x, f, t, N, C, H, W));
+    DNN(cudnnSetTensor4dDescriptor(e->y, f, t, N, O, OH, OW));
+    DNN(cudnnSetFilter4dDescriptor(e->w, t, f, O, C, KH, KW));
     DNN(cudnnSetConvolution2dDescriptor(e->conv, p, p, s, s, 1, 1, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
     if (e->bias && !e->half) { /* bf16: the bias is conv16_bias_kernel's */
         if (!e->b) DNN(cudnnCreateTensorDescriptor(&e->b));
@@ -299,6 +300,7 @@ extern "C" remat_status remat__conv_entry(remat__cuda *cu, const remat_graph *g,
                           conv_label(n, lb, sizeof lb), (long long)i, c->n);
     conv_entry *e = half ? &c->e16[i] : &c->e[i];
     e->half = half;
+    e->nhwc = half && cu->conv16_nhwc;
     if (!e->ready) {
         remat_status st = entry_setup(cu, g, n, e, k);
         if (st != REMAT_OK) {

@@ -30,8 +30,10 @@ typedef struct {
     int bias;
     int half;                        /* bf16 x, w, y (the bf16 policy's native kernels), float32
                                       * convolution; else float32 throughout */
-    cudnnTensorDescriptor_t x, y, b; /* (N, C, H, W), (N, O, OH, OW), (1, O, 1, 1) */
-    cudnnFilterDescriptor_t w;       /* (O, C, KH, KW) */
+    int nhwc;                        /* bf16 only: x, y and w channels-last (cu->conv16_nhwc) */
+    cudnnTensorDescriptor_t x, y, b; /* (N, C, H, W), (N, O, OH, OW), (1, O, 1, 1); nhwc: stored
+                                      * (N, H, W, C) and (N, OH, OW, O) */
+    cudnnFilterDescriptor_t w;       /* (O, C, KH, KW); nhwc: stored (O, KH, KW, C) */
     cudnnConvolutionDescriptor_t conv;
     /* Per pass (PASS_FWD, PASS_DATA, PASS_FILT): the algorithm (a
      * cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t), its math type (set on

@@ -41,6 +41,7 @@ struct remat__cuda {
     cudnnHandle_t dnn;
     int tf32;             /* TF32 tensor-core math allowed (default off) */
     int least_ws;         /* convolutions: the least-workspace algorithms (k_conv.cu) */
+    int conv16_nhwc;      /* bf16 convolutions on channels-last copies (REMAT_CUDA_CONV16=nhwc, k_conv.cu) */
     int sms;              /* multiprocessors of the device */
     const remat_graph *g; /* the session's graph (per-node caches index it) */
     void *conv;           /* k_conv.cu's per-node algorithm cache, or NULL */

@@ -40,6 +40,12 @@
  * adds the sum rounded through bf16. The 1x1 path does the same with
  * cublasGemmEx (k_conv1x1.cu), dW's sum kept in float32 across its image
  * chunks and rounded once. Not yet run on a GPU.
+ *
+ * REMAT_CUDA_CONV16=nhwc (cu->conv16_nhwc, read once per session) gives
+ * the bf16 entries NHWC tensor and KRSC filter descriptors, and the
+ * kernels copy their operands to that layout in the workspace and the
+ * results back (to_nhwc, from_nhwc: the same roundings and additions as
+ * above, element for element). Not yet run on a GPU either.
  */
 #include "conv1x1.h"
 #include "conv_cudnn.h"
@@ -310,34 +316,132 @@ static int conv_asks_device(const remat_graph *g, const remat__node *n) { return
 /* Offsets into the workspace of a bf16 pass, each 256-byte aligned (0
  * bytes where unused): cuDNN's algorithm (forward's, or the larger of
  * BackwardData's and BackwardFilter's: they run one after the other), W
- * in bf16, x in bf16 when it is float32, backward's bf16 product (the
- * larger of dx's and dW's, one after the other) and db's partials. */
+ * in bf16, x in bf16 when it is float32 or the layout is channels-last
+ * (nhwc), y (forward) or dy (backward) channels-last under nhwc,
+ * backward's bf16 product (the larger of dx's and dW's, one after the
+ * other) and db's partials. */
 typedef struct {
-    size_t wb, xb, c, part, total;
+    size_t wb, xb, yb, c, part, total;
 } conv16_layout;
 
-static conv16_layout conv16_of(const remat_graph *g, const remat__node *n, size_t algo, int xf32, int backward) {
+static conv16_layout conv16_of(const remat_graph *g, const remat__node *n, size_t algo, int xf32, int backward,
+                               int nhwc) {
     const size_t X = (size_t)remat__numel(remat__in_shape(g, n, 0)),
-                 Wn = (size_t)remat__numel(remat__in_shape(g, n, 1));
+                 Wn = (size_t)remat__numel(remat__in_shape(g, n, 1)), Y = (size_t)remat__numel(&n->shape);
     conv16_layout L;
     size_t at = align256(algo);
     L.wb = at, at += align256(Wn * 2);
-    L.xb = at, at += xf32 ? align256(X * 2) : 0;
+    L.xb = at, at += xf32 || nhwc ? align256(X * 2) : 0;
+    L.yb = at, at += nhwc ? align256(Y * 2) : 0;
     L.c = at, at += backward ? align256((X > Wn ? X : Wn) * 2) : 0;
     L.part = at, at += backward ? align256(db_bytes(n)) : 0;
     L.total = at;
     return L;
 }
 
+/* Channels-last copies (REMAT_CUDA_CONV16=nhwc): cuDNN's fast bf16
+ * tensor-core algorithms take NHWC tensors and KRSC filters, which remat
+ * does not store, so each pass copies its operands into that layout in
+ * the workspace and its results back. A tensor (N, C, P) (P the spatial
+ * positions; a filter is (O, C, KH*KW)) moves to (N, P, C) and back
+ * through 32x32 tiles in shared memory, read and written along their
+ * contiguous dimensions. The values are the bf16 policy's: to
+ * channels-last rounds to bf16 as REMAT__CVT_DOWN does (bf16 sources are
+ * copied), and back either stores the bf16 results or adds them in as
+ * remat__cuda_add16 does, element for element. */
+#define NHWC_TILE 32
+#define NHWC_ROWS 8
+
+/* dst (N, P, C) bf16 = bf16(src (N, C, P)), src bf16 (s16) or float32. */
+static __global__ void to_nhwc_kernel(uint16_t *__restrict__ dst, const void *__restrict__ src, int s16, int64_t N,
+                                      int64_t C, int64_t P) {
+    __shared__ float tile[NHWC_TILE][NHWC_TILE + 1]; /* [c][p] */
+    const int64_t c0 = (int64_t)blockIdx.y * NHWC_TILE, p0 = (int64_t)blockIdx.x * NHWC_TILE;
+    for (int64_t n = blockIdx.z; n < N; n += gridDim.z) {
+        for (int j = threadIdx.y; j < NHWC_TILE; j += NHWC_ROWS) {
+            const int64_t c = c0 + j, p = p0 + threadIdx.x;
+            if (c < C && p < P) {
+                const int64_t i = (n * C + c) * P + p;
+                tile[j][threadIdx.x] = s16 ? remat__f32_of(((const uint16_t *)src)[i]) : ((const float *)src)[i];
+            }
+        }
+        __syncthreads();
+        for (int j = threadIdx.y; j < NHWC_TILE; j += NHWC_ROWS) {
+            const int64_t p = p0 + j, c = c0 + threadIdx.x;
+            if (c < C && p < P) dst[(n * P + p) * C + c] = remat__bf16_of(tile[threadIdx.x][j]);
+        }
+        __syncthreads();
+    }
+}
+
+/* dst (N, C, P) from src (N, P, C) bf16: stored as bf16 (add 0; dst
+ * bf16), or added in (add 1): bf16 dst rounded again, float32 dst summed. */
+static __global__ void from_nhwc_kernel(void *__restrict__ dst, int d16, int add, const uint16_t *__restrict__ src,
+                                        int64_t N, int64_t C, int64_t P) {
+    __shared__ float tile[NHWC_TILE][NHWC_TILE + 1]; /* [p][c] */
+    const int64_t c0 = (int64_t)blockIdx.y * NHWC_TILE, p0 = (int64_t)blockIdx.x * NHWC_TILE;
+    for (int64_t n = blockIdx.z; n < N; n += gridDim.z) {
+        for (int j = threadIdx.y; j < NHWC_TILE; j += NHWC_ROWS) {
+            const int64_t p = p0 + j, c = c0 + threadIdx.x;
+            if (c < C && p < P) tile[j][threadIdx.x] = remat__f32_of(src[(n * P + p) * C + c]);
+        }
+        __syncthreads();
+        for (int j = threadIdx.y; j < NHWC_TILE; j += NHWC_ROWS) {
+            const int64_t c = c0 + j, p = p0 + threadIdx.x;
+            if (c < C && p < P) {
+                const int64_t i = (n * C + c) * P + p;
+                const float v = tile[threadIdx.x][j];
+                if (!add) ((uint16_t *)dst)[i] = remat__bf16_of(v);
+                else if (d16) ((uint16_t *)dst)[i] = remat__bf16_of(remat__f32_of(((uint16_t *)dst)[i]) + v);
+                else ((float *)dst)[i] += v;
+            }
+        }
+        __syncthreads();
+    }
+}
+
+/* The grid of a channels-last copy of (N, C, P): tiles over P and C, and
+ * up to 65535 of the N planes at once (the kernels loop over the rest). */
+static remat_status nhwc_grid(const remat__kctx *k, int64_t N, int64_t C, int64_t P, dim3 *grid) {
+    const int64_t gc = (C + NHWC_TILE - 1) / NHWC_TILE, gp = (P + NHWC_TILE - 1) / NHWC_TILE;
+    if (gc > 65535 || gp > INT_MAX) {
+        char lb[128];
+        return remat__err(REMAT_UNSUPPORTED, "%s: %lld channels of %lld positions exceed a channels-last copy's grid",
+                          remat__kctx_label(k, lb, sizeof lb), (long long)C, (long long)P);
+    }
+    *grid = dim3((unsigned)gp, (unsigned)gc, (unsigned)(N < 65535 ? N : 65535));
+    return REMAT_OK;
+}
+
+static remat_status to_nhwc(const remat__kctx *k, uint16_t *dst, const void *src, int s16, int64_t N, int64_t C,
+                            int64_t P) {
+    dim3 grid;
+    if (N * C * P == 0) return REMAT_OK;
+    REMAT__CU_TRY(nhwc_grid(k, N, C, P, &grid));
+    to_nhwc_kernel<<<grid, dim3(NHWC_TILE, NHWC_ROWS), 0, remat__cu(k)->stream>>>(dst, src, s16, N, C, P);
+    return remat__cu_launched(k, "to_nhwc_kernel");
+}
+
+static remat_status from_nhwc(const remat__kctx *k, void *dst, int d16, int add, const uint16_t *src, int64_t N,
+                              int64_t C, int64_t P) {
+    dim3 grid;
+    if (N * C * P == 0) return REMAT_OK;
+    REMAT__CU_TRY(nhwc_grid(k, N, C, P, &grid));
+    from_nhwc_kernel<<<grid, dim3(NHWC_TILE, NHWC_ROWS), 0, remat__cu(k)->stream>>>(dst, d16, add, src, N, C, P);
+    return remat__cu_launched(k, "from_nhwc_kernel");
+}
+
 /* The cuDNN bytes of node n's bf16 passes (forward; backward: the larger
  * of data's and filter's), or, without a device, the cap as the float32
  * path estimates. 0: no deterministic bf16 algorithm (the node stays on
  * views). */
-static int conv16_algo_bytes(void *dev, const remat_graph *g, const remat__node *n, size_t *fwd, size_t *bwd) {
+static int conv16_algo_bytes(void *dev, const remat_graph *g, const remat__node *n, size_t *fwd, size_t *bwd,
+                             int *nhwc) {
     if (!dev) {
         *fwd = *bwd = conv_ws_estimate(g, n);
-        return 1;
+        return remat__cuda_bf16_env(nhwc) == REMAT_OK;
     }
+    *nhwc = ((remat__cuda *)dev)->conv16_nhwc;
     conv_entry *e = NULL;
     if (remat__conv_entry((remat__cuda *)dev, g, n, NULL, 1, &e) != REMAT_OK) return 0;
     *fwd = e->bytes[PASS_FWD];
@@ -361,9 +465,10 @@ static int conv16_ws(void *dev, const remat_graph *g, const remat__node *n, cons
         return 1;
     }
     size_t af, ab;
-    if (!conv16_algo_bytes(dev, g, n, &af, &ab)) return 0;
-    *fwd = conv16_of(g, n, af, xf32, 0).total;
-    *bwd = conv16_of(g, n, ab, xf32, 1).total;
+    int nhwc;
+    if (!conv16_algo_bytes(dev, g, n, &af, &ab, &nhwc)) return 0;
+    *fwd = conv16_of(g, n, af, xf32, 0, nhwc).total;
+    *bwd = conv16_of(g, n, ab, xf32, 1, nhwc).total;
     return 1;
 }
 
@@ -397,24 +502,32 @@ static remat_status conv16_forward(const remat__kctx *k) {
     }
     conv_entry *e = NULL;
     REMAT__CU_TRY(remat__conv_entry(cu, cu->g, n, k, 1, &e));
-    const conv16_layout L = conv16_of(cu->g, n, e->bytes[PASS_FWD], xf32, 0);
+    const conv16_layout L = conv16_of(cu->g, n, e->bytes[PASS_FWD], xf32, 0, e->nhwc);
     unsigned char *ws = (unsigned char *)k->ws;
-    const remat__shape *xs = k->in[0]->shape, *wsh = k->in[1]->shape;
-    uint16_t *wb = (uint16_t *)(ws + L.wb); // (O, C, KH, KW)
+    const remat__shape *xs = k->in[0]->shape, *wsh = k->in[1]->shape, *ys = &n->shape;
+    uint16_t *wb = (uint16_t *)(ws + L.wb); // (O, C, KH, KW); nhwc: (O, KH, KW, C)
     const void *x = k->in[0]->data;         // (N, C, H, W), bf16 or float32
     uint16_t *y = (uint16_t *)k->out->data; // (N, O, OH, OW)
-    REMAT__CU_TRY(remat__cuda_convert(k, wb, k->in[1]->data, remat__numel(wsh), REMAT__CVT_DOWN));
-    if (xf32) {
-        REMAT__CU_TRY(remat__cuda_convert(k, ws + L.xb, x, remat__numel(xs), REMAT__CVT_DOWN));
+    if (e->nhwc) {
+        REMAT__CU_TRY(to_nhwc(k, wb, k->in[1]->data, 0, wsh->d[0], wsh->d[1], wsh->d[2] * wsh->d[3]));
+        REMAT__CU_TRY(to_nhwc(k, (uint16_t *)(ws + L.xb), x, !xf32, xs->d[0], xs->d[1], xs->d[2] * xs->d[3]));
         x = ws + L.xb;
+    } else {
+        REMAT__CU_TRY(remat__cuda_convert(k, wb, k->in[1]->data, remat__numel(wsh), REMAT__CVT_DOWN));
+        if (xf32) {
+            REMAT__CU_TRY(remat__cuda_convert(k, ws + L.xb, x, remat__numel(xs), REMAT__CVT_DOWN));
+            x = ws + L.xb;
+        }
     }
+    uint16_t *yc = e->nhwc ? (uint16_t *)(ws + L.yb) : y; // cuDNN's y: (N, OH, OW, O) under nhwc
     const float one = 1.0f, zero = 0.0f;
     REMAT__CU_TRY(
         remat__cu_dnn_ok(cudnnSetConvolutionMathType(e->conv, e->math[PASS_FWD]), k, "cudnnSetConvolutionMathType"));
     REMAT__CU_TRY(remat__cu_dnn_ok(cudnnConvolutionForward(cu->dnn, &one, e->x, x, e->w, wb, e->conv,
                                                            (cudnnConvolutionFwdAlgo_t)e->algo[PASS_FWD], ws,
-                                                           e->bytes[PASS_FWD], &zero, e->y, y),
+                                                           e->bytes[PASS_FWD], &zero, e->y, yc),
                                    k, "cudnnConvolutionForward (bf16)"));
+    if (e->nhwc) REMAT__CU_TRY(from_nhwc(k, y, 1, 0, yc, ys->d[0], ys->d[1], ys->d[2] * ys->d[3]));
     return conv16_bias(k);
 }
 
@@ -439,34 +552,47 @@ static remat_status conv16_backward(const remat__kctx *k) {
     conv_entry *e = NULL;
     REMAT__CU_TRY(remat__conv_entry(cu, cu->g, n, k, 1, &e));
     const size_t algo = e->bytes[PASS_DATA] > e->bytes[PASS_FILT] ? e->bytes[PASS_DATA] : e->bytes[PASS_FILT];
-    const conv16_layout L = conv16_of(cu->g, n, algo, xf32, 1);
-    const int64_t X = remat__numel(k->in[0]->shape), Wn = remat__numel(k->in[1]->shape);
-    uint16_t *c = (uint16_t *)(ws + L.c); // (N, C, H, W) or (O, C, KH, KW)
+    const conv16_layout L = conv16_of(cu->g, n, algo, xf32, 1, e->nhwc);
+    const remat__shape *xs = k->in[0]->shape, *wsh = k->in[1]->shape, *ys = &n->shape;
+    const int64_t X = remat__numel(xs), Wn = remat__numel(wsh);
+    const int64_t P = xs->d[2] * xs->d[3], KP = wsh->d[2] * wsh->d[3];
+    uint16_t *c = (uint16_t *)(ws + L.c); // (N, C, H, W) or (O, C, KH, KW); nhwc: (N, H, W, C) or (O, KH, KW, C)
+    const void *dyc = dy;                 // cuDNN's dy: (N, OH, OW, O) under nhwc (db reads the stored dy)
+    if (e->nhwc) {
+        REMAT__CU_TRY(to_nhwc(k, (uint16_t *)(ws + L.yb), dy, 1, ys->d[0], ys->d[1], ys->d[2] * ys->d[3]));
+        dyc = ws + L.yb;
+    }
     if (dx) {
-        uint16_t *wb = (uint16_t *)(ws + L.wb); // (O, C, KH, KW)
-        REMAT__CU_TRY(remat__cuda_convert(k, wb, k->in[1]->data, Wn, REMAT__CVT_DOWN));
+        uint16_t *wb = (uint16_t *)(ws + L.wb); // (O, C, KH, KW); nhwc: (O, KH, KW, C)
+        if (e->nhwc) REMAT__CU_TRY(to_nhwc(k, wb, k->in[1]->data, 0, wsh->d[0], wsh->d[1], KP));
+        else REMAT__CU_TRY(remat__cuda_convert(k, wb, k->in[1]->data, Wn, REMAT__CVT_DOWN));
         REMAT__CU_TRY(remat__cu_dnn_ok(cudnnSetConvolutionMathType(e->conv, e->math[PASS_DATA]), k,
                                        "cudnnSetConvolutionMathType"));
-        REMAT__CU_TRY(remat__cu_dnn_ok(cudnnConvolutionBackwardData(cu->dnn, &one, e->w, wb, e->y, dy, e->conv,
+        REMAT__CU_TRY(remat__cu_dnn_ok(cudnnConvolutionBackwardData(cu->dnn, &one, e->w, wb, e->y, dyc, e->conv,
                                                                     (cudnnConvolutionBwdDataAlgo_t)e->algo[PASS_DATA],
                                                                     ws, e->bytes[PASS_DATA], &zero, e->x, c),
                                        k, "cudnnConvolutionBackwardData (bf16)"));
-        REMAT__CU_TRY(remat__cuda_add16(k, dx, !xf32, c, X));
+        if (e->nhwc) REMAT__CU_TRY(from_nhwc(k, dx, !xf32, 1, c, xs->d[0], xs->d[1], P));
+        else REMAT__CU_TRY(remat__cuda_add16(k, dx, !xf32, c, X));
     }
     if (dw) {
         const void *x = k->in[0]->data; // (N, C, H, W), saved
-        if (xf32) {
+        if (e->nhwc) {
+            REMAT__CU_TRY(to_nhwc(k, (uint16_t *)(ws + L.xb), x, !xf32, xs->d[0], xs->d[1], P));
+            x = ws + L.xb;
+        } else if (xf32) {
             REMAT__CU_TRY(remat__cuda_convert(k, ws + L.xb, x, X, REMAT__CVT_DOWN));
             x = ws + L.xb;
         }
         REMAT__CU_TRY(remat__cu_dnn_ok(cudnnSetConvolutionMathType(e->conv, e->math[PASS_FILT]), k,
                                        "cudnnSetConvolutionMathType"));
         REMAT__CU_TRY(
-            remat__cu_dnn_ok(cudnnConvolutionBackwardFilter(cu->dnn, &one, e->x, x, e->y, dy, e->conv,
+            remat__cu_dnn_ok(cudnnConvolutionBackwardFilter(cu->dnn, &one, e->x, x, e->y, dyc, e->conv,
                                                             (cudnnConvolutionBwdFilterAlgo_t)e->algo[PASS_FILT], ws,
                                                             e->bytes[PASS_FILT], &zero, e->w, c),
                              k, "cudnnConvolutionBackwardFilter (bf16)"));
-        REMAT__CU_TRY(remat__cuda_add16(k, dw, 0, c, Wn));
+        if (e->nhwc) REMAT__CU_TRY(from_nhwc(k, dw, 0, 1, c, wsh->d[0], wsh->d[1], KP));
+        else REMAT__CU_TRY(remat__cuda_add16(k, dw, 0, c, Wn));
     }
     return db ? conv_db(k, dy, 1, (double *)(ws + L.part), db) : REMAT_OK;
 }

@@ -135,6 +135,9 @@ remat_status remat__prog_set_precision(remat__prog *p, remat_precision precision
     if (precision == REMAT_PRECISION_FP32) return REMAT_OK;
     if (precision != REMAT_PRECISION_BF16)
         return remat__err(REMAT_INVALID, "unknown precision %d (known: fp32, bf16)", (int)precision);
+    int nhwc;
+    remat_status st = p->device == REMAT_DEVICE_CPU ? REMAT_OK : remat__cuda_bf16_env(&nhwc);
+    if (st != REMAT_OK) return st;
     if (g->traced)
         return remat__err(REMAT_UNSUPPORTED,
                           "a traced graph's values have its framework's dtypes: plan it in the "
