@@ -333,7 +333,13 @@ class JointGraph:
         generated op (pointwise or a reduction) that reads its output, where
         nothing else reads it (no other op, no backward): such an op becomes
         part of its reader's op (its FLOPs added, its inputs read), and its
-        output is no value of the graph. Ops are numbered again."""
+        output is no value of the graph. Where a backward reads that output
+        but its gradient is fused (_fused_gradients: both ops' backwards are
+        one generated kernel, as SiLU's and the product of SwiGLU), the two
+        are one op too, the output a later one of it (held with the op's
+        first, as Inductor's kernel writes both): the merged op's backward
+        holds what both backwards read and makes both inputs' gradients at
+        once, as that kernel does. Ops are numbered again."""
         readers, saved, held = self._uses()
         into: dict = {}     # op id -> the op id whose op it becomes part of
         members: dict = {}  # op id -> the op ids it is made of, in order
@@ -347,7 +353,9 @@ class JointGraph:
                 continue
             v = op["outputs"][0]
             rs = readers.get(v, [])
-            if len(rs) != 1 or v in saved or v in held:
+            # a saved output joins too where its gradient is fused (one kernel
+            # runs both backwards): it stays an output of the merged op
+            if len(rs) != 1 or v in held or (v in saved and self.values[v].get("grad_bytes", 1) != 0):
                 continue
             r = rs[0]
             if r in self.random or not (_tagged(self.op_node[r], "pointwise") or _tagged(self.op_node[r], "reduction")):
@@ -370,7 +378,8 @@ class JointGraph:
             new_id[o] = len(ops)
             group = [self.ops[m] for m in members[o]]
             inner = {u for g in group[:-1] for u in g["outputs"]}
-            merged = dict(op, id=len(ops), inputs=[u for u in ins[o] if u not in inner])
+            merged = dict(op, id=len(ops), inputs=[u for u in ins[o] if u not in inner],
+                          outputs=op["outputs"] + [u for g in group[:-1] for u in g["outputs"] if u in saved])
             if len(group) > 1:
                 merged["name"] = "+".join(g["name"] for g in group)
                 merged["saves"] = list(dict.fromkeys(u for g in group for u in g["saves"]))
