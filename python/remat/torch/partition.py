@@ -27,6 +27,7 @@ counts and how close it comes.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import types
 from typing import Any, Callable, Optional
@@ -34,7 +35,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from .._lib import RematError, plan_graph
-from . import compat, memtrack
+from . import compat, meters
 from .capture import _restore, _restore_point, device_of
 from .joint import JointGraph, late_products, products_where_made
 from .planning import Budget, Inputs, OptimizerLike
@@ -60,6 +61,9 @@ class GraphPlan:
         self.saved_bytes = 0
         #: what the trial step at rt.compile held (bytes, counted as rt.measure counts), or None
         self.measured = None
+        #: what measured it: the heap counter, a CUDA device's allocator or
+        #: PyTorch's profiler (a plain script: PyTorch's allocations only), or None
+        self.measured_by: Optional[str] = None
         #: how many backward products run where their inputs are made, not
         #: where Inductor's addmm fusion would put them (joint.late_products)
         self.products_kept = 0
@@ -80,9 +84,11 @@ class GraphPlan:
         if self.products_kept:
             lines.append("  backward products kept where their inputs are made: %d (Inductor's addmm fusion "
                          "would run them later)" % self.products_kept)
-        lines.append("  planned in %.3f s; %s" % (self.seconds, "not measured (no counter: python -m remat.torch run)"
-                     if self.measured is None else "a trial step held %d bytes (%.3f of the prediction)" % (
-                         self.measured, self.measured / self.peak_bytes)))
+        lines.append("  planned in %.3f s; %s" % (self.seconds, "not measured (REMAT_TRANSIENTS=none)"
+                     if self.measured is None else "a trial step held %d bytes (%.3f of the prediction, by %s)" % (
+                         self.measured, self.measured / self.peak_bytes, self.measured_by)))
+        if self.measured_by == meters.PROFILER:
+            lines.append("  not seen by the profiler: " + meters.ProfilerMeter.unmeasured)
         return "\n".join(lines)
 
 
@@ -230,10 +236,11 @@ class Compiled:
 
     def warm_up(self, example: tuple) -> None:
         """Compiles (and plans) for example's shapes now, with the model's
-        buffers, gradients and random state restored afterwards. Where a
-        counter can measure the step (the heap counter preloaded, or a CUDA
-        device), two trial steps run (the first compiles the backward) and
-        the second is measured, as rt.measure counts it, and the measure
+        buffers, gradients and random state restored afterwards. Two trial
+        steps run (the first compiles the backward) and the second is
+        measured, as rt.measure counts it, by capture's meter (meters.meter_for:
+        the heap counter preloaded, a CUDA device's statistics, else PyTorch's
+        profiler, which sees PyTorch's allocations only), and the measure
         decides, since Inductor's step is not remat's model of it (it fuses
         and reuses buffers; docs/pytorch.md): a plan whose step holds more
         than the budget is replaced by one predicted to hold less by the
@@ -242,10 +249,13 @@ class Compiled:
         TRIAL_REACH); and where a plan's step leaves room under the budget,
         the plan predicted to hold that much more is tried when it
         recomputes less. The cheapest plan whose trial held the budget is
-        kept; up to ATTEMPTS trials, no plan twice. Without a counter one
-        forward runs, and the plan is not checked (plan.measured is None)."""
+        kept; up to ATTEMPTS trials, no plan twice. With REMAT_TRANSIENTS=none
+        one forward runs, and the plan is not checked
+        (plan.measured is None)."""
         device = device_of(self.model, [a for a in example if isinstance(a, torch.Tensor)])
-        c = memtrack.counter(device)
+        c = meters.meter_for(device)
+        if isinstance(c, meters.NoMeter):
+            c = None
         t0 = time.perf_counter()
         start = len(self.plans)
         tried: dict = {}  # what each plan tried recomputes -> what its trial step held
@@ -269,7 +279,7 @@ class Compiled:
                                      % (self.plans[-1].peak_bytes, str(e).split("\n")[0])) from None
                 break
             p = self.plans[-1]  # _trial made it
-            p.measured = measured
+            p.measured, p.measured_by = measured, c.how if measured is not None else None
             tried[frozenset(p.recompute_ops)] = measured
             if measured is None or not self.budget:
                 break
@@ -342,9 +352,11 @@ class Compiled:
         return err
 
     def _trial(self, example, device, c):
-        """Compiles and plans for example (one forward; with counter c two
-        forward and backward steps, the second measured): the measured
-        bytes or None."""
+        """Compiles and plans for example (one forward; with meter c, a
+        meters.CounterMeter or ProfilerMeter, two forward and backward
+        steps, the second measured): the measured bytes or None."""
+        if isinstance(c, meters.ProfilerMeter):
+            c = meters.ProfilerMeter()  # a profiler of its own per trial
         point = _restore_point(self.model, device)
         graphs, plans = self._graphs, len(self.plans)
         before = sum(compat.graph_break_reasons().values())
@@ -352,22 +364,26 @@ class Compiled:
         measured = None
         try:
             with torch.enable_grad():
-                for _ in range(2 if c is not None else 1):
+                for i in range(2 if c is not None else 1):
                     for p in self.model.parameters():
                         p.grad = None
-                    sync()
-                    live = c.live() if c is not None else 0
-                    if c is not None:
-                        c.reset_peak()
-                    out = self(*example)
                     if c is None:
+                        self(*example)
                         break
-                    # the outputs' gradients as a loss of each would make them (a tangent per output)
-                    outs = [t for t in compat.tree_flatten(out)[0] if isinstance(t, torch.Tensor) and t.requires_grad]
-                    torch.autograd.backward([t if t.dim() == 0 else t.sum() for t in outs])
-                    del out, outs
                     sync()
-                    measured = c.peak() - live
+                    with c if i == 1 else contextlib.nullcontext():
+                        if i == 1:
+                            c.begin("step")
+                        out = self(*example)
+                        # the outputs' gradients as a loss of each would make them (a tangent per output)
+                        outs = [t for t in compat.tree_flatten(out)[0]
+                                if isinstance(t, torch.Tensor) and t.requires_grad]
+                        torch.autograd.backward([t if t.dim() == 0 else t.sum() for t in outs])
+                        del out, outs
+                        sync()
+                    if i == 1:
+                        c.finish()
+                        measured = c.peaks().get("step")
         finally:
             _restore(self.model, point)
         breaks = compat.graph_break_reasons()
