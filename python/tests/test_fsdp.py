@@ -4,8 +4,8 @@ graph each rank plans is the same: fsdp.py), at two budgets between the
 floor and store-all; 5 steps under each plan give the losses and sharded
 weights of 5 FSDP steps without it, on every rank; and where the heap
 counter is preloaded (python -m remat.torch run -m pytest), each rank's
-measured peak is within its budget and within 3% above the prediction but
-for gloo's own buffers (docs/pytorch.md, FSDP2).
+measured peak is within its budget and within 3% above the prediction
+(docs/pytorch.md, FSDP2).
 
 A transformer (GPT-2 with dropout, every block a unit) and a CNN
 (torchvision's ResNet-18 with BatchNorm, every residual block a unit)."""
@@ -156,14 +156,12 @@ def test_fsdp2_per_rank_plans_bitwise_and_within_budget(tmp_path, kind):
             assert row["recomputed"] > 0, row
             assert row["bitwise"], "FSDP2 steps under the plan differ from those without it: %s" % row
             if row["measured"] is not None:
-                # within 3% of the prediction, and of the budget, less gloo's own
-                # buffers: its collectives' temporaries (measured up to 8.6 MB on
-                # ResNet-18) land at points that vary from step to step, which
-                # put 1 step in about 10 2% above its budget (docs/pytorch.md,
-                # FSDP2: open)
-                gloo = 9 << 20
-                assert row["measured"] <= row["budget"] + gloo, row
-                assert 0.85 <= row["measured"] / row["predicted"], row
-                assert row["measured"] <= 1.03 * row["predicted"] + gloo, row
+                # within the budget and 3% of the prediction in every measured
+                # step: gloo's collectives return once gloo has let go of their
+                # buffers (compat.fsdp_gloo_comms; before, in about 1 step in
+                # 10 a buffer outlived its call, up to 7% above the others and
+                # 2% over the budget)
+                assert row["measured"] <= row["budget"], row
+                assert 0.85 <= row["measured"] / row["predicted"] <= 1.03, row
     # the lower budget gathers some unit again in its backward; the higher keeps more gathered
     assert res[0]["rows"][0]["regathered"] >= res[0]["rows"][1]["regathered"]

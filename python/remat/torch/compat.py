@@ -131,18 +131,25 @@ def fsdp_settings(module):
     reshard after forward; set publicly by set_reshard_after_forward, which
     has no getter) and the state's automatic-reshard flag and prefetch
     lists (FSDPState._auto_reshard_after_forward,
-    _states_to_forward_prefetch, _states_to_backward_prefetch)."""
+    _states_to_forward_prefetch, _states_to_backward_prefetch), and each
+    group's comms (FSDPParamGroup._all_gather_comm, _reduce_scatter_comm)."""
     st = module._get_fsdp_state()
     return ([g.post_forward_mesh_info for g in st._fsdp_param_groups],
             getattr(st, "_auto_reshard_after_forward", None),
-            list(st._states_to_forward_prefetch), list(st._states_to_backward_prefetch))
+            list(st._states_to_forward_prefetch), list(st._states_to_backward_prefetch),
+            [(getattr(g, "_all_gather_comm", None), getattr(g, "_reduce_scatter_comm", None))
+             for g in st._fsdp_param_groups])
 
 
 def fsdp_restore(module, saved):
     st = module._get_fsdp_state()
-    meshes, auto, fwd, bwd = saved
-    for g, m in zip(st._fsdp_param_groups, meshes):
+    meshes, auto, fwd, bwd, comms = saved
+    for g, m, (ag, rs) in zip(st._fsdp_param_groups, meshes, comms):
         g.post_forward_mesh_info = m
+        if ag is not None:
+            g._all_gather_comm = ag
+        if rs is not None:
+            g._reduce_scatter_comm = rs
     if auto is not None:
         st._auto_reshard_after_forward = auto
     st._states_to_forward_prefetch, st._states_to_backward_prefetch = fwd, bwd
@@ -180,6 +187,99 @@ def fsdp_release_reduce_scatter(module):
             stream = getattr(st, "allocation_stream", None) or torch.cuda.current_stream()
             stream.wait_event(ev)
         del st
+
+
+def _storage_refs(t):
+    """How many tensors share t's storage (torch._C._storage_Use_Count)."""
+    return torch._C._storage_Use_Count(t.untyped_storage()._cdata)
+
+
+def _gloo_comms():
+    """(all-gather, reduce-scatter) comm classes for FSDP2 over gloo that
+    free every buffer of a collective before it returns, or None where this
+    FSDP takes no custom comms (FSDPModule.set_custom_all_gather and
+    set_custom_reduce_scatter, 2.8+) or torch has no storage use count.
+
+    gloo runs a collective on a worker thread, which drops the collective's
+    work object (its own buffers, and its references to the tensors it was
+    given) after it has signalled the collective done, at a moment that
+    varies: in about 1 call in 12 the buffers outlived the call and
+    overlapped the ops after it (its all-gather's flat output, the whole
+    unit's parameters; its reduce-scatter's clone of the whole input). The
+    work holds tensors on the storages of the tensors FSDP passes, so a
+    storage's use count back to what it was before the call says the work
+    is gone; these comms return only then (within WAIT seconds)."""
+    try:
+        from torch.distributed.fsdp._fully_shard._fsdp_collectives import DefaultAllGather, DefaultReduceScatter
+    except ImportError:
+        return None
+    if not hasattr(torch._C, "_storage_Use_Count"):
+        return None
+    import time
+
+    import torch.distributed as dist
+
+    WAIT = 2.0  # seconds at most for gloo's thread to let go
+
+    def released(counts):
+        end = time.monotonic() + WAIT
+        while any(_storage_refs(t) > n for t, n in counts) and time.monotonic() < end:
+            time.sleep(0)
+
+    class GlooAllGather(DefaultAllGather):
+        """FSDP's own all-gather, returning once gloo has dropped its work."""
+
+        def __call__(self, output_tensor, input_tensor, group, async_op=False):
+            if async_op:
+                return super().__call__(output_tensor, input_tensor, group, async_op)
+            counts = [(t, _storage_refs(t)) for t in (output_tensor, input_tensor)]
+            super().__call__(output_tensor, input_tensor, group, False)
+            released(counts)
+            return None
+
+    class GlooReduceScatter(DefaultReduceScatter):
+        """gloo's reduce_scatter_tensor all-reduces a clone of its input and
+        copies this rank's chunk out (ProcessGroupGloo::
+        reduce_scatter_single_coalesced); this does the same all-reduce on
+        the input itself (the same values: the same bits), which FSDP drops
+        after the call, and returns once gloo has dropped its work."""
+
+        def __call__(self, output_tensor, input_tensor, group, op, async_op=False):
+            if async_op or input_tensor.dim() != 1 or not input_tensor.is_contiguous() \
+                    or input_tensor.numel() % dist.get_world_size(group):
+                return super().__call__(output_tensor, input_tensor, group, op, async_op)
+            counts = [(input_tensor, _storage_refs(input_tensor))]
+            flat = input_tensor.view(-1)  # what gloo holds: a tensor of its own on the input's storage
+            dist.all_reduce(flat, op=op, group=group)
+            chunk = flat.numel() // dist.get_world_size(group)
+            output_tensor.copy_(flat.narrow(0, dist.get_rank(group) * chunk, chunk).view(output_tensor.shape))
+            del flat
+            released(counts)
+            return None
+
+    return GlooAllGather, GlooReduceScatter
+
+
+def fsdp_gloo_comms(module):
+    """Where FSDP2 runs a unit's collectives over gloo with its default
+    comms, the comms remat uses instead (_gloo_comms: the same bits, every
+    buffer freed before the call returns); put back by fsdp_restore
+    (fsdp_settings saves them). A user's own comms are left as they are."""
+    import torch.distributed as dist
+    comms = _gloo_comms()
+    if comms is None:
+        return
+    for g in module._get_fsdp_state()._fsdp_param_groups:
+        pg = getattr(getattr(g, "mesh_info", None), "shard_process_group", None)
+        try:
+            if pg is None or dist.get_backend(pg) != "gloo":
+                continue
+        except Exception:  # pragma: no cover - a group dist cannot name
+            continue
+        for attr, default, cls in (("_all_gather_comm", "DefaultAllGather", comms[0]),
+                                   ("_reduce_scatter_comm", "DefaultReduceScatter", comms[1])):
+            if type(getattr(g, attr, None)).__name__ == default:
+                setattr(g, attr, cls())
 
 
 def fsdp_no_prefetch(module):

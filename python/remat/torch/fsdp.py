@@ -159,7 +159,9 @@ class Hooks:
 
 class Settings:
     """For one step: whether each unit reshards after its forward
-    (reshard[i]), and no prefetching; FSDP's own settings put back after."""
+    (reshard[i]), no prefetching, and over gloo collectives that free their
+    buffers before they return (compat.fsdp_gloo_comms); FSDP's own
+    settings put back after."""
 
     def __init__(self, units, reshard):
         self.units, self.reshard = units, reshard
@@ -171,6 +173,7 @@ class Settings:
             self._saved.append((m, compat.fsdp_settings(m)))
             m.set_reshard_after_forward(bool(r), recurse=False)
             compat.fsdp_no_prefetch(m)
+            compat.fsdp_gloo_comms(m)
         return self
 
     def __exit__(self, *exc):
