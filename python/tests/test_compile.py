@@ -301,6 +301,30 @@ def test_a_new_shape_is_planned_again():
     assert "2 plans" in repr(step)
 
 
+def test_a_new_shape_in_training_is_tried_and_a_shape_met_again_runs_its_plan():
+    """A shape met in training is warmed up as the first one (trial steps
+    measure its plan: measured within the budget); a shape met again runs
+    the plan compiled for it (no compile, no plan: Dynamo keeps each shape's
+    step, and rt.compile puts back that shape's generation)."""
+    need_counter()
+
+    def make(seq):
+        return llama(batch=2, seq=seq)
+    m, x64, y64 = make(64)
+    top = rt.compile(m, (x64, y64), loss=seq_loss, optimizer="sgd").plan.peak_bytes
+    floor = floor_of(lambda: make(64), seq_loss)
+    budget = floor + (top - floor) // 2
+    m, x32, y32 = make(32)
+    step = rt.compile(m, (x32, y32), budget=budget, loss=seq_loss, optimizer="sgd")
+    step(x64, y64).backward()
+    assert len(step.plans) == 2 and all(p.measured is not None and p.measured <= budget for p in step.plans)
+    assert step.plans[1].peak_bytes > step.plans[0].peak_bytes
+    graphs, plans = step._graphs, len(step.plans)
+    for x, y in ((x32, y32), (x64, y64), (x32, y32)):
+        step(x, y).backward()
+    assert (step._graphs, len(step.plans)) == (graphs, plans)
+
+
 def test_one_graph_for_every_shape_is_refused():
     """dynamic=True would compile one graph (and so one plan) for every
     input shape: refused with a reason, before anything compiles (it used

@@ -122,6 +122,11 @@ class Compiled:
         self.compile_seconds = 0.0
         self.warm_up_seconds = 0.0  # rt.compile's warm-up: compiles and trial steps
         self._graphs = 0
+        #: each input signature met (shapes, dtypes, devices) -> the (generation,
+        #: request budget) its plan was compiled with: calling with it again runs
+        #: that compiled step (Dynamo keeps one per shape and generation)
+        self._shapes: dict = {}
+        self._warming = False  # warm_up's trial steps are running
         self._error: Optional[RematError] = None
         # a code object of its own: Dynamo keeps compiled graphs (and counts
         # recompilations) per code object, and guards on a model's class and
@@ -208,6 +213,15 @@ class Compiled:
     RECOMPILES = 256
 
     def __call__(self, *args: Any) -> Any:
+        sig = _signature(args)
+        if self._warming:
+            pass  # a trial step: the plan warm_up asks for
+        elif sig in self._shapes:
+            self._generation, self._request["budget"] = self._shapes[sig]
+        elif self.budget and torch.is_grad_enabled():
+            self.warm_up(args)  # a new shape in training: its plan checked by trial steps, as the first one's
+        else:
+            self._shapes[sig] = (self._generation, self._request["budget"])
         try:
             with compat.recompile_limit(self.RECOMPILES):
                 return self._fn(*args)
@@ -251,7 +265,19 @@ class Compiled:
         recomputes less. The cheapest plan whose trial held the budget is
         kept; up to ATTEMPTS trials, no plan twice. With REMAT_TRANSIENTS=none
         one forward runs, and the plan is not checked
-        (plan.measured is None)."""
+        (plan.measured is None). A new input shape met in training (with a
+        budget, gradients on) is warmed up so before its first step."""
+        self._warming = True
+        try:
+            self._warm_up(example)
+        finally:
+            self._warming = False
+
+    def _warm_up(self, example):
+        from .planning import MARGIN, _inner
+        sig = _signature(example)
+        # each shape's trials start from the budget asked for
+        self._request["budget"] = _inner(self.budget, MARGIN) if self.budget else 0
         device = device_of(self.model, [a for a in example if isinstance(a, torch.Tensor)])
         c = meters.meter_for(device)
         if isinstance(c, meters.NoMeter):
@@ -307,7 +333,8 @@ class Compiled:
             self._generation, self._request["budget"] = best[0], best[1]
             self.superseded += [q for q in self.plans[start:] if q is not best[2] and q not in self.rejected]
             self.plans[start:] = [best[2]]
-        self.warm_up_seconds = time.perf_counter() - t0
+        self._shapes[sig] = (self._generation, self._request["budget"])
+        self.warm_up_seconds += time.perf_counter() - t0
 
     def _preview(self, request):
         """What the plan for request budget on the latest graph recomputes
@@ -414,6 +441,12 @@ class Compiled:
         for p in self.plans:
             lines.append("  " + repr(p).replace("\n", "\n  "))
         return "\n".join(lines)
+
+
+def _signature(args):
+    """What Dynamo compiles a step anew for, of a call's arguments: each
+    tensor's shape, dtype and device (anything else by its type)."""
+    return tuple((tuple(a.shape), a.dtype, a.device) if isinstance(a, torch.Tensor) else type(a) for a in args)
 
 
 def compile(model: torch.nn.Module, example: Inputs, budget: Budget = None, optimizer: OptimizerLike = None,
