@@ -363,7 +363,8 @@ class JointGraph:
             merged = [u for u in ins[o] if u not in ins.get(r, [])] + ins.get(r, [])
             merged += [u for u in self.ops[r]["inputs"] if u not in merged]
             merged = [u for u in merged if u != v]
-            if len(merged) > 32:
+            kept = sum(u in saved for m in members[o] + members.get(r, []) for u in self.ops[m]["outputs"])
+            if len(merged) > 32 or kept + 1 > 16:  # a remat op reads at most 32 values and makes at most 16
                 continue
             into[o] = r
             members[r] = members.pop(o) + members.get(r, [])
