@@ -7,6 +7,7 @@ Nothing else in the package touches a private PyTorch name.
 """
 
 import contextlib
+import functools
 import os
 import types
 
@@ -194,11 +195,13 @@ def _storage_refs(t):
     return torch._C._storage_Use_Count(t.untyped_storage()._cdata)
 
 
+@functools.lru_cache(maxsize=None)
 def _gloo_comms():
     """(all-gather, reduce-scatter) comm classes for FSDP2 over gloo that
     free every buffer of a collective before it returns, or None where this
     FSDP takes no custom comms (FSDPModule.set_custom_all_gather and
-    set_custom_reduce_scatter, 2.8+) or torch has no storage use count.
+    set_custom_reduce_scatter fill these slots; 2.15 has them) or torch has
+    no storage use count. Made once (the classes are the same every step).
 
     gloo runs a collective on a worker thread, which drops the collective's
     work object (its own buffers, and its references to the tensors it was
