@@ -511,12 +511,16 @@ int remat__node_threads(const remat_graph *g, const remat__node *n, int pool);
  * (ops/optable.c; a kernel has remat__kctx_label). */
 const char *remat__node_label(const remat__node *n, char *buf, size_t cap);
 
-/* The bf16 policy's switches for the CUDA kernels, from the environment:
- * REMAT_CUDA_BF16 (unset; views: every kernel on float32 views;
- * elementwise-views: the elementwise ones) and REMAT_CUDA_CONV16 (unset or
- * nchw; nhwc: the convolutions' cuDNN calls on channels-last copies,
- * *conv_nhwc 1). REMAT_INVALID, naming it, for any other value. */
-remat_status remat__cuda_bf16_env(int *conv_nhwc);
+/* The bf16 policy's switches for the CUDA kernels, from the environment
+ * (core/switches.c): REMAT_CUDA_BF16 (unset; views: every kernel on
+ * float32 views; elementwise-views: the elementwise ones) and
+ * REMAT_CUDA_CONV16 (unset or nchw; nhwc: the convolutions' cuDNN calls on
+ * channels-last copies). REMAT_INVALID, naming it, for any other value. */
+typedef struct {
+    enum { REMAT__CUDA_NATIVE, REMAT__CUDA_VIEWS, REMAT__CUDA_ELEMENTWISE_VIEWS } views;
+    int conv_nhwc;
+} remat__cuda_switches;
+remat_status remat__cuda_bf16_env(remat__cuda_switches *s);
 /* Formats a shape as "(8, 3, 32, 32)". */
 const char *remat__shape_str(const remat__shape *s, char *buf, size_t cap);
 /* The same of ndim sizes: "(2, 3)", "()" for a scalar. */

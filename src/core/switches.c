@@ -9,15 +9,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-remat_status remat__cuda_bf16_env(int *conv_nhwc) {
+remat_status remat__cuda_bf16_env(remat__cuda_switches *s) {
     const char *e = getenv("REMAT_CUDA_BF16"), *c = getenv("REMAT_CUDA_CONV16");
-    if (e && *e && strcmp(e, "views") && strcmp(e, "elementwise-views"))
+    s->views = REMAT__CUDA_NATIVE;
+    s->conv_nhwc = 0;
+    if (e && !strcmp(e, "views")) s->views = REMAT__CUDA_VIEWS;
+    else if (e && !strcmp(e, "elementwise-views")) s->views = REMAT__CUDA_ELEMENTWISE_VIEWS;
+    else if (e && *e)
         return remat__err(REMAT_INVALID,
                           "REMAT_CUDA_BF16 is '%s': it takes views or elementwise-views (unset: "
                           "the native bf16 kernels)",
                           e);
-    *conv_nhwc = c && !strcmp(c, "nhwc");
-    if (c && *c && !*conv_nhwc && strcmp(c, "nchw"))
+    if (c && !strcmp(c, "nhwc")) s->conv_nhwc = 1;
+    else if (c && *c && strcmp(c, "nchw"))
         return remat__err(REMAT_INVALID, "REMAT_CUDA_CONV16 is '%s': it takes nchw (the default) or nhwc", c);
     return REMAT_OK;
 }

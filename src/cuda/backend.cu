@@ -116,7 +116,9 @@ static remat_status cuda_create(void **out, const remat_session_opts *o, const r
     cu->least_ws = o->least_workspace != 0;
     cu->g = g;
     cudaDeviceProp prop;
-    remat_status st = remat__cuda_bf16_env(&cu->conv16_nhwc);
+    remat__cuda_switches sw;
+    remat_status st = remat__cuda_bf16_env(&sw);
+    cu->conv16_nhwc = st == REMAT_OK && sw.conv_nhwc;
     if (st == REMAT_OK) st = remat__cu_rt_ok(cudaSetDevice(cu->device), NULL, "cudaSetDevice");
     if (st == REMAT_OK)
         st = remat__cu_rt_ok(cudaGetDeviceProperties(&prop, cu->device), NULL, "cudaGetDeviceProperties");

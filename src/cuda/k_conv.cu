@@ -438,8 +438,10 @@ static remat_status from_nhwc(const remat__kctx *k, void *dst, int d16, int add,
 static int conv16_algo_bytes(void *dev, const remat_graph *g, const remat__node *n, size_t *fwd, size_t *bwd,
                              int *nhwc) {
     if (!dev) {
+        remat__cuda_switches sw;
         *fwd = *bwd = conv_ws_estimate(g, n);
-        return remat__cuda_bf16_env(nhwc) == REMAT_OK;
+        *nhwc = remat__cuda_bf16_env(&sw) == REMAT_OK && sw.conv_nhwc;
+        return 1;
     }
     *nhwc = ((remat__cuda *)dev)->conv16_nhwc;
     conv_entry *e = NULL;

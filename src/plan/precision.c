@@ -100,10 +100,9 @@ void remat__shim_layout(const remat__prog *p, int32_t u, int backward, remat__sh
  * before the CUDA backend had bf16 kernels, and =elementwise-views the
  * elementwise ops alone (REMAT__OP_ELEMENTWISE): what test_cuda compares
  * the native kernels against, bit for bit where they promise it. */
-static int cuda_views_only(const remat__op *op) {
-    const char *e = getenv("REMAT_CUDA_BF16");
-    if (!e) return 0;
-    return !strcmp(e, "views") || (!strcmp(e, "elementwise-views") && (op->flags & REMAT__OP_ELEMENTWISE));
+static int cuda_views_only(const remat__op *op, const remat__cuda_switches *sw) {
+    return sw->views == REMAT__CUDA_VIEWS ||
+           (sw->views == REMAT__CUDA_ELEMENTWISE_VIEWS && (op->flags & REMAT__OP_ELEMENTWISE));
 }
 
 /* Node u's kernels on its values in their stored dtypes, where its op has
@@ -113,7 +112,7 @@ static int cuda_views_only(const remat__op *op) {
  * with the device's context, or with NULL in a plan for a device that is
  * not here, where a node whose bytes depend on the device (asks_device)
  * is an estimate: remat__prog_init counted it in p->estimated already. */
-static void native_kernels(remat__prog *p, int32_t u) {
+static void native_kernels(remat__prog *p, int32_t u, const remat__cuda_switches *sw) {
     const remat__node *n = &p->g->nodes[u];
     const remat__op *op = remat__ops[n->op];
     size_t f, b;
@@ -121,7 +120,7 @@ static void native_kernels(remat__prog *p, int32_t u) {
     if (p->device == REMAT_DEVICE_CPU) {
         if (!op->bf16_ws || !op->bf16_ws(p->g, n, p->dt, remat__node_threads(p->g, n, p->nth), &f, &b)) return;
     } else {
-        if (!op->cuda || !op->cuda->bf16_ws || cuda_views_only(op)) return;
+        if (!op->cuda || !op->cuda->bf16_ws || cuda_views_only(op, sw)) return;
         if (!op->cuda->bf16_ws(p->dev, p->g, n, p->dt, &f, &b)) return;
     }
     p->native[u] = 1;
@@ -135,8 +134,8 @@ remat_status remat__prog_set_precision(remat__prog *p, remat_precision precision
     if (precision == REMAT_PRECISION_FP32) return REMAT_OK;
     if (precision != REMAT_PRECISION_BF16)
         return remat__err(REMAT_INVALID, "unknown precision %d (known: fp32, bf16)", (int)precision);
-    int nhwc;
-    remat_status st = p->device == REMAT_DEVICE_CPU ? REMAT_OK : remat__cuda_bf16_env(&nhwc);
+    remat__cuda_switches sw = {REMAT__CUDA_NATIVE, 0};
+    remat_status st = p->device == REMAT_DEVICE_CPU ? REMAT_OK : remat__cuda_bf16_env(&sw);
     if (st != REMAT_OK) return st;
     if (g->traced)
         return remat__err(REMAT_UNSUPPORTED,
@@ -153,7 +152,7 @@ remat_status remat__prog_set_precision(remat__prog *p, remat_precision precision
         p->dt[u] = (uint8_t)rule_dtype(p, u);
     }
     remat__prog_size_values(p);
-    for (int32_t u = 0; u < g->n; u++) native_kernels(p, u);
+    for (int32_t u = 0; u < g->n; u++) native_kernels(p, u, &sw);
     for (int32_t u = 0; u < g->n; u++)
         for (int b = 0; b < 2; b++) {
             remat__shim s;
