@@ -6,11 +6,20 @@ each. Prints each plan's step over the step without a plan, and for the
 midpoint plan what it recomputes: FLOPs, and the time its recomputed ops
 took at capture (each op timed as it ran), against which the plan's extra
 time over the step without a plan is the applier's cost ("extra /
-recomputed": 1.0 is recomputation alone).
+recomputed": 1.0 is recomputation alone), and on the CPU against the
+replays' own time as they ran in the same steps ("extra / replays in the
+step": what the applier adds to the recomputation, both measured in one
+run; the capture's time is one run of each op, in another state of the
+caches).
 
     PYTHONPATH=python python bench/torch/applier_cost.py [--models resnet18,resnet50,gpt2,llama] [--rounds 5]
     PYTHONPATH=python python bench/torch/applier_cost.py --device cuda --models resnet50-b64,gpt2-small
     PYTHONPATH=python python bench/torch/applier_cost.py --breakdown --models resnet18,llama
+    PYTHONPATH=python python bench/torch/applier_cost.py --processes 7 --rounds 15
+
+--processes K measures each model in K processes of its own and prints
+each ratio's median over them with its range: a ratio moves more from one
+process to the next than within one.
 
 --breakdown prints, per model and plan, where the time goes instead:
 the forward's and the backward's medians apart, how many of the
@@ -31,8 +40,10 @@ b8x1024).
 import argparse
 import contextlib
 import gc
+import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 
@@ -189,17 +200,22 @@ def main():
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--breakdown", action="store_true", help="where each plan's time goes (forward, backward, "
                     "replays, garbage collections) instead of the ratios")
+    ap.add_argument("--processes", type=int, default=1, help="measure each model in this many processes and "
+                    "print each ratio's median over them, with its range")
+    ap.add_argument("--raw", action="store_true", help=argparse.SUPPRESS)  # one process's ratios, for --processes
     a = ap.parse_args()
+    if a.processes > 1 and not a.breakdown:
+        return processes(a)
     torch.set_num_threads(a.threads)
     sync = torch.cuda.synchronize if a.device.startswith("cuda") else (lambda: None)
-    if a.breakdown:
+    if a.breakdown and not a.raw:
         print("| model | plan | forward calls through the dispatch mode | forward ms | backward ms | replays in the "
               "step ms | garbage collections over %d steps |" % a.rounds)
         print("|---|---|---:|---:|---:|---:|---|")
     else:
         print("| model | store-all / no plan | midpoint / no plan | midpoint recomputes (ops, extra FLOPs) | "
-              "recomputed ops' time / step | extra / recomputed |")
-        print("|---|---:|---:|---:|---:|---:|")
+              "recomputed ops' time / step | extra / recomputed | extra / replays in the step |")
+        print("|---|---:|---:|---:|---:|---:|---:|")
     for name in a.models.split(","):
         torch.manual_seed(0)
         m, inputs, lf = build(name, a.device)
@@ -212,16 +228,77 @@ def main():
             breakdown(name, m, inputs, lf, t, dict(plans, mode="mode"), a.rounds, sync)
             continue
         times = {k: [] for k in plans}
+        replays = []  # the midpoint's replays as they ran in each step
         for p in plans.values():  # one warm step each
             step(m, inputs, lf, p, sync)
-        for _ in range(a.rounds):
-            for k, p in plans.items():
-                times[k].append(step(m, inputs, lf, p, sync))
+        with (Replays() if a.device == "cpu" else contextlib.nullcontext(Replays())) as r:  # CPU: the clock sees them
+            for _ in range(a.rounds):
+                for k, p in plans.items():
+                    r.seconds = 0.0
+                    times[k].append(step(m, inputs, lf, p, sync))
+                    if k == "mid":
+                        replays.append(r.seconds)
         med = {k: statistics.median(v) for k, v in times.items()}
         rec = sum(t.ops[i].seconds for grp in mid.recompute_groups for i in grp)
-        print("| %s | %.3f | %.3f | %d, +%.2f%% | %.3f | %.2f |" % (
-            name, med["all"] / med["none"], med["mid"] / med["none"], len(mid.recompute_ops),
-            100 * mid.extra_flops / mid.flops, rec / med["none"], (med["mid"] - med["none"]) / rec if rec else 0.0))
+        ran = statistics.median(replays)
+        extra = med["mid"] - med["none"]
+        row = [med["all"] / med["none"], med["mid"] / med["none"], rec / med["none"],
+               extra / rec if rec else 0.0, extra / ran if ran else 0.0]
+        if a.raw:
+            print("raw", json.dumps(row))
+        else:
+            print("| %s | %.3f | %.3f | %d, +%.2f%% | %.3f | %.2f | %s |" % (
+                name, row[0], row[1], len(mid.recompute_ops), 100 * mid.extra_flops / mid.flops, row[2], row[3],
+                "%.2f" % row[4] if ran else "-"))
+        sys.stdout.flush()
+
+
+class Replays:
+    """Times the applier's replays as they run in a step (a clock read
+    around each recomputed op: two per replay; on the CPU only, where a
+    replay's time is the clock's)."""
+
+    seconds = 0.0
+
+    def __enter__(self):
+        from remat.torch import apply as A
+        self.seconds, self._replay = 0.0, A.Applier._replay
+
+        def timed(applier, o, replay=self._replay):
+            t0 = time.perf_counter()
+            try:
+                return replay(applier, o)
+            finally:
+                self.seconds += time.perf_counter() - t0
+        A.Applier._replay = timed
+        return self
+
+    def __exit__(self, *exc):
+        from remat.torch import apply as A
+        A.Applier._replay = self._replay
+        return False
+
+
+def processes(a):
+    """--processes K: each model measured in K processes of its own, one
+    after the other, and each column's median over them with its range. A
+    process's ratios carry its own allocation history and code layout (one
+    process's step without a plan ran 10% slow throughout), which more
+    rounds in it do not average out; more processes do."""
+    print("| model | store-all / no plan | midpoint / no plan | recomputed ops' time / step | extra / recomputed "
+          "(target 1.5) | extra / replays in the step |")
+    print("|---|---|---|---|---|---|")
+    for name in a.models.split(","):
+        rows = []
+        for _ in range(a.processes):
+            out = subprocess.run([sys.executable, os.path.abspath(__file__), "--models", name, "--rounds",
+                                  str(a.rounds), "--threads", str(a.threads), "--device", a.device, "--raw"],
+                                 check=True, capture_output=True, text=True).stdout
+            rows.append(json.loads(next(x for x in out.splitlines() if x.startswith("raw "))[4:]))
+        cols = list(zip(*rows))
+        print("| %s | %s |" % (name, " | ".join("%.3f (%.3f-%.3f)" % (statistics.median(c), min(c), max(c)) if i < 3
+                                                else "%.2f (%.2f to %.2f)" % (statistics.median(c), min(c), max(c))
+                                                for i, c in enumerate(cols))))
         sys.stdout.flush()
 
 

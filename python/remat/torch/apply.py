@@ -51,7 +51,7 @@ from .capture import (
     rng_state,
     set_rng_state,
 )
-from .compat import TorchDispatchMode
+from .compat import StorageWeakRef, TorchDispatchMode
 from .holds import tensors_in
 
 
@@ -221,6 +221,10 @@ class Decisions:
         self.group = {o: grp for grp in plan.recompute_groups for o in grp}
         # per call: whether it is recorded as a recipe, and the tracked values it makes
         self.recorded = [c.op in self.rec_ops for c in t.calls]
+        # per recorded call: whether its op draws random numbers, the arguments its overload writes, and whether
+        # it reads only its inputs' metadata (Applier._record)
+        self.kinds = {ci: (t.ops[c.op].random, _writes(c.func), _meta_only(c.func))
+                      for ci, c in enumerate(t.calls) if self.recorded[ci] and c.func is not None}
         self.news = [[(i, v) for i, v in c.new if i >= 0 and v in self.tracked] for c in t.calls]
         # an op that writes a value in place makes its new version in the old one's storage: where
         # that version is not followed, the storage no longer holds the old one
@@ -236,6 +240,10 @@ class Decisions:
             if t.values[v].overwritten >= 0:
                 self.copy_at.setdefault(t.values[v].over_call, []).append(v)
         self._regions(t, plan.nested)
+        # the captured inputs when they are tensors only: (shape, dtype) each, checked per step without
+        # signature()'s walk (Applied._check_inputs)
+        sig = t.input_sig
+        self.inputs = list(sig) if all(isinstance(e, tuple) for e in sig) else None
         self._of = None  # the model the plan last ran on: (weak reference, of(model))
         # a nested plan (an op recomputed more than once): its groups, in order (nested.py)
         self.schedule = nested.Schedule(plan, self.rec_ops, self.tracked) if plan.nested else None
@@ -310,6 +318,7 @@ class Applier(TorchDispatchMode):
         self.rec_ops, self.rec_vals, self.consumers, self.tracked, self.group = \
             d.rec_ops, d.rec_vals, d.consumers, d.tracked, d.group
         self.recorded, self.news, self.stale, self.n_calls = d.recorded, d.news, d.stale, len(self.t.calls)
+        self.kinds = d.kinds
         self.copy_at = d.copy_at
         self.fwd_held = d.fwd_held
         self.unshard = d.unshard
@@ -359,7 +368,7 @@ class Applier(TorchDispatchMode):
                                "plan it again" % (ci, func, c.name))
         self.call = ci + 1
         if self.recorded[ci]:
-            self._record(c, func, args, kwargs)
+            self._record(ci, c, func, args, kwargs)
         for v in self.copy_at.get(ci, ()):  # kept past this write: the plan holds a copy of it
             if v in self.src:
                 self.src[v] = _private(self.src[v])
@@ -441,17 +450,17 @@ class Applier(TorchDispatchMode):
             self.hooks_on()
             self.on()
 
-    def _record(self, c, func, args, kwargs):
+    def _record(self, ci, c, func, args, kwargs):
         """The recipe of a call of an op the plan recomputes: how to run it again."""
         rng, writes = None, []
-        random, mutable = self.t.ops[c.op].random, _writes(func)
+        kind = self.kinds.get(ci)
+        random, mutable, meta = kind if kind is not None else (self.t.ops[c.op].random, _writes(func), _meta_only(func))
         leaves = _leaves((args, kwargs)) if random or mutable else ()  # most ops: neither
         if random:  # the state it draws from, on its tensors' device
             rng = rng_state(next((a.device for a in leaves if isinstance(a, torch.Tensor)), torch.device("cpu")))
         if mutable:
             written = {id(w) for w in _written_args(func, args, kwargs)}
             writes = [i for i, a in enumerate(leaves) if id(a) in written]
-        meta = _meta_only(func)
 
         def ref(a):
             if isinstance(a, torch.Generator):
@@ -659,8 +668,8 @@ class Applied(contextlib.AbstractContextManager):
     def __enter__(self):
         t = self.plan.trace
         model = self.model if self.model is not None else t.model() if t.model is not None else None
-        if model is not None:
-            self._pre = model.register_forward_pre_hook(self._check_call, with_kwargs=True)
+        if model is not None:  # first among the model's pre-hooks: refused before anything runs
+            self._pre = model.register_forward_pre_hook(self._check_call, with_kwargs=True, prepend=True)
             if not self.plan.keep_output:
                 self._post = model.register_forward_hook(self._note_output)
         bound = []
@@ -718,9 +727,13 @@ class Applied(contextlib.AbstractContextManager):
         seen = {}
         given = {_skey(t) for t in tensors_in(args)}  # the batch: held by the caller in any case
         for t in tensors_in(out):
-            if not isinstance(t, torch.nn.Parameter) and t.untyped_storage().nbytes() > 0 and _skey(t) not in given:
-                ref = _weak(t)
-                seen.setdefault(ref.cdata, (ref, t.untyped_storage().nbytes()))
+            if isinstance(t, torch.nn.Parameter):
+                continue
+            s = t.untyped_storage()
+            n = s.nbytes()
+            if n > 0 and s.data_ptr() not in given:
+                ref = StorageWeakRef(s)
+                seen.setdefault(ref.cdata, (ref, n))
         self._outputs = list(seen.values())
         self._post.remove()
         self._post = None
@@ -757,6 +770,10 @@ class Applied(contextlib.AbstractContextManager):
                 % (len(held), len(self.plan.trace.params), ", ".join(held[:3]), ", ..." if len(held) > 3 else ""))
 
     def _check_inputs(self, args, kwargs):
+        fast = self.decisions.inputs
+        if not kwargs and fast is not None and len(args) == len(fast) and all(
+                isinstance(a, torch.Tensor) and a.dtype is d and a.shape == s for a, (s, d) in zip(args, fast)):
+            return  # tensors only, as captured: signature() would say the same
         from .capture import describe, signature
         sig = signature((args, kwargs) if kwargs else args)
         want = self.plan.trace.input_sig
