@@ -7,7 +7,8 @@ equality needs on a GPU), and ResNet-18's measured peak (the CUDA
 allocator's requested bytes, rt.measure's) is within 1% of the prediction
 and within the budget at three budgets from the floor to store-all, and
 max_memory_allocated's (the caching allocator's blocks, with their
-rounding and unsplit slack) within 5%."""
+rounding and unsplit slack) within 5%; and capture times each op on the
+device (CUDA events), not its launch."""
 import copy
 import os
 
@@ -99,3 +100,31 @@ def test_memory_truth_on_cuda():
         assert r["peak_bytes"] <= budget, (frac, r["peak_bytes"], budget)
         assert abs(r["peak_bytes"] - p.peak_bytes) <= 0.01 * p.peak_bytes, (frac, r["peak_bytes"], p.peak_bytes)
         assert r["allocator_peak_bytes"] <= 1.05 * p.peak_bytes, (frac, r["allocator_peak_bytes"], p.peak_bytes)
+
+
+def test_capture_times_each_op_on_the_device():
+    """Capture's op times on a CUDA device are the device's (CUDA events,
+    clock.py), not the launches': their sum is about a synchronized step's
+    time, and the op that takes longest is a convolution."""
+    import time
+
+    import torchvision
+    dev = torch.device("cuda")
+    torch.manual_seed(0)
+    model = torchvision.models.resnet18().to(dev)
+    x, y = torch.randn(32, 3, 128, 128, device=dev), torch.randint(0, 1000, (32,), device=dev)
+    lf = lambda o: F.cross_entropy(o, y)  # noqa: E731
+    t = rt.capture(model, (x,), lf)
+    times = []
+    for _ in range(5):
+        model.zero_grad(set_to_none=True)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        lf(model(x)).backward()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t0)
+    step = sorted(times)[2]
+    timed = sum(o.seconds + o.seconds_bwd for o in t.ops)
+    assert 0.5 * step < timed < 2.0 * step, (timed, step)
+    longest = max(t.ops, key=lambda o: o.seconds)
+    assert longest.family == "conv", (longest.name, longest.seconds)

@@ -46,6 +46,7 @@ from typing import Any, Callable
 import torch
 
 from . import compat, fsdp, holds, memtrack, meters
+from .clock import Clock, clock_for
 from .compat import StorageWeakRef, TorchDispatchMode, schema_name, tree_flatten
 from .meters import BackwardMeter
 from .trace import REPLAY_SECONDS, Call, ModuleCalls, Op, Trace, Value, describe, layer_kinds_of, signature  # noqa: F401
@@ -172,9 +173,10 @@ def _written_args(func, args, kwargs):
 class _Recorder(TorchDispatchMode):
     """Records every aten call of the forward pass into a Trace."""
 
-    def __init__(self, trace, leaves, meter):
+    def __init__(self, trace, leaves, meter, clock=None):
         super().__init__()
         self.t = trace
+        self.clock = clock if clock is not None else Clock()  # times each call (clock.py)
         self.live = dict(leaves)  # storage address -> value id
         self.refs = {}            # storage address -> _weak(storage), but for leaves (the model holds them)
         self.pending = []         # values saved since the last call
@@ -194,7 +196,7 @@ class _Recorder(TorchDispatchMode):
         self.open = []            # the module calls running now, innermost last (indices into t.modules)
         self.names = None         # id(module) -> its name in the first module called (the model)
         self.seen = {}            # module name -> its calls so far
-        self._t0 = 0.0
+        self._t0 = None           # FSDP2: when a unit's all-gather began (a clock mark)
 
     # -- values
     def _value_of(self, t):
@@ -366,11 +368,11 @@ class _Recorder(TorchDispatchMode):
         in_keys = {_skey(a) for a in flat_in}
         ci = len(self.t.calls)
         self.meter.begin(("f", ci))
-        t0 = time.perf_counter()
+        t0 = self.clock.mark()
         try:
             out = func(*args, **kwargs)
         finally:
-            seconds = time.perf_counter() - t0
+            t1 = self.clock.mark()
             self.meter.end()
         flat_out = tree_flatten(out)[0]
         op = Op(len(self.t.ops), name)
@@ -450,7 +452,7 @@ class _Recorder(TorchDispatchMode):
                     self.t.values[v].readers += 1
             target.calls.append(len(self.t.calls))
             target.flops += flops
-            target.seconds += seconds
+            self.clock.charge(target, "seconds", t0, t1)
             self.measured.append((ci, target, made))
             target.stateful |= state
             target.random |= random
@@ -525,7 +527,8 @@ class _Recorder(TorchDispatchMode):
         op.calls = list(p.calls)
         # its FLOPs are the write's, as the out-of-place op's (a clone computes nothing: what it
         # costs, the copy, is the out-of-place op's output); its time is both calls'
-        op.flops, op.seconds = 0.0, p.seconds
+        op.flops = 0.0
+        self.clock.move(p, op)
         op.saves = [v if x == c else x for x in p.saves]
         op.has_node = p.has_node
         self.t.calls[p.calls[0]].new = [(0, v)]
@@ -552,7 +555,7 @@ class _Recorder(TorchDispatchMode):
         self.suspended = True
         if gathering and unit.unit.params:
             self.meter.begin(("g", unit.unit.name))
-            self._t0 = time.perf_counter()
+            self._t0 = self.clock.mark()
 
     def fsdp_gathered(self, unit, args, kwargs):
         """A unit's parameters are gathered: the all-gather is an op that
@@ -567,7 +570,7 @@ class _Recorder(TorchDispatchMode):
         if not u.params:
             return
         fsdp.gathered(unit, args, kwargs)  # as under a plan
-        seconds = time.perf_counter() - self._t0
+        t1 = self.clock.mark()
         self.meter.end()
         op = Op(len(self.t.ops), "fsdp.all_gather(%s)" % u.label)
         op.inputs = [self.shards[n] for n, _, _ in u.params if n in self.shards]
@@ -590,7 +593,7 @@ class _Recorder(TorchDispatchMode):
                     self.grad_of[k] = g
         op.saves = [v]  # FSDP holds the gathered parameters until the reduce-scatter
         op.flops = float(sum(p.numel() for p in tensors))
-        op.seconds = seconds
+        self.clock.charge(op, "seconds", self._t0, t1)
         op.family = "copy"
         op.has_node = True
         self.t.ops.append(op)
@@ -749,7 +752,8 @@ def _capture(model, inputs, loss_fn, warmup=True, transients="auto"):
             _restore(model, point)
         del loss
     meter = meters.meter_for(device, transients)
-    rec = _Recorder(t, leaves, meter)
+    clock = clock_for(device)
+    rec = _Recorder(t, leaves, meter, clock)
     rec.shards = shards
     t.transients, t.unmeasured = meter.how, meter.unmeasured
     start = time.perf_counter()
@@ -779,10 +783,11 @@ def _capture(model, inputs, loss_fn, warmup=True, transients="auto"):
             _check_loss(loss, rec, t)
             if not rec.exact:
                 rec._tag_node(loss)
-            bwd = BackwardMeter(t, meter)
+            bwd = BackwardMeter(t, meter, clock)
             with bwd:
                 loss.backward()
         meter.finish()
+        clock.resolve()  # each op's seconds and seconds_bwd
         t.unmeasured = meter.unmeasured
         rec.resolve(meter.peaks())
         bwd.resolve(meter.peaks())

@@ -25,11 +25,11 @@ counter meter knows a segment's peak at ``end``, the profiler's after
 """
 
 import os
-import time
 
 import torch
 
 from . import compat, memtrack
+from .clock import Clock
 from .compat import TorchDispatchMode
 
 #: How each meter's measurement is named in a plan (Plan.transients).
@@ -190,12 +190,13 @@ class BackwardMeter(TorchDispatchMode):
     the first started, less the gradients of its inputs (which the plan
     counts as values)."""
 
-    def __init__(self, trace, meter):
+    def __init__(self, trace, meter, clock=None):
         super().__init__()
         self.t, self.m = trace, meter
+        self.clock = clock if clock is not None else Clock()  # each op's backward time (clock.py)
         self.node = None
         self.segs = []  # (segment, op id) in the order the nodes ran
-        self.t0 = 0.0   # when the running segment began
+        self.t0 = None  # when the running segment began (a clock mark)
         self.seen = set()
         self.last_reader = {}  # value -> its last reader in the forward
         self.first_grad = {}   # value -> the op whose backward makes its gradient first (its last reader with a node)
@@ -236,7 +237,7 @@ class BackwardMeter(TorchDispatchMode):
                 self._timed()
                 self.segs.append((len(self.segs), op))
                 self.m.begin(("b", len(self.segs) - 1))
-                self.t0 = time.perf_counter()
+                self.t0 = self.clock.mark()
             # else the same op's next autograd node (an in-place op folded
             # into its maker: relu_'s node, then BatchNorm's): one segment
             # from the first node's start, so that what the first node
@@ -248,7 +249,7 @@ class BackwardMeter(TorchDispatchMode):
     def _timed(self):
         """The running segment's seconds, to its op's backward."""
         if self.segs and self.segs[-1][1] >= 0:
-            self.t.ops[self.segs[-1][1]].seconds_bwd += time.perf_counter() - self.t0
+            self.clock.charge(self.t.ops[self.segs[-1][1]], "seconds_bwd", self.t0)
 
     def __exit__(self, *a):
         self._timed()

@@ -368,8 +368,9 @@ def plan_trace(trace: Trace, budget: Budget = None, optimizer: OptimizerLike = N
     between steps (zero_grad(set_to_none=False)). The plan covers every
     micro-step: each holds the same. cost: what recomputation is weighed
     in, "flops" (PyTorch's formulas; the same plan on every run) or
-    "seconds" (each op's time at capture, the applier's dispatch of a
-    replayed op included: memory-bound ops are not free). regions: the
+    "seconds" (each op's time at capture, on a CUDA device by CUDA events,
+    the applier's dispatch of a replayed op included: memory-bound ops are
+    not free). regions: the
     module class (or tuple of classes) whose every call per-layer
     checkpointing would wrap, "auto" (the model's layers: the class with
     the most calls among the modules held in a ModuleList or Sequential),
