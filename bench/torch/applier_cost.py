@@ -6,11 +6,12 @@ each. Prints each plan's step over the step without a plan, and for the
 midpoint plan what it recomputes: FLOPs, and the time its recomputed ops
 took at capture (each op timed as it ran), against which the plan's extra
 time over the step without a plan is the applier's cost ("extra /
-recomputed": 1.0 is recomputation alone), and on the CPU against the
-replays' own time as they ran in the same steps ("extra / replays in the
-step": what the applier adds to the recomputation, both measured in one
-run; the capture's time is one run of each op, in another state of the
-caches).
+recomputed": 1.0 is recomputation alone), and against the replays' own
+time as they ran in the same steps ("extra / replays in the step": what
+the applier adds to the recomputation, both measured in one run; the
+capture's time is one run of each op, in another state of the caches).
+Ops are timed by capture's clock for the device (remat.torch.clock: CUDA
+events on a GPU).
 
     PYTHONPATH=python python bench/torch/applier_cost.py [--models resnet18,resnet50,gpt2,llama] [--rounds 5]
     PYTHONPATH=python python bench/torch/applier_cost.py --device cuda --models resnet50-b64,gpt2-small
@@ -115,16 +116,8 @@ def breakdown(name, m, inputs, lf, t, plans, rounds, sync):
     """The forward, the backward, the replays and the collections, per plan."""
     from remat.torch import apply as A
     from remat.torch import regions as R
-    acc = {"replay": 0.0, "hooks": 0}
-    replay = A.Applier._replay
-
-    def timed(self, o):  # the replays as they run in the step
-        t0 = time.perf_counter()
-        try:
-            return replay(self, o)
-        finally:
-            acc["replay"] += time.perf_counter() - t0
-    A.Applier._replay = timed
+    acc = {"hooks": 0}
+    replays = Replays(next(m.parameters()).device).__enter__()  # the replays as they run in the step
     enter, exit_ = R.Regions._enter, R.Regions._exit
 
     def counted(f):  # the module hooks that run in a step
@@ -145,7 +138,7 @@ def breakdown(name, m, inputs, lf, t, plans, rounds, sync):
     def one(plan):
         for p in m.parameters():
             p.grad = None
-        acc["replay"], acc["hooks"] = 0.0, 0
+        replays.seconds, acc["hooks"] = 0.0, 0
         sync()
         t0 = time.perf_counter()
         with (plan.apply() if plan not in (None, "mode") else contextlib.nullcontext()):
@@ -155,7 +148,8 @@ def breakdown(name, m, inputs, lf, t, plans, rounds, sync):
             t1 = time.perf_counter()
             loss.backward()
         sync()
-        return t1 - t0, time.perf_counter() - t1, acc["replay"], acc["hooks"]
+        t2 = time.perf_counter()
+        return t1 - t0, t2 - t1, replays.read(), acc["hooks"]
 
     res = {k: [] for k in plans}
     col = {k: {} for k in plans}
@@ -172,7 +166,7 @@ def breakdown(name, m, inputs, lf, t, plans, rounds, sync):
                     col[k][g] = (c[0] + n, c[1] + s)
     finally:
         gc.callbacks.remove(collected)
-        A.Applier._replay = replay
+        replays.__exit__()
         R.Regions._enter, R.Regions._exit = enter, exit_
     rec = sum(t.ops[i].seconds for grp in plans["mid"].recompute_groups for i in grp)
     d = A.Decisions(plans["mid"])
@@ -231,13 +225,12 @@ def main():
         replays = []  # the midpoint's replays as they ran in each step
         for p in plans.values():  # one warm step each
             step(m, inputs, lf, p, sync)
-        with (Replays() if a.device == "cpu" else contextlib.nullcontext(Replays())) as r:  # CPU: the clock sees them
+        with Replays(torch.device(a.device)) as r:
             for _ in range(a.rounds):
                 for k, p in plans.items():
-                    r.seconds = 0.0
                     times[k].append(step(m, inputs, lf, p, sync))
                     if k == "mid":
-                        replays.append(r.seconds)
+                        replays.append(r.read())
         med = {k: statistics.median(v) for k, v in times.items()}
         rec = sum(t.ops[i].seconds for grp in mid.recompute_groups for i in grp)
         ran = statistics.median(replays)
@@ -254,22 +247,31 @@ def main():
 
 
 class Replays:
-    """Times the applier's replays as they run in a step (a clock read
-    around each recomputed op: two per replay; on the CPU only, where a
-    replay's time is the clock's)."""
+    """Times the applier's replays as they run in a step: a mark of capture's
+    clock for the device before and after each recomputed op (the wall
+    clock on the CPU, CUDA events on a GPU: the kernels' time, not the
+    launches'); read() after the step's end gives their sum and starts
+    the next step's."""
 
-    seconds = 0.0
+    def __init__(self, device):
+        from remat.torch.clock import clock_for
+        self.clock, self.seconds = clock_for(device), 0.0
+
+    def read(self):
+        self.clock.resolve()  # adds each replay's span to self.seconds
+        s, self.seconds = self.seconds, 0.0
+        return s
 
     def __enter__(self):
         from remat.torch import apply as A
-        self.seconds, self._replay = 0.0, A.Applier._replay
+        self._replay = A.Applier._replay
 
         def timed(applier, o, replay=self._replay):
-            t0 = time.perf_counter()
+            t0 = self.clock.mark()
             try:
                 return replay(applier, o)
             finally:
-                self.seconds += time.perf_counter() - t0
+                self.clock.charge(self, "seconds", t0)
         A.Applier._replay = timed
         return self
 
