@@ -593,7 +593,9 @@ class _Recorder(TorchDispatchMode):
                     self.grad_of[k] = g
         op.saves = [v]  # FSDP holds the gathered parameters until the reduce-scatter
         op.flops = float(sum(p.numel() for p in tensors))
-        self.clock.charge(op, "seconds", self._t0, t1)
+        if self._t0 is not None:
+            self.clock.charge(op, "seconds", self._t0, t1)
+            self._t0 = None
         op.family = "copy"
         op.has_node = True
         self.t.ops.append(op)
