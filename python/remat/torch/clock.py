@@ -5,8 +5,11 @@ weighs recomputation in seconds with them, ``cost="seconds"``). On the CPU
 an op's time is the wall clock's around its call. On a CUDA device the
 call returns once its kernels are queued, so the wall clock would time
 the launch: there each op is timed by CUDA events recorded on the current
-stream before and after its call, read once the step has run (one
-synchronize), so that timing adds no wait to the step.
+stream before and after its call, read once the step has run, so that
+timing adds no wait to the step. What the events time is the stream's
+span between them: the op's kernels, and the launch where the device
+waited for it (capture's own Python leaves the device idle between ops,
+so a small kernel's span is about its launch's time).
 
 A clock charges spans to an attribute of an object (an op's ``seconds`` or
 ``seconds_bwd``) and adds them when resolved: ``mark()`` before and after,
