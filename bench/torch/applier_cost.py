@@ -206,7 +206,7 @@ def main():
         print("| model | plan | forward calls through the dispatch mode | forward ms | backward ms | replays in the "
               "step ms | garbage collections over %d steps |" % a.rounds)
         print("|---|---|---:|---:|---:|---:|---|")
-    else:
+    elif not a.raw:
         print("| model | store-all / no plan | midpoint / no plan | midpoint recomputes (ops, extra FLOPs) | "
               "recomputed ops' time / step | extra / recomputed | extra / replays in the step |")
         print("|---|---:|---:|---:|---:|---:|---:|")
