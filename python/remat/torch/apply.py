@@ -51,7 +51,7 @@ from .capture import (
     rng_state,
     set_rng_state,
 )
-from .compat import StorageWeakRef, TorchDispatchMode
+from .compat import TorchDispatchMode
 from .holds import tensors_in
 
 
@@ -221,10 +221,6 @@ class Decisions:
         self.group = {o: grp for grp in plan.recompute_groups for o in grp}
         # per call: whether it is recorded as a recipe, and the tracked values it makes
         self.recorded = [c.op in self.rec_ops for c in t.calls]
-        # per recorded call: whether its op draws random numbers, the arguments its overload writes, and whether
-        # it reads only its inputs' metadata (Applier._record)
-        self.kinds = {ci: (t.ops[c.op].random, _writes(c.func), _meta_only(c.func))
-                      for ci, c in enumerate(t.calls) if self.recorded[ci] and c.func is not None}
         self.news = [[(i, v) for i, v in c.new if i >= 0 and v in self.tracked] for c in t.calls]
         # an op that writes a value in place makes its new version in the old one's storage: where
         # that version is not followed, the storage no longer holds the old one
@@ -318,7 +314,6 @@ class Applier(TorchDispatchMode):
         self.rec_ops, self.rec_vals, self.consumers, self.tracked, self.group = \
             d.rec_ops, d.rec_vals, d.consumers, d.tracked, d.group
         self.recorded, self.news, self.stale, self.n_calls = d.recorded, d.news, d.stale, len(self.t.calls)
-        self.kinds = d.kinds
         self.copy_at = d.copy_at
         self.fwd_held = d.fwd_held
         self.unshard = d.unshard
@@ -368,7 +363,7 @@ class Applier(TorchDispatchMode):
                                "plan it again" % (ci, func, c.name))
         self.call = ci + 1
         if self.recorded[ci]:
-            self._record(ci, c, func, args, kwargs)
+            self._record(c, func, args, kwargs)
         for v in self.copy_at.get(ci, ()):  # kept past this write: the plan holds a copy of it
             if v in self.src:
                 self.src[v] = _private(self.src[v])
@@ -450,17 +445,17 @@ class Applier(TorchDispatchMode):
             self.hooks_on()
             self.on()
 
-    def _record(self, ci, c, func, args, kwargs):
+    def _record(self, c, func, args, kwargs):
         """The recipe of a call of an op the plan recomputes: how to run it again."""
         rng, writes = None, []
-        kind = self.kinds.get(ci)
-        random, mutable, meta = kind if kind is not None else (self.t.ops[c.op].random, _writes(func), _meta_only(func))
+        random, mutable = self.t.ops[c.op].random, _writes(func)
         leaves = _leaves((args, kwargs)) if random or mutable else ()  # most ops: neither
         if random:  # the state it draws from, on its tensors' device
             rng = rng_state(next((a.device for a in leaves if isinstance(a, torch.Tensor)), torch.device("cpu")))
         if mutable:
             written = {id(w) for w in _written_args(func, args, kwargs)}
             writes = [i for i, a in enumerate(leaves) if id(a) in written]
+        meta = _meta_only(func)
 
         def ref(a):
             if isinstance(a, torch.Generator):
@@ -727,13 +722,9 @@ class Applied(contextlib.AbstractContextManager):
         seen = {}
         given = {_skey(t) for t in tensors_in(args)}  # the batch: held by the caller in any case
         for t in tensors_in(out):
-            if isinstance(t, torch.nn.Parameter):
-                continue
-            s = t.untyped_storage()
-            n = s.nbytes()
-            if n > 0 and s.data_ptr() not in given:
-                ref = StorageWeakRef(s)
-                seen.setdefault(ref.cdata, (ref, n))
+            if not isinstance(t, torch.nn.Parameter) and t.untyped_storage().nbytes() > 0 and _skey(t) not in given:
+                ref = _weak(t)
+                seen.setdefault(ref.cdata, (ref, t.untyped_storage().nbytes()))
         self._outputs = list(seen.values())
         self._post.remove()
         self._post = None

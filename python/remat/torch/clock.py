@@ -51,9 +51,8 @@ class CudaClock(Clock):
     """CUDA events on the current stream (ops on a CUDA device). event: the
     event class (torch.cuda.Event; a test passes a stand-in)."""
 
-    def __init__(self, device, event=None):
+    def __init__(self, event=None):
         super().__init__()
-        self.device = device
         self.event = event if event is not None else torch.cuda.Event
 
     def mark(self):
@@ -68,4 +67,4 @@ class CudaClock(Clock):
 
 def clock_for(device):
     """The clock for ops on device."""
-    return CudaClock(device) if device is not None and torch.device(device).type == "cuda" else Clock()
+    return CudaClock() if device is not None and torch.device(device).type == "cuda" else Clock()
