@@ -20,10 +20,10 @@ step without a plan:
   last read all the same (once a mask and its input were held to the
   step's end: HuggingFace's GPT-2 measured 4.8% above its prediction);
 - a dropped value is saved by its reader, often in another module than
-  its maker: the saved-tensor hooks are on in the module calls where one
-  is saved, and only there (every other saved tensor passes no Python):
-  a run of the dispatch mode turns them on and off with it, and a module
-  call outside the runs has its own;
+  its maker: the saved-tensor hooks are on where one is saved, and only
+  there (every other saved tensor passes no Python): while the dispatch
+  mode is on, between the two calls it is saved between; elsewhere, in
+  the module calls where one is saved;
 - the dispatch mode is on over runs of sibling module calls where that
   costs less than turning it on and off around each (regions.cover), and
   a run whose modules run fewer ops than when captured is refused, naming
@@ -280,11 +280,11 @@ def test_the_hooks_are_on_where_a_dropped_value_is_saved_and_only_there(monkeypa
     d = Decisions(plan)
     assert not d.hooks_everywhere
     # the mode: one run over the fc that makes the GELU's input (a value its
-    # replay reads) and the GELU (recorded), the saved-tensor hooks on with
-    # it; the fc that saves the GELU's output: the hooks only
+    # replay reads) and the GELU (recorded), where nothing dropped is saved;
+    # the fc that saves the GELU's output: the hooks only
     (first, end, last), = d.regions.values()
     assert list(d.regions) == [("blocks.2.0", 0)] and last == ("blocks.2.1", 0), d.regions
-    assert d.hook_regions == {("blocks.2.2", 0)}, d.hook_regions
+    assert d.hook_regions == {("blocks.2.2", 0)} and not d.hook_gaps, (d.hook_regions, d.hook_gaps)
     ran = []  # the module hooks that run in the step: each module has only those it uses
     enter, exit_ = regions.Regions._enter, regions.Regions._exit
 
@@ -303,8 +303,48 @@ def test_the_hooks_are_on_where_a_dropped_value_is_saved_and_only_there(monkeypa
     assert a.replays == 1 and not held
     dropped = sum(1 for v in t.pack_values if v in d.rec_vals)
     assert dropped and sum(a.packs.values()) == dropped, "every saved tensor of the dropped value is a handle"
-    assert a.n_packs < len(t.pack_ops) // 4, "the saved tensors outside the regions pass no Python (%d of %d did)" % (
+    fc = next(i for i, m in enumerate(t.modules) if (m[3], m[4]) == ("blocks.2.2", 0))
+    assert a.n_packs == t.pack_modules.count(fc), "only the fc's saved tensors pass Python (%d of %d did)" % (
         a.n_packs, len(t.pack_ops))
+
+
+class ConvBN(nn.Module):
+    """A ResNet's stem and first conv: conv, BatchNorm, ReLU in place, conv."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv1, self.bn, self.relu = nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(inplace=True)
+        self.conv2 = nn.Conv2d(8, 8, 3, padding=1)
+
+    def forward(self, x):
+        return self.conv2(self.relu(self.bn(self.conv1(x)))).sum()
+
+
+def test_while_the_mode_is_on_the_hooks_are_on_between_two_calls_only():
+    # ResNet-18's midpoint: a BatchNorm recomputed. The mode follows the
+    # conv before it (its output: the replay's input), the BatchNorm
+    # (recorded) and the ReLU (it overwrites the BatchNorm's output); the
+    # hooks are on only after the BatchNorm (its statistics, which it
+    # saves) and after the ReLU (its result), and around the second conv
+    # (its input): the conv's and BatchNorm's own saved inputs and weights
+    # pass no Python
+    from remat.torch.apply import Decisions
+    model = ConvBN()
+    x = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(3))
+    t = rt.capture(model, (x,), lambda o: o)
+    bn = next(o.id for o in t.ops if o.name == "aten::native_batch_norm")
+    plan = force(rt.plan_trace(t, None), [bn])
+    d = Decisions(plan)
+    assert list(d.regions) == [("conv1", 0)] and d.hook_regions == {("conv2", 0)}, (d.regions, d.hook_regions)
+    assert len(d.hook_gaps) == 2, d.hook_gaps
+    a, held = run_forced(model, x, plan)
+    assert a.replays == 1 and not held
+    conv2 = next(i for i, m in enumerate(t.modules) if m[3] == "conv2")
+    extra = sum(1 for k, v in enumerate(t.pack_values) if t.pack_modules[k] == conv2 and v not in d.rec_vals)
+    assert extra == 1  # conv2's weight
+    assert sum(a.packs.values()) == sum(1 for v in t.pack_values if v in d.rec_vals)
+    assert a.n_packs == sum(a.packs.values()) + extra, "saved tensors passed Python where nothing dropped is saved"
 
 
 def test_batchnorm_replays_without_its_statistics():

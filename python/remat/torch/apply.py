@@ -260,23 +260,27 @@ class Decisions:
         it follows (a recipe to record, a tracked value made or made stale;
         capture's ModuleCalls names them) at the least cost (regions.cover),
         and after the model's call when the calls there (the loss) hold one.
-        The hooks: around the outermost of the innermost module calls that
-        hold those calls and the saves of the values the plan drops
-        (capture's pack_modules: the module call running when autograd saved
-        it, which is not always its maker's nor its reader's), so that every
-        other saved tensor is packed and unpacked with no Python. Elsewhere
-        the forward runs as PyTorch runs it. regions: the mode's, {(module
-        name, its call): (first call, end, (the last module call's name, its
-        call))}; hook_regions: the hooks', {(module name, its call)}; tail:
-        the first call after the model, or None (mode and hooks on from
-        there); full: the mode on over the whole forward (a call it follows
-        outside the model and before its end, or in a module that is not the
-        model's); hooks_everywhere: the hooks on over the whole step (full, a
-        nested plan, which counts every saved tensor, FSDP2, or a trace that
-        does not say where each tensor was saved)."""
+        The hooks: only where autograd saves a value the plan drops, so that
+        every other saved tensor is packed and unpacked with no Python. A
+        save while the mode is on is placed between two calls (capture's
+        pack_calls): the mode turns the hooks on after the call before it
+        and off after the call after it (hook_gaps, the number of calls run
+        when it is saved). Any other save: around the outermost of the
+        innermost module calls that hold those saves (capture's
+        pack_modules: the module call running when autograd saved it, which
+        is not always its maker's nor its reader's). Elsewhere the forward
+        runs as PyTorch runs it. regions: the mode's, {(module name, its
+        call): (first call, end, (the last module call's name, its call))};
+        hook_regions: the hooks', {(module name, its call)}; tail: the first
+        call after the model, or None (the mode on from there); full: the
+        mode on over the whole forward (a call it follows outside the model
+        and before its end, or in a module that is not the model's);
+        hooks_everywhere: the hooks on over the whole step (full, a nested
+        plan, which counts every saved tensor, FSDP2, or a trace that does
+        not say where each tensor was saved)."""
         follow = [ci for ci in range(len(t.calls)) if self.recorded[ci] or self.news[ci] or self.stale[ci]
                   or ci in self.copy_at]
-        self.regions, self.hook_regions, self.tail, self.full = {}, set(), None, False
+        self.regions, self.hook_regions, self.hook_gaps, self.tail, self.full = {}, set(), set(), None, False
         self.hooks_everywhere = nested or bool(t.fsdp) or len(t.pack_modules) != len(t.pack_ops)
         if not follow:
             return
@@ -285,23 +289,36 @@ class Decisions:
             return
         saves = [] if self.hooks_everywhere else [
             (t.pack_modules[k], t.pack_calls[k]) for k, v in enumerate(t.pack_values) if v in self.rec_vals]
-        start, end = t.modules[0][0], t.modules[0][1]  # the model's call
+        mods = t.modules
+        start, end = mods[0][0], mods[0][1]  # the model's call
         inner = [ci for ci in follow if start <= ci < end]
         after = [ci for ci in follow if ci >= end]
         runs = regions.cover(t, inner)
         hooks = regions.outermost(t, [(t.call_module[ci], ci) for ci in follow] + saves)
         if runs is None or hooks is None or len(inner) + len(after) != len(follow) or any(
-                t.call_module[ci] >= 0 and t.modules[t.call_module[ci]][3] is not None for ci in after):
+                t.call_module[ci] >= 0 and mods[t.call_module[ci]][3] is not None for ci in after):
             self.regions, self.hook_regions, self.tail, self.full, self.hooks_everywhere = {}, set(), None, True, True
             return
-        key = [(m[3], m[4]) for m in t.modules]
-        self.regions = {key[a]: (t.modules[a][0], t.modules[b][1], key[b]) for a, b in runs}
-        # a run of the mode turns the saved-tensor hooks on and off with it: a module call of the
-        # hooks' inside one needs no hooks of its own
-        spans = [(t.modules[a][0], t.modules[b][1]) for a, b in runs]
-        self.hook_regions = {key[i] for i in hooks[0] if not any(
-            f <= t.modules[i][0] < t.modules[i][1] <= e for f, e in spans)}
+        key = [(m[3], m[4]) for m in mods]
+        self.regions = {key[a]: (mods[a][0], mods[b][1], key[b]) for a, b in runs}
         self.tail = end if after or hooks[1] else None
+        spans = [(mods[a][0], mods[b][1]) for a, b in runs]
+
+        def within(i, f, e):  # module call i lies inside the run [f, e)
+            return i >= 0 and f <= mods[i][0] < mods[i][1] <= e
+
+        def in_mode(i, g):  # a save in module call i after g calls: the mode is on
+            return any(f < g < e or (g in (f, e) and within(i, f, e)) for f, e in spans) or (
+                self.tail is not None and (g > end or (g == end and (i < 0 or mods[i][3] is None))))
+
+        rest = []
+        for i, g in saves:
+            if in_mode(i, g):
+                self.hook_gaps.add(g)
+            else:
+                rest.append((i, g))
+        self.hook_regions = {key[i] for i in regions.outermost(t, rest)[0] if not any(
+            within(i, f, e) for f, e in spans)}
 
 
 class Applier(TorchDispatchMode):
@@ -339,10 +356,13 @@ class Applier(TorchDispatchMode):
         self.window_of = {}  # nested: value -> the group whose window the held tensor is
         self.handles = []    # nested: every handle handed out
         self.n_packs = 0     # tensors autograd saved so far
-        # the saved-tensor hooks: over the whole step (Decisions.hooks_everywhere), else in regions
+        # the saved-tensor hooks: over the whole step (Decisions.hooks_everywhere), else in the
+        # gaps between calls the mode follows (Decisions.hook_gaps) and in the hooks' regions
         self.hooks = torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack)
+        self.everywhere, self.gaps = d.hooks_everywhere, d.hook_gaps
         self.hooked = False     # they are on
-        self.hook_span = None   # the region they are on for: (module name, its call)
+        self.gap_on = False     # on for the gap the mode is in
+        self.hook_span = None   # the hooks' region they are on for: (module name, its call)
 
     # ---------------------------------------------------------- forward
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -368,6 +388,9 @@ class Applier(TorchDispatchMode):
             if v in self.src:
                 self.src[v] = _private(self.src[v])
         out = func(*args, **kwargs)
+        if self.gaps and (ci + 1 in self.gaps) is not self.gap_on:  # autograd saves a dropped value next
+            self.gap_on = not self.gap_on
+            self.hooks_sync()
         news, stale = self.news[ci], self.stale[ci]
         if news or stale:
             flat = _leaves(out)
@@ -411,23 +434,28 @@ class Applier(TorchDispatchMode):
             self.hooked = False
             self.hooks.__exit__(None, None, None)
 
+    def hooks_sync(self):
+        if self.everywhere or self.gap_on or self.hook_span is not None:
+            self.hooks_on()
+        else:
+            self.hooks_off()
+
     def module_enter(self, name, k):
-        if not self.hooked and (name, k) in self.hook_regions:
+        if self.hook_span is None and (name, k) in self.hook_regions:
             self.hook_span = (name, k)
             self.hooks_on()
         span = self.regions.get((name, k))
         if span is not None and not self.active:
             self.call, self.span = span[0], span + ((name, k),)
             self.entered += 1
-            if not self.hooked:  # on with the mode (Decisions._regions)
-                self.hook_span = ("run", name, k)
-                self.hooks_on()
+            self.gap_on = span[0] in self.gaps
+            self.hooks_sync()
             self.on()
 
     def module_exit(self, name, k):
         if self.hook_span == (name, k):
             self.hook_span = None
-            self.hooks_off()
+            self.hooks_sync()
         if self.span is not None and self.span[2] == (name, k):
             first, end, _, (enter, entered) = self.span
             if self.call != end:
@@ -436,13 +464,13 @@ class Applier(TorchDispatchMode):
                                    "when it was planned; plan it again" % (where, self.call - first, end - first))
             self.span = None
             self.off()
-            if self.hook_span == ("run", enter, entered):
-                self.hook_span = None
-                self.hooks_off()
+            self.gap_on = False
+            self.hooks_sync()
         if name == "" and self.tail is not None:  # the loss after the model
             self.call = self.tail
             self.entered += 1
-            self.hooks_on()
+            self.gap_on = self.tail in self.gaps
+            self.hooks_sync()
             self.on()
 
     def _record(self, c, func, args, kwargs):
