@@ -279,12 +279,12 @@ def test_the_hooks_are_on_where_a_dropped_value_is_saved_and_only_there(monkeypa
     plan = force(rt.plan_trace(t, None), [gelu])
     d = Decisions(plan)
     assert not d.hooks_everywhere
-    # the mode: one run over the fc that makes the GELU's input (a value its
-    # replay reads) and the GELU (recorded), where nothing dropped is saved;
-    # the fc that saves the GELU's output: the hooks only
+    # the mode: one run over the GELU (recorded; the fc output it reads is
+    # learnt there, not where the fc makes it) and the second fc, which saves
+    # the GELU's output: the hooks on just before that fc, and nowhere else
     (first, end, last), = d.regions.values()
-    assert list(d.regions) == [("blocks.2.0", 0)] and last == ("blocks.2.1", 0), d.regions
-    assert d.hook_regions == {("blocks.2.2", 0)} and not d.hook_gaps, (d.hook_regions, d.hook_gaps)
+    assert list(d.regions) == [("blocks.2.1", 0)] and last == ("blocks.2.2", 0), d.regions
+    assert not d.hook_regions and len(d.hook_gaps) == 1, (d.hook_regions, d.hook_gaps)
     ran = []  # the module hooks that run in the step: each module has only those it uses
     enter, exit_ = regions.Regions._enter, regions.Regions._exit
 
@@ -299,13 +299,12 @@ def test_the_hooks_are_on_where_a_dropped_value_is_saved_and_only_there(monkeypa
     monkeypatch.setattr(regions.Regions, "_enter", pre)
     monkeypatch.setattr(regions.Regions, "_exit", post)
     a, held = run_forced(model, x, plan)
-    assert ran == [("pre", "blocks.2.0"), ("post", "blocks.2.1"), ("pre", "blocks.2.2"), ("post", "blocks.2.2")], ran
+    assert ran == [("pre", "blocks.2.1"), ("post", "blocks.2.2")], ran
     assert a.replays == 1 and not held
     dropped = sum(1 for v in t.pack_values if v in d.rec_vals)
     assert dropped and sum(a.packs.values()) == dropped, "every saved tensor of the dropped value is a handle"
-    fc = next(i for i, m in enumerate(t.modules) if (m[3], m[4]) == ("blocks.2.2", 0))
-    assert a.n_packs == t.pack_modules.count(fc), "only the fc's saved tensors pass Python (%d of %d did)" % (
-        a.n_packs, len(t.pack_ops))
+    assert a.n_packs == sum(1 for g in t.pack_calls if g in d.hook_gaps), \
+        "only the fc's saved tensors pass Python (%d of %d did)" % (a.n_packs, len(t.pack_ops))
 
 
 class ConvBN(nn.Module):
@@ -323,12 +322,12 @@ class ConvBN(nn.Module):
 
 def test_while_the_mode_is_on_the_hooks_are_on_between_two_calls_only():
     # ResNet-18's midpoint: a BatchNorm recomputed. The mode follows the
-    # conv before it (its output: the replay's input), the BatchNorm
-    # (recorded) and the ReLU (it overwrites the BatchNorm's output); the
-    # hooks are on only after the BatchNorm (its statistics, which it
-    # saves) and after the ReLU (its result), and around the second conv
-    # (its input): the conv's and BatchNorm's own saved inputs and weights
-    # pass no Python
+    # BatchNorm (recorded: the conv output it reads, which its replay
+    # starts from, is learnt there), the ReLU (it overwrites the
+    # BatchNorm's output) and the second conv (it saves the ReLU's result);
+    # the hooks are on only after the BatchNorm (its statistics, which it
+    # saves) and between the ReLU and the second conv: the BatchNorm's own
+    # saved input and weights pass no Python
     from remat.torch.apply import Decisions
     model = ConvBN()
     x = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(3))
@@ -336,15 +335,94 @@ def test_while_the_mode_is_on_the_hooks_are_on_between_two_calls_only():
     bn = next(o.id for o in t.ops if o.name == "aten::native_batch_norm")
     plan = force(rt.plan_trace(t, None), [bn])
     d = Decisions(plan)
-    assert list(d.regions) == [("conv1", 0)] and d.hook_regions == {("conv2", 0)}, (d.regions, d.hook_regions)
+    (first, end, last), = d.regions.values()
+    assert list(d.regions) == [("bn", 0)] and last == ("conv2", 0) and not d.hook_regions, (d.regions, d.hook_regions)
     assert len(d.hook_gaps) == 2, d.hook_gaps
     a, held = run_forced(model, x, plan)
     assert a.replays == 1 and not held
-    conv2 = next(i for i, m in enumerate(t.modules) if m[3] == "conv2")
-    extra = sum(1 for k, v in enumerate(t.pack_values) if t.pack_modules[k] == conv2 and v not in d.rec_vals)
-    assert extra == 1  # conv2's weight
     assert sum(a.packs.values()) == sum(1 for v in t.pack_values if v in d.rec_vals)
-    assert a.n_packs == sum(a.packs.values()) + extra, "saved tensors passed Python where nothing dropped is saved"
+    conv2 = next(i for i, m in enumerate(t.modules) if m[3] == "conv2")
+    weight = [k for k, v in enumerate(t.pack_values) if t.pack_modules[k] == conv2 and v not in d.rec_vals]
+    assert len(weight) == 1 and t.pack_calls[weight[0]] in d.hook_gaps  # saved just before the conv, as its input
+    assert a.n_packs == sum(a.packs.values()) + 1, "saved tensors passed Python where nothing dropped is saved"
+
+
+class TwoTanh(torch.autograd.Function):
+    """tanh(tanh(x)) by the modules it is given, saving both outputs after
+    the second: where no call of the module it is applied in is next to
+    the save."""
+
+    @staticmethod
+    def forward(ctx, x, first, second):
+        y = first(x)
+        z = second(y)
+        ctx.save_for_backward(y, z)
+        return z
+
+    @staticmethod
+    def backward(ctx, g):
+        y, z = ctx.saved_tensors
+        return g * (1 - z * z) * (1 - y * y), None, None
+
+
+class Saves(nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc, self.first, self.second, self.out = nn.Linear(16, 16), nn.Tanh(), nn.Tanh(), nn.Linear(16, 4)
+
+    def forward(self, x):
+        return self.out(TwoTanh.apply(self.fc(x), self.first, self.second)).sum()
+
+
+def test_a_save_the_mode_cannot_reach_is_hooked_in_its_module_call():
+    # a custom autograd Function saves the first tanh's output in the
+    # model's own code, between two calls of other modules: the mode could
+    # be on there only over the whole model, so the hooks are on in the
+    # model's call instead, and the step is the same bits
+    from remat.torch.apply import Decisions
+    model = Saves()
+    x = torch.randn(8, 16, generator=torch.Generator().manual_seed(3))
+    t = rt.capture(model, (x,), lambda o: o)
+    tanh = next(o.id for o in t.ops if o.name == "aten::tanh")
+    plan = force(rt.plan_trace(t, None), [tanh])
+    d = Decisions(plan)
+    assert list(d.regions) == [("first", 0)] and d.hook_regions == {("", 0)} and not d.hook_gaps, \
+        (d.regions, d.hook_regions, d.hook_gaps)
+    a, held = run_forced(model, x, plan)
+    assert a.replays == 1 and not held and a.packs == {v: 1 for v in d.rec_vals}
+
+
+class Crossed(nn.Module):
+    """Two fcs, a tanh of the first's output and a sigmoid of the first's or
+    the second's (cross): the same ops either way."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 8)
+        self.cross = False
+
+    def forward(self, x):
+        a, b = self.a(x), self.b(x)
+        return (torch.tanh(a) + torch.sigmoid(b if self.cross else a) + b).sum()
+
+
+def test_a_step_that_reads_other_tensors_than_captured_is_refused():
+    # the tanh and the sigmoid recomputed from the fc's output they both
+    # read, learnt where the tanh reads it: a step whose sigmoid reads the
+    # other fc's output (the same ops, another data flow) is refused in the
+    # forward, not replayed from the wrong tensor
+    model = Crossed()
+    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(3))
+    t = rt.capture(model, (x,), lambda o: o)
+    ops = [o.id for o in t.ops if o.name in ("aten::tanh", "aten::sigmoid")]
+    plan = force(rt.plan_trace(t, None), ops)
+    run_forced(model, x, plan)
+    model.cross = True
+    with pytest.raises(rt.CaptureError, match="reads another tensor"):
+        with plan.apply(model):
+            model(x).backward()
 
 
 def test_batchnorm_replays_without_its_statistics():
@@ -424,7 +502,8 @@ def test_a_run_that_runs_fewer_ops_is_refused_naming_its_modules():
     x = torch.randn(16, 32, generator=torch.Generator().manual_seed(3))
     t = rt.capture(model, (x,), lambda o: o)
     gelu = [o.id for o in t.ops if o.name == "aten::gelu"][2]
-    plan = force(rt.plan_trace(t, None), [gelu])
+    fc = max(o.id for o in t.ops if o.name == "aten::addmm" and o.id < gelu)  # the fc before it
+    plan = force(rt.plan_trace(t, None), [fc, gelu])
     (first, end, last), = Decisions(plan).regions.values()
     assert last == ("blocks.2.1", 0)
     model.blocks[2][1].scaled = False  # one op fewer: the scale

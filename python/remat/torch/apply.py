@@ -219,9 +219,13 @@ class Decisions:
         # what the step must follow: the values recomputations make and read
         self.tracked = self.rec_vals | set(self.consumers)
         self.group = {o: grp for grp in plan.recompute_groups for o in grp}
-        # per call: whether it is recorded as a recipe, and the tracked values it makes
+        # per call: whether it is recorded as a recipe, and the tracked values it makes that the step
+        # must follow: a value a recomputation starts from is learnt where a recorded call reads it
+        # (Applier._record), so the call that makes it is followed only under a nested plan, which
+        # holds some in the forward (fwd_held)
         self.recorded = [c.op in self.rec_ops for c in t.calls]
-        self.news = [[(i, v) for i, v in c.new if i >= 0 and v in self.tracked] for c in t.calls]
+        self.news = [[(i, v) for i, v in c.new if i >= 0 and v in self.tracked and (
+            plan.nested or self.recorded[ci] or v in self.rec_vals)] for ci, c in enumerate(t.calls)]
         # an op that writes a value in place makes its new version in the old one's storage: where
         # that version is not followed, the storage no longer holds the old one
         # (only where the old version is followed: else nothing holds it)
@@ -289,6 +293,17 @@ class Decisions:
             return
         saves = [] if self.hooks_everywhere else [
             (t.pack_modules[k], t.pack_calls[k]) for k, v in enumerate(t.pack_values) if v in self.rec_vals]
+        # a save in the module call of the call just after it (its input) or just before it (its
+        # output) is made while the mode is on if the mode follows that call: it costs a call
+        # followed, where the hooks' own region would cost two module hooks and every other
+        # tensor that module call saves
+        near = set()
+        for i, g in saves:
+            if g < len(t.calls) and t.call_module[g] == i:
+                near.add(g)
+            elif g > 0 and t.call_module[g - 1] == i:
+                near.add(g - 1)
+        follow = sorted(set(follow) | near)
         mods = t.modules
         start, end = mods[0][0], mods[0][1]  # the model's call
         inner = [ci for ci in follow if start <= ci < end]
@@ -475,7 +490,7 @@ class Applier(TorchDispatchMode):
 
     def _record(self, c, func, args, kwargs):
         """The recipe of a call of an op the plan recomputes: how to run it again."""
-        rng, writes = None, []
+        rng, writes, reads, n = None, [], c.reads, [0]
         random, mutable = self.t.ops[c.op].random, _writes(func)
         leaves = _leaves((args, kwargs)) if random or mutable else ()  # most ops: neither
         if random:  # the state it draws from, on its tensors' device
@@ -490,13 +505,33 @@ class Applier(TorchDispatchMode):
                 return _Gen(a)
             if not isinstance(a, torch.Tensor):
                 return a
+            j = n[0]  # its place among the call's tensors (Call.reads)
+            n[0] = j + 1
             if meta and a.is_contiguous():
                 return _Meta(a)
             v = self.value_of(a)
+            if v is None and j < len(reads):
+                v = self._learn(a, reads[j], c)
             return a if v is None else _Ref(v, a)
 
         rargs, rkwargs = _map(ref, (args, kwargs))
         self.recipes.setdefault(c.op, []).append(_Recipe(func, rargs, rkwargs, c.new, rng, writes))
+
+    def _learn(self, x, v, c):
+        """x, an argument of a recorded call that the step has not followed
+        to its maker: the value capture saw there (Call.reads), when it is
+        one a recomputation starts from, held from here as that value;
+        else None. The replay reads the tensor the call read, whatever
+        capture saw; a second tensor taken for the same value is another
+        step's data flow, refused."""
+        if v not in self.consumers or v in self.rec_vals:
+            return None
+        if v in self.src:
+            raise CaptureError("the step's %s reads another tensor as value %d than the step's earlier ops did: the "
+                               "model's data flow differs from when it was planned; plan it again" % (c.name, v))
+        self.src[v] = x
+        self.vmap[_skey(x)] = (v, _weak(x))
+        return v
 
     def value_of(self, x):
         """The tracked value tensor x's memory holds, or None. Its address

@@ -335,9 +335,9 @@ class _Recorder(TorchDispatchMode):
         if _ignored(func):
             return func(*args, **kwargs)
         flat_in = [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)]
-        in_vals = []
-        for a in (() if name in _META_ONLY else flat_in):
-            v = self._value_of(a)
+        in_vals, reads = [], [-1] * len(flat_in)
+        for j, a in enumerate(() if name in _META_ONLY else flat_in):
+            v = reads[j] = self._value_of(a)
             if v >= 0 and v not in in_vals:
                 in_vals.append(v)
             g = self.grad_of.get(_skey(a)) if self.grad_of and name not in _META_ONLY else None
@@ -456,7 +456,7 @@ class _Recorder(TorchDispatchMode):
             self.measured.append((ci, target, made))
             target.stateful |= state
             target.random |= random
-        self.t.calls.append(Call(str(func), target.id if target is not None else -1, new, func))
+        self.t.calls.append(Call(str(func), target.id if target is not None else -1, new, func, reads))
         self.last_clone = (weakref.ref(flat_out[0]), new[0][1]) if name == "aten::clone" and len(new) == 1 else None
         self.t.call_module.append(self.open[-1] if self.open else -1)
         if target is not None:

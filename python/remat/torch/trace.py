@@ -57,13 +57,14 @@ class Op:
 
 class Call:
     """One aten call of the forward, as the plan's applier must see it again."""
-    __slots__ = ("name", "op", "new", "func")
+    __slots__ = ("name", "op", "new", "func", "reads")
 
-    def __init__(self, name, op, new, func=None):
+    def __init__(self, name, op, new, func=None, reads=()):
         self.name = name  # the overload's name, to check the replayed sequence
         self.op = op      # op id, or -1 for a view
         self.new = new    # [(flat output index, value id)] the call makes
         self.func = func  # the overload itself (compared by identity first: a step pays no str())
+        self.reads = reads  # per tensor among its arguments, in order: the value it held, or -1
 
 
 class Trace:
