@@ -4,14 +4,15 @@ The plan names the ops whose outputs the backward gets by recomputation.
 Inside ``plan.apply()``:
 
 - a TorchDispatchMode follows the forward call by call against the
-  captured sequence (a different sequence is refused: the step changed),
-  learns which tensor holds which value, keeps a recipe for each call (the
-  op and its arguments, with values by reference and never by tensor, so a
-  recipe holds no activation) and the RNG state before each random call;
-- saved-tensor hooks (the mechanism under torch.utils.checkpoint) give the
-  backward a small handle instead of every saved tensor of a recomputed
-  value, so its memory is freed after its last forward use, as the plan
-  says;
+  captured sequence where the plan needs it (regions.py; a different
+  sequence there is refused: the step changed), learns which tensor holds
+  which value, keeps a recipe for each call of an op it may replay (the
+  op and its arguments, with values by reference and never by tensor, so
+  a recipe holds no activation) and the RNG state before each random call;
+- saved-tensor hooks (the mechanism under torch.utils.checkpoint), on
+  only where a dropped value is saved, give the backward a small handle
+  instead of every saved tensor of a recomputed value, so its memory is
+  freed after its last forward use, as the plan says;
 - when the backward unpacks a handle, the value is recomputed from the
   values the plan keeps, with the rest of its recomputation group (the
   ops the plan's schedule recomputes together, a segment just before its
@@ -269,11 +270,14 @@ class Decisions:
         save while the mode is on is placed between two calls (capture's
         pack_calls): the mode turns the hooks on after the call before it
         and off after the call after it (hook_gaps, the number of calls run
-        when it is saved). Any other save: around the outermost of the
-        innermost module calls that hold those saves (capture's
-        pack_modules: the module call running when autograd saved it, which
-        is not always its maker's nor its reader's). Elsewhere the forward
-        runs as PyTorch runs it. regions: the mode's, {(module name, its
+        when it is saved). Saves just after a run's end: the hooks stay on
+        from there until the last of them (closing, {the run's first module
+        call: their number}; the pack hook counts them down). Any other
+        save: brought inside a run by following a call next to it, or the
+        hooks on around the outermost of the innermost module calls that
+        hold those saves (capture's pack_modules: the module call running
+        when autograd saved it, which is not always its maker's nor its
+        reader's). Elsewhere the forward runs as PyTorch runs it. regions: the mode's, {(module name, its
         call): (first call, end, (the last module call's name, its call))};
         hook_regions: the hooks', {(module name, its call)}; tail: the first
         call after the model, or None (the mode on from there); full: the
@@ -285,6 +289,7 @@ class Decisions:
         follow = [ci for ci in range(len(t.calls)) if self.recorded[ci] or self.news[ci] or self.stale[ci]
                   or ci in self.copy_at]
         self.regions, self.hook_regions, self.hook_gaps, self.tail, self.full = {}, set(), set(), None, False
+        self.closing = {}
         self.hooks_everywhere = nested or bool(t.fsdp) or len(t.pack_modules) != len(t.pack_ops)
         if not follow:
             return
@@ -292,48 +297,43 @@ class Decisions:
             self.full = self.hooks_everywhere = True
             return
         saves = [] if self.hooks_everywhere else [
-            (t.pack_modules[k], t.pack_calls[k]) for k, v in enumerate(t.pack_values) if v in self.rec_vals]
-        # a save in the module call of the call just after it (its input) or just before it (its
-        # output) is made while the mode is on if the mode follows that call: it costs a call
-        # followed, where the hooks' own region would cost two module hooks and every other
-        # tensor that module call saves
-        near = set()
-        for i, g in saves:
-            if g < len(t.calls) and t.call_module[g] == i:
-                near.add(g)
-            elif g > 0 and t.call_module[g - 1] == i:
-                near.add(g - 1)
-        follow = sorted(set(follow) | near)
+            (k, t.pack_modules[k], t.pack_calls[k]) for k, v in enumerate(t.pack_values) if v in self.rec_vals]
         mods = t.modules
         start, end = mods[0][0], mods[0][1]  # the model's call
-        inner = [ci for ci in follow if start <= ci < end]
-        after = [ci for ci in follow if ci >= end]
-        runs = regions.cover(t, inner)
-        hooks = regions.outermost(t, [(t.call_module[ci], ci) for ci in follow] + saves)
-        if runs is None or hooks is None or len(inner) + len(after) != len(follow) or any(
-                t.call_module[ci] >= 0 and mods[t.call_module[ci]][3] is not None for ci in after):
-            self.regions, self.hook_regions, self.tail, self.full, self.hooks_everywhere = {}, set(), None, True, True
-            return
+        # a save the mode does not reach (regions.place): where none is reached after a run's end,
+        # in the module call of the call just after it (its input) or just before it (its output),
+        # the mode reaches it by following that call (one call followed, where hooks of its own
+        # would cost two module hooks and every other tensor that module call saves); else the
+        # hooks are on around its module call (hook_regions)
+        near, dropped = set(), [v in self.rec_vals for v in t.pack_values]
+        for _ in range(4):
+            fl = sorted(set(follow) | near)
+            inner = [ci for ci in fl if start <= ci < end]
+            after = [ci for ci in fl if ci >= end]
+            runs = regions.cover(t, inner)
+            hooks = regions.outermost(t, [(t.call_module[ci], ci) for ci in fl] + [s[1:] for s in saves])
+            if runs is None or hooks is None or len(inner) + len(after) != len(fl) or any(
+                    t.call_module[ci] >= 0 and mods[t.call_module[ci]][3] is not None for ci in after):
+                self.regions, self.hook_regions, self.tail, self.full, self.hooks_everywhere = \
+                    {}, set(), None, True, True
+                return
+            tail = end if after or hooks[1] else None
+            gaps, closing, rest = regions.place(t, runs, tail, saves, dropped)
+            more = set()
+            for i, g in rest:
+                if g < len(t.calls) and t.call_module[g] == i and g not in near:
+                    more.add(g)
+                elif g > 0 and t.call_module[g - 1] == i and g - 1 not in near:
+                    more.add(g - 1)
+            if not more:
+                break
+            near |= more
         key = [(m[3], m[4]) for m in mods]
         self.regions = {key[a]: (mods[a][0], mods[b][1], key[b]) for a, b in runs}
-        self.tail = end if after or hooks[1] else None
+        self.tail, self.hook_gaps, self.closing = tail, gaps, closing
         spans = [(mods[a][0], mods[b][1]) for a, b in runs]
-
-        def within(i, f, e):  # module call i lies inside the run [f, e)
-            return i >= 0 and f <= mods[i][0] < mods[i][1] <= e
-
-        def in_mode(i, g):  # a save in module call i after g calls: the mode is on
-            return any(f < g < e or (g in (f, e) and within(i, f, e)) for f, e in spans) or (
-                self.tail is not None and (g > end or (g == end and (i < 0 or mods[i][3] is None))))
-
-        rest = []
-        for i, g in saves:
-            if in_mode(i, g):
-                self.hook_gaps.add(g)
-            else:
-                rest.append((i, g))
         self.hook_regions = {key[i] for i in regions.outermost(t, rest)[0] if not any(
-            within(i, f, e) for f, e in spans)}
+            f <= mods[i][0] < mods[i][1] <= e for f, e in spans)}
 
 
 class Applier(TorchDispatchMode):
@@ -377,6 +377,8 @@ class Applier(TorchDispatchMode):
         self.everywhere, self.gaps = d.hooks_everywhere, d.hook_gaps
         self.hooked = False     # they are on
         self.gap_on = False     # on for the gap the mode is in
+        self.closing = d.closing
+        self.left = 0           # dropped values' saves still to come after a run's end (Decisions.closing)
         self.hook_span = None   # the hooks' region they are on for: (module name, its call)
 
     # ---------------------------------------------------------- forward
@@ -463,6 +465,7 @@ class Applier(TorchDispatchMode):
         if span is not None and not self.active:
             self.call, self.span = span[0], span + ((name, k),)
             self.entered += 1
+            self.left = 0
             self.gap_on = span[0] in self.gaps
             self.hooks_sync()
             self.on()
@@ -479,7 +482,8 @@ class Applier(TorchDispatchMode):
                                    "when it was planned; plan it again" % (where, self.call - first, end - first))
             self.span = None
             self.off()
-            self.gap_on = False
+            self.left = self.closing.get((enter, entered), 0)  # the pack hook turns them off after the last
+            self.gap_on = self.left > 0
             self.hooks_sync()
         if name == "" and self.tail is not None:  # the loss after the model
             self.call = self.tail
@@ -551,6 +555,11 @@ class Applier(TorchDispatchMode):
             return x
         self.packs[v] = self.packs.get(v, 0) + 1
         h = _Handle(v, x)
+        if self.left:  # after a run's end: off after the gap's last save of a dropped value
+            self.left -= 1
+            if not self.left:
+                self.gap_on = False
+                self.hooks_sync()
         if self.nested is not None:
             ops = self.t.pack_ops
             h.op = ops[k] if k < len(ops) else -1

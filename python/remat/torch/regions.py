@@ -19,6 +19,8 @@ whole, or its children are, alone or in runs of consecutive siblings
 ``Regions`` turns the mode on and off at those module calls in a step.
 """
 
+import bisect
+
 from .capture import CaptureError
 
 # what turning the mode on and off once costs, in calls followed. Measured
@@ -29,6 +31,11 @@ from .capture import CaptureError
 # us); the two module hooks, the mode's entry and exit and the applier's
 # bookkeeping around them take 60-90 us a region
 TOGGLE_CALLS = 2
+
+# after a run of the mode ends, the saved-tensor hooks stay on for a dropped value saved just after
+# it if at most this many other tensors are saved meanwhile (place): each passes the pack and
+# unpack hooks, about what following a call costs
+CLOSE_PACKS = 2
 
 
 def cover(t, calls):
@@ -100,6 +107,59 @@ def cover(t, calls):
                 return None
             out += runs
     return out
+
+
+def place(t, runs, tail, saves, dropped):
+    """Where the saved-tensor hooks must be on for saves of values a plan
+    drops, given the mode's runs (cover's) and tail (the first call after
+    the model, or None). saves: [(index in t's saved tensors, module call,
+    calls run when saved)]; dropped: per saved tensor, whether it is one.
+    Autograd saves an op's inputs just before the op runs and its outputs
+    just after, so a save falls between two calls. Returns:
+
+    - gaps: where a save is made while the mode is on, the calls run when
+      it is (the mode turns the hooks on after the call before it);
+    - closing: {a run's first module call (name, call): the number of
+      saves of dropped values just after the run's end}: the hooks stay on
+      from there until the pack hook has seen the last of them, where at
+      most CLOSE_PACKS other tensors are saved before each and no run
+      begins;
+    - rest: the others, [(module call, calls run)]."""
+    mods, end = t.modules, t.modules[0][1]
+    spans = sorted((mods[a][0], mods[b][1], (mods[a][3], mods[a][4])) for a, b in runs)
+    firsts = [f for f, _, _ in spans]
+
+    def in_mode(i, g):
+        r = bisect.bisect_right(firsts, g) - 1  # the last run to begin by then, and the one before it
+        for f, e, _ in spans[max(r - 1, 0):r + 1]:
+            if f < g < e or (g in (f, e) and i >= 0 and f <= mods[i][0] < mods[i][1] <= e):
+                return True
+        return tail is not None and (g > end or (g == end and (i < 0 or mods[i][3] is None)))
+
+    closing, closed = {}, set()
+    for r, (_, e, first) in enumerate(spans):  # the saves just after each run's end, in the order made
+        stop = spans[r + 1][0] if r + 1 < len(spans) else end
+        others = 0
+        for k in range(bisect.bisect_left(t.pack_calls, e), len(t.pack_calls)):
+            i, g = t.pack_modules[k], t.pack_calls[k]
+            if g > stop:
+                break
+            if in_mode(i, g):
+                continue
+            if not dropped[k]:
+                others += 1
+            elif others > CLOSE_PACKS:
+                break
+            else:
+                closing[first], others = closing.get(first, 0) + 1, 0
+                closed.add(k)
+    gaps, rest = set(), []
+    for k, i, g in saves:
+        if in_mode(i, g):
+            gaps.add(g)
+        elif k not in closed:
+            rest.append((i, g))
+    return gaps, closing, rest
 
 
 def outermost(t, where):
