@@ -5,8 +5,10 @@ between the floor and store-all, alternated step by step in one process
 each. Prints each plan's step over the step without a plan, and for the
 midpoint plan what it recomputes: FLOPs, and the time its recomputed ops
 took at capture (each op timed as it ran), against which the plan's extra
-time over the step without a plan is the applier's cost ("extra /
-recomputed": 1.0 is recomputation alone), and against the replays' own
+time over the step without a plan (the median of each midpoint step's
+difference from the step without a plan just before it) is the
+applier's cost ("extra / recomputed": 1.0 is recomputation alone), and
+against the replays' own
 time as they ran in the same steps ("extra / replays in the step": what
 the applier adds to the recomputation, both measured in one run; the
 capture's time is one run of each op, in another state of the caches).
@@ -26,7 +28,7 @@ process to the next than within one.
 the forward's and the backward's medians apart, how many of the
 forward's calls pass the applier's dispatch mode (and how many module
 hooks of the applier's run per step: its runs' first and last module
-calls, those of the saved-tensor hooks outside them), the midpoint plan's
+calls, those of the saved-tensor hooks' own regions), the midpoint plan's
 replays as they ran in the step (against their time at capture), and
 the garbage collections Python ran during each plan's steps (count and
 time per generation: the applier's Python objects per step are what
@@ -234,7 +236,9 @@ def main():
         med = {k: statistics.median(v) for k, v in times.items()}
         rec = sum(t.ops[i].seconds for grp in mid.recompute_groups for i in grp)
         ran = statistics.median(replays)
-        extra = med["mid"] - med["none"]
+        # the midpoint's extra time: the median of its steps' differences from the step without a
+        # plan run just before it, which a drift over the rounds moves less than the medians' difference
+        extra = statistics.median(b - a for a, b in zip(times["none"], times["mid"]))
         row = [med["all"] / med["none"], med["mid"] / med["none"], rec / med["none"],
                extra / rec if rec else 0.0, extra / ran if ran else 0.0]
         if a.raw:
