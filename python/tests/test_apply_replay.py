@@ -489,6 +489,42 @@ def test_cover_runs_siblings_where_one_toggle_costs_less():
     assert regions.cover(t, [1, 5, 8, 31]) == [(1, 2), (4, 4), (6, 6)]
     nameless = _Mods([[0, 10, -1, "", 0], [2, 4, 0, None, 0]], 10)
     assert regions.cover(nameless, [3]) is None  # a module call the applier cannot hook
+    # a module called before (a block's one ReLU): its pre-hook and forward hook run for each
+    # earlier call too, half a toggle each; its 3rd call alone costs k * 3 + 1 = 7, its block's
+    # whole call k + 6 = 8, its 4th call alone k * 4 + 1 = 9
+    for occurrence, runs in ((2, [(2, 2)]), (3, [(1, 1)])):
+        reused = _Mods([[0, 40, -1, "", 0], [4, 10, 0, "block", 0], [9, 10, 1, "block.relu", occurrence]], 40)
+        assert regions.cover(reused, [9]) == runs, (occurrence, regions.cover(reused, [9]))
+
+
+class ConvBNTwice(ConvBN):
+    """ConvBN, its ReLU module called again after the second conv."""
+
+    def forward(self, x):
+        return self.relu(self.conv2(self.relu(self.bn(self.conv1(x))))).sum()
+
+
+def test_a_module_hook_goes_after_the_last_call_it_must_see(monkeypatch):
+    # the run ends at the ReLU's first call: its forward hook goes then, and
+    # the ReLU's second call runs no hook of the applier's
+    from remat.torch import regions
+    from remat.torch.apply import Decisions
+    model = ConvBNTwice()
+    x = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(3))
+    t = rt.capture(model, (x,), lambda o: o)
+    bn = next(o.id for o in t.ops if o.name == "aten::native_batch_norm")
+    plan = force(rt.plan_trace(t, None), [bn])
+    (first, end, last), = Decisions(plan).regions.values()
+    assert last == ("relu", 0), last
+    ran, exit_ = [], regions.Regions._exit
+
+    def post(self, name):
+        ran.append(name)
+        exit_(self, name)
+
+    monkeypatch.setattr(regions.Regions, "_exit", post)
+    a, held = run_forced(model, x, plan)
+    assert ran == ["relu"] and a.replays == 1 and not held, ran
 
 
 class _Act(nn.Module):

@@ -11,7 +11,9 @@ and ends where a later sibling's (or the same one's) ends, and follows
 every call in between.
 
 ``cover`` picks the runs that cover the calls to follow at the least
-cost, a run costing TOGGLE_CALLS plus the calls it spans, by dynamic
+cost, a run costing TOGGLE_CALLS plus the calls it spans (and half a
+toggle per call of its first and last modules before theirs, whose hooks
+run for those calls too), by dynamic
 programming over capture's tree of module calls: a module call is covered
 whole, or its children are, alone or in runs of consecutive siblings
 (which also cover the calls its own code runs between them).
@@ -64,7 +66,9 @@ def cover(t, calls):
     best = {}
 
     def span(a, b):
-        return TOGGLE_CALLS + mods[b][1] - mods[a][0]
+        # a module called before (a ResNet block's one ReLU, three times) runs the hook for
+        # those calls too: each costs about half a toggle
+        return TOGGLE_CALLS * (1 + (mods[a][4] + mods[b][4]) / 2) + mods[b][1] - mods[a][0]
 
     def solve(i):
         # (cost, runs) covering every call to follow within module call i
@@ -192,14 +196,16 @@ class Regions:
     PyTorch's fast path: a global forward pre-hook waits for the step's
     first module call (the model, or a copy of it built the same way), finds
     the regions' modules in it by name, hooks them (a pre-hook after their
-    own, a forward hook before theirs) and removes itself."""
+    own, a forward hook before theirs) and removes itself. A module's hook
+    goes once the last of its calls it must see has passed."""
 
     def __init__(self, applier):
         self.a = applier
         self.count = {}  # module name -> its calls begun, with a pre-hook
         self.ended = {}  # module name -> its calls ended, with a forward hook
         self.first = None
-        self._handles = []
+        self._pre, self._post = {}, {}  # module name -> its hook's handle, until its last call it must see
+        self.last_enter, self.last_exit = {}, {}
         self.ran = False  # the model was called
 
     def __enter__(self):
@@ -212,39 +218,54 @@ class Regions:
         self.first = None
         self.ran = True
         a = self.a
-        hooks = {n for n, _ in a.hook_regions}
-        enters = {n for n, _ in a.regions} | hooks
-        exits = {s[2][0] for s in a.regions.values()} | hooks | ({""} if a.tail is not None else set())
+        # per module, the last of its calls whose beginning (end) a hook must see: a module
+        # called again after it (a ResNet block's one ReLU, called three times) runs no hook then
+        enters, exits = {}, {}
+        for (name, k), (_, _, (last, j)) in a.regions.items():
+            enters[name] = max(enters.get(name, -1), k)
+            exits[last] = max(exits.get(last, -1), j)
+        for name, k in a.hook_regions:
+            enters[name] = max(enters.get(name, -1), k)
+            exits[name] = max(exits.get(name, -1), k)
+        if a.tail is not None:
+            exits[""] = 0
+        self.last_enter, self.last_exit = enters, exits
         mods = a.decisions.of(model)[0]
-        for name in sorted(enters | exits):
+        for name in sorted(set(enters) | set(exits)):
             m = mods.get(name)
             if m is None:
                 raise CaptureError("the model this plan runs on has no module %r, which the plan follows: plan this "
                                    "model" % name)
             if name in enters:
-                self._handles.append(m.register_forward_pre_hook(lambda mod, a, name=name: self._enter(name)))
+                self._pre[name] = m.register_forward_pre_hook(lambda mod, a, name=name: self._enter(name))
             if name in exits:
-                self._handles.append(m.register_forward_hook(lambda mod, a, o, name=name: self._exit(name),
-                                                             prepend=True))
+                self._post[name] = m.register_forward_hook(lambda mod, a, o, name=name: self._exit(name),
+                                                           prepend=True)
         self.count[""] = 1  # the model's own call began before its hooks
         if "" in enters:
             a.module_enter("", 0)
+            if enters[""] == 0:
+                self._pre.pop("").remove()
 
     def _enter(self, name):
         k = self.count.get(name, 0)
         self.count[name] = k + 1
         self.a.module_enter(name, k)
+        if k >= self.last_enter[name]:
+            self._pre.pop(name).remove()
 
     def _exit(self, name):
         k = self.ended.get(name, 0)  # a module's calls end in the order they began
         self.ended[name] = k + 1
         self.a.module_exit(name, k)
+        if k >= self.last_exit[name]:
+            self._post.pop(name).remove()
 
     def __exit__(self, *exc):
         if self.first is not None:
             self.first.remove()
             self.first = None
-        for h in self._handles:
+        for h in (*self._pre.values(), *self._post.values()):
             h.remove()
-        self._handles = []
+        self._pre, self._post = {}, {}
         return False
