@@ -277,15 +277,16 @@ class Decisions:
         hooks on around the outermost of the innermost module calls that
         hold those saves (capture's pack_modules: the module call running
         when autograd saved it, which is not always its maker's nor its
-        reader's). Elsewhere the forward runs as PyTorch runs it. regions: the mode's, {(module name, its
-        call): (first call, end, (the last module call's name, its call))};
-        hook_regions: the hooks', {(module name, its call)}; tail: the first
-        call after the model, or None (the mode on from there); full: the
-        mode on over the whole forward (a call it follows outside the model
-        and before its end, or in a module that is not the model's);
-        hooks_everywhere: the hooks on over the whole step (full, a nested
-        plan, which counts every saved tensor, FSDP2, or a trace that does
-        not say where each tensor was saved)."""
+        reader's). Elsewhere the forward runs as PyTorch runs it. regions:
+        the mode's, {(module name, its call): (first call, end, (the last
+        module call's name, its call))}; hook_regions: the hooks', {(module
+        name, its call)}; tail: the first call after the model, or None (the
+        mode on from there); full: the mode on over the whole forward (a
+        call it follows outside the model and before its end, or in a
+        module that is not the model's); hooks_everywhere: the hooks on over
+        the whole step (full, a nested plan, which counts every saved
+        tensor, FSDP2, or a trace that does not say where each tensor was
+        saved)."""
         follow = [ci for ci in range(len(t.calls)) if self.recorded[ci] or self.news[ci] or self.stale[ci]
                   or ci in self.copy_at]
         self.regions, self.hook_regions, self.hook_gaps, self.tail, self.full = {}, set(), set(), None, False
