@@ -112,7 +112,9 @@ def test_capture_leaves_the_model_as_it_was():
     assert torch.equal(rng, torch.get_rng_state())
 
 
-def test_a_changed_step_is_refused():
+def test_a_changed_step_is_refused(monkeypatch):
+    from remat.torch import windows
+    monkeypatch.setattr(windows, "place", lambda *a: None)  # the applier follows calls (regions.py)
     m, inputs, lf = small()
     t = rt.capture(m, inputs, lf)
     floor, top = rt.plan_trace(t, 1, "sgd").floor, rt.plan_trace(t, None, "sgd", "all").peak_bytes

@@ -38,6 +38,14 @@ import torch.nn as nn
 import remat.torch as rt
 
 
+@pytest.fixture
+def following(monkeypatch):
+    """The applier follows calls with its dispatch mode (regions.py), as for
+    a plan whose recipes capture's forms cannot give (windows.py)."""
+    from remat.torch import windows
+    monkeypatch.setattr(windows, "place", lambda *a: None)
+
+
 def force(plan, ops):
     """plan, changed to drop ops' outputs and recompute them at once."""
     plan.recompute_ops = sorted(ops)
@@ -270,7 +278,7 @@ class Blocks(nn.Module):
         return x.sum()
 
 
-def test_the_hooks_are_on_where_a_dropped_value_is_saved_and_only_there(monkeypatch):
+def test_the_hooks_are_on_where_a_dropped_value_is_saved_and_only_there(monkeypatch, following):
     from remat.torch import regions
     from remat.torch.apply import Decisions
     model = Blocks()
@@ -323,7 +331,7 @@ class ConvBN(nn.Module):
         return self.conv2(self.relu(self.bn(self.conv1(x)))).sum()
 
 
-def test_while_the_mode_is_on_the_hooks_are_on_between_two_calls_only():
+def test_while_the_mode_is_on_the_hooks_are_on_between_two_calls_only(following):
     # ResNet-18's midpoint: a BatchNorm recomputed. The mode follows the
     # BatchNorm (recorded: the conv output it reads, which its replay
     # starts from, is learnt there) and the ReLU (it overwrites the
@@ -504,7 +512,7 @@ class ConvBNTwice(ConvBN):
         return self.relu(self.conv2(self.relu(self.bn(self.conv1(x))))).sum()
 
 
-def test_a_module_hook_goes_after_the_last_call_it_must_see(monkeypatch):
+def test_a_module_hook_goes_after_the_last_call_it_must_see(monkeypatch, following):
     # the run ends at the ReLU's first call: its forward hook goes then, and
     # the ReLU's second call runs no hook of the applier's
     from remat.torch import regions
@@ -539,7 +547,7 @@ class _Act(nn.Module):
         return y * 0.5 if self.scaled else y
 
 
-def test_a_run_that_runs_fewer_ops_is_refused_naming_its_modules():
+def test_a_run_that_runs_fewer_ops_is_refused_naming_its_modules(following):
     from remat.torch.apply import Decisions
     from remat.torch.capture import CaptureError
     model = Blocks()
@@ -587,3 +595,94 @@ def test_the_garbage_collector_waits_for_the_steps_end():
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_a_plan_whose_recipes_capture_gives_runs_with_no_dispatch_mode(monkeypatch):
+    # ResNet-18's midpoint: a BatchNorm (with its in-place ReLU) recomputed.
+    # Its recipe is capture's form of its calls (the conv output it reads,
+    # its weight and bias by name), and autograd's saves tell its values:
+    # the hooks are on in the module calls where one of them is saved, and
+    # no call passes the dispatch mode
+    from remat.torch import apply
+    from remat.torch.apply import Decisions
+    model = ConvBN()
+    x = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(3))
+    t = rt.capture(model, (x,), lambda o: o)
+    bn = next(o.id for o in t.ops if o.name == "aten::native_batch_norm")
+    plan = force(rt.plan_trace(t, None), [bn])
+    d = Decisions(plan)
+    assert not d.regions and not d.full and not d.hooks_everywhere and d.windows, (d.regions, d.windows)
+    assert set(d.windows) == set(d.hook_regions) and {n for n, _ in d.windows} <= {"bn", "relu", "conv2"}, d.windows
+    dispatched = []
+    monkeypatch.setattr(apply.Applier, "__torch_dispatch__", lambda self, *a, **k: dispatched.append(a))
+    packed, pack = [], apply.Applier.window_pack
+
+    def counting(self, x):
+        packed.append(x)
+        return pack(self, x)
+
+    monkeypatch.setattr(apply.Applier, "window_pack", counting)
+    a, held = run_forced(model, x, plan)
+    assert not dispatched and a.replays == 1 and not held
+    dropped = sum(1 for v in t.pack_values if v in d.rec_vals)
+    assert sum(a.packs.values()) == dropped and a.done == len(d.windows)
+    assert len(packed) == sum(e - f for f, e in d.windows.values()) < len(t.pack_values)
+
+
+class _ReLUMore(nn.ReLU):
+    """An in-place ReLU that may scale its input by itself first (two saves more)."""
+
+    def __init__(self):
+        super().__init__(inplace=True)
+        self.more = False
+
+    def forward(self, x):
+        return super().forward(x * x if self.more else x)
+
+
+class SavesMore(ConvBN):
+    def __init__(self):
+        super().__init__()
+        self.relu = _ReLUMore()
+
+
+def test_a_window_whose_saves_differ_from_capture_is_refused():
+    from remat.torch.apply import Decisions
+    from remat.torch.capture import CaptureError
+    model = SavesMore()
+    x = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(3))
+    t = rt.capture(model, (x,), lambda o: o)
+    bn = next(o.id for o in t.ops if o.name == "aten::native_batch_norm")
+    plan = force(rt.plan_trace(t, None), [bn])
+    assert ("relu", 0) in Decisions(plan).windows
+    model.relu.more = True  # the square saves its input twice, before the ReLU saves its output
+    with pytest.raises(CaptureError, match="other ops than when it was planned"):
+        with plan.apply():
+            model(x).backward()
+
+
+class Scaled(nn.Module):
+    """fc, a scale the loop changes from step to step (a temperature), GELU, fc."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc1, self.fc2, self.scale = nn.Linear(16, 32), nn.Linear(32, 4), 0.5
+
+    def forward(self, x):
+        return self.fc2(nn.functional.gelu(self.fc1(x) * self.scale)).square().sum()
+
+
+def test_a_recipe_with_a_float_the_code_may_change_follows_its_call():
+    # capture's form would hold the scale of the step it captured: the
+    # applier follows the scale's call and replays the step's own
+    from remat.torch.apply import Decisions
+    model = Scaled()
+    x = torch.randn(8, 16, generator=torch.Generator().manual_seed(3))
+    t = rt.capture(model, (x,), lambda o: o)
+    mul = next(o.id for o in t.ops if o.name == "aten::mul")
+    plan = force(rt.plan_trace(t, None), [mul])
+    assert Decisions(plan).windows is None
+    model.scale = 0.25
+    a, held = run_forced(model, x, plan)
+    assert a.replays == 1 and not held

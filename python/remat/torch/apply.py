@@ -38,7 +38,7 @@ import warnings
 
 import torch
 
-from . import compat, fsdp, nested, regions
+from . import compat, fsdp, nested, regions, windows
 from .capture import (
     _META_ONLY,
     CaptureError,
@@ -54,6 +54,7 @@ from .capture import (
 )
 from .compat import TorchDispatchMode
 from .holds import tensors_in
+from .trace import Slot, leaves, map_i
 
 
 class _Ref:
@@ -70,6 +71,13 @@ class _Meta:
 
     def __init__(self, t):
         self.size, self.dtype, self.device = tuple(t.size()), t.dtype, t.device
+
+    @classmethod
+    def of(cls, s):
+        """From capture's Slot."""
+        m = cls.__new__(cls)
+        m.size, m.dtype, m.device = s.size, s.dtype, s.device
+        return m
 
     def make(self):
         return torch.empty((), dtype=self.dtype, device=self.device).expand(self.size)
@@ -94,6 +102,22 @@ class _Handle(_Ref):
     """What a saved tensor of a recomputed value becomes."""
 
 
+class _Named:
+    """A parameter or buffer in a recipe made from capture's form of a call
+    (windows.py): by its name in the model the step runs on, and the view
+    of it the call read."""
+    __slots__ = ("name", "size", "stride", "offset")
+
+    def __init__(self, name, s):
+        self.name, self.size, self.stride, self.offset = name, s.size, s.stride, s.offset
+
+
+def _slot_ref(v, s):
+    r = _Ref.__new__(_Ref)
+    r.v, r.size, r.stride, r.offset = v, s.size, s.stride, s.offset
+    return r
+
+
 class _Recipe:
     __slots__ = ("func", "args", "kwargs", "new", "rng", "writes")
 
@@ -101,42 +125,11 @@ class _Recipe:
         self.func, self.args, self.kwargs, self.new, self.rng, self.writes = func, args, kwargs, new, rng, writes
 
 
-def _map_i(f, x, k):
-    """x with each leaf a replaced by f(i, a), i its index among the leaves
-    (an aten call's arguments or outputs: tuples, lists, dicts and leaves;
-    None is no leaf, as for PyTorch's pytree, whose order this keeps). A
-    step pays this per call it follows, so it is not pytree's general walk."""
-    if x is None:
-        return None
-    if isinstance(x, (list, tuple)):
-        ys = [_map_i(f, y, k) for y in x]
-        return ys if isinstance(x, list) else tuple(ys)
-    if isinstance(x, dict):
-        return {key: _map_i(f, y, k) for key, y in x.items()}
-    i = k[0]
-    k[0] = i + 1
-    return f(i, x)
+_map_i, _leaves = map_i, leaves
 
 
 def _map(f, x):
     return _map_i(lambda i, a: f(a), x, [0])
-
-
-def _leaves(x, out=None):
-    """The leaves of x in _map_i's order."""
-    if out is None:
-        out = []
-    if isinstance(x, torch.Tensor):
-        out.append(x)
-    elif isinstance(x, (list, tuple)):
-        for y in x:
-            _leaves(y, out)
-    elif isinstance(x, dict):
-        for y in x.values():
-            _leaves(y, out)
-    elif x is not None:
-        out.append(x)
-    return out
 
 
 _skip = per_overload(_ignored)  # capture._ignored, per overload
@@ -151,9 +144,55 @@ def _stateless(func, raw, writes):
     nothing), any other op on copies of the model's tensors it was given
     (values are _Refs here)."""
     args, kwargs = raw
-    if func is torch.ops.aten.native_batch_norm.default and not kwargs and len(args) >= 6 and args[5] is True:
+    if _bn_training(func, args, kwargs):
         return (tuple(args[:3]) + (None, None) + tuple(args[5:]), kwargs), ()
     return _map(lambda a: a.clone() if isinstance(a, torch.Tensor) and not a.requires_grad else a, raw), writes
+
+
+def _bn_training(func, args, kwargs):
+    return func is torch.ops.aten.native_batch_norm.default and not kwargs and len(args) >= 6 and args[5] is True
+
+
+# ops whose float arguments are their module's configuration (a norm's eps and
+# momentum), not a number the model's code may change from step to step
+_CONFIG_FLOATS = frozenset({"aten::native_batch_norm", "aten::_native_batch_norm_legit",
+                            "aten::_native_batch_norm_legit_no_training", "aten::native_layer_norm",
+                            "aten::native_group_norm"})
+
+
+def _form_recipe(t, c):
+    """The recipe of call c of a recomputed op from capture's form of it
+    (Call.form), or None where it needs what the step's call reads: a
+    tensor that is no value (windows.py), or a float other than a norm's
+    configuration, which capture's form could hold stale (a temperature
+    the loop anneals). Its ints are shapes, dims and a kernel's geometry,
+    which the step's input shapes fix."""
+    op = t.ops[c.op]
+    if c.form is None or op.random or c.func is None:
+        return None
+    meta, bad = _meta_only(c.func), []
+    config = compat.schema_name(c.func) in _CONFIG_FLOATS
+
+    def leaf(a):
+        if not isinstance(a, Slot):
+            if isinstance(a, float) and not config:
+                bad.append(a)  # a scale or a temperature the model's code may change from step to step
+            return a
+        if meta and a.contiguous:
+            return _Meta.of(a)
+        val = t.values[a.v] if a.v >= 0 else None
+        if val is not None and val.kind in ("parameter", "buffer") and val.name is not None:
+            return _Named(val.name, a)
+        if val is None or val.kind != "activation":
+            bad.append(a)  # a tensor capture knew no value of, or the batch
+            return None
+        return _slot_ref(a.v, a)
+
+    args, kwargs = _map(leaf, c.form)
+    if bad or (op.stateful and not _bn_training(c.func, args, kwargs) and any(
+            isinstance(a, _Named) for a in _leaves((args, kwargs)))):
+        return None
+    return _Recipe(c.func, args, kwargs, c.new, None, list(c.written))
 
 
 def _view(base, r):
@@ -240,7 +279,16 @@ class Decisions:
         for v in set(self.consumers) - self.rec_vals:
             if t.values[v].overwritten >= 0:
                 self.copy_at.setdefault(t.values[v].over_call, []).append(v)
-        self._regions(t, plan.nested)
+        # a plan whose recipes capture's forms give and whose values its saved tensors tell runs
+        # with no dispatch mode: the saved-tensor hooks on around a few module calls (windows.py)
+        self.windows, self.at, self.recipes = None, {}, {}
+        if not plan.nested and not t.fsdp and not self.copy_at and self.rec_ops:
+            self._windows(t)
+        if self.windows is not None:
+            self.regions, self.hook_regions, self.hook_gaps, self.closing = {}, set(self.windows), set(), {}
+            self.tail, self.full, self.hooks_everywhere = None, False, False
+        else:
+            self._regions(t, plan.nested)
         # the captured inputs when they are tensors only: (shape, dtype) each, checked per step without
         # signature()'s walk (Applied._check_inputs)
         sig = t.input_sig
@@ -248,6 +296,29 @@ class Decisions:
         self._of = None  # the model the plan last ran on: (weak reference, of(model))
         # a nested plan (an op recomputed more than once): its groups, in order (nested.py)
         self.schedule = nested.Schedule(plan, self.rec_ops, self.tracked) if plan.nested else None
+
+    def _windows(self, t):
+        """Sets windows (windows.place), at and the recipes of every
+        recomputed op, where capture's forms give them all."""
+        recipes = {}
+        for ci, c in enumerate(t.calls):
+            if self.recorded[ci]:
+                r = _form_recipe(t, c)
+                if r is None:
+                    return
+                recipes.setdefault(c.op, []).append(r)
+        got = windows.place(t, self.rec_vals, {v for v in self.consumers if v not in self.rec_vals})
+        if got is not None:
+            (self.windows, self.at), self.recipes = got, recipes
+
+    def named(self, model):
+        """model's parameters and buffers by name (what _Named reads)."""
+        of = self.of(model)
+        if len(of) < 3:
+            named = dict(model.named_buffers())
+            named.update(model.named_parameters())
+            self._of = (self._of[0], of + (named,))
+        return self._of[1][2]
 
     def of(self, model):
         """model's modules by name and its parameters that the plan trains,
@@ -374,7 +445,16 @@ class Applier(TorchDispatchMode):
         self.n_packs = 0     # tensors autograd saved so far
         # the saved-tensor hooks: over the whole step (Decisions.hooks_everywhere), else in the
         # gaps between calls the mode follows (Decisions.hook_gaps) and in the hooks' regions
-        self.hooks = torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack)
+        # a plan applied with no dispatch mode (windows.py): its recipes made, its hooks' regions
+        # windows whose saved tensors are told by their order
+        self.windows, self.at = d.windows, d.at
+        self.wk = self.wend = 0  # in a window: the next saved tensor's index, and the window's end
+        self.done = 0            # windows passed
+        self.named = {}          # the model's parameters and buffers by name (Decisions.named)
+        if self.windows is not None:
+            self.recipes = d.recipes
+        self.hooks = torch.autograd.graph.saved_tensors_hooks(
+            self.pack if self.windows is None else self.window_pack, self.unpack)
         self.everywhere, self.gaps = d.hooks_everywhere, d.hook_gaps
         self.hooked = False     # they are on
         self.gap_on = False     # on for the gap the mode is in
@@ -461,6 +541,8 @@ class Applier(TorchDispatchMode):
     def module_enter(self, name, k):
         if self.hook_span is None and (name, k) in self.hook_regions:
             self.hook_span = (name, k)
+            if self.windows is not None:
+                self.wk, self.wend = self.windows[(name, k)]
             self.hooks_on()
         span = self.regions.get((name, k))
         if span is not None and not self.active:
@@ -475,6 +557,8 @@ class Applier(TorchDispatchMode):
         if self.hook_span == (name, k):
             self.hook_span = None
             self.hooks_sync()
+            if self.windows is not None:
+                self._window_end(name, k)
         if self.span is not None and self.span[2] == (name, k):
             first, end, _, (enter, entered) = self.span
             if self.call != end:
@@ -566,6 +650,53 @@ class Applier(TorchDispatchMode):
             h.op = ops[k] if k < len(ops) else -1
             self.handles.append(h)
         return h
+
+    def window_pack(self, x):
+        """pack in a window (windows.py): the k-th tensor autograd saves is
+        the one capture saw saved k-th (Trace.pack_values), and its storage
+        has that value's bytes."""
+        k = self.wk
+        self.wk = k + 1
+        if k >= self.wend:
+            raise CaptureError(self._saves_differ(k + 1, self.hook_span))
+        v = self.at.get(k)
+        if v is None:
+            return x
+        if x.untyped_storage().nbytes() != self.t.values[v].bytes:
+            raise CaptureError("the step's tensor saved for the backward as value %d holds %d bytes where the captured "
+                               "step's held %d: the model runs other ops than when it was planned; plan it again"
+                               % (v, x.untyped_storage().nbytes(), self.t.values[v].bytes))
+        if v in self.rec_vals:
+            self.packs[v] = self.packs.get(v, 0) + 1
+            return _Handle(v, x)
+        held = self.src.get(v)  # a value a recomputation starts from: held from its first save
+        if held is None:
+            self.src[v] = x
+        elif _skey(held) != _skey(x):
+            raise CaptureError("the step saves another tensor as value %d than it saved before: the model's data flow "
+                               "differs from when it was planned; plan it again" % v)
+        return x
+
+    def _window_end(self, name, k):
+        if self.wk != self.wend:
+            raise CaptureError(self._saves_differ(self.wk, (name, k)))
+        self.done += 1
+
+    def _saves_differ(self, n, span):
+        name, k = span
+        first, end = self.windows[span]
+        return ("module %r (its call %d) saved %s tensors for the backward where the captured step saved %d: the model "
+                "runs other ops than when it was planned; plan it again"
+                % (name or "(the model)", k, "more" if n > end else n - first, end - first))
+
+    def windows_done(self):
+        """At the model's return: every window passed (else a value a
+        recomputation starts from was never seen, and the backward could
+        not run it)."""
+        if self.done != len(self.windows):
+            raise CaptureError("the model's forward ran %d of the %d module calls whose saved tensors the plan "
+                               "follows: the model runs other modules than when it was planned; plan it again"
+                               % (self.done, len(self.windows)))
 
     def forward_done(self):
         """Counts every recomputed value's reads (called before the backward's
@@ -686,6 +817,8 @@ class Applier(TorchDispatchMode):
         def arg(a):
             if isinstance(a, (_Meta, _Gen)):
                 return a.make()
+            if isinstance(a, _Named):
+                return _view(self.named[a.name], a)
             if not isinstance(a, _Ref):
                 return a
             base = made[a.v] if a.v in made else self._get(a.v)

@@ -49,7 +49,7 @@ from . import compat, fsdp, holds, memtrack, meters
 from .clock import Clock, clock_for
 from .compat import StorageWeakRef, TorchDispatchMode, schema_name, tree_flatten
 from .meters import BackwardMeter
-from .trace import REPLAY_SECONDS, Call, ModuleCalls, Op, Trace, Value, describe, layer_kinds_of, signature  # noqa: F401
+from .trace import REPLAY_SECONDS, Call, ModuleCalls, Op, Trace, Value, describe, form_of, layer_kinds_of, signature  # noqa: F401
 
 aten = torch.ops.aten
 
@@ -366,6 +366,7 @@ class _Recorder(TorchDispatchMode):
         bufs_in = [a for a in flat_in if _skey(a) in self.live and self.t.values[self.live[_skey(a)]].kind == "buffer"]
         before = [a.clone() for a in bufs_in]
         in_keys = {_skey(a) for a in flat_in}
+        form, wrote = form_of(args, kwargs, reads, _written_args(func, args, kwargs))  # as the call reads them
         ci = len(self.t.calls)
         self.meter.begin(("f", ci))
         t0 = self.clock.mark()
@@ -456,7 +457,9 @@ class _Recorder(TorchDispatchMode):
             self.measured.append((ci, target, made))
             target.stateful |= state
             target.random |= random
-        self.t.calls.append(Call(str(func), target.id if target is not None else -1, new, func, reads))
+        if target is None:
+            form, wrote = None, ()
+        self.t.calls.append(Call(str(func), target.id if target is not None else -1, new, func, reads, form, wrote))
         self.last_clone = (weakref.ref(flat_out[0]), new[0][1]) if name == "aten::clone" and len(new) == 1 else None
         self.t.call_module.append(self.open[-1] if self.open else -1)
         if target is not None:

@@ -207,6 +207,7 @@ class Regions:
         self._pre, self._post = {}, {}  # module name -> its hook's handle, until its last call it must see
         self.last_enter, self.last_exit = {}, {}
         self.ran = False  # the model was called
+        self._done = None  # the model's forward hook that checks every window passed (Applier.windows_done)
 
     def __enter__(self):
         from torch.nn.modules import module as nn_module
@@ -241,6 +242,9 @@ class Regions:
             if name in exits:
                 self._post[name] = m.register_forward_hook(lambda mod, a, o, name=name: self._exit(name),
                                                            prepend=True)
+        if a.windows is not None:  # recipes read the model's parameters by name; every window must pass
+            a.named = a.decisions.named(model)
+            self._done = model.register_forward_hook(lambda mod, args, out: a.windows_done(), prepend=True)
         self.count[""] = 1  # the model's own call began before its hooks
         if "" in enters:
             a.module_enter("", 0)
@@ -265,7 +269,8 @@ class Regions:
         if self.first is not None:
             self.first.remove()
             self.first = None
-        for h in (*self._pre.values(), *self._post.values()):
+        for h in (*self._pre.values(), *self._post.values(), *([self._done] if self._done is not None else [])):
             h.remove()
+        self._done = None
         self._pre, self._post = {}, {}
         return False

@@ -57,14 +57,90 @@ class Op:
 
 class Call:
     """One aten call of the forward, as the plan's applier must see it again."""
-    __slots__ = ("name", "op", "new", "func", "reads")
+    __slots__ = ("name", "op", "new", "func", "reads", "form", "written")
 
-    def __init__(self, name, op, new, func=None, reads=()):
+    def __init__(self, name, op, new, func=None, reads=(), form=None, written=()):
         self.name = name  # the overload's name, to check the replayed sequence
         self.op = op      # op id, or -1 for a view
         self.new = new    # [(flat output index, value id)] the call makes
         self.func = func  # the overload itself (compared by identity first: a step pays no str())
         self.reads = reads  # per tensor among its arguments, in order: the value it held, or -1
+        # its arguments (args, kwargs) with each tensor a Slot (form_of), from which the applier
+        # builds its recipe without following the call; None where one cannot be kept (a Generator)
+        self.form = form
+        self.written = written  # the leaves (map_i's indices) it writes in place
+
+
+class Slot:
+    """A tensor argument of a call, as capture saw it: the value it held
+    (-1: none), the geometry of the view the call read, its dtype and
+    device, and whether it was contiguous."""
+    __slots__ = ("v", "size", "stride", "offset", "dtype", "device", "contiguous")
+
+    def __init__(self, v, t):
+        self.v, self.size, self.stride, self.offset = v, tuple(t.size()), tuple(t.stride()), t.storage_offset()
+        self.dtype, self.device, self.contiguous = t.dtype, t.device, t.is_contiguous()
+
+
+def map_i(f, x, k):
+    """x with each leaf a replaced by f(i, a), i its index among the leaves
+    (an aten call's arguments or outputs: tuples, lists, dicts and leaves;
+    None is no leaf, as for PyTorch's pytree, whose order this keeps). A
+    step pays this per call it follows, so it is not pytree's general walk."""
+    if x is None:
+        return None
+    if isinstance(x, (list, tuple)):
+        ys = [map_i(f, y, k) for y in x]
+        return ys if isinstance(x, list) else tuple(ys)
+    if isinstance(x, dict):
+        return {key: map_i(f, y, k) for key, y in x.items()}
+    i = k[0]
+    k[0] = i + 1
+    return f(i, x)
+
+
+def leaves(x, out=None):
+    """The leaves of x in map_i's order."""
+    if out is None:
+        out = []
+    if isinstance(x, torch.Tensor):
+        out.append(x)
+    elif isinstance(x, (list, tuple)):
+        for y in x:
+            leaves(y, out)
+    elif isinstance(x, dict):
+        for y in x.values():
+            leaves(y, out)
+    elif x is not None:
+        out.append(x)
+    return out
+
+
+def form_of(args, kwargs, reads, written):
+    """A call's (args, kwargs) as Call.form keeps them (each tensor a Slot
+    with the value reads gives it, in order), and the indices of the leaves
+    it writes (written: the tensors, by identity); (None, ()) where an
+    argument cannot be kept past the call (a Generator's state moves)."""
+    n, ids, out = [0], {id(w) for w in written}, []
+
+    def slot(i, a):
+        if isinstance(a, torch.Generator):
+            raise _NoForm
+        if not isinstance(a, torch.Tensor):
+            return a
+        j = n[0]
+        n[0] = j + 1
+        if id(a) in ids:
+            out.append(i)
+        return Slot(reads[j] if j < len(reads) else -1, a)
+    try:
+        return map_i(slot, (args, kwargs), [0]), tuple(out)
+    except _NoForm:
+        return None, ()
+
+
+class _NoForm(Exception):
+    pass
 
 
 class Trace:
