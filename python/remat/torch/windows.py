@@ -2,10 +2,10 @@
 from capture and its values from the order autograd saves tensors.
 
 Following a call with the applier's dispatch mode costs Python around the
-op, and on a CPU the step's kernels leave that Python's caches cold: a
-module hook costs 20-40 us there, a call in the mode 250 us or more
-(docs/pytorch.md, "What applying costs"). Most plans need neither the
-calls' tensors nor their order:
+op, and on a CPU the step's kernels leave that Python's caches cold: there
+a call in the mode costs several times a module hook (docs/pytorch.md,
+"What applying costs"; bench/torch/applier_windows.py). Most plans need
+neither the calls' tensors nor their order:
 
 - a recomputed op's recipe is its calls as capture saw them (Call.form):
   each tensor argument a value, a view of it, or a parameter or buffer by
