@@ -29,6 +29,7 @@ step without a plan:
   costs less than turning it on and off around each (regions.cover), and
   a run whose modules run fewer ops than when captured is refused, naming
   them."""
+import contextlib
 import copy
 
 import pytest
@@ -686,3 +687,30 @@ def test_a_recipe_with_a_float_the_code_may_change_follows_its_call():
     model.scale = 0.25
     a, held = run_forced(model, x, plan)
     assert a.replays == 1 and not held
+
+
+def test_a_replay_reads_the_parameters_the_model_holds_in_its_step():
+    # a window plan's recipe names the BatchNorm's weight and bias; a loop
+    # that assigns new ones (load_state_dict(..., assign=True)) between two
+    # steps of the same model replays with those, as the step without a
+    # plan runs
+    from remat.torch.apply import Decisions
+    model = ConvBN()
+    x = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(3))
+    t = rt.capture(model, (x,), lambda o: o)
+    bn = next(o.id for o in t.ops if o.name == "aten::native_batch_norm")
+    plan = force(rt.plan_trace(t, None), [bn])
+    assert Decisions(plan).windows
+    ref = copy.deepcopy(model)
+    got = []
+    for m, p in ((model, plan), (ref, None)):
+        for step in range(2):
+            if step:
+                new = {k: v + 0.5 if k.startswith("bn.") and v.is_floating_point() else v.clone()
+                       for k, v in m.state_dict().items()}
+                m.load_state_dict(new, assign=True)
+            m.zero_grad()
+            with plan.apply() if p is not None else contextlib.nullcontext():
+                m(x).backward()
+        got.append([q.grad for q in m.parameters()])
+    assert all(torch.equal(a, b) for a, b in zip(*got))

@@ -311,23 +311,18 @@ class Decisions:
         if got is not None:
             (self.windows, self.at), self.recipes = got, recipes
 
-    def named(self, model):
-        """model's parameters and buffers by name (what _Named reads)."""
-        of = self.of(model)
-        if len(of) < 3:
-            named = dict(model.named_buffers())
-            named.update(model.named_parameters())
-            self._of = (self._of[0], of + (named,))
-        return self._of[1][2]
-
     def of(self, model):
-        """model's modules by name and its parameters that the plan trains,
-        (name, parameter): looked up once for each model the plan runs on,
-        not in every step."""
+        """model's modules by name and where its parameters that the plan
+        trains are, (name, module, its attribute name there): looked up once
+        for each model the plan runs on, not in every step; a parameter is
+        read from its module's own table in the step (a loop may assign
+        another: load_state_dict(..., assign=True))."""
         if self._of is None or self._of[0]() is not model:
             import weakref
-            params = [(n, p) for n, p in model.named_parameters() if n in self.params]
-            self._of = (weakref.ref(model), (dict(model.named_modules()), params))
+            mods = dict(model.named_modules())
+            params = [(n, mods[n.rpartition(".")[0]], n.rpartition(".")[2]) for n, _ in model.named_parameters()
+                      if n in self.params]
+            self._of = (weakref.ref(model), (mods, params))
         return self._of[1]
 
     def _regions(self, t, nested):
@@ -450,7 +445,8 @@ class Applier(TorchDispatchMode):
         self.windows, self.at = d.windows, d.at
         self.wk = self.wend = 0  # in a window: the next saved tensor's index, and the window's end
         self.done = 0            # windows passed
-        self.named = {}          # the model's parameters and buffers by name (Decisions.named)
+        self.model = None        # the model the step runs (Regions._bind)
+        self.named = {}          # its parameters and buffers that replays read, by name (_named)
         if self.windows is not None:
             self.recipes = d.recipes
         self.hooks = torch.autograd.graph.saved_tensors_hooks(
@@ -751,6 +747,19 @@ class Applier(TorchDispatchMode):
             self.cache.pop(v, None)
             self.src.pop(v, None)
 
+    def _named(self, name):
+        """The model's parameter or buffer name, looked up in the step that
+        replays it (a loop may have assigned another: load_state_dict(...,
+        assign=True))."""
+        t = self.named.get(name)
+        if t is None:
+            try:
+                t = self.model.get_parameter(name)
+            except AttributeError:
+                t = self.model.get_buffer(name)
+            self.named[name] = t
+        return t
+
     def _have(self, v):
         return v in self.cache or v in self.src
 
@@ -818,7 +827,7 @@ class Applier(TorchDispatchMode):
             if isinstance(a, (_Meta, _Gen)):
                 return a.make()
             if isinstance(a, _Named):
-                return _view(self.named[a.name], a)
+                return _view(self._named(a.name), a)
             if not isinstance(a, _Ref):
                 return a
             base = made[a.v] if a.v in made else self._get(a.v)
@@ -956,7 +965,8 @@ class Applied(contextlib.AbstractContextManager):
         above its budget: refused before anything runs."""
         if self.plan.grads_held:
             return
-        held = [n for n, p in self.decisions.of(model)[1] if p.grad is not None]
+        held = [n for n, mod, k in self.decisions.of(model)[1]
+                if getattr(mod._parameters.get(k), "grad", None) is not None]
         if held:
             from .._lib import RematError
             raise RematError(

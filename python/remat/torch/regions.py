@@ -243,7 +243,7 @@ class Regions:
                 self._post[name] = m.register_forward_hook(lambda mod, a, o, name=name: self._exit(name),
                                                            prepend=True)
         if a.windows is not None:  # recipes read the model's parameters by name; every window must pass
-            a.named = a.decisions.named(model)
+            a.model = model
             self._done = model.register_forward_hook(lambda mod, args, out: a.windows_done(), prepend=True)
         self.count[""] = 1  # the model's own call began before its hooks
         if "" in enters:
