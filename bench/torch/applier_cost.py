@@ -26,9 +26,11 @@ process to the next than within one.
 
 --breakdown prints, per model and plan, where the time goes instead:
 the forward's and the backward's medians apart, how many of the
-forward's calls pass the applier's dispatch mode (and how many module
-hooks of the applier's run per step: its runs' first and last module
-calls, those of the saved-tensor hooks' own regions), the midpoint plan's
+forward's calls pass the applier's dispatch mode (none where the plan
+runs with windows, windows.py), how many module hooks of the applier's
+run per step (its runs' first and last module calls, those of the
+saved-tensor hooks' own regions or windows) and how many saved tensors
+pass its pack hook, the midpoint plan's
 replays as they ran in the step (against their time at capture), and
 the garbage collections Python ran during each plan's steps (count and
 time per generation: the applier's Python objects per step are what
@@ -118,16 +120,18 @@ def breakdown(name, m, inputs, lf, t, plans, rounds, sync):
     """The forward, the backward, the replays and the collections, per plan."""
     from remat.torch import apply as A
     from remat.torch import regions as R
-    acc = {"hooks": 0}
+    acc = {"hooks": 0, "packs": 0}
     replays = Replays(next(m.parameters()).device).__enter__()  # the replays as they run in the step
     enter, exit_ = R.Regions._enter, R.Regions._exit
+    pack, window_pack = A.Applier.pack, A.Applier.window_pack
 
-    def counted(f):  # the module hooks that run in a step
-        def hook(self, name):
-            acc["hooks"] += 1
-            return f(self, name)
+    def counted(f, key):  # the module hooks, the saved tensors through the pack hook, in a step
+        def hook(self, x):
+            acc[key] += 1
+            return f(self, x)
         return hook
-    R.Regions._enter, R.Regions._exit = counted(enter), counted(exit_)
+    R.Regions._enter, R.Regions._exit = counted(enter, "hooks"), counted(exit_, "hooks")
+    A.Applier.pack, A.Applier.window_pack = counted(pack, "packs"), counted(window_pack, "packs")
     gcs, start = {}, [0.0]
 
     def collected(phase, info):
@@ -140,7 +144,7 @@ def breakdown(name, m, inputs, lf, t, plans, rounds, sync):
     def one(plan):
         for p in m.parameters():
             p.grad = None
-        replays.seconds, acc["hooks"] = 0.0, 0
+        replays.seconds, acc["hooks"], acc["packs"] = 0.0, 0, 0
         sync()
         t0 = time.perf_counter()
         with (plan.apply() if plan not in (None, "mode") else contextlib.nullcontext()):
@@ -151,7 +155,7 @@ def breakdown(name, m, inputs, lf, t, plans, rounds, sync):
             loss.backward()
         sync()
         t2 = time.perf_counter()
-        return t1 - t0, t2 - t1, replays.read(), acc["hooks"]
+        return t1 - t0, t2 - t1, replays.read(), acc["hooks"], acc["packs"]
 
     res = {k: [] for k in plans}
     col = {k: {} for k in plans}
@@ -170,14 +174,19 @@ def breakdown(name, m, inputs, lf, t, plans, rounds, sync):
         gc.callbacks.remove(collected)
         replays.__exit__()
         R.Regions._enter, R.Regions._exit = enter, exit_
+        A.Applier.pack, A.Applier.window_pack = pack, window_pack
     rec = sum(t.ops[i].seconds for grp in plans["mid"].recompute_groups for i in grp)
     d = A.Decisions(plans["mid"])
     if d.full:
         followed = "%d (all)" % len(t.calls)
+    elif d.windows is not None:
+        followed = "none: %d windows (windows.py)" % len(d.windows)
     else:
-        followed = "%d in %d runs, %d module hooks" % (sum(v[1] - v[0] for v in d.regions.values()) + (
-            len(t.calls) - d.tail if d.tail is not None else 0), len(d.regions) + (d.tail is not None),
-            res["mid"][-1][3])
+        followed = "%d in %d runs" % (sum(v[1] - v[0] for v in d.regions.values()) + (
+            len(t.calls) - d.tail if d.tail is not None else 0), len(d.regions) + (d.tail is not None))
+    if not d.full:
+        followed += ", %d module hooks, %d of %d saved tensors through the hooks" % (
+            res["mid"][-1][3], res["mid"][-1][4], len(t.pack_values))
     through = {"none": "0", "all": "0", "mid": followed, "mode": "%d (all)" % len(t.calls)}
     for k in plans:
         fwd, bwd, rep = (statistics.median(x[i] for x in res[k]) * 1e3 for i in range(3))
