@@ -613,7 +613,8 @@ def test_a_plan_whose_recipes_capture_gives_runs_with_no_dispatch_mode(monkeypat
     plan = force(rt.plan_trace(t, None), [bn])
     d = Decisions(plan)
     assert not d.regions and not d.full and not d.hooks_everywhere and d.windows, (d.regions, d.windows)
-    assert set(d.windows) == set(d.hook_regions) and {n for n, _ in d.windows} <= {"bn", "relu", "conv2"}, d.windows
+    assert {e[0][1] for e in d.windows.items()} | {e[1][2][1] for e in d.windows.items()} <= {"bn", "relu", "conv2"}, \
+        d.windows  # each window is the whole call of a module without children: from its beginning to its end
     dispatched = []
     monkeypatch.setattr(apply.Applier, "__torch_dispatch__", lambda self, *a, **k: dispatched.append(a))
     packed, pack = [], apply.Applier.window_pack
@@ -627,7 +628,7 @@ def test_a_plan_whose_recipes_capture_gives_runs_with_no_dispatch_mode(monkeypat
     assert not dispatched and a.replays == 1 and not held
     dropped = sum(1 for v in t.pack_values if v in d.rec_vals)
     assert sum(a.packs.values()) == dropped and a.done == len(d.windows)
-    assert len(packed) == sum(e - f for f, e in d.windows.values()) < len(t.pack_values)
+    assert len(packed) == sum(e - f for f, e, _ in d.windows.values()) < len(t.pack_values)
 
 
 class _ReLUMore(nn.ReLU):
@@ -655,7 +656,7 @@ def test_a_window_whose_saves_differ_from_capture_is_refused():
     t = rt.capture(model, (x,), lambda o: o)
     bn = next(o.id for o in t.ops if o.name == "aten::native_batch_norm")
     plan = force(rt.plan_trace(t, None), [bn])
-    assert ("relu", 0) in Decisions(plan).windows
+    assert ("pre", "relu", 0) in Decisions(plan).windows
     model.relu.more = True  # the square saves its input twice, before the ReLU saves its output
     with pytest.raises(CaptureError, match="other ops than when it was planned"):
         with plan.apply():
@@ -714,3 +715,35 @@ def test_a_replay_reads_the_parameters_the_model_holds_in_its_step():
                 m(x).backward()
         got.append([q.grad for q in m.parameters()])
     assert all(torch.equal(a, b) for a, b in zip(*got))
+
+
+@pytest.mark.parametrize("pick", ["embedding", "midpoint"])
+def test_a_decoder_runs_with_windows_bitwise(pick):
+    # a Llama-style decoder: its attention draws nothing (no dropout), and a
+    # recomputed embedding reads the batch, which the applier takes where
+    # the model is called; three AdamW steps bitwise as without a plan
+    import library_models as lm
+    import torch.nn.functional as F
+    import user_models as um
+
+    from remat.torch.apply import Decisions
+    torch.manual_seed(0)
+    model = um.Llama(layers=2, dim=64, heads=4, vocab=128, context=32)
+    g = torch.Generator().manual_seed(0)
+    idx, tgt = torch.randint(0, 128, (2, 32), generator=g), torch.randint(0, 128, (2, 32), generator=g)
+
+    def lf(o):
+        return F.cross_entropy(o.reshape(-1, o.shape[-1]), tgt.reshape(-1))
+
+    t = rt.capture(model, (idx,), lf)
+    if pick == "embedding":
+        plan = force(rt.plan_trace(t, None), [next(o.id for o in t.ops if o.name == "aten::embedding")])
+    else:
+        top, floor = rt.plan_trace(t, None, "adamw", "all"), rt.plan_trace(t, 1, "adamw").floor
+        plan = rt.plan_trace(t, (floor + rt.budget_for(top.peak_bytes)) // 2, "adamw")
+    d = Decisions(plan)
+    assert plan.recompute_ops and d.windows and not d.regions
+    assert d.input_src or pick != "embedding"
+    ref = lm.loops.run(copy.deepcopy(model), lambda i: (idx,), lf, lm.optimizer, None, 3)
+    got = lm.loops.run(copy.deepcopy(model), lambda i: (idx,), lf, lm.optimizer, plan, 3)
+    assert not lm.differences(ref, got)

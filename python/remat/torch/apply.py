@@ -160,6 +160,19 @@ _CONFIG_FLOATS = frozenset({"aten::native_batch_norm", "aten::_native_batch_norm
                             "aten::native_group_norm"})
 
 
+def _no_dropout(func, args, kwargs):
+    """A random op that draws only for its dropout (scaled dot-product
+    attention's kernels) called with none: it draws nothing."""
+    if func is None or not compat.is_random(func):
+        return False
+    names = [a.name for a in compat.schema_arguments(func)]
+    if "dropout_p" not in names:
+        return False
+    i = names.index("dropout_p")
+    p = args[i] if i < len(args) else kwargs.get("dropout_p", 0.0)
+    return p == 0.0
+
+
 def _form_recipe(t, c):
     """The recipe of call c of a recomputed op from capture's form of it
     (Call.form), or None where it needs what the step's call reads: a
@@ -168,10 +181,14 @@ def _form_recipe(t, c):
     the loop anneals). Its ints are shapes, dims and a kernel's geometry,
     which the step's input shapes fix."""
     op = t.ops[c.op]
-    if c.form is None or op.random or c.func is None:
+    if c.form is None or c.func is None:
+        return None
+    no_dropout = _no_dropout(c.func, *c.form)
+    if op.random and not (no_dropout and all(_no_dropout(t.calls[ci].func, *t.calls[ci].form) for ci in op.calls
+                                             if t.calls[ci].form is not None and compat.is_random(t.calls[ci].func))):
         return None
     meta, bad = _meta_only(c.func), []
-    config = compat.schema_name(c.func) in _CONFIG_FLOATS
+    config = compat.schema_name(c.func) in _CONFIG_FLOATS or no_dropout
 
     def leaf(a):
         if not isinstance(a, Slot):
@@ -183,8 +200,9 @@ def _form_recipe(t, c):
         val = t.values[a.v] if a.v >= 0 else None
         if val is not None and val.kind in ("parameter", "buffer") and val.name is not None:
             return _Named(val.name, a)
-        if val is None or val.kind != "activation":
-            bad.append(a)  # a tensor capture knew no value of, or the batch
+        if val is None or val.kind not in ("activation", "input") or (
+                val.kind == "input" and a.v not in t.input_values):
+            bad.append(a)  # a tensor capture knew no value of, or one the model's call was not given
             return None
         return _slot_ref(a.v, a)
 
@@ -281,11 +299,11 @@ class Decisions:
                 self.copy_at.setdefault(t.values[v].over_call, []).append(v)
         # a plan whose recipes capture's forms give and whose values its saved tensors tell runs
         # with no dispatch mode: the saved-tensor hooks on around a few module calls (windows.py)
-        self.windows, self.at, self.recipes = None, {}, {}
+        self.windows, self.at, self.recipes, self.input_src = None, {}, {}, []
         if not plan.nested and not t.fsdp and not self.copy_at and self.rec_ops:
             self._windows(t)
         if self.windows is not None:
-            self.regions, self.hook_regions, self.hook_gaps, self.closing = {}, set(self.windows), set(), {}
+            self.regions, self.hook_regions, self.hook_gaps, self.closing = {}, set(), set(), {}
             self.tail, self.full, self.hooks_everywhere = None, False, False
         else:
             self._regions(t, plan.nested)
@@ -310,6 +328,10 @@ class Decisions:
         got = windows.place(t, self.rec_vals, {v for v in self.consumers if v not in self.rec_vals})
         if got is not None:
             (self.windows, self.at), self.recipes = got, recipes
+            # the model's inputs its recipes read (the batch an embedding reads): taken at its call
+            read = {a.v for rs in recipes.values() for r in rs for a in _leaves((r.args, r.kwargs))
+                    if isinstance(a, _Ref) and t.values[a.v].kind == "input"}
+            self.input_src = [(i, v) for i, v in enumerate(t.input_values) if v in read]
 
     def of(self, model):
         """model's modules by name and where its parameters that the plan
@@ -444,6 +466,8 @@ class Applier(TorchDispatchMode):
         # windows whose saved tensors are told by their order
         self.windows, self.at = d.windows, d.at
         self.wk = self.wend = 0  # in a window: the next saved tensor's index, and the window's end
+        self.wclose = None       # the event that closes the window the hooks are on for
+        self.wopen = None        # the event that opened it
         self.done = 0            # windows passed
         self.model = None        # the model the step runs (Regions._bind)
         self.named = {}          # its parameters and buffers that replays read, by name (_named)
@@ -535,10 +559,11 @@ class Applier(TorchDispatchMode):
             self.hooks_off()
 
     def module_enter(self, name, k):
+        if self.windows is not None:
+            self._event(("pre", name, k))
+            return
         if self.hook_span is None and (name, k) in self.hook_regions:
             self.hook_span = (name, k)
-            if self.windows is not None:
-                self.wk, self.wend = self.windows[(name, k)]
             self.hooks_on()
         span = self.regions.get((name, k))
         if span is not None and not self.active:
@@ -550,11 +575,14 @@ class Applier(TorchDispatchMode):
             self.on()
 
     def module_exit(self, name, k):
+        if self.windows is not None:
+            self._event(("post", name, k))
+            if name == "":
+                self.windows_done()
+            return
         if self.hook_span == (name, k):
             self.hook_span = None
             self.hooks_sync()
-            if self.windows is not None:
-                self._window_end(name, k)
         if self.span is not None and self.span[2] == (name, k):
             first, end, _, (enter, entered) = self.span
             if self.call != end:
@@ -654,7 +682,7 @@ class Applier(TorchDispatchMode):
         k = self.wk
         self.wk = k + 1
         if k >= self.wend:
-            raise CaptureError(self._saves_differ(k + 1, self.hook_span))
+            raise CaptureError(self._saves_differ(k + 1))
         v = self.at.get(k)
         if v is None:
             return x
@@ -673,17 +701,41 @@ class Applier(TorchDispatchMode):
                                "differs from when it was planned; plan it again" % v)
         return x
 
-    def _window_end(self, name, k):
-        if self.wk != self.wend:
-            raise CaptureError(self._saves_differ(self.wk, (name, k)))
-        self.done += 1
+    def _event(self, e):
+        """A module call begins or ends (windows.place's events): the window
+        the hooks are on for closes, another opens."""
+        if self.wclose == e:
+            self.wclose = None
+            self.hooks_off()
+            if self.wk != self.wend:
+                raise CaptureError(self._saves_differ(self.wk))
+            self.done += 1
+        w = self.windows.get(e)
+        if w is not None:
+            self.wk, self.wend, self.wclose = w
+            self.wopen = e
+            self.hooks_on()
 
-    def _saves_differ(self, n, span):
-        name, k = span
-        first, end = self.windows[span]
-        return ("module %r (its call %d) saved %s tensors for the backward where the captured step saved %d: the model "
-                "runs other ops than when it was planned; plan it again"
-                % (name or "(the model)", k, "more" if n > end else n - first, end - first))
+    def _saves_differ(self, n):
+        kind, name, k = self.wopen
+        first, end, _ = self.windows[self.wopen]
+        return ("%s %r (its call %d), the model's code saved %s tensors for the backward where the captured step saved "
+                "%d: the model runs other ops than when it was planned; plan it again"
+                % ("after module" if kind == "post" else "in module", name or "(the model)", k,
+                   "more" if n > end else n - first, end - first))
+
+    def model_inputs(self, args):
+        """At the model's call: the inputs its replays read (Decisions.input_src),
+        by their place among the call's leaves as captured."""
+        if not self.decisions.input_src:
+            return
+        leaves = args if all(isinstance(a, torch.Tensor) for a in args) else compat.tree_flatten(args)[0]
+        for i, v in self.decisions.input_src:
+            x = leaves[i] if i < len(leaves) else None
+            if not isinstance(x, torch.Tensor) or x.untyped_storage().nbytes() != self.t.values[v].bytes:
+                raise CaptureError("the model's input %d is not the tensor of %d bytes the plan's recomputations read: "
+                                   "call the model with its inputs as captured" % (i, self.t.values[v].bytes))
+            self.src[v] = x
 
     def windows_done(self):
         """At the model's return: every window passed (else a value a

@@ -796,6 +796,8 @@ def _capture(model, inputs, loss_fn, warmup=True, transients="auto"):
         t.unmeasured = meter.unmeasured
         rec.resolve(meter.peaks())
         bwd.resolve(meter.peaks())
+        t.input_values = [(rec.known(a) if isinstance(a, torch.Tensor) else None) for a in tree_flatten(inputs)[0]]
+        t.input_values = [-1 if v is None else v for v in t.input_values]
         for o in t.ops:  # untagged (read by no op, or only by an ignored one): its forward's
             if not rec.exact and o.id not in bwd.seen and o.has_node:
                 o.transient_bwd = o.transient

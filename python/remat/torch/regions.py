@@ -207,7 +207,6 @@ class Regions:
         self._pre, self._post = {}, {}  # module name -> its hook's handle, until its last call it must see
         self.last_enter, self.last_exit = {}, {}
         self.ran = False  # the model was called
-        self._done = None  # the model's forward hook that checks every window passed (Applier.windows_done)
 
     def __enter__(self):
         from torch.nn.modules import module as nn_module
@@ -230,6 +229,12 @@ class Regions:
             exits[name] = max(exits.get(name, -1), k)
         if a.tail is not None:
             exits[""] = 0
+        if a.windows is not None:  # the events that open and close them; the model's end checks every one passed
+            for opening, (_, _, closing) in a.windows.items():
+                for kind, name, k in (opening, closing):
+                    side = enters if kind == "pre" else exits
+                    side[name] = max(side.get(name, -1), k)
+            exits[""] = 0
         self.last_enter, self.last_exit = enters, exits
         mods = a.decisions.of(model)[0]
         for name in sorted(set(enters) | set(exits)):
@@ -242,9 +247,9 @@ class Regions:
             if name in exits:
                 self._post[name] = m.register_forward_hook(lambda mod, a, o, name=name: self._exit(name),
                                                            prepend=True)
-        if a.windows is not None:  # recipes read the model's parameters by name; every window must pass
+        if a.windows is not None:  # recipes read the model's parameters by name, and its inputs
             a.model = model
-            self._done = model.register_forward_hook(lambda mod, args, out: a.windows_done(), prepend=True)
+            a.model_inputs(args)
         self.count[""] = 1  # the model's own call began before its hooks
         if "" in enters:
             a.module_enter("", 0)
@@ -269,8 +274,7 @@ class Regions:
         if self.first is not None:
             self.first.remove()
             self.first = None
-        for h in (*self._pre.values(), *self._post.values(), *([self._done] if self._done is not None else [])):
+        for h in (*self._pre.values(), *self._post.values()):
             h.remove()
-        self._done = None
         self._pre, self._post = {}, {}
         return False

@@ -172,6 +172,7 @@ class Trace:
         self.pack_modules: list[int] = []  # per saved tensor: the innermost module call it was saved in, or -1
         self.pack_calls: list[int] = []    # per saved tensor: how many calls had run when it was saved
         self.output_values: list[int] = []  # the activations the model's output holds (holds.py)
+        self.input_values: list[int] = []  # per leaf of the model's inputs (tree_flatten): its value, or -1
         self.source = ""
 
     @property

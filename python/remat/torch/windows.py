@@ -10,99 +10,109 @@ neither the calls' tensors nor their order:
 - a recomputed op's recipe is its calls as capture saw them (Call.form):
   each tensor argument a value, a view of it, or a parameter or buffer by
   name, the other arguments as they were. It cannot be for a random op
-  (its generator's state is the step's), for a tensor capture knew no
-  value of, for a batch tensor, or for a stateful op other than BatchNorm
-  in training (whose replay reads no running statistics);
+  (its generator's state is the step's; attention with no dropout draws
+  nothing), for a tensor capture knew no value of nor one the model's call
+  was not given, for a stateful op other than BatchNorm in training (whose
+  replay reads no running statistics), nor for a float other than a
+  norm's configuration (apply._form_recipe);
 - autograd saves the step's tensors in the captured order (Trace.pack_values,
-  pack_modules): inside a module call, the n-th tensor saved after its
-  pre-hook is the n-th that capture saw saved in that call. So the
-  saved-tensor hooks on around a few module calls (the windows) tell each
-  dropped value's saved tensors, which become handles, and give each value
-  a recomputation starts from (its saved tensor: the same storage).
+  pack_modules, pack_calls): in a stretch of a module call's own code
+  (between its beginning, its children's calls and its end, where its
+  module hooks and its children's run), the n-th tensor saved is the n-th
+  that capture saw saved there. So the saved-tensor hooks on in a few such
+  stretches (the windows) tell each dropped value's saved tensors, which
+  become handles, and give each value a recomputation starts from (its
+  saved tensor: the same storage); a batch tensor a recomputation reads
+  (an embedding's) is taken where the model is called (Trace.input_values).
 
 ``place`` finds those windows, or None where a value a recomputation
-starts from is never saved in a module call or is written in place later,
-a dropped value is saved outside the model's module calls, or one lives on
-in a copy autograd saved before an in-place write (capture's `moved`): the
-applier then follows calls (regions.py).
+starts from is never saved in the model's call or is written in place
+later, a dropped value is saved outside it (the loss) or in a module call
+without a name, or one lives on in a copy autograd saved before an
+in-place write (capture's `moved`): the applier then follows calls
+(regions.py).
 """
-
-from . import regions
 
 
 def place(t, drop, src):
     """The windows for a plan that drops the values drop (their saved
     tensors become handles) and starts recomputations from the values src:
-    ({(module name, its call): (its first saved tensor, end)}, {saved tensor
-    index: value}) with every save of a dropped value and one of each src
-    value inside a window, or None (see the module's docstring). Every save
-    in a window passes the hooks, so that the applier can check their
-    number when the window's module call returns: a save more or fewer
-    there would move every later one's value."""
+    ({opening event: (its first saved tensor, end, closing event)}, {saved
+    tensor index: value}), or None (see the module's docstring). A window
+    is a stretch of one module call's own code: from its beginning or the
+    end of a child's call to the beginning of its next child's call or its
+    own end; an event is ("pre" or "post", module name, its call). Each
+    dropped value's saves and one save of each src value lie in windows.
+    Every save in a window passes the hooks, so that the applier can check
+    their number when the window closes: a save more or fewer there would
+    move every later one's value."""
     mods = t.modules
     if not mods or mods[0][3] != "" or len(t.pack_modules) != len(t.pack_values):
         return None
-
-    def usable(k):
-        inv = t.pack_modules[k]
-        return inv > 0 and mods[inv][3] is not None
-
     if any(t.values[v].moved >= 0 for v in drop):
         return None  # autograd saves a copy of it made by its writer's clone: capture's value of that save is not it
+    children = [[] for _ in mods]
+    for i, m in enumerate(mods):
+        if m[2] >= 0:
+            children[m[2]].append(i)
+    gap_of = {}  # saved tensor -> its window's (module call, the child before it or -1), or None
+
+    def gap(k):
+        if k not in gap_of:
+            gap_of[k] = _gap(t, children, k)
+        return gap_of[k]
+
     chosen = [k for k, v in enumerate(t.pack_values) if v in drop]
-    if not all(usable(k) for k in chosen):
+    if any(gap(k) is None for k in chosen):
         return None
-    wins = _outer(t, chosen)
-    if wins is None:
-        return None
+    gaps = {gap(k) for k in chosen}
     for v in sorted(src):
         val = t.values[v]
         if val.overwritten >= 0 or val.moved >= 0:
             return None  # its storage holds another value by the backward
-        cand = [k for k, u in enumerate(t.pack_values) if u == v and usable(k)]
+        cand = [k for k, u in enumerate(t.pack_values) if u == v and gap(k) is not None]
         if not cand:
             return None
-        inside = [k for k in cand if _within(t, t.pack_modules[k], wins)]
-        chosen.append(inside[0] if inside else cand[0])
-        if not inside:
-            wins = _outer(t, chosen)
-            if wins is None:
-                return None
-    # each window's saves: the contiguous run of saved tensors whose module call lies in it
+        k = next((k for k in cand if gap(k) in gaps), cand[0])  # one in a window already open, else the first
+        chosen.append(k)
+        gaps.add(gap(k))
     spans = {}
-    for k, inv in enumerate(t.pack_modules):
-        w = _owner(t, inv, wins)
-        if w is None:
+    for k in range(len(t.pack_values)):
+        g = gap(k) if t.pack_modules[k] >= 0 else None
+        if g not in gaps:
             continue
-        if w in spans and spans[w][1] != k:
+        if g in spans and spans[g][1] != k:
             return None  # not contiguous: saves of another module call between
-        spans[w] = (spans[w][0] if w in spans else k, k + 1)
+        spans[g] = (spans[g][0] if g in spans else k, k + 1)
     want, at, out = drop | src, {}, {}
-    for w, (first, end) in spans.items():
-        need = [k for k in range(first, end) if t.pack_values[k] in want]
-        at.update((k, t.pack_values[k]) for k in need)
-        if need:
-            out[(mods[w][3], mods[w][4])] = (first, end)
+    for (inv, before), (first, end) in spans.items():
+        at.update((k, t.pack_values[k]) for k in range(first, end) if t.pack_values[k] in want)
+        kids = children[inv]
+        after = kids[kids.index(before) + 1] if before >= 0 and kids.index(before) + 1 < len(kids) else (
+            kids[0] if before < 0 and kids else -1)
+        opening = ("post", mods[before][3], mods[before][4]) if before >= 0 else ("pre", mods[inv][3], mods[inv][4])
+        closing = ("pre", mods[after][3], mods[after][4]) if after >= 0 else ("post", mods[inv][3], mods[inv][4])
+        if opening in out:
+            return None
+        out[opening] = (first, end, closing)
     return out, at
 
 
-def _outer(t, ks):
-    """The outermost of the module calls that saved the tensors ks, or None
-    where one is the loss's, after the model."""
-    got = regions.outermost(t, [(t.pack_modules[k], t.pack_calls[k]) for k in ks])
-    if got is None or got[1]:
+def _gap(t, children, k):
+    """The window saved tensor k lies in, (its innermost module call, the
+    child call that ended before it or -1), or None where that is not
+    known: outside the model's call, in a module call without a name, or
+    next to a child call that ran no op (its place among the saves at the
+    same call is not known)."""
+    mods = t.modules
+    inv, at = t.pack_modules[k], t.pack_calls[k]
+    if inv < 0 or mods[inv][3] is None or not mods[0][0] <= at <= mods[0][1]:
         return None
-    return set(got[0])
-
-
-def _owner(t, inv, wins):
-    """The window that module call inv lies in, or None."""
-    while inv >= 0:
-        if inv in wins:
-            return inv
-        inv = t.modules[inv][2]
-    return None
-
-
-def _within(t, inv, wins):
-    return _owner(t, inv, wins) is not None
+    before = -1
+    for c in children[inv]:
+        first, end = mods[c][0], mods[c][1]
+        if mods[c][3] is None or (first == end == at):
+            return None
+        if end <= at:
+            before = c
+    return inv, before
