@@ -192,7 +192,8 @@ def outermost(t, where):
 
 class Regions:
     """Turns the applier's mode on and off around its regions (Decisions),
-    with hooks on those modules only, so that every other module call keeps
+    or its saved-tensor hooks around its windows (windows.py), with hooks
+    on those modules only, so that every other module call keeps
     PyTorch's fast path: a global forward pre-hook waits for the step's
     first module call (the model, or a copy of it built the same way), finds
     the regions' modules in it by name, hooks them (a pre-hook after their
