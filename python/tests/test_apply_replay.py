@@ -332,6 +332,14 @@ class ConvBN(nn.Module):
         return self.conv2(self.relu(self.bn(self.conv1(x)))).sum()
 
 
+def bn_recomputed(model):
+    """A batch for a ConvBN-like model, its trace, and a plan that recomputes its BatchNorm."""
+    x = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(3))
+    t = rt.capture(model, (x,), lambda o: o)
+    bn = next(o.id for o in t.ops if o.name == "aten::native_batch_norm")
+    return x, t, force(rt.plan_trace(t, None), [bn])
+
+
 def test_while_the_mode_is_on_the_hooks_are_on_between_two_calls_only(following):
     # ResNet-18's midpoint: a BatchNorm recomputed. The mode follows the
     # BatchNorm (recorded: the conv output it reads, which its replay
@@ -343,10 +351,7 @@ def test_while_the_mode_is_on_the_hooks_are_on_between_two_calls_only(following)
     # and weights nor the conv's weight
     from remat.torch.apply import Decisions
     model = ConvBN()
-    x = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(3))
-    t = rt.capture(model, (x,), lambda o: o)
-    bn = next(o.id for o in t.ops if o.name == "aten::native_batch_norm")
-    plan = force(rt.plan_trace(t, None), [bn])
+    x, t, plan = bn_recomputed(model)
     d = Decisions(plan)
     (first, end, last), = d.regions.values()
     assert list(d.regions) == [("bn", 0)] and last == ("relu", 0) and not d.hook_regions, (d.regions, d.hook_regions)
@@ -519,10 +524,7 @@ def test_a_module_hook_goes_after_the_last_call_it_must_see(monkeypatch, followi
     from remat.torch import regions
     from remat.torch.apply import Decisions
     model = ConvBNTwice()
-    x = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(3))
-    t = rt.capture(model, (x,), lambda o: o)
-    bn = next(o.id for o in t.ops if o.name == "aten::native_batch_norm")
-    plan = force(rt.plan_trace(t, None), [bn])
+    x, t, plan = bn_recomputed(model)
     (first, end, last), = Decisions(plan).regions.values()
     assert last == ("relu", 0), last
     ran, exit_ = [], regions.Regions._exit
@@ -607,10 +609,7 @@ def test_a_plan_whose_recipes_capture_gives_runs_with_no_dispatch_mode(monkeypat
     from remat.torch import apply
     from remat.torch.apply import Decisions
     model = ConvBN()
-    x = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(3))
-    t = rt.capture(model, (x,), lambda o: o)
-    bn = next(o.id for o in t.ops if o.name == "aten::native_batch_norm")
-    plan = force(rt.plan_trace(t, None), [bn])
+    x, t, plan = bn_recomputed(model)
     d = Decisions(plan)
     assert not d.regions and not d.full and not d.hooks_everywhere and d.windows, (d.regions, d.windows)
     assert {e[0][1] for e in d.windows.items()} | {e[1][2][1] for e in d.windows.items()} <= {"bn", "relu", "conv2"}, \
@@ -652,10 +651,7 @@ def test_a_window_whose_saves_differ_from_capture_is_refused():
     from remat.torch.apply import Decisions
     from remat.torch.capture import CaptureError
     model = SavesMore()
-    x = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(3))
-    t = rt.capture(model, (x,), lambda o: o)
-    bn = next(o.id for o in t.ops if o.name == "aten::native_batch_norm")
-    plan = force(rt.plan_trace(t, None), [bn])
+    x, t, plan = bn_recomputed(model)
     assert ("pre", "relu", 0) in Decisions(plan).windows
     model.relu.more = True  # the square saves its input twice, before the ReLU saves its output
     with pytest.raises(CaptureError, match="other ops than when it was planned"):
@@ -697,10 +693,7 @@ def test_a_replay_reads_the_parameters_the_model_holds_in_its_step():
     # plan runs
     from remat.torch.apply import Decisions
     model = ConvBN()
-    x = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(3))
-    t = rt.capture(model, (x,), lambda o: o)
-    bn = next(o.id for o in t.ops if o.name == "aten::native_batch_norm")
-    plan = force(rt.plan_trace(t, None), [bn])
+    x, t, plan = bn_recomputed(model)
     assert Decisions(plan).windows
     ref = copy.deepcopy(model)
     got = []
