@@ -714,7 +714,8 @@ def test_a_replay_reads_the_parameters_the_model_holds_in_its_step():
 def test_a_decoder_runs_with_windows_bitwise(pick):
     # a Llama-style decoder: its attention draws nothing (no dropout), and a
     # recomputed embedding reads the batch, which the applier takes where
-    # the model is called; three AdamW steps bitwise as without a plan
+    # the model is called (wherever in its storage the loop's batch lies);
+    # three AdamW steps bitwise as without a plan
     import library_models as lm
     import torch.nn.functional as F
     import user_models as um
@@ -737,6 +738,39 @@ def test_a_decoder_runs_with_windows_bitwise(pick):
     d = Decisions(plan)
     assert plan.recompute_ops and d.windows and not d.regions
     assert d.input_src or pick != "embedding"
-    ref = lm.loops.run(copy.deepcopy(model), lambda i: (idx,), lf, lm.optimizer, None, 3)
-    got = lm.loops.run(copy.deepcopy(model), lambda i: (idx,), lf, lm.optimizer, plan, 3)
+    # the loop's batches are slices of a larger tensor (a dataset in memory): each step's lies
+    # elsewhere in its storage than the captured batch did in its own
+    data = torch.cat([torch.randint(0, 128, (3, 32), generator=g), idx, idx.flip(0), idx])
+    batch = [data[3:5], data[5:7], data[7:9]]
+    ref = lm.loops.run(copy.deepcopy(model), lambda i: (batch[i],), lf, lm.optimizer, None, 3)
+    got = lm.loops.run(copy.deepcopy(model), lambda i: (batch[i],), lf, lm.optimizer, plan, 3)
     assert not lm.differences(ref, got)
+    if pick == "embedding":  # laid out otherwise: refused when the model is called, naming the input
+        with pytest.raises(rt.CaptureError, match="read the model's input 0 as laid out"):
+            with plan.apply():
+                lf(model(data[3:5].t().contiguous().t())).backward()
+
+
+def test_a_replay_reads_a_view_of_a_parameter_wherever_it_lies():
+    # a recomputed fc reads a transposed view of its weight (addmm); the
+    # loop's weight lies elsewhere in its storage than at capture (a
+    # parameter made from a view of a larger buffer): the replay takes the
+    # view from where the weight lies now, as the step without a plan does
+    from remat.torch.apply import Decisions
+    model = Blocks()
+    x = torch.randn(16, 32, generator=torch.Generator().manual_seed(3))
+    t = rt.capture(model, (x,), lambda o: o)
+    fc = [o.id for o in t.ops if o.name == "aten::addmm"][4]  # block 2's first
+    plan = force(rt.plan_trace(t, None), [fc])
+    assert Decisions(plan).windows
+    w = model.blocks[2][0].weight
+    flat = torch.cat([torch.randn(100), w.detach().reshape(-1)])
+    model.blocks[2][0].weight = nn.Parameter(flat[100:].view(w.shape))
+    assert model.blocks[2][0].weight.storage_offset() == 100
+    got = []
+    for p in (plan, None):
+        model.zero_grad()
+        with plan.apply() if p is not None else contextlib.nullcontext():
+            model(x).backward()
+        got.append([q.grad.clone() for q in model.parameters()])
+    assert all(torch.equal(a, b) for a, b in zip(*got))

@@ -54,7 +54,9 @@ from .capture import (
 )
 from .compat import TorchDispatchMode
 from .holds import tensors_in
-from .trace import Slot, leaves, map_i
+from .trace import Slot
+from .trace import leaves as _leaves
+from .trace import map_i as _map_i
 
 
 class _Ref:
@@ -105,15 +107,35 @@ class _Handle(_Ref):
 class _Named:
     """A parameter or buffer in a recipe made from capture's form of a call
     (windows.py): by its name in the model the step runs on, and the view
-    of it the call read."""
-    __slots__ = ("name", "size", "stride", "offset")
+    of it the call read, from the parameter's own storage offset (it is
+    the parameter itself where whole); base: the parameter's (size,
+    strides, storage offset) at capture."""
+    __slots__ = ("name", "size", "stride", "offset", "base", "whole")
 
-    def __init__(self, name, s):
-        self.name, self.size, self.stride, self.offset = name, s.size, s.stride, s.offset
+    def __init__(self, name, s, base):
+        self.name, self.size, self.stride, self.base = name, s.size, s.stride, base
+        self.offset = s.offset - base[2]
+        self.whole = (s.size, s.stride, s.offset) == base
+
+    def make(self, p):
+        """The view of p, the parameter the step's model holds by the name."""
+        if self.whole and tuple(p.size()) == self.size:
+            return p
+        if (tuple(p.size()), tuple(p.stride())) != self.base[:2]:
+            raise CaptureError("the model's %s is laid out otherwise (size %s, strides %s) than when the plan was made "
+                               "(%s, %s), and a recomputation reads a view of it: plan again"
+                               % (self.name, tuple(p.size()), tuple(p.stride()), self.base[0], self.base[1]))
+        return p.as_strided(self.size, self.stride, p.storage_offset() + self.offset)
 
 
-def _slot_ref(v, s):
-    r = _Ref.__new__(_Ref)
+class _Input(_Ref):
+    """A tensor of the model's inputs in a recipe made from capture's form
+    (its view at capture's storage offset: the step's batch may lie
+    elsewhere in its storage, Applier.shift)."""
+
+
+def _slot_ref(v, s, cls=_Ref):
+    r = cls.__new__(cls)
     r.v, r.size, r.stride, r.offset = v, s.size, s.stride, s.offset
     return r
 
@@ -123,9 +145,6 @@ class _Recipe:
 
     def __init__(self, func, args, kwargs, new, rng, writes):
         self.func, self.args, self.kwargs, self.new, self.rng, self.writes = func, args, kwargs, new, rng, writes
-
-
-_map_i, _leaves = map_i, leaves
 
 
 def _map(f, x):
@@ -198,13 +217,13 @@ def _form_recipe(t, c):
         if meta and a.contiguous:
             return _Meta.of(a)
         val = t.values[a.v] if a.v >= 0 else None
-        if val is not None and val.kind in ("parameter", "buffer") and val.name is not None:
-            return _Named(val.name, a)
+        if val is not None and val.kind in ("parameter", "buffer") and val.name is not None and a.v in t.leaf_layouts:
+            return _Named(val.name, a, t.leaf_layouts[a.v])
         if val is None or val.kind not in ("activation", "input") or (
                 val.kind == "input" and a.v not in t.input_values):
             bad.append(a)  # a tensor capture knew no value of, or one the model's call was not given
             return None
-        return _slot_ref(a.v, a)
+        return _slot_ref(a.v, a, _Input if val.kind == "input" else _Ref)
 
     args, kwargs = _map(leaf, c.form)
     if bad or (op.stateful and not _bn_training(c.func, args, kwargs) and any(
@@ -330,8 +349,8 @@ class Decisions:
             (self.windows, self.at), self.recipes = got, recipes
             # the model's inputs its recipes read (the batch an embedding reads): taken at its call
             read = {a.v for rs in recipes.values() for r in rs for a in _leaves((r.args, r.kwargs))
-                    if isinstance(a, _Ref) and t.values[a.v].kind == "input"}
-            self.input_src = [(i, v) for i, v in enumerate(t.input_values) if v in read]
+                    if isinstance(a, _Input)}
+            self.input_src = [(i, v, t.input_layouts[i]) for i, v in enumerate(t.input_values) if v in read]
 
     def of(self, model):
         """model's modules by name and where its parameters that the plan
@@ -471,6 +490,7 @@ class Applier(TorchDispatchMode):
         self.done = 0            # windows passed
         self.model = None        # the model the step runs (Regions._bind)
         self.named = {}          # its parameters and buffers that replays read, by name (_named)
+        self.shift = {}          # a model input's storage offset in the step less capture's (_Input)
         if self.windows is not None:
             self.recipes = d.recipes
         self.hooks = torch.autograd.graph.saved_tensors_hooks(
@@ -730,12 +750,15 @@ class Applier(TorchDispatchMode):
         if not self.decisions.input_src:
             return
         leaves = args if all(isinstance(a, torch.Tensor) for a in args) else compat.tree_flatten(args)[0]
-        for i, v in self.decisions.input_src:
+        for i, v, (stride, offset) in self.decisions.input_src:
             x = leaves[i] if i < len(leaves) else None
-            if not isinstance(x, torch.Tensor) or x.untyped_storage().nbytes() != self.t.values[v].bytes:
-                raise CaptureError("the model's input %d is not the tensor of %d bytes the plan's recomputations read: "
-                                   "call the model with its inputs as captured" % (i, self.t.values[v].bytes))
+            if not isinstance(x, torch.Tensor) or tuple(x.stride()) != stride:
+                got = "strides %s" % (tuple(x.stride()),) if isinstance(x, torch.Tensor) else "no tensor"
+                raise CaptureError("the plan's recomputations read the model's input %d as laid out when it was "
+                                   "planned (strides %s), and the model was called with %s: pass it laid out the same "
+                                   "(.contiguous()), or plan again" % (i, stride, got))
             self.src[v] = x
+            self.shift[v] = x.storage_offset() - offset
 
     def windows_done(self):
         """At the model's return: every window passed (else a value a
@@ -879,7 +902,9 @@ class Applier(TorchDispatchMode):
             if isinstance(a, (_Meta, _Gen)):
                 return a.make()
             if isinstance(a, _Named):
-                return _view(self._named(a.name), a)
+                return a.make(self._named(a.name))
+            if isinstance(a, _Input):
+                return self._get(a.v).as_strided(a.size, a.stride, a.offset + self.shift[a.v])
             if not isinstance(a, _Ref):
                 return a
             base = made[a.v] if a.v in made else self._get(a.v)

@@ -743,6 +743,7 @@ def _capture(model, inputs, loss_fn, warmup=True, transients="auto"):
             k = _skey(local)
             if k and k not in leaves:
                 leaves[k] = len(t.values)
+                t.leaf_layouts[len(t.values)] = (tuple(local.size()), tuple(local.stride()), local.storage_offset())
                 t.values.append(Value(len(t.values), kind, local.untyped_storage().nbytes(), n))
             if local is not p and k:
                 shards[n] = leaves[k]
@@ -796,8 +797,10 @@ def _capture(model, inputs, loss_fn, warmup=True, transients="auto"):
         t.unmeasured = meter.unmeasured
         rec.resolve(meter.peaks())
         bwd.resolve(meter.peaks())
-        t.input_values = [(rec.known(a) if isinstance(a, torch.Tensor) else None) for a in tree_flatten(inputs)[0]]
-        t.input_values = [-1 if v is None else v for v in t.input_values]
+        flat = tree_flatten(inputs)[0]
+        t.input_values = [-1 if not isinstance(a, torch.Tensor) or rec.known(a) is None else rec.known(a) for a in flat]
+        t.input_layouts = [(tuple(a.stride()), a.storage_offset()) if isinstance(a, torch.Tensor) else None
+                           for a in flat]
         for o in t.ops:  # untagged (read by no op, or only by an ignored one): its forward's
             if not rec.exact and o.id not in bwd.seen and o.has_node:
                 o.transient_bwd = o.transient

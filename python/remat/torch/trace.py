@@ -173,6 +173,8 @@ class Trace:
         self.pack_calls: list[int] = []    # per saved tensor: how many calls had run when it was saved
         self.output_values: list[int] = []  # the activations the model's output holds (holds.py)
         self.input_values: list[int] = []  # per leaf of the model's inputs (tree_flatten): its value, or -1
+        self.input_layouts: list = []      # per leaf: a tensor's (strides, storage offset), or None
+        self.leaf_layouts: dict = {}       # parameter or buffer value -> its tensor's (size, strides, storage offset)
         self.source = ""
 
     @property
