@@ -774,3 +774,18 @@ def test_a_replay_reads_a_view_of_a_parameter_wherever_it_lies():
             model(x).backward()
         got.append([q.grad.clone() for q in model.parameters()])
     assert all(torch.equal(a, b) for a, b in zip(*got))
+
+
+def test_a_window_opens_before_the_modules_own_pre_hooks():
+    # a user's pre-hook on the second conv saves a tensor for the backward
+    # (a product on the side, dropped at once): capture counted it in the conv's call (its
+    # module hooks run before the module's own), so the window opens
+    # before the user's hook runs
+    from remat.torch.apply import Decisions
+    model = ConvBN()
+    model.conv2.register_forward_pre_hook(
+        lambda mod, args: (torch.ones(3, requires_grad=True) * torch.ones(3), None)[1])
+    x, t, plan = bn_recomputed(model)
+    assert ("pre", "conv2", 0) in Decisions(plan).windows
+    a, held = run_forced(model, x, plan)
+    assert a.replays == 1 and not held and a.done == len(Decisions(plan).windows)

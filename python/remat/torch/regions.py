@@ -197,8 +197,10 @@ class Regions:
     PyTorch's fast path: a global forward pre-hook waits for the step's
     first module call (the model, or a copy of it built the same way), finds
     the regions' modules in it by name, hooks them (a pre-hook after their
-    own, a forward hook before theirs) and removes itself. A module's hook
-    goes once the last of its calls it must see has passed."""
+    own, before them for windows, where capture counted the saves of a
+    module's own pre-hooks as its call's; a forward hook before theirs) and
+    removes itself. A module's hook goes once the last of its calls it must
+    see has passed."""
 
     def __init__(self, applier):
         self.a = applier
@@ -243,8 +245,9 @@ class Regions:
             if m is None:
                 raise CaptureError("the model this plan runs on has no module %r, which the plan follows: plan this "
                                    "model" % name)
-            if name in enters:
-                self._pre[name] = m.register_forward_pre_hook(lambda mod, a, name=name: self._enter(name))
+            if name in enters:  # a window opens before the module's own pre-hooks run, as capture's calls begin
+                self._pre[name] = m.register_forward_pre_hook(lambda mod, a, name=name: self._enter(name),
+                                                              prepend=a.windows is not None)
             if name in exits:
                 self._post[name] = m.register_forward_hook(lambda mod, a, o, name=name: self._exit(name),
                                                            prepend=True)

@@ -88,8 +88,8 @@ def place(t, drop, src):
     for (inv, before), (first, end) in spans.items():
         at.update((k, t.pack_values[k]) for k in range(first, end) if t.pack_values[k] in want)
         kids = children[inv]
-        after = kids[kids.index(before) + 1] if before >= 0 and kids.index(before) + 1 < len(kids) else (
-            kids[0] if before < 0 and kids else -1)
+        nxt = kids.index(before) + 1 if before >= 0 else 0
+        after = kids[nxt] if nxt < len(kids) else -1
         opening = ("post", mods[before][3], mods[before][4]) if before >= 0 else ("pre", mods[inv][3], mods[inv][4])
         closing = ("pre", mods[after][3], mods[after][4]) if after >= 0 else ("post", mods[inv][3], mods[inv][4])
         if opening in out:
