@@ -798,7 +798,8 @@ def _capture(model, inputs, loss_fn, warmup=True, transients="auto"):
         rec.resolve(meter.peaks())
         bwd.resolve(meter.peaks())
         flat = tree_flatten(inputs)[0]
-        t.input_values = [-1 if not isinstance(a, torch.Tensor) or rec.known(a) is None else rec.known(a) for a in flat]
+        known = [rec.known(a) if isinstance(a, torch.Tensor) else None for a in flat]
+        t.input_values = [-1 if v is None else v for v in known]
         t.input_layouts = [(tuple(a.stride()), a.storage_offset()) if isinstance(a, torch.Tensor) else None
                            for a in flat]
         for o in t.ops:  # untagged (read by no op, or only by an ignored one): its forward's
