@@ -83,8 +83,8 @@ def _build(name):
         m = getattr(torchvision.models, name)()
         x, y = torch.randn(8, 3, size, size, generator=g), torch.randint(0, 1000, (8,), generator=g)
         return m, (x,), (lambda o: F.cross_entropy(o, y.to(o.device)))
-    if name == "gpt2":
-        m = um.GPT2(layers=4, embd=256, heads=4, context=256, vocab=8192, dropout=0.0)
+    if name in ("gpt2", "gpt2-dropout"):  # without dropout, and with GPT-2's own (0.1)
+        m = um.GPT2(layers=4, embd=256, heads=4, context=256, vocab=8192, dropout=0.1 if "dropout" in name else 0.0)
         idx, tgt = torch.randint(0, 8192, (4, 256), generator=g), torch.randint(0, 8192, (4, 256), generator=g)
         return m, (idx,), (lambda o: F.cross_entropy(o.reshape(-1, o.shape[-1]), tgt.to(o.device).reshape(-1)))
     if name == "llama":

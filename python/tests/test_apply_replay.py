@@ -789,3 +789,111 @@ def test_a_window_opens_before_the_modules_own_pre_hooks():
     assert ("pre", "conv2", 0) in Decisions(plan).windows
     a, held = run_forced(model, x, plan)
     assert a.replays == 1 and not held and a.done == len(Decisions(plan).windows)
+
+
+def test_a_dropout_replays_from_the_generator_state_where_its_module_call_began(monkeypatch):
+    # both dropout masks recomputed (nn.Dropout called twice): a window
+    # plan records the generator's state where each of the module's calls
+    # begins (no call draws before its own bernoulli there), and its
+    # replay draws from that state: the same masks, with no call through
+    # the dispatch mode. The floats its recipes hold (p, 1 - p) are
+    # nn.Dropout's, checked when the step begins
+    from remat.torch import apply
+    from remat.torch.apply import Decisions
+    model, x, t = dropout_residual()
+    masks = [o.id for o in t.ops if o.name == "aten::empty_like"]
+    assert len(masks) == 2 and all(t.ops[o].random for o in masks)
+    plan = force(rt.plan_trace(t, None), masks)
+    d = Decisions(plan)
+    assert d.windows and set(d.draws) == {("pre", "drop", 0), ("pre", "drop", 1)}, (d.windows, d.draws)
+    assert "drop" in d.configs
+    dispatched = []
+    monkeypatch.setattr(apply.Applier, "__torch_dispatch__", lambda self, *a, **k: dispatched.append(a))
+    a, held = run_forced(model, x, plan)  # its generator seeded otherwise than at capture
+    assert not dispatched and a.replays == 2 and a.drawn == 2 and not held
+
+
+def test_a_dropout_whose_p_changed_since_capture_is_followed():
+    # the loop schedules the dropout's p: the window plan's recipes hold
+    # capture's, so the step follows its calls and replays the step's own
+    from remat.torch.apply import Decisions
+    model, x, t = dropout_residual()
+    plan = force(rt.plan_trace(t, None), [o.id for o in t.ops if o.name == "aten::empty_like"])
+    assert Decisions(plan).windows
+    model.drop.p = 0.3
+    a, held = run_forced(model, x, plan)
+    assert a.windows is None and a.replays == 2 and not held
+    model.drop.p = 0.1  # as captured: windows again
+    a, held = run_forced(model, x, plan)
+    assert a.windows is not None and a.replays == 2
+    model.drop.register_forward_hook(lambda *args: None)  # a hook of the user's: its code may pass anything
+    a, held = run_forced(model, x, plan)
+    assert a.windows is None and a.replays == 2
+
+
+class Noisy(nn.Module):
+    """Noise drawn twice in one module call's own code (no floats): a VAE's
+    reparameterisation, twice."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc1, self.fc2 = nn.Linear(16, 32), nn.Linear(32, 4)
+
+    def forward(self, x):
+        h = torch.relu(self.fc1(x))  # which the ReLU saves: the applier takes it there
+        a = torch.tanh(h + torch.randn_like(h))
+        b = torch.sigmoid(h + torch.randn_like(h))
+        return self.fc2(a * b).square().sum()
+
+
+@pytest.mark.parametrize("which", [0, 1])
+def test_only_a_stretchs_first_draw_replays_from_its_beginning(which):
+    # the first noise's state is the module call's at its beginning; the
+    # second's is not (the first drew in between): a plan recomputing it
+    # follows the calls, and replays from the state recorded at its call
+    from remat.torch.apply import Decisions
+    model = Noisy()
+    x = torch.randn(8, 16, generator=torch.Generator().manual_seed(3))
+    t = rt.capture(model, (x,), lambda o: o)
+    noise = [o.id for o in t.ops if o.name == "aten::randn_like"]
+    assert len(noise) == 2
+    add = next(o.id for o in t.ops if o.id > noise[which] and o.name == "aten::add")
+    act = add + 1
+    assert t.ops[act].name == ("aten::tanh", "aten::sigmoid")[which]
+    plan = force(rt.plan_trace(t, None), [noise[which], add, act])
+    d = Decisions(plan)
+    assert (d.windows is not None) == (which == 0), d.windows
+    if which == 0:
+        assert list(d.draws) == [("post", "fc1", 0)]  # its stretch begins where fc1 ends
+    a, held = run_forced(model, x, plan)
+    assert a.replays == 3 and not held
+
+
+def test_a_torch_transformer_layer_runs_with_windows_bitwise():
+    # nn.TransformerEncoderLayer with dropout: its own code, its attention's
+    # (the q scale) and its dropouts' floats are PyTorch's modules'
+    # configuration; at the midpoint, three SGD steps under the window plan
+    # as without a plan
+    import library_models as lm
+    import torch.nn.functional as F
+
+    from remat.torch.apply import Decisions
+    torch.manual_seed(0)
+    layer = nn.TransformerEncoderLayer(32, 4, 64, dropout=0.1, batch_first=True)
+    model = nn.Sequential(nn.TransformerEncoder(layer, 2, enable_nested_tensor=False), nn.Flatten(),
+                          nn.Linear(8 * 32, 5))
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(4, 8, 32, generator=g), torch.randint(0, 5, (4,), generator=g)
+
+    def lf(o):
+        return F.cross_entropy(o, y)
+
+    t = rt.capture(model, (x,), lf)
+    top, floor = rt.plan_trace(t, None, "sgd", "all"), rt.plan_trace(t, 1, "sgd").floor
+    plan = rt.plan_trace(t, (floor + rt.budget_for(top.peak_bytes)) // 2, "sgd")
+    d = Decisions(plan)
+    assert plan.recompute_ops and d.windows and any(n.endswith("self_attn") for n in d.configs), d.configs
+    ref = lm.loops.run(copy.deepcopy(model), lambda i: (x,), lf, lm.optimizer, None, 3)
+    got = lm.loops.run(copy.deepcopy(model), lambda i: (x,), lf, lm.optimizer, plan, 3)
+    assert not lm.differences(ref, got)

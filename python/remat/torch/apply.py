@@ -140,6 +140,16 @@ def _slot_ref(v, s, cls=_Ref):
     return r
 
 
+class _RngAt:
+    """The generator's state a random call replays from under a plan with
+    windows: the one recorded in the step where its stretch of module code
+    began (windows.draws; Applier._event), the event that began it."""
+    __slots__ = ("event",)
+
+    def __init__(self, event):
+        self.event = event
+
+
 class _Recipe:
     __slots__ = ("func", "args", "kwargs", "new", "rng", "writes")
 
@@ -192,22 +202,30 @@ def _no_dropout(func, args, kwargs):
     return p == 0.0
 
 
-def _form_recipe(t, c):
-    """The recipe of call c of a recomputed op from capture's form of it
+def _draws(c):
+    """Whether call c draws from a generator (a random op, but attention
+    called with no dropout)."""
+    return c.func is not None and compat.is_random(c.func) and not (c.form is not None and _no_dropout(c.func, *c.form))
+
+
+def _form_recipe(t, ci, rng=None):
+    """The recipe of call ci of a recomputed op from capture's form of it
     (Call.form), or None where it needs what the step's call reads: a
-    tensor that is no value (windows.py), or a float other than a norm's
-    configuration, which capture's form could hold stale (a temperature
-    the loop anneals). Its ints are shapes, dims and a kernel's geometry,
-    which the step's input shapes fix."""
+    tensor that is no value (windows.py), a float other than a norm's
+    configuration or a dropout module's, which capture's form could hold
+    stale (a temperature the loop anneals), or, for a call that draws, the
+    generator's state (rng: the _RngAt it replays from, or None). Its ints
+    are shapes, dims and a kernel's geometry, which the step's input
+    shapes fix."""
+    c = t.calls[ci]
     op = t.ops[c.op]
-    if c.form is None or c.func is None:
-        return None
-    no_dropout = _no_dropout(c.func, *c.form)
-    if op.random and not (no_dropout and all(_no_dropout(t.calls[ci].func, *t.calls[ci].form) for ci in op.calls
-                                             if t.calls[ci].form is not None and compat.is_random(t.calls[ci].func))):
+    if c.form is None or c.func is None or (rng is None and _draws(c)):
         return None
     meta, bad = _meta_only(c.func), []
-    config = compat.schema_name(c.func) in _CONFIG_FLOATS or no_dropout
+    # the floats a module of PyTorch's own passes follow from its attributes, which the applier
+    # checks when the step begins (Decisions.configs)
+    config = compat.schema_name(c.func) in _CONFIG_FLOATS or _no_dropout(c.func, *c.form) or \
+        t.call_module[ci] in t.configs
 
     def leaf(a):
         if not isinstance(a, Slot):
@@ -229,7 +247,18 @@ def _form_recipe(t, c):
     if bad or (op.stateful and not _bn_training(c.func, args, kwargs) and any(
             isinstance(a, _Named) for a in _leaves((args, kwargs)))):
         return None
-    return _Recipe(c.func, args, kwargs, c.new, None, list(c.written))
+    return _Recipe(c.func, args, kwargs, c.new, rng if _draws(c) else None, list(c.written))
+
+
+def _device_of(form):
+    """The device of a call's first tensor argument, or its device
+    argument (a factory's), or the CPU."""
+    args, kwargs = form
+    s = next((a for a in _leaves((args, kwargs)) if isinstance(a, Slot)), None)
+    if s is not None:
+        return s.device
+    d = kwargs.get("device") if isinstance(kwargs, dict) else None
+    return torch.device(d) if d is not None else torch.device("cpu")
 
 
 def _view(base, r):
@@ -249,8 +278,9 @@ class Decisions:
     """What a plan means for the applier, worked out once per plan (a step
     pays only for following it)."""
 
-    def __init__(self, plan):
+    def __init__(self, plan, use_windows=True):
         t = plan.trace
+        self.plan = plan
         self.params = t.params
         # dropped in the forward and recomputed for the backward (an op whose
         # output nothing in the backward reads is dropped and never recomputed;
@@ -318,8 +348,9 @@ class Decisions:
                 self.copy_at.setdefault(t.values[v].over_call, []).append(v)
         # a plan whose recipes capture's forms give and whose values its saved tensors tell runs
         # with no dispatch mode: the saved-tensor hooks on around a few module calls (windows.py)
-        self.windows, self.at, self.recipes, self.input_src = None, {}, {}, []
-        if not plan.nested and not t.fsdp and not self.copy_at and self.rec_ops:
+        self.windows, self.at, self.recipes, self.input_src, self.draws, self.configs = None, {}, {}, [], {}, {}
+        self._followed = None  # the same plan's decisions without windows (followed())
+        if use_windows and not plan.nested and not t.fsdp and not self.copy_at and self.rec_ops:
             self._windows(t)
         if self.windows is not None:
             self.regions, self.hook_regions, self.hook_gaps, self.closing = {}, set(), set(), {}
@@ -338,19 +369,46 @@ class Decisions:
         """Sets windows (windows.place), at and the recipes of every
         recomputed op, where capture's forms give them all."""
         recipes = {}
-        for ci, c in enumerate(t.calls):
-            if self.recorded[ci]:
-                r = _form_recipe(t, c)
-                if r is None:
+        calls = [ci for ci, r in enumerate(self.recorded) if r]
+        at = windows.draws(t, [ci for ci in calls if _draws(t.calls[ci])], lambda j: _draws(t.calls[j]))
+        if at is None:
+            return
+        for ci in calls:
+            r = _form_recipe(t, ci, _RngAt(at[ci]) if ci in at else None)
+            if r is None:
+                return
+            recipes.setdefault(t.calls[ci].op, []).append(r)
+        # the modules of PyTorch's own whose floats the recipes hold: {name: their attributes}
+        configs = {}
+        for ci in calls:
+            i = t.call_module[ci]
+            if i in t.configs:
+                name = t.modules[i][3]
+                if name is None or configs.setdefault(name, t.configs[i]) != t.configs[i]:
                     return
-                recipes.setdefault(c.op, []).append(r)
         got = windows.place(t, self.rec_vals, {v for v in self.consumers if v not in self.rec_vals})
         if got is not None:
-            (self.windows, self.at), self.recipes = got, recipes
+            (self.windows, self.at), self.recipes, self.configs = got, recipes, configs
+            # where the step's generator state is recorded: {event: the random call's device}
+            self.draws = {e: _device_of(t.calls[ci].form) for ci, e in at.items()}
             # the model's inputs its recipes read (the batch an embedding reads): taken at its call
             read = {a.v for rs in recipes.values() for r in rs for a in _leaves((r.args, r.kwargs))
                     if isinstance(a, _Input)}
             self.input_src = [(i, v, t.input_layouts[i]) for i, v in enumerate(t.input_values) if v in read]
+
+    def configs_hold(self, model):
+        """Whether model's modules whose floats the recipes hold have the
+        attributes they had at capture (windows.module_config)."""
+        mods = self.of(model)[0]
+        return all(windows.module_config(mods.get(n)) == c for n, c in self.configs.items())
+
+    def followed(self):
+        """The plan's decisions with the applier following calls
+        (regions.py), for a step where a module's attributes changed since
+        capture (configs_hold): made once per plan."""
+        if self._followed is None:
+            self._followed = Decisions(self.plan, use_windows=False)
+        return self._followed
 
     def of(self, model):
         """model's modules by name and where its parameters that the plan
@@ -491,6 +549,10 @@ class Applier(TorchDispatchMode):
         self.model = None        # the model the step runs (Regions._bind)
         self.named = {}          # its parameters and buffers that replays read, by name (_named)
         self.shift = {}          # a model input's storage offset in the step less capture's (_Input)
+        self.draws = d.draws     # events where the generator's state is recorded (windows.draws)
+        self.checked = None      # the model whose modules' attributes were checked (Decisions.configs_hold)
+        self.rng_at = {}         # event -> the generator's state recorded there in this step (_RngAt)
+        self.drawn = 0           # those events passed
         if self.windows is not None:
             self.recipes = d.recipes
         self.hooks = torch.autograd.graph.saved_tensors_hooks(
@@ -735,6 +797,9 @@ class Applier(TorchDispatchMode):
             self.wk, self.wend, self.wclose = w
             self.wopen = e
             self.hooks_on()
+        if e in self.draws:  # a stretch of module code begins whose random call the plan recomputes
+            self.drawn += 1
+            self.rng_at[e] = rng_state(self.draws[e])
 
     def _saves_differ(self, n):
         kind, name, k = self.wopen
@@ -764,10 +829,10 @@ class Applier(TorchDispatchMode):
         """At the model's return: every window passed (else a value a
         recomputation starts from was never seen, and the backward could
         not run it)."""
-        if self.done != len(self.windows):
-            raise CaptureError("the model's forward ran %d of the %d module calls whose saved tensors the plan "
-                               "follows: the model runs other modules than when it was planned; plan it again"
-                               % (self.done, len(self.windows)))
+        if self.done != len(self.windows) or self.drawn != len(self.draws):
+            raise CaptureError("the model's forward ran %d of the %d module calls whose saved tensors or random state "
+                               "the plan follows: the model runs other modules than when it was planned; plan it again"
+                               % (self.done + self.drawn, len(self.windows) + len(self.draws)))
 
     def forward_done(self):
         """Counts every recomputed value's reads (called before the backward's
@@ -921,9 +986,10 @@ class Applier(TorchDispatchMode):
                     isinstance(orig[i], _Ref) and (orig[i].v in made or self._last_write(o, orig[i].v))) else a,
                     (args, kwargs), [0])
             if r.rng is not None:  # the state it first drew from, the step's own left as it is
-                dev = r.rng[1]
+                state = self.rng_at[r.rng.event] if isinstance(r.rng, _RngAt) else r.rng
+                dev = state[1]
                 with torch.random.fork_rng(devices=[dev] if dev.type == "cuda" else [], device_type=dev.type):
-                    set_rng_state(r.rng)
+                    set_rng_state(state)
                     out = r.func(*args, **kwargs)
             else:
                 out = r.func(*args, **kwargs)
@@ -955,6 +1021,11 @@ class Applied(contextlib.AbstractContextManager):
     def __enter__(self):
         t = self.plan.trace
         model = self.model if self.model is not None else t.model() if t.model is not None else None
+        # a module of PyTorch's own whose floats the windows' recipes hold, changed since capture (a
+        # dropout's p the loop schedules): this step's calls are followed, and its floats replayed
+        # (checked before the hooks below: a module with hooks has no configuration)
+        if self.decisions.configs and (model is None or not self.decisions.configs_hold(model)):
+            self.decisions = self.decisions.followed()
         if model is not None:  # first among the model's pre-hooks: refused before anything runs
             self._pre = model.register_forward_pre_hook(self._check_call, with_kwargs=True, prepend=True)
             if not self.plan.keep_output:
@@ -981,6 +1052,7 @@ class Applied(contextlib.AbstractContextManager):
         self._gc = gc.isenabled()
         gc.disable()
         a = self.applier = Applier(self.plan, self.decisions)
+        a.checked = model
         a.units = bound
         if t.fsdp:
             self._fsdp.enter_context(fsdp.Hooks(bound, a))

@@ -45,7 +45,7 @@ from typing import Any, Callable
 
 import torch
 
-from . import compat, fsdp, holds, memtrack, meters
+from . import compat, fsdp, holds, memtrack, meters, windows
 from .clock import Clock, clock_for
 from .compat import StorageWeakRef, TorchDispatchMode, schema_name, tree_flatten
 from .meters import BackwardMeter
@@ -548,6 +548,9 @@ class _Recorder(TorchDispatchMode):
         self.open.append(i)
         self.t.modules.append([len(self.t.calls), -1, self.open[-2] if len(self.open) > 1 else -1, name, k])
         self.t.module_types.append(type(module))
+        config = windows.module_config(module)
+        if config is not None:
+            self.t.configs[len(self.t.modules) - 1] = config
 
     def module_exit(self, i, module):
         self.open.pop()

@@ -71,6 +71,11 @@ def overload_packet(func):
     return getattr(func, "_overloadpacket", None)
 
 
+def module_hooks(module):
+    """Whether module has forward hooks or pre-hooks of its own."""
+    return bool(module._forward_pre_hooks or module._forward_hooks)
+
+
 def is_random(func):
     """An op that draws from the generator (tagged nondeterministic_seeded)."""
     return torch.Tag.nondeterministic_seeded in func.tags

@@ -233,12 +233,17 @@ class Regions:
         if a.tail is not None:
             exits[""] = 0
         if a.windows is not None:  # the events that open and close them; the model's end checks every one passed
-            for opening, (_, _, closing) in a.windows.items():
-                for kind, name, k in (opening, closing):
-                    side = enters if kind == "pre" else exits
-                    side[name] = max(side.get(name, -1), k)
+            for kind, name, k in [e for o, (_, _, c) in a.windows.items() for e in (o, c)] + list(a.draws):
+                side = enters if kind == "pre" else exits
+                side[name] = max(side.get(name, -1), k)
             exits[""] = 0
         self.last_enter, self.last_exit = enters, exits
+        # before the hooks below: a module with hooks has no configuration (windows.module_config)
+        if a.windows is not None and a.decisions.configs and model is not a.checked and \
+                not a.decisions.configs_hold(model):
+            raise CaptureError("the model's modules of PyTorch's own have other attributes (a dropout's p) than when "
+                               "the plan was made, and the plan replays their calls: plan.apply(model) with the "
+                               "model the step runs, or plan again")
         mods = a.decisions.of(model)[0]
         for name in sorted(set(enters) | set(exits)):
             m = mods.get(name)

@@ -165,6 +165,8 @@ class Trace:
         #                                [first call, end, parent, name in the first one's module or None, occurrence]
         self.call_module: list[int] = []  # per call: the innermost module call it ran in (an index), or -1
         self.module_types: list[type] = []  # per module call: the module's class
+        self.configs: dict = {}        # module call -> the plain attributes of a module of PyTorch's own,
+        #                                from which the floats its code passes follow (windows.module_config)
         self.layer_kinds: frozenset = frozenset()  # the classes that may be layers (layer_kinds_of)
         self.pack_ops: list[int] = []  # per tensor autograd saved in the forward, in order: the op whose
         #                                backward reads it, or -1 (capture.py's saved)

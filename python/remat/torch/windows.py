@@ -9,12 +9,18 @@ neither the calls' tensors nor their order:
 
 - a recomputed op's recipe is its calls as capture saw them (Call.form):
   each tensor argument a value, a view of it, or a parameter or buffer by
-  name, the other arguments as they were. It cannot be for a random op
-  (its generator's state is the step's; attention with no dropout draws
-  nothing), for a tensor capture knew no value of nor one the model's call
-  was not given, for a stateful op other than BatchNorm in training (whose
-  replay reads no running statistics), nor for a float other than a
-  norm's configuration (apply._form_recipe);
+  name, the other arguments as they were. A random call's replay draws
+  from the generator's state where its stretch of module code (below)
+  began, recorded there in each step, which is the state it drew from
+  where no call of the stretch drew before it (``draws``; attention with
+  no dropout draws nothing). A recipe cannot be for a tensor capture knew
+  no value of nor one the model's call was not given, for a stateful op
+  other than BatchNorm in training (whose replay reads no running
+  statistics), nor for a float other than a norm's configuration or one
+  a module of PyTorch's own passes (``module_config``: the applier checks
+  the module's attributes when the step begins, and follows the step's
+  calls where one changed: a dropout's p the loop schedules)
+  (apply._form_recipe);
 - autograd saves the step's tensors in the captured order (Trace.pack_values,
   pack_modules, pack_calls): in a stretch of a module call's own code
   (between its beginning, its children's calls and its end, where its
@@ -25,13 +31,65 @@ neither the calls' tensors nor their order:
   saved tensor: the same storage); a batch tensor a recomputation reads
   (an embedding's) is taken where the model is called (Trace.input_values).
 
-``place`` finds those windows, or None where a value a recomputation
+``draws`` finds where each random call's generator state is recorded, and
+``place`` finds the windows, or None where a value a recomputation
 starts from is never saved in the model's call or is written in place
 later, a dropped value is saved outside it (the loss) or in a module call
 without a name, or one lives on in a copy autograd saved before an
 in-place write (capture's `moved`): the applier then follows calls
 (regions.py).
 """
+
+from . import compat
+
+_PLAIN = (bool, int, float, str, type(None))
+
+
+def module_config(module):
+    """For a module whose forward is PyTorch's own (torch.nn's; a
+    dropout, ReLU6, multi-head attention) and that has no hooks of its
+    own: its plain attributes, ((name, value), ...), from which the floats
+    its own code passes to its calls follow (a dropout's p, ReLU6's
+    bounds, attention's scale from its head size); else None (a user's
+    module, whose floats may come from anywhere: a temperature the loop
+    anneals)."""
+    f = getattr(type(module), "forward", None)
+    if not getattr(f, "__module__", "").startswith("torch.nn.") or "forward" in vars(module) or \
+            compat.module_hooks(module):
+        return None
+    return tuple((k, v) for k, v in vars(module).items() if isinstance(v, _PLAIN) or (
+        isinstance(v, tuple) and all(isinstance(x, _PLAIN) for x in v)))
+
+
+def draws(t, calls, drawing):
+    """Where the generator's state is recorded for each random call among
+    calls (indices into t.calls): {call: the event (place's) that begins
+    its stretch of module code}, or None where a call's stretch is not
+    known (a module call without a name) or a call of the stretch drew
+    before it (drawing(call): whether a call draws), so that the state
+    there is not the one it draws from."""
+    mods = t.modules
+    children = {}
+    for i, m in enumerate(mods):
+        if m[2] >= 0:
+            children.setdefault(m[2], []).append(i)
+    out = {}
+    for ci in calls:
+        inv = t.call_module[ci] if ci < len(t.call_module) else -1
+        if inv < 0 or mods[inv][3] is None:
+            return None
+        before = -1
+        for c in children.get(inv, ()):
+            if mods[c][1] <= ci:
+                before = c
+        start = mods[before][1] if before >= 0 else mods[inv][0]
+        if any(drawing(j) for j in range(start, ci)):
+            return None
+        m = mods[before] if before >= 0 else mods[inv]
+        if m[3] is None:
+            return None
+        out[ci] = ("post" if before >= 0 else "pre", m[3], m[4])
+    return out
 
 
 def place(t, drop, src):
