@@ -15,7 +15,7 @@ capture's time is one run of each op, in another state of the caches).
 Ops are timed by capture's clock for the device (remat.torch.clock: CUDA
 events on a GPU).
 
-    PYTHONPATH=python python bench/torch/applier_cost.py [--models resnet18,resnet50,gpt2,llama] [--rounds 5]
+    PYTHONPATH=python python bench/torch/applier_cost.py [--models resnet18,gpt2-dropout] [--rounds 5]
     PYTHONPATH=python python bench/torch/applier_cost.py --device cuda --models resnet50-b64,gpt2-small
     PYTHONPATH=python python bench/torch/applier_cost.py --breakdown --models resnet18,llama
     PYTHONPATH=python python bench/torch/applier_cost.py --processes 7 --rounds 15
@@ -199,7 +199,7 @@ def breakdown(name, m, inputs, lf, t, plans, rounds, sync):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--models", default="resnet18,resnet50,gpt2,llama")
+    ap.add_argument("--models", default="resnet18,resnet50,gpt2,gpt2-dropout,llama")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--device", default="cpu")

@@ -897,3 +897,66 @@ def test_a_torch_transformer_layer_runs_with_windows_bitwise():
     ref = lm.loops.run(copy.deepcopy(model), lambda i: (x,), lf, lm.optimizer, None, 3)
     got = lm.loops.run(copy.deepcopy(model), lambda i: (x,), lf, lm.optimizer, plan, 3)
     assert not lm.differences(ref, got)
+
+
+class ConvBNReLU6(ConvBN):
+    """ConvBN with MobileNet's ReLU6 in place: autograd saves a copy of the
+    BatchNorm's output before hardtanh_ writes it (capture's `moved`)."""
+
+    def __init__(self):
+        super().__init__()
+        self.relu = nn.ReLU6(inplace=True)
+
+
+@pytest.mark.parametrize("pick", ["batchnorm", "relu6"])
+def test_a_value_living_on_in_autogradss_copy_is_that_copys_save(pick):
+    # the BatchNorm's output lives on in the copy hardtanh_'s node saved:
+    # dropped, that save becomes a handle ("batchnorm"); read by a
+    # recomputed ReLU6 ("relu6": it clones it and writes the clone), that
+    # save is what the replay starts from. Both with windows (once: the
+    # mode, capture's save of the copy named the value after it)
+    from remat.torch.apply import Decisions
+    model = ConvBNReLU6()
+    x = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(3))
+    t = rt.capture(model, (x,), lambda o: o)
+    bn = next(o.id for o in t.ops if o.name == "aten::native_batch_norm")
+    relu6 = next(o.id for o in t.ops if o.name == "aten::hardtanh_")
+    assert t.values[t.ops[bn].outputs[0]].moved == relu6
+    plan = force(rt.plan_trace(t, None), [bn] if pick == "batchnorm" else [relu6])
+    assert Decisions(plan).windows
+    a, held = run_forced(model, x, plan)
+    assert a.replays == 1 and not held
+    if pick == "batchnorm":  # the copy's memory goes after the forward: its save is a handle
+        assert a.packs.get(t.ops[bn].outputs[0]) == 1, a.packs
+
+
+class UnreadLeaf(ConvBN):
+    """ConvBN with a buffer its forward never reads (transformers' models
+    hold some): capture leaves it out, and every value after it moves down
+    one place."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("unused", torch.zeros(5))
+
+
+def test_a_trace_without_an_unread_leaf_names_its_values_everywhere():
+    # once: the values were renumbered but the saved tensors' values, the
+    # calls' forms and the inputs' values kept the old numbers, so a
+    # window plan's recipes read the wrong values (refused, or worse)
+    from remat.torch.apply import Decisions
+    model = UnreadLeaf()
+    x, t, plan = bn_recomputed(model)
+    assert all(v.name != "unused" for v in t.values)
+    saved = [v for v in t.pack_values if v >= 0]
+    assert saved and all(t.values[v].kind in ("activation", "parameter", "buffer", "input") for v in saved)
+    assert all(s.v < len(t.values) for c in t.calls if c.form for s in _slots(c.form))
+    assert t.values[t.input_values[0]].kind == "input"
+    assert Decisions(plan).windows
+    a, held = run_forced(model, x, plan)
+    assert a.replays == 1 and not held
+
+
+def _slots(form):
+    from remat.torch.trace import Slot, leaves
+    return [a for a in leaves(form) if isinstance(a, Slot)]

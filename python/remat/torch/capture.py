@@ -49,7 +49,20 @@ from . import compat, fsdp, holds, memtrack, meters, windows
 from .clock import Clock, clock_for
 from .compat import StorageWeakRef, TorchDispatchMode, schema_name, tree_flatten
 from .meters import BackwardMeter
-from .trace import REPLAY_SECONDS, Call, ModuleCalls, Op, Trace, Value, describe, form_of, layer_kinds_of, signature  # noqa: F401
+from .trace import (  # noqa: F401
+    REPLAY_SECONDS,
+    Call,
+    ModuleCalls,
+    Op,
+    Slot,
+    Trace,
+    Value,
+    describe,
+    form_of,
+    layer_kinds_of,
+    signature,
+)
+from .trace import leaves as form_leaves
 
 aten = torch.ops.aten
 
@@ -523,6 +536,10 @@ class _Recorder(TorchDispatchMode):
         vals = self.t.values
         self.live[_skey(self.last_clone[0]())] = v  # the clone's storage holds v, with the same weak reference
         vals.pop()  # the clone's value: it is v
+        pv = self.t.pack_values  # autograd saved the clone before the write ran: that save is v's
+        for k in range(len(pv) - 1, -1, -1):
+            if pv[k] == c:
+                pv[k] = v
         vals[v].readers -= 1
         self.t.ops.pop()
         op.id = p.id
@@ -947,5 +964,15 @@ def _unused_params_to_buffers(t):
             o.saves = [remap[v] for v in o.saves if v in remap]
         for c in t.calls:
             c.new = [(i, remap[v]) for i, v in c.new]
+            c.reads = [remap.get(v, -1) for v in c.reads]
+            for a in form_leaves(c.form) if c.form is not None else ():
+                if isinstance(a, Slot):
+                    a.v = remap.get(a.v, -1)
+        # every other list of values the trace keeps (once left as they were: a model with a leaf
+        # nobody reads had its saved tensors and its calls' forms name the values after it wrongly)
+        t.pack_values = [remap.get(v, -1) for v in t.pack_values]
+        t.input_values = [remap.get(v, -1) for v in t.input_values]
+        t.output_values = [remap[v] for v in t.output_values if v in remap]
+        t.leaf_layouts = {remap[v]: x for v, x in t.leaf_layouts.items() if v in remap}
         t.loss = remap[t.loss]
         t.values = keep

@@ -34,10 +34,10 @@ neither the calls' tensors nor their order:
 ``draws`` finds where each random call's generator state is recorded, and
 ``place`` finds the windows, or None where a value a recomputation
 starts from is never saved in the model's call or is written in place
-later, a dropped value is saved outside it (the loss) or in a module call
-without a name, or one lives on in a copy autograd saved before an
-in-place write (capture's `moved`): the applier then follows calls
-(regions.py).
+later, or a dropped value is saved outside it (the loss) or in a module
+call without a name: the applier then follows calls (regions.py). A
+value that lives on in a copy autograd saved before an in-place write
+(capture's `moved`) is that copy's save.
 """
 
 from . import compat
@@ -107,8 +107,6 @@ def place(t, drop, src):
     mods = t.modules
     if not mods or mods[0][3] != "" or len(t.pack_modules) != len(t.pack_values):
         return None
-    if any(t.values[v].moved >= 0 for v in drop):
-        return None  # autograd saves a copy of it made by its writer's clone: capture's value of that save is not it
     children = [[] for _ in mods]
     for i, m in enumerate(mods):
         if m[2] >= 0:
@@ -126,9 +124,12 @@ def place(t, drop, src):
     gaps = {gap(k) for k in chosen}
     for v in sorted(src):
         val = t.values[v]
-        if val.overwritten >= 0 or val.moved >= 0:
+        if val.overwritten >= 0:
             return None  # its storage holds another value by the backward
-        cand = [k for k, u in enumerate(t.pack_values) if u == v and gap(k) is not None]
+        # one written in place after autograd saved a copy of it (capture's `moved`: SiLU, Hardswish
+        # and ReLU6 in place) lives on in that copy, which its writer's node saved
+        cand = [k for k, u in enumerate(t.pack_values) if u == v and gap(k) is not None and (
+            val.moved < 0 or t.pack_ops[k] == val.moved)]
         if not cand:
             return None
         k = next((k for k in cand if gap(k) in gaps), cand[0])  # one in a window already open, else the first
