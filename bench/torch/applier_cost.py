@@ -126,9 +126,9 @@ def breakdown(name, m, inputs, lf, t, plans, rounds, sync):
     pack, window_pack = A.Applier.pack, A.Applier.window_pack
 
     def counted(f, key):  # the module hooks, the saved tensors through the pack hook, in a step
-        def hook(self, x):
+        def hook(self, *x):
             acc[key] += 1
-            return f(self, x)
+            return f(self, *x)
         return hook
     R.Regions._enter, R.Regions._exit = counted(enter, "hooks"), counted(exit_, "hooks")
     A.Applier.pack, A.Applier.window_pack = counted(pack, "packs"), counted(window_pack, "packs")

@@ -304,9 +304,9 @@ def test_the_hooks_are_on_where_a_dropped_value_is_saved_and_only_there(monkeypa
         ran.append(("pre", name))
         enter(self, name)
 
-    def post(self, name):
+    def post(self, name, out):
         ran.append(("post", name))
-        exit_(self, name)
+        exit_(self, name, out)
 
     monkeypatch.setattr(regions.Regions, "_enter", pre)
     monkeypatch.setattr(regions.Regions, "_exit", post)
@@ -391,7 +391,7 @@ class Saves(nn.Module):
 
 
 @pytest.mark.parametrize("close", [1, 0])
-def test_a_save_the_mode_cannot_reach_is_hooked_after_its_run_or_in_its_module_call(monkeypatch, close):
+def test_a_save_the_mode_cannot_reach_is_hooked_after_its_run_or_in_its_module_call(monkeypatch, close, following):
     # a custom autograd Function saves the first tanh's output in the
     # model's own code, after the second tanh's output and a call of
     # another module: the mode could be on there only over the whole model.
@@ -434,18 +434,23 @@ class Crossed(nn.Module):
 
 def test_a_step_that_reads_other_tensors_than_captured_is_refused():
     # the tanh and the sigmoid recomputed from the fc's output they both
-    # read, learnt where the tanh reads it: a step whose sigmoid reads the
-    # other fc's output (the same ops, another data flow) is refused in the
-    # forward, not replayed from the wrong tensor
+    # read, learnt where the tanh reads it: under plan.apply(follow=True), a
+    # step whose sigmoid reads the other fc's output (the same ops, another
+    # data flow) is refused in the forward, not replayed from the wrong
+    # tensor. (Windows replay the captured data flow: the fc's output is
+    # taken where its module returns it)
+    from remat.torch.apply import Decisions
     model = Crossed()
     x = torch.randn(4, 8, generator=torch.Generator().manual_seed(3))
     t = rt.capture(model, (x,), lambda o: o)
     ops = [o.id for o in t.ops if o.name in ("aten::tanh", "aten::sigmoid")]
     plan = force(rt.plan_trace(t, None), ops)
+    assert Decisions(plan).taken == {("post", "a", 0): [(0, t.ops[ops[0]].inputs[0])]}
     run_forced(model, x, plan)
     model.cross = True
     with pytest.raises(rt.CaptureError, match="reads another tensor"):
-        with plan.apply(model):
+        with plan.apply(model, follow=True) as ap:
+            assert ap.applier is None or ap.applier.windows is None
             model(x).backward()
 
 
@@ -529,9 +534,9 @@ def test_a_module_hook_goes_after_the_last_call_it_must_see(monkeypatch, followi
     assert last == ("relu", 0), last
     ran, exit_ = [], regions.Regions._exit
 
-    def post(self, name):
+    def post(self, name, out):
         ran.append(name)
-        exit_(self, name)
+        exit_(self, name, out)
 
     monkeypatch.setattr(regions.Regions, "_exit", post)
     a, held = run_forced(model, x, plan)
@@ -960,3 +965,36 @@ def test_a_trace_without_an_unread_leaf_names_its_values_everywhere():
 def _slots(form):
     from remat.torch.trace import Slot, leaves
     return [a for a in leaves(form) if isinstance(a, Slot)]
+
+
+class Dense(nn.Module):
+    """A DenseNet's layer: two convs' outputs concatenated, then BatchNorm,
+    ReLU and a conv. The concatenation saves nothing: its inputs are saved
+    by no op (a conv saves its input, not its output)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv1, self.conv2 = nn.Conv2d(3, 4, 3, padding=1), nn.Conv2d(4, 4, 3, padding=1)
+        self.bn, self.conv3 = nn.BatchNorm2d(8), nn.Conv2d(8, 4, 1)
+
+    def forward(self, x):
+        a = self.conv1(x)
+        return self.conv3(torch.relu(self.bn(torch.cat([a, self.conv2(a)], 1)))).sum()
+
+
+def test_a_recomputation_starts_from_values_taken_where_their_modules_return_them():
+    # the concatenation recomputed for the BatchNorm's backward: of the two
+    # conv outputs it reads, conv1's is saved (conv2's input) and conv2's
+    # is saved by no op: it is taken where conv2 returns it (its forward
+    # hook) and held for the replay, with no dispatch mode
+    from remat.torch.apply import Decisions
+    model = Dense()
+    x = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(3))
+    t = rt.capture(model, (x,), lambda o: o)
+    cat = next(o.id for o in t.ops if o.name == "aten::cat")
+    plan = force(rt.plan_trace(t, None), [cat])
+    d = Decisions(plan)
+    assert d.windows is not None and list(d.taken) == [("post", "conv2", 0)], d.taken
+    a, held = run_forced(model, x, plan)
+    assert a.replays == 1 and a.took == 1 and not held

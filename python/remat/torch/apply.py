@@ -349,6 +349,7 @@ class Decisions:
         # a plan whose recipes capture's forms give and whose values its saved tensors tell runs
         # with no dispatch mode: the saved-tensor hooks on around a few module calls (windows.py)
         self.windows, self.at, self.recipes, self.input_src, self.draws, self.configs = None, {}, {}, [], {}, {}
+        self.taken = {}  # a module call's end event -> [(place among its output's tensors, value)] (windows.place)
         self._followed = None  # the same plan's decisions without windows (followed())
         if use_windows and not plan.nested and not t.fsdp and not self.copy_at and self.rec_ops:
             self._windows(t)
@@ -388,7 +389,7 @@ class Decisions:
                     return
         got = windows.place(t, self.rec_vals, {v for v in self.consumers if v not in self.rec_vals})
         if got is not None:
-            (self.windows, self.at), self.recipes, self.configs = got, recipes, configs
+            (self.windows, self.at, self.taken), self.recipes, self.configs = got, recipes, configs
             # where the step's generator state is recorded: {event: the random call's device}
             self.draws = {e: _device_of(t.calls[ci].form) for ci, e in at.items()}
             # the model's inputs its recipes read (the batch an embedding reads): taken at its call
@@ -553,6 +554,8 @@ class Applier(TorchDispatchMode):
         self.checked = None      # the model whose modules' attributes were checked (Decisions.configs_hold)
         self.rng_at = {}         # event -> the generator's state recorded there in this step (_RngAt)
         self.drawn = 0           # those events passed
+        self.taken = d.taken     # events where a value a recomputation starts from is returned (windows.place)
+        self.took = 0            # those events passed
         if self.windows is not None:
             self.recipes = d.recipes
         self.hooks = torch.autograd.graph.saved_tensors_hooks(
@@ -656,9 +659,9 @@ class Applier(TorchDispatchMode):
             self.hooks_sync()
             self.on()
 
-    def module_exit(self, name, k):
+    def module_exit(self, name, k, out=None):
         if self.windows is not None:
-            self._event(("post", name, k))
+            self._event(("post", name, k), out)
             if name == "":
                 self.windows_done()
             return
@@ -783,7 +786,7 @@ class Applier(TorchDispatchMode):
                                "differs from when it was planned; plan it again" % v)
         return x
 
-    def _event(self, e):
+    def _event(self, e, out=None):
         """A module call begins or ends (windows.place's events): the window
         the hooks are on for closes, another opens."""
         if self.wclose == e:
@@ -800,6 +803,23 @@ class Applier(TorchDispatchMode):
         if e in self.draws:  # a stretch of module code begins whose random call the plan recomputes
             self.drawn += 1
             self.rng_at[e] = rng_state(self.draws[e])
+        if e in self.taken:
+            self._take(self.taken[e], out)
+
+    def _take(self, got, out):
+        """A module call ends that returns values recomputations start from
+        (windows.place): each is held from here, its tensor by its place
+        among the output's."""
+        self.took += 1
+        xs = windows.output_tensors(out)
+        for j, v in got:
+            x = xs[j] if j < len(xs) else None
+            if x is None or x.untyped_storage().nbytes() != self.t.values[v].bytes:
+                raise CaptureError("a module call returned %s where the captured step's returned value %d (%d bytes): "
+                                   "the model runs other ops than when it was planned; plan it again"
+                                   % ("no tensor" if x is None else "%d bytes" % x.untyped_storage().nbytes(), v,
+                                      self.t.values[v].bytes))
+            self.src.setdefault(v, x)
 
     def _saves_differ(self, n):
         kind, name, k = self.wopen
@@ -829,10 +849,11 @@ class Applier(TorchDispatchMode):
         """At the model's return: every window passed (else a value a
         recomputation starts from was never seen, and the backward could
         not run it)."""
-        if self.done != len(self.windows) or self.drawn != len(self.draws):
-            raise CaptureError("the model's forward ran %d of the %d module calls whose saved tensors or random state "
-                               "the plan follows: the model runs other modules than when it was planned; plan it again"
-                               % (self.done + self.drawn, len(self.windows) + len(self.draws)))
+        if self.done != len(self.windows) or self.drawn != len(self.draws) or self.took != len(self.taken):
+            raise CaptureError("the model's forward ran %d of the %d module calls whose saved tensors, random state or "
+                               "outputs the plan follows: the model runs other modules than when it was planned; plan "
+                               "it again" % (self.done + self.drawn + self.took,
+                                             len(self.windows) + len(self.draws) + len(self.taken)))
 
     def forward_done(self):
         """Counts every recomputed value's reads (called before the backward's

@@ -569,9 +569,14 @@ class _Recorder(TorchDispatchMode):
         if config is not None:
             self.t.configs[len(self.t.modules) - 1] = config
 
-    def module_exit(self, i, module):
+    def module_exit(self, i, module, out=None):
         self.open.pop()
         self.t.modules[i][1] = len(self.t.calls)
+        # the activations its output holds: a recomputation may start from one there (windows.place)
+        got = [(j, v) for j, v in enumerate(self.known(x) for x in windows.output_tensors(out))
+               if v is not None and self.t.values[v].kind == "activation"]
+        if got:
+            self.t.module_outputs[i] = got
 
     # -- FSDP2 (fsdp.Hooks)
     def fsdp_enter(self, unit, gathering):
@@ -974,5 +979,6 @@ def _unused_params_to_buffers(t):
         t.input_values = [remap.get(v, -1) for v in t.input_values]
         t.output_values = [remap[v] for v in t.output_values if v in remap]
         t.leaf_layouts = {remap[v]: x for v, x in t.leaf_layouts.items() if v in remap}
+        t.module_outputs = {i: [(j, remap[v]) for j, v in got] for i, got in t.module_outputs.items()}
         t.loss = remap[t.loss]
         t.values = keep

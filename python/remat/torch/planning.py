@@ -171,7 +171,7 @@ class Plan:
         """The names of the ops the plan recomputes (aten op names), in order."""
         return [self.trace.ops[i].name for i in self.recompute_ops]
 
-    def apply(self, model: Optional[torch.nn.Module] = None) -> Applied:
+    def apply(self, model: Optional[torch.nn.Module] = None, follow: bool = False) -> Applied:
         """The context to run one training step under (forward, loss and
         backward inside it). The plan counts each parameter's gradient from
         the backward that makes it (set gradients to None between steps,
@@ -179,12 +179,17 @@ class Plan:
         or grads_held. When model (default: the captured one) is called
         inside, its inputs must have the shapes and dtypes the plan was made
         for, and it must hold no gradient the plan did not count: else
-        RematError, before it runs."""
+        RematError, before it runs. follow: the applier follows the calls
+        that its replays read, checking which tensor each reads, where it
+        would otherwise replay them as captured (windows, docs/pytorch.md
+        "Apply"): for a model whose Python code picks, from step to step,
+        which tensor an op reads."""
         if not self.feasible:
             raise RematError(self.result.get("error", "the plan is not feasible"))
         if self._decisions is None:
             self._decisions = Decisions(self)
-        return Applied(self, self._decisions, model)
+        return Applied(self, self._decisions.followed() if follow and self._decisions.windows is not None
+                       else self._decisions, model)
 
     def __repr__(self) -> str:
         if not self.feasible:
@@ -278,9 +283,9 @@ class Planner:
             self.plans[key] = p
         return p
 
-    def apply(self, inputs: Inputs, loss_fn: Optional[LossFn] = None) -> Applied:
+    def apply(self, inputs: Inputs, loss_fn: Optional[LossFn] = None, follow: bool = False) -> Applied:
         """The context to run the step on inputs under (plan.apply() of its plan)."""
-        return self.plan_for(inputs, loss_fn).apply(self.model)
+        return self.plan_for(inputs, loss_fn).apply(self.model, follow)
 
     def __len__(self) -> int:
         return len(self.plans)

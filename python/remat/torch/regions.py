@@ -233,7 +233,8 @@ class Regions:
         if a.tail is not None:
             exits[""] = 0
         if a.windows is not None:  # the events that open and close them; the model's end checks every one passed
-            for kind, name, k in [e for o, (_, _, c) in a.windows.items() for e in (o, c)] + list(a.draws):
+            for kind, name, k in [e for o, (_, _, c) in a.windows.items() for e in (o, c)] + list(a.draws) + list(
+                    a.taken):
                 side = enters if kind == "pre" else exits
                 side[name] = max(side.get(name, -1), k)
             exits[""] = 0
@@ -254,7 +255,7 @@ class Regions:
                 self._pre[name] = m.register_forward_pre_hook(lambda mod, a, name=name: self._enter(name),
                                                               prepend=a.windows is not None)
             if name in exits:
-                self._post[name] = m.register_forward_hook(lambda mod, a, o, name=name: self._exit(name),
+                self._post[name] = m.register_forward_hook(lambda mod, a, o, name=name: self._exit(name, o),
                                                            prepend=True)
         if a.windows is not None:  # recipes read the model's parameters by name, and its inputs
             a.model = model
@@ -272,10 +273,10 @@ class Regions:
         if k >= self.last_enter[name]:
             self._pre.pop(name).remove()
 
-    def _exit(self, name):
+    def _exit(self, name, out):
         k = self.ended.get(name, 0)  # a module's calls end in the order they began
         self.ended[name] = k + 1
-        self.a.module_exit(name, k)
+        self.a.module_exit(name, k, out)
         if k >= self.last_exit[name]:
             self._post.pop(name).remove()
 

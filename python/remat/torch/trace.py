@@ -165,6 +165,7 @@ class Trace:
         #                                [first call, end, parent, name in the first one's module or None, occurrence]
         self.call_module: list[int] = []  # per call: the innermost module call it ran in (an index), or -1
         self.module_types: list[type] = []  # per module call: the module's class
+        self.module_outputs: dict = {}  # module call -> [(place among its output's tensors, activation)]
         self.configs: dict = {}        # module call -> the plain attributes of a module of PyTorch's own,
         #                                from which the floats its code passes follow (windows.module_config)
         self.layer_kinds: frozenset = frozenset()  # the classes that may be layers (layer_kinds_of)
@@ -332,7 +333,7 @@ class ModuleCalls:
     """Global module hooks (torch.nn.modules.module's, before each module's
     own pre-hooks and forward hooks) numbering the module calls of a step in
     the order they begin, and calling owner.module_enter(i, module) and
-    owner.module_exit(i, module). Capture records where each module call
+    owner.module_exit(i, module, output). Capture records where each module call
     begins and ends in the call sequence, and its name in the model (the
     first module called); the applier enters its dispatch mode only around
     the module calls that hold what it must follow (apply.Decisions.regions,
@@ -354,7 +355,7 @@ class ModuleCalls:
             o.module_enter(i, mod)
 
         def post(mod, args, out):
-            o.module_exit(self.stack.pop(), mod)
+            o.module_exit(self.stack.pop(), mod, out)
 
         self._handles = [nn_module.register_module_forward_pre_hook(pre), nn_module.register_module_forward_hook(post)]
         return self

@@ -28,8 +28,11 @@ neither the calls' tensors nor their order:
   that capture saw saved there. So the saved-tensor hooks on in a few such
   stretches (the windows) tell each dropped value's saved tensors, which
   become handles, and give each value a recomputation starts from (its
-  saved tensor: the same storage); a batch tensor a recomputation reads
-  (an embedding's) is taken where the model is called (Trace.input_values).
+  saved tensor: the same storage); a value no op saves, where a module
+  call that returns it ends (Trace.module_outputs); a batch tensor a
+  recomputation reads (an embedding's) where the model is called
+  (Trace.input_values). Which value each recomputed op reads is capture's
+  (plan.apply(follow=True) checks it, following calls).
 
 ``draws`` finds where each random call's generator state is recorded, and
 ``place`` finds the windows, or None where a value a recomputation
@@ -39,6 +42,8 @@ call without a name: the applier then follows calls (regions.py). A
 value that lives on in a copy autograd saved before an in-place write
 (capture's `moved`) is that copy's save.
 """
+
+import torch
 
 from . import compat
 
@@ -59,6 +64,13 @@ def module_config(module):
         return None
     return tuple((k, v) for k, v in vars(module).items() if isinstance(v, _PLAIN) or (
         isinstance(v, tuple) and all(isinstance(x, _PLAIN) for x in v)))
+
+
+def output_tensors(out):
+    """The tensors a module call returned, in tree_flatten's order."""
+    if isinstance(out, torch.Tensor):
+        return [out]
+    return [x for x in compat.tree_flatten(out)[0] if isinstance(x, torch.Tensor)]
 
 
 def draws(t, calls, drawing):
@@ -96,7 +108,11 @@ def place(t, drop, src):
     """The windows for a plan that drops the values drop (their saved
     tensors become handles) and starts recomputations from the values src:
     ({opening event: (its first saved tensor, end, closing event)}, {saved
-    tensor index: value}), or None (see the module's docstring). A window
+    tensor index: value}, {a module call's end event: [(place among its
+    output's tensors, value)]}), or None (see the module's docstring). A
+    value in src that no window can take from a save is taken where a
+    module call that returns it ends (a DenseNet's conv output, which
+    only a concatenation reads, and it saves nothing). A window
     is a stretch of one module call's own code: from its beginning or the
     end of a child's call to the beginning of its next child's call or its
     own end; an event is ("pre" or "post", module name, its call). Each
@@ -122,6 +138,8 @@ def place(t, drop, src):
     if any(gap(k) is None for k in chosen):
         return None
     gaps = {gap(k) for k in chosen}
+    returned = None  # value -> the module call that returns it and ends first
+    taken = {}
     for v in sorted(src):
         val = t.values[v]
         if val.overwritten >= 0:
@@ -131,7 +149,16 @@ def place(t, drop, src):
         cand = [k for k, u in enumerate(t.pack_values) if u == v and gap(k) is not None and (
             val.moved < 0 or t.pack_ops[k] == val.moved)]
         if not cand:
-            return None
+            if returned is None:
+                returned = {}
+                for i in sorted(t.module_outputs, key=lambda i: mods[i][1]):
+                    for j, u in t.module_outputs[i]:
+                        returned.setdefault(u, (i, j))
+            if v not in returned or val.moved >= 0 or mods[returned[v][0]][3] is None:
+                return None
+            i, j = returned[v]
+            taken.setdefault(("post", mods[i][3], mods[i][4]), []).append((j, v))
+            continue
         k = next((k for k in cand if gap(k) in gaps), cand[0])  # one in a window already open, else the first
         chosen.append(k)
         gaps.add(gap(k))
@@ -154,7 +181,7 @@ def place(t, drop, src):
         if opening in out:
             return None
         out[opening] = (first, end, closing)
-    return out, at
+    return out, at, taken
 
 
 def _gap(t, children, k):
