@@ -454,6 +454,28 @@ def test_a_step_that_reads_other_tensors_than_captured_is_refused():
             model(x).backward()
 
 
+def test_a_window_plan_checks_its_replays_bits(monkeypatch):
+    # the same step under the window plan: its replays read capture's data
+    # flow, so the sigmoid is made again from the wrong fc's output; the
+    # step's end finds its bits differ from the forward's (fingerprints of
+    # the dropped values) and refuses the step, in every step checked
+    # (the plan's first, then one in VERIFY_EVERY)
+    from remat.torch import apply
+    model = Crossed()
+    x = torch.randn(4, 8, generator=torch.Generator().manual_seed(3))
+    t = rt.capture(model, (x,), lambda o: o)
+    ops = [o.id for o in t.ops if o.name in ("aten::tanh", "aten::sigmoid")]
+    plan = force(rt.plan_trace(t, None), ops)
+    a, held = run_forced(model, x, plan)  # the plan's first step: checked, the same bits
+    assert a.verifying and a.windows is not None and len(a.checks) == 0 and a.replays == 2
+    model.cross = True
+    monkeypatch.setattr(apply, "VERIFY_EVERY", 1)
+    sigmoid = t.ops[ops[1]].outputs[0]
+    with pytest.raises(rt.CaptureError, match=r"\(%d, made by aten::sigmoid\): the model.s data flow" % sigmoid):
+        with plan.apply(model):
+            model(x).backward()
+
+
 def test_batchnorm_replays_without_its_statistics():
     # a recomputed BatchNorm (training mode) runs again without its running
     # statistics: the same bits (its outputs do not read them), nothing to

@@ -22,7 +22,9 @@ Inside ``plan.apply()``:
   memory plan predicts.
 
 What it guarantees: the same ops on the same inputs, so the same bits
-(gradients, loss) as the step without a plan, on the same threads; a
+(gradients, loss) as the step without a plan, on the same threads (a plan
+applied with no dispatch mode, windows.py, replays the captured data
+flow and checks its replays' bits in some steps: Applier.verify); a
 random op (dropout) is replayed from the RNG state it first drew from;
 an op that writes a buffer (BatchNorm's running statistics) is replayed on
 a copy of the buffer, so state changes once per step; every parameter
@@ -33,6 +35,7 @@ counts them so.
 """
 
 import contextlib
+import ctypes
 import gc
 import warnings
 
@@ -261,6 +264,36 @@ def _device_of(form):
     return torch.device(d) if d is not None else torch.device("cpu")
 
 
+def _fingerprint(x, nbytes):
+    """FINGERPRINT_RUNS runs of 16 words spread evenly over the first
+    nbytes of x's storage (all of it where shorter): the same bits give the
+    same fingerprint (Applier.verify). On the CPU their bytes, read with
+    no op (a step pays 20-25 times an op's cost in a loop for each); on a
+    device, their sum as an int64 tensor, compared at the step's end with
+    one synchronization. Runs of contiguous words read few cache lines."""
+    if x.device.type == "cpu":
+        p = x.untyped_storage().data_ptr()
+        if nbytes <= 64 * FINGERPRINT_RUNS:
+            return ctypes.string_at(p, nbytes)
+        step = (nbytes - 64) // (FINGERPRINT_RUNS - 1)
+        return b"".join([ctypes.string_at(p + i * step, 64) for i in range(FINGERPRINT_RUNS)])
+    dt, n = (torch.int32, nbytes // 4) if nbytes % 4 == 0 else (torch.uint8, nbytes)
+    w = torch.empty(0, dtype=dt, device=x.device).set_(x.untyped_storage(), 0, (n,), (1,))
+    if n > 16 * FINGERPRINT_RUNS:
+        w = w.as_strided((FINGERPRINT_RUNS, 16), ((n - 16) // (FINGERPRINT_RUNS - 1), 1))
+    return w.sum(dtype=torch.int64)
+
+
+# the runs of words of a dropped value's memory that its fingerprint sums, in the forward and after its replay
+FINGERPRINT_RUNS = 16
+
+# a plan applied with windows checks its replays' bits (Applier.verify) in its first step and then in
+# one step of this many: in a step on a CPU, its Python costs about as much as the recomputation of a
+# small plan (ResNet-18's midpoint: 2 ms, docs/pytorch.md), so that every step cannot pay for it.
+# 1: every step
+VERIFY_EVERY = 16
+
+
 def _view(base, r):
     return base.as_strided(r.size, r.stride, r.offset)
 
@@ -350,6 +383,7 @@ class Decisions:
         # with no dispatch mode: the saved-tensor hooks on around a few module calls (windows.py)
         self.windows, self.at, self.recipes, self.input_src, self.draws, self.configs = None, {}, {}, [], {}, {}
         self.taken = {}  # a module call's end event -> [(place among its output's tensors, value)] (windows.place)
+        self.steps = 0   # steps applied (VERIFY_EVERY)
         self._followed = None  # the same plan's decisions without windows (followed())
         if use_windows and not plan.nested and not t.fsdp and not self.copy_at and self.rec_ops:
             self._windows(t)
@@ -556,6 +590,9 @@ class Applier(TorchDispatchMode):
         self.drawn = 0           # those events passed
         self.taken = d.taken     # events where a value a recomputation starts from is returned (windows.place)
         self.took = 0            # those events passed
+        self.verifying = False   # this step checks its replays' bits (VERIFY_EVERY)
+        self.fp = {}             # a dropped value -> its fingerprint in the forward (window_pack)
+        self.checks = []         # (value, its fingerprint in the forward, after its replay): verify()
         if self.windows is not None:
             self.recipes = d.recipes
         self.hooks = torch.autograd.graph.saved_tensors_hooks(
@@ -777,6 +814,8 @@ class Applier(TorchDispatchMode):
                                % (v, x.untyped_storage().nbytes(), self.t.values[v].bytes))
         if v in self.rec_vals:
             self.packs[v] = self.packs.get(v, 0) + 1
+            if self.verifying and v not in self.fp:
+                self.fp[v] = _fingerprint(x, self.t.values[v].bytes)
             return _Handle(v, x)
         held = self.src.get(v)  # a value a recomputation starts from: held from its first save
         if held is None:
@@ -887,6 +926,34 @@ class Applier(TorchDispatchMode):
                     if v in self.uses and v not in t.ops[o].outputs and v in self.consumers:
                         self._used(v)
 
+    def verify(self):
+        """At the step's end: each dropped value its replays made again has
+        the forward's bits, by their fingerprints (one comparison, one
+        synchronization on a device). A plan applied with windows replays
+        the calls as captured: a model whose code changed what an op reads
+        would have made other bits."""
+        if not self.checks:
+            return
+        on = [c for c in self.checks if isinstance(c[1], torch.Tensor)]  # a device's: one comparison
+        dev = on[0][1].device if on else torch.device("cpu")
+        same = (torch.stack([f.to(dev) for _, f, _ in on]) == torch.stack([r.to(dev) for _, _, r in on])).tolist() \
+            if on else []
+        bad = [v for (v, _, _), ok in zip(on, same) if not ok] + [
+            v for v, f, r in self.checks if not isinstance(f, torch.Tensor) and f != r]
+        self.checks = []
+        if not bad:
+            return
+        t = self.t
+        msg = ("the step's %s made again for the backward differ%s in its bits from the forward's (%s): the model's "
+               "data flow, or an int its code passes, differs from the captured step's, and this step's gradients "
+               "are not the model's. Run such a model under plan.apply(follow=True), or plan again; a kernel that is "
+               "not deterministic does the same (torch.use_deterministic_algorithms(True))"
+               % ("value" if len(bad) == 1 else "%d values" % len(bad), "s" if len(bad) == 1 else "",
+                  ", ".join("%d, made by %s" % (v, t.ops[t.values[v].producer].name) for v in bad[:3])))
+        if dev.type == "cpu" or torch.are_deterministic_algorithms_enabled():
+            raise CaptureError(msg)
+        warnings.warn(msg, stacklevel=3)
+
     # ---------------------------------------------------------- backward
     def unpack(self, h):
         if not isinstance(h, _Handle):
@@ -968,6 +1035,10 @@ class Applier(TorchDispatchMode):
     def _replay(self, o):
         t = self.t
         made = self._run(o)
+        for v, x in made.items() if self.fp else ():  # the forward's value made again: checked at the step's end
+            f = self.fp.pop(v, None)
+            if f is not None and x.untyped_storage().nbytes() >= t.values[v].bytes:
+                self.checks.append((v, f, _fingerprint(x, t.values[v].bytes)))
         for v in t.ops[o].outputs:
             if v in made and self.uses.get(v, 0) > 0:
                 self.cache[v] = made[v]
@@ -1074,6 +1145,9 @@ class Applied(contextlib.AbstractContextManager):
         gc.disable()
         a = self.applier = Applier(self.plan, self.decisions)
         a.checked = model
+        if a.windows is not None:
+            a.verifying = self.decisions.steps % VERIFY_EVERY == 0
+            self.decisions.steps += 1
         a.units = bound
         if t.fsdp:
             self._fsdp.enter_context(fsdp.Hooks(bound, a))
@@ -1198,6 +1272,8 @@ class Applied(contextlib.AbstractContextManager):
             if exc[0] is None and a.full and a.call not in (0, len(calls)):
                 raise CaptureError("the step ran %d of the %d captured ops: run the whole forward (model and loss) "
                                    "inside plan.apply()" % (a.call, len(calls)))
+            if exc[0] is None:
+                a.verify()
             a.src.clear()
             a.cache.clear()
             if a.nested is not None:  # no cycle: the step's recipes go with the step

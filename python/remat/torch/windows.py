@@ -31,8 +31,11 @@ neither the calls' tensors nor their order:
   saved tensor: the same storage); a value no op saves, where a module
   call that returns it ends (Trace.module_outputs); a batch tensor a
   recomputation reads (an embedding's) where the model is called
-  (Trace.input_values). Which value each recomputed op reads is capture's
-  (plan.apply(follow=True) checks it, following calls).
+  (Trace.input_values). Which value each recomputed op reads is capture's:
+  the applier compares each dropped value's bits in the forward and after
+  its replay in a plan's first step and one in apply.VERIFY_EVERY
+  (Applier.verify), and plan.apply(follow=True) checks each read,
+  following calls.
 
 ``draws`` finds where each random call's generator state is recorded, and
 ``place`` finds the windows, or None where a value a recomputation
