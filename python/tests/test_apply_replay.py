@@ -950,7 +950,9 @@ def test_a_value_living_on_in_autogradss_copy_is_that_copys_save(pick):
     relu6 = next(o.id for o in t.ops if o.name == "aten::hardtanh_")
     assert t.values[t.ops[bn].outputs[0]].moved == relu6
     plan = force(rt.plan_trace(t, None), [bn] if pick == "batchnorm" else [relu6])
-    assert Decisions(plan).windows
+    # the copy's save is told by its writer's node: before PyTorch 2.15 capture does not know each
+    # save's node (Trace.pack_ops), and a recomputation starting from the copy follows calls
+    assert Decisions(plan).windows or (pick == "relu6" and all(k < 0 for k in t.pack_ops))
     a, held = run_forced(model, x, plan)
     assert a.replays == 1 and not held
     if pick == "batchnorm":  # the copy's memory goes after the forward: its save is a handle

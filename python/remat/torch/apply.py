@@ -384,6 +384,11 @@ class Decisions:
         self.windows, self.at, self.recipes, self.input_src, self.draws, self.configs = None, {}, {}, [], {}, {}
         self.taken = {}  # a module call's end event -> [(place among its output's tensors, value)] (windows.place)
         self.steps = 0   # steps applied (VERIFY_EVERY)
+        # the dropped values whose bits the check compares: each op's first output, its result (the
+        # others may be placeholders a kernel leaves as they are: flash attention's random seed and
+        # offset, on the CPU in PyTorch 2.1)
+        self.verified = {v for v in self.rec_vals if t.values[v].producer >= 0 and
+                         t.ops[t.values[v].producer].outputs[:1] == [v]}
         self._followed = None  # the same plan's decisions without windows (followed())
         if use_windows and not plan.nested and not t.fsdp and not self.copy_at and self.rec_ops:
             self._windows(t)
@@ -814,7 +819,7 @@ class Applier(TorchDispatchMode):
                                % (v, x.untyped_storage().nbytes(), self.t.values[v].bytes))
         if v in self.rec_vals:
             self.packs[v] = self.packs.get(v, 0) + 1
-            if self.verifying and v not in self.fp:
+            if self.verifying and v not in self.fp and v in self.decisions.verified:
                 self.fp[v] = _fingerprint(x, self.t.values[v].bytes)
             return _Handle(v, x)
         held = self.src.get(v)  # a value a recomputation starts from: held from its first save
