@@ -184,7 +184,23 @@ def place(t, drop, src):
         if opening in out:
             return None
         out[opening] = (first, end, closing)
-    return out, at, taken
+    return _merged(out), at, taken
+
+
+def _merged(out):
+    """Windows with no saved tensor between them as one window, from the
+    first's opening event to the last's closing one: the hooks stay on
+    over the module calls between (capture saw no save there, and the
+    count at the closing says if the step saved one), and those calls'
+    module hooks do not run (ResNet-18's midpoint: 5 windows from its
+    max-pool to its first block's second conv, one window)."""
+    merged, last = {}, None
+    for opening, (first, end, closing) in sorted(out.items(), key=lambda kv: kv[1][0]):
+        if last is not None and merged[last][1] == first:
+            merged[last] = (merged[last][0], end, closing)
+        else:
+            merged[opening], last = (first, end, closing), opening
+    return merged
 
 
 def _gap(t, children, k):
