@@ -215,8 +215,9 @@ def _form_recipe(t, ci, rng=None):
     """The recipe of call ci of a recomputed op from capture's form of it
     (Call.form), or None where it needs what the step's call reads: a
     tensor that is no value (windows.py), a float other than a norm's
-    configuration or a dropout module's, which capture's form could hold
-    stale (a temperature the loop anneals), or, for a call that draws, the
+    configuration or one a module of PyTorch's own passes, which capture's
+    form could hold stale (a temperature the loop anneals), or, for a call
+    that draws, the
     generator's state (rng: the _RngAt it replays from, or None). Its ints
     are shapes, dims and a kernel's geometry, which the step's input
     shapes fix."""
@@ -251,6 +252,15 @@ def _form_recipe(t, ci, rng=None):
             isinstance(a, _Named) for a in _leaves((args, kwargs)))):
         return None
     return _Recipe(c.func, args, kwargs, c.new, rng if _draws(c) else None, list(c.written))
+
+
+def _module_floats(c):
+    """Whether call c passes a float that only its module's configuration
+    vouches for (_form_recipe): the applier checks that module's
+    attributes in each step (Decisions.configs)."""
+    if c.form is None or c.func is None or compat.schema_name(c.func) in _CONFIG_FLOATS or _no_dropout(c.func, *c.form):
+        return False
+    return any(isinstance(a, float) for a in _leaves(c.form))
 
 
 def _device_of(form):
@@ -288,9 +298,8 @@ def _fingerprint(x, nbytes):
 FINGERPRINT_RUNS = 16
 
 # a plan applied with windows checks its replays' bits (Applier.verify) in its first step and then in
-# one step of this many: in a step on a CPU, its Python costs about as much as the recomputation of a
-# small plan (ResNet-18's midpoint: 2 ms, docs/pytorch.md), so that every step cannot pay for it.
-# 1: every step
+# one step of this many: in a step on a CPU its Python cost 0.2-0.35 ms on ResNet-18's midpoint, a
+# tenth of what it recomputes, and 0.8 ms side by side (docs/pytorch.md, Apply). 1: every step
 VERIFY_EVERY = 16
 
 
@@ -422,7 +431,7 @@ class Decisions:
         configs = {}
         for ci in calls:
             i = t.call_module[ci]
-            if i in t.configs:
+            if i in t.configs and _module_floats(t.calls[ci]):
                 name = t.modules[i][3]
                 if name is None or configs.setdefault(name, t.configs[i]) != t.configs[i]:
                     return
@@ -949,7 +958,7 @@ class Applier(TorchDispatchMode):
         if not bad:
             return
         t = self.t
-        msg = ("the step's %s made again for the backward differ%s in its bits from the forward's (%s): the model's "
+        msg = ("the step's %s made again for the backward differ%s in bits from the forward's (%s): the model's "
                "data flow, or an int its code passes, differs from the captured step's, and this step's gradients "
                "are not the model's. Run such a model under plan.apply(follow=True), or plan again; a kernel that is "
                "not deterministic does the same (torch.use_deterministic_algorithms(True))"
