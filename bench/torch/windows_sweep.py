@@ -18,22 +18,6 @@ import library_models as lm  # noqa: E402
 
 import remat.torch as rt  # noqa: E402
 from remat.torch import apply as A  # noqa: E402
-from remat.torch import windows as W  # noqa: E402
-
-
-def why(t, d):
-    """The first reason a plan with these decisions has no windows."""
-    calls = [ci for ci, r in enumerate(d.recorded) if r]
-    at = W.draws(t, [ci for ci in calls if A._draws(t.calls[ci])], lambda j: A._draws(t.calls[j]))
-    if at is None:
-        return "a random call after another in its stretch of module code"
-    for ci in calls:
-        if A._form_recipe(t, ci, A._RngAt(at[ci]) if ci in at else None) is None:
-            c = t.calls[ci]
-            inv = t.call_module[ci]
-            where = t.modules[inv][3] if inv >= 0 else "outside the model"
-            return "no recipe from capture's form for %s in %s" % (c.name, where)
-    return "windows.place refused (a value started from that no window or module output gives, or saves split)"
 
 
 def main():
@@ -52,7 +36,7 @@ def main():
                 print("| %s | %d | %d | %d | %d | |" % (name, len(plan.recompute_ops), len(d.windows), len(d.draws),
                                                       sum(len(x) for x in d.taken.values())))
             else:
-                print("| %s | %d | - | - | - | follows calls: %s |" % (name, len(plan.recompute_ops), why(t, d)))
+                print("| %s | %d | - | - | - | follows calls: %s |" % (name, len(plan.recompute_ops), d.why))
         sys.stdout.flush()
 
 

@@ -399,6 +399,7 @@ class Decisions:
         self.verified = {v for v in self.rec_vals if t.values[v].producer >= 0 and
                          t.ops[t.values[v].producer].outputs[:1] == [v]}
         self._followed = None  # the same plan's decisions without windows (followed())
+        self.why = None  # where windows are refused, why (_windows)
         if use_windows and not plan.nested and not t.fsdp and not self.copy_at and self.rec_ops:
             self._windows(t)
         if self.windows is not None:
@@ -416,27 +417,33 @@ class Decisions:
 
     def _windows(self, t):
         """Sets windows (windows.place), at and the recipes of every
-        recomputed op, where capture's forms give them all."""
+        recomputed op, where capture's forms give them all; else why (what
+        keeps the applier following calls: bench/torch/windows_sweep.py)."""
         recipes = {}
+        configs = {}  # the modules of PyTorch's own whose floats the recipes hold: {name: their attributes}
         calls = [ci for ci, r in enumerate(self.recorded) if r]
         at = windows.draws(t, [ci for ci in calls if _draws(t.calls[ci])], lambda j: _draws(t.calls[j]))
         if at is None:
+            self.why = "a random call after another in its stretch of module code"
             return
         for ci in calls:
+            c, i = t.calls[ci], t.call_module[ci]
             r = _form_recipe(t, ci, _RngAt(at[ci]) if ci in at else None)
             if r is None:
+                self.why = "no recipe from capture's form for %s in %s" % (
+                    c.name, t.modules[i][3] if i >= 0 else "code outside the model")
                 return
-            recipes.setdefault(t.calls[ci].op, []).append(r)
-        # the modules of PyTorch's own whose floats the recipes hold: {name: their attributes}
-        configs = {}
-        for ci in calls:
-            i = t.call_module[ci]
-            if i in t.configs and _module_floats(t.calls[ci]):
+            recipes.setdefault(c.op, []).append(r)
+            if i in t.configs and _module_floats(c):
                 name = t.modules[i][3]
                 if name is None or configs.setdefault(name, t.configs[i]) != t.configs[i]:
+                    self.why = "a module of PyTorch's own without a name, or changed during the step"
                     return
         got = windows.place(t, self.rec_vals, {v for v in self.consumers if v not in self.rec_vals})
-        if got is not None:
+        if got is None:
+            self.why = ("windows.place refused: a value started from that no save or module output gives, or saves "
+                        "of a window split")
+        else:
             (self.windows, self.at, self.taken), self.recipes, self.configs = got, recipes, configs
             # where the step's generator state is recorded: {event: the random call's device}
             self.draws = {e: _device_of(t.calls[ci].form) for ci, e in at.items()}
