@@ -26,8 +26,9 @@ process to the next than within one.
 
 --breakdown prints, per model and plan, where the time goes instead:
 the forward's and the backward's medians apart, how many of the
-forward's calls pass the applier's dispatch mode (none where the plan
-runs with windows, windows.py), how many module hooks of the applier's
+forward's calls pass the applier's dispatch mode (where the plan runs
+with windows, windows.py, only those of the stretches of module code
+whose calls' floats it reads), how many module hooks of the applier's
 run per step (its runs' first and last module calls, those of the
 saved-tensor hooks' own regions or windows) and how many saved tensors
 pass its pack hook, the midpoint plan's
@@ -181,6 +182,9 @@ def breakdown(name, m, inputs, lf, t, plans, rounds, sync):
         followed = "%d (all)" % len(t.calls)
     elif d.windows is not None:
         followed = "none: %d windows (windows.py)" % len(d.windows)
+        if d.reads:
+            followed = "%d read for their floats, in %d stretches; %d windows (windows.py)" % (
+                sum(r.end - r.first for r in d.reads.values()), len(d.reads), len(d.windows))
     else:
         followed = "%d in %d runs" % (sum(v[1] - v[0] for v in d.regions.values()) + (
             len(t.calls) - d.tail if d.tail is not None else 0), len(d.regions) + (d.tail is not None))

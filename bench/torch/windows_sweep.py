@@ -3,7 +3,10 @@ mode, remat/torch/windows.py) and, for the rest, why the applier follows
 calls: per model of python/tests/library_models.py (the library sweep's
 small configs), captured, planned at the budget midway between its floor
 and store-all, the plan's windows, random calls replayed from a recorded
-state, values taken where a module returns them, or the first reason
+state, values taken where a module returns them, and the stretches of
+module code the applier's reader is on in (a dispatch mode there only)
+with the calls whose floats it reads and the values it takes where their
+calls make them, or the first reason
 found (a recipe capture's form cannot give, a random call after another
 in its stretch, or windows.place's refusal).
 
@@ -22,8 +25,9 @@ from remat.torch import apply as A  # noqa: E402
 
 def main():
     names = sys.argv[1:] or [n for n in lm.MODELS if n not in lm.REFUSED]
-    print("| model | ops recomputed | windows | random calls replayed | values taken at module outputs | else |")
-    print("|---|---:|---:|---:|---:|---|")
+    print("| model | ops recomputed | windows | random calls replayed | values taken at module outputs | "
+          "stretches the reader is on in: floats read, values taken | else |")
+    print("|---|---:|---:|---:|---:|---:|---|")
     for name in names:
         case = lm.build(name)
         with lm.settings(case):
@@ -33,10 +37,12 @@ def main():
             plan = rt.plan_trace(t, budget, opt)
             d = A.Decisions(plan)
             if d.windows is not None:
-                print("| %s | %d | %d | %d | %d | |" % (name, len(plan.recompute_ops), len(d.windows), len(d.draws),
-                                                      sum(len(x) for x in d.taken.values())))
+                print("| %s | %d | %d | %d | %d | %d: %d, %d | |" % (
+                    name, len(plan.recompute_ops), len(d.windows), len(d.draws), sum(len(x) for x in d.taken.values()),
+                    len(d.reads), sum(len(r.floats) for r in d.reads.values()),
+                    sum(len(x) for r in d.reads.values() for x in r.takes.values())))
             else:
-                print("| %s | %d | - | - | - | follows calls: %s |" % (name, len(plan.recompute_ops), d.why))
+                print("| %s | %d | - | - | - | - | follows calls: %s |" % (name, len(plan.recompute_ops), d.why))
         sys.stdout.flush()
 
 

@@ -701,19 +701,156 @@ class Scaled(nn.Module):
         return self.fc2(nn.functional.gelu(self.fc1(x) * self.scale)).square().sum()
 
 
-def test_a_recipe_with_a_float_the_code_may_change_follows_its_call():
+def test_a_recipe_reads_a_float_the_code_may_change_in_the_step(monkeypatch):
     # capture's form would hold the scale of the step it captured: the
-    # applier follows the scale's call and replays the step's own
+    # applier reads the step's own where the scale's stretch of module code
+    # runs (between fc1's end and fc2's beginning), with a dispatch mode on
+    # there only, and replays it (the step's gradients are compared bitwise)
+    from remat.torch import apply
     from remat.torch.apply import Decisions
     model = Scaled()
     x = torch.randn(8, 16, generator=torch.Generator().manual_seed(3))
     t = rt.capture(model, (x,), lambda o: o)
     mul = next(o.id for o in t.ops if o.name == "aten::mul")
     plan = force(rt.plan_trace(t, None), [mul])
-    assert Decisions(plan).windows is None
-    model.scale = 0.25
+    d = Decisions(plan)
+    assert d.windows is not None and list(d.reads) == [("post", "fc1", 0)], (d.windows, d.reads)
+    r = d.reads[("post", "fc1", 0)]
+    first, end, closing, want = r.first, r.end, r.closing, r.floats
+    assert closing == ("pre", "fc2", 0) and len(want) == 1 and end - first < len(t.calls)
+    read, calls = [], []
+    seen = apply._Reader.__torch_dispatch__
+
+    def counting(self, func, *a, **k):
+        calls.append(func)
+        return seen(self, func, *a, **k)
+
+    monkeypatch.setattr(apply._Reader, "__torch_dispatch__", counting)
+    monkeypatch.setattr(apply.Applier, "__torch_dispatch__", lambda self, *a, **k: read.append(a))
+    for scale in (0.5, 0.25, 2.0):  # the scale at capture, and two others
+        model.scale = scale
+        calls.clear()
+        a, held = run_forced(model, x, plan)
+        assert a.replays == 1 and not held and a.read_done == 1 and list(a.floats.values()) == [[scale]]
+        assert len(calls) == end - first, calls  # the stretch's calls only
+    assert not read  # no call through the applier's own mode
+
+
+def test_a_stretch_whose_floats_are_read_and_that_runs_other_ops_is_refused():
+    # the reader counts its stretch's calls against capture's: one op more
+    # there (the scale applied twice) is refused at the stretch's end
+    from remat.torch.capture import CaptureError
+    model = Scaled()
+    x = torch.randn(8, 16, generator=torch.Generator().manual_seed(3))
+    t = rt.capture(model, (x,), lambda o: o)
+    plan = force(rt.plan_trace(t, None), [next(o.id for o in t.ops if o.name == "aten::mul")])
+    m = copy.deepcopy(model)
+    m.forward = lambda x: m.fc2(nn.functional.gelu(m.fc1(x) * m.scale * m.scale)).square().sum()
+    with pytest.raises(CaptureError, match=r"other ops than when it was planned"):
+        with plan.apply(m):
+            m(x).backward()
+
+
+class EmptyStart(nn.Module):
+    """A cache's empty start (a tensor with no elements that is no
+    parameter nor buffer), concatenated with an activation."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc1, self.fc2 = nn.Linear(16, 32), nn.Linear(32, 4)
+        self.start = torch.zeros(0, 32)
+
+    def forward(self, x):
+        h = torch.cat([self.start, torch.tanh(self.fc1(x))], 0)
+        return self.fc2(h.relu()).square().sum()
+
+
+def test_a_tensor_with_no_elements_is_made_again_from_its_shape():
+    from remat.torch.apply import Decisions
+    model = EmptyStart()
+    x = torch.randn(8, 16, generator=torch.Generator().manual_seed(3))
+    t = rt.capture(model, (x,), lambda o: o)
+    cat = next(o.id for o in t.ops if o.name == "aten::cat")
+    plan = force(rt.plan_trace(t, None), [cat, cat + 1])
+    assert Decisions(plan).windows is not None, Decisions(plan).why
     a, held = run_forced(model, x, plan)
-    assert a.replays == 1 and not held
+    assert a.replays == 2 and not held
+
+
+class Buckets(nn.Module):
+    """T5's relative position buckets, shortly: an int tensor made in the
+    module's own code (arange) that no op saves and no module call
+    returns, from which the buckets an embedding reads are computed."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.fc1, self.emb, self.fc2 = nn.Linear(16, 32), nn.Embedding(7, 32), nn.Linear(32, 4)
+
+    def forward(self, x):
+        h = self.fc1(x)
+        pos = torch.arange(x.shape[0], device=x.device)
+        return self.fc2(torch.tanh(h + self.emb((pos * 3) % 7))).square().sum()
+
+
+def test_a_value_saved_nowhere_is_taken_where_its_call_makes_it(monkeypatch):
+    # the buckets recomputed (the embedding's save of them a handle) from
+    # the arange, which is saved nowhere: the reader, on in the stretch
+    # between fc1's end and the embedding's beginning, takes it where its
+    # call makes it
+    from remat.torch import apply
+    from remat.torch.apply import Decisions
+    model = Buckets()
+    x = torch.randn(8, 16, generator=torch.Generator().manual_seed(3))
+    t = rt.capture(model, (x,), lambda o: o)
+    ops = [o.id for o in t.ops if o.name in ("aten::mul", "aten::remainder")]
+    assert len(ops) == 2, [o.name for o in t.ops]
+    plan = force(rt.plan_trace(t, None), ops)
+    d = Decisions(plan)
+    assert d.windows is not None and list(d.reads) == [("post", "fc1", 0)], (d.why, d.reads)
+    r = d.reads[("post", "fc1", 0)]
+    assert r.closing == ("pre", "emb", 0) and not r.floats and len(r.takes) == 1, (r.floats, r.takes)
+    (ci, [(_, v)]), = r.takes.items()
+    assert t.calls[ci].name.startswith("aten.arange") and t.values[v].producer not in plan.recompute_ops
+    dispatched = []
+    monkeypatch.setattr(apply.Applier, "__torch_dispatch__", lambda self, *a, **k: dispatched.append(a))
+    a, held = run_forced(model, x, plan)
+    assert not dispatched and a.replays == 2 and a.read_done == 1 and not held
+
+
+class AttentionP(nn.Module):
+    """Attention whose dropout p the loop sets (0 when planned)."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.qkv, self.out, self.p = nn.Linear(16, 48), nn.Linear(16, 4), 0.0
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).view(2, 4, 3, 2, 8).permute(2, 0, 3, 1, 4)
+        y = nn.functional.scaled_dot_product_attention(q, k, v, dropout_p=self.p)
+        return self.out(y.transpose(1, 2).reshape(2, 4, 16)).square().sum()
+
+
+def test_attention_planned_without_dropout_is_refused_where_it_draws():
+    # attention called with p = 0 draws nothing, and its replay draws
+    # nothing: a step that calls it with p > 0 is refused in the forward
+    from remat.torch.apply import Decisions
+    from remat.torch.capture import CaptureError
+    model = AttentionP()
+    x = torch.randn(2, 4, 16, generator=torch.Generator().manual_seed(3))
+    t = rt.capture(model, (x,), lambda o: o)
+    att = [o.id for o in t.ops if "attention" in o.name]
+    assert len(att) == 1, [o.name for o in t.ops]
+    plan = force(rt.plan_trace(t, None), att)
+    assert Decisions(plan).reads
+    a, _ = run_forced(model, x, plan)
+    assert a.replays == 1
+    model.p = 0.5
+    with pytest.raises(CaptureError, match="draws for its dropout|other ops than when it was planned"):
+        with plan.apply():
+            model(x).backward()
 
 
 def test_a_replay_reads_the_parameters_the_model_holds_in_its_step():

@@ -24,7 +24,9 @@ Inside ``plan.apply()``:
 What it guarantees: the same ops on the same inputs, so the same bits
 (gradients, loss) as the step without a plan, on the same threads (a plan
 applied with no dispatch mode, windows.py, replays the captured data
-flow and checks its replays' bits in some steps: Applier.verify); a
+flow, with the step's own floats where they are not configuration, read
+in their stretches of module code by _Reader, and checks its replays'
+bits in some steps: Applier.verify); a
 random op (dropout) is replayed from the RNG state it first drew from;
 an op that writes a buffer (BatchNorm's running statistics) is replayed on
 a copy of the buffer, so state changes once per step; every parameter
@@ -86,6 +88,16 @@ class _Meta:
 
     def make(self):
         return torch.empty((), dtype=self.dtype, device=self.device).expand(self.size)
+
+
+class _Empty(_Meta):
+    """A tensor with no elements that capture knew no value of (a cache's
+    empty start, which a concatenation reads): it holds no data, so its
+    shape, dtype and device make it again."""
+    __slots__ = ()
+
+    def make(self):
+        return torch.empty(self.size, dtype=self.dtype, device=self.device)
 
 
 class _Gen:
@@ -153,6 +165,29 @@ class _RngAt:
         self.event = event
 
 
+class _StepFloat:
+    """A float argument of a recomputed call in a recipe made from
+    capture's form, read from the step's own call: the j-th float among
+    call ci's arguments (Decisions.reads; _Reader)."""
+    __slots__ = ("ci", "j")
+
+    def __init__(self, ci, j):
+        self.ci, self.j = ci, j
+
+
+class _Stretch:
+    """A stretch of module code the applier's reader is on in
+    (windows.stretch; Decisions.reads): its first call and its end, the
+    event that closes it, the calls whose floats the recipes read ({call:
+    their number}), and those that make values recomputations start from
+    and no save or module output gives ({call: [(place among its output's
+    leaves, value)]})."""
+    __slots__ = ("first", "end", "closing", "floats", "takes")
+
+    def __init__(self, first, end, closing):
+        self.first, self.end, self.closing, self.floats, self.takes = first, end, closing, {}, {}
+
+
 class _Recipe:
     __slots__ = ("func", "args", "kwargs", "new", "rng", "writes")
 
@@ -211,33 +246,56 @@ def _draws(c):
     return c.func is not None and compat.is_random(c.func) and not (c.form is not None and _no_dropout(c.func, *c.form))
 
 
+def _config(t, ci):
+    """Whether call ci's floats are configuration: a norm's eps and
+    momentum, or those a module of PyTorch's own passes, which follow from
+    its attributes (the applier checks them when the step begins:
+    Decisions.configs)."""
+    return compat.schema_name(t.calls[ci].func) in _CONFIG_FLOATS or t.call_module[ci] in t.configs
+
+
+# ops with an argument typed float: one the captured call left at its default (attention's dropout_p
+# of 0) is not in its form, and the step's call may pass another
+_float_typed = per_overload(lambda func: any(str(a.type) in ("float", "Optional[float]")
+                                             for a in compat.schema_arguments(func)))
+
+
+def _reads_floats(t, ci):
+    """Whether a replay of call ci reads the step's call's floats
+    (_StepFloat; Decisions.reads): a float that is not configuration, which
+    capture's form could hold stale (a temperature the loop anneals), or an
+    argument typed float that capture's call left at its default."""
+    c = t.calls[ci]
+    return not _config(t, ci) and (_float_typed(c.func) or any(isinstance(a, float) for a in _leaves(c.form)))
+
+
 def _form_recipe(t, ci, rng=None):
     """The recipe of call ci of a recomputed op from capture's form of it
     (Call.form), or None where it needs what the step's call reads: a
-    tensor that is no value (windows.py), a float other than a norm's
-    configuration or one a module of PyTorch's own passes, which capture's
-    form could hold stale (a temperature the loop anneals), or, for a call
-    that draws, the
-    generator's state (rng: the _RngAt it replays from, or None). Its ints
-    are shapes, dims and a kernel's geometry, which the step's input
-    shapes fix."""
+    tensor that is no value (windows.py), or, for a call that draws, the
+    generator's state (rng: the _RngAt it replays from, or None). A float
+    that is not configuration (_config) is read from the step's call
+    (_StepFloat). Its ints are shapes, dims and a kernel's geometry, which
+    the step's input shapes fix; an argument typed Scalar that the captured
+    call left at its default (add's alpha) is taken as that default."""
     c = t.calls[ci]
     op = t.ops[c.op]
     if c.form is None or c.func is None or (rng is None and _draws(c)):
         return None
-    meta, bad = _meta_only(c.func), []
-    # the floats a module of PyTorch's own passes follow from its attributes, which the applier
-    # checks when the step begins (Decisions.configs)
-    config = compat.schema_name(c.func) in _CONFIG_FLOATS or _no_dropout(c.func, *c.form) or \
-        t.call_module[ci] in t.configs
+    meta, bad, floats = _meta_only(c.func), [], [0]
+    config = _config(t, ci)
 
     def leaf(a):
         if not isinstance(a, Slot):
-            if isinstance(a, float) and not config:
-                bad.append(a)  # a scale or a temperature the model's code may change from step to step
+            if isinstance(a, float) and not config:  # the step's: a scale the code may change from step to step
+                j = floats[0]
+                floats[0] = j + 1
+                return _StepFloat(ci, j)
             return a
         if meta and a.contiguous:
             return _Meta.of(a)
+        if a.v < 0 and 0 in a.size:
+            return _Empty.of(a)
         val = t.values[a.v] if a.v >= 0 else None
         if val is not None and val.kind in ("parameter", "buffer") and val.name is not None and a.v in t.leaf_layouts:
             return _Named(val.name, a, t.leaf_layouts[a.v])
@@ -256,11 +314,12 @@ def _form_recipe(t, ci, rng=None):
 
 def _module_floats(c):
     """Whether call c passes a float that only its module's configuration
-    vouches for (_form_recipe): the applier checks that module's
-    attributes in each step (Decisions.configs)."""
-    if c.form is None or c.func is None or compat.schema_name(c.func) in _CONFIG_FLOATS or _no_dropout(c.func, *c.form):
+    vouches for (_form_recipe), or has an argument typed float that it may
+    have left at its default (_float_typed): the applier checks that
+    module's attributes in each step (Decisions.configs)."""
+    if c.form is None or c.func is None or compat.schema_name(c.func) in _CONFIG_FLOATS:
         return False
-    return any(isinstance(a, float) for a in _leaves(c.form))
+    return _float_typed(c.func) or any(isinstance(a, float) for a in _leaves(c.form))
 
 
 def _device_of(form):
@@ -392,6 +451,8 @@ class Decisions:
         # with no dispatch mode: the saved-tensor hooks on around a few module calls (windows.py)
         self.windows, self.at, self.recipes, self.input_src, self.draws, self.configs = None, {}, {}, [], {}, {}
         self.taken = {}  # a module call's end event -> [(place among its output's tensors, value)] (windows.place)
+        # the stretches of module code the reader is on in: {opening event: _Stretch} (windows.stretch)
+        self.reads = {}
         self.steps = 0   # steps applied (VERIFY_EVERY)
         # the dropped values whose bits the check compares: each op's first output, its result (the
         # others may be placeholders a kernel leaves as they are: flash attention's random seed and
@@ -419,7 +480,7 @@ class Decisions:
         """Sets windows (windows.place), at and the recipes of every
         recomputed op, where capture's forms give them all; else why (what
         keeps the applier following calls: bench/torch/windows_sweep.py)."""
-        recipes = {}
+        recipes, reads = {}, {}
         configs = {}  # the modules of PyTorch's own whose floats the recipes hold: {name: their attributes}
         calls = [ci for ci, r in enumerate(self.recorded) if r]
         at = windows.draws(t, [ci for ci in calls if _draws(t.calls[ci])], lambda j: _draws(t.calls[j]))
@@ -433,6 +494,14 @@ class Decisions:
                 self.why = "no recipe from capture's form for %s in %s" % (
                     c.name, t.modules[i][3] if i >= 0 else "code outside the model")
                 return
+            if _reads_floats(t, ci):  # floats the step's call passes: read in its stretch of module code
+                s = windows.stretch(t, ci)
+                if s is None or s[2] is None:
+                    self.why = "%s passes floats in module code that no hook of a named module call bounds (%s)" % (
+                        c.name, t.modules[i][3] if i >= 0 else "code outside the model")
+                    return
+                reads.setdefault(s[0], _Stretch(s[1], s[3], s[2])).floats[ci] = sum(
+                    1 for a in _leaves(c.form) if isinstance(a, float))
             recipes.setdefault(c.op, []).append(r)
             if i in t.configs and _module_floats(c):
                 name = t.modules[i][3]
@@ -441,16 +510,32 @@ class Decisions:
                     return
         got = windows.place(t, self.rec_vals, {v for v in self.consumers if v not in self.rec_vals})
         if got is None:
-            self.why = ("windows.place refused: a value started from that no save or module output gives, or saves "
-                        "of a window split")
-        else:
-            (self.windows, self.at, self.taken), self.recipes, self.configs = got, recipes, configs
-            # where the step's generator state is recorded: {event: the random call's device}
-            self.draws = {e: _device_of(t.calls[ci].form) for ci, e in at.items()}
-            # the model's inputs its recipes read (the batch an embedding reads): taken at its call
-            read = {a.v for rs in recipes.values() for r in rs for a in _leaves((r.args, r.kwargs))
-                    if isinstance(a, _Input)}
-            self.input_src = [(i, v, t.input_layouts[i]) for i, v in enumerate(t.input_values) if v in read]
+            self.why = ("windows.place refused: a value started from that its storage holds no longer (written in "
+                        "place later), or saves of a window split")
+            return
+        # a value a recomputation starts from that no save or module output gives: taken where its call
+        # makes it, by the reader on in that call's stretch
+        made = set(got[3])
+        for ci, c in enumerate(t.calls) if made else ():
+            for i, v in c.new:
+                if v in made and i >= 0:
+                    made.discard(v)
+                    s = windows.stretch(t, ci)
+                    if s is None or s[2] is None:
+                        self.why = ("value %d, which a recomputation starts from, is made by %s in module code that no "
+                                    "hook of a named module call bounds, and saved nowhere" % (v, c.name))
+                        return
+                    reads.setdefault(s[0], _Stretch(s[1], s[3], s[2])).takes.setdefault(ci, []).append((i, v))
+        if made:
+            self.why = "a value a recomputation starts from that no call of the step makes"
+            return
+        (self.windows, self.at, self.taken, _), self.recipes, self.configs, self.reads = got, recipes, configs, reads
+        # where the step's generator state is recorded: {event: the random call's device}
+        self.draws = {e: _device_of(t.calls[ci].form) for ci, e in at.items()}
+        # the model's inputs its recipes read (the batch an embedding reads): taken at its call
+        read = {a.v for rs in recipes.values() for r in rs for a in _leaves((r.args, r.kwargs))
+                if isinstance(a, _Input)}
+        self.input_src = [(i, v, t.input_layouts[i]) for i, v in enumerate(t.input_values) if v in read]
 
     def configs_hold(self, model):
         """Whether model's modules whose floats the recipes hold have the
@@ -611,6 +696,12 @@ class Applier(TorchDispatchMode):
         self.drawn = 0           # those events passed
         self.taken = d.taken     # events where a value a recomputation starts from is returned (windows.place)
         self.took = 0            # those events passed
+        self.reads = d.reads     # stretches whose calls' floats the recipes read (Decisions.reads)
+        self.reader = _Reader(self) if self.reads else None
+        self.reading = None      # the stretch the reader is on for, and its next call
+        self.rcall = 0
+        self.read_done = 0       # those stretches passed
+        self.floats = {}         # a call -> the floats the step's call passed (_StepFloat)
         self.verifying = False   # this step checks its replays' bits (VERIFY_EVERY)
         self.fp = {}             # a dropped value -> its fingerprint in the forward (window_pack)
         self.checks = []         # (value, its fingerprint in the forward, after its replay): verify()
@@ -860,11 +951,59 @@ class Applier(TorchDispatchMode):
             self.wk, self.wend, self.wclose = w
             self.wopen = e
             self.hooks_on()
+        if self.reading is not None and self.reading.closing == e:
+            self.read_off(True)
+        r = self.reads.get(e)
+        if r is not None:  # a stretch of module code begins whose calls pass floats a recipe reads
+            self.reading, self.rcall = r, r.first
+            self.reader.__enter__()
         if e in self.draws:  # a stretch of module code begins whose random call the plan recomputes
             self.drawn += 1
             self.rng_at[e] = rng_state(self.draws[e])
         if e in self.taken:
             self._take(self.taken[e], out)
+
+    def read_off(self, closing=False):
+        """The reader's stretch ends (closing: at its closing event, where
+        it must have run every call capture saw there)."""
+        r = self.reading
+        if r is None:
+            return
+        self.reading = None
+        self.reader.__exit__(None, None, None)
+        if closing:
+            if self.rcall != r.end:
+                raise CaptureError("the model's code ran %d ops where the captured step ran %d, between %s: the model "
+                                   "runs other ops than when it was planned; plan it again"
+                                   % (self.rcall - r.first, r.end - r.first, _between(self.reads, r)))
+            self.read_done += 1
+
+    def read(self, ci, func, args, kwargs):
+        """Call ci of the step, whose floats a recipe reads (_StepFloat)."""
+        c = self.t.calls[ci]
+        floats = [a for a in _leaves((args, kwargs)) if isinstance(a, float)]
+        if len(floats) != self.reading.floats[ci]:
+            raise CaptureError("the step's %s passes %d floats where the captured step's passed %d: the model runs "
+                               "other ops than when it was planned; plan it again"
+                               % (c.name, len(floats), self.reading.floats[ci]))
+        if compat.is_random(func) and not _draws(c) and not _no_dropout(func, args, kwargs):
+            raise CaptureError("the step's %s draws for its dropout (p %s) where the captured step's drew nothing: "
+                               "plan the model in the mode it trains in (model.train()), or plan again"
+                               % (c.name, floats))
+        self.floats[ci] = floats
+
+    def take_made(self, ci, got, out):
+        """Call ci made values recomputations start from that no save nor
+        module output gives (_Stretch.takes): each held from here."""
+        flat = _leaves(out)
+        for i, v in got:
+            x = flat[i] if i < len(flat) else None
+            if not isinstance(x, torch.Tensor) or x.untyped_storage().nbytes() != self.t.values[v].bytes:
+                raise CaptureError("the step's %s made %s where the captured step's made value %d (%d bytes): the "
+                                   "model runs other ops than when it was planned; plan it again"
+                                   % (self.t.calls[ci].name, "no tensor" if not isinstance(x, torch.Tensor) else
+                                      "%d bytes" % x.untyped_storage().nbytes(), v, self.t.values[v].bytes))
+            self.src.setdefault(v, x)
 
     def _take(self, got, out):
         """A module call ends that returns values recomputations start from
@@ -909,11 +1048,13 @@ class Applier(TorchDispatchMode):
         """At the model's return: every window passed (else a value a
         recomputation starts from was never seen, and the backward could
         not run it)."""
-        if self.done != len(self.windows) or self.drawn != len(self.draws) or self.took != len(self.taken):
-            raise CaptureError("the model's forward ran %d of the %d module calls whose saved tensors, random state or "
-                               "outputs the plan follows: the model runs other modules than when it was planned; plan "
-                               "it again" % (self.done + self.drawn + self.took,
-                                             len(self.windows) + len(self.draws) + len(self.taken)))
+        if self.done != len(self.windows) or self.drawn != len(self.draws) or self.took != len(self.taken) or \
+                self.read_done != len(self.reads):
+            raise CaptureError("the model's forward ran %d of the %d module calls whose saved tensors, random state, "
+                               "floats or outputs the plan follows: the model runs other modules than when it was "
+                               "planned; plan it again" % (
+                                   self.done + self.drawn + self.took + self.read_done,
+                                   len(self.windows) + len(self.draws) + len(self.taken) + len(self.reads)))
 
     def forward_done(self):
         """Counts every recomputed value's reads (called before the backward's
@@ -1079,6 +1220,8 @@ class Applier(TorchDispatchMode):
         def arg(a):
             if isinstance(a, (_Meta, _Gen)):
                 return a.make()
+            if isinstance(a, _StepFloat):
+                return self.floats[a.ci][a.j]
             if isinstance(a, _Named):
                 return a.make(self._named(a.name))
             if isinstance(a, _Input):
@@ -1111,6 +1254,47 @@ class Applier(TorchDispatchMode):
                 if i >= 0:
                     made[v] = flat_out[i]
         return made
+
+
+class _Reader(TorchDispatchMode):
+    """The applier's dispatch mode in a stretch of module code whose calls
+    pass floats that recipes read, or make values that recomputations start
+    from and no save gives (Decisions.reads): it counts the calls, each the
+    op capture saw there, and hands the applier those calls' floats and
+    outputs; every other call of the forward runs with no Python."""
+
+    def __init__(self, applier):
+        super().__init__()
+        self.a = applier
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if _skip(func) or compat.current_autograd_node() is not None:
+            return func(*args, **kwargs)
+        a = self.a
+        ci, r = a.rcall, a.reading
+        a.rcall = ci + 1
+        c = a.t.calls[ci] if ci < r.end else None
+        if c is None or (c.func is not func and c.name != str(func)):
+            raise CaptureError("the step's op %d is %s where the captured step had %s, between %s: the model runs "
+                               "other ops than when it was planned; plan it again"
+                               % (ci, func, c.name if c is not None else "none", _between(a.reads, a.reading)))
+        if ci in r.floats:
+            a.read(ci, func, args, kwargs)
+        out = func(*args, **kwargs)
+        if ci in r.takes:
+            a.take_made(ci, r.takes[ci], out)
+        return out
+
+
+def _between(reads, r):
+    """Where stretch r of reads lies, in words."""
+    opening = next(e for e, x in reads.items() if x is r)
+
+    def say(e):
+        kind, name, k = e
+        return "%s of %r (its call %d)" % ("the beginning" if kind == "pre" else "the end", name or "(the model)", k)
+    return "%s and %s" % (say(opening), say(r.closing))
 
 
 class Applied(contextlib.AbstractContextManager):
@@ -1273,8 +1457,10 @@ class Applied(contextlib.AbstractContextManager):
             return False
         try:
             a.off()
+            a.read_off()
             a.hooks_off()
             a.hooks = None  # its hooks are a's bound methods: no cycle keeps the step's tensors past the step
+            a.reader = None  # nor its reader, which holds it
             ran = False  # the model was called
             if self._regions is not None:
                 self._regions.__exit__(*exc)

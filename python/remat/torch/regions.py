@@ -234,7 +234,7 @@ class Regions:
             exits[""] = 0
         if a.windows is not None:  # the events that open and close them; the model's end checks every one passed
             for kind, name, k in [e for o, (_, _, c) in a.windows.items() for e in (o, c)] + list(a.draws) + list(
-                    a.taken):
+                    a.taken) + [e for o, r in a.reads.items() for e in (o, r.closing)]:
                 side = enters if kind == "pre" else exits
                 side[name] = max(side.get(name, -1), k)
             exits[""] = 0

@@ -14,13 +14,15 @@ neither the calls' tensors nor their order:
   began, recorded there in each step, which is the state it drew from
   where no call of the stretch drew before it (``draws``; attention with
   no dropout draws nothing). A recipe cannot be for a tensor capture knew
-  no value of nor one the model's call was not given, for a stateful op
-  other than BatchNorm in training (whose replay reads no running
-  statistics), nor for a float other than a norm's configuration or one
-  a module of PyTorch's own passes (``module_config``: the applier checks
-  the module's attributes when the step begins, and follows the step's
-  calls where one changed: a dropout's p the loop schedules)
-  (apply._form_recipe);
+  no value of (but one with no elements) nor one the model's call was not
+  given, nor for a stateful op other than BatchNorm in training (whose
+  replay reads no running statistics) (apply._form_recipe). Its floats
+  are capture's where they are configuration: a norm's, or those a module
+  of PyTorch's own passes (``module_config``: the applier checks the
+  module's attributes when the step begins, and follows the step's calls
+  where one changed: a dropout's p the loop schedules); any other is the
+  step's own, read by a dispatch mode on only in the call's stretch of
+  module code (``stretch``; apply._Reader);
 - autograd saves the step's tensors in the captured order (Trace.pack_values,
   pack_modules, pack_calls): in a stretch of a module call's own code
   (between its beginning, its children's calls and its end, where its
@@ -29,7 +31,9 @@ neither the calls' tensors nor their order:
   stretches (the windows) tell each dropped value's saved tensors, which
   become handles, and give each value a recomputation starts from (its
   saved tensor: the same storage); a value no op saves, where a module
-  call that returns it ends (Trace.module_outputs); a batch tensor a
+  call that returns it ends (Trace.module_outputs), else where its call
+  makes it, by the reader (apply._Reader) on in that call's stretch; a
+  batch tensor a
   recomputation reads (an embedding's) where the model is called
   (Trace.input_values). Which value each recomputed op reads is capture's:
   the applier compares each dropped value's bits in the forward and after
@@ -39,9 +43,9 @@ neither the calls' tensors nor their order:
 
 ``draws`` finds where each random call's generator state is recorded, and
 ``place`` finds the windows, or None where a value a recomputation
-starts from is never saved in the model's call or is written in place
-later, or a dropped value is saved outside it (the loss) or in a module
-call without a name: the applier then follows calls (regions.py). A
+starts from is written in place later, or a dropped value is saved
+outside the model's call (the loss) or in a module call without a name:
+the applier then follows calls (regions.py). A
 value that lives on in a copy autograd saved before an in-place write
 (capture's `moved`) is that copy's save.
 """
@@ -76,6 +80,33 @@ def output_tensors(out):
     return [x for x in compat.tree_flatten(out)[0] if isinstance(x, torch.Tensor)]
 
 
+def stretch(t, ci):
+    """The stretch of module code call ci runs in: the part of its module
+    call's own code between the beginning, its children's calls and the
+    end, as (the event that opens it, its first call, the event that
+    closes it, its end), an event ("pre" or "post", module name, its
+    call); or None where the module call or the child call before it has
+    no name (no hook can tell the opening in the step). The closing event
+    is None where the next child call has no name."""
+    mods = t.modules
+    inv = t.call_module[ci] if ci < len(t.call_module) else -1
+    if inv < 0 or mods[inv][3] is None:
+        return None
+    kids = [i for i in range(inv + 1, len(mods)) if mods[i][2] == inv]
+    before = -1
+    for c in kids:
+        if mods[c][1] <= ci:
+            before = c
+    after = next((c for c in kids if mods[c][0] > ci), -1)
+    if before >= 0 and mods[before][3] is None:
+        return None
+    opening = ("post", mods[before][3], mods[before][4]) if before >= 0 else ("pre", mods[inv][3], mods[inv][4])
+    closing = ("post", mods[inv][3], mods[inv][4]) if after < 0 else \
+        ("pre", mods[after][3], mods[after][4]) if mods[after][3] is not None else None
+    return opening, mods[before][1] if before >= 0 else mods[inv][0], closing, \
+        mods[after][0] if after >= 0 else mods[inv][1]
+
+
 def draws(t, calls, drawing):
     """Where the generator's state is recorded for each random call among
     calls (indices into t.calls): {call: the event (place's) that begins
@@ -83,27 +114,12 @@ def draws(t, calls, drawing):
     known (a module call without a name) or a call of the stretch drew
     before it (drawing(call): whether a call draws), so that the state
     there is not the one it draws from."""
-    mods = t.modules
-    children = {}
-    for i, m in enumerate(mods):
-        if m[2] >= 0:
-            children.setdefault(m[2], []).append(i)
     out = {}
     for ci in calls:
-        inv = t.call_module[ci] if ci < len(t.call_module) else -1
-        if inv < 0 or mods[inv][3] is None:
+        s = stretch(t, ci)
+        if s is None or any(drawing(j) for j in range(s[1], ci)):
             return None
-        before = -1
-        for c in children.get(inv, ()):
-            if mods[c][1] <= ci:
-                before = c
-        start = mods[before][1] if before >= 0 else mods[inv][0]
-        if any(drawing(j) for j in range(start, ci)):
-            return None
-        m = mods[before] if before >= 0 else mods[inv]
-        if m[3] is None:
-            return None
-        out[ci] = ("post" if before >= 0 else "pre", m[3], m[4])
+        out[ci] = s[0]
     return out
 
 
@@ -112,10 +128,12 @@ def place(t, drop, src):
     tensors become handles) and starts recomputations from the values src:
     ({opening event: (its first saved tensor, end, closing event)}, {saved
     tensor index: value}, {a module call's end event: [(place among its
-    output's tensors, value)]}), or None (see the module's docstring). A
-    value in src that no window can take from a save is taken where a
-    module call that returns it ends (a DenseNet's conv output, which
-    only a concatenation reads, and it saves nothing). A window
+    output's tensors, value)]}, [the values in src that neither gives]),
+    or None (see the module's docstring). A value in src that no window
+    can take from a save is taken where a module call that returns it ends
+    (a DenseNet's conv output, which only a concatenation reads, and it
+    saves nothing), else where its call makes it, by the applier's reader
+    (apply._Reader: T5's relative position buckets). A window
     is a stretch of one module call's own code: from its beginning or the
     end of a child's call to the beginning of its next child's call or its
     own end; an event is ("pre" or "post", module name, its call). Each
@@ -142,7 +160,7 @@ def place(t, drop, src):
         return None
     gaps = {gap(k) for k in chosen}
     returned = None  # value -> the module call that returns it and ends first
-    taken = {}
+    taken, made = {}, []
     for v in sorted(src):
         val = t.values[v]
         if val.overwritten >= 0:
@@ -157,8 +175,11 @@ def place(t, drop, src):
                 for i in sorted(t.module_outputs, key=lambda i: mods[i][1]):
                     for j, u in t.module_outputs[i]:
                         returned.setdefault(u, (i, j))
-            if v not in returned or val.moved >= 0 or mods[returned[v][0]][3] is None:
+            if val.moved >= 0:
                 return None
+            if v not in returned or mods[returned[v][0]][3] is None:
+                made.append(v)
+                continue
             i, j = returned[v]
             taken.setdefault(("post", mods[i][3], mods[i][4]), []).append((j, v))
             continue
@@ -184,7 +205,7 @@ def place(t, drop, src):
         if opening in out:
             return None
         out[opening] = (first, end, closing)
-    return _merged(out), at, taken
+    return _merged(out), at, taken, made
 
 
 def _merged(out):
