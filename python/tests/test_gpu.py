@@ -7,8 +7,12 @@ equality needs on a GPU), and ResNet-18's measured peak (the CUDA
 allocator's requested bytes, rt.measure's) is within 1% of the prediction
 and within the budget at three budgets from the floor to store-all, and
 max_memory_allocated's (the caching allocator's blocks, with their
-rounding and unsplit slack) within 5%; and capture times each op on the
-device (CUDA events), not its launch."""
+rounding and unsplit slack) within 5%; capture times each op on the
+device (CUDA events), not its launch; and transformers' GPT-2 and T5 run
+their midpoint plans with windows on the device (the reader reading
+their floats and taking T5's position buckets, every step's replays'
+bits checked by the device's fingerprints), bitwise over 3 steps."""
+import contextlib
 import copy
 import os
 
@@ -130,3 +134,72 @@ def test_capture_times_each_op_on_the_device():
     assert 0.3 * step < timed < 3.0 * step, (timed, step)
     longest = max(t.ops, key=lambda o: o.seconds)
     assert longest.family == "conv", (longest.name, longest.seconds)
+
+
+
+class _Call(torch.nn.Module):
+    """A transformers model called with keywords, its own loss out."""
+
+    def __init__(self, model, call):
+        super().__init__()
+        self.model, self.call = model, call
+
+    def forward(self, *inputs):
+        return self.call(self.model, *inputs)
+
+
+def _hf(name, dev):
+    """transformers' GPT-2 or T5 at the library sweep's small sizes (with
+    dropout), on dev: (model, inputs)."""
+    import transformers as tf
+    g = torch.Generator().manual_seed(2)
+    torch.manual_seed(0)
+    if name == "gpt2":
+        cfg = tf.GPT2Config(vocab_size=512, n_embd=64, n_layer=2, n_head=4, n_positions=128, resid_pdrop=0.1,
+                            embd_pdrop=0.1, attn_pdrop=0.1)
+        ids = torch.randint(0, 512, (2, 32), generator=g).to(dev)
+        return _Call(tf.GPT2LMHeadModel(cfg), lambda m, x: m(input_ids=x, labels=x, use_cache=False).loss).to(dev), (
+            ids,)
+    cfg = tf.T5Config(vocab_size=512, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_decoder_layers=2, num_heads=4,
+                      dropout_rate=0.1, decoder_start_token_id=0, pad_token_id=0)
+    x, y = torch.randint(0, 512, (4, 64), generator=g).to(dev), torch.randint(0, 512, (4, 32), generator=g).to(dev)
+    return _Call(tf.T5ForConditionalGeneration(cfg), lambda m, a, b: m(input_ids=a, labels=b).loss).to(dev), (x, y)
+
+
+def library_windows(name, dev):
+    """name's midpoint plan runs with windows and the reader, every step's
+    replays' bits checked, 3 SGD steps bitwise equal to no plan."""
+    from remat.torch import apply
+    model, inputs = _hf(name, dev)
+    model.train()
+    trace = rt.capture(model, inputs, lambda loss: loss)
+    opt = torch.optim.SGD(copy.deepcopy(model).parameters(), lr=0.01, momentum=0.9)
+    plan = rt.plan_trace(trace, between(trace, opt, 0.5), opt)
+    d = apply.Decisions(plan)
+    assert d.windows is not None and d.reads, (d.why, d.reads)
+
+    def steps(p):
+        m = copy.deepcopy(model)
+        o = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
+        torch.manual_seed(1234)
+        out = []
+        for _ in range(3):
+            o.zero_grad(set_to_none=True)
+            with (p.apply(m) if p is not None else contextlib.nullcontext()):
+                loss = m(*inputs)
+                loss.backward()
+            out.append([loss.detach().clone()] + [q.grad.clone() for q in m.parameters() if q.grad is not None])
+            o.step()
+        return out
+    every = apply.VERIFY_EVERY
+    apply.VERIFY_EVERY = 1  # every step's replays checked (on a device: its fingerprints, one synchronization)
+    try:
+        ref, got = steps(None), steps(plan)
+    finally:
+        apply.VERIFY_EVERY = every
+    assert all(same(a, b) for a, b in zip(ref, got))
+
+
+@pytest.mark.parametrize("name", ["gpt2", "t5"])
+def test_library_models_run_with_windows_on_cuda(deterministic, name):
+    library_windows(name, torch.device("cuda"))
