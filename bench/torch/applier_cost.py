@@ -121,6 +121,7 @@ def breakdown(name, m, inputs, lf, t, plans, rounds, sync):
     """The forward, the backward, the replays and the collections, per plan."""
     from remat.torch import apply as A
     from remat.torch import regions as R
+    from remat.torch.decisions import Decisions
     acc = {"hooks": 0, "packs": 0}
     replays = Replays(next(m.parameters()).device).__enter__()  # the replays as they run in the step
     enter, exit_ = R.Regions._enter, R.Regions._exit
@@ -177,13 +178,13 @@ def breakdown(name, m, inputs, lf, t, plans, rounds, sync):
         R.Regions._enter, R.Regions._exit = enter, exit_
         A.Applier.pack, A.Applier.window_pack = pack, window_pack
     rec = sum(t.ops[i].seconds for grp in plans["mid"].recompute_groups for i in grp)
-    d = A.Decisions(plans["mid"])
+    d = Decisions(plans["mid"])
     if d.full:
         followed = "%d (all)" % len(t.calls)
     elif d.windows is not None:
         followed = "none: %d windows (windows.py)" % len(d.windows)
         if d.reads:
-            followed = "%d read for their floats, in %d stretches; %d windows (windows.py)" % (
+            followed = "%d through the reader (floats read, values taken), in %d stretches; %d windows (windows.py)" % (
                 sum(r.end - r.first for r in d.reads.values()), len(d.reads), len(d.windows))
     else:
         followed = "%d in %d runs" % (sum(v[1] - v[0] for v in d.regions.values()) + (

@@ -36,8 +36,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import applier_cost as ac  # noqa: E402
 
 import remat.torch as rt  # noqa: E402
-from remat.torch import apply as A  # noqa: E402
+from remat.torch import recipes  # noqa: E402
 from remat.torch import windows as W  # noqa: E402
+from remat.torch.decisions import Decisions  # noqa: E402
 
 
 class _Call(torch.nn.Module):
@@ -85,15 +86,15 @@ def main():
     floor = rt.plan_trace(t, 1, "sgd").floor
     mid = rt.plan_trace(t, (floor + rt.budget_for(top.peak_bytes)) // 2, "sgd")
     follow, trusted = copy.copy(mid), copy.copy(mid)
-    mid._decisions = A.Decisions(mid)
+    mid._decisions = Decisions(mid)
     place = W.place
     W.place = lambda *a: None
-    follow._decisions = A.Decisions(follow)
+    follow._decisions = Decisions(follow)
     W.place = place
-    config = A._CONFIG_FLOATS
-    A._CONFIG_FLOATS = _Trusted()
-    trusted._decisions = A.Decisions(trusted)
-    A._CONFIG_FLOATS = config
+    config = recipes._CONFIG_FLOATS
+    recipes._CONFIG_FLOATS = _Trusted()
+    trusted._decisions = Decisions(trusted)
+    recipes._CONFIG_FLOATS = config
     d, f = mid._decisions, follow._decisions
     if d.windows is None:
         sys.exit("%s: the midpoint plan follows calls (%s)" % (name, d.why))

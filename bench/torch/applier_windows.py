@@ -27,6 +27,7 @@ import applier_cost as ac  # noqa: E402
 import remat.torch as rt  # noqa: E402
 from remat.torch import apply as A  # noqa: E402
 from remat.torch import windows as W  # noqa: E402
+from remat.torch.decisions import Decisions  # noqa: E402
 
 torch.set_num_threads(2)
 name = sys.argv[1] if len(sys.argv) > 1 else "resnet18"
@@ -38,10 +39,10 @@ top = rt.plan_trace(t, None, "sgd", "all")
 floor = rt.plan_trace(t, 1, "sgd").floor
 mid = rt.plan_trace(t, (floor + rt.budget_for(top.peak_bytes)) // 2, "sgd")
 midf, midc = copy.copy(mid), copy.copy(mid)
-mid._decisions, midc._decisions = A.Decisions(mid), A.Decisions(midc)
+mid._decisions, midc._decisions = Decisions(mid), Decisions(midc)
 place = W.place
 W.place = lambda *a: None
-midf._decisions = A.Decisions(midf)
+midf._decisions = Decisions(midf)
 W.place = place
 assert mid._decisions.windows is not None and midf._decisions.windows is None
 rec = sum(t.ops[i].seconds for grp in mid.recompute_groups for i in grp)

@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import library_models as lm  # noqa: E402
 
 import remat.torch as rt  # noqa: E402
-from remat.torch import apply as A  # noqa: E402
+from remat.torch.decisions import Decisions  # noqa: E402
 
 
 def main():
@@ -35,7 +35,7 @@ def main():
             t = rt.capture(case.model, case.inputs, case.loss_fn)
             budget, _, _ = lm.between(t, opt)
             plan = rt.plan_trace(t, budget, opt)
-            d = A.Decisions(plan)
+            d = Decisions(plan)
             if d.windows is not None:
                 print("| %s | %d | %d | %d | %d | %d: %d, %d | |" % (
                     name, len(plan.recompute_ops), len(d.windows), len(d.draws), sum(len(x) for x in d.taken.values()),

@@ -9,7 +9,7 @@ import user_models as um
 
 import remat
 import remat.torch as rt
-from remat.torch.apply import Decisions
+from remat.torch.decisions import Decisions
 
 
 def small():

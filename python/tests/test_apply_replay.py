@@ -146,8 +146,9 @@ def test_address_of_a_dead_storage():
     address that names a storage since freed is not c's value, in the
     applier (pack hands out no handle for it) and in capture (c is a new
     input)."""
-    from remat.torch.apply import Applier, Decisions
+    from remat.torch.apply import Applier
     from remat.torch.capture import Trace, Value, _Recorder, _skey, _weak
+    from remat.torch.decisions import Decisions
     ids = torch.randint(0, 64, (4, 16), generator=torch.Generator().manual_seed(0))
     t = rt.capture(ShiftRight(), (ids,), lambda o: o)
     plan = force(rt.plan_trace(t, None), [0, 1])
@@ -281,7 +282,7 @@ class Blocks(nn.Module):
 
 def test_the_hooks_are_on_where_a_dropped_value_is_saved_and_only_there(monkeypatch, following):
     from remat.torch import regions
-    from remat.torch.apply import Decisions
+    from remat.torch.decisions import Decisions
     model = Blocks()
     x = torch.randn(16, 32, generator=torch.Generator().manual_seed(3))
     t = rt.capture(model, (x,), lambda o: o)
@@ -349,7 +350,7 @@ def test_while_the_mode_is_on_the_hooks_are_on_between_two_calls_only(following)
     # the mode is off, until the second conv saves its input: only the
     # dropped values' saved tensors pass Python, not the BatchNorm's input
     # and weights nor the conv's weight
-    from remat.torch.apply import Decisions
+    from remat.torch.decisions import Decisions
     model = ConvBN()
     x, t, plan = bn_recomputed(model)
     d = Decisions(plan)
@@ -399,14 +400,15 @@ def test_a_save_the_mode_cannot_reach_is_hooked_after_its_run_or_in_its_module_c
     # second's output passing them too, where at most CLOSE_PACKS others
     # do (close=1); else they are on in the model's call (close=0). The
     # same bits either way
-    from remat.torch import apply, regions
+    from remat.torch import regions
+    from remat.torch.decisions import Decisions
     monkeypatch.setattr(regions, "CLOSE_PACKS", close)
     model = Saves()
     x = torch.randn(8, 16, generator=torch.Generator().manual_seed(3))
     t = rt.capture(model, (x,), lambda o: o)
     tanh = next(o.id for o in t.ops if o.name == "aten::tanh")
     plan = force(rt.plan_trace(t, None), [tanh])
-    d = apply.Decisions(plan)
+    d = Decisions(plan)
     assert list(d.regions) == [("first", 0)] and not d.hook_gaps, d.regions
     if close:
         assert d.closing == {("first", 0): 1} and not d.hook_regions, (d.closing, d.hook_regions)
@@ -439,7 +441,7 @@ def test_a_step_that_reads_other_tensors_than_captured_is_refused():
     # data flow) is refused in the forward, not replayed from the wrong
     # tensor. (Windows replay the captured data flow: the fc's output is
     # taken where its module returns it)
-    from remat.torch.apply import Decisions
+    from remat.torch.decisions import Decisions
     model = Crossed()
     x = torch.randn(4, 8, generator=torch.Generator().manual_seed(3))
     t = rt.capture(model, (x,), lambda o: o)
@@ -482,7 +484,7 @@ def test_batchnorm_replays_without_its_statistics():
     # copy, and the statistics changed once, by the step's first run
     import user_models as um
 
-    from remat.torch.apply import _stateless
+    from remat.torch.recipes import _stateless
     torch.manual_seed(0)
     model = um.BNNet()
     x = torch.randn(4, 3, 16, 16, generator=torch.Generator().manual_seed(3))
@@ -549,7 +551,7 @@ def test_a_module_hook_goes_after_the_last_call_it_must_see(monkeypatch, followi
     # the run ends at the ReLU's first call: its forward hook goes then, and
     # the ReLU's second call runs no hook of the applier's
     from remat.torch import regions
-    from remat.torch.apply import Decisions
+    from remat.torch.decisions import Decisions
     model = ConvBNTwice()
     x, t, plan = bn_recomputed(model)
     (first, end, last), = Decisions(plan).regions.values()
@@ -578,8 +580,8 @@ class _Act(nn.Module):
 
 
 def test_a_run_that_runs_fewer_ops_is_refused_naming_its_modules(following):
-    from remat.torch.apply import Decisions
     from remat.torch.capture import CaptureError
+    from remat.torch.decisions import Decisions
     model = Blocks()
     for b in model.blocks:
         b[1] = _Act()
@@ -634,7 +636,7 @@ def test_a_plan_whose_recipes_capture_gives_runs_with_no_dispatch_mode(monkeypat
     # the hooks are on in the module calls where one of them is saved, and
     # no call passes the dispatch mode
     from remat.torch import apply
-    from remat.torch.apply import Decisions
+    from remat.torch.decisions import Decisions
     model = ConvBN()
     x, t, plan = bn_recomputed(model)
     d = Decisions(plan)
@@ -678,8 +680,8 @@ class SavesMore(ConvBN):
 
 
 def test_a_window_whose_saves_differ_from_capture_is_refused():
-    from remat.torch.apply import Decisions
     from remat.torch.capture import CaptureError
+    from remat.torch.decisions import Decisions
     model = SavesMore()
     x, t, plan = bn_recomputed(model)
     assert list(Decisions(plan).windows) == [("pre", "bn", 0)]  # bn, relu and conv2 (windows._merged)
@@ -707,7 +709,7 @@ def test_a_recipe_reads_a_float_the_code_may_change_in_the_step(monkeypatch):
     # runs (between fc1's end and fc2's beginning), with a dispatch mode on
     # there only, and replays it (the step's gradients are compared bitwise)
     from remat.torch import apply
-    from remat.torch.apply import Decisions
+    from remat.torch.decisions import Decisions
     model = Scaled()
     x = torch.randn(8, 16, generator=torch.Generator().manual_seed(3))
     t = rt.capture(model, (x,), lambda o: o)
@@ -767,7 +769,7 @@ class EmptyStart(nn.Module):
 
 
 def test_a_tensor_with_no_elements_is_made_again_from_its_shape():
-    from remat.torch.apply import Decisions
+    from remat.torch.decisions import Decisions
     model = EmptyStart()
     x = torch.randn(8, 16, generator=torch.Generator().manual_seed(3))
     t = rt.capture(model, (x,), lambda o: o)
@@ -800,7 +802,7 @@ def test_a_value_saved_nowhere_is_taken_where_its_call_makes_it(monkeypatch):
     # between fc1's end and the embedding's beginning, takes it where its
     # call makes it
     from remat.torch import apply
-    from remat.torch.apply import Decisions
+    from remat.torch.decisions import Decisions
     model = Buckets()
     x = torch.randn(8, 16, generator=torch.Generator().manual_seed(3))
     t = rt.capture(model, (x,), lambda o: o)
@@ -836,8 +838,8 @@ class AttentionP(nn.Module):
 def test_attention_planned_without_dropout_is_refused_where_it_draws():
     # attention called with p = 0 draws nothing, and its replay draws
     # nothing: a step that calls it with p > 0 is refused in the forward
-    from remat.torch.apply import Decisions
     from remat.torch.capture import CaptureError
+    from remat.torch.decisions import Decisions
     model = AttentionP()
     x = torch.randn(2, 4, 16, generator=torch.Generator().manual_seed(3))
     t = rt.capture(model, (x,), lambda o: o)
@@ -858,7 +860,7 @@ def test_a_replay_reads_the_parameters_the_model_holds_in_its_step():
     # that assigns new ones (load_state_dict(..., assign=True)) between two
     # steps of the same model replays with those, as the step without a
     # plan runs
-    from remat.torch.apply import Decisions
+    from remat.torch.decisions import Decisions
     model = ConvBN()
     x, t, plan = bn_recomputed(model)
     assert Decisions(plan).windows
@@ -887,7 +889,7 @@ def test_a_decoder_runs_with_windows_bitwise(pick):
     import torch.nn.functional as F
     import user_models as um
 
-    from remat.torch.apply import Decisions
+    from remat.torch.decisions import Decisions
     torch.manual_seed(0)
     model = um.Llama(layers=2, dim=64, heads=4, vocab=128, context=32)
     g = torch.Generator().manual_seed(0)
@@ -923,7 +925,7 @@ def test_a_replay_reads_a_view_of_a_parameter_wherever_it_lies():
     # loop's weight lies elsewhere in its storage than at capture (a
     # parameter made from a view of a larger buffer): the replay takes the
     # view from where the weight lies now, as the step without a plan does
-    from remat.torch.apply import Decisions
+    from remat.torch.decisions import Decisions
     model = Blocks()
     x = torch.randn(16, 32, generator=torch.Generator().manual_seed(3))
     t = rt.capture(model, (x,), lambda o: o)
@@ -950,7 +952,7 @@ def test_a_window_opens_before_the_modules_own_pre_hooks(monkeypatch):
     # before the user's hook runs (the windows apart: merged, the conv's
     # is inside the BatchNorm's)
     from remat.torch import windows
-    from remat.torch.apply import Decisions
+    from remat.torch.decisions import Decisions
     monkeypatch.setattr(windows, "_merged", lambda out: out)
     model = ConvBN()
     model.conv2.register_forward_pre_hook(
@@ -969,7 +971,7 @@ def test_a_dropout_replays_from_the_generator_state_where_its_module_call_began(
     # the dispatch mode. The floats its recipes hold (p, 1 - p) are
     # nn.Dropout's, checked when the step begins
     from remat.torch import apply
-    from remat.torch.apply import Decisions
+    from remat.torch.decisions import Decisions
     model, x, t = dropout_residual()
     masks = [o.id for o in t.ops if o.name == "aten::empty_like"]
     assert len(masks) == 2 and all(t.ops[o].random for o in masks)
@@ -986,7 +988,7 @@ def test_a_dropout_replays_from_the_generator_state_where_its_module_call_began(
 def test_a_dropout_whose_p_changed_since_capture_is_followed():
     # the loop schedules the dropout's p: the window plan's recipes hold
     # capture's, so the step follows its calls and replays the step's own
-    from remat.torch.apply import Decisions
+    from remat.torch.decisions import Decisions
     model, x, t = dropout_residual()
     plan = force(rt.plan_trace(t, None), [o.id for o in t.ops if o.name == "aten::empty_like"])
     assert Decisions(plan).windows
@@ -1022,7 +1024,7 @@ def test_only_a_stretchs_first_draw_replays_from_its_beginning(which):
     # the first noise's state is the module call's at its beginning; the
     # second's is not (the first drew in between): a plan recomputing it
     # follows the calls, and replays from the state recorded at its call
-    from remat.torch.apply import Decisions
+    from remat.torch.decisions import Decisions
     model = Noisy()
     x = torch.randn(8, 16, generator=torch.Generator().manual_seed(3))
     t = rt.capture(model, (x,), lambda o: o)
@@ -1048,7 +1050,7 @@ def test_a_torch_transformer_layer_runs_with_windows_bitwise():
     import library_models as lm
     import torch.nn.functional as F
 
-    from remat.torch.apply import Decisions
+    from remat.torch.decisions import Decisions
     torch.manual_seed(0)
     layer = nn.TransformerEncoderLayer(32, 4, 64, dropout=0.1, batch_first=True)
     model = nn.Sequential(nn.TransformerEncoder(layer, 2, enable_nested_tensor=False), nn.Flatten(),
@@ -1085,7 +1087,7 @@ def test_a_value_living_on_in_autogradss_copy_is_that_copys_save(pick):
     # recomputed ReLU6 ("relu6": it clones it and writes the clone), that
     # save is what the replay starts from. Both with windows (once: the
     # mode, capture's save of the copy named the value after it)
-    from remat.torch.apply import Decisions
+    from remat.torch.decisions import Decisions
     model = ConvBNReLU6()
     x = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(3))
     t = rt.capture(model, (x,), lambda o: o)
@@ -1116,7 +1118,7 @@ def test_a_trace_without_an_unread_leaf_names_its_values_everywhere():
     # once: the values were renumbered but the saved tensors' values, the
     # calls' forms and the inputs' values kept the old numbers, so a
     # window plan's recipes read the wrong values (refused, or worse)
-    from remat.torch.apply import Decisions
+    from remat.torch.decisions import Decisions
     model = UnreadLeaf()
     x, t, plan = bn_recomputed(model)
     assert all(v.name != "unused" for v in t.values)
@@ -1155,7 +1157,7 @@ def test_a_recomputation_starts_from_values_taken_where_their_modules_return_the
     # conv outputs it reads, conv1's is saved (conv2's input) and conv2's
     # is saved by no op: it is taken where conv2 returns it (its forward
     # hook) and held for the replay, with no dispatch mode
-    from remat.torch.apply import Decisions
+    from remat.torch.decisions import Decisions
     model = Dense()
     x = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(3))
     t = rt.capture(model, (x,), lambda o: o)

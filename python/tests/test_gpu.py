@@ -169,13 +169,13 @@ def _hf(name, dev):
 def library_windows(name, dev):
     """name's midpoint plan runs with windows and the reader, every step's
     replays' bits checked, 3 SGD steps bitwise equal to no plan."""
-    from remat.torch import apply
+    from remat.torch import apply, decisions
     model, inputs = _hf(name, dev)
     model.train()
     trace = rt.capture(model, inputs, lambda loss: loss)
     opt = torch.optim.SGD(copy.deepcopy(model).parameters(), lr=0.01, momentum=0.9)
     plan = rt.plan_trace(trace, between(trace, opt, 0.5), opt)
-    d = apply.Decisions(plan)
+    d = decisions.Decisions(plan)
     assert d.windows is not None and d.reads, (d.why, d.reads)
 
     def steps(p):

@@ -28,7 +28,7 @@ from test_apply_replay import force
 
 import remat.torch as rt
 from remat.torch import memtrack
-from remat.torch.apply import Decisions
+from remat.torch.decisions import Decisions
 
 # model -> how far above the floor without inplace its floor may be: MobileNetV3's ReLU(inplace=True)
 # after a BatchNorm is folded into it (one op, whose backward holds ReLU's output through

@@ -33,7 +33,7 @@ class Schedule:
     """A nested plan's schedule as the applier follows it, worked out once
     per plan: the recompute groups in order, each op's backward's place,
     and what each group makes and reads. rec_ops: the ops the applier
-    recomputes (apply.Decisions); tracked: the values it follows."""
+    recomputes (decisions.Decisions); tracked: the values it follows."""
 
     def __init__(self, plan, rec_ops, tracked):
         t = plan.trace
@@ -184,5 +184,5 @@ class Run:
 
 def _refs(recipe):
     """The values a recipe reads, by reference."""
-    from .apply import _leaves, _Ref
+    from .recipes import _leaves, _Ref
     return [a for a in _leaves((recipe.args, recipe.kwargs)) if isinstance(a, _Ref)]

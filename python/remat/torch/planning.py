@@ -14,8 +14,9 @@ import torch
 
 from .._lib import RematError, plan_graph
 from . import compat
-from .apply import Applied, Decisions
+from .apply import Applied
 from .capture import Trace, capture
+from .decisions import Decisions
 
 #: what a budget may be given as: bytes, or a string such as "6GiB" (None: no limit)
 Budget = Union[int, str, None]
@@ -105,7 +106,7 @@ class Plan:
         self.nested = not request.get("recompute_once", True)
         #: a nested plan's instructions in order, (kind, op id): what the applier follows
         self.schedule = [(r[0], int(r[1])) for r in result.pop("timeline", [])] if self.nested else []
-        self._decisions: Optional[Decisions] = None  # apply.Decisions, made on the first apply()
+        self._decisions: Optional[Decisions] = None  # decisions.Decisions, made on the first apply()
         self._per_layer: Optional[dict] = None  # compare()'s plan of per-layer checkpointing
         self.extra_flops = float(result.get("extra_flops", 0))
         self.flops = float(result.get("flops", 0))

@@ -336,7 +336,7 @@ class ModuleCalls:
     owner.module_exit(i, module, output). Capture records where each module call
     begins and ends in the call sequence, and its name in the model (the
     first module called); the applier enters its dispatch mode only around
-    the module calls that hold what it must follow (apply.Decisions.regions,
+    the module calls that hold what it must follow (decisions.Decisions.regions,
     apply.Regions)."""
 
     def __init__(self, owner):

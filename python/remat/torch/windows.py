@@ -16,7 +16,7 @@ neither the calls' tensors nor their order:
   no dropout draws nothing). A recipe cannot be for a tensor capture knew
   no value of (but one with no elements) nor one the model's call was not
   given, nor for a stateful op other than BatchNorm in training (whose
-  replay reads no running statistics) (apply._form_recipe). Its floats
+  replay reads no running statistics) (recipes._form_recipe). Its floats
   are capture's where they are configuration: a norm's, or those a module
   of PyTorch's own passes (``module_config``: the applier checks the
   module's attributes when the step begins, and follows the step's calls
