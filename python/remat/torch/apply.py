@@ -34,6 +34,10 @@ gets its gradient whatever requires grad, because nothing about autograd's
 graph changes (only where saved tensors live). Parameter gradients are
 PyTorch's own, made by the backward that first writes them; the plan
 counts them so.
+
+This file is the step (Applier, its reader, and Applied: the context
+plan.apply() returns); what a plan means for it is worked out once per
+plan in decisions.py, and what a replay runs is recipes.py's.
 """
 
 import contextlib

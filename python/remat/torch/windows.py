@@ -33,9 +33,8 @@ neither the calls' tensors nor their order:
   saved tensor: the same storage); a value no op saves, where a module
   call that returns it ends (Trace.module_outputs), else where its call
   makes it, by the reader (apply._Reader) on in that call's stretch; a
-  batch tensor a
-  recomputation reads (an embedding's) where the model is called
-  (Trace.input_values). Which value each recomputed op reads is capture's:
+  batch tensor a recomputation reads (an embedding's) where the model is
+  called (Trace.input_values). Which value each recomputed op reads is capture's:
   the applier compares each dropped value's bits in the forward and after
   its replay in a plan's first step and one in apply.VERIFY_EVERY
   (Applier.verify), and plan.apply(follow=True) checks each read,
@@ -45,9 +44,9 @@ neither the calls' tensors nor their order:
 ``place`` finds the windows, or None where a value a recomputation
 starts from is written in place later, or a dropped value is saved
 outside the model's call (the loss) or in a module call without a name:
-the applier then follows calls (regions.py). A
-value that lives on in a copy autograd saved before an in-place write
-(capture's `moved`) is that copy's save.
+the applier then follows calls (regions.py). A value that lives on in a
+copy autograd saved before an in-place write (capture's `moved`) is that
+copy's save.
 """
 
 import torch
