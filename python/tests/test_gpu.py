@@ -23,6 +23,7 @@ import torch.nn.functional as F
 os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS, before its first use
 
 import user_models as um  # noqa: E402
+from library_models import _Labels  # noqa: E402
 from test_user_scripts import between, same  # noqa: E402
 
 import remat.torch as rt  # noqa: E402
@@ -137,20 +138,10 @@ def test_capture_times_each_op_on_the_device():
 
 
 
-class _Call(torch.nn.Module):
-    """A transformers model called with keywords, its own loss out."""
-
-    def __init__(self, model, call):
-        super().__init__()
-        self.model, self.call = model, call
-
-    def forward(self, *inputs):
-        return self.call(self.model, *inputs)
-
-
 def _hf(name, dev):
     """transformers' GPT-2 or T5 at the library sweep's small sizes (with
-    dropout), on dev: (model, inputs)."""
+    dropout), on dev, its own loss from (input_ids, labels): (model,
+    inputs)."""
     import transformers as tf
     g = torch.Generator().manual_seed(2)
     torch.manual_seed(0)
@@ -158,12 +149,11 @@ def _hf(name, dev):
         cfg = tf.GPT2Config(vocab_size=512, n_embd=64, n_layer=2, n_head=4, n_positions=128, resid_pdrop=0.1,
                             embd_pdrop=0.1, attn_pdrop=0.1)
         ids = torch.randint(0, 512, (2, 32), generator=g).to(dev)
-        return _Call(tf.GPT2LMHeadModel(cfg), lambda m, x: m(input_ids=x, labels=x, use_cache=False).loss).to(dev), (
-            ids,)
+        return _Labels(tf.GPT2LMHeadModel(cfg)).to(dev), (ids, ids)
     cfg = tf.T5Config(vocab_size=512, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_decoder_layers=2, num_heads=4,
                       dropout_rate=0.1, decoder_start_token_id=0, pad_token_id=0)
     x, y = torch.randint(0, 512, (4, 64), generator=g).to(dev), torch.randint(0, 512, (4, 32), generator=g).to(dev)
-    return _Call(tf.T5ForConditionalGeneration(cfg), lambda m, a, b: m(input_ids=a, labels=b).loss).to(dev), (x, y)
+    return _Labels(tf.T5ForConditionalGeneration(cfg)).to(dev), (x, y)
 
 
 def library_windows(name, dev):

@@ -203,13 +203,17 @@ _float_typed = per_overload(lambda func: any(str(a.type) in ("float", "Optional[
                                              for a in compat.schema_arguments(func)))
 
 
+def _passes_floats(c):
+    """Whether call c passes a float, or has an argument typed float that
+    it may have left at its default (_float_typed)."""
+    return _float_typed(c.func) or any(isinstance(a, float) for a in _leaves(c.form))
+
+
 def _reads_floats(t, ci):
     """Whether a replay of call ci reads the step's call's floats
-    (_StepFloat; Decisions.reads): a float that is not configuration, which
-    capture's form could hold stale (a temperature the loop anneals), or an
-    argument typed float that capture's call left at its default."""
-    c = t.calls[ci]
-    return not _config(t, ci) and (_float_typed(c.func) or any(isinstance(a, float) for a in _leaves(c.form)))
+    (_StepFloat; Decisions.reads): floats that are not configuration, which
+    capture's form could hold stale (a temperature the loop anneals)."""
+    return not _config(t, ci) and _passes_floats(t.calls[ci])
 
 
 def _form_recipe(t, ci, rng=None):
@@ -262,7 +266,7 @@ def _module_floats(c):
     module's attributes in each step (Decisions.configs)."""
     if c.form is None or c.func is None or compat.schema_name(c.func) in _CONFIG_FLOATS:
         return False
-    return _float_typed(c.func) or any(isinstance(a, float) for a in _leaves(c.form))
+    return _passes_floats(c)
 
 
 def _device_of(form):
